@@ -1,0 +1,70 @@
+// The compiler's product: native object code plus everything needed to run it.
+//
+// A CompiledModel is a plain value: it holds no LLVM state, can be cached on disk and loaded into
+// any JIT namespace. Generated code exports:
+//   int32_t cuvil_entry(const void* const* inputs, void* const* outputs, int64_t batch, void* arena)
+//   void*   cuvil_fn_table[]   one pointer per kernel; entry calls kernels through it, so a kernel
+//                              can be redirected (hot patching) by storing a new pointer
+// and imports `cuvil_weights` (the weights blob) and the runtime library's cuvil_rt_* symbols.
+#ifndef CUVIL_COMPILER_COMPILED_MODEL_H_
+#define CUVIL_COMPILER_COMPILED_MODEL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cuvil/runtime/dtype.h"
+#include "cuvil/runtime/host_tensor.h"
+#include "cuvil/runtime/symbolic_dim.h"
+
+namespace cuvil {
+
+inline constexpr char kEntrySymbol[] = "cuvil_entry";
+inline constexpr char kFunctionTableSymbol[] = "cuvil_fn_table";
+inline constexpr char kWeightsSymbol[] = "cuvil_weights";
+
+struct TensorSignature {
+  std::string name;
+  DType dtype = DType::kUndefined;
+  SymShape shape;
+};
+
+// One compiled kernel, reachable through cuvil_fn_table[index].
+struct KernelFunction {
+  int index = 0;
+  std::string symbol;     // Name of the kernel's LLVM function.
+  std::string op_type;
+  std::string node_name;
+  std::string signature;  // "(float32[batch,784], float32[512,784]) -> float32[batch,512]"
+};
+
+// Per-execution scratch: arena bytes = per_batch_bytes * batch + fixed_bytes.
+struct ArenaPlan {
+  int64_t per_batch_bytes = 0;
+  int64_t fixed_bytes = 0;
+  int64_t unplanned_bytes = 0;  // Sum of all intermediate sizes without reuse (batch 1).
+  int64_t BytesFor(int64_t batch) const { return per_batch_bytes * batch + fixed_bytes; }
+};
+
+struct PhaseTiming {
+  std::string phase;
+  double ms = 0;
+};
+
+// Thread-compatible value type.
+struct CompiledModel {
+  std::string name;
+  std::string symbol;  // Name of the symbolic dimension, empty for static models.
+  std::vector<TensorSignature> inputs;
+  std::vector<TensorSignature> outputs;
+  std::string object_code;  // ELF relocatable object for the host CPU.
+  HostTensor weights;       // uint8 blob addressed by cuvil_weights.
+  ArenaPlan arena;
+  std::vector<KernelFunction> kernels;
+  std::vector<PhaseTiming> timings;
+  std::string cpu;  // Host CPU name the code was generated for.
+};
+
+}  // namespace cuvil
+
+#endif  // CUVIL_COMPILER_COMPILED_MODEL_H_

@@ -1,0 +1,46 @@
+// The compiler driver: ONNX → IR → passes → LLVM IR → native object code.
+#ifndef CUVIL_COMPILER_COMPILER_H_
+#define CUVIL_COMPILER_COMPILER_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cuvil/compiler/compiled_model.h"
+#include "cuvil/compiler/ir.h"
+#include "cuvil/compiler/onnx_importer.h"
+
+namespace cuvil {
+
+struct CompileOptions {
+  ImportOptions import;
+  // When set, the optimised LLVM IR is written here.
+  std::string emit_llvm_path;
+  // LLVM optimisation level 0..3.
+  int opt_level = 3;
+  // Filled with graph inputs that must be bound to constants (they determine shapes) when
+  // compilation fails for that reason.
+  std::vector<std::string>* needs_binding = nullptr;
+};
+
+// Runs shape inference, constant folding and simplification in place. Errors name the node.
+absl::Status OptimizeGraph(ir::Graph& graph, std::vector<std::string>* needs_binding = nullptr);
+
+// Ops the graph uses that Cuvil cannot compile, as "OpType 'node' (opset N)" strings.
+std::vector<std::string> UnsupportedOps(const ir::Graph& graph);
+
+// Compiles an imported graph (consumed: passes rewrite it).
+absl::StatusOr<CompiledModel> CompileGraph(ir::Graph& graph, const CompileOptions& options = {});
+
+// Imports and compiles the ONNX model at `path`.
+absl::StatusOr<CompiledModel> CompileOnnxFile(const std::string& path,
+                                              const CompileOptions& options = {});
+
+// Imports and compiles a serialized ONNX model held in memory.
+absl::StatusOr<CompiledModel> CompileOnnxBytes(const std::string& bytes,
+                                               const CompileOptions& options = {});
+
+}  // namespace cuvil
+
+#endif  // CUVIL_COMPILER_COMPILER_H_

@@ -1,0 +1,122 @@
+// Cuvil IR: a typed SSA graph of values and ops whose dimensions are constants or multiples of the
+// model's one symbolic dimension (see cuvil/runtime/symbolic_dim.h).
+//
+// Ops keep ONNX op type names; the importer and shape inference canonicalise every opset variant to
+// one attribute form, so passes and code generation see a single form per op.
+#ifndef CUVIL_COMPILER_IR_H_
+#define CUVIL_COMPILER_IR_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cuvil/runtime/dtype.h"
+#include "cuvil/runtime/host_tensor.h"
+#include "cuvil/runtime/symbolic_dim.h"
+
+namespace cuvil::ir {
+
+class Node;
+
+struct TensorType {
+  DType dtype = DType::kUndefined;
+  SymShape shape;
+  bool shape_known = false;
+
+  int rank() const { return static_cast<int>(shape.size()); }
+  std::string ToString(const std::string& symbol = "batch") const;
+};
+
+// A tensor produced by one node, a graph input, or a constant. Thread-compatible.
+class Value {
+ public:
+  int id = 0;
+  std::string name;
+  TensorType type;
+  Node* producer = nullptr;  // Null for graph inputs and constants.
+  // Set for initializers and folded constants; such values have no producer.
+  std::optional<HostTensor> constant;
+  // Element values known at compile time for small integer tensors (shapes and indices), possibly
+  // symbolic. Set for constants and for results of shape arithmetic.
+  std::optional<std::vector<SymDim>> known;
+  bool is_graph_input = false;
+  bool is_graph_output = false;
+
+  bool is_constant() const { return constant.has_value(); }
+};
+
+using Attribute = std::variant<int64_t, float, std::string, std::vector<int64_t>,
+                               std::vector<float>, std::vector<std::string>, HostTensor>;
+
+// One operation. Inputs may contain nullptr for omitted optional inputs. Thread-compatible.
+class Node {
+ public:
+  std::string op_type;
+  std::string name;
+  int opset = 0;  // The ai.onnx opset the model imports.
+  std::vector<Value*> inputs;
+  std::vector<Value*> outputs;
+  std::map<std::string, Attribute> attrs;
+
+  bool has_input(size_t i) const { return i < inputs.size() && inputs[i] != nullptr; }
+  bool has_attr(const std::string& key) const { return attrs.count(key) != 0; }
+  int64_t attr_int(const std::string& key, int64_t fallback) const;
+  float attr_float(const std::string& key, float fallback) const;
+  std::string attr_string(const std::string& key, const std::string& fallback) const;
+  std::vector<int64_t> attr_ints(const std::string& key,
+                                 const std::vector<int64_t>& fallback = {}) const;
+  std::vector<float> attr_floats(const std::string& key) const;
+  // "Conv 'conv1' (opset 13)" for error messages.
+  std::string Describe() const;
+};
+
+// A model graph. Nodes are kept in topological order. Thread-compatible.
+class Graph {
+ public:
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  // Creates a value owned by the graph.
+  Value* NewValue(std::string name);
+  // Creates a node owned by the graph, appended at the end of the node list.
+  Node* NewNode(std::string op_type, std::string name);
+  // Turns `value` into a constant holding `tensor` (detaches it from its producer).
+  void MakeConstant(Value* value, HostTensor tensor);
+  // Removes nodes for which `dead` is true, preserving order.
+  void EraseNodes(const std::vector<Node*>& dead);
+  // Replaces every use of `from` (node inputs and graph outputs) with `to`.
+  void ReplaceAllUses(Value* from, Value* to);
+
+  const std::vector<std::unique_ptr<Node>>& nodes() const { return nodes_; }
+  std::vector<std::unique_ptr<Node>>& mutable_nodes() { return nodes_; }
+  const std::vector<std::unique_ptr<Value>>& values() const { return values_; }
+
+  std::vector<Value*> inputs;   // Non-constant graph inputs, in model order.
+  std::vector<Value*> outputs;  // In model order.
+  // The model's output names; outputs[i] may be renamed by simplification, these stay.
+  std::vector<std::string> output_names;
+  std::string name;
+  int opset = 0;
+  // The name of the one symbolic dimension ("batch"), empty when all shapes are static.
+  std::string symbol;
+
+ private:
+  std::vector<std::unique_ptr<Value>> values_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+};
+
+// Converts a known-values vector to plain integers; error if any element is symbolic.
+absl::StatusOr<std::vector<int64_t>> StaticValues(const std::vector<SymDim>& values);
+
+// Reads an integer constant tensor (int32/int64/uint8/int8/bool) into SymDims.
+std::vector<SymDim> KnownFromTensor(const HostTensor& t);
+
+}  // namespace cuvil::ir
+
+#endif  // CUVIL_COMPILER_IR_H_

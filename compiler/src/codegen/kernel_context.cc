@@ -1,0 +1,336 @@
+#include "codegen/kernel_context.h"
+
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "llvm/IR/Constants.h"
+#include "llvm/IR/Function.h"
+
+namespace cuvil::codegen {
+
+KernelContext::KernelContext(llvm::Module& module, llvm::Function* fn, const ir::Node& node)
+    : module_(module), fn_(fn), node_(node), builder_(module.getContext()) {
+  entry_block_ = llvm::BasicBlock::Create(module.getContext(), "entry", fn);
+  builder_.SetInsertPoint(entry_block_);
+  llvm::FastMathFlags fmf;
+  fmf.setAllowContract(true);
+  builder_.setFastMathFlags(fmf);
+  llvm::Value* args = fn->getArg(0);
+  batch_ = fn->getArg(1);
+  llvm::Type* ptr_ty = builder_.getPtrTy();
+  size_t slot = 0;
+  for (const ir::Value* v : node.inputs) {
+    llvm::Value* p = nullptr;
+    if (v != nullptr) {
+      p = builder_.CreateLoad(ptr_ty, builder_.CreateConstGEP1_64(ptr_ty, args, slot),
+                              absl::StrCat("in", slot));
+    }
+    inputs_.push_back(p);
+    ++slot;
+  }
+  for (size_t i = 0; i < node.outputs.size(); ++i) {
+    llvm::Value* p = nullptr;
+    if (node.outputs[i] != nullptr) {
+      p = builder_.CreateLoad(ptr_ty, builder_.CreateConstGEP1_64(ptr_ty, args, slot),
+                              absl::StrCat("out", i));
+    }
+    outputs_.push_back(p);
+    ++slot;
+  }
+}
+
+const HostTensor* KernelContext::in_constant(size_t i) const {
+  if (i >= node_.inputs.size() || node_.inputs[i] == nullptr) return nullptr;
+  const auto& c = node_.inputs[i]->constant;
+  return c.has_value() ? &*c : nullptr;
+}
+
+llvm::Type* KernelContext::ElemType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return builder_.getFloatTy();
+    case DType::kFloat64: return builder_.getDoubleTy();
+    case DType::kInt8:
+    case DType::kUInt8:
+    case DType::kBool: return builder_.getInt8Ty();
+    case DType::kInt16:
+    case DType::kUInt16: return builder_.getInt16Ty();
+    case DType::kInt32:
+    case DType::kUInt32: return builder_.getInt32Ty();
+    case DType::kInt64:
+    case DType::kUInt64: return builder_.getInt64Ty();
+    case DType::kUndefined: break;
+  }
+  return builder_.getInt8Ty();
+}
+
+llvm::Value* KernelContext::F32(float v) { return llvm::ConstantFP::get(builder_.getFloatTy(), v); }
+
+llvm::Value* KernelContext::Const(DType dtype, double v) {
+  llvm::Type* t = ElemType(dtype);
+  if (IsFloat(dtype)) return llvm::ConstantFP::get(t, v);
+  if (dtype == DType::kBool) return llvm::ConstantInt::get(t, v != 0 ? 1 : 0);
+  if (IsSigned(dtype)) return llvm::ConstantInt::getSigned(t, static_cast<int64_t>(v));
+  return llvm::ConstantInt::get(t, static_cast<uint64_t>(v));
+}
+
+llvm::Value* KernelContext::Dim(const SymDim& d) {
+  if (d.IsStatic()) return I64(d.coef);
+  llvm::Value* v = I64(d.coef);
+  for (int i = 0; i < d.power; ++i) v = builder_.CreateMul(v, batch_);
+  return v;
+}
+
+Idx KernelContext::Dims(const SymShape& shape) {
+  Idx out;
+  for (const SymDim& d : shape) out.push_back(Dim(d));
+  return out;
+}
+
+llvm::Value* KernelContext::NumElements(const SymShape& shape) { return Dim(SymNumElements(shape)); }
+
+Idx KernelContext::Strides(const SymShape& shape) {
+  Idx out(shape.size());
+  SymDim stride = SymDim::Const(1);
+  for (size_t i = shape.size(); i-- > 0;) {
+    out[i] = Dim(stride);
+    stride = SymMul(stride, shape[i]);
+  }
+  return out;
+}
+
+Idx KernelContext::BroadcastStrides(const SymShape& in, const SymShape& out) {
+  Idx strides = Strides(in);
+  Idx result(out.size(), I64(0));
+  size_t offset = out.size() - in.size();
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (!(in[i] == SymDim::Const(1))) result[offset + i] = strides[i];
+  }
+  return result;
+}
+
+llvm::Value* KernelContext::Offset(const Idx& idx, const Idx& strides) {
+  llvm::Value* off = I64(0);
+  for (size_t i = 0; i < idx.size(); ++i) {
+    if (auto* c = llvm::dyn_cast<llvm::ConstantInt>(strides[i]); c && c->isZero()) continue;
+    off = builder_.CreateAdd(off, builder_.CreateMul(idx[i], strides[i]));
+  }
+  return off;
+}
+
+llvm::Value* KernelContext::ElemPtr(DType dtype, llvm::Value* base, llvm::Value* index) {
+  return builder_.CreateInBoundsGEP(ElemType(dtype), base, index);
+}
+
+llvm::Value* KernelContext::Load(DType dtype, llvm::Value* base, llvm::Value* index) {
+  return builder_.CreateLoad(ElemType(dtype), ElemPtr(dtype, base, index));
+}
+
+void KernelContext::Store(DType dtype, llvm::Value* base, llvm::Value* index, llvm::Value* value) {
+  builder_.CreateStore(value, ElemPtr(dtype, base, index));
+}
+
+void KernelContext::Memcpy(llvm::Value* dst, llvm::Value* src, llvm::Value* count, DType dtype) {
+  llvm::Value* bytes = builder_.CreateMul(count, I64(DTypeSize(dtype)));
+  builder_.CreateMemCpy(dst, llvm::MaybeAlign(1), src, llvm::MaybeAlign(1), bytes);
+}
+
+void KernelContext::Memset0(llvm::Value* dst, llvm::Value* count, DType dtype) {
+  llvm::Value* bytes = builder_.CreateMul(count, I64(DTypeSize(dtype)));
+  builder_.CreateMemSet(dst, builder_.getInt8(0), bytes, llvm::MaybeAlign(1));
+}
+
+void KernelContext::For(llvm::Value* begin, llvm::Value* end,
+                        const std::function<void(llvm::Value*)>& body) {
+  llvm::LLVMContext& c = llvm_context();
+  llvm::BasicBlock* pre = builder_.GetInsertBlock();
+  llvm::BasicBlock* header = llvm::BasicBlock::Create(c, "loop", fn_);
+  llvm::BasicBlock* body_bb = llvm::BasicBlock::Create(c, "body", fn_);
+  llvm::BasicBlock* exit = llvm::BasicBlock::Create(c, "exit", fn_);
+  builder_.CreateBr(header);
+  builder_.SetInsertPoint(header);
+  llvm::PHINode* i = builder_.CreatePHI(I64Ty(), 2, "i");
+  i->addIncoming(begin, pre);
+  builder_.CreateCondBr(builder_.CreateICmpSLT(i, end), body_bb, exit);
+  builder_.SetInsertPoint(body_bb);
+  body(i);
+  llvm::Value* next = builder_.CreateAdd(i, I64(1), "", /*HasNUW=*/true, /*HasNSW=*/true);
+  i->addIncoming(next, builder_.GetInsertBlock());
+  builder_.CreateBr(header);
+  builder_.SetInsertPoint(exit);
+}
+
+void KernelContext::ForNest(const Idx& extents, const std::function<void(const Idx&)>& body) {
+  Idx idx;
+  std::function<void(size_t)> rec = [&](size_t depth) {
+    if (depth == extents.size()) {
+      body(idx);
+      return;
+    }
+    For(I64(0), extents[depth], [&](llvm::Value* i) {
+      idx.push_back(i);
+      rec(depth + 1);
+      idx.pop_back();
+    });
+  };
+  rec(0);
+}
+
+void KernelContext::If(llvm::Value* cond, const std::function<void()>& then_body,
+                       const std::function<void()>& else_body) {
+  llvm::LLVMContext& c = llvm_context();
+  llvm::BasicBlock* then_bb = llvm::BasicBlock::Create(c, "then", fn_);
+  llvm::BasicBlock* else_bb = else_body ? llvm::BasicBlock::Create(c, "else", fn_) : nullptr;
+  llvm::BasicBlock* merge = llvm::BasicBlock::Create(c, "endif", fn_);
+  builder_.CreateCondBr(cond, then_bb, else_bb ? else_bb : merge);
+  builder_.SetInsertPoint(then_bb);
+  then_body();
+  builder_.CreateBr(merge);
+  if (else_bb) {
+    builder_.SetInsertPoint(else_bb);
+    else_body();
+    builder_.CreateBr(merge);
+  }
+  builder_.SetInsertPoint(merge);
+}
+
+llvm::Value* KernelContext::Scratch(llvm::Type* type, int64_t count) {
+  llvm::IRBuilder<> entry(entry_block_, entry_block_->begin());
+  return entry.CreateAlloca(type, I64(count));
+}
+
+llvm::Value* KernelContext::AllocHeap(llvm::Value* bytes) {
+  return CallC("cuvil_rt_alloc", builder_.getPtrTy(), {bytes});
+}
+
+void KernelContext::FreeHeap(llvm::Value* ptr) { CallC("cuvil_rt_free", builder_.getVoidTy(), {ptr}); }
+
+llvm::Value* KernelContext::Convert(llvm::Value* v, DType from, DType to) {
+  if (from == to) return v;
+  llvm::Type* t = ElemType(to);
+  if (to == DType::kBool) {
+    llvm::Value* nz = IsFloat(from) ? builder_.CreateFCmpUNE(v, llvm::ConstantFP::get(v->getType(), 0))
+                                    : builder_.CreateICmpNE(v, llvm::ConstantInt::get(v->getType(), 0));
+    return builder_.CreateZExt(nz, t);
+  }
+  if (IsFloat(from) && IsFloat(to)) return builder_.CreateFPCast(v, t);
+  if (IsFloat(from)) {
+    // Saturating conversion: out-of-range and NaN inputs stay defined.
+    auto id = IsSigned(to) ? llvm::Intrinsic::fptosi_sat : llvm::Intrinsic::fptoui_sat;
+    return builder_.CreateIntrinsic(id, {t, v->getType()}, {v});
+  }
+  bool from_signed = IsSigned(from);
+  if (IsFloat(to)) return from_signed ? builder_.CreateSIToFP(v, t) : builder_.CreateUIToFP(v, t);
+  return builder_.CreateIntCast(v, t, from_signed);
+}
+
+llvm::Value* KernelContext::Add(DType d, llvm::Value* a, llvm::Value* b) {
+  return IsFloat(d) ? builder_.CreateFAdd(a, b) : builder_.CreateAdd(a, b);
+}
+llvm::Value* KernelContext::Sub(DType d, llvm::Value* a, llvm::Value* b) {
+  return IsFloat(d) ? builder_.CreateFSub(a, b) : builder_.CreateSub(a, b);
+}
+llvm::Value* KernelContext::Mul(DType d, llvm::Value* a, llvm::Value* b) {
+  return IsFloat(d) ? builder_.CreateFMul(a, b) : builder_.CreateMul(a, b);
+}
+llvm::Value* KernelContext::Div(DType d, llvm::Value* a, llvm::Value* b) {
+  if (IsFloat(d)) return builder_.CreateFDiv(a, b);
+  // Integer division by zero is undefined in LLVM; yield 0 instead of trapping.
+  llvm::Value* zero = llvm::ConstantInt::get(b->getType(), 0);
+  llvm::Value* is_zero = builder_.CreateICmpEQ(b, zero);
+  llvm::Value* safe_b = builder_.CreateSelect(is_zero, llvm::ConstantInt::get(b->getType(), 1), b);
+  llvm::Value* q = IsSigned(d) ? builder_.CreateSDiv(a, safe_b) : builder_.CreateUDiv(a, safe_b);
+  return builder_.CreateSelect(is_zero, zero, q);
+}
+llvm::Value* KernelContext::Min(DType d, llvm::Value* a, llvm::Value* b) {
+  if (IsFloat(d)) return builder_.CreateBinaryIntrinsic(llvm::Intrinsic::minimum, a, b);
+  return builder_.CreateSelect(Less(d, a, b), a, b);
+}
+llvm::Value* KernelContext::Max(DType d, llvm::Value* a, llvm::Value* b) {
+  if (IsFloat(d)) return builder_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, a, b);
+  return builder_.CreateSelect(Greater(d, a, b), a, b);
+}
+llvm::Value* KernelContext::Less(DType d, llvm::Value* a, llvm::Value* b) {
+  if (IsFloat(d)) return builder_.CreateFCmpOLT(a, b);
+  return IsSigned(d) ? builder_.CreateICmpSLT(a, b) : builder_.CreateICmpULT(a, b);
+}
+llvm::Value* KernelContext::Greater(DType d, llvm::Value* a, llvm::Value* b) {
+  if (IsFloat(d)) return builder_.CreateFCmpOGT(a, b);
+  return IsSigned(d) ? builder_.CreateICmpSGT(a, b) : builder_.CreateICmpUGT(a, b);
+}
+llvm::Value* KernelContext::Equal(DType d, llvm::Value* a, llvm::Value* b) {
+  if (IsFloat(d)) return builder_.CreateFCmpOEQ(a, b);
+  return builder_.CreateICmpEQ(a, b);
+}
+
+llvm::Value* KernelContext::Lowest(DType d) {
+  switch (d) {
+    case DType::kFloat32:
+    case DType::kFloat64: return llvm::ConstantFP::getInfinity(ElemType(d), /*Negative=*/true);
+    case DType::kInt8: return Const(d, -128);
+    case DType::kInt16: return Const(d, -32768);
+    case DType::kInt32: return Const(d, std::numeric_limits<int32_t>::min());
+    case DType::kInt64:
+      return llvm::ConstantInt::get(ElemType(d), static_cast<uint64_t>(std::numeric_limits<int64_t>::min()));
+    default: return Const(d, 0);
+  }
+}
+
+llvm::Value* KernelContext::Highest(DType d) {
+  switch (d) {
+    case DType::kFloat32:
+    case DType::kFloat64: return llvm::ConstantFP::getInfinity(ElemType(d), /*Negative=*/false);
+    case DType::kInt8: return Const(d, 127);
+    case DType::kUInt8: return Const(d, 255);
+    case DType::kBool: return Const(d, 1);
+    case DType::kInt16: return Const(d, 32767);
+    case DType::kUInt16: return Const(d, 65535);
+    case DType::kInt32: return Const(d, std::numeric_limits<int32_t>::max());
+    case DType::kUInt32: return Const(d, std::numeric_limits<uint32_t>::max());
+    case DType::kInt64:
+      return llvm::ConstantInt::get(ElemType(d), static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
+    case DType::kUInt64: return llvm::ConstantInt::get(ElemType(d), ~uint64_t{0});
+    default: return Const(d, 0);
+  }
+}
+
+llvm::Value* KernelContext::Intrinsic(llvm::Intrinsic::ID id, llvm::Value* v) {
+  return builder_.CreateUnaryIntrinsic(id, v);
+}
+
+llvm::Value* KernelContext::Intrinsic2(llvm::Intrinsic::ID id, llvm::Value* a, llvm::Value* b) {
+  return builder_.CreateBinaryIntrinsic(id, a, b);
+}
+
+llvm::Value* KernelContext::CallC(const std::string& name, llvm::Type* ret,
+                                  const std::vector<llvm::Value*>& args) {
+  std::vector<llvm::Type*> types;
+  for (llvm::Value* a : args) types.push_back(a->getType());
+  llvm::FunctionCallee callee =
+      module_.getOrInsertFunction(name, llvm::FunctionType::get(ret, types, false));
+  return builder_.CreateCall(callee, args);
+}
+
+absl::Status KernelContext::Error(const std::string& message) const {
+  return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": ", message));
+}
+
+absl::Status KernelContext::Unsupported(const std::string& what) const {
+  return absl::UnimplementedError(absl::StrCat(node_.Describe(), ": ", what, " is not supported"));
+}
+
+const KernelRegistry& KernelRegistry::Get() {
+  static const KernelRegistry* registry = [] {
+    auto* r = new KernelRegistry();
+    RegisterElementwiseKernels(*r);
+    RegisterTensorKernels(*r);
+    RegisterReductionKernels(*r);
+    RegisterNnKernels(*r);
+    RegisterMovementKernels(*r);
+    RegisterQuantKernels(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+}  // namespace cuvil::codegen

@@ -1,0 +1,157 @@
+// Private: what an op's code generator sees while it emits the body of one kernel function.
+//
+// Each IR node becomes one LLVM function `void kernel(ptr args, i64 batch)`; `args` holds the
+// node's input pointers followed by its output pointers. KernelContext loads them and offers the
+// building blocks kernels share: typed loads/stores, loop nests over runtime extents, broadcast
+// strides, ONNX cast semantics, and calls into the runtime library.
+#ifndef CUVIL_COMPILER_SRC_CODEGEN_KERNEL_CONTEXT_H_
+#define CUVIL_COMPILER_SRC_CODEGEN_KERNEL_CONTEXT_H_
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "cuvil/compiler/ir.h"
+#include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/Intrinsics.h"
+#include "llvm/IR/Module.h"
+
+namespace cuvil::codegen {
+
+using Idx = std::vector<llvm::Value*>;
+
+// Not thread-safe: one kernel is emitted at a time.
+class KernelContext {
+ public:
+  KernelContext(llvm::Module& module, llvm::Function* fn, const ir::Node& node);
+
+  llvm::IRBuilder<>& b() { return builder_; }
+  llvm::LLVMContext& llvm_context() { return module_.getContext(); }
+  llvm::Module& module() { return module_; }
+  llvm::Function* function() { return fn_; }
+  const ir::Node& node() const { return node_; }
+  llvm::Value* batch() { return batch_; }
+
+  // Pointers to the node's input/output buffers (nullptr for omitted optional inputs).
+  llvm::Value* in(size_t i) { return inputs_[i]; }
+  llvm::Value* out(size_t i) { return outputs_[i]; }
+  size_t num_inputs() const { return inputs_.size(); }
+  size_t num_outputs() const { return outputs_.size(); }
+  bool has_input(size_t i) const { return i < inputs_.size() && inputs_[i] != nullptr; }
+  bool has_output(size_t i) const { return i < outputs_.size() && outputs_[i] != nullptr; }
+  const ir::TensorType& in_type(size_t i) const { return node_.inputs[i]->type; }
+  const ir::TensorType& out_type(size_t i) const { return node_.outputs[i]->type; }
+  DType in_dtype(size_t i) const { return in_type(i).dtype; }
+  DType out_dtype(size_t i) const { return out_type(i).dtype; }
+  const SymShape& in_shape(size_t i) const { return in_type(i).shape; }
+  const SymShape& out_shape(size_t i) const { return out_type(i).shape; }
+  // The constant behind input i, or nullptr (weights are also available at run time via in(i)).
+  const HostTensor* in_constant(size_t i) const;
+
+  // Types and constants.
+  llvm::Type* ElemType(DType dtype);  // bool is i8 in memory
+  llvm::Type* I64Ty() { return builder_.getInt64Ty(); }
+  llvm::Type* F32Ty() { return builder_.getFloatTy(); }
+  llvm::Value* I64(int64_t v) { return builder_.getInt64(static_cast<uint64_t>(v)); }
+  llvm::Value* F32(float v);
+  // A constant of `dtype` holding v (rounded/truncated as a cast would).
+  llvm::Value* Const(DType dtype, double v);
+
+  // Runtime value of a dimension / of a shape's dims / of a shape's element count.
+  llvm::Value* Dim(const SymDim& d);
+  Idx Dims(const SymShape& shape);
+  llvm::Value* NumElements(const SymShape& shape);
+  // Row-major strides (in elements) of `shape`.
+  Idx Strides(const SymShape& shape);
+  // Strides of `in` viewed with numpy broadcasting inside `out` (0 on broadcast dims).
+  Idx BroadcastStrides(const SymShape& in, const SymShape& out);
+  // sum(idx[k] * strides[k]).
+  llvm::Value* Offset(const Idx& idx, const Idx& strides);
+
+  // Element access; `index` is an i64 element index.
+  llvm::Value* ElemPtr(DType dtype, llvm::Value* base, llvm::Value* index);
+  llvm::Value* Load(DType dtype, llvm::Value* base, llvm::Value* index);
+  void Store(DType dtype, llvm::Value* base, llvm::Value* index, llvm::Value* value);
+  // Copies `count` elements of `dtype`.
+  void Memcpy(llvm::Value* dst, llvm::Value* src, llvm::Value* count, DType dtype);
+  void Memset0(llvm::Value* dst, llvm::Value* count, DType dtype);
+
+  // for (i = begin; i < end; ++i) body(i). The body may emit nested control flow.
+  void For(llvm::Value* begin, llvm::Value* end, const std::function<void(llvm::Value*)>& body);
+  // Row-major loop nest over `extents` (innermost last); a rank-0 nest runs the body once.
+  void ForNest(const Idx& extents, const std::function<void(const Idx&)>& body);
+  // if (cond) then_body() [else else_body()].
+  void If(llvm::Value* cond, const std::function<void()>& then_body,
+          const std::function<void()>& else_body = nullptr);
+  // Stack scratch holding `count` values of `type`, allocated in the entry block.
+  llvm::Value* Scratch(llvm::Type* type, int64_t count = 1);
+  // Heap scratch (freed with FreeHeap) for buffers whose size depends on the batch.
+  llvm::Value* AllocHeap(llvm::Value* bytes);
+  void FreeHeap(llvm::Value* ptr);
+
+  // Converts between element types with ONNX Cast semantics (float→int truncates, →bool is != 0).
+  llvm::Value* Convert(llvm::Value* v, DType from, DType to);
+  // Type-aware helpers for scalar values of `dtype`.
+  llvm::Value* Add(DType d, llvm::Value* a, llvm::Value* b);
+  llvm::Value* Sub(DType d, llvm::Value* a, llvm::Value* b);
+  llvm::Value* Mul(DType d, llvm::Value* a, llvm::Value* b);
+  llvm::Value* Div(DType d, llvm::Value* a, llvm::Value* b);
+  llvm::Value* Min(DType d, llvm::Value* a, llvm::Value* b);  // NaN-propagating for floats
+  llvm::Value* Max(DType d, llvm::Value* a, llvm::Value* b);
+  llvm::Value* Less(DType d, llvm::Value* a, llvm::Value* b);     // i1
+  llvm::Value* Greater(DType d, llvm::Value* a, llvm::Value* b);  // i1
+  llvm::Value* Equal(DType d, llvm::Value* a, llvm::Value* b);    // i1
+  // Largest / smallest value of the dtype (±inf for floats).
+  llvm::Value* Lowest(DType d);
+  llvm::Value* Highest(DType d);
+  // Unary float intrinsic (llvm.exp, llvm.sqrt, ...) on a float value.
+  llvm::Value* Intrinsic(llvm::Intrinsic::ID id, llvm::Value* v);
+  llvm::Value* Intrinsic2(llvm::Intrinsic::ID id, llvm::Value* a, llvm::Value* b);
+  // Calls a C function (libm or the Cuvil runtime library), declaring it on first use.
+  llvm::Value* CallC(const std::string& name, llvm::Type* ret, const std::vector<llvm::Value*>& args);
+
+  // InvalidArgument / Unimplemented naming the node.
+  absl::Status Error(const std::string& message) const;
+  absl::Status Unsupported(const std::string& what) const;
+
+ private:
+  llvm::Module& module_;
+  llvm::Function* fn_;
+  const ir::Node& node_;
+  llvm::IRBuilder<> builder_;
+  llvm::BasicBlock* entry_block_;
+  llvm::Value* batch_;
+  std::vector<llvm::Value*> inputs_;
+  std::vector<llvm::Value*> outputs_;
+};
+
+using EmitFn = std::function<absl::Status(KernelContext&)>;
+
+// Thread-safe after construction (read-only).
+class KernelRegistry {
+ public:
+  // The process-wide registry holding every op's code generator.
+  static const KernelRegistry& Get();
+  void Register(const std::string& op_type, EmitFn fn) { emitters_[op_type] = std::move(fn); }
+  const EmitFn* Find(const std::string& op_type) const {
+    auto it = emitters_.find(op_type);
+    return it == emitters_.end() ? nullptr : &it->second;
+  }
+
+ private:
+  std::map<std::string, EmitFn> emitters_;
+};
+
+// One registration function per op family (compiler/src/codegen/kernels_*.cc).
+void RegisterElementwiseKernels(KernelRegistry& r);
+void RegisterTensorKernels(KernelRegistry& r);
+void RegisterReductionKernels(KernelRegistry& r);
+void RegisterNnKernels(KernelRegistry& r);
+void RegisterMovementKernels(KernelRegistry& r);
+void RegisterQuantKernels(KernelRegistry& r);
+
+}  // namespace cuvil::codegen
+
+#endif  // CUVIL_COMPILER_SRC_CODEGEN_KERNEL_CONTEXT_H_

@@ -1,0 +1,394 @@
+// Code generation for elementwise ops. Every op is a scalar function plugged into one
+// broadcasting loop nest; fusion later composes these scalar functions.
+#include <cmath>
+
+#include "codegen/elementwise.h"
+#include "codegen/kernel_context.h"
+
+namespace cuvil::codegen {
+
+void EmitBroadcastElementwise(KernelContext& k, const std::vector<size_t>& inputs,
+                              const ScalarFn& scalar) {
+  const SymShape& out_shape = k.out_shape(0);
+  DType out_dtype = k.out_dtype(0);
+  bool flat = true;
+  for (size_t i : inputs) {
+    const SymShape& s = k.in_shape(i);
+    flat &= s == out_shape || SymNumElements(s) == SymDim::Const(1);
+  }
+  if (flat) {
+    // Same-shape or scalar operands: one contiguous loop the vectoriser handles well.
+    k.For(k.I64(0), k.NumElements(out_shape), [&](llvm::Value* i) {
+      std::vector<llvm::Value*> vals;
+      for (size_t in : inputs) {
+        bool scalar_in = SymNumElements(k.in_shape(in)) == SymDim::Const(1);
+        vals.push_back(k.Load(k.in_dtype(in), k.in(in), scalar_in ? k.I64(0) : i));
+      }
+      k.Store(out_dtype, k.out(0), i, scalar(k, vals));
+    });
+    return;
+  }
+  std::vector<Idx> strides;
+  for (size_t in : inputs) strides.push_back(k.BroadcastStrides(k.in_shape(in), out_shape));
+  Idx out_strides = k.Strides(out_shape);
+  k.ForNest(k.Dims(out_shape), [&](const Idx& idx) {
+    std::vector<llvm::Value*> vals;
+    for (size_t j = 0; j < inputs.size(); ++j) {
+      vals.push_back(k.Load(k.in_dtype(inputs[j]), k.in(inputs[j]), k.Offset(idx, strides[j])));
+    }
+    k.Store(out_dtype, k.out(0), k.Offset(idx, out_strides), scalar(k, vals));
+  });
+}
+
+namespace {
+
+using llvm::Intrinsic::ID;
+
+EmitFn Elementwise(size_t arity, ScalarFn fn) {
+  return [arity, fn](KernelContext& k) -> absl::Status {
+    std::vector<size_t> inputs;
+    for (size_t i = 0; i < arity; ++i) inputs.push_back(i);
+    EmitBroadcastElementwise(k, inputs, fn);
+    return absl::OkStatus();
+  };
+}
+
+// A unary float op that is an LLVM intrinsic.
+EmitFn FloatIntrinsic(ID id) {
+  return Elementwise(1, [id](KernelContext& k, const std::vector<llvm::Value*>& v) {
+    return k.Intrinsic(id, v[0]);
+  });
+}
+
+// A unary float op that is a libm call (float and double variants).
+EmitFn LibmUnary(const char* fname) {
+  std::string f = fname;
+  return Elementwise(1, [f](KernelContext& k, const std::vector<llvm::Value*>& v) {
+    bool dbl = v[0]->getType()->isDoubleTy();
+    return k.CallC(dbl ? f : f + "f", v[0]->getType(), {v[0]});
+  });
+}
+
+llvm::Value* FConst(KernelContext& k, llvm::Value* like, double c) {
+  return llvm::ConstantFP::get(like->getType(), c);
+}
+
+llvm::Value* Exp(KernelContext& k, llvm::Value* x) { return k.Intrinsic(llvm::Intrinsic::exp, x); }
+
+EmitFn FloatUnary(std::function<llvm::Value*(KernelContext&, const ir::Node&, llvm::Value*)> f) {
+  return [f](KernelContext& k) -> absl::Status {
+    const ir::Node& node = k.node();
+    if (!IsFloat(k.in_dtype(0))) return k.Unsupported(std::string("dtype ") + std::string(DTypeName(k.in_dtype(0))));
+    EmitBroadcastElementwise(k, {0}, [&](KernelContext& kk, const std::vector<llvm::Value*>& v) {
+      return f(kk, node, v[0]);
+    });
+    return absl::OkStatus();
+  };
+}
+
+llvm::Value* Sigmoid(KernelContext& k, llvm::Value* x) {
+  auto& b = k.b();
+  return b.CreateFDiv(FConst(k, x, 1), b.CreateFAdd(FConst(k, x, 1), Exp(k, b.CreateFNeg(x))));
+}
+
+llvm::Value* Softplus(KernelContext& k, llvm::Value* x) {
+  // log(1 + exp(x)) computed stably: max(x, 0) + log1p(exp(-|x|)).
+  auto& b = k.b();
+  llvm::Value* ax = k.Intrinsic(llvm::Intrinsic::fabs, x);
+  llvm::Value* t = k.CallC(x->getType()->isDoubleTy() ? "log1p" : "log1pf", x->getType(),
+                           {Exp(k, b.CreateFNeg(ax))});
+  return b.CreateFAdd(k.Intrinsic2(llvm::Intrinsic::maxnum, x, FConst(k, x, 0)), t);
+}
+
+void RegisterUnary(KernelRegistry& r) {
+  r.Register("Abs", [](KernelContext& k) -> absl::Status {
+    DType d = k.in_dtype(0);
+    EmitBroadcastElementwise(k, {0}, [d](KernelContext& kk, const std::vector<llvm::Value*>& v) -> llvm::Value* {
+      if (IsFloat(d)) return kk.Intrinsic(llvm::Intrinsic::fabs, v[0]);
+      if (!IsSigned(d)) return v[0];
+      return kk.b().CreateBinaryIntrinsic(llvm::Intrinsic::abs, v[0], kk.b().getFalse());
+    });
+    return absl::OkStatus();
+  });
+  r.Register("Neg", [](KernelContext& k) -> absl::Status {
+    DType d = k.in_dtype(0);
+    EmitBroadcastElementwise(k, {0}, [d](KernelContext& kk, const std::vector<llvm::Value*>& v) {
+      return IsFloat(d) ? kk.b().CreateFNeg(v[0]) : kk.b().CreateNeg(v[0]);
+    });
+    return absl::OkStatus();
+  });
+  r.Register("Sign", [](KernelContext& k) -> absl::Status {
+    DType d = k.in_dtype(0);
+    EmitBroadcastElementwise(k, {0}, [d](KernelContext& kk, const std::vector<llvm::Value*>& v) {
+      auto& b = kk.b();
+      llvm::Value* zero = kk.Const(d, 0);
+      llvm::Value* pos = b.CreateSelect(kk.Greater(d, v[0], zero), kk.Const(d, 1), zero);
+      return b.CreateSelect(kk.Less(d, v[0], zero), kk.Const(d, -1), pos);
+    });
+    return absl::OkStatus();
+  });
+  r.Register("Not", Elementwise(1, [](KernelContext& k, const std::vector<llvm::Value*>& v) {
+    return k.b().CreateXor(v[0], k.b().getInt8(1));
+  }));
+  r.Register("Exp", FloatIntrinsic(llvm::Intrinsic::exp));
+  r.Register("Log", FloatIntrinsic(llvm::Intrinsic::log));
+  r.Register("Sqrt", FloatIntrinsic(llvm::Intrinsic::sqrt));
+  r.Register("Floor", FloatIntrinsic(llvm::Intrinsic::floor));
+  r.Register("Ceil", FloatIntrinsic(llvm::Intrinsic::ceil));
+  r.Register("Round", FloatIntrinsic(llvm::Intrinsic::roundeven));
+  r.Register("Sin", FloatIntrinsic(llvm::Intrinsic::sin));
+  r.Register("Cos", FloatIntrinsic(llvm::Intrinsic::cos));
+  for (const char* f : {"tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "tanh", "erf"}) {
+    std::string op = f;
+    op[0] = static_cast<char>(std::toupper(op[0]));
+    r.Register(op, LibmUnary(f));
+  }
+  r.Register("Reciprocal", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
+    return k.b().CreateFDiv(FConst(k, x, 1), x);
+  }));
+  r.Register("Sigmoid", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) { return Sigmoid(k, x); }));
+  r.Register("Relu", [](KernelContext& k) -> absl::Status {
+    DType d = k.in_dtype(0);
+    EmitBroadcastElementwise(k, {0}, [d](KernelContext& kk, const std::vector<llvm::Value*>& v) -> llvm::Value* {
+      llvm::Value* zero = kk.Const(d, 0);
+      if (IsFloat(d)) return kk.b().CreateSelect(kk.b().CreateFCmpOLT(v[0], zero), zero, v[0]);
+      return kk.b().CreateSelect(kk.Less(d, v[0], zero), zero, v[0]);
+    });
+    return absl::OkStatus();
+  });
+  r.Register("LeakyRelu", FloatUnary([](KernelContext& k, const ir::Node& n, llvm::Value* x) {
+    auto& b = k.b();
+    llvm::Value* alpha = FConst(k, x, n.attr_float("alpha", 0.01f));
+    return b.CreateSelect(b.CreateFCmpOLT(x, FConst(k, x, 0)), b.CreateFMul(alpha, x), x);
+  }));
+  r.Register("ThresholdedRelu", FloatUnary([](KernelContext& k, const ir::Node& n, llvm::Value* x) {
+    auto& b = k.b();
+    return b.CreateSelect(b.CreateFCmpOGT(x, FConst(k, x, n.attr_float("alpha", 1.0f))), x, FConst(k, x, 0));
+  }));
+  r.Register("Elu", FloatUnary([](KernelContext& k, const ir::Node& n, llvm::Value* x) {
+    auto& b = k.b();
+    llvm::Value* alpha = FConst(k, x, n.attr_float("alpha", 1.0f));
+    llvm::Value* neg = b.CreateFMul(alpha, b.CreateFSub(Exp(k, x), FConst(k, x, 1)));
+    return b.CreateSelect(b.CreateFCmpOLT(x, FConst(k, x, 0)), neg, x);
+  }));
+  r.Register("Celu", FloatUnary([](KernelContext& k, const ir::Node& n, llvm::Value* x) {
+    auto& b = k.b();
+    llvm::Value* alpha = FConst(k, x, n.attr_float("alpha", 1.0f));
+    llvm::Value* neg = b.CreateFMul(alpha, b.CreateFSub(Exp(k, b.CreateFDiv(x, alpha)), FConst(k, x, 1)));
+    return b.CreateFAdd(k.Intrinsic2(llvm::Intrinsic::maxnum, x, FConst(k, x, 0)),
+                        k.Intrinsic2(llvm::Intrinsic::minnum, neg, FConst(k, x, 0)));
+  }));
+  r.Register("Selu", FloatUnary([](KernelContext& k, const ir::Node& n, llvm::Value* x) {
+    auto& b = k.b();
+    llvm::Value* alpha = FConst(k, x, n.attr_float("alpha", 1.67326319217681884765625f));
+    llvm::Value* gamma = FConst(k, x, n.attr_float("gamma", 1.05070102214813232421875f));
+    llvm::Value* neg = b.CreateFSub(b.CreateFMul(alpha, Exp(k, x)), alpha);
+    return b.CreateFMul(gamma, b.CreateSelect(b.CreateFCmpOGT(x, FConst(k, x, 0)), x, neg));
+  }));
+  r.Register("HardSigmoid", FloatUnary([](KernelContext& k, const ir::Node& n, llvm::Value* x) {
+    auto& b = k.b();
+    llvm::Value* y = b.CreateFAdd(b.CreateFMul(FConst(k, x, n.attr_float("alpha", 0.2f)), x),
+                                  FConst(k, x, n.attr_float("beta", 0.5f)));
+    return k.Intrinsic2(llvm::Intrinsic::minnum, k.Intrinsic2(llvm::Intrinsic::maxnum, y, FConst(k, x, 0)), FConst(k, x, 1));
+  }));
+  r.Register("HardSwish", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
+    auto& b = k.b();
+    llvm::Value* y = b.CreateFAdd(b.CreateFMul(FConst(k, x, 1.0 / 6.0), x), FConst(k, x, 0.5));
+    y = k.Intrinsic2(llvm::Intrinsic::minnum, k.Intrinsic2(llvm::Intrinsic::maxnum, y, FConst(k, x, 0)), FConst(k, x, 1));
+    return b.CreateFMul(x, y);
+  }));
+  r.Register("Softplus", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) { return Softplus(k, x); }));
+  r.Register("Softsign", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
+    auto& b = k.b();
+    return b.CreateFDiv(x, b.CreateFAdd(FConst(k, x, 1), k.Intrinsic(llvm::Intrinsic::fabs, x)));
+  }));
+  r.Register("Mish", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
+    return k.b().CreateFMul(x, k.CallC(x->getType()->isDoubleTy() ? "tanh" : "tanhf", x->getType(), {Softplus(k, x)}));
+  }));
+  r.Register("Gelu", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
+    auto& b = k.b();
+    llvm::Value* e = k.CallC(x->getType()->isDoubleTy() ? "erf" : "erff", x->getType(),
+                             {b.CreateFMul(x, FConst(k, x, M_SQRT1_2))});
+    return b.CreateFMul(b.CreateFMul(FConst(k, x, 0.5), x), b.CreateFAdd(FConst(k, x, 1), e));
+  }));
+  r.Register("IsNaN", Elementwise(1, [](KernelContext& k, const std::vector<llvm::Value*>& v) {
+    return k.b().CreateZExt(k.b().CreateFCmpUNO(v[0], v[0]), k.b().getInt8Ty());
+  }));
+  r.Register("IsInf", [](KernelContext& k) -> absl::Status {
+    bool pos = k.node().attr_int("detect_positive", 1) != 0;
+    bool neg = k.node().attr_int("detect_negative", 1) != 0;
+    EmitBroadcastElementwise(k, {0}, [=](KernelContext& kk, const std::vector<llvm::Value*>& v) {
+      auto& b = kk.b();
+      llvm::Value* inf = llvm::ConstantFP::getInfinity(v[0]->getType(), false);
+      llvm::Value* ninf = llvm::ConstantFP::getInfinity(v[0]->getType(), true);
+      llvm::Value* r = b.getFalse();
+      if (pos) r = b.CreateOr(r, b.CreateFCmpOEQ(v[0], inf));
+      if (neg) r = b.CreateOr(r, b.CreateFCmpOEQ(v[0], ninf));
+      return b.CreateZExt(r, b.getInt8Ty());
+    });
+    return absl::OkStatus();
+  });
+}
+
+using BinaryOp = llvm::Value* (*)(KernelContext&, DType, llvm::Value*, llvm::Value*);
+
+EmitFn Binary(BinaryOp op) {
+  return [op](KernelContext& k) -> absl::Status {
+    DType d = k.in_dtype(0);
+    EmitBroadcastElementwise(k, {0, 1}, [d, op](KernelContext& kk, const std::vector<llvm::Value*>& v) {
+      return op(kk, d, v[0], v[1]);
+    });
+    return absl::OkStatus();
+  };
+}
+
+llvm::Value* ToBool(KernelContext& k, llvm::Value* i1) { return k.b().CreateZExt(i1, k.b().getInt8Ty()); }
+
+llvm::Value* PowScalar(KernelContext& k, DType base, DType exp, llvm::Value* a, llvm::Value* b) {
+  auto& bl = k.b();
+  if (IsFloat(base)) {
+    llvm::Value* e = k.Convert(b, exp, base);
+    return k.Intrinsic2(llvm::Intrinsic::pow, a, e);
+  }
+  // Integer base: compute in double, then truncate like ONNX Runtime.
+  llvm::Value* fa = k.Convert(a, base, DType::kFloat64);
+  llvm::Value* fb = k.Convert(b, exp, DType::kFloat64);
+  (void)bl;
+  return k.Convert(k.Intrinsic2(llvm::Intrinsic::pow, fa, fb), DType::kFloat64, base);
+}
+
+void RegisterBinary(KernelRegistry& r) {
+  r.Register("Add", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) { return k.Add(d, a, b); }));
+  r.Register("Sub", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) { return k.Sub(d, a, b); }));
+  r.Register("Mul", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) { return k.Mul(d, a, b); }));
+  r.Register("Div", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) { return k.Div(d, a, b); }));
+  r.Register("Mod", [](KernelContext& k) -> absl::Status {
+    DType d = k.in_dtype(0);
+    bool fmod = k.node().attr_int("fmod", 0) != 0;
+    EmitBroadcastElementwise(k, {0, 1}, [=](KernelContext& kk, const std::vector<llvm::Value*>& v) -> llvm::Value* {
+      auto& b = kk.b();
+      if (IsFloat(d)) {
+        llvm::Value* r = b.CreateFRem(v[0], v[1]);
+        if (fmod) return r;
+        llvm::Value* fix = b.CreateAnd(b.CreateFCmpUNE(r, kk.Const(d, 0)),
+                                       b.CreateXor(b.CreateFCmpOLT(r, kk.Const(d, 0)), b.CreateFCmpOLT(v[1], kk.Const(d, 0))));
+        return b.CreateSelect(fix, b.CreateFAdd(r, v[1]), r);
+      }
+      llvm::Value* zero = kk.Const(d, 0);
+      llvm::Value* safe = b.CreateSelect(b.CreateICmpEQ(v[1], zero), kk.Const(d, 1), v[1]);
+      llvm::Value* r = IsSigned(d) ? b.CreateSRem(v[0], safe) : b.CreateURem(v[0], safe);
+      if (fmod || !IsSigned(d)) return r;
+      llvm::Value* fix = b.CreateAnd(b.CreateICmpNE(r, zero),
+                                     b.CreateXor(b.CreateICmpSLT(r, zero), b.CreateICmpSLT(safe, zero)));
+      return b.CreateSelect(fix, b.CreateAdd(r, safe), r);
+    });
+    return absl::OkStatus();
+  });
+  r.Register("Pow", [](KernelContext& k) -> absl::Status {
+    DType base = k.in_dtype(0), exp = k.in_dtype(1);
+    EmitBroadcastElementwise(k, {0, 1}, [=](KernelContext& kk, const std::vector<llvm::Value*>& v) {
+      return PowScalar(kk, base, exp, v[0], v[1]);
+    });
+    return absl::OkStatus();
+  });
+  r.Register("BitShift", [](KernelContext& k) -> absl::Status {
+    bool left = k.node().attr_string("direction", "") == "LEFT";
+    EmitBroadcastElementwise(k, {0, 1}, [=](KernelContext& kk, const std::vector<llvm::Value*>& v) {
+      return left ? kk.b().CreateShl(v[0], v[1]) : kk.b().CreateLShr(v[0], v[1]);
+    });
+    return absl::OkStatus();
+  });
+  r.Register("And", Binary([](KernelContext& k, DType, llvm::Value* a, llvm::Value* b) { return k.b().CreateAnd(a, b); }));
+  r.Register("Or", Binary([](KernelContext& k, DType, llvm::Value* a, llvm::Value* b) { return k.b().CreateOr(a, b); }));
+  r.Register("Xor", Binary([](KernelContext& k, DType, llvm::Value* a, llvm::Value* b) { return k.b().CreateXor(a, b); }));
+  r.Register("Equal", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) { return ToBool(k, k.Equal(d, a, b)); }));
+  r.Register("Less", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) { return ToBool(k, k.Less(d, a, b)); }));
+  r.Register("Greater", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) { return ToBool(k, k.Greater(d, a, b)); }));
+  r.Register("LessOrEqual", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) {
+    llvm::Value* r = IsFloat(d) ? k.b().CreateFCmpOLE(a, b) : (IsSigned(d) ? k.b().CreateICmpSLE(a, b) : k.b().CreateICmpULE(a, b));
+    return ToBool(k, r);
+  }));
+  r.Register("GreaterOrEqual", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) {
+    llvm::Value* r = IsFloat(d) ? k.b().CreateFCmpOGE(a, b) : (IsSigned(d) ? k.b().CreateICmpSGE(a, b) : k.b().CreateICmpUGE(a, b));
+    return ToBool(k, r);
+  }));
+  r.Register("PRelu", [](KernelContext& k) -> absl::Status {
+    DType d = k.in_dtype(0);
+    EmitBroadcastElementwise(k, {0, 1}, [d](KernelContext& kk, const std::vector<llvm::Value*>& v) {
+      llvm::Value* zero = kk.Const(d, 0);
+      return kk.b().CreateSelect(kk.Less(d, v[0], zero), kk.Mul(d, v[0], v[1]), v[0]);
+    });
+    return absl::OkStatus();
+  });
+  r.Register("Where", [](KernelContext& k) -> absl::Status {
+    EmitBroadcastElementwise(k, {0, 1, 2}, [](KernelContext& kk, const std::vector<llvm::Value*>& v) {
+      return kk.b().CreateSelect(kk.b().CreateICmpNE(v[0], kk.b().getInt8(0)), v[1], v[2]);
+    });
+    return absl::OkStatus();
+  });
+}
+
+void RegisterVariadic(KernelRegistry& r) {
+  auto variadic = [](const char* op) -> EmitFn {
+    std::string name = op;
+    return [name](KernelContext& k) -> absl::Status {
+      DType d = k.in_dtype(0);
+      std::vector<size_t> ins;
+      for (size_t i = 0; i < k.num_inputs(); ++i) ins.push_back(i);
+      EmitBroadcastElementwise(k, ins, [&](KernelContext& kk, const std::vector<llvm::Value*>& v) {
+        llvm::Value* acc = v[0];
+        for (size_t i = 1; i < v.size(); ++i) {
+          if (name == "Max") acc = kk.Max(d, acc, v[i]);
+          else if (name == "Min") acc = kk.Min(d, acc, v[i]);
+          else acc = kk.Add(d, acc, v[i]);
+        }
+        if (name == "Mean") acc = kk.Div(d, acc, kk.Const(d, static_cast<double>(v.size())));
+        return acc;
+      });
+      return absl::OkStatus();
+    };
+  };
+  for (const char* op : {"Sum", "Mean", "Max", "Min"}) r.Register(op, variadic(op));
+}
+
+absl::Status EmitClip(KernelContext& k) {
+  DType d = k.in_dtype(0);
+  const ir::Node& n = k.node();
+  bool attr_form = n.opset < 11;
+  // Bounds: attributes (opset < 11) or optional scalar inputs; absent bounds do not clip.
+  EmitBroadcastElementwise(k, {0}, [&](KernelContext& kk, const std::vector<llvm::Value*>& v) {
+    auto& b = kk.b();
+    llvm::Value* x = v[0];
+    llvm::Value* lo = nullptr;
+    llvm::Value* hi = nullptr;
+    if (attr_form) {
+      lo = kk.Const(d, n.attr_float("min", -std::numeric_limits<float>::infinity()));
+      hi = kk.Const(d, n.attr_float("max", std::numeric_limits<float>::infinity()));
+    } else {
+      if (kk.has_input(1)) lo = kk.Load(d, kk.in(1), kk.I64(0));
+      if (kk.has_input(2)) hi = kk.Load(d, kk.in(2), kk.I64(0));
+    }
+    if (lo) x = b.CreateSelect(kk.Less(d, x, lo), lo, x);
+    if (hi) x = b.CreateSelect(kk.Greater(d, x, hi), hi, x);
+    return x;
+  });
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterElementwiseKernels(KernelRegistry& r) {
+  RegisterUnary(r);
+  RegisterBinary(r);
+  RegisterVariadic(r);
+  r.Register("Clip", EmitClip);
+  r.Register("Cast", [](KernelContext& k) -> absl::Status {
+    DType from = k.in_dtype(0), to = k.out_dtype(0);
+    EmitBroadcastElementwise(k, {0}, [=](KernelContext& kk, const std::vector<llvm::Value*>& v) {
+      return kk.Convert(v[0], from, to);
+    });
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace cuvil::codegen

@@ -1,0 +1,281 @@
+#include "codegen/lower.h"
+
+#include <chrono>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "codegen/kernel_context.h"
+#include "llvm/Analysis/CGSCCPassManager.h"
+#include "llvm/Analysis/LoopAnalysisManager.h"
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/IR/Verifier.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Passes/PassBuilder.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/raw_ostream.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/Target/TargetOptions.h"
+#include "llvm/TargetParser/Host.h"
+
+namespace cuvil::codegen {
+namespace {
+
+double MsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+struct HostTarget {
+  std::string triple;
+  std::string cpu;
+  std::string features;
+  const llvm::Target* target = nullptr;
+};
+
+absl::StatusOr<HostTarget> GetHostTarget() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+  });
+  HostTarget h;
+  h.triple = llvm::sys::getProcessTriple();
+  h.cpu = llvm::sys::getHostCPUName().str();
+  std::vector<std::string> feats;
+  for (const auto& f : llvm::sys::getHostCPUFeatures()) {
+    feats.push_back(absl::StrCat(f.second ? "+" : "-", f.first().str()));
+  }
+  h.features = absl::StrJoin(feats, ",");
+  std::string error;
+  h.target = llvm::TargetRegistry::lookupTarget(h.triple, error);
+  if (h.target == nullptr) return absl::InternalError(absl::StrCat("LLVM target lookup: ", error));
+  return h;
+}
+
+std::unique_ptr<llvm::TargetMachine> MakeTargetMachine(const HostTarget& h, int opt_level) {
+  llvm::TargetOptions options;
+  options.AllowFPOpFusion = llvm::FPOpFusion::Fast;
+  auto level = opt_level >= 3   ? llvm::CodeGenOptLevel::Aggressive
+               : opt_level == 0 ? llvm::CodeGenOptLevel::None
+                                : llvm::CodeGenOptLevel::Default;
+  return std::unique_ptr<llvm::TargetMachine>(h.target->createTargetMachine(
+      h.triple, h.cpu, h.features, options, llvm::Reloc::PIC_, llvm::CodeModel::Small, level));
+}
+
+std::string SanitizeSymbol(const std::string& s) {
+  std::string out;
+  for (char c : s) out.push_back(std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
+  return out;
+}
+
+std::string SignatureOf(const ir::Node& node, const std::string& symbol) {
+  auto render = [&](const std::vector<ir::Value*>& values) {
+    std::vector<std::string> parts;
+    for (const ir::Value* v : values) parts.push_back(v ? v->type.ToString(symbol) : "none");
+    return absl::StrJoin(parts, ", ");
+  };
+  return absl::StrCat("(", render(node.inputs), ") -> (", render(node.outputs), ")");
+}
+
+class ModuleBuilder {
+ public:
+  ModuleBuilder(const ir::Graph& graph, const MemoryPlan& plan, const HostTarget& host)
+      : graph_(graph), plan_(plan), host_(host),
+        module_(std::make_unique<llvm::Module>("cuvil_model", context_)) {}
+
+  absl::Status Build(CompiledModel* model) {
+    llvm::Type* ptr = llvm::PointerType::getUnqual(context_);
+    llvm::Type* i64 = llvm::Type::getInt64Ty(context_);
+    llvm::FunctionType* kernel_ty =
+        llvm::FunctionType::get(llvm::Type::getVoidTy(context_), {ptr, i64}, false);
+    const auto& registry = KernelRegistry::Get();
+    std::vector<llvm::Constant*> table;
+    int index = 0;
+    for (const auto& node : graph_.nodes()) {
+      const EmitFn* emit = registry.Find(node->op_type);
+      if (emit == nullptr) {
+        return absl::UnimplementedError(absl::StrCat("no code generator for ", node->Describe()));
+      }
+      std::string name = absl::StrCat("k", index, "_", SanitizeSymbol(node->op_type));
+      llvm::Function* fn = llvm::Function::Create(kernel_ty, llvm::Function::InternalLinkage,
+                                                  name, module_.get());
+      SetAttributes(fn);
+      KernelContext kc(*module_, fn, *node);
+      if (auto s = (*emit)(kc); !s.ok()) return s;
+      kc.b().CreateRetVoid();
+      table.push_back(fn);
+      model->kernels.push_back({index, name, node->op_type, node->name,
+                                SignatureOf(*node, graph_.symbol)});
+      ++index;
+    }
+    auto* table_ty = llvm::ArrayType::get(ptr, table.size());
+    table_ = new llvm::GlobalVariable(*module_, table_ty, /*isConstant=*/false,
+                                      llvm::GlobalValue::ExternalLinkage,
+                                      llvm::ConstantArray::get(table_ty, table), kFunctionTableSymbol);
+    weights_ = new llvm::GlobalVariable(*module_, llvm::Type::getInt8Ty(context_), true,
+                                        llvm::GlobalValue::ExternalLinkage, nullptr, kWeightsSymbol);
+    BuildEntry(kernel_ty);
+    std::string err;
+    llvm::raw_string_ostream os(err);
+    if (llvm::verifyModule(*module_, &os)) {
+      return absl::InternalError(absl::StrCat("generated LLVM IR is invalid: ", err.substr(0, 2000)));
+    }
+    return absl::OkStatus();
+  }
+
+  llvm::Module& module() { return *module_; }
+
+ private:
+  void SetAttributes(llvm::Function* fn) {
+    fn->addFnAttr("target-cpu", host_.cpu);
+    fn->addFnAttr("target-features", host_.features);
+    fn->addFnAttr(llvm::Attribute::NoUnwind);
+  }
+
+  llvm::Value* Address(llvm::IRBuilder<>& b, const ir::Value* v, llvm::Value* inputs,
+                       llvm::Value* outputs, llvm::Value* batch, llvm::Value* arena) {
+    const BufferLocation& loc = plan_.locations.at(v);
+    llvm::Type* ptr = b.getPtrTy();
+    switch (loc.kind) {
+      case BufferLocation::Kind::kInput:
+        return b.CreateLoad(ptr, b.CreateConstGEP1_64(ptr, inputs, loc.index));
+      case BufferLocation::Kind::kOutput:
+        return b.CreateLoad(ptr, b.CreateConstGEP1_64(ptr, outputs, loc.index));
+      case BufferLocation::Kind::kWeight:
+        return b.CreateConstInBoundsGEP1_64(b.getInt8Ty(), weights_, loc.offset);
+      case BufferLocation::Kind::kArena: {
+        llvm::Value* off = b.CreateAdd(b.CreateMul(batch, b.getInt64(loc.per_batch)),
+                                       b.getInt64(loc.offset));
+        return b.CreateInBoundsGEP(b.getInt8Ty(), arena, off);
+      }
+    }
+    return nullptr;
+  }
+
+  void BuildEntry(llvm::FunctionType* kernel_ty) {
+    llvm::Type* ptr = llvm::PointerType::getUnqual(context_);
+    llvm::Type* i64 = llvm::Type::getInt64Ty(context_);
+    auto* entry_ty = llvm::FunctionType::get(llvm::Type::getInt32Ty(context_), {ptr, ptr, i64, ptr}, false);
+    llvm::Function* entry = llvm::Function::Create(entry_ty, llvm::Function::ExternalLinkage,
+                                                   kEntrySymbol, module_.get());
+    SetAttributes(entry);
+    llvm::Value* inputs = entry->getArg(0);
+    llvm::Value* outputs = entry->getArg(1);
+    llvm::Value* batch = entry->getArg(2);
+    llvm::Value* arena = entry->getArg(3);
+    llvm::IRBuilder<> b(llvm::BasicBlock::Create(context_, "entry", entry));
+    size_t max_args = 1;
+    for (const auto& n : graph_.nodes()) max_args = std::max(max_args, n->inputs.size() + n->outputs.size());
+    llvm::Value* args = b.CreateAlloca(ptr, b.getInt64(max_args), "args");
+    int index = 0;
+    for (const auto& n : graph_.nodes()) {
+      size_t slot = 0;
+      for (const ir::Value* v : n->inputs) {
+        llvm::Value* p = v ? Address(b, v, inputs, outputs, batch, arena)
+                           : llvm::ConstantPointerNull::get(llvm::PointerType::getUnqual(context_));
+        b.CreateStore(p, b.CreateConstGEP1_64(ptr, args, slot++));
+      }
+      for (const ir::Value* v : n->outputs) {
+        llvm::Value* p = v && plan_.locations.count(v)
+                             ? Address(b, v, inputs, outputs, batch, arena)
+                             : llvm::ConstantPointerNull::get(llvm::PointerType::getUnqual(context_));
+        b.CreateStore(p, b.CreateConstGEP1_64(ptr, args, slot++));
+      }
+      // Acquire pairs with the release store of a hot patch that redirects this slot.
+      auto* slot_ptr = b.CreateConstGEP2_64(table_->getValueType(), table_, 0, index);
+      llvm::LoadInst* fn = b.CreateLoad(ptr, slot_ptr);
+      fn->setAtomic(llvm::AtomicOrdering::Acquire);
+      fn->setAlignment(llvm::Align(8));
+      b.CreateCall(kernel_ty, fn, {args, batch});
+      ++index;
+    }
+    // Outputs that are not written by a node (graph inputs, constants, repeated values) are copied.
+    for (size_t i = 0; i < graph_.outputs.size(); ++i) {
+      const ir::Value* v = graph_.outputs[i];
+      const BufferLocation& loc = plan_.locations.at(v);
+      if (loc.kind == BufferLocation::Kind::kOutput && loc.index == static_cast<int>(i)) continue;
+      llvm::Value* src = Address(b, v, inputs, outputs, batch, arena);
+      llvm::Value* dst = b.CreateLoad(ptr, b.CreateConstGEP1_64(ptr, outputs, i));
+      SymDim bytes = SymMul(SymNumElements(v->type.shape), SymDim::Const(DTypeSize(v->type.dtype)));
+      llvm::Value* n = b.getInt64(bytes.coef);
+      for (int p = 0; p < bytes.power; ++p) n = b.CreateMul(n, batch);
+      b.CreateMemCpy(dst, llvm::MaybeAlign(1), src, llvm::MaybeAlign(1), n);
+    }
+    b.CreateRet(b.getInt32(0));
+  }
+
+  const ir::Graph& graph_;
+  const MemoryPlan& plan_;
+  const HostTarget& host_;
+  llvm::LLVMContext context_;
+  std::unique_ptr<llvm::Module> module_;
+  llvm::GlobalVariable* table_ = nullptr;
+  llvm::GlobalVariable* weights_ = nullptr;
+};
+
+void Optimize(llvm::Module& module, llvm::TargetMachine& tm, int opt_level) {
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PipelineTuningOptions pto;
+  pto.LoopVectorization = opt_level >= 2;
+  pto.SLPVectorization = opt_level >= 2;
+  llvm::PassBuilder pb(&tm, pto);
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  llvm::OptimizationLevel level = opt_level >= 3   ? llvm::OptimizationLevel::O3
+                                  : opt_level == 2 ? llvm::OptimizationLevel::O2
+                                  : opt_level == 1 ? llvm::OptimizationLevel::O1
+                                                   : llvm::OptimizationLevel::O0;
+  llvm::ModulePassManager mpm = level == llvm::OptimizationLevel::O0
+                                    ? pb.buildO0DefaultPipeline(level)
+                                    : pb.buildPerModuleDefaultPipeline(level);
+  mpm.run(module, mam);
+}
+
+}  // namespace
+
+absl::Status LowerToObject(const ir::Graph& graph, const MemoryPlan& plan,
+                           const LowerOptions& options, CompiledModel* model) {
+  auto host = GetHostTarget();
+  if (!host.ok()) return host.status();
+  auto t0 = std::chrono::steady_clock::now();
+  ModuleBuilder builder(graph, plan, *host);
+  if (auto s = builder.Build(model); !s.ok()) return s;
+  model->timings.push_back({"codegen", MsSince(t0)});
+
+  auto tm = MakeTargetMachine(*host, options.opt_level);
+  llvm::Module& module = builder.module();
+  module.setTargetTriple(host->triple);
+  module.setDataLayout(tm->createDataLayout());
+  t0 = std::chrono::steady_clock::now();
+  Optimize(module, *tm, options.opt_level);
+  model->timings.push_back({"optimize", MsSince(t0)});
+
+  if (!options.emit_llvm_path.empty()) {
+    std::error_code ec;
+    llvm::raw_fd_ostream out(options.emit_llvm_path, ec, llvm::sys::fs::OF_Text);
+    if (ec) return absl::InternalError(absl::StrCat("cannot write ", options.emit_llvm_path, ": ", ec.message()));
+    module.print(out, nullptr);
+  }
+
+  t0 = std::chrono::steady_clock::now();
+  llvm::SmallVector<char, 0> buffer;
+  llvm::raw_svector_ostream os(buffer);
+  llvm::legacy::PassManager pm;
+  if (tm->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::ObjectFile)) {
+    return absl::InternalError("LLVM cannot emit object code for the host target");
+  }
+  pm.run(module);
+  model->object_code.assign(buffer.begin(), buffer.end());
+  model->cpu = host->cpu;
+  model->timings.push_back({"machine_code", MsSince(t0)});
+  return absl::OkStatus();
+}
+
+}  // namespace cuvil::codegen

@@ -1,0 +1,26 @@
+// Private: lowering of an optimised, memory-planned graph to native object code.
+#ifndef CUVIL_COMPILER_SRC_CODEGEN_LOWER_H_
+#define CUVIL_COMPILER_SRC_CODEGEN_LOWER_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "cuvil/compiler/compiled_model.h"
+#include "cuvil/compiler/ir.h"
+#include "memory_plan.h"
+
+namespace cuvil::codegen {
+
+struct LowerOptions {
+  int opt_level = 3;
+  std::string emit_llvm_path;
+};
+
+// Emits one kernel per node plus the entry point and function table, optimises them for the host
+// CPU and fills `model->object_code`, `model->kernels`, `model->cpu` and the codegen timings.
+absl::Status LowerToObject(const ir::Graph& graph, const MemoryPlan& plan,
+                           const LowerOptions& options, CompiledModel* model);
+
+}  // namespace cuvil::codegen
+
+#endif  // CUVIL_COMPILER_SRC_CODEGEN_LOWER_H_

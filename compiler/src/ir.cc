@@ -1,0 +1,131 @@
+#include "cuvil/compiler/ir.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "absl/strings/str_cat.h"
+
+namespace cuvil::ir {
+
+std::string TensorType::ToString(const std::string& symbol) const {
+  if (!shape_known) return absl::StrCat(DTypeName(dtype), "[?]");
+  return absl::StrCat(DTypeName(dtype), SymShapeToString(shape, symbol));
+}
+
+int64_t Node::attr_int(const std::string& key, int64_t fallback) const {
+  auto it = attrs.find(key);
+  if (it == attrs.end()) return fallback;
+  if (auto* v = std::get_if<int64_t>(&it->second)) return *v;
+  if (auto* f = std::get_if<float>(&it->second)) return static_cast<int64_t>(*f);
+  return fallback;
+}
+
+float Node::attr_float(const std::string& key, float fallback) const {
+  auto it = attrs.find(key);
+  if (it == attrs.end()) return fallback;
+  if (auto* v = std::get_if<float>(&it->second)) return *v;
+  if (auto* i = std::get_if<int64_t>(&it->second)) return static_cast<float>(*i);
+  return fallback;
+}
+
+std::string Node::attr_string(const std::string& key, const std::string& fallback) const {
+  auto it = attrs.find(key);
+  if (it == attrs.end()) return fallback;
+  if (auto* v = std::get_if<std::string>(&it->second)) return *v;
+  return fallback;
+}
+
+std::vector<int64_t> Node::attr_ints(const std::string& key,
+                                     const std::vector<int64_t>& fallback) const {
+  auto it = attrs.find(key);
+  if (it == attrs.end()) return fallback;
+  if (auto* v = std::get_if<std::vector<int64_t>>(&it->second)) return *v;
+  if (auto* i = std::get_if<int64_t>(&it->second)) return {*i};
+  return fallback;
+}
+
+std::vector<float> Node::attr_floats(const std::string& key) const {
+  auto it = attrs.find(key);
+  if (it == attrs.end()) return {};
+  if (auto* v = std::get_if<std::vector<float>>(&it->second)) return *v;
+  if (auto* f = std::get_if<float>(&it->second)) return {*f};
+  return {};
+}
+
+std::string Node::Describe() const {
+  return absl::StrCat(op_type, " '", name, "' (opset ", opset, ")");
+}
+
+Value* Graph::NewValue(std::string name) {
+  auto v = std::make_unique<Value>();
+  v->id = static_cast<int>(values_.size());
+  v->name = std::move(name);
+  values_.push_back(std::move(v));
+  return values_.back().get();
+}
+
+Node* Graph::NewNode(std::string op_type, std::string name) {
+  auto n = std::make_unique<Node>();
+  n->op_type = std::move(op_type);
+  n->name = std::move(name);
+  n->opset = opset;
+  nodes_.push_back(std::move(n));
+  return nodes_.back().get();
+}
+
+void Graph::MakeConstant(Value* value, HostTensor tensor) {
+  value->type.dtype = tensor.dtype();
+  value->type.shape.clear();
+  for (int64_t d : tensor.shape()) value->type.shape.push_back(SymDim::Const(d));
+  value->type.shape_known = true;
+  if (IsInteger(tensor.dtype()) || tensor.dtype() == DType::kBool) {
+    if (tensor.num_elements() <= 64) value->known = KnownFromTensor(tensor);
+  }
+  value->constant = std::move(tensor);
+  value->producer = nullptr;
+}
+
+void Graph::EraseNodes(const std::vector<Node*>& dead) {
+  std::unordered_set<const Node*> set(dead.begin(), dead.end());
+  nodes_.erase(std::remove_if(nodes_.begin(), nodes_.end(),
+                              [&](const std::unique_ptr<Node>& n) { return set.count(n.get()); }),
+               nodes_.end());
+}
+
+void Graph::ReplaceAllUses(Value* from, Value* to) {
+  for (auto& n : nodes_) {
+    for (auto& in : n->inputs) {
+      if (in == from) in = to;
+    }
+  }
+  for (auto& out : outputs) {
+    if (out == from) out = to;
+  }
+}
+
+absl::StatusOr<std::vector<int64_t>> StaticValues(const std::vector<SymDim>& values) {
+  std::vector<int64_t> out;
+  out.reserve(values.size());
+  for (const SymDim& d : values) {
+    if (!d.IsStatic()) {
+      return absl::InvalidArgumentError("value depends on the symbolic dimension");
+    }
+    out.push_back(d.coef);
+  }
+  return out;
+}
+
+std::vector<SymDim> KnownFromTensor(const HostTensor& t) {
+  std::vector<SymDim> out;
+  out.reserve(t.num_elements());
+  for (int64_t i = 0; i < t.num_elements(); ++i) {
+    if (t.dtype() == DType::kInt64) {
+      out.push_back(SymDim::Const(t.data_as<int64_t>()[i]));
+    } else {
+      out.push_back(SymDim::Const(static_cast<int64_t>(t.GetAsDouble(i))));
+    }
+  }
+  return out;
+}
+
+}  // namespace cuvil::ir

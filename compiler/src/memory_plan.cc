@@ -1,0 +1,127 @@
+#include "memory_plan.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace cuvil {
+namespace {
+
+constexpr int64_t kAlign = 64;
+
+int64_t AlignUp(int64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+struct Interval {
+  const ir::Value* value;
+  int64_t size;  // Bytes (per batch item for batch-scaled values).
+  int first;
+  int last;
+  int64_t offset = -1;
+};
+
+// Greedy by decreasing size: each buffer goes to the lowest offset that does not collide with an
+// already placed buffer whose lifetime overlaps. Returns the region size.
+int64_t PlaceIntervals(std::vector<Interval>& items) {
+  std::vector<Interval*> order;
+  for (auto& it : items) order.push_back(&it);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Interval* a, const Interval* b) { return a->size > b->size; });
+  std::vector<Interval*> placed;
+  int64_t total = 0;
+  for (Interval* cur : order) {
+    std::vector<std::pair<int64_t, int64_t>> busy;
+    for (const Interval* p : placed) {
+      if (p->last < cur->first || cur->last < p->first) continue;
+      busy.push_back({p->offset, p->offset + p->size});
+    }
+    std::sort(busy.begin(), busy.end());
+    int64_t offset = 0;
+    for (const auto& [lo, hi] : busy) {
+      if (offset + cur->size <= lo) break;
+      offset = std::max(offset, AlignUp(hi));
+    }
+    cur->offset = offset;
+    total = std::max(total, offset + cur->size);
+    placed.push_back(cur);
+  }
+  return AlignUp(total);
+}
+
+}  // namespace
+
+absl::StatusOr<MemoryPlan> PlanMemory(const ir::Graph& graph) {
+  MemoryPlan plan;
+  for (size_t i = 0; i < graph.inputs.size(); ++i) {
+    plan.locations[graph.inputs[i]] = {BufferLocation::Kind::kInput, static_cast<int>(i), 0, 0};
+  }
+  // A node writes a graph output directly into the caller's buffer (first occurrence only).
+  for (size_t i = 0; i < graph.outputs.size(); ++i) {
+    const ir::Value* v = graph.outputs[i];
+    if (v->producer != nullptr && !plan.locations.count(v)) {
+      plan.locations[v] = {BufferLocation::Kind::kOutput, static_cast<int>(i), 0, 0};
+    }
+  }
+
+  // Weights: every constant read by a node or returned as an output.
+  std::vector<const ir::Value*> constants;
+  auto note_constant = [&](const ir::Value* v) {
+    if (v != nullptr && v->is_constant() && !plan.locations.count(v)) {
+      plan.locations[v] = {BufferLocation::Kind::kWeight, 0, 0, 0};
+      constants.push_back(v);
+    }
+  };
+  for (const auto& n : graph.nodes()) {
+    for (const ir::Value* in : n->inputs) note_constant(in);
+  }
+  for (const ir::Value* out : graph.outputs) note_constant(out);
+  int64_t weights_bytes = 0;
+  for (const ir::Value* c : constants) {
+    plan.locations[c].offset = weights_bytes;
+    weights_bytes += AlignUp(static_cast<int64_t>(c->constant->byte_size()));
+  }
+  plan.weights = HostTensor(DType::kUInt8, {std::max<int64_t>(weights_bytes, kAlign)});
+  for (const ir::Value* c : constants) {
+    std::memcpy(plan.weights.data() + plan.locations[c].offset, c->constant->data(),
+                c->constant->byte_size());
+  }
+
+  // Intermediates: lifetimes in node order.
+  std::vector<Interval> scaled, fixed;
+  std::unordered_map<const ir::Value*, int> last_use;
+  const auto& nodes = graph.nodes();
+  for (int i = 0; i < static_cast<int>(nodes.size()); ++i) {
+    for (const ir::Value* in : nodes[i]->inputs) {
+      if (in != nullptr) last_use[in] = i;
+    }
+  }
+  for (const ir::Value* out : graph.outputs) last_use[out] = static_cast<int>(nodes.size());
+  for (int i = 0; i < static_cast<int>(nodes.size()); ++i) {
+    for (const ir::Value* out : nodes[i]->outputs) {
+      if (out == nullptr || plan.locations.count(out)) continue;
+      SymDim bytes = SymMul(SymNumElements(out->type.shape), SymDim::Const(DTypeSize(out->type.dtype)));
+      if (bytes.power > 1) {
+        return absl::UnimplementedError(absl::StrCat("value '", out->name, "' has size ",
+                                                     bytes.ToString(graph.symbol),
+                                                     "; only sizes linear in the batch are supported"));
+      }
+      int last = last_use.count(out) ? last_use[out] : i;
+      Interval iv{out, std::max<int64_t>(bytes.coef, 1), i, last};
+      (bytes.IsStatic() ? fixed : scaled).push_back(iv);
+      plan.arena.unplanned_bytes += AlignUp(bytes.coef);
+    }
+  }
+  plan.arena.per_batch_bytes = PlaceIntervals(scaled);
+  plan.arena.fixed_bytes = PlaceIntervals(fixed);
+  for (const Interval& iv : scaled) {
+    plan.locations[iv.value] = {BufferLocation::Kind::kArena, 0, 0, iv.offset};
+  }
+  for (const Interval& iv : fixed) {
+    // Static values sit after the batch-scaled region: offset = per_batch_bytes * batch + offset.
+    plan.locations[iv.value] = {BufferLocation::Kind::kArena, 0, iv.offset, plan.arena.per_batch_bytes};
+  }
+  // Batch-scaled values: offset = iv.offset * batch.
+  return plan;
+}
+
+}  // namespace cuvil

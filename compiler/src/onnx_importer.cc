@@ -1,0 +1,302 @@
+#include "cuvil/compiler/onnx_importer.h"
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "onnx/checker.h"
+#include "onnx/onnx_pb.h"
+#include "onnx_tensor.h"
+
+namespace cuvil {
+namespace {
+
+constexpr int64_t kMaxModelBytes = (int64_t{2} << 30) - 1;
+
+absl::Status ParseModel(const std::string& bytes, onnx::ModelProto* model) {
+  google::protobuf::io::CodedInputStream stream(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                                static_cast<int>(bytes.size()));
+  stream.SetTotalBytesLimit(static_cast<int>(kMaxModelBytes));
+  if (!model->ParseFromCodedStream(&stream) || !stream.ConsumedEntireMessage()) {
+    return absl::InvalidArgumentError("not a valid ONNX model (protobuf parse failed)");
+  }
+  if (!model->has_graph()) return absl::InvalidArgumentError("ONNX model has no graph");
+  return absl::OkStatus();
+}
+
+absl::Status RunChecker(const onnx::ModelProto& model, const std::string& model_dir) {
+  try {
+    onnx::checker::CheckerContext ctx;
+    ctx.set_ir_version(static_cast<int>(model.ir_version()));
+    std::unordered_map<std::string, int> opsets;
+    for (const auto& op : model.opset_import()) opsets[op.domain()] = static_cast<int>(op.version());
+    ctx.set_opset_imports(opsets);
+    if (!model_dir.empty()) ctx.set_model_dir(model_dir);
+    onnx::checker::LexicalScopeContext lex;
+    onnx::checker::check_graph(model.graph(), ctx, lex);
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    if (auto pos = msg.find('\n'); pos != std::string::npos) msg.resize(pos);
+    return absl::InvalidArgumentError(absl::StrCat("ONNX checker: ", msg));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ir::Attribute> ConvertAttribute(const onnx::AttributeProto& a,
+                                               const std::string& model_dir) {
+  switch (a.type()) {
+    case onnx::AttributeProto::INT: return ir::Attribute(static_cast<int64_t>(a.i()));
+    case onnx::AttributeProto::FLOAT: return ir::Attribute(a.f());
+    case onnx::AttributeProto::STRING: return ir::Attribute(a.s());
+    case onnx::AttributeProto::INTS:
+      return ir::Attribute(std::vector<int64_t>(a.ints().begin(), a.ints().end()));
+    case onnx::AttributeProto::FLOATS:
+      return ir::Attribute(std::vector<float>(a.floats().begin(), a.floats().end()));
+    case onnx::AttributeProto::STRINGS:
+      return ir::Attribute(std::vector<std::string>(a.strings().begin(), a.strings().end()));
+    case onnx::AttributeProto::TENSOR: {
+      auto t = TensorFromProto(a.t(), model_dir);
+      if (!t.ok()) return t.status();
+      return ir::Attribute(std::move(*t));
+    }
+    default:
+      return absl::UnimplementedError(
+          absl::StrCat("attribute '", a.name(), "' has an unsupported type (graphs, sparse tensors)"));
+  }
+}
+
+// Builds the constant a Constant node defines from whichever value attribute it carries.
+absl::StatusOr<HostTensor> ConstantNodeValue(const ir::Node& node) {
+  for (const auto& [key, attr] : node.attrs) {
+    if (key == "value") {
+      if (auto* t = std::get_if<HostTensor>(&attr)) return *t;
+    } else if (key == "value_float") {
+      HostTensor t(DType::kFloat32, {});
+      t.data_as<float>()[0] = std::get<float>(attr);
+      return t;
+    } else if (key == "value_floats") {
+      const auto& v = std::get<std::vector<float>>(attr);
+      HostTensor t(DType::kFloat32, {static_cast<int64_t>(v.size())});
+      std::copy(v.begin(), v.end(), t.data_as<float>());
+      return t;
+    } else if (key == "value_int") {
+      HostTensor t(DType::kInt64, {});
+      t.data_as<int64_t>()[0] = std::get<int64_t>(attr);
+      return t;
+    } else if (key == "value_ints") {
+      const auto& v = std::get<std::vector<int64_t>>(attr);
+      HostTensor t(DType::kInt64, {static_cast<int64_t>(v.size())});
+      std::copy(v.begin(), v.end(), t.data_as<int64_t>());
+      return t;
+    }
+  }
+  return absl::UnimplementedError(
+      absl::StrCat(node.Describe(), ": unsupported Constant form (sparse or string value)"));
+}
+
+class Importer {
+ public:
+  Importer(const ImportOptions& options, std::string model_dir)
+      : options_(options), model_dir_(std::move(model_dir)) {}
+
+  absl::StatusOr<std::unique_ptr<ir::Graph>> Import(const onnx::ModelProto& model) {
+    graph_ = std::make_unique<ir::Graph>();
+    const onnx::GraphProto& g = model.graph();
+    graph_->name = g.name();
+    for (const auto& op : model.opset_import()) {
+      if (op.domain().empty() || op.domain() == "ai.onnx") graph_->opset = static_cast<int>(op.version());
+    }
+    if (graph_->opset == 0) return absl::InvalidArgumentError("model does not import the ai.onnx opset");
+    if (graph_->opset < 7 || graph_->opset > 18) {
+      return absl::UnimplementedError(absl::StrCat("ai.onnx opset ", graph_->opset,
+                                                   " is outside the supported range 7..18"));
+    }
+
+    for (const auto& init : g.initializer()) {
+      auto t = TensorFromProto(init, model_dir_);
+      if (!t.ok()) return t.status();
+      ir::Value* v = Define(init.name());
+      graph_->MakeConstant(v, std::move(*t));
+    }
+    for (const auto& input : g.input()) {
+      if (by_name_.count(input.name())) continue;  // Initializer listed as input (IR < 4).
+      if (auto it = options_.bound_inputs.find(input.name()); it != options_.bound_inputs.end()) {
+        graph_->MakeConstant(Define(input.name()), it->second);
+        continue;
+      }
+      ir::Value* v = Define(input.name());
+      if (auto s = SetInputType(input, v); !s.ok()) return s;
+      v->is_graph_input = true;
+      graph_->inputs.push_back(v);
+    }
+    if (symbols_.size() > 1) {
+      return absl::UnimplementedError(absl::StrCat(
+          "model has more than one symbolic dimension (", absl::StrJoin(symbols_, ", "),
+          "); fix all but one with a dimension override"));
+    }
+    if (!symbols_.empty()) graph_->symbol = *symbols_.begin();
+
+    for (const auto& np : g.node()) {
+      if (auto s = ImportNode(np); !s.ok()) return s;
+    }
+    for (const auto& out : g.output()) {
+      auto it = by_name_.find(out.name());
+      if (it == by_name_.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("graph output '", out.name(), "' is never produced"));
+      }
+      it->second->is_graph_output = true;
+      graph_->outputs.push_back(it->second);
+      graph_->output_names.push_back(out.name());
+    }
+    return std::move(graph_);
+  }
+
+ private:
+  ir::Value* Define(const std::string& name) {
+    ir::Value* v = graph_->NewValue(name);
+    by_name_[name] = v;
+    return v;
+  }
+
+  absl::Status SetInputType(const onnx::ValueInfoProto& info, ir::Value* v) {
+    if (!info.type().has_tensor_type()) {
+      return absl::UnimplementedError(absl::StrCat("input '", info.name(), "' is not a tensor"));
+    }
+    const auto& tt = info.type().tensor_type();
+    auto dtype = DTypeFromOnnx(tt.elem_type());
+    if (!dtype.ok()) {
+      return absl::UnimplementedError(absl::StrCat("input '", info.name(), "': ", dtype.status().message()));
+    }
+    v->type.dtype = *dtype;
+    if (!tt.has_shape()) {
+      return absl::UnimplementedError(absl::StrCat("input '", info.name(), "' has unknown rank"));
+    }
+    if (auto it = options_.input_shapes.find(info.name()); it != options_.input_shapes.end()) {
+      if (static_cast<int>(it->second.size()) != tt.shape().dim_size()) {
+        return absl::InvalidArgumentError(absl::StrCat("input '", info.name(), "' has rank ",
+                                                       tt.shape().dim_size(), ", override has rank ",
+                                                       it->second.size()));
+      }
+      for (int64_t d : it->second) v->type.shape.push_back(SymDim::Const(d));
+      v->type.shape_known = true;
+      return absl::OkStatus();
+    }
+    int i = 0;
+    for (const auto& d : tt.shape().dim()) {
+      if (d.has_dim_value()) {
+        v->type.shape.push_back(SymDim::Const(d.dim_value()));
+      } else {
+        std::string sym = d.has_dim_param() && !d.dim_param().empty()
+                              ? d.dim_param()
+                              : absl::StrCat("unk__", info.name(), "_", i);
+        if (auto it = options_.dim_overrides.find(sym); it != options_.dim_overrides.end()) {
+          v->type.shape.push_back(SymDim::Const(it->second));
+        } else {
+          symbols_.insert(sym);
+          v->type.shape.push_back(SymDim::Batch());
+        }
+      }
+      ++i;
+    }
+    v->type.shape_known = true;
+    return absl::OkStatus();
+  }
+
+  absl::Status ImportNode(const onnx::NodeProto& np) {
+    if (!np.domain().empty() && np.domain() != "ai.onnx") {
+      return absl::UnimplementedError(absl::StrCat("unsupported op ", np.domain(), "::", np.op_type(),
+                                                   " (node '", np.name(), "'): only the ai.onnx domain is supported"));
+    }
+    std::string name = np.name().empty() ? absl::StrCat(np.op_type(), "_", node_counter_) : np.name();
+    ++node_counter_;
+    ir::Node* node = graph_->NewNode(np.op_type(), name);
+    for (const auto& a : np.attribute()) {
+      auto attr = ConvertAttribute(a, model_dir_);
+      if (!attr.ok()) {
+        return absl::Status(attr.status().code(), absl::StrCat(node->Describe(), ": ", attr.status().message()));
+      }
+      node->attrs.emplace(a.name(), std::move(*attr));
+    }
+    for (const auto& in : np.input()) {
+      if (in.empty()) {
+        node->inputs.push_back(nullptr);
+        continue;
+      }
+      auto it = by_name_.find(in);
+      if (it == by_name_.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(node->Describe(), ": input '", in, "' is undefined"));
+      }
+      node->inputs.push_back(it->second);
+    }
+    // Trailing omitted inputs carry no information.
+    while (!node->inputs.empty() && node->inputs.back() == nullptr) node->inputs.pop_back();
+    for (const auto& out : np.output()) {
+      if (out.empty()) {
+        node->outputs.push_back(nullptr);
+        continue;
+      }
+      if (by_name_.count(out)) {
+        return absl::InvalidArgumentError(absl::StrCat(node->Describe(), ": output '", out, "' is defined twice"));
+      }
+      ir::Value* v = Define(out);
+      v->producer = node;
+      node->outputs.push_back(v);
+    }
+    if (node->op_type == "Constant") {
+      auto t = ConstantNodeValue(*node);
+      if (!t.ok()) return t.status();
+      graph_->MakeConstant(node->outputs[0], std::move(*t));
+      graph_->EraseNodes({node});
+    }
+    return absl::OkStatus();
+  }
+
+  const ImportOptions& options_;
+  std::string model_dir_;
+  std::unique_ptr<ir::Graph> graph_;
+  std::unordered_map<std::string, ir::Value*> by_name_;
+  std::set<std::string> symbols_;
+  int node_counter_ = 0;
+};
+
+absl::StatusOr<std::unique_ptr<ir::Graph>> ImportModel(const std::string& bytes,
+                                                       const std::string& model_dir,
+                                                       const ImportOptions& options) {
+  onnx::ModelProto model;
+  if (auto s = ParseModel(bytes, &model); !s.ok()) return s;
+  if (options.run_checker) {
+    if (auto s = RunChecker(model, model_dir); !s.ok()) return s;
+  }
+  return Importer(options, model_dir).Import(model);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ir::Graph>> ImportOnnxFile(const std::string& path,
+                                                          const ImportOptions& options) {
+  std::error_code ec;
+  auto size = std::filesystem::file_size(path, ec);
+  if (ec) return absl::NotFoundError(absl::StrCat("cannot open model ", path, ": ", ec.message()));
+  if (static_cast<int64_t>(size) > kMaxModelBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is larger than 2 GB; store weights as external data"));
+  }
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return absl::NotFoundError(absl::StrCat("cannot open model ", path));
+  std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  auto g = ImportModel(bytes, dir, options);
+  if (!g.ok()) return absl::Status(g.status().code(), absl::StrCat(path, ": ", g.status().message()));
+  return g;
+}
+
+absl::StatusOr<std::unique_ptr<ir::Graph>> ImportOnnxBytes(const std::string& bytes,
+                                                           const ImportOptions& options) {
+  return ImportModel(bytes, "", options);
+}
+
+}  // namespace cuvil

@@ -1,0 +1,167 @@
+#include "onnx_tensor.h"
+
+#include <cstring>
+#include <fstream>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "cuvil/compiler/tensor_file.h"
+
+namespace cuvil {
+namespace {
+
+constexpr int64_t kMaxTensorBytes = int64_t{1} << 34;  // 16 GiB: beyond this is garbage.
+
+template <typename Src, typename Dst>
+void CopyConverted(const Src& src, Dst* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<Dst>(src.Get(static_cast<int>(i)));
+}
+
+absl::Status ReadExternal(const onnx::TensorProto& proto, const std::string& model_dir,
+                          HostTensor* out) {
+  std::string location;
+  int64_t offset = 0;
+  int64_t length = -1;
+  for (const auto& kv : proto.external_data()) {
+    if (kv.key() == "location") location = kv.value();
+    if (kv.key() == "offset") offset = std::stoll(kv.value());
+    if (kv.key() == "length") length = std::stoll(kv.value());
+  }
+  if (location.empty()) return absl::InvalidArgumentError("external data without location");
+  if (location.find("..") != std::string::npos || location[0] == '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("external data location '", location, "' escapes the model directory"));
+  }
+  if (model_dir.empty()) {
+    return absl::InvalidArgumentError("external data is not allowed for in-memory models");
+  }
+  std::string path = absl::StrCat(model_dir, "/", location);
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return absl::NotFoundError(absl::StrCat("cannot open external data file ", path));
+  int64_t want = static_cast<int64_t>(out->byte_size());
+  if (length >= 0 && length != want) {
+    return absl::InvalidArgumentError(absl::StrCat("external data for '", proto.name(), "' has ",
+                                                   length, " bytes, shape needs ", want));
+  }
+  file.seekg(offset);
+  file.read(reinterpret_cast<char*>(out->data()), want);
+  if (file.gcount() != want) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("external data file ", path, " is too short for '", proto.name(), "'"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<HostTensor> TensorFromProto(const onnx::TensorProto& proto,
+                                           const std::string& model_dir) {
+  auto dtype_or = DTypeFromOnnx(proto.data_type());
+  if (!dtype_or.ok()) {
+    return absl::UnimplementedError(
+        absl::StrCat("tensor '", proto.name(), "': ", dtype_or.status().message()));
+  }
+  std::vector<int64_t> shape(proto.dims().begin(), proto.dims().end());
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return absl::InvalidArgumentError(absl::StrCat("tensor '", proto.name(), "' has a negative dim"));
+    if (d > 0 && n > kMaxTensorBytes / d) return absl::InvalidArgumentError(absl::StrCat("tensor '", proto.name(), "' is too large"));
+    n *= d;
+  }
+  DType dtype = *dtype_or;
+  if (n * DTypeSize(dtype) > kMaxTensorBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", proto.name(), "' is too large"));
+  }
+  HostTensor t(dtype, shape);
+  if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
+    if (auto s = ReadExternal(proto, model_dir, &t); !s.ok()) return s;
+    return t;
+  }
+  if (proto.has_raw_data()) {
+    if (proto.raw_data().size() != t.byte_size()) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", proto.name(), "' has ",
+                                                     proto.raw_data().size(), " raw bytes, shape ",
+                                                     t.TypeString(), " needs ", t.byte_size()));
+    }
+    std::memcpy(t.data(), proto.raw_data().data(), t.byte_size());
+    return t;
+  }
+  auto check = [&](int64_t have) -> absl::Status {
+    if (have != n) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", proto.name(), "' has ", have,
+                                                     " elements, shape needs ", n));
+    }
+    return absl::OkStatus();
+  };
+  switch (dtype) {
+    case DType::kFloat32:
+      if (auto s = check(proto.float_data_size()); !s.ok()) return s;
+      CopyConverted(proto.float_data(), t.data_as<float>(), n);
+      break;
+    case DType::kFloat64:
+      if (auto s = check(proto.double_data_size()); !s.ok()) return s;
+      CopyConverted(proto.double_data(), t.data_as<double>(), n);
+      break;
+    case DType::kInt64:
+      if (auto s = check(proto.int64_data_size()); !s.ok()) return s;
+      CopyConverted(proto.int64_data(), t.data_as<int64_t>(), n);
+      break;
+    case DType::kUInt32:
+    case DType::kUInt64:
+      if (auto s = check(proto.uint64_data_size()); !s.ok()) return s;
+      if (dtype == DType::kUInt32) {
+        CopyConverted(proto.uint64_data(), t.data_as<uint32_t>(), n);
+      } else {
+        CopyConverted(proto.uint64_data(), t.data_as<uint64_t>(), n);
+      }
+      break;
+    default:  // int32, int16, int8, uint16, uint8, bool live in int32_data.
+      if (auto s = check(proto.int32_data_size()); !s.ok()) return s;
+      for (int64_t i = 0; i < n; ++i) {
+        int32_t v = proto.int32_data(static_cast<int>(i));
+        switch (dtype) {
+          case DType::kInt32: t.data_as<int32_t>()[i] = v; break;
+          case DType::kInt16: t.data_as<int16_t>()[i] = static_cast<int16_t>(v); break;
+          case DType::kUInt16: t.data_as<uint16_t>()[i] = static_cast<uint16_t>(v); break;
+          case DType::kInt8: t.data_as<int8_t>()[i] = static_cast<int8_t>(v); break;
+          case DType::kUInt8: t.data_as<uint8_t>()[i] = static_cast<uint8_t>(v); break;
+          case DType::kBool: t.data_as<uint8_t>()[i] = v != 0; break;
+          default: break;
+        }
+      }
+  }
+  return t;
+}
+
+void TensorToProto(const HostTensor& tensor, onnx::TensorProto* proto) {
+  proto->set_data_type(static_cast<int32_t>(tensor.dtype()));
+  for (int64_t d : tensor.shape()) proto->add_dims(d);
+  proto->set_raw_data(tensor.data(), tensor.byte_size());
+}
+
+absl::StatusOr<NamedTensor> ReadTensorFile(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  onnx::TensorProto proto;
+  if (!proto.ParseFromString(bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a serialized TensorProto"));
+  }
+  auto t = TensorFromProto(proto, "");
+  if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", t.status().message()));
+  return NamedTensor{proto.name(), std::move(*t)};
+}
+
+absl::Status WriteTensorFile(const std::string& path, const std::string& name,
+                             const HostTensor& tensor) {
+  onnx::TensorProto proto;
+  proto.set_name(name);
+  TensorToProto(tensor, &proto);
+  std::ofstream file(path, std::ios::binary);
+  if (!file || !proto.SerializeToOstream(&file)) {
+    return absl::InternalError(absl::StrCat("cannot write ", path));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cuvil

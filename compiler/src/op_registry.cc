@@ -1,0 +1,121 @@
+#include "op_registry.h"
+
+#include <algorithm>
+
+namespace cuvil::ir {
+
+void InferContext::SetOutput(size_t i, DType dtype, SymShape shape) {
+  if (!has_output(i)) return;
+  Value* v = node_.outputs[i];
+  v->type.dtype = dtype;
+  v->type.shape = std::move(shape);
+  v->type.shape_known = true;
+}
+
+void InferContext::SetKnown(size_t i, std::vector<SymDim> values) {
+  if (!has_output(i)) return;
+  node_.outputs[i]->known = std::move(values);
+}
+
+absl::StatusOr<std::vector<SymDim>> InferContext::Known(size_t i, const char* role) {
+  if (!has_input(i)) return Error(absl::StrCat("missing ", role, " input"));
+  Value* v = node_.inputs[i];
+  if (v->known.has_value()) return *v->known;
+  if (v->is_graph_input && needs_binding_ != nullptr) {
+    if (std::find(needs_binding_->begin(), needs_binding_->end(), v->name) == needs_binding_->end()) {
+      needs_binding_->push_back(v->name);
+    }
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      node_.Describe(), ": ", role, " input '", v->name,
+      "' must be known at compile time (it determines a shape); bind it to a constant"));
+}
+
+absl::StatusOr<std::vector<int64_t>> InferContext::StaticInts(size_t i, const char* role) {
+  auto known = Known(i, role);
+  if (!known.ok()) return known.status();
+  auto values = StaticValues(*known);
+  if (!values.ok()) {
+    return absl::UnimplementedError(absl::StrCat(node_.Describe(), ": ", role,
+                                                 " depends on the symbolic dimension"));
+  }
+  return values;
+}
+
+absl::StatusOr<const HostTensor*> InferContext::ConstantInput(size_t i, const char* role) {
+  if (!has_input(i)) return Error(absl::StrCat("missing ", role, " input"));
+  Value* v = node_.inputs[i];
+  if (v->constant.has_value()) return &*v->constant;
+  if (v->is_graph_input && needs_binding_ != nullptr) {
+    if (std::find(needs_binding_->begin(), needs_binding_->end(), v->name) == needs_binding_->end()) {
+      needs_binding_->push_back(v->name);
+    }
+  }
+  return absl::FailedPreconditionError(absl::StrCat(node_.Describe(), ": ", role, " input '",
+                                                    v->name, "' must be a constant"));
+}
+
+void InferContext::TruncateInputs(size_t i) {
+  if (node_.inputs.size() > i) node_.inputs.resize(i);
+}
+
+absl::Status InferContext::Error(const std::string& message) const {
+  return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": ", message));
+}
+
+absl::StatusOr<int> InferContext::Axis(int64_t axis, int rank) const {
+  if (axis < -rank || axis >= std::max(rank, 1)) {
+    return Error(absl::StrCat("axis ", axis, " is out of range for rank ", rank));
+  }
+  return static_cast<int>(axis < 0 ? axis + rank : axis);
+}
+
+absl::Status InferContext::ExpectInputs(size_t min, size_t max) const {
+  size_t n = node_.inputs.size();
+  if (n < min || n > max) {
+    return Error(absl::StrCat("expects ", min, "..", max, " inputs, got ", n));
+  }
+  for (size_t i = 0; i < min; ++i) {
+    if (node_.inputs[i] == nullptr) return Error(absl::StrCat("required input ", i, " is missing"));
+  }
+  return absl::OkStatus();
+}
+
+const OpRegistry& OpRegistry::Get() {
+  static const OpRegistry* registry = [] {
+    auto* r = new OpRegistry();
+    RegisterElementwiseShapes(*r);
+    RegisterTensorShapes(*r);
+    RegisterReductionShapes(*r);
+    RegisterNnShapes(*r);
+    RegisterMovementShapes(*r);
+    RegisterQuantShapes(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+std::vector<std::string> OpRegistry::OpTypes() const {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : ops_) out.push_back(k);
+  return out;
+}
+
+std::optional<SymShape> BroadcastShapes(const SymShape& a, const SymShape& b) {
+  size_t rank = std::max(a.size(), b.size());
+  SymShape out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    SymDim da = i < rank - a.size() ? SymDim::Const(1) : a[i - (rank - a.size())];
+    SymDim db = i < rank - b.size() ? SymDim::Const(1) : b[i - (rank - b.size())];
+    if (da == SymDim::Const(1)) {
+      out[i] = db;
+    } else if (db == SymDim::Const(1) || da == db) {
+      out[i] = da;
+    } else {
+      return std::nullopt;
+    }
+  }
+  return out;
+}
+
+}  // namespace cuvil::ir

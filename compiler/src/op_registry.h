@@ -1,0 +1,98 @@
+// Private: the table of ops the compiler understands, with their shape-inference functions.
+//
+// An op's infer function canonicalises its node (opset variants → one attribute form, constant
+// operand inputs → attributes), sets every output's type, and, for integer shape arithmetic,
+// the outputs' known values so PyTorch's Shape → Gather → Concat → Reshape chains fold away.
+#ifndef CUVIL_COMPILER_SRC_OP_REGISTRY_H_
+#define CUVIL_COMPILER_SRC_OP_REGISTRY_H_
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "cuvil/compiler/ir.h"
+
+namespace cuvil::ir {
+
+// Not thread-safe: used by one compilation at a time.
+class InferContext {
+ public:
+  InferContext(Graph& graph, Node& node, std::vector<std::string>* needs_binding)
+      : graph_(graph), node_(node), needs_binding_(needs_binding) {}
+
+  Graph& graph() { return graph_; }
+  Node& node() { return node_; }
+  size_t num_inputs() const { return node_.inputs.size(); }
+  bool has_input(size_t i) const { return node_.has_input(i); }
+  Value* input(size_t i) const { return node_.inputs[i]; }
+  const TensorType& in_type(size_t i) const { return node_.inputs[i]->type; }
+  int in_rank(size_t i) const { return node_.inputs[i]->type.rank(); }
+  const SymShape& in_shape(size_t i) const { return node_.inputs[i]->type.shape; }
+  DType in_dtype(size_t i) const { return node_.inputs[i]->type.dtype; }
+  size_t num_outputs() const { return node_.outputs.size(); }
+  bool has_output(size_t i) const { return i < node_.outputs.size() && node_.outputs[i] != nullptr; }
+
+  // Sets output i's type (ignored when the output is omitted).
+  void SetOutput(size_t i, DType dtype, SymShape shape);
+  // Records compile-time values of output i.
+  void SetKnown(size_t i, std::vector<SymDim> values);
+
+  // The compile-time values of input i, possibly symbolic. FailedPrecondition (and a binding
+  // request for graph inputs) when they are not known at compile time.
+  absl::StatusOr<std::vector<SymDim>> Known(size_t i, const char* role);
+  // As Known, but every value must be static.
+  absl::StatusOr<std::vector<int64_t>> StaticInts(size_t i, const char* role);
+  // The constant tensor of input i, or FailedPrecondition.
+  absl::StatusOr<const HostTensor*> ConstantInput(size_t i, const char* role);
+  // Drops inputs from index i on (after their values were folded into attributes).
+  void TruncateInputs(size_t i);
+
+  // InvalidArgument naming the node.
+  absl::Status Error(const std::string& message) const;
+  // Maps a possibly negative axis into [0, rank), or an error.
+  absl::StatusOr<int> Axis(int64_t axis, int rank) const;
+  // Checks the input count lies in [min, max].
+  absl::Status ExpectInputs(size_t min, size_t max) const;
+
+ private:
+  Graph& graph_;
+  Node& node_;
+  std::vector<std::string>* needs_binding_;
+};
+
+using InferFn = std::function<absl::Status(InferContext&)>;
+
+// Thread-safe after construction (read-only).
+class OpRegistry {
+ public:
+  // The process-wide registry holding every supported op.
+  static const OpRegistry& Get();
+  void Register(const std::string& op_type, InferFn fn) { ops_[op_type] = std::move(fn); }
+  const InferFn* Find(const std::string& op_type) const {
+    auto it = ops_.find(op_type);
+    return it == ops_.end() ? nullptr : &it->second;
+  }
+  std::vector<std::string> OpTypes() const;
+
+ private:
+  std::map<std::string, InferFn> ops_;
+};
+
+// Numpy-style broadcast of two shapes; nullopt when incompatible.
+std::optional<SymShape> BroadcastShapes(const SymShape& a, const SymShape& b);
+
+// One registration function per op family (compiler/src/ops/shape_*.cc).
+void RegisterElementwiseShapes(OpRegistry& r);
+void RegisterTensorShapes(OpRegistry& r);
+void RegisterReductionShapes(OpRegistry& r);
+void RegisterNnShapes(OpRegistry& r);
+void RegisterMovementShapes(OpRegistry& r);
+void RegisterQuantShapes(OpRegistry& r);
+
+}  // namespace cuvil::ir
+
+#endif  // CUVIL_COMPILER_SRC_OP_REGISTRY_H_

@@ -1,0 +1,161 @@
+// Shape inference, constant folding of shape arithmetic, Identity/Dropout removal and dead code
+// elimination.
+#include <unordered_set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "cuvil/compiler/compiler.h"
+#include "op_registry.h"
+
+namespace cuvil {
+namespace {
+
+// Largest folded constant: shape-like tensors only, never activations.
+constexpr size_t kMaxFoldElements = 64;
+
+HostTensor TensorFromKnown(const ir::TensorType& type, const std::vector<SymDim>& values) {
+  std::vector<int64_t> shape;
+  for (const SymDim& d : type.shape) shape.push_back(d.coef);
+  HostTensor t(type.dtype, shape);
+  for (size_t i = 0; i < values.size() && static_cast<int64_t>(i) < t.num_elements(); ++i) {
+    int64_t v = values[i].coef;
+    switch (type.dtype) {
+      case DType::kInt64: t.data_as<int64_t>()[i] = v; break;
+      case DType::kInt32: t.data_as<int32_t>()[i] = static_cast<int32_t>(v); break;
+      case DType::kFloat32: t.data_as<float>()[i] = static_cast<float>(v); break;
+      case DType::kFloat64: t.data_as<double>()[i] = static_cast<double>(v); break;
+      case DType::kBool: t.data_as<uint8_t>()[i] = v != 0; break;
+      case DType::kInt8: t.data_as<int8_t>()[i] = static_cast<int8_t>(v); break;
+      case DType::kUInt8: t.data_as<uint8_t>()[i] = static_cast<uint8_t>(v); break;
+      default: break;
+    }
+  }
+  return t;
+}
+
+// True when every output of `node` has fully static known values matching its static shape.
+bool CanFold(const ir::Node& node) {
+  if (node.outputs.empty()) return false;
+  for (const ir::Value* out : node.outputs) {
+    if (out == nullptr) continue;
+    if (!out->known.has_value() || !IsStaticShape(out->type.shape)) return false;
+    if (out->known->size() > kMaxFoldElements) return false;
+    if (static_cast<int64_t>(out->known->size()) != SymNumElements(out->type.shape).coef) return false;
+    for (const SymDim& d : *out->known) {
+      if (!d.IsStatic()) return false;
+    }
+  }
+  return true;
+}
+
+absl::Status InferAndFold(ir::Graph& graph, std::vector<std::string>* needs_binding) {
+  const auto& registry = ir::OpRegistry::Get();
+  std::vector<ir::Node*> folded;
+  absl::Status first_binding_error;
+  for (auto& node_ptr : graph.mutable_nodes()) {
+    ir::Node& node = *node_ptr;
+    const ir::InferFn* infer = registry.Find(node.op_type);
+    if (infer == nullptr) {
+      return absl::UnimplementedError(absl::StrCat("unsupported op ", node.Describe()));
+    }
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      if (node.inputs[i] != nullptr && !node.inputs[i]->type.shape_known) {
+        return absl::InvalidArgumentError(absl::StrCat(node.Describe(), ": input ", i, " ('",
+                                                       node.inputs[i]->name, "') has unknown shape"));
+      }
+    }
+    ir::InferContext ctx(graph, node, needs_binding);
+    absl::Status s = (*infer)(ctx);
+    if (!s.ok()) {
+      // Keep going after a binding request so one pass reports every input to bind.
+      if (absl::IsFailedPrecondition(s) && needs_binding != nullptr && !needs_binding->empty()) {
+        if (first_binding_error.ok()) first_binding_error = s;
+        for (ir::Value* out : node.outputs) {
+          if (out != nullptr) out->type.shape_known = false;
+        }
+        continue;
+      }
+      return s;
+    }
+    for (ir::Value* out : node.outputs) {
+      if (out != nullptr && !out->type.shape_known) {
+        return absl::InternalError(absl::StrCat(node.Describe(), ": shape inference left an output untyped"));
+      }
+    }
+    if (CanFold(node)) {
+      for (ir::Value* out : node.outputs) {
+        if (out != nullptr) graph.MakeConstant(out, TensorFromKnown(out->type, *out->known));
+      }
+      folded.push_back(&node);
+    }
+  }
+  if (!first_binding_error.ok()) return first_binding_error;
+  graph.EraseNodes(folded);
+  return absl::OkStatus();
+}
+
+bool IsUsed(const ir::Graph& graph, const ir::Value* v) {
+  if (v == nullptr) return false;
+  if (v->is_graph_output) return true;
+  for (const auto& n : graph.nodes()) {
+    for (const ir::Value* in : n->inputs) {
+      if (in == v) return true;
+    }
+  }
+  return false;
+}
+
+void RemovePassThroughs(ir::Graph& graph) {
+  std::vector<ir::Node*> dead;
+  for (auto& node : graph.mutable_nodes()) {
+    bool pass_through = node->op_type == "Identity";
+    if (node->op_type == "Dropout") {
+      pass_through = node->outputs.size() < 2 || !IsUsed(graph, node->outputs[1]);
+    }
+    if (!pass_through || node->inputs.empty() || node->inputs[0] == nullptr) continue;
+    ir::Value* out = node->outputs[0];
+    graph.ReplaceAllUses(out, node->inputs[0]);
+    if (out->is_graph_output) node->inputs[0]->is_graph_output = true;
+    dead.push_back(node.get());
+  }
+  graph.EraseNodes(dead);
+}
+
+void EliminateDeadCode(ir::Graph& graph) {
+  std::unordered_set<const ir::Value*> live(graph.outputs.begin(), graph.outputs.end());
+  std::vector<ir::Node*> dead;
+  auto& nodes = graph.mutable_nodes();
+  for (size_t i = nodes.size(); i-- > 0;) {
+    ir::Node* n = nodes[i].get();
+    bool needed = false;
+    for (const ir::Value* out : n->outputs) needed |= out != nullptr && live.count(out);
+    if (!needed) {
+      dead.push_back(n);
+      continue;
+    }
+    for (const ir::Value* in : n->inputs) {
+      if (in != nullptr) live.insert(in);
+    }
+  }
+  graph.EraseNodes(dead);
+}
+
+}  // namespace
+
+absl::Status OptimizeGraph(ir::Graph& graph, std::vector<std::string>* needs_binding) {
+  if (auto s = InferAndFold(graph, needs_binding); !s.ok()) return s;
+  RemovePassThroughs(graph);
+  EliminateDeadCode(graph);
+  return absl::OkStatus();
+}
+
+std::vector<std::string> UnsupportedOps(const ir::Graph& graph) {
+  std::vector<std::string> out;
+  const auto& registry = ir::OpRegistry::Get();
+  for (const auto& n : graph.nodes()) {
+    if (registry.Find(n->op_type) == nullptr) out.push_back(n->Describe());
+  }
+  return out;
+}
+
+}  // namespace cuvil

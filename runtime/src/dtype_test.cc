@@ -1,0 +1,32 @@
+#include "cuvil/runtime/dtype.h"
+
+#include "gtest/gtest.h"
+
+namespace cuvil {
+namespace {
+
+TEST(DTypeTest, SizesAndNames) {
+  EXPECT_EQ(DTypeSize(DType::kFloat32), 4);
+  EXPECT_EQ(DTypeSize(DType::kInt64), 8);
+  EXPECT_EQ(DTypeSize(DType::kBool), 1);
+  EXPECT_STREQ(DTypeName(DType::kUInt8), "uint8");
+  EXPECT_STREQ(DTypeKServeName(DType::kFloat32), "FP32");
+}
+
+TEST(DTypeTest, KServeRoundTrip) {
+  for (DType d : {DType::kFloat32, DType::kInt8, DType::kUInt8, DType::kInt32, DType::kInt64,
+                  DType::kBool}) {
+    auto parsed = DTypeFromKServeName(DTypeKServeName(d));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, d);
+  }
+  EXPECT_FALSE(DTypeFromKServeName("FP8").ok());
+}
+
+TEST(DTypeTest, OnnxUnsupportedTypeIsError) {
+  EXPECT_FALSE(DTypeFromOnnx(10).ok());  // float16
+  EXPECT_EQ(*DTypeFromOnnx(1), DType::kFloat32);
+}
+
+}  // namespace
+}  // namespace cuvil

@@ -1,0 +1,61 @@
+#include "cuvil/runtime/host_tensor.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace cuvil {
+
+AlignedBuffer AlignedAlloc(size_t bytes) {
+  size_t rounded = (bytes + 63) / 64 * 64;
+  if (rounded == 0) rounded = 64;
+  void* p = std::aligned_alloc(64, rounded);
+  if (p == nullptr) std::abort();  // Out of memory is not recoverable here.
+  std::memset(p, 0, rounded);
+  return AlignedBuffer(static_cast<uint8_t*>(p));
+}
+
+HostTensor::HostTensor(DType dtype, std::vector<int64_t> shape)
+    : dtype_(dtype), shape_(std::move(shape)), data_(AlignedAlloc(byte_size())) {}
+
+HostTensor::HostTensor(const HostTensor& other)
+    : dtype_(other.dtype_), shape_(other.shape_), data_(AlignedAlloc(other.byte_size())) {
+  if (other.data_) std::memcpy(data_.get(), other.data_.get(), byte_size());
+}
+
+HostTensor& HostTensor::operator=(const HostTensor& other) {
+  if (this != &other) *this = HostTensor(other);
+  return *this;
+}
+
+int64_t HostTensor::num_elements() const {
+  int64_t n = 1;
+  for (int64_t d : shape_) n *= d;
+  return n;
+}
+
+double HostTensor::GetAsDouble(int64_t i) const {
+  const uint8_t* p = data_.get();
+  switch (dtype_) {
+    case DType::kFloat32: return reinterpret_cast<const float*>(p)[i];
+    case DType::kFloat64: return reinterpret_cast<const double*>(p)[i];
+    case DType::kUInt8: return p[i];
+    case DType::kBool: return p[i] != 0;
+    case DType::kInt8: return reinterpret_cast<const int8_t*>(p)[i];
+    case DType::kUInt16: return reinterpret_cast<const uint16_t*>(p)[i];
+    case DType::kInt16: return reinterpret_cast<const int16_t*>(p)[i];
+    case DType::kInt32: return reinterpret_cast<const int32_t*>(p)[i];
+    case DType::kUInt32: return reinterpret_cast<const uint32_t*>(p)[i];
+    case DType::kInt64: return static_cast<double>(reinterpret_cast<const int64_t*>(p)[i]);
+    case DType::kUInt64: return static_cast<double>(reinterpret_cast<const uint64_t*>(p)[i]);
+    case DType::kUndefined: return 0;
+  }
+  return 0;
+}
+
+std::string HostTensor::TypeString() const {
+  return absl::StrCat(DTypeName(dtype_), "[", absl::StrJoin(shape_, ","), "]");
+}
+
+}  // namespace cuvil

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs Cuvil's build and test dependencies from Debian 12 packages.
+# Idempotent: skips apt-get entirely when every package is already installed.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache mold pkg-config git
+  llvm-19-dev clang-19 lld-19 libzstd-dev libedit-dev libffi-dev libxml2-dev zlib1g-dev libcurl4-openssl-dev
+  libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
+  libonnx-dev libonnx-testdata
+  libabsl-dev libspdlog-dev libfmt-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libcpp-httplib-dev nlohmann-json3-dev libssl-dev
+  libbpf-dev bpftool systemtap-sdt-dev
+  prometheus python3 python3-onnx python3-numpy python3-grpcio python3-grpc-tools python3-protobuf
+  curl
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,28 @@
+// Runs ONNX backend-test-style case folders: model.onnx plus test_data_set_N/{input,output}_K.pb.
+#ifndef CUVIL_TOOLS_CUVILC_CASE_RUNNER_H_
+#define CUVIL_TOOLS_CUVILC_CASE_RUNNER_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "cuvil/jitcache/jit_engine.h"
+#include "cuvil/runtime/host_tensor.h"
+
+namespace cuvil {
+
+struct Tolerance {
+  double rtol = 1e-3;
+  double atol = 1e-5;
+};
+
+// OK when `got` matches `want` in dtype, shape and values within tolerance; otherwise a message
+// naming the first mismatching element.
+absl::Status CompareTensors(const HostTensor& got, const HostTensor& want, const Tolerance& tol);
+
+// Compiles the case's model once (or once per data set when shape operands must be bound), runs
+// every data set and compares every output. Thread-compatible.
+absl::Status RunCase(JitEngine& engine, const std::string& case_dir, const Tolerance& tol);
+
+}  // namespace cuvil
+
+#endif  // CUVIL_TOOLS_CUVILC_CASE_RUNNER_H_

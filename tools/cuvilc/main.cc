@@ -1,0 +1,231 @@
+// cuvilc: Cuvil's compiler driver.
+//   cuvilc info MODEL.onnx
+//   cuvilc run MODEL.onnx --input NAME=FILE.pb ... [--output-dir DIR]
+//   cuvilc test CASE_DIR ... [--rtol R] [--atol A]
+//   cuvilc compile MODEL.onnx [--emit-llvm FILE.ll] [--timings]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "case_runner.h"
+#include "cuvil/compiler/compiler.h"
+#include "cuvil/compiler/tensor_file.h"
+#include "cuvil/jitcache/jit_engine.h"
+
+namespace cuvil {
+namespace {
+
+constexpr char kUsage[] =
+    "usage:\n"
+    "  cuvilc info MODEL.onnx\n"
+    "  cuvilc run MODEL.onnx --input NAME=FILE.pb ... [--output-dir DIR]\n"
+    "  cuvilc test CASE_DIR ... [--rtol R] [--atol A]\n"
+    "  cuvilc compile MODEL.onnx [--emit-llvm FILE.ll] [--timings]\n";
+
+int Fail(const absl::Status& s) {
+  std::string msg(s.message());
+  std::replace(msg.begin(), msg.end(), '\n', ' ');
+  std::fprintf(stderr, "error: %s\n", msg.c_str());
+  return 1;
+}
+
+int Usage(const std::string& why) {
+  std::fprintf(stderr, "error: %s\n%s", why.c_str(), kUsage);
+  return 2;
+}
+
+std::string SigString(const TensorSignature& s, const std::string& symbol) {
+  return absl::StrCat(s.name, ": ", DTypeName(s.dtype), SymShapeToString(s.shape, symbol.empty() ? "batch" : symbol));
+}
+
+int Info(const std::vector<std::string>& args) {
+  if (args.size() != 1) return Usage("info takes one model");
+  ImportOptions options;
+  auto graph = ImportOnnxFile(args[0], options);
+  if (!graph.ok()) return Fail(graph.status());
+  ir::Graph& g = **graph;
+  std::string sym = g.symbol.empty() ? "batch" : g.symbol;
+  std::printf("model: %s (opset %d)\n", args[0].c_str(), g.opset);
+  std::printf("symbolic dimension: %s\n", g.symbol.empty() ? "none" : g.symbol.c_str());
+  for (const ir::Value* v : g.inputs) std::printf("input  %s: %s\n", v->name.c_str(), v->type.ToString(sym).c_str());
+  std::map<std::string, int> histogram;
+  for (const auto& n : g.nodes()) histogram[n->op_type]++;
+  std::vector<std::string> unsupported = UnsupportedOps(g);
+  auto status = OptimizeGraph(g);
+  for (size_t i = 0; i < g.outputs.size(); ++i) {
+    std::printf("output %s: %s\n", g.output_names[i].c_str(),
+                status.ok() ? g.outputs[i]->type.ToString(sym).c_str() : "(shape unknown)");
+  }
+  std::printf("ops:");
+  for (const auto& [op, count] : histogram) std::printf(" %s=%d", op.c_str(), count);
+  std::printf("\nnodes after simplification: %zu\n", g.nodes().size());
+  if (unsupported.empty()) {
+    std::printf("unsupported ops: none\n");
+  } else {
+    std::printf("unsupported ops: %s\n", absl::StrJoin(unsupported, ", ").c_str());
+  }
+  if (!status.ok()) return Fail(status);
+  return unsupported.empty() ? 0 : 1;
+}
+
+void PrintTensor(const std::string& name, const HostTensor& t) {
+  std::printf("%s: %s [", name.c_str(), t.TypeString().c_str());
+  int64_t n = std::min<int64_t>(t.num_elements(), 10);
+  for (int64_t i = 0; i < n; ++i) std::printf("%s%.6g", i ? ", " : "", t.GetAsDouble(i));
+  std::printf("%s]\n", t.num_elements() > n ? ", ..." : "");
+}
+
+int Run(const std::vector<std::string>& args) {
+  std::string model_path, output_dir;
+  std::map<std::string, std::string> input_files;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--input" && i + 1 < args.size()) {
+      std::string spec = args[++i];
+      auto eq = spec.find('=');
+      if (eq == std::string::npos) return Usage("--input takes NAME=FILE.pb");
+      input_files[spec.substr(0, eq)] = spec.substr(eq + 1);
+    } else if (args[i] == "--output-dir" && i + 1 < args.size()) {
+      output_dir = args[++i];
+    } else if (model_path.empty() && args[i].rfind("--", 0) != 0) {
+      model_path = args[i];
+    } else {
+      return Usage(absl::StrCat("unexpected argument '", args[i], "'"));
+    }
+  }
+  if (model_path.empty()) return Usage("run needs a model");
+  auto compiled = CompileOnnxFile(model_path);
+  if (!compiled.ok()) return Fail(compiled.status());
+  std::vector<HostTensor> inputs;
+  for (const TensorSignature& sig : compiled->inputs) {
+    auto it = input_files.find(sig.name);
+    if (it == input_files.end()) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat("missing --input ", sig.name, "=FILE.pb")));
+    }
+    auto t = ReadTensorFile(it->second);
+    if (!t.ok()) return Fail(t.status());
+    inputs.push_back(std::move(t->tensor));
+    input_files.erase(it);
+  }
+  if (!input_files.empty()) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat("model has no input named '", input_files.begin()->first, "'")));
+  }
+  auto engine = JitEngine::Create();
+  if (!engine.ok()) return Fail(engine.status());
+  auto loaded = (*engine)->Load("cuvilc/1", std::move(*compiled));
+  if (!loaded.ok()) return Fail(loaded.status());
+  auto outputs = (*loaded)->Run(inputs);
+  if (!outputs.ok()) return Fail(outputs.status());
+  const auto& sigs = (*loaded)->model().outputs;
+  for (size_t i = 0; i < outputs->size(); ++i) {
+    PrintTensor(sigs[i].name, (*outputs)[i]);
+    if (!output_dir.empty()) {
+      std::filesystem::create_directories(output_dir);
+      auto s = WriteTensorFile(absl::StrCat(output_dir, "/output_", i, ".pb"), sigs[i].name, (*outputs)[i]);
+      if (!s.ok()) return Fail(s);
+    }
+  }
+  return 0;
+}
+
+int Test(const std::vector<std::string>& args) {
+  Tolerance tol;
+  std::vector<std::string> cases;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--rtol" && i + 1 < args.size()) {
+      tol.rtol = std::stod(args[++i]);
+    } else if (args[i] == "--atol" && i + 1 < args.size()) {
+      tol.atol = std::stod(args[++i]);
+    } else if (args[i].rfind("--", 0) == 0) {
+      return Usage(absl::StrCat("unknown flag ", args[i]));
+    } else {
+      cases.push_back(args[i]);
+    }
+  }
+  if (cases.empty()) return Usage("test needs at least one case folder");
+  auto engine = JitEngine::Create();
+  if (!engine.ok()) return Fail(engine.status());
+  int passed = 0, failed = 0;
+  for (const std::string& dir : cases) {
+    std::string name = std::filesystem::path(dir).filename().string();
+    if (name.empty()) name = std::filesystem::path(dir).parent_path().filename().string();
+    absl::Status s = RunCase(**engine, dir, tol);
+    if (s.ok()) {
+      std::printf("PASS %s\n", name.c_str());
+      ++passed;
+    } else {
+      std::string msg(s.message());
+      std::replace(msg.begin(), msg.end(), '\n', ' ');
+      std::printf("FAIL %s: %s\n", name.c_str(), msg.c_str());
+      ++failed;
+    }
+    std::fflush(stdout);
+  }
+  std::printf("%d passed, %d failed\n", passed, failed);
+  return failed == 0 ? 0 : 1;
+}
+
+int Compile(const std::vector<std::string>& args) {
+  std::string model_path;
+  CompileOptions options;
+  bool timings = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--emit-llvm" && i + 1 < args.size()) {
+      options.emit_llvm_path = args[++i];
+    } else if (args[i] == "--timings") {
+      timings = true;
+    } else if (model_path.empty() && args[i].rfind("--", 0) != 0) {
+      model_path = args[i];
+    } else {
+      return Usage(absl::StrCat("unexpected argument '", args[i], "'"));
+    }
+  }
+  if (model_path.empty()) return Usage("compile needs a model");
+  auto t0 = std::chrono::steady_clock::now();
+  auto compiled = CompileOnnxFile(model_path, options);
+  if (!compiled.ok()) return Fail(compiled.status());
+  auto engine = JitEngine::Create();
+  if (!engine.ok()) return Fail(engine.status());
+  auto t1 = std::chrono::steady_clock::now();
+  auto loaded = (*engine)->Load("cuvilc/1", std::move(*compiled));
+  if (!loaded.ok()) return Fail(loaded.status());
+  auto t2 = std::chrono::steady_clock::now();
+  const CompiledModel& m = (*loaded)->model();
+  std::printf("compiled %s: %zu kernels, object %zu bytes, arena %lld*%s+%lld bytes (unplanned %lld per %s)\n",
+              model_path.c_str(), m.kernels.size(), m.object_code.size(),
+              static_cast<long long>(m.arena.per_batch_bytes), m.symbol.empty() ? "batch" : m.symbol.c_str(),
+              static_cast<long long>(m.arena.fixed_bytes), static_cast<long long>(m.arena.unplanned_bytes),
+              m.symbol.empty() ? "batch" : m.symbol.c_str());
+  for (const auto& sig : m.inputs) std::printf("input  %s\n", SigString(sig, m.symbol).c_str());
+  for (const auto& sig : m.outputs) std::printf("output %s\n", SigString(sig, m.symbol).c_str());
+  if (timings) {
+    for (const PhaseTiming& t : m.timings) std::printf("%s_ms=%.1f\n", t.phase.c_str(), t.ms);
+    std::printf("jit_link_ms=%.1f\n", std::chrono::duration<double, std::milli>(t2 - t1).count());
+    std::printf("total_ms=%.1f cache=off\n", std::chrono::duration<double, std::milli>(t2 - t0).count());
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace cuvil
+
+int main(int argc, char** argv) {
+  if (argc < 2) return cuvil::Usage("missing command");
+  std::string cmd = argv[1];
+  std::vector<std::string> args(argv + 2, argv + argc);
+  if (cmd == "info") return cuvil::Info(args);
+  if (cmd == "run") return cuvil::Run(args);
+  if (cmd == "test") return cuvil::Test(args);
+  if (cmd == "compile") return cuvil::Compile(args);
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    std::printf("%s", cuvil::kUsage);
+    return 0;
+  }
+  return cuvil::Usage(absl::StrCat("unknown command '", cmd, "'"));
+}
