@@ -111,9 +111,9 @@ class Importer {
       if (op.domain().empty() || op.domain() == "ai.onnx") graph_->opset = static_cast<int>(op.version());
     }
     if (graph_->opset == 0) return absl::InvalidArgumentError("model does not import the ai.onnx opset");
-    if (graph_->opset < 7 || graph_->opset > 18) {
+    if (graph_->opset < 1 || graph_->opset > 18) {
       return absl::UnimplementedError(absl::StrCat("ai.onnx opset ", graph_->opset,
-                                                   " is outside the supported range 7..18"));
+                                                   " is outside the supported range 1..18"));
     }
 
     for (const auto& init : g.initializer()) {
