@@ -90,6 +90,7 @@ const OpRegistry& OpRegistry::Get() {
     RegisterNnShapes(*r);
     RegisterMovementShapes(*r);
     RegisterQuantShapes(*r);
+    RegisterLinalgShapes(*r);
     return r;
   }();
   return *registry;

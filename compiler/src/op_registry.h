@@ -92,6 +92,7 @@ void RegisterReductionShapes(OpRegistry& r);
 void RegisterNnShapes(OpRegistry& r);
 void RegisterMovementShapes(OpRegistry& r);
 void RegisterQuantShapes(OpRegistry& r);
+void RegisterLinalgShapes(OpRegistry& r);
 
 }  // namespace cuvil::ir
 

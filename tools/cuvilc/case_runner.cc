@@ -144,21 +144,29 @@ absl::Status RunCase(JitEngine& engine, const std::string& case_dir, const Toler
   }
   if (needs_binding.empty()) return compiled.status();
 
-  // Shape operands come from the data: compile per data set with them bound as constants.
+  // Shape operands come from the data: compile per data set with them bound as constants. Binding
+  // can uncover further operands (one node reports one at a time), so repeat until none is new.
   for (const DataSet& ds : *sets) {
-    CompileOptions bound = options;
-    std::vector<std::string> again;
-    bound.needs_binding = &again;
+    std::vector<std::string> to_bind = needs_binding;
+    absl::StatusOr<CompiledModel> model = absl::UnknownError("not compiled");
     std::vector<size_t> positions;
-    for (size_t i = 0; i < input_names.size(); ++i) {
-      bool bind = std::find(needs_binding.begin(), needs_binding.end(), input_names[i]) != needs_binding.end();
-      if (bind && i < ds.inputs.size()) {
-        bound.import.bound_inputs[input_names[i]] = ds.inputs[i];
-      } else {
-        positions.push_back(i);
+    for (int round = 0; round < 8; ++round) {
+      CompileOptions bound = options;
+      std::vector<std::string> again;
+      bound.needs_binding = &again;
+      positions.clear();
+      for (size_t i = 0; i < input_names.size(); ++i) {
+        bool bind = std::find(to_bind.begin(), to_bind.end(), input_names[i]) != to_bind.end();
+        if (bind && i < ds.inputs.size()) {
+          bound.import.bound_inputs[input_names[i]] = ds.inputs[i];
+        } else {
+          positions.push_back(i);
+        }
       }
+      model = CompileOnnxFile(model_path, bound);
+      if (model.ok() || again.empty()) break;
+      to_bind.insert(to_bind.end(), again.begin(), again.end());
     }
-    auto model = CompileOnnxFile(model_path, bound);
     if (!model.ok()) return model.status();
     auto loaded = engine.Load(absl::StrCat("case/", namespace_counter++), std::move(*model));
     if (!loaded.ok()) return loaded.status();

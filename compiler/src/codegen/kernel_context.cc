@@ -328,6 +328,7 @@ const KernelRegistry& KernelRegistry::Get() {
     RegisterNnKernels(*r);
     RegisterMovementKernels(*r);
     RegisterQuantKernels(*r);
+    RegisterLinalgKernels(*r);
     return r;
   }();
   return *registry;

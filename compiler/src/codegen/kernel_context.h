@@ -151,6 +151,7 @@ void RegisterReductionKernels(KernelRegistry& r);
 void RegisterNnKernels(KernelRegistry& r);
 void RegisterMovementKernels(KernelRegistry& r);
 void RegisterQuantKernels(KernelRegistry& r);
+void RegisterLinalgKernels(KernelRegistry& r);
 
 }  // namespace cuvil::codegen
 

@@ -1,8 +1,534 @@
-// Code generation for the movement op family.
+// Code generation for data movement ops. Most of them are one strided copy: the output is written
+// contiguously while the source walks a (permuted, broadcast, sliced or tiled) stride pattern, and
+// rows whose source is contiguous too are copied with memcpy.
+#include <algorithm>
+#include <cmath>
+
 #include "codegen/kernel_context.h"
 
 namespace cuvil::codegen {
+namespace {
 
-void RegisterMovementKernels(KernelRegistry& r) {}
+bool IsConstant(llvm::Value* v, int64_t c) {
+  auto* ci = llvm::dyn_cast<llvm::ConstantInt>(v);
+  return ci != nullptr && ci->getSExtValue() == c;
+}
+
+// Row-major strides of runtime extents.
+Idx ContiguousStrides(KernelContext& k, const Idx& extents) {
+  Idx strides(extents.size());
+  llvm::Value* s = k.I64(1);
+  for (size_t i = extents.size(); i-- > 0;) {
+    strides[i] = s;
+    s = k.b().CreateMul(s, extents[i]);
+  }
+  return strides;
+}
+
+llvm::Value* Clamp(KernelContext& k, llvm::Value* v, llvm::Value* lo, llvm::Value* hi) {
+  return k.Max(DType::kInt64, lo, k.Min(DType::kInt64, v, hi));
+}
+
+// Loads element `i` of an integer index tensor as i64.
+llvm::Value* LoadIndex(KernelContext& k, size_t input, llvm::Value* i) {
+  DType d = k.in_dtype(input);
+  return k.Convert(k.Load(d, k.in(input), i), d, DType::kInt64);
+}
+
+// Wraps a negative index and clamps to [0, len) so bad indices stay memory-safe.
+llvm::Value* NormalizeIndex(KernelContext& k, llvm::Value* idx, llvm::Value* len) {
+  auto& b = k.b();
+  idx = b.CreateSelect(b.CreateICmpSLT(idx, k.I64(0)), b.CreateAdd(idx, len), idx);
+  return Clamp(k, idx, k.I64(0), b.CreateSub(len, k.I64(1)));
+}
+
+// dst[contiguous over extents] = src[base + sum(idx * src_strides)].
+void StridedCopy(KernelContext& k, DType d, llvm::Value* dst, llvm::Value* src, llvm::Value* base,
+                 const Idx& extents, const Idx& src_strides) {
+  size_t r = extents.size();
+  Idx dst_strides = ContiguousStrides(k, extents);
+  if (r > 0 && IsConstant(src_strides[r - 1], 1)) {
+    Idx outer(extents.begin(), extents.end() - 1);
+    k.ForNest(outer, [&](const Idx& idx) {
+      Idx s(src_strides.begin(), src_strides.end() - 1), t(dst_strides.begin(), dst_strides.end() - 1);
+      llvm::Value* from = k.b().CreateAdd(base, k.Offset(idx, s));
+      k.Memcpy(k.ElemPtr(d, dst, k.Offset(idx, t)), k.ElemPtr(d, src, from), extents[r - 1], d);
+    });
+    return;
+  }
+  k.ForNest(extents, [&](const Idx& idx) {
+    llvm::Value* v = k.Load(d, src, k.b().CreateAdd(base, k.Offset(idx, src_strides)));
+    k.Store(d, dst, k.Offset(idx, dst_strides), v);
+  });
+}
+
+// Writes `src` viewed as `shape`, transposed by `perm`, to `dst`. Unit axes are dropped and axes
+// that stay adjacent are merged first, so e.g. [b,128,4,64] -> [b,4,128,64] copies 64-wide rows.
+void EmitPermute(KernelContext& k, DType d, llvm::Value* src, const SymShape& shape,
+                 const std::vector<int64_t>& perm, llvm::Value* dst) {
+  // Drop unit axes.
+  std::vector<int> renumber(shape.size(), -1);
+  SymShape dims;
+  for (size_t a = 0; a < shape.size(); ++a) {
+    if (shape[a] == SymDim::Const(1)) continue;
+    renumber[a] = static_cast<int>(dims.size());
+    dims.push_back(shape[a]);
+  }
+  std::vector<int> p;
+  for (int64_t a : perm) {
+    if (renumber[a] >= 0) p.push_back(renumber[a]);
+  }
+  // Merge runs of output axes that are consecutive input axes.
+  std::vector<std::pair<int, int>> groups;  // Input axis ranges [first, last], in output order.
+  for (int a : p) {
+    if (!groups.empty() && groups.back().second + 1 == a) {
+      groups.back().second = a;
+    } else {
+      groups.push_back({a, a});
+    }
+  }
+  std::vector<int> by_input(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) by_input[g] = static_cast<int>(g);
+  std::sort(by_input.begin(), by_input.end(), [&](int x, int y) { return groups[x].first < groups[y].first; });
+  SymShape merged(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    merged[g] = SymNumElements(SymShape(dims.begin() + groups[by_input[g]].first,
+                                        dims.begin() + groups[by_input[g]].second + 1));
+  }
+  Idx in_strides = k.Strides(merged), extents, strides;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    size_t pos = std::find(by_input.begin(), by_input.end(), static_cast<int>(g)) - by_input.begin();
+    extents.push_back(k.Dim(merged[pos]));
+    strides.push_back(in_strides[pos]);
+  }
+  StridedCopy(k, d, dst, src, k.I64(0), extents, strides);
+}
+
+absl::Status Transpose(KernelContext& k) {
+  EmitPermute(k, k.in_dtype(0), k.in(0), k.in_shape(0), k.node().attr_ints("perm"), k.out(0));
+  return absl::OkStatus();
+}
+
+// Concat and Split: per outer index, each part is one contiguous run of the whole.
+absl::Status ConcatOrSplit(KernelContext& k) {
+  bool concat = k.node().op_type == "Concat";
+  const SymShape& whole = concat ? k.out_shape(0) : k.in_shape(0);
+  llvm::Value* whole_ptr = concat ? k.out(0) : k.in(0);
+  size_t axis = static_cast<size_t>(k.node().attr_int("axis", 0));
+  DType d = k.in_dtype(0);
+  llvm::Value* outer = k.NumElements(SymShape(whole.begin(), whole.begin() + axis));
+  llvm::Value* whole_row = k.NumElements(SymShape(whole.begin() + axis, whole.end()));
+  llvm::Value* offset = k.I64(0);
+  size_t parts = concat ? k.num_inputs() : k.num_outputs();
+  for (size_t i = 0; i < parts; ++i) {
+    const SymShape& part = concat ? k.in_shape(i) : k.out_shape(i);
+    llvm::Value* row = k.NumElements(SymShape(part.begin() + axis, part.end()));
+    llvm::Value* part_ptr = concat ? k.in(i) : k.out(i);
+    if (part_ptr != nullptr) {
+      k.For(k.I64(0), outer, [&](llvm::Value* o) {
+        llvm::Value* w = k.ElemPtr(d, whole_ptr, k.b().CreateAdd(k.b().CreateMul(o, whole_row), offset));
+        llvm::Value* p = k.ElemPtr(d, part_ptr, k.b().CreateMul(o, row));
+        if (concat) {
+          k.Memcpy(w, p, row, d);
+        } else {
+          k.Memcpy(p, w, row, d);
+        }
+      });
+    }
+    offset = k.b().CreateAdd(offset, row);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Slice(KernelContext& k) {
+  const SymShape& in = k.in_shape(0);
+  std::vector<int64_t> starts = k.node().attr_ints("starts"), steps = k.node().attr_ints("steps");
+  if (starts.size() != in.size() || steps.size() != in.size()) return k.Error("slice is not canonical");
+  Idx in_strides = k.Strides(in), strides;
+  llvm::Value* base = k.I64(0);
+  for (size_t a = 0; a < in.size(); ++a) {
+    base = k.b().CreateAdd(base, k.b().CreateMul(k.I64(starts[a]), in_strides[a]));
+    strides.push_back(k.b().CreateMul(k.I64(steps[a]), in_strides[a]));
+  }
+  StridedCopy(k, k.in_dtype(0), k.out(0), k.in(0), base, k.Dims(k.out_shape(0)), strides);
+  return absl::OkStatus();
+}
+
+absl::Status Gather(KernelContext& k) {
+  const SymShape& data = k.in_shape(0);
+  size_t axis = static_cast<size_t>(k.node().attr_int("axis", 0));
+  DType d = k.in_dtype(0);
+  auto& b = k.b();
+  llvm::Value* outer = k.NumElements(SymShape(data.begin(), data.begin() + axis));
+  llvm::Value* len = k.Dim(data[axis]);
+  llvm::Value* inner = k.NumElements(SymShape(data.begin() + axis + 1, data.end()));
+  llvm::Value* n = k.NumElements(k.in_shape(1));
+  k.For(k.I64(0), outer, [&](llvm::Value* o) {
+    k.For(k.I64(0), n, [&](llvm::Value* j) {
+      llvm::Value* idx = NormalizeIndex(k, LoadIndex(k, 1, j), len);
+      llvm::Value* dst = b.CreateMul(b.CreateAdd(b.CreateMul(o, n), j), inner);
+      llvm::Value* src = b.CreateMul(b.CreateAdd(b.CreateMul(o, len), idx), inner);
+      k.Memcpy(k.ElemPtr(d, k.out(0), dst), k.ElemPtr(d, k.in(0), src), inner, d);
+    });
+  });
+  return absl::OkStatus();
+}
+
+// Output axis a of Tile splits into (repeat, input index): the loop nest [r0, d0, r1, d1, ...]
+// visits the output in row-major order, reading the input with stride 0 over repeats.
+absl::Status Tile(KernelContext& k) {
+  std::vector<int64_t> repeats = k.node().attr_ints("repeats");
+  Idx in_strides = k.Strides(k.in_shape(0)), extents, strides;
+  for (size_t a = 0; a < repeats.size(); ++a) {
+    if (repeats[a] != 1) {
+      extents.push_back(k.I64(repeats[a]));
+      strides.push_back(k.I64(0));
+    }
+    extents.push_back(k.Dim(k.in_shape(0)[a]));
+    strides.push_back(in_strides[a]);
+  }
+  StridedCopy(k, k.in_dtype(0), k.out(0), k.in(0), k.I64(0), extents, strides);
+  return absl::OkStatus();
+}
+
+absl::Status Expand(KernelContext& k) {
+  const SymShape& out = k.out_shape(0);
+  StridedCopy(k, k.in_dtype(0), k.out(0), k.in(0), k.I64(0), k.Dims(out),
+              k.BroadcastStrides(k.in_shape(0), out));
+  return absl::OkStatus();
+}
+
+absl::Status Pad(KernelContext& k) {
+  std::string mode = k.node().attr_string("mode", "constant");
+  std::vector<int64_t> pads = k.node().attr_ints("pads");
+  DType d = k.in_dtype(0);
+  const SymShape& in = k.in_shape(0);
+  size_t rank = in.size();
+  if (SymNumElements(in) == SymDim::Const(0)) {
+    if (mode != "constant") return k.Error("cannot pad an empty tensor in mode " + mode);
+    k.For(k.I64(0), k.NumElements(k.out_shape(0)), [&](llvm::Value* i) {
+      k.Store(d, k.out(0), i, k.Const(d, k.node().attr_float("value", 0)));
+    });
+    return absl::OkStatus();
+  }
+  Idx in_dims = k.Dims(in), in_strides = k.Strides(in);
+  Idx out_strides = k.Strides(k.out_shape(0));
+  auto& b = k.b();
+  k.ForNest(k.Dims(k.out_shape(0)), [&](const Idx& idx) {
+    llvm::Value* offset = k.I64(0);
+    llvm::Value* inside = b.getTrue();
+    for (size_t a = 0; a < rank; ++a) {
+      llvm::Value* s = idx[a];
+      if (pads[a] != 0 || pads[a + rank] != 0) {
+        llvm::Value* len = in_dims[a];
+        llvm::Value* last = b.CreateSub(len, k.I64(1));
+        s = b.CreateSub(s, k.I64(pads[a]));
+        if (mode == "constant") {
+          inside = b.CreateAnd(inside, b.CreateAnd(b.CreateICmpSGE(s, k.I64(0)), b.CreateICmpSLT(s, len)));
+        } else if (mode == "reflect") {
+          s = b.CreateSelect(b.CreateICmpSLT(s, k.I64(0)), b.CreateNeg(s), s);
+          s = b.CreateSelect(b.CreateICmpSGT(s, last), b.CreateSub(b.CreateMul(last, k.I64(2)), s), s);
+        } else if (mode == "wrap") {
+          s = b.CreateSRem(b.CreateAdd(b.CreateSRem(s, len), len), len);
+        }
+        s = Clamp(k, s, k.I64(0), last);
+      }
+      offset = b.CreateAdd(offset, b.CreateMul(s, in_strides[a]));
+    }
+    llvm::Value* v = k.Load(d, k.in(0), offset);
+    if (mode == "constant") v = b.CreateSelect(inside, v, k.Const(d, k.node().attr_float("value", 0)));
+    k.Store(d, k.out(0), k.Offset(idx, out_strides), v);
+  });
+  return absl::OkStatus();
+}
+
+// DepthToSpace / SpaceToDepth are a transpose of a 6-D view of the input.
+absl::Status BlockRearrange(KernelContext& k) {
+  const SymShape& s = k.in_shape(0);
+  SymDim bs = SymDim::Const(k.node().attr_int("blocksize", 1));
+  SymShape view;
+  std::vector<int64_t> perm;
+  if (k.node().op_type == "SpaceToDepth") {
+    view = {s[0], s[1], *SymDiv(s[2], bs), bs, *SymDiv(s[3], bs), bs};
+    perm = {0, 3, 5, 1, 2, 4};
+  } else if (k.node().attr_string("mode", "DCR") == "DCR") {
+    view = {s[0], bs, bs, *SymDiv(s[1], SymMul(bs, bs)), s[2], s[3]};
+    perm = {0, 3, 4, 1, 5, 2};
+  } else {
+    view = {s[0], *SymDiv(s[1], SymMul(bs, bs)), bs, bs, s[2], s[3]};
+    perm = {0, 1, 4, 2, 5, 3};
+  }
+  EmitPermute(k, k.in_dtype(0), k.in(0), view, perm, k.out(0));
+  return absl::OkStatus();
+}
+
+absl::Status ScatterND(KernelContext& k) {
+  const SymShape& data = k.in_shape(0);
+  const SymShape& indices = k.in_shape(1);
+  DType d = k.in_dtype(0);
+  std::string reduction = k.node().attr_string("reduction", "none");
+  auto& b = k.b();
+  int64_t q = indices.back().coef;
+  k.Memcpy(k.out(0), k.in(0), k.NumElements(data), d);
+  Idx dims = k.Dims(data), strides = k.Strides(data);
+  llvm::Value* slice = k.NumElements(SymShape(data.begin() + q, data.end()));
+  llvm::Value* updates = k.NumElements(SymShape(indices.begin(), indices.end() - 1));
+  k.For(k.I64(0), updates, [&](llvm::Value* u) {
+    llvm::Value* offset = k.I64(0);
+    for (int64_t j = 0; j < q; ++j) {
+      llvm::Value* idx = LoadIndex(k, 1, b.CreateAdd(b.CreateMul(u, k.I64(q)), k.I64(j)));
+      offset = b.CreateAdd(offset, b.CreateMul(NormalizeIndex(k, idx, dims[j]), strides[j]));
+    }
+    k.For(k.I64(0), slice, [&](llvm::Value* e) {
+      llvm::Value* at = b.CreateAdd(offset, e);
+      llvm::Value* v = k.Load(d, k.in(2), b.CreateAdd(b.CreateMul(u, slice), e));
+      if (reduction != "none") {
+        llvm::Value* old = k.Load(d, k.out(0), at);
+        v = reduction == "add"   ? k.Add(d, old, v)
+            : reduction == "mul" ? k.Mul(d, old, v)
+            : reduction == "max" ? k.Max(d, old, v)
+                                 : k.Min(d, old, v);
+      }
+      k.Store(d, k.out(0), at, v);
+    });
+  });
+  return absl::OkStatus();
+}
+
+absl::Status Trilu(KernelContext& k) {
+  const SymShape& s = k.in_shape(0);
+  DType d = k.in_dtype(0);
+  bool upper = k.node().attr_int("upper", 1) != 0;
+  auto& b = k.b();
+  llvm::Value* diag = k.has_input(1) ? LoadIndex(k, 1, k.I64(0)) : k.I64(0);
+  llvm::Value* rows = k.Dim(s[s.size() - 2]);
+  llvm::Value* cols = k.Dim(s.back());
+  k.ForNest({k.NumElements(SymShape(s.begin(), s.end() - 2)), rows, cols}, [&](const Idx& idx) {
+    llvm::Value* at = b.CreateAdd(b.CreateMul(b.CreateAdd(b.CreateMul(idx[0], rows), idx[1]), cols), idx[2]);
+    llvm::Value* offset = b.CreateSub(idx[2], idx[1]);
+    llvm::Value* keep = upper ? b.CreateICmpSGE(offset, diag) : b.CreateICmpSLE(offset, diag);
+    k.Store(d, k.out(0), at, b.CreateSelect(keep, k.Load(d, k.in(0), at), k.Const(d, 0)));
+  });
+  return absl::OkStatus();
+}
+
+// ---- Resize ----
+
+// How one axis maps output coordinates to input taps; all parameters are compile-time constants.
+struct ResizeAxis {
+  bool identity = true;
+  int64_t in_len = 1, out_len = 1;
+  double scale = 1, roi_start = 0, roi_end = 1;
+};
+
+struct Tap {
+  llvm::Value* index;   // i64, clamped into the input
+  llvm::Value* weight;  // double; nullptr means 1
+};
+
+struct AxisTaps {
+  std::vector<Tap> taps;
+  llvm::Value* inside = nullptr;  // i1 for tf_crop_and_resize: false selects extrapolation_value
+};
+
+class ResizeEmitter {
+ public:
+  explicit ResizeEmitter(KernelContext& k) : k_(k), b_(k.b()) {
+    const ir::Node& n = k.node();
+    mode_ = n.attr_string("mode", "nearest");
+    ctm_ = n.attr_string("coordinate_transformation_mode", "half_pixel");
+    nearest_ = n.attr_string("nearest_mode", "round_prefer_floor");
+    cubic_a_ = n.attr_float("cubic_coeff_a", -0.75f);
+    exclude_outside_ = n.attr_int("exclude_outside", 0) != 0;
+    extrapolation_ = n.attr_float("extrapolation_value", 0.0f);
+  }
+
+  absl::Status Emit() {
+    const SymShape& in = k_.in_shape(0);
+    const SymShape& out = k_.out_shape(0);
+    std::vector<float> scales = k_.node().attr_floats("scales");
+    std::vector<float> roi = k_.node().attr_floats("roi");
+    size_t rank = in.size();
+    for (size_t a = 0; a < rank; ++a) {
+      ResizeAxis ax;
+      if (!roi.empty()) {
+        ax.roi_start = roi[a];
+        ax.roi_end = roi[a + rank];
+      }
+      bool crops = ctm_ == "tf_crop_and_resize" && (ax.roi_start != 0 || ax.roi_end != 1);
+      bool shifts = ctm_ == "tf_half_pixel_for_nn";
+      bool same_scale = scales.empty() || scales[a] == 1.0f;
+      if (in[a] == out[a] && same_scale && !crops && !(shifts && in[a].IsStatic() && in[a].coef > 1)) {
+        axes_.push_back(ax);
+        continue;
+      }
+      if (!in[a].IsStatic() || !out[a].IsStatic()) return k_.Unsupported("resizing a symbolic dimension");
+      ax.identity = false;
+      ax.in_len = in[a].coef;
+      ax.out_len = out[a].coef;
+      ax.scale = scales.empty() ? static_cast<double>(ax.out_len) / static_cast<double>(ax.in_len)
+                                : static_cast<double>(scales[a]);
+      axes_.push_back(ax);
+    }
+    in_strides_ = k_.Strides(in);
+    out_dims_ = k_.Dims(out);
+    out_strides_ = k_.Strides(out);
+    Loop(0, k_.I64(0));
+    return absl::OkStatus();
+  }
+
+ private:
+  llvm::Value* F64(double v) { return llvm::ConstantFP::get(b_.getDoubleTy(), v); }
+
+  // Loop nest over output axes; each axis' taps are computed at its own depth.
+  void Loop(size_t axis, llvm::Value* out_offset) {
+    if (axis == axes_.size()) {
+      Body(out_offset);
+      return;
+    }
+    k_.For(k_.I64(0), out_dims_[axis], [&](llvm::Value* x) {
+      taps_.push_back(axes_[axis].identity ? AxisTaps{{{x, nullptr}}, nullptr} : Taps(axes_[axis], x));
+      Loop(axis + 1, b_.CreateAdd(out_offset, b_.CreateMul(x, out_strides_[axis])));
+      taps_.pop_back();
+    });
+  }
+
+  // The input coordinate of output coordinate x (ONNX coordinate_transformation_mode).
+  llvm::Value* SourceCoordinate(const ResizeAxis& ax, llvm::Value* x, AxisTaps& result) {
+    llvm::Value* xd = b_.CreateSIToFP(x, b_.getDoubleTy());
+    double in = static_cast<double>(ax.in_len);
+    double ow = ax.scale * in;  // ONNX uses the unrounded output length here.
+    llvm::Value* half_pixel = b_.CreateFSub(b_.CreateFDiv(b_.CreateFAdd(xd, F64(0.5)), F64(ax.scale)), F64(0.5));
+    if (ctm_ == "asymmetric") return b_.CreateFDiv(xd, F64(ax.scale));
+    if (ctm_ == "tf_half_pixel_for_nn") return b_.CreateFDiv(b_.CreateFAdd(xd, F64(0.5)), F64(ax.scale));
+    if (ctm_ == "pytorch_half_pixel") return ow == 1 ? F64(-0.5) : half_pixel;
+    if (ctm_ == "align_corners") {
+      return ow == 1 ? F64(0) : b_.CreateFDiv(b_.CreateFMul(xd, F64(in - 1)), F64(ow - 1));
+    }
+    if (ctm_ == "half_pixel_symmetric") {
+      double adjustment = static_cast<double>(ax.out_len) / ow;
+      return b_.CreateFAdd(F64(in / 2 * (1 - adjustment)), half_pixel);
+    }
+    if (ctm_ == "tf_crop_and_resize") {
+      double extent = ax.roi_end - ax.roi_start;
+      llvm::Value* c = ow == 1 ? F64(extent * (in - 1) / 2)
+                               : b_.CreateFDiv(b_.CreateFMul(b_.CreateFMul(xd, F64(extent)), F64(in - 1)), F64(ow - 1));
+      c = b_.CreateFAdd(c, F64(ax.roi_start * (in - 1)));
+      result.inside = b_.CreateAnd(b_.CreateFCmpOGE(c, F64(0)), b_.CreateFCmpOLE(c, F64(in - 1)));
+      return c;
+    }
+    return half_pixel;
+  }
+
+  AxisTaps Taps(const ResizeAxis& ax, llvm::Value* x) {
+    AxisTaps result;
+    llvm::Value* c = SourceCoordinate(ax, x, result);
+    llvm::Value* floor = k_.Intrinsic(llvm::Intrinsic::floor, c);
+    llvm::Value* ratio = b_.CreateFSub(c, floor);
+    llvm::Value* base = b_.CreateFPToSI(floor, k_.I64Ty());
+    llvm::Value* last = k_.I64(ax.in_len - 1);
+    auto clamp = [&](llvm::Value* i) { return Clamp(k_, i, k_.I64(0), last); };
+    if (mode_ == "nearest") {
+      llvm::Value* up = b_.getFalse();
+      if (nearest_ == "round_prefer_floor") up = b_.CreateFCmpOGT(ratio, F64(0.5));
+      if (nearest_ == "round_prefer_ceil") up = b_.CreateFCmpOGE(ratio, F64(0.5));
+      if (nearest_ == "ceil") up = b_.CreateFCmpOGT(ratio, F64(0));
+      result.taps.push_back({clamp(b_.CreateAdd(base, b_.CreateZExt(up, k_.I64Ty()))), nullptr});
+      return result;
+    }
+    if (mode_ == "linear") {
+      result.taps.push_back({clamp(base), b_.CreateFSub(F64(1), ratio)});
+      result.taps.push_back({clamp(b_.CreateAdd(base, k_.I64(1))), ratio});
+      return result;
+    }
+    // Cubic convolution (Keys) with coefficient A over taps base-1 .. base+2.
+    double a = cubic_a_;
+    auto near = [&](llvm::Value* t) {  // |t| <= 1: ((A+2)t - (A+3)) t^2 + 1
+      llvm::Value* p = b_.CreateFSub(b_.CreateFMul(F64(a + 2), t), F64(a + 3));
+      return b_.CreateFAdd(b_.CreateFMul(b_.CreateFMul(p, t), t), F64(1));
+    };
+    auto far = [&](llvm::Value* t) {  // 1 < |t| < 2: ((A t - 5A) t + 8A) t - 4A
+      llvm::Value* p = b_.CreateFSub(b_.CreateFMul(F64(a), t), F64(5 * a));
+      p = b_.CreateFAdd(b_.CreateFMul(p, t), F64(8 * a));
+      return b_.CreateFSub(b_.CreateFMul(p, t), F64(4 * a));
+    };
+    llvm::Value* inv = b_.CreateFSub(F64(1), ratio);
+    llvm::Value* weights[4] = {far(b_.CreateFAdd(ratio, F64(1))), near(ratio), near(inv),
+                               far(b_.CreateFAdd(inv, F64(1)))};
+    llvm::Value* sum = F64(0);
+    for (int t = 0; t < 4; ++t) {
+      llvm::Value* i = b_.CreateAdd(base, k_.I64(t - 1));
+      if (exclude_outside_) {
+        llvm::Value* in_range = b_.CreateAnd(b_.CreateICmpSGE(i, k_.I64(0)), b_.CreateICmpSLE(i, last));
+        weights[t] = b_.CreateSelect(in_range, weights[t], F64(0));
+        sum = b_.CreateFAdd(sum, weights[t]);
+      }
+      result.taps.push_back({clamp(i), weights[t]});
+    }
+    if (exclude_outside_) {
+      for (Tap& t : result.taps) t.weight = b_.CreateFDiv(t.weight, sum);
+    }
+    return result;
+  }
+
+  // Sums weight * input over every combination of taps.
+  void Body(llvm::Value* out_offset) {
+    DType d = k_.in_dtype(0);
+    llvm::Value* acc = nullptr;
+    std::function<void(size_t, llvm::Value*, llvm::Value*)> combine = [&](size_t axis, llvm::Value* off, llvm::Value* w) {
+      if (axis == taps_.size()) {
+        llvm::Value* v = k_.Load(d, k_.in(0), off);
+        if (mode_ == "nearest") {
+          acc = v;
+          return;
+        }
+        v = k_.Convert(v, d, DType::kFloat64);
+        if (w != nullptr) v = b_.CreateFMul(w, v);
+        acc = acc == nullptr ? v : b_.CreateFAdd(acc, v);
+        return;
+      }
+      for (const Tap& t : taps_[axis].taps) {
+        llvm::Value* weight = w == nullptr ? t.weight : t.weight == nullptr ? w : b_.CreateFMul(w, t.weight);
+        combine(axis + 1, b_.CreateAdd(off, b_.CreateMul(t.index, in_strides_[axis])), weight);
+      }
+    };
+    combine(0, k_.I64(0), nullptr);
+    if (mode_ != "nearest") acc = k_.Convert(acc, DType::kFloat64, d);
+    for (const AxisTaps& t : taps_) {
+      if (t.inside != nullptr) acc = b_.CreateSelect(t.inside, acc, k_.Const(d, extrapolation_));
+    }
+    k_.Store(d, k_.out(0), out_offset, acc);
+  }
+
+  KernelContext& k_;
+  llvm::IRBuilder<>& b_;
+  std::string mode_, ctm_, nearest_;
+  double cubic_a_ = -0.75, extrapolation_ = 0;
+  bool exclude_outside_ = false;
+  std::vector<ResizeAxis> axes_;
+  std::vector<AxisTaps> taps_;
+  Idx in_strides_, out_dims_, out_strides_;
+};
+
+absl::Status Resize(KernelContext& k) { return ResizeEmitter(k).Emit(); }
+
+}  // namespace
+
+void RegisterMovementKernels(KernelRegistry& r) {
+  r.Register("Transpose", Transpose);
+  r.Register("Concat", ConcatOrSplit);
+  r.Register("Split", ConcatOrSplit);
+  r.Register("Slice", Slice);
+  r.Register("Gather", Gather);
+  r.Register("Tile", Tile);
+  r.Register("Expand", Expand);
+  r.Register("Pad", Pad);
+  r.Register("DepthToSpace", BlockRearrange);
+  r.Register("SpaceToDepth", BlockRearrange);
+  r.Register("ScatterND", ScatterND);
+  r.Register("Trilu", Trilu);
+  r.Register("Resize", Resize);
+  r.Register("Upsample", Resize);
+}
 
 }  // namespace cuvil::codegen

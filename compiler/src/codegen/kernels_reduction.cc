@@ -1,8 +1,395 @@
-// Code generation for the reduction op family.
+// Code generation for the reduction op family. Shape inference has canonicalised every node
+// (see ops/shape_reduction.cc), so kernels read only attributes. Most kernels split the input's
+// loop nest into kept (outer) and reduced (inner) dims and make one or more passes per row.
+// Float reductions accumulate in the input's float type, as ONNX Runtime does.
+#include <limits>
+
 #include "codegen/kernel_context.h"
 
 namespace cuvil::codegen {
+namespace {
 
-void RegisterReductionKernels(KernelRegistry& r) {}
+// A mutable scalar: an entry-block alloca that LLVM promotes to a register.
+class Var {
+ public:
+  Var(KernelContext& k, llvm::Value* init) : k_(k), type_(init->getType()), slot_(k.Scratch(type_)) {
+    set(init);
+  }
+  llvm::Value* get() { return k_.b().CreateLoad(type_, slot_); }
+  void set(llvm::Value* v) { k_.b().CreateStore(v, slot_); }
+
+ private:
+  KernelContext& k_;
+  llvm::Type* type_;
+  llvm::Value* slot_;
+};
+
+// The input's dims split into kept and reduced loop nests (input strides), plus the row-major
+// strides over the kept dims, which give the output row index whether or not dims are kept.
+struct AxisSplit {
+  Idx kept, kept_strides, row_strides;
+  Idx reduced, reduced_strides;
+  llvm::Value* count;  // elements per row
+};
+
+AxisSplit SplitAxes(KernelContext& k, const SymShape& shape, const std::vector<bool>& reduced) {
+  AxisSplit s;
+  Idx dims = k.Dims(shape), strides = k.Strides(shape);
+  SymShape kept_shape;
+  SymDim count = SymDim::Const(1);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (reduced[i]) {
+      s.reduced.push_back(dims[i]);
+      s.reduced_strides.push_back(strides[i]);
+      count = SymMul(count, shape[i]);
+    } else {
+      s.kept.push_back(dims[i]);
+      s.kept_strides.push_back(strides[i]);
+      kept_shape.push_back(shape[i]);
+    }
+  }
+  s.row_strides = k.Strides(kept_shape);
+  s.count = k.Dim(count);
+  return s;
+}
+
+// Axes [first, last) of a rank-`rank` shape.
+std::vector<bool> AxisRange(size_t rank, int64_t first, int64_t last) {
+  std::vector<bool> r(rank, false);
+  for (int64_t i = first; i < last; ++i) r[i] = true;
+  return r;
+}
+
+// body(input offset of the row's first element, row index) for every kept position.
+void ForRows(KernelContext& k, const AxisSplit& s,
+             const std::function<void(llvm::Value*, llvm::Value*)>& body) {
+  k.ForNest(s.kept, [&](const Idx& idx) { body(k.Offset(idx, s.kept_strides), k.Offset(idx, s.row_strides)); });
+}
+
+// body(input offset, index within the reduced dims) over one row.
+void ForRow(KernelContext& k, const AxisSplit& s, llvm::Value* base,
+            const std::function<void(llvm::Value*, const Idx&)>& body) {
+  k.ForNest(s.reduced, [&](const Idx& idx) { body(k.b().CreateAdd(base, k.Offset(idx, s.reduced_strides)), idx); });
+}
+
+// ---- Reduce* ----
+
+using ScalarOp = llvm::Value* (*)(KernelContext&, DType, llvm::Value*, llvm::Value*);
+
+// How one Reduce* op folds a row: acc = step(acc, x) from `init`, then finish(acc, count).
+struct ReduceOp {
+  const char* name;
+  double init;            // ±inf mean the dtype's lowest/highest value
+  bool float_math;        // integer inputs are computed in double (sqrt, log, exp)
+  bool shift_by_max;      // LogSumExp: fold exp(x - max) for stability, add max back at the end
+  ScalarOp step;
+  ScalarOp finish;        // (acc, count converted to the accumulator type)
+};
+
+llvm::Value* Sum(KernelContext& k, DType d, llvm::Value* acc, llvm::Value* x) { return k.Add(d, acc, x); }
+llvm::Value* Square(KernelContext& k, DType d, llvm::Value* acc, llvm::Value* x) {
+  return k.Add(d, acc, k.Mul(d, x, x));
+}
+llvm::Value* Abs(KernelContext& k, DType d, llvm::Value* acc, llvm::Value* x) {
+  llvm::Value* a = IsFloat(d) ? k.Intrinsic(llvm::Intrinsic::fabs, x)
+                              : k.b().CreateSelect(k.Less(d, x, k.Const(d, 0)), k.b().CreateNeg(x), x);
+  return k.Add(d, acc, a);
+}
+llvm::Value* Identity(KernelContext&, DType, llvm::Value* acc, llvm::Value*) { return acc; }
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+const ReduceOp kReduceOps[] = {
+    {"ReduceSum", 0, false, false, Sum, Identity},
+    {"ReduceMean", 0, false, false, Sum,
+     [](KernelContext& k, DType d, llvm::Value* acc, llvm::Value* n) { return k.Div(d, acc, n); }},
+    {"ReduceMax", -kInf, false, false,
+     [](KernelContext& k, DType d, llvm::Value* acc, llvm::Value* x) { return k.Max(d, acc, x); }, Identity},
+    {"ReduceMin", kInf, false, false,
+     [](KernelContext& k, DType d, llvm::Value* acc, llvm::Value* x) { return k.Min(d, acc, x); }, Identity},
+    {"ReduceProd", 1, false, false,
+     [](KernelContext& k, DType d, llvm::Value* acc, llvm::Value* x) { return k.Mul(d, acc, x); }, Identity},
+    {"ReduceL1", 0, false, false, Abs, Identity},
+    {"ReduceL2", 0, true, false, Square,
+     [](KernelContext& k, DType, llvm::Value* acc, llvm::Value*) { return k.Intrinsic(llvm::Intrinsic::sqrt, acc); }},
+    {"ReduceSumSquare", 0, false, false, Square, Identity},
+    {"ReduceLogSum", 0, true, false, Sum,
+     [](KernelContext& k, DType, llvm::Value* acc, llvm::Value*) { return k.Intrinsic(llvm::Intrinsic::log, acc); }},
+    {"ReduceLogSumExp", 0, true, true,
+     [](KernelContext& k, DType d, llvm::Value* acc, llvm::Value* x) {
+       return k.Add(d, acc, k.Intrinsic(llvm::Intrinsic::exp, x));
+     },
+     [](KernelContext& k, DType, llvm::Value* acc, llvm::Value*) { return k.Intrinsic(llvm::Intrinsic::log, acc); }},
+};
+
+llvm::Value* InitValue(KernelContext& k, DType d, double v) {
+  if (v == -kInf) return k.Lowest(d);
+  if (v == kInf) return k.Highest(d);
+  return k.Const(d, v);
+}
+
+absl::Status EmitReduce(KernelContext& k, const ReduceOp& op) {
+  DType d = k.in_dtype(0);
+  DType ad = op.float_math && !IsFloat(d) ? DType::kFloat64 : d;
+  const SymShape& shape = k.in_shape(0);
+  std::vector<bool> reduced(shape.size(), false);
+  for (int64_t a : k.node().attr_ints("axes")) reduced[a] = true;
+  AxisSplit s = SplitAxes(k, shape, reduced);
+  auto load = [&](llvm::Value* off) { return k.Convert(k.Load(d, k.in(0), off), d, ad); };
+  ForRows(k, s, [&](llvm::Value* base, llvm::Value* row) {
+    llvm::Value* shift = nullptr;
+    if (op.shift_by_max) {
+      Var m(k, k.Lowest(ad));
+      ForRow(k, s, base, [&](llvm::Value* off, const Idx&) { m.set(k.Max(ad, m.get(), load(off))); });
+      // An infinite max would turn x - max into NaN; such rows need no shift.
+      llvm::Value* finite = k.b().CreateFCmpOLT(k.Intrinsic(llvm::Intrinsic::fabs, m.get()), k.Highest(ad));
+      shift = k.b().CreateSelect(finite, m.get(), k.Const(ad, 0));
+    }
+    Var acc(k, InitValue(k, ad, op.init));
+    ForRow(k, s, base, [&](llvm::Value* off, const Idx&) {
+      llvm::Value* x = load(off);
+      acc.set(op.step(k, ad, acc.get(), shift ? k.Sub(ad, x, shift) : x));
+    });
+    llvm::Value* r = op.finish(k, ad, acc.get(), k.Convert(s.count, DType::kInt64, ad));
+    if (shift) r = k.Add(ad, r, shift);
+    k.Store(d, k.out(0), row, k.Convert(r, ad, d));
+  });
+  return absl::OkStatus();
+}
+
+// ---- ArgMax / ArgMin ----
+
+absl::Status EmitArgReduce(KernelContext& k, bool max) {
+  DType d = k.in_dtype(0);
+  const SymShape& shape = k.in_shape(0);
+  int64_t axis = k.node().attr_int("axis", 0);
+  bool last = k.node().attr_int("select_last_index", 0) != 0;
+  AxisSplit s = SplitAxes(k, shape, AxisRange(shape.size(), axis, axis + 1));
+  ForRows(k, s, [&](llvm::Value* base, llvm::Value* row) {
+    Var best(k, max ? k.Lowest(d) : k.Highest(d));
+    Var index(k, k.I64(0));
+    ForRow(k, s, base, [&](llvm::Value* off, const Idx& idx) {
+      llvm::Value* x = k.Load(d, k.in(0), off);
+      // Strictly better keeps the first extreme; "not worse" moves to the last one.
+      llvm::Value* better = max ? (last ? k.b().CreateNot(k.Less(d, x, best.get())) : k.Greater(d, x, best.get()))
+                                : (last ? k.b().CreateNot(k.Greater(d, x, best.get())) : k.Less(d, x, best.get()));
+      best.set(k.b().CreateSelect(better, x, best.get()));
+      index.set(k.b().CreateSelect(better, idx[0], index.get()));
+    });
+    k.Store(DType::kInt64, k.out(0), row, index.get());
+  });
+  return absl::OkStatus();
+}
+
+// ---- Softmax / LogSoftmax / Hardmax over axes [axis, axis_end) ----
+
+enum class SoftmaxKind { kSoftmax, kLogSoftmax, kHardmax };
+
+absl::Status EmitSoftmax(KernelContext& k, SoftmaxKind kind) {
+  DType d = k.in_dtype(0);
+  if (!IsFloat(d)) return k.Unsupported(std::string("dtype ") + std::string(DTypeName(d)));
+  const SymShape& shape = k.in_shape(0);
+  AxisSplit s = SplitAxes(k, shape, AxisRange(shape.size(), k.node().attr_int("axis", 0),
+                                               k.node().attr_int("axis_end", 0)));
+  auto x_at = [&](llvm::Value* off) { return k.Load(d, k.in(0), off); };
+  auto& b = k.b();
+  ForRows(k, s, [&](llvm::Value* base, llvm::Value*) {
+    if (kind == SoftmaxKind::kHardmax) {
+      Var best(k, k.Lowest(d));
+      Var best_off(k, base);
+      ForRow(k, s, base, [&](llvm::Value* off, const Idx&) {
+        llvm::Value* better = k.Greater(d, x_at(off), best.get());
+        best.set(b.CreateSelect(better, x_at(off), best.get()));
+        best_off.set(b.CreateSelect(better, off, best_off.get()));
+      });
+      ForRow(k, s, base, [&](llvm::Value* off, const Idx&) {
+        k.Store(d, k.out(0), off, b.CreateUIToFP(b.CreateICmpEQ(off, best_off.get()), k.ElemType(d)));
+      });
+      return;
+    }
+    Var m(k, k.Lowest(d));
+    ForRow(k, s, base, [&](llvm::Value* off, const Idx&) { m.set(k.Max(d, m.get(), x_at(off))); });
+    llvm::Value* max = m.get();
+    Var sum(k, k.Const(d, 0));
+    ForRow(k, s, base, [&](llvm::Value* off, const Idx&) {
+      llvm::Value* e = k.Intrinsic(llvm::Intrinsic::exp, b.CreateFSub(x_at(off), max));
+      if (kind == SoftmaxKind::kSoftmax) k.Store(d, k.out(0), off, e);
+      sum.set(b.CreateFAdd(sum.get(), e));
+    });
+    if (kind == SoftmaxKind::kSoftmax) {
+      llvm::Value* total = sum.get();
+      ForRow(k, s, base, [&](llvm::Value* off, const Idx&) {
+        k.Store(d, k.out(0), off, b.CreateFDiv(k.Load(d, k.out(0), off), total));
+      });
+    } else {
+      llvm::Value* shift = b.CreateFAdd(max, k.Intrinsic(llvm::Intrinsic::log, sum.get()));
+      ForRow(k, s, base, [&](llvm::Value* off, const Idx&) {
+        k.Store(d, k.out(0), off, b.CreateFSub(x_at(off), shift));
+      });
+    }
+  });
+  return absl::OkStatus();
+}
+
+// ---- Normalisations ----
+
+struct Moments {
+  llvm::Value* mean;
+  llvm::Value* inv_std;  // 1 / sqrt(variance + epsilon)
+};
+
+// Two passes (mean, then mean squared deviation) like the ONNX reference, for accuracy.
+Moments RowMoments(KernelContext& k, DType d, const AxisSplit& s, llvm::Value* base, float epsilon) {
+  auto& b = k.b();
+  llvm::Value* n = k.Convert(s.count, DType::kInt64, d);
+  Var sum(k, k.Const(d, 0));
+  ForRow(k, s, base, [&](llvm::Value* off, const Idx&) { sum.set(b.CreateFAdd(sum.get(), k.Load(d, k.in(0), off))); });
+  llvm::Value* mean = b.CreateFDiv(sum.get(), n);
+  Var sq(k, k.Const(d, 0));
+  ForRow(k, s, base, [&](llvm::Value* off, const Idx&) {
+    llvm::Value* dev = b.CreateFSub(k.Load(d, k.in(0), off), mean);
+    sq.set(b.CreateFAdd(sq.get(), b.CreateFMul(dev, dev)));
+  });
+  llvm::Value* var = b.CreateFDiv(sq.get(), n);
+  llvm::Value* std = k.Intrinsic(llvm::Intrinsic::sqrt, b.CreateFAdd(var, k.Const(d, epsilon)));
+  return {mean, b.CreateFDiv(k.Const(d, 1), std)};
+}
+
+absl::Status EmitLayerNorm(KernelContext& k) {
+  DType d = k.in_dtype(0);
+  const SymShape& shape = k.in_shape(0);
+  int64_t axis = k.node().attr_int("axis", 0);
+  SymShape normalized(shape.begin() + axis, shape.end());
+  for (size_t i = 1; i < 3; ++i) {
+    if (k.has_input(i) && k.in_shape(i).size() > normalized.size()) {
+      return k.Unsupported("Scale/B of higher rank than the normalized shape");
+    }
+  }
+  Idx scale_strides = k.BroadcastStrides(k.in_shape(1), normalized);
+  Idx bias_strides = k.has_input(2) ? k.BroadcastStrides(k.in_shape(2), normalized) : Idx{};
+  float epsilon = k.node().attr_float("epsilon", 1e-5f);
+  AxisSplit s = SplitAxes(k, shape, AxisRange(shape.size(), axis, static_cast<int64_t>(shape.size())));
+  auto& b = k.b();
+  ForRows(k, s, [&](llvm::Value* base, llvm::Value* row) {
+    Moments m = RowMoments(k, d, s, base, epsilon);
+    ForRow(k, s, base, [&](llvm::Value* off, const Idx& idx) {
+      llvm::Value* y = b.CreateFMul(b.CreateFSub(k.Load(d, k.in(0), off), m.mean), m.inv_std);
+      y = b.CreateFMul(y, k.Load(d, k.in(1), k.Offset(idx, scale_strides)));
+      if (k.has_input(2)) y = b.CreateFAdd(y, k.Load(d, k.in(2), k.Offset(idx, bias_strides)));
+      k.Store(d, k.out(0), off, y);
+    });
+    if (k.has_output(1)) k.Store(k.out_dtype(1), k.out(1), row, k.Convert(m.mean, d, k.out_dtype(1)));
+    if (k.has_output(2)) k.Store(k.out_dtype(2), k.out(2), row, k.Convert(m.inv_std, d, k.out_dtype(2)));
+  });
+  return absl::OkStatus();
+}
+
+// Loads element `c` of a per-channel input as the dtype `d` of X.
+llvm::Value* ChannelParam(KernelContext& k, size_t input, llvm::Value* c, DType d) {
+  return k.Convert(k.Load(k.in_dtype(input), k.in(input), c), k.in_dtype(input), d);
+}
+
+absl::Status EmitInstanceNorm(KernelContext& k) {
+  DType d = k.in_dtype(0);
+  const SymShape& shape = k.in_shape(0);
+  float epsilon = k.node().attr_float("epsilon", 1e-5f);
+  AxisSplit s = SplitAxes(k, shape, AxisRange(shape.size(), 2, static_cast<int64_t>(shape.size())));
+  llvm::Value* channels = k.Dim(shape[1]);
+  auto& b = k.b();
+  ForRows(k, s, [&](llvm::Value* base, llvm::Value* row) {
+    Moments m = RowMoments(k, d, s, base, epsilon);
+    llvm::Value* c = b.CreateURem(row, channels);
+    llvm::Value* scale = b.CreateFMul(m.inv_std, ChannelParam(k, 1, c, d));
+    llvm::Value* bias = ChannelParam(k, 2, c, d);
+    ForRow(k, s, base, [&](llvm::Value* off, const Idx&) {
+      llvm::Value* y = b.CreateFMul(b.CreateFSub(k.Load(d, k.in(0), off), m.mean), scale);
+      k.Store(d, k.out(0), off, b.CreateFAdd(y, bias));
+    });
+  });
+  return absl::OkStatus();
+}
+
+// Inference mode: y = (x - mean) * scale / sqrt(var + epsilon) + B, per channel (dim 1).
+absl::Status EmitBatchNorm(KernelContext& k) {
+  DType d = k.in_dtype(0);
+  const SymShape& shape = k.in_shape(0);
+  float epsilon = k.node().attr_float("epsilon", 1e-5f);
+  llvm::Value* channels = k.Dim(shape[1]);
+  llvm::Value* spatial = k.NumElements(SymShape(shape.begin() + 2, shape.end()));
+  auto& b = k.b();
+  k.ForNest({k.Dim(shape[0]), channels}, [&](const Idx& idx) {
+    llvm::Value* c = idx[1];
+    llvm::Value* std = k.Intrinsic(llvm::Intrinsic::sqrt,
+                                   b.CreateFAdd(ChannelParam(k, 4, c, d), k.Const(d, epsilon)));
+    llvm::Value* scale = b.CreateFDiv(ChannelParam(k, 1, c, d), std);
+    llvm::Value* bias = b.CreateFSub(ChannelParam(k, 2, c, d), b.CreateFMul(ChannelParam(k, 3, c, d), scale));
+    llvm::Value* base = b.CreateMul(b.CreateAdd(b.CreateMul(idx[0], channels), c), spatial);
+    k.For(k.I64(0), spatial, [&](llvm::Value* j) {
+      llvm::Value* off = b.CreateAdd(base, j);
+      k.Store(d, k.out(0), off, b.CreateFAdd(b.CreateFMul(k.Load(d, k.in(0), off), scale), bias));
+    });
+  });
+  return absl::OkStatus();
+}
+
+// ---- TopK ----
+
+// Selection of the k best per slice along `axis` through an index buffer: O(n*k), which suits
+// the small k models use. Ties go to the lower index, as ONNX requires.
+absl::Status EmitTopK(KernelContext& k) {
+  DType d = k.in_dtype(0);
+  const SymShape& shape = k.in_shape(0);
+  int64_t axis = k.node().attr_int("axis", 0);
+  bool largest = k.node().attr_int("largest", 1) != 0;
+  llvm::Value* count = k.I64(k.node().attr_int("k", 0));
+  llvm::Value* n = k.Dim(shape[axis]);
+  llvm::Value* outer = k.NumElements(SymShape(shape.begin(), shape.begin() + axis));
+  llvm::Value* inner = k.NumElements(SymShape(shape.begin() + axis + 1, shape.end()));
+  auto& b = k.b();
+  llvm::Value* order = k.AllocHeap(b.CreateMul(n, k.I64(8)));
+  k.ForNest({outer, inner}, [&](const Idx& idx) {
+    llvm::Value* in_base = b.CreateAdd(b.CreateMul(b.CreateMul(idx[0], n), inner), idx[1]);
+    llvm::Value* out_base = b.CreateAdd(b.CreateMul(b.CreateMul(idx[0], count), inner), idx[1]);
+    auto value_of = [&](llvm::Value* i) { return k.Load(d, k.in(0), b.CreateAdd(in_base, b.CreateMul(i, inner))); };
+    k.For(k.I64(0), n, [&](llvm::Value* j) { k.Store(DType::kInt64, order, j, j); });
+    k.For(k.I64(0), count, [&](llvm::Value* j) {
+      Var best(k, j);
+      k.For(b.CreateAdd(j, k.I64(1)), n, [&](llvm::Value* t) {
+        llvm::Value* cand = k.Load(DType::kInt64, order, t);
+        llvm::Value* cur = k.Load(DType::kInt64, order, best.get());
+        llvm::Value* xc = value_of(cand);
+        llvm::Value* xb = value_of(cur);
+        llvm::Value* better = largest ? k.Greater(d, xc, xb) : k.Less(d, xc, xb);
+        llvm::Value* tie = b.CreateAnd(k.Equal(d, xc, xb), b.CreateICmpSLT(cand, cur));
+        best.set(b.CreateSelect(b.CreateOr(better, tie), t, best.get()));
+      });
+      llvm::Value* chosen = k.Load(DType::kInt64, order, best.get());
+      k.Store(DType::kInt64, order, best.get(), k.Load(DType::kInt64, order, j));
+      k.Store(DType::kInt64, order, j, chosen);
+      llvm::Value* out_off = b.CreateAdd(out_base, b.CreateMul(j, inner));
+      k.Store(d, k.out(0), out_off, value_of(chosen));
+      if (k.has_output(1)) k.Store(DType::kInt64, k.out(1), out_off, chosen);
+    });
+  });
+  k.FreeHeap(order);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterReductionKernels(KernelRegistry& r) {
+  for (const ReduceOp& op : kReduceOps) {
+    r.Register(op.name, [&op](KernelContext& k) { return EmitReduce(k, op); });
+  }
+  r.Register("ArgMax", [](KernelContext& k) { return EmitArgReduce(k, true); });
+  r.Register("ArgMin", [](KernelContext& k) { return EmitArgReduce(k, false); });
+  r.Register("Softmax", [](KernelContext& k) { return EmitSoftmax(k, SoftmaxKind::kSoftmax); });
+  r.Register("LogSoftmax", [](KernelContext& k) { return EmitSoftmax(k, SoftmaxKind::kLogSoftmax); });
+  r.Register("Hardmax", [](KernelContext& k) { return EmitSoftmax(k, SoftmaxKind::kHardmax); });
+  r.Register("LayerNormalization", EmitLayerNorm);
+  r.Register("InstanceNormalization", EmitInstanceNorm);
+  r.Register("BatchNormalization", EmitBatchNorm);
+  r.Register("TopK", EmitTopK);
+}
 
 }  // namespace cuvil::codegen

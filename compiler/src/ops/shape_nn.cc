@@ -1,8 +1,235 @@
-// Shape inference for the nn op family.
+// Shape inference for the nn op family: Conv, ConvTranspose and the pooling ops.
+//
+// Every windowed op is canonicalised to explicit per-dimension attributes, so code generation
+// never sees auto_pad, output_shape or output_padding: `kernel_shape`, `strides`, `dilations` and
+// `pads` ([begin..., end...]) are always present and auto_pad is removed. Spatial dims must be
+// static; the batch dim may be symbolic.
 #include "op_registry.h"
 
 namespace cuvil::ir {
+namespace {
 
-void RegisterNnShapes(OpRegistry& r) {}
+using Ints = std::vector<int64_t>;
+
+// Python-style floor division (pads may be negative for ConvTranspose).
+int64_t FloorDiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+int64_t CeilDiv(int64_t a, int64_t b) { return -FloorDiv(-a, b); }
+
+// The static spatial dims (everything after N and C) of input i.
+absl::StatusOr<Ints> SpatialDims(InferContext& c, size_t i) {
+  const SymShape& s = c.in_shape(i);
+  if (s.size() < 3) return c.Error("expects an input of rank >= 3 (N, C, spatial...)");
+  Ints out;
+  for (size_t d = 2; d < s.size(); ++d) {
+    if (!s[d].IsStatic()) {
+      return absl::UnimplementedError(
+          absl::StrCat(c.node().Describe(), ": symbolic spatial dimensions are not supported"));
+    }
+    out.push_back(s[d].coef);
+  }
+  return out;
+}
+
+// Reads an optional per-spatial-dimension attribute, checking its length.
+absl::StatusOr<Ints> SpatialAttr(InferContext& c, const char* name, size_t rank, int64_t fallback) {
+  Ints v = c.node().attr_ints(name, Ints(rank, fallback));
+  if (v.size() != rank) return c.Error(absl::StrCat(name, " must have ", rank, " values"));
+  return v;
+}
+
+// Stores the canonical window attributes on the node.
+void SetWindowAttrs(Node& n, const Ints& kernel, const Ints& strides, const Ints& dilations,
+                    const Ints& pads) {
+  n.attrs["kernel_shape"] = kernel;
+  n.attrs["strides"] = strides;
+  n.attrs["dilations"] = dilations;
+  n.attrs["pads"] = pads;
+  n.attrs.erase("auto_pad");
+}
+
+// Output spatial dims of a sliding window (Conv and pools); canonicalises the node's attributes.
+absl::StatusOr<Ints> WindowOutput(InferContext& c, const Ints& in, const Ints& kernel) {
+  size_t r = in.size();
+  if (kernel.size() != r) return c.Error(absl::StrCat("kernel_shape must have ", r, " values"));
+  auto strides = SpatialAttr(c, "strides", r, 1);
+  if (!strides.ok()) return strides.status();
+  auto dilations = SpatialAttr(c, "dilations", r, 1);
+  if (!dilations.ok()) return dilations.status();
+  auto pads = SpatialAttr(c, "pads", 2 * r, 0);
+  if (!pads.ok()) return pads.status();
+  std::string auto_pad = c.node().attr_string("auto_pad", "NOTSET");
+  bool ceil_mode = c.node().attr_int("ceil_mode", 0) != 0;
+  Ints out(r);
+  for (size_t i = 0; i < r; ++i) {
+    int64_t s = (*strides)[i];
+    int64_t extent = (kernel[i] - 1) * (*dilations)[i] + 1;
+    if (s <= 0 || (*dilations)[i] <= 0 || kernel[i] <= 0) {
+      return c.Error("kernel_shape, strides and dilations must be positive");
+    }
+    int64_t& begin = (*pads)[i];
+    int64_t& end = (*pads)[i + r];
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      out[i] = CeilDiv(in[i], s);
+      int64_t total = std::max<int64_t>(0, (out[i] - 1) * s + extent - in[i]);
+      begin = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      end = total - begin;
+    } else if (auto_pad == "VALID") {
+      begin = end = 0;
+      out[i] = FloorDiv(in[i] - extent, s) + 1;
+    } else if (auto_pad == "NOTSET" || auto_pad.empty()) {
+      int64_t span = in[i] + begin + end - extent;
+      out[i] = (ceil_mode ? CeilDiv(span, s) : FloorDiv(span, s)) + 1;
+      // A ceil_mode window must start inside the input or its begin padding.
+      if (ceil_mode && (out[i] - 1) * s >= in[i] + begin) --out[i];
+    } else {
+      return c.Error(absl::StrCat("unknown auto_pad '", auto_pad, "'"));
+    }
+    if (out[i] <= 0) return c.Error("window is larger than the padded input");
+  }
+  SetWindowAttrs(c.node(), kernel, *strides, *dilations, *pads);
+  return out;
+}
+
+SymShape WithSpatial(SymDim n, SymDim ch, const Ints& spatial) {
+  SymShape s = {n, ch};
+  for (int64_t d : spatial) s.push_back(SymDim::Const(d));
+  return s;
+}
+
+// The static dims of W (Conv/ConvTranspose weights).
+absl::StatusOr<Ints> WeightDims(InferContext& c, size_t rank) {
+  const SymShape& w = c.in_shape(1);
+  if (w.size() != rank) return c.Error("X and W ranks differ");
+  Ints out;
+  for (const SymDim& d : w) {
+    if (!d.IsStatic()) return c.Error("W must have a static shape");
+    out.push_back(d.coef);
+  }
+  return out;
+}
+
+absl::Status CheckConvInputs(InferContext& c, int64_t out_channels) {
+  if (!IsFloat(c.in_dtype(0)) || c.in_dtype(1) != c.in_dtype(0)) {
+    return c.Error("X and W must share a float dtype");
+  }
+  if (c.has_input(2) && !(c.in_shape(2) == SymShape{SymDim::Const(out_channels)})) {
+    return c.Error("B must have shape [M]");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Conv(InferContext& c) {
+  if (auto s = c.ExpectInputs(2, 3); !s.ok()) return s;
+  auto in = SpatialDims(c, 0);
+  if (!in.ok()) return in.status();
+  auto w = WeightDims(c, in->size() + 2);
+  if (!w.ok()) return w.status();
+  const SymDim& ch = c.in_shape(0)[1];
+  int64_t group = c.node().attr_int("group", 1);
+  if (!ch.IsStatic() || group <= 0 || ch.coef != (*w)[1] * group || (*w)[0] % group != 0) {
+    return c.Error("channels of X, W and group do not match");
+  }
+  if (auto s = CheckConvInputs(c, (*w)[0]); !s.ok()) return s;
+  Ints kernel = c.node().attr_ints("kernel_shape", Ints(w->begin() + 2, w->end()));
+  if (kernel != Ints(w->begin() + 2, w->end())) return c.Error("kernel_shape does not match W");
+  auto out = WindowOutput(c, *in, kernel);
+  if (!out.ok()) return out.status();
+  c.node().attrs["group"] = group;
+  c.SetOutput(0, c.in_dtype(0), WithSpatial(c.in_shape(0)[0], SymDim::Const((*w)[0]), *out));
+  return absl::OkStatus();
+}
+
+// ConvTranspose: output_shape / auto_pad / output_padding all fold into (possibly negative) pads
+// so that out = stride * (in - 1) + extent - pad_begin - pad_end.
+absl::Status ConvTranspose(InferContext& c) {
+  if (auto s = c.ExpectInputs(2, 3); !s.ok()) return s;
+  auto in = SpatialDims(c, 0);
+  if (!in.ok()) return in.status();
+  size_t r = in->size();
+  auto w = WeightDims(c, r + 2);
+  if (!w.ok()) return w.status();
+  const SymDim& ch = c.in_shape(0)[1];
+  int64_t group = c.node().attr_int("group", 1);
+  if (!ch.IsStatic() || group <= 0 || ch.coef != (*w)[0] || (*w)[0] % group != 0) {
+    return c.Error("channels of X, W and group do not match");
+  }
+  int64_t out_channels = (*w)[1] * group;
+  if (auto s = CheckConvInputs(c, out_channels); !s.ok()) return s;
+  Ints kernel = c.node().attr_ints("kernel_shape", Ints(w->begin() + 2, w->end()));
+  if (kernel != Ints(w->begin() + 2, w->end())) return c.Error("kernel_shape does not match W");
+  auto strides = SpatialAttr(c, "strides", r, 1);
+  if (!strides.ok()) return strides.status();
+  auto dilations = SpatialAttr(c, "dilations", r, 1);
+  if (!dilations.ok()) return dilations.status();
+  auto pads = SpatialAttr(c, "pads", 2 * r, 0);
+  if (!pads.ok()) return pads.status();
+  auto output_padding = SpatialAttr(c, "output_padding", r, 0);
+  if (!output_padding.ok()) return output_padding.status();
+  Ints output_shape = c.node().attr_ints("output_shape");
+  if (output_shape.size() == r + 2) output_shape.erase(output_shape.begin(), output_shape.begin() + 2);
+  if (!output_shape.empty() && output_shape.size() != r) {
+    return c.Error(absl::StrCat("output_shape must have ", r, " values"));
+  }
+  std::string auto_pad = c.node().attr_string("auto_pad", "NOTSET");
+  bool same = auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER";
+  Ints out(r);
+  for (size_t i = 0; i < r; ++i) {
+    int64_t extent = (kernel[i] - 1) * (*dilations)[i] + 1;
+    int64_t full = (*strides)[i] * (in->at(i) - 1) + (*output_padding)[i] + extent;
+    int64_t& begin = (*pads)[i];
+    int64_t& end = (*pads)[i + r];
+    if (!output_shape.empty() || same) {
+      out[i] = output_shape.empty() ? in->at(i) * (*strides)[i] : output_shape[i];
+      // Split as the ONNX reference does: SAME_UPPER puts the extra pad at the end.
+      int64_t total = full - out[i];
+      begin = auto_pad == "SAME_UPPER" ? FloorDiv(total, 2) : total - FloorDiv(total, 2);
+      end = total - begin;
+    } else {
+      out[i] = full - begin - end;
+    }
+    end -= (*output_padding)[i];
+    if (out[i] <= 0) return c.Error("output size is not positive");
+  }
+  Node& n = c.node();
+  SetWindowAttrs(n, kernel, *strides, *dilations, *pads);
+  n.attrs["group"] = group;
+  n.attrs.erase("output_shape");
+  n.attrs.erase("output_padding");
+  c.SetOutput(0, c.in_dtype(0), WithSpatial(c.in_shape(0)[0], SymDim::Const(out_channels), out));
+  return absl::OkStatus();
+}
+
+// MaxPool (optional int64 Indices output) and AveragePool.
+absl::Status Pool(InferContext& c) {
+  if (auto s = c.ExpectInputs(1, 1); !s.ok()) return s;
+  auto in = SpatialDims(c, 0);
+  if (!in.ok()) return in.status();
+  if (!c.node().has_attr("kernel_shape")) return c.Error("kernel_shape is required");
+  auto out = WindowOutput(c, *in, c.node().attr_ints("kernel_shape"));
+  if (!out.ok()) return out.status();
+  SymShape shape = WithSpatial(c.in_shape(0)[0], c.in_shape(0)[1], *out);
+  c.SetOutput(0, c.in_dtype(0), shape);
+  c.SetOutput(1, DType::kInt64, shape);
+  return absl::OkStatus();
+}
+
+absl::Status GlobalPool(InferContext& c) {
+  if (auto s = c.ExpectInputs(1, 1); !s.ok()) return s;
+  if (c.in_rank(0) < 3) return c.Error("expects an input of rank >= 3 (N, C, spatial...)");
+  c.SetOutput(0, c.in_dtype(0),
+              WithSpatial(c.in_shape(0)[0], c.in_shape(0)[1], Ints(c.in_rank(0) - 2, 1)));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterNnShapes(OpRegistry& r) {
+  r.Register("Conv", Conv);
+  r.Register("ConvTranspose", ConvTranspose);
+  r.Register("MaxPool", Pool);
+  r.Register("AveragePool", Pool);
+  r.Register("GlobalAveragePool", GlobalPool);
+  r.Register("GlobalMaxPool", GlobalPool);
+}
 
 }  // namespace cuvil::ir

@@ -1,8 +1,210 @@
-// Shape inference for the quant op family.
+// Shape inference for the quant op family: (De)QuantizeLinear, DynamicQuantizeLinear and the
+// integer / quantized-linear MatMul and Conv ops. Per-axis quantization parameters are checked
+// against the dimension they index; Conv attributes are canonicalised to explicit form
+// (kernel_shape, strides, dilations, pads with begin/end per spatial axis, group; no auto_pad).
+#include <algorithm>
+
 #include "op_registry.h"
 
 namespace cuvil::ir {
+namespace {
 
-void RegisterQuantShapes(OpRegistry& r) {}
+bool IsQuantType(DType d) { return d == DType::kUInt8 || d == DType::kInt8; }
+
+// A scale or zero point must hold one value or `channels` values (one per channel).
+absl::Status CheckParam(InferContext& c, size_t i, const SymDim& channels, const char* role) {
+  if (!c.has_input(i)) return absl::OkStatus();
+  SymDim n = SymNumElements(c.in_shape(i));
+  if (n == SymDim::Const(1) || (c.in_rank(i) == 1 && n == channels)) return absl::OkStatus();
+  return c.Error(absl::StrCat(role, " has shape ", SymShapeToString(c.in_shape(i)), ", expected one value or ",
+                              channels.ToString()));
+}
+
+// QuantizeLinear(x, scale, zero_point?) and DequantizeLinear(x, scale, zero_point?). Canonical
+// form: `axis` is non-negative.
+absl::Status QuantDequant(InferContext& c, bool quantize) {
+  if (auto s = c.ExpectInputs(2, 3); !s.ok()) return s;
+  int rank = c.in_rank(0);
+  auto axis = c.Axis(c.node().attr_int("axis", 1), rank);
+  bool per_axis = SymNumElements(c.in_shape(1)) != SymDim::Const(1);
+  if (per_axis && !axis.ok()) return axis.status();
+  if (per_axis) c.node().attrs["axis"] = int64_t{*axis};
+  SymDim channels = per_axis ? c.in_shape(0)[*axis] : SymDim::Const(1);
+  if (auto s = CheckParam(c, 1, channels, "scale"); !s.ok()) return s;
+  if (auto s = CheckParam(c, 2, channels, "zero point"); !s.ok()) return s;
+  if (!IsFloat(c.in_dtype(1))) return c.Error("scale must be a float tensor");
+  if (quantize) {
+    DType out = c.has_input(2) ? c.in_dtype(2) : DType::kUInt8;
+    if (!IsQuantType(out)) return c.Error(absl::StrCat("unsupported zero point dtype ", DTypeName(out)));
+    c.SetOutput(0, out, c.in_shape(0));
+  } else {
+    if (!IsQuantType(c.in_dtype(0)) && c.in_dtype(0) != DType::kInt32) {
+      return c.Error(absl::StrCat("unsupported input dtype ", DTypeName(c.in_dtype(0))));
+    }
+    c.SetOutput(0, c.in_dtype(1), c.in_shape(0));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DynamicQuantize(InferContext& c) {
+  if (auto s = c.ExpectInputs(1, 1); !s.ok()) return s;
+  if (c.in_dtype(0) != DType::kFloat32) return c.Error("input must be float32");
+  c.SetOutput(0, DType::kUInt8, c.in_shape(0));
+  c.SetOutput(1, DType::kFloat32, {});
+  c.SetOutput(2, DType::kUInt8, {});
+  return absl::OkStatus();
+}
+
+// Numpy matmul shape of inputs a and b (rank-1 operands are promoted and the dim dropped).
+absl::StatusOr<SymShape> MatMulShape(InferContext& c, size_t a, size_t b) {
+  SymShape sa = c.in_shape(a), sb = c.in_shape(b);
+  if (sa.empty() || sb.empty()) return c.Error("matmul operands must have rank >= 1");
+  bool a_vec = sa.size() == 1, b_vec = sb.size() == 1;
+  if (a_vec) sa.insert(sa.begin(), SymDim::Const(1));
+  if (b_vec) sb.push_back(SymDim::Const(1));
+  if (!(sa.back() == sb[sb.size() - 2])) {
+    return c.Error(absl::StrCat("inner dims differ: ", SymShapeToString(c.in_shape(a)), " x ",
+                                SymShapeToString(c.in_shape(b))));
+  }
+  auto batch = BroadcastShapes(SymShape(sa.begin(), sa.end() - 2), SymShape(sb.begin(), sb.end() - 2));
+  if (!batch) return c.Error("matmul batch dims do not broadcast");
+  SymShape out = *batch;
+  if (!a_vec) out.push_back(sa[sa.size() - 2]);
+  if (!b_vec) out.push_back(sb.back());
+  return out;
+}
+
+// Rows of operand a (M) and columns of operand b (N), the extents per-row/column params index.
+SymDim Rows(InferContext& c, size_t a) { return c.in_rank(a) == 1 ? SymDim::Const(1) : c.in_shape(a)[c.in_rank(a) - 2]; }
+SymDim Cols(InferContext& c, size_t b) { return c.in_rank(b) == 1 ? SymDim::Const(1) : c.in_shape(b).back(); }
+
+// MatMulInteger(A, B, a_zero_point?, b_zero_point?) -> int32.
+absl::Status MatMulInteger(InferContext& c) {
+  if (auto s = c.ExpectInputs(2, 4); !s.ok()) return s;
+  if (!IsQuantType(c.in_dtype(0)) || !IsQuantType(c.in_dtype(1))) return c.Error("inputs must be (u)int8");
+  auto shape = MatMulShape(c, 0, 1);
+  if (!shape.ok()) return shape.status();
+  if (auto s = CheckParam(c, 2, Rows(c, 0), "a_zero_point"); !s.ok()) return s;
+  if (auto s = CheckParam(c, 3, Cols(c, 1), "b_zero_point"); !s.ok()) return s;
+  c.SetOutput(0, DType::kInt32, *shape);
+  return absl::OkStatus();
+}
+
+// QLinearMatMul(a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp) -> y_zp's dtype.
+absl::Status QLinearMatMul(InferContext& c) {
+  if (auto s = c.ExpectInputs(8, 8); !s.ok()) return s;
+  if (!IsQuantType(c.in_dtype(0)) || !IsQuantType(c.in_dtype(3)) || !IsQuantType(c.in_dtype(7))) {
+    return c.Error("a, b and y_zero_point must be (u)int8");
+  }
+  auto shape = MatMulShape(c, 0, 3);
+  if (!shape.ok()) return shape.status();
+  const std::pair<size_t, SymDim> params[] = {{1, Rows(c, 0)}, {2, Rows(c, 0)}, {4, Cols(c, 3)},
+                                              {5, Cols(c, 3)}, {6, SymDim::Const(1)}, {7, SymDim::Const(1)}};
+  for (const auto& [i, channels] : params) {
+    if (auto s = CheckParam(c, i, channels, "scale/zero point"); !s.ok()) return s;
+  }
+  c.SetOutput(0, c.in_dtype(7), *shape);
+  return absl::OkStatus();
+}
+
+// Canonicalises the Conv attributes of a node with data input x and weight w and returns the
+// output shape [N, M, spatial...]. Spatial dims must be static.
+absl::StatusOr<SymShape> ConvShape(InferContext& c, size_t x, size_t w) {
+  const SymShape& xs = c.in_shape(x);
+  const SymShape& ws = c.in_shape(w);
+  if (xs.size() < 3 || ws.size() != xs.size()) return c.Error("x and w must have the same rank >= 3");
+  size_t nsp = xs.size() - 2;
+  Node& n = c.node();
+  std::vector<int64_t> kernel, in;
+  for (size_t i = 0; i < nsp; ++i) {
+    if (!xs[2 + i].IsStatic() || !ws[2 + i].IsStatic()) return c.Error("spatial dims must be static");
+    kernel.push_back(ws[2 + i].coef);
+    in.push_back(xs[2 + i].coef);
+  }
+  if (n.has_attr("kernel_shape") && n.attr_ints("kernel_shape") != kernel) return c.Error("kernel_shape differs from w");
+  std::vector<int64_t> strides = n.attr_ints("strides", std::vector<int64_t>(nsp, 1));
+  std::vector<int64_t> dilations = n.attr_ints("dilations", std::vector<int64_t>(nsp, 1));
+  std::vector<int64_t> pads = n.attr_ints("pads", std::vector<int64_t>(2 * nsp, 0));
+  int64_t group = n.attr_int("group", 1);
+  if (strides.size() != nsp || dilations.size() != nsp || pads.size() != 2 * nsp) {
+    return c.Error("strides/dilations/pads do not match the spatial rank");
+  }
+  if (group < 1 || !xs[1].IsStatic() || !ws[0].IsStatic() || xs[1].coef != ws[1].coef * group ||
+      ws[0].coef % group != 0) {
+    return c.Error("channel counts do not match group");
+  }
+  std::string auto_pad = n.attr_string("auto_pad", "NOTSET");
+  SymShape out = {xs[0], ws[0]};
+  for (size_t i = 0; i < nsp; ++i) {
+    if (strides[i] < 1 || dilations[i] < 1) return c.Error("strides and dilations must be positive");
+    int64_t extent = (kernel[i] - 1) * dilations[i] + 1;
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      int64_t o = (in[i] + strides[i] - 1) / strides[i];
+      int64_t total = std::max<int64_t>(0, (o - 1) * strides[i] + extent - in[i]);
+      int64_t small = total / 2;
+      pads[i] = auto_pad == "SAME_UPPER" ? small : total - small;
+      pads[nsp + i] = total - pads[i];
+    } else if (auto_pad == "VALID") {
+      pads[i] = pads[nsp + i] = 0;
+    } else if (auto_pad != "NOTSET") {
+      return c.Error(absl::StrCat("unknown auto_pad ", auto_pad));
+    }
+    int64_t o = (in[i] + pads[i] + pads[nsp + i] - extent) / strides[i] + 1;
+    if (o < 1) return c.Error("kernel is larger than the padded input");
+    out.push_back(SymDim::Const(o));
+  }
+  n.attrs.erase("auto_pad");
+  n.attrs["kernel_shape"] = kernel;
+  n.attrs["strides"] = strides;
+  n.attrs["dilations"] = dilations;
+  n.attrs["pads"] = pads;
+  n.attrs["group"] = group;
+  return out;
+}
+
+// ConvInteger(x, w, x_zero_point?, w_zero_point?) -> int32.
+absl::Status ConvInteger(InferContext& c) {
+  if (auto s = c.ExpectInputs(2, 4); !s.ok()) return s;
+  if (!IsQuantType(c.in_dtype(0)) || !IsQuantType(c.in_dtype(1))) return c.Error("inputs must be (u)int8");
+  auto shape = ConvShape(c, 0, 1);
+  if (!shape.ok()) return shape.status();
+  if (auto s = CheckParam(c, 2, SymDim::Const(1), "x_zero_point"); !s.ok()) return s;
+  if (auto s = CheckParam(c, 3, c.in_shape(1)[0], "w_zero_point"); !s.ok()) return s;
+  c.SetOutput(0, DType::kInt32, *shape);
+  return absl::OkStatus();
+}
+
+// QLinearConv(x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, B?) -> y_zp's dtype.
+absl::Status QLinearConv(InferContext& c) {
+  if (auto s = c.ExpectInputs(8, 9); !s.ok()) return s;
+  if (!IsQuantType(c.in_dtype(0)) || !IsQuantType(c.in_dtype(3)) || !IsQuantType(c.in_dtype(7))) {
+    return c.Error("x, w and y_zero_point must be (u)int8");
+  }
+  auto shape = ConvShape(c, 0, 3);
+  if (!shape.ok()) return shape.status();
+  SymDim m = c.in_shape(3)[0];
+  const std::pair<size_t, SymDim> params[] = {{1, SymDim::Const(1)}, {2, SymDim::Const(1)}, {4, m},
+                                              {5, m}, {6, SymDim::Const(1)}, {7, SymDim::Const(1)}};
+  for (const auto& [i, channels] : params) {
+    if (auto s = CheckParam(c, i, channels, "scale/zero point"); !s.ok()) return s;
+  }
+  if (c.has_input(8) && (c.in_dtype(8) != DType::kInt32 || c.in_rank(8) != 1 || !(c.in_shape(8)[0] == m))) {
+    return c.Error("B must be int32 with one value per output channel");
+  }
+  c.SetOutput(0, c.in_dtype(7), *shape);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterQuantShapes(OpRegistry& r) {
+  r.Register("QuantizeLinear", [](InferContext& c) { return QuantDequant(c, /*quantize=*/true); });
+  r.Register("DequantizeLinear", [](InferContext& c) { return QuantDequant(c, /*quantize=*/false); });
+  r.Register("DynamicQuantizeLinear", DynamicQuantize);
+  r.Register("MatMulInteger", MatMulInteger);
+  r.Register("QLinearMatMul", QLinearMatMul);
+  r.Register("ConvInteger", ConvInteger);
+  r.Register("QLinearConv", QLinearConv);
+}
 
 }  // namespace cuvil::ir

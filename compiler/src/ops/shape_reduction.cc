@@ -1,8 +1,169 @@
-// Shape inference for the reduction op family.
+// Shape inference for the reduction op family: Reduce*, ArgMax/ArgMin, Softmax-like ops,
+// normalisations and TopK.
+//
+// Canonical forms seen by code generation:
+//   Reduce*: attrs "axes" (sorted, non-negative, exactly the reduced axes; empty = copy) and
+//            "keepdims"; the axes input is folded away.
+//   ArgMax/ArgMin, TopK, LayerNormalization: "axis" non-negative; TopK's K becomes attr "k".
+//   Softmax/LogSoftmax/Hardmax: work over axes [axis, axis_end), so opset < 13's flattening
+//            and opset >= 13's single axis are one form.
+#include <algorithm>
+
 #include "op_registry.h"
 
 namespace cuvil::ir {
+namespace {
 
-void RegisterReductionShapes(OpRegistry& r) {}
+absl::Status Reduce(InferContext& c) {
+  if (auto s = c.ExpectInputs(1, 2); !s.ok()) return s;
+  Node& n = c.node();
+  int rank = c.in_rank(0);
+  std::vector<int64_t> raw = n.attr_ints("axes");
+  if (c.has_input(1)) {
+    auto axes = c.StaticInts(1, "axes");
+    if (!axes.ok()) return axes.status();
+    raw = *axes;
+    c.TruncateInputs(1);
+  }
+  bool noop = n.attr_int("noop_with_empty_axes", 0) != 0;
+  std::vector<int64_t> axes;
+  for (int64_t a : raw) {
+    auto axis = c.Axis(a, rank);
+    if (!axis.ok()) return axis.status();
+    axes.push_back(*axis);
+  }
+  if (axes.empty() && !noop) {
+    for (int i = 0; i < rank; ++i) axes.push_back(i);
+  }
+  std::sort(axes.begin(), axes.end());
+  axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
+  // An empty list now always means "reduce nothing"; keep that meaning if inference reruns.
+  if (axes.empty()) n.attrs["noop_with_empty_axes"] = int64_t{1};
+  bool keepdims = n.attr_int("keepdims", 1) != 0;
+  n.attrs["axes"] = axes;
+  n.attrs["keepdims"] = int64_t{keepdims ? 1 : 0};
+  SymShape out;
+  for (int i = 0; i < rank; ++i) {
+    bool reduced = std::find(axes.begin(), axes.end(), i) != axes.end();
+    if (!reduced) {
+      out.push_back(c.in_shape(0)[i]);
+    } else if (keepdims) {
+      out.push_back(SymDim::Const(1));
+    }
+  }
+  c.SetOutput(0, c.in_dtype(0), out);
+  return absl::OkStatus();
+}
+
+// Normalises attribute "axis" (default `fallback`) against the rank of input 0.
+absl::StatusOr<int> NormaliseAxis(InferContext& c, int64_t fallback) {
+  auto axis = c.Axis(c.node().attr_int("axis", fallback), c.in_rank(0));
+  if (axis.ok()) c.node().attrs["axis"] = int64_t{*axis};
+  return axis;
+}
+
+absl::Status ArgReduce(InferContext& c) {
+  if (auto s = c.ExpectInputs(1, 1); !s.ok()) return s;
+  auto axis = NormaliseAxis(c, 0);
+  if (!axis.ok()) return axis.status();
+  SymShape out = c.in_shape(0);
+  if (c.node().attr_int("keepdims", 1) != 0) {
+    out[*axis] = SymDim::Const(1);
+  } else {
+    out.erase(out.begin() + *axis);
+  }
+  c.SetOutput(0, DType::kInt64, out);
+  return absl::OkStatus();
+}
+
+absl::Status SoftmaxLike(InferContext& c) {
+  if (auto s = c.ExpectInputs(1, 1); !s.ok()) return s;
+  Node& n = c.node();
+  int rank = c.in_rank(0);
+  if (!n.has_attr("axis_end")) {
+    // Before opset 13 the input is coerced to 2D at `axis`: the op spans every later axis.
+    bool coerce_2d = n.opset < 13;
+    auto axis = NormaliseAxis(c, coerce_2d ? 1 : -1);
+    if (!axis.ok()) return axis.status();
+    n.attrs["axis_end"] = int64_t{coerce_2d ? rank : *axis + 1};
+  }
+  c.SetOutput(0, c.in_dtype(0), c.in_shape(0));
+  return absl::OkStatus();
+}
+
+absl::Status LayerNormalization(InferContext& c) {
+  if (auto s = c.ExpectInputs(2, 3); !s.ok()) return s;
+  auto axis = NormaliseAxis(c, -1);
+  if (!axis.ok()) return axis.status();
+  if (!IsFloat(c.in_dtype(0))) return c.Error("X must be floating point");
+  SymShape stats = c.in_shape(0);
+  for (size_t i = *axis; i < stats.size(); ++i) stats[i] = SymDim::Const(1);
+  auto stash = DTypeFromOnnx(static_cast<int32_t>(c.node().attr_int("stash_type", 1)));
+  if (!stash.ok() || !IsFloat(*stash)) return c.Error("unsupported stash_type");
+  c.SetOutput(0, c.in_dtype(0), c.in_shape(0));
+  c.SetOutput(1, *stash, stats);
+  c.SetOutput(2, *stash, stats);
+  return absl::OkStatus();
+}
+
+absl::Status InstanceNormalization(InferContext& c) {
+  if (auto s = c.ExpectInputs(3, 3); !s.ok()) return s;
+  if (c.in_rank(0) < 2) return c.Error("input must have rank >= 2");
+  if (!IsFloat(c.in_dtype(0))) return c.Error("input must be floating point");
+  c.SetOutput(0, c.in_dtype(0), c.in_shape(0));
+  return absl::OkStatus();
+}
+
+absl::Status BatchNormalization(InferContext& c) {
+  if (auto s = c.ExpectInputs(5, 5); !s.ok()) return s;
+  if (c.in_rank(0) < 2) return c.Error("input must have rank >= 2");
+  if (!IsFloat(c.in_dtype(0))) return c.Error("input must be floating point");
+  if (c.node().attr_int("training_mode", 0) != 0) return c.Error("training mode is not supported");
+  for (size_t i = 1; i < c.num_outputs(); ++i) {
+    if (c.has_output(i)) return c.Error("training outputs are not supported");
+  }
+  c.SetOutput(0, c.in_dtype(0), c.in_shape(0));
+  return absl::OkStatus();
+}
+
+absl::Status TopK(InferContext& c) {
+  if (auto s = c.ExpectInputs(1, 2); !s.ok()) return s;
+  Node& n = c.node();
+  if (c.has_input(1)) {
+    auto k = c.StaticInts(1, "K");
+    if (!k.ok()) return k.status();
+    if (k->size() != 1) return c.Error("K must hold one value");
+    n.attrs["k"] = (*k)[0];
+    c.TruncateInputs(1);
+  }
+  auto axis = NormaliseAxis(c, -1);
+  if (!axis.ok()) return axis.status();
+  SymShape out = c.in_shape(0);
+  int64_t k = n.attr_int("k", -1);
+  if (k < 0 || (out[*axis].IsStatic() && k > out[*axis].coef)) {
+    return c.Error(absl::StrCat("K=", k, " is out of range"));
+  }
+  out[*axis] = SymDim::Const(k);
+  c.SetOutput(0, c.in_dtype(0), out);
+  c.SetOutput(1, DType::kInt64, out);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterReductionShapes(OpRegistry& r) {
+  for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
+                         "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+                         "ReduceSumSquare"}) {
+    r.Register(op, Reduce);
+  }
+  r.Register("ArgMax", ArgReduce);
+  r.Register("ArgMin", ArgReduce);
+  for (const char* op : {"Softmax", "LogSoftmax", "Hardmax"}) r.Register(op, SoftmaxLike);
+  r.Register("LayerNormalization", LayerNormalization);
+  r.Register("InstanceNormalization", InstanceNormalization);
+  r.Register("BatchNormalization", BatchNormalization);
+  r.Register("TopK", TopK);
+}
 
 }  // namespace cuvil::ir

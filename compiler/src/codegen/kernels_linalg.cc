@@ -1,0 +1,109 @@
+// Code generation for Gemm and MatMul: a row-streaming loop nest whose innermost loop runs over
+// contiguous output and B columns, so LLVM vectorises it with FMA.
+#include "codegen/kernel_context.h"
+
+namespace cuvil::codegen {
+namespace {
+
+struct MatrixView {
+  llvm::Value* base;
+  llvm::Value* offset;      // Element offset of this matrix.
+  llvm::Value* row_stride;  // Elements between consecutive rows.
+  llvm::Value* col_stride;  // Elements between consecutive columns.
+};
+
+// out[m, n] = sum_k a[m, k] * b[k, n] for one matrix; out rows are contiguous with stride n_dim.
+void EmitMatrixProduct(KernelContext& k, DType d, const MatrixView& a, const MatrixView& b,
+                       llvm::Value* out, llvm::Value* out_offset, llvm::Value* m_dim,
+                       llvm::Value* n_dim, llvm::Value* k_dim) {
+  auto& bl = k.b();
+  k.For(k.I64(0), m_dim, [&](llvm::Value* m) {
+    llvm::Value* row = bl.CreateAdd(out_offset, bl.CreateMul(m, n_dim));
+    k.For(k.I64(0), n_dim, [&](llvm::Value* n) { k.Store(d, out, bl.CreateAdd(row, n), k.Const(d, 0)); });
+    k.For(k.I64(0), k_dim, [&](llvm::Value* kk) {
+      llvm::Value* a_idx = bl.CreateAdd(a.offset, bl.CreateAdd(bl.CreateMul(m, a.row_stride),
+                                                               bl.CreateMul(kk, a.col_stride)));
+      llvm::Value* av = k.Load(d, a.base, a_idx);
+      llvm::Value* b_row = bl.CreateAdd(b.offset, bl.CreateMul(kk, b.row_stride));
+      k.For(k.I64(0), n_dim, [&](llvm::Value* n) {
+        llvm::Value* bv = k.Load(d, b.base, bl.CreateAdd(b_row, bl.CreateMul(n, b.col_stride)));
+        llvm::Value* o = bl.CreateAdd(row, n);
+        k.Store(d, out, o, k.Add(d, k.Load(d, out, o), k.Mul(d, av, bv)));
+      });
+    });
+  });
+}
+
+absl::Status Gemm(KernelContext& k) {
+  DType d = k.out_dtype(0);
+  const ir::Node& node = k.node();
+  bool trans_a = node.attr_int("transA", 0) != 0;
+  bool trans_b = node.attr_int("transB", 0) != 0;
+  double alpha = node.attr_float("alpha", 1.0f), beta = node.attr_float("beta", 1.0f);
+  Idx a_dims = k.Dims(k.in_shape(0)), b_dims = k.Dims(k.in_shape(1));
+  llvm::Value* m_dim = trans_a ? a_dims[1] : a_dims[0];
+  llvm::Value* k_dim = trans_a ? a_dims[0] : a_dims[1];
+  llvm::Value* n_dim = trans_b ? b_dims[0] : b_dims[1];
+  llvm::Value* one = k.I64(1);
+  MatrixView a{k.in(0), k.I64(0), trans_a ? one : a_dims[1], trans_a ? a_dims[1] : one};
+  MatrixView b{k.in(1), k.I64(0), trans_b ? one : b_dims[1], trans_b ? b_dims[1] : one};
+  EmitMatrixProduct(k, d, a, b, k.out(0), k.I64(0), m_dim, n_dim, k_dim);
+  bool has_c = k.has_input(2) && beta != 0;
+  if (alpha == 1.0 && !has_c) return absl::OkStatus();
+  const SymShape& out_shape = k.out_shape(0);
+  Idx c_strides = has_c ? k.BroadcastStrides(k.in_shape(2), out_shape) : Idx{};
+  auto& bl = k.b();
+  k.ForNest(k.Dims(out_shape), [&](const Idx& idx) {
+    llvm::Value* o = bl.CreateAdd(bl.CreateMul(idx[0], n_dim), idx[1]);
+    llvm::Value* v = k.Load(d, k.out(0), o);
+    if (alpha != 1.0) v = k.Mul(d, v, k.Const(d, alpha));
+    if (has_c) {
+      llvm::Value* cv = k.Load(d, k.in(2), k.Offset(idx, c_strides));
+      if (beta != 1.0) cv = k.Mul(d, cv, k.Const(d, beta));
+      v = k.Add(d, v, cv);
+    }
+    k.Store(d, k.out(0), o, v);
+  });
+  return absl::OkStatus();
+}
+
+absl::Status MatMul(KernelContext& k) {
+  DType d = k.out_dtype(0);
+  SymShape a = k.in_shape(0), b = k.in_shape(1);
+  if (a.size() == 1) a.insert(a.begin(), SymDim::Const(1));
+  if (b.size() == 1) b.push_back(SymDim::Const(1));
+  SymShape a_batch(a.begin(), a.end() - 2), b_batch(b.begin(), b.end() - 2);
+  SymShape out_batch = a_batch.size() >= b_batch.size() ? a_batch : b_batch;
+  for (size_t i = 0; i < out_batch.size(); ++i) {
+    // Broadcast: a 1 in either operand takes the other's extent.
+    size_t ai = i + a_batch.size() - out_batch.size(), bi = i + b_batch.size() - out_batch.size();
+    if (i >= out_batch.size() - a_batch.size() && !(a_batch[ai] == SymDim::Const(1))) out_batch[i] = a_batch[ai];
+    if (i >= out_batch.size() - b_batch.size() && !(b_batch[bi] == SymDim::Const(1))) out_batch[i] = b_batch[bi];
+  }
+  llvm::Value* m_dim = k.Dim(a[a.size() - 2]);
+  llvm::Value* k_dim = k.Dim(a.back());
+  llvm::Value* n_dim = k.Dim(b.back());
+  auto& bl = k.b();
+  llvm::Value* a_mat = bl.CreateMul(m_dim, k_dim);
+  llvm::Value* b_mat = bl.CreateMul(k_dim, n_dim);
+  llvm::Value* o_mat = bl.CreateMul(m_dim, n_dim);
+  Idx a_strides = k.BroadcastStrides(a_batch, out_batch);
+  Idx b_strides = k.BroadcastStrides(b_batch, out_batch);
+  Idx o_strides = k.Strides(out_batch);
+  k.ForNest(k.Dims(out_batch), [&](const Idx& idx) {
+    MatrixView av{k.in(0), bl.CreateMul(k.Offset(idx, a_strides), a_mat), k_dim, k.I64(1)};
+    MatrixView bv{k.in(1), bl.CreateMul(k.Offset(idx, b_strides), b_mat), n_dim, k.I64(1)};
+    EmitMatrixProduct(k, d, av, bv, k.out(0), bl.CreateMul(k.Offset(idx, o_strides), o_mat), m_dim,
+                      n_dim, k_dim);
+  });
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterLinalgKernels(KernelRegistry& r) {
+  r.Register("Gemm", Gemm);
+  r.Register("MatMul", MatMul);
+}
+
+}  // namespace cuvil::codegen
