@@ -1,2 +1,91 @@
-// placeholder replaced below
+// Integration tests of compiled models in JIT namespaces: symbolic batch, isolation of versions
+// with identical symbol names, unloading, and the redirectable function table.
+#include "cuvil/jitcache/jit_engine.h"
+
+#include "cuvil/compiler/compiler.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "test_models.h"
+
+namespace cuvil {
+namespace {
+
+CompiledModel MustCompile(const std::string& bytes) {
+  auto m = CompileOnnxBytes(bytes);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return std::move(*m);
+}
+
+HostTensor Filled(int64_t batch, int64_t width, float start) {
+  HostTensor t(DType::kFloat32, {batch, width});
+  for (int64_t i = 0; i < t.num_elements(); ++i) t.data_as<float>()[i] = start + static_cast<float>(i);
+  return t;
+}
+
+TEST(JitEngineTest, OneCompileServesEveryBatchSize) {
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto loaded = (*engine)->Load("add/1", MustCompile(testing::BinaryWithConstant("Add", 8, 0.5f)));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  for (int64_t batch : {1, 3, 7, 64}) {
+    HostTensor x = Filled(batch, 8, 1.0f);
+    auto out = (*loaded)->Run({x});
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_EQ((*out)[0].shape(), (std::vector<int64_t>{batch, 8}));
+    for (int64_t i = 0; i < x.num_elements(); ++i) {
+      ASSERT_FLOAT_EQ((*out)[0].data_as<float>()[i], x.data_as<float>()[i] + 0.5f);
+    }
+  }
+}
+
+TEST(JitEngineTest, VersionsWithIdenticalSymbolsAreIsolated) {
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok());
+  auto v1 = (*engine)->Load("model/1", MustCompile(testing::BinaryWithConstant("Add", 4, 10.0f)));
+  auto v2 = (*engine)->Load("model/2", MustCompile(testing::BinaryWithConstant("Mul", 4, 10.0f)));
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  EXPECT_NE((*v1)->entry(), (*v2)->entry());
+  EXPECT_THAT((*engine)->Namespaces(), ::testing::ElementsAre("model/1", "model/2"));
+  HostTensor x = Filled(2, 4, 1.0f);
+  EXPECT_FLOAT_EQ((*(*v1)->Run({x}))[0].data_as<float>()[0], 11.0f);
+  EXPECT_FLOAT_EQ((*(*v2)->Run({x}))[0].data_as<float>()[0], 10.0f);
+
+  // Unloading version 1 leaves version 2 serving, and the name can be reused.
+  v1->reset();
+  EXPECT_THAT((*engine)->Namespaces(), ::testing::ElementsAre("model/2"));
+  EXPECT_FLOAT_EQ((*(*v2)->Run({x}))[0].data_as<float>()[3], 40.0f);
+  auto again = (*engine)->Load("model/1", MustCompile(testing::BinaryWithConstant("Sub", 4, 1.0f)));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FLOAT_EQ((*(*again)->Run({x}))[0].data_as<float>()[0], 0.0f);
+}
+
+TEST(JitEngineTest, DuplicateNamespaceIsRejectedWithoutHarm) {
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok());
+  auto first = (*engine)->Load("m/1", MustCompile(testing::BinaryWithConstant("Add", 4, 1.0f)));
+  ASSERT_TRUE(first.ok());
+  auto dup = (*engine)->Load("m/1", MustCompile(testing::BinaryWithConstant("Add", 4, 2.0f)));
+  EXPECT_EQ(dup.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_FLOAT_EQ((*(*first)->Run({Filled(1, 4, 0.0f)}))[0].data_as<float>()[0], 1.0f);
+}
+
+TEST(JitEngineTest, FunctionTableRedirectsKernels) {
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok());
+  auto add = (*engine)->Load("add/1", MustCompile(testing::BinaryWithConstant("Add", 4, 3.0f)));
+  auto mul = (*engine)->Load("mul/1", MustCompile(testing::BinaryWithConstant("Mul", 4, 100.0f)));
+  ASSERT_TRUE(add.ok() && mul.ok());
+  ASSERT_EQ((*add)->model().kernels.size(), 1u);
+  HostTensor x = Filled(1, 4, 2.0f);
+  // Both kernels share the signature (args, batch); pointing add's slot at mul's body and back
+  // is what a hot patch and its rollback do. The new body reads add's operands: 2 * 3.
+  void* original = (*add)->function_table()[0];
+  __atomic_store_n(&(*add)->function_table()[0], (*mul)->function_table()[0], __ATOMIC_RELEASE);
+  EXPECT_FLOAT_EQ((*(*add)->Run({x}))[0].data_as<float>()[0], 6.0f);
+  __atomic_store_n(&(*add)->function_table()[0], original, __ATOMIC_RELEASE);
+  EXPECT_FLOAT_EQ((*(*add)->Run({x}))[0].data_as<float>()[0], 5.0f);
+}
+
+}  // namespace
+}  // namespace cuvil

@@ -48,11 +48,13 @@ void StridedCopy(KernelContext& k, DType d, llvm::Value* dst, llvm::Value* src, 
   size_t r = extents.size();
   Idx dst_strides = ContiguousStrides(k, extents);
   if (r > 0 && IsConstant(src_strides[r - 1], 1)) {
+    // Contiguous source rows: one memcpy per row of the innermost extent.
     Idx outer(extents.begin(), extents.end() - 1);
+    Idx from_strides(src_strides.begin(), src_strides.end() - 1);
+    Idx to_strides(dst_strides.begin(), dst_strides.end() - 1);
     k.ForNest(outer, [&](const Idx& idx) {
-      Idx s(src_strides.begin(), src_strides.end() - 1), t(dst_strides.begin(), dst_strides.end() - 1);
-      llvm::Value* from = k.b().CreateAdd(base, k.Offset(idx, s));
-      k.Memcpy(k.ElemPtr(d, dst, k.Offset(idx, t)), k.ElemPtr(d, src, from), extents[r - 1], d);
+      llvm::Value* from = k.b().CreateAdd(base, k.Offset(idx, from_strides));
+      k.Memcpy(k.ElemPtr(d, dst, k.Offset(idx, to_strides)), k.ElemPtr(d, src, from), extents[r - 1], d);
     });
     return;
   }

@@ -12,9 +12,6 @@ namespace {
 
 using Ints = std::vector<int64_t>;
 
-int64_t FloorDiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
-int64_t CeilDiv(int64_t a, int64_t b) { return -FloorDiv(-a, b); }
-
 int64_t Product(const Ints& v) {
   int64_t p = 1;
   for (int64_t x : v) p *= x;
@@ -72,73 +69,119 @@ llvm::Value* InRange(KernelContext& k, llvm::Value* pos, int64_t size) {
   return k.b().CreateICmpULT(pos, k.I64(size));
 }
 
-// Conv. Loop order n, oc, output row: the row is initialised with the bias, then every
-// (ic, kernel tap) adds a scaled input row into it. The innermost loop walks one output row
-// contiguously with compile-time bounds (padding clipped per tap), so LLVM vectorises it.
+// Largest divisor of n that is <= limit (at least 1).
+int64_t LargestDivisor(int64_t n, int64_t limit) {
+  for (int64_t d = std::min(n, limit); d > 1; --d) {
+    if (n % d == 0) return d;
+  }
+  return 1;
+}
+
+// Tuning: output positions per tile (y tile stays in L1), bytes of the gathered input tile (stays
+// in L2), and reduction rows unrolled into one pass over a y tile (FMAs per y load/store).
+constexpr int64_t kTilePositions = 1024;
+constexpr int64_t kColBytes = 128 * 1024;
+constexpr int64_t kUnroll = 16;
+
+// Conv, per (n, group), as Y[m][p] = bias[m] + sum_r W[m][r] * B[r][p] where p runs over output
+// positions and r over (input channel, kernel tap). B is X itself for pointwise convs, otherwise
+// an im2col tile gathered with the zero padding applied, so the hot loop has no bounds checks.
+// The innermost loop runs over contiguous output positions with kUnroll reduction rows unrolled,
+// which LLVM vectorises. (A packed GEMM with register blocking over m replaces this later.)
 absl::Status EmitConv(KernelContext& k) {
   DType dt = k.in_dtype(0);
   auto& b = k.b();
   Window w = ReadWindow(k);
+  size_t last = w.rank() - 1;
   int64_t group = k.node().attr_int("group", 1);
   int64_t C = k.in_shape(0)[1].coef, M = k.out_shape(0)[1].coef;
-  int64_t Cg = C / group, Mg = M / group, k_plane = Product(w.kernel);
-  Ints k_strides = RowMajorStrides(w.kernel);
-  bool pointwise = std::all_of(w.kernel.begin(), w.kernel.end(), [](int64_t v) { return v == 1; }) &&
-                   std::all_of(w.strides.begin(), w.strides.end(), [](int64_t v) { return v == 1; }) &&
-                   std::all_of(w.pads.begin(), w.pads.end(), [](int64_t v) { return v == 0; });
-  if (pointwise) {
-    // A 1x1 stride-1 unpadded conv treats each plane as one long row: longer vector loops.
-    int64_t plane = Product(w.in);
-    w = Window{{plane}, {plane}, {1}, {1}, {1}, {0, 0}};
-  }
-  size_t r = w.rank(), last = r - 1;
-  int64_t in_plane = Product(w.in), out_plane = Product(w.out);
-  Ints in_strides = RowMajorStrides(w.in), out_strides = RowMajorStrides(w.out);
-  Idx outer_out = Consts(k, Ints(w.out.begin(), w.out.end() - 1));
-  Idx outer_k = Consts(k, Ints(w.kernel.begin(), w.kernel.end() - 1));
-  int64_t ow_size = w.out[last], iw_size = w.in[last], s = w.strides[last];
+  int64_t Cg = C / group, Mg = M / group, K = Product(w.kernel), R = Cg * K;
+  int64_t P = Product(w.out), OW = w.out[last], rows = P / OW, in_plane = Product(w.in);
+  auto all = [](const Ints& v, int64_t x) {
+    return std::all_of(v.begin(), v.end(), [x](int64_t e) { return e == x; });
+  };
+  bool pointwise = all(w.kernel, 1) && all(w.strides, 1) && all(w.pads, 0);
+  int64_t esize = DTypeSize(dt);
+  int64_t tile_rows = std::clamp<int64_t>(kTilePositions / OW, 1, rows);
+  int64_t T = tile_rows * OW, tiles = (rows + tile_rows - 1) / tile_rows;
+  int64_t U = LargestDivisor(R, kUnroll);
+  int64_t Rb = pointwise ? R : U * LargestDivisor(R / U, std::max<int64_t>(1, kColBytes / (T * esize * U)));
+  Ints k_strides = RowMajorStrides(w.kernel), in_strides = RowMajorStrides(w.in);
+  Ints outer_out(w.out.begin(), w.out.end() - 1);
+  Ints row_strides = RowMajorStrides(outer_out);
+  llvm::Value* col = pointwise ? nullptr : k.AllocHeap(k.I64(Rb * T * esize));
 
   k.For(k.I64(0), k.Dim(k.in_shape(0)[0]), [&](llvm::Value* n) {
     k.For(k.I64(0), k.I64(group), [&](llvm::Value* g) {
-      k.For(k.I64(0), k.I64(Mg), [&](llvm::Value* mm) {
-        llvm::Value* m = b.CreateAdd(b.CreateMul(g, k.I64(Mg)), mm);
-        llvm::Value* y_plane = b.CreateMul(b.CreateAdd(b.CreateMul(n, k.I64(M)), m), k.I64(out_plane));
-        llvm::Value* bias = k.has_input(2) ? k.Load(dt, k.in(2), m) : k.Const(dt, 0);
-        k.ForNest(outer_out, [&](const Idx& o) {
-          llvm::Value* y_row = Linear(k, y_plane, o, out_strides);
-          k.For(k.I64(0), k.I64(ow_size), [&](llvm::Value* ow) {
-            k.Store(dt, k.out(0), b.CreateAdd(y_row, ow), bias);
-          });
-          k.For(k.I64(0), k.I64(Cg), [&](llvm::Value* c) {
-            llvm::Value* ic = b.CreateAdd(b.CreateMul(g, k.I64(Cg)), c);
-            llvm::Value* x_row = b.CreateMul(b.CreateAdd(b.CreateMul(n, k.I64(C)), ic), k.I64(in_plane));
-            llvm::Value* w_row =
-                b.CreateMul(b.CreateAdd(b.CreateMul(m, k.I64(Cg)), c), k.I64(k_plane));
-            k.ForNest(outer_k, [&](const Idx& kk) {
-              // Outer spatial dims: skip taps whose whole input row lies in the padding.
-              llvm::Value* inside = b.getTrue();
-              llvm::Value* x_off = x_row;
-              for (size_t j = 0; j < last; ++j) {
-                llvm::Value* pos = w.InputPos(k, j, o[j], kk[j]);
-                inside = b.CreateAnd(inside, InRange(k, pos, w.in[j]));
-                x_off = b.CreateAdd(x_off, b.CreateMul(pos, k.I64(in_strides[j])));
+      llvm::Value* x_group = b.CreateMul(b.CreateAdd(b.CreateMul(n, k.I64(C)), b.CreateMul(g, k.I64(Cg))),
+                                         k.I64(in_plane));
+      k.For(k.I64(0), k.I64(tiles), [&](llvm::Value* tile) {
+        llvm::Value* q0 = b.CreateMul(tile, k.I64(tile_rows));
+        llvm::Value* tr = b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, k.I64(tile_rows),
+                                                  b.CreateSub(k.I64(rows), q0));
+        llvm::Value* p0 = b.CreateMul(q0, k.I64(OW));
+        llvm::Value* pt = b.CreateMul(tr, k.I64(OW));
+        auto y_tile = [&](llvm::Value* mm) {
+          llvm::Value* m = b.CreateAdd(b.CreateMul(g, k.I64(Mg)), mm);
+          return b.CreateAdd(b.CreateMul(b.CreateAdd(b.CreateMul(n, k.I64(M)), m), k.I64(P)), p0);
+        };
+        k.For(k.I64(0), k.I64(Mg), [&](llvm::Value* mm) {
+          llvm::Value* y0 = y_tile(mm);
+          llvm::Value* bias = k.has_input(2) ? k.Load(dt, k.in(2), b.CreateAdd(b.CreateMul(g, k.I64(Mg)), mm))
+                                             : k.Const(dt, 0);
+          k.For(k.I64(0), pt, [&](llvm::Value* p) { k.Store(dt, k.out(0), b.CreateAdd(y0, p), bias); });
+        });
+        k.For(k.I64(0), k.I64(R / Rb), [&](llvm::Value* rb) {
+          llvm::Value* r0 = b.CreateMul(rb, k.I64(Rb));
+          if (!pointwise) {
+            // im2col: col[rr][qq*OW + ow] = X at (channel, tap) r0+rr and output position, or 0.
+            k.For(k.I64(0), k.I64(Rb), [&](llvm::Value* rr) {
+              llvm::Value* rabs = b.CreateAdd(r0, rr);
+              llvm::Value* t = b.CreateURem(rabs, k.I64(K));
+              llvm::Value* x_plane = b.CreateAdd(x_group, b.CreateMul(b.CreateUDiv(rabs, k.I64(K)), k.I64(in_plane)));
+              Idx kk;
+              for (size_t j = 0; j <= last; ++j) {
+                kk.push_back(b.CreateURem(b.CreateUDiv(t, k.I64(k_strides[j])), k.I64(w.kernel[j])));
               }
-              llvm::Value* w_off = Linear(k, w_row, kk, k_strides);
-              k.If(inside, [&] {
-                // Last dim unrolled per tap: iw = ow*s + shift, clipped to [0, iw_size).
-                for (int64_t kw = 0; kw < w.kernel[last]; ++kw) {
-                  int64_t shift = kw * w.dilations[last] - w.pads[last];
-                  int64_t lo = std::max<int64_t>(0, CeilDiv(-shift, s));
-                  int64_t hi = std::min(ow_size, FloorDiv(iw_size - 1 - shift, s) + 1);
-                  if (lo >= hi) continue;
-                  llvm::Value* wv = k.Load(dt, k.in(1), b.CreateAdd(w_off, k.I64(kw)));
-                  llvm::Value* x_base = b.CreateAdd(x_off, k.I64(shift));
-                  k.For(k.I64(lo), k.I64(hi), [&](llvm::Value* ow) {
-                    llvm::Value* yi = b.CreateAdd(y_row, ow);
-                    llvm::Value* xv = k.Load(dt, k.in(0), b.CreateAdd(x_base, b.CreateMul(ow, k.I64(s))));
-                    k.Store(dt, k.out(0), yi, k.Add(dt, k.Load(dt, k.out(0), yi), k.Mul(dt, wv, xv)));
-                  });
+              k.For(k.I64(0), tr, [&](llvm::Value* qq) {
+                llvm::Value* q = b.CreateAdd(q0, qq);
+                llvm::Value* inside_row = b.getTrue();
+                llvm::Value* x_row = x_plane;
+                for (size_t j = 0; j < last; ++j) {
+                  llvm::Value* o = b.CreateURem(b.CreateUDiv(q, k.I64(row_strides[j])), k.I64(outer_out[j]));
+                  llvm::Value* pos = w.InputPos(k, j, o, kk[j]);
+                  inside_row = b.CreateAnd(inside_row, InRange(k, pos, w.in[j]));
+                  x_row = b.CreateAdd(x_row, b.CreateMul(pos, k.I64(in_strides[j])));
                 }
+                llvm::Value* col_row = b.CreateAdd(b.CreateMul(rr, k.I64(T)), b.CreateMul(qq, k.I64(OW)));
+                k.For(k.I64(0), k.I64(OW), [&](llvm::Value* ow) {
+                  llvm::Value* pos = w.InputPos(k, last, ow, kk[last]);
+                  llvm::Value* inside = b.CreateAnd(inside_row, InRange(k, pos, w.in[last]));
+                  // Padding reads a safe dummy element and selects zero: branch-free, vectorisable.
+                  llvm::Value* v = k.Load(dt, k.in(0), b.CreateSelect(inside, b.CreateAdd(x_row, pos), k.I64(0)));
+                  k.Store(dt, col, b.CreateAdd(col_row, ow), b.CreateSelect(inside, v, k.Const(dt, 0)));
+                });
+              });
+            });
+          }
+          k.For(k.I64(0), k.I64(Mg), [&](llvm::Value* mm) {
+            llvm::Value* y0 = y_tile(mm);
+            llvm::Value* w_row = b.CreateMul(b.CreateAdd(b.CreateMul(g, k.I64(Mg)), mm), k.I64(R));
+            k.For(k.I64(0), k.I64(Rb / U), [&](llvm::Value* chunk) {
+              llvm::Value* rc = b.CreateMul(chunk, k.I64(U));  // relative to r0
+              std::vector<llvm::Value*> wv, src;
+              for (int64_t u = 0; u < U; ++u) {
+                llvm::Value* r = b.CreateAdd(rc, k.I64(u));
+                wv.push_back(k.Load(dt, k.in(1), b.CreateAdd(w_row, b.CreateAdd(r0, r))));
+                src.push_back(pointwise
+                                  ? k.ElemPtr(dt, k.in(0), b.CreateAdd(b.CreateAdd(x_group, b.CreateMul(b.CreateAdd(r0, r), k.I64(P))), p0))
+                                  : k.ElemPtr(dt, col, b.CreateMul(r, k.I64(T))));
+              }
+              k.For(k.I64(0), pt, [&](llvm::Value* p) {
+                llvm::Value* yi = b.CreateAdd(y0, p);
+                llvm::Value* acc = k.Load(dt, k.out(0), yi);
+                for (int64_t u = 0; u < U; ++u) acc = k.Add(dt, acc, k.Mul(dt, wv[u], k.Load(dt, src[u], p)));
+                k.Store(dt, k.out(0), yi, acc);
               });
             });
           });
@@ -146,6 +189,7 @@ absl::Status EmitConv(KernelContext& k) {
       });
     });
   });
+  if (col != nullptr) k.FreeHeap(col);
   return absl::OkStatus();
 }
 

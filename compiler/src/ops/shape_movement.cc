@@ -2,7 +2,8 @@
 // Pad, DepthToSpace, SpaceToDepth, ScatterND, Trilu, Resize/Upsample.
 //
 // Operands that decide output shapes (starts/ends, pads, repeats, sizes, ...) are folded into
-// attributes and the inputs dropped, so code generation sees one form per op. Concat, Gather,
+// attributes and the inputs dropped, so code generation sees one form per op (inference runs once
+// per imported node; the canonical form is meant for code generation, not for re-inference). Concat, Gather,
 // Slice, Split, Tile and Expand propagate known values, which folds PyTorch's shape arithmetic.
 #include <algorithm>
 #include <cmath>
@@ -164,8 +165,9 @@ absl::Status Split(InferContext& c) {
   return absl::OkStatus();
 }
 
-// Slice extent along one axis: static dims follow ONNX clamping exactly; symbolic extents (or
-// symbolic bounds) need step 1 and bounds that are representable without clamping.
+// Slice extent along one axis: static dims follow ONNX clamping exactly. Symbolic extents or
+// bounds need step 1 and a representable extent; they cannot be clamped, so the model's bounds are
+// trusted (e.g. pos_table[:seq] assumes seq <= the table length, as PyTorch does).
 struct SliceAxis {
   int64_t start = 0;
   int64_t step = 1;
@@ -182,9 +184,9 @@ absl::StatusOr<SliceAxis> ResolveSlice(InferContext& c, const SymDim& dim, SymDi
     if (step > 0) {
       s = std::clamp<int64_t>(s, 0, d);
       e = std::clamp<int64_t>(e, 0, d);
-    } else {
-      s = std::clamp<int64_t>(s, 0, d - 1);
-      e = std::clamp<int64_t>(e, -1, d - 1);
+    } else {  // Not std::clamp: d - 1 may be below the lower bound for empty axes.
+      s = std::min<int64_t>(std::max<int64_t>(s, 0), d - 1);
+      e = std::min<int64_t>(std::max<int64_t>(e, -1), d - 1);
     }
     int64_t n = step > 0 ? (e - s + step - 1) / step : (s - e - step - 1) / -step;
     return SliceAxis{s, step, SymDim::Const(std::max<int64_t>(n, 0))};
@@ -209,11 +211,6 @@ absl::Status Slice(InferContext& c) {
   Node& node = c.node();
   int rank = c.in_rank(0);
   const SymShape& in = c.in_shape(0);
-  // The canonical form (one input, full-rank "starts" and "steps") was resolved already.
-  if (c.num_inputs() == 1 && node.has_attr("steps") && c.has_output(0) && node.outputs[0]->type.shape_known) {
-    c.SetOutput(0, c.in_dtype(0), node.outputs[0]->type.shape);
-    return absl::OkStatus();
-  }
   std::vector<SymDim> starts, ends;
   std::vector<int64_t> axes, steps;
   if (node.opset < 10) {
@@ -286,11 +283,9 @@ absl::Status Gather(InferContext& c) {
   // Gathering from known values (typically a Shape result) yields known values.
   const auto* k = SmallKnown(c, 0);
   if (k == nullptr) return absl::OkStatus();
+  // Runtime indices are fine for code generation, so they never force a binding.
   const auto* idx = SmallKnown(c, 1);
-  if (idx == nullptr) {
-    if (!c.input(1)->is_graph_input) return absl::OkStatus();
-    return c.Known(1, "indices").status();
-  }
+  if (idx == nullptr) return absl::OkStatus();
   int64_t outer = Product(data, 0, *axis).coef, len = data[*axis].coef;
   int64_t inner = Product(data, *axis + 1, data.size()).coef;
   std::vector<SymDim> known;
@@ -331,10 +326,6 @@ absl::Status Tile(InferContext& c) {
 
 absl::Status Expand(InferContext& c) {
   if (auto s = c.ExpectInputs(1, 2); !s.ok()) return s;
-  if (c.num_inputs() == 1 && c.has_output(0) && c.node().outputs[0]->type.shape_known) {
-    c.SetOutput(0, c.in_dtype(0), c.node().outputs[0]->type.shape);  // Already canonical.
-    return absl::OkStatus();
-  }
   auto shape = c.Known(1, "shape");
   if (!shape.ok()) return shape.status();
   auto out = BroadcastShapes(c.in_shape(0), *shape);
@@ -462,10 +453,6 @@ absl::Status Resize(InferContext& c) {
   Node& node = c.node();
   int rank = c.in_rank(0);
   const SymShape& in = c.in_shape(0);
-  if (c.num_inputs() == 1 && c.has_output(0) && node.outputs[0]->type.shape_known) {
-    c.SetOutput(0, c.in_dtype(0), node.outputs[0]->type.shape);  // Already canonical.
-    return absl::OkStatus();
-  }
   bool legacy = node.op_type == "Upsample" || node.opset < 11;
   std::string mode = node.attr_string("mode", "nearest");
   if (mode == "bilinear" || mode == "trilinear") mode = "linear";
