@@ -132,6 +132,19 @@ absl::Status PRelu(InferContext& c) {
   return absl::OkStatus();
 }
 
+// Neg and Abs also appear in shape arithmetic (ONNX function expansions negate axes).
+absl::Status IntegerUnary(InferContext& c) {
+  if (auto s = Unary(c); !s.ok()) return s;
+  bool neg = c.node().op_type == "Neg";
+  if (IsInteger(c.in_dtype(0))) {
+    PropagateKnown(c, [neg](const std::vector<SymDim>& a) -> std::optional<SymDim> {
+      if (neg) return SymDim{-a[0].coef, a[0].power};
+      return SymDim{a[0].coef < 0 ? -a[0].coef : a[0].coef, a[0].power};
+    });
+  }
+  return absl::OkStatus();
+}
+
 absl::Status BoolUnary(InferContext& c) {
   if (auto s = c.ExpectInputs(1, 1); !s.ok()) return s;
   c.SetOutput(0, DType::kBool, c.in_shape(0));
@@ -148,6 +161,8 @@ void RegisterElementwiseShapes(OpRegistry& r) {
         "Softsign", "Erf", "Sign", "ThresholdedRelu", "Mish", "Gelu", "Not"}) {
     r.Register(op, Unary);
   }
+  r.Register("Neg", IntegerUnary);
+  r.Register("Abs", IntegerUnary);
   r.Register("IsNaN", BoolUnary);
   r.Register("IsInf", BoolUnary);
   r.Register("Add", Binary(false, [](SymDim a, SymDim b) { return SymAdd(a, b); }));
