@@ -24,6 +24,14 @@ Ints RowMajorStrides(const Ints& dims) {
   return s;
 }
 
+// Largest divisor of n that is <= limit (at least 1).
+int64_t LargestDivisor(int64_t n, int64_t limit) {
+  for (int64_t d = std::min(n, limit); d > 1; --d) {
+    if (n % d == 0) return d;
+  }
+  return 1;
+}
+
 Ints StaticSpatial(const SymShape& shape) {
   Ints out;
   for (size_t d = 2; d < shape.size(); ++d) out.push_back(shape[d].coef);
@@ -36,32 +44,22 @@ Idx Consts(KernelContext& k, const Ints& v) {
   return out;
 }
 
+// i * scale + offset, the shape of nearly every index computation here.
+llvm::Value* Affine(KernelContext& k, llvm::Value* i, int64_t scale, llvm::Value* offset) {
+  return k.b().CreateAdd(k.b().CreateMul(i, k.I64(scale)), offset);
+}
+
 // base + sum(idx[j] * strides[j]) over the first idx.size() dims.
 llvm::Value* Linear(KernelContext& k, llvm::Value* base, const Idx& idx, const Ints& strides) {
-  for (size_t j = 0; j < idx.size(); ++j) {
-    base = k.b().CreateAdd(base, k.b().CreateMul(idx[j], k.I64(strides[j])));
-  }
+  for (size_t j = 0; j < idx.size(); ++j) base = Affine(k, idx[j], strides[j], base);
   return base;
 }
 
-// Window geometry over the spatial dims; pads is [begin..., end...].
-struct Window {
-  Ints in, out, kernel, strides, dilations, pads;
-
-  size_t rank() const { return in.size(); }
-  // Input coordinate of output coordinate o and kernel tap kk along dim j (Conv / pools).
-  llvm::Value* InputPos(KernelContext& k, size_t j, llvm::Value* o, llvm::Value* kk) const {
-    auto& b = k.b();
-    return b.CreateAdd(b.CreateMul(o, k.I64(strides[j])),
-                       b.CreateAdd(b.CreateMul(kk, k.I64(dilations[j])), k.I64(-pads[j])));
-  }
-};
-
-Window ReadWindow(KernelContext& k) {
-  const ir::Node& n = k.node();
-  Window w{StaticSpatial(k.in_shape(0)), StaticSpatial(k.out_shape(0)), n.attr_ints("kernel_shape"),
-           n.attr_ints("strides"), n.attr_ints("dilations"), n.attr_ints("pads")};
-  return w;
+// Coordinate j of flat index `flat` in a row-major space with `strides` and `dims`.
+llvm::Value* Coord(KernelContext& k, llvm::Value* flat, const Ints& strides, const Ints& dims,
+                   size_t j) {
+  auto& b = k.b();
+  return b.CreateURem(b.CreateUDiv(flat, k.I64(strides[j])), k.I64(dims[j]));
 }
 
 // True (i1) when 0 <= pos < size; one unsigned compare covers both bounds.
@@ -69,118 +67,162 @@ llvm::Value* InRange(KernelContext& k, llvm::Value* pos, int64_t size) {
   return k.b().CreateICmpULT(pos, k.I64(size));
 }
 
-// Largest divisor of n that is <= limit (at least 1).
-int64_t LargestDivisor(int64_t n, int64_t limit) {
-  for (int64_t d = std::min(n, limit); d > 1; --d) {
-    if (n % d == 0) return d;
+// Window geometry over the spatial dims; pads is [begin..., end...].
+struct Window {
+  Ints in, out, kernel, strides, dilations, pads;
+
+  size_t rank() const { return in.size(); }
+  // Input coordinate of output coordinate o and kernel tap kk along dim j. ConvTranspose uses the
+  // same map with the roles of input and output swapped.
+  llvm::Value* InputPos(KernelContext& k, size_t j, llvm::Value* o, llvm::Value* kk) const {
+    return Affine(k, o, strides[j], Affine(k, kk, dilations[j], k.I64(-pads[j])));
   }
-  return 1;
+};
+
+Window ReadWindow(KernelContext& k) {
+  const ir::Node& n = k.node();
+  return Window{StaticSpatial(k.in_shape(0)), StaticSpatial(k.out_shape(0)),
+                n.attr_ints("kernel_shape"),  n.attr_ints("strides"),
+                n.attr_ints("dilations"),     n.attr_ints("pads")};
 }
 
-// Tuning: output positions per tile (y tile stays in L1), bytes of the gathered input tile (stays
+// Tuning: output positions per tile (a y tile stays in L1), bytes of the gathered input tile (stays
 // in L2), and reduction rows unrolled into one pass over a y tile (FMAs per y load/store).
 constexpr int64_t kTilePositions = 1024;
 constexpr int64_t kColBytes = 128 * 1024;
 constexpr int64_t kUnroll = 16;
 
-// Conv, per (n, group), as Y[m][p] = bias[m] + sum_r W[m][r] * B[r][p] where p runs over output
-// positions and r over (input channel, kernel tap). B is X itself for pointwise convs, otherwise
-// an im2col tile gathered with the zero padding applied, so the hot loop has no bounds checks.
-// The innermost loop runs over contiguous output positions with kUnroll reduction rows unrolled,
-// which LLVM vectorises. (A packed GEMM with register blocking over m replaces this later.)
-absl::Status EmitConv(KernelContext& k) {
-  DType dt = k.in_dtype(0);
-  auto& b = k.b();
-  Window w = ReadWindow(k);
-  size_t last = w.rank() - 1;
-  int64_t group = k.node().attr_int("group", 1);
-  int64_t C = k.in_shape(0)[1].coef, M = k.out_shape(0)[1].coef;
-  int64_t Cg = C / group, Mg = M / group, K = Product(w.kernel), R = Cg * K;
-  int64_t P = Product(w.out), OW = w.out[last], rows = P / OW, in_plane = Product(w.in);
-  auto all = [](const Ints& v, int64_t x) {
-    return std::all_of(v.begin(), v.end(), [x](int64_t e) { return e == x; });
-  };
-  bool pointwise = all(w.kernel, 1) && all(w.strides, 1) && all(w.pads, 0);
-  int64_t esize = DTypeSize(dt);
-  int64_t tile_rows = std::clamp<int64_t>(kTilePositions / OW, 1, rows);
-  int64_t T = tile_rows * OW, tiles = (rows + tile_rows - 1) / tile_rows;
-  int64_t U = LargestDivisor(R, kUnroll);
-  int64_t Rb = pointwise ? R : U * LargestDivisor(R / U, std::max<int64_t>(1, kColBytes / (T * esize * U)));
-  Ints k_strides = RowMajorStrides(w.kernel), in_strides = RowMajorStrides(w.in);
-  Ints outer_out(w.out.begin(), w.out.end() - 1);
-  Ints row_strides = RowMajorStrides(outer_out);
-  llvm::Value* col = pointwise ? nullptr : k.AllocHeap(k.I64(Rb * T * esize));
+// Conv is computed per (n, group) as Y[m][p] = bias[m] + sum_r W[m][r] * B[r][p]: p runs over
+// output positions, r over (input channel, kernel tap), and W's [M, C/group, kernel...] layout is
+// already W[m][r]. B is X itself for pointwise convs, otherwise an im2col tile gathered with the
+// zero padding applied, so the hot loop has no bounds checks. (A packed GEMM comes later.)
+struct ConvPlan {
+  Window w;
+  DType dt;
+  int64_t group, C, M, Cg, Mg;
+  int64_t K, R;         // kernel taps, reduction rows (Cg * K)
+  int64_t P, OW, rows;  // output positions = rows * OW (rows: all but the last spatial dim)
+  int64_t in_plane;
+  bool pointwise;        // 1x1, stride 1, no padding: B is X
+  int64_t tile_rows, T;  // output rows / positions per tile
+  int64_t U, Rb;         // rows unrolled per pass, rows per im2col block (U | Rb | R)
+};
 
+ConvPlan PlanConv(KernelContext& k) {
+  ConvPlan c;
+  c.w = ReadWindow(k);
+  c.dt = k.in_dtype(0);
+  c.group = k.node().attr_int("group", 1);
+  c.C = k.in_shape(0)[1].coef;
+  c.M = k.out_shape(0)[1].coef;
+  c.Cg = c.C / c.group;
+  c.Mg = c.M / c.group;
+  c.K = Product(c.w.kernel);
+  c.R = c.Cg * c.K;
+  c.P = Product(c.w.out);
+  c.OW = c.w.out.back();
+  c.rows = c.P / c.OW;
+  c.in_plane = Product(c.w.in);
+  auto all = [](const Ints& v, int64_t x) {
+    return std::count(v.begin(), v.end(), x) == std::ssize(v);
+  };
+  c.pointwise = all(c.w.kernel, 1) && all(c.w.strides, 1) && all(c.w.pads, 0);
+  c.tile_rows = std::clamp<int64_t>(kTilePositions / c.OW, 1, c.rows);
+  c.T = c.tile_rows * c.OW;
+  c.U = LargestDivisor(c.R, kUnroll);
+  int64_t col_rows = std::max<int64_t>(1, kColBytes / (c.T * DTypeSize(c.dt) * c.U));
+  c.Rb = c.pointwise ? c.R : c.U * LargestDivisor(c.R / c.U, col_rows);
+  return c;
+}
+
+// im2col: col[rr][qq*OW + ow] = X at reduction row r0+rr and output position (q0+qq, ow), or 0 in
+// the padding. x_group indexes the group's first input plane.
+void EmitIm2Col(KernelContext& k, const ConvPlan& c, llvm::Value* col, llvm::Value* x_group,
+                llvm::Value* r0, llvm::Value* q0, llvm::Value* tr) {
+  auto& b = k.b();
+  const Window& w = c.w;
+  size_t last = w.rank() - 1;
+  Ints k_strides = RowMajorStrides(w.kernel), in_strides = RowMajorStrides(w.in);
+  Ints outer(w.out.begin(), w.out.end() - 1);
+  Ints outer_strides = RowMajorStrides(outer);
+  k.For(k.I64(0), k.I64(c.Rb), [&](llvm::Value* rr) {
+    llvm::Value* r = b.CreateAdd(r0, rr);
+    llvm::Value* tap = b.CreateURem(r, k.I64(c.K));
+    llvm::Value* x_plane = Affine(k, b.CreateUDiv(r, k.I64(c.K)), c.in_plane, x_group);
+    Idx kk;
+    for (size_t j = 0; j <= last; ++j) kk.push_back(Coord(k, tap, k_strides, w.kernel, j));
+    k.For(k.I64(0), tr, [&](llvm::Value* qq) {
+      llvm::Value* q = b.CreateAdd(q0, qq);
+      llvm::Value* row_inside = b.getTrue();
+      llvm::Value* x_row = x_plane;
+      for (size_t j = 0; j < last; ++j) {
+        llvm::Value* pos = w.InputPos(k, j, Coord(k, q, outer_strides, outer, j), kk[j]);
+        row_inside = b.CreateAnd(row_inside, InRange(k, pos, w.in[j]));
+        x_row = Affine(k, pos, in_strides[j], x_row);
+      }
+      llvm::Value* col_row = Affine(k, rr, c.T, b.CreateMul(qq, k.I64(c.OW)));
+      k.For(k.I64(0), k.I64(c.OW), [&](llvm::Value* ow) {
+        llvm::Value* pos = w.InputPos(k, last, ow, kk[last]);
+        llvm::Value* inside = b.CreateAnd(row_inside, InRange(k, pos, w.in[last]));
+        // Padding reads a safe dummy element and selects zero: branch-free, so it vectorises.
+        llvm::Value* v =
+            k.Load(c.dt, k.in(0), b.CreateSelect(inside, b.CreateAdd(x_row, pos), k.I64(0)));
+        k.Store(c.dt, col, b.CreateAdd(col_row, ow), b.CreateSelect(inside, v, k.Const(c.dt, 0)));
+      });
+    });
+  });
+}
+
+absl::Status EmitConv(KernelContext& k) {
+  auto& b = k.b();
+  const ConvPlan c = PlanConv(k);
+  DType dt = c.dt;
+  int64_t tiles = (c.rows + c.tile_rows - 1) / c.tile_rows;
+  llvm::Value* col = c.pointwise ? nullptr : k.AllocHeap(k.I64(c.Rb * c.T * DTypeSize(dt)));
   k.For(k.I64(0), k.Dim(k.in_shape(0)[0]), [&](llvm::Value* n) {
-    k.For(k.I64(0), k.I64(group), [&](llvm::Value* g) {
-      llvm::Value* x_group = b.CreateMul(b.CreateAdd(b.CreateMul(n, k.I64(C)), b.CreateMul(g, k.I64(Cg))),
-                                         k.I64(in_plane));
+    k.For(k.I64(0), k.I64(c.group), [&](llvm::Value* g) {
+      llvm::Value* x_group =
+          b.CreateMul(Affine(k, n, c.C, b.CreateMul(g, k.I64(c.Cg))), k.I64(c.in_plane));
       k.For(k.I64(0), k.I64(tiles), [&](llvm::Value* tile) {
-        llvm::Value* q0 = b.CreateMul(tile, k.I64(tile_rows));
-        llvm::Value* tr = b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, k.I64(tile_rows),
-                                                  b.CreateSub(k.I64(rows), q0));
-        llvm::Value* p0 = b.CreateMul(q0, k.I64(OW));
-        llvm::Value* pt = b.CreateMul(tr, k.I64(OW));
+        llvm::Value* q0 = b.CreateMul(tile, k.I64(c.tile_rows));
+        llvm::Value* tr = b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, k.I64(c.tile_rows),
+                                                  b.CreateSub(k.I64(c.rows), q0));
+        llvm::Value* p0 = b.CreateMul(q0, k.I64(c.OW));
+        llvm::Value* pt = b.CreateMul(tr, k.I64(c.OW));
+        // Output channel m of this group, and the index of its tile's first y element.
+        auto channel = [&](llvm::Value* mm) { return Affine(k, g, c.Mg, mm); };
         auto y_tile = [&](llvm::Value* mm) {
-          llvm::Value* m = b.CreateAdd(b.CreateMul(g, k.I64(Mg)), mm);
-          return b.CreateAdd(b.CreateMul(b.CreateAdd(b.CreateMul(n, k.I64(M)), m), k.I64(P)), p0);
+          return Affine(k, Affine(k, n, c.M, channel(mm)), c.P, p0);
         };
-        k.For(k.I64(0), k.I64(Mg), [&](llvm::Value* mm) {
+        k.For(k.I64(0), k.I64(c.Mg), [&](llvm::Value* mm) {
           llvm::Value* y0 = y_tile(mm);
-          llvm::Value* bias = k.has_input(2) ? k.Load(dt, k.in(2), b.CreateAdd(b.CreateMul(g, k.I64(Mg)), mm))
-                                             : k.Const(dt, 0);
-          k.For(k.I64(0), pt, [&](llvm::Value* p) { k.Store(dt, k.out(0), b.CreateAdd(y0, p), bias); });
+          llvm::Value* bias = k.has_input(2) ? k.Load(dt, k.in(2), channel(mm)) : k.Const(dt, 0);
+          k.For(k.I64(0), pt,
+                [&](llvm::Value* p) { k.Store(dt, k.out(0), b.CreateAdd(y0, p), bias); });
         });
-        k.For(k.I64(0), k.I64(R / Rb), [&](llvm::Value* rb) {
-          llvm::Value* r0 = b.CreateMul(rb, k.I64(Rb));
-          if (!pointwise) {
-            // im2col: col[rr][qq*OW + ow] = X at (channel, tap) r0+rr and output position, or 0.
-            k.For(k.I64(0), k.I64(Rb), [&](llvm::Value* rr) {
-              llvm::Value* rabs = b.CreateAdd(r0, rr);
-              llvm::Value* t = b.CreateURem(rabs, k.I64(K));
-              llvm::Value* x_plane = b.CreateAdd(x_group, b.CreateMul(b.CreateUDiv(rabs, k.I64(K)), k.I64(in_plane)));
-              Idx kk;
-              for (size_t j = 0; j <= last; ++j) {
-                kk.push_back(b.CreateURem(b.CreateUDiv(t, k.I64(k_strides[j])), k.I64(w.kernel[j])));
-              }
-              k.For(k.I64(0), tr, [&](llvm::Value* qq) {
-                llvm::Value* q = b.CreateAdd(q0, qq);
-                llvm::Value* inside_row = b.getTrue();
-                llvm::Value* x_row = x_plane;
-                for (size_t j = 0; j < last; ++j) {
-                  llvm::Value* o = b.CreateURem(b.CreateUDiv(q, k.I64(row_strides[j])), k.I64(outer_out[j]));
-                  llvm::Value* pos = w.InputPos(k, j, o, kk[j]);
-                  inside_row = b.CreateAnd(inside_row, InRange(k, pos, w.in[j]));
-                  x_row = b.CreateAdd(x_row, b.CreateMul(pos, k.I64(in_strides[j])));
-                }
-                llvm::Value* col_row = b.CreateAdd(b.CreateMul(rr, k.I64(T)), b.CreateMul(qq, k.I64(OW)));
-                k.For(k.I64(0), k.I64(OW), [&](llvm::Value* ow) {
-                  llvm::Value* pos = w.InputPos(k, last, ow, kk[last]);
-                  llvm::Value* inside = b.CreateAnd(inside_row, InRange(k, pos, w.in[last]));
-                  // Padding reads a safe dummy element and selects zero: branch-free, vectorisable.
-                  llvm::Value* v = k.Load(dt, k.in(0), b.CreateSelect(inside, b.CreateAdd(x_row, pos), k.I64(0)));
-                  k.Store(dt, col, b.CreateAdd(col_row, ow), b.CreateSelect(inside, v, k.Const(dt, 0)));
-                });
-              });
-            });
-          }
-          k.For(k.I64(0), k.I64(Mg), [&](llvm::Value* mm) {
+        k.For(k.I64(0), k.I64(c.R / c.Rb), [&](llvm::Value* block) {
+          llvm::Value* r0 = b.CreateMul(block, k.I64(c.Rb));
+          if (!c.pointwise) EmitIm2Col(k, c, col, x_group, r0, q0, tr);
+          k.For(k.I64(0), k.I64(c.Mg), [&](llvm::Value* mm) {
             llvm::Value* y0 = y_tile(mm);
-            llvm::Value* w_row = b.CreateMul(b.CreateAdd(b.CreateMul(g, k.I64(Mg)), mm), k.I64(R));
-            k.For(k.I64(0), k.I64(Rb / U), [&](llvm::Value* chunk) {
-              llvm::Value* rc = b.CreateMul(chunk, k.I64(U));  // relative to r0
+            llvm::Value* w_row = Affine(k, channel(mm), c.R, r0);
+            k.For(k.I64(0), k.I64(c.Rb / c.U), [&](llvm::Value* chunk) {
+              // U weights and B rows, then one vectorisable pass adding all U products into y.
               std::vector<llvm::Value*> wv, src;
-              for (int64_t u = 0; u < U; ++u) {
-                llvm::Value* r = b.CreateAdd(rc, k.I64(u));
-                wv.push_back(k.Load(dt, k.in(1), b.CreateAdd(w_row, b.CreateAdd(r0, r))));
-                src.push_back(pointwise
-                                  ? k.ElemPtr(dt, k.in(0), b.CreateAdd(b.CreateAdd(x_group, b.CreateMul(b.CreateAdd(r0, r), k.I64(P))), p0))
-                                  : k.ElemPtr(dt, col, b.CreateMul(r, k.I64(T))));
+              for (int64_t u = 0; u < c.U; ++u) {
+                llvm::Value* rr = Affine(k, chunk, c.U, k.I64(u));
+                wv.push_back(k.Load(dt, k.in(1), b.CreateAdd(w_row, rr)));
+                // Pointwise: row r of B is input plane r of the group, from the tile start.
+                llvm::Value* x_row = Affine(k, b.CreateAdd(r0, rr), c.P, b.CreateAdd(x_group, p0));
+                src.push_back(c.pointwise ? k.ElemPtr(dt, k.in(0), x_row)
+                                          : k.ElemPtr(dt, col, b.CreateMul(rr, k.I64(c.T))));
               }
               k.For(k.I64(0), pt, [&](llvm::Value* p) {
                 llvm::Value* yi = b.CreateAdd(y0, p);
                 llvm::Value* acc = k.Load(dt, k.out(0), yi);
-                for (int64_t u = 0; u < U; ++u) acc = k.Add(dt, acc, k.Mul(dt, wv[u], k.Load(dt, src[u], p)));
+                for (int64_t u = 0; u < c.U; ++u) {
+                  acc = k.Add(dt, acc, k.Mul(dt, wv[u], k.Load(dt, src[u], p)));
+                }
                 k.Store(dt, k.out(0), yi, acc);
               });
             });
@@ -210,30 +252,30 @@ absl::Status EmitConvTranspose(KernelContext& k) {
   k.For(k.I64(0), k.Dim(k.in_shape(0)[0]), [&](llvm::Value* n) {
     k.For(k.I64(0), k.I64(group), [&](llvm::Value* g) {
       k.For(k.I64(0), k.I64(Mg), [&](llvm::Value* mm) {
-        llvm::Value* m = b.CreateAdd(b.CreateMul(g, k.I64(Mg)), mm);
-        llvm::Value* y_plane = b.CreateMul(b.CreateAdd(b.CreateMul(n, k.I64(M)), m), k.I64(out_plane));
+        llvm::Value* m = Affine(k, g, Mg, mm);
+        llvm::Value* y_plane = b.CreateMul(Affine(k, n, M, m), k.I64(out_plane));
         llvm::Value* bias = k.has_input(2) ? k.Load(dt, k.in(2), m) : k.Const(dt, 0);
-        k.For(k.I64(0), k.I64(out_plane), [&](llvm::Value* i) {
-          k.Store(dt, k.out(0), b.CreateAdd(y_plane, i), bias);
-        });
+        k.For(k.I64(0), k.I64(out_plane),
+              [&](llvm::Value* i) { k.Store(dt, k.out(0), b.CreateAdd(y_plane, i), bias); });
         k.For(k.I64(0), k.I64(Cg), [&](llvm::Value* c) {
-          llvm::Value* ic = b.CreateAdd(b.CreateMul(g, k.I64(Cg)), c);
-          llvm::Value* x_plane = b.CreateMul(b.CreateAdd(b.CreateMul(n, k.I64(C)), ic), k.I64(in_plane));
+          llvm::Value* ic = Affine(k, g, Cg, c);
+          llvm::Value* x_plane = b.CreateMul(Affine(k, n, C, ic), k.I64(in_plane));
           // W is [C, M/group, kernel...].
-          llvm::Value* w_plane = b.CreateMul(b.CreateAdd(b.CreateMul(ic, k.I64(Mg)), mm), k.I64(k_plane));
+          llvm::Value* w_plane = b.CreateMul(Affine(k, ic, Mg, mm), k.I64(k_plane));
           k.ForNest(Consts(k, w.in), [&](const Idx& ii) {
             llvm::Value* xv = k.Load(dt, k.in(0), Linear(k, x_plane, ii, in_strides));
             k.ForNest(Consts(k, w.kernel), [&](const Idx& kk) {
               llvm::Value* inside = b.getTrue();
               llvm::Value* y_off = y_plane;
               for (size_t j = 0; j < r; ++j) {
-                llvm::Value* pos = w.InputPos(k, j, ii[j], kk[j]);  // same affine map, reversed roles
+                llvm::Value* pos = w.InputPos(k, j, ii[j], kk[j]);
                 inside = b.CreateAnd(inside, InRange(k, pos, w.out[j]));
-                y_off = b.CreateAdd(y_off, b.CreateMul(pos, k.I64(out_strides[j])));
+                y_off = Affine(k, pos, out_strides[j], y_off);
               }
               k.If(inside, [&] {
                 llvm::Value* wv = k.Load(dt, k.in(1), Linear(k, w_plane, kk, k_strides));
-                k.Store(dt, k.out(0), y_off, k.Add(dt, k.Load(dt, k.out(0), y_off), k.Mul(dt, xv, wv)));
+                k.Store(dt, k.out(0), y_off,
+                        k.Add(dt, k.Load(dt, k.out(0), y_off), k.Mul(dt, xv, wv)));
               });
             });
           });
@@ -285,7 +327,9 @@ absl::Status EmitPool(KernelContext& k, bool is_max) {
           padded = b.CreateAnd(padded, InRange(k, b.CreateAdd(pos[j], k.I64(w.pads[j])),
                                                w.pads[j] + w.in[j] + w.pads[j + r]));
         }
-        auto bump = [&] { b.CreateStore(b.CreateAdd(b.CreateLoad(k.I64Ty(), count), k.I64(1)), count); };
+        auto bump = [&] {
+          b.CreateStore(b.CreateAdd(b.CreateLoad(k.I64Ty(), count), k.I64(1)), count);
+        };
         if (include_pad) k.If(padded, bump);
         k.If(inside, [&] {
           llvm::Value* v = k.Load(dt, k.in(0), Linear(k, x_plane, pos, in_strides));
@@ -345,7 +389,8 @@ void RegisterNnKernels(KernelRegistry& r) {
   r.Register("MaxPool", [](KernelContext& k) { return EmitPool(k, /*is_max=*/true); });
   r.Register("AveragePool", [](KernelContext& k) { return EmitPool(k, /*is_max=*/false); });
   r.Register("GlobalMaxPool", [](KernelContext& k) { return EmitGlobalPool(k, /*is_max=*/true); });
-  r.Register("GlobalAveragePool", [](KernelContext& k) { return EmitGlobalPool(k, /*is_max=*/false); });
+  r.Register("GlobalAveragePool",
+             [](KernelContext& k) { return EmitGlobalPool(k, /*is_max=*/false); });
 }
 
 }  // namespace cuvil::codegen

@@ -87,6 +87,8 @@ absl::StatusOr<Ints> WindowOutput(InferContext& c, const Ints& in, const Ints& k
     if (out[i] <= 0) return c.Error("window is larger than the padded input");
   }
   SetWindowAttrs(c.node(), kernel, *strides, *dilations, *pads);
+  // ceil_mode only applies to explicit pads; drop it so re-inference gives the same shape.
+  if (auto_pad != "NOTSET" && !auto_pad.empty()) c.node().attrs.erase("ceil_mode");
   return out;
 }
 
@@ -166,7 +168,8 @@ absl::Status ConvTranspose(InferContext& c) {
   auto output_padding = SpatialAttr(c, "output_padding", r, 0);
   if (!output_padding.ok()) return output_padding.status();
   Ints output_shape = c.node().attr_ints("output_shape");
-  if (output_shape.size() == r + 2) output_shape.erase(output_shape.begin(), output_shape.begin() + 2);
+  if (output_shape.size() == r + 2)
+    output_shape.erase(output_shape.begin(), output_shape.begin() + 2);
   if (!output_shape.empty() && output_shape.size() != r) {
     return c.Error(absl::StrCat("output_shape must have ", r, " values"));
   }
@@ -174,6 +177,9 @@ absl::Status ConvTranspose(InferContext& c) {
   bool same = auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER";
   Ints out(r);
   for (size_t i = 0; i < r; ++i) {
+    if ((*strides)[i] <= 0 || (*dilations)[i] <= 0 || kernel[i] <= 0) {
+      return c.Error("kernel_shape, strides and dilations must be positive");
+    }
     int64_t extent = (kernel[i] - 1) * (*dilations)[i] + 1;
     int64_t full = (*strides)[i] * (in->at(i) - 1) + (*output_padding)[i] + extent;
     int64_t& begin = (*pads)[i];

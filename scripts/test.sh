@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs dependencies, builds Cuvil and runs every test: the Release build's full CTest suite
+# (unit, integration, ONNX conformance, model zoo), then the same suite under AddressSanitizer +
+# UndefinedBehaviorSanitizer. Exits non-zero if anything fails.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+"$root/scripts/install-deps.sh"
+start=$(date +%s)
+"$root/scripts/build.sh" "$root/build"
+(cd "$root/build" && ctest --output-on-failure -j "$(nproc)")
+echo "release build + tests: $(( $(date +%s) - start )) s"
+start=$(date +%s)
+"$root/scripts/build.sh" "$root/build-asan" -DCUVIL_SANITIZE=address,undefined
+(cd "$root/build-asan" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+  ctest --output-on-failure -j "$(nproc)")
+echo "asan build + tests: $(( $(date +%s) - start )) s"
