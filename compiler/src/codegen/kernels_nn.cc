@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "codegen/kernel_context.h"
+#include "llvm/IR/MDBuilder.h"
 
 namespace cuvil::codegen {
 namespace {
@@ -66,6 +67,47 @@ llvm::Value* Coord(KernelContext& k, llvm::Value* flat, const Ints& strides, con
 llvm::Value* InRange(KernelContext& k, llvm::Value* pos, int64_t size) {
   return k.b().CreateICmpULT(pos, k.I64(size));
 }
+
+// Alias scopes stating that the listed buffers are pairwise disjoint (the memory plan never places
+// a node's output over its inputs; scratch is freshly allocated). Without them the vectoriser
+// guards every hot loop with runtime overlap checks, one per source row, costing compile time.
+class DisjointBuffers {
+ public:
+  DisjointBuffers(KernelContext& k, const std::vector<llvm::Value*>& buffers) : k_(k) {
+    llvm::LLVMContext& ctx = k.llvm_context();
+    llvm::MDBuilder mdb(ctx);
+    llvm::MDNode* domain = mdb.createAnonymousAliasScopeDomain("nn");
+    std::vector<llvm::Metadata*> scopes;
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      scopes.push_back(mdb.createAnonymousAliasScope(domain));
+    }
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      std::vector<llvm::Metadata*> others = scopes;
+      others.erase(others.begin() + static_cast<std::ptrdiff_t>(i));
+      tags_[buffers[i]] = {llvm::MDNode::get(ctx, {scopes[i]}), llvm::MDNode::get(ctx, others)};
+    }
+  }
+  // Accesses through `ptr` belong to `buffer`.
+  void Derive(llvm::Value* ptr, llvm::Value* buffer) { tags_[ptr] = tags_.at(buffer); }
+
+  llvm::Value* Load(DType dt, llvm::Value* base, llvm::Value* index) {
+    return Tag(llvm::cast<llvm::Instruction>(k_.Load(dt, base, index)), base);
+  }
+  void Store(DType dt, llvm::Value* base, llvm::Value* index, llvm::Value* value) {
+    Tag(k_.b().CreateStore(value, k_.ElemPtr(dt, base, index)), base);
+  }
+
+ private:
+  llvm::Instruction* Tag(llvm::Instruction* access, llvm::Value* base) {
+    auto [scope, others] = tags_.at(base);
+    access->setMetadata(llvm::LLVMContext::MD_alias_scope, scope);
+    access->setMetadata(llvm::LLVMContext::MD_noalias, others);
+    return access;
+  }
+
+  KernelContext& k_;
+  std::map<llvm::Value*, std::pair<llvm::MDNode*, llvm::MDNode*>> tags_;
+};
 
 // Window geometry over the spatial dims; pads is [begin..., end...].
 struct Window {
@@ -137,8 +179,8 @@ ConvPlan PlanConv(KernelContext& k) {
 
 // im2col: col[rr][qq*OW + ow] = X at reduction row r0+rr and output position (q0+qq, ow), or 0 in
 // the padding. x_group indexes the group's first input plane.
-void EmitIm2Col(KernelContext& k, const ConvPlan& c, llvm::Value* col, llvm::Value* x_group,
-                llvm::Value* r0, llvm::Value* q0, llvm::Value* tr) {
+void EmitIm2Col(KernelContext& k, DisjointBuffers& mem, const ConvPlan& c, llvm::Value* col,
+                llvm::Value* x_group, llvm::Value* r0, llvm::Value* q0, llvm::Value* tr) {
   auto& b = k.b();
   const Window& w = c.w;
   size_t last = w.rank() - 1;
@@ -166,8 +208,8 @@ void EmitIm2Col(KernelContext& k, const ConvPlan& c, llvm::Value* col, llvm::Val
         llvm::Value* inside = b.CreateAnd(row_inside, InRange(k, pos, w.in[last]));
         // Padding reads a safe dummy element and selects zero: branch-free, so it vectorises.
         llvm::Value* v =
-            k.Load(c.dt, k.in(0), b.CreateSelect(inside, b.CreateAdd(x_row, pos), k.I64(0)));
-        k.Store(c.dt, col, b.CreateAdd(col_row, ow), b.CreateSelect(inside, v, k.Const(c.dt, 0)));
+            mem.Load(c.dt, k.in(0), b.CreateSelect(inside, b.CreateAdd(x_row, pos), k.I64(0)));
+        mem.Store(c.dt, col, b.CreateAdd(col_row, ow), b.CreateSelect(inside, v, k.Const(c.dt, 0)));
       });
     });
   });
@@ -179,6 +221,7 @@ absl::Status EmitConv(KernelContext& k) {
   DType dt = c.dt;
   int64_t tiles = (c.rows + c.tile_rows - 1) / c.tile_rows;
   llvm::Value* col = c.pointwise ? nullptr : k.AllocHeap(k.I64(c.Rb * c.T * DTypeSize(dt)));
+  DisjointBuffers mem(k, {k.out(0), k.in(0), k.in(1), col});
   k.For(k.I64(0), k.Dim(k.in_shape(0)[0]), [&](llvm::Value* n) {
     k.For(k.I64(0), k.I64(c.group), [&](llvm::Value* g) {
       llvm::Value* x_group =
@@ -198,11 +241,11 @@ absl::Status EmitConv(KernelContext& k) {
           llvm::Value* y0 = y_tile(mm);
           llvm::Value* bias = k.has_input(2) ? k.Load(dt, k.in(2), channel(mm)) : k.Const(dt, 0);
           k.For(k.I64(0), pt,
-                [&](llvm::Value* p) { k.Store(dt, k.out(0), b.CreateAdd(y0, p), bias); });
+                [&](llvm::Value* p) { mem.Store(dt, k.out(0), b.CreateAdd(y0, p), bias); });
         });
         k.For(k.I64(0), k.I64(c.R / c.Rb), [&](llvm::Value* block) {
           llvm::Value* r0 = b.CreateMul(block, k.I64(c.Rb));
-          if (!c.pointwise) EmitIm2Col(k, c, col, x_group, r0, q0, tr);
+          if (!c.pointwise) EmitIm2Col(k, mem, c, col, x_group, r0, q0, tr);
           k.For(k.I64(0), k.I64(c.Mg), [&](llvm::Value* mm) {
             llvm::Value* y0 = y_tile(mm);
             llvm::Value* w_row = Affine(k, channel(mm), c.R, r0);
@@ -211,19 +254,21 @@ absl::Status EmitConv(KernelContext& k) {
               std::vector<llvm::Value*> wv, src;
               for (int64_t u = 0; u < c.U; ++u) {
                 llvm::Value* rr = Affine(k, chunk, c.U, k.I64(u));
-                wv.push_back(k.Load(dt, k.in(1), b.CreateAdd(w_row, rr)));
+                wv.push_back(mem.Load(dt, k.in(1), b.CreateAdd(w_row, rr)));
                 // Pointwise: row r of B is input plane r of the group, from the tile start.
                 llvm::Value* x_row = Affine(k, b.CreateAdd(r0, rr), c.P, b.CreateAdd(x_group, p0));
+                llvm::Value* buffer = c.pointwise ? k.in(0) : col;
                 src.push_back(c.pointwise ? k.ElemPtr(dt, k.in(0), x_row)
                                           : k.ElemPtr(dt, col, b.CreateMul(rr, k.I64(c.T))));
+                mem.Derive(src.back(), buffer);
               }
               k.For(k.I64(0), pt, [&](llvm::Value* p) {
                 llvm::Value* yi = b.CreateAdd(y0, p);
-                llvm::Value* acc = k.Load(dt, k.out(0), yi);
+                llvm::Value* acc = mem.Load(dt, k.out(0), yi);
                 for (int64_t u = 0; u < c.U; ++u) {
-                  acc = k.Add(dt, acc, k.Mul(dt, wv[u], k.Load(dt, src[u], p)));
+                  acc = k.Add(dt, acc, k.Mul(dt, wv[u], mem.Load(dt, src[u], p)));
                 }
-                k.Store(dt, k.out(0), yi, acc);
+                mem.Store(dt, k.out(0), yi, acc);
               });
             });
           });

@@ -32,6 +32,8 @@ class LoadedModel {
   EntryFn entry() const { return entry_; }
   // Address of cuvil_fn_table (one pointer per kernel, see CompiledModel::kernels).
   void** function_table() const { return function_table_; }
+  // Bytes of the read-only weights mapping.
+  size_t weights_bytes() const { return weights_mapped_bytes_; }
 
   // Resolves the batch size from `input_shapes`; InvalidArgument naming the tensor on mismatch.
   absl::StatusOr<int64_t> ResolveBatch(const std::vector<std::vector<int64_t>>& input_shapes) const;

@@ -1,0 +1,77 @@
+// Per model-version request scheduling: queues, dynamic batching and execution instances.
+#ifndef CUVIL_SCHEDULER_SCHEDULER_H_
+#define CUVIL_SCHEDULER_SCHEDULER_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cuvil/scheduler/executable.h"
+#include "cuvil/scheduler/inference_request.h"
+
+namespace cuvil {
+
+struct QueuePolicy {
+  enum class TimeoutAction { kReject, kDelay };
+  TimeoutAction timeout_action = TimeoutAction::kReject;
+  uint64_t default_timeout_us = 0;  // 0: no timeout.
+  bool allow_timeout_override = false;
+  uint32_t max_queue_size = 0;  // 0: unbounded.
+};
+
+// Triton's dynamic_batching block, as plain values.
+struct DynamicBatchingOptions {
+  std::vector<int32_t> preferred_batch_sizes;
+  uint64_t max_queue_delay_us = 0;
+  bool preserve_ordering = false;
+  uint32_t priority_levels = 0;
+  uint32_t default_priority_level = 0;
+  QueuePolicy default_queue_policy;
+  std::map<uint32_t, QueuePolicy> priority_queue_policy;
+};
+
+struct SchedulerOptions {
+  int64_t max_batch_size = 0;  // 0: the model has no batch dimension.
+  bool dynamic_batching = false;
+  DynamicBatchingOptions batching;
+  int instance_count = 1;    // Execution contexts (each with its own arena and worker).
+  int intra_op_threads = 1;  // Threads one execution may use.
+};
+
+// Counters a scheduler keeps; read with Scheduler::Stats(). Durations in nanoseconds.
+struct DurationStat {
+  uint64_t count = 0;
+  uint64_t ns = 0;
+};
+struct BatchStat {
+  DurationStat compute_input, compute_infer, compute_output;
+};
+struct SchedulerStats {
+  uint64_t inference_count = 0;  // Rows served successfully.
+  uint64_t execution_count = 0;
+  uint64_t last_inference_ms = 0;  // Wall clock, ms since the epoch.
+  DurationStat success, fail, queue, compute_input, compute_infer, compute_output;
+  std::map<int64_t, BatchStat> batch_stats;  // Keyed by executed batch size.
+  uint64_t pending = 0;
+};
+
+// Thread-safe.
+class Scheduler {
+ public:
+  virtual ~Scheduler() = default;
+  // Queues `request`; its on_complete runs exactly once (possibly inline on rejection).
+  virtual void Submit(std::unique_ptr<InferenceRequest> request) = 0;
+  // Stops accepting, waits for queued and running requests, then stops the workers.
+  virtual void Drain() = 0;
+  virtual SchedulerStats Stats() const = 0;
+};
+
+// Creates the scheduler `options` describe for `executable`.
+absl::StatusOr<std::unique_ptr<Scheduler>> CreateScheduler(
+    const SchedulerOptions& options, std::shared_ptr<const Executable> executable);
+
+}  // namespace cuvil
+
+#endif  // CUVIL_SCHEDULER_SCHEDULER_H_

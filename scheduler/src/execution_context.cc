@@ -1,0 +1,144 @@
+#include "execution_context.h"
+
+#include <cstring>
+
+namespace cuvil {
+
+uint8_t* ExecutionContext::Scratch::Reserve(size_t bytes) {
+  if (bytes > capacity || !data) {
+    // Grow by half again so slowly rising sizes (varying dims) do not reallocate every time.
+    size_t grown = std::max(bytes, capacity + capacity / 2);
+    data = AlignedAlloc(grown);
+    capacity = grown;
+  }
+  return data.get();
+}
+
+ExecutionContext::ExecutionContext(const Executable* executable, const ModelLayout* layout,
+                                   const SchedulerClock* clock)
+    : executable_(executable),
+      layout_(layout),
+      clock_(clock),
+      inputs_(layout->num_inputs()),
+      outputs_(layout->num_outputs()),
+      input_ptrs_(layout->num_inputs()),
+      output_ptrs_(layout->num_outputs()),
+      output_row_bytes_(layout->num_outputs()) {
+  // Gather buffers for a full batch up front so the hot path does not allocate.
+  const auto& specs = executable->inputs();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    int64_t row = specs[i].RowBytes();
+    if (layout->input_batched(i) && row >= 0 && layout->max_rows() > 1) {
+      inputs_[i].Reserve(static_cast<size_t>(row * layout->max_rows()));
+    }
+  }
+}
+
+absl::Status ExecutionContext::ResolveOutputDims(const InferenceRequest& request) {
+  output_dims_ = &layout_->fixed_output_dims();
+  if (layout_->outputs_vary()) {
+    auto dims = layout_->VaryingOutputDims(request);
+    if (!dims.ok()) return dims.status();
+    varying_dims_ = *std::move(dims);
+    output_dims_ = &varying_dims_;
+  }
+  const auto& specs = executable_->outputs();
+  for (size_t o = 0; o < specs.size(); ++o) {
+    int64_t n = DTypeSize(specs[o].dtype);
+    for (int64_t d : (*output_dims_)[o]) n *= d;
+    output_row_bytes_[o] = static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+std::vector<int64_t> ExecutionContext::OutputShape(size_t output, int64_t rows) const {
+  const std::vector<int64_t>& dims = (*output_dims_)[output];
+  if (!layout_->output_batched(output)) return dims;
+  std::vector<int64_t> shape;
+  shape.reserve(dims.size() + 1);
+  shape.push_back(rows);
+  shape.insert(shape.end(), dims.begin(), dims.end());
+  return shape;
+}
+
+ExecutionContext::Result ExecutionContext::Execute(std::vector<QueuedRequest>& batch,
+                                                   std::vector<InferenceResponse>& responses) {
+  Result result;
+  const Clock::time_point start = clock_->Now();
+  for (const QueuedRequest& r : batch) result.rows += r.rows;
+  const InferenceRequest& first = *batch.front().request;
+  const bool alone = batch.size() == 1;
+  const size_t num_inputs = layout_->num_inputs();
+  const size_t num_outputs = layout_->num_outputs();
+
+  // Gather: one copy per request row block into the reused buffer; a lone request runs on its
+  // own views.
+  for (size_t i = 0; i < num_inputs; ++i) {
+    if (alone || !layout_->input_batched(i)) {
+      input_ptrs_[i] = first.inputs[i].data;  // Unbatched inputs are equal across the batch.
+      continue;
+    }
+    size_t total = 0;
+    for (const QueuedRequest& r : batch) total += r.request->inputs[i].byte_size;
+    uint8_t* dst = inputs_[i].Reserve(total);
+    for (const QueuedRequest& r : batch) {
+      const InputView& view = r.request->inputs[i];
+      if (view.byte_size > 0) std::memcpy(dst, view.data, view.byte_size);
+      dst += view.byte_size;
+    }
+    input_ptrs_[i] = inputs_[i].data.get();
+  }
+  const Clock::time_point gathered = clock_->Now();
+  result.input_ns = NanosBetween(start, gathered);
+
+  result.status = ResolveOutputDims(first);
+  if (!result.status.ok()) return result;
+  // A lone request's requested outputs are written straight into its response tensors.
+  if (alone) responses[0].outputs.reserve(num_outputs);
+  for (size_t o = 0; o < num_outputs; ++o) {
+    if (alone && Requested(first, o)) {
+      responses[0].outputs.push_back(
+          {executable_->outputs()[o].name,
+           HostTensor(executable_->outputs()[o].dtype, OutputShape(o, result.rows))});
+      output_ptrs_[o] = responses[0].outputs.back().tensor.data();
+    } else {
+      size_t rows = layout_->output_batched(o) ? static_cast<size_t>(result.rows) : 1;
+      output_ptrs_[o] = outputs_[o].Reserve(output_row_bytes_[o] * rows);
+    }
+  }
+  void* arena = arena_.Reserve(static_cast<size_t>(std::max<int64_t>(
+      executable_->ArenaBytes(result.rows), 0)));
+
+  result.status = executable_->Run(input_ptrs_.data(), output_ptrs_.data(), result.rows, arena);
+  const Clock::time_point ran = clock_->Now();
+  result.infer_ns = NanosBetween(gathered, ran);
+  if (!result.status.ok()) {
+    responses[0].outputs.clear();
+    return result;
+  }
+
+  // Split: each request gets its own rows of every output it asked for.
+  if (!alone) {
+    size_t row_offset = 0;
+    for (size_t b = 0; b < batch.size(); ++b) {
+      const InferenceRequest& request = *batch[b].request;
+      const size_t rows = static_cast<size_t>(batch[b].rows);
+      for (size_t o = 0; o < num_outputs; ++o) {
+        if (!Requested(request, o)) continue;
+        const TensorSpec& spec = executable_->outputs()[o];
+        HostTensor tensor(spec.dtype, OutputShape(o, batch[b].rows));
+        const bool batched = layout_->output_batched(o);
+        const uint8_t* src = outputs_[o].data.get() +
+                             (batched ? row_offset * output_row_bytes_[o] : 0);
+        size_t bytes = batched ? rows * output_row_bytes_[o] : output_row_bytes_[o];
+        if (bytes > 0) std::memcpy(tensor.data(), src, bytes);
+        responses[b].outputs.push_back({spec.name, std::move(tensor)});
+      }
+      row_offset += rows;
+    }
+  }
+  result.output_ns = NanosBetween(ran, clock_->Now());
+  return result;
+}
+
+}  // namespace cuvil

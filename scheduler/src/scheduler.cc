@@ -1,0 +1,240 @@
+// The per model-version scheduler: a shared priority queue, `instance_count` workers that each
+// form a batch, execute it in their own context and complete its requests.
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "completion_sequencer.h"
+#include "cuvil/scheduler/scheduler.h"
+#include "execution_context.h"
+#include "model_layout.h"
+#include "request_queue.h"
+#include "scheduler_internal.h"
+#include "stats_recorder.h"
+
+namespace cuvil {
+
+namespace {
+
+// Thread-safe. Lock order: mu_ -> the clock's internal locks; on_complete runs with no lock.
+class BatchingScheduler final : public Scheduler {
+ public:
+  BatchingScheduler(const SchedulerOptions& options, std::shared_ptr<const Executable> executable,
+                    std::shared_ptr<SchedulerClock> clock)
+      : options_(options),
+        executable_(std::move(executable)),
+        clock_(std::move(clock)),
+        layout_(*executable_, options.max_batch_size),
+        ordered_(options.dynamic_batching && options.batching.preserve_ordering),
+        stats_(layout_.max_rows()),
+        queue_(options, &layout_) {}
+
+  ~BatchingScheduler() override { Drain(); }
+
+  void Start() {
+    clock_->AddWaker(this, [this] {
+      absl::MutexLock l(&mu_);
+      cv_.SignalAll();
+    });
+    for (int i = 0; i < options_.instance_count; ++i) {
+      contexts_.push_back(
+          std::make_unique<ExecutionContext>(executable_.get(), &layout_, clock_.get()));
+    }
+    for (int i = 0; i < options_.instance_count; ++i) {
+      workers_.emplace_back([this, context = contexts_[i].get()] { WorkerLoop(*context); });
+    }
+  }
+
+  void Submit(std::unique_ptr<InferenceRequest> request) override {
+    if (request == nullptr) return;
+    absl::StatusOr<int64_t> rows = layout_.Validate(*request);
+    if (!rows.ok()) return Reject(std::move(request), rows.status());
+    QueuedRequest queued;
+    queued.request = std::move(request);
+    queued.rows = *rows;
+    queued.enqueued = clock_->Now();
+    absl::Status status;
+    {
+      absl::MutexLock l(&mu_);
+      if (draining_) {
+        status = absl::UnavailableError("scheduler is draining and accepts no new requests");
+      } else {
+        status = queue_.Enqueue(queued);
+      }
+      if (status.ok()) cv_.Signal();
+    }
+    if (!status.ok()) Reject(std::move(queued.request), status);
+  }
+
+  void Drain() override {
+    absl::MutexLock drain_lock(&drain_mu_);
+    if (drained_) return;
+    {
+      absl::MutexLock l(&mu_);
+      draining_ = true;
+      cv_.SignalAll();
+    }
+    for (std::thread& worker : workers_) worker.join();
+    workers_.clear();
+    clock_->RemoveWaker(this);
+    drained_ = true;
+  }
+
+  SchedulerStats Stats() const override {
+    SchedulerStats stats = stats_.Snapshot();
+    absl::MutexLock l(&mu_);
+    stats.pending = queue_.size();
+    return stats;
+  }
+
+ private:
+  void Reject(std::unique_ptr<InferenceRequest> request, absl::Status status) {
+    stats_.RecordFailure(0);
+    Completion c;
+    c.request = std::move(request);
+    c.response.status = std::move(status);
+    DeliverCompletion(c);
+  }
+
+  void WorkerLoop(ExecutionContext& context) {
+    // Reused across batches so the steady state does not allocate for bookkeeping.
+    std::vector<QueuedRequest> batch;
+    std::vector<Completion> done;
+    std::vector<InferenceResponse> responses;
+    batch.reserve(static_cast<size_t>(layout_.max_rows()));
+    while (true) {
+      uint64_t ticket = 0;
+      {
+        absl::MutexLock l(&mu_);
+        while (true) {
+          const Clock::time_point now = clock_->Now();
+          RequestQueue::Decision decision = queue_.NextBatch(now, draining_, &batch, &done);
+          if (decision.taken > 0 || !done.empty()) break;
+          if (queue_.empty()) {
+            if (draining_) return;
+            cv_.Wait(&mu_);
+          } else {
+            clock_->WaitUntil(&cv_, &mu_, now, decision.wake_at);
+          }
+        }
+        if (ordered_) ticket = next_ticket_++;
+        // Another idle instance can start on what is left.
+        if (!queue_.empty()) cv_.Signal();
+      }
+      Process(context, ticket, batch, responses, done);
+    }
+  }
+
+  // Executes `batch` (minus cancelled or late requests) and completes it along with `done`.
+  void Process(ExecutionContext& context, uint64_t ticket, std::vector<QueuedRequest>& batch,
+               std::vector<InferenceResponse>& responses, std::vector<Completion>& done) {
+    for (const Completion& c : done) stats_.RecordFailure(c.response.timings.queue_ns);
+    const Clock::time_point start = clock_->Now();
+    // Polled here, outside the lock, since is_cancelled is caller code.
+    size_t kept = 0;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      InferenceRequest& request = *batch[i].request;
+      absl::Status status;
+      if (request.is_cancelled && request.is_cancelled()) {
+        status = absl::CancelledError("request was cancelled before execution");
+      } else if (request.deadline <= start) {
+        status = absl::DeadlineExceededError("request deadline passed before execution");
+      }
+      if (status.ok()) {
+        if (kept != i) batch[kept] = std::move(batch[i]);
+        ++kept;
+        continue;
+      }
+      uint64_t queued_ns = NanosBetween(batch[i].enqueued, start);
+      stats_.RecordFailure(queued_ns);
+      Completion c;
+      c.request = std::move(batch[i].request);
+      c.response.status = std::move(status);
+      c.response.timings.queue_ns = queued_ns;
+      done.push_back(std::move(c));
+    }
+    batch.resize(kept);
+
+    if (!batch.empty()) {
+      responses.clear();
+      responses.resize(batch.size());
+      ExecutionContext::Result result = context.Execute(batch, responses);
+      const Clock::time_point end = clock_->Now();
+      if (result.status.ok()) {
+        stats_.RecordExecution(result.rows, result.input_ns, result.infer_ns, result.output_ns);
+      }
+      for (size_t i = 0; i < batch.size(); ++i) {
+        Completion c;
+        c.request = std::move(batch[i].request);
+        c.response = std::move(responses[i]);
+        RequestTimings& t = c.response.timings;
+        t.queue_ns = NanosBetween(batch[i].enqueued, start);
+        t.compute_input_ns = result.input_ns;
+        t.compute_infer_ns = result.infer_ns;
+        t.compute_output_ns = result.output_ns;
+        t.executed_batch = result.rows;
+        const uint64_t total_ns = NanosBetween(batch[i].enqueued, end);
+        if (result.status.ok()) {
+          stats_.RecordSuccess(t, total_ns);
+        } else {
+          c.response.status = result.status;
+          c.response.outputs.clear();
+          stats_.RecordFailure(total_ns);
+        }
+        done.push_back(std::move(c));
+      }
+      batch.clear();
+    }
+
+    if (ordered_) {
+      sequencer_.Deliver(ticket, done);
+    } else {
+      for (Completion& c : done) DeliverCompletion(c);
+    }
+    done.clear();
+  }
+
+  const SchedulerOptions options_;  // intra_op_threads is kept for executables that use it.
+  const std::shared_ptr<const Executable> executable_;
+  const std::shared_ptr<SchedulerClock> clock_;
+  const ModelLayout layout_;
+  const bool ordered_;
+  StatsRecorder stats_;
+  CompletionSequencer sequencer_;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar cv_;  // Signalled on new work, draining and (fake) clock jumps.
+  RequestQueue queue_ ABSL_GUARDED_BY(mu_);
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 0;
+
+  absl::Mutex drain_mu_;  // Serialises Drain(), which the destructor also calls.
+  bool drained_ ABSL_GUARDED_BY(drain_mu_) = false;
+  // Written only by Start() and Drain(); each worker owns one context.
+  std::vector<std::unique_ptr<ExecutionContext>> contexts_;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Scheduler>> CreateSchedulerWithClock(
+    const SchedulerOptions& options, std::shared_ptr<const Executable> executable,
+    std::shared_ptr<SchedulerClock> clock) {
+  if (executable == nullptr) return absl::InvalidArgumentError("no executable");
+  if (clock == nullptr) return absl::InvalidArgumentError("no clock");
+  if (options.instance_count < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("instance_count must be at least 1, got ", options.instance_count));
+  }
+  if (absl::Status s = RequestQueue::ValidateOptions(options); !s.ok()) return s;
+  auto scheduler =
+      std::make_unique<BatchingScheduler>(options, std::move(executable), std::move(clock));
+  scheduler->Start();
+  return scheduler;
+}
+
+absl::StatusOr<std::unique_ptr<Scheduler>> CreateScheduler(
+    const SchedulerOptions& options, std::shared_ptr<const Executable> executable) {
+  return CreateSchedulerWithClock(options, std::move(executable), std::make_shared<RealClock>());
+}
+
+}  // namespace cuvil

@@ -1,0 +1,113 @@
+// The model registry: loads model versions on a loader pool (compile → JIT namespace → warmup →
+// READY), routes requests to them, and unloads them once in-flight requests finish.
+#ifndef CUVIL_SERVER_MODEL_MANAGER_H_
+#define CUVIL_SERVER_MODEL_MANAGER_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "cuvil/jitcache/jit_engine.h"
+#include "cuvil/scheduler/executable.h"
+#include "cuvil/scheduler/scheduler.h"
+#include "cuvil/server/model_repository.h"
+#include "model_config.pb.h"
+
+namespace cuvil {
+
+enum class ModelState { kLoading, kReady, kUnloading, kUnavailable, kFailed };
+const char* ModelStateName(ModelState state);  // "READY", "LOADING", ...
+
+// One loaded, servable model version. Reference-counted: requests in flight keep it (and its JIT
+// code) alive through an unload. Thread-safe.
+class ModelVersion {
+ public:
+  ModelVersion(std::string name, int64_t version, inference::ModelConfig config,
+               std::unique_ptr<LoadedModel> loaded, std::shared_ptr<const Executable> executable,
+               std::unique_ptr<Scheduler> scheduler, double compile_ms);
+  ~ModelVersion();
+
+  const std::string& name() const { return name_; }
+  int64_t version() const { return version_; }
+  const inference::ModelConfig& config() const { return config_; }
+  const Executable& executable() const { return *executable_; }
+  const LoadedModel& loaded() const { return *loaded_; }
+  double compile_ms() const { return compile_ms_; }
+  // Queues a validated request on this version's scheduler.
+  void Submit(std::unique_ptr<InferenceRequest> request) { scheduler_->Submit(std::move(request)); }
+  SchedulerStats Stats() const { return scheduler_->Stats(); }
+  // Finishes queued and running requests; later submissions fail with UNAVAILABLE.
+  void Drain() { scheduler_->Drain(); }
+
+ private:
+  std::string name_;
+  int64_t version_;
+  inference::ModelConfig config_;
+  std::unique_ptr<LoadedModel> loaded_;
+  std::shared_ptr<const Executable> executable_;
+  std::unique_ptr<Scheduler> scheduler_;
+  double compile_ms_;
+};
+
+// What ListModels / RepositoryIndex report for one version.
+struct VersionStatus {
+  std::string name;
+  int64_t version = 0;
+  ModelState state = ModelState::kUnavailable;
+  std::string reason;
+  std::shared_ptr<ModelVersion> model;  // Set when READY.
+};
+
+// Overrides for a load (Triton's load parameters, or the admin API's inline load).
+struct LoadRequest {
+  std::string name;
+  std::string config_json;                       // Non-empty: replaces config.pbtxt.
+  std::string config_pbtxt;                      // Non-empty: replaces config.pbtxt.
+  std::map<int64_t, std::string> model_bytes;    // Version -> ONNX bytes (inline models).
+  bool wait = true;                              // Return once READY or FAILED.
+};
+
+struct ModelManagerOptions {
+  int loader_threads = 1;
+};
+
+// Thread-safe.
+class ModelManager {
+ public:
+  ModelManager(JitEngine* engine, const ModelRepository* repository, ModelManagerOptions options);
+  ~ModelManager();
+
+  // Loads (or reloads) a model's versions per its version policy. With wait, returns the load's
+  // outcome (InvalidArgument / NotFound / the compile error); otherwise OK once queued. Versions
+  // already READY keep serving until their replacement is READY.
+  absl::Status Load(const LoadRequest& request);
+  // Unloads every version of `name` (NotFound if none is known); waits for in-flight requests.
+  absl::Status Unload(const std::string& name);
+  // Loads every model in the repository, waiting for all (errors are recorded as FAILED states).
+  void LoadAll();
+
+  // The version that serves `version` ("" or "-1": the highest READY version). NotFound naming
+  // the model/version; Unavailable when it exists but is not READY.
+  absl::StatusOr<std::shared_ptr<ModelVersion>> Get(const std::string& name,
+                                                    const std::string& version) const;
+  // Every known version, sorted by name then version.
+  std::vector<VersionStatus> Index() const;
+  // Versions of `name` with their states (empty if unknown).
+  std::vector<VersionStatus> Versions(const std::string& name) const;
+
+  // Stops loading, drains and unloads everything.
+  void Shutdown();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cuvil
+
+#endif  // CUVIL_SERVER_MODEL_MANAGER_H_

@@ -1,0 +1,56 @@
+// cuvil-server: the model registry behind gRPC, HTTP and metrics listeners.
+#ifndef CUVIL_SERVER_SERVER_H_
+#define CUVIL_SERVER_SERVER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cuvil/server/model_manager.h"
+
+namespace cuvil {
+
+struct ServerOptions {
+  enum class ControlMode { kNone, kExplicit, kPoll };
+  std::vector<std::string> model_repositories;
+  std::string bind_address = "127.0.0.1";
+  int grpc_port = 8001;  // 0: pick a free port (as for the others).
+  int http_port = 8000;
+  int metrics_port = 8002;
+  ControlMode control_mode = ControlMode::kNone;
+  std::vector<std::string> load_models;  // Explicit mode: models loaded at start.
+  std::string admin_token;               // Empty: admin calls need no token.
+  int64_t max_request_bytes = 64 << 20;
+  int exit_timeout_secs = 30;
+  int poll_interval_secs = 15;
+  int loader_threads = 1;
+};
+
+// Thread-safe.
+class CuvilServer {
+ public:
+  // Loads the startup models (per control mode), then binds every listener. Fails if a port
+  // cannot be bound; a model that fails to load is reported in the index, not fatal.
+  static absl::StatusOr<std::unique_ptr<CuvilServer>> Start(const ServerOptions& options);
+  ~CuvilServer();
+
+  int grpc_port() const;
+  int http_port() const;
+  int metrics_port() const;
+  ModelManager* models();
+
+  // Marks the server not ready, stops accepting, drains in-flight requests for up to
+  // exit_timeout_secs and unloads every model. Idempotent.
+  void Shutdown();
+
+ private:
+  CuvilServer();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cuvil
+
+#endif  // CUVIL_SERVER_SERVER_H_

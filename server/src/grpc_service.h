@@ -1,0 +1,38 @@
+// Private: the gRPC front end — inference.GRPCInferenceService, grpc.health.v1.Health and
+// cuvil.admin.v1.ModelAdmin on one port.
+#ifndef CUVIL_SERVER_SRC_GRPC_SERVICE_H_
+#define CUVIL_SERVER_SRC_GRPC_SERVICE_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "admin_operations.h"
+#include "cuvil/server/model_manager.h"
+#include "server_info.h"
+
+namespace cuvil {
+
+struct GrpcServiceOptions {
+  std::string bind_address = "127.0.0.1";
+  int port = 8001;  // 0: pick a free port.
+  int64_t max_request_bytes = 64 << 20;
+};
+
+// Thread-safe.
+class GrpcService {
+ public:
+  // Binds and starts serving. Unavailable if the port cannot be bound.
+  static absl::StatusOr<std::unique_ptr<GrpcService>> Start(const GrpcServiceOptions& options,
+                                                            ModelManager* models,
+                                                            AdminOperations* admin,
+                                                            const ServerInfo* info);
+  virtual ~GrpcService() = default;
+  virtual int port() const = 0;
+  // Stops accepting; calls in progress get until `deadline_ms` from now to finish.
+  virtual void Stop(int64_t deadline_ms) = 0;
+};
+
+}  // namespace cuvil
+
+#endif  // CUVIL_SERVER_SRC_GRPC_SERVICE_H_

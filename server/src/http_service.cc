@@ -1,0 +1,891 @@
+// The HTTP/REST front end: KServe v2 routes with Triton's extensions (binary tensors,
+// statistics, model configuration, repository) and Cuvil's /v2/admin/... routes.
+#include "http_service.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "cuvil/server/infer_request_builder.h"
+#include "cuvil/server/model_config.h"
+#include "http_json.h"
+#include "nlohmann/json.hpp"
+
+namespace cuvil {
+namespace {
+
+using json = nlohmann::json;
+using httplib::ContentReader;
+using httplib::Request;
+using httplib::Response;
+
+constexpr char kJson[] = "application/json";
+constexpr char kHeaderLength[] = "Inference-Header-Content-Length";
+
+void SetJson(Response& res, int status, std::string body) {
+  res.status = status;
+  res.body = std::move(body);
+  res.headers.erase("Content-Type");  // An error may replace a half-built response.
+  res.headers.erase(kHeaderLength);
+  res.set_header("Content-Type", kJson);
+}
+
+void SetJson(Response& res, int status, const json& body) {
+  SetJson(res, status, body.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+void SetError(Response& res, int status, const std::string& message) {
+  std::string body = "{\"error\":";
+  http_json::AppendJsonString(message, &body);
+  body.push_back('}');
+  SetJson(res, status, std::move(body));
+}
+
+void SetError(Response& res, const absl::Status& status) {
+  int code = status.code() == absl::StatusCode::kUnauthenticated ? 401 : HttpStatusFor(status);
+  SetError(res, code, std::string(status.message()));
+}
+
+// Liveness and readiness answer with the status alone, as Triton does.
+bool IsProbePath(const std::string& path) {
+  return path.ends_with("/ready") || path.ends_with("/live");
+}
+
+std::vector<std::string> SplitPath(const std::string& path) {
+  return absl::StrSplit(path, '/', absl::SkipEmpty());
+}
+
+// Reads an optional integer that clients send either as a number or as a decimal string.
+absl::StatusOr<int64_t> IntField(const json& object, const char* key, int64_t fallback) {
+  auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return fallback;
+  if (it->is_number_integer()) return it->get<int64_t>();
+  int64_t v = 0;
+  if (it->is_string() && absl::SimpleAtoi(it->get_ref<const std::string&>(), &v)) return v;
+  return absl::InvalidArgumentError(absl::StrCat("'", key, "' must be an integer"));
+}
+
+absl::StatusOr<bool> BoolField(const json& object, const char* key, bool fallback) {
+  auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return fallback;
+  if (!it->is_boolean())
+    return absl::InvalidArgumentError(absl::StrCat("'", key, "' must be a bool"));
+  return it->get<bool>();
+}
+
+absl::StatusOr<std::string> StringField(const json& object, const char* key) {
+  auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return std::string();
+  if (!it->is_string()) {
+    return absl::InvalidArgumentError(absl::StrCat("'", key, "' must be a string"));
+  }
+  return it->get<std::string>();
+}
+
+// Parses a JSON body; an empty body is an empty object (bodies are optional on most routes).
+absl::StatusOr<json> ParseBody(std::string_view body) {
+  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) return json::object();
+  try {
+    json parsed = json::parse(body.begin(), body.end());
+    if (!parsed.is_object())
+      return absl::InvalidArgumentError("request body must be a JSON object");
+    return parsed;
+  } catch (const json::parse_error& e) {
+    return absl::InvalidArgumentError(absl::StrCat("malformed JSON in request body: ", e.what()));
+  }
+}
+
+json DurationJson(const DurationStat& d) { return json{{"count", d.count}, {"ns", d.ns}}; }
+
+json StatsJson(const ModelVersion& model) {
+  SchedulerStats s = model.Stats();
+  json batches = json::array();
+  for (const auto& [size, b] : s.batch_stats) {
+    batches.push_back({{"batch_size", size},
+                       {"compute_input", DurationJson(b.compute_input)},
+                       {"compute_infer", DurationJson(b.compute_infer)},
+                       {"compute_output", DurationJson(b.compute_output)}});
+  }
+  return {{"name", model.name()},
+          {"version", std::to_string(model.version())},
+          {"last_inference", s.last_inference_ms},
+          {"inference_count", s.inference_count},
+          {"execution_count", s.execution_count},
+          {"inference_stats",
+           {{"success", DurationJson(s.success)},
+            {"fail", DurationJson(s.fail)},
+            {"queue", DurationJson(s.queue)},
+            {"compute_input", DurationJson(s.compute_input)},
+            {"compute_infer", DurationJson(s.compute_infer)},
+            {"compute_output", DurationJson(s.compute_output)},
+            // No response cache: present so Triton clients find the fields they expect.
+            {"cache_hit", DurationJson({})},
+            {"cache_miss", DurationJson({})}}},
+          {"batch_stats", std::move(batches)}};
+}
+
+json TensorMetadataJson(const std::vector<TensorSpec>& specs, bool batching) {
+  json list = json::array();
+  for (const TensorSpec& spec : specs) {
+    std::vector<int64_t> shape;
+    if (batching && spec.batched) shape.push_back(-1);
+    shape.insert(shape.end(), spec.dims.begin(), spec.dims.end());
+    list.push_back(
+        {{"name", spec.name}, {"datatype", DTypeKServeName(spec.dtype)}, {"shape", shape}});
+  }
+  return list;
+}
+
+// What the client asked of one output.
+struct OutputRequest {
+  std::string name;
+  bool binary = false;
+  int64_t classification = 0;  // Top-k as BYTES "score:index"; 0: plain tensor.
+};
+
+// Everything the InferenceRequest points into: lives until the scheduler drops the request.
+struct InferPayload {
+  std::shared_ptr<std::string> body;
+  std::vector<std::vector<uint8_t>> decoded;
+};
+
+class HttpServiceImpl final : public HttpService {
+ public:
+  HttpServiceImpl(const HttpServiceOptions& options, ModelManager* models, AdminOperations* admin,
+                  const ServerInfo* info)
+      : options_(options), models_(models), admin_(admin), info_(info) {}
+
+  ~HttpServiceImpl() override { Stop(); }
+
+  absl::Status Start();
+  int port() const override { return port_; }
+  void Stop() override {
+    std::call_once(stop_once_, [this] {
+      // httplib's stop() is a no-op until listen has begun: wait for it, or a Stop() right after
+      // Start() would leave the listener running and join() would hang.
+      while (thread_.joinable() && !listen_done_.load() && !server_.is_running()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      server_.stop();
+      if (thread_.joinable()) thread_.join();
+    });
+  }
+
+ private:
+  // Runs `fn`, turning any exception into a response: nothing escapes into httplib.
+  template <typename Fn>
+  void Guard(Response& res, Fn&& fn) {
+    try {
+      fn();
+    } catch (const json::exception& e) {
+      SetError(res, 400, absl::StrCat("malformed request: ", e.what()));
+    } catch (const std::exception& e) {
+      SetError(res, 500, absl::StrCat("internal error: ", e.what()));
+    } catch (...) {
+      SetError(res, 500, "internal error");
+    }
+  }
+
+  bool ReadBody(const Request& req, Response& res, const ContentReader& reader, std::string* body);
+  bool Authorized(const Request& req, Response& res);
+
+  void HandleGet(const Request& req, Response& res);
+  void HandlePost(const Request& req, Response& res, const ContentReader& reader);
+
+  void ModelMetadata(Response& res, const std::string& name, const std::string& version);
+  void ModelStats(Response& res, const std::string& name, const std::string& version);
+  void AllStats(Response& res);
+  void Infer(const Request& req, Response& res, std::shared_ptr<std::string> body,
+             const std::string& name, const std::string& version);
+  absl::Status InferInner(const Request& req, Response& res, std::shared_ptr<std::string> body,
+                          const std::string& name, const std::string& version);
+  void RepositoryIndex(Response& res, const std::string& body);
+  void RepositoryLoad(Response& res, const std::string& body, const std::string& name);
+  void AdminLoad(Response& res, const std::string& body);
+  void AdminUnload(Response& res, const std::string& body, const std::string& name);
+  void AdminListModels(Response& res);
+  void AdminListFunctions(Response& res, const std::string& name, const std::string& version);
+
+  HttpServiceOptions options_;
+  ModelManager* models_;
+  AdminOperations* admin_;
+  const ServerInfo* info_;
+  httplib::Server server_;
+  std::thread thread_;
+  int port_ = 0;
+  std::atomic<bool> listen_done_{false};
+  std::once_flag stop_once_;
+};
+
+absl::Status HttpServiceImpl::Start() {
+  const size_t threads = static_cast<size_t>(std::max(1, options_.threads));
+  server_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  server_.set_tcp_nodelay(true);
+  // httplib's default of 5 requests per connection would make clients reconnect constantly.
+  server_.set_keep_alive_max_count(100000);
+  server_.set_keep_alive_timeout(5);
+  server_.set_payload_max_length(static_cast<size_t>(options_.max_request_bytes));
+
+  server_.Get(".*", [this](const Request& req, Response& res) {
+    Guard(res, [&] { HandleGet(req, res); });
+  });
+  server_.Post(".*", [this](const Request& req, Response& res, const ContentReader& reader) {
+    Guard(res, [&] { HandlePost(req, res, reader); });
+  });
+  // Errors httplib raises itself (bad request line, unknown method, oversized body) get the
+  // same {"error": ...} body as ours.
+  server_.set_error_handler(
+      httplib::Server::HandlerWithResponse([](const Request& req, Response& res) {
+        if (!res.body.empty() || IsProbePath(req.path)) {
+          return httplib::Server::HandlerResponse::Unhandled;
+        }
+        SetError(res, res.status,
+                 res.status == 413
+                     ? "request body exceeds the server's limit"
+                     : absl::StrCat("HTTP error ", res.status, " for ", req.method, " ", req.path));
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  server_.set_exception_handler([](const Request&, Response& res, std::exception_ptr) {
+    SetError(res, 500, "internal error");
+  });
+
+  if (options_.port == 0) {
+    port_ = server_.bind_to_any_port(options_.bind_address);
+    if (port_ < 0) port_ = 0;
+  } else if (server_.bind_to_port(options_.bind_address, options_.port)) {
+    port_ = options_.port;
+  }
+  if (port_ <= 0) {
+    return absl::UnavailableError(
+        absl::StrCat("HTTP: cannot bind ", options_.bind_address, ":", options_.port));
+  }
+  // The socket is already listening, so connections made before this thread runs just queue.
+  thread_ = std::thread([this] {
+    server_.listen_after_bind();
+    listen_done_.store(true);
+  });
+  return absl::OkStatus();
+}
+
+bool HttpServiceImpl::ReadBody(const Request& req, Response& res, const ContentReader& reader,
+                               std::string* body) {
+  const size_t max = static_cast<size_t>(options_.max_request_bytes);
+  if (req.is_multipart_form_data()) {
+    // Drain so the connection stays usable, then refuse.
+    reader([](const httplib::MultipartFormData&) { return true; },
+           [](const char*, size_t) { return true; });
+    SetError(res, 400, "multipart request bodies are not supported");
+    return false;
+  }
+  if (req.has_header("Content-Length")) {
+    uint64_t length = req.get_header_value<uint64_t>("Content-Length");
+    if (length <= max) body->reserve(length);
+  }
+  bool too_large = false;
+  // Chunked bodies have no Content-Length for httplib to check, so the receiver enforces the cap.
+  bool ok = reader([&](const char* data, size_t n) {
+    if (body->size() + n > max) {
+      too_large = true;
+      return false;
+    }
+    body->append(data, n);
+    return true;
+  });
+  if (!ok || too_large) {
+    if (too_large || res.status == 413) {
+      SetError(res, 413,
+               absl::StrCat("request body exceeds the limit of ", options_.max_request_bytes,
+                            " bytes (max_request_bytes)"));
+    } else {
+      SetError(res, 400, "could not read the request body");
+    }
+    return false;
+  }
+  return true;
+}
+
+bool HttpServiceImpl::Authorized(const Request& req, Response& res) {
+  absl::Status s = admin_->Authorize(req.get_header_value("Authorization"));
+  if (s.ok()) return true;
+  res.set_header("WWW-Authenticate", "Bearer");
+  SetError(res, 401, s.message().empty() ? "unauthorized" : std::string(s.message()));
+  return false;
+}
+
+void HttpServiceImpl::HandleGet(const Request& req, Response& res) {
+  std::vector<std::string> p = SplitPath(req.path);
+  if (p.empty() || p[0] != "v2") return SetError(res, 404, "not found: " + req.path);
+  p.erase(p.begin());
+  const size_t n = p.size();
+
+  if (n == 0) {
+    SetJson(
+        res, 200,
+        json{
+            {"name", info_->name}, {"version", info_->version}, {"extensions", info_->extensions}});
+    return;
+  }
+  if (n == 2 && p[0] == "health") {
+    if (p[1] == "live") {
+      res.status = 200;
+      return;
+    }
+    if (p[1] == "ready") {
+      res.status = info_->ready.load() ? 200 : 400;
+      return;
+    }
+  }
+  if (p[0] == "models") {
+    if (n == 2 && p[1] == "stats") return AllStats(res);
+    // models/{m}[/versions/{v}][/op]
+    if (n >= 2) {
+      std::string name(p[1]);
+      std::string version;
+      size_t next = 2;
+      if (n >= 4 && p[2] == "versions") {
+        version = std::string(p[3]);
+        next = 4;
+      }
+      if (next == n) return ModelMetadata(res, name, version);
+      if (next + 1 == n) {
+        const std::string& op = p[next];
+        if (op == "ready") {
+          res.status = models_->Get(name, version).ok() ? 200 : 400;
+          return;
+        }
+        if (op == "stats") return ModelStats(res, name, version);
+        if (op == "config") {
+          absl::StatusOr<std::shared_ptr<ModelVersion>> model = models_->Get(name, version);
+          if (!model.ok()) return SetError(res, model.status());
+          return SetJson(res, 200, ModelConfigToJson((*model)->config()));
+        }
+      }
+    }
+  }
+  if (p[0] == "admin" && n >= 2 && p[1] == "models") {
+    if (!Authorized(req, res)) return;
+    if (n == 2) return AdminListModels(res);
+    if (n == 6 && p[3] == "versions" && p[5] == "functions") {
+      return AdminListFunctions(res, std::string(p[2]), std::string(p[4]));
+    }
+  }
+  SetError(res, 404, "not found: GET " + req.path);
+}
+
+void HttpServiceImpl::HandlePost(const Request& req, Response& res, const ContentReader& reader) {
+  auto body = std::make_shared<std::string>();
+  if (!ReadBody(req, res, reader, body.get())) return;
+
+  std::vector<std::string> p = SplitPath(req.path);
+  if (p.empty() || p[0] != "v2") return SetError(res, 404, "not found: " + req.path);
+  p.erase(p.begin());
+  const size_t n = p.size();
+
+  // models/{m}[/versions/{v}]/infer: the hot path, matched first.
+  if (n >= 3 && p[0] == "models" && p[n - 1] == "infer") {
+    if (n == 3) return Infer(req, res, std::move(body), std::string(p[1]), "");
+    if (n == 5 && p[2] == "versions") {
+      return Infer(req, res, std::move(body), std::string(p[1]), std::string(p[3]));
+    }
+  }
+  // repository[/{repo}]/index and repository[/{repo}]/models/{m}/(load|unload).
+  if (n >= 2 && p[0] == "repository") {
+    if (!Authorized(req, res)) return;
+    if ((n == 2 || n == 3) && p[n - 1] == "index") return RepositoryIndex(res, *body);
+    if ((n == 4 || n == 5) && p[n - 3] == "models") {
+      std::string name(p[n - 2]);
+      if (p[n - 1] == "load") return RepositoryLoad(res, *body, name);
+      if (p[n - 1] == "unload") {
+        absl::StatusOr<json> parsed = ParseBody(*body);
+        if (!parsed.ok()) return SetError(res, parsed.status());
+        absl::Status s = models_->Unload(name);
+        if (!s.ok()) return SetError(res, s);
+        res.status = 200;
+        return;
+      }
+    }
+  }
+  if (n >= 3 && p[0] == "admin") {
+    if (!Authorized(req, res)) return;
+    if (p[1] == "models") {
+      if (n == 3 && p[2] == "load") return AdminLoad(res, *body);
+      if (n == 4 && p[3] == "unload") return AdminUnload(res, *body, std::string(p[2]));
+      if (n == 6 && p[3] == "versions") {
+        static const std::pair<std::string_view, const char*> kOps[] = {
+            {"patch", "PatchFunction"}, {"rollback", "Rollback"}, {"snapshot", "Snapshot"}};
+        for (const auto& [route, op] : kOps) {
+          if (p[5] == route) return SetError(res, admin_->NotYetImplemented(op));
+        }
+      }
+    }
+    if (n == 3 && p[1] == "snapshots" && p[2] == "restore") {
+      return SetError(res, admin_->NotYetImplemented("RestoreSnapshot"));
+    }
+  }
+  SetError(res, 404, "not found: POST " + req.path);
+}
+
+void HttpServiceImpl::ModelMetadata(Response& res, const std::string& name,
+                                    const std::string& version) {
+  absl::StatusOr<std::shared_ptr<ModelVersion>> got = models_->Get(name, version);
+  if (!got.ok()) return SetError(res, got.status());
+  const ModelVersion& model = **got;
+  json versions = json::array();
+  for (const VersionStatus& v : models_->Versions(name)) {
+    if (v.state == ModelState::kReady) versions.push_back(std::to_string(v.version));
+  }
+  const inference::ModelConfig& config = model.config();
+  const bool batching = config.max_batch_size() > 0;
+  SetJson(res, 200,
+          json{{"name", model.name()},
+               {"versions", std::move(versions)},
+               {"platform", config.platform().empty() ? "onnxruntime_onnx" : config.platform()},
+               {"inputs", TensorMetadataJson(model.executable().inputs(), batching)},
+               {"outputs", TensorMetadataJson(model.executable().outputs(), batching)}});
+}
+
+void HttpServiceImpl::ModelStats(Response& res, const std::string& name,
+                                 const std::string& version) {
+  json list = json::array();
+  if (version.empty()) {
+    // Every ready version, as Triton reports a model without a version.
+    for (const VersionStatus& v : models_->Versions(name)) {
+      if (v.model) list.push_back(StatsJson(*v.model));
+    }
+  }
+  if (list.empty()) {
+    absl::StatusOr<std::shared_ptr<ModelVersion>> model = models_->Get(name, version);
+    if (!model.ok()) return SetError(res, model.status());
+    list.push_back(StatsJson(**model));
+  }
+  SetJson(res, 200, json{{"model_stats", std::move(list)}});
+}
+
+void HttpServiceImpl::AllStats(Response& res) {
+  json list = json::array();
+  for (const VersionStatus& v : models_->Index()) {
+    if (v.model) list.push_back(StatsJson(*v.model));
+  }
+  SetJson(res, 200, json{{"model_stats", std::move(list)}});
+}
+
+void HttpServiceImpl::Infer(const Request& req, Response& res, std::shared_ptr<std::string> body,
+                            const std::string& name, const std::string& version) {
+  absl::Status s = InferInner(req, res, std::move(body), name, version);
+  if (!s.ok()) SetError(res, s);
+}
+
+absl::Status HttpServiceImpl::InferInner(const Request& req, Response& res,
+                                         std::shared_ptr<std::string> body, const std::string& name,
+                                         const std::string& version) {
+  // The JSON header, then (binary tensor extension) the raw tensor bytes.
+  size_t json_size = body->size();
+  if (req.has_header(kHeaderLength)) {
+    std::string value = req.get_header_value(kHeaderLength);
+    uint64_t v = 0;
+    if (!absl::SimpleAtoi(value, &v) || v > body->size()) {
+      return absl::InvalidArgumentError(absl::StrCat(kHeaderLength, " ", value,
+                                                     " is not a length within the body of ",
+                                                     body->size(), " bytes"));
+    }
+    json_size = static_cast<size_t>(v);
+  }
+  absl::StatusOr<json> parsed = ParseBody(std::string_view(*body).substr(0, json_size));
+  if (!parsed.ok()) return parsed.status();
+  const json& doc = *parsed;
+
+  absl::StatusOr<std::shared_ptr<ModelVersion>> got = models_->Get(name, version);
+  if (!got.ok()) return got.status();
+  ModelVersion& model = **got;
+
+  auto payload = std::make_shared<InferPayload>();
+  payload->body = body;
+  WireRequest wire;
+  absl::StatusOr<std::string> id = StringField(doc, "id");
+  if (!id.ok()) return id.status();
+  wire.id = *id;
+
+  // Request-level parameters.
+  bool binary_output = false;
+  if (auto it = doc.find("parameters"); it != doc.end() && !it->is_null()) {
+    if (!it->is_object()) return absl::InvalidArgumentError("'parameters' must be an object");
+    absl::StatusOr<bool> b = BoolField(*it, "binary_data_output", false);
+    if (!b.ok()) return b.status();
+    binary_output = *b;
+    absl::StatusOr<int64_t> priority = IntField(*it, "priority", 0);
+    absl::StatusOr<int64_t> timeout = IntField(*it, "timeout", 0);
+    if (!priority.ok()) return priority.status();
+    if (!timeout.ok()) return timeout.status();
+    if (*priority < 0 || *priority > UINT32_MAX || *timeout < 0) {
+      return absl::InvalidArgumentError("'priority' and 'timeout' must be non-negative");
+    }
+    wire.priority = static_cast<uint32_t>(*priority);
+    wire.timeout_us = static_cast<uint64_t>(*timeout);
+  }
+
+  // Inputs.
+  auto inputs = doc.find("inputs");
+  if (inputs == doc.end() || !inputs->is_array()) {
+    return absl::InvalidArgumentError("request needs an 'inputs' array");
+  }
+  const uint8_t* binary = reinterpret_cast<const uint8_t*>(body->data()) + json_size;
+  const size_t binary_size = body->size() - json_size;
+  size_t binary_used = 0;
+  payload->decoded.reserve(inputs->size());
+  for (const json& in : *inputs) {
+    if (!in.is_object()) return absl::InvalidArgumentError("each input must be a JSON object");
+    WireInput wi;
+    absl::StatusOr<std::string> in_name = StringField(in, "name");
+    if (!in_name.ok()) return in_name.status();
+    if (in_name->empty()) return absl::InvalidArgumentError("an input has no 'name'");
+    wi.name = *in_name;
+    absl::StatusOr<std::string> datatype = StringField(in, "datatype");
+    if (!datatype.ok()) return datatype.status();
+    if (datatype->empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", wi.name, "' has no 'datatype'"));
+    }
+    wi.datatype = *datatype;
+    auto shape = in.find("shape");
+    if (shape == in.end() || !shape->is_array()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", wi.name, "' needs a 'shape' array"));
+    }
+    for (const json& d : *shape) {
+      if (!d.is_number_integer()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("input '", wi.name, "': shape must hold integers"));
+      }
+      wi.shape.push_back(d.get<int64_t>());
+    }
+    absl::StatusOr<int64_t> elements = http_json::ElementCount(wi.shape, wi.name);
+    if (!elements.ok()) return elements.status();
+
+    int64_t binary_data_size = -1;
+    if (auto params = in.find("parameters"); params != in.end() && !params->is_null()) {
+      if (!params->is_object()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("input '", wi.name, "': 'parameters' must be an object"));
+      }
+      if (params->contains("shared_memory_region")) {
+        return absl::UnimplementedError("shared memory inputs are not supported over HTTP");
+      }
+      absl::StatusOr<int64_t> size = IntField(*params, "binary_data_size", -1);
+      if (!size.ok()) return size.status();
+      binary_data_size = *size;
+    }
+    if (binary_data_size >= 0) {
+      if (static_cast<uint64_t>(binary_data_size) > binary_size - binary_used) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "input '", wi.name, "': binary_data_size ", binary_data_size, " exceeds the ",
+            binary_size - binary_used, " binary bytes left in the body"));
+      }
+      wi.data = binary + binary_used;
+      wi.byte_size = static_cast<size_t>(binary_data_size);
+      binary_used += wi.byte_size;
+    } else {
+      auto data = in.find("data");
+      if (data == in.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("input '", wi.name, "' has neither 'data' nor binary_data_size"));
+      }
+      std::vector<uint8_t>& bytes = payload->decoded.emplace_back();
+      absl::Status s = http_json::DecodeTensorData(*data, wi.datatype, *elements, wi.name, &bytes);
+      if (!s.ok()) return s;
+      wi.data = bytes.data();
+      wi.byte_size = bytes.size();
+    }
+    wire.inputs.push_back(std::move(wi));
+  }
+  if (binary_used != binary_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the body has ", binary_size, " bytes of binary tensor data but inputs use ", binary_used));
+  }
+
+  // Requested outputs.
+  std::vector<OutputRequest> outputs;
+  if (auto outs = doc.find("outputs"); outs != doc.end() && !outs->is_null()) {
+    if (!outs->is_array()) return absl::InvalidArgumentError("'outputs' must be an array");
+    for (const json& out : *outs) {
+      if (!out.is_object()) return absl::InvalidArgumentError("each output must be a JSON object");
+      OutputRequest o;
+      absl::StatusOr<std::string> out_name = StringField(out, "name");
+      if (!out_name.ok()) return out_name.status();
+      if (out_name->empty()) return absl::InvalidArgumentError("an output has no 'name'");
+      o.name = *out_name;
+      o.binary = binary_output;
+      if (auto params = out.find("parameters"); params != out.end() && !params->is_null()) {
+        if (!params->is_object()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("output '", o.name, "': 'parameters' must be an object"));
+        }
+        if (params->contains("shared_memory_region")) {
+          return absl::UnimplementedError("shared memory outputs are not supported over HTTP");
+        }
+        absl::StatusOr<bool> b = BoolField(*params, "binary_data", binary_output);
+        if (!b.ok()) return b.status();
+        o.binary = *b;
+        absl::StatusOr<int64_t> k = IntField(*params, "classification", 0);
+        if (!k.ok()) return k.status();
+        if (*k < 0) return absl::InvalidArgumentError("'classification' must be positive");
+        o.classification = *k;
+      }
+      wire.requested_outputs.push_back(o.name);
+      outputs.push_back(std::move(o));
+    }
+  }
+  wire.holder = payload;
+
+  absl::StatusOr<std::unique_ptr<InferenceRequest>> request =
+      BuildInferenceRequest(model, std::move(wire));
+  if (!request.ok()) return request.status();
+  InferenceResponse response = InferBlocking(model, *std::move(request));
+  if (!response.status.ok()) return response.status;
+
+  // Encode: JSON header, then the binary outputs in order.
+  std::string out;
+  std::string raw;
+  out.append("{\"model_name\":");
+  http_json::AppendJsonString(model.name(), &out);
+  absl::StrAppend(&out, ",\"model_version\":\"", model.version(), "\"");
+  if (!id->empty()) {
+    out.append(",\"id\":");
+    http_json::AppendJsonString(*id, &out);
+  }
+  out.append(",\"outputs\":[");
+  const bool batching = model.config().max_batch_size() > 0;
+  bool any_binary = false;
+  for (size_t i = 0; i < response.outputs.size(); ++i) {
+    const OutputTensor& t = response.outputs[i];
+    OutputRequest options{t.name, binary_output, 0};
+    for (const OutputRequest& o : outputs) {
+      if (o.name == t.name) options = o;
+    }
+    if (i) out.push_back(',');
+    out.append("{\"name\":");
+    http_json::AppendJsonString(t.name, &out);
+
+    const std::vector<int64_t>& shape = t.tensor.shape();
+    std::vector<int64_t> out_shape = shape;
+    std::vector<std::string> classes;
+    if (options.classification > 0) {
+      int64_t rows = batching && !shape.empty() ? shape[0] : 1;
+      int64_t cols = rows == 0 ? 0 : t.tensor.num_elements() / rows;
+      int64_t k = std::min(options.classification, cols);
+      classes = http_json::Classify(t.tensor.dtype(), t.tensor.data(), rows, cols, k);
+      out_shape =
+          batching && !shape.empty() ? std::vector<int64_t>{rows, k} : std::vector<int64_t>{k};
+    }
+    const char* datatype = options.classification > 0 ? "BYTES" : DTypeKServeName(t.tensor.dtype());
+    absl::StrAppend(&out, ",\"datatype\":\"", datatype, "\",\"shape\":[");
+    for (size_t d = 0; d < out_shape.size(); ++d) {
+      absl::StrAppend(&out, d ? "," : "", out_shape[d]);
+    }
+    out.push_back(']');
+    if (options.binary) {
+      any_binary = true;
+      size_t before = raw.size();
+      if (options.classification > 0) {
+        http_json::AppendBytesElements(classes, &raw);
+      } else {
+        raw.append(reinterpret_cast<const char*>(t.tensor.data()), t.tensor.byte_size());
+      }
+      absl::StrAppend(&out, ",\"parameters\":{\"binary_data_size\":", raw.size() - before, "}");
+    } else if (options.classification > 0) {
+      out.append(",\"data\":[");
+      for (size_t c = 0; c < classes.size(); ++c) {
+        if (c) out.push_back(',');
+        http_json::AppendJsonString(classes[c], &out);
+      }
+      out.push_back(']');
+    } else {
+      out.append(",\"data\":");
+      http_json::AppendJsonArray(t.tensor.dtype(), t.tensor.data(), t.tensor.num_elements(), &out);
+    }
+    out.push_back('}');
+  }
+  out.append("]}");
+
+  res.status = 200;
+  if (!any_binary) {
+    res.body = std::move(out);
+    res.set_header("Content-Type", kJson);
+  } else {
+    res.set_header(kHeaderLength, std::to_string(out.size()));
+    out.append(raw);
+    res.body = std::move(out);
+    res.set_header("Content-Type", "application/octet-stream");
+  }
+  return absl::OkStatus();
+}
+
+void HttpServiceImpl::RepositoryIndex(Response& res, const std::string& body) {
+  absl::StatusOr<json> parsed = ParseBody(body);
+  if (!parsed.ok()) return SetError(res, parsed.status());
+  absl::StatusOr<bool> ready_only = BoolField(*parsed, "ready", false);
+  if (!ready_only.ok()) return SetError(res, ready_only.status());
+  json list = json::array();
+  for (const VersionStatus& v : models_->Index()) {
+    if (*ready_only && v.state != ModelState::kReady) continue;
+    list.push_back({{"name", v.name},
+                    {"version", v.version > 0 ? std::to_string(v.version) : ""},
+                    {"state", ModelStateName(v.state)},
+                    {"reason", v.reason}});
+  }
+  SetJson(res, 200, list);
+}
+
+void HttpServiceImpl::RepositoryLoad(Response& res, const std::string& body,
+                                     const std::string& name) {
+  absl::StatusOr<json> parsed = ParseBody(body);
+  if (!parsed.ok()) return SetError(res, parsed.status());
+  LoadRequest load;
+  load.name = name;
+  load.wait = true;
+  if (auto params = parsed->find("parameters"); params != parsed->end() && !params->is_null()) {
+    if (!params->is_object()) return SetError(res, 400, "'parameters' must be an object");
+    for (const auto& [key, value] : params->items()) {
+      if (key == "config") {
+        // tritonclient sends the config as a JSON string; accept an object too.
+        load.config_json = value.is_string() ? value.get<std::string>() : value.dump();
+      } else if (key.starts_with("file:")) {
+        // "file:<version>/<file name>" with base64 content (Triton's HTTP form).
+        std::string path = key.substr(5);
+        size_t slash = path.find('/');
+        int64_t version = 0;
+        if (slash == std::string::npos || !absl::SimpleAtoi(path.substr(0, slash), &version) ||
+            version <= 0) {
+          return SetError(
+              res, 400,
+              absl::StrCat("load parameter '", key, "' must look like file:<version>/<name>"));
+        }
+        std::string bytes;
+        if (!value.is_string() || !absl::Base64Unescape(value.get<std::string>(), &bytes)) {
+          return SetError(res, 400, absl::StrCat("load parameter '", key, "' must be base64 text"));
+        }
+        if (load.model_bytes.count(version)) {
+          return SetError(
+              res, 400,
+              absl::StrCat("only one model file per version is supported (version ", version, ")"));
+        }
+        load.model_bytes[version] = std::move(bytes);
+      }
+    }
+  }
+  absl::Status s = models_->Load(load);
+  if (!s.ok()) return SetError(res, s);
+  res.status = 200;
+}
+
+void HttpServiceImpl::AdminLoad(Response& res, const std::string& body) {
+  absl::StatusOr<json> parsed = ParseBody(body);
+  if (!parsed.ok()) return SetError(res, parsed.status());
+  cuvil::admin::v1::LoadModelRequest request;
+  absl::StatusOr<std::string> name = StringField(*parsed, "name");
+  absl::StatusOr<std::string> config = StringField(*parsed, "config_pbtxt");
+  absl::StatusOr<std::string> onnx = StringField(*parsed, "onnx_model_base64");
+  absl::StatusOr<int64_t> version = IntField(*parsed, "version", 0);
+  absl::StatusOr<bool> wait = BoolField(*parsed, "wait", true);  // HTTP callers expect an outcome.
+  for (const absl::Status& s :
+       {name.status(), config.status(), onnx.status(), version.status(), wait.status()}) {
+    if (!s.ok()) return SetError(res, s);
+  }
+  if (name->empty()) return SetError(res, 400, "'name' is required");
+  request.set_name(*name);
+  request.set_config_pbtxt(*config);
+  if (!onnx->empty()) {
+    std::string bytes;
+    if (!absl::Base64Unescape(*onnx, &bytes)) {
+      return SetError(res, 400, "'onnx_model_base64' is not valid base64");
+    }
+    request.set_onnx_model(std::move(bytes));
+  }
+  request.set_version(*version);
+  request.set_wait(*wait);
+  absl::StatusOr<cuvil::admin::v1::LoadModelResponse> loaded = admin_->LoadModel(request);
+  if (!loaded.ok()) return SetError(res, loaded.status());
+  json versions = json::array();
+  for (int64_t v : loaded->versions()) versions.push_back(v);
+  SetJson(res, 200, json{{"name", loaded->name()}, {"versions", std::move(versions)}});
+}
+
+void HttpServiceImpl::AdminUnload(Response& res, const std::string& body, const std::string& name) {
+  absl::StatusOr<json> parsed = ParseBody(body);
+  if (!parsed.ok()) return SetError(res, parsed.status());
+  absl::StatusOr<int64_t> version = IntField(*parsed, "version", 0);
+  if (!version.ok()) return SetError(res, version.status());
+  cuvil::admin::v1::UnloadModelRequest request;
+  request.set_name(name);
+  request.set_version(*version);
+  absl::Status s = admin_->UnloadModel(request);
+  if (!s.ok()) return SetError(res, s);
+  SetJson(res, 200, json::object());
+}
+
+void HttpServiceImpl::AdminListModels(Response& res) {
+  cuvil::admin::v1::ListModelsResponse list = admin_->ListModels();
+  json models = json::array();
+  for (const auto& m : list.models()) {
+    models.push_back({{"name", m.name()},
+                      {"version", m.version()},
+                      {"state", m.state()},
+                      {"reason", m.reason()},
+                      {"namespace", m.namespace_()},
+                      {"compile_ms", m.compile_ms()},
+                      {"weights_bytes", m.weights_bytes()},
+                      {"code_bytes", m.code_bytes()},
+                      {"arena_bytes_per_batch", m.arena_bytes_per_batch()}});
+  }
+  SetJson(res, 200, json{{"models", std::move(models)}});
+}
+
+void HttpServiceImpl::AdminListFunctions(Response& res, const std::string& name,
+                                         const std::string& version) {
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(version, &v)) {
+    return SetError(res, 400, absl::StrCat("version '", version, "' is not a number"));
+  }
+  cuvil::admin::v1::ListFunctionsRequest request;
+  request.set_name(name);
+  request.set_version(v);
+  absl::StatusOr<cuvil::admin::v1::ListFunctionsResponse> list = admin_->ListFunctions(request);
+  if (!list.ok()) return SetError(res, list.status());
+  json functions = json::array();
+  for (const auto& f : list->functions()) {
+    functions.push_back({{"index", f.index()},
+                         {"symbol", f.symbol()},
+                         {"op_type", f.op_type()},
+                         {"node_name", f.node_name()},
+                         {"signature", f.signature()}});
+  }
+  SetJson(res, 200, json{{"functions", std::move(functions)}});
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<HttpService>> HttpService::Start(const HttpServiceOptions& options,
+                                                                ModelManager* models,
+                                                                AdminOperations* admin,
+                                                                const ServerInfo* info) {
+  auto service = std::make_unique<HttpServiceImpl>(options, models, admin, info);
+  absl::Status s = service->Start();
+  if (!s.ok()) return s;
+  return std::unique_ptr<HttpService>(std::move(service));
+}
+
+}  // namespace cuvil

@@ -1,0 +1,39 @@
+// Private: the HTTP/REST front end (KServe v2 routes, Triton extensions, /v2/admin/...).
+#ifndef CUVIL_SERVER_SRC_HTTP_SERVICE_H_
+#define CUVIL_SERVER_SRC_HTTP_SERVICE_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "admin_operations.h"
+#include "cuvil/server/model_manager.h"
+#include "server_info.h"
+
+namespace cuvil {
+
+struct HttpServiceOptions {
+  std::string bind_address = "127.0.0.1";
+  int port = 8000;  // 0: pick a free port.
+  int64_t max_request_bytes = 64 << 20;
+  int threads = 8;
+};
+
+// Thread-safe. Serves until Stop() or destruction.
+class HttpService {
+ public:
+  // Binds and starts serving on background threads. Unavailable if the port cannot be bound.
+  static absl::StatusOr<std::unique_ptr<HttpService>> Start(const HttpServiceOptions& options,
+                                                            ModelManager* models,
+                                                            AdminOperations* admin,
+                                                            const ServerInfo* info);
+  virtual ~HttpService() = default;
+  // The bound port (resolved when 0 was asked for).
+  virtual int port() const = 0;
+  // Stops accepting and waits for handlers in progress.
+  virtual void Stop() = 0;
+};
+
+}  // namespace cuvil
+
+#endif  // CUVIL_SERVER_SRC_HTTP_SERVICE_H_

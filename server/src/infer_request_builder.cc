@@ -1,0 +1,120 @@
+#include "cuvil/server/infer_request_builder.h"
+
+#include <future>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace cuvil {
+namespace {
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<InferenceRequest>> BuildInferenceRequest(const ModelVersion& model,
+                                                                        WireRequest wire) {
+  const auto& specs = model.executable().inputs();
+  int64_t max_batch = model.config().max_batch_size();
+  bool batched = max_batch > 0;
+  auto request = std::make_unique<InferenceRequest>();
+  request->id = std::move(wire.id);
+  request->inputs.resize(specs.size());
+  std::vector<bool> seen(specs.size(), false);
+  int64_t batch = -1;
+  for (WireInput& in : wire.inputs) {
+    size_t index = 0;
+    while (index < specs.size() && specs[index].name != in.name) ++index;
+    if (index == specs.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("unexpected input '", in.name, "' for model '",
+                                                     model.name(), "'"));
+    }
+    if (seen[index]) return absl::InvalidArgumentError(absl::StrCat("input '", in.name, "' given twice"));
+    seen[index] = true;
+    const TensorSpec& spec = specs[index];
+    if (in.datatype != DTypeKServeName(spec.dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", in.name, "': expected datatype ",
+                                                     DTypeKServeName(spec.dtype), ", got ", in.datatype));
+    }
+    std::vector<int64_t> expected = spec.dims;
+    size_t rank = spec.dims.size() + (batched ? 1 : 0);
+    bool ok = in.shape.size() == rank;
+    for (size_t d = 0; ok && d < spec.dims.size(); ++d) {
+      int64_t got = in.shape[d + (batched ? 1 : 0)];
+      ok = got >= 0 && (spec.dims[d] < 0 || spec.dims[d] == got);
+    }
+    if (batched) expected.insert(expected.begin(), -1);
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", in.name, "': expected shape ",
+                                                     ShapeString(expected), ", got ", ShapeString(in.shape)));
+    }
+    if (batched) {
+      int64_t b = in.shape[0];
+      if (b < 1 || b > max_batch) {
+        return absl::InvalidArgumentError(absl::StrCat("input '", in.name, "': batch size ", b,
+                                                       " is outside 1..", max_batch, " (max_batch_size)"));
+      }
+      if (batch >= 0 && b != batch) {
+        return absl::InvalidArgumentError(absl::StrCat("input '", in.name, "': batch size ", b,
+                                                       " differs from the other inputs' ", batch));
+      }
+      batch = b;
+    }
+    int64_t elements = 1;
+    for (int64_t d : in.shape) elements *= d;
+    uint64_t want_bytes = static_cast<uint64_t>(elements) * DTypeSize(spec.dtype);
+    if (in.byte_size != want_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", in.name, "': shape ", ShapeString(in.shape),
+                                                     " needs ", want_bytes, " bytes, got ", in.byte_size));
+    }
+    request->inputs[index] = InputView{in.data, in.byte_size, std::move(in.shape)};
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (!seen[i]) {
+      return absl::InvalidArgumentError(absl::StrCat("missing input '", specs[i].name, "'"));
+    }
+  }
+  const auto& outs = model.executable().outputs();
+  request->output_requested.assign(outs.size(), wire.requested_outputs.empty());
+  for (const std::string& name : wire.requested_outputs) {
+    size_t index = 0;
+    while (index < outs.size() && outs[index].name != name) ++index;
+    if (index == outs.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown output '", name, "' requested from model '",
+                                                     model.name(), "'"));
+    }
+    request->output_requested[index] = true;
+  }
+  request->batch_size = batched ? batch : 1;
+  request->priority = wire.priority;
+  request->timeout_us = wire.timeout_us;
+  request->holder = std::move(wire.holder);
+  return request;
+}
+
+InferenceResponse InferBlocking(ModelVersion& model, std::unique_ptr<InferenceRequest> request) {
+  std::promise<InferenceResponse> promise;
+  std::future<InferenceResponse> future = promise.get_future();
+  request->on_complete = [&promise](InferenceResponse response) { promise.set_value(std::move(response)); };
+  model.Submit(std::move(request));
+  return future.get();
+}
+
+int HttpStatusFor(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk: return 200;
+    case absl::StatusCode::kNotFound: return 404;
+    case absl::StatusCode::kUnavailable: return 503;
+    case absl::StatusCode::kUnimplemented: return 501;
+    case absl::StatusCode::kInternal:
+    case absl::StatusCode::kUnknown:
+    case absl::StatusCode::kDataLoss: return 500;
+    case absl::StatusCode::kUnauthenticated: return 401;
+    case absl::StatusCode::kPermissionDenied: return 403;
+    default: return 400;
+  }
+}
+
+}  // namespace cuvil

@@ -1,0 +1,123 @@
+// cuvil-server: serves compiled ONNX models over KServe v2 gRPC and HTTP.
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "cuvil/server/server.h"
+#include "spdlog/spdlog.h"
+
+namespace {
+
+constexpr char kHelp[] =
+    "usage: cuvil-server [flags]\n"
+    "  --model-repository DIR      model repository (repeatable)\n"
+    "  --grpc-port N               gRPC port (default 8001; 0 picks a free port)\n"
+    "  --http-port N               HTTP port (default 8000)\n"
+    "  --metrics-port N            Prometheus metrics port (default 8002)\n"
+    "  --bind ADDRESS              address to listen on (default 127.0.0.1)\n"
+    "  --model-control-mode MODE   none | explicit | poll (default none)\n"
+    "  --load-model NAME           model to load at start in explicit mode (repeatable)\n"
+    "  --repository-poll-secs N    poll interval in poll mode (default 15)\n"
+    "  --admin-token-file FILE     require 'authorization: Bearer <token>' for admin calls\n"
+    "  --max-request-bytes N       largest accepted request (default 67108864)\n"
+    "  --exit-timeout-secs N       drain time on SIGTERM/SIGINT (default 30)\n"
+    "  --log-level LEVEL           trace | debug | info | warn | error (default info)\n";
+
+int Usage(const std::string& why) {
+  std::fprintf(stderr, "error: %s\n%s", why.c_str(), kHelp);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cuvil::ServerOptions options;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  std::string log_level = "info";
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& flag = args[i];
+    if (flag == "--help" || flag == "-h") {
+      std::printf("%s", kHelp);
+      return 0;
+    }
+    std::string value;
+    if (auto eq = flag.find('='); eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+    } else if (i + 1 < args.size()) {
+      value = args[++i];
+    } else {
+      return Usage(absl::StrCat(flag, " needs a value"));
+    }
+    std::string name = flag.substr(0, flag.find('='));
+    auto int_flag = [&](auto* out) {
+      int64_t v = 0;
+      if (!absl::SimpleAtoi(value, &v) || v < 0) return false;
+      *out = static_cast<std::remove_pointer_t<decltype(out)>>(v);
+      return true;
+    };
+    bool ok = true;
+    if (name == "--model-repository") {
+      options.model_repositories.push_back(value);
+    } else if (name == "--grpc-port") {
+      ok = int_flag(&options.grpc_port);
+    } else if (name == "--http-port") {
+      ok = int_flag(&options.http_port);
+    } else if (name == "--metrics-port") {
+      ok = int_flag(&options.metrics_port);
+    } else if (name == "--bind") {
+      options.bind_address = value;
+    } else if (name == "--model-control-mode") {
+      if (value == "none") options.control_mode = cuvil::ServerOptions::ControlMode::kNone;
+      else if (value == "explicit") options.control_mode = cuvil::ServerOptions::ControlMode::kExplicit;
+      else if (value == "poll") options.control_mode = cuvil::ServerOptions::ControlMode::kPoll;
+      else ok = false;
+    } else if (name == "--load-model") {
+      options.load_models.push_back(value);
+    } else if (name == "--repository-poll-secs") {
+      ok = int_flag(&options.poll_interval_secs) && options.poll_interval_secs > 0;
+    } else if (name == "--admin-token-file") {
+      std::ifstream f(value);
+      if (!f) return Usage(absl::StrCat("cannot read admin token file ", value));
+      std::getline(f, options.admin_token);
+      if (options.admin_token.empty()) return Usage(absl::StrCat("admin token file ", value, " is empty"));
+    } else if (name == "--max-request-bytes") {
+      ok = int_flag(&options.max_request_bytes) && options.max_request_bytes > 0;
+    } else if (name == "--exit-timeout-secs") {
+      ok = int_flag(&options.exit_timeout_secs);
+    } else if (name == "--log-level") {
+      log_level = value;
+      ok = spdlog::level::from_str(value) != spdlog::level::off || value == "off";
+    } else {
+      return Usage(absl::StrCat("unknown flag ", name));
+    }
+    if (!ok) return Usage(absl::StrCat("bad value '", value, "' for ", name));
+  }
+  if (options.model_repositories.empty() && options.control_mode != cuvil::ServerOptions::ControlMode::kExplicit) {
+    return Usage("--model-repository is required");
+  }
+  spdlog::set_level(spdlog::level::from_str(log_level));
+
+  // Signals are taken synchronously by the main thread; every other thread inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto server = cuvil::CuvilServer::Start(options);
+  if (!server.ok()) {
+    spdlog::error("cannot start: {}", std::string(server.status().message()));
+    return 1;
+  }
+  int sig = 0;
+  sigwait(&signals, &sig);
+  spdlog::info("received signal {}, draining (up to {} s)", sig, options.exit_timeout_secs);
+  (*server)->Shutdown();
+  return 0;
+}

@@ -1,0 +1,599 @@
+#include "cuvil/server/model_config.h"
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <limits>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+
+namespace cuvil {
+namespace {
+
+using inference::DataType;
+using inference::ModelConfig;
+using inference::ModelInstanceGroup;
+
+// Triton's ORT backend autocompletes max_batch_size to 4; Cuvil compiles one kernel for every
+// batch size, so a larger default costs nothing but arena space and lets the batcher work.
+constexpr int32_t kDefaultMaxBatchSize = 32;
+
+constexpr char kIntraOpThreads[] = "intra_op_threads";
+// Triton's ORT backend spelling, accepted so existing repositories keep their setting.
+constexpr char kIntraOpThreadCount[] = "intra_op_thread_count";
+
+// Keeps the first error only: later ones are usually consequences of it.
+class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
+ public:
+  explicit FirstErrorCollector(const std::string& text) : text_(text) {}
+
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    if (!error_.empty()) return;
+    std::string description = Describe(line, &column, message);
+    error_ = absl::StrCat("config.pbtxt:", line + 1, ":", column + 1, ": ", description);
+  }
+
+  const std::string& error() const { return error_; }
+
+ private:
+  // Rewrites protobuf's wording into one line that always names the field.
+  // Moves `column` to the start of an unknown field's name (protobuf points past it).
+  std::string Describe(int line, int* column, const std::string& message) const {
+    static constexpr char kNoField[] = "has no field named \"";
+    if (size_t at = message.find(kNoField); at != std::string::npos) {
+      size_t begin = at + sizeof(kNoField) - 1;
+      size_t end = message.find('"', begin);
+      std::string field = message.substr(begin, end - begin);
+      if (size_t start = LineOffset(line); start != std::string::npos) {
+        size_t found = text_.rfind(field, start + std::max(*column, 0));
+        if (found != std::string::npos && found >= start) *column = static_cast<int>(found - start);
+      }
+      // 'Message type "inference.ModelConfig" has ...' -> ModelConfig.
+      std::string type;
+      if (size_t q = message.find('"'); q != std::string::npos && q < at) {
+        type = message.substr(q + 1, message.find('"', q + 1) - q - 1);
+        if (size_t dot = type.rfind('.'); dot != std::string::npos) type = type.substr(dot + 1);
+      }
+      return type.empty() ? absl::StrCat("unknown field \"", field, "\"")
+                          : absl::StrCat("unknown field \"", field, "\" in ", type);
+    }
+    if (absl::StrContains(message, "field")) return message;
+    std::string field = FieldBefore(line, *column);
+    if (field.empty()) return message;
+    return absl::StrCat(message, " (field \"", field, "\")");
+  }
+
+  // The last `identifier:` before the error position: the field a bad value belongs to.
+  std::string FieldBefore(int line, int column) const {
+    size_t offset = LineOffset(line);
+    if (offset == std::string::npos) return "";
+    size_t end = std::min(text_.size(), offset + static_cast<size_t>(std::max(column, 0)));
+    for (size_t colon = text_.rfind(':', end); colon != std::string::npos && colon > 0;
+         colon = text_.rfind(':', colon - 1)) {
+      size_t e = colon;
+      while (e > 0 && (text_[e - 1] == ' ' || text_[e - 1] == '\t')) --e;
+      size_t b = e;
+      while (b > 0 &&
+             (std::isalnum(static_cast<unsigned char>(text_[b - 1])) || text_[b - 1] == '_')) {
+        --b;
+      }
+      if (b < e) return text_.substr(b, e - b);
+      if (colon == 0) break;
+    }
+    return "";
+  }
+
+  // Offset of the first character of zero-based `line`, npos past the end.
+  size_t LineOffset(int line) const {
+    size_t offset = 0;
+    for (int l = 0; l < line && offset != std::string::npos; ++l) {
+      offset = text_.find('\n', offset);
+      if (offset != std::string::npos) ++offset;
+    }
+    return offset;
+  }
+
+  const std::string& text_;
+  std::string error_;
+};
+
+std::string Quote(const std::string& s) { return absl::StrCat("\"", s, "\""); }
+
+std::string DimsToString(const google::protobuf::RepeatedField<int64_t>& dims) {
+  return absl::StrCat("[", absl::StrJoin(dims, ","), "]");
+}
+
+bool IsBatchDim(const SymDim& d) { return d.coef == 1 && d.power == 1; }
+
+// Model dims as the config shows them: batch dim dropped when batching, symbolic dims as -1.
+std::vector<int64_t> ConfigDims(const SymShape& shape, bool batched) {
+  std::vector<int64_t> dims;
+  for (size_t i = batched ? 1 : 0; i < shape.size(); ++i) {
+    dims.push_back(shape[i].IsStatic() ? shape[i].Eval(1) : -1);
+  }
+  return dims;
+}
+
+template <typename Tensor>
+void FillTensor(const TensorSignature& sig, bool batched, Tensor* t) {
+  t->set_name(sig.name);
+  t->set_data_type(ConfigFromDType(sig.dtype));
+  for (int64_t d : ConfigDims(sig.shape, batched)) t->add_dims(d);
+}
+
+// Checks config tensors against the model's, fills missing ones and leaves the list in the
+// model's order, so InputSpecs()[i] is the compiled entry's i-th argument.
+template <typename Tensor>
+absl::Status ReconcileTensors(const char* kind, const std::vector<TensorSignature>& model,
+                              int32_t max_batch_size, bool require_all,
+                              google::protobuf::RepeatedPtrField<Tensor>* tensors) {
+  const bool batched = max_batch_size > 0;
+  std::set<std::string> seen;
+  for (const Tensor& t : *tensors) {
+    if (!seen.insert(t.name()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kind, " ", Quote(t.name()), " is listed twice"));
+    }
+    auto it = std::find_if(model.begin(), model.end(),
+                           [&](const TensorSignature& s) { return s.name == t.name(); });
+    if (it == model.end()) {
+      std::vector<std::string> names;
+      for (const auto& s : model) names.push_back(Quote(s.name));
+      return absl::InvalidArgumentError(absl::StrCat(kind, " ", Quote(t.name()),
+                                                     " is not in the model (model ", kind,
+                                                     "s: ", absl::StrJoin(names, ", "), ")"));
+    }
+    if (t.has_reshape()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kind, " ", Quote(t.name()), ": reshape is not supported"));
+    }
+  }
+  if (require_all && !tensors->empty()) {
+    for (const auto& s : model) {
+      if (!seen.count(s.name)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("model ", kind, " ", Quote(s.name), " is missing from the config"));
+      }
+    }
+  }
+
+  google::protobuf::RepeatedPtrField<Tensor> ordered;
+  for (const TensorSignature& sig : model) {
+    auto it = std::find_if(tensors->begin(), tensors->end(),
+                           [&](const Tensor& t) { return t.name() == sig.name; });
+    const std::string what = absl::StrCat(kind, " ", Quote(sig.name));
+    if (batched && (sig.shape.empty() || !IsBatchDim(sig.shape[0]))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": max_batch_size ", max_batch_size,
+                       " requires dim 0 to be the batch dimension, but the model's shape is ",
+                       SymShapeToString(sig.shape)));
+    }
+    Tensor* out = ordered.Add();
+    if (it == tensors->end()) {  // Not listed (no inputs at all, or an output): filled in.
+      FillTensor(sig, batched, out);
+      continue;
+    }
+    *out = *it;
+    if (out->data_type() == inference::TYPE_INVALID) out->set_data_type(ConfigFromDType(sig.dtype));
+    if (DTypeFromConfig(out->data_type()) != sig.dtype) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": data_type ", inference::DataType_Name(out->data_type()),
+                       " does not match the model's ", DTypeName(sig.dtype)));
+    }
+    const size_t first = batched ? 1 : 0;
+    bool match = static_cast<size_t>(out->dims_size()) == sig.shape.size() - first;
+    for (int i = 0; match && i < out->dims_size(); ++i) {
+      int64_t d = out->dims(i);
+      const SymDim& m = sig.shape[first + i];
+      if (d < -1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": dims ", DimsToString(out->dims()), " has a negative dim"));
+      }
+      if (d != -1 && !(m.IsStatic() && m.Eval(1) == d)) match = false;
+    }
+    if (!match) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": dims ", DimsToString(out->dims()),
+                       " do not match the model's shape ", SymShapeToString(sig.shape),
+                       batched ? " (max_batch_size > 0: dims leave out the batch dim 0)"
+                               : " (max_batch_size is 0: dims include dim 0)"));
+    }
+  }
+  tensors->Swap(&ordered);
+  return absl::OkStatus();
+}
+
+bool SupportedPlatform(const std::string& p) {
+  return p.empty() || p == "onnxruntime_onnx" || p == "onnxruntime" || p == "cuvil";
+}
+
+absl::Status ValidateDynamicBatching(const ModelConfig& config) {
+  if (!config.has_dynamic_batching()) return absl::OkStatus();
+  const auto& db = config.dynamic_batching();
+  if (config.max_batch_size() <= 0) {
+    return absl::InvalidArgumentError(
+        "dynamic_batching requires max_batch_size > 0 (the model must have a batch dimension)");
+  }
+  for (int32_t size : db.preferred_batch_size()) {
+    if (size < 1 || size > config.max_batch_size()) {
+      return absl::InvalidArgumentError(absl::StrCat("dynamic_batching.preferred_batch_size ", size,
+                                                     " is outside 1..", config.max_batch_size(),
+                                                     " (max_batch_size)"));
+    }
+  }
+  if (db.priority_levels() > std::numeric_limits<uint32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dynamic_batching.priority_levels ", db.priority_levels(), " is too large"));
+  }
+  if (db.default_priority_level() > db.priority_levels()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dynamic_batching.default_priority_level ", db.default_priority_level(),
+                     " exceeds priority_levels ", db.priority_levels()));
+  }
+  for (const auto& [level, policy] : db.priority_queue_policy()) {
+    if (level < 1 || level > db.priority_levels()) {
+      return absl::InvalidArgumentError(absl::StrCat("dynamic_batching.priority_queue_policy key ",
+                                                     level, " is outside 1..", db.priority_levels(),
+                                                     " (priority_levels)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CompleteInstanceGroups(ModelConfig* config) {
+  if (config->instance_group_size() == 0) config->add_instance_group();
+  for (int i = 0; i < config->instance_group_size(); ++i) {
+    ModelInstanceGroup* g = config->mutable_instance_group(i);
+    if (g->kind() != ModelInstanceGroup::KIND_CPU && g->kind() != ModelInstanceGroup::KIND_AUTO) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("instance_group ", i, ": kind ", ModelInstanceGroup::Kind_Name(g->kind()),
+                       " is not supported (Cuvil runs on the CPU: use KIND_CPU)"));
+    }
+    if (g->gpus_size() > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("instance_group ", i, ": gpus cannot be set for KIND_CPU"));
+    }
+    if (g->count() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("instance_group ", i, ": count ", g->count(), " must be >= 1"));
+    }
+    // As Triton normalises: unset count is 1, AUTO resolves to CPU, groups get names.
+    if (g->count() == 0) g->set_count(1);
+    g->set_kind(ModelInstanceGroup::KIND_CPU);
+    if (g->name().empty()) g->set_name(absl::StrCat(config->name(), "_", i));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateVersionPolicy(const inference::ModelVersionPolicy& policy) {
+  if (policy.has_latest() && policy.latest().num_versions() < 1) {
+    return absl::InvalidArgumentError("version_policy.latest.num_versions must be >= 1");
+  }
+  if (policy.has_specific()) {
+    if (policy.specific().versions_size() == 0) {
+      return absl::InvalidArgumentError("version_policy.specific lists no versions");
+    }
+    for (int64_t v : policy.specific().versions()) {
+      if (v < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("version_policy.specific.versions ", v, " must be positive"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Returns the thread count a parameter asks for, 0 when absent.
+absl::StatusOr<int> IntraOpThreads(const ModelConfig& config) {
+  for (const char* key : {kIntraOpThreads, kIntraOpThreadCount}) {
+    auto it = config.parameters().find(key);
+    if (it == config.parameters().end()) continue;
+    int n = 0;
+    if (!absl::SimpleAtoi(it->second.string_value(), &n) || n < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("parameters[\"", key,
+                                                     "\"] = ", Quote(it->second.string_value()),
+                                                     " must be a positive integer"));
+    }
+    return n;
+  }
+  return 0;
+}
+
+absl::Status ValidateWarmup(const ModelConfig& config) {
+  for (const auto& w : config.model_warmup()) {
+    const std::string what = absl::StrCat("model_warmup ", Quote(w.name()));
+    if (config.max_batch_size() > 0 &&
+        w.batch_size() > static_cast<uint32_t>(config.max_batch_size())) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": batch_size ", w.batch_size(),
+                                                     " exceeds max_batch_size ",
+                                                     config.max_batch_size()));
+    }
+    for (const auto& [name, input] : w.inputs()) {
+      auto it = std::find_if(config.input().begin(), config.input().end(),
+                             [&](const inference::ModelInput& in) { return in.name() == name; });
+      if (it == config.input().end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": input ", Quote(name), " is not a model input"));
+      }
+      if (input.data_type() != it->data_type()) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": input ", Quote(name), " data_type ",
+                                                       inference::DataType_Name(input.data_type()),
+                                                       " does not match ",
+                                                       inference::DataType_Name(it->data_type())));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+QueuePolicy ToQueuePolicy(const inference::ModelQueuePolicy& p) {
+  QueuePolicy q;
+  q.timeout_action = p.timeout_action() == inference::ModelQueuePolicy::DELAY
+                         ? QueuePolicy::TimeoutAction::kDelay
+                         : QueuePolicy::TimeoutAction::kReject;
+  q.default_timeout_us = p.default_timeout_microseconds();
+  q.allow_timeout_override = p.allow_timeout_override();
+  q.max_queue_size = p.max_queue_size();
+  return q;
+}
+
+std::vector<TensorSpec> Specs(const ModelConfig& config, const auto& tensors) {
+  std::vector<TensorSpec> specs;
+  specs.reserve(tensors.size());
+  for (const auto& t : tensors) {
+    TensorSpec spec;
+    spec.name = t.name();
+    spec.dtype = DTypeFromConfig(t.data_type());
+    spec.dims.assign(t.dims().begin(), t.dims().end());
+    spec.batched = config.max_batch_size() > 0;
+    specs.push_back(std::move(spec));
+  }
+  return specs;
+}
+
+// proto3 JSON writes 64-bit integers as strings; Triton's config endpoint writes numbers, and
+// clients (perf_analyzer, tritonclient) read them as numbers.
+void Int64StringsToNumbers(nlohmann::ordered_json& j) {
+  static const std::set<std::string> kInt64Fields = {"dims",
+                                                     "shape",
+                                                     "versions",
+                                                     "max_queue_delay_microseconds",
+                                                     "priority_levels",
+                                                     "default_priority_level",
+                                                     "default_timeout_microseconds"};
+  auto to_number = [](nlohmann::ordered_json& v) {
+    if (!v.is_string()) return;
+    const std::string& s = v.get_ref<const std::string&>();
+    int64_t i = 0;
+    uint64_t u = 0;
+    if (absl::SimpleAtoi(s, &i)) {
+      v = i;
+    } else if (absl::SimpleAtoi(s, &u)) {
+      v = u;
+    }
+  };
+  if (j.is_array()) {
+    for (auto& e : j) Int64StringsToNumbers(e);
+    return;
+  }
+  if (!j.is_object()) return;
+  for (auto& [key, value] : j.items()) {
+    if (kInt64Fields.count(key)) {
+      if (value.is_array()) {
+        for (auto& e : value) to_number(e);
+      } else {
+        to_number(value);
+      }
+    } else {
+      Int64StringsToNumbers(value);
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ParseModelConfigText(const std::string& text) {
+  ModelConfig config;
+  google::protobuf::TextFormat::Parser parser;
+  FirstErrorCollector errors(text);
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, &config)) {
+    return absl::InvalidArgumentError(errors.error().empty() ? "config.pbtxt: parse error"
+                                                             : errors.error());
+  }
+  return config;
+}
+
+absl::StatusOr<ModelConfig> ParseModelConfigJson(const std::string& json) {
+  ModelConfig config;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  auto status = google::protobuf::util::JsonStringToMessage(json, &config, options);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("config JSON: ", std::string(status.message())));
+  }
+  return config;
+}
+
+std::string ModelConfigToJson(const ModelConfig& config) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;  // Triton prints max_batch_size: 0 and the like.
+  std::string json;
+  if (!google::protobuf::util::MessageToJsonString(config, &json, options).ok()) return "{}";
+  auto parsed = nlohmann::ordered_json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) return json;
+  Int64StringsToNumbers(parsed);
+  return parsed.dump();
+}
+
+absl::Status CompleteModelConfig(const CompiledModel& model, ModelConfig* config) {
+  if (config->name().empty()) config->set_name(model.name);
+  auto fail = [&](const absl::Status& s) {
+    return absl::Status(s.code(), absl::StrCat("model ", Quote(config->name()), ": ", s.message()));
+  };
+  if (!SupportedPlatform(config->platform())) {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("platform ", Quote(config->platform()),
+                     " is not supported (use \"onnxruntime_onnx\" or leave it empty)")));
+  }
+  if (!SupportedPlatform(config->backend())) {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("backend ", Quote(config->backend()),
+                     " is not supported (use \"onnxruntime\" or leave it empty)")));
+  }
+  if (config->platform().empty() && config->backend() != "cuvil") {
+    config->set_platform("onnxruntime_onnx");
+  }
+  if (config->max_batch_size() < 0) {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("max_batch_size ", config->max_batch_size(), " must be >= 0")));
+  }
+
+  // proto3 cannot tell "max_batch_size: 0" from unset, so 0 counts as unset only when the config
+  // describes no tensors (whose dims would otherwise be read with the wrong rank).
+  if (config->max_batch_size() == 0 && config->input_size() == 0 && config->output_size() == 0) {
+    auto batch_first = [](const std::vector<TensorSignature>& sigs) {
+      return std::all_of(sigs.begin(), sigs.end(), [](const TensorSignature& s) {
+        return !s.shape.empty() && IsBatchDim(s.shape[0]);
+      });
+    };
+    if (!model.inputs.empty() && batch_first(model.inputs) && batch_first(model.outputs)) {
+      config->set_max_batch_size(kDefaultMaxBatchSize);
+    }
+  }
+
+  if (auto s = ReconcileTensors("input", model.inputs, config->max_batch_size(),
+                                /*require_all=*/true, config->mutable_input());
+      !s.ok()) {
+    return fail(s);
+  }
+  // Outputs the config leaves out are still computed, so they are filled in rather than refused.
+  if (auto s = ReconcileTensors("output", model.outputs, config->max_batch_size(),
+                                /*require_all=*/false, config->mutable_output());
+      !s.ok()) {
+    return fail(s);
+  }
+  if (auto s = ValidateDynamicBatching(*config); !s.ok()) return fail(s);
+  if (auto s = CompleteInstanceGroups(config); !s.ok()) return fail(s);
+  if (auto s = ValidateVersionPolicy(config->version_policy()); !s.ok()) return fail(s);
+  // Triton shows the default policy explicitly in the config endpoint.
+  if (!config->has_version_policy()) {
+    config->mutable_version_policy()->mutable_latest()->set_num_versions(1);
+  }
+  if (auto s = IntraOpThreads(*config).status(); !s.ok()) return fail(s);
+  if (auto s = ValidateWarmup(*config); !s.ok()) return fail(s);
+  return absl::OkStatus();
+}
+
+SchedulerOptions SchedulerOptionsFromConfig(const ModelConfig& config) {
+  SchedulerOptions options;
+  options.max_batch_size = std::max(config.max_batch_size(), 0);
+  options.dynamic_batching = config.has_dynamic_batching();
+  if (options.dynamic_batching) {
+    const auto& db = config.dynamic_batching();
+    DynamicBatchingOptions& b = options.batching;
+    b.preferred_batch_sizes.assign(db.preferred_batch_size().begin(),
+                                   db.preferred_batch_size().end());
+    b.max_queue_delay_us = db.max_queue_delay_microseconds();
+    b.preserve_ordering = db.preserve_ordering();
+    constexpr uint64_t kMax = std::numeric_limits<uint32_t>::max();
+    b.priority_levels = static_cast<uint32_t>(std::min<uint64_t>(db.priority_levels(), kMax));
+    b.default_priority_level =
+        static_cast<uint32_t>(std::min<uint64_t>(db.default_priority_level(), kMax));
+    b.default_queue_policy = ToQueuePolicy(db.default_queue_policy());
+    for (const auto& [level, policy] : db.priority_queue_policy()) {
+      if (level <= kMax)
+        b.priority_queue_policy[static_cast<uint32_t>(level)] = ToQueuePolicy(policy);
+    }
+  }
+  int instances = 0;
+  for (const auto& g : config.instance_group()) instances += std::max(g.count(), 1);
+  options.instance_count = std::max(instances, 1);
+  auto threads = IntraOpThreads(config);
+  options.intra_op_threads = threads.ok() && *threads > 0 ? *threads : 1;
+  return options;
+}
+
+std::vector<TensorSpec> InputSpecs(const ModelConfig& config) {
+  return Specs(config, config.input());
+}
+
+std::vector<TensorSpec> OutputSpecs(const ModelConfig& config) {
+  return Specs(config, config.output());
+}
+
+DType DTypeFromConfig(DataType type) {
+  switch (type) {
+    case inference::TYPE_BOOL:
+      return DType::kBool;
+    case inference::TYPE_UINT8:
+      return DType::kUInt8;
+    case inference::TYPE_UINT16:
+      return DType::kUInt16;
+    case inference::TYPE_UINT32:
+      return DType::kUInt32;
+    case inference::TYPE_UINT64:
+      return DType::kUInt64;
+    case inference::TYPE_INT8:
+      return DType::kInt8;
+    case inference::TYPE_INT16:
+      return DType::kInt16;
+    case inference::TYPE_INT32:
+      return DType::kInt32;
+    case inference::TYPE_INT64:
+      return DType::kInt64;
+    case inference::TYPE_FP32:
+      return DType::kFloat32;
+    case inference::TYPE_FP64:
+      return DType::kFloat64;
+    default:
+      return DType::kUndefined;  // FP16, BF16, STRING: no kernels for them.
+  }
+}
+
+DataType ConfigFromDType(DType dtype) {
+  switch (dtype) {
+    case DType::kBool:
+      return inference::TYPE_BOOL;
+    case DType::kUInt8:
+      return inference::TYPE_UINT8;
+    case DType::kUInt16:
+      return inference::TYPE_UINT16;
+    case DType::kUInt32:
+      return inference::TYPE_UINT32;
+    case DType::kUInt64:
+      return inference::TYPE_UINT64;
+    case DType::kInt8:
+      return inference::TYPE_INT8;
+    case DType::kInt16:
+      return inference::TYPE_INT16;
+    case DType::kInt32:
+      return inference::TYPE_INT32;
+    case DType::kInt64:
+      return inference::TYPE_INT64;
+    case DType::kFloat32:
+      return inference::TYPE_FP32;
+    case DType::kFloat64:
+      return inference::TYPE_FP64;
+    case DType::kUndefined:
+      break;
+  }
+  return inference::TYPE_INVALID;
+}
+
+}  // namespace cuvil

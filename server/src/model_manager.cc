@@ -1,0 +1,392 @@
+#include "cuvil/server/model_manager.h"
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <random>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "cuvil/compiler/compiler.h"
+#include "cuvil/runtime/thread_pool.h"
+#include "cuvil/server/infer_request_builder.h"
+#include "cuvil/server/model_config.h"
+#include "jit_executable.h"
+#include "spdlog/spdlog.h"
+
+namespace cuvil {
+
+const char* ModelStateName(ModelState state) {
+  switch (state) {
+    case ModelState::kLoading: return "LOADING";
+    case ModelState::kReady: return "READY";
+    case ModelState::kUnloading: return "UNLOADING";
+    case ModelState::kUnavailable: return "UNAVAILABLE";
+    case ModelState::kFailed: return "FAILED";
+  }
+  return "UNKNOWN";
+}
+
+ModelVersion::ModelVersion(std::string name, int64_t version, inference::ModelConfig config,
+                           std::unique_ptr<LoadedModel> loaded,
+                           std::shared_ptr<const Executable> executable,
+                           std::unique_ptr<Scheduler> scheduler, double compile_ms)
+    : name_(std::move(name)), version_(version), config_(std::move(config)),
+      loaded_(std::move(loaded)), executable_(std::move(executable)),
+      scheduler_(std::move(scheduler)), compile_ms_(compile_ms) {}
+
+ModelVersion::~ModelVersion() {
+  // Workers must stop before the JIT code they call is removed.
+  if (scheduler_) scheduler_->Drain();
+  scheduler_.reset();
+  executable_.reset();
+  loaded_.reset();
+}
+
+namespace {
+
+struct Slot {
+  ModelState state = ModelState::kUnavailable;
+  std::string reason;
+  std::shared_ptr<ModelVersion> model;
+  uint64_t generation = 0;  // Distinguishes JIT namespaces across reloads of one version.
+};
+
+// Fills `t` for a warmup input as the config asks (zero data by default).
+absl::Status FillWarmupInput(const inference::ModelWarmup::Input& spec, const std::string& model_dir,
+                             HostTensor* t) {
+  if (spec.has_random_data() && spec.random_data()) {
+    std::mt19937 rng(42);
+    for (size_t i = 0; i < t->byte_size(); ++i) t->data()[i] = static_cast<uint8_t>(rng() & 0x3f);
+    if (t->dtype() == DType::kFloat32) {
+      std::uniform_real_distribution<float> dist(-1, 1);
+      for (int64_t i = 0; i < t->num_elements(); ++i) t->data_as<float>()[i] = dist(rng);
+    }
+  } else if (spec.has_input_data_file()) {
+    std::string path = absl::StrCat(model_dir, "/warmup/", spec.input_data_file());
+    std::ifstream f(path, std::ios::binary);
+    if (!f) return absl::InvalidArgumentError(absl::StrCat("warmup data file ", path, " not found"));
+    f.read(reinterpret_cast<char*>(t->data()), static_cast<std::streamsize>(t->byte_size()));
+    if (f.gcount() != static_cast<std::streamsize>(t->byte_size())) {
+      return absl::InvalidArgumentError(absl::StrCat("warmup data file ", path, " is too short"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Runs one warmup request through the scheduler and checks it succeeds.
+absl::Status RunWarmup(ModelVersion& model, const inference::ModelWarmup* warmup,
+                       const std::string& model_dir) {
+  const auto& specs = model.executable().inputs();
+  int64_t batch = 1;
+  if (warmup != nullptr && warmup->batch_size() > 0) batch = warmup->batch_size();
+  bool batched = model.config().max_batch_size() > 0;
+  auto tensors = std::make_shared<std::vector<HostTensor>>();
+  WireRequest wire;
+  wire.id = "warmup";
+  for (const TensorSpec& spec : specs) {
+    std::vector<int64_t> shape;
+    if (batched) shape.push_back(batch);
+    for (int64_t d : spec.dims) shape.push_back(d < 0 ? 1 : d);
+    HostTensor t(spec.dtype, shape);
+    if (warmup != nullptr) {
+      auto it = warmup->inputs().find(spec.name);
+      if (it != warmup->inputs().end()) {
+        if (auto s = FillWarmupInput(it->second, model_dir, &t); !s.ok()) return s;
+      }
+    }
+    tensors->push_back(std::move(t));
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const HostTensor& t = (*tensors)[i];
+    wire.inputs.push_back({specs[i].name, DTypeKServeName(t.dtype()), t.shape(), t.data(), t.byte_size()});
+  }
+  wire.holder = tensors;
+  auto request = BuildInferenceRequest(model, std::move(wire));
+  if (!request.ok()) return request.status();
+  InferenceResponse response = InferBlocking(model, std::move(*request));
+  if (!response.status.ok()) {
+    return absl::Status(response.status.code(), absl::StrCat("warmup failed: ", response.status.message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+struct ModelManager::Impl {
+  JitEngine* engine;
+  const ModelRepository* repository;
+  mutable absl::Mutex mu;
+  std::map<std::string, std::map<int64_t, Slot>> models ABSL_GUARDED_BY(mu);
+  uint64_t next_generation ABSL_GUARDED_BY(mu) = 1;
+  bool shutting_down ABSL_GUARDED_BY(mu) = false;
+  ThreadPool loaders;  // Last: joined first on destruction, while the state above still lives.
+
+  Impl(JitEngine* e, const ModelRepository* r, int threads)
+      : engine(e), repository(r), loaders(threads) {}
+
+  // Compiles, links, schedules and warms up one version. Runs on a loader thread.
+  absl::StatusOr<std::shared_ptr<ModelVersion>> BuildVersion(const std::string& name, int64_t version,
+                                                             inference::ModelConfig config,
+                                                             const std::string& path,
+                                                             const std::string& bytes,
+                                                             uint64_t generation,
+                                                             const std::string& model_dir) {
+    auto t0 = std::chrono::steady_clock::now();
+    CompileOptions options;
+    auto compiled = bytes.empty() ? CompileOnnxFile(path, options) : CompileOnnxBytes(bytes, options);
+    if (!compiled.ok()) return compiled.status();
+    double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (config.name().empty()) config.set_name(name);
+    if (auto s = CompleteModelConfig(*compiled, &config); !s.ok()) return s;
+    if (config.max_batch_size() == 0) {
+      for (const auto& sig : compiled->inputs) {
+        if (!IsStaticShape(sig.shape)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "input '", sig.name, "' has a symbolic dimension but max_batch_size is 0"));
+        }
+      }
+    }
+    std::string ns = absl::StrCat(name, "/", version);
+    if (generation > 1) absl::StrAppend(&ns, "#", generation);
+    auto loaded = engine->Load(ns, std::move(*compiled));
+    if (!loaded.ok()) return loaded.status();
+    auto executable = std::make_shared<JitExecutable>(loaded->get(), InputSpecs(config), OutputSpecs(config));
+    auto scheduler = CreateScheduler(SchedulerOptionsFromConfig(config), executable);
+    if (!scheduler.ok()) return scheduler.status();
+    auto model = std::make_shared<ModelVersion>(name, version, config, std::move(*loaded), executable,
+                                                std::move(*scheduler), compile_ms);
+    if (config.model_warmup_size() == 0) {
+      if (auto s = RunWarmup(*model, nullptr, model_dir); !s.ok()) return s;
+    }
+    for (const auto& w : config.model_warmup()) {
+      for (uint32_t i = 0; i < std::max<uint32_t>(w.count(), 1); ++i) {
+        if (auto s = RunWarmup(*model, &w, model_dir); !s.ok()) return s;
+      }
+    }
+    return model;
+  }
+};
+
+ModelManager::ModelManager(JitEngine* engine, const ModelRepository* repository,
+                           ModelManagerOptions options)
+    : impl_(std::make_unique<Impl>(engine, repository, options.loader_threads)) {}
+
+ModelManager::~ModelManager() { Shutdown(); }
+
+absl::Status ModelManager::Load(const LoadRequest& request) {
+  if (request.name.empty()) return absl::InvalidArgumentError("model name is empty");
+  ModelSource source;
+  if (request.model_bytes.empty()) {
+    if (impl_->repository == nullptr) return absl::NotFoundError("no model repository configured");
+    auto found = impl_->repository->Find(request.name);
+    if (!found.ok()) return found.status();
+    source = std::move(*found);
+  } else {
+    source.name = request.name;
+    for (const auto& [v, bytes] : request.model_bytes) source.version_paths[v] = "";
+  }
+  inference::ModelConfig config = source.config;
+  if (!request.config_pbtxt.empty()) {
+    auto parsed = ParseModelConfigText(request.config_pbtxt);
+    if (!parsed.ok()) return parsed.status();
+    config = std::move(*parsed);
+  } else if (!request.config_json.empty()) {
+    auto parsed = ParseModelConfigJson(request.config_json);
+    if (!parsed.ok()) return parsed.status();
+    config = std::move(*parsed);
+  }
+  if (!config.name().empty() && config.name() != request.name) {
+    return absl::InvalidArgumentError(absl::StrCat("config name '", config.name(),
+                                                   "' does not match model '", request.name, "'"));
+  }
+  std::vector<int64_t> available;
+  for (const auto& [v, path] : source.version_paths) available.push_back(v);
+  std::vector<int64_t> versions = request.model_bytes.empty() ? SelectVersions(config.version_policy(), available)
+                                                              : available;
+  if (versions.empty()) {
+    return absl::NotFoundError(absl::StrCat("model '", request.name, "' has no loadable version"));
+  }
+
+  struct Pending {
+    int64_t version;
+    uint64_t generation;
+  };
+  std::vector<Pending> pending;
+  std::vector<std::shared_ptr<ModelVersion>> retired;
+  {
+    absl::MutexLock lock(&impl_->mu);
+    if (impl_->shutting_down) return absl::UnavailableError("server is shutting down");
+    auto& slots = impl_->models[request.name];
+    // Versions the policy no longer selects are unloaded (Triton reload semantics).
+    for (auto& [v, slot] : slots) {
+      if (std::find(versions.begin(), versions.end(), v) == versions.end() && slot.model) {
+        retired.push_back(std::move(slot.model));
+        slot.state = ModelState::kUnavailable;
+        slot.reason = "unloaded: not selected by the version policy";
+      }
+    }
+    for (int64_t v : versions) {
+      Slot& slot = slots[v];
+      uint64_t gen = impl_->next_generation++;
+      slot.generation = gen;
+      if (!slot.model) {
+        slot.state = ModelState::kLoading;
+        slot.reason.clear();
+      }
+      pending.push_back({v, gen});
+    }
+  }
+  for (auto& r : retired) r->Drain();
+  retired.clear();
+
+  auto remaining = std::make_shared<std::atomic<int>>(static_cast<int>(pending.size()));
+  auto done = std::make_shared<absl::Notification>();
+  auto first_error = std::make_shared<absl::Status>();
+  auto error_mu = std::make_shared<absl::Mutex>();
+  for (const Pending& p : pending) {
+    std::string path = source.version_paths[p.version];
+    std::string bytes;
+    if (auto it = request.model_bytes.find(p.version); it != request.model_bytes.end()) bytes = it->second;
+    std::string name = request.name;
+    std::string model_dir = source.dir;
+    bool scheduled = impl_->loaders.Schedule([this, name, p, config, path, bytes, model_dir, remaining, done,
+                                              first_error, error_mu] {
+      spdlog::info("loading model {} version {}", name, p.version);
+      auto built = impl_->BuildVersion(name, p.version, config, path, bytes, p.generation, model_dir);
+      std::shared_ptr<ModelVersion> old;
+      {
+        absl::MutexLock lock(&impl_->mu);
+        Slot& slot = impl_->models[name][p.version];
+        if (slot.generation == p.generation) {
+          if (built.ok()) {
+            old = std::move(slot.model);
+            slot.model = *built;
+            slot.state = ModelState::kReady;
+            slot.reason.clear();
+          } else if (!slot.model) {
+            slot.state = ModelState::kFailed;
+            slot.reason = std::string(built.status().message());
+          }
+        }
+      }
+      if (built.ok()) {
+        spdlog::info("model {} version {} is READY (compile {:.1f} ms)", name, p.version, (*built)->compile_ms());
+      } else {
+        spdlog::error("model {} version {} failed to load: {}", name, p.version, std::string(built.status().message()));
+        absl::MutexLock lock(error_mu.get());
+        if (first_error->ok()) *first_error = built.status();
+      }
+      if (old) old->Drain();
+      old.reset();
+      if (--*remaining == 0) done->Notify();
+    });
+    if (!scheduled) {
+      if (--*remaining == 0) done->Notify();
+    }
+  }
+  if (!request.wait) return absl::OkStatus();
+  done->WaitForNotification();
+  absl::MutexLock lock(error_mu.get());
+  if (!first_error->ok()) {
+    return absl::Status(first_error->code(), absl::StrCat("failed to load '", request.name, "': ",
+                                                          first_error->message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelManager::Unload(const std::string& name) {
+  std::vector<std::shared_ptr<ModelVersion>> unloading;
+  {
+    absl::MutexLock lock(&impl_->mu);
+    auto it = impl_->models.find(name);
+    if (it == impl_->models.end()) return absl::NotFoundError(absl::StrCat("model '", name, "' is not known"));
+    for (auto& [v, slot] : it->second) {
+      ++slot.generation;  // Cancels a load in progress.
+      if (slot.model) unloading.push_back(std::move(slot.model));
+      slot.state = ModelState::kUnavailable;
+      slot.reason = "unloaded";
+    }
+  }
+  for (auto& m : unloading) m->Drain();  // In-flight requests finish; later ones see UNAVAILABLE.
+  spdlog::info("model {} unloaded", name);
+  return absl::OkStatus();
+}
+
+void ModelManager::LoadAll() {
+  if (impl_->repository == nullptr) return;
+  for (const std::string& name : impl_->repository->ListModels()) {
+    LoadRequest request;
+    request.name = name;
+    if (auto s = Load(request); !s.ok()) {
+      absl::MutexLock lock(&impl_->mu);
+      auto& slots = impl_->models[name];
+      if (slots.empty()) slots[0] = Slot{ModelState::kFailed, std::string(s.message()), nullptr, 0};
+    }
+  }
+}
+
+absl::StatusOr<std::shared_ptr<ModelVersion>> ModelManager::Get(const std::string& name,
+                                                                const std::string& version) const {
+  absl::MutexLock lock(&impl_->mu);
+  auto it = impl_->models.find(name);
+  if (it == impl_->models.end()) return absl::NotFoundError(absl::StrCat("unknown model '", name, "'"));
+  const auto& slots = it->second;
+  if (version.empty() || version == "-1") {
+    for (auto s = slots.rbegin(); s != slots.rend(); ++s) {
+      if (s->second.model) return s->second.model;
+    }
+    return absl::UnavailableError(absl::StrCat("model '", name, "' has no READY version"));
+  }
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(version, &v)) {
+    return absl::InvalidArgumentError(absl::StrCat("version '", version, "' is not a number"));
+  }
+  auto s = slots.find(v);
+  if (s == slots.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown version ", version, " of model '", name, "'"));
+  }
+  if (!s->second.model) {
+    return absl::UnavailableError(absl::StrCat("model '", name, "' version ", version, " is ",
+                                               ModelStateName(s->second.state)));
+  }
+  return s->second.model;
+}
+
+std::vector<VersionStatus> ModelManager::Index() const {
+  absl::MutexLock lock(&impl_->mu);
+  std::vector<VersionStatus> out;
+  for (const auto& [name, slots] : impl_->models) {
+    for (const auto& [v, slot] : slots) {
+      out.push_back({name, v, slot.model ? ModelState::kReady : slot.state, slot.reason, slot.model});
+    }
+  }
+  return out;
+}
+
+std::vector<VersionStatus> ModelManager::Versions(const std::string& name) const {
+  std::vector<VersionStatus> out;
+  for (auto& s : Index()) {
+    if (s.name == name) out.push_back(std::move(s));
+  }
+  return out;
+}
+
+void ModelManager::Shutdown() {
+  std::vector<std::shared_ptr<ModelVersion>> all;
+  {
+    absl::MutexLock lock(&impl_->mu);
+    impl_->shutting_down = true;
+    for (auto& [name, slots] : impl_->models) {
+      for (auto& [v, slot] : slots) {
+        ++slot.generation;
+        if (slot.model) all.push_back(std::move(slot.model));
+        slot.state = ModelState::kUnavailable;
+      }
+    }
+  }
+  for (auto& m : all) m->Drain();
+}
+
+}  // namespace cuvil

@@ -1,0 +1,158 @@
+#include "cuvil/server/server.h"
+
+#include <httplib.h>
+
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "admin_operations.h"
+#include "grpc_service.h"
+#include "http_service.h"
+#include "server_info.h"
+#include "spdlog/spdlog.h"
+
+namespace cuvil {
+
+struct CuvilServer::Impl {
+  ServerOptions options;
+  ServerInfo info;
+  std::unique_ptr<JitEngine> engine;
+  std::unique_ptr<ModelRepository> repository;
+  std::unique_ptr<ModelManager> models;
+  std::unique_ptr<AdminOperations> admin;
+  std::unique_ptr<GrpcService> grpc;
+  std::unique_ptr<HttpService> http;
+  httplib::Server metrics;
+  std::thread metrics_thread;
+  int metrics_port = 0;
+  absl::Notification stop_polling;
+  std::thread poll_thread;
+  bool shut_down = false;
+
+  // Minimal exposition until the observability layer lands: readiness per model version.
+  std::string RenderMetrics() {
+    std::string out =
+        "# HELP cuvil_model_ready Whether a model version is READY (1) or not (0).\n"
+        "# TYPE cuvil_model_ready gauge\n";
+    for (const VersionStatus& v : models->Index()) {
+      absl::StrAppend(&out, "cuvil_model_ready{model=\"", v.name, "\",version=\"", v.version, "\"} ",
+                      v.state == ModelState::kReady ? 1 : 0, "\n");
+    }
+    return out;
+  }
+
+  // Poll mode: load models that appeared, unload models that disappeared.
+  void PollRepository() {
+    while (!stop_polling.WaitForNotificationWithTimeout(absl::Seconds(options.poll_interval_secs))) {
+      std::set<std::string> on_disk;
+      for (const std::string& name : repository->ListModels()) on_disk.insert(name);
+      std::set<std::string> known;
+      for (const VersionStatus& v : models->Index()) {
+        if (v.state != ModelState::kUnavailable) known.insert(v.name);
+      }
+      for (const std::string& name : on_disk) {
+        if (!known.count(name)) {
+          LoadRequest r;
+          r.name = name;
+          if (auto s = models->Load(r); !s.ok()) spdlog::error("poll: {}", std::string(s.message()));
+        }
+      }
+      for (const std::string& name : known) {
+        if (!on_disk.count(name)) (void)models->Unload(name);
+      }
+    }
+  }
+};
+
+CuvilServer::CuvilServer() : impl_(std::make_unique<Impl>()) {}
+
+CuvilServer::~CuvilServer() { Shutdown(); }
+
+absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOptions& options) {
+  std::unique_ptr<CuvilServer> server(new CuvilServer());
+  Impl& s = *server->impl_;
+  s.options = options;
+  s.info.admin_token = options.admin_token;
+  auto engine = JitEngine::Create();
+  if (!engine.ok()) return engine.status();
+  s.engine = std::move(*engine);
+  s.repository = std::make_unique<ModelRepository>(options.model_repositories);
+  s.models = std::make_unique<ModelManager>(s.engine.get(), s.repository.get(),
+                                            ModelManagerOptions{options.loader_threads});
+  s.admin = std::make_unique<AdminOperations>(s.models.get(), options.admin_token);
+
+  GrpcServiceOptions grpc_options{options.bind_address, options.grpc_port, options.max_request_bytes};
+  auto grpc = GrpcService::Start(grpc_options, s.models.get(), s.admin.get(), &s.info);
+  if (!grpc.ok()) return grpc.status();
+  s.grpc = std::move(*grpc);
+  HttpServiceOptions http_options;
+  http_options.bind_address = options.bind_address;
+  http_options.port = options.http_port;
+  http_options.max_request_bytes = options.max_request_bytes;
+  auto http = HttpService::Start(http_options, s.models.get(), s.admin.get(), &s.info);
+  if (!http.ok()) return http.status();
+  s.http = std::move(*http);
+  s.metrics.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
+    res.set_content(s.RenderMetrics(), "text/plain; version=0.0.4");
+  });
+  s.metrics_port = options.metrics_port == 0 ? s.metrics.bind_to_any_port(options.bind_address)
+                                             : (s.metrics.bind_to_port(options.bind_address, options.metrics_port)
+                                                    ? options.metrics_port
+                                                    : -1);
+  if (s.metrics_port <= 0) {
+    return absl::UnavailableError(absl::StrCat("cannot bind metrics to ", options.bind_address, ":",
+                                               options.metrics_port));
+  }
+  s.metrics_thread = std::thread([&s] { s.metrics.listen_after_bind(); });
+
+  spdlog::info("listening grpc={}:{} http={}:{} metrics={}:{}", options.bind_address, s.grpc->port(),
+               options.bind_address, s.http->port(), options.bind_address, s.metrics_port);
+
+  // Models load while the listeners already answer health checks (not ready yet).
+  switch (options.control_mode) {
+    case ServerOptions::ControlMode::kNone:
+    case ServerOptions::ControlMode::kPoll:
+      s.models->LoadAll();
+      break;
+    case ServerOptions::ControlMode::kExplicit:
+      for (const std::string& name : options.load_models) {
+        LoadRequest r;
+        r.name = name;
+        if (auto st = s.models->Load(r); !st.ok()) spdlog::error("{}", std::string(st.message()));
+      }
+      break;
+  }
+  if (options.control_mode == ServerOptions::ControlMode::kPoll) {
+    s.poll_thread = std::thread([&s] { s.PollRepository(); });
+  }
+  s.info.ready = true;
+  spdlog::info("server ready");
+  return server;
+}
+
+int CuvilServer::grpc_port() const { return impl_->grpc->port(); }
+int CuvilServer::http_port() const { return impl_->http->port(); }
+int CuvilServer::metrics_port() const { return impl_->metrics_port; }
+ModelManager* CuvilServer::models() { return impl_->models.get(); }
+
+void CuvilServer::Shutdown() {
+  Impl& s = *impl_;
+  if (s.shut_down) return;
+  s.shut_down = true;
+  s.info.ready = false;
+  if (s.poll_thread.joinable()) {
+    s.stop_polling.Notify();
+    s.poll_thread.join();
+  }
+  int64_t deadline_ms = int64_t{s.options.exit_timeout_secs} * 1000;
+  if (s.grpc) s.grpc->Stop(deadline_ms);
+  if (s.http) s.http->Stop();
+  s.metrics.stop();
+  if (s.metrics_thread.joinable()) s.metrics_thread.join();
+  if (s.models) s.models->Shutdown();
+  spdlog::info("server stopped");
+}
+
+}  // namespace cuvil
