@@ -106,8 +106,8 @@ ExecutionContext::Result ExecutionContext::Execute(std::vector<QueuedRequest>& b
       output_ptrs_[o] = outputs_[o].Reserve(output_row_bytes_[o] * rows);
     }
   }
-  void* arena = arena_.Reserve(static_cast<size_t>(std::max<int64_t>(
-      executable_->ArenaBytes(result.rows), 0)));
+  void* arena = arena_.Reserve(
+      static_cast<size_t>(std::max<int64_t>(executable_->ArenaBytes(result.rows), 0)));
 
   result.status = executable_->Run(input_ptrs_.data(), output_ptrs_.data(), result.rows, arena);
   const Clock::time_point ran = clock_->Now();
@@ -128,8 +128,8 @@ ExecutionContext::Result ExecutionContext::Execute(std::vector<QueuedRequest>& b
         const TensorSpec& spec = executable_->outputs()[o];
         HostTensor tensor(spec.dtype, OutputShape(o, batch[b].rows));
         const bool batched = layout_->output_batched(o);
-        const uint8_t* src = outputs_[o].data.get() +
-                             (batched ? row_offset * output_row_bytes_[o] : 0);
+        const uint8_t* src =
+            outputs_[o].data.get() + (batched ? row_offset * output_row_bytes_[o] : 0);
         size_t bytes = batched ? rows * output_row_bytes_[o] : output_row_bytes_[o];
         if (bytes > 0) std::memcpy(tensor.data(), src, bytes);
         responses[b].outputs.push_back({spec.name, std::move(tensor)});

@@ -36,9 +36,7 @@ void FakeClock::Advance(std::chrono::nanoseconds d) {
 
 void FakeClock::AwaitTimedWaitAt(Clock::time_point t) {
   absl::MutexLock l(&waits_mu_);
-  auto reached = [this, t]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(waits_mu_) {
-    return latest_wait_ >= t;
-  };
+  auto reached = [this, t]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(waits_mu_) { return latest_wait_ >= t; };
   waits_mu_.Await(absl::Condition(&reached));
 }
 

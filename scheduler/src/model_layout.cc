@@ -31,22 +31,21 @@ ModelLayout::ModelLayout(const Executable& executable, int64_t max_batch_size)
 absl::StatusOr<int64_t> ModelLayout::Validate(const InferenceRequest& request) const {
   const auto& specs = executable_.inputs();
   if (request.inputs.size() != specs.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("expected ", specs.size(), " inputs, got ",
-                                                   request.inputs.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected ", specs.size(), " inputs, got ", request.inputs.size()));
   }
   if (!request.output_requested.empty() &&
       request.output_requested.size() != executable_.outputs().size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("output_requested has ", request.output_requested.size(),
-                     " entries for ", executable_.outputs().size(), " outputs"));
+    return absl::InvalidArgumentError(absl::StrCat("output_requested has ",
+                                                   request.output_requested.size(), " entries for ",
+                                                   executable_.outputs().size(), " outputs"));
   }
   int64_t rows = 1;
   if (max_batch_size_ > 0) {
     rows = request.batch_size;
     if (rows < 1 || rows > max_batch_size_) {
-      return absl::InvalidArgumentError(absl::StrCat("request batch size ", rows,
-                                                     " is outside [1, max_batch_size ",
-                                                     max_batch_size_, "]"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "request batch size ", rows, " is outside [1, max_batch_size ", max_batch_size_, "]"));
     }
   }
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -70,9 +69,8 @@ absl::StatusOr<int64_t> ModelLayout::Validate(const InferenceRequest& request) c
     }
     size_t expected = static_cast<size_t>(elements) * DTypeSize(spec.dtype);
     if (view.byte_size != expected) {
-      return absl::InvalidArgumentError(absl::StrCat("input '", spec.name, "' holds ",
-                                                     view.byte_size, " bytes, its shape needs ",
-                                                     expected));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input '", spec.name, "' holds ", view.byte_size, " bytes, its shape needs ", expected));
     }
     if (expected > 0 && view.data == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("input '", spec.name, "' has no data"));

@@ -32,9 +32,7 @@ class ModelLayout {
   bool CanShareBatch(const InferenceRequest& a, const InferenceRequest& b) const;
   // Row dims of every output (batch dim excluded) when no output has a -1 dim.
   bool outputs_vary() const { return outputs_vary_; }
-  const std::vector<std::vector<int64_t>>& fixed_output_dims() const {
-    return fixed_output_dims_;
-  }
+  const std::vector<std::vector<int64_t>>& fixed_output_dims() const { return fixed_output_dims_; }
   // Row dims of every output for a batch shaped like `request`, when outputs_vary().
   absl::StatusOr<std::vector<std::vector<int64_t>>> VaryingOutputDims(
       const InferenceRequest& request) const;

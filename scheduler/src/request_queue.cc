@@ -23,8 +23,8 @@ absl::Status RequestQueue::ValidateOptions(const SchedulerOptions& options) {
   int64_t max_rows = std::max<int64_t>(options.max_batch_size, 1);
   for (int32_t size : b.preferred_batch_sizes) {
     if (size < 1 || size > max_rows) {
-      return absl::InvalidArgumentError(absl::StrCat("preferred batch size ", size,
-                                                     " is outside [1, ", max_rows, "]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("preferred batch size ", size, " is outside [1, ", max_rows, "]"));
     }
   }
   if (b.priority_levels > 0 &&
@@ -35,9 +35,9 @@ absl::Status RequestQueue::ValidateOptions(const SchedulerOptions& options) {
   }
   for (const auto& [level, policy] : b.priority_queue_policy) {
     if (level < 1 || level > std::max<uint32_t>(b.priority_levels, 1)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("priority_queue_policy names level ", level, " of ",
-                       b.priority_levels, " priority levels"));
+      return absl::InvalidArgumentError(absl::StrCat("priority_queue_policy names level ", level,
+                                                     " of ", b.priority_levels,
+                                                     " priority levels"));
     }
   }
   return absl::OkStatus();

@@ -28,7 +28,7 @@ class RequestQueue {
   bool empty() const { return size_ == 0; }
 
   struct Decision {
-    size_t taken = 0;                                    // Requests moved into the batch.
+    size_t taken = 0;                                      // Requests moved into the batch.
     Clock::time_point wake_at = Clock::time_point::max();  // When nothing was taken.
   };
   // Chooses the next batch at `now`, moving it into `batch` (cleared first). Requests whose

@@ -1,10 +1,11 @@
 // The per model-version scheduler: a shared priority queue, `instance_count` workers that each
 // form a batch, execute it in their own context and complete its requests.
+#include "cuvil/scheduler/scheduler.h"
+
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "completion_sequencer.h"
-#include "cuvil/scheduler/scheduler.h"
 #include "execution_context.h"
 #include "model_layout.h"
 #include "request_queue.h"

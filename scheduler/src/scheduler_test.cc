@@ -1,3 +1,5 @@
+#include "cuvil/scheduler/scheduler.h"
+
 #include <atomic>
 #include <cstring>
 #include <deque>
@@ -7,7 +9,6 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "cuvil/scheduler/scheduler.h"
 #include "fake_clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -16,9 +17,9 @@
 namespace cuvil {
 namespace {
 
+using std::chrono::microseconds;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using std::chrono::microseconds;
 
 // Generous watchdog so a broken scheduler fails a test instead of hanging it.
 constexpr absl::Duration kWatchdog = absl::Seconds(30);
@@ -207,7 +208,8 @@ class SchedulerTest : public ::testing::Test {
     auto request = std::make_unique<InferenceRequest>();
     request->id = out.id;
     request->inputs.push_back({reinterpret_cast<const uint8_t*>(data->data()),
-                               data->size() * sizeof(float), {rows, dim_}});
+                               data->size() * sizeof(float),
+                               {rows, dim_}});
     request->holder = data;
     request->output_requested = {true, true};
     request->batch_size = rows;
@@ -344,11 +346,11 @@ TEST_F(SchedulerTest, TakesTheLargestPreferredBatchSize) {
     int queued;
     std::vector<int64_t> expected;
   };
-  for (const Case& c : std::vector<Case>{
-           {{3}, 5, {1, 3, 2}},
-           {{2, 4}, 5, {1, 4, 1}},
-           {{2, 5}, 4, {1, 2, 2}},  // 2 is preferred, 4 is not: two batches of 2.
-           {{}, 5, {1, 5}}}) {
+  for (const Case& c :
+       std::vector<Case>{{{3}, 5, {1, 3, 2}},
+                         {{2, 4}, 5, {1, 4, 1}},
+                         {{2, 5}, 4, {1, 2, 2}},  // 2 is preferred, 4 is not: two batches of 2.
+                         {{}, 5, {1, 5}}}) {
     SCOPED_TRACE(testing::PrintToString(c.preferred));
     exe_ = std::make_shared<FakeExecutable>(dim_);
     outcomes_.clear();
@@ -468,9 +470,8 @@ TEST_F(SchedulerTest, TimeoutOverrideOnlyWhenAllowed) {
     exe_->Close();
     Submit(*scheduler, 1, 0);
     ASSERT_TRUE(exe_->AwaitEntered(1));
-    Outcome& short_timeout = Submit(*scheduler, 1, 100, [](InferenceRequest& r) {
-      r.timeout_us = 50;
-    });
+    Outcome& short_timeout =
+        Submit(*scheduler, 1, 100, [](InferenceRequest& r) { r.timeout_us = 50; });
     Outcome& no_timeout = Submit(*scheduler, 1, 200);
     clock_->Advance(microseconds(100));
     exe_->Open();
@@ -618,7 +619,8 @@ TEST_F(SchedulerTest, DifferentNonBatchDimsAreNotMerged) {
     }
     auto request = std::make_unique<InferenceRequest>();
     request->inputs.push_back({reinterpret_cast<const uint8_t*>(data->data()),
-                               data->size() * sizeof(float), {rows, len}});
+                               data->size() * sizeof(float),
+                               {rows, len}});
     request->holder = data;
     request->output_requested = {true, true};
     request->batch_size = rows;
@@ -793,7 +795,8 @@ TEST_F(SchedulerTest, ConcurrentSubmittersWithRealClock) {
         for (size_t k = 0; k < data->size(); ++k) (*data)[k] = out.base + static_cast<float>(k);
         auto request = std::make_unique<InferenceRequest>();
         request->inputs.push_back({reinterpret_cast<const uint8_t*>(data->data()),
-                                   data->size() * sizeof(float), {out.rows, dim_}});
+                                   data->size() * sizeof(float),
+                                   {out.rows, dim_}});
         request->holder = data;
         request->output_requested = {true, true};
         request->batch_size = out.rows;

@@ -110,8 +110,7 @@ void Mutex::LockWhen(const Condition& cond) {
 }
 
 void CondVar::Wait(Mutex* mu) {
-  static auto real =
-      Real<void (*)(CondVar*, Mutex*)>(ABSL_MANGLED("7CondVar4WaitEPNS0_5MutexE"));
+  static auto real = Real<void (*)(CondVar*, Mutex*)>(ABSL_MANGLED("7CondVar4WaitEPNS0_5MutexE"));
   __tsan_release(mu);
   real(this, mu);
   __tsan_acquire(mu);

@@ -50,7 +50,8 @@ struct Slot {
   ModelState state = ModelState::kUnavailable;
   std::string reason;
   std::shared_ptr<ModelVersion> model;
-  uint64_t generation = 0;  // Distinguishes JIT namespaces across reloads of one version.
+  uint64_t generation = 0;  // Identifies the newest load; older loads' results are dropped.
+  uint64_t loads = 0;       // Loads started; reloads get distinct JIT namespace names.
 };
 
 // Fills `t` for a warmup input as the config asks (zero data by default).
@@ -131,7 +132,7 @@ struct ModelManager::Impl {
                                                              inference::ModelConfig config,
                                                              const std::string& path,
                                                              const std::string& bytes,
-                                                             uint64_t generation,
+                                                             uint64_t load_index,
                                                              const std::string& model_dir) {
     auto t0 = std::chrono::steady_clock::now();
     CompileOptions options;
@@ -149,7 +150,7 @@ struct ModelManager::Impl {
       }
     }
     std::string ns = absl::StrCat(name, "/", version);
-    if (generation > 1) absl::StrAppend(&ns, "#", generation);
+    if (load_index > 1) absl::StrAppend(&ns, "#", load_index);
     auto loaded = engine->Load(ns, std::move(*compiled));
     if (!loaded.ok()) return loaded.status();
     auto executable = std::make_shared<JitExecutable>(loaded->get(), InputSpecs(config), OutputSpecs(config));
@@ -212,6 +213,7 @@ absl::Status ModelManager::Load(const LoadRequest& request) {
   struct Pending {
     int64_t version;
     uint64_t generation;
+    uint64_t load_index;
   };
   std::vector<Pending> pending;
   std::vector<std::shared_ptr<ModelVersion>> retired;
@@ -235,7 +237,7 @@ absl::Status ModelManager::Load(const LoadRequest& request) {
         slot.state = ModelState::kLoading;
         slot.reason.clear();
       }
-      pending.push_back({v, gen});
+      pending.push_back({v, gen, ++slot.loads});
     }
   }
   for (auto& r : retired) r->Drain();
@@ -254,7 +256,7 @@ absl::Status ModelManager::Load(const LoadRequest& request) {
     bool scheduled = impl_->loaders.Schedule([this, name, p, config, path, bytes, model_dir, remaining, done,
                                               first_error, error_mu] {
       spdlog::info("loading model {} version {}", name, p.version);
-      auto built = impl_->BuildVersion(name, p.version, config, path, bytes, p.generation, model_dir);
+      auto built = impl_->BuildVersion(name, p.version, config, path, bytes, p.load_index, model_dir);
       std::shared_ptr<ModelVersion> old;
       {
         absl::MutexLock lock(&impl_->mu);
@@ -322,7 +324,7 @@ void ModelManager::LoadAll() {
     if (auto s = Load(request); !s.ok()) {
       absl::MutexLock lock(&impl_->mu);
       auto& slots = impl_->models[name];
-      if (slots.empty()) slots[0] = Slot{ModelState::kFailed, std::string(s.message()), nullptr, 0};
+      if (slots.empty()) slots[0] = Slot{ModelState::kFailed, std::string(s.message()), nullptr, 0, 0};
     }
   }
 }

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <limits>
 #include <set>
 #include <sstream>
 #include <system_error>
@@ -102,10 +101,11 @@ absl::StatusOr<ModelSource> ModelRepository::Find(const std::string& name) const
     if (!config.ok()) {
       // The parser reports "config.pbtxt:L:C: ..."; name the actual file instead.
       std::string message(config.status().message());
-      if (absl::StartsWith(message, kConfigFile))
+      if (absl::StartsWith(message, kConfigFile)) {
         message = message.substr(sizeof(kConfigFile) - 1);
-      else
+      } else {
         message = absl::StrCat(": ", message);
+      }
       return absl::InvalidArgumentError(absl::StrCat(config_path.string(), message));
     }
     source.config = std::move(*config);

@@ -1,0 +1,312 @@
+// End-to-end tests of the gRPC front end against an in-process server on ephemeral ports.
+#include <atomic>
+#include <fstream>
+#include <thread>
+
+#include "admin.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "grpc_service.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "health.grpc.pb.h"
+#include "server_test_util.h"
+
+namespace cuvil {
+namespace {
+
+using ::testing::HasSubstr;
+
+class GrpcServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = testing::StartServer(testing::MakeRepository("grpc_repo"));
+    ASSERT_NE(server_, nullptr);
+    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->grpc_port()),
+                                   grpc::InsecureChannelCredentials());
+    stub_ = inference::GRPCInferenceService::NewStub(channel_);
+  }
+
+  inference::ModelInferRequest MlpRequest(const HostTensor& input) {
+    inference::ModelInferRequest q;
+    q.set_model_name("mlp");
+    q.set_id("req-42");
+    auto* in = q.add_inputs();
+    in->set_name("input");
+    in->set_datatype("FP32");
+    for (int64_t d : input.shape()) in->add_shape(d);
+    q.add_raw_input_contents()->assign(reinterpret_cast<const char*>(input.data()), input.byte_size());
+    return q;
+  }
+
+  grpc::Status Infer(const inference::ModelInferRequest& q, inference::ModelInferResponse* r) {
+    grpc::ClientContext ctx;
+    return stub_->ModelInfer(&ctx, q, r);
+  }
+
+  std::unique_ptr<CuvilServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> stub_;
+};
+
+TEST_F(GrpcServerTest, HealthAndMetadata) {
+  grpc::ClientContext c1, c2, c3, c4;
+  inference::ServerLiveResponse live;
+  ASSERT_TRUE(stub_->ServerLive(&c1, {}, &live).ok());
+  EXPECT_TRUE(live.live());
+  inference::ServerReadyResponse ready;
+  ASSERT_TRUE(stub_->ServerReady(&c2, {}, &ready).ok());
+  EXPECT_TRUE(ready.ready());
+  inference::ModelMetadataRequest mq;
+  mq.set_name("lenet");
+  inference::ModelMetadataResponse meta;
+  ASSERT_TRUE(stub_->ModelMetadata(&c3, mq, &meta).ok());
+  EXPECT_EQ(meta.inputs(0).name(), "input");
+  EXPECT_EQ(meta.inputs(0).datatype(), "FP32");
+  EXPECT_THAT(meta.inputs(0).shape(), ::testing::ElementsAre(-1, 1, 28, 28));
+  EXPECT_THAT(meta.versions(), ::testing::ElementsAre("1"));
+  auto health = grpc::health::v1::Health::NewStub(channel_);
+  grpc::health::v1::HealthCheckResponse h;
+  ASSERT_TRUE(health->Check(&c4, {}, &h).ok());
+  EXPECT_EQ(h.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+TEST_F(GrpcServerTest, InferMatchesReferenceForEveryBatchSize) {
+  for (const char* model : {"mlp", "lenet"}) {
+    for (int set = 0; set < 3; ++set) {
+      HostTensor input = testing::ReadReference(model, set, "input");
+      HostTensor expected = testing::ReadReference(model, set, "output");
+      inference::ModelInferRequest q = MlpRequest(input);
+      q.set_model_name(model);
+      inference::ModelInferResponse r;
+      grpc::Status s = Infer(q, &r);
+      ASSERT_TRUE(s.ok()) << model << ": " << s.error_message();
+      EXPECT_EQ(r.id(), "req-42");
+      EXPECT_EQ(r.model_version(), "1");
+      ASSERT_EQ(r.raw_output_contents_size(), 1);
+      EXPECT_EQ(r.outputs(0).shape(0), input.shape()[0]);
+      ASSERT_EQ(r.raw_output_contents(0).size(), expected.byte_size());
+      testing::ExpectClose(reinterpret_cast<const float*>(r.raw_output_contents(0).data()), expected);
+    }
+  }
+}
+
+TEST_F(GrpcServerTest, TypedContentsAndStreaming) {
+  HostTensor input = testing::ReadReference("mlp", 0, "input");
+  HostTensor expected = testing::ReadReference("mlp", 0, "output");
+  inference::ModelInferRequest q;
+  q.set_model_name("mlp");
+  auto* in = q.add_inputs();
+  in->set_name("input");
+  in->set_datatype("FP32");
+  in->add_shape(1);
+  in->add_shape(784);
+  for (int64_t i = 0; i < input.num_elements(); ++i) in->mutable_contents()->add_fp32_contents(input.data_as<float>()[i]);
+  q.add_outputs()->set_name("output");
+  grpc::ClientContext ctx;
+  auto stream = stub_->ModelStreamInfer(&ctx);
+  ASSERT_TRUE(stream->Write(q));
+  inference::ModelInferRequest bad = q;
+  bad.set_model_name("no_such_model");
+  ASSERT_TRUE(stream->Write(bad));
+  stream->WritesDone();
+  inference::ModelStreamInferResponse r1, r2;
+  ASSERT_TRUE(stream->Read(&r1));
+  ASSERT_TRUE(stream->Read(&r2));
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(r1.error_message(), "");
+  testing::ExpectClose(reinterpret_cast<const float*>(r1.infer_response().raw_output_contents(0).data()), expected);
+  EXPECT_THAT(r2.error_message(), HasSubstr("no_such_model"));
+}
+
+TEST_F(GrpcServerTest, BadRequestsAreRejectedAndChangeNothing) {
+  HostTensor input = testing::ReadReference("mlp", 0, "input");
+  struct Case {
+    const char* what;
+    std::function<void(inference::ModelInferRequest&)> mutate;
+    grpc::StatusCode code;
+    const char* message;
+  };
+  std::vector<Case> cases = {
+      {"unknown model", [](auto& q) { q.set_model_name("nope"); }, grpc::StatusCode::NOT_FOUND, "nope"},
+      {"unknown version", [](auto& q) { q.set_model_version("7"); }, grpc::StatusCode::NOT_FOUND, "version 7"},
+      {"wrong input name", [](auto& q) { q.mutable_inputs(0)->set_name("x"); }, grpc::StatusCode::INVALID_ARGUMENT, "'x'"},
+      {"wrong dtype", [](auto& q) { q.mutable_inputs(0)->set_datatype("INT32"); }, grpc::StatusCode::INVALID_ARGUMENT, "expected datatype FP32, got INT32"},
+      {"wrong shape", [](auto& q) { q.mutable_inputs(0)->set_shape(1, 783); }, grpc::StatusCode::INVALID_ARGUMENT, "expected shape [-1,784], got [1,783]"},
+      {"batch above max", [](auto& q) { q.mutable_inputs(0)->set_shape(0, 33); }, grpc::StatusCode::INVALID_ARGUMENT, "batch size 33"},
+      {"byte size mismatch", [](auto& q) { q.mutable_raw_input_contents(0)->resize(100); }, grpc::StatusCode::INVALID_ARGUMENT, "needs 3136 bytes, got 100"},
+      {"unknown output", [](auto& q) { q.add_outputs()->set_name("logits"); }, grpc::StatusCode::INVALID_ARGUMENT, "'logits'"},
+      {"missing input", [](auto& q) { q.clear_inputs(); q.clear_raw_input_contents(); }, grpc::StatusCode::INVALID_ARGUMENT, "missing input 'input'"},
+  };
+  for (const Case& c : cases) {
+    inference::ModelInferRequest q = MlpRequest(input);
+    c.mutate(q);
+    inference::ModelInferResponse r;
+    grpc::Status s = Infer(q, &r);
+    EXPECT_EQ(s.error_code(), c.code) << c.what << ": " << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr(c.message)) << c.what;
+  }
+  // The model still serves correctly.
+  inference::ModelInferResponse r;
+  ASSERT_TRUE(Infer(MlpRequest(input), &r).ok());
+  testing::ExpectClose(reinterpret_cast<const float*>(r.raw_output_contents(0).data()),
+                       testing::ReadReference("mlp", 0, "output"));
+}
+
+TEST(GrpcServerLimitsTest, OversizedRequestIsInvalidArgument) {
+  ServerOptions options;
+  options.max_request_bytes = 1000;
+  auto server = testing::StartServer(testing::MakeRepository("limits_repo"), options);
+  ASSERT_NE(server, nullptr);
+  auto stub = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(server->grpc_port()), grpc::InsecureChannelCredentials()));
+  inference::ModelInferRequest q;
+  q.set_model_name("mlp");
+  auto* in = q.add_inputs();
+  in->set_name("input");
+  in->set_datatype("FP32");
+  in->add_shape(1);
+  in->add_shape(784);
+  q.add_raw_input_contents()->resize(784 * 4);
+  grpc::ClientContext ctx;
+  inference::ModelInferResponse r;
+  grpc::Status s = stub->ModelInfer(&ctx, q, &r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("max-request-bytes"));
+}
+
+TEST_F(GrpcServerTest, LoadAndUnloadWhileRequestsFlow) {
+  HostTensor input = testing::ReadReference("mlp", 1, "input");
+  HostTensor expected = testing::ReadReference("mlp", 1, "output");
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0}, failed{0};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 3; ++t) {
+    clients.emplace_back([&] {
+      while (!stop) {
+        inference::ModelInferResponse r;
+        grpc::Status s = Infer(MlpRequest(input), &r);
+        if (s.ok() && r.raw_output_contents(0).size() == expected.byte_size()) ++ok; else ++failed;
+      }
+    });
+  }
+  // Unload and reload lenet repeatedly, through the repository API, while mlp serves.
+  for (int i = 0; i < 3; ++i) {
+    grpc::ClientContext c1, c2;
+    inference::RepositoryModelUnloadRequest uq;
+    uq.set_model_name("lenet");
+    inference::RepositoryModelUnloadResponse ur;
+    ASSERT_TRUE(stub_->RepositoryModelUnload(&c1, uq, &ur).ok());
+    inference::RepositoryModelLoadRequest lq;
+    lq.set_model_name("lenet");
+    inference::RepositoryModelLoadResponse lr;
+    ASSERT_TRUE(stub_->RepositoryModelLoad(&c2, lq, &lr).ok());
+  }
+  stop = true;
+  for (auto& c : clients) c.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_GT(ok.load(), 0);
+  grpc::ClientContext ctx;
+  inference::RepositoryIndexRequest iq;
+  inference::RepositoryIndexResponse index;
+  ASSERT_TRUE(stub_->RepositoryIndex(&ctx, iq, &index).ok());
+  ASSERT_EQ(index.models_size(), 2);
+  EXPECT_EQ(index.models(0).name(), "lenet");
+  EXPECT_EQ(index.models(0).state(), "READY");
+}
+
+TEST(GrpcAdminTest, TokenIsRequiredAndFunctionsAreListed) {
+  ServerOptions options;
+  options.admin_token = "s3cret";
+  auto server = testing::StartServer(testing::MakeRepository("admin_repo"), options);
+  ASSERT_NE(server, nullptr);
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server->grpc_port()),
+                                     grpc::InsecureChannelCredentials());
+  auto admin = cuvil::admin::v1::ModelAdmin::NewStub(channel);
+  {
+    grpc::ClientContext ctx;
+    cuvil::admin::v1::ListModelsResponse r;
+    EXPECT_EQ(admin->ListModels(&ctx, {}, &r).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer wrong");
+    inference::RepositoryModelUnloadRequest q;
+    q.set_model_name("mlp");
+    inference::RepositoryModelUnloadResponse r;
+    auto stub = inference::GRPCInferenceService::NewStub(channel);
+    EXPECT_EQ(stub->RepositoryModelUnload(&ctx, q, &r).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer s3cret");
+  cuvil::admin::v1::ListModelsResponse models;
+  ASSERT_TRUE(admin->ListModels(&ctx, {}, &models).ok());
+  ASSERT_EQ(models.models_size(), 2);
+  EXPECT_EQ(models.models(1).name(), "mlp");
+  EXPECT_EQ(models.models(1).state(), "READY");
+  EXPECT_EQ(models.models(1).namespace_(), "mlp/1");
+  EXPECT_GT(models.models(1).weights_bytes(), 2000000u);
+  grpc::ClientContext ctx2;
+  ctx2.AddMetadata("authorization", "Bearer s3cret");
+  cuvil::admin::v1::ListFunctionsRequest fq;
+  fq.set_name("mlp");
+  cuvil::admin::v1::ListFunctionsResponse fns;
+  ASSERT_TRUE(admin->ListFunctions(&ctx2, fq, &fns).ok());
+  ASSERT_EQ(fns.functions_size(), 5);  // 3 Gemm + 2 Relu.
+  EXPECT_EQ(fns.functions(0).op_type(), "Gemm");
+  EXPECT_THAT(fns.functions(0).signature(), HasSubstr("float32[batch,784]"));
+  grpc::ClientContext ctx3;
+  ctx3.AddMetadata("authorization", "Bearer s3cret");
+  cuvil::admin::v1::PatchFunctionResponse pr;
+  EXPECT_EQ(admin->PatchFunction(&ctx3, {}, &pr).error_code(), grpc::StatusCode::UNIMPLEMENTED);
+}
+
+TEST(GrpcAdminTest, InlineLoadAndBadModelKeepOthersServing) {
+  auto server = testing::StartServer(testing::MakeRepository("inline_repo"));
+  ASSERT_NE(server, nullptr);
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server->grpc_port()),
+                                     grpc::InsecureChannelCredentials());
+  auto admin = cuvil::admin::v1::ModelAdmin::NewStub(channel);
+  std::ifstream f(testing::SourceDir() + "/examples/model-repository/mlp/1/model.onnx", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  {
+    grpc::ClientContext ctx;
+    cuvil::admin::v1::LoadModelRequest q;
+    q.set_name("mlp_inline");
+    q.set_onnx_model(bytes);
+    q.set_version(3);
+    q.set_wait(true);
+    cuvil::admin::v1::LoadModelResponse r;
+    grpc::Status s = admin->LoadModel(&ctx, q, &r);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_THAT(r.versions(), ::testing::ElementsAre(3));
+  }
+  {
+    grpc::ClientContext ctx;
+    cuvil::admin::v1::LoadModelRequest q;
+    q.set_name("broken");
+    q.set_onnx_model(bytes.substr(0, bytes.size() / 3));
+    q.set_wait(true);
+    cuvil::admin::v1::LoadModelResponse r;
+    grpc::Status s = admin->LoadModel(&ctx, q, &r);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("not a valid ONNX model"));
+  }
+  auto stub = inference::GRPCInferenceService::NewStub(channel);
+  HostTensor input = testing::ReadReference("mlp", 2, "input");
+  inference::ModelInferRequest q;
+  q.set_model_name("mlp_inline");
+  auto* in = q.add_inputs();
+  in->set_name("input");
+  in->set_datatype("FP32");
+  for (int64_t d : input.shape()) in->add_shape(d);
+  q.add_raw_input_contents()->assign(reinterpret_cast<const char*>(input.data()), input.byte_size());
+  grpc::ClientContext ctx;
+  inference::ModelInferResponse r;
+  ASSERT_TRUE(stub->ModelInfer(&ctx, q, &r).ok());
+  EXPECT_EQ(r.model_version(), "3");
+  testing::ExpectClose(reinterpret_cast<const float*>(r.raw_output_contents(0).data()),
+                       testing::ReadReference("mlp", 2, "output"));
+}
+
+}  // namespace
+}  // namespace cuvil

@@ -1,0 +1,61 @@
+// Shared fixtures for server integration tests: a temporary Triton repository holding the
+// example models and a running in-process server bound to ephemeral ports.
+#ifndef CUVIL_TESTS_SERVER_TEST_UTIL_H_
+#define CUVIL_TESTS_SERVER_TEST_UTIL_H_
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "cuvil/compiler/tensor_file.h"
+#include "cuvil/server/server.h"
+#include "gtest/gtest.h"
+
+namespace cuvil::testing {
+
+inline std::string SourceDir() {
+  const char* dir = std::getenv("CUVIL_SOURCE_DIR");
+  return dir ? dir : ".";
+}
+
+inline std::string SharedModels() { return SourceDir() + "/../shared/models"; }
+
+// A fresh repository with copies of examples/model-repository.
+inline std::string MakeRepository(const std::string& name) {
+  namespace fs = std::filesystem;
+  fs::path repo = fs::path(::testing::TempDir()) / name;
+  fs::remove_all(repo);
+  fs::copy(fs::path(SourceDir()) / "examples/model-repository", repo, fs::copy_options::recursive);
+  for (auto& e : fs::recursive_directory_iterator(repo)) {
+    fs::permissions(e.path(), fs::perms::owner_write, fs::perm_options::add);
+  }
+  return repo.string();
+}
+
+inline std::unique_ptr<CuvilServer> StartServer(const std::string& repo, ServerOptions options = {}) {
+  options.model_repositories = {repo};
+  options.grpc_port = 0;
+  options.http_port = 0;
+  options.metrics_port = 0;
+  options.exit_timeout_secs = 5;
+  auto server = CuvilServer::Start(options);
+  EXPECT_TRUE(server.ok()) << server.status();
+  return server.ok() ? std::move(*server) : nullptr;
+}
+
+inline HostTensor ReadReference(const std::string& model, int set, const std::string& which) {
+  auto t = ReadTensorFile(SharedModels() + "/" + model + "/test_data_set_" + std::to_string(set) + "/" +
+                          which + "_0.pb");
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? std::move(t->tensor) : HostTensor();
+}
+
+inline void ExpectClose(const float* got, const HostTensor& want, double tol = 1e-3) {
+  for (int64_t i = 0; i < want.num_elements(); ++i) {
+    ASSERT_NEAR(got[i], want.data_as<float>()[i], tol + tol * std::abs(want.data_as<float>()[i])) << "element " << i;
+  }
+}
+
+}  // namespace cuvil::testing
+
+#endif  // CUVIL_TESTS_SERVER_TEST_UTIL_H_
