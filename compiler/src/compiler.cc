@@ -1,5 +1,6 @@
 #include "cuvil/compiler/compiler.h"
 
+#include <atomic>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -8,6 +9,8 @@
 
 namespace cuvil {
 namespace {
+
+std::atomic<uint64_t> compilations{0};
 
 double MsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -43,8 +46,11 @@ absl::StatusOr<CompiledModel> CompileGraph(ir::Graph& graph, const CompileOption
   lower.emit_llvm_path = options.emit_llvm_path;
   if (auto s = codegen::LowerToObject(graph, *plan, lower, &model); !s.ok()) return s;
   model.weights = std::move(plan->weights);
+  compilations.fetch_add(1, std::memory_order_relaxed);
   return model;
 }
+
+uint64_t TotalCompilations() { return compilations.load(std::memory_order_relaxed); }
 
 absl::StatusOr<CompiledModel> CompileOnnxFile(const std::string& path, const CompileOptions& options) {
   auto t0 = std::chrono::steady_clock::now();

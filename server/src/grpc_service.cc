@@ -217,6 +217,7 @@ class InferenceServiceImpl final : public inference::GRPCInferenceService::Servi
     out->set_last_inference(s.last_inference_ms);
     out->set_inference_count(s.inference_count);
     out->set_execution_count(s.execution_count);
+    out->set_compilation_count(v.model->compilations());
     auto* is = out->mutable_inference_stats();
     SetDuration(s.success, is->mutable_success());
     SetDuration(s.fail, is->mutable_fail());

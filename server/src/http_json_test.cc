@@ -28,8 +28,8 @@ TEST(HttpJsonTest, DecodesFlatAndNestedFp32) {
 
 TEST(HttpJsonTest, DecodesIntegersBoolsAndBytes) {
   std::vector<uint8_t> out;
-  ASSERT_TRUE(DecodeTensorData(json::parse("[[-1], [9007199254740993]]"), "INT64", 2, "i", &out)
-                  .ok());
+  ASSERT_TRUE(
+      DecodeTensorData(json::parse("[[-1], [9007199254740993]]"), "INT64", 2, "i", &out).ok());
   EXPECT_EQ(As<int64_t>(out), (std::vector<int64_t>{-1, 9007199254740993LL}));
   ASSERT_TRUE(DecodeTensorData(json::parse("[true, false, 1]"), "BOOL", 3, "b", &out).ok());
   EXPECT_EQ(out, (std::vector<uint8_t>{1, 0, 1}));

@@ -296,6 +296,10 @@ bool HttpServiceImpl::ReadBody(const Request& req, Response& res, const ContentR
   if (req.has_header("Content-Length")) {
     uint64_t length = req.get_header_value<uint64_t>("Content-Length");
     if (length <= max) body->reserve(length);
+  } else if (!req.has_header("Transfer-Encoding")) {
+    // No length and not chunked: HTTP/1.1 says there is no body (`curl -X POST` sends this);
+    // httplib would otherwise wait for the connection to close.
+    return true;
   }
   bool too_large = false;
   // Chunked bodies have no Content-Length for httplib to check, so the receiver enforces the cap.

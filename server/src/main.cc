@@ -26,6 +26,7 @@ constexpr char kHelp[] =
     "  --admin-token-file FILE     require 'authorization: Bearer <token>' for admin calls\n"
     "  --max-request-bytes N       largest accepted request (default 67108864)\n"
     "  --exit-timeout-secs N       drain time on SIGTERM/SIGINT (default 30)\n"
+    "  --http-threads N            HTTP handler threads (default 32)\n"
     "  --log-level LEVEL           trace | debug | info | warn | error (default info)\n";
 
 int Usage(const std::string& why) {
@@ -89,6 +90,8 @@ int main(int argc, char** argv) {
       ok = int_flag(&options.max_request_bytes) && options.max_request_bytes > 0;
     } else if (name == "--exit-timeout-secs") {
       ok = int_flag(&options.exit_timeout_secs);
+    } else if (name == "--http-threads") {
+      ok = int_flag(&options.http_threads) && options.http_threads > 0;
     } else if (name == "--log-level") {
       log_level = value;
       ok = spdlog::level::from_str(value) != spdlog::level::off || value == "off";

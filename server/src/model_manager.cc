@@ -31,10 +31,11 @@ const char* ModelStateName(ModelState state) {
 ModelVersion::ModelVersion(std::string name, int64_t version, inference::ModelConfig config,
                            std::unique_ptr<LoadedModel> loaded,
                            std::shared_ptr<const Executable> executable,
-                           std::unique_ptr<Scheduler> scheduler, double compile_ms)
+                           std::unique_ptr<Scheduler> scheduler, double compile_ms,
+                           uint64_t compilations)
     : name_(std::move(name)), version_(version), config_(std::move(config)),
       loaded_(std::move(loaded)), executable_(std::move(executable)),
-      scheduler_(std::move(scheduler)), compile_ms_(compile_ms) {}
+      scheduler_(std::move(scheduler)), compile_ms_(compile_ms), compilations_(compilations) {}
 
 ModelVersion::~ModelVersion() {
   // Workers must stop before the JIT code they call is removed.
@@ -42,6 +43,35 @@ ModelVersion::~ModelVersion() {
   scheduler_.reset();
   executable_.reset();
   loaded_.reset();
+}
+
+namespace {
+
+DurationStat Minus(DurationStat a, DurationStat b) { return {a.count - b.count, a.ns - b.ns}; }
+
+}  // namespace
+
+SchedulerStats ModelVersion::Stats() const {
+  SchedulerStats s = scheduler_->Stats();
+  const SchedulerStats& b = baseline_;
+  s.inference_count -= b.inference_count;
+  s.execution_count -= b.execution_count;
+  s.success = Minus(s.success, b.success);
+  s.fail = Minus(s.fail, b.fail);
+  s.queue = Minus(s.queue, b.queue);
+  s.compute_input = Minus(s.compute_input, b.compute_input);
+  s.compute_infer = Minus(s.compute_infer, b.compute_infer);
+  s.compute_output = Minus(s.compute_output, b.compute_output);
+  for (auto it = s.batch_stats.begin(); it != s.batch_stats.end();) {
+    if (auto base = b.batch_stats.find(it->first); base != b.batch_stats.end()) {
+      it->second.compute_input = Minus(it->second.compute_input, base->second.compute_input);
+      it->second.compute_infer = Minus(it->second.compute_infer, base->second.compute_infer);
+      it->second.compute_output = Minus(it->second.compute_output, base->second.compute_output);
+    }
+    it = it->second.compute_infer.count == 0 ? s.batch_stats.erase(it) : std::next(it);
+  }
+  if (s.inference_count == 0) s.last_inference_ms = 0;
+  return s;
 }
 
 namespace {
@@ -138,6 +168,7 @@ struct ModelManager::Impl {
     CompileOptions options;
     auto compiled = bytes.empty() ? CompileOnnxFile(path, options) : CompileOnnxBytes(bytes, options);
     if (!compiled.ok()) return compiled.status();
+    const uint64_t compilations = 1;  // This load ran the compiler once (no cache yet).
     double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (config.name().empty()) config.set_name(name);
     if (auto s = CompleteModelConfig(*compiled, &config); !s.ok()) return s;
@@ -157,7 +188,7 @@ struct ModelManager::Impl {
     auto scheduler = CreateScheduler(SchedulerOptionsFromConfig(config), executable);
     if (!scheduler.ok()) return scheduler.status();
     auto model = std::make_shared<ModelVersion>(name, version, config, std::move(*loaded), executable,
-                                                std::move(*scheduler), compile_ms);
+                                                std::move(*scheduler), compile_ms, compilations);
     if (config.model_warmup_size() == 0) {
       if (auto s = RunWarmup(*model, nullptr, model_dir); !s.ok()) return s;
     }
@@ -166,6 +197,7 @@ struct ModelManager::Impl {
         if (auto s = RunWarmup(*model, &w, model_dir); !s.ok()) return s;
       }
     }
+    model->ResetStatsBaseline();
     return model;
   }
 };

@@ -91,6 +91,7 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
   http_options.bind_address = options.bind_address;
   http_options.port = options.http_port;
   http_options.max_request_bytes = options.max_request_bytes;
+  http_options.threads = options.http_threads;
   auto http = HttpService::Start(http_options, s.models.get(), s.admin.get(), &s.info);
   if (!http.ok()) return http.status();
   s.http = std::move(*http);

@@ -33,6 +33,10 @@ std::vector<std::string> UnsupportedOps(const ir::Graph& graph);
 // Compiles an imported graph (consumed: passes rewrite it).
 absl::StatusOr<CompiledModel> CompileGraph(ir::Graph& graph, const CompileOptions& options = {});
 
+// Number of successful CompileGraph calls in this process (thread-safe); lets tests and
+// statistics prove that serving any batch size never recompiles.
+uint64_t TotalCompilations();
+
 // Imports and compiles the ONNX model at `path`.
 absl::StatusOr<CompiledModel> CompileOnnxFile(const std::string& path,
                                               const CompileOptions& options = {});

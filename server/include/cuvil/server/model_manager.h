@@ -29,7 +29,7 @@ class ModelVersion {
  public:
   ModelVersion(std::string name, int64_t version, inference::ModelConfig config,
                std::unique_ptr<LoadedModel> loaded, std::shared_ptr<const Executable> executable,
-               std::unique_ptr<Scheduler> scheduler, double compile_ms);
+               std::unique_ptr<Scheduler> scheduler, double compile_ms, uint64_t compilations);
   ~ModelVersion();
 
   const std::string& name() const { return name_; }
@@ -38,9 +38,14 @@ class ModelVersion {
   const Executable& executable() const { return *executable_; }
   const LoadedModel& loaded() const { return *loaded_; }
   double compile_ms() const { return compile_ms_; }
+  // Times the compiler ran for this version; one compile serves every batch size.
+  uint64_t compilations() const { return compilations_; }
   // Queues a validated request on this version's scheduler.
   void Submit(std::unique_ptr<InferenceRequest> request) { scheduler_->Submit(std::move(request)); }
-  SchedulerStats Stats() const { return scheduler_->Stats(); }
+  // Statistics since warmup finished (warmup requests are not client traffic).
+  SchedulerStats Stats() const;
+  // Makes the statistics so far the baseline Stats() subtracts. Called once, after warmup.
+  void ResetStatsBaseline() { baseline_ = scheduler_->Stats(); }
   // Finishes queued and running requests; later submissions fail with UNAVAILABLE.
   void Drain() { scheduler_->Drain(); }
 
@@ -52,6 +57,8 @@ class ModelVersion {
   std::shared_ptr<const Executable> executable_;
   std::unique_ptr<Scheduler> scheduler_;
   double compile_ms_;
+  uint64_t compilations_;
+  SchedulerStats baseline_;  // Written once before the version is published.
 };
 
 // What ListModels / RepositoryIndex report for one version.

@@ -26,6 +26,8 @@ struct ServerOptions {
   int exit_timeout_secs = 30;
   int poll_interval_secs = 15;
   int loader_threads = 1;
+  // HTTP handler threads; a keep-alive connection holds one while it is open.
+  int http_threads = 32;
 };
 
 // Thread-safe.

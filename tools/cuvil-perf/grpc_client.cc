@@ -1,0 +1,151 @@
+#include "grpc_client.h"
+
+#include <chrono>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "grpc_service.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+
+namespace cuvil::perf {
+namespace {
+
+absl::Status ToStatus(const grpc::Status& s, std::string_view what, const std::string& url) {
+  if (s.ok()) return absl::OkStatus();
+  auto code = static_cast<absl::StatusCode>(s.error_code());
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+      s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return absl::Status(code, absl::StrCat(what, ": cannot reach the gRPC server at ", url, ": ",
+                                           s.error_message()));
+  }
+  return absl::Status(code, absl::StrCat(what, ": ", s.error_message()));
+}
+
+class GrpcClient final : public InferClient {
+ public:
+  explicit GrpcClient(const ClientOptions& options) : options_(options) {
+    grpc::ChannelArguments args;
+    // A subchannel pool of its own: every client really opens its own TCP connection.
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    args.SetMaxReceiveMessageSize(-1);
+    args.SetMaxSendMessageSize(-1);
+    auto channel =
+        grpc::CreateCustomChannel(options.url, grpc::InsecureChannelCredentials(), args);
+    stub_ = inference::GRPCInferenceService::NewStub(channel);
+  }
+
+  absl::StatusOr<ModelInfo> GetModelInfo() override {
+    inference::ModelMetadataRequest req;
+    req.set_name(options_.model);
+    req.set_version(options_.version);
+    inference::ModelMetadataResponse res;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    if (absl::Status s = ToStatus(stub_->ModelMetadata(&ctx, req, &res), "ModelMetadata", options_.url);
+        !s.ok()) {
+      return s;
+    }
+    ModelInfo info;
+    info.name = res.name();
+    info.versions.assign(res.versions().begin(), res.versions().end());
+    auto convert = [](const inference::ModelMetadataResponse::TensorMetadata& t) {
+      return TensorInfo{t.name(), t.datatype(), {t.shape().begin(), t.shape().end()}};
+    };
+    for (const auto& t : res.inputs()) info.inputs.push_back(convert(t));
+    for (const auto& t : res.outputs()) info.outputs.push_back(convert(t));
+
+    inference::ModelConfigRequest creq;
+    creq.set_name(options_.model);
+    creq.set_version(options_.version);
+    inference::ModelConfigResponse cres;
+    grpc::ClientContext cctx;
+    SetDeadline(&cctx);
+    grpc::Status cs = stub_->ModelConfig(&cctx, creq, &cres);
+    if (cs.ok()) {
+      info.max_batch_size = cres.config().max_batch_size();
+    } else if (cs.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+      info.max_batch_size = -1;  // Unknown: the caller guesses from the shapes.
+    } else {
+      return ToStatus(cs, "ModelConfig", options_.url);
+    }
+    return info;
+  }
+
+  absl::StatusOr<ServerStats> GetStatistics() override {
+    inference::ModelStatisticsRequest req;
+    req.set_name(options_.model);
+    req.set_version(options_.version);
+    inference::ModelStatisticsResponse res;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    if (absl::Status s =
+            ToStatus(stub_->ModelStatistics(&ctx, req, &res), "ModelStatistics", options_.url);
+        !s.ok()) {
+      return s;
+    }
+    // Several versions may answer: add them up.
+    ServerStats out;
+    auto add = [](const inference::StatisticDuration& d, Duration* to) {
+      to->count += d.count();
+      to->ns += d.ns();
+    };
+    for (const inference::ModelStatistics& m : res.model_stats()) {
+      out.inference_count += m.inference_count();
+      out.execution_count += m.execution_count();
+      const inference::InferStatistics& is = m.inference_stats();
+      add(is.success(), &out.success);
+      add(is.fail(), &out.fail);
+      add(is.queue(), &out.queue);
+      add(is.compute_input(), &out.compute_input);
+      add(is.compute_infer(), &out.compute_infer);
+      add(is.compute_output(), &out.compute_output);
+      for (const inference::InferBatchStatistics& b : m.batch_stats()) {
+        add(b.compute_infer(), &out.batch_compute_infer[b.batch_size()]);
+      }
+    }
+    return out;
+  }
+
+  absl::Status Prepare(const std::vector<InputTensor>& inputs,
+                       const std::vector<std::string>& outputs) override {
+    request_.Clear();
+    request_.set_model_name(options_.model);
+    request_.set_model_version(options_.version);
+    for (const InputTensor& in : inputs) {
+      inference::ModelInferRequest::InferInputTensor* t = request_.add_inputs();
+      t->set_name(in.name);
+      t->set_datatype(in.datatype);
+      for (int64_t d : in.shape) t->add_shape(d);
+      request_.add_raw_input_contents(in.data);
+    }
+    for (const std::string& name : outputs) request_.add_outputs()->set_name(name);
+    return absl::OkStatus();
+  }
+
+  absl::Status Infer() override {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    response_.Clear();
+    return ToStatus(stub_->ModelInfer(&ctx, request_, &response_), "ModelInfer", options_.url);
+  }
+
+ private:
+  void SetDeadline(grpc::ClientContext* ctx) const {
+    ctx->set_deadline(std::chrono::system_clock::now() +
+                      std::chrono::milliseconds(options_.timeout_ms));
+  }
+
+  ClientOptions options_;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> stub_;
+  inference::ModelInferRequest request_;
+  inference::ModelInferResponse response_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<InferClient>> CreateGrpcClient(const ClientOptions& options) {
+  return std::unique_ptr<InferClient>(new GrpcClient(options));
+}
+
+}  // namespace cuvil::perf

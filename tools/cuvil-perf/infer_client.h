@@ -1,0 +1,68 @@
+// One connection to an inference server, whatever the protocol: model metadata, statistics and
+// repeated inference of one prepared request. A client is used by one thread at a time.
+#ifndef CUVIL_TOOLS_CUVIL_PERF_INFER_CLIENT_H_
+#define CUVIL_TOOLS_CUVIL_PERF_INFER_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "args.h"
+#include "server_stats.h"
+
+namespace cuvil::perf {
+
+struct TensorInfo {
+  std::string name;
+  std::string datatype;        // KServe datatype string (FP32, INT64, ...).
+  std::vector<int64_t> shape;  // -1: variable; includes the batch dim when max_batch_size > 0.
+};
+
+struct ModelInfo {
+  std::string name;
+  std::vector<std::string> versions;
+  std::vector<TensorInfo> inputs;
+  std::vector<TensorInfo> outputs;
+  int64_t max_batch_size = 0;  // From the model config; 0: no batch dimension.
+};
+
+// An input of the request sent over and over: concrete shape and raw little-endian bytes.
+struct InputTensor {
+  std::string name;
+  std::string datatype;
+  std::vector<int64_t> shape;
+  std::string data;
+};
+
+class InferClient {
+ public:
+  virtual ~InferClient() = default;
+
+  // Metadata plus the config's max_batch_size. NOT_FOUND for an unknown model, UNAVAILABLE when
+  // the server cannot be reached.
+  virtual absl::StatusOr<ModelInfo> GetModelInfo() = 0;
+  virtual absl::StatusOr<ServerStats> GetStatistics() = 0;
+  // Builds the request Infer() sends; outputs are all requested (binary where the protocol can).
+  virtual absl::Status Prepare(const std::vector<InputTensor>& inputs,
+                               const std::vector<std::string>& outputs) = 0;
+  // Sends the prepared request and waits for its response.
+  virtual absl::Status Infer() = 0;
+};
+
+struct ClientOptions {
+  Protocol protocol = Protocol::kGrpc;
+  std::string url;  // HOST:PORT.
+  std::string model;
+  std::string version;
+  int64_t timeout_ms = 30'000;
+};
+
+// Each call opens its own connection (no sharing between clients).
+absl::StatusOr<std::unique_ptr<InferClient>> CreateClient(const ClientOptions& options);
+
+}  // namespace cuvil::perf
+
+#endif  // CUVIL_TOOLS_CUVIL_PERF_INFER_CLIENT_H_
