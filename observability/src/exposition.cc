@@ -1,13 +1,12 @@
 #include "cuvil/observability/exposition.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 
 namespace cuvil::observability {
 namespace {
@@ -30,11 +29,11 @@ void AppendLabels(std::string* out, const std::vector<Label>& labels, std::strin
   for (const Label& l : labels) {
     if (!first) out->push_back(',');
     first = false;
-    absl::StrAppend(out, l.name, "=\"", EscapeLabelValue(l.value), "\"");
+    out->append(l.name).append("=\"").append(EscapeLabelValue(l.value)).append("\"");
   }
   if (!extra_name.empty()) {
     if (!first) out->push_back(',');
-    absl::StrAppend(out, extra_name, "=\"", extra_value, "\"");
+    out->append(extra_name).append("=\"").append(extra_value).append("\"");
   }
   out->push_back('}');
 }
@@ -42,9 +41,9 @@ void AppendLabels(std::string* out, const std::vector<Label>& labels, std::strin
 void AppendSample(std::string* out, std::string_view name, std::string_view suffix,
                   const std::vector<Label>& labels, std::string_view value,
                   std::string_view extra_name = "", std::string_view extra_value = "") {
-  absl::StrAppend(out, name, suffix);
+  out->append(name).append(suffix);
   AppendLabels(out, labels, extra_name, extra_value);
-  absl::StrAppend(out, " ", value, "\n");
+  out->append(" ").append(value).append("\n");
 }
 
 std::string_view TypeName(MetricType type) {
@@ -81,14 +80,14 @@ void RenderFamily(std::string* out, const MetricFamilySnapshot& f, ExpositionFor
   if (!om && type == MetricType::kUnknown) type_name = "untyped";
 
   if (om) {
-    absl::StrAppend(out, "# TYPE ", header_name, " ", type_name, "\n");
-    if (!f.unit.empty()) absl::StrAppend(out, "# UNIT ", header_name, " ", f.unit, "\n");
+    out->append("# TYPE ").append(header_name).append(" ").append(type_name).append("\n");
+    if (!f.unit.empty()) out->append("# UNIT ").append(header_name + " " + f.unit + "\n");
     if (!f.help.empty()) {
-      absl::StrAppend(out, "# HELP ", header_name, " ", EscapeHelp(f.help, format), "\n");
+      out->append("# HELP ").append(header_name + " " + EscapeHelp(f.help, format) + "\n");
     }
   } else {
-    absl::StrAppend(out, "# HELP ", header_name, " ", EscapeHelp(f.help, format), "\n");
-    absl::StrAppend(out, "# TYPE ", header_name, " ", type_name, "\n");
+    out->append("# HELP ").append(header_name + " " + EscapeHelp(f.help, format) + "\n");
+    out->append("# TYPE ").append(header_name).append(" ").append(type_name).append("\n");
   }
 
   for (const MetricPoint& p : f.points) {
@@ -172,18 +171,41 @@ std::string FormatValue(double v) {
   return std::string(buf, end);
 }
 
+namespace {
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// Splits on `sep`, keeping empty pieces.
+std::vector<std::string_view> Split(std::string_view s, char sep) {
+  std::vector<std::string_view> parts;
+  for (size_t start = 0;;) {
+    const size_t end = s.find(sep, start);
+    parts.push_back(s.substr(start, end == std::string_view::npos ? s.npos : end - start));
+    if (end == std::string_view::npos) break;
+    start = end + 1;
+  }
+  return parts;
+}
+}  // namespace
+
 ExpositionFormat NegotiateFormat(std::string_view accept_header) {
   double om_q = 0;
   double text_q = 0;
-  for (std::string_view range : absl::StrSplit(accept_header, ',')) {
-    std::vector<std::string_view> parts = absl::StrSplit(range, ';');
-    const std::string media = absl::AsciiStrToLower(absl::StripAsciiWhitespace(parts[0]));
+  for (std::string_view range : Split(accept_header, ',')) {
+    const std::vector<std::string_view> parts = Split(range, ';');
+    std::string media(Trim(parts[0]));
+    for (char& c : media) c = absl::ascii_tolower(static_cast<unsigned char>(c));
     double q = 1;
     for (size_t i = 1; i < parts.size(); ++i) {
-      std::string_view param = absl::StripAsciiWhitespace(parts[i]);
-      if (absl::ConsumePrefix(&param, "q=") || absl::ConsumePrefix(&param, "Q=")) {
-        double parsed;
-        if (absl::SimpleAtod(param, &parsed)) q = parsed;
+      const std::string_view param = Trim(parts[i]);
+      if (param.size() > 2 && (param[0] == 'q' || param[0] == 'Q') && param[1] == '=') {
+        const std::string value(param.substr(2));
+        char* end = nullptr;
+        const double parsed = std::strtod(value.c_str(), &end);
+        if (end != value.c_str()) q = parsed;
       }
     }
     if (media == "application/openmetrics-text") {
@@ -208,9 +230,8 @@ RenderedMetrics RenderMetrics(const Registry& registry, std::string_view accept_
   const ExpositionFormat format = NegotiateFormat(accept_header);
   RenderedMetrics result;
   result.body = RenderFamilies(registry.Collect(), format);
-  result.content_type = std::string(format == ExpositionFormat::kOpenMetrics
-                                        ? kOpenMetricsContentType
-                                        : kPrometheusContentType);
+  result.content_type = std::string(
+      format == ExpositionFormat::kOpenMetrics ? kOpenMetricsContentType : kPrometheusContentType);
   return result;
 }
 

@@ -127,16 +127,17 @@ absl::StatusOr<std::unique_ptr<spdlog::formatter>> MakeLogFormatter(std::string_
     return std::unique_ptr<spdlog::formatter>(
         std::make_unique<spdlog::pattern_formatter>("%Y-%m-%d %H:%M:%S.%e [%l] %v"));
   }
-  if (format == "json") return std::unique_ptr<spdlog::formatter>(std::make_unique<JsonFormatter>());
+  if (format == "json")
+    return std::unique_ptr<spdlog::formatter>(std::make_unique<JsonFormatter>());
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown log format '", format, "' (expected text or json)"));
+      absl::StrCat("unknown log format '", std::string(format), "' (expected text or json)"));
 }
 
 absl::Status ConfigureLogging(std::string_view level, std::string_view format) {
   static constexpr std::pair<std::string_view, spdlog::level::level_enum> kLevels[] = {
-      {"trace", spdlog::level::trace}, {"debug", spdlog::level::debug},
-      {"info", spdlog::level::info},   {"warn", spdlog::level::warn},
-      {"warning", spdlog::level::warn}, {"error", spdlog::level::err},
+      {"trace", spdlog::level::trace},       {"debug", spdlog::level::debug},
+      {"info", spdlog::level::info},         {"warn", spdlog::level::warn},
+      {"warning", spdlog::level::warn},      {"error", spdlog::level::err},
       {"critical", spdlog::level::critical}, {"off", spdlog::level::off},
   };
   const spdlog::level::level_enum* found = nullptr;
@@ -144,8 +145,9 @@ absl::Status ConfigureLogging(std::string_view level, std::string_view format) {
     if (name == level) found = &value;
   }
   if (found == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown log level '", level, "' (expected trace, debug, info, warn, error, critical, off)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown log level '", std::string(level),
+                     "' (expected trace, debug, info, warn, error, critical, off)"));
   }
   absl::StatusOr<std::unique_ptr<spdlog::formatter>> formatter = MakeLogFormatter(format);
   if (!formatter.ok()) return formatter.status();

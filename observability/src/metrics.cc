@@ -9,7 +9,6 @@
 #include <limits>
 #include <thread>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace cuvil::observability {
@@ -30,13 +29,12 @@ size_t ComputeShardCount() {
   return std::min<size_t>(16, std::bit_ceil(static_cast<size_t>(hw)));
 }
 
-
 // Atomically adds `d` to a double stored as its bit pattern.
 inline void AtomicAddDouble(std::atomic<uint64_t>& cell, double d) {
   uint64_t old_bits = cell.load(std::memory_order_relaxed);
-  while (!cell.compare_exchange_weak(
-      old_bits, std::bit_cast<uint64_t>(std::bit_cast<double>(old_bits) + d),
-      std::memory_order_relaxed, std::memory_order_relaxed)) {
+  while (!cell.compare_exchange_weak(old_bits,
+                                     std::bit_cast<uint64_t>(std::bit_cast<double>(old_bits) + d),
+                                     std::memory_order_relaxed, std::memory_order_relaxed)) {
   }
 }
 
@@ -73,7 +71,8 @@ void Counter::Increment(uint64_t n) {
 
 uint64_t Counter::Value() const {
   uint64_t total = 0;
-  for (size_t i = 0; i < internal::ShardCount(); ++i) total += cells_[i].value.load(std::memory_order_relaxed);
+  for (size_t i = 0; i < internal::ShardCount(); ++i)
+    total += cells_[i].value.load(std::memory_order_relaxed);
   return total;
 }
 
@@ -81,8 +80,7 @@ uint64_t Counter::Value() const {
 // Histogram
 
 Histogram::Histogram(std::vector<double> bounds)
-    : bounds_(std::move(bounds)),
-      cells_(bounds_.size() + 2) {}
+    : bounds_(std::move(bounds)), cells_(bounds_.size() + 2) {}
 
 void Histogram::Observe(double v) {
   // Buckets are few (tens): a linear scan beats binary search and has no data-dependent calls.
@@ -100,7 +98,8 @@ void Histogram::Snapshot(MetricPoint* out) const {
   double sum = 0;
   for (size_t s = 0; s < internal::ShardCount(); ++s) {
     sum += std::bit_cast<double>(cells_.at(s, 0).load(std::memory_order_relaxed));
-    for (size_t b = 0; b <= n; ++b) counts[b] += cells_.at(s, 1 + b).load(std::memory_order_relaxed);
+    for (size_t b = 0; b <= n; ++b)
+      counts[b] += cells_.at(s, 1 + b).load(std::memory_order_relaxed);
   }
   for (size_t b = 1; b <= n; ++b) counts[b] += counts[b - 1];
   out->bucket_bounds = bounds_;
@@ -201,8 +200,8 @@ std::vector<double> Summary::QuantilesAt(const std::vector<double>& qs, int64_t 
       continue;
     }
     const double clamped = std::clamp(q, 0.0, 1.0);
-    const uint64_t rank =
-        std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(clamped * static_cast<double>(total))));
+    const uint64_t rank = std::max<uint64_t>(
+        1, static_cast<uint64_t>(std::ceil(clamped * static_cast<double>(total))));
     uint64_t cumulative = 0;
     size_t b = 0;
     for (; b < kBuckets; ++b) {
@@ -214,9 +213,7 @@ std::vector<double> Summary::QuantilesAt(const std::vector<double>& qs, int64_t 
   return out;
 }
 
-double Summary::Quantile(double q) const {
-  return QuantilesAt({q}, options_.clock->NowNanos())[0];
-}
+double Summary::Quantile(double q) const { return QuantilesAt({q}, options_.clock->NowNanos())[0]; }
 
 void Summary::Snapshot(MetricPoint* out) const {
   const std::vector<double> values = QuantilesAt(options_.quantiles, options_.clock->NowNanos());
@@ -265,7 +262,7 @@ bool IsValidMetricName(std::string_view name) {
 }
 
 bool IsValidLabelName(std::string_view name) {
-  if (name.empty() || absl::StartsWith(name, "__")) return false;
+  if (name.empty() || name.starts_with("__")) return false;
   for (size_t i = 0; i < name.size(); ++i) {
     const char c = name[i];
     const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
@@ -274,8 +271,7 @@ bool IsValidLabelName(std::string_view name) {
   return true;
 }
 
-absl::Status Registry::Reserve(const std::string& name,
-                               const std::vector<std::string>& label_names,
+absl::Status Registry::Reserve(const std::string& name, const std::vector<std::string>& label_names,
                                const std::string& unit) {
   if (!IsValidMetricName(name)) {
     return absl::InvalidArgumentError(absl::StrCat("invalid metric name '", name, "'"));
@@ -290,7 +286,7 @@ absl::Status Registry::Reserve(const std::string& name,
           absl::StrCat("duplicate label name '", label, "' in metric ", name));
     }
   }
-  if (!unit.empty() && !absl::EndsWith(name, absl::StrCat("_", unit))) {
+  if (!unit.empty() && !std::string_view(name).ends_with("_" + unit)) {
     return absl::InvalidArgumentError(
         absl::StrCat("metric ", name, " has unit ", unit, " but does not end in _", unit));
   }
@@ -305,14 +301,14 @@ absl::StatusOr<Family<Counter>*> Registry::AddCounter(std::string name, std::str
                                                       std::vector<std::string> label_names,
                                                       std::string unit, bool total_suffix) {
   absl::MutexLock lock(&mu_);
-  if (total_suffix && absl::EndsWith(name, "_total")) {
+  if (total_suffix && name.ends_with("_total")) {
     return absl::InvalidArgumentError(
         absl::StrCat("counter ", name, ": give the name without _total; it is appended"));
   }
   if (absl::Status s = Reserve(name, label_names, unit); !s.ok()) return s;
-  auto family = std::make_unique<Family<Counter>>(
-      std::move(name), std::move(help), std::move(unit), MetricType::kCounter,
-      std::move(label_names), [] { return std::make_shared<Counter>(); });
+  auto family = std::make_unique<Family<Counter>>(std::move(name), std::move(help), std::move(unit),
+                                                  MetricType::kCounter, std::move(label_names),
+                                                  [] { return std::make_shared<Counter>(); });
   family->set_counter_total_suffix(total_suffix);
   Family<Counter>* raw = family.get();
   collectors_.push_back(std::move(family));
@@ -349,9 +345,8 @@ absl::StatusOr<Family<Histogram>*> Registry::AddHistogram(std::string name, std:
   if (absl::Status s = Reserve(name, label_names, unit); !s.ok()) return s;
   auto family = std::make_unique<Family<Histogram>>(
       std::move(name), std::move(help), std::move(unit), MetricType::kHistogram,
-      std::move(label_names), [bounds = std::move(bounds)] {
-        return std::make_shared<Histogram>(bounds);
-      });
+      std::move(label_names),
+      [bounds = std::move(bounds)] { return std::make_shared<Histogram>(bounds); });
   Family<Histogram>* raw = family.get();
   collectors_.push_back(std::move(family));
   return raw;
@@ -376,9 +371,8 @@ absl::StatusOr<Family<Summary>*> Registry::AddSummary(std::string name, std::str
   if (absl::Status s = Reserve(name, label_names, unit); !s.ok()) return s;
   auto family = std::make_unique<Family<Summary>>(
       std::move(name), std::move(help), std::move(unit), MetricType::kSummary,
-      std::move(label_names), [options = std::move(options)] {
-        return std::make_shared<Summary>(options);
-      });
+      std::move(label_names),
+      [options = std::move(options)] { return std::make_shared<Summary>(options); });
   Family<Summary>* raw = family.get();
   collectors_.push_back(std::move(family));
   return raw;

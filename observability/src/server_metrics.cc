@@ -51,7 +51,7 @@ std::string_view PatchActionName(PatchAction action) {
 
 const std::vector<double> kCompileBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                                              0.5,   1,      2.5,   5,    10,    25,   50,  100};
-const std::vector<double> kLoadBuckets = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,   2.5,
+const std::vector<double> kLoadBuckets = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,  2.5,
                                           5,    10,    25,   50,  100,  250, 600};
 
 constexpr double kNanos = 1e-9;
@@ -155,14 +155,13 @@ ServerMetrics::ServerMetrics(ServerMetricsOptions options) : options_(std::move(
   request_duration_ = Must(r.AddHistogram("cuvil_request_duration_seconds",
                                           "End-to-end duration of successful requests.", mv,
                                           DurationBuckets(), "seconds"));
-  queue_duration_ =
-      Must(r.AddHistogram("cuvil_queue_duration_seconds",
-                          "Time successful requests waited in the queue.", mv, DurationBuckets(),
-                          "seconds"));
-  compute_duration_ = Must(r.AddHistogram(
-      "cuvil_compute_duration_seconds",
-      "Compute time (input, infer, output) of successful requests.", mv, DurationBuckets(),
-      "seconds"));
+  queue_duration_ = Must(r.AddHistogram("cuvil_queue_duration_seconds",
+                                        "Time successful requests waited in the queue.", mv,
+                                        DurationBuckets(), "seconds"));
+  compute_duration_ =
+      Must(r.AddHistogram("cuvil_compute_duration_seconds",
+                          "Compute time (input, infer, output) of successful requests.", mv,
+                          DurationBuckets(), "seconds"));
   batch_size_ = Must(r.AddHistogram("cuvil_batch_size", "Samples per model execution.", mv,
                                     BatchSizeBuckets(options_.max_batch_size)));
   latency_ = Must(r.AddSummary("cuvil_request_latency_seconds",
@@ -170,28 +169,29 @@ ServerMetrics::ServerMetrics(ServerMetricsOptions options) : options_(std::move(
                                mv, options_.latency_summary, "seconds"));
   pending_ = Must(r.AddGauge("cuvil_pending_requests", "Requests queued or executing.", mv));
   ready_ = Must(r.AddGauge("cuvil_model_ready", "1 if the model version is ready.", mv));
-  memory_ = Must(r.AddGauge("cuvil_model_memory_bytes",
-                            "Memory held by the model version (code, weights, arenas).", mv,
-                            "bytes"));
-  jit_compile_ = Must(r.AddHistogram("cuvil_jit_compile_duration_seconds",
-                                     "Time to JIT-compile a model.", {"model"}, kCompileBuckets,
-                                     "seconds"));
-  cache_hits_ = Must(r.AddCounter("cuvil_jit_cache_hits", "Compiled-object cache hits.", {"model"}));
+  memory_ =
+      Must(r.AddGauge("cuvil_model_memory_bytes",
+                      "Memory held by the model version (code, weights, arenas).", mv, "bytes"));
+  jit_compile_ =
+      Must(r.AddHistogram("cuvil_jit_compile_duration_seconds", "Time to JIT-compile a model.",
+                          {"model"}, kCompileBuckets, "seconds"));
+  cache_hits_ =
+      Must(r.AddCounter("cuvil_jit_cache_hits", "Compiled-object cache hits.", {"model"}));
   cache_misses_ =
       Must(r.AddCounter("cuvil_jit_cache_misses", "Compiled-object cache misses.", {"model"}));
   load_duration_ = Must(r.AddHistogram("cuvil_model_load_duration_seconds",
                                        "Time to load a model version until ready.", mv,
                                        kLoadBuckets, "seconds"));
-  patches_ = Must(r.AddCounter("cuvil_patches", "Hot patches by action.",
-                               {"model", "version", "action"}));
-  if (absl::Status s = r.AddCollector(std::make_unique<ProcessCollector>(),
-                                      ProcessCollector::FamilyNames());
+  patches_ =
+      Must(r.AddCounter("cuvil_patches", "Hot patches by action.", {"model", "version", "action"}));
+  if (absl::Status s =
+          r.AddCollector(std::make_unique<ProcessCollector>(), ProcessCollector::FamilyNames());
       !s.ok()) {
     std::fprintf(stderr, "cuvil metrics: %s\n", s.ToString().c_str());
     std::abort();
   }
-  build_info_ = Must(r.AddGauge("cuvil_build_info", "Build information; always 1.",
-                                {"version", "llvm"}));
+  build_info_ =
+      Must(r.AddGauge("cuvil_build_info", "Build information; always 1.", {"version", "llvm"}));
   build_info_->WithLabels({options_.version, options_.llvm})->Set(1);
 
   if (options_.triton_compat) {
@@ -211,11 +211,10 @@ ServerMetrics::ServerMetrics(ServerMetricsOptions options) : options_(std::move(
                              "Number of failed inference requests, all batch sizes",
                              {"model", "version", "reason"});
     nv_count_ = nv_counter("nv_inference_count",
-                           "Number of inferences performed (does not include cached requests)",
-                           mv);
-    nv_exec_count_ = nv_counter(
-        "nv_inference_exec_count",
-        "Number of model executions performed (does not include cached requests)", mv);
+                           "Number of inferences performed (does not include cached requests)", mv);
+    nv_exec_count_ =
+        nv_counter("nv_inference_exec_count",
+                   "Number of model executions performed (does not include cached requests)", mv);
     nv_pending_ = Must(r.AddGauge("nv_inference_pending_request_count",
                                   "Instantaneous number of pending requests awaiting execution "
                                   "per-model.",
@@ -294,8 +293,8 @@ void ServerMetrics::Remove(std::string_view model, std::string_view version) {
     patches_->Remove({model, version, PatchActionName(a)});
   }
   if (options_.triton_compat) {
-    for (Family<Counter>* f : {nv_success_, nv_count_, nv_exec_count_, nv_request_us_,
-                               nv_queue_us_, nv_input_us_, nv_infer_us_, nv_output_us_}) {
+    for (Family<Counter>* f : {nv_success_, nv_count_, nv_exec_count_, nv_request_us_, nv_queue_us_,
+                               nv_input_us_, nv_infer_us_, nv_output_us_}) {
       f->Remove({model, version});
     }
     for (FailureReason reason : kAllReasons) {
@@ -376,8 +375,8 @@ void ProcessCollector::Collect(std::vector<MetricFamilySnapshot>* out) const {
       std::vector<std::string> tok;
       for (std::string t; fields >> t;) tok.push_back(t);
       if (tok.size() > 19 && ticks > 0) {
-        cpu_seconds = (std::strtod(tok[11].c_str(), nullptr) +
-                       std::strtod(tok[12].c_str(), nullptr)) / ticks;
+        cpu_seconds =
+            (std::strtod(tok[11].c_str(), nullptr) + std::strtod(tok[12].c_str(), nullptr)) / ticks;
         const double start_ticks = std::strtod(tok[19].c_str(), nullptr);
         std::string proc_stat;
         if (ReadFile("/proc/stat", &proc_stat)) {
@@ -406,8 +405,8 @@ void ProcessCollector::Collect(std::vector<MetricFamilySnapshot>* out) const {
   }
   out->push_back(Single("process_cpu_seconds", "Total user and system CPU time spent in seconds.",
                         "seconds", MetricType::kCounter, cpu_seconds));
-  out->push_back(Single("process_resident_memory_bytes", "Resident memory size in bytes.",
-                        "bytes", MetricType::kGauge, resident));
+  out->push_back(Single("process_resident_memory_bytes", "Resident memory size in bytes.", "bytes",
+                        MetricType::kGauge, resident));
   out->push_back(Single("process_open_fds", "Number of open file descriptors.", "",
                         MetricType::kGauge, open_fds));
   out->push_back(Single("process_start_time_seconds",

@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "cuvil/server/server.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
 namespace {
@@ -103,6 +104,8 @@ int main(int argc, char** argv) {
   if (options.model_repositories.empty() && options.control_mode != cuvil::ServerOptions::ControlMode::kExplicit) {
     return Usage("--model-repository is required");
   }
+  // Logs go to stderr so stdout stays free for tools; the "listening ..." line is parsed there.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("cuvil"));
   spdlog::set_level(spdlog::level::from_str(log_level));
 
   // Signals are taken synchronously by the main thread; every other thread inherits the mask.

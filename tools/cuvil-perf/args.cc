@@ -32,9 +32,12 @@ constexpr char kUsage[] =
     "  --warmup-requests N           requests sent before each window (default 20)\n"
     "  --request-timeout-ms MS       per-request deadline (default 30000)\n"
     "  --seed N                      random input / poisson schedule seed (default 1)\n"
-    "Each level is capped at 10 minutes, warmup included.\n";
+    "Each level is capped at 10 minutes, warmup included.\n"
+    "Exit status: 0 ok; 1 setup failed (server unreachable, unknown model, bad input, first\n"
+    "request failed); 2 bad usage; 3 some requests failed or statistics were unreadable.\n";
 
-absl::StatusOr<int64_t> PositiveInt(std::string_view flag, std::string_view value, bool allow_zero) {
+absl::StatusOr<int64_t> PositiveInt(absl::string_view flag, absl::string_view value,
+                                    bool allow_zero) {
   int64_t v = 0;
   if (!absl::SimpleAtoi(value, &v) || v < 0 || (v == 0 && !allow_zero)) {
     return absl::InvalidArgumentError(absl::StrCat("bad value '", value, "' for ", flag, ": want ",
@@ -46,8 +49,8 @@ absl::StatusOr<int64_t> PositiveInt(std::string_view flag, std::string_view valu
 
 }  // namespace
 
-absl::StatusOr<Range> ParseRange(std::string_view text, bool integral) {
-  std::vector<std::string_view> parts = absl::StrSplit(text, ':');
+absl::StatusOr<Range> ParseRange(absl::string_view text, bool integral) {
+  std::vector<absl::string_view> parts = absl::StrSplit(text, ':');
   if (parts.empty() || parts.size() > 3) {
     return absl::InvalidArgumentError(
         absl::StrCat("range '", text, "' is not START, START:END or START:END:STEP"));

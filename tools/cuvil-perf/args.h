@@ -4,10 +4,10 @@
 
 #include <cstdint>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace cuvil::perf {
 
@@ -25,7 +25,7 @@ struct Range {
 
 // Parses "START", "START:END" or "START:END:STEP" (STEP defaults to 1). Values must be positive,
 // END >= START; when `integral`, every value must be a whole number.
-absl::StatusOr<Range> ParseRange(std::string_view text, bool integral);
+absl::StatusOr<Range> ParseRange(absl::string_view text, bool integral);
 
 // The load levels a range denotes: START, START+STEP, ... up to END inclusive (at most 1000).
 std::vector<double> ExpandRange(const Range& range);

@@ -11,7 +11,7 @@
 namespace cuvil::perf {
 namespace {
 
-absl::Status ToStatus(const grpc::Status& s, std::string_view what, const std::string& url) {
+absl::Status ToStatus(const grpc::Status& s, absl::string_view what, const std::string& url) {
   if (s.ok()) return absl::OkStatus();
   auto code = static_cast<absl::StatusCode>(s.error_code());
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
@@ -30,8 +30,7 @@ class GrpcClient final : public InferClient {
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     args.SetMaxReceiveMessageSize(-1);
     args.SetMaxSendMessageSize(-1);
-    auto channel =
-        grpc::CreateCustomChannel(options.url, grpc::InsecureChannelCredentials(), args);
+    auto channel = grpc::CreateCustomChannel(options.url, grpc::InsecureChannelCredentials(), args);
     stub_ = inference::GRPCInferenceService::NewStub(channel);
   }
 
@@ -42,7 +41,8 @@ class GrpcClient final : public InferClient {
     inference::ModelMetadataResponse res;
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
-    if (absl::Status s = ToStatus(stub_->ModelMetadata(&ctx, req, &res), "ModelMetadata", options_.url);
+    if (absl::Status s =
+            ToStatus(stub_->ModelMetadata(&ctx, req, &res), "ModelMetadata", options_.url);
         !s.ok()) {
       return s;
     }

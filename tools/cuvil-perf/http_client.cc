@@ -30,9 +30,22 @@ absl::StatusCode CodeForHttpStatus(int status) {
   }
 }
 
+std::string ErrorText(httplib::Error error) {
+  switch (error) {
+    case httplib::Error::Connection:
+      return "connection failed (refused, or no route to the host)";
+    case httplib::Error::Read:
+      return "connection closed while reading the response";
+    case httplib::Error::Write:
+      return "connection closed while sending the request";
+    default:
+      return httplib::to_string(error);
+  }
+}
+
 // The JSON part of a response (all of it unless the binary extension says otherwise).
-std::string_view JsonPart(const httplib::Response& res) {
-  std::string_view body = res.body;
+absl::string_view JsonPart(const httplib::Response& res) {
+  absl::string_view body = res.body;
   uint64_t n = 0;
   if (res.has_header(kHeaderLength) && absl::SimpleAtoi(res.get_header_value(kHeaderLength), &n) &&
       n <= body.size()) {
@@ -45,7 +58,8 @@ uint64_t U64(const json& j, const char* key) {
   auto it = j.find(key);
   if (it == j.end()) return 0;
   if (it->is_number_unsigned()) return it->get<uint64_t>();
-  if (it->is_number_integer()) return static_cast<uint64_t>(std::max<int64_t>(0, it->get<int64_t>()));
+  if (it->is_number_integer())
+    return static_cast<uint64_t>(std::max<int64_t>(0, it->get<int64_t>()));
   return 0;
 }
 
@@ -90,7 +104,8 @@ class HttpClient final : public InferClient {
         if (!t.is_object()) continue;
         TensorInfo ti{Str(t, "name"), Str(t, "datatype"), {}};
         if (auto s = t.find("shape"); s != t.end() && s->is_array()) {
-          for (const json& d : *s) ti.shape.push_back(d.is_number_integer() ? d.get<int64_t>() : -1);
+          for (const json& d : *s)
+            ti.shape.push_back(d.is_number_integer() ? d.get<int64_t>() : -1);
         }
         (key[0] == 'i' ? info.inputs : info.outputs).push_back(std::move(ti));
       }
@@ -159,7 +174,7 @@ class HttpClient final : public InferClient {
       out_list.push_back({{"name", name}, {"parameters", {{"binary_data", true}}}});
     }
     header["outputs"] = std::move(out_list);
-    body_ = header.dump();
+    body_ = header.dump(-1, ' ', false, json::error_handler_t::replace);
     headers_ = {{kHeaderLength, std::to_string(body_.size())}};
     body_.append(binary);
     return absl::OkStatus();
@@ -172,15 +187,15 @@ class HttpClient final : public InferClient {
   }
 
  private:
-  absl::Status CheckResponse(const httplib::Result& res, std::string_view what) {
+  absl::Status CheckResponse(const httplib::Result& res, absl::string_view what) {
     if (!res) {
       return absl::UnavailableError(absl::StrCat(what, ": cannot reach the HTTP server at ",
-                                                 options_.url, ": ",
-                                                 httplib::to_string(res.error())));
+                                                 options_.url, ": ", ErrorText(res.error())));
     }
     if (res->status == 200) return absl::OkStatus();
     std::string message = res->body;
-    json err = json::parse(JsonPart(*res), nullptr, /*allow_exceptions=*/false);
+    absl::string_view part = JsonPart(*res);
+    json err = json::parse(part.begin(), part.end(), nullptr, /*allow_exceptions=*/false);
     if (err.is_object() && err.contains("error") && err["error"].is_string()) {
       message = err["error"].get<std::string>();
     }
@@ -188,10 +203,11 @@ class HttpClient final : public InferClient {
                         absl::StrCat(what, ": HTTP ", res->status, ": ", message));
   }
 
-  absl::StatusOr<json> GetJson(const std::string& path, std::string_view what) {
+  absl::StatusOr<json> GetJson(const std::string& path, absl::string_view what) {
     httplib::Result res = client_.Get(path);
     if (absl::Status s = CheckResponse(res, what); !s.ok()) return s;
-    json doc = json::parse(JsonPart(*res), nullptr, /*allow_exceptions=*/false);
+    absl::string_view part = JsonPart(*res);
+    json doc = json::parse(part.begin(), part.end(), nullptr, /*allow_exceptions=*/false);
     if (!doc.is_object()) {
       return absl::InternalError(absl::StrCat(what, ": the server's answer is not a JSON object"));
     }

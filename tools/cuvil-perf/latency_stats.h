@@ -2,6 +2,7 @@
 #ifndef CUVIL_TOOLS_CUVIL_PERF_LATENCY_STATS_H_
 #define CUVIL_TOOLS_CUVIL_PERF_LATENCY_STATS_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 

@@ -28,7 +28,8 @@ ServerSplit Diff(const ServerStats& before, const ServerStats& after, double wal
   if (executions > 0) s.avg_batch = static_cast<double>(inferences) / executions;
   for (auto it = after.batch_compute_infer.rbegin(); it != after.batch_compute_infer.rend(); ++it) {
     Duration prior;
-    if (auto b = before.batch_compute_infer.find(it->first); b != before.batch_compute_infer.end()) {
+    if (auto b = before.batch_compute_infer.find(it->first);
+        b != before.batch_compute_infer.end()) {
       prior = b->second;
     }
     if (Delta(prior.count, it->second.count) == 0) continue;

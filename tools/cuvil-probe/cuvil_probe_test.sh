@@ -124,7 +124,32 @@ probe_pid=
 grep -qF "@latency_ns[resnet18]:" "$work/probe.out" || fail "--print shows no latency histogram"
 grep -qE '^\(512K, 1M\] +25 \|@+ *\|$' "$work/probe.out" || fail "--print histogram is wrong"
 
-echo "PASS: $count requests per model counted exactly; promtool accepts /metrics"
+# Phase 2: --binary (every process running the file), attached before the process starts.
+"$probe" --binary "$target" --metrics-port 0 --metrics-host 127.0.0.1 \
+  >"$work/probe2.out" 2>"$work/probe2.err" &
+probe_pid=$!
+addr=
+for _ in $(seq 300); do
+  addr=$(sed -n 's/^listening metrics=//p' "$work/probe2.out" | head -n 1)
+  [ -n "$addr" ] && break
+  kill -0 "$probe_pid" 2>/dev/null || fail "cuvil-probe --binary exited before listening"
+  sleep 0.1
+done
+[ -n "$addr" ] || fail "cuvil-probe --binary did not listen within 30 s"
+"$target" --count 40 --models bert --wait-secs 30 >"$work/target2.out" 2>"$work/target2.err" ||
+  fail "cuvil_probe_target (started after cuvil-probe --binary) failed"
+curl -sf "http://$addr/metrics" >"$work/metrics2.txt" || fail "cannot scrape http://$addr/metrics"
+grep -qxF 'cuvil_probe_requests_total{model="bert",status="200"} 32' "$work/metrics2.txt" &&
+  grep -qxF 'cuvil_probe_requests_total{model="bert",status="500"} 8' "$work/metrics2.txt" ||
+  fail "--binary mode did not count the 40 requests of a process started after attach"
+kill -TERM "$probe_pid"
+wait "$probe_pid"
+rc=$?
+probe_pid=
+[ "$rc" = 0 ] || fail "cuvil-probe --binary exited with $rc on SIGTERM"
+
+echo "PASS: $count requests per model counted exactly (--pid), 40 (--binary);" \
+  "promtool accepts /metrics"
 echo "---- /metrics (resnet18 excerpt)"
 grep -e 'model="resnet18"' "$work/metrics.txt" | grep -v -e 'le="[0-9.e-]*"} 0$' | head -n 30
 echo "---- --print (last view)"

@@ -169,13 +169,12 @@ Snapshot ReadSnapshot(const cuvil_probe_bpf* skel, int probes_attached) {
   Snapshot s;
   s.probes_attached = probes_attached;
   auto read_hist = [](int fd, std::map<std::string, Log2Hist>& out) {
-    ForEachEntry<cuvil_probe_hist_key, __u64>(
-        fd, [&](const cuvil_probe_hist_key& k, __u64 count) {
-          if (k.bucket >= static_cast<__u32>(kBuckets)) return;
-          auto [it, inserted] = out.try_emplace(FromFixed(k.model, sizeof(k.model)));
-          if (inserted) it->second.fill(0);
-          it->second[k.bucket] += count;
-        });
+    ForEachEntry<cuvil_probe_hist_key, __u64>(fd, [&](const cuvil_probe_hist_key& k, __u64 count) {
+      if (k.bucket >= static_cast<__u32>(kBuckets)) return;
+      auto [it, inserted] = out.try_emplace(FromFixed(k.model, sizeof(k.model)));
+      if (inserted) it->second.fill(0);
+      it->second[k.bucket] += count;
+    });
   };
   read_hist(bpf_map__fd(skel->maps.latency_hist), s.latency_ns);
   read_hist(bpf_map__fd(skel->maps.batch_hist), s.batch_size);
@@ -229,13 +228,6 @@ int Run(const Options& opt) {
     }
     if (binary.empty()) binary = "/proc/" + std::to_string(opt.pid) + "/exe";
   }
-  struct stat st;
-  if (stat(binary.c_str(), &st) != 0) {
-    std::fprintf(stderr, "cuvil-probe: cannot open %s: %s\n", binary.c_str(),
-                 std::strerror(errno));
-    return 1;
-  }
-
   std::unique_ptr<cuvil_probe_bpf, SkelDeleter> skel(cuvil_probe_bpf__open());
   if (!skel) {
     std::fprintf(stderr, "cuvil-probe: cannot open BPF object: %s\n", std::strerror(errno));
@@ -249,6 +241,13 @@ int Run(const Options& opt) {
     } else {
       std::fprintf(stderr, "cuvil-probe: cannot load BPF programs: %s\n", std::strerror(e));
     }
+    return 1;
+  }
+
+  // After loading, so that a missing privilege is what an unprivileged user hears about.
+  struct stat st;
+  if (stat(binary.c_str(), &st) != 0) {
+    std::fprintf(stderr, "cuvil-probe: cannot open %s: %s\n", binary.c_str(), std::strerror(errno));
     return 1;
   }
 
@@ -284,20 +283,18 @@ int Run(const Options& opt) {
       std::fprintf(stderr, "cuvil-probe: cannot attach uprobes (need root/CAP_PERFMON): %s\n",
                    std::strerror(first_error));
     } else if (first_error == 0) {
-      std::fprintf(stderr, "cuvil-probe: no USDT probes of provider cuvil in %s\n",
-                   binary.c_str());
+      std::fprintf(stderr, "cuvil-probe: no USDT probes of provider cuvil in %s\n", binary.c_str());
     }
     return 1;
   }
   if (!missing.empty()) {
     std::string list;
     for (const std::string& m : missing) list += (list.empty() ? "" : ", ") + m;
-    std::fprintf(stderr, "cuvil-probe: %s has no probe cuvil:{%s}; not counted\n",
-                 binary.c_str(), list.c_str());
+    std::fprintf(stderr, "cuvil-probe: %s has no probe cuvil:{%s}; not counted\n", binary.c_str(),
+                 list.c_str());
   }
   const int attached = static_cast<int>(links.size());
-  std::fprintf(stderr, "cuvil-probe: attached %d USDT probes in %s%s\n", attached,
-               binary.c_str(),
+  std::fprintf(stderr, "cuvil-probe: attached %d USDT probes in %s%s\n", attached, binary.c_str(),
                opt.pid > 0 ? (" (pid " + std::to_string(opt.pid) + ")").c_str() : "");
 
   // SIGINT/SIGTERM are blocked in every thread and taken with sigtimedwait below.

@@ -20,10 +20,10 @@
 #include <thread>
 #include <vector>
 
-#define CUVIL_TARGET_SEMAPHORE(name)                                                           \
-  extern "C" {                                                                                \
-  __extension__ unsigned short cuvil_##name##_semaphore __attribute__((used))                 \
-  __attribute__((section(".probes")));                                                        \
+#define CUVIL_TARGET_SEMAPHORE(name)                                          \
+  extern "C" {                                                                \
+  __extension__ unsigned short cuvil_##name##_semaphore __attribute__((used)) \
+  __attribute__((section(".probes")));                                        \
   }
 
 CUVIL_TARGET_SEMAPHORE(request__start)

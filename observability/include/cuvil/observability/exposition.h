@@ -13,7 +13,8 @@ namespace cuvil::observability {
 
 enum class ExpositionFormat { kPrometheusText, kOpenMetrics };
 
-inline constexpr std::string_view kPrometheusContentType = "text/plain; version=0.0.4; charset=utf-8";
+inline constexpr std::string_view kPrometheusContentType =
+    "text/plain; version=0.0.4; charset=utf-8";
 inline constexpr std::string_view kOpenMetricsContentType =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
 

@@ -179,8 +179,8 @@ class Summary {
   static constexpr int kSubBucketBits = 5;
   static constexpr int kMinExponent = -30;
   static constexpr int kMaxExponent = 10;
-  static constexpr size_t kBuckets =
-      static_cast<size_t>(kMaxExponent - kMinExponent) << kSubBucketBits;
+  static constexpr size_t kBuckets = static_cast<size_t>(kMaxExponent - kMinExponent)
+                                     << kSubBucketBits;
   static size_t BucketIndex(double v);
   static double BucketValue(size_t index);  // midpoint of the bucket
 
@@ -236,8 +236,7 @@ class Family : public internal::FamilyBase {
 
   Family(std::string name, std::string help, std::string unit, MetricType type,
          std::vector<std::string> label_names, Factory factory)
-      : FamilyBase(std::move(name), std::move(help), std::move(unit), type,
-                   std::move(label_names)),
+      : FamilyBase(std::move(name), std::move(help), std::move(unit), type, std::move(label_names)),
         factory_(std::move(factory)) {}
 
   // The child for these label values (in label_names() order), created on first use. The
@@ -274,8 +273,7 @@ class Family : public internal::FamilyBase {
  private:
   Factory factory_;
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::vector<std::string>, std::shared_ptr<T>> children_
-      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::vector<std::string>, std::shared_ptr<T>> children_ ABSL_GUARDED_BY(mu_);
   std::vector<std::vector<std::string>> order_ ABSL_GUARDED_BY(mu_);  // creation order
 };
 

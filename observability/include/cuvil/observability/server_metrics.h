@@ -1,6 +1,8 @@
 // Cuvil's metric families and the per-model-version recording handle the request path uses.
 //
-//   ServerMetrics metrics({.version = "0.1.0", .llvm = "19.1.7", .triton_compat = true});
+//   ServerMetricsOptions options;  // (GCC 12 -Wextra warns on partial designated initializers)
+//   options.version = "0.1.0"; options.llvm = "19.1.7"; options.triton_compat = true;
+//   ServerMetrics metrics(options);
 //   std::shared_ptr<ModelMetrics> m = metrics.ForModel("resnet", "1");   // at load; keep it
 //   m->RecordSuccess(batch, request_ns, queue_ns, in_ns, infer_ns, out_ns);  // lock-free
 //   RenderedMetrics r = metrics.Render(http_accept_header);               // GET /metrics
@@ -55,10 +57,10 @@ std::string_view FailureReasonName(FailureReason reason);
 enum class PatchAction { kApplied, kRolledBack };
 
 struct ServerMetricsOptions {
-  std::string version;  // cuvil_build_info{version}
-  std::string llvm;     // cuvil_build_info{llvm}
-  bool triton_compat = false;  // --metrics-compat triton
-  int64_t max_batch_size = 128;  // cuvil_batch_size buckets: powers of two up to >= this
+  std::string version;             // cuvil_build_info{version}
+  std::string llvm;                // cuvil_build_info{llvm}
+  bool triton_compat = false;      // --metrics-compat triton
+  int64_t max_batch_size = 128;    // cuvil_batch_size buckets: powers of two up to >= this
   SummaryOptions latency_summary;  // window (default 60 s in 6 sub-windows), clock
 };
 
@@ -94,8 +96,7 @@ class ModelMetrics {
   std::shared_ptr<Counter> nv_success_, nv_count_, nv_exec_count_;
   std::shared_ptr<Counter> nv_failure_[kFailureReasonCount];
   std::shared_ptr<Gauge> nv_pending_;
-  std::shared_ptr<Counter> nv_request_us_, nv_queue_us_, nv_input_us_, nv_infer_us_,
-      nv_output_us_;
+  std::shared_ptr<Counter> nv_request_us_, nv_queue_us_, nv_input_us_, nv_infer_us_, nv_output_us_;
 };
 
 // Owns the registry with Cuvil's families. Thread-safe: ForModel/Remove/Record* for compile,

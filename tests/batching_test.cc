@@ -1,0 +1,106 @@
+// Dynamic batching end to end: concurrent requests of mixed batch sizes through a batching model
+// must each get exactly the rows an unbatched run gives, with no recompilation.
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "cuvil/compiler/compiler.h"
+#include "gmock/gmock.h"
+#include "grpc_service.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "server_test_util.h"
+
+namespace cuvil {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string MakeBatchingRepository() {
+  std::string repo = testing::MakeRepository("batching_repo");
+  fs::path plain = fs::path(repo) / "mlp_plain";
+  fs::create_directories(plain / "1");
+  fs::copy_file(fs::path(repo) / "mlp/1/model.onnx", plain / "1/model.onnx");
+  std::ofstream(plain / "config.pbtxt") << "max_batch_size: 32\n";
+  std::ofstream(fs::path(repo) / "mlp/config.pbtxt")
+      << "max_batch_size: 16\n"
+         "dynamic_batching { max_queue_delay_microseconds: 20000 }\n"
+         "instance_group [ { count: 2 kind: KIND_CPU } ]\n";
+  return repo;
+}
+
+std::vector<float> Infer(inference::GRPCInferenceService::Stub* stub, const std::string& model,
+                         const std::vector<float>& x, int64_t batch) {
+  inference::ModelInferRequest q;
+  q.set_model_name(model);
+  auto* in = q.add_inputs();
+  in->set_name("input");
+  in->set_datatype("FP32");
+  in->add_shape(batch);
+  in->add_shape(784);
+  q.add_raw_input_contents()->assign(reinterpret_cast<const char*>(x.data()), x.size() * 4);
+  grpc::ClientContext ctx;
+  inference::ModelInferResponse r;
+  grpc::Status s = stub->ModelInfer(&ctx, q, &r);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  if (!s.ok()) return {};
+  EXPECT_EQ(r.outputs(0).shape(0), batch);
+  const float* p = reinterpret_cast<const float*>(r.raw_output_contents(0).data());
+  return std::vector<float>(p, p + r.raw_output_contents(0).size() / 4);
+}
+
+TEST(BatchingTest, MixedBatchSizesMatchUnbatchedResultsWithOneCompile) {
+  auto server = testing::StartServer(MakeBatchingRepository());
+  ASSERT_NE(server, nullptr);
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server->grpc_port()),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = inference::GRPCInferenceService::NewStub(channel);
+  uint64_t compilations_before = TotalCompilations();
+
+  constexpr int kThreads = 12, kPerThread = 10;
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0}, rows{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(t);
+      std::uniform_real_distribution<float> value(-1, 1);
+      for (int i = 0; i < kPerThread; ++i) {
+        int64_t batch = 1 + (t + i) % 4;
+        std::vector<float> x(batch * 784);
+        for (float& v : x) v = value(rng);
+        std::vector<float> batched = Infer(stub.get(), "mlp", x, batch);
+        std::vector<float> alone = Infer(stub.get(), "mlp_plain", x, batch);
+        if (batched.size() != static_cast<size_t>(batch * 10) || batched.size() != alone.size()) {
+          ++mismatches;
+          continue;
+        }
+        for (size_t k = 0; k < batched.size(); ++k) {
+          if (std::abs(batched[k] - alone[k]) > 1e-5f + 1e-5f * std::abs(alone[k])) {
+            ++mismatches;
+            break;
+          }
+        }
+        rows += static_cast<int>(batch);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(mismatches.load(), 0);
+
+  grpc::ClientContext ctx;
+  inference::ModelStatisticsRequest sq;
+  sq.set_name("mlp");
+  inference::ModelStatisticsResponse stats;
+  ASSERT_TRUE(stub->ModelStatistics(&ctx, sq, &stats).ok());
+  const auto& s = stats.model_stats(0);
+  EXPECT_EQ(s.inference_count(), static_cast<uint64_t>(rows.load()));
+  EXPECT_EQ(s.inference_stats().success().count(), static_cast<uint64_t>(kThreads * kPerThread));
+  EXPECT_LT(s.execution_count(), static_cast<uint64_t>(kThreads * kPerThread)) << "no request was batched";
+  EXPECT_GT(s.batch_stats_size(), 1);
+  EXPECT_EQ(s.compilation_count(), 1u);
+  EXPECT_EQ(TotalCompilations(), compilations_before) << "serving a batch size recompiled the model";
+}
+
+}  // namespace
+}  // namespace cuvil
