@@ -12,7 +12,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev nlohmann-json3-dev libssl-dev
   libbpf-dev bpftool systemtap-sdt-dev
-  prometheus python3 python3-onnx python3-numpy python3-grpcio python3-grpc-tools python3-protobuf
+  prometheus python3 python3-onnx python3-numpy python3-grpcio python3-grpc-tools python3-protobuf python3-prometheus-client
   curl
 )
 

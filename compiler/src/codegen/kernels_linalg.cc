@@ -12,23 +12,34 @@ struct MatrixView {
   llvm::Value* col_stride;  // Elements between consecutive columns.
 };
 
+// Columns of the output handled per pass: a block of every output row (32 rows x 256 floats =
+// 32 KiB) stays in L1 while each row of B is streamed from memory exactly once.
+constexpr int64_t kColumnBlock = 256;
+
 // out[m, n] = sum_k a[m, k] * b[k, n] for one matrix; out rows are contiguous with stride n_dim.
+// Loop order n-block, k, m, n: B is read once per call however many rows M has, so a batched
+// execution of a weight-bound layer costs little more than a batch of one.
 void EmitMatrixProduct(KernelContext& k, DType d, const MatrixView& a, const MatrixView& b,
                        llvm::Value* out, llvm::Value* out_offset, llvm::Value* m_dim,
                        llvm::Value* n_dim, llvm::Value* k_dim) {
   auto& bl = k.b();
-  k.For(k.I64(0), m_dim, [&](llvm::Value* m) {
-    llvm::Value* row = bl.CreateAdd(out_offset, bl.CreateMul(m, n_dim));
-    k.For(k.I64(0), n_dim, [&](llvm::Value* n) { k.Store(d, out, bl.CreateAdd(row, n), k.Const(d, 0)); });
+  k.Memset0(k.ElemPtr(d, out, out_offset), bl.CreateMul(m_dim, n_dim), d);
+  llvm::Value* blocks = bl.CreateUDiv(bl.CreateAdd(n_dim, k.I64(kColumnBlock - 1)), k.I64(kColumnBlock));
+  k.For(k.I64(0), blocks, [&](llvm::Value* block) {
+    llvm::Value* n_begin = bl.CreateMul(block, k.I64(kColumnBlock));
+    llvm::Value* n_end = k.Min(DType::kInt64, bl.CreateAdd(n_begin, k.I64(kColumnBlock)), n_dim);
     k.For(k.I64(0), k_dim, [&](llvm::Value* kk) {
-      llvm::Value* a_idx = bl.CreateAdd(a.offset, bl.CreateAdd(bl.CreateMul(m, a.row_stride),
-                                                               bl.CreateMul(kk, a.col_stride)));
-      llvm::Value* av = k.Load(d, a.base, a_idx);
       llvm::Value* b_row = bl.CreateAdd(b.offset, bl.CreateMul(kk, b.row_stride));
-      k.For(k.I64(0), n_dim, [&](llvm::Value* n) {
-        llvm::Value* bv = k.Load(d, b.base, bl.CreateAdd(b_row, bl.CreateMul(n, b.col_stride)));
-        llvm::Value* o = bl.CreateAdd(row, n);
-        k.Store(d, out, o, k.Add(d, k.Load(d, out, o), k.Mul(d, av, bv)));
+      k.For(k.I64(0), m_dim, [&](llvm::Value* m) {
+        llvm::Value* a_idx = bl.CreateAdd(a.offset, bl.CreateAdd(bl.CreateMul(m, a.row_stride),
+                                                                 bl.CreateMul(kk, a.col_stride)));
+        llvm::Value* av = k.Load(d, a.base, a_idx);
+        llvm::Value* row = bl.CreateAdd(out_offset, bl.CreateMul(m, n_dim));
+        k.For(n_begin, n_end, [&](llvm::Value* n) {
+          llvm::Value* bv = k.Load(d, b.base, bl.CreateAdd(b_row, bl.CreateMul(n, b.col_stride)));
+          llvm::Value* o = bl.CreateAdd(row, n);
+          k.Store(d, out, o, k.Add(d, k.Load(d, out, o), k.Mul(d, av, bv)));
+        });
       });
     });
   });
