@@ -158,8 +158,17 @@ class BatchingScheduler final : public Scheduler {
     if (!batch.empty()) {
       responses.clear();
       responses.resize(batch.size());
+      if (options_.on_batch_start) {
+        int64_t rows = 0;
+        for (const QueuedRequest& q : batch) rows += q.rows;
+        options_.on_batch_start(rows);
+      }
       ExecutionContext::Result result = context.Execute(batch, responses);
       const Clock::time_point end = clock_->Now();
+      if (options_.on_batch_done) {
+        options_.on_batch_done(result.rows, result.input_ns + result.infer_ns + result.output_ns,
+                               result.status.ok());
+      }
       if (result.status.ok()) {
         stats_.RecordExecution(result.rows, result.input_ns, result.infer_ns, result.output_ns);
       }

@@ -1,9 +1,11 @@
 #include "cuvil/server/infer_request_builder.h"
 
+#include <atomic>
 #include <future>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "cuvil/observability/probes.h"
 
 namespace cuvil {
 namespace {
@@ -14,8 +16,36 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
+namespace {
+
+observability::FailureReason ReasonFor(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument: return observability::FailureReason::kInvalidArgument;
+    case absl::StatusCode::kNotFound: return observability::FailureReason::kNotFound;
+    case absl::StatusCode::kUnavailable: return observability::FailureReason::kRejected;
+    case absl::StatusCode::kResourceExhausted: return observability::FailureReason::kRejected;
+    case absl::StatusCode::kCancelled: return observability::FailureReason::kCanceled;
+    case absl::StatusCode::kDeadlineExceeded: return observability::FailureReason::kTimeout;
+    default: return observability::FailureReason::kInternal;
+  }
+}
+
+std::atomic<int64_t> next_request_number{1};
+
+absl::StatusOr<std::unique_ptr<InferenceRequest>> Build(const ModelVersion& model, WireRequest wire);
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<InferenceRequest>> BuildInferenceRequest(const ModelVersion& model,
                                                                         WireRequest wire) {
+  auto request = Build(model, std::move(wire));
+  if (!request.ok() && model.metrics()) model.metrics()->RecordFailure(ReasonFor(request.status()));
+  return request;
+}
+
+namespace {
+
+absl::StatusOr<std::unique_ptr<InferenceRequest>> Build(const ModelVersion& model, WireRequest wire) {
   const auto& specs = model.executable().inputs();
   int64_t max_batch = model.config().max_batch_size();
   bool batched = max_batch > 0;
@@ -94,12 +124,33 @@ absl::StatusOr<std::unique_ptr<InferenceRequest>> BuildInferenceRequest(const Mo
   return request;
 }
 
+}  // namespace
+
 InferenceResponse InferBlocking(ModelVersion& model, std::unique_ptr<InferenceRequest> request) {
   std::promise<InferenceResponse> promise;
   std::future<InferenceResponse> future = promise.get_future();
+  const int64_t number = next_request_number.fetch_add(1, std::memory_order_relaxed);
+  const std::string version = absl::StrCat(model.version());
+  CUVIL_PROBE_REQUEST_START(model.name().c_str(), version.c_str(), number);
+  const Clock::time_point start = request->arrival;
+  const int64_t samples = request->batch_size;
   request->on_complete = [&promise](InferenceResponse response) { promise.set_value(std::move(response)); };
   model.Submit(std::move(request));
-  return future.get();
+  InferenceResponse response = future.get();
+  const uint64_t total_ns =
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
+  CUVIL_PROBE_REQUEST_DONE(model.name().c_str(), version.c_str(), number,
+                           static_cast<int>(response.status.code()), total_ns);
+  if (const auto& m = model.metrics()) {
+    if (response.status.ok()) {
+      const RequestTimings& t = response.timings;
+      m->RecordSuccess(samples, total_ns, t.queue_ns, t.compute_input_ns, t.compute_infer_ns,
+                       t.compute_output_ns);
+    } else {
+      m->RecordFailure(ReasonFor(response.status));
+    }
+  }
+  return response;
 }
 
 int HttpStatusFor(const absl::Status& status) {

@@ -9,7 +9,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "cuvil/server/server.h"
-#include "spdlog/sinks/stdout_color_sinks.h"
+#include "cuvil/observability/logging.h"
+#include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
 
 namespace {
@@ -28,7 +29,10 @@ constexpr char kHelp[] =
     "  --max-request-bytes N       largest accepted request (default 67108864)\n"
     "  --exit-timeout-secs N       drain time on SIGTERM/SIGINT (default 30)\n"
     "  --http-threads N            HTTP handler threads (default 32)\n"
-    "  --log-level LEVEL           trace | debug | info | warn | error (default info)\n";
+    "  --log-level LEVEL           trace | debug | info | warn | error (default info)\n"
+    "  --log-format FORMAT         text | json (default text; one line per event on stderr)\n"
+    "  --metrics-compat triton     also export Triton's nv_inference_* metric names\n"
+    "  --metrics-window-secs N     sliding window of the latency summary (default 60)\n";
 
 int Usage(const std::string& why) {
   std::fprintf(stderr, "error: %s\n%s", why.c_str(), kHelp);
@@ -41,6 +45,7 @@ int main(int argc, char** argv) {
   cuvil::ServerOptions options;
   std::vector<std::string> args(argv + 1, argv + argc);
   std::string log_level = "info";
+  std::string log_format = "text";
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& flag = args[i];
     if (flag == "--help" || flag == "-h") {
@@ -95,7 +100,13 @@ int main(int argc, char** argv) {
       ok = int_flag(&options.http_threads) && options.http_threads > 0;
     } else if (name == "--log-level") {
       log_level = value;
-      ok = spdlog::level::from_str(value) != spdlog::level::off || value == "off";
+    } else if (name == "--log-format") {
+      log_format = value;
+    } else if (name == "--metrics-compat") {
+      ok = value == "triton";
+      options.metrics_triton_compat = ok;
+    } else if (name == "--metrics-window-secs") {
+      ok = int_flag(&options.metrics_window_secs) && options.metrics_window_secs > 0;
     } else {
       return Usage(absl::StrCat("unknown flag ", name));
     }
@@ -104,9 +115,11 @@ int main(int argc, char** argv) {
   if (options.model_repositories.empty() && options.control_mode != cuvil::ServerOptions::ControlMode::kExplicit) {
     return Usage("--model-repository is required");
   }
-  // Logs go to stderr so stdout stays free for tools; the "listening ..." line is parsed there.
-  spdlog::set_default_logger(spdlog::stderr_color_mt("cuvil"));
-  spdlog::set_level(spdlog::level::from_str(log_level));
+  // Logs go to stderr so stdout stays free; tests parse the "listening ..." line there.
+  spdlog::set_default_logger(spdlog::stderr_logger_mt("cuvil"));
+  if (auto s = cuvil::observability::ConfigureLogging(log_level, log_format); !s.ok()) {
+    return Usage(std::string(s.message()));
+  }
 
   // Signals are taken synchronously by the main thread; every other thread inherits the mask.
   sigset_t signals;

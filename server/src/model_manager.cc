@@ -12,6 +12,7 @@
 #include "cuvil/runtime/thread_pool.h"
 #include "cuvil/server/infer_request_builder.h"
 #include "cuvil/server/model_config.h"
+#include "cuvil/observability/probes.h"
 #include "jit_executable.h"
 #include "spdlog/spdlog.h"
 
@@ -152,10 +153,12 @@ struct ModelManager::Impl {
   std::map<std::string, std::map<int64_t, Slot>> models ABSL_GUARDED_BY(mu);
   uint64_t next_generation ABSL_GUARDED_BY(mu) = 1;
   bool shutting_down ABSL_GUARDED_BY(mu) = false;
-  ThreadPool loaders;  // Last: joined first on destruction, while the state above still lives.
+  ThreadPool loaders;  // Joined before the state above is destroyed (declared after it).
 
-  Impl(JitEngine* e, const ModelRepository* r, int threads)
-      : engine(e), repository(r), loaders(threads) {}
+  ServerMetrics* metrics;
+
+  Impl(JitEngine* e, const ModelRepository* r, int threads, ServerMetrics* m)
+      : engine(e), repository(r), loaders(threads), metrics(m) {}
 
   // Compiles, links, schedules and warms up one version. Runs on a loader thread.
   absl::StatusOr<std::shared_ptr<ModelVersion>> BuildVersion(const std::string& name, int64_t version,
@@ -165,11 +168,14 @@ struct ModelManager::Impl {
                                                              uint64_t load_index,
                                                              const std::string& model_dir) {
     auto t0 = std::chrono::steady_clock::now();
+    CUVIL_PROBE_JIT_COMPILE_START(name.c_str());
     CompileOptions options;
     auto compiled = bytes.empty() ? CompileOnnxFile(path, options) : CompileOnnxBytes(bytes, options);
     if (!compiled.ok()) return compiled.status();
     const uint64_t compilations = 1;  // This load ran the compiler once (no cache yet).
     double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    CUVIL_PROBE_JIT_COMPILE_DONE(name.c_str(), static_cast<int64_t>(compile_ms * 1e6));
+    if (metrics != nullptr) metrics->RecordCompile(name, compile_ms / 1000);
     if (config.name().empty()) config.set_name(name);
     if (auto s = CompleteModelConfig(*compiled, &config); !s.ok()) return s;
     if (config.max_batch_size() == 0) {
@@ -185,7 +191,18 @@ struct ModelManager::Impl {
     auto loaded = engine->Load(ns, std::move(*compiled));
     if (!loaded.ok()) return loaded.status();
     auto executable = std::make_shared<JitExecutable>(loaded->get(), InputSpecs(config), OutputSpecs(config));
-    auto scheduler = CreateScheduler(SchedulerOptionsFromConfig(config), executable);
+    std::shared_ptr<ModelMetrics> model_metrics =
+        metrics != nullptr ? metrics->ForModel(name, absl::StrCat(version)) : nullptr;
+    SchedulerOptions scheduler_options = SchedulerOptionsFromConfig(config);
+    auto probe_name = std::make_shared<const std::string>(name);
+    scheduler_options.on_batch_start = [probe_name](int64_t rows) {
+      CUVIL_PROBE_BATCH_START(probe_name->c_str(), rows);
+    };
+    scheduler_options.on_batch_done = [probe_name, model_metrics](int64_t rows, uint64_t ns, bool ok) {
+      CUVIL_PROBE_BATCH_DONE(probe_name->c_str(), rows, ns);
+      if (ok && model_metrics) model_metrics->RecordExecution(rows);
+    };
+    auto scheduler = CreateScheduler(scheduler_options, executable);
     if (!scheduler.ok()) return scheduler.status();
     auto model = std::make_shared<ModelVersion>(name, version, config, std::move(*loaded), executable,
                                                 std::move(*scheduler), compile_ms, compilations);
@@ -198,13 +215,14 @@ struct ModelManager::Impl {
       }
     }
     model->ResetStatsBaseline();
+    model->set_metrics(std::move(model_metrics));  // After warmup: warmup is not client traffic.
     return model;
   }
 };
 
 ModelManager::ModelManager(JitEngine* engine, const ModelRepository* repository,
                            ModelManagerOptions options)
-    : impl_(std::make_unique<Impl>(engine, repository, options.loader_threads)) {}
+    : impl_(std::make_unique<Impl>(engine, repository, options.loader_threads, options.metrics)) {}
 
 ModelManager::~ModelManager() { Shutdown(); }
 
@@ -288,6 +306,7 @@ absl::Status ModelManager::Load(const LoadRequest& request) {
     bool scheduled = impl_->loaders.Schedule([this, name, p, config, path, bytes, model_dir, remaining, done,
                                               first_error, error_mu] {
       spdlog::info("loading model {} version {}", name, p.version);
+      auto load_start = std::chrono::steady_clock::now();
       auto built = impl_->BuildVersion(name, p.version, config, path, bytes, p.load_index, model_dir);
       std::shared_ptr<ModelVersion> old;
       {
@@ -307,6 +326,16 @@ absl::Status ModelManager::Load(const LoadRequest& request) {
       }
       if (built.ok()) {
         spdlog::info("model {} version {} is READY (compile {:.1f} ms)", name, p.version, (*built)->compile_ms());
+        CUVIL_PROBE_MODEL_LOAD(name.c_str(), absl::StrCat(p.version).c_str());
+        if (const auto& m = (*built)->metrics()) {
+          m->SetReady(true);
+          m->SetMemoryBytes(static_cast<int64_t>((*built)->loaded().weights_bytes() +
+                                                 (*built)->loaded().model().object_code.size()));
+        }
+        if (impl_->metrics != nullptr) {
+          impl_->metrics->RecordLoad(name, absl::StrCat(p.version),
+                                     std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count());
+        }
       } else {
         spdlog::error("model {} version {} failed to load: {}", name, p.version, std::string(built.status().message()));
         absl::MutexLock lock(error_mu.get());
@@ -343,7 +372,11 @@ absl::Status ModelManager::Unload(const std::string& name) {
       slot.reason = "unloaded";
     }
   }
-  for (auto& m : unloading) m->Drain();  // In-flight requests finish; later ones see UNAVAILABLE.
+  for (auto& m : unloading) {
+    m->Drain();  // In-flight requests finish; later ones see UNAVAILABLE.
+    if (m->metrics()) m->metrics()->SetReady(false);
+    CUVIL_PROBE_MODEL_UNLOAD(name.c_str(), absl::StrCat(m->version()).c_str());
+  }
   spdlog::info("model {} unloaded", name);
   return absl::OkStatus();
 }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "admin_operations.h"
+#include "cuvil/observability/server_metrics.h"
 #include "grpc_service.h"
 #include "http_service.h"
 #include "server_info.h"
@@ -18,6 +19,7 @@ namespace cuvil {
 struct CuvilServer::Impl {
   ServerOptions options;
   ServerInfo info;
+  std::unique_ptr<observability::ServerMetrics> metrics_registry;
   std::unique_ptr<JitEngine> engine;
   std::unique_ptr<ModelRepository> repository;
   std::unique_ptr<ModelManager> models;
@@ -31,16 +33,13 @@ struct CuvilServer::Impl {
   std::thread poll_thread;
   bool shut_down = false;
 
-  // Minimal exposition until the observability layer lands: readiness per model version.
-  std::string RenderMetrics() {
-    std::string out =
-        "# HELP cuvil_model_ready Whether a model version is READY (1) or not (0).\n"
-        "# TYPE cuvil_model_ready gauge\n";
+  // Gauges that are cheaper to read at scrape time than to keep current on every request.
+  observability::RenderedMetrics RenderMetrics(const std::string& accept) {
     for (const VersionStatus& v : models->Index()) {
-      absl::StrAppend(&out, "cuvil_model_ready{model=\"", v.name, "\",version=\"", v.version, "\"} ",
-                      v.state == ModelState::kReady ? 1 : 0, "\n");
+      if (!v.model || !v.model->metrics()) continue;
+      v.model->metrics()->SetPending(static_cast<int64_t>(v.model->Stats().pending));
     }
-    return out;
+    return metrics_registry->Render(accept);
   }
 
   // Poll mode: load models that appeared, unload models that disappeared.
@@ -75,12 +74,18 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
   Impl& s = *server->impl_;
   s.options = options;
   s.info.admin_token = options.admin_token;
+  observability::ServerMetricsOptions metrics_options;
+  metrics_options.version = s.info.version;
+  metrics_options.llvm = "19.1";
+  metrics_options.triton_compat = options.metrics_triton_compat;
+  metrics_options.latency_summary.window_ns = int64_t{options.metrics_window_secs} * 1'000'000'000;
+  s.metrics_registry = std::make_unique<observability::ServerMetrics>(metrics_options);
   auto engine = JitEngine::Create();
   if (!engine.ok()) return engine.status();
   s.engine = std::move(*engine);
   s.repository = std::make_unique<ModelRepository>(options.model_repositories);
   s.models = std::make_unique<ModelManager>(s.engine.get(), s.repository.get(),
-                                            ModelManagerOptions{options.loader_threads});
+                                            ModelManagerOptions{options.loader_threads, s.metrics_registry.get()});
   s.admin = std::make_unique<AdminOperations>(s.models.get(), options.admin_token);
 
   GrpcServiceOptions grpc_options{options.bind_address, options.grpc_port, options.max_request_bytes};
@@ -95,8 +100,9 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
   auto http = HttpService::Start(http_options, s.models.get(), s.admin.get(), &s.info);
   if (!http.ok()) return http.status();
   s.http = std::move(*http);
-  s.metrics.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
-    res.set_content(s.RenderMetrics(), "text/plain; version=0.0.4");
+  s.metrics.Get("/metrics", [&s](const httplib::Request& req, httplib::Response& res) {
+    observability::RenderedMetrics rendered = s.RenderMetrics(req.get_header_value("Accept"));
+    res.set_content(rendered.body, rendered.content_type.c_str());
   });
   s.metrics_port = options.metrics_port == 0 ? s.metrics.bind_to_any_port(options.bind_address)
                                              : (s.metrics.bind_to_port(options.bind_address, options.metrics_port)

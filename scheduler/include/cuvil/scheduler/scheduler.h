@@ -3,6 +3,7 @@
 #define CUVIL_SCHEDULER_SCHEDULER_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -38,6 +39,9 @@ struct SchedulerOptions {
   DynamicBatchingOptions batching;
   int instance_count = 1;    // Execution contexts (each with its own arena and worker).
   int intra_op_threads = 1;  // Threads one execution may use.
+  // Observers of each execution (metrics, tracing); called on worker threads, must not block.
+  std::function<void(int64_t rows)> on_batch_start;
+  std::function<void(int64_t rows, uint64_t duration_ns, bool ok)> on_batch_done;
 };
 
 // Counters a scheduler keeps; read with Scheduler::Stats(). Durations in nanoseconds.

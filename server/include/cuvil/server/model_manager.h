@@ -13,12 +13,16 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "cuvil/jitcache/jit_engine.h"
+#include "cuvil/observability/server_metrics.h"
 #include "cuvil/scheduler/executable.h"
 #include "cuvil/scheduler/scheduler.h"
 #include "cuvil/server/model_repository.h"
 #include "model_config.pb.h"
 
 namespace cuvil {
+
+using observability::ModelMetrics;
+using observability::ServerMetrics;
 
 enum class ModelState { kLoading, kReady, kUnloading, kUnavailable, kFailed };
 const char* ModelStateName(ModelState state);  // "READY", "LOADING", ...
@@ -38,6 +42,9 @@ class ModelVersion {
   const Executable& executable() const { return *executable_; }
   const LoadedModel& loaded() const { return *loaded_; }
   double compile_ms() const { return compile_ms_; }
+  // Where this version records request metrics (null when metrics are off).
+  const std::shared_ptr<ModelMetrics>& metrics() const { return metrics_; }
+  void set_metrics(std::shared_ptr<ModelMetrics> metrics) { metrics_ = std::move(metrics); }
   // Times the compiler ran for this version; one compile serves every batch size.
   uint64_t compilations() const { return compilations_; }
   // Queues a validated request on this version's scheduler.
@@ -59,6 +66,7 @@ class ModelVersion {
   double compile_ms_;
   uint64_t compilations_;
   SchedulerStats baseline_;  // Written once before the version is published.
+  std::shared_ptr<ModelMetrics> metrics_;  // Set once before the version is published.
 };
 
 // What ListModels / RepositoryIndex report for one version.
@@ -81,6 +89,7 @@ struct LoadRequest {
 
 struct ModelManagerOptions {
   int loader_threads = 1;
+  ServerMetrics* metrics = nullptr;  // Optional; must outlive the manager.
 };
 
 // Thread-safe.

@@ -28,6 +28,8 @@ struct ServerOptions {
   int loader_threads = 1;
   // HTTP handler threads; a keep-alive connection holds one while it is open.
   int http_threads = 32;
+  bool metrics_triton_compat = false;  // Also export Triton's nv_inference_* names.
+  int metrics_window_secs = 60;        // Sliding window of the latency summary.
 };
 
 // Thread-safe.
