@@ -26,6 +26,7 @@ class BatchingScheduler final : public Scheduler {
         clock_(std::move(clock)),
         layout_(*executable_, options.max_batch_size),
         ordered_(options.dynamic_batching && options.batching.preserve_ordering),
+        skip_delay_when_idle_(options.dynamic_batching && options.batching.skip_delay_when_idle),
         stats_(layout_.max_rows()),
         queue_(options, &layout_) {}
 
@@ -108,7 +109,8 @@ class BatchingScheduler final : public Scheduler {
         absl::MutexLock l(&mu_);
         while (true) {
           const Clock::time_point now = clock_->Now();
-          RequestQueue::Decision decision = queue_.NextBatch(now, draining_, &batch, &done);
+          const bool idle_alone = skip_delay_when_idle_ && busy_ == 0 && last_batch_requests_ <= 1;
+          RequestQueue::Decision decision = queue_.NextBatch(now, draining_ || idle_alone, &batch, &done);
           if (decision.taken > 0 || !done.empty()) break;
           if (queue_.empty()) {
             if (draining_) return;
@@ -118,10 +120,14 @@ class BatchingScheduler final : public Scheduler {
           }
         }
         if (ordered_) ticket = next_ticket_++;
+        last_batch_requests_ = batch.size();
+        ++busy_;
         // Another idle instance can start on what is left.
         if (!queue_.empty()) cv_.Signal();
       }
       Process(context, ticket, batch, responses, done);
+      absl::MutexLock l(&mu_);
+      --busy_;
     }
   }
 
@@ -208,6 +214,7 @@ class BatchingScheduler final : public Scheduler {
   const std::shared_ptr<SchedulerClock> clock_;
   const ModelLayout layout_;
   const bool ordered_;
+  const bool skip_delay_when_idle_;
   StatsRecorder stats_;
   CompletionSequencer sequencer_;
 
@@ -216,6 +223,8 @@ class BatchingScheduler final : public Scheduler {
   RequestQueue queue_ ABSL_GUARDED_BY(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 0;
+  int busy_ ABSL_GUARDED_BY(mu_) = 0;                    // Instances executing a batch.
+  size_t last_batch_requests_ ABSL_GUARDED_BY(mu_) = 0;  // Requests in the latest batch taken.
 
   absl::Mutex drain_mu_;  // Serialises Drain(), which the destructor also calls.
   bool drained_ ABSL_GUARDED_BY(drain_mu_) = false;

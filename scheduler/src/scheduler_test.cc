@@ -389,6 +389,36 @@ TEST_F(SchedulerTest, MaxQueueDelayBoundsTheOldestRequestsWait) {
   ExpectOwnRows(b);
 }
 
+TEST_F(SchedulerTest, SkipDelayWhenIdleRunsLoneRequestsAtOnceButBatchesUnderLoad) {
+  SchedulerOptions options = Batching(4);
+  options.batching.max_queue_delay_us = 1'000'000;
+  options.batching.skip_delay_when_idle = true;
+  auto scheduler = Make(options);
+  const Clock::time_point t0 = clock_->Now();
+  // The fake clock never moves, so only the idle fast path can run a lone request.
+  Outcome& a = Submit(*scheduler, 1, 0);
+  ASSERT_TRUE(a.done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_EQ(a.response.timings.queue_ns, 0u);
+  exe_->Close();
+  Outcome& b = Submit(*scheduler, 1, 100);  // Taken at once, then held inside Run.
+  ASSERT_TRUE(exe_->AwaitEntered(2));
+  Outcome& c = Submit(*scheduler, 1, 200);  // Queued while the instance is busy.
+  Outcome& d = Submit(*scheduler, 1, 300);
+  exe_->Open();
+  ASSERT_TRUE(b.done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  ASSERT_TRUE(c.done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  ASSERT_TRUE(d.done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_THAT(exe_->batches(), ElementsAre(1, 1, 2));
+  // The last execution served two requests: traffic is concurrent, so the delay applies again.
+  Outcome& e = Submit(*scheduler, 1, 400);
+  clock_->AwaitTimedWaitAt(t0);
+  EXPECT_FALSE(e.done.HasBeenNotified());
+  scheduler->Drain();
+  EXPECT_THAT(exe_->batches(), ElementsAre(1, 1, 2, 1));
+  ExpectOwnRows(c);
+  ExpectOwnRows(e);
+}
+
 TEST_F(SchedulerTest, FullBatchDoesNotWaitForTheDelay) {
   SchedulerOptions options = Batching(4);
   options.batching.max_queue_delay_us = 1'000'000;

@@ -520,6 +520,10 @@ SchedulerOptions SchedulerOptionsFromConfig(const ModelConfig& config) {
       if (level <= kMax)
         b.priority_queue_policy[static_cast<uint32_t>(level)] = ToQueuePolicy(policy);
     }
+    // Lone requests on an idle model skip the delay unless the config asks for Triton's
+    // strict behaviour (parameters { key: "cuvil_strict_queue_delay" value: { string_value: "true" } }).
+    auto strict = config.parameters().find("cuvil_strict_queue_delay");
+    b.skip_delay_when_idle = strict == config.parameters().end() || strict->second.string_value() != "true";
   }
   int instances = 0;
   for (const auto& g : config.instance_group()) instances += std::max(g.count(), 1);
