@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Configures and builds Cuvil. usage: scripts/build.sh [BUILD_DIR] [extra cmake args...]
+# Configures and builds Cuvil. usage: [TARGETS="a b"] scripts/build.sh [BUILD_DIR] [extra cmake args...]
 # Uses ccache when present (paths relative to the checkout so clean clones share hits).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -8,4 +8,6 @@ shift || true
 export CCACHE_BASEDIR=$root CCACHE_NOHASHDIR=1 CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime
 cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" > "$build_dir.configure.log" 2>&1 ||
   { cat "$build_dir.configure.log"; exit 1; }
-cmake --build "$build_dir" -j "$(nproc)"
+targets=()
+for t in ${TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build "$build_dir" -j "$(nproc)" "${targets[@]}"

@@ -109,8 +109,11 @@ class BatchingScheduler final : public Scheduler {
         absl::MutexLock l(&mu_);
         while (true) {
           const Clock::time_point now = clock_->Now();
-          const bool idle_alone = skip_delay_when_idle_ && busy_ == 0 && last_batch_requests_ <= 1;
-          RequestQueue::Decision decision = queue_.NextBatch(now, draining_ || idle_alone, &batch, &done);
+          // Idle instances and as many requests queued as the last batch served: in a closed
+          // loop every client has sent, so waiting longer only adds latency.
+          const bool caught_up = skip_delay_when_idle_ && busy_ == 0 &&
+                                 queue_.size() >= std::max<size_t>(last_batch_requests_, 1);
+          RequestQueue::Decision decision = queue_.NextBatch(now, draining_ || caught_up, &batch, &done);
           if (decision.taken > 0 || !done.empty()) break;
           if (queue_.empty()) {
             if (draining_) return;

@@ -389,7 +389,7 @@ TEST_F(SchedulerTest, MaxQueueDelayBoundsTheOldestRequestsWait) {
   ExpectOwnRows(b);
 }
 
-TEST_F(SchedulerTest, SkipDelayWhenIdleRunsLoneRequestsAtOnceButBatchesUnderLoad) {
+TEST_F(SchedulerTest, SkipDelayWhenIdleRunsOnceTheLastBatchSizeIsQueued) {
   SchedulerOptions options = Batching(4);
   options.batching.max_queue_delay_us = 1'000'000;
   options.batching.skip_delay_when_idle = true;
@@ -409,14 +409,17 @@ TEST_F(SchedulerTest, SkipDelayWhenIdleRunsLoneRequestsAtOnceButBatchesUnderLoad
   ASSERT_TRUE(c.done.WaitForNotificationWithTimeout(absl::Seconds(30)));
   ASSERT_TRUE(d.done.WaitForNotificationWithTimeout(absl::Seconds(30)));
   EXPECT_THAT(exe_->batches(), ElementsAre(1, 1, 2));
-  // The last execution served two requests: traffic is concurrent, so the delay applies again.
+  // The last execution served two requests: one request waits for a second, two run at once.
   Outcome& e = Submit(*scheduler, 1, 400);
   clock_->AwaitTimedWaitAt(t0);
   EXPECT_FALSE(e.done.HasBeenNotified());
-  scheduler->Drain();
-  EXPECT_THAT(exe_->batches(), ElementsAre(1, 1, 2, 1));
+  Outcome& f = Submit(*scheduler, 1, 500);
+  ASSERT_TRUE(f.done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(e.done.HasBeenNotified());
+  EXPECT_THAT(exe_->batches(), ElementsAre(1, 1, 2, 2));
   ExpectOwnRows(c);
   ExpectOwnRows(e);
+  ExpectOwnRows(f);
 }
 
 TEST_F(SchedulerTest, FullBatchDoesNotWaitForTheDelay) {

@@ -31,9 +31,10 @@ struct DynamicBatchingOptions {
   uint32_t default_priority_level = 0;
   QueuePolicy default_queue_policy;
   std::map<uint32_t, QueuePolicy> priority_queue_policy;
-  // Cuvil extension: when every instance is idle and the previous execution served a single
-  // request (no sign of concurrent traffic), run a lone request at once instead of waiting
-  // max_queue_delay for company that is not coming. Under load batches form as in Triton.
+  // Cuvil extension: when every instance is idle and at least as many requests are queued as
+  // the previous execution served, run them at once instead of waiting max_queue_delay for
+  // company that is not coming (a lone client; a closed loop whose clients have all sent).
+  // Otherwise batches form as in Triton.
   bool skip_delay_when_idle = false;
 };
 
