@@ -7,6 +7,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "cuvil/observability/utf8.h"
 
 namespace cuvil::observability {
 namespace {
@@ -127,20 +128,22 @@ void RenderFamily(std::string* out, const MetricFamilySnapshot& f, ExpositionFor
 std::string EscapeLabelValue(std::string_view value) {
   std::string out;
   out.reserve(value.size());
-  for (char c : value) {
-    switch (c) {
-      case '\\':
-        out += "\\\\";
-        break;
-      case '"':
-        out += "\\\"";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      default:
-        out.push_back(c);
+  for (size_t i = 0; i < value.size();) {
+    char c = value[i];
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (size_t len = Utf8SequenceLength(value, i); len > 0) {
+      out.append(value.substr(i, len));  // Label values come from clients: keep output UTF-8.
+      i += len;
+      continue;
+    } else {
+      out += "\xEF\xBF\xBD";  // U+FFFD for a byte that is not valid UTF-8.
     }
+    ++i;
   }
   return out;
 }

@@ -11,6 +11,8 @@
 #include <tuple>
 #include <utility>
 
+#include "cuvil/observability/exposition.h"
+
 namespace cuvil::probe {
 
 // Log2 buckets as in cuvil_probe.h: bucket b counts v with 2^(b-1) < v <= 2^b.
@@ -40,9 +42,8 @@ std::string RenderPrometheus(const Snapshot& snapshot);
 // counts by status and the batch-size histograms.
 std::string RenderTerminal(const Snapshot& snapshot);
 
-// Escapes a label value for the text format; bytes that are not valid UTF-8 (a model name cut
-// at CUVIL_PROBE_STR_LEN in the middle of a character, say) become '?'.
-std::string EscapeLabelValue(std::string_view value);
+// Prometheus label escaping (invalid UTF-8 becomes U+FFFD), shared with cuvil-server.
+using observability::EscapeLabelValue;
 
 }  // namespace cuvil::probe
 
