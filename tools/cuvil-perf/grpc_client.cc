@@ -126,6 +126,10 @@ class GrpcClient final : public InferClient {
   absl::Status Infer() override {
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
+    // Many connections opening at once occasionally see one connect attempt fail; without this
+    // the channel fails every call fast until its reconnect backoff ends, flooding the error
+    // count. Waiting (bounded by the deadline) measures the server instead.
+    ctx.set_wait_for_ready(true);
     response_.Clear();
     return ToStatus(stub_->ModelInfer(&ctx, request_, &response_), "ModelInfer", options_.url);
   }
