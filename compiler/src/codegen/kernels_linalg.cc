@@ -45,20 +45,101 @@ void EmitMatrixProduct(KernelContext& k, DType d, const MatrixView& a, const Mat
   });
 }
 
+// Register-blocked product with a panel-packed B (see shape_linalg.cc): for each 16-column
+// panel and each block of kRowBlock rows, kRowBlock x 2 vector accumulators stay in registers
+// over the whole K loop, B is streamed sequentially once per panel (L2-resident for the other
+// row blocks) and every output element is written once.
+constexpr int64_t kPanel = 16;
+constexpr int64_t kRowBlock = 4;
+
+void EmitPackedTile(KernelContext& k, int rows, llvm::Value* a, llvm::Value* lda, llvm::Value* m0,
+                    llvm::Value* panel, llvm::Value* k_dim, llvm::Value* out, llvm::Value* out_col,
+                    llvm::Value* n_dim, llvm::Value* n_valid) {
+  auto& b = k.b();
+  llvm::Type* f32 = b.getFloatTy();
+  auto* vec = llvm::FixedVectorType::get(f32, 8);
+  std::vector<llvm::Value*> acc;
+  for (int i = 0; i < rows * 2; ++i) {
+    acc.push_back(k.Scratch(vec));
+    b.CreateStore(llvm::Constant::getNullValue(vec), acc.back());
+  }
+  std::vector<llvm::Value*> a_rows;
+  for (int r = 0; r < rows; ++r) a_rows.push_back(b.CreateMul(b.CreateAdd(m0, k.I64(r)), lda));
+  k.For(k.I64(0), k_dim, [&](llvm::Value* kk) {
+    llvm::Value* base = b.CreateMul(kk, k.I64(kPanel));
+    llvm::Value* b0 = b.CreateAlignedLoad(vec, k.ElemPtr(DType::kFloat32, panel, base), llvm::Align(32));
+    llvm::Value* b1 = b.CreateAlignedLoad(
+        vec, k.ElemPtr(DType::kFloat32, panel, b.CreateAdd(base, k.I64(8))), llvm::Align(32));
+    for (int r = 0; r < rows; ++r) {
+      llvm::Value* av = b.CreateVectorSplat(8, k.Load(DType::kFloat32, a, b.CreateAdd(a_rows[r], kk)));
+      for (int j = 0; j < 2; ++j) {
+        llvm::Value* cur = b.CreateLoad(vec, acc[r * 2 + j]);
+        llvm::Value* next = b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {vec}, {av, j ? b1 : b0, cur});
+        b.CreateStore(next, acc[r * 2 + j]);
+      }
+    }
+  });
+  llvm::Value* full = b.CreateICmpEQ(n_valid, k.I64(kPanel));
+  for (int r = 0; r < rows; ++r) {
+    llvm::Value* row = b.CreateAdd(b.CreateMul(b.CreateAdd(m0, k.I64(r)), n_dim), out_col);
+    llvm::Value* v0 = b.CreateLoad(vec, acc[r * 2]);
+    llvm::Value* v1 = b.CreateLoad(vec, acc[r * 2 + 1]);
+    k.If(full, [&] {
+      b.CreateAlignedStore(v0, k.ElemPtr(DType::kFloat32, out, row), llvm::Align(4));
+      b.CreateAlignedStore(v1, k.ElemPtr(DType::kFloat32, out, b.CreateAdd(row, k.I64(8))), llvm::Align(4));
+    }, [&] {
+      // The last panel of an N that is not a multiple of 16: store only the real columns.
+      for (int lane = 0; lane < kPanel; ++lane) {
+        k.If(b.CreateICmpSLT(k.I64(lane), n_valid), [&] {
+          llvm::Value* e = b.CreateExtractElement(lane < 8 ? v0 : v1, static_cast<uint64_t>(lane % 8));
+          k.Store(DType::kFloat32, out, b.CreateAdd(row, k.I64(lane)), e);
+        });
+      }
+    });
+  }
+}
+
+// out[M, N] = a[M, K] (rows `lda` apart, contiguous columns) x packed B.
+void EmitPackedProduct(KernelContext& k, llvm::Value* a, llvm::Value* lda, llvm::Value* packed,
+                       llvm::Value* out, llvm::Value* m_dim, llvm::Value* n_dim, llvm::Value* k_dim) {
+  auto& b = k.b();
+  llvm::Value* panels = b.CreateUDiv(b.CreateAdd(n_dim, k.I64(kPanel - 1)), k.I64(kPanel));
+  llvm::Value* full_rows = b.CreateMul(b.CreateUDiv(m_dim, k.I64(kRowBlock)), k.I64(kRowBlock));
+  k.For(k.I64(0), panels, [&](llvm::Value* p) {
+    llvm::Value* panel = k.ElemPtr(DType::kFloat32, packed, b.CreateMul(p, b.CreateMul(k_dim, k.I64(kPanel))));
+    llvm::Value* col = b.CreateMul(p, k.I64(kPanel));
+    llvm::Value* n_valid = k.Min(DType::kInt64, k.I64(kPanel), b.CreateSub(n_dim, col));
+    llvm::Value* blocks = b.CreateUDiv(m_dim, k.I64(kRowBlock));
+    k.For(k.I64(0), blocks, [&](llvm::Value* mb) {
+      EmitPackedTile(k, kRowBlock, a, lda, b.CreateMul(mb, k.I64(kRowBlock)), panel, k_dim, out, col, n_dim, n_valid);
+    });
+    k.For(full_rows, m_dim, [&](llvm::Value* m) {
+      EmitPackedTile(k, 1, a, lda, m, panel, k_dim, out, col, n_dim, n_valid);
+    });
+  });
+}
+
 absl::Status Gemm(KernelContext& k) {
   DType d = k.out_dtype(0);
   const ir::Node& node = k.node();
   bool trans_a = node.attr_int("transA", 0) != 0;
   bool trans_b = node.attr_int("transB", 0) != 0;
   double alpha = node.attr_float("alpha", 1.0f), beta = node.attr_float("beta", 1.0f);
-  Idx a_dims = k.Dims(k.in_shape(0)), b_dims = k.Dims(k.in_shape(1));
+  Idx a_dims = k.Dims(k.in_shape(0));
   llvm::Value* m_dim = trans_a ? a_dims[1] : a_dims[0];
   llvm::Value* k_dim = trans_a ? a_dims[0] : a_dims[1];
-  llvm::Value* n_dim = trans_b ? b_dims[0] : b_dims[1];
-  llvm::Value* one = k.I64(1);
-  MatrixView a{k.in(0), k.I64(0), trans_a ? one : a_dims[1], trans_a ? a_dims[1] : one};
-  MatrixView b{k.in(1), k.I64(0), trans_b ? one : b_dims[1], trans_b ? b_dims[1] : one};
-  EmitMatrixProduct(k, d, a, b, k.out(0), k.I64(0), m_dim, n_dim, k_dim);
+  llvm::Value* n_dim;
+  if (node.has_attr("packed_n")) {
+    n_dim = k.I64(node.attr_int("packed_n", 0));
+    EmitPackedProduct(k, k.in(0), k_dim, k.in(1), k.out(0), m_dim, n_dim, k_dim);
+  } else {
+    Idx b_dims = k.Dims(k.in_shape(1));
+    n_dim = trans_b ? b_dims[0] : b_dims[1];
+    llvm::Value* one = k.I64(1);
+    MatrixView a{k.in(0), k.I64(0), trans_a ? one : a_dims[1], trans_a ? a_dims[1] : one};
+    MatrixView b{k.in(1), k.I64(0), trans_b ? one : b_dims[1], trans_b ? b_dims[1] : one};
+    EmitMatrixProduct(k, d, a, b, k.out(0), k.I64(0), m_dim, n_dim, k_dim);
+  }
   bool has_c = k.has_input(2) && beta != 0;
   if (alpha == 1.0 && !has_c) return absl::OkStatus();
   const SymShape& out_shape = k.out_shape(0);
@@ -80,6 +161,13 @@ absl::Status Gemm(KernelContext& k) {
 
 absl::Status MatMul(KernelContext& k) {
   DType d = k.out_dtype(0);
+  if (k.node().has_attr("packed_n")) {
+    // B is a packed constant matrix: every leading dim of A folds into M.
+    llvm::Value* k_dim = k.I64(k.node().attr_int("packed_k", 0));
+    llvm::Value* m_dim = k.b().CreateUDiv(k.NumElements(k.in_shape(0)), k_dim);
+    EmitPackedProduct(k, k.in(0), k_dim, k.in(1), k.out(0), m_dim, k.I64(k.node().attr_int("packed_n", 0)), k_dim);
+    return absl::OkStatus();
+  }
   SymShape a = k.in_shape(0), b = k.in_shape(1);
   if (a.size() == 1) a.insert(a.begin(), SymDim::Const(1));
   if (b.size() == 1) b.push_back(SymDim::Const(1));

@@ -1,5 +1,6 @@
-// Shape inference for Gemm and MatMul. Gemm weights stored transposed (PyTorch's Linear layout)
-// are transposed once at compile time so the generated inner loop streams contiguous rows.
+// Shape inference for Gemm and MatMul. Constant float32 weights (B) are packed once at compile
+// time into column panels (see kPanelWidth) that the register-blocked micro-kernel streams
+// sequentially; PyTorch's transposed Linear layout is undone in the same step.
 #include <cstring>
 
 #include "op_registry.h"
@@ -19,21 +20,65 @@ HostTensor Transpose2D(const HostTensor& t) {
   return out;
 }
 
+// Columns per packed panel: two 8-float AVX2 vectors. Layout [ceil(N/16)][K][16], zero padded.
+constexpr int64_t kPanelWidth = 16;
+
+// Packs a [K, N] (or, transposed, [N, K]) float32 matrix into column panels.
+HostTensor PackPanels(const HostTensor& b, bool transposed) {
+  int64_t rows = b.shape()[0], cols = b.shape()[1];
+  int64_t k_dim = transposed ? cols : rows, n_dim = transposed ? rows : cols;
+  int64_t panels = (n_dim + kPanelWidth - 1) / kPanelWidth;
+  HostTensor out(DType::kFloat32, {panels, k_dim, kPanelWidth});
+  const float* src = b.data_as<float>();
+  float* dst = out.data_as<float>();
+  for (int64_t p = 0; p < panels; ++p) {
+    for (int64_t k = 0; k < k_dim; ++k) {
+      for (int64_t j = 0; j < kPanelWidth; ++j) {
+        int64_t n = p * kPanelWidth + j;
+        if (n >= n_dim) continue;
+        dst[(p * k_dim + k) * kPanelWidth + j] = transposed ? src[n * cols + k] : src[k * cols + n];
+      }
+    }
+  }
+  return out;
+}
+
+// Replaces a constant 2-D float32 B operand by its panel-packed form; records N in "packed_n".
+void PackConstantB(InferContext& c, bool transposed) {
+  Node& n = c.node();
+  Value* b = c.input(1);
+  if (n.has_attr("packed_n") || !b->is_constant() || b->type.dtype != DType::kFloat32 ||
+      b->type.rank() != 2) {
+    return;
+  }
+  Value* packed = c.graph().NewValue(b->name + ".packed");
+  c.graph().MakeConstant(packed, PackPanels(*b->constant, transposed));
+  n.inputs[1] = packed;
+  n.attrs["packed_n"] = transposed ? b->constant->shape()[0] : b->constant->shape()[1];
+  n.attrs["packed_k"] = transposed ? b->constant->shape()[1] : b->constant->shape()[0];
+  n.attrs["transB"] = int64_t{0};
+}
+
 absl::Status Gemm(InferContext& c) {
   if (auto s = c.ExpectInputs(2, 3); !s.ok()) return s;
-  if (c.in_rank(0) != 2 || c.in_rank(1) != 2) return c.Error("A and B must be 2-D");
+  if (c.in_rank(0) != 2 || (c.in_rank(1) != 2 && !c.node().has_attr("packed_n"))) {
+    return c.Error("A and B must be 2-D");
+  }
   if (c.in_dtype(0) != c.in_dtype(1)) return c.Error("A and B dtypes differ");
   Node& n = c.node();
   bool trans_a = n.attr_int("transA", 0) != 0;
-  if (n.attr_int("transB", 0) != 0 && c.input(1)->is_constant()) {
-    Value* packed = c.graph().NewValue(c.input(1)->name + ".packed");
-    c.graph().MakeConstant(packed, Transpose2D(*c.input(1)->constant));
-    n.inputs[1] = packed;
+  if (!trans_a) {
+    PackConstantB(c, n.attr_int("transB", 0) != 0);
+  } else if (n.attr_int("transB", 0) != 0 && c.input(1)->is_constant()) {
+    Value* t = c.graph().NewValue(c.input(1)->name + ".transposed");
+    c.graph().MakeConstant(t, Transpose2D(*c.input(1)->constant));
+    n.inputs[1] = t;
     n.attrs["transB"] = int64_t{0};
   }
   bool trans_b = n.attr_int("transB", 0) != 0;
   const SymShape& a = c.in_shape(0);
-  const SymShape& b = c.in_shape(1);
+  SymShape b = c.in_shape(1);
+  if (n.has_attr("packed_n")) b = {SymDim::Const(n.attr_int("packed_k", 0)), SymDim::Const(n.attr_int("packed_n", 0))};
   SymDim m = trans_a ? a[1] : a[0], ka = trans_a ? a[0] : a[1];
   SymDim kb = trans_b ? b[1] : b[0], nn = trans_b ? b[0] : b[1];
   if (!(ka == kb)) {
@@ -51,7 +96,11 @@ absl::Status Gemm(InferContext& c) {
 absl::Status MatMul(InferContext& c) {
   if (auto s = c.ExpectInputs(2, 2); !s.ok()) return s;
   if (c.in_dtype(0) != c.in_dtype(1)) return c.Error("A and B dtypes differ");
+  if (c.in_rank(0) >= 2) PackConstantB(c, /*transposed=*/false);
   SymShape a = c.in_shape(0), b = c.in_shape(1);
+  if (c.node().has_attr("packed_n")) {
+    b = {SymDim::Const(c.node().attr_int("packed_k", 0)), SymDim::Const(c.node().attr_int("packed_n", 0))};
+  }
   if (a.empty() || b.empty()) return c.Error("operands must have rank >= 1");
   bool a_vec = a.size() == 1, b_vec = b.size() == 1;
   if (a_vec) a.insert(a.begin(), SymDim::Const(1));
