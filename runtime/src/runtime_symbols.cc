@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cuvil/runtime/parallel.h"
 #include "kernels.h"
 
 extern "C" {
@@ -24,6 +25,7 @@ const std::vector<RuntimeSymbol>& RuntimeSymbols() {
   static const std::vector<RuntimeSymbol> symbols = {
       CUVIL_RT_SYMBOL(cuvil_rt_alloc),
       CUVIL_RT_SYMBOL(cuvil_rt_free),
+      CUVIL_RT_SYMBOL(cuvil_rt_parallel_for),
   };
   return symbols;
 }

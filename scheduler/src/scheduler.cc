@@ -10,6 +10,7 @@
 #include "model_layout.h"
 #include "request_queue.h"
 #include "scheduler_internal.h"
+#include "cuvil/runtime/parallel.h"
 #include "stats_recorder.h"
 
 namespace cuvil {
@@ -98,6 +99,7 @@ class BatchingScheduler final : public Scheduler {
   }
 
   void WorkerLoop(ExecutionContext& context) {
+    SetIntraOpThreads(options_.intra_op_threads);  // The budget generated kernels split work over.
     // Reused across batches so the steady state does not allocate for bookkeeping.
     std::vector<QueuedRequest> batch;
     std::vector<Completion> done;

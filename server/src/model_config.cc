@@ -10,6 +10,7 @@
 #include <limits>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -529,7 +530,10 @@ SchedulerOptions SchedulerOptionsFromConfig(const ModelConfig& config) {
   for (const auto& g : config.instance_group()) instances += std::max(g.count(), 1);
   options.instance_count = std::max(instances, 1);
   auto threads = IntraOpThreads(config);
-  options.intra_op_threads = threads.ok() && *threads > 0 ? *threads : 1;
+  // By default the instances share the cores: workers x intra-op threads never exceed them.
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  options.intra_op_threads =
+      threads.ok() && *threads > 0 ? *threads : std::max(1, cores / options.instance_count);
   return options;
 }
 

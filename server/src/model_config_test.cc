@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -597,7 +598,14 @@ TEST(SchedulerOptionsFromConfigTest, Defaults) {
   EXPECT_EQ(o.max_batch_size, 0);
   EXPECT_FALSE(o.dynamic_batching);
   EXPECT_EQ(o.instance_count, 1);
-  EXPECT_EQ(o.intra_op_threads, 1);
+  // Unset: the cores are shared among the instances, so nothing is oversubscribed.
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  EXPECT_EQ(o.intra_op_threads, cores);
+  o = SchedulerOptionsFromConfig(
+      MustParse("instance_group [ { count: 2 kind: KIND_CPU }, { count: 1 kind: KIND_CPU } ]"));
+  EXPECT_EQ(o.instance_count, 3);
+  EXPECT_EQ(o.intra_op_threads, std::max(1, cores / 3));
+  EXPECT_LE(o.instance_count * o.intra_op_threads, std::max(cores, o.instance_count));
 
   // Triton's ORT parameter name is honoured too.
   o = SchedulerOptionsFromConfig(MustParse(R"pb(parameters {

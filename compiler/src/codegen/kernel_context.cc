@@ -40,6 +40,45 @@ KernelContext::KernelContext(llvm::Module& module, llvm::Function* fn, const ir:
   }
 }
 
+KernelContext::KernelContext(llvm::Module& module, llvm::Function* fn, const ir::Node& node, Outlined)
+    : module_(module), fn_(fn), node_(node), builder_(module.getContext()), batch_(nullptr) {
+  entry_block_ = llvm::BasicBlock::Create(module.getContext(), "entry", fn);
+  builder_.SetInsertPoint(entry_block_);
+  llvm::FastMathFlags fmf;
+  fmf.setAllowContract(true);
+  builder_.setFastMathFlags(fmf);
+}
+
+void KernelContext::ParallelFor(
+    llvm::Value* count, const std::vector<llvm::Value*>& captures,
+    const std::function<void(KernelContext&, const Idx&, llvm::Value*, llvm::Value*)>& body) {
+  llvm::LLVMContext& c = llvm_context();
+  llvm::Type* ptr = builder_.getPtrTy();
+  std::vector<llvm::Type*> fields;
+  for (llvm::Value* v : captures) fields.push_back(v->getType());
+  llvm::StructType* ctx_ty = llvm::StructType::get(c, fields);
+  // The outlined body: void body(ptr ctx, i64 begin, i64 end).
+  auto* body_ty = llvm::FunctionType::get(builder_.getVoidTy(), {ptr, I64Ty(), I64Ty()}, false);
+  llvm::Function* outlined = llvm::Function::Create(
+      body_ty, llvm::Function::InternalLinkage, fn_->getName() + ".parallel", &module_);
+  outlined->copyAttributesFrom(fn_);
+  {
+    KernelContext inner(module_, outlined, node_, Outlined{});
+    llvm::Value* ctx = outlined->getArg(0);
+    Idx values;
+    for (size_t i = 0; i < captures.size(); ++i) {
+      values.push_back(inner.b().CreateLoad(fields[i], inner.b().CreateStructGEP(ctx_ty, ctx, i)));
+    }
+    body(inner, values, outlined->getArg(1), outlined->getArg(2));
+    inner.b().CreateRetVoid();
+  }
+  llvm::Value* ctx = Scratch(ctx_ty);
+  for (size_t i = 0; i < captures.size(); ++i) {
+    builder_.CreateStore(captures[i], builder_.CreateStructGEP(ctx_ty, ctx, i));
+  }
+  CallC("cuvil_rt_parallel_for", builder_.getVoidTy(), {count, outlined, ctx});
+}
+
 const HostTensor* KernelContext::in_constant(size_t i) const {
   if (i >= node_.inputs.size() || node_.inputs[i] == nullptr) return nullptr;
   const auto& c = node_.inputs[i]->constant;

@@ -26,6 +26,10 @@ using Idx = std::vector<llvm::Value*>;
 class KernelContext {
  public:
   KernelContext(llvm::Module& module, llvm::Function* fn, const ir::Node& node);
+  // A context for a helper function outlined from `node`'s kernel (a parallel loop body): the
+  // same building blocks, but no operands are loaded; the caller passes what it needs.
+  struct Outlined {};
+  KernelContext(llvm::Module& module, llvm::Function* fn, const ir::Node& node, Outlined);
 
   llvm::IRBuilder<>& b() { return builder_; }
   llvm::LLVMContext& llvm_context() { return module_.getContext(); }
@@ -109,6 +113,12 @@ class KernelContext {
   // Unary float intrinsic (llvm.exp, llvm.sqrt, ...) on a float value.
   llvm::Value* Intrinsic(llvm::Intrinsic::ID id, llvm::Value* v);
   llvm::Value* Intrinsic2(llvm::Intrinsic::ID id, llvm::Value* a, llvm::Value* b);
+  // Runs body(begin, end) over [0, count) in parallel chunks (cuvil_rt_parallel_for): the body
+  // is emitted into an outlined function whose context sees `captures` (pointers or i64 values,
+  // in order) as `outlined_values`.
+  void ParallelFor(llvm::Value* count, const std::vector<llvm::Value*>& captures,
+                   const std::function<void(KernelContext& outlined, const Idx& outlined_values,
+                                            llvm::Value* begin, llvm::Value* end)>& body);
   // Calls a C function (libm or the Cuvil runtime library), declaring it on first use.
   llvm::Value* CallC(const std::string& name, llvm::Type* ret, const std::vector<llvm::Value*>& args);
 

@@ -99,22 +99,30 @@ void EmitPackedTile(KernelContext& k, int rows, llvm::Value* a, llvm::Value* lda
   }
 }
 
-// out[M, N] = a[M, K] (rows `lda` apart, contiguous columns) x packed B.
+// out[M, N] = a[M, K] (rows `lda` apart, contiguous columns) x packed B. Column panels are
+// independent, so they are split across the execution's intra-op threads.
 void EmitPackedProduct(KernelContext& k, llvm::Value* a, llvm::Value* lda, llvm::Value* packed,
                        llvm::Value* out, llvm::Value* m_dim, llvm::Value* n_dim, llvm::Value* k_dim) {
   auto& b = k.b();
   llvm::Value* panels = b.CreateUDiv(b.CreateAdd(n_dim, k.I64(kPanel - 1)), k.I64(kPanel));
-  llvm::Value* full_rows = b.CreateMul(b.CreateUDiv(m_dim, k.I64(kRowBlock)), k.I64(kRowBlock));
-  k.For(k.I64(0), panels, [&](llvm::Value* p) {
-    llvm::Value* panel = k.ElemPtr(DType::kFloat32, packed, b.CreateMul(p, b.CreateMul(k_dim, k.I64(kPanel))));
-    llvm::Value* col = b.CreateMul(p, k.I64(kPanel));
-    llvm::Value* n_valid = k.Min(DType::kInt64, k.I64(kPanel), b.CreateSub(n_dim, col));
-    llvm::Value* blocks = b.CreateUDiv(m_dim, k.I64(kRowBlock));
-    k.For(k.I64(0), blocks, [&](llvm::Value* mb) {
-      EmitPackedTile(k, kRowBlock, a, lda, b.CreateMul(mb, k.I64(kRowBlock)), panel, k_dim, out, col, n_dim, n_valid);
-    });
-    k.For(full_rows, m_dim, [&](llvm::Value* m) {
-      EmitPackedTile(k, 1, a, lda, m, panel, k_dim, out, col, n_dim, n_valid);
+  k.ParallelFor(panels, {a, lda, packed, out, m_dim, n_dim, k_dim},
+                [](KernelContext& o, const Idx& v, llvm::Value* begin, llvm::Value* end) {
+    auto& ob = o.b();
+    llvm::Value *a = v[0], *lda = v[1], *packed = v[2], *out = v[3], *m_dim = v[4], *n_dim = v[5],
+                *k_dim = v[6];
+    llvm::Value* full_rows = ob.CreateMul(ob.CreateUDiv(m_dim, o.I64(kRowBlock)), o.I64(kRowBlock));
+    o.For(begin, end, [&](llvm::Value* p) {
+      llvm::Value* panel =
+          o.ElemPtr(DType::kFloat32, packed, ob.CreateMul(p, ob.CreateMul(k_dim, o.I64(kPanel))));
+      llvm::Value* col = ob.CreateMul(p, o.I64(kPanel));
+      llvm::Value* n_valid = o.Min(DType::kInt64, o.I64(kPanel), ob.CreateSub(n_dim, col));
+      o.For(o.I64(0), ob.CreateUDiv(m_dim, o.I64(kRowBlock)), [&](llvm::Value* mb) {
+        EmitPackedTile(o, kRowBlock, a, lda, ob.CreateMul(mb, o.I64(kRowBlock)), panel, k_dim, out,
+                       col, n_dim, n_valid);
+      });
+      o.For(full_rows, m_dim, [&](llvm::Value* m) {
+        EmitPackedTile(o, 1, a, lda, m, panel, k_dim, out, col, n_dim, n_valid);
+      });
     });
   });
 }

@@ -43,7 +43,7 @@ struct SchedulerOptions {
   bool dynamic_batching = false;
   DynamicBatchingOptions batching;
   int instance_count = 1;    // Execution contexts (each with its own arena and worker).
-  int intra_op_threads = 1;  // Threads one execution may use.
+  int intra_op_threads = 1;  // Threads one execution may use (see cuvil/runtime/parallel.h).
   // Observers of each execution (metrics, tracing); called on worker threads, must not block.
   std::function<void(int64_t rows)> on_batch_start;
   std::function<void(int64_t rows, uint64_t duration_ns, bool ok)> on_batch_done;

@@ -1,0 +1,25 @@
+// Intra-op parallelism for generated code: kernels split independent work (GEMM column panels)
+// across a process-wide worker pool, up to the calling thread's intra-op thread budget.
+#ifndef CUVIL_RUNTIME_PARALLEL_H_
+#define CUVIL_RUNTIME_PARALLEL_H_
+
+#include <cstdint>
+
+namespace cuvil {
+
+// Sets how many threads (the caller included) one execution started from this thread may use.
+// Thread-local; the default is 1 (no parallelism). Values below 1 mean 1.
+void SetIntraOpThreads(int threads);
+int IntraOpThreads();
+
+}  // namespace cuvil
+
+extern "C" {
+// Runs body(ctx, begin, end) over [0, count) split into contiguous chunks, one per available
+// thread; returns when every chunk has finished. Reentrant; the pool threads never wait on each
+// other, so concurrent callers cannot deadlock.
+void cuvil_rt_parallel_for(int64_t count, void (*body)(void* ctx, int64_t begin, int64_t end),
+                           void* ctx);
+}
+
+#endif  // CUVIL_RUNTIME_PARALLEL_H_

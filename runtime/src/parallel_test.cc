@@ -1,0 +1,52 @@
+#include "cuvil/runtime/parallel.h"
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace cuvil {
+namespace {
+
+struct Work {
+  std::vector<std::atomic<int>> hits;
+  explicit Work(int64_t n) : hits(n) {}
+};
+
+void Body(void* ctx, int64_t begin, int64_t end) {
+  auto* w = static_cast<Work*>(ctx);
+  for (int64_t i = begin; i < end; ++i) w->hits[i]++;
+}
+
+TEST(ParallelForTest, CoversEveryIndexExactlyOnceForAnyThreadCount) {
+  for (int threads : {1, 2, 3, 8}) {
+    SetIntraOpThreads(threads);
+    for (int64_t n : {0, 1, 2, 5, 97}) {
+      Work w(n);
+      cuvil_rt_parallel_for(n, Body, &w);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(w.hits[i].load(), 1) << threads << " threads, n=" << n;
+    }
+  }
+  SetIntraOpThreads(1);
+}
+
+TEST(ParallelForTest, ConcurrentCallersShareThePool) {
+  std::vector<std::thread> callers;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 4; ++t) {
+    callers.emplace_back([&] {
+      SetIntraOpThreads(3);
+      for (int r = 0; r < 50; ++r) {
+        Work w(31);
+        cuvil_rt_parallel_for(31, Body, &w);
+        for (auto& h : w.hits) wrong += h.load() != 1;
+      }
+    });
+  }
+  for (auto& c : callers) c.join();
+  EXPECT_EQ(wrong.load(), 0);
+}
+
+}  // namespace
+}  // namespace cuvil
