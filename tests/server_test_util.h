@@ -4,6 +4,7 @@
 #define CUVIL_TESTS_SERVER_TEST_UTIL_H_
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 
@@ -50,9 +51,12 @@ inline HostTensor ReadReference(const std::string& model, int set, const std::st
   return t.ok() ? std::move(t->tensor) : HostTensor();
 }
 
-inline void ExpectClose(const float* got, const HostTensor& want, double tol = 1e-3) {
+// `got` may point into a wire buffer at any alignment, so it is read with memcpy.
+inline void ExpectClose(const void* got, const HostTensor& want, double tol = 1e-3) {
   for (int64_t i = 0; i < want.num_elements(); ++i) {
-    ASSERT_NEAR(got[i], want.data_as<float>()[i], tol + tol * std::abs(want.data_as<float>()[i])) << "element " << i;
+    float g;
+    std::memcpy(&g, static_cast<const char*>(got) + i * sizeof(float), sizeof(float));
+    ASSERT_NEAR(g, want.data_as<float>()[i], tol + tol * std::abs(want.data_as<float>()[i])) << "element " << i;
   }
 }
 

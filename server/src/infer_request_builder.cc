@@ -1,6 +1,7 @@
 #include "cuvil/server/infer_request_builder.h"
 
 #include <atomic>
+#include <cstring>
 #include <future>
 
 #include "absl/strings/str_cat.h"
@@ -53,6 +54,7 @@ absl::StatusOr<std::unique_ptr<InferenceRequest>> Build(const ModelVersion& mode
   request->id = std::move(wire.id);
   request->inputs.resize(specs.size());
   std::vector<bool> seen(specs.size(), false);
+  std::vector<AlignedBuffer> realigned;
   int64_t batch = -1;
   for (WireInput& in : wire.inputs) {
     size_t index = 0;
@@ -99,6 +101,13 @@ absl::StatusOr<std::unique_ptr<InferenceRequest>> Build(const ModelVersion& mode
       return absl::InvalidArgumentError(absl::StrCat("input '", in.name, "': shape ", ShapeString(in.shape),
                                                      " needs ", want_bytes, " bytes, got ", in.byte_size));
     }
+    if (reinterpret_cast<uintptr_t>(in.data) % DTypeSize(spec.dtype) != 0) {
+      // Binary HTTP bodies place tensors at any offset; compiled code expects natural alignment.
+      AlignedBuffer copy = AlignedAlloc(in.byte_size);
+      std::memcpy(copy.get(), in.data, in.byte_size);
+      in.data = copy.get();
+      realigned.push_back(std::move(copy));
+    }
     request->inputs[index] = InputView{in.data, in.byte_size, std::move(in.shape)};
   }
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -120,7 +129,15 @@ absl::StatusOr<std::unique_ptr<InferenceRequest>> Build(const ModelVersion& mode
   request->batch_size = batched ? batch : 1;
   request->priority = wire.priority;
   request->timeout_us = wire.timeout_us;
-  request->holder = std::move(wire.holder);
+  if (realigned.empty()) {
+    request->holder = std::move(wire.holder);
+  } else {
+    struct Holder {
+      std::shared_ptr<const void> wire;
+      std::vector<AlignedBuffer> copies;
+    };
+    request->holder = std::make_shared<Holder>(Holder{std::move(wire.holder), std::move(realigned)});
+  }
   return request;
 }
 
