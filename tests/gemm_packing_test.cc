@@ -66,7 +66,7 @@ TEST(GemmPackingTest, MatchesNaiveProductAroundBlockEdges) {
   int id = 0;
   for (bool matmul : {false, true}) {
     for (int64_t n : {1, 10, 16, 17, 40}) {
-      for (int64_t k : {1, 7, 33}) {
+      for (int64_t k : {1, 7, 33, 1500}) {  // 1500: big enough to split across threads.
         std::vector<float> w(n * k), bias(n);
         for (float& v : w) v = dist(rng);
         for (float& v : bias) v = dist(rng);

@@ -47,10 +47,12 @@ int IntraOpThreads() { return intra_op_threads; }
 
 }  // namespace cuvil
 
-extern "C" void cuvil_rt_parallel_for(int64_t count,
+extern "C" void cuvil_rt_parallel_for(int64_t count, int64_t cost_per_item,
                                       void (*body)(void* ctx, int64_t begin, int64_t end),
                                       void* ctx) {
-  const int64_t chunks = std::min<int64_t>(cuvil::IntraOpThreads(), count);
+  const int64_t worth = std::max<int64_t>(1, count * std::max<int64_t>(cost_per_item, 1) /
+                                                 cuvil::kMinParallelWork);
+  const int64_t chunks = std::min<int64_t>({cuvil::IntraOpThreads(), count, worth});
   if (chunks <= 1) {
     if (count > 0) body(ctx, 0, count);
     return;

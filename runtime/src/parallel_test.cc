@@ -24,10 +24,23 @@ TEST(ParallelForTest, CoversEveryIndexExactlyOnceForAnyThreadCount) {
     SetIntraOpThreads(threads);
     for (int64_t n : {0, 1, 2, 5, 97}) {
       Work w(n);
-      cuvil_rt_parallel_for(n, Body, &w);
+      cuvil_rt_parallel_for(n, kMinParallelWork, Body, &w);
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(w.hits[i].load(), 1) << threads << " threads, n=" << n;
     }
   }
+  SetIntraOpThreads(1);
+}
+
+void RecordThread(void* ctx, int64_t begin, int64_t end) {
+  auto* ids = static_cast<std::vector<std::thread::id>*>(ctx);
+  for (int64_t i = begin; i < end; ++i) (*ids)[i] = std::this_thread::get_id();
+}
+
+TEST(ParallelForTest, CheapWorkStaysOnTheCallingThread) {
+  SetIntraOpThreads(4);
+  std::vector<std::thread::id> ids(8);
+  cuvil_rt_parallel_for(8, 1, RecordThread, &ids);
+  for (const auto& id : ids) EXPECT_EQ(id, std::this_thread::get_id());
   SetIntraOpThreads(1);
 }
 
@@ -39,7 +52,7 @@ TEST(ParallelForTest, ConcurrentCallersShareThePool) {
       SetIntraOpThreads(3);
       for (int r = 0; r < 50; ++r) {
         Work w(31);
-        cuvil_rt_parallel_for(31, Body, &w);
+        cuvil_rt_parallel_for(31, kMinParallelWork, Body, &w);
         for (auto& h : w.hits) wrong += h.load() != 1;
       }
     });

@@ -50,7 +50,7 @@ KernelContext::KernelContext(llvm::Module& module, llvm::Function* fn, const ir:
 }
 
 void KernelContext::ParallelFor(
-    llvm::Value* count, const std::vector<llvm::Value*>& captures,
+    llvm::Value* count, llvm::Value* cost_per_item, const std::vector<llvm::Value*>& captures,
     const std::function<void(KernelContext&, const Idx&, llvm::Value*, llvm::Value*)>& body) {
   llvm::LLVMContext& c = llvm_context();
   llvm::Type* ptr = builder_.getPtrTy();
@@ -76,7 +76,7 @@ void KernelContext::ParallelFor(
   for (size_t i = 0; i < captures.size(); ++i) {
     builder_.CreateStore(captures[i], builder_.CreateStructGEP(ctx_ty, ctx, i));
   }
-  CallC("cuvil_rt_parallel_for", builder_.getVoidTy(), {count, outlined, ctx});
+  CallC("cuvil_rt_parallel_for", builder_.getVoidTy(), {count, cost_per_item, outlined, ctx});
 }
 
 const HostTensor* KernelContext::in_constant(size_t i) const {

@@ -113,10 +113,11 @@ class KernelContext {
   // Unary float intrinsic (llvm.exp, llvm.sqrt, ...) on a float value.
   llvm::Value* Intrinsic(llvm::Intrinsic::ID id, llvm::Value* v);
   llvm::Value* Intrinsic2(llvm::Intrinsic::ID id, llvm::Value* a, llvm::Value* b);
-  // Runs body(begin, end) over [0, count) in parallel chunks (cuvil_rt_parallel_for): the body
-  // is emitted into an outlined function whose context sees `captures` (pointers or i64 values,
-  // in order) as `outlined_values`.
-  void ParallelFor(llvm::Value* count, const std::vector<llvm::Value*>& captures,
+  // Runs body(begin, end) over [0, count) in parallel chunks (cuvil_rt_parallel_for), each item
+  // costing about `cost_per_item` multiply-adds: the body is emitted into an outlined function
+  // whose context sees `captures` (pointers or i64 values, in order) as `outlined_values`.
+  void ParallelFor(llvm::Value* count, llvm::Value* cost_per_item,
+                   const std::vector<llvm::Value*>& captures,
                    const std::function<void(KernelContext& outlined, const Idx& outlined_values,
                                             llvm::Value* begin, llvm::Value* end)>& body);
   // Calls a C function (libm or the Cuvil runtime library), declaring it on first use.

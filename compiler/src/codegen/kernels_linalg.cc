@@ -105,7 +105,8 @@ void EmitPackedProduct(KernelContext& k, llvm::Value* a, llvm::Value* lda, llvm:
                        llvm::Value* out, llvm::Value* m_dim, llvm::Value* n_dim, llvm::Value* k_dim) {
   auto& b = k.b();
   llvm::Value* panels = b.CreateUDiv(b.CreateAdd(n_dim, k.I64(kPanel - 1)), k.I64(kPanel));
-  k.ParallelFor(panels, {a, lda, packed, out, m_dim, n_dim, k_dim},
+  llvm::Value* panel_cost = b.CreateMul(b.CreateMul(m_dim, k_dim), k.I64(kPanel));
+  k.ParallelFor(panels, panel_cost, {a, lda, packed, out, m_dim, n_dim, k_dim},
                 [](KernelContext& o, const Idx& v, llvm::Value* begin, llvm::Value* end) {
     auto& ob = o.b();
     llvm::Value *a = v[0], *lda = v[1], *packed = v[2], *out = v[3], *m_dim = v[4], *n_dim = v[5],

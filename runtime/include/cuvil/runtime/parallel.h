@@ -12,14 +12,18 @@ namespace cuvil {
 void SetIntraOpThreads(int threads);
 int IntraOpThreads();
 
+// Work (in the caller's cost units, e.g. multiply-adds) below which a chunk is not worth a thread.
+inline constexpr int64_t kMinParallelWork = int64_t{1} << 18;
+
 }  // namespace cuvil
 
 extern "C" {
 // Runs body(ctx, begin, end) over [0, count) split into contiguous chunks, one per available
-// thread; returns when every chunk has finished. Reentrant; the pool threads never wait on each
-// other, so concurrent callers cannot deadlock.
-void cuvil_rt_parallel_for(int64_t count, void (*body)(void* ctx, int64_t begin, int64_t end),
-                           void* ctx);
+// thread but never less than about kMinParallelWork units of `cost_per_item` each (handing work
+// to another thread costs microseconds); returns when every chunk has finished. Reentrant; the
+// pool threads never wait on each other, so concurrent callers cannot deadlock.
+void cuvil_rt_parallel_for(int64_t count, int64_t cost_per_item,
+                           void (*body)(void* ctx, int64_t begin, int64_t end), void* ctx);
 }
 
 #endif  // CUVIL_RUNTIME_PARALLEL_H_
