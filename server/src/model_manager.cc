@@ -1,6 +1,7 @@
 #include "cuvil/server/model_manager.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <random>
@@ -195,12 +196,13 @@ struct ModelManager::Impl {
         metrics != nullptr ? metrics->ForModel(name, absl::StrCat(version)) : nullptr;
     SchedulerOptions scheduler_options = SchedulerOptionsFromConfig(config);
     auto probe_name = std::make_shared<const std::string>(name);
+    auto live = std::make_shared<std::atomic<bool>>(false);  // Warmup executions are not counted.
     scheduler_options.on_batch_start = [probe_name](int64_t rows) {
       CUVIL_PROBE_BATCH_START(probe_name->c_str(), rows);
     };
-    scheduler_options.on_batch_done = [probe_name, model_metrics](int64_t rows, uint64_t ns, bool ok) {
+    scheduler_options.on_batch_done = [probe_name, model_metrics, live](int64_t rows, uint64_t ns, bool ok) {
       CUVIL_PROBE_BATCH_DONE(probe_name->c_str(), rows, ns);
-      if (ok && model_metrics) model_metrics->RecordExecution(rows);
+      if (ok && model_metrics && live->load(std::memory_order_relaxed)) model_metrics->RecordExecution(rows);
     };
     auto scheduler = CreateScheduler(scheduler_options, executable);
     if (!scheduler.ok()) return scheduler.status();
@@ -216,6 +218,7 @@ struct ModelManager::Impl {
     }
     model->ResetStatsBaseline();
     model->set_metrics(std::move(model_metrics));  // After warmup: warmup is not client traffic.
+    live->store(true, std::memory_order_relaxed);
     return model;
   }
 };
