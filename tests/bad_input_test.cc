@@ -67,6 +67,16 @@ TEST(BadInputTest, ShapeMismatchInGraphIsReported) {
   EXPECT_THAT(m.status().message(), HasSubstr("do not broadcast"));
 }
 
+TEST(BadInputTest, TensorClaimingMoreDataThanItHoldsIsRejectedBeforeAllocation) {
+  onnx::ModelProto model;
+  model.ParseFromString(testing::BinaryWithConstant("Add", 4, 1.0f));
+  // 2^32 floats (16 GiB) claimed, 4 given: must fail fast, not allocate.
+  model.mutable_graph()->mutable_initializer(0)->set_dims(0, int64_t{1} << 32);
+  auto m = CompileOnnxBytes(model.SerializeAsString());
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(m.status().message(), HasSubstr("shape needs"));
+}
+
 TEST(BadInputTest, WrongInputShapeOrDtypeAtRunTime) {
   auto engine = JitEngine::Create();
   ASSERT_TRUE(engine.ok());

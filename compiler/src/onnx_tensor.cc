@@ -17,8 +17,10 @@ void CopyConverted(const Src& src, Dst* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<Dst>(src.Get(static_cast<int>(i)));
 }
 
-absl::Status ReadExternal(const onnx::TensorProto& proto, const std::string& model_dir,
-                          HostTensor* out) {
+// Reads a tensor stored in a file next to the model, after checking the file holds it.
+absl::StatusOr<HostTensor> ReadExternal(const onnx::TensorProto& proto, const std::string& model_dir,
+                                        DType dtype, const std::vector<int64_t>& shape,
+                                        int64_t want) {
   std::string location;
   int64_t offset = 0;
   int64_t length = -1;
@@ -38,18 +40,23 @@ absl::Status ReadExternal(const onnx::TensorProto& proto, const std::string& mod
   std::string path = absl::StrCat(model_dir, "/", location);
   std::ifstream file(path, std::ios::binary);
   if (!file) return absl::NotFoundError(absl::StrCat("cannot open external data file ", path));
-  int64_t want = static_cast<int64_t>(out->byte_size());
   if (length >= 0 && length != want) {
     return absl::InvalidArgumentError(absl::StrCat("external data for '", proto.name(), "' has ",
                                                    length, " bytes, shape needs ", want));
   }
-  file.seekg(offset);
-  file.read(reinterpret_cast<char*>(out->data()), want);
-  if (file.gcount() != want) {
+  file.seekg(0, std::ios::end);
+  if (offset < 0 || static_cast<int64_t>(file.tellg()) < offset + want) {
     return absl::InvalidArgumentError(
         absl::StrCat("external data file ", path, " is too short for '", proto.name(), "'"));
   }
-  return absl::OkStatus();
+  HostTensor out(dtype, shape);
+  file.seekg(offset);
+  file.read(reinterpret_cast<char*>(out.data()), want);
+  if (file.gcount() != want) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read external data for '", proto.name(), "' from ", path));
+  }
+  return out;
 }
 
 }  // namespace
@@ -72,11 +79,33 @@ absl::StatusOr<HostTensor> TensorFromProto(const onnx::TensorProto& proto,
   if (n * DTypeSize(dtype) > kMaxTensorBytes) {
     return absl::InvalidArgumentError(absl::StrCat("tensor '", proto.name(), "' is too large"));
   }
-  HostTensor t(dtype, shape);
-  if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
-    if (auto s = ReadExternal(proto, model_dir, &t); !s.ok()) return s;
-    return t;
+  // Check that the data is really there before allocating: a small file must not be able to
+  // claim a huge tensor and make us allocate (or abort on) gigabytes.
+  const int64_t bytes = n * DTypeSize(dtype);
+  if (proto.data_location() != onnx::TensorProto::EXTERNAL) {
+    int64_t have = -1;
+    if (proto.has_raw_data()) {
+      have = static_cast<int64_t>(proto.raw_data().size());
+    } else {
+      switch (dtype) {
+        case DType::kFloat32: have = proto.float_data_size(); break;
+        case DType::kFloat64: have = proto.double_data_size(); break;
+        case DType::kInt64: have = proto.int64_data_size(); break;
+        case DType::kUInt32:
+        case DType::kUInt64: have = proto.uint64_data_size(); break;
+        default: have = proto.int32_data_size(); break;
+      }
+      have *= DTypeSize(dtype);
+    }
+    if (have != bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", proto.name(), "' holds ", have,
+                                                     " bytes of data, its shape needs ", bytes));
+    }
   }
+  if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
+    return ReadExternal(proto, model_dir, dtype, shape, bytes);
+  }
+  HostTensor t(dtype, shape);
   if (proto.has_raw_data()) {
     if (proto.raw_data().size() != t.byte_size()) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", proto.name(), "' has ",

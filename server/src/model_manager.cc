@@ -187,6 +187,15 @@ struct ModelManager::Impl {
         }
       }
     }
+    // Scratch is allocated per instance at the largest batch: refuse what cannot be served rather
+    // than fail (or abort) on the first full batch.
+    constexpr int64_t kMaxArenaBytes = int64_t{16} << 30;
+    const int64_t arena = compiled->arena.BytesFor(std::max(config.max_batch_size(), 1));
+    if (arena > kMaxArenaBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("model needs ", arena, " bytes of scratch at batch ",
+                                                     std::max(config.max_batch_size(), 1),
+                                                     "; the limit is ", kMaxArenaBytes));
+    }
     std::string ns = absl::StrCat(name, "/", version);
     if (load_index > 1) absl::StrAppend(&ns, "#", load_index);
     auto loaded = engine->Load(ns, std::move(*compiled));
