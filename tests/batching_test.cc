@@ -26,7 +26,9 @@ std::string MakeBatchingRepository() {
   std::ofstream(fs::path(repo) / "mlp/config.pbtxt")
       << "max_batch_size: 16\n"
          "dynamic_batching { max_queue_delay_microseconds: 20000 }\n"
-         "instance_group [ { count: 2 kind: KIND_CPU } ]\n";
+         "instance_group [ { count: 2 kind: KIND_CPU } ]\n"
+         // Triton's strict delay, so requests that trickle in one at a time still get merged.
+         "parameters { key: \"cuvil_strict_queue_delay\" value { string_value: \"true\" } }\n";
   return repo;
 }
 
