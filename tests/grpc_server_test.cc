@@ -1,5 +1,6 @@
 // End-to-end tests of the gRPC front end against an in-process server on ephemeral ports.
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -306,6 +307,53 @@ TEST(GrpcAdminTest, InlineLoadAndBadModelKeepOthersServing) {
   EXPECT_EQ(r.model_version(), "3");
   testing::ExpectClose(reinterpret_cast<const float*>(r.raw_output_contents(0).data()),
                        testing::ReadReference("mlp", 2, "output"));
+}
+
+}  // namespace
+}  // namespace cuvil
+
+namespace cuvil {
+namespace {
+
+bool WaitForReady(CuvilServer& server, const std::string& model, bool ready) {
+  for (int i = 0; i < 200; ++i) {
+    if (server.models()->Get(model, "").ok() == ready) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+TEST(ModelControlModeTest, ExplicitModeLoadsOnlyTheNamedModels) {
+  ServerOptions options;
+  options.control_mode = ServerOptions::ControlMode::kExplicit;
+  options.load_models = {"lenet"};
+  auto server = testing::StartServer(testing::MakeRepository("explicit_repo"), options);
+  ASSERT_NE(server, nullptr);
+  EXPECT_TRUE(server->models()->Get("lenet", "").ok());
+  EXPECT_EQ(server->models()->Get("mlp", "").status().code(), absl::StatusCode::kNotFound);
+  LoadRequest load;
+  load.name = "mlp";
+  ASSERT_TRUE(server->models()->Load(load).ok());
+  EXPECT_TRUE(server->models()->Get("mlp", "").ok());
+}
+
+TEST(ModelControlModeTest, PollModeFollowsTheRepository) {
+  namespace fs = std::filesystem;
+  std::string repo = testing::MakeRepository("poll_repo");
+  fs::path parked = fs::path(::testing::TempDir()) / "parked_mlp";
+  fs::remove_all(parked);
+  fs::rename(fs::path(repo) / "mlp", parked);
+  ServerOptions options;
+  options.control_mode = ServerOptions::ControlMode::kPoll;
+  options.poll_interval_secs = 1;
+  auto server = testing::StartServer(repo, options);
+  ASSERT_NE(server, nullptr);
+  EXPECT_FALSE(server->models()->Get("mlp", "").ok());
+  fs::rename(parked, fs::path(repo) / "mlp");  // A new model appears...
+  EXPECT_TRUE(WaitForReady(*server, "mlp", true));
+  fs::remove_all(fs::path(repo) / "lenet");  // ...and another disappears.
+  EXPECT_TRUE(WaitForReady(*server, "lenet", false));
+  EXPECT_TRUE(server->models()->Get("mlp", "").ok());
 }
 
 }  // namespace
