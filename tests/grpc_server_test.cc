@@ -28,14 +28,8 @@ class GrpcServerTest : public ::testing::Test {
   }
 
   inference::ModelInferRequest MlpRequest(const HostTensor& input) {
-    inference::ModelInferRequest q;
-    q.set_model_name("mlp");
+    inference::ModelInferRequest q = testing::RawInferRequest("mlp", input);
     q.set_id("req-42");
-    auto* in = q.add_inputs();
-    in->set_name("input");
-    in->set_datatype("FP32");
-    for (int64_t d : input.shape()) in->add_shape(d);
-    q.add_raw_input_contents()->assign(reinterpret_cast<const char*>(input.data()), input.byte_size());
     return q;
   }
 
@@ -160,14 +154,7 @@ TEST(GrpcServerLimitsTest, OversizedRequestIsInvalidArgument) {
   ASSERT_NE(server, nullptr);
   auto stub = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
       "127.0.0.1:" + std::to_string(server->grpc_port()), grpc::InsecureChannelCredentials()));
-  inference::ModelInferRequest q;
-  q.set_model_name("mlp");
-  auto* in = q.add_inputs();
-  in->set_name("input");
-  in->set_datatype("FP32");
-  in->add_shape(1);
-  in->add_shape(784);
-  q.add_raw_input_contents()->resize(784 * 4);
+  inference::ModelInferRequest q = testing::RawInferRequest("mlp", HostTensor(DType::kFloat32, {1, 784}));
   grpc::ClientContext ctx;
   inference::ModelInferResponse r;
   grpc::Status s = stub->ModelInfer(&ctx, q, &r);
@@ -294,13 +281,7 @@ TEST(GrpcAdminTest, InlineLoadAndBadModelKeepOthersServing) {
   }
   auto stub = inference::GRPCInferenceService::NewStub(channel);
   HostTensor input = testing::ReadReference("mlp", 2, "input");
-  inference::ModelInferRequest q;
-  q.set_model_name("mlp_inline");
-  auto* in = q.add_inputs();
-  in->set_name("input");
-  in->set_datatype("FP32");
-  for (int64_t d : input.shape()) in->add_shape(d);
-  q.add_raw_input_contents()->assign(reinterpret_cast<const char*>(input.data()), input.byte_size());
+  inference::ModelInferRequest q = testing::RawInferRequest("mlp_inline", input);
   grpc::ClientContext ctx;
   inference::ModelInferResponse r;
   ASSERT_TRUE(stub->ModelInfer(&ctx, q, &r).ok());

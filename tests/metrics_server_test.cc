@@ -36,13 +36,8 @@ TEST(MetricsServerTest, CountsAreExactAndPromtoolAcceptsTheScrape) {
   HostTensor input = testing::ReadReference("mlp", 1, "input");  // Batch 2.
   constexpr int kRequests = 25, kBad = 3;
   for (int i = 0; i < kRequests + kBad; ++i) {
-    inference::ModelInferRequest q;
-    q.set_model_name("mlp");
-    auto* in = q.add_inputs();
-    in->set_name("input");
-    in->set_datatype(i < kRequests ? "FP32" : "INT64");
-    for (int64_t d : input.shape()) in->add_shape(d);
-    q.add_raw_input_contents()->assign(reinterpret_cast<const char*>(input.data()), input.byte_size());
+    inference::ModelInferRequest q = testing::RawInferRequest("mlp", input);
+    if (i >= kRequests) q.mutable_inputs(0)->set_datatype("INT64");
     grpc::ClientContext ctx;
     inference::ModelInferResponse r;
     EXPECT_EQ(stub->ModelInfer(&ctx, q, &r).ok(), i < kRequests);

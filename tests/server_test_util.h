@@ -10,6 +10,7 @@
 
 #include "cuvil/compiler/tensor_file.h"
 #include "cuvil/server/server.h"
+#include "grpc_service.pb.h"
 #include "gtest/gtest.h"
 
 namespace cuvil::testing {
@@ -58,6 +59,18 @@ inline void ExpectClose(const void* got, const HostTensor& want, double tol = 1e
     std::memcpy(&g, static_cast<const char*>(got) + i * sizeof(float), sizeof(float));
     ASSERT_NEAR(g, want.data_as<float>()[i], tol + tol * std::abs(want.data_as<float>()[i])) << "element " << i;
   }
+}
+
+// A ModelInfer request feeding `input` raw as the model's FP32 input named "input".
+inline inference::ModelInferRequest RawInferRequest(const std::string& model, const HostTensor& input) {
+  inference::ModelInferRequest q;
+  q.set_model_name(model);
+  auto* in = q.add_inputs();
+  in->set_name("input");
+  in->set_datatype("FP32");
+  for (int64_t d : input.shape()) in->add_shape(d);
+  q.add_raw_input_contents()->assign(reinterpret_cast<const char*>(input.data()), input.byte_size());
+  return q;
 }
 
 }  // namespace cuvil::testing

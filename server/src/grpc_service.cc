@@ -27,8 +27,7 @@ std::string Metadata(grpc::ServerContext* ctx, const std::string& key) {
 }
 
 template <typename T>
-void AppendTyped(const google::protobuf::RepeatedField<T>& src, std::string* out, size_t elem_size) {
-  (void)elem_size;
+void AppendTyped(const google::protobuf::RepeatedField<T>& src, std::string* out) {
   out->append(reinterpret_cast<const char*>(src.data()), src.size() * sizeof(T));
 }
 
@@ -43,14 +42,14 @@ absl::Status ContentsToBytes(const inference::InferTensorContents& c, DType dtyp
     }
   };
   switch (dtype) {
-    case DType::kFloat32: AppendTyped(c.fp32_contents(), out, 4); break;
-    case DType::kFloat64: AppendTyped(c.fp64_contents(), out, 8); break;
-    case DType::kInt64: AppendTyped(c.int64_contents(), out, 8); break;
-    case DType::kUInt64: AppendTyped(c.uint64_contents(), out, 8); break;
-    case DType::kInt32: AppendTyped(c.int_contents(), out, 4); break;
+    case DType::kFloat32: AppendTyped(c.fp32_contents(), out); break;
+    case DType::kFloat64: AppendTyped(c.fp64_contents(), out); break;
+    case DType::kInt64: AppendTyped(c.int64_contents(), out); break;
+    case DType::kUInt64: AppendTyped(c.uint64_contents(), out); break;
+    case DType::kInt32: AppendTyped(c.int_contents(), out); break;
     case DType::kInt16: narrow(int16_t{}, c.int_contents()); break;
     case DType::kInt8: narrow(int8_t{}, c.int_contents()); break;
-    case DType::kUInt32: AppendTyped(c.uint_contents(), out, 4); break;
+    case DType::kUInt32: AppendTyped(c.uint_contents(), out); break;
     case DType::kUInt16: narrow(uint16_t{}, c.uint_contents()); break;
     case DType::kUInt8: narrow(uint8_t{}, c.uint_contents()); break;
     case DType::kBool: narrow(uint8_t{}, c.bool_contents()); break;
@@ -288,7 +287,7 @@ class InferenceServiceImpl final : public inference::GRPCInferenceService::Servi
     InferenceResponse response = InferBlocking(**model, std::move(*request));
     if (!response.status.ok()) return response.status;
     r->set_model_name(q.model_name());
-    r->set_model_version(absl::StrCat((*model)->version()));
+    r->set_model_version((*model)->version_string());
     r->set_id(q.id());
     for (OutputTensor& out : response.outputs) {
       auto* t = r->add_outputs();

@@ -147,7 +147,7 @@ InferenceResponse InferBlocking(ModelVersion& model, std::unique_ptr<InferenceRe
   std::promise<InferenceResponse> promise;
   std::future<InferenceResponse> future = promise.get_future();
   const int64_t number = next_request_number.fetch_add(1, std::memory_order_relaxed);
-  const std::string version = absl::StrCat(model.version());
+  const std::string& version = model.version_string();
   CUVIL_PROBE_REQUEST_START(model.name().c_str(), version.c_str(), number);
   const Clock::time_point start = request->arrival;
   const int64_t samples = request->batch_size;

@@ -35,7 +35,8 @@ ModelVersion::ModelVersion(std::string name, int64_t version, inference::ModelCo
                            std::shared_ptr<const Executable> executable,
                            std::unique_ptr<Scheduler> scheduler, double compile_ms,
                            uint64_t compilations)
-    : name_(std::move(name)), version_(version), config_(std::move(config)),
+    : name_(std::move(name)), version_(version), version_string_(absl::StrCat(version)),
+      config_(std::move(config)),
       loaded_(std::move(loaded)), executable_(std::move(executable)),
       scheduler_(std::move(scheduler)), compile_ms_(compile_ms), compilations_(compilations) {}
 
@@ -408,7 +409,8 @@ void ModelManager::LoadAll() {
 
 absl::StatusOr<std::shared_ptr<ModelVersion>> ModelManager::Get(const std::string& name,
                                                                 const std::string& version) const {
-  absl::MutexLock lock(&impl_->mu);
+  // Every request routes through here: readers share the lock, only loads/unloads take it alone.
+  absl::ReaderMutexLock lock(&impl_->mu);
   auto it = impl_->models.find(name);
   if (it == impl_->models.end()) return absl::NotFoundError(absl::StrCat("unknown model '", name, "'"));
   const auto& slots = it->second;
@@ -434,7 +436,7 @@ absl::StatusOr<std::shared_ptr<ModelVersion>> ModelManager::Get(const std::strin
 }
 
 std::vector<VersionStatus> ModelManager::Index() const {
-  absl::MutexLock lock(&impl_->mu);
+  absl::ReaderMutexLock lock(&impl_->mu);
   std::vector<VersionStatus> out;
   for (const auto& [name, slots] : impl_->models) {
     for (const auto& [v, slot] : slots) {

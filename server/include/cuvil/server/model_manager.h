@@ -38,6 +38,8 @@ class ModelVersion {
 
   const std::string& name() const { return name_; }
   int64_t version() const { return version_; }
+  // The version as the wire protocols spell it ("3").
+  const std::string& version_string() const { return version_string_; }
   const inference::ModelConfig& config() const { return config_; }
   const Executable& executable() const { return *executable_; }
   const LoadedModel& loaded() const { return *loaded_; }
@@ -59,6 +61,7 @@ class ModelVersion {
  private:
   std::string name_;
   int64_t version_;
+  std::string version_string_;
   inference::ModelConfig config_;
   std::unique_ptr<LoadedModel> loaded_;
   std::shared_ptr<const Executable> executable_;
