@@ -2,12 +2,14 @@
 
 #include <sys/mman.h>
 
+#include <cerrno>
 #include <cstring>
 #include <mutex>
 #include <set>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "cuvil/runtime/runtime_symbols.h"
 #include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
@@ -95,7 +97,9 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> JitEngine::Load(const std::string& 
   if (mem == MAP_FAILED) return fail("cannot map weights");
   loaded->weights_ = mem;
   std::memcpy(mem, model.weights.data(), model.weights.byte_size());
-  mprotect(mem, loaded->weights_mapped_bytes_, PROT_READ);
+  if (mprotect(mem, loaded->weights_mapped_bytes_, PROT_READ) != 0) {
+    return fail(absl::StrCat("cannot make the weights read-only: ", std::strerror(errno)));
+  }
 
   auto& es = impl_->jit->getExecutionSession();
   auto dylib = es.createJITDylib(namespace_name);
@@ -189,6 +193,28 @@ absl::StatusOr<int64_t> LoadedModel::ResolveBatch(
     }
   }
   return batch;
+}
+
+absl::Status LoadedModel::CheckInputShapes(absl::Span<const std::vector<int64_t>> input_shapes,
+                                           int64_t batch) const {
+  const auto& sig = model_.inputs;
+  if (input_shapes.size() != sig.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected ", sig.size(), " inputs, got ", input_shapes.size()));
+  }
+  for (size_t i = 0; i < sig.size(); ++i) {
+    bool match = input_shapes[i].size() == sig[i].shape.size();
+    for (size_t d = 0; match && d < sig[i].shape.size(); ++d) {
+      match = sig[i].shape[d].Eval(batch) == input_shapes[i][d];
+    }
+    if (!match) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input '", sig[i].name, "': the compiled model reads ",
+          SymShapeToString(sig[i].shape, model_.symbol), " with ", model_.symbol, "=", batch,
+          ", got [", absl::StrJoin(input_shapes[i], ","), "]"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<HostTensor>> LoadedModel::Run(const std::vector<HostTensor>& inputs) const {

@@ -23,7 +23,8 @@ ExecutionContext::ExecutionContext(const Executable* executable, const ModelLayo
       outputs_(layout->num_outputs()),
       input_ptrs_(layout->num_inputs()),
       output_ptrs_(layout->num_outputs()),
-      output_row_bytes_(layout->num_outputs()) {
+      output_row_bytes_(layout->num_outputs()),
+      run_shapes_(layout->num_inputs()) {
   // Gather buffers for a full batch up front so the hot path does not allocate.
   const auto& specs = executable->inputs();
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -88,6 +89,12 @@ ExecutionContext::Result ExecutionContext::Execute(std::vector<QueuedRequest>& b
     }
     input_ptrs_[i] = inputs_[i].data.get();
   }
+  // The executable checks the batch's shapes against its code: the first request's shapes with
+  // the batch dim widened to every row (requests sharing a batch agree on the other dims).
+  for (size_t i = 0; i < num_inputs; ++i) {
+    run_shapes_[i] = first.inputs[i].shape;
+    if (layout_->input_batched(i) && !run_shapes_[i].empty()) run_shapes_[i][0] = result.rows;
+  }
   const Clock::time_point gathered = clock_->Now();
   result.input_ns = NanosBetween(start, gathered);
 
@@ -109,7 +116,7 @@ ExecutionContext::Result ExecutionContext::Execute(std::vector<QueuedRequest>& b
   void* arena = arena_.Reserve(
       static_cast<size_t>(std::max<int64_t>(executable_->ArenaBytes(result.rows), 0)));
 
-  result.status = executable_->Run(input_ptrs_.data(), output_ptrs_.data(), result.rows, arena);
+  result.status = executable_->Run(input_ptrs_.data(), run_shapes_, output_ptrs_.data(), result.rows, arena);
   const Clock::time_point ran = clock_->Now();
   result.infer_ns = NanosBetween(gathered, ran);
   if (!result.status.ok()) {

@@ -52,6 +52,7 @@ class ExecutionContext {
   std::vector<const void*> input_ptrs_;
   std::vector<void*> output_ptrs_;
   std::vector<size_t> output_row_bytes_;
+  std::vector<std::vector<int64_t>> run_shapes_;  // Shapes of the batch being executed.
   std::vector<std::vector<int64_t>> varying_dims_;
   const std::vector<std::vector<int64_t>>* output_dims_ = nullptr;
 };

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "cuvil/scheduler/request_validation.h"
 
 namespace cuvil {
 
@@ -49,31 +50,16 @@ absl::StatusOr<int64_t> ModelLayout::Validate(const InferenceRequest& request) c
     }
   }
   for (size_t i = 0; i < specs.size(); ++i) {
-    const TensorSpec& spec = specs[i];
     const InputView& view = request.inputs[i];
-    size_t lead = input_batched_[i] ? 1 : 0;
-    auto mismatch = [&] {
-      return absl::InvalidArgumentError(
-          absl::StrCat("input '", spec.name, "' has shape [", absl::StrJoin(view.shape, ","),
-                       "], expected ", input_batched_[i] ? "[batch," : "[",
-                       absl::StrJoin(spec.dims, ","), "] with batch ", rows));
-    };
-    if (view.shape.size() != spec.dims.size() + lead) return mismatch();
-    if (lead == 1 && view.shape[0] != rows) return mismatch();
-    int64_t elements = 1;
-    for (size_t d = 0; d < view.shape.size(); ++d) {
-      int64_t dim = view.shape[d];
-      if (dim < 0) return mismatch();
-      if (d >= lead && spec.dims[d - lead] >= 0 && spec.dims[d - lead] != dim) return mismatch();
-      elements *= dim;
+    auto batch = ValidateInputTensor(specs[i], input_batched_[i], max_batch_size_, view.shape,
+                                     view.byte_size);
+    if (!batch.ok()) return batch.status();
+    if (input_batched_[i] && *batch != rows) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", specs[i].name, "': batch size ",
+                                                     *batch, " differs from the request's ", rows));
     }
-    size_t expected = static_cast<size_t>(elements) * DTypeSize(spec.dtype);
-    if (view.byte_size != expected) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input '", spec.name, "' holds ", view.byte_size, " bytes, its shape needs ", expected));
-    }
-    if (expected > 0 && view.data == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("input '", spec.name, "' has no data"));
+    if (view.byte_size > 0 && view.data == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", specs[i].name, "' has no data"));
     }
   }
   return rows;

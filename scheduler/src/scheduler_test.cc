@@ -45,8 +45,16 @@ class FakeExecutable : public Executable {
   const std::vector<TensorSpec>& outputs() const override { return outputs_; }
   int64_t ArenaBytes(int64_t batch) const override { return 64 * batch; }
 
-  absl::Status Run(const void* const* inputs, void* const* outputs, int64_t batch,
-                   void* arena) const override {
+  absl::Status Run(const void* const* inputs, absl::Span<const std::vector<int64_t>> input_shapes,
+                   void* const* outputs, int64_t batch, void* arena) const override {
+    // The scheduler hands over the executed batch's shape: [batch, D] (D of the first request),
+    // or [D] for a model without a batch dimension.
+    const std::vector<int64_t>& shape = input_shapes.size() == 1 ? input_shapes[0] : dims_none_;
+    const bool batched_shape = shape.size() == 2 && shape[0] == batch;
+    const bool unbatched_shape = shape.size() == 1 && batch == 1;
+    if (!(batched_shape || unbatched_shape) || (!varying_ && shape.back() != dim_)) {
+      return absl::InternalError("scheduler passed the wrong input shape");
+    }
     const float* x = static_cast<const float*>(inputs[0]);
     FakeClock* clock;
     std::chrono::nanoseconds advance;
@@ -136,6 +144,7 @@ class FakeExecutable : public Executable {
 
  private:
   int64_t dim_;
+  const std::vector<int64_t> dims_none_;
   bool varying_;
   std::vector<TensorSpec> inputs_, outputs_;
   mutable absl::Mutex mu_;

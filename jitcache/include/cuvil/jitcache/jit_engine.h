@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "cuvil/compiler/compiled_model.h"
 #include "cuvil/runtime/host_tensor.h"
 
@@ -37,6 +38,12 @@ class LoadedModel {
 
   // Resolves the batch size from `input_shapes`; InvalidArgument naming the tensor on mismatch.
   absl::StatusOr<int64_t> ResolveBatch(const std::vector<std::vector<int64_t>>& input_shapes) const;
+
+  // Checks that `input_shapes` (signature order) are exactly the shapes the compiled code reads at
+  // `batch`. The last check before generated code touches caller buffers; allocation-free when
+  // the shapes match. InvalidArgument naming the input otherwise.
+  absl::Status CheckInputShapes(absl::Span<const std::vector<int64_t>> input_shapes,
+                                int64_t batch) const;
 
   // Validates inputs against the signature, runs the entry point with a fresh arena and returns
   // the outputs. InvalidArgument for wrong names, dtypes or shapes (checked in signature order).

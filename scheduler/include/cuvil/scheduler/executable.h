@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "cuvil/runtime/dtype.h"
 
 namespace cuvil {
@@ -33,9 +34,12 @@ class Executable {
   // Scratch one execution over `batch` rows needs.
   virtual int64_t ArenaBytes(int64_t batch) const = 0;
   // Runs over `batch` rows. inputs[i]/outputs[i] are contiguous row-major buffers holding
-  // `batch` rows each, in inputs()/outputs() order.
-  virtual absl::Status Run(const void* const* inputs, void* const* outputs, int64_t batch,
-                           void* arena) const = 0;
+  // `batch` rows each, in inputs()/outputs() order; input_shapes[i] is input i's full shape (batch
+  // dim included when batched). Implementations check the shapes against what their code reads
+  // and fail with InvalidArgument rather than run on buffers of the wrong size.
+  virtual absl::Status Run(const void* const* inputs,
+                           absl::Span<const std::vector<int64_t>> input_shapes,
+                           void* const* outputs, int64_t batch, void* arena) const = 0;
   // Dims of each output (batch dim excluded when batched) for inputs shaped `input_dims` (same
   // convention, inputs() order). Executables with -1 output dims must override it; the default
   // returns outputs()' dims and fails with Unimplemented on a -1.
