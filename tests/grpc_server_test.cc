@@ -80,7 +80,8 @@ TEST_F(GrpcServerTest, InferMatchesReferenceForEveryBatchSize) {
       ASSERT_EQ(r.raw_output_contents_size(), 1);
       EXPECT_EQ(r.outputs(0).shape(0), input.shape()[0]);
       ASSERT_EQ(r.raw_output_contents(0).size(), expected.byte_size());
-      testing::ExpectClose(reinterpret_cast<const float*>(r.raw_output_contents(0).data()), expected);
+      testing::ExpectClose(reinterpret_cast<const float*>(r.raw_output_contents(0).data()),
+                           expected);
     }
   }
 }
@@ -95,7 +96,8 @@ TEST_F(GrpcServerTest, TypedContentsAndStreaming) {
   in->set_datatype("FP32");
   in->add_shape(1);
   in->add_shape(784);
-  for (int64_t i = 0; i < input.num_elements(); ++i) in->mutable_contents()->add_fp32_contents(input.data_as<float>()[i]);
+  for (int64_t i = 0; i < input.num_elements(); ++i)
+    in->mutable_contents()->add_fp32_contents(input.data_as<float>()[i]);
   q.add_outputs()->set_name("output");
   grpc::ClientContext ctx;
   auto stream = stub_->ModelStreamInfer(&ctx);
@@ -109,7 +111,8 @@ TEST_F(GrpcServerTest, TypedContentsAndStreaming) {
   ASSERT_TRUE(stream->Read(&r2));
   EXPECT_TRUE(stream->Finish().ok());
   EXPECT_EQ(r1.error_message(), "");
-  testing::ExpectClose(reinterpret_cast<const float*>(r1.infer_response().raw_output_contents(0).data()), expected);
+  testing::ExpectClose(
+      reinterpret_cast<const float*>(r1.infer_response().raw_output_contents(0).data()), expected);
   EXPECT_THAT(r2.error_message(), HasSubstr("no_such_model"));
 }
 
@@ -122,15 +125,28 @@ TEST_F(GrpcServerTest, BadRequestsAreRejectedAndChangeNothing) {
     const char* message;
   };
   std::vector<Case> cases = {
-      {"unknown model", [](auto& q) { q.set_model_name("nope"); }, grpc::StatusCode::NOT_FOUND, "nope"},
-      {"unknown version", [](auto& q) { q.set_model_version("7"); }, grpc::StatusCode::NOT_FOUND, "version 7"},
-      {"wrong input name", [](auto& q) { q.mutable_inputs(0)->set_name("x"); }, grpc::StatusCode::INVALID_ARGUMENT, "'x'"},
-      {"wrong dtype", [](auto& q) { q.mutable_inputs(0)->set_datatype("INT32"); }, grpc::StatusCode::INVALID_ARGUMENT, "expected datatype FP32, got INT32"},
-      {"wrong shape", [](auto& q) { q.mutable_inputs(0)->set_shape(1, 783); }, grpc::StatusCode::INVALID_ARGUMENT, "expected shape [-1,784], got [1,783]"},
-      {"batch above max", [](auto& q) { q.mutable_inputs(0)->set_shape(0, 33); }, grpc::StatusCode::INVALID_ARGUMENT, "batch size 33"},
-      {"byte size mismatch", [](auto& q) { q.mutable_raw_input_contents(0)->resize(100); }, grpc::StatusCode::INVALID_ARGUMENT, "needs 3136 bytes, got 100"},
-      {"unknown output", [](auto& q) { q.add_outputs()->set_name("logits"); }, grpc::StatusCode::INVALID_ARGUMENT, "'logits'"},
-      {"missing input", [](auto& q) { q.clear_inputs(); q.clear_raw_input_contents(); }, grpc::StatusCode::INVALID_ARGUMENT, "missing input 'input'"},
+      {"unknown model", [](auto& q) { q.set_model_name("nope"); }, grpc::StatusCode::NOT_FOUND,
+       "nope"},
+      {"unknown version", [](auto& q) { q.set_model_version("7"); }, grpc::StatusCode::NOT_FOUND,
+       "version 7"},
+      {"wrong input name", [](auto& q) { q.mutable_inputs(0)->set_name("x"); },
+       grpc::StatusCode::INVALID_ARGUMENT, "'x'"},
+      {"wrong dtype", [](auto& q) { q.mutable_inputs(0)->set_datatype("INT32"); },
+       grpc::StatusCode::INVALID_ARGUMENT, "expected datatype FP32, got INT32"},
+      {"wrong shape", [](auto& q) { q.mutable_inputs(0)->set_shape(1, 783); },
+       grpc::StatusCode::INVALID_ARGUMENT, "expected shape [-1,784], got [1,783]"},
+      {"batch above max", [](auto& q) { q.mutable_inputs(0)->set_shape(0, 33); },
+       grpc::StatusCode::INVALID_ARGUMENT, "batch size 33"},
+      {"byte size mismatch", [](auto& q) { q.mutable_raw_input_contents(0)->resize(100); },
+       grpc::StatusCode::INVALID_ARGUMENT, "needs 3136 bytes, got 100"},
+      {"unknown output", [](auto& q) { q.add_outputs()->set_name("logits"); },
+       grpc::StatusCode::INVALID_ARGUMENT, "'logits'"},
+      {"missing input",
+       [](auto& q) {
+         q.clear_inputs();
+         q.clear_raw_input_contents();
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "missing input 'input'"},
   };
   for (const Case& c : cases) {
     inference::ModelInferRequest q = MlpRequest(input);
@@ -147,19 +163,64 @@ TEST_F(GrpcServerTest, BadRequestsAreRejectedAndChangeNothing) {
                        testing::ReadReference("mlp", 0, "output"));
 }
 
-TEST(GrpcServerLimitsTest, OversizedRequestIsInvalidArgument) {
+// gRPC refuses a message over --max-request-bytes itself, with RESOURCE_EXHAUSTED (this test
+// expected INVALID_ARGUMENT from the handler before the receive limit was set to the request cap).
+TEST(GrpcServerLimitsTest, OversizedRequestIsResourceExhausted) {
   ServerOptions options;
   options.max_request_bytes = 1000;
   auto server = testing::StartServer(testing::MakeRepository("limits_repo"), options);
   ASSERT_NE(server, nullptr);
   auto stub = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
       "127.0.0.1:" + std::to_string(server->grpc_port()), grpc::InsecureChannelCredentials()));
-  inference::ModelInferRequest q = testing::RawInferRequest("mlp", HostTensor(DType::kFloat32, {1, 784}));
+  inference::ModelInferRequest q =
+      testing::RawInferRequest("mlp", HostTensor(DType::kFloat32, {1, 784}));
   grpc::ClientContext ctx;
   inference::ModelInferResponse r;
   grpc::Status s = stub->ModelInfer(&ctx, q, &r);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(s.error_message(), HasSubstr("max-request-bytes"));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(s.error_message(), HasSubstr("larger than max"));
+  // A request within the limit still gets through (to a model-level answer).
+  grpc::ClientContext ctx2;
+  inference::ModelInferRequest small;
+  small.set_model_name("nope");
+  EXPECT_EQ(stub->ModelInfer(&ctx2, small, &r).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST(GrpcServerLimitsTest, CallsOverTheConcurrencyCapAreResourceExhausted) {
+  ServerOptions options;
+  options.grpc_max_concurrent_calls = 1;
+  auto server = testing::StartServer(testing::MakeRepository("cap_repo"), options);
+  ASSERT_NE(server, nullptr);
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server->grpc_port()),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = inference::GRPCInferenceService::NewStub(channel);
+  HostTensor input = testing::ReadReference("mlp", 0, "input");
+  // An open stream holds the only slot: once it has answered, its handler is running.
+  grpc::ClientContext stream_ctx;
+  auto stream = stub->ModelStreamInfer(&stream_ctx);
+  ASSERT_TRUE(stream->Write(testing::RawInferRequest("mlp", input)));
+  inference::ModelStreamInferResponse first;
+  ASSERT_TRUE(stream->Read(&first));
+  EXPECT_EQ(first.error_message(), "");
+  {
+    grpc::ClientContext ctx;
+    inference::ModelInferResponse r;
+    grpc::Status s = stub->ModelInfer(&ctx, testing::RawInferRequest("mlp", input), &r);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_THAT(s.error_message(), HasSubstr("concurrent call limit"));
+  }
+  {
+    // Probes are not counted: a busy server is not a dead one.
+    grpc::ClientContext ctx;
+    inference::ServerLiveResponse live;
+    EXPECT_TRUE(stub->ServerLive(&ctx, {}, &live).ok());
+  }
+  stream->WritesDone();
+  ASSERT_TRUE(stream->Finish().ok());
+  // The slot is free again once the stream has finished.
+  grpc::ClientContext ctx;
+  inference::ModelInferResponse r;
+  ASSERT_TRUE(stub->ModelInfer(&ctx, testing::RawInferRequest("mlp", input), &r).ok());
 }
 
 TEST_F(GrpcServerTest, LoadAndUnloadWhileRequestsFlow) {
@@ -173,7 +234,10 @@ TEST_F(GrpcServerTest, LoadAndUnloadWhileRequestsFlow) {
       while (!stop) {
         inference::ModelInferResponse r;
         grpc::Status s = Infer(MlpRequest(input), &r);
-        if (s.ok() && r.raw_output_contents(0).size() == expected.byte_size()) ++ok; else ++failed;
+        if (s.ok() && r.raw_output_contents(0).size() == expected.byte_size())
+          ++ok;
+        else
+          ++failed;
       }
     });
   }
@@ -222,7 +286,8 @@ TEST(GrpcAdminTest, TokenIsRequiredAndFunctionsAreListed) {
     q.set_model_name("mlp");
     inference::RepositoryModelUnloadResponse r;
     auto stub = inference::GRPCInferenceService::NewStub(channel);
-    EXPECT_EQ(stub->RepositoryModelUnload(&ctx, q, &r).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(stub->RepositoryModelUnload(&ctx, q, &r).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
   }
   grpc::ClientContext ctx;
   ctx.AddMetadata("authorization", "Bearer s3cret");
@@ -248,13 +313,84 @@ TEST(GrpcAdminTest, TokenIsRequiredAndFunctionsAreListed) {
   EXPECT_EQ(admin->PatchFunction(&ctx3, {}, &pr).error_code(), grpc::StatusCode::UNIMPLEMENTED);
 }
 
+TEST_F(GrpcServerTest, LoadParametersAreValidatedLikeHttp) {
+  for (const testing::BadLoadCase& c : testing::BadLoadCases()) {
+    inference::RepositoryModelLoadRequest q;
+    q.set_model_name(c.model);
+    for (const auto& p : c.params) {
+      inference::ModelRepositoryParameter& param = (*q.mutable_parameters())[p.key];
+      switch (p.kind) {
+        case testing::BadLoadCase::Param::kString:
+          param.set_string_param(p.value);
+          break;
+        case testing::BadLoadCase::Param::kBytes:
+          param.set_bytes_param(p.value);
+          break;
+        case testing::BadLoadCase::Param::kInt:
+          param.set_int64_param(std::stoi(p.value));
+          break;
+      }
+    }
+    grpc::ClientContext ctx;
+    inference::RepositoryModelLoadResponse r;
+    grpc::Status s = stub_->RepositoryModelLoad(&ctx, q, &r);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.what;
+    EXPECT_EQ(s.error_message(), c.message) << c.what;
+  }
+  {
+    grpc::ClientContext ctx;
+    inference::RepositoryModelUnloadRequest q;
+    q.set_model_name("a\nb");
+    inference::RepositoryModelUnloadResponse r;
+    grpc::Status s = stub_->RepositoryModelUnload(&ctx, q, &r);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("invalid model name"));
+  }
+  // A good inline load: the model's bytes in a file: parameter.
+  inference::RepositoryModelLoadRequest q;
+  q.set_model_name("mlp_grpc");
+  (*q.mutable_parameters())["file:4/model.onnx"].set_bytes_param(testing::ReadExampleModel("mlp"));
+  grpc::ClientContext ctx;
+  inference::RepositoryModelLoadResponse lr;
+  grpc::Status s = stub_->RepositoryModelLoad(&ctx, q, &lr);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  HostTensor input = testing::ReadReference("mlp", 2, "input");
+  inference::ModelInferResponse r;
+  ASSERT_TRUE(Infer(testing::RawInferRequest("mlp_grpc", input), &r).ok());
+  EXPECT_EQ(r.model_version(), "4");
+  testing::ExpectClose(reinterpret_cast<const float*>(r.raw_output_contents(0).data()),
+                       testing::ReadReference("mlp", 2, "output"));
+}
+
+TEST(GrpcAdminTest, InlineLoadNamesFollowRepositoryRules) {
+  auto server = testing::StartServer(testing::MakeRepository("inline_names_repo"));
+  ASSERT_NE(server, nullptr);
+  auto admin = cuvil::admin::v1::ModelAdmin::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(server->grpc_port()), grpc::InsecureChannelCredentials()));
+  const std::string bytes = testing::ReadExampleModel("mlp");
+  for (const std::string& name : {std::string("a/b"), std::string(".."), std::string("a\\b"),
+                                  std::string("tab\there"), std::string(300, 'n'), std::string()}) {
+    grpc::ClientContext ctx;
+    cuvil::admin::v1::LoadModelRequest q;
+    q.set_name(name);
+    q.set_onnx_model(bytes);
+    q.set_wait(true);
+    cuvil::admin::v1::LoadModelResponse r;
+    grpc::Status s = admin->LoadModel(&ctx, q, &r);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << name;
+    EXPECT_THAT(s.error_message(), HasSubstr("invalid model name")) << name;
+  }
+  EXPECT_EQ(server->models()->Index().size(), 2u);  // Nothing was added.
+}
+
 TEST(GrpcAdminTest, InlineLoadAndBadModelKeepOthersServing) {
   auto server = testing::StartServer(testing::MakeRepository("inline_repo"));
   ASSERT_NE(server, nullptr);
   auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server->grpc_port()),
                                      grpc::InsecureChannelCredentials());
   auto admin = cuvil::admin::v1::ModelAdmin::NewStub(channel);
-  std::ifstream f(testing::SourceDir() + "/examples/model-repository/mlp/1/model.onnx", std::ios::binary);
+  std::ifstream f(testing::SourceDir() + "/examples/model-repository/mlp/1/model.onnx",
+                  std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   {
     grpc::ClientContext ctx;

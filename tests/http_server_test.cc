@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/escaping.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server_test_util.h"
@@ -26,8 +27,10 @@ class HttpServerTest : public ::testing::Test {
   json InferBody(const HostTensor& input) {
     json data = json::array();
     for (int64_t i = 0; i < input.num_elements(); ++i) data.push_back(input.data_as<float>()[i]);
-    return {{"id", "abc"},
-            {"inputs", {{{"name", "input"}, {"datatype", "FP32"}, {"shape", input.shape()}, {"data", data}}}}};
+    return {
+        {"id", "abc"},
+        {"inputs",
+         {{{"name", "input"}, {"datatype", "FP32"}, {"shape", input.shape()}, {"data", data}}}}};
   }
 
   std::unique_ptr<CuvilServer> server_;
@@ -67,11 +70,15 @@ TEST_F(HttpServerTest, JsonInferMatchesReference) {
 TEST_F(HttpServerTest, BinaryTensorExtension) {
   HostTensor input = testing::ReadReference("lenet", 2, "input");
   HostTensor expected = testing::ReadReference("lenet", 2, "output");
-  json header = {{"inputs", {{{"name", "input"}, {"datatype", "FP32"}, {"shape", input.shape()},
-                              {"parameters", {{"binary_data_size", input.byte_size()}}}}}},
+  json header = {{"inputs",
+                  {{{"name", "input"},
+                    {"datatype", "FP32"},
+                    {"shape", input.shape()},
+                    {"parameters", {{"binary_data_size", input.byte_size()}}}}}},
                  {"outputs", {{{"name", "output"}, {"parameters", {{"binary_data", true}}}}}}};
   std::string head = header.dump();
-  std::string body = head + std::string(reinterpret_cast<const char*>(input.data()), input.byte_size());
+  std::string body =
+      head + std::string(reinterpret_cast<const char*>(input.data()), input.byte_size());
   httplib::Headers headers = {{"Inference-Header-Content-Length", std::to_string(head.size())}};
   auto res = client_->Post("/v2/models/lenet/infer", headers, body, "application/octet-stream");
   ASSERT_EQ(res->status, 200) << res->body;
@@ -84,7 +91,8 @@ TEST_F(HttpServerTest, BinaryTensorExtension) {
 
 TEST_F(HttpServerTest, ErrorsUseTritonStatusMapping) {
   HostTensor input = testing::ReadReference("mlp", 0, "input");
-  auto unknown = client_->Post("/v2/models/nope/infer", InferBody(input).dump(), "application/json");
+  auto unknown =
+      client_->Post("/v2/models/nope/infer", InferBody(input).dump(), "application/json");
   EXPECT_EQ(unknown->status, 404);
   EXPECT_THAT(json::parse(unknown->body)["error"].get<std::string>(), HasSubstr("nope"));
   json bad_shape = InferBody(input);
@@ -102,18 +110,212 @@ TEST_F(HttpServerTest, ErrorsUseTritonStatusMapping) {
   ASSERT_EQ(index->status, 200);
   EXPECT_EQ(json::parse(index->body).size(), 2u);
   // The model still serves.
-  EXPECT_EQ(client_->Post("/v2/models/mlp/infer", InferBody(input).dump(), "application/json")->status, 200);
+  EXPECT_EQ(
+      client_->Post("/v2/models/mlp/infer", InferBody(input).dump(), "application/json")->status,
+      200);
 }
 
 TEST_F(HttpServerTest, UnloadAndLoadThroughRepositoryApi) {
   httplib::Headers auth = {{"Authorization", "Bearer tok"}};
-  ASSERT_EQ(client_->Post("/v2/repository/models/lenet/unload", auth, "", "application/json")->status, 200);
+  ASSERT_EQ(
+      client_->Post("/v2/repository/models/lenet/unload", auth, "", "application/json")->status,
+      200);
   EXPECT_EQ(client_->Get("/v2/models/lenet/ready")->status, 400);
-  ASSERT_EQ(client_->Post("/v2/repository/models/lenet/load", auth, "", "application/json")->status, 200);
+  ASSERT_EQ(client_->Post("/v2/repository/models/lenet/load", auth, "", "application/json")->status,
+            200);
   EXPECT_EQ(client_->Get("/v2/models/lenet/ready")->status, 200);
   auto stats = client_->Get("/v2/models/mlp/stats");
   ASSERT_EQ(stats->status, 200);
-  EXPECT_EQ(json::parse(stats->body)["model_stats"][0]["inference_count"], 0);  // Warmup is not counted.
+  EXPECT_EQ(json::parse(stats->body)["model_stats"][0]["inference_count"],
+            0);  // Warmup is not counted.
+}
+
+TEST_F(HttpServerTest, AdminAndRepositoryRoutesRefuseBrowsers) {
+  const std::string self = "127.0.0.1:" + std::to_string(server_->http_port());
+  auto error = [](const httplib::Result& res) {
+    return json::parse(res->body)["error"].get<std::string>();
+  };
+  // A form or a "simple" fetch cannot send application/json cross-origin without a preflight.
+  for (const char* type : {"text/plain", "application/x-www-form-urlencoded"}) {
+    httplib::Headers auth = {{"Authorization", "Bearer tok"}};
+    auto res = client_->Post("/v2/repository/models/lenet/unload", auth, "{}", type);
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 415) << type;
+    EXPECT_THAT(error(res), HasSubstr("Content-Type: application/json"));
+  }
+  {
+    // No Content-Type at all (a body-less fetch or form).
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v2/admin/models/lenet/unload";
+    req.headers = {{"Authorization", "Bearer tok"}, {"Content-Length", "0"}};
+    auto res = client_->send(req);
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 415);
+    EXPECT_THAT(error(res), HasSubstr("got none"));
+  }
+  // A page from another origin, and DNS rebinding (a foreign Host on a loopback-bound server).
+  httplib::Headers cross = {{"Authorization", "Bearer tok"}, {"Origin", "http://evil.example"}};
+  auto res = client_->Post("/v2/repository/models/lenet/unload", cross, "{}", "application/json");
+  EXPECT_EQ(res->status, 403);
+  EXPECT_THAT(error(res), HasSubstr("cross-origin"));
+  httplib::Headers rebound = {{"Authorization", "Bearer tok"},
+                              {"Host", "evil.example:" + std::to_string(server_->http_port())}};
+  res = client_->Post("/v2/repository/models/lenet/unload", rebound, "{}", "application/json");
+  EXPECT_EQ(res->status, 403);
+  EXPECT_THAT(error(res), HasSubstr("not a loopback name"));
+  res = client_->Get("/v2/admin/models", rebound);
+  EXPECT_EQ(res->status, 403);
+  // Nothing was unloaded.
+  EXPECT_EQ(client_->Get("/v2/models/lenet/ready")->status, 200);
+
+  // The same origin, and clients that send no Origin, still work.
+  httplib::Headers same = {{"Authorization", "Bearer tok"}, {"Origin", "http://" + self}};
+  res = client_->Post("/v2/repository/index", same, "", "application/json; charset=utf-8");
+  EXPECT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(client_->Get("/v2/admin/models", {{"Authorization", "Bearer tok"}})->status, 200);
+
+  // Inference routes are untouched: Triton clients send octet-stream, text or nothing.
+  HostTensor input = testing::ReadReference("mlp", 0, "input");
+  std::string body = InferBody(input).dump();
+  for (const char* type : {"text/plain", "application/octet-stream"}) {
+    EXPECT_EQ(client_->Post("/v2/models/mlp/infer", body, type)->status, 200) << type;
+  }
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v2/models/mlp/infer";
+  req.body = body;
+  req.headers = {{"Content-Length", std::to_string(body.size())}};
+  res = client_->send(req);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+}
+
+TEST_F(HttpServerTest, DeepJsonIsRefusedBeforeTheModelIsLookedUp) {
+  // Balanced, so a parser would accept it; the model does not exist, so only a check that runs
+  // first can answer 400 rather than 404.
+  const int depth = 100000;
+  std::string body = R"({"inputs":)" + std::string(depth, '[') + std::string(depth, ']') + "}";
+  auto res = client_->Post("/v2/models/nope/infer", body, "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  EXPECT_EQ(json::parse(res->body)["error"], "JSON nesting deeper than 64");
+  httplib::Headers auth = {{"Authorization", "Bearer tok"}};
+  res =
+      client_->Post("/v2/admin/models/load", auth,
+                    R"({"name":"x","deep":)" + std::string(100, '[') + std::string(100, ']') + "}",
+                    "application/json");
+  EXPECT_EQ(res->status, 400);
+  EXPECT_EQ(json::parse(res->body)["error"], "JSON nesting deeper than 64");
+}
+
+TEST_F(HttpServerTest, LoadParametersAreValidatedLikeGrpc) {
+  httplib::Headers auth = {{"Authorization", "Bearer tok"}};
+  for (const testing::BadLoadCase& c : testing::BadLoadCases()) {
+    json params = json::object();
+    for (const auto& p : c.params) {
+      switch (p.kind) {
+        case testing::BadLoadCase::Param::kString:
+          params[p.key] = p.value;
+          break;
+        case testing::BadLoadCase::Param::kBytes:
+          params[p.key] = absl::Base64Escape(p.value);
+          break;
+        case testing::BadLoadCase::Param::kInt:
+          params[p.key] = std::stoi(p.value);
+          break;
+      }
+    }
+    std::string body = json{{"parameters", params}}.dump();
+    auto res = client_->Post("/v2/repository/models/" + c.url_model + "/load", auth, body,
+                             "application/json");
+    ASSERT_TRUE(res) << c.what;
+    EXPECT_EQ(res->status, 400) << c.what << ": " << res->body;
+    EXPECT_EQ(json::parse(res->body)["error"], c.message) << c.what;
+  }
+  // Admin inline loads follow the same name rules.
+  std::string onnx = absl::Base64Escape(testing::ReadExampleModel("mlp"));
+  for (const char* name : {"a/b", "..", "a\\b"}) {
+    json load = {{"name", name}, {"onnx_model_base64", onnx}};
+    auto res = client_->Post("/v2/admin/models/load", auth, load.dump(), "application/json");
+    EXPECT_EQ(res->status, 400) << name;
+    EXPECT_THAT(json::parse(res->body)["error"].get<std::string>(),
+                HasSubstr("invalid model name"));
+  }
+  EXPECT_EQ(client_->Get("/v2/models/lenet/ready")->status, 200);
+  auto index = client_->Post("/v2/repository/index", auth, "", "application/json");
+  EXPECT_EQ(json::parse(index->body).size(), 2u);  // No model was added.
+
+  // A good inline load through the file: parameter (base64 over HTTP) serves.
+  json good = {{"parameters", {{"file:2/model.onnx", onnx}}}};
+  auto res =
+      client_->Post("/v2/repository/models/mlp_http/load", auth, good.dump(), "application/json");
+  ASSERT_EQ(res->status, 200) << res->body;
+  HostTensor input = testing::ReadReference("mlp", 1, "input");
+  res = client_->Post("/v2/models/mlp_http/infer", InferBody(input).dump(), "application/json");
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(json::parse(res->body)["model_version"], "2");
+}
+
+TEST(HttpServerLimitsTest, OversizedBodiesGet413) {
+  ServerOptions options;
+  options.max_request_bytes = 1000;
+  auto server = testing::StartServer(testing::MakeRepository("http_limits_repo"), options);
+  ASSERT_NE(server, nullptr);
+  httplib::Client client("127.0.0.1", server->http_port());
+  std::string big(2000, ' ');
+  big[0] = '{';
+  big.back() = '}';
+  auto res = client.Post("/v2/models/mlp/infer", big, "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 413);
+  EXPECT_THAT(json::parse(res->body)["error"].get<std::string>(), HasSubstr("exceeds"));
+  // Chunked: no Content-Length for the server to check up front.
+  res = client.Post(
+      "/v2/models/mlp/infer",
+      [&big](size_t offset, httplib::DataSink& sink) {
+        if (offset < big.size()) {
+          sink.write(big.data() + offset, std::min<size_t>(100, big.size() - offset));
+        } else {
+          sink.done();
+        }
+        return true;
+      },
+      "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 413);
+  EXPECT_THAT(json::parse(res->body)["error"].get<std::string>(), HasSubstr("max_request_bytes"));
+  // A body within the limit is served.
+  httplib::Client fresh("127.0.0.1", server->http_port());
+  EXPECT_EQ(fresh.Get("/v2/health/ready")->status, 200);
+}
+
+TEST(ServerStartTest, NonLoopbackBindNeedsATokenOrInsecureAdmin) {
+  std::string repo = testing::MakeRepository("bind_repo");
+  ServerOptions options;
+  options.model_repositories = {repo};
+  options.control_mode = ServerOptions::ControlMode::kExplicit;  // No models: a quick start.
+  options.grpc_port = options.http_port = options.metrics_port = 0;
+  options.bind_address = "0.0.0.0";
+  auto refused = CuvilServer::Start(options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("--admin-token-file"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("--insecure-admin"));
+  options.insecure_admin = true;
+  auto insecure = CuvilServer::Start(options);
+  ASSERT_TRUE(insecure.ok()) << insecure.status();
+  (*insecure)->Shutdown();
+  options.insecure_admin = false;
+  options.admin_token = "tok";
+  auto with_token = CuvilServer::Start(options);
+  ASSERT_TRUE(with_token.ok()) << with_token.status();
+  // Bound to every address, the Host check is off but the token is still needed.
+  httplib::Client client("127.0.0.1", (*with_token)->http_port());
+  httplib::Headers headers = {{"Host", "inference.example"}};
+  EXPECT_EQ(client.Get("/v2/admin/models", headers)->status, 401);
+  headers.emplace("Authorization", "Bearer tok");
+  EXPECT_EQ(client.Get("/v2/admin/models", headers)->status, 200);
 }
 
 }  // namespace

@@ -1,7 +1,11 @@
 #include "admin_operations.h"
 
+#include <algorithm>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "load_parameters.h"
+#include "model_name.h"
 
 namespace cuvil {
 namespace {
@@ -32,15 +36,26 @@ absl::Status AdminOperations::Authorize(const std::string& authorization) const 
 
 absl::StatusOr<cuvil::admin::v1::LoadModelResponse> AdminOperations::LoadModel(
     const cuvil::admin::v1::LoadModelRequest& request) {
-  LoadRequest load;
-  load.name = request.name();
-  load.config_pbtxt = request.config_pbtxt();
-  load.wait = request.wait();
-  if (!request.onnx_model().empty()) {
-    int64_t version = request.version() > 0 ? request.version() : 1;
-    load.model_bytes[version] = request.onnx_model();
+  if (request.version() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("version must be positive (0: version 1), got ", request.version()));
   }
-  if (auto s = models_->Load(load); !s.ok()) return s;
+  // The inline model goes through Triton's load-parameter parser so the name and file rules are
+  // the same as for RepositoryModelLoad.
+  LoadParametersInput input;
+  input.model_name = request.name();
+  if (!request.onnx_model().empty()) {
+    const int64_t version = request.version() > 0 ? request.version() : 1;
+    LoadParameter& file = input.parameters.emplace_back();
+    file.key = absl::StrCat("file:", version, "/model.onnx");
+    file.type = LoadParameter::Type::kBytes;
+    file.value = request.onnx_model();
+  }
+  absl::StatusOr<LoadRequest> load = ParseLoadParameters(input);
+  if (!load.ok()) return load.status();
+  load->config_pbtxt = request.config_pbtxt();
+  load->wait = request.wait();
+  if (auto s = models_->Load(*load); !s.ok()) return s;
   cuvil::admin::v1::LoadModelResponse response;
   response.set_name(request.name());
   for (const VersionStatus& v : models_->Versions(request.name())) response.add_versions(v.version);
@@ -48,8 +63,10 @@ absl::StatusOr<cuvil::admin::v1::LoadModelResponse> AdminOperations::LoadModel(
 }
 
 absl::Status AdminOperations::UnloadModel(const cuvil::admin::v1::UnloadModelRequest& request) {
+  if (absl::Status s = ValidateModelName(request.name()); !s.ok()) return s;
   if (request.version() != 0) {
-    return absl::UnimplementedError("unloading a single version is not supported; unload the model");
+    return absl::UnimplementedError(
+        "unloading a single version is not supported; unload the model");
   }
   return models_->Unload(request.name());
 }
@@ -76,7 +93,8 @@ cuvil::admin::v1::ListModelsResponse AdminOperations::ListModels() const {
 
 absl::StatusOr<cuvil::admin::v1::ListFunctionsResponse> AdminOperations::ListFunctions(
     const cuvil::admin::v1::ListFunctionsRequest& request) const {
-  auto model = models_->Get(request.name(), request.version() > 0 ? absl::StrCat(request.version()) : "");
+  auto model =
+      models_->Get(request.name(), request.version() > 0 ? absl::StrCat(request.version()) : "");
   if (!model.ok()) return model.status();
   cuvil::admin::v1::ListFunctionsResponse response;
   for (const KernelFunction& k : (*model)->loaded().model().kernels) {
@@ -91,7 +109,8 @@ absl::StatusOr<cuvil::admin::v1::ListFunctionsResponse> AdminOperations::ListFun
 }
 
 absl::Status AdminOperations::NotYetImplemented(const std::string& operation) const {
-  return absl::UnimplementedError(absl::StrCat(operation, " is not implemented yet (hot patching)"));
+  return absl::UnimplementedError(
+      absl::StrCat(operation, " is not implemented yet (hot patching)"));
 }
 
 }  // namespace cuvil

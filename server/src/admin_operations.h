@@ -21,10 +21,18 @@ class AdminOperations {
   // Unauthenticated otherwise.
   absl::Status Authorize(const std::string& authorization) const;
 
+  // Loads `request.name` from the repository, or inline from its ONNX bytes (as version
+  // `request.version`, 1 when 0) and config_pbtxt. The name and the inline model pass the same
+  // checks as Triton's load parameters (ParseLoadParameters): InvalidArgument otherwise, before
+  // anything is loaded. Returns the model's versions after the load.
   absl::StatusOr<cuvil::admin::v1::LoadModelResponse> LoadModel(
       const cuvil::admin::v1::LoadModelRequest& request);
+  // Unloads every version of a model; InvalidArgument for a malformed name, Unimplemented for a
+  // single version.
   absl::Status UnloadModel(const cuvil::admin::v1::UnloadModelRequest& request);
+  // Every known version with its state, JIT namespace, compile time and memory.
   cuvil::admin::v1::ListModelsResponse ListModels() const;
+  // The compiled functions of one READY version; NotFound / Unavailable as ModelManager::Get.
   absl::StatusOr<cuvil::admin::v1::ListFunctionsResponse> ListFunctions(
       const cuvil::admin::v1::ListFunctionsRequest& request) const;
   // PatchFunction, Rollback, Snapshot, RestoreSnapshot: Unimplemented until hot patching lands.

@@ -1,6 +1,9 @@
 #include "grpc_service.h"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <climits>
 #include <cstring>
 
 #include "absl/strings/numbers.h"
@@ -10,7 +13,10 @@
 #include "cuvil/server/model_config.h"
 #include "grpc_service.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/resource_quota.h"
 #include "health.grpc.pb.h"
+#include "load_parameters.h"
+#include "model_name.h"
 
 namespace cuvil {
 namespace {
@@ -26,14 +32,80 @@ std::string Metadata(grpc::ServerContext* ctx, const std::string& key) {
   return std::string(it->second.data(), it->second.size());
 }
 
+// Bounds the calls in progress: the sync server runs each on a thread of its own, so without a
+// cap slow clients or long streams could make it start threads without end. Thread-safe.
+class CallLimiter {
+ public:
+  explicit CallLimiter(int max_calls) : max_calls_(std::max(1, max_calls)) {}
+
+  // Holds one slot while alive; ok() is false when the limit was reached (nothing is held).
+  class Slot {
+   public:
+    explicit Slot(CallLimiter* limiter) : limiter_(limiter) {
+      if (limiter_->in_flight_.fetch_add(1, std::memory_order_acq_rel) >= limiter_->max_calls_) {
+        limiter_->in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+        limiter_ = nullptr;
+      }
+    }
+    ~Slot() {
+      if (limiter_ != nullptr) limiter_->in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+    Slot(const Slot&) = delete;
+    Slot& operator=(const Slot&) = delete;
+    bool ok() const { return limiter_ != nullptr; }
+
+   private:
+    CallLimiter* limiter_;
+  };
+
+  // The status a call refused for want of a slot gets.
+  grpc::Status Busy() const {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrCat("server is busy: ", max_calls_,
+                                     " calls are already in progress (the concurrent call limit); "
+                                     "retry later"));
+  }
+
+  // Runs `fn` (returning grpc::Status) in a slot, or answers Busy() when none is free.
+  template <typename Fn>
+  grpc::Status Run(Fn&& fn) {
+    Slot slot(this);
+    if (!slot.ok()) return Busy();
+    return fn();
+  }
+
+ private:
+  const int max_calls_;
+  std::atomic<int> in_flight_{0};
+};
+
+// Converts gRPC's load parameters into the shared parser's input; views point into `q`.
+LoadParametersInput LoadInput(const inference::RepositoryModelLoadRequest& q) {
+  LoadParametersInput input;
+  input.model_name = q.model_name();
+  input.parameters.reserve(q.parameters().size());
+  for (const auto& [key, param] : q.parameters()) {
+    LoadParameter& p = input.parameters.emplace_back();
+    p.key = key;
+    if (param.has_string_param()) {
+      p.type = LoadParameter::Type::kString;
+      p.value = param.string_param();
+    } else if (param.has_bytes_param()) {
+      p.type = LoadParameter::Type::kBytes;
+      p.value = param.bytes_param();
+    }
+  }
+  return input;
+}
+
 template <typename T>
 void AppendTyped(const google::protobuf::RepeatedField<T>& src, std::string* out) {
   out->append(reinterpret_cast<const char*>(src.data()), src.size() * sizeof(T));
 }
 
 // Converts typed `contents` into raw little-endian bytes of `dtype`.
-absl::Status ContentsToBytes(const inference::InferTensorContents& c, DType dtype, const std::string& name,
-                             std::string* out) {
+absl::Status ContentsToBytes(const inference::InferTensorContents& c, DType dtype,
+                             const std::string& name, std::string* out) {
   auto narrow = [&](auto tag, const auto& src) {
     using T = decltype(tag);
     for (auto v : src) {
@@ -42,19 +114,42 @@ absl::Status ContentsToBytes(const inference::InferTensorContents& c, DType dtyp
     }
   };
   switch (dtype) {
-    case DType::kFloat32: AppendTyped(c.fp32_contents(), out); break;
-    case DType::kFloat64: AppendTyped(c.fp64_contents(), out); break;
-    case DType::kInt64: AppendTyped(c.int64_contents(), out); break;
-    case DType::kUInt64: AppendTyped(c.uint64_contents(), out); break;
-    case DType::kInt32: AppendTyped(c.int_contents(), out); break;
-    case DType::kInt16: narrow(int16_t{}, c.int_contents()); break;
-    case DType::kInt8: narrow(int8_t{}, c.int_contents()); break;
-    case DType::kUInt32: AppendTyped(c.uint_contents(), out); break;
-    case DType::kUInt16: narrow(uint16_t{}, c.uint_contents()); break;
-    case DType::kUInt8: narrow(uint8_t{}, c.uint_contents()); break;
-    case DType::kBool: narrow(uint8_t{}, c.bool_contents()); break;
+    case DType::kFloat32:
+      AppendTyped(c.fp32_contents(), out);
+      break;
+    case DType::kFloat64:
+      AppendTyped(c.fp64_contents(), out);
+      break;
+    case DType::kInt64:
+      AppendTyped(c.int64_contents(), out);
+      break;
+    case DType::kUInt64:
+      AppendTyped(c.uint64_contents(), out);
+      break;
+    case DType::kInt32:
+      AppendTyped(c.int_contents(), out);
+      break;
+    case DType::kInt16:
+      narrow(int16_t{}, c.int_contents());
+      break;
+    case DType::kInt8:
+      narrow(int8_t{}, c.int_contents());
+      break;
+    case DType::kUInt32:
+      AppendTyped(c.uint_contents(), out);
+      break;
+    case DType::kUInt16:
+      narrow(uint16_t{}, c.uint_contents());
+      break;
+    case DType::kUInt8:
+      narrow(uint8_t{}, c.uint_contents());
+      break;
+    case DType::kBool:
+      narrow(uint8_t{}, c.bool_contents());
+      break;
     default:
-      return absl::InvalidArgumentError(absl::StrCat("input '", name, "': datatype has no typed contents"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", name, "': datatype has no typed contents"));
   }
   return absl::OkStatus();
 }
@@ -62,9 +157,15 @@ absl::Status ContentsToBytes(const inference::InferTensorContents& c, DType dtyp
 class InferenceServiceImpl final : public inference::GRPCInferenceService::Service {
  public:
   InferenceServiceImpl(ModelManager* models, AdminOperations* admin, const ServerInfo* info,
-                       int64_t max_request_bytes)
-      : models_(models), admin_(admin), info_(info), max_request_bytes_(max_request_bytes) {}
+                       int64_t max_request_bytes, CallLimiter* limiter)
+      : models_(models),
+        admin_(admin),
+        info_(info),
+        max_request_bytes_(max_request_bytes),
+        limiter_(limiter) {}
 
+  // Liveness and readiness probes skip the call limit: they are quick, and a busy server must
+  // not look dead to its orchestrator.
   grpc::Status ServerLive(grpc::ServerContext*, const inference::ServerLiveRequest*,
                           inference::ServerLiveResponse* r) override {
     r->set_live(true);
@@ -79,25 +180,127 @@ class InferenceServiceImpl final : public inference::GRPCInferenceService::Servi
 
   grpc::Status ModelReady(grpc::ServerContext*, const inference::ModelReadyRequest* q,
                           inference::ModelReadyResponse* r) override {
-    r->set_ready(models_->Get(q->name(), q->version()).ok());
-    return grpc::Status::OK;
+    return limiter_->Run([&] {
+      r->set_ready(models_->Get(q->name(), q->version()).ok());
+      return grpc::Status::OK;
+    });
   }
 
   grpc::Status ServerMetadata(grpc::ServerContext*, const inference::ServerMetadataRequest*,
                               inference::ServerMetadataResponse* r) override {
-    r->set_name(info_->name);
-    r->set_version(info_->version);
-    for (const auto& e : info_->extensions) r->add_extensions(e);
-    return grpc::Status::OK;
+    return limiter_->Run([&] {
+      r->set_name(info_->name);
+      r->set_version(info_->version);
+      for (const auto& e : info_->extensions) r->add_extensions(e);
+      return grpc::Status::OK;
+    });
   }
 
   grpc::Status ModelMetadata(grpc::ServerContext*, const inference::ModelMetadataRequest* q,
                              inference::ModelMetadataResponse* r) override {
-    auto model = models_->Get(q->name(), q->version());
+    return limiter_->Run([&] { return FillMetadata(*q, r); });
+  }
+
+  grpc::Status ModelInfer(grpc::ServerContext* ctx, const inference::ModelInferRequest* q,
+                          inference::ModelInferResponse* r) override {
+    return limiter_->Run([&] { return ToGrpc(Infer(ctx, *q, r)); });
+  }
+
+  // A stream holds one call slot for as long as it is open.
+  grpc::Status ModelStreamInfer(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<inference::ModelStreamInferResponse, inference::ModelInferRequest>*
+          stream) override {
+    return limiter_->Run([&] {
+      inference::ModelInferRequest q;
+      while (stream->Read(&q)) {
+        inference::ModelStreamInferResponse out;
+        absl::Status s = Infer(ctx, q, out.mutable_infer_response());
+        if (!s.ok()) {
+          out.set_error_message(std::string(s.message()));
+          out.mutable_infer_response()->set_id(q.id());
+          out.mutable_infer_response()->set_model_name(q.model_name());
+        }
+        if (!stream->Write(out)) break;
+      }
+      return grpc::Status::OK;
+    });
+  }
+
+  grpc::Status ModelConfig(grpc::ServerContext*, const inference::ModelConfigRequest* q,
+                           inference::ModelConfigResponse* r) override {
+    return limiter_->Run([&] {
+      auto model = models_->Get(q->name(), q->version());
+      if (!model.ok()) return ToGrpc(model.status());
+      *r->mutable_config() = (*model)->config();
+      return grpc::Status::OK;
+    });
+  }
+
+  grpc::Status ModelStatistics(grpc::ServerContext*, const inference::ModelStatisticsRequest* q,
+                               inference::ModelStatisticsResponse* r) override {
+    return limiter_->Run([&] {
+      bool found = false;
+      for (const VersionStatus& v : models_->Index()) {
+        if (!q->name().empty() && v.name != q->name()) continue;
+        if (!q->version().empty() && absl::StrCat(v.version) != q->version()) continue;
+        if (!v.model) continue;
+        found = true;
+        FillStats(v, r->add_model_stats());
+      }
+      if (!found && !q->name().empty()) {
+        return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                            absl::StrCat("no READY version of model '", q->name(), "'"));
+      }
+      return grpc::Status::OK;
+    });
+  }
+
+  grpc::Status RepositoryIndex(grpc::ServerContext* ctx, const inference::RepositoryIndexRequest* q,
+                               inference::RepositoryIndexResponse* r) override {
+    return limiter_->Run([&] {
+      if (auto s = admin_->Authorize(Metadata(ctx, "authorization")); !s.ok()) return ToGrpc(s);
+      for (const VersionStatus& v : models_->Index()) {
+        if (q->ready() && v.state != ModelState::kReady) continue;
+        auto* m = r->add_models();
+        m->set_name(v.name);
+        if (v.version > 0) m->set_version(absl::StrCat(v.version));
+        m->set_state(ModelStateName(v.state));
+        m->set_reason(v.reason);
+      }
+      return grpc::Status::OK;
+    });
+  }
+
+  grpc::Status RepositoryModelLoad(grpc::ServerContext* ctx,
+                                   const inference::RepositoryModelLoadRequest* q,
+                                   inference::RepositoryModelLoadResponse*) override {
+    return limiter_->Run([&] {
+      if (auto s = admin_->Authorize(Metadata(ctx, "authorization")); !s.ok()) return ToGrpc(s);
+      absl::StatusOr<LoadRequest> load = ParseLoadParameters(LoadInput(*q));
+      if (!load.ok()) return ToGrpc(load.status());
+      return ToGrpc(models_->Load(*load));
+    });
+  }
+
+  grpc::Status RepositoryModelUnload(grpc::ServerContext* ctx,
+                                     const inference::RepositoryModelUnloadRequest* q,
+                                     inference::RepositoryModelUnloadResponse*) override {
+    return limiter_->Run([&] {
+      if (auto s = admin_->Authorize(Metadata(ctx, "authorization")); !s.ok()) return ToGrpc(s);
+      if (auto s = ValidateModelName(q->model_name()); !s.ok()) return ToGrpc(s);
+      return ToGrpc(models_->Unload(q->model_name()));
+    });
+  }
+
+ private:
+  grpc::Status FillMetadata(const inference::ModelMetadataRequest& q,
+                            inference::ModelMetadataResponse* r) {
+    auto model = models_->Get(q.name(), q.version());
     if (!model.ok()) return ToGrpc(model.status());
     const auto& config = (*model)->config();
-    r->set_name(q->name());
-    for (const VersionStatus& v : models_->Versions(q->name())) {
+    r->set_name(q.name());
+    for (const VersionStatus& v : models_->Versions(q.name())) {
       if (v.state == ModelState::kReady) r->add_versions(absl::StrCat(v.version));
     }
     r->set_platform(config.platform().empty() ? config.backend() : config.platform());
@@ -114,96 +317,6 @@ class InferenceServiceImpl final : public inference::GRPCInferenceService::Servi
     fill((*model)->executable().outputs(), r->mutable_outputs());
     return grpc::Status::OK;
   }
-
-  grpc::Status ModelInfer(grpc::ServerContext* ctx, const inference::ModelInferRequest* q,
-                          inference::ModelInferResponse* r) override {
-    return ToGrpc(Infer(ctx, *q, r));
-  }
-
-  grpc::Status ModelStreamInfer(
-      grpc::ServerContext* ctx,
-      grpc::ServerReaderWriter<inference::ModelStreamInferResponse, inference::ModelInferRequest>* stream) override {
-    inference::ModelInferRequest q;
-    while (stream->Read(&q)) {
-      inference::ModelStreamInferResponse out;
-      absl::Status s = Infer(ctx, q, out.mutable_infer_response());
-      if (!s.ok()) {
-        out.set_error_message(std::string(s.message()));
-        out.mutable_infer_response()->set_id(q.id());
-        out.mutable_infer_response()->set_model_name(q.model_name());
-      }
-      if (!stream->Write(out)) break;
-    }
-    return grpc::Status::OK;
-  }
-
-  grpc::Status ModelConfig(grpc::ServerContext*, const inference::ModelConfigRequest* q,
-                           inference::ModelConfigResponse* r) override {
-    auto model = models_->Get(q->name(), q->version());
-    if (!model.ok()) return ToGrpc(model.status());
-    *r->mutable_config() = (*model)->config();
-    return grpc::Status::OK;
-  }
-
-  grpc::Status ModelStatistics(grpc::ServerContext*, const inference::ModelStatisticsRequest* q,
-                               inference::ModelStatisticsResponse* r) override {
-    bool found = false;
-    for (const VersionStatus& v : models_->Index()) {
-      if (!q->name().empty() && v.name != q->name()) continue;
-      if (!q->version().empty() && absl::StrCat(v.version) != q->version()) continue;
-      if (!v.model) continue;
-      found = true;
-      FillStats(v, r->add_model_stats());
-    }
-    if (!found && !q->name().empty()) {
-      return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                          absl::StrCat("no READY version of model '", q->name(), "'"));
-    }
-    return grpc::Status::OK;
-  }
-
-  grpc::Status RepositoryIndex(grpc::ServerContext* ctx, const inference::RepositoryIndexRequest* q,
-                               inference::RepositoryIndexResponse* r) override {
-    if (auto s = admin_->Authorize(Metadata(ctx, "authorization")); !s.ok()) return ToGrpc(s);
-    for (const VersionStatus& v : models_->Index()) {
-      if (q->ready() && v.state != ModelState::kReady) continue;
-      auto* m = r->add_models();
-      m->set_name(v.name);
-      if (v.version > 0) m->set_version(absl::StrCat(v.version));
-      m->set_state(ModelStateName(v.state));
-      m->set_reason(v.reason);
-    }
-    return grpc::Status::OK;
-  }
-
-  grpc::Status RepositoryModelLoad(grpc::ServerContext* ctx, const inference::RepositoryModelLoadRequest* q,
-                                   inference::RepositoryModelLoadResponse*) override {
-    if (auto s = admin_->Authorize(Metadata(ctx, "authorization")); !s.ok()) return ToGrpc(s);
-    LoadRequest load;
-    load.name = q->model_name();
-    for (const auto& [key, param] : q->parameters()) {
-      if (key == "config") {
-        load.config_json = param.string_param();
-      } else if (key.rfind("file:", 0) == 0) {
-        // "file:<version>/model.onnx" carries the model bytes inline.
-        std::string rest = key.substr(5);
-        int64_t version = 0;
-        if (!absl::SimpleAtoi(rest.substr(0, rest.find('/')), &version)) {
-          return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("bad load parameter '", key, "'"));
-        }
-        load.model_bytes[version] = param.bytes_param();
-      }
-    }
-    return ToGrpc(models_->Load(load));
-  }
-
-  grpc::Status RepositoryModelUnload(grpc::ServerContext* ctx, const inference::RepositoryModelUnloadRequest* q,
-                                     inference::RepositoryModelUnloadResponse*) override {
-    if (auto s = admin_->Authorize(Metadata(ctx, "authorization")); !s.ok()) return ToGrpc(s);
-    return ToGrpc(models_->Unload(q->model_name()));
-  }
-
- private:
   static void SetDuration(const DurationStat& d, inference::StatisticDuration* out) {
     out->set_count(d.count);
     out->set_ns(d.ns);
@@ -235,16 +348,19 @@ class InferenceServiceImpl final : public inference::GRPCInferenceService::Servi
 
   absl::Status Infer(grpc::ServerContext* ctx, const inference::ModelInferRequest& q,
                      inference::ModelInferResponse* r) {
+    // gRPC's own receive limit catches this first; a re-serialised size can still differ.
     if (static_cast<int64_t>(q.ByteSizeLong()) > max_request_bytes_) {
-      return absl::InvalidArgumentError(absl::StrCat("request of ", q.ByteSizeLong(),
-                                                     " bytes exceeds --max-request-bytes ", max_request_bytes_));
+      return absl::ResourceExhaustedError(absl::StrCat("request of ", q.ByteSizeLong(),
+                                                       " bytes exceeds --max-request-bytes ",
+                                                       max_request_bytes_));
     }
     auto model = models_->Get(q.model_name(), q.model_version());
     if (!model.ok()) return model.status();
     bool raw = q.raw_input_contents_size() > 0;
     if (raw && q.raw_input_contents_size() != q.inputs_size()) {
       return absl::InvalidArgumentError(absl::StrCat("expected ", q.inputs_size(),
-                                                     " raw_input_contents entries, got ", q.raw_input_contents_size()));
+                                                     " raw_input_contents entries, got ",
+                                                     q.raw_input_contents_size()));
     }
     // Typed contents are converted into buffers owned with the request.
     auto typed = std::make_shared<std::vector<std::string>>(q.inputs_size());
@@ -255,14 +371,18 @@ class InferenceServiceImpl final : public inference::GRPCInferenceService::Servi
       WireInput w{in.name(), in.datatype(), {in.shape().begin(), in.shape().end()}, nullptr, 0};
       if (raw) {
         if (in.has_contents()) {
-          return absl::InvalidArgumentError(absl::StrCat("input '", in.name(), "' has both contents and raw data"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("input '", in.name(), "' has both contents and raw data"));
         }
         w.data = reinterpret_cast<const uint8_t*>(q.raw_input_contents(i).data());
         w.byte_size = q.raw_input_contents(i).size();
       } else {
         auto dtype = DTypeFromKServeName(in.datatype());
-        if (!dtype.ok()) return absl::InvalidArgumentError(absl::StrCat("input '", in.name(), "': ", dtype.status().message()));
-        if (auto s = ContentsToBytes(in.contents(), *dtype, in.name(), &(*typed)[i]); !s.ok()) return s;
+        if (!dtype.ok())
+          return absl::InvalidArgumentError(
+              absl::StrCat("input '", in.name(), "': ", dtype.status().message()));
+        if (auto s = ContentsToBytes(in.contents(), *dtype, in.name(), &(*typed)[i]); !s.ok())
+          return s;
         w.data = reinterpret_cast<const uint8_t*>((*typed)[i].data());
         w.byte_size = (*typed)[i].size();
       }
@@ -270,10 +390,12 @@ class InferenceServiceImpl final : public inference::GRPCInferenceService::Servi
     }
     for (const auto& out : q.outputs()) wire.requested_outputs.push_back(out.name());
     if (auto it = q.parameters().find("priority"); it != q.parameters().end()) {
-      wire.priority = static_cast<uint32_t>(it->second.has_uint64_param() ? it->second.uint64_param() : it->second.int64_param());
+      wire.priority = static_cast<uint32_t>(
+          it->second.has_uint64_param() ? it->second.uint64_param() : it->second.int64_param());
     }
     if (auto it = q.parameters().find("timeout"); it != q.parameters().end()) {
-      wire.timeout_us = static_cast<uint64_t>(it->second.has_uint64_param() ? it->second.uint64_param() : it->second.int64_param());
+      wire.timeout_us = static_cast<uint64_t>(
+          it->second.has_uint64_param() ? it->second.uint64_param() : it->second.int64_param());
     }
     wire.holder = typed;  // `q` outlives the blocking call, so raw views need no copy.
     auto request = BuildInferenceRequest(**model, std::move(wire));
@@ -294,7 +416,8 @@ class InferenceServiceImpl final : public inference::GRPCInferenceService::Servi
       t->set_name(out.name);
       t->set_datatype(DTypeKServeName(out.tensor.dtype()));
       for (int64_t d : out.tensor.shape()) t->add_shape(d);
-      r->add_raw_output_contents()->assign(reinterpret_cast<const char*>(out.tensor.data()), out.tensor.byte_size());
+      r->add_raw_output_contents()->assign(reinterpret_cast<const char*>(out.tensor.data()),
+                                           out.tensor.byte_size());
     }
     return absl::OkStatus();
   }
@@ -303,6 +426,7 @@ class InferenceServiceImpl final : public inference::GRPCInferenceService::Servi
   AdminOperations* admin_;
   const ServerInfo* info_;
   int64_t max_request_bytes_;
+  CallLimiter* limiter_;
 };
 
 class HealthServiceImpl final : public grpc::health::v1::Health::Service {
@@ -321,78 +445,101 @@ class HealthServiceImpl final : public grpc::health::v1::Health::Service {
 
 class AdminServiceImpl final : public cuvil::admin::v1::ModelAdmin::Service {
  public:
-  explicit AdminServiceImpl(AdminOperations* admin) : admin_(admin) {}
+  AdminServiceImpl(AdminOperations* admin, CallLimiter* limiter)
+      : admin_(admin), limiter_(limiter) {}
   using Ctx = grpc::ServerContext;
   grpc::Status LoadModel(Ctx* c, const cuvil::admin::v1::LoadModelRequest* q,
                          cuvil::admin::v1::LoadModelResponse* r) override {
-    if (auto s = Auth(c); !s.ok()) return s;
-    auto out = admin_->LoadModel(*q);
-    if (!out.ok()) return ToGrpc(out.status());
-    *r = std::move(*out);
-    return grpc::Status::OK;
+    return Authorized(c, [&] {
+      auto out = admin_->LoadModel(*q);
+      if (!out.ok()) return ToGrpc(out.status());
+      *r = std::move(*out);
+      return grpc::Status::OK;
+    });
   }
   grpc::Status UnloadModel(Ctx* c, const cuvil::admin::v1::UnloadModelRequest* q,
                            cuvil::admin::v1::UnloadModelResponse*) override {
-    if (auto s = Auth(c); !s.ok()) return s;
-    return ToGrpc(admin_->UnloadModel(*q));
+    return Authorized(c, [&] { return ToGrpc(admin_->UnloadModel(*q)); });
   }
   grpc::Status ListModels(Ctx* c, const cuvil::admin::v1::ListModelsRequest*,
                           cuvil::admin::v1::ListModelsResponse* r) override {
-    if (auto s = Auth(c); !s.ok()) return s;
-    *r = admin_->ListModels();
-    return grpc::Status::OK;
+    return Authorized(c, [&] {
+      *r = admin_->ListModels();
+      return grpc::Status::OK;
+    });
   }
   grpc::Status ListFunctions(Ctx* c, const cuvil::admin::v1::ListFunctionsRequest* q,
                              cuvil::admin::v1::ListFunctionsResponse* r) override {
-    if (auto s = Auth(c); !s.ok()) return s;
-    auto out = admin_->ListFunctions(*q);
-    if (!out.ok()) return ToGrpc(out.status());
-    *r = std::move(*out);
-    return grpc::Status::OK;
+    return Authorized(c, [&] {
+      auto out = admin_->ListFunctions(*q);
+      if (!out.ok()) return ToGrpc(out.status());
+      *r = std::move(*out);
+      return grpc::Status::OK;
+    });
   }
   grpc::Status PatchFunction(Ctx* c, const cuvil::admin::v1::PatchFunctionRequest*,
                              cuvil::admin::v1::PatchFunctionResponse*) override {
-    if (auto s = Auth(c); !s.ok()) return s;
-    return ToGrpc(admin_->NotYetImplemented("PatchFunction"));
+    return Authorized(c, [&] { return ToGrpc(admin_->NotYetImplemented("PatchFunction")); });
   }
-  grpc::Status Rollback(Ctx* c, const cuvil::admin::v1::RollbackRequest*, cuvil::admin::v1::RollbackResponse*) override {
-    if (auto s = Auth(c); !s.ok()) return s;
-    return ToGrpc(admin_->NotYetImplemented("Rollback"));
+  grpc::Status Rollback(Ctx* c, const cuvil::admin::v1::RollbackRequest*,
+                        cuvil::admin::v1::RollbackResponse*) override {
+    return Authorized(c, [&] { return ToGrpc(admin_->NotYetImplemented("Rollback")); });
   }
-  grpc::Status Snapshot(Ctx* c, const cuvil::admin::v1::SnapshotRequest*, cuvil::admin::v1::SnapshotResponse*) override {
-    if (auto s = Auth(c); !s.ok()) return s;
-    return ToGrpc(admin_->NotYetImplemented("Snapshot"));
+  grpc::Status Snapshot(Ctx* c, const cuvil::admin::v1::SnapshotRequest*,
+                        cuvil::admin::v1::SnapshotResponse*) override {
+    return Authorized(c, [&] { return ToGrpc(admin_->NotYetImplemented("Snapshot")); });
   }
   grpc::Status RestoreSnapshot(Ctx* c, const cuvil::admin::v1::RestoreSnapshotRequest*,
                                cuvil::admin::v1::RestoreSnapshotResponse*) override {
-    if (auto s = Auth(c); !s.ok()) return s;
-    return ToGrpc(admin_->NotYetImplemented("RestoreSnapshot"));
+    return Authorized(c, [&] { return ToGrpc(admin_->NotYetImplemented("RestoreSnapshot")); });
   }
 
  private:
-  grpc::Status Auth(Ctx* c) { return ToGrpc(admin_->Authorize(Metadata(c, "authorization"))); }
+  // Runs `fn` in a call slot once the caller's bearer token checks out.
+  template <typename Fn>
+  grpc::Status Authorized(Ctx* c, Fn&& fn) {
+    return limiter_->Run([&] {
+      if (auto s = admin_->Authorize(Metadata(c, "authorization")); !s.ok()) return ToGrpc(s);
+      return fn();
+    });
+  }
   AdminOperations* admin_;
+  CallLimiter* limiter_;
 };
 
 class GrpcServiceImpl final : public GrpcService {
  public:
-  GrpcServiceImpl(ModelManager* models, AdminOperations* admin, const ServerInfo* info, int64_t max_bytes)
-      : inference_(models, admin, info, max_bytes), health_(info), admin_(admin) {}
+  GrpcServiceImpl(const GrpcServiceOptions& options, ModelManager* models, AdminOperations* admin,
+                  const ServerInfo* info)
+      : limiter_(options.max_concurrent_calls),
+        inference_(models, admin, info, options.max_request_bytes, &limiter_),
+        health_(info),
+        admin_(admin, &limiter_) {}
 
   absl::Status Start(const GrpcServiceOptions& options) {
     grpc::ServerBuilder builder;
     builder.AddListeningPort(absl::StrCat(options.bind_address, ":", options.port),
                              grpc::InsecureServerCredentials(), &port_);
-    // Requests a little over the limit reach the handler, which rejects them with a clear message.
-    int cap = static_cast<int>(std::min<int64_t>(options.max_request_bytes * 2 + (1 << 20), INT32_MAX));
-    builder.SetMaxReceiveMessageSize(cap);
-    builder.SetMaxSendMessageSize(INT32_MAX);
+    // gRPC refuses larger messages itself with RESOURCE_EXHAUSTED before any handler runs.
+    const int max_bytes =
+        static_cast<int>(std::clamp<int64_t>(options.max_request_bytes, 1, INT_MAX));
+    builder.SetMaxReceiveMessageSize(max_bytes);
+    builder.SetMaxSendMessageSize(max_bytes);
+    // The sync server runs each call on its own thread. The call limit answers first, with a
+    // clear message; the thread quota is the backstop, with room for the pollers (at most 2 per
+    // completion queue) and for the threads that answer refused calls.
+    const int max_calls = std::max(1, options.max_concurrent_calls);
+    grpc::ResourceQuota quota("cuvil-grpc");
+    quota.SetMaxThreads(max_calls > INT_MAX - kThreadHeadroom ? INT_MAX
+                                                              : max_calls + kThreadHeadroom);
+    builder.SetResourceQuota(quota);
     builder.RegisterService(&inference_);
     builder.RegisterService(&health_);
     builder.RegisterService(&admin_);
     server_ = builder.BuildAndStart();
     if (server_ == nullptr || port_ == 0) {
-      return absl::UnavailableError(absl::StrCat("cannot bind gRPC to ", options.bind_address, ":", options.port));
+      return absl::UnavailableError(
+          absl::StrCat("cannot bind gRPC to ", options.bind_address, ":", options.port));
     }
     return absl::OkStatus();
   }
@@ -410,6 +557,9 @@ class GrpcServiceImpl final : public GrpcService {
   ~GrpcServiceImpl() override { Stop(0); }
 
  private:
+  static constexpr int kThreadHeadroom = 8;
+
+  CallLimiter limiter_;  // Before the services, which keep a pointer to it.
   InferenceServiceImpl inference_;
   HealthServiceImpl health_;
   AdminServiceImpl admin_;
@@ -420,9 +570,10 @@ class GrpcServiceImpl final : public GrpcService {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GrpcService>> GrpcService::Start(const GrpcServiceOptions& options,
-                                                                ModelManager* models, AdminOperations* admin,
+                                                                ModelManager* models,
+                                                                AdminOperations* admin,
                                                                 const ServerInfo* info) {
-  auto service = std::make_unique<GrpcServiceImpl>(models, admin, info, options.max_request_bytes);
+  auto service = std::make_unique<GrpcServiceImpl>(options, models, admin, info);
   if (auto s = service->Start(options); !s.ok()) return s;
   return service;
 }

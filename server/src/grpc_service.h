@@ -16,7 +16,10 @@ namespace cuvil {
 struct GrpcServiceOptions {
   std::string bind_address = "127.0.0.1";
   int port = 8001;  // 0: pick a free port.
+  // Largest message accepted and sent; larger ones get RESOURCE_EXHAUSTED.
   int64_t max_request_bytes = 64 << 20;
+  // Calls in progress at once (a stream counts while open); more get RESOURCE_EXHAUSTED.
+  int max_concurrent_calls = 512;
 };
 
 // Thread-safe.

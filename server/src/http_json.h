@@ -24,6 +24,41 @@
 
 namespace cuvil::http_json {
 
+// Deepest array/object nesting a JSON body may have. Tensor data needs rank + 3 levels.
+inline constexpr int kMaxJsonNesting = 64;
+
+// InvalidArgument "JSON nesting deeper than <max_depth>" when `text` has more than `max_depth`
+// arrays/objects open at once (brackets inside strings do not count). Run before parsing so a
+// body like [[[[...]]]] is refused in one linear pass without recursion or allocation; it does
+// not otherwise validate the JSON.
+inline absl::Status CheckJsonNesting(std::string_view text, int max_depth = kMaxJsonNesting) {
+  int depth = 0;
+  bool in_string = false;
+  bool escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) {
+        return absl::InvalidArgumentError(absl::StrCat("JSON nesting deeper than ", max_depth));
+      }
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Elements a shape holds; InvalidArgument for negative dims or an overflowing product.
 inline absl::StatusOr<int64_t> ElementCount(const std::vector<int64_t>& shape,
                                             const std::string& tensor) {

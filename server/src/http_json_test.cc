@@ -57,6 +57,28 @@ TEST(HttpJsonTest, RejectsBadData) {
   EXPECT_FALSE(DecodeTensorData(json::parse(deep), "FP32", 1, "x", &out).ok());
 }
 
+TEST(HttpJsonTest, NestingIsBoundedBeforeParsing) {
+  EXPECT_TRUE(CheckJsonNesting(R"({"inputs":[{"data":[[1,2],[3,4]]}]})").ok());
+  std::string at_limit = std::string(kMaxJsonNesting, '[') + std::string(kMaxJsonNesting, ']');
+  EXPECT_TRUE(CheckJsonNesting(at_limit).ok());
+  std::string over = "[" + at_limit + "]";
+  absl::Status s = CheckJsonNesting(over);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "JSON nesting deeper than 64");
+  // 100k deep, unterminated: refused in one pass, nothing parsed.
+  EXPECT_FALSE(CheckJsonNesting(std::string(100000, '[')).ok());
+  std::string objects;
+  for (int i = 0; i <= kMaxJsonNesting; ++i) objects += R"({"a":)";
+  EXPECT_FALSE(CheckJsonNesting(objects).ok());
+  // Brackets inside strings (with escaped quotes) do not count; closing resets the depth.
+  std::string in_string = "[\"" + std::string(1000, '[') + "\\\"[\"]";
+  EXPECT_TRUE(CheckJsonNesting(in_string).ok());
+  std::string siblings;
+  for (int i = 0; i < 1000; ++i) siblings += "[[]]";
+  EXPECT_TRUE(CheckJsonNesting("[" + siblings + "]").ok());
+  EXPECT_TRUE(CheckJsonNesting(over, 65).ok());
+}
+
 TEST(HttpJsonTest, ElementCount) {
   EXPECT_EQ(*ElementCount({2, 3}, "x"), 6);
   EXPECT_EQ(*ElementCount({}, "x"), 1);

@@ -24,7 +24,10 @@
 #include "absl/strings/str_split.h"
 #include "cuvil/server/infer_request_builder.h"
 #include "cuvil/server/model_config.h"
+#include "front_end_security.h"
 #include "http_json.h"
+#include "load_parameters.h"
+#include "model_name.h"
 #include "nlohmann/json.hpp"
 
 namespace cuvil {
@@ -99,8 +102,10 @@ absl::StatusOr<std::string> StringField(const json& object, const char* key) {
 }
 
 // Parses a JSON body; an empty body is an empty object (bodies are optional on most routes).
+// Nesting is bounded before parsing so no body can make the parser or the tree deep.
 absl::StatusOr<json> ParseBody(std::string_view body) {
   if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) return json::object();
+  if (absl::Status s = http_json::CheckJsonNesting(body); !s.ok()) return s;
   try {
     json parsed = json::parse(body.begin(), body.end());
     if (!parsed.is_object())
@@ -203,6 +208,9 @@ class HttpServiceImpl final : public HttpService {
   }
 
   bool ReadBody(const Request& req, Response& res, const ContentReader& reader, std::string* body);
+  // The browser defences (Host, Origin, Content-Type) for admin and repository routes; false
+  // after answering 403 or 415.
+  bool AdminRouteAllowed(const Request& req, Response& res);
   bool Authorized(const Request& req, Response& res);
 
   void HandleGet(const Request& req, Response& res);
@@ -229,11 +237,13 @@ class HttpServiceImpl final : public HttpService {
   httplib::Server server_;
   std::thread thread_;
   int port_ = 0;
+  bool loopback_bound_ = false;  // Admin routes then answer loopback Host names only.
   std::atomic<bool> listen_done_{false};
   std::once_flag stop_once_;
 };
 
 absl::Status HttpServiceImpl::Start() {
+  loopback_bound_ = IsLoopbackBindAddress(options_.bind_address);
   const size_t threads = static_cast<size_t>(std::max(1, options_.threads));
   server_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   server_.set_tcp_nodelay(true);
@@ -324,6 +334,22 @@ bool HttpServiceImpl::ReadBody(const Request& req, Response& res, const ContentR
   return true;
 }
 
+bool HttpServiceImpl::AdminRouteAllowed(const Request& req, Response& res) {
+  auto header = [&req](const char* key) -> const std::string* {
+    auto it = req.headers.find(key);  // httplib compares header names case-insensitively.
+    return it == req.headers.end() ? nullptr : &it->second;
+  };
+  AdminRouteRequest check;
+  check.is_post = req.method == "POST";
+  check.host = header("Host");
+  check.origin = header("Origin");
+  check.content_type = header("Content-Type");
+  std::optional<RouteRejection> rejected = CheckAdminRoute(check, loopback_bound_);
+  if (!rejected.has_value()) return true;
+  SetError(res, rejected->http_status, rejected->message);
+  return false;
+}
+
 bool HttpServiceImpl::Authorized(const Request& req, Response& res) {
   absl::Status s = admin_->Authorize(req.get_header_value("Authorization"));
   if (s.ok()) return true;
@@ -382,6 +408,9 @@ void HttpServiceImpl::HandleGet(const Request& req, Response& res) {
       }
     }
   }
+  if (p[0] == "admin" || p[0] == "repository") {
+    if (!AdminRouteAllowed(req, res)) return;
+  }
   if (p[0] == "admin" && n >= 2 && p[1] == "models") {
     if (!Authorized(req, res)) return;
     if (n == 2) return AdminListModels(res);
@@ -408,6 +437,9 @@ void HttpServiceImpl::HandlePost(const Request& req, Response& res, const Conten
       return Infer(req, res, std::move(body), std::string(p[1]), std::string(p[3]));
     }
   }
+  if (n >= 1 && (p[0] == "admin" || p[0] == "repository")) {
+    if (!AdminRouteAllowed(req, res)) return;
+  }
   // repository[/{repo}]/index and repository[/{repo}]/models/{m}/(load|unload).
   if (n >= 2 && p[0] == "repository") {
     if (!Authorized(req, res)) return;
@@ -418,6 +450,7 @@ void HttpServiceImpl::HandlePost(const Request& req, Response& res, const Conten
       if (p[n - 1] == "unload") {
         absl::StatusOr<json> parsed = ParseBody(*body);
         if (!parsed.ok()) return SetError(res, parsed.status());
+        if (absl::Status s = ValidateModelName(name); !s.ok()) return SetError(res, s);
         absl::Status s = models_->Unload(name);
         if (!s.ok()) return SetError(res, s);
         res.status = 200;
@@ -758,40 +791,29 @@ void HttpServiceImpl::RepositoryLoad(Response& res, const std::string& body,
                                      const std::string& name) {
   absl::StatusOr<json> parsed = ParseBody(body);
   if (!parsed.ok()) return SetError(res, parsed.status());
-  LoadRequest load;
-  load.name = name;
-  load.wait = true;
+  LoadParametersInput input;
+  input.model_name = name;
+  std::string config_text;  // A config sent as a JSON object, as text; outlives the parse.
   if (auto params = parsed->find("parameters"); params != parsed->end() && !params->is_null()) {
     if (!params->is_object()) return SetError(res, 400, "'parameters' must be an object");
+    input.parameters.reserve(params->size());
     for (const auto& [key, value] : params->items()) {
-      if (key == "config") {
-        // tritonclient sends the config as a JSON string; accept an object too.
-        load.config_json = value.is_string() ? value.get<std::string>() : value.dump();
-      } else if (key.starts_with("file:")) {
-        // "file:<version>/<file name>" with base64 content (Triton's HTTP form).
-        std::string path = key.substr(5);
-        size_t slash = path.find('/');
-        int64_t version = 0;
-        if (slash == std::string::npos || !absl::SimpleAtoi(path.substr(0, slash), &version) ||
-            version <= 0) {
-          return SetError(
-              res, 400,
-              absl::StrCat("load parameter '", key, "' must look like file:<version>/<name>"));
-        }
-        std::string bytes;
-        if (!value.is_string() || !absl::Base64Unescape(value.get<std::string>(), &bytes)) {
-          return SetError(res, 400, absl::StrCat("load parameter '", key, "' must be base64 text"));
-        }
-        if (load.model_bytes.count(version)) {
-          return SetError(
-              res, 400,
-              absl::StrCat("only one model file per version is supported (version ", version, ")"));
-        }
-        load.model_bytes[version] = std::move(bytes);
+      LoadParameter& p = input.parameters.emplace_back();
+      p.key = key;
+      if (value.is_string()) {
+        p.type = LoadParameter::Type::kString;  // Files arrive as base64 text over HTTP.
+        p.value = value.get_ref<const std::string&>();
+      } else if (key == "config" && value.is_object()) {
+        // tritonclient sends the config as a JSON string; accept the object itself too.
+        config_text = value.dump();
+        p.type = LoadParameter::Type::kString;
+        p.value = config_text;
       }
     }
   }
-  absl::Status s = models_->Load(load);
+  absl::StatusOr<LoadRequest> load = ParseLoadParameters(input);
+  if (!load.ok()) return SetError(res, load.status());
+  absl::Status s = models_->Load(*load);
   if (!s.ok()) return SetError(res, s);
   res.status = 200;
 }

@@ -4,12 +4,15 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "cuvil/server/server.h"
 #include "cuvil/observability/logging.h"
+#include "cuvil/server/server.h"
+#include "model_name.h"
 #include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
 
@@ -26,7 +29,12 @@ constexpr char kHelp[] =
     "  --load-model NAME           model to load at start in explicit mode (repeatable)\n"
     "  --repository-poll-secs N    poll interval in poll mode (default 15)\n"
     "  --admin-token-file FILE     require 'authorization: Bearer <token>' for admin calls\n"
-    "  --max-request-bytes N       largest accepted request (default 67108864)\n"
+    "  --insecure-admin            allow a non-loopback --bind without --admin-token-file\n"
+    "                              (admin and repository calls then need no token)\n"
+    "  --max-request-bytes N       largest HTTP body or gRPC message, also the largest gRPC\n"
+    "                              response (default 67108864)\n"
+    "  --grpc-max-concurrent-calls N  gRPC calls in progress at once; more get\n"
+    "                              RESOURCE_EXHAUSTED (default 512)\n"
     "  --exit-timeout-secs N       drain time on SIGTERM/SIGINT (default 30)\n"
     "  --http-threads N            HTTP handler threads (default 32)\n"
     "  --log-level LEVEL           trace | debug | info | warn | error (default info)\n"
@@ -52,6 +60,10 @@ int main(int argc, char** argv) {
       std::printf("%s", kHelp);
       return 0;
     }
+    if (flag == "--insecure-admin") {  // A switch: takes no value.
+      options.insecure_admin = true;
+      continue;
+    }
     std::string value;
     if (auto eq = flag.find('='); eq != std::string::npos) {
       value = flag.substr(eq + 1);
@@ -63,8 +75,9 @@ int main(int argc, char** argv) {
     std::string name = flag.substr(0, flag.find('='));
     auto int_flag = [&](auto* out) {
       int64_t v = 0;
-      if (!absl::SimpleAtoi(value, &v) || v < 0) return false;
-      *out = static_cast<std::remove_pointer_t<decltype(out)>>(v);
+      using T = std::remove_pointer_t<decltype(out)>;
+      if (!absl::SimpleAtoi(value, &v) || v < 0 || !std::in_range<T>(v)) return false;
+      *out = static_cast<T>(v);
       return true;
     };
     bool ok = true;
@@ -79,11 +92,18 @@ int main(int argc, char** argv) {
     } else if (name == "--bind") {
       options.bind_address = value;
     } else if (name == "--model-control-mode") {
-      if (value == "none") options.control_mode = cuvil::ServerOptions::ControlMode::kNone;
-      else if (value == "explicit") options.control_mode = cuvil::ServerOptions::ControlMode::kExplicit;
-      else if (value == "poll") options.control_mode = cuvil::ServerOptions::ControlMode::kPoll;
-      else ok = false;
+      if (value == "none")
+        options.control_mode = cuvil::ServerOptions::ControlMode::kNone;
+      else if (value == "explicit")
+        options.control_mode = cuvil::ServerOptions::ControlMode::kExplicit;
+      else if (value == "poll")
+        options.control_mode = cuvil::ServerOptions::ControlMode::kPoll;
+      else
+        ok = false;
     } else if (name == "--load-model") {
+      if (absl::Status s = cuvil::ValidateModelName(value); !s.ok()) {
+        return Usage(std::string(s.message()));
+      }
       options.load_models.push_back(value);
     } else if (name == "--repository-poll-secs") {
       ok = int_flag(&options.poll_interval_secs) && options.poll_interval_secs > 0;
@@ -91,11 +111,14 @@ int main(int argc, char** argv) {
       std::ifstream f(value);
       if (!f) return Usage(absl::StrCat("cannot read admin token file ", value));
       std::getline(f, options.admin_token);
-      if (options.admin_token.empty()) return Usage(absl::StrCat("admin token file ", value, " is empty"));
+      if (options.admin_token.empty())
+        return Usage(absl::StrCat("admin token file ", value, " is empty"));
     } else if (name == "--max-request-bytes") {
       ok = int_flag(&options.max_request_bytes) && options.max_request_bytes > 0;
     } else if (name == "--exit-timeout-secs") {
       ok = int_flag(&options.exit_timeout_secs);
+    } else if (name == "--grpc-max-concurrent-calls") {
+      ok = int_flag(&options.grpc_max_concurrent_calls) && options.grpc_max_concurrent_calls > 0;
     } else if (name == "--http-threads") {
       ok = int_flag(&options.http_threads) && options.http_threads > 0;
     } else if (name == "--log-level") {
@@ -112,7 +135,8 @@ int main(int argc, char** argv) {
     }
     if (!ok) return Usage(absl::StrCat("bad value '", value, "' for ", name));
   }
-  if (options.model_repositories.empty() && options.control_mode != cuvil::ServerOptions::ControlMode::kExplicit) {
+  if (options.model_repositories.empty() &&
+      options.control_mode != cuvil::ServerOptions::ControlMode::kExplicit) {
     return Usage("--model-repository is required");
   }
   // Logs go to stderr so stdout stays free; tests parse the "listening ..." line there.

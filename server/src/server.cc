@@ -9,6 +9,7 @@
 #include "absl/synchronization/notification.h"
 #include "admin_operations.h"
 #include "cuvil/observability/server_metrics.h"
+#include "front_end_security.h"
 #include "grpc_service.h"
 #include "http_service.h"
 #include "server_info.h"
@@ -42,25 +43,11 @@ struct CuvilServer::Impl {
     return metrics_registry->Render(accept);
   }
 
-  // Poll mode: load models that appeared, unload models that disappeared.
+  // Poll mode: load models that appeared, unload repository models that disappeared.
   void PollRepository() {
-    while (!stop_polling.WaitForNotificationWithTimeout(absl::Seconds(options.poll_interval_secs))) {
-      std::set<std::string> on_disk;
-      for (const std::string& name : repository->ListModels()) on_disk.insert(name);
-      std::set<std::string> known;
-      for (const VersionStatus& v : models->Index()) {
-        if (v.state != ModelState::kUnavailable) known.insert(v.name);
-      }
-      for (const std::string& name : on_disk) {
-        if (!known.count(name)) {
-          LoadRequest r;
-          r.name = name;
-          if (auto s = models->Load(r); !s.ok()) spdlog::error("poll: {}", std::string(s.message()));
-        }
-      }
-      for (const std::string& name : known) {
-        if (!on_disk.count(name)) (void)models->Unload(name);
-      }
+    while (
+        !stop_polling.WaitForNotificationWithTimeout(absl::Seconds(options.poll_interval_secs))) {
+      models->SyncWithRepository();
     }
   }
 };
@@ -70,6 +57,17 @@ CuvilServer::CuvilServer() : impl_(std::make_unique<Impl>()) {}
 CuvilServer::~CuvilServer() { Shutdown(); }
 
 absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOptions& options) {
+  // Before anything starts: admin calls must not be open to the network by accident.
+  if (absl::Status exposed = CheckAdminExposure(options.bind_address, !options.admin_token.empty(),
+                                                options.insecure_admin);
+      !exposed.ok()) {
+    return exposed;
+  }
+  if (options.insecure_admin && !IsLoopbackBindAddress(options.bind_address) &&
+      options.admin_token.empty()) {
+    spdlog::warn("admin and repository calls on {} need no token (--insecure-admin)",
+                 options.bind_address);
+  }
   std::unique_ptr<CuvilServer> server(new CuvilServer());
   Impl& s = *server->impl_;
   s.options = options;
@@ -84,11 +82,17 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
   if (!engine.ok()) return engine.status();
   s.engine = std::move(*engine);
   s.repository = std::make_unique<ModelRepository>(options.model_repositories);
-  s.models = std::make_unique<ModelManager>(s.engine.get(), s.repository.get(),
-                                            ModelManagerOptions{options.loader_threads, s.metrics_registry.get()});
+  s.models = std::make_unique<ModelManager>(
+      s.engine.get(), s.repository.get(),
+      ModelManagerOptions{options.loader_threads, s.metrics_registry.get(),
+                          static_cast<uint64_t>(options.max_request_bytes)});
   s.admin = std::make_unique<AdminOperations>(s.models.get(), options.admin_token);
 
-  GrpcServiceOptions grpc_options{options.bind_address, options.grpc_port, options.max_request_bytes};
+  GrpcServiceOptions grpc_options;
+  grpc_options.bind_address = options.bind_address;
+  grpc_options.port = options.grpc_port;
+  grpc_options.max_request_bytes = options.max_request_bytes;
+  grpc_options.max_concurrent_calls = options.grpc_max_concurrent_calls;
   auto grpc = GrpcService::Start(grpc_options, s.models.get(), s.admin.get(), &s.info);
   if (!grpc.ok()) return grpc.status();
   s.grpc = std::move(*grpc);
@@ -104,18 +108,20 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
     observability::RenderedMetrics rendered = s.RenderMetrics(req.get_header_value("Accept"));
     res.set_content(rendered.body, rendered.content_type.c_str());
   });
-  s.metrics_port = options.metrics_port == 0 ? s.metrics.bind_to_any_port(options.bind_address)
-                                             : (s.metrics.bind_to_port(options.bind_address, options.metrics_port)
-                                                    ? options.metrics_port
-                                                    : -1);
+  s.metrics_port = options.metrics_port == 0
+                       ? s.metrics.bind_to_any_port(options.bind_address)
+                       : (s.metrics.bind_to_port(options.bind_address, options.metrics_port)
+                              ? options.metrics_port
+                              : -1);
   if (s.metrics_port <= 0) {
-    return absl::UnavailableError(absl::StrCat("cannot bind metrics to ", options.bind_address, ":",
-                                               options.metrics_port));
+    return absl::UnavailableError(
+        absl::StrCat("cannot bind metrics to ", options.bind_address, ":", options.metrics_port));
   }
   s.metrics_thread = std::thread([&s] { s.metrics.listen_after_bind(); });
 
-  spdlog::info("listening grpc={}:{} http={}:{} metrics={}:{}", options.bind_address, s.grpc->port(),
-               options.bind_address, s.http->port(), options.bind_address, s.metrics_port);
+  spdlog::info("listening grpc={}:{} http={}:{} metrics={}:{}", options.bind_address,
+               s.grpc->port(), options.bind_address, s.http->port(), options.bind_address,
+               s.metrics_port);
 
   // Models load while the listeners already answer health checks (not ready yet).
   switch (options.control_mode) {

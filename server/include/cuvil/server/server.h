@@ -22,7 +22,13 @@ struct ServerOptions {
   ControlMode control_mode = ControlMode::kNone;
   std::vector<std::string> load_models;  // Explicit mode: models loaded at start.
   std::string admin_token;               // Empty: admin calls need no token.
+  // Allows a non-loopback bind_address without an admin token (admin calls open to the network).
+  bool insecure_admin = false;
+  // Largest HTTP body or gRPC message accepted (HTTP 413 / RESOURCE_EXHAUSTED above it); also
+  // the largest gRPC response.
   int64_t max_request_bytes = 64 << 20;
+  // gRPC calls in progress at once (an open stream counts as one); more get RESOURCE_EXHAUSTED.
+  int grpc_max_concurrent_calls = 512;
   int exit_timeout_secs = 30;
   int poll_interval_secs = 15;
   int loader_threads = 1;
@@ -35,8 +41,10 @@ struct ServerOptions {
 // Thread-safe.
 class CuvilServer {
  public:
-  // Loads the startup models (per control mode), then binds every listener. Fails if a port
-  // cannot be bound; a model that fails to load is reported in the index, not fatal.
+  // Binds every listener, then loads the startup models (per control mode). Fails if a port
+  // cannot be bound, and with FailedPrecondition if bind_address is not loopback while there is
+  // neither an admin token nor insecure_admin; a model that fails to load is reported in the
+  // index, not fatal.
   static absl::StatusOr<std::unique_ptr<CuvilServer>> Start(const ServerOptions& options);
   ~CuvilServer();
 
