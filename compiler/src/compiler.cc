@@ -50,9 +50,25 @@ absl::StatusOr<CompiledModel> CompileGraph(ir::Graph& graph, const CompileOption
   return model;
 }
 
+absl::Status EntryStatus(int32_t rc) {
+  switch (rc) {
+    case kEntryOk:
+      return absl::OkStatus();
+    case kEntryIndexOutOfBounds:
+      return absl::InvalidArgumentError("indices element out of data bounds");
+    case kEntrySliceOutOfBounds:
+      return absl::InvalidArgumentError(
+          "a slice whose bounds depend on the batch size reaches past its input at this batch "
+          "size");
+    default:
+      return absl::InternalError(absl::StrCat("compiled model returned error code ", rc));
+  }
+}
+
 uint64_t TotalCompilations() { return compilations.load(std::memory_order_relaxed); }
 
-absl::StatusOr<CompiledModel> CompileOnnxFile(const std::string& path, const CompileOptions& options) {
+absl::StatusOr<CompiledModel> CompileOnnxFile(const std::string& path,
+                                              const CompileOptions& options) {
   auto t0 = std::chrono::steady_clock::now();
   auto graph = ImportOnnxFile(path, options.import);
   if (!graph.ok()) return graph.status();
@@ -65,7 +81,8 @@ absl::StatusOr<CompiledModel> CompileOnnxFile(const std::string& path, const Com
   return model;
 }
 
-absl::StatusOr<CompiledModel> CompileOnnxBytes(const std::string& bytes, const CompileOptions& options) {
+absl::StatusOr<CompiledModel> CompileOnnxBytes(const std::string& bytes,
+                                               const CompileOptions& options) {
   auto t0 = std::chrono::steady_clock::now();
   auto graph = ImportOnnxBytes(bytes, options.import);
   if (!graph.ok()) return graph.status();

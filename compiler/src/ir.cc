@@ -103,6 +103,31 @@ void Graph::ReplaceAllUses(Value* from, Value* to) {
   }
 }
 
+absl::Status ValidateTensorType(const TensorType& type, const std::string& what,
+                                const std::string& symbol) {
+  SymDim extent = SymDim::Const(1);
+  for (const SymDim& d : type.shape) {
+    if (d.coef < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " has a negative dimension in ", type.ToString(symbol)));
+    }
+    if (d.coef == 0) continue;
+    auto next = SymMulChecked(extent, d);
+    if (!next) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " is too large: ", type.ToString(symbol)));
+    }
+    extent = *next;
+  }
+  auto bytes = SymMulChecked(extent, SymDim::Const(static_cast<int64_t>(DTypeSize(type.dtype))));
+  if (!bytes || bytes->coef > kMaxTensorBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " is too large: ", type.ToString(symbol),
+                                                   " exceeds ", kMaxTensorBytes, " bytes",
+                                                   extent.IsStatic() ? "" : " per batch item"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<int64_t>> StaticValues(const std::vector<SymDim>& values) {
   std::vector<int64_t> out;
   out.reserve(values.size());

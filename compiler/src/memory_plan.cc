@@ -9,6 +9,10 @@ namespace cuvil {
 namespace {
 
 constexpr int64_t kAlign = 64;
+// Bound on the sum of all buffer sizes of one region (weights, batch-scaled or static arena).
+// Placement offsets never exceed that sum, so below 2^61 no offset, end or alignment can overflow.
+// Each value is at most ir::kMaxTensorBytes, but a graph may hold very many of them.
+constexpr int64_t kMaxRegionBytes = int64_t{1} << 61;
 
 int64_t AlignUp(int64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
@@ -78,7 +82,11 @@ absl::StatusOr<MemoryPlan> PlanMemory(const ir::Graph& graph) {
   int64_t weights_bytes = 0;
   for (const ir::Value* c : constants) {
     plan.locations[c].offset = weights_bytes;
-    weights_bytes += AlignUp(static_cast<int64_t>(c->constant->byte_size()));
+    int64_t size = AlignUp(static_cast<int64_t>(c->constant->byte_size()));
+    if (__builtin_add_overflow(weights_bytes, size, &weights_bytes) ||
+        weights_bytes > kMaxRegionBytes) {
+      return absl::InvalidArgumentError("the model's constants are too large");
+    }
   }
   plan.weights = HostTensor(DType::kUInt8, {std::max<int64_t>(weights_bytes, kAlign)});
   for (const ir::Value* c : constants) {
@@ -88,6 +96,7 @@ absl::StatusOr<MemoryPlan> PlanMemory(const ir::Graph& graph) {
 
   // Intermediates: lifetimes in node order.
   std::vector<Interval> scaled, fixed;
+  int64_t scaled_sum = 0, fixed_sum = 0;
   std::unordered_map<const ir::Value*, int> last_use;
   const auto& nodes = graph.nodes();
   for (int i = 0; i < static_cast<int>(nodes.size()); ++i) {
@@ -99,15 +108,24 @@ absl::StatusOr<MemoryPlan> PlanMemory(const ir::Graph& graph) {
   for (int i = 0; i < static_cast<int>(nodes.size()); ++i) {
     for (const ir::Value* out : nodes[i]->outputs) {
       if (out == nullptr || plan.locations.count(out)) continue;
-      SymDim bytes = SymMul(SymNumElements(out->type.shape), SymDim::Const(DTypeSize(out->type.dtype)));
+      SymDim bytes =
+          SymMul(SymNumElements(out->type.shape), SymDim::Const(DTypeSize(out->type.dtype)));
       if (bytes.power > 1) {
-        return absl::UnimplementedError(absl::StrCat("value '", out->name, "' has size ",
-                                                     bytes.ToString(graph.symbol),
-                                                     "; only sizes linear in the batch are supported"));
+        return absl::UnimplementedError(
+            absl::StrCat("value '", out->name, "' has size ", bytes.ToString(graph.symbol),
+                         "; only sizes linear in the batch are supported"));
+      }
+      if (bytes.coef < 0 || bytes.coef > ir::kMaxTensorBytes) {
+        // Shape inference validates every value; this guards the sums below regardless.
+        return absl::InvalidArgumentError(absl::StrCat("value '", out->name, "' is too large"));
       }
       int last = last_use.count(out) ? last_use[out] : i;
       Interval iv{out, std::max<int64_t>(bytes.coef, 1), i, last};
       (bytes.IsStatic() ? fixed : scaled).push_back(iv);
+      int64_t& sum = bytes.IsStatic() ? fixed_sum : scaled_sum;
+      if (__builtin_add_overflow(sum, AlignUp(iv.size), &sum) || sum > kMaxRegionBytes) {
+        return absl::InvalidArgumentError("the model's intermediate values are too large");
+      }
       plan.arena.unplanned_bytes += AlignUp(bytes.coef);
     }
   }
@@ -118,7 +136,8 @@ absl::StatusOr<MemoryPlan> PlanMemory(const ir::Graph& graph) {
   }
   for (const Interval& iv : fixed) {
     // Static values sit after the batch-scaled region: offset = per_batch_bytes * batch + offset.
-    plan.locations[iv.value] = {BufferLocation::Kind::kArena, 0, iv.offset, plan.arena.per_batch_bytes};
+    plan.locations[iv.value] = {BufferLocation::Kind::kArena, 0, iv.offset,
+                                plan.arena.per_batch_bytes};
   }
   // Batch-scaled values: offset = iv.offset * batch.
   return plan;

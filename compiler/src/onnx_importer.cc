@@ -33,7 +33,8 @@ absl::Status RunChecker(const onnx::ModelProto& model, const std::string& model_
     onnx::checker::CheckerContext ctx;
     ctx.set_ir_version(static_cast<int>(model.ir_version()));
     std::unordered_map<std::string, int> opsets;
-    for (const auto& op : model.opset_import()) opsets[op.domain()] = static_cast<int>(op.version());
+    for (const auto& op : model.opset_import())
+      opsets[op.domain()] = static_cast<int>(op.version());
     ctx.set_opset_imports(opsets);
     if (!model_dir.empty()) ctx.set_model_dir(model_dir);
     onnx::checker::LexicalScopeContext lex;
@@ -49,9 +50,12 @@ absl::Status RunChecker(const onnx::ModelProto& model, const std::string& model_
 absl::StatusOr<ir::Attribute> ConvertAttribute(const onnx::AttributeProto& a,
                                                const std::string& model_dir) {
   switch (a.type()) {
-    case onnx::AttributeProto::INT: return ir::Attribute(static_cast<int64_t>(a.i()));
-    case onnx::AttributeProto::FLOAT: return ir::Attribute(a.f());
-    case onnx::AttributeProto::STRING: return ir::Attribute(a.s());
+    case onnx::AttributeProto::INT:
+      return ir::Attribute(static_cast<int64_t>(a.i()));
+    case onnx::AttributeProto::FLOAT:
+      return ir::Attribute(a.f());
+    case onnx::AttributeProto::STRING:
+      return ir::Attribute(a.s());
     case onnx::AttributeProto::INTS:
       return ir::Attribute(std::vector<int64_t>(a.ints().begin(), a.ints().end()));
     case onnx::AttributeProto::FLOATS:
@@ -64,35 +68,46 @@ absl::StatusOr<ir::Attribute> ConvertAttribute(const onnx::AttributeProto& a,
       return ir::Attribute(std::move(*t));
     }
     default:
-      return absl::UnimplementedError(
-          absl::StrCat("attribute '", a.name(), "' has an unsupported type (graphs, sparse tensors)"));
+      return absl::UnimplementedError(absl::StrCat(
+          "attribute '", a.name(), "' has an unsupported type (graphs, sparse tensors)"));
   }
 }
 
-// Builds the constant a Constant node defines from whichever value attribute it carries.
+// Builds the constant a Constant node defines from whichever value attribute it carries. A value
+// attribute of the wrong type is an error (std::get would throw across the loader thread).
 absl::StatusOr<HostTensor> ConstantNodeValue(const ir::Node& node) {
   for (const auto& [key, attr] : node.attrs) {
     if (key == "value") {
       if (auto* t = std::get_if<HostTensor>(&attr)) return *t;
     } else if (key == "value_float") {
-      HostTensor t(DType::kFloat32, {});
-      t.data_as<float>()[0] = std::get<float>(attr);
-      return t;
+      if (auto* f = std::get_if<float>(&attr)) {
+        HostTensor t(DType::kFloat32, {});
+        t.data_as<float>()[0] = *f;
+        return t;
+      }
     } else if (key == "value_floats") {
-      const auto& v = std::get<std::vector<float>>(attr);
-      HostTensor t(DType::kFloat32, {static_cast<int64_t>(v.size())});
-      std::copy(v.begin(), v.end(), t.data_as<float>());
-      return t;
+      if (auto* v = std::get_if<std::vector<float>>(&attr)) {
+        HostTensor t(DType::kFloat32, {static_cast<int64_t>(v->size())});
+        std::copy(v->begin(), v->end(), t.data_as<float>());
+        return t;
+      }
     } else if (key == "value_int") {
-      HostTensor t(DType::kInt64, {});
-      t.data_as<int64_t>()[0] = std::get<int64_t>(attr);
-      return t;
+      if (auto* i = std::get_if<int64_t>(&attr)) {
+        HostTensor t(DType::kInt64, {});
+        t.data_as<int64_t>()[0] = *i;
+        return t;
+      }
     } else if (key == "value_ints") {
-      const auto& v = std::get<std::vector<int64_t>>(attr);
-      HostTensor t(DType::kInt64, {static_cast<int64_t>(v.size())});
-      std::copy(v.begin(), v.end(), t.data_as<int64_t>());
-      return t;
+      if (auto* v = std::get_if<std::vector<int64_t>>(&attr)) {
+        HostTensor t(DType::kInt64, {static_cast<int64_t>(v->size())});
+        std::copy(v->begin(), v->end(), t.data_as<int64_t>());
+        return t;
+      }
+    } else {
+      continue;
     }
+    return absl::InvalidArgumentError(
+        absl::StrCat(node.Describe(), ": attribute '", key, "' has the wrong type"));
   }
   return absl::UnimplementedError(
       absl::StrCat(node.Describe(), ": unsupported Constant form (sparse or string value)"));
@@ -108,12 +123,14 @@ class Importer {
     const onnx::GraphProto& g = model.graph();
     graph_->name = g.name();
     for (const auto& op : model.opset_import()) {
-      if (op.domain().empty() || op.domain() == "ai.onnx") graph_->opset = static_cast<int>(op.version());
+      if (op.domain().empty() || op.domain() == "ai.onnx")
+        graph_->opset = static_cast<int>(op.version());
     }
-    if (graph_->opset == 0) return absl::InvalidArgumentError("model does not import the ai.onnx opset");
+    if (graph_->opset == 0)
+      return absl::InvalidArgumentError("model does not import the ai.onnx opset");
     if (graph_->opset < 1 || graph_->opset > 18) {
-      return absl::UnimplementedError(absl::StrCat("ai.onnx opset ", graph_->opset,
-                                                   " is outside the supported range 1..18"));
+      return absl::UnimplementedError(
+          absl::StrCat("ai.onnx opset ", graph_->opset, " is outside the supported range 1..18"));
     }
 
     for (const auto& init : g.initializer()) {
@@ -134,9 +151,9 @@ class Importer {
       graph_->inputs.push_back(v);
     }
     if (symbols_.size() > 1) {
-      return absl::UnimplementedError(absl::StrCat(
-          "model has more than one symbolic dimension (", absl::StrJoin(symbols_, ", "),
-          "); fix all but one with a dimension override"));
+      return absl::UnimplementedError(absl::StrCat("model has more than one symbolic dimension (",
+                                                   absl::StrJoin(symbols_, ", "),
+                                                   "); fix all but one with a dimension override"));
     }
     if (!symbols_.empty()) graph_->symbol = *symbols_.begin();
 
@@ -146,7 +163,8 @@ class Importer {
     for (const auto& out : g.output()) {
       auto it = by_name_.find(out.name());
       if (it == by_name_.end()) {
-        return absl::InvalidArgumentError(absl::StrCat("graph output '", out.name(), "' is never produced"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("graph output '", out.name(), "' is never produced"));
       }
       it->second->is_graph_output = true;
       graph_->outputs.push_back(it->second);
@@ -169,7 +187,8 @@ class Importer {
     const auto& tt = info.type().tensor_type();
     auto dtype = DTypeFromOnnx(tt.elem_type());
     if (!dtype.ok()) {
-      return absl::UnimplementedError(absl::StrCat("input '", info.name(), "': ", dtype.status().message()));
+      return absl::UnimplementedError(
+          absl::StrCat("input '", info.name(), "': ", dtype.status().message()));
     }
     v->type.dtype = *dtype;
     if (!tt.has_shape()) {
@@ -178,12 +197,12 @@ class Importer {
     if (auto it = options_.input_shapes.find(info.name()); it != options_.input_shapes.end()) {
       if (static_cast<int>(it->second.size()) != tt.shape().dim_size()) {
         return absl::InvalidArgumentError(absl::StrCat("input '", info.name(), "' has rank ",
-                                                       tt.shape().dim_size(), ", override has rank ",
-                                                       it->second.size()));
+                                                       tt.shape().dim_size(),
+                                                       ", override has rank ", it->second.size()));
       }
       for (int64_t d : it->second) v->type.shape.push_back(SymDim::Const(d));
       v->type.shape_known = true;
-      return absl::OkStatus();
+      return ir::ValidateTensorType(v->type, absl::StrCat("input '", info.name(), "'"));
     }
     int i = 0;
     for (const auto& d : tt.shape().dim()) {
@@ -203,21 +222,25 @@ class Importer {
       ++i;
     }
     v->type.shape_known = true;
-    return absl::OkStatus();
+    // A dim of 2^40 (or a negative one) must fail here, not wrap in later size arithmetic.
+    return ir::ValidateTensorType(v->type, absl::StrCat("input '", info.name(), "'"));
   }
 
   absl::Status ImportNode(const onnx::NodeProto& np) {
     if (!np.domain().empty() && np.domain() != "ai.onnx") {
-      return absl::UnimplementedError(absl::StrCat("unsupported op ", np.domain(), "::", np.op_type(),
-                                                   " (node '", np.name(), "'): only the ai.onnx domain is supported"));
+      return absl::UnimplementedError(absl::StrCat("unsupported op ", np.domain(),
+                                                   "::", np.op_type(), " (node '", np.name(),
+                                                   "'): only the ai.onnx domain is supported"));
     }
-    std::string name = np.name().empty() ? absl::StrCat(np.op_type(), "_", node_counter_) : np.name();
+    std::string name =
+        np.name().empty() ? absl::StrCat(np.op_type(), "_", node_counter_) : np.name();
     ++node_counter_;
     ir::Node* node = graph_->NewNode(np.op_type(), name);
     for (const auto& a : np.attribute()) {
       auto attr = ConvertAttribute(a, model_dir_);
       if (!attr.ok()) {
-        return absl::Status(attr.status().code(), absl::StrCat(node->Describe(), ": ", attr.status().message()));
+        return absl::Status(attr.status().code(),
+                            absl::StrCat(node->Describe(), ": ", attr.status().message()));
       }
       node->attrs.emplace(a.name(), std::move(*attr));
     }
@@ -228,7 +251,8 @@ class Importer {
       }
       auto it = by_name_.find(in);
       if (it == by_name_.end()) {
-        return absl::InvalidArgumentError(absl::StrCat(node->Describe(), ": input '", in, "' is undefined"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(node->Describe(), ": input '", in, "' is undefined"));
       }
       node->inputs.push_back(it->second);
     }
@@ -240,7 +264,8 @@ class Importer {
         continue;
       }
       if (by_name_.count(out)) {
-        return absl::InvalidArgumentError(absl::StrCat(node->Describe(), ": output '", out, "' is defined twice"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(node->Describe(), ": output '", out, "' is defined twice"));
       }
       ir::Value* v = Define(out);
       v->producer = node;
@@ -282,7 +307,8 @@ absl::StatusOr<std::unique_ptr<ir::Graph>> ImportOnnxFile(const std::string& pat
   auto size = std::filesystem::file_size(path, ec);
   if (ec) return absl::NotFoundError(absl::StrCat("cannot open model ", path, ": ", ec.message()));
   if (static_cast<int64_t>(size) > kMaxModelBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(path, " is larger than 2 GB; store weights as external data"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is larger than 2 GB; store weights as external data"));
   }
   std::ifstream file(path, std::ios::binary);
   if (!file) return absl::NotFoundError(absl::StrCat("cannot open model ", path));
@@ -290,7 +316,8 @@ absl::StatusOr<std::unique_ptr<ir::Graph>> ImportOnnxFile(const std::string& pat
   std::string dir = std::filesystem::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
   auto g = ImportModel(bytes, dir, options);
-  if (!g.ok()) return absl::Status(g.status().code(), absl::StrCat(path, ": ", g.status().message()));
+  if (!g.ok())
+    return absl::Status(g.status().code(), absl::StrCat(path, ": ", g.status().message()));
   return g;
 }
 

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <limits>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "cuvil/compiler/tensor_file.h"
 
@@ -17,17 +18,33 @@ void CopyConverted(const Src& src, Dst* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<Dst>(src.Get(static_cast<int>(i)));
 }
 
+// Parses the non-negative decimal integer an external_data entry holds. InvalidArgument naming
+// the tensor and the key otherwise (std::stoll would throw and take the loader thread down).
+absl::StatusOr<int64_t> ExternalDataInt(const onnx::TensorProto& proto, const std::string& key,
+                                        const std::string& value) {
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(value, &v) || v < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("external data for '", proto.name(), "': ", key,
+                                                   " '", value.substr(0, 64),
+                                                   "' is not a non-negative 64-bit integer"));
+  }
+  return v;
+}
+
 // Reads a tensor stored in a file next to the model, after checking the file holds it.
-absl::StatusOr<HostTensor> ReadExternal(const onnx::TensorProto& proto, const std::string& model_dir,
-                                        DType dtype, const std::vector<int64_t>& shape,
-                                        int64_t want) {
+absl::StatusOr<HostTensor> ReadExternal(const onnx::TensorProto& proto,
+                                        const std::string& model_dir, DType dtype,
+                                        const std::vector<int64_t>& shape, int64_t want) {
   std::string location;
   int64_t offset = 0;
   int64_t length = -1;
   for (const auto& kv : proto.external_data()) {
     if (kv.key() == "location") location = kv.value();
-    if (kv.key() == "offset") offset = std::stoll(kv.value());
-    if (kv.key() == "length") length = std::stoll(kv.value());
+    if (kv.key() == "offset" || kv.key() == "length") {
+      auto v = ExternalDataInt(proto, kv.key(), kv.value());
+      if (!v.ok()) return v.status();
+      (kv.key() == "offset" ? offset : length) = *v;
+    }
   }
   if (location.empty()) return absl::InvalidArgumentError("external data without location");
   if (location.find("..") != std::string::npos || location[0] == '/') {
@@ -45,9 +62,12 @@ absl::StatusOr<HostTensor> ReadExternal(const onnx::TensorProto& proto, const st
                                                    length, " bytes, shape needs ", want));
   }
   file.seekg(0, std::ios::end);
-  if (offset < 0 || static_cast<int64_t>(file.tellg()) < offset + want) {
+  const int64_t file_size = static_cast<int64_t>(file.tellg());
+  int64_t end = 0;
+  if (file_size < 0 || __builtin_add_overflow(offset, want, &end) || end > file_size) {
     return absl::InvalidArgumentError(
-        absl::StrCat("external data file ", path, " is too short for '", proto.name(), "'"));
+        absl::StrCat("external data for '", proto.name(), "': offset ", offset, " + length ", want,
+                     " lies beyond the end of ", path, " (", file_size, " bytes)"));
   }
   HostTensor out(dtype, shape);
   file.seekg(offset);
@@ -71,8 +91,11 @@ absl::StatusOr<HostTensor> TensorFromProto(const onnx::TensorProto& proto,
   std::vector<int64_t> shape(proto.dims().begin(), proto.dims().end());
   int64_t n = 1;
   for (int64_t d : shape) {
-    if (d < 0) return absl::InvalidArgumentError(absl::StrCat("tensor '", proto.name(), "' has a negative dim"));
-    if (d > 0 && n > kMaxTensorBytes / d) return absl::InvalidArgumentError(absl::StrCat("tensor '", proto.name(), "' is too large"));
+    if (d < 0)
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", proto.name(), "' has a negative dim"));
+    if (d > 0 && n > kMaxTensorBytes / d)
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", proto.name(), "' is too large"));
     n *= d;
   }
   DType dtype = *dtype_or;
@@ -88,12 +111,22 @@ absl::StatusOr<HostTensor> TensorFromProto(const onnx::TensorProto& proto,
       have = static_cast<int64_t>(proto.raw_data().size());
     } else {
       switch (dtype) {
-        case DType::kFloat32: have = proto.float_data_size(); break;
-        case DType::kFloat64: have = proto.double_data_size(); break;
-        case DType::kInt64: have = proto.int64_data_size(); break;
+        case DType::kFloat32:
+          have = proto.float_data_size();
+          break;
+        case DType::kFloat64:
+          have = proto.double_data_size();
+          break;
+        case DType::kInt64:
+          have = proto.int64_data_size();
+          break;
         case DType::kUInt32:
-        case DType::kUInt64: have = proto.uint64_data_size(); break;
-        default: have = proto.int32_data_size(); break;
+        case DType::kUInt64:
+          have = proto.uint64_data_size();
+          break;
+        default:
+          have = proto.int32_data_size();
+          break;
       }
       have *= DTypeSize(dtype);
     }
@@ -117,8 +150,8 @@ absl::StatusOr<HostTensor> TensorFromProto(const onnx::TensorProto& proto,
   }
   auto check = [&](int64_t have) -> absl::Status {
     if (have != n) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", proto.name(), "' has ", have,
-                                                     " elements, shape needs ", n));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", proto.name(), "' has ", have, " elements, shape needs ", n));
     }
     return absl::OkStatus();
   };
@@ -149,13 +182,26 @@ absl::StatusOr<HostTensor> TensorFromProto(const onnx::TensorProto& proto,
       for (int64_t i = 0; i < n; ++i) {
         int32_t v = proto.int32_data(static_cast<int>(i));
         switch (dtype) {
-          case DType::kInt32: t.data_as<int32_t>()[i] = v; break;
-          case DType::kInt16: t.data_as<int16_t>()[i] = static_cast<int16_t>(v); break;
-          case DType::kUInt16: t.data_as<uint16_t>()[i] = static_cast<uint16_t>(v); break;
-          case DType::kInt8: t.data_as<int8_t>()[i] = static_cast<int8_t>(v); break;
-          case DType::kUInt8: t.data_as<uint8_t>()[i] = static_cast<uint8_t>(v); break;
-          case DType::kBool: t.data_as<uint8_t>()[i] = v != 0; break;
-          default: break;
+          case DType::kInt32:
+            t.data_as<int32_t>()[i] = v;
+            break;
+          case DType::kInt16:
+            t.data_as<int16_t>()[i] = static_cast<int16_t>(v);
+            break;
+          case DType::kUInt16:
+            t.data_as<uint16_t>()[i] = static_cast<uint16_t>(v);
+            break;
+          case DType::kInt8:
+            t.data_as<int8_t>()[i] = static_cast<int8_t>(v);
+            break;
+          case DType::kUInt8:
+            t.data_as<uint8_t>()[i] = static_cast<uint8_t>(v);
+            break;
+          case DType::kBool:
+            t.data_as<uint8_t>()[i] = v != 0;
+            break;
+          default:
+            break;
         }
       }
   }

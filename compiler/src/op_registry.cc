@@ -22,7 +22,8 @@ absl::StatusOr<std::vector<SymDim>> InferContext::Known(size_t i, const char* ro
   Value* v = node_.inputs[i];
   if (v->known.has_value()) return *v->known;
   if (v->is_graph_input && needs_binding_ != nullptr) {
-    if (std::find(needs_binding_->begin(), needs_binding_->end(), v->name) == needs_binding_->end()) {
+    if (std::find(needs_binding_->begin(), needs_binding_->end(), v->name) ==
+        needs_binding_->end()) {
       needs_binding_->push_back(v->name);
     }
   }
@@ -36,8 +37,8 @@ absl::StatusOr<std::vector<int64_t>> InferContext::StaticInts(size_t i, const ch
   if (!known.ok()) return known.status();
   auto values = StaticValues(*known);
   if (!values.ok()) {
-    return absl::UnimplementedError(absl::StrCat(node_.Describe(), ": ", role,
-                                                 " depends on the symbolic dimension"));
+    return absl::UnimplementedError(
+        absl::StrCat(node_.Describe(), ": ", role, " depends on the symbolic dimension"));
   }
   return values;
 }
@@ -47,12 +48,13 @@ absl::StatusOr<const HostTensor*> InferContext::ConstantInput(size_t i, const ch
   Value* v = node_.inputs[i];
   if (v->constant.has_value()) return &*v->constant;
   if (v->is_graph_input && needs_binding_ != nullptr) {
-    if (std::find(needs_binding_->begin(), needs_binding_->end(), v->name) == needs_binding_->end()) {
+    if (std::find(needs_binding_->begin(), needs_binding_->end(), v->name) ==
+        needs_binding_->end()) {
       needs_binding_->push_back(v->name);
     }
   }
-  return absl::FailedPreconditionError(absl::StrCat(node_.Describe(), ": ", role, " input '",
-                                                    v->name, "' must be a constant"));
+  return absl::FailedPreconditionError(
+      absl::StrCat(node_.Describe(), ": ", role, " input '", v->name, "' must be a constant"));
 }
 
 void InferContext::TruncateInputs(size_t i) {
@@ -63,8 +65,10 @@ absl::Status InferContext::Error(const std::string& message) const {
   return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": ", message));
 }
 
-absl::StatusOr<int> InferContext::Axis(int64_t axis, int rank) const {
-  if (axis < -rank || axis >= std::max(rank, 1)) {
+absl::StatusOr<int> InferContext::Axis(int64_t axis, int rank, bool allow_end) const {
+  // A rank-0 tensor has no axis at all: normalising against it would index an empty shape.
+  int64_t limit = allow_end ? rank : int64_t{rank} - 1;
+  if (axis < -int64_t{rank} || axis > limit) {
     return Error(absl::StrCat("axis ", axis, " is out of range for rank ", rank));
   }
   return static_cast<int>(axis < 0 ? axis + rank : axis);

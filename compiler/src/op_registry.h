@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,7 +35,9 @@ class InferContext {
   const SymShape& in_shape(size_t i) const { return node_.inputs[i]->type.shape; }
   DType in_dtype(size_t i) const { return node_.inputs[i]->type.dtype; }
   size_t num_outputs() const { return node_.outputs.size(); }
-  bool has_output(size_t i) const { return i < node_.outputs.size() && node_.outputs[i] != nullptr; }
+  bool has_output(size_t i) const {
+    return i < node_.outputs.size() && node_.outputs[i] != nullptr;
+  }
 
   // Sets output i's type (ignored when the output is omitted).
   void SetOutput(size_t i, DType dtype, SymShape shape);
@@ -53,8 +56,10 @@ class InferContext {
 
   // InvalidArgument naming the node.
   absl::Status Error(const std::string& message) const;
-  // Maps a possibly negative axis into [0, rank), or an error.
-  absl::StatusOr<int> Axis(int64_t axis, int rank) const;
+  // Maps a possibly negative axis into [0, rank) (or [0, rank] with `allow_end`, for ops such as
+  // Flatten whose axis may name the end); InvalidArgument naming the node and the axis otherwise,
+  // including every axis of a rank-0 tensor. Every shape function normalises axes through here.
+  absl::StatusOr<int> Axis(int64_t axis, int rank, bool allow_end = false) const;
   // Checks the input count lies in [min, max].
   absl::Status ExpectInputs(size_t min, size_t max) const;
 
@@ -81,6 +86,23 @@ class OpRegistry {
  private:
   std::map<std::string, InferFn> ops_;
 };
+
+// Overflow-checked arithmetic for sizes and offsets taken from a model; nullopt on overflow.
+inline std::optional<int64_t> CheckedMul(int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) return std::nullopt;
+  return r;
+}
+inline std::optional<int64_t> CheckedAdd(int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) return std::nullopt;
+  return r;
+}
+inline std::optional<int64_t> CheckedSub(int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (__builtin_sub_overflow(a, b, &r)) return std::nullopt;
+  return r;
+}
 
 // Numpy-style broadcast of two shapes; nullopt when incompatible.
 std::optional<SymShape> BroadcastShapes(const SymShape& a, const SymShape& b);

@@ -20,14 +20,29 @@ HostTensor TensorFromKnown(const ir::TensorType& type, const std::vector<SymDim>
   for (size_t i = 0; i < values.size() && static_cast<int64_t>(i) < t.num_elements(); ++i) {
     int64_t v = values[i].coef;
     switch (type.dtype) {
-      case DType::kInt64: t.data_as<int64_t>()[i] = v; break;
-      case DType::kInt32: t.data_as<int32_t>()[i] = static_cast<int32_t>(v); break;
-      case DType::kFloat32: t.data_as<float>()[i] = static_cast<float>(v); break;
-      case DType::kFloat64: t.data_as<double>()[i] = static_cast<double>(v); break;
-      case DType::kBool: t.data_as<uint8_t>()[i] = v != 0; break;
-      case DType::kInt8: t.data_as<int8_t>()[i] = static_cast<int8_t>(v); break;
-      case DType::kUInt8: t.data_as<uint8_t>()[i] = static_cast<uint8_t>(v); break;
-      default: break;
+      case DType::kInt64:
+        t.data_as<int64_t>()[i] = v;
+        break;
+      case DType::kInt32:
+        t.data_as<int32_t>()[i] = static_cast<int32_t>(v);
+        break;
+      case DType::kFloat32:
+        t.data_as<float>()[i] = static_cast<float>(v);
+        break;
+      case DType::kFloat64:
+        t.data_as<double>()[i] = static_cast<double>(v);
+        break;
+      case DType::kBool:
+        t.data_as<uint8_t>()[i] = v != 0;
+        break;
+      case DType::kInt8:
+        t.data_as<int8_t>()[i] = static_cast<int8_t>(v);
+        break;
+      case DType::kUInt8:
+        t.data_as<uint8_t>()[i] = static_cast<uint8_t>(v);
+        break;
+      default:
+        break;
     }
   }
   return t;
@@ -40,7 +55,8 @@ bool CanFold(const ir::Node& node) {
     if (out == nullptr) continue;
     if (!out->known.has_value() || !IsStaticShape(out->type.shape)) return false;
     if (out->known->size() > kMaxFoldElements) return false;
-    if (static_cast<int64_t>(out->known->size()) != SymNumElements(out->type.shape).coef) return false;
+    if (static_cast<int64_t>(out->known->size()) != SymNumElements(out->type.shape).coef)
+      return false;
     for (const SymDim& d : *out->known) {
       if (!d.IsStatic()) return false;
     }
@@ -60,8 +76,8 @@ absl::Status InferAndFold(ir::Graph& graph, std::vector<std::string>* needs_bind
     }
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       if (node.inputs[i] != nullptr && !node.inputs[i]->type.shape_known) {
-        return absl::InvalidArgumentError(absl::StrCat(node.Describe(), ": input ", i, " ('",
-                                                       node.inputs[i]->name, "') has unknown shape"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            node.Describe(), ": input ", i, " ('", node.inputs[i]->name, "') has unknown shape"));
       }
     }
     ir::InferContext ctx(graph, node, needs_binding);
@@ -78,8 +94,17 @@ absl::Status InferAndFold(ir::Graph& graph, std::vector<std::string>* needs_bind
       return s;
     }
     for (ir::Value* out : node.outputs) {
-      if (out != nullptr && !out->type.shape_known) {
-        return absl::InternalError(absl::StrCat(node.Describe(), ": shape inference left an output untyped"));
+      if (out == nullptr) continue;
+      if (!out->type.shape_known) {
+        return absl::InternalError(
+            absl::StrCat(node.Describe(), ": shape inference left an output untyped"));
+      }
+      // Every later size computation (memory plan, codegen) relies on this bound.
+      if (auto v = ir::ValidateTensorType(
+              out->type, absl::StrCat(node.Describe(), ": output '", out->name, "'"),
+              graph.symbol.empty() ? "batch" : graph.symbol);
+          !v.ok()) {
+        return v;
       }
     }
     if (CanFold(node)) {

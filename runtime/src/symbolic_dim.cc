@@ -1,13 +1,28 @@
 #include "cuvil/runtime/symbolic_dim.h"
 
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 namespace cuvil {
+namespace {
+
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+constexpr int64_t kInt64Min = std::numeric_limits<int64_t>::min();
+
+// a * b clamped to the int64 range.
+int64_t SaturatingMul(int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (!__builtin_mul_overflow(a, b, &r)) return r;
+  return (a < 0) != (b < 0) ? kInt64Min : kInt64Max;
+}
+
+}  // namespace
 
 int64_t SymDim::Eval(int64_t batch) const {
   int64_t v = coef;
-  for (int i = 0; i < power; ++i) v *= batch;
+  for (int i = 0; i < power && v != 0; ++i) v = SaturatingMul(v, batch);
   return v;
 }
 
@@ -18,28 +33,50 @@ std::string SymDim::ToString(const std::string& symbol) const {
   return absl::StrCat(coef, "*", sym);
 }
 
-SymDim SymMul(SymDim a, SymDim b) {
+std::optional<SymDim> SymMulChecked(SymDim a, SymDim b) {
   if (a.coef == 0 || b.coef == 0) return SymDim::Const(0);
-  return {a.coef * b.coef, a.power + b.power};
+  SymDim r;
+  // Powers are non-negative and at most kMaxSymPower, so their sum cannot overflow.
+  if (__builtin_mul_overflow(a.coef, b.coef, &r.coef)) return std::nullopt;
+  r.power = a.power + b.power;
+  if (r.power > kMaxSymPower || r.power < 0) return std::nullopt;
+  return r;
+}
+
+SymDim SymMul(SymDim a, SymDim b) {
+  if (auto r = SymMulChecked(a, b)) return *r;
+  int32_t power = a.power + b.power;
+  if (power > kMaxSymPower || power < 0) power = kMaxSymPower;
+  return {(a.coef < 0) != (b.coef < 0) ? kInt64Min : kInt64Max, power};
 }
 
 std::optional<SymDim> SymAdd(SymDim a, SymDim b) {
   if (a.coef == 0) return b;
   if (b.coef == 0) return a;
   if (a.power != b.power) return std::nullopt;
-  SymDim r{a.coef + b.coef, a.power};
+  SymDim r{0, a.power};
+  if (__builtin_add_overflow(a.coef, b.coef, &r.coef)) return std::nullopt;
   if (r.coef == 0) r.power = 0;
   return r;
 }
 
-std::optional<SymDim> SymSub(SymDim a, SymDim b) { return SymAdd(a, {-b.coef, b.power}); }
+std::optional<SymDim> SymSub(SymDim a, SymDim b) {
+  if (b.coef == kInt64Min) return std::nullopt;  // -b would overflow.
+  return SymAdd(a, {-b.coef, b.power});
+}
 
 std::optional<SymDim> SymDiv(SymDim a, SymDim b) {
   if (b.coef == 0) return std::nullopt;
   if (a.coef == 0) return SymDim::Const(0);
   if (a.power < b.power) return std::nullopt;
+  if (b.coef == -1) {
+    // a / -1 is -a; INT64_MIN has no negation, so wrap like two's-complement hardware (numpy).
+    if (a.power != b.power && a.coef == kInt64Min) return std::nullopt;
+    int64_t neg = a.coef == kInt64Min ? kInt64Min : -a.coef;
+    return a.power == b.power ? SymDim::Const(neg) : SymDim{neg, a.power - b.power};
+  }
   if (a.power == b.power) {
-    // Static quotient: floor division as ONNX integer Div does (C truncation for same signs).
+    // Static quotient: C truncation, as ONNX integer Div and the generated code do.
     if (a.power == 0 || a.coef % b.coef == 0) return SymDim::Const(a.coef / b.coef);
     return std::nullopt;
   }
@@ -50,6 +87,16 @@ std::optional<SymDim> SymDiv(SymDim a, SymDim b) {
 SymDim SymNumElements(const SymShape& shape) {
   SymDim n = SymDim::Const(1);
   for (const SymDim& d : shape) n = SymMul(n, d);
+  return n;
+}
+
+std::optional<SymDim> SymNumElementsChecked(const SymShape& shape) {
+  SymDim n = SymDim::Const(1);
+  for (const SymDim& d : shape) {
+    auto next = SymMulChecked(n, d);
+    if (!next) return std::nullopt;
+    n = *next;
+  }
   return n;
 }
 

@@ -1,5 +1,7 @@
 #include "cuvil/runtime/symbolic_dim.h"
 
+#include <limits>
+
 #include "gtest/gtest.h"
 
 namespace cuvil {
@@ -24,6 +26,55 @@ TEST(SymDimTest, ShapeHelpers) {
   EXPECT_EQ(SymNumElements(s), SymDim::Batch(15));
   EXPECT_EQ(EvalShape(s, 2), (std::vector<int64_t>{2, 3, 5}));
   EXPECT_FALSE(IsStaticShape(s));
+}
+
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+
+TEST(SymDimTest, ProductsThatOverflowAreDetectedNotWrapped) {
+  // 2^62 * 4 wraps to 0 in plain int64 arithmetic; (2^62 + 1) * 4 wraps to 4.
+  SymDim big = SymDim::Const(int64_t{1} << 62);
+  EXPECT_FALSE(SymMulChecked(big, SymDim::Const(4)).has_value());
+  EXPECT_FALSE(SymMulChecked(SymDim::Const((int64_t{1} << 62) + 1), SymDim::Batch(4)).has_value());
+  EXPECT_EQ(SymMul(big, SymDim::Const(4)).coef, kMax);
+  EXPECT_EQ(SymMul(big, SymDim::Const(-4)).coef, kMin);
+  EXPECT_FALSE(SymNumElementsChecked({SymDim::Const((int64_t{1} << 62) + 1), SymDim::Const(4)}));
+  EXPECT_EQ(SymNumElements({SymDim::Const((int64_t{1} << 62) + 1), SymDim::Const(4)}).coef, kMax);
+  EXPECT_EQ(*SymNumElementsChecked({SymDim::Const(3), SymDim::Batch(), SymDim::Const(0)}),
+            SymDim::Const(0));
+  EXPECT_EQ(*SymMulChecked(SymDim::Const(1 << 20), SymDim::Batch(1 << 20)),
+            SymDim::Batch(int64_t{1} << 40));
+}
+
+TEST(SymDimTest, PowerIsCapped) {
+  SymDim d = SymDim::Batch();
+  for (int i = 0; i < 6; ++i) d = SymMul(d, d);  // batch^64 uncapped.
+  EXPECT_LE(d.power, kMaxSymPower);
+  EXPECT_EQ(d.coef, kMax);
+  EXPECT_FALSE(SymMulChecked({1, kMaxSymPower}, SymDim::Batch()).has_value());
+}
+
+TEST(SymDimTest, SumsThatOverflowAreNullopt) {
+  EXPECT_FALSE(SymAdd(SymDim::Const(kMax), SymDim::Const(1)).has_value());
+  EXPECT_FALSE(SymSub(SymDim::Const(0), SymDim::Const(kMin)).has_value());
+  EXPECT_FALSE(SymSub(SymDim::Const(-2), SymDim::Const(kMax)).has_value());
+  EXPECT_EQ(*SymSub(SymDim::Const(-1), SymDim::Const(kMax)), SymDim::Const(kMin));
+}
+
+TEST(SymDimTest, DivisionEdgeCasesDoNotTrap) {
+  // INT64_MIN / -1 traps (SIGFPE) in hardware division; it wraps to INT64_MIN like numpy.
+  EXPECT_EQ(*SymDiv(SymDim::Const(kMin), SymDim::Const(-1)), SymDim::Const(kMin));
+  EXPECT_EQ(*SymDiv(SymDim::Const(7), SymDim::Const(-1)), SymDim::Const(-7));
+  EXPECT_EQ(*SymDiv(SymDim::Const(-7), SymDim::Const(2)), SymDim::Const(-3));
+  EXPECT_FALSE(SymDiv(SymDim::Const(7), SymDim::Const(0)).has_value());
+  EXPECT_FALSE(SymDiv(SymDim::Batch(kMin), SymDim::Const(-1)).has_value());
+  EXPECT_EQ(*SymDiv(SymDim::Batch(6), SymDim::Const(-1)), SymDim::Batch(-6));
+}
+
+TEST(SymDimTest, EvalSaturates) {
+  EXPECT_EQ(SymDim::Batch(int64_t{1} << 40).Eval(int64_t{1} << 30), kMax);
+  EXPECT_EQ(SymDim::Batch(3).Eval(5), 15);
+  EXPECT_EQ(SymDim::Const(9).Eval(1 << 30), 9);
 }
 
 }  // namespace

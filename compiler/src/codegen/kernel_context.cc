@@ -16,6 +16,8 @@ KernelContext::KernelContext(llvm::Module& module, llvm::Function* fn, const ir:
   llvm::FastMathFlags fmf;
   fmf.setAllowContract(true);
   builder_.setFastMathFlags(fmf);
+  status_ = builder_.CreateAlloca(builder_.getInt32Ty(), nullptr, "status");
+  builder_.CreateStore(builder_.getInt32(0), status_);
   llvm::Value* args = fn->getArg(0);
   batch_ = fn->getArg(1);
   llvm::Type* ptr_ty = builder_.getPtrTy();
@@ -40,7 +42,8 @@ KernelContext::KernelContext(llvm::Module& module, llvm::Function* fn, const ir:
   }
 }
 
-KernelContext::KernelContext(llvm::Module& module, llvm::Function* fn, const ir::Node& node, Outlined)
+KernelContext::KernelContext(llvm::Module& module, llvm::Function* fn, const ir::Node& node,
+                             Outlined)
     : module_(module), fn_(fn), node_(node), builder_(module.getContext()), batch_(nullptr) {
   entry_block_ = llvm::BasicBlock::Create(module.getContext(), "entry", fn);
   builder_.SetInsertPoint(entry_block_);
@@ -59,8 +62,8 @@ void KernelContext::ParallelFor(
   llvm::StructType* ctx_ty = llvm::StructType::get(c, fields);
   // The outlined body: void body(ptr ctx, i64 begin, i64 end).
   auto* body_ty = llvm::FunctionType::get(builder_.getVoidTy(), {ptr, I64Ty(), I64Ty()}, false);
-  llvm::Function* outlined = llvm::Function::Create(
-      body_ty, llvm::Function::InternalLinkage, fn_->getName() + ".parallel", &module_);
+  llvm::Function* outlined = llvm::Function::Create(body_ty, llvm::Function::InternalLinkage,
+                                                    fn_->getName() + ".parallel", &module_);
   outlined->copyAttributesFrom(fn_);
   {
     KernelContext inner(module_, outlined, node_, Outlined{});
@@ -87,18 +90,25 @@ const HostTensor* KernelContext::in_constant(size_t i) const {
 
 llvm::Type* KernelContext::ElemType(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return builder_.getFloatTy();
-    case DType::kFloat64: return builder_.getDoubleTy();
+    case DType::kFloat32:
+      return builder_.getFloatTy();
+    case DType::kFloat64:
+      return builder_.getDoubleTy();
     case DType::kInt8:
     case DType::kUInt8:
-    case DType::kBool: return builder_.getInt8Ty();
+    case DType::kBool:
+      return builder_.getInt8Ty();
     case DType::kInt16:
-    case DType::kUInt16: return builder_.getInt16Ty();
+    case DType::kUInt16:
+      return builder_.getInt16Ty();
     case DType::kInt32:
-    case DType::kUInt32: return builder_.getInt32Ty();
+    case DType::kUInt32:
+      return builder_.getInt32Ty();
     case DType::kInt64:
-    case DType::kUInt64: return builder_.getInt64Ty();
-    case DType::kUndefined: break;
+    case DType::kUInt64:
+      return builder_.getInt64Ty();
+    case DType::kUndefined:
+      break;
   }
   return builder_.getInt8Ty();
 }
@@ -126,7 +136,9 @@ Idx KernelContext::Dims(const SymShape& shape) {
   return out;
 }
 
-llvm::Value* KernelContext::NumElements(const SymShape& shape) { return Dim(SymNumElements(shape)); }
+llvm::Value* KernelContext::NumElements(const SymShape& shape) {
+  return Dim(SymNumElements(shape));
+}
 
 Idx KernelContext::Strides(const SymShape& shape) {
   Idx out(shape.size());
@@ -242,14 +254,17 @@ llvm::Value* KernelContext::AllocHeap(llvm::Value* bytes) {
   return CallC("cuvil_rt_alloc", builder_.getPtrTy(), {bytes});
 }
 
-void KernelContext::FreeHeap(llvm::Value* ptr) { CallC("cuvil_rt_free", builder_.getVoidTy(), {ptr}); }
+void KernelContext::FreeHeap(llvm::Value* ptr) {
+  CallC("cuvil_rt_free", builder_.getVoidTy(), {ptr});
+}
 
 llvm::Value* KernelContext::Convert(llvm::Value* v, DType from, DType to) {
   if (from == to) return v;
   llvm::Type* t = ElemType(to);
   if (to == DType::kBool) {
-    llvm::Value* nz = IsFloat(from) ? builder_.CreateFCmpUNE(v, llvm::ConstantFP::get(v->getType(), 0))
-                                    : builder_.CreateICmpNE(v, llvm::ConstantInt::get(v->getType(), 0));
+    llvm::Value* nz = IsFloat(from)
+                          ? builder_.CreateFCmpUNE(v, llvm::ConstantFP::get(v->getType(), 0))
+                          : builder_.CreateICmpNE(v, llvm::ConstantInt::get(v->getType(), 0));
     return builder_.CreateZExt(nz, t);
   }
   if (IsFloat(from) && IsFloat(to)) return builder_.CreateFPCast(v, t);
@@ -272,15 +287,44 @@ llvm::Value* KernelContext::Sub(DType d, llvm::Value* a, llvm::Value* b) {
 llvm::Value* KernelContext::Mul(DType d, llvm::Value* a, llvm::Value* b) {
   return IsFloat(d) ? builder_.CreateFMul(a, b) : builder_.CreateMul(a, b);
 }
+llvm::Value* KernelContext::SafeDivisor(DType d, llvm::Value* b) {
+  llvm::Type* t = b->getType();
+  llvm::Value* bad = builder_.CreateICmpEQ(b, llvm::ConstantInt::get(t, 0));
+  if (IsSigned(d)) {
+    bad = builder_.CreateOr(bad, builder_.CreateICmpEQ(b, llvm::ConstantInt::getSigned(t, -1)));
+  }
+  return builder_.CreateSelect(bad, llvm::ConstantInt::get(t, 1), b);
+}
+
 llvm::Value* KernelContext::Div(DType d, llvm::Value* a, llvm::Value* b) {
   if (IsFloat(d)) return builder_.CreateFDiv(a, b);
-  // Integer division by zero is undefined in LLVM; yield 0 instead of trapping.
-  llvm::Value* zero = llvm::ConstantInt::get(b->getType(), 0);
-  llvm::Value* is_zero = builder_.CreateICmpEQ(b, zero);
-  llvm::Value* safe_b = builder_.CreateSelect(is_zero, llvm::ConstantInt::get(b->getType(), 1), b);
+  // x / 0 and INT_MIN / -1 trap (SIGFPE) on x86 and are UB in LLVM. Divide by a selected safe
+  // divisor (no branch, so loops still vectorise), then select the defined results: x / 0 = 0,
+  // x / -1 = -x wrapping (INT_MIN / -1 = INT_MIN, as numpy).
+  llvm::Type* t = b->getType();
+  llvm::Value* zero = llvm::ConstantInt::get(t, 0);
+  llvm::Value* safe_b = SafeDivisor(d, b);
   llvm::Value* q = IsSigned(d) ? builder_.CreateSDiv(a, safe_b) : builder_.CreateUDiv(a, safe_b);
-  return builder_.CreateSelect(is_zero, zero, q);
+  if (IsSigned(d)) {
+    llvm::Value* minus_one = builder_.CreateICmpEQ(b, llvm::ConstantInt::getSigned(t, -1));
+    q = builder_.CreateSelect(minus_one, builder_.CreateSub(zero, a), q);
+  }
+  return builder_.CreateSelect(builder_.CreateICmpEQ(b, zero), zero, q);
 }
+
+llvm::Value* KernelContext::Rem(DType d, llvm::Value* a, llvm::Value* b) {
+  // Remainders by 0 and -1 are 0 (for -1 mathematically, for 0 by Cuvil's definition); the safe
+  // divisor 1 yields exactly that without trapping on INT_MIN % -1.
+  llvm::Value* safe_b = SafeDivisor(d, b);
+  return IsSigned(d) ? builder_.CreateSRem(a, safe_b) : builder_.CreateURem(a, safe_b);
+}
+
+void KernelContext::FailIf(llvm::Value* cond, int32_t code) {
+  llvm::Value* prev = builder_.CreateLoad(builder_.getInt32Ty(), status_);
+  builder_.CreateStore(builder_.CreateSelect(cond, builder_.getInt32(code), prev), status_);
+}
+
+llvm::Value* KernelContext::Status() { return builder_.CreateLoad(builder_.getInt32Ty(), status_); }
 llvm::Value* KernelContext::Min(DType d, llvm::Value* a, llvm::Value* b) {
   if (IsFloat(d)) return builder_.CreateBinaryIntrinsic(llvm::Intrinsic::minimum, a, b);
   return builder_.CreateSelect(Less(d, a, b), a, b);
@@ -305,31 +349,48 @@ llvm::Value* KernelContext::Equal(DType d, llvm::Value* a, llvm::Value* b) {
 llvm::Value* KernelContext::Lowest(DType d) {
   switch (d) {
     case DType::kFloat32:
-    case DType::kFloat64: return llvm::ConstantFP::getInfinity(ElemType(d), /*Negative=*/true);
-    case DType::kInt8: return Const(d, -128);
-    case DType::kInt16: return Const(d, -32768);
-    case DType::kInt32: return Const(d, std::numeric_limits<int32_t>::min());
+    case DType::kFloat64:
+      return llvm::ConstantFP::getInfinity(ElemType(d), /*Negative=*/true);
+    case DType::kInt8:
+      return Const(d, -128);
+    case DType::kInt16:
+      return Const(d, -32768);
+    case DType::kInt32:
+      return Const(d, std::numeric_limits<int32_t>::min());
     case DType::kInt64:
-      return llvm::ConstantInt::get(ElemType(d), static_cast<uint64_t>(std::numeric_limits<int64_t>::min()));
-    default: return Const(d, 0);
+      return llvm::ConstantInt::get(ElemType(d),
+                                    static_cast<uint64_t>(std::numeric_limits<int64_t>::min()));
+    default:
+      return Const(d, 0);
   }
 }
 
 llvm::Value* KernelContext::Highest(DType d) {
   switch (d) {
     case DType::kFloat32:
-    case DType::kFloat64: return llvm::ConstantFP::getInfinity(ElemType(d), /*Negative=*/false);
-    case DType::kInt8: return Const(d, 127);
-    case DType::kUInt8: return Const(d, 255);
-    case DType::kBool: return Const(d, 1);
-    case DType::kInt16: return Const(d, 32767);
-    case DType::kUInt16: return Const(d, 65535);
-    case DType::kInt32: return Const(d, std::numeric_limits<int32_t>::max());
-    case DType::kUInt32: return Const(d, std::numeric_limits<uint32_t>::max());
+    case DType::kFloat64:
+      return llvm::ConstantFP::getInfinity(ElemType(d), /*Negative=*/false);
+    case DType::kInt8:
+      return Const(d, 127);
+    case DType::kUInt8:
+      return Const(d, 255);
+    case DType::kBool:
+      return Const(d, 1);
+    case DType::kInt16:
+      return Const(d, 32767);
+    case DType::kUInt16:
+      return Const(d, 65535);
+    case DType::kInt32:
+      return Const(d, std::numeric_limits<int32_t>::max());
+    case DType::kUInt32:
+      return Const(d, std::numeric_limits<uint32_t>::max());
     case DType::kInt64:
-      return llvm::ConstantInt::get(ElemType(d), static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
-    case DType::kUInt64: return llvm::ConstantInt::get(ElemType(d), ~uint64_t{0});
-    default: return Const(d, 0);
+      return llvm::ConstantInt::get(ElemType(d),
+                                    static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
+    case DType::kUInt64:
+      return llvm::ConstantInt::get(ElemType(d), ~uint64_t{0});
+    default:
+      return Const(d, 0);
   }
 }
 

@@ -1,9 +1,10 @@
 // Private: what an op's code generator sees while it emits the body of one kernel function.
 //
-// Each IR node becomes one LLVM function `void kernel(ptr args, i64 batch)`; `args` holds the
-// node's input pointers followed by its output pointers. KernelContext loads them and offers the
-// building blocks kernels share: typed loads/stores, loop nests over runtime extents, broadcast
-// strides, ONNX cast semantics, and calls into the runtime library.
+// Each IR node becomes one LLVM function `i32 kernel(ptr args, i64 batch)`; `args` holds the
+// node's input pointers followed by its output pointers, and the result is 0 or one of the
+// EntryError codes (compiled_model.h), which cuvil_entry returns at once. KernelContext loads them
+// and offers the building blocks kernels share: typed loads/stores, loop nests over runtime
+// extents, broadcast strides, ONNX cast semantics, and calls into the runtime library.
 #ifndef CUVIL_COMPILER_SRC_CODEGEN_KERNEL_CONTEXT_H_
 #define CUVIL_COMPILER_SRC_CODEGEN_KERNEL_CONTEXT_H_
 
@@ -101,7 +102,10 @@ class KernelContext {
   llvm::Value* Add(DType d, llvm::Value* a, llvm::Value* b);
   llvm::Value* Sub(DType d, llvm::Value* a, llvm::Value* b);
   llvm::Value* Mul(DType d, llvm::Value* a, llvm::Value* b);
+  // Integer division never traps: x / 0 = 0 and INT_MIN / -1 = INT_MIN (two's-complement wrap).
   llvm::Value* Div(DType d, llvm::Value* a, llvm::Value* b);
+  // Integer remainder (C sign rule) that never traps: x % 0 = 0 and x % -1 = 0.
+  llvm::Value* Rem(DType d, llvm::Value* a, llvm::Value* b);
   llvm::Value* Min(DType d, llvm::Value* a, llvm::Value* b);  // NaN-propagating for floats
   llvm::Value* Max(DType d, llvm::Value* a, llvm::Value* b);
   llvm::Value* Less(DType d, llvm::Value* a, llvm::Value* b);     // i1
@@ -121,19 +125,31 @@ class KernelContext {
                    const std::function<void(KernelContext& outlined, const Idx& outlined_values,
                                             llvm::Value* begin, llvm::Value* end)>& body);
   // Calls a C function (libm or the Cuvil runtime library), declaring it on first use.
-  llvm::Value* CallC(const std::string& name, llvm::Type* ret, const std::vector<llvm::Value*>& args);
+  llvm::Value* CallC(const std::string& name, llvm::Type* ret,
+                     const std::vector<llvm::Value*>& args);
+
+  // Records error `code` (an EntryError) when the i1 `cond` holds; branch-free, so it may sit in a
+  // vectorised loop. The kernel then returns the code; its outputs are unspecified. Only in a
+  // kernel's own context, not in a ParallelFor body.
+  void FailIf(llvm::Value* cond, int32_t code);
+  // The kernel's status so far (i32), what its `ret` returns.
+  llvm::Value* Status();
 
   // InvalidArgument / Unimplemented naming the node.
   absl::Status Error(const std::string& message) const;
   absl::Status Unsupported(const std::string& what) const;
 
  private:
+  // b, or 1 where dividing by b would trap (0, and -1 for signed types).
+  llvm::Value* SafeDivisor(DType d, llvm::Value* b);
+
   llvm::Module& module_;
   llvm::Function* fn_;
   const ir::Node& node_;
   llvm::IRBuilder<> builder_;
   llvm::BasicBlock* entry_block_;
   llvm::Value* batch_;
+  llvm::Value* status_ = nullptr;  // i32 alloca; null in outlined contexts.
   std::vector<llvm::Value*> inputs_;
   std::vector<llvm::Value*> outputs_;
 };

@@ -78,7 +78,8 @@ llvm::Value* Exp(KernelContext& k, llvm::Value* x) { return k.Intrinsic(llvm::In
 EmitFn FloatUnary(std::function<llvm::Value*(KernelContext&, const ir::Node&, llvm::Value*)> f) {
   return [f](KernelContext& k) -> absl::Status {
     const ir::Node& node = k.node();
-    if (!IsFloat(k.in_dtype(0))) return k.Unsupported(std::string("dtype ") + std::string(DTypeName(k.in_dtype(0))));
+    if (!IsFloat(k.in_dtype(0)))
+      return k.Unsupported(std::string("dtype ") + std::string(DTypeName(k.in_dtype(0))));
     EmitBroadcastElementwise(k, {0}, [&](KernelContext& kk, const std::vector<llvm::Value*>& v) {
       return f(kk, node, v[0]);
     });
@@ -103,11 +104,12 @@ llvm::Value* Softplus(KernelContext& k, llvm::Value* x) {
 void RegisterUnary(KernelRegistry& r) {
   r.Register("Abs", [](KernelContext& k) -> absl::Status {
     DType d = k.in_dtype(0);
-    EmitBroadcastElementwise(k, {0}, [d](KernelContext& kk, const std::vector<llvm::Value*>& v) -> llvm::Value* {
-      if (IsFloat(d)) return kk.Intrinsic(llvm::Intrinsic::fabs, v[0]);
-      if (!IsSigned(d)) return v[0];
-      return kk.b().CreateBinaryIntrinsic(llvm::Intrinsic::abs, v[0], kk.b().getFalse());
-    });
+    EmitBroadcastElementwise(
+        k, {0}, [d](KernelContext& kk, const std::vector<llvm::Value*>& v) -> llvm::Value* {
+          if (IsFloat(d)) return kk.Intrinsic(llvm::Intrinsic::fabs, v[0]);
+          if (!IsSigned(d)) return v[0];
+          return kk.b().CreateBinaryIntrinsic(llvm::Intrinsic::abs, v[0], kk.b().getFalse());
+        });
     return absl::OkStatus();
   });
   r.Register("Neg", [](KernelContext& k) -> absl::Status {
@@ -128,8 +130,8 @@ void RegisterUnary(KernelRegistry& r) {
     return absl::OkStatus();
   });
   r.Register("Not", Elementwise(1, [](KernelContext& k, const std::vector<llvm::Value*>& v) {
-    return k.b().CreateXor(v[0], k.b().getInt8(1));
-  }));
+               return k.b().CreateXor(v[0], k.b().getInt8(1));
+             }));
   r.Register("Exp", FloatIntrinsic(llvm::Intrinsic::exp));
   r.Register("Log", FloatIntrinsic(llvm::Intrinsic::log));
   r.Register("Sqrt", FloatIntrinsic(llvm::Intrinsic::sqrt));
@@ -138,82 +140,101 @@ void RegisterUnary(KernelRegistry& r) {
   r.Register("Round", FloatIntrinsic(llvm::Intrinsic::roundeven));
   r.Register("Sin", FloatIntrinsic(llvm::Intrinsic::sin));
   r.Register("Cos", FloatIntrinsic(llvm::Intrinsic::cos));
-  for (const char* f : {"tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "tanh", "erf"}) {
+  for (const char* f :
+       {"tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "tanh", "erf"}) {
     std::string op = f;
     op[0] = static_cast<char>(std::toupper(op[0]));
     r.Register(op, LibmUnary(f));
   }
   r.Register("Reciprocal", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
-    return k.b().CreateFDiv(FConst(k, x, 1), x);
-  }));
-  r.Register("Sigmoid", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) { return Sigmoid(k, x); }));
+               return k.b().CreateFDiv(FConst(k, x, 1), x);
+             }));
+  r.Register("Sigmoid", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
+               return Sigmoid(k, x);
+             }));
   r.Register("Relu", [](KernelContext& k) -> absl::Status {
     DType d = k.in_dtype(0);
-    EmitBroadcastElementwise(k, {0}, [d](KernelContext& kk, const std::vector<llvm::Value*>& v) -> llvm::Value* {
-      llvm::Value* zero = kk.Const(d, 0);
-      if (IsFloat(d)) return kk.b().CreateSelect(kk.b().CreateFCmpOLT(v[0], zero), zero, v[0]);
-      return kk.b().CreateSelect(kk.Less(d, v[0], zero), zero, v[0]);
-    });
+    EmitBroadcastElementwise(
+        k, {0}, [d](KernelContext& kk, const std::vector<llvm::Value*>& v) -> llvm::Value* {
+          llvm::Value* zero = kk.Const(d, 0);
+          if (IsFloat(d)) return kk.b().CreateSelect(kk.b().CreateFCmpOLT(v[0], zero), zero, v[0]);
+          return kk.b().CreateSelect(kk.Less(d, v[0], zero), zero, v[0]);
+        });
     return absl::OkStatus();
   });
   r.Register("LeakyRelu", FloatUnary([](KernelContext& k, const ir::Node& n, llvm::Value* x) {
-    auto& b = k.b();
-    llvm::Value* alpha = FConst(k, x, n.attr_float("alpha", 0.01f));
-    return b.CreateSelect(b.CreateFCmpOLT(x, FConst(k, x, 0)), b.CreateFMul(alpha, x), x);
-  }));
+               auto& b = k.b();
+               llvm::Value* alpha = FConst(k, x, n.attr_float("alpha", 0.01f));
+               return b.CreateSelect(b.CreateFCmpOLT(x, FConst(k, x, 0)), b.CreateFMul(alpha, x),
+                                     x);
+             }));
   r.Register("ThresholdedRelu", FloatUnary([](KernelContext& k, const ir::Node& n, llvm::Value* x) {
-    auto& b = k.b();
-    return b.CreateSelect(b.CreateFCmpOGT(x, FConst(k, x, n.attr_float("alpha", 1.0f))), x, FConst(k, x, 0));
-  }));
+               auto& b = k.b();
+               return b.CreateSelect(b.CreateFCmpOGT(x, FConst(k, x, n.attr_float("alpha", 1.0f))),
+                                     x, FConst(k, x, 0));
+             }));
   r.Register("Elu", FloatUnary([](KernelContext& k, const ir::Node& n, llvm::Value* x) {
-    auto& b = k.b();
-    llvm::Value* alpha = FConst(k, x, n.attr_float("alpha", 1.0f));
-    llvm::Value* neg = b.CreateFMul(alpha, b.CreateFSub(Exp(k, x), FConst(k, x, 1)));
-    return b.CreateSelect(b.CreateFCmpOLT(x, FConst(k, x, 0)), neg, x);
-  }));
+               auto& b = k.b();
+               llvm::Value* alpha = FConst(k, x, n.attr_float("alpha", 1.0f));
+               llvm::Value* neg = b.CreateFMul(alpha, b.CreateFSub(Exp(k, x), FConst(k, x, 1)));
+               return b.CreateSelect(b.CreateFCmpOLT(x, FConst(k, x, 0)), neg, x);
+             }));
   r.Register("Celu", FloatUnary([](KernelContext& k, const ir::Node& n, llvm::Value* x) {
-    auto& b = k.b();
-    llvm::Value* alpha = FConst(k, x, n.attr_float("alpha", 1.0f));
-    llvm::Value* neg = b.CreateFMul(alpha, b.CreateFSub(Exp(k, b.CreateFDiv(x, alpha)), FConst(k, x, 1)));
-    return b.CreateFAdd(k.Intrinsic2(llvm::Intrinsic::maxnum, x, FConst(k, x, 0)),
-                        k.Intrinsic2(llvm::Intrinsic::minnum, neg, FConst(k, x, 0)));
-  }));
+               auto& b = k.b();
+               llvm::Value* alpha = FConst(k, x, n.attr_float("alpha", 1.0f));
+               llvm::Value* neg = b.CreateFMul(
+                   alpha, b.CreateFSub(Exp(k, b.CreateFDiv(x, alpha)), FConst(k, x, 1)));
+               return b.CreateFAdd(k.Intrinsic2(llvm::Intrinsic::maxnum, x, FConst(k, x, 0)),
+                                   k.Intrinsic2(llvm::Intrinsic::minnum, neg, FConst(k, x, 0)));
+             }));
   r.Register("Selu", FloatUnary([](KernelContext& k, const ir::Node& n, llvm::Value* x) {
-    auto& b = k.b();
-    llvm::Value* alpha = FConst(k, x, n.attr_float("alpha", 1.67326319217681884765625f));
-    llvm::Value* gamma = FConst(k, x, n.attr_float("gamma", 1.05070102214813232421875f));
-    llvm::Value* neg = b.CreateFSub(b.CreateFMul(alpha, Exp(k, x)), alpha);
-    return b.CreateFMul(gamma, b.CreateSelect(b.CreateFCmpOGT(x, FConst(k, x, 0)), x, neg));
-  }));
+               auto& b = k.b();
+               llvm::Value* alpha = FConst(k, x, n.attr_float("alpha", 1.67326319217681884765625f));
+               llvm::Value* gamma = FConst(k, x, n.attr_float("gamma", 1.05070102214813232421875f));
+               llvm::Value* neg = b.CreateFSub(b.CreateFMul(alpha, Exp(k, x)), alpha);
+               return b.CreateFMul(gamma,
+                                   b.CreateSelect(b.CreateFCmpOGT(x, FConst(k, x, 0)), x, neg));
+             }));
   r.Register("HardSigmoid", FloatUnary([](KernelContext& k, const ir::Node& n, llvm::Value* x) {
-    auto& b = k.b();
-    llvm::Value* y = b.CreateFAdd(b.CreateFMul(FConst(k, x, n.attr_float("alpha", 0.2f)), x),
-                                  FConst(k, x, n.attr_float("beta", 0.5f)));
-    return k.Intrinsic2(llvm::Intrinsic::minnum, k.Intrinsic2(llvm::Intrinsic::maxnum, y, FConst(k, x, 0)), FConst(k, x, 1));
-  }));
+               auto& b = k.b();
+               llvm::Value* y =
+                   b.CreateFAdd(b.CreateFMul(FConst(k, x, n.attr_float("alpha", 0.2f)), x),
+                                FConst(k, x, n.attr_float("beta", 0.5f)));
+               return k.Intrinsic2(llvm::Intrinsic::minnum,
+                                   k.Intrinsic2(llvm::Intrinsic::maxnum, y, FConst(k, x, 0)),
+                                   FConst(k, x, 1));
+             }));
   r.Register("HardSwish", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
-    auto& b = k.b();
-    llvm::Value* y = b.CreateFAdd(b.CreateFMul(FConst(k, x, 1.0 / 6.0), x), FConst(k, x, 0.5));
-    y = k.Intrinsic2(llvm::Intrinsic::minnum, k.Intrinsic2(llvm::Intrinsic::maxnum, y, FConst(k, x, 0)), FConst(k, x, 1));
-    return b.CreateFMul(x, y);
-  }));
-  r.Register("Softplus", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) { return Softplus(k, x); }));
+               auto& b = k.b();
+               llvm::Value* y =
+                   b.CreateFAdd(b.CreateFMul(FConst(k, x, 1.0 / 6.0), x), FConst(k, x, 0.5));
+               y = k.Intrinsic2(llvm::Intrinsic::minnum,
+                                k.Intrinsic2(llvm::Intrinsic::maxnum, y, FConst(k, x, 0)),
+                                FConst(k, x, 1));
+               return b.CreateFMul(x, y);
+             }));
+  r.Register("Softplus", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
+               return Softplus(k, x);
+             }));
   r.Register("Softsign", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
-    auto& b = k.b();
-    return b.CreateFDiv(x, b.CreateFAdd(FConst(k, x, 1), k.Intrinsic(llvm::Intrinsic::fabs, x)));
-  }));
+               auto& b = k.b();
+               return b.CreateFDiv(
+                   x, b.CreateFAdd(FConst(k, x, 1), k.Intrinsic(llvm::Intrinsic::fabs, x)));
+             }));
   r.Register("Mish", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
-    return k.b().CreateFMul(x, k.CallC(x->getType()->isDoubleTy() ? "tanh" : "tanhf", x->getType(), {Softplus(k, x)}));
-  }));
+               return k.b().CreateFMul(x, k.CallC(x->getType()->isDoubleTy() ? "tanh" : "tanhf",
+                                                  x->getType(), {Softplus(k, x)}));
+             }));
   r.Register("Gelu", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
-    auto& b = k.b();
-    llvm::Value* e = k.CallC(x->getType()->isDoubleTy() ? "erf" : "erff", x->getType(),
-                             {b.CreateFMul(x, FConst(k, x, M_SQRT1_2))});
-    return b.CreateFMul(b.CreateFMul(FConst(k, x, 0.5), x), b.CreateFAdd(FConst(k, x, 1), e));
-  }));
+               auto& b = k.b();
+               llvm::Value* e = k.CallC(x->getType()->isDoubleTy() ? "erf" : "erff", x->getType(),
+                                        {b.CreateFMul(x, FConst(k, x, M_SQRT1_2))});
+               return b.CreateFMul(b.CreateFMul(FConst(k, x, 0.5), x),
+                                   b.CreateFAdd(FConst(k, x, 1), e));
+             }));
   r.Register("IsNaN", Elementwise(1, [](KernelContext& k, const std::vector<llvm::Value*>& v) {
-    return k.b().CreateZExt(k.b().CreateFCmpUNO(v[0], v[0]), k.b().getInt8Ty());
-  }));
+               return k.b().CreateZExt(k.b().CreateFCmpUNO(v[0], v[0]), k.b().getInt8Ty());
+             }));
   r.Register("IsInf", [](KernelContext& k) -> absl::Status {
     bool pos = k.node().attr_int("detect_positive", 1) != 0;
     bool neg = k.node().attr_int("detect_negative", 1) != 0;
@@ -235,14 +256,17 @@ using BinaryOp = llvm::Value* (*)(KernelContext&, DType, llvm::Value*, llvm::Val
 EmitFn Binary(BinaryOp op) {
   return [op](KernelContext& k) -> absl::Status {
     DType d = k.in_dtype(0);
-    EmitBroadcastElementwise(k, {0, 1}, [d, op](KernelContext& kk, const std::vector<llvm::Value*>& v) {
-      return op(kk, d, v[0], v[1]);
-    });
+    EmitBroadcastElementwise(k, {0, 1},
+                             [d, op](KernelContext& kk, const std::vector<llvm::Value*>& v) {
+                               return op(kk, d, v[0], v[1]);
+                             });
     return absl::OkStatus();
   };
 }
 
-llvm::Value* ToBool(KernelContext& k, llvm::Value* i1) { return k.b().CreateZExt(i1, k.b().getInt8Ty()); }
+llvm::Value* ToBool(KernelContext& k, llvm::Value* i1) {
+  return k.b().CreateZExt(i1, k.b().getInt8Ty());
+}
 
 llvm::Value* PowScalar(KernelContext& k, DType base, DType exp, llvm::Value* a, llvm::Value* b) {
   auto& bl = k.b();
@@ -258,30 +282,42 @@ llvm::Value* PowScalar(KernelContext& k, DType base, DType exp, llvm::Value* a, 
 }
 
 void RegisterBinary(KernelRegistry& r) {
-  r.Register("Add", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) { return k.Add(d, a, b); }));
-  r.Register("Sub", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) { return k.Sub(d, a, b); }));
-  r.Register("Mul", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) { return k.Mul(d, a, b); }));
-  r.Register("Div", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) { return k.Div(d, a, b); }));
+  r.Register("Add", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) {
+               return k.Add(d, a, b);
+             }));
+  r.Register("Sub", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) {
+               return k.Sub(d, a, b);
+             }));
+  r.Register("Mul", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) {
+               return k.Mul(d, a, b);
+             }));
+  r.Register("Div", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) {
+               return k.Div(d, a, b);
+             }));
   r.Register("Mod", [](KernelContext& k) -> absl::Status {
     DType d = k.in_dtype(0);
     bool fmod = k.node().attr_int("fmod", 0) != 0;
-    EmitBroadcastElementwise(k, {0, 1}, [=](KernelContext& kk, const std::vector<llvm::Value*>& v) -> llvm::Value* {
-      auto& b = kk.b();
-      if (IsFloat(d)) {
-        llvm::Value* r = b.CreateFRem(v[0], v[1]);
-        if (fmod) return r;
-        llvm::Value* fix = b.CreateAnd(b.CreateFCmpUNE(r, kk.Const(d, 0)),
-                                       b.CreateXor(b.CreateFCmpOLT(r, kk.Const(d, 0)), b.CreateFCmpOLT(v[1], kk.Const(d, 0))));
-        return b.CreateSelect(fix, b.CreateFAdd(r, v[1]), r);
-      }
-      llvm::Value* zero = kk.Const(d, 0);
-      llvm::Value* safe = b.CreateSelect(b.CreateICmpEQ(v[1], zero), kk.Const(d, 1), v[1]);
-      llvm::Value* r = IsSigned(d) ? b.CreateSRem(v[0], safe) : b.CreateURem(v[0], safe);
-      if (fmod || !IsSigned(d)) return r;
-      llvm::Value* fix = b.CreateAnd(b.CreateICmpNE(r, zero),
-                                     b.CreateXor(b.CreateICmpSLT(r, zero), b.CreateICmpSLT(safe, zero)));
-      return b.CreateSelect(fix, b.CreateAdd(r, safe), r);
-    });
+    EmitBroadcastElementwise(
+        k, {0, 1}, [=](KernelContext& kk, const std::vector<llvm::Value*>& v) -> llvm::Value* {
+          auto& b = kk.b();
+          if (IsFloat(d)) {
+            llvm::Value* r = b.CreateFRem(v[0], v[1]);
+            if (fmod) return r;
+            llvm::Value* fix = b.CreateAnd(b.CreateFCmpUNE(r, kk.Const(d, 0)),
+                                           b.CreateXor(b.CreateFCmpOLT(r, kk.Const(d, 0)),
+                                                       b.CreateFCmpOLT(v[1], kk.Const(d, 0))));
+            return b.CreateSelect(fix, b.CreateFAdd(r, v[1]), r);
+          }
+          // Rem never traps: x % 0 = 0 and INT_MIN % -1 = 0.
+          llvm::Value* zero = kk.Const(d, 0);
+          llvm::Value* r = kk.Rem(d, v[0], v[1]);
+          if (fmod || !IsSigned(d)) return r;
+          // Floor modulo takes the divisor's sign; r != 0 implies the divisor is neither 0 nor -1.
+          llvm::Value* fix =
+              b.CreateAnd(b.CreateICmpNE(r, zero),
+                          b.CreateXor(b.CreateICmpSLT(r, zero), b.CreateICmpSLT(v[1], zero)));
+          return b.CreateSelect(fix, b.CreateAdd(r, v[1]), r);
+        });
     return absl::OkStatus();
   });
   r.Register("Pow", [](KernelContext& k) -> absl::Status {
@@ -298,20 +334,37 @@ void RegisterBinary(KernelRegistry& r) {
     });
     return absl::OkStatus();
   });
-  r.Register("And", Binary([](KernelContext& k, DType, llvm::Value* a, llvm::Value* b) { return k.b().CreateAnd(a, b); }));
-  r.Register("Or", Binary([](KernelContext& k, DType, llvm::Value* a, llvm::Value* b) { return k.b().CreateOr(a, b); }));
-  r.Register("Xor", Binary([](KernelContext& k, DType, llvm::Value* a, llvm::Value* b) { return k.b().CreateXor(a, b); }));
-  r.Register("Equal", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) { return ToBool(k, k.Equal(d, a, b)); }));
-  r.Register("Less", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) { return ToBool(k, k.Less(d, a, b)); }));
-  r.Register("Greater", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) { return ToBool(k, k.Greater(d, a, b)); }));
+  r.Register("And", Binary([](KernelContext& k, DType, llvm::Value* a, llvm::Value* b) {
+               return k.b().CreateAnd(a, b);
+             }));
+  r.Register("Or", Binary([](KernelContext& k, DType, llvm::Value* a, llvm::Value* b) {
+               return k.b().CreateOr(a, b);
+             }));
+  r.Register("Xor", Binary([](KernelContext& k, DType, llvm::Value* a, llvm::Value* b) {
+               return k.b().CreateXor(a, b);
+             }));
+  r.Register("Equal", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) {
+               return ToBool(k, k.Equal(d, a, b));
+             }));
+  r.Register("Less", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) {
+               return ToBool(k, k.Less(d, a, b));
+             }));
+  r.Register("Greater", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) {
+               return ToBool(k, k.Greater(d, a, b));
+             }));
   r.Register("LessOrEqual", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) {
-    llvm::Value* r = IsFloat(d) ? k.b().CreateFCmpOLE(a, b) : (IsSigned(d) ? k.b().CreateICmpSLE(a, b) : k.b().CreateICmpULE(a, b));
-    return ToBool(k, r);
-  }));
-  r.Register("GreaterOrEqual", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) {
-    llvm::Value* r = IsFloat(d) ? k.b().CreateFCmpOGE(a, b) : (IsSigned(d) ? k.b().CreateICmpSGE(a, b) : k.b().CreateICmpUGE(a, b));
-    return ToBool(k, r);
-  }));
+               llvm::Value* r = IsFloat(d) ? k.b().CreateFCmpOLE(a, b)
+                                           : (IsSigned(d) ? k.b().CreateICmpSLE(a, b)
+                                                          : k.b().CreateICmpULE(a, b));
+               return ToBool(k, r);
+             }));
+  r.Register(
+      "GreaterOrEqual", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) {
+        llvm::Value* r =
+            IsFloat(d) ? k.b().CreateFCmpOGE(a, b)
+                       : (IsSigned(d) ? k.b().CreateICmpSGE(a, b) : k.b().CreateICmpUGE(a, b));
+        return ToBool(k, r);
+      }));
   r.Register("PRelu", [](KernelContext& k) -> absl::Status {
     DType d = k.in_dtype(0);
     EmitBroadcastElementwise(k, {0, 1}, [d](KernelContext& kk, const std::vector<llvm::Value*>& v) {
@@ -321,9 +374,10 @@ void RegisterBinary(KernelRegistry& r) {
     return absl::OkStatus();
   });
   r.Register("Where", [](KernelContext& k) -> absl::Status {
-    EmitBroadcastElementwise(k, {0, 1, 2}, [](KernelContext& kk, const std::vector<llvm::Value*>& v) {
-      return kk.b().CreateSelect(kk.b().CreateICmpNE(v[0], kk.b().getInt8(0)), v[1], v[2]);
-    });
+    EmitBroadcastElementwise(
+        k, {0, 1, 2}, [](KernelContext& kk, const std::vector<llvm::Value*>& v) {
+          return kk.b().CreateSelect(kk.b().CreateICmpNE(v[0], kk.b().getInt8(0)), v[1], v[2]);
+        });
     return absl::OkStatus();
   });
 }
@@ -338,9 +392,12 @@ void RegisterVariadic(KernelRegistry& r) {
       EmitBroadcastElementwise(k, ins, [&](KernelContext& kk, const std::vector<llvm::Value*>& v) {
         llvm::Value* acc = v[0];
         for (size_t i = 1; i < v.size(); ++i) {
-          if (name == "Max") acc = kk.Max(d, acc, v[i]);
-          else if (name == "Min") acc = kk.Min(d, acc, v[i]);
-          else acc = kk.Add(d, acc, v[i]);
+          if (name == "Max")
+            acc = kk.Max(d, acc, v[i]);
+          else if (name == "Min")
+            acc = kk.Min(d, acc, v[i]);
+          else
+            acc = kk.Add(d, acc, v[i]);
         }
         if (name == "Mean") acc = kk.Div(d, acc, kk.Const(d, static_cast<double>(v.size())));
         return acc;

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "codegen/kernel_context.h"
+#include "cuvil/compiler/compiled_model.h"
 
 namespace cuvil::codegen {
 namespace {
@@ -35,6 +36,12 @@ llvm::Value* LoadIndex(KernelContext& k, size_t input, llvm::Value* i) {
   return k.Convert(k.Load(d, k.in(input), i), d, DType::kInt64);
 }
 
+// True (i1) when idx lies in [-len, len), the indices ONNX accepts along an axis of length len.
+llvm::Value* IndexInRange(KernelContext& k, llvm::Value* idx, llvm::Value* len) {
+  auto& b = k.b();
+  return b.CreateAnd(b.CreateICmpSGE(idx, b.CreateNeg(len)), b.CreateICmpSLT(idx, len));
+}
+
 // Wraps a negative index and clamps to [0, len) so bad indices stay memory-safe.
 llvm::Value* NormalizeIndex(KernelContext& k, llvm::Value* idx, llvm::Value* len) {
   auto& b = k.b();
@@ -54,7 +61,8 @@ void StridedCopy(KernelContext& k, DType d, llvm::Value* dst, llvm::Value* src, 
     Idx to_strides(dst_strides.begin(), dst_strides.end() - 1);
     k.ForNest(outer, [&](const Idx& idx) {
       llvm::Value* from = k.b().CreateAdd(base, k.Offset(idx, from_strides));
-      k.Memcpy(k.ElemPtr(d, dst, k.Offset(idx, to_strides)), k.ElemPtr(d, src, from), extents[r - 1], d);
+      k.Memcpy(k.ElemPtr(d, dst, k.Offset(idx, to_strides)), k.ElemPtr(d, src, from),
+               extents[r - 1], d);
     });
     return;
   }
@@ -91,7 +99,8 @@ void EmitPermute(KernelContext& k, DType d, llvm::Value* src, const SymShape& sh
   }
   std::vector<int> by_input(groups.size());
   for (size_t g = 0; g < groups.size(); ++g) by_input[g] = static_cast<int>(g);
-  std::sort(by_input.begin(), by_input.end(), [&](int x, int y) { return groups[x].first < groups[y].first; });
+  std::sort(by_input.begin(), by_input.end(),
+            [&](int x, int y) { return groups[x].first < groups[y].first; });
   SymShape merged(groups.size());
   for (size_t g = 0; g < groups.size(); ++g) {
     merged[g] = SymNumElements(SymShape(dims.begin() + groups[by_input[g]].first,
@@ -99,7 +108,8 @@ void EmitPermute(KernelContext& k, DType d, llvm::Value* src, const SymShape& sh
   }
   Idx in_strides = k.Strides(merged), extents, strides;
   for (size_t g = 0; g < groups.size(); ++g) {
-    size_t pos = std::find(by_input.begin(), by_input.end(), static_cast<int>(g)) - by_input.begin();
+    size_t pos =
+        std::find(by_input.begin(), by_input.end(), static_cast<int>(g)) - by_input.begin();
     extents.push_back(k.Dim(merged[pos]));
     strides.push_back(in_strides[pos]);
   }
@@ -128,7 +138,8 @@ absl::Status ConcatOrSplit(KernelContext& k) {
     llvm::Value* part_ptr = concat ? k.in(i) : k.out(i);
     if (part_ptr != nullptr) {
       k.For(k.I64(0), outer, [&](llvm::Value* o) {
-        llvm::Value* w = k.ElemPtr(d, whole_ptr, k.b().CreateAdd(k.b().CreateMul(o, whole_row), offset));
+        llvm::Value* w =
+            k.ElemPtr(d, whole_ptr, k.b().CreateAdd(k.b().CreateMul(o, whole_row), offset));
         llvm::Value* p = k.ElemPtr(d, part_ptr, k.b().CreateMul(o, row));
         if (concat) {
           k.Memcpy(w, p, row, d);
@@ -144,15 +155,28 @@ absl::Status ConcatOrSplit(KernelContext& k) {
 
 absl::Status Slice(KernelContext& k) {
   const SymShape& in = k.in_shape(0);
+  const SymShape& out = k.out_shape(0);
   std::vector<int64_t> starts = k.node().attr_ints("starts"), steps = k.node().attr_ints("steps");
-  if (starts.size() != in.size() || steps.size() != in.size()) return k.Error("slice is not canonical");
+  if (starts.size() != in.size() || steps.size() != in.size())
+    return k.Error("slice is not canonical");
+  auto& b = k.b();
   Idx in_strides = k.Strides(in), strides;
   llvm::Value* base = k.I64(0);
   for (size_t a = 0; a < in.size(); ++a) {
-    base = k.b().CreateAdd(base, k.b().CreateMul(k.I64(starts[a]), in_strides[a]));
-    strides.push_back(k.b().CreateMul(k.I64(steps[a]), in_strides[a]));
+    base = b.CreateAdd(base, b.CreateMul(k.I64(starts[a]), in_strides[a]));
+    strides.push_back(b.CreateMul(k.I64(steps[a]), in_strides[a]));
   }
-  StridedCopy(k, k.in_dtype(0), k.out(0), k.in(0), base, k.Dims(k.out_shape(0)), strides);
+  // Axes whose bounds depend on the batch (step 1) were trusted at compile time; check here that
+  // start + extent stays within the input at this batch size, and copy nothing otherwise.
+  llvm::Value* inside = b.getTrue();
+  for (int64_t a : k.node().attr_ints("checked_axes")) {
+    if (a < 0 || a >= static_cast<int64_t>(in.size())) return k.Error("slice is not canonical");
+    llvm::Value* end = b.CreateAdd(k.I64(starts[a]), k.Dim(out[a]));
+    inside = b.CreateAnd(inside, b.CreateICmpSLE(end, k.Dim(in[a])));
+  }
+  k.FailIf(b.CreateNot(inside), kEntrySliceOutOfBounds);
+  k.If(inside,
+       [&] { StridedCopy(k, k.in_dtype(0), k.out(0), k.in(0), base, k.Dims(out), strides); });
   return absl::OkStatus();
 }
 
@@ -167,10 +191,17 @@ absl::Status Gather(KernelContext& k) {
   llvm::Value* n = k.NumElements(k.in_shape(1));
   k.For(k.I64(0), outer, [&](llvm::Value* o) {
     k.For(k.I64(0), n, [&](llvm::Value* j) {
-      llvm::Value* idx = NormalizeIndex(k, LoadIndex(k, 1, j), len);
-      llvm::Value* dst = b.CreateMul(b.CreateAdd(b.CreateMul(o, n), j), inner);
-      llvm::Value* src = b.CreateMul(b.CreateAdd(b.CreateMul(o, len), idx), inner);
-      k.Memcpy(k.ElemPtr(d, k.out(0), dst), k.ElemPtr(d, k.in(0), src), inner, d);
+      llvm::Value* raw = LoadIndex(k, 1, j);
+      // Out-of-range indices fail the execution (like ONNX Runtime) and copy nothing: with
+      // len == 0 even a clamped index would read past the buffer.
+      llvm::Value* valid = IndexInRange(k, raw, len);
+      k.FailIf(b.CreateNot(valid), kEntryIndexOutOfBounds);
+      k.If(valid, [&] {
+        llvm::Value* idx = NormalizeIndex(k, raw, len);
+        llvm::Value* dst = b.CreateMul(b.CreateAdd(b.CreateMul(o, n), j), inner);
+        llvm::Value* src = b.CreateMul(b.CreateAdd(b.CreateMul(o, len), idx), inner);
+        k.Memcpy(k.ElemPtr(d, k.out(0), dst), k.ElemPtr(d, k.in(0), src), inner, d);
+      });
     });
   });
   return absl::OkStatus();
@@ -226,10 +257,12 @@ absl::Status Pad(KernelContext& k) {
         llvm::Value* last = b.CreateSub(len, k.I64(1));
         s = b.CreateSub(s, k.I64(pads[a]));
         if (mode == "constant") {
-          inside = b.CreateAnd(inside, b.CreateAnd(b.CreateICmpSGE(s, k.I64(0)), b.CreateICmpSLT(s, len)));
+          inside = b.CreateAnd(inside,
+                               b.CreateAnd(b.CreateICmpSGE(s, k.I64(0)), b.CreateICmpSLT(s, len)));
         } else if (mode == "reflect") {
           s = b.CreateSelect(b.CreateICmpSLT(s, k.I64(0)), b.CreateNeg(s), s);
-          s = b.CreateSelect(b.CreateICmpSGT(s, last), b.CreateSub(b.CreateMul(last, k.I64(2)), s), s);
+          s = b.CreateSelect(b.CreateICmpSGT(s, last), b.CreateSub(b.CreateMul(last, k.I64(2)), s),
+                             s);
         } else if (mode == "wrap") {
           s = b.CreateSRem(b.CreateAdd(b.CreateSRem(s, len), len), len);
         }
@@ -238,7 +271,8 @@ absl::Status Pad(KernelContext& k) {
       offset = b.CreateAdd(offset, b.CreateMul(s, in_strides[a]));
     }
     llvm::Value* v = k.Load(d, k.in(0), offset);
-    if (mode == "constant") v = b.CreateSelect(inside, v, k.Const(d, k.node().attr_float("value", 0)));
+    if (mode == "constant")
+      v = b.CreateSelect(inside, v, k.Const(d, k.node().attr_float("value", 0)));
     k.Store(d, k.out(0), k.Offset(idx, out_strides), v);
   });
   return absl::OkStatus();
@@ -277,21 +311,28 @@ absl::Status ScatterND(KernelContext& k) {
   llvm::Value* updates = k.NumElements(SymShape(indices.begin(), indices.end() - 1));
   k.For(k.I64(0), updates, [&](llvm::Value* u) {
     llvm::Value* offset = k.I64(0);
+    llvm::Value* valid = b.getTrue();
     for (int64_t j = 0; j < q; ++j) {
       llvm::Value* idx = LoadIndex(k, 1, b.CreateAdd(b.CreateMul(u, k.I64(q)), k.I64(j)));
+      valid = b.CreateAnd(valid, IndexInRange(k, idx, dims[j]));
       offset = b.CreateAdd(offset, b.CreateMul(NormalizeIndex(k, idx, dims[j]), strides[j]));
     }
-    k.For(k.I64(0), slice, [&](llvm::Value* e) {
-      llvm::Value* at = b.CreateAdd(offset, e);
-      llvm::Value* v = k.Load(d, k.in(2), b.CreateAdd(b.CreateMul(u, slice), e));
-      if (reduction != "none") {
-        llvm::Value* old = k.Load(d, k.out(0), at);
-        v = reduction == "add"   ? k.Add(d, old, v)
-            : reduction == "mul" ? k.Mul(d, old, v)
-            : reduction == "max" ? k.Max(d, old, v)
-                                 : k.Min(d, old, v);
-      }
-      k.Store(d, k.out(0), at, v);
+    // An out-of-range index fails the execution and writes nothing (a clamped write would
+    // still land outside an empty axis).
+    k.FailIf(b.CreateNot(valid), kEntryIndexOutOfBounds);
+    k.If(valid, [&] {
+      k.For(k.I64(0), slice, [&](llvm::Value* e) {
+        llvm::Value* at = b.CreateAdd(offset, e);
+        llvm::Value* v = k.Load(d, k.in(2), b.CreateAdd(b.CreateMul(u, slice), e));
+        if (reduction != "none") {
+          llvm::Value* old = k.Load(d, k.out(0), at);
+          v = reduction == "add"   ? k.Add(d, old, v)
+              : reduction == "mul" ? k.Mul(d, old, v)
+              : reduction == "max" ? k.Max(d, old, v)
+                                   : k.Min(d, old, v);
+        }
+        k.Store(d, k.out(0), at, v);
+      });
     });
   });
   return absl::OkStatus();
@@ -306,7 +347,8 @@ absl::Status Trilu(KernelContext& k) {
   llvm::Value* rows = k.Dim(s[s.size() - 2]);
   llvm::Value* cols = k.Dim(s.back());
   k.ForNest({k.NumElements(SymShape(s.begin(), s.end() - 2)), rows, cols}, [&](const Idx& idx) {
-    llvm::Value* at = b.CreateAdd(b.CreateMul(b.CreateAdd(b.CreateMul(idx[0], rows), idx[1]), cols), idx[2]);
+    llvm::Value* at =
+        b.CreateAdd(b.CreateMul(b.CreateAdd(b.CreateMul(idx[0], rows), idx[1]), cols), idx[2]);
     llvm::Value* offset = b.CreateSub(idx[2], idx[1]);
     llvm::Value* keep = upper ? b.CreateICmpSGE(offset, diag) : b.CreateICmpSLE(offset, diag);
     k.Store(d, k.out(0), at, b.CreateSelect(keep, k.Load(d, k.in(0), at), k.Const(d, 0)));
@@ -360,11 +402,13 @@ class ResizeEmitter {
       bool crops = ctm_ == "tf_crop_and_resize" && (ax.roi_start != 0 || ax.roi_end != 1);
       bool shifts = ctm_ == "tf_half_pixel_for_nn";
       bool same_scale = scales.empty() || scales[a] == 1.0f;
-      if (in[a] == out[a] && same_scale && !crops && !(shifts && in[a].IsStatic() && in[a].coef > 1)) {
+      if (in[a] == out[a] && same_scale && !crops &&
+          !(shifts && in[a].IsStatic() && in[a].coef > 1)) {
         axes_.push_back(ax);
         continue;
       }
-      if (!in[a].IsStatic() || !out[a].IsStatic()) return k_.Unsupported("resizing a symbolic dimension");
+      if (!in[a].IsStatic() || !out[a].IsStatic())
+        return k_.Unsupported("resizing a symbolic dimension");
       ax.identity = false;
       ax.in_len = in[a].coef;
       ax.out_len = out[a].coef;
@@ -389,7 +433,8 @@ class ResizeEmitter {
       return;
     }
     k_.For(k_.I64(0), out_dims_[axis], [&](llvm::Value* x) {
-      taps_.push_back(axes_[axis].identity ? AxisTaps{{{x, nullptr}}, nullptr} : Taps(axes_[axis], x));
+      taps_.push_back(axes_[axis].identity ? AxisTaps{{{x, nullptr}}, nullptr}
+                                           : Taps(axes_[axis], x));
       Loop(axis + 1, b_.CreateAdd(out_offset, b_.CreateMul(x, out_strides_[axis])));
       taps_.pop_back();
     });
@@ -400,9 +445,11 @@ class ResizeEmitter {
     llvm::Value* xd = b_.CreateSIToFP(x, b_.getDoubleTy());
     double in = static_cast<double>(ax.in_len);
     double ow = ax.scale * in;  // ONNX uses the unrounded output length here.
-    llvm::Value* half_pixel = b_.CreateFSub(b_.CreateFDiv(b_.CreateFAdd(xd, F64(0.5)), F64(ax.scale)), F64(0.5));
+    llvm::Value* half_pixel =
+        b_.CreateFSub(b_.CreateFDiv(b_.CreateFAdd(xd, F64(0.5)), F64(ax.scale)), F64(0.5));
     if (ctm_ == "asymmetric") return b_.CreateFDiv(xd, F64(ax.scale));
-    if (ctm_ == "tf_half_pixel_for_nn") return b_.CreateFDiv(b_.CreateFAdd(xd, F64(0.5)), F64(ax.scale));
+    if (ctm_ == "tf_half_pixel_for_nn")
+      return b_.CreateFDiv(b_.CreateFAdd(xd, F64(0.5)), F64(ax.scale));
     if (ctm_ == "pytorch_half_pixel") return ow == 1 ? F64(-0.5) : half_pixel;
     if (ctm_ == "align_corners") {
       return ow == 1 ? F64(0) : b_.CreateFDiv(b_.CreateFMul(xd, F64(in - 1)), F64(ow - 1));
@@ -413,8 +460,10 @@ class ResizeEmitter {
     }
     if (ctm_ == "tf_crop_and_resize") {
       double extent = ax.roi_end - ax.roi_start;
-      llvm::Value* c = ow == 1 ? F64(extent * (in - 1) / 2)
-                               : b_.CreateFDiv(b_.CreateFMul(b_.CreateFMul(xd, F64(extent)), F64(in - 1)), F64(ow - 1));
+      llvm::Value* c =
+          ow == 1 ? F64(extent * (in - 1) / 2)
+                  : b_.CreateFDiv(b_.CreateFMul(b_.CreateFMul(xd, F64(extent)), F64(in - 1)),
+                                  F64(ow - 1));
       c = b_.CreateFAdd(c, F64(ax.roi_start * (in - 1)));
       result.inside = b_.CreateAnd(b_.CreateFCmpOGE(c, F64(0)), b_.CreateFCmpOLE(c, F64(in - 1)));
       return c;
@@ -461,7 +510,8 @@ class ResizeEmitter {
     for (int t = 0; t < 4; ++t) {
       llvm::Value* i = b_.CreateAdd(base, k_.I64(t - 1));
       if (exclude_outside_) {
-        llvm::Value* in_range = b_.CreateAnd(b_.CreateICmpSGE(i, k_.I64(0)), b_.CreateICmpSLE(i, last));
+        llvm::Value* in_range =
+            b_.CreateAnd(b_.CreateICmpSGE(i, k_.I64(0)), b_.CreateICmpSLE(i, last));
         weights[t] = b_.CreateSelect(in_range, weights[t], F64(0));
         sum = b_.CreateFAdd(sum, weights[t]);
       }
@@ -477,23 +527,26 @@ class ResizeEmitter {
   void Body(llvm::Value* out_offset) {
     DType d = k_.in_dtype(0);
     llvm::Value* acc = nullptr;
-    std::function<void(size_t, llvm::Value*, llvm::Value*)> combine = [&](size_t axis, llvm::Value* off, llvm::Value* w) {
-      if (axis == taps_.size()) {
-        llvm::Value* v = k_.Load(d, k_.in(0), off);
-        if (mode_ == "nearest") {
-          acc = v;
-          return;
-        }
-        v = k_.Convert(v, d, DType::kFloat64);
-        if (w != nullptr) v = b_.CreateFMul(w, v);
-        acc = acc == nullptr ? v : b_.CreateFAdd(acc, v);
-        return;
-      }
-      for (const Tap& t : taps_[axis].taps) {
-        llvm::Value* weight = w == nullptr ? t.weight : t.weight == nullptr ? w : b_.CreateFMul(w, t.weight);
-        combine(axis + 1, b_.CreateAdd(off, b_.CreateMul(t.index, in_strides_[axis])), weight);
-      }
-    };
+    std::function<void(size_t, llvm::Value*, llvm::Value*)> combine =
+        [&](size_t axis, llvm::Value* off, llvm::Value* w) {
+          if (axis == taps_.size()) {
+            llvm::Value* v = k_.Load(d, k_.in(0), off);
+            if (mode_ == "nearest") {
+              acc = v;
+              return;
+            }
+            v = k_.Convert(v, d, DType::kFloat64);
+            if (w != nullptr) v = b_.CreateFMul(w, v);
+            acc = acc == nullptr ? v : b_.CreateFAdd(acc, v);
+            return;
+          }
+          for (const Tap& t : taps_[axis].taps) {
+            llvm::Value* weight = w == nullptr          ? t.weight
+                                  : t.weight == nullptr ? w
+                                                        : b_.CreateFMul(w, t.weight);
+            combine(axis + 1, b_.CreateAdd(off, b_.CreateMul(t.index, in_strides_[axis])), weight);
+          }
+        };
     combine(0, k_.I64(0), nullptr);
     if (mode_ != "nearest") acc = k_.Convert(acc, DType::kFloat64, d);
     for (const AxisTaps& t : taps_) {

@@ -9,6 +9,7 @@
 #include "llvm/Analysis/CGSCCPassManager.h"
 #include "llvm/Analysis/LoopAnalysisManager.h"
 #include "llvm/IR/LegacyPassManager.h"
+#include "llvm/IR/MDBuilder.h"
 #include "llvm/IR/Verifier.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Passes/PassBuilder.h"
@@ -81,14 +82,17 @@ std::string SignatureOf(const ir::Node& node, const std::string& symbol) {
 class ModuleBuilder {
  public:
   ModuleBuilder(const ir::Graph& graph, const MemoryPlan& plan, const HostTarget& host)
-      : graph_(graph), plan_(plan), host_(host),
+      : graph_(graph),
+        plan_(plan),
+        host_(host),
         module_(std::make_unique<llvm::Module>("cuvil_model", context_)) {}
 
   absl::Status Build(CompiledModel* model) {
     llvm::Type* ptr = llvm::PointerType::getUnqual(context_);
     llvm::Type* i64 = llvm::Type::getInt64Ty(context_);
+    // i32 kernel(args, batch): 0 or an EntryError.
     llvm::FunctionType* kernel_ty =
-        llvm::FunctionType::get(llvm::Type::getVoidTy(context_), {ptr, i64}, false);
+        llvm::FunctionType::get(llvm::Type::getInt32Ty(context_), {ptr, i64}, false);
     const auto& registry = KernelRegistry::Get();
     std::vector<llvm::Constant*> table;
     int index = 0;
@@ -98,28 +102,30 @@ class ModuleBuilder {
         return absl::UnimplementedError(absl::StrCat("no code generator for ", node->Describe()));
       }
       std::string name = absl::StrCat("k", index, "_", SanitizeSymbol(node->op_type));
-      llvm::Function* fn = llvm::Function::Create(kernel_ty, llvm::Function::InternalLinkage,
-                                                  name, module_.get());
+      llvm::Function* fn =
+          llvm::Function::Create(kernel_ty, llvm::Function::InternalLinkage, name, module_.get());
       SetAttributes(fn);
       KernelContext kc(*module_, fn, *node);
       if (auto s = (*emit)(kc); !s.ok()) return s;
-      kc.b().CreateRetVoid();
+      kc.b().CreateRet(kc.Status());
       table.push_back(fn);
-      model->kernels.push_back({index, name, node->op_type, node->name,
-                                SignatureOf(*node, graph_.symbol)});
+      model->kernels.push_back(
+          {index, name, node->op_type, node->name, SignatureOf(*node, graph_.symbol)});
       ++index;
     }
     auto* table_ty = llvm::ArrayType::get(ptr, table.size());
-    table_ = new llvm::GlobalVariable(*module_, table_ty, /*isConstant=*/false,
-                                      llvm::GlobalValue::ExternalLinkage,
-                                      llvm::ConstantArray::get(table_ty, table), kFunctionTableSymbol);
-    weights_ = new llvm::GlobalVariable(*module_, llvm::Type::getInt8Ty(context_), true,
-                                        llvm::GlobalValue::ExternalLinkage, nullptr, kWeightsSymbol);
+    table_ = new llvm::GlobalVariable(
+        *module_, table_ty, /*isConstant=*/false, llvm::GlobalValue::ExternalLinkage,
+        llvm::ConstantArray::get(table_ty, table), kFunctionTableSymbol);
+    weights_ =
+        new llvm::GlobalVariable(*module_, llvm::Type::getInt8Ty(context_), true,
+                                 llvm::GlobalValue::ExternalLinkage, nullptr, kWeightsSymbol);
     BuildEntry(kernel_ty);
     std::string err;
     llvm::raw_string_ostream os(err);
     if (llvm::verifyModule(*module_, &os)) {
-      return absl::InternalError(absl::StrCat("generated LLVM IR is invalid: ", err.substr(0, 2000)));
+      return absl::InternalError(
+          absl::StrCat("generated LLVM IR is invalid: ", err.substr(0, 2000)));
     }
     return absl::OkStatus();
   }
@@ -145,8 +151,8 @@ class ModuleBuilder {
       case BufferLocation::Kind::kWeight:
         return b.CreateConstInBoundsGEP1_64(b.getInt8Ty(), weights_, loc.offset);
       case BufferLocation::Kind::kArena: {
-        llvm::Value* off = b.CreateAdd(b.CreateMul(batch, b.getInt64(loc.per_batch)),
-                                       b.getInt64(loc.offset));
+        llvm::Value* off =
+            b.CreateAdd(b.CreateMul(batch, b.getInt64(loc.per_batch)), b.getInt64(loc.offset));
         return b.CreateInBoundsGEP(b.getInt8Ty(), arena, off);
       }
     }
@@ -156,7 +162,8 @@ class ModuleBuilder {
   void BuildEntry(llvm::FunctionType* kernel_ty) {
     llvm::Type* ptr = llvm::PointerType::getUnqual(context_);
     llvm::Type* i64 = llvm::Type::getInt64Ty(context_);
-    auto* entry_ty = llvm::FunctionType::get(llvm::Type::getInt32Ty(context_), {ptr, ptr, i64, ptr}, false);
+    auto* entry_ty =
+        llvm::FunctionType::get(llvm::Type::getInt32Ty(context_), {ptr, ptr, i64, ptr}, false);
     llvm::Function* entry = llvm::Function::Create(entry_ty, llvm::Function::ExternalLinkage,
                                                    kEntrySymbol, module_.get());
     SetAttributes(entry);
@@ -165,8 +172,10 @@ class ModuleBuilder {
     llvm::Value* batch = entry->getArg(2);
     llvm::Value* arena = entry->getArg(3);
     llvm::IRBuilder<> b(llvm::BasicBlock::Create(context_, "entry", entry));
+    unlikely_ = llvm::MDBuilder(context_).createBranchWeights(1, 1 << 20);
     size_t max_args = 1;
-    for (const auto& n : graph_.nodes()) max_args = std::max(max_args, n->inputs.size() + n->outputs.size());
+    for (const auto& n : graph_.nodes())
+      max_args = std::max(max_args, n->inputs.size() + n->outputs.size());
     llvm::Value* args = b.CreateAlloca(ptr, b.getInt64(max_args), "args");
     int index = 0;
     for (const auto& n : graph_.nodes()) {
@@ -177,9 +186,10 @@ class ModuleBuilder {
         b.CreateStore(p, b.CreateConstGEP1_64(ptr, args, slot++));
       }
       for (const ir::Value* v : n->outputs) {
-        llvm::Value* p = v && plan_.locations.count(v)
-                             ? Address(b, v, inputs, outputs, batch, arena)
-                             : llvm::ConstantPointerNull::get(llvm::PointerType::getUnqual(context_));
+        llvm::Value* p =
+            v && plan_.locations.count(v)
+                ? Address(b, v, inputs, outputs, batch, arena)
+                : llvm::ConstantPointerNull::get(llvm::PointerType::getUnqual(context_));
         b.CreateStore(p, b.CreateConstGEP1_64(ptr, args, slot++));
       }
       // Acquire pairs with the release store of a hot patch that redirects this slot.
@@ -187,7 +197,14 @@ class ModuleBuilder {
       llvm::LoadInst* fn = b.CreateLoad(ptr, slot_ptr);
       fn->setAtomic(llvm::AtomicOrdering::Acquire);
       fn->setAlignment(llvm::Align(8));
-      b.CreateCall(kernel_ty, fn, {args, batch});
+      // A failing kernel ends the execution with its code; later kernels would read its output.
+      llvm::Value* rc = b.CreateCall(kernel_ty, fn, {args, batch});
+      llvm::BasicBlock* fail = llvm::BasicBlock::Create(context_, "fail", entry);
+      llvm::BasicBlock* next = llvm::BasicBlock::Create(context_, "next", entry);
+      b.CreateCondBr(b.CreateICmpNE(rc, b.getInt32(0)), fail, next, unlikely_);
+      b.SetInsertPoint(fail);
+      b.CreateRet(rc);
+      b.SetInsertPoint(next);
       ++index;
     }
     // Outputs that are not written by a node (graph inputs, constants, repeated values) are copied.
@@ -212,6 +229,7 @@ class ModuleBuilder {
   std::unique_ptr<llvm::Module> module_;
   llvm::GlobalVariable* table_ = nullptr;
   llvm::GlobalVariable* weights_ = nullptr;
+  llvm::MDNode* unlikely_ = nullptr;  // Branch weights of the entry's failure exits.
 };
 
 void Optimize(llvm::Module& module, llvm::TargetMachine& tm, int opt_level) {
@@ -260,7 +278,9 @@ absl::Status LowerToObject(const ir::Graph& graph, const MemoryPlan& plan,
   if (!options.emit_llvm_path.empty()) {
     std::error_code ec;
     llvm::raw_fd_ostream out(options.emit_llvm_path, ec, llvm::sys::fs::OF_Text);
-    if (ec) return absl::InternalError(absl::StrCat("cannot write ", options.emit_llvm_path, ": ", ec.message()));
+    if (ec)
+      return absl::InternalError(
+          absl::StrCat("cannot write ", options.emit_llvm_path, ": ", ec.message()));
     module.print(out, nullptr);
   }
 

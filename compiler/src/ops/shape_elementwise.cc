@@ -1,5 +1,7 @@
 // Shape inference for elementwise ops: unary math, broadcasting binary/variadic ops, comparisons,
 // Where, Clip and Cast. Integer results of shape arithmetic are propagated as known values.
+#include <limits>
+
 #include "op_registry.h"
 
 namespace cuvil::ir {
@@ -55,7 +57,8 @@ absl::Status CheckSameDtype(InferContext& c, size_t first = 0) {
   DType d = c.in_dtype(first);
   for (size_t i = first + 1; i < c.num_inputs(); ++i) {
     if (c.has_input(i) && c.in_dtype(i) != d) {
-      return c.Error(absl::StrCat("input dtypes differ: ", DTypeName(d), " and ", DTypeName(c.in_dtype(i))));
+      return c.Error(
+          absl::StrCat("input dtypes differ: ", DTypeName(d), " and ", DTypeName(c.in_dtype(i))));
     }
   }
   return absl::OkStatus();
@@ -138,6 +141,8 @@ absl::Status IntegerUnary(InferContext& c) {
   bool neg = c.node().op_type == "Neg";
   if (IsInteger(c.in_dtype(0))) {
     PropagateKnown(c, [neg](const std::vector<SymDim>& a) -> std::optional<SymDim> {
+      // -INT64_MIN overflows; leave such values to the generated code (which wraps).
+      if (a[0].coef == std::numeric_limits<int64_t>::min()) return std::nullopt;
       if (neg) return SymDim{-a[0].coef, a[0].power};
       return SymDim{a[0].coef < 0 ? -a[0].coef : a[0].coef, a[0].power};
     });
@@ -154,11 +159,25 @@ absl::Status BoolUnary(InferContext& c) {
 }  // namespace
 
 void RegisterElementwiseShapes(OpRegistry& r) {
-  for (const char* op :
-       {"Abs", "Neg", "Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Round", "Sin", "Cos",
-        "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Tanh", "Sigmoid",
-        "Relu", "LeakyRelu", "Elu", "Selu", "Celu", "HardSigmoid", "HardSwish", "Softplus",
-        "Softsign", "Erf", "Sign", "ThresholdedRelu", "Mish", "Gelu", "Not"}) {
+  for (const char* op : {"Abs",       "Neg",
+                         "Exp",       "Log",
+                         "Sqrt",      "Reciprocal",
+                         "Floor",     "Ceil",
+                         "Round",     "Sin",
+                         "Cos",       "Tan",
+                         "Asin",      "Acos",
+                         "Atan",      "Sinh",
+                         "Cosh",      "Asinh",
+                         "Acosh",     "Atanh",
+                         "Tanh",      "Sigmoid",
+                         "Relu",      "LeakyRelu",
+                         "Elu",       "Selu",
+                         "Celu",      "HardSigmoid",
+                         "HardSwish", "Softplus",
+                         "Softsign",  "Erf",
+                         "Sign",      "ThresholdedRelu",
+                         "Mish",      "Gelu",
+                         "Not"}) {
     r.Register(op, Unary);
   }
   r.Register("Neg", IntegerUnary);
@@ -167,7 +186,9 @@ void RegisterElementwiseShapes(OpRegistry& r) {
   r.Register("IsInf", BoolUnary);
   r.Register("Add", Binary(false, [](SymDim a, SymDim b) { return SymAdd(a, b); }));
   r.Register("Sub", Binary(false, [](SymDim a, SymDim b) { return SymSub(a, b); }));
-  r.Register("Mul", Binary(false, [](SymDim a, SymDim b) -> std::optional<SymDim> { return SymMul(a, b); }));
+  // Checked: a saturated product must not be folded into a value the runtime would compute
+  // differently (it wraps).
+  r.Register("Mul", Binary(false, [](SymDim a, SymDim b) { return SymMulChecked(a, b); }));
   r.Register("Div", Binary(false, [](SymDim a, SymDim b) { return SymDiv(a, b); }));
   r.Register("Pow", Binary(false, nullptr));
   r.Register("Mod", Binary(false, nullptr));
@@ -177,11 +198,12 @@ void RegisterElementwiseShapes(OpRegistry& r) {
     r.Register(op, Binary(true, nullptr));
   }
   r.Register("Equal", Binary(true, [](SymDim a, SymDim b) -> std::optional<SymDim> {
-    if (a == b) return SymDim::Const(1);
-    if (a.IsStatic() && b.IsStatic()) return SymDim::Const(0);
-    if ((a.IsStatic() && a.coef <= 0) || (b.IsStatic() && b.coef <= 0)) return SymDim::Const(0);
-    return std::nullopt;  // batch may or may not equal the constant.
-  }));
+               if (a == b) return SymDim::Const(1);
+               if (a.IsStatic() && b.IsStatic()) return SymDim::Const(0);
+               if ((a.IsStatic() && a.coef <= 0) || (b.IsStatic() && b.coef <= 0))
+                 return SymDim::Const(0);
+               return std::nullopt;  // batch may or may not equal the constant.
+             }));
   for (const char* op : {"Sum", "Mean", "Max", "Min"}) r.Register(op, Variadic);
   r.Register("Where", Where);
   r.Register("Clip", Clip);

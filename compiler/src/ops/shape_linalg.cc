@@ -78,11 +78,13 @@ absl::Status Gemm(InferContext& c) {
   bool trans_b = n.attr_int("transB", 0) != 0;
   const SymShape& a = c.in_shape(0);
   SymShape b = c.in_shape(1);
-  if (n.has_attr("packed_n")) b = {SymDim::Const(n.attr_int("packed_k", 0)), SymDim::Const(n.attr_int("packed_n", 0))};
+  if (n.has_attr("packed_n"))
+    b = {SymDim::Const(n.attr_int("packed_k", 0)), SymDim::Const(n.attr_int("packed_n", 0))};
   SymDim m = trans_a ? a[1] : a[0], ka = trans_a ? a[0] : a[1];
   SymDim kb = trans_b ? b[1] : b[0], nn = trans_b ? b[0] : b[1];
   if (!(ka == kb)) {
-    return c.Error(absl::StrCat("inner dimensions differ: ", SymShapeToString(a), " x ", SymShapeToString(b)));
+    return c.Error(
+        absl::StrCat("inner dimensions differ: ", SymShapeToString(a), " x ", SymShapeToString(b)));
   }
   SymShape out = {m, nn};
   if (c.has_input(2)) {
@@ -99,7 +101,8 @@ absl::Status MatMul(InferContext& c) {
   if (c.in_rank(0) >= 2) PackConstantB(c, /*transposed=*/false);
   SymShape a = c.in_shape(0), b = c.in_shape(1);
   if (c.node().has_attr("packed_n")) {
-    b = {SymDim::Const(c.node().attr_int("packed_k", 0)), SymDim::Const(c.node().attr_int("packed_n", 0))};
+    b = {SymDim::Const(c.node().attr_int("packed_k", 0)),
+         SymDim::Const(c.node().attr_int("packed_n", 0))};
   }
   if (a.empty() || b.empty()) return c.Error("operands must have rank >= 1");
   bool a_vec = a.size() == 1, b_vec = b.size() == 1;

@@ -3,8 +3,9 @@
 //
 // Operands that decide output shapes (starts/ends, pads, repeats, sizes, ...) are folded into
 // attributes and the inputs dropped, so code generation sees one form per op (inference runs once
-// per imported node; the canonical form is meant for code generation, not for re-inference). Concat, Gather,
-// Slice, Split, Tile and Expand propagate known values, which folds PyTorch's shape arithmetic.
+// per imported node; the canonical form is meant for code generation, not for re-inference).
+// Concat, Gather, Slice, Split, Tile and Expand propagate known values, which folds PyTorch's shape
+// arithmetic.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -27,8 +28,8 @@ const std::vector<SymDim>* SmallKnown(InferContext& c, size_t i) {
 // Static value of `d`, or an Unimplemented error naming `what`.
 absl::StatusOr<int64_t> StaticDim(InferContext& c, const SymDim& d, const std::string& what) {
   if (d.IsStatic()) return d.coef;
-  return absl::UnimplementedError(absl::StrCat(c.node().Describe(), ": ", what,
-                                               " on a dimension depending on the symbolic dimension"));
+  return absl::UnimplementedError(absl::StrCat(
+      c.node().Describe(), ": ", what, " on a dimension depending on the symbolic dimension"));
 }
 
 // Product of dims [from, to).
@@ -38,7 +39,7 @@ SymDim Product(const SymShape& s, size_t from, size_t to) {
 
 // Reads an optional integer operand: input i when present, else attribute `attr`, else nullopt.
 absl::StatusOr<std::optional<std::vector<int64_t>>> IntsOperand(InferContext& c, size_t i,
-                                                               const char* attr) {
+                                                                const char* attr) {
   if (c.has_input(i)) {
     auto v = c.StaticInts(i, attr);
     if (!v.ok()) return v.status();
@@ -49,7 +50,8 @@ absl::StatusOr<std::optional<std::vector<int64_t>>> IntsOperand(InferContext& c,
 }
 
 // Maps every entry of `axes` into [0, rank).
-absl::StatusOr<std::vector<int>> NormalizeAxes(InferContext& c, const std::vector<int64_t>& axes, int rank) {
+absl::StatusOr<std::vector<int>> NormalizeAxes(InferContext& c, const std::vector<int64_t>& axes,
+                                               int rank) {
   std::vector<int> out;
   for (int64_t a : axes) {
     auto ax = c.Axis(a, rank);
@@ -88,12 +90,16 @@ absl::Status Concat(InferContext& c) {
   SymShape out = c.in_shape(0);
   for (size_t i = 1; i < c.num_inputs(); ++i) {
     if (!c.has_input(i)) return c.Error("omitted inputs are not allowed");
-    if (c.in_dtype(i) != c.in_dtype(0) || c.in_rank(i) != rank) return c.Error("inputs differ in dtype or rank");
+    if (c.in_dtype(i) != c.in_dtype(0) || c.in_rank(i) != rank)
+      return c.Error("inputs differ in dtype or rank");
     for (int d = 0; d < rank; ++d) {
-      if (d != *axis && !(c.in_shape(i)[d] == out[d])) return c.Error("inputs differ outside the axis");
+      if (d != *axis && !(c.in_shape(i)[d] == out[d]))
+        return c.Error("inputs differ outside the axis");
     }
     auto sum = SymAdd(out[*axis], c.in_shape(i)[*axis]);
-    if (!sum) return absl::UnimplementedError(c.node().Describe() + ": concatenated extent is not a monomial");
+    if (!sum)
+      return absl::UnimplementedError(c.node().Describe() +
+                                      ": concatenated extent is not a monomial");
     out[*axis] = *sum;
   }
   c.node().attrs["axis"] = int64_t{*axis};
@@ -128,7 +134,8 @@ absl::Status Split(InferContext& c) {
       parts.push_back(SymDim::Const(s));
       total = SymAdd(*total, parts.back());
     }
-    if (!(total && *total == in[*axis])) return c.Error("split sizes do not add up to the axis extent");
+    if (!(total && *total == in[*axis]))
+      return c.Error("split sizes do not add up to the axis extent");
   } else {
     // Equal parts; opset 18 allows a smaller last part.
     SymDim d = in[*axis];
@@ -140,7 +147,8 @@ absl::Status Split(InferContext& c) {
       if (!len.ok()) return len.status();
       int64_t chunk = (*len + static_cast<int64_t>(n) - 1) / static_cast<int64_t>(n);
       for (size_t i = 0; i < n; ++i) {
-        parts.push_back(SymDim::Const(std::max<int64_t>(0, std::min(chunk, *len - chunk * static_cast<int64_t>(i)))));
+        parts.push_back(SymDim::Const(
+            std::max<int64_t>(0, std::min(chunk, *len - chunk * static_cast<int64_t>(i)))));
       }
     }
   }
@@ -158,7 +166,8 @@ absl::Status Split(InferContext& c) {
     s[*axis] = parts[i];
     c.SetOutput(i, c.in_dtype(0), s);
     if (known != nullptr) {
-      c.SetKnown(i, std::vector<SymDim>(known->begin() + offset, known->begin() + offset + parts[i].coef));
+      c.SetKnown(
+          i, std::vector<SymDim>(known->begin() + offset, known->begin() + offset + parts[i].coef));
       offset += parts[i].coef;
     }
   }
@@ -172,9 +181,11 @@ struct SliceAxis {
   int64_t start = 0;
   int64_t step = 1;
   SymDim extent;
+  bool checked = false;  // Extent or bounds symbolic: code generation checks them at run time.
 };
 
-absl::StatusOr<SliceAxis> ResolveSlice(InferContext& c, const SymDim& dim, SymDim start, SymDim end, int64_t step) {
+absl::StatusOr<SliceAxis> ResolveSlice(InferContext& c, const SymDim& dim, SymDim start, SymDim end,
+                                       int64_t step) {
   constexpr int64_t kToEnd = std::numeric_limits<int32_t>::max();
   if (step == 0) return c.Error("slice step is 0");
   if (dim.IsStatic() && start.IsStatic() && end.IsStatic()) {
@@ -188,8 +199,12 @@ absl::StatusOr<SliceAxis> ResolveSlice(InferContext& c, const SymDim& dim, SymDi
       s = std::min<int64_t>(std::max<int64_t>(s, 0), d - 1);
       e = std::min<int64_t>(std::max<int64_t>(e, -1), d - 1);
     }
-    int64_t n = step > 0 ? (e - s + step - 1) / step : (s - e - step - 1) / -step;
-    return SliceAxis{s, step, SymDim::Const(std::max<int64_t>(n, 0))};
+    // Unsigned magnitudes: step may be INT64_MIN or INT64_MAX, where e - s + step - 1 would
+    // overflow. s and e are clamped into [-1, d], so the span fits.
+    int64_t span = step > 0 ? e - s : s - e;
+    uint64_t mag = step > 0 ? static_cast<uint64_t>(step) : 0 - static_cast<uint64_t>(step);
+    int64_t n = span > 0 ? static_cast<int64_t>(1 + (static_cast<uint64_t>(span) - 1) / mag) : 0;
+    return SliceAxis{s, step, SymDim::Const(n)};
   }
   auto unsupported = absl::UnimplementedError(absl::StrCat(
       c.node().Describe(), ": slice [", start.ToString(), ", ", end.ToString(), ") step ", step,
@@ -203,7 +218,9 @@ absl::StatusOr<SliceAxis> ResolveSlice(InferContext& c, const SymDim& dim, SymDi
   }
   auto n = SymSub(end, start);
   if (!n) return unsupported;
-  return SliceAxis{start.coef, 1, *n};
+  // The model's bounds are trusted only at compile time; code generation checks at run time that
+  // the slice lies inside the input (see "checked_axes") and fails the execution otherwise.
+  return SliceAxis{start.coef, 1, *n, /*checked=*/true};
 }
 
 absl::Status Slice(InferContext& c) {
@@ -240,12 +257,13 @@ absl::Status Slice(InferContext& c) {
     for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
   }
   if (steps.empty()) steps.assign(starts.size(), 1);
-  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size()) {
+  if (ends.size() != starts.size() || axes.size() != starts.size() ||
+      steps.size() != starts.size()) {
     return c.Error("starts, ends, axes and steps differ in length");
   }
   auto norm_axes = NormalizeAxes(c, axes, rank);
   if (!norm_axes.ok()) return norm_axes.status();
-  std::vector<int64_t> all_starts(rank, 0), all_steps(rank, 1);
+  std::vector<int64_t> all_starts(rank, 0), all_steps(rank, 1), checked_axes;
   SymShape out = in;
   for (size_t i = 0; i < starts.size(); ++i) {
     int a = (*norm_axes)[i];
@@ -254,16 +272,19 @@ absl::Status Slice(InferContext& c) {
     all_starts[a] = r->start;
     all_steps[a] = r->step;
     out[a] = r->extent;
+    if (r->checked) checked_axes.push_back(a);
   }
+  node.attrs["checked_axes"] = checked_axes;
   node.attrs.erase("ends");
   node.attrs.erase("axes");
   node.attrs["starts"] = all_starts;
   node.attrs["steps"] = all_steps;
   c.TruncateInputs(1);
   c.SetOutput(0, c.in_dtype(0), out);
-  if (const auto* k = rank == 1 ? SmallKnown(c, 0) : nullptr; k != nullptr) {
+  if (const auto* k = rank == 1 && out[0].IsStatic() ? SmallKnown(c, 0) : nullptr; k != nullptr) {
     std::vector<SymDim> known;
-    for (int64_t i = 0; i < out[0].coef; ++i) known.push_back((*k)[all_starts[0] + i * all_steps[0]]);
+    for (int64_t i = 0; i < out[0].coef; ++i)
+      known.push_back((*k)[all_starts[0] + i * all_steps[0]]);
     c.SetKnown(0, std::move(known));
   }
   return absl::OkStatus();
@@ -316,7 +337,9 @@ absl::Status Tile(InferContext& c) {
   c.node().attrs["repeats"] = repeats->value();
   c.TruncateInputs(1);
   c.SetOutput(0, c.in_dtype(0), out);
-  if (const auto* k = c.in_rank(0) == 1 ? SmallKnown(c, 0) : nullptr; k != nullptr && !k->empty()) {
+  if (const auto* k = c.in_rank(0) == 1 ? SmallKnown(c, 0) : nullptr;
+      k != nullptr && !k->empty() && out[0].IsStatic() &&
+      out[0].coef <= static_cast<int64_t>(kMaxKnown)) {
     std::vector<SymDim> known;
     for (int64_t i = 0; i < out[0].coef; ++i) known.push_back((*k)[i % k->size()]);
     if (known.size() <= kMaxKnown) c.SetKnown(0, std::move(known));
@@ -336,9 +359,11 @@ absl::Status Expand(InferContext& c) {
   c.TruncateInputs(1);
   c.SetOutput(0, c.in_dtype(0), *out);
   if (const auto* k = c.in_rank(0) <= 1 ? SmallKnown(c, 0) : nullptr;
-      k != nullptr && out->size() == 1 && out->at(0).IsStatic() && out->at(0).coef <= static_cast<int64_t>(kMaxKnown)) {
+      k != nullptr && out->size() == 1 && out->at(0).IsStatic() &&
+      out->at(0).coef <= static_cast<int64_t>(kMaxKnown)) {
     std::vector<SymDim> known;
-    for (int64_t i = 0; i < out->at(0).coef; ++i) known.push_back(k->size() == 1 ? (*k)[0] : (*k)[i]);
+    for (int64_t i = 0; i < out->at(0).coef; ++i)
+      known.push_back(k->size() == 1 ? (*k)[0] : (*k)[i]);
     c.SetKnown(0, std::move(known));
   }
   return absl::OkStatus();
@@ -377,14 +402,18 @@ absl::Status Pad(InferContext& c) {
       pads = full;
     }
   }
-  if (static_cast<int>(pads.size()) != 2 * rank) return c.Error("pads length differs from 2 * rank");
+  if (static_cast<int>(pads.size()) != 2 * rank)
+    return c.Error("pads length differs from 2 * rank");
   std::string mode = node.attr_string("mode", "constant");
   if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap") {
     return c.Error("unknown mode " + mode);
   }
   SymShape out = c.in_shape(0);
   for (int i = 0; i < rank; ++i) {
-    auto d = SymAdd(out[i], SymDim::Const(pads[i] + pads[i + rank]));
+    auto total = CheckedAdd(pads[i], pads[i + rank]);
+    if (!total) return c.Error("pads are too large");
+    auto d = SymAdd(out[i], SymDim::Const(*total));
+    if (!d && out[i].IsStatic()) return c.Error("pads are too large");
     if (!d) return absl::UnimplementedError(node.Describe() + ": padding a symbolic dimension");
     if (d->IsStatic() && d->coef < 0) return c.Error("negative output extent");
     out[i] = *d;
@@ -405,11 +434,15 @@ absl::Status BlockRearrange(InferContext& c) {
   bool to_space = c.node().op_type == "DepthToSpace";
   SymShape s = c.in_shape(0);
   SymDim bs2 = SymDim::Const(bs * bs);
-  std::optional<SymDim> ch = to_space ? SymDiv(s[1], bs2) : std::optional<SymDim>(SymMul(s[1], bs2));
-  std::optional<SymDim> h = to_space ? SymMul(s[2], SymDim::Const(bs)) : SymDiv(s[2], SymDim::Const(bs));
-  std::optional<SymDim> w = to_space ? SymMul(s[3], SymDim::Const(bs)) : SymDiv(s[3], SymDim::Const(bs));
+  std::optional<SymDim> ch =
+      to_space ? SymDiv(s[1], bs2) : std::optional<SymDim>(SymMul(s[1], bs2));
+  std::optional<SymDim> h =
+      to_space ? SymMul(s[2], SymDim::Const(bs)) : SymDiv(s[2], SymDim::Const(bs));
+  std::optional<SymDim> w =
+      to_space ? SymMul(s[3], SymDim::Const(bs)) : SymDiv(s[3], SymDim::Const(bs));
   bool exact = to_space ? ch && SymMul(*ch, bs2) == s[1]
-                        : h && w && SymMul(*h, SymDim::Const(bs)) == s[2] && SymMul(*w, SymDim::Const(bs)) == s[3];
+                        : h && w && SymMul(*h, SymDim::Const(bs)) == s[2] &&
+                              SymMul(*w, SymDim::Const(bs)) == s[3];
   if (!exact) return c.Error("dimensions are not divisible by the block size");
   if (to_space) {
     std::string mode = c.node().attr_string("mode", "DCR");
@@ -423,12 +456,15 @@ absl::Status ScatterND(InferContext& c) {
   if (auto s = c.ExpectInputs(3, 3); !s.ok()) return s;
   const SymShape& data = c.in_shape(0);
   const SymShape& idx = c.in_shape(1);
-  if (idx.empty() || !idx.back().IsStatic() || idx.back().coef > static_cast<int64_t>(data.size())) {
+  if (idx.empty() || !idx.back().IsStatic() ||
+      idx.back().coef > static_cast<int64_t>(data.size())) {
     return c.Error("indices' last dimension must be a static value <= data rank");
   }
   SymShape upd(idx.begin(), idx.end() - 1);
   upd.insert(upd.end(), data.begin() + idx.back().coef, data.end());
-  if (!(upd == c.in_shape(2))) return c.Error("updates shape " + SymShapeToString(c.in_shape(2)) + " should be " + SymShapeToString(upd));
+  if (!(upd == c.in_shape(2)))
+    return c.Error("updates shape " + SymShapeToString(c.in_shape(2)) + " should be " +
+                   SymShapeToString(upd));
   std::string red = c.node().attr_string("reduction", "none");
   if (red != "none" && red != "add" && red != "mul" && red != "max" && red != "min") {
     return c.Error("unknown reduction " + red);
@@ -440,9 +476,23 @@ absl::Status ScatterND(InferContext& c) {
 absl::Status Trilu(InferContext& c) {
   if (auto s = c.ExpectInputs(1, 2); !s.ok()) return s;
   if (c.in_rank(0) < 2) return c.Error("expects rank >= 2");
-  if (c.has_input(1) && SymNumElements(c.in_shape(1)) != SymDim::Const(1)) return c.Error("k must be a scalar");
+  if (c.has_input(1) && SymNumElements(c.in_shape(1)) != SymDim::Const(1))
+    return c.Error("k must be a scalar");
   c.SetOutput(0, c.in_dtype(0), c.in_shape(0));
   return absl::OkStatus();
+}
+
+// floor (or round) of scale * extent as an output extent; InvalidArgument when the scale is not a
+// finite non-negative number or the extent is too large (converting such doubles to int64 is
+// undefined).
+absl::StatusOr<int64_t> ScaledExtent(InferContext& c, double scale, int64_t extent, bool round) {
+  double v = scale * static_cast<double>(extent);
+  v = round ? std::round(v) : std::floor(v);
+  if (!std::isfinite(scale) || scale < 0 || !(v >= 0)) {
+    return c.Error(absl::StrCat("scale ", scale, " is not a finite non-negative number"));
+  }
+  if (v > static_cast<double>(kMaxTensorBytes)) return c.Error("output is too large");
+  return static_cast<int64_t>(v);
 }
 
 // Resize (opset 10+) and Upsample, canonicalised to: one input; attributes mode ("nearest",
@@ -456,8 +506,10 @@ absl::Status Resize(InferContext& c) {
   bool legacy = node.op_type == "Upsample" || node.opset < 11;
   std::string mode = node.attr_string("mode", "nearest");
   if (mode == "bilinear" || mode == "trilinear") mode = "linear";
-  if (mode != "nearest" && mode != "linear" && mode != "cubic") return c.Error("unknown mode " + mode);
-  if (node.attr_int("antialias", 0) != 0) return absl::UnimplementedError(node.Describe() + ": antialias");
+  if (mode != "nearest" && mode != "linear" && mode != "cubic")
+    return c.Error("unknown mode " + mode);
+  if (node.attr_int("antialias", 0) != 0)
+    return absl::UnimplementedError(node.Describe() + ": antialias");
   if (legacy) {
     node.attrs["coordinate_transformation_mode"] = std::string("asymmetric");
     node.attrs["nearest_mode"] = std::string("floor");
@@ -473,12 +525,14 @@ absl::Status Resize(InferContext& c) {
     if (!legacy && ctm == "tf_crop_and_resize" && c.has_input(1)) {
       auto t = c.ConstantInput(1, "roi");
       if (!t.ok()) return t.status();
-      for (int64_t i = 0; i < (*t)->num_elements(); ++i) roi.push_back(static_cast<float>((*t)->GetAsDouble(i)));
+      for (int64_t i = 0; i < (*t)->num_elements(); ++i)
+        roi.push_back(static_cast<float>((*t)->GetAsDouble(i)));
     }
     if (c.has_input(scales_at) && SymNumElements(c.in_shape(scales_at)) != SymDim::Const(0)) {
       auto t = c.ConstantInput(scales_at, "scales");
       if (!t.ok()) return t.status();
-      for (int64_t i = 0; i < (*t)->num_elements(); ++i) scales.push_back(static_cast<float>((*t)->GetAsDouble(i)));
+      for (int64_t i = 0; i < (*t)->num_elements(); ++i)
+        scales.push_back(static_cast<float>((*t)->GetAsDouble(i)));
     } else if (!legacy && c.has_input(3)) {
       auto s = c.Known(3, "sizes");
       if (!s.ok()) return s.status();
@@ -512,9 +566,12 @@ absl::Status Resize(InferContext& c) {
     roi = full_roi;
     node.attrs.erase("axes");
   }
-  if (!scales.empty() && static_cast<int>(scales.size()) != rank) return c.Error("scales length differs from the rank");
-  if (sizes && static_cast<int>(sizes->size()) != rank) return c.Error("sizes length differs from the rank");
-  if (!roi.empty() && static_cast<int>(roi.size()) != 2 * rank) return c.Error("roi length differs from 2 * rank");
+  if (!scales.empty() && static_cast<int>(scales.size()) != rank)
+    return c.Error("scales length differs from the rank");
+  if (sizes && static_cast<int>(sizes->size()) != rank)
+    return c.Error("sizes length differs from the rank");
+  if (!roi.empty() && static_cast<int>(roi.size()) != 2 * rank)
+    return c.Error("roi length differs from 2 * rank");
   if (scales.empty() && !sizes) return c.Error("neither scales nor sizes is given");
   // keep_aspect_ratio_policy (opset 18): one scale for every resized axis.
   std::string policy = node.attr_string("keep_aspect_ratio_policy", "stretch");
@@ -530,7 +587,9 @@ absl::Status Resize(InferContext& c) {
     }
     for (int a = 0; a < rank; ++a) {
       if ((*sizes)[a] == in[a]) continue;
-      (*sizes)[a] = SymDim::Const(static_cast<int64_t>(std::round(scale * static_cast<double>(in[a].coef))));
+      auto d = ScaledExtent(c, scale, in[a].coef, /*round=*/true);
+      if (!d.ok()) return d.status();
+      (*sizes)[a] = SymDim::Const(*d);
     }
   }
   SymShape out(rank);
@@ -545,7 +604,13 @@ absl::Status Resize(InferContext& c) {
     } else {
       auto d = StaticDim(c, in[a], "resizing");
       if (!d.ok()) return d.status();
-      out[a] = SymDim::Const(static_cast<int64_t>(std::floor(static_cast<double>(scales[a]) * static_cast<double>(*d))));
+      auto extent = ScaledExtent(c, scales[a], *d, /*round=*/false);
+      if (!extent.ok()) return extent.status();
+      out[a] = SymDim::Const(*extent);
+    }
+    // Every output element reads at least one input element along each axis.
+    if (!(out[a] == SymDim::Const(0)) && in[a] == SymDim::Const(0)) {
+      return c.Error(absl::StrCat("cannot resize the empty axis ", a, " to a non-empty one"));
     }
   }
   node.attrs["mode"] = mode;

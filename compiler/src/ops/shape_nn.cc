@@ -11,6 +11,29 @@ namespace {
 
 using Ints = std::vector<int64_t>;
 
+// Bound on window attributes (kernel taps, strides, dilations, |pads|, output_shape) and, times
+// 4, on a window's extent: spatial dims are below 2^40 (validated tensors), so with these bounds
+// every window formula below stays far inside int64.
+constexpr int64_t kMaxWindowAttr = int64_t{1} << 40;
+
+// (kernel - 1) * dilation + 1, the span of one window; nullopt when it exceeds 4 * kMaxWindowAttr
+// (no input, even padded, is that large).
+std::optional<int64_t> WindowExtent(int64_t kernel, int64_t dilation) {
+  auto span = CheckedMul(kernel - 1, dilation);
+  if (!span || *span >= 4 * kMaxWindowAttr) return std::nullopt;
+  return *span + 1;
+}
+
+// Checks that every value of `v` has magnitude at most kMaxWindowAttr.
+absl::Status CheckWindowAttr(InferContext& c, const char* name, const Ints& v) {
+  for (int64_t x : v) {
+    if (x > kMaxWindowAttr || x < -kMaxWindowAttr) {
+      return c.Error(absl::StrCat(name, " value ", x, " is too large"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Python-style floor division (pads may be negative for ConvTranspose).
 int64_t FloorDiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
 int64_t CeilDiv(int64_t a, int64_t b) { return -FloorDiv(-a, b); }
@@ -59,13 +82,22 @@ absl::StatusOr<Ints> WindowOutput(InferContext& c, const Ints& in, const Ints& k
   if (!pads.ok()) return pads.status();
   std::string auto_pad = c.node().attr_string("auto_pad", "NOTSET");
   bool ceil_mode = c.node().attr_int("ceil_mode", 0) != 0;
+  for (const auto& [name, v] : {std::pair<const char*, const Ints*>{"kernel_shape", &kernel},
+                                {"strides", &*strides},
+                                {"dilations", &*dilations},
+                                {"pads", &*pads}}) {
+    if (auto st = CheckWindowAttr(c, name, *v); !st.ok()) return st;
+  }
   Ints out(r);
   for (size_t i = 0; i < r; ++i) {
     int64_t s = (*strides)[i];
-    int64_t extent = (kernel[i] - 1) * (*dilations)[i] + 1;
     if (s <= 0 || (*dilations)[i] <= 0 || kernel[i] <= 0) {
       return c.Error("kernel_shape, strides and dilations must be positive");
     }
+    // Operands are below 2^40 (dims are validated), so only the product can overflow.
+    auto checked_extent = WindowExtent(kernel[i], (*dilations)[i]);
+    if (!checked_extent) return c.Error("window (kernel_shape * dilations) is too large");
+    int64_t extent = *checked_extent;
     int64_t& begin = (*pads)[i];
     int64_t& end = (*pads)[i + r];
     if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
@@ -128,7 +160,8 @@ absl::Status Conv(InferContext& c) {
   if (!w.ok()) return w.status();
   const SymDim& ch = c.in_shape(0)[1];
   int64_t group = c.node().attr_int("group", 1);
-  if (!ch.IsStatic() || group <= 0 || ch.coef != (*w)[1] * group || (*w)[0] % group != 0) {
+  if (!ch.IsStatic() || group <= 0 || CheckedMul((*w)[1], group) != ch.coef ||
+      (*w)[0] % group != 0) {
     return c.Error("channels of X, W and group do not match");
   }
   if (auto s = CheckConvInputs(c, (*w)[0]); !s.ok()) return s;
@@ -155,7 +188,9 @@ absl::Status ConvTranspose(InferContext& c) {
   if (!ch.IsStatic() || group <= 0 || ch.coef != (*w)[0] || (*w)[0] % group != 0) {
     return c.Error("channels of X, W and group do not match");
   }
-  int64_t out_channels = (*w)[1] * group;
+  auto checked_channels = CheckedMul((*w)[1], group);
+  if (!checked_channels) return c.Error("group is too large");
+  int64_t out_channels = *checked_channels;
   if (auto s = CheckConvInputs(c, out_channels); !s.ok()) return s;
   Ints kernel = c.node().attr_ints("kernel_shape", Ints(w->begin() + 2, w->end()));
   if (kernel != Ints(w->begin() + 2, w->end())) return c.Error("kernel_shape does not match W");
@@ -175,13 +210,26 @@ absl::Status ConvTranspose(InferContext& c) {
   }
   std::string auto_pad = c.node().attr_string("auto_pad", "NOTSET");
   bool same = auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER";
+  for (const auto& [name, v] : {std::pair<const char*, const Ints*>{"strides", &*strides},
+                                {"dilations", &*dilations},
+                                {"pads", &*pads},
+                                {"output_padding", &*output_padding},
+                                {"output_shape", &output_shape}}) {
+    if (auto st = CheckWindowAttr(c, name, *v); !st.ok()) return st;
+  }
   Ints out(r);
   for (size_t i = 0; i < r; ++i) {
     if ((*strides)[i] <= 0 || (*dilations)[i] <= 0 || kernel[i] <= 0) {
       return c.Error("kernel_shape, strides and dilations must be positive");
     }
-    int64_t extent = (kernel[i] - 1) * (*dilations)[i] + 1;
-    int64_t full = (*strides)[i] * (in->at(i) - 1) + (*output_padding)[i] + extent;
+    auto checked_extent = WindowExtent(kernel[i], (*dilations)[i]);
+    // stride * (in - 1) is the one product of two unbounded-by-each-other 2^40 values.
+    auto reach = CheckedMul((*strides)[i], in->at(i) - 1);
+    if (!checked_extent || !reach || *reach >= 4 * kMaxWindowAttr) {
+      return c.Error("output extent (strides * input + kernel_shape * dilations) is too large");
+    }
+    int64_t extent = *checked_extent;
+    int64_t full = *reach + (*output_padding)[i] + extent;
     int64_t& begin = (*pads)[i];
     int64_t& end = (*pads)[i + r];
     if (!output_shape.empty() || same) {

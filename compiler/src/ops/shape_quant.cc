@@ -16,8 +16,8 @@ absl::Status CheckParam(InferContext& c, size_t i, const SymDim& channels, const
   if (!c.has_input(i)) return absl::OkStatus();
   SymDim n = SymNumElements(c.in_shape(i));
   if (n == SymDim::Const(1) || (c.in_rank(i) == 1 && n == channels)) return absl::OkStatus();
-  return c.Error(absl::StrCat(role, " has shape ", SymShapeToString(c.in_shape(i)), ", expected one value or ",
-                              channels.ToString()));
+  return c.Error(absl::StrCat(role, " has shape ", SymShapeToString(c.in_shape(i)),
+                              ", expected one value or ", channels.ToString()));
 }
 
 // QuantizeLinear(x, scale, zero_point?) and DequantizeLinear(x, scale, zero_point?). Canonical
@@ -35,7 +35,8 @@ absl::Status QuantDequant(InferContext& c, bool quantize) {
   if (!IsFloat(c.in_dtype(1))) return c.Error("scale must be a float tensor");
   if (quantize) {
     DType out = c.has_input(2) ? c.in_dtype(2) : DType::kUInt8;
-    if (!IsQuantType(out)) return c.Error(absl::StrCat("unsupported zero point dtype ", DTypeName(out)));
+    if (!IsQuantType(out))
+      return c.Error(absl::StrCat("unsupported zero point dtype ", DTypeName(out)));
     c.SetOutput(0, out, c.in_shape(0));
   } else {
     if (!IsQuantType(c.in_dtype(0)) && c.in_dtype(0) != DType::kInt32) {
@@ -66,7 +67,8 @@ absl::StatusOr<SymShape> MatMulShape(InferContext& c, size_t a, size_t b) {
     return c.Error(absl::StrCat("inner dims differ: ", SymShapeToString(c.in_shape(a)), " x ",
                                 SymShapeToString(c.in_shape(b))));
   }
-  auto batch = BroadcastShapes(SymShape(sa.begin(), sa.end() - 2), SymShape(sb.begin(), sb.end() - 2));
+  auto batch =
+      BroadcastShapes(SymShape(sa.begin(), sa.end() - 2), SymShape(sb.begin(), sb.end() - 2));
   if (!batch) return c.Error("matmul batch dims do not broadcast");
   SymShape out = *batch;
   if (!a_vec) out.push_back(sa[sa.size() - 2]);
@@ -75,13 +77,18 @@ absl::StatusOr<SymShape> MatMulShape(InferContext& c, size_t a, size_t b) {
 }
 
 // Rows of operand a (M) and columns of operand b (N), the extents per-row/column params index.
-SymDim Rows(InferContext& c, size_t a) { return c.in_rank(a) == 1 ? SymDim::Const(1) : c.in_shape(a)[c.in_rank(a) - 2]; }
-SymDim Cols(InferContext& c, size_t b) { return c.in_rank(b) == 1 ? SymDim::Const(1) : c.in_shape(b).back(); }
+SymDim Rows(InferContext& c, size_t a) {
+  return c.in_rank(a) == 1 ? SymDim::Const(1) : c.in_shape(a)[c.in_rank(a) - 2];
+}
+SymDim Cols(InferContext& c, size_t b) {
+  return c.in_rank(b) == 1 ? SymDim::Const(1) : c.in_shape(b).back();
+}
 
 // MatMulInteger(A, B, a_zero_point?, b_zero_point?) -> int32.
 absl::Status MatMulInteger(InferContext& c) {
   if (auto s = c.ExpectInputs(2, 4); !s.ok()) return s;
-  if (!IsQuantType(c.in_dtype(0)) || !IsQuantType(c.in_dtype(1))) return c.Error("inputs must be (u)int8");
+  if (!IsQuantType(c.in_dtype(0)) || !IsQuantType(c.in_dtype(1)))
+    return c.Error("inputs must be (u)int8");
   auto shape = MatMulShape(c, 0, 1);
   if (!shape.ok()) return shape.status();
   if (auto s = CheckParam(c, 2, Rows(c, 0), "a_zero_point"); !s.ok()) return s;
@@ -98,8 +105,9 @@ absl::Status QLinearMatMul(InferContext& c) {
   }
   auto shape = MatMulShape(c, 0, 3);
   if (!shape.ok()) return shape.status();
-  const std::pair<size_t, SymDim> params[] = {{1, Rows(c, 0)}, {2, Rows(c, 0)}, {4, Cols(c, 3)},
-                                              {5, Cols(c, 3)}, {6, SymDim::Const(1)}, {7, SymDim::Const(1)}};
+  const std::pair<size_t, SymDim> params[] = {{1, Rows(c, 0)},       {2, Rows(c, 0)},
+                                              {4, Cols(c, 3)},       {5, Cols(c, 3)},
+                                              {6, SymDim::Const(1)}, {7, SymDim::Const(1)}};
   for (const auto& [i, channels] : params) {
     if (auto s = CheckParam(c, i, channels, "scale/zero point"); !s.ok()) return s;
   }
@@ -112,16 +120,19 @@ absl::Status QLinearMatMul(InferContext& c) {
 absl::StatusOr<SymShape> ConvShape(InferContext& c, size_t x, size_t w) {
   const SymShape& xs = c.in_shape(x);
   const SymShape& ws = c.in_shape(w);
-  if (xs.size() < 3 || ws.size() != xs.size()) return c.Error("x and w must have the same rank >= 3");
+  if (xs.size() < 3 || ws.size() != xs.size())
+    return c.Error("x and w must have the same rank >= 3");
   size_t nsp = xs.size() - 2;
   Node& n = c.node();
   std::vector<int64_t> kernel, in;
   for (size_t i = 0; i < nsp; ++i) {
-    if (!xs[2 + i].IsStatic() || !ws[2 + i].IsStatic()) return c.Error("spatial dims must be static");
+    if (!xs[2 + i].IsStatic() || !ws[2 + i].IsStatic())
+      return c.Error("spatial dims must be static");
     kernel.push_back(ws[2 + i].coef);
     in.push_back(xs[2 + i].coef);
   }
-  if (n.has_attr("kernel_shape") && n.attr_ints("kernel_shape") != kernel) return c.Error("kernel_shape differs from w");
+  if (n.has_attr("kernel_shape") && n.attr_ints("kernel_shape") != kernel)
+    return c.Error("kernel_shape differs from w");
   std::vector<int64_t> strides = n.attr_ints("strides", std::vector<int64_t>(nsp, 1));
   std::vector<int64_t> dilations = n.attr_ints("dilations", std::vector<int64_t>(nsp, 1));
   std::vector<int64_t> pads = n.attr_ints("pads", std::vector<int64_t>(2 * nsp, 0));
@@ -129,15 +140,27 @@ absl::StatusOr<SymShape> ConvShape(InferContext& c, size_t x, size_t w) {
   if (strides.size() != nsp || dilations.size() != nsp || pads.size() != 2 * nsp) {
     return c.Error("strides/dilations/pads do not match the spatial rank");
   }
-  if (group < 1 || !xs[1].IsStatic() || !ws[0].IsStatic() || xs[1].coef != ws[1].coef * group ||
-      ws[0].coef % group != 0) {
+  if (group < 1 || !xs[1].IsStatic() || !ws[0].IsStatic() ||
+      CheckedMul(ws[1].coef, group) != xs[1].coef || ws[0].coef % group != 0) {
     return c.Error("channel counts do not match group");
   }
   std::string auto_pad = n.attr_string("auto_pad", "NOTSET");
   SymShape out = {xs[0], ws[0]};
+  // Attribute bound keeping the window formulas inside int64 (dims are below 2^40 already).
+  constexpr int64_t kMaxAttr = int64_t{1} << 40;
+  for (const std::vector<int64_t>* v : {&strides, &dilations, &pads}) {
+    for (int64_t x : *v) {
+      if (x > kMaxAttr || x < -kMaxAttr)
+        return c.Error("strides/dilations/pads value is too large");
+    }
+  }
   for (size_t i = 0; i < nsp; ++i) {
-    if (strides[i] < 1 || dilations[i] < 1) return c.Error("strides and dilations must be positive");
-    int64_t extent = (kernel[i] - 1) * dilations[i] + 1;
+    if (strides[i] < 1 || dilations[i] < 1)
+      return c.Error("strides and dilations must be positive");
+    if (kernel[i] < 1) return c.Error("w has an empty spatial dimension");
+    auto span = CheckedMul(kernel[i] - 1, dilations[i]);
+    if (!span || *span >= 4 * kMaxAttr) return c.Error("window (kernel * dilations) is too large");
+    int64_t extent = *span + 1;
     if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
       int64_t o = (in[i] + strides[i] - 1) / strides[i];
       int64_t total = std::max<int64_t>(0, (o - 1) * strides[i] + extent - in[i]);
@@ -165,7 +188,8 @@ absl::StatusOr<SymShape> ConvShape(InferContext& c, size_t x, size_t w) {
 // ConvInteger(x, w, x_zero_point?, w_zero_point?) -> int32.
 absl::Status ConvInteger(InferContext& c) {
   if (auto s = c.ExpectInputs(2, 4); !s.ok()) return s;
-  if (!IsQuantType(c.in_dtype(0)) || !IsQuantType(c.in_dtype(1))) return c.Error("inputs must be (u)int8");
+  if (!IsQuantType(c.in_dtype(0)) || !IsQuantType(c.in_dtype(1)))
+    return c.Error("inputs must be (u)int8");
   auto shape = ConvShape(c, 0, 1);
   if (!shape.ok()) return shape.status();
   if (auto s = CheckParam(c, 2, SymDim::Const(1), "x_zero_point"); !s.ok()) return s;
@@ -183,12 +207,14 @@ absl::Status QLinearConv(InferContext& c) {
   auto shape = ConvShape(c, 0, 3);
   if (!shape.ok()) return shape.status();
   SymDim m = c.in_shape(3)[0];
-  const std::pair<size_t, SymDim> params[] = {{1, SymDim::Const(1)}, {2, SymDim::Const(1)}, {4, m},
-                                              {5, m}, {6, SymDim::Const(1)}, {7, SymDim::Const(1)}};
+  const std::pair<size_t, SymDim> params[] = {
+      {1, SymDim::Const(1)}, {2, SymDim::Const(1)}, {4, m}, {5, m},
+      {6, SymDim::Const(1)}, {7, SymDim::Const(1)}};
   for (const auto& [i, channels] : params) {
     if (auto s = CheckParam(c, i, channels, "scale/zero point"); !s.ok()) return s;
   }
-  if (c.has_input(8) && (c.in_dtype(8) != DType::kInt32 || c.in_rank(8) != 1 || !(c.in_shape(8)[0] == m))) {
+  if (c.has_input(8) &&
+      (c.in_dtype(8) != DType::kInt32 || c.in_rank(8) != 1 || !(c.in_shape(8)[0] == m))) {
     return c.Error("B must be int32 with one value per output channel");
   }
   c.SetOutput(0, c.in_dtype(7), *shape);
@@ -199,7 +225,8 @@ absl::Status QLinearConv(InferContext& c) {
 
 void RegisterQuantShapes(OpRegistry& r) {
   r.Register("QuantizeLinear", [](InferContext& c) { return QuantDequant(c, /*quantize=*/true); });
-  r.Register("DequantizeLinear", [](InferContext& c) { return QuantDequant(c, /*quantize=*/false); });
+  r.Register("DequantizeLinear",
+             [](InferContext& c) { return QuantDequant(c, /*quantize=*/false); });
   r.Register("DynamicQuantizeLinear", DynamicQuantize);
   r.Register("MatMulInteger", MatMulInteger);
   r.Register("QLinearMatMul", QLinearMatMul);

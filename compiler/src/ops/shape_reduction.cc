@@ -152,9 +152,9 @@ absl::Status TopK(InferContext& c) {
 }  // namespace
 
 void RegisterReductionShapes(OpRegistry& r) {
-  for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
-                         "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
-                         "ReduceSumSquare"}) {
+  for (const char* op :
+       {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+        "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"}) {
     r.Register(op, Reduce);
   }
   r.Register("ArgMax", ArgReduce);

@@ -69,13 +69,14 @@ absl::Status Reshape(InferContext& c) {
   if (infer_at >= 0) {
     auto q = SymDiv(total, SymNumElements(out));
     if (!q) {
-      return c.Error(absl::StrCat("cannot infer -1: ", SymShapeToString(in), " does not divide into ",
-                                  SymShapeToString(out)));
+      return c.Error(absl::StrCat("cannot infer -1: ", SymShapeToString(in),
+                                  " does not divide into ", SymShapeToString(out)));
     }
     out[infer_at] = *q;
   }
   if (!(SymNumElements(out) == total)) {
-    return c.Error(absl::StrCat("cannot reshape ", SymShapeToString(in), " to ", SymShapeToString(out)));
+    return c.Error(
+        absl::StrCat("cannot reshape ", SymShapeToString(in), " to ", SymShapeToString(out)));
   }
   c.TruncateInputs(1);
   c.SetOutput(0, c.in_dtype(0), out);
@@ -86,11 +87,10 @@ absl::Status Reshape(InferContext& c) {
 absl::Status Flatten(InferContext& c) {
   if (auto s = c.ExpectInputs(1, 1); !s.ok()) return s;
   int rank = c.in_rank(0);
-  int64_t axis = c.node().attr_int("axis", 1);
-  if (axis < -rank || axis > rank) return c.Error(absl::StrCat("axis ", axis, " out of range"));
-  if (axis < 0) axis += rank;
+  auto axis = c.Axis(c.node().attr_int("axis", 1), rank, /*allow_end=*/true);
+  if (!axis.ok()) return axis.status();
   SymShape in = c.in_shape(0);
-  SymShape left(in.begin(), in.begin() + axis), right(in.begin() + axis, in.end());
+  SymShape left(in.begin(), in.begin() + *axis), right(in.begin() + *axis, in.end());
   c.SetOutput(0, c.in_dtype(0), {SymNumElements(left), SymNumElements(right)});
   ForwardKnown(c);
   return absl::OkStatus();
@@ -119,7 +119,8 @@ absl::Status Squeeze(InferContext& c) {
   for (int64_t a : *axes) {
     auto axis = c.Axis(a, static_cast<int>(in.size()));
     if (!axis.ok()) return axis.status();
-    if (!(in[*axis] == SymDim::Const(1))) return c.Error(absl::StrCat("cannot squeeze axis ", a, " of size ", in[*axis].ToString()));
+    if (!(in[*axis] == SymDim::Const(1)))
+      return c.Error(absl::StrCat("cannot squeeze axis ", a, " of size ", in[*axis].ToString()));
     drop[*axis] = true;
   }
   SymShape out;
@@ -164,7 +165,8 @@ absl::Status Dropout(InferContext& c) {
     auto training = c.StaticInts(2, "training_mode");
     if (!training.ok()) return training.status();
     if (!training->empty() && (*training)[0] != 0) {
-      return absl::UnimplementedError(absl::StrCat(c.node().Describe(), ": training mode is not supported"));
+      return absl::UnimplementedError(
+          absl::StrCat(c.node().Describe(), ": training mode is not supported"));
     }
   }
   c.TruncateInputs(1);
@@ -181,7 +183,8 @@ absl::Status ConstantOfShape(InferContext& c) {
   double value = 0;
   if (auto it = c.node().attrs.find("value"); it != c.node().attrs.end()) {
     const auto* t = std::get_if<HostTensor>(&it->second);
-    if (t == nullptr || t->num_elements() != 1) return c.Error("value must be a one-element tensor");
+    if (t == nullptr || t->num_elements() != 1)
+      return c.Error("value must be a one-element tensor");
     dtype = t->dtype();
     value = t->GetAsDouble(0);
   }
@@ -189,28 +192,65 @@ absl::Status ConstantOfShape(InferContext& c) {
   c.node().attrs["fill_int"] = static_cast<int64_t>(value);
   c.TruncateInputs(0);
   SymShape shape(dims->begin(), dims->end());
+  TensorType type{dtype, shape, true};
+  // The shape is data from the model: check it before sizing the known values by it.
+  if (auto s = ValidateTensorType(type, c.node().Describe() + ": shape"); !s.ok()) return s;
   c.SetOutput(0, dtype, shape);
   if (IsInteger(dtype) && IsStaticShape(shape) && SymNumElements(shape).coef <= 64) {
-    c.SetKnown(0, std::vector<SymDim>(SymNumElements(shape).coef, SymDim::Const(static_cast<int64_t>(value))));
+    c.SetKnown(0, std::vector<SymDim>(SymNumElements(shape).coef,
+                                      SymDim::Const(static_cast<int64_t>(value))));
   }
   return absl::OkStatus();
 }
 
+// Range's element count max(ceil((limit - start) / delta), 0), computed without overflow or an
+// out-of-range float-to-int conversion. Integer operands use exact int64 arithmetic.
 absl::Status Range(InferContext& c) {
   if (auto s = c.ExpectInputs(3, 3); !s.ok()) return s;
-  double v[3];
+  const HostTensor* t[3];
   for (int i = 0; i < 3; ++i) {
-    auto t = c.ConstantInput(i, i == 0 ? "start" : i == 1 ? "limit" : "delta");
-    if (!t.ok()) return t.status();
-    if ((*t)->num_elements() != 1) return c.Error("start, limit and delta must be scalars");
-    v[i] = (*t)->GetAsDouble(0);
+    auto ti = c.ConstantInput(i, i == 0 ? "start" : i == 1 ? "limit" : "delta");
+    if (!ti.ok()) return ti.status();
+    if ((*ti)->num_elements() != 1) return c.Error("start, limit and delta must be scalars");
+    t[i] = *ti;
   }
-  if (v[2] == 0) return c.Error("delta is zero");
-  int64_t n = std::max<int64_t>(static_cast<int64_t>(std::ceil((v[1] - v[0]) / v[2])), 0);
-  c.SetOutput(0, c.in_dtype(0), {SymDim::Const(n)});
-  if (IsInteger(c.in_dtype(0)) && n <= 64) {
+  DType dtype = c.in_dtype(0);
+  const bool integer = IsInteger(dtype);
+  int64_t n = 0;
+  int64_t iv[3] = {0, 0, 0};
+  if (integer) {
+    for (int i = 0; i < 3; ++i) iv[i] = KnownFromTensor(*t[i])[0].coef;
+    if (iv[2] == 0) return c.Error("delta is zero");
+    // |limit - start| and |delta| as unsigned: both fit even at the int64 extremes.
+    uint64_t span = 0, step = 0;
+    bool up = iv[2] > 0;
+    if (up ? iv[1] > iv[0] : iv[1] < iv[0]) {
+      span = up ? static_cast<uint64_t>(iv[1]) - static_cast<uint64_t>(iv[0])
+                : static_cast<uint64_t>(iv[0]) - static_cast<uint64_t>(iv[1]);
+      step = up ? static_cast<uint64_t>(iv[2]) : 0 - static_cast<uint64_t>(iv[2]);
+      uint64_t count = 1 + (span - 1) / step;
+      if (count > static_cast<uint64_t>(kMaxTensorBytes)) return c.Error("output is too large");
+      n = static_cast<int64_t>(count);
+    }
+  } else {
+    double v[3];
+    for (int i = 0; i < 3; ++i) v[i] = t[i]->GetAsDouble(0);
+    if (v[2] == 0) return c.Error("delta is zero");
+    double count = std::ceil((v[1] - v[0]) / v[2]);
+    // NaN, infinity or a huge count would make the cast to int64 undefined.
+    if (std::isnan(count)) return c.Error("start, limit or delta is not a number");
+    if (count > static_cast<double>(kMaxTensorBytes)) return c.Error("output is too large");
+    n = count > 0 ? static_cast<int64_t>(count) : 0;
+  }
+  c.SetOutput(0, dtype, {SymDim::Const(n)});
+  if (integer && n <= 64) {
     std::vector<SymDim> known;
-    for (int64_t i = 0; i < n; ++i) known.push_back(SymDim::Const(static_cast<int64_t>(v[0] + i * v[2])));
+    int64_t x = iv[0];
+    for (int64_t i = 0; i < n; ++i) {
+      known.push_back(SymDim::Const(x));
+      if (i + 1 < n && __builtin_add_overflow(x, iv[2], &x))
+        return c.Error("range overflows int64");
+    }
     c.SetKnown(0, known);
   }
   return absl::OkStatus();

@@ -2,7 +2,9 @@
 //
 // A CompiledModel is a plain value: it holds no LLVM state, can be cached on disk and loaded into
 // any JIT namespace. Generated code exports:
-//   int32_t cuvil_entry(const void* const* inputs, void* const* outputs, int64_t batch, void* arena)
+//   int32_t cuvil_entry(const void* const* inputs, void* const* outputs, int64_t batch, void*
+//   arena)
+//                              0 on success, else an EntryError (the outputs are then unspecified)
 //   void*   cuvil_fn_table[]   one pointer per kernel; entry calls kernels through it, so a kernel
 //                              can be redirected (hot patching) by storing a new pointer
 // and imports `cuvil_weights` (the weights blob) and the runtime library's cuvil_rt_* symbols.
@@ -13,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "cuvil/runtime/dtype.h"
 #include "cuvil/runtime/host_tensor.h"
 #include "cuvil/runtime/symbolic_dim.h"
@@ -23,6 +26,20 @@ inline constexpr char kEntrySymbol[] = "cuvil_entry";
 inline constexpr char kFunctionTableSymbol[] = "cuvil_fn_table";
 inline constexpr char kWeightsSymbol[] = "cuvil_weights";
 
+// Nonzero results of cuvil_entry: data-dependent failures the generated code detects instead of
+// reading or writing outside a buffer.
+enum EntryError : int32_t {
+  kEntryOk = 0,
+  // A Gather / ScatterND index lies outside [-len, len) of its axis.
+  kEntryIndexOutOfBounds = 1,
+  // A Slice whose bounds depend on the batch reaches past its input at this batch size.
+  kEntrySliceOutOfBounds = 2,
+};
+
+// Maps a cuvil_entry result to a status: OK for 0, InvalidArgument describing the failure
+// otherwise (the request's data, not the server, is at fault). Thread-safe.
+absl::Status EntryStatus(int32_t rc);
+
 struct TensorSignature {
   std::string name;
   DType dtype = DType::kUndefined;
@@ -32,7 +49,7 @@ struct TensorSignature {
 // One compiled kernel, reachable through cuvil_fn_table[index].
 struct KernelFunction {
   int index = 0;
-  std::string symbol;     // Name of the kernel's LLVM function.
+  std::string symbol;  // Name of the kernel's LLVM function.
   std::string op_type;
   std::string node_name;
   std::string signature;  // "(float32[batch,784], float32[512,784]) -> float32[batch,512]"

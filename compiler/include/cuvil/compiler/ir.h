@@ -111,6 +111,18 @@ class Graph {
   std::vector<std::unique_ptr<Node>> nodes_;
 };
 
+// Largest tensor the compiler accepts, in bytes (per batch item for batch-scaled tensors): 1 TiB.
+// Far beyond any real model, yet small enough that byte counts, offsets and their sums over a
+// whole graph stay far from int64 overflow, so later size arithmetic cannot wrap.
+inline constexpr int64_t kMaxTensorBytes = int64_t{1} << 40;
+
+// Checks that `type` describes a tensor code generation can address: every dim is non-negative,
+// and the product of its non-zero dims times the element size is at most kMaxTensorBytes (so the
+// product of any subset of its dims fits too, even when another dim is 0). InvalidArgument
+// naming `what` ("... is too large") otherwise.
+absl::Status ValidateTensorType(const TensorType& type, const std::string& what,
+                                const std::string& symbol = "batch");
+
 // Converts a known-values vector to plain integers; error if any element is symbolic.
 absl::StatusOr<std::vector<int64_t>> StaticValues(const std::vector<SymDim>& values);
 

@@ -13,6 +13,11 @@
 
 namespace cuvil {
 
+// Largest power of the symbolic dimension a SymDim may carry. Real models need batch^1 (rarely
+// batch^2 in shape arithmetic); a cap keeps Eval and code generation (one multiply per power)
+// bounded for hostile models that square a shape value repeatedly.
+inline constexpr int32_t kMaxSymPower = 16;
+
 // coef * batch^power. Thread-compatible value type.
 struct SymDim {
   int64_t coef = 0;
@@ -23,7 +28,7 @@ struct SymDim {
 
   // True when the value does not depend on the batch.
   bool IsStatic() const { return power == 0 || coef == 0; }
-  // The value for a concrete batch size.
+  // The value for a concrete batch size; saturates at the int64 limits instead of wrapping.
   int64_t Eval(int64_t batch) const;
   // Renders "7", "batch", "4*batch" or "batch^2".
   std::string ToString(const std::string& symbol = "batch") const;
@@ -34,18 +39,25 @@ struct SymDim {
   }
 };
 
-// Product; always representable.
+// Product; nullopt when the coefficient overflows int64 or the power exceeds kMaxSymPower.
+std::optional<SymDim> SymMulChecked(SymDim a, SymDim b);
+// Product that saturates instead of wrapping: on overflow the coefficient becomes INT64_MAX (or
+// INT64_MIN, by sign) and the power is capped at kMaxSymPower, so an oversized product can never
+// wrap into a plausible size; shape validation then rejects it as too large.
 SymDim SymMul(SymDim a, SymDim b);
-// Sum; nullopt when the powers differ (e.g. batch + 1).
+// Sum; nullopt when the powers differ (e.g. batch + 1) or the coefficient overflows.
 std::optional<SymDim> SymAdd(SymDim a, SymDim b);
 std::optional<SymDim> SymSub(SymDim a, SymDim b);
-// Exact or floor quotient; nullopt when the result is not a monomial with integer coefficient.
+// Truncating quotient (C and ONNX integer Div); nullopt when the result is not a monomial with
+// integer coefficient or b is zero. INT64_MIN / -1 wraps to INT64_MIN, as the generated code does.
 std::optional<SymDim> SymDiv(SymDim a, SymDim b);
 
 using SymShape = std::vector<SymDim>;
 
-// Product of all dims.
+// Product of all dims, saturating like SymMul.
 SymDim SymNumElements(const SymShape& shape);
+// Product of all dims; nullopt on overflow (see SymMulChecked).
+std::optional<SymDim> SymNumElementsChecked(const SymShape& shape);
 // Evaluates every dim.
 std::vector<int64_t> EvalShape(const SymShape& shape, int64_t batch);
 // "[batch,3,224,224]".
