@@ -144,11 +144,13 @@ TEST_F(HttpServerTest, AdminAndRepositoryRoutesRefuseBrowsers) {
     EXPECT_THAT(error(res), HasSubstr("Content-Type: application/json"));
   }
   {
-    // No Content-Type at all (a body-less fetch or form).
+    // No Content-Type from a browser (a body-less fetch carries Origin) is refused.
     httplib::Request req;
     req.method = "POST";
     req.path = "/v2/admin/models/lenet/unload";
-    req.headers = {{"Authorization", "Bearer tok"}, {"Content-Length", "0"}};
+    req.headers = {{"Authorization", "Bearer tok"},
+                   {"Content-Length", "0"},
+                   {"Origin", "http://127.0.0.1:" + std::to_string(server_->http_port())}};
     auto res = client_->send(req);
     ASSERT_TRUE(res);
     EXPECT_EQ(res->status, 415);

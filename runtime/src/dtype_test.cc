@@ -14,8 +14,8 @@ TEST(DTypeTest, SizesAndNames) {
 }
 
 TEST(DTypeTest, KServeRoundTrip) {
-  for (DType d : {DType::kFloat32, DType::kInt8, DType::kUInt8, DType::kInt32, DType::kInt64,
-                  DType::kBool}) {
+  for (DType d :
+       {DType::kFloat32, DType::kInt8, DType::kUInt8, DType::kInt32, DType::kInt64, DType::kBool}) {
     auto parsed = DTypeFromKServeName(DTypeKServeName(d));
     ASSERT_TRUE(parsed.ok());
     EXPECT_EQ(*parsed, d);

@@ -1,5 +1,6 @@
 #include "cuvil/runtime/host_tensor.h"
 
+#include <cstdint>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -8,6 +9,8 @@
 namespace cuvil {
 
 AlignedBuffer AlignedAlloc(size_t bytes) {
+  // Rounding must not wrap a huge request into a tiny allocation.
+  if (bytes > SIZE_MAX - 63) std::abort();
   size_t rounded = (bytes + 63) / 64 * 64;
   if (rounded == 0) rounded = 64;
   void* p = std::aligned_alloc(64, rounded);
@@ -38,18 +41,30 @@ int64_t HostTensor::num_elements() const {
 double HostTensor::GetAsDouble(int64_t i) const {
   const uint8_t* p = data_.get();
   switch (dtype_) {
-    case DType::kFloat32: return reinterpret_cast<const float*>(p)[i];
-    case DType::kFloat64: return reinterpret_cast<const double*>(p)[i];
-    case DType::kUInt8: return p[i];
-    case DType::kBool: return p[i] != 0;
-    case DType::kInt8: return reinterpret_cast<const int8_t*>(p)[i];
-    case DType::kUInt16: return reinterpret_cast<const uint16_t*>(p)[i];
-    case DType::kInt16: return reinterpret_cast<const int16_t*>(p)[i];
-    case DType::kInt32: return reinterpret_cast<const int32_t*>(p)[i];
-    case DType::kUInt32: return reinterpret_cast<const uint32_t*>(p)[i];
-    case DType::kInt64: return static_cast<double>(reinterpret_cast<const int64_t*>(p)[i]);
-    case DType::kUInt64: return static_cast<double>(reinterpret_cast<const uint64_t*>(p)[i]);
-    case DType::kUndefined: return 0;
+    case DType::kFloat32:
+      return reinterpret_cast<const float*>(p)[i];
+    case DType::kFloat64:
+      return reinterpret_cast<const double*>(p)[i];
+    case DType::kUInt8:
+      return p[i];
+    case DType::kBool:
+      return p[i] != 0;
+    case DType::kInt8:
+      return reinterpret_cast<const int8_t*>(p)[i];
+    case DType::kUInt16:
+      return reinterpret_cast<const uint16_t*>(p)[i];
+    case DType::kInt16:
+      return reinterpret_cast<const int16_t*>(p)[i];
+    case DType::kInt32:
+      return reinterpret_cast<const int32_t*>(p)[i];
+    case DType::kUInt32:
+      return reinterpret_cast<const uint32_t*>(p)[i];
+    case DType::kInt64:
+      return static_cast<double>(reinterpret_cast<const int64_t*>(p)[i]);
+    case DType::kUInt64:
+      return static_cast<double>(reinterpret_cast<const uint64_t*>(p)[i]);
+    case DType::kUndefined:
+      return 0;
   }
   return 0;
 }

@@ -34,8 +34,8 @@ class Latch {
 // Workers shared by every execution; created on first parallel use, never destroyed (generated
 // code may run until process exit).
 ThreadPool& SharedPool() {
-  static ThreadPool* pool = new ThreadPool(
-      std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1));
+  static ThreadPool* pool =
+      new ThreadPool(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1));
   return *pool;
 }
 
@@ -50,8 +50,8 @@ int IntraOpThreads() { return intra_op_threads; }
 extern "C" void cuvil_rt_parallel_for(int64_t count, int64_t cost_per_item,
                                       void (*body)(void* ctx, int64_t begin, int64_t end),
                                       void* ctx) {
-  const int64_t worth = std::max<int64_t>(1, count * std::max<int64_t>(cost_per_item, 1) /
-                                                 cuvil::kMinParallelWork);
+  const int64_t worth =
+      std::max<int64_t>(1, count * std::max<int64_t>(cost_per_item, 1) / cuvil::kMinParallelWork);
   const int64_t chunks = std::min<int64_t>({cuvil::IntraOpThreads(), count, worth});
   if (chunks <= 1) {
     if (count > 0) body(ctx, 0, count);

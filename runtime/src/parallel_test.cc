@@ -25,7 +25,8 @@ TEST(ParallelForTest, CoversEveryIndexExactlyOnceForAnyThreadCount) {
     for (int64_t n : {0, 1, 2, 5, 97}) {
       Work w(n);
       cuvil_rt_parallel_for(n, kMinParallelWork, Body, &w);
-      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(w.hits[i].load(), 1) << threads << " threads, n=" << n;
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(w.hits[i].load(), 1) << threads << " threads, n=" << n;
     }
   }
   SetIntraOpThreads(1);

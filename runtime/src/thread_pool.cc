@@ -27,7 +27,8 @@ void ThreadPool::WorkerLoop() {
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
-          +[](ThreadPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) { return p->stopping_ || !p->tasks_.empty(); },
+          +[](ThreadPool* p)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) { return p->stopping_ || !p->tasks_.empty(); },
           this));
       if (tasks_.empty()) return;  // Stopping and drained.
       task = std::move(tasks_.front());

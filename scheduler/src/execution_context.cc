@@ -116,7 +116,8 @@ ExecutionContext::Result ExecutionContext::Execute(std::vector<QueuedRequest>& b
   void* arena = arena_.Reserve(
       static_cast<size_t>(std::max<int64_t>(executable_->ArenaBytes(result.rows), 0)));
 
-  result.status = executable_->Run(input_ptrs_.data(), run_shapes_, output_ptrs_.data(), result.rows, arena);
+  result.status =
+      executable_->Run(input_ptrs_.data(), run_shapes_, output_ptrs_.data(), result.rows, arena);
   const Clock::time_point ran = clock_->Now();
   result.infer_ns = NanosBetween(gathered, ran);
   if (!result.status.ok()) {

@@ -14,8 +14,8 @@ std::string ShapeString(absl::Span<const int64_t> shape) {
 }  // namespace
 
 absl::StatusOr<int64_t> ValidateInputTensor(const TensorSpec& spec, bool batched,
-                                            int64_t max_batch_size,
-                                            absl::Span<const int64_t> shape, uint64_t byte_size) {
+                                            int64_t max_batch_size, absl::Span<const int64_t> shape,
+                                            uint64_t byte_size) {
   const size_t lead = batched ? 1 : 0;
   bool ok = shape.size() == spec.dims.size() + lead;
   for (size_t d = 0; ok && d < shape.size(); ++d) {

@@ -6,11 +6,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "completion_sequencer.h"
+#include "cuvil/runtime/parallel.h"
 #include "execution_context.h"
 #include "model_layout.h"
 #include "request_queue.h"
 #include "scheduler_internal.h"
-#include "cuvil/runtime/parallel.h"
 #include "stats_recorder.h"
 
 namespace cuvil {
@@ -115,7 +115,8 @@ class BatchingScheduler final : public Scheduler {
           // loop every client has sent, so waiting longer only adds latency.
           const bool caught_up = skip_delay_when_idle_ && busy_ == 0 &&
                                  queue_.size() >= std::max<size_t>(last_batch_requests_, 1);
-          RequestQueue::Decision decision = queue_.NextBatch(now, draining_ || caught_up, &batch, &done);
+          RequestQueue::Decision decision =
+              queue_.NextBatch(now, draining_ || caught_up, &batch, &done);
           if (decision.taken > 0 || !done.empty()) break;
           if (queue_.empty()) {
             if (draining_) return;

@@ -140,7 +140,10 @@ std::optional<RouteRejection> CheckAdminRoute(const AdminRouteRequest& request,
                             Shown(*request.origin), "')")};
     }
   }
-  if (request.is_post) {
+  // Browsers send Origin with every POST, so a POST with neither Origin nor Content-Type comes
+  // from a plain client (tritonclient sends no Content-Type on repository calls) and passes.
+  const bool plain_client = request.origin == nullptr && request.content_type == nullptr;
+  if (request.is_post && !plain_client) {
     if (request.content_type == nullptr ||
         !absl::EqualsIgnoreCase(MediaType(*request.content_type), kJsonMediaType)) {
       return RouteRejection{

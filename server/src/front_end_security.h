@@ -44,8 +44,10 @@ struct RouteRejection {
 // Checks, in order: with `loopback_bound`, a Host header must name a loopback host (defeats DNS
 // rebinding, 403); an Origin header must name the same host:port the request was sent to, i.e.
 // its Host (a cross-origin browser page, 403); a POST must have Content-Type application/json
-// (a "simple" cross-origin form or fetch cannot send it without a preflight, 415). Requests
-// without Host or Origin are not from browsers and pass those checks. nullopt: allowed.
+// (a "simple" cross-origin form or fetch cannot send it without a preflight, 415) unless it
+// carries neither Origin nor Content-Type (browsers always send Origin on POST; Triton's clients
+// send no Content-Type). Requests without Host or Origin are not from browsers and pass those
+// checks. nullopt: allowed.
 // Thread-safe.
 std::optional<RouteRejection> CheckAdminRoute(const AdminRouteRequest& request,
                                               bool loopback_bound);

@@ -5,35 +5,35 @@
 #include <future>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "cuvil/observability/probes.h"
+#include "cuvil/scheduler/request_validation.h"
 
 namespace cuvil {
 namespace {
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
-}
-
-}  // namespace
-
-namespace {
-
 observability::FailureReason ReasonFor(const absl::Status& s) {
   switch (s.code()) {
-    case absl::StatusCode::kInvalidArgument: return observability::FailureReason::kInvalidArgument;
-    case absl::StatusCode::kNotFound: return observability::FailureReason::kNotFound;
-    case absl::StatusCode::kUnavailable: return observability::FailureReason::kRejected;
-    case absl::StatusCode::kResourceExhausted: return observability::FailureReason::kRejected;
-    case absl::StatusCode::kCancelled: return observability::FailureReason::kCanceled;
-    case absl::StatusCode::kDeadlineExceeded: return observability::FailureReason::kTimeout;
-    default: return observability::FailureReason::kInternal;
+    case absl::StatusCode::kInvalidArgument:
+      return observability::FailureReason::kInvalidArgument;
+    case absl::StatusCode::kNotFound:
+      return observability::FailureReason::kNotFound;
+    case absl::StatusCode::kUnavailable:
+      return observability::FailureReason::kRejected;
+    case absl::StatusCode::kResourceExhausted:
+      return observability::FailureReason::kRejected;
+    case absl::StatusCode::kCancelled:
+      return observability::FailureReason::kCanceled;
+    case absl::StatusCode::kDeadlineExceeded:
+      return observability::FailureReason::kTimeout;
+    default:
+      return observability::FailureReason::kInternal;
   }
 }
 
 std::atomic<int64_t> next_request_number{1};
 
-absl::StatusOr<std::unique_ptr<InferenceRequest>> Build(const ModelVersion& model, WireRequest wire);
+absl::StatusOr<std::unique_ptr<InferenceRequest>> Build(const ModelVersion& model,
+                                                        WireRequest wire);
 
 }  // namespace
 
@@ -46,7 +46,8 @@ absl::StatusOr<std::unique_ptr<InferenceRequest>> BuildInferenceRequest(const Mo
 
 namespace {
 
-absl::StatusOr<std::unique_ptr<InferenceRequest>> Build(const ModelVersion& model, WireRequest wire) {
+absl::StatusOr<std::unique_ptr<InferenceRequest>> Build(const ModelVersion& model,
+                                                        WireRequest wire) {
   const auto& specs = model.executable().inputs();
   int64_t max_batch = model.config().max_batch_size();
   bool batched = max_batch > 0;
@@ -60,46 +61,26 @@ absl::StatusOr<std::unique_ptr<InferenceRequest>> Build(const ModelVersion& mode
     size_t index = 0;
     while (index < specs.size() && specs[index].name != in.name) ++index;
     if (index == specs.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("unexpected input '", in.name, "' for model '",
-                                                     model.name(), "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unexpected input '", in.name, "' for model '", model.name(), "'"));
     }
-    if (seen[index]) return absl::InvalidArgumentError(absl::StrCat("input '", in.name, "' given twice"));
+    if (seen[index])
+      return absl::InvalidArgumentError(absl::StrCat("input '", in.name, "' given twice"));
     seen[index] = true;
     const TensorSpec& spec = specs[index];
     if (in.datatype != DTypeKServeName(spec.dtype)) {
       return absl::InvalidArgumentError(absl::StrCat("input '", in.name, "': expected datatype ",
-                                                     DTypeKServeName(spec.dtype), ", got ", in.datatype));
+                                                     DTypeKServeName(spec.dtype), ", got ",
+                                                     in.datatype));
     }
-    std::vector<int64_t> expected = spec.dims;
-    size_t rank = spec.dims.size() + (batched ? 1 : 0);
-    bool ok = in.shape.size() == rank;
-    for (size_t d = 0; ok && d < spec.dims.size(); ++d) {
-      int64_t got = in.shape[d + (batched ? 1 : 0)];
-      ok = got >= 0 && (spec.dims[d] < 0 || spec.dims[d] == got);
-    }
-    if (batched) expected.insert(expected.begin(), -1);
-    if (!ok) {
-      return absl::InvalidArgumentError(absl::StrCat("input '", in.name, "': expected shape ",
-                                                     ShapeString(expected), ", got ", ShapeString(in.shape)));
-    }
+    auto rows = ValidateInputTensor(spec, batched, max_batch, in.shape, in.byte_size);
+    if (!rows.ok()) return rows.status();
     if (batched) {
-      int64_t b = in.shape[0];
-      if (b < 1 || b > max_batch) {
-        return absl::InvalidArgumentError(absl::StrCat("input '", in.name, "': batch size ", b,
-                                                       " is outside 1..", max_batch, " (max_batch_size)"));
-      }
-      if (batch >= 0 && b != batch) {
-        return absl::InvalidArgumentError(absl::StrCat("input '", in.name, "': batch size ", b,
+      if (batch >= 0 && *rows != batch) {
+        return absl::InvalidArgumentError(absl::StrCat("input '", in.name, "': batch size ", *rows,
                                                        " differs from the other inputs' ", batch));
       }
-      batch = b;
-    }
-    int64_t elements = 1;
-    for (int64_t d : in.shape) elements *= d;
-    uint64_t want_bytes = static_cast<uint64_t>(elements) * DTypeSize(spec.dtype);
-    if (in.byte_size != want_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("input '", in.name, "': shape ", ShapeString(in.shape),
-                                                     " needs ", want_bytes, " bytes, got ", in.byte_size));
+      batch = *rows;
     }
     if (reinterpret_cast<uintptr_t>(in.data) % DTypeSize(spec.dtype) != 0) {
       // Binary HTTP bodies place tensors at any offset; compiled code expects natural alignment.
@@ -121,8 +102,8 @@ absl::StatusOr<std::unique_ptr<InferenceRequest>> Build(const ModelVersion& mode
     size_t index = 0;
     while (index < outs.size() && outs[index].name != name) ++index;
     if (index == outs.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown output '", name, "' requested from model '",
-                                                     model.name(), "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown output '", name, "' requested from model '", model.name(), "'"));
     }
     request->output_requested[index] = true;
   }
@@ -136,7 +117,8 @@ absl::StatusOr<std::unique_ptr<InferenceRequest>> Build(const ModelVersion& mode
       std::shared_ptr<const void> wire;
       std::vector<AlignedBuffer> copies;
     };
-    request->holder = std::make_shared<Holder>(Holder{std::move(wire.holder), std::move(realigned)});
+    request->holder =
+        std::make_shared<Holder>(Holder{std::move(wire.holder), std::move(realigned)});
   }
   return request;
 }
@@ -151,11 +133,13 @@ InferenceResponse InferBlocking(ModelVersion& model, std::unique_ptr<InferenceRe
   CUVIL_PROBE_REQUEST_START(model.name().c_str(), version.c_str(), number);
   const Clock::time_point start = request->arrival;
   const int64_t samples = request->batch_size;
-  request->on_complete = [&promise](InferenceResponse response) { promise.set_value(std::move(response)); };
+  request->on_complete = [&promise](InferenceResponse response) {
+    promise.set_value(std::move(response));
+  };
   model.Submit(std::move(request));
   InferenceResponse response = future.get();
-  const uint64_t total_ns =
-      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
+  const uint64_t total_ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
   CUVIL_PROBE_REQUEST_DONE(model.name().c_str(), version.c_str(), number,
                            static_cast<int>(response.status.code()), total_ns);
   if (const auto& m = model.metrics()) {
@@ -172,16 +156,24 @@ InferenceResponse InferBlocking(ModelVersion& model, std::unique_ptr<InferenceRe
 
 int HttpStatusFor(const absl::Status& status) {
   switch (status.code()) {
-    case absl::StatusCode::kOk: return 200;
-    case absl::StatusCode::kNotFound: return 404;
-    case absl::StatusCode::kUnavailable: return 503;
-    case absl::StatusCode::kUnimplemented: return 501;
+    case absl::StatusCode::kOk:
+      return 200;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kUnavailable:
+      return 503;
+    case absl::StatusCode::kUnimplemented:
+      return 501;
     case absl::StatusCode::kInternal:
     case absl::StatusCode::kUnknown:
-    case absl::StatusCode::kDataLoss: return 500;
-    case absl::StatusCode::kUnauthenticated: return 401;
-    case absl::StatusCode::kPermissionDenied: return 403;
-    default: return 400;
+    case absl::StatusCode::kDataLoss:
+      return 500;
+    case absl::StatusCode::kUnauthenticated:
+      return 401;
+    case absl::StatusCode::kPermissionDenied:
+      return 403;
+    default:
+      return 400;
   }
 }
 

@@ -2,9 +2,10 @@
 #ifndef CUVIL_SERVER_SRC_JIT_EXECUTABLE_H_
 #define CUVIL_SERVER_SRC_JIT_EXECUTABLE_H_
 
+#include <memory>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
+#include "absl/status/statusor.h"
 #include "cuvil/jitcache/jit_engine.h"
 #include "cuvil/scheduler/executable.h"
 
@@ -13,21 +14,24 @@ namespace cuvil {
 // Thread-safe (the generated entry point is reentrant given distinct arenas).
 class JitExecutable : public Executable {
  public:
-  JitExecutable(const LoadedModel* model, std::vector<TensorSpec> inputs,
-                std::vector<TensorSpec> outputs)
-      : model_(model), inputs_(std::move(inputs)), outputs_(std::move(outputs)) {}
+  // The executable for `model` as the (completed) config describes its tensors. Fails with
+  // InvalidArgument when a spec is looser than the compiled signature (a -1 over a fixed dim, a
+  // different rank or dtype): buffers sized from the specs must be what the code reads and writes.
+  static absl::StatusOr<std::shared_ptr<JitExecutable>> Create(const LoadedModel* model,
+                                                               std::vector<TensorSpec> inputs,
+                                                               std::vector<TensorSpec> outputs);
 
   const std::vector<TensorSpec>& inputs() const override { return inputs_; }
   const std::vector<TensorSpec>& outputs() const override { return outputs_; }
   int64_t ArenaBytes(int64_t batch) const override { return model_->model().arena.BytesFor(batch); }
-  absl::Status Run(const void* const* inputs, void* const* outputs, int64_t batch,
-                   void* arena) const override {
-    int32_t rc = model_->entry()(inputs, outputs, batch, arena);
-    if (rc != 0) return absl::InternalError(absl::StrCat("compiled model returned ", rc));
-    return absl::OkStatus();
-  }
+  absl::Status Run(const void* const* inputs, absl::Span<const std::vector<int64_t>> input_shapes,
+                   void* const* outputs, int64_t batch, void* arena) const override;
 
  private:
+  JitExecutable(const LoadedModel* model, std::vector<TensorSpec> inputs,
+                std::vector<TensorSpec> outputs)
+      : model_(model), inputs_(std::move(inputs)), outputs_(std::move(outputs)) {}
+
   const LoadedModel* model_;
   std::vector<TensorSpec> inputs_;
   std::vector<TensorSpec> outputs_;

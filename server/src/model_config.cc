@@ -112,6 +112,11 @@ class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
   std::string error_;
 };
 
+// Bounds on config values that size allocations or work at load time.
+constexpr uint64_t kMaxPriorityLevels = 1024;
+constexpr int64_t kMaxInstances = 256;
+constexpr uint32_t kMaxWarmupCount = 1000;
+
 std::string Quote(const std::string& s) { return absl::StrCat("\"", s, "\""); }
 
 std::string DimsToString(const google::protobuf::RepeatedField<int64_t>& dims) {
@@ -205,6 +210,9 @@ absl::Status ReconcileTensors(const char* kind, const std::vector<TensorSignatur
             absl::StrCat(what, ": dims ", DimsToString(out->dims()), " has a negative dim"));
       }
       if (d != -1 && !(m.IsStatic() && m.Eval(1) == d)) match = false;
+      // A config may narrow the model's dims, never loosen them: -1 over a fixed model dim
+      // becomes that dim, so requests are checked against what the compiled code reads.
+      if (d == -1 && m.IsStatic()) out->set_dims(i, m.Eval(1));
     }
     if (!match) {
       return absl::InvalidArgumentError(
@@ -236,9 +244,11 @@ absl::Status ValidateDynamicBatching(const ModelConfig& config) {
                                                      " (max_batch_size)"));
     }
   }
-  if (db.priority_levels() > std::numeric_limits<uint32_t>::max()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("dynamic_batching.priority_levels ", db.priority_levels(), " is too large"));
+  // The scheduler keeps one queue per level: the count is bounded like any other allocation.
+  if (db.priority_levels() > kMaxPriorityLevels) {
+    return absl::InvalidArgumentError(absl::StrCat("dynamic_batching.priority_levels ",
+                                                   db.priority_levels(), " exceeds the limit of ",
+                                                   kMaxPriorityLevels));
   }
   if (db.default_priority_level() > db.priority_levels()) {
     return absl::InvalidArgumentError(
@@ -257,6 +267,7 @@ absl::Status ValidateDynamicBatching(const ModelConfig& config) {
 
 absl::Status CompleteInstanceGroups(ModelConfig* config) {
   if (config->instance_group_size() == 0) config->add_instance_group();
+  int64_t total = 0;
   for (int i = 0; i < config->instance_group_size(); ++i) {
     ModelInstanceGroup* g = config->mutable_instance_group(i);
     if (g->kind() != ModelInstanceGroup::KIND_CPU && g->kind() != ModelInstanceGroup::KIND_AUTO) {
@@ -274,6 +285,12 @@ absl::Status CompleteInstanceGroups(ModelConfig* config) {
     }
     // As Triton normalises: unset count is 1, AUTO resolves to CPU, groups get names.
     if (g->count() == 0) g->set_count(1);
+    total += g->count();
+    // Each instance owns a worker thread and buffers for a full batch.
+    if (total > kMaxInstances) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "instance_group counts add up to more than the limit of ", kMaxInstances, " instances"));
+    }
     g->set_kind(ModelInstanceGroup::KIND_CPU);
     if (g->name().empty()) g->set_name(absl::StrCat(config->name(), "_", i));
   }
@@ -317,6 +334,10 @@ absl::StatusOr<int> IntraOpThreads(const ModelConfig& config) {
 absl::Status ValidateWarmup(const ModelConfig& config) {
   for (const auto& w : config.model_warmup()) {
     const std::string what = absl::StrCat("model_warmup ", Quote(w.name()));
+    if (w.count() > kMaxWarmupCount) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": count ", w.count(),
+                                                     " exceeds the limit of ", kMaxWarmupCount));
+    }
     if (config.max_batch_size() > 0 &&
         w.batch_size() > static_cast<uint32_t>(config.max_batch_size())) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": batch_size ", w.batch_size(),

@@ -291,8 +291,9 @@ TEST(CompleteModelConfigTest, AcceptsMatchingConfigAndKeepsItsValues) {
   )pb");
   ASSERT_TRUE(CompleteModelConfig(Mlp(), &config).ok());
   EXPECT_EQ(config.max_batch_size(), 8);
-  EXPECT_EQ(config.input(0).dims(0), -1);  // The config's -1 stays.
-  ASSERT_EQ(config.output_size(), 1);      // Left-out outputs are filled in.
+  // A -1 over the model's fixed 784 narrows to 784: a config never loosens the signature.
+  EXPECT_EQ(config.input(0).dims(0), 784);
+  ASSERT_EQ(config.output_size(), 1);  // Left-out outputs are filled in.
   EXPECT_EQ(config.output(0).dims(0), 10);
   EXPECT_EQ(config.instance_group(0).kind(), inference::ModelInstanceGroup::KIND_CPU);
   EXPECT_EQ(config.instance_group(0).count(), 3);

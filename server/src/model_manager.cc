@@ -3,17 +3,21 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "cuvil/compiler/compiler.h"
+#include "cuvil/observability/probes.h"
+#include "cuvil/runtime/tensor_size.h"
 #include "cuvil/runtime/thread_pool.h"
 #include "cuvil/server/infer_request_builder.h"
 #include "cuvil/server/model_config.h"
-#include "cuvil/observability/probes.h"
 #include "jit_executable.h"
 #include "spdlog/spdlog.h"
 
@@ -21,11 +25,16 @@ namespace cuvil {
 
 const char* ModelStateName(ModelState state) {
   switch (state) {
-    case ModelState::kLoading: return "LOADING";
-    case ModelState::kReady: return "READY";
-    case ModelState::kUnloading: return "UNLOADING";
-    case ModelState::kUnavailable: return "UNAVAILABLE";
-    case ModelState::kFailed: return "FAILED";
+    case ModelState::kLoading:
+      return "LOADING";
+    case ModelState::kReady:
+      return "READY";
+    case ModelState::kUnloading:
+      return "UNLOADING";
+    case ModelState::kUnavailable:
+      return "UNAVAILABLE";
+    case ModelState::kFailed:
+      return "FAILED";
   }
   return "UNKNOWN";
 }
@@ -35,10 +44,15 @@ ModelVersion::ModelVersion(std::string name, int64_t version, inference::ModelCo
                            std::shared_ptr<const Executable> executable,
                            std::unique_ptr<Scheduler> scheduler, double compile_ms,
                            uint64_t compilations)
-    : name_(std::move(name)), version_(version), version_string_(absl::StrCat(version)),
+    : name_(std::move(name)),
+      version_(version),
+      version_string_(absl::StrCat(version)),
       config_(std::move(config)),
-      loaded_(std::move(loaded)), executable_(std::move(executable)),
-      scheduler_(std::move(scheduler)), compile_ms_(compile_ms), compilations_(compilations) {}
+      loaded_(std::move(loaded)),
+      executable_(std::move(executable)),
+      scheduler_(std::move(scheduler)),
+      compile_ms_(compile_ms),
+      compilations_(compilations) {}
 
 ModelVersion::~ModelVersion() {
   // Workers must stop before the JIT code they call is removed.
@@ -87,9 +101,40 @@ struct Slot {
   uint64_t loads = 0;       // Loads started; reloads get distinct JIT namespace names.
 };
 
+// The file a warm-up `input_data_file` names, which must lie inside `<model_dir>/warmup/` (Triton's
+// place for it): no absolute path, no "..", no symlink leading out. InvalidArgument otherwise.
+absl::StatusOr<std::string> WarmupFilePath(const std::string& model_dir, const std::string& name) {
+  namespace fs = std::filesystem;
+  const std::string what = absl::StrCat("warmup input_data_file \"", name, "\"");
+  if (model_dir.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": the model has no folder (inline load)"));
+  }
+  const fs::path relative(name);
+  if (name.empty() || relative.is_absolute() || name.find('\0') != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " must be a relative path"));
+  }
+  for (const fs::path& part : relative) {
+    if (part == "..") {
+      return absl::InvalidArgumentError(absl::StrCat(what, " must not contain \"..\""));
+    }
+  }
+  std::error_code ec;
+  const fs::path root = fs::weakly_canonical(fs::path(model_dir) / "warmup", ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat(what, ": ", ec.message()));
+  const fs::path resolved = fs::weakly_canonical(root / relative, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat(what, ": ", ec.message()));
+  auto [r, _] = std::mismatch(root.begin(), root.end(), resolved.begin(), resolved.end());
+  if (r != root.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " resolves outside the model's warmup folder"));
+  }
+  return resolved.string();
+}
+
 // Fills `t` for a warmup input as the config asks (zero data by default).
-absl::Status FillWarmupInput(const inference::ModelWarmup::Input& spec, const std::string& model_dir,
-                             HostTensor* t) {
+absl::Status FillWarmupInput(const inference::ModelWarmup::Input& spec,
+                             const std::string& model_dir, HostTensor* t) {
   if (spec.has_random_data() && spec.random_data()) {
     std::mt19937 rng(42);
     for (size_t i = 0; i < t->byte_size(); ++i) t->data()[i] = static_cast<uint8_t>(rng() & 0x3f);
@@ -98,9 +143,12 @@ absl::Status FillWarmupInput(const inference::ModelWarmup::Input& spec, const st
       for (int64_t i = 0; i < t->num_elements(); ++i) t->data_as<float>()[i] = dist(rng);
     }
   } else if (spec.has_input_data_file()) {
-    std::string path = absl::StrCat(model_dir, "/warmup/", spec.input_data_file());
+    auto confined = WarmupFilePath(model_dir, spec.input_data_file());
+    if (!confined.ok()) return confined.status();
+    const std::string& path = *confined;
     std::ifstream f(path, std::ios::binary);
-    if (!f) return absl::InvalidArgumentError(absl::StrCat("warmup data file ", path, " not found"));
+    if (!f)
+      return absl::InvalidArgumentError(absl::StrCat("warmup data file ", path, " not found"));
     f.read(reinterpret_cast<char*>(t->data()), static_cast<std::streamsize>(t->byte_size()));
     if (f.gcount() != static_cast<std::streamsize>(t->byte_size())) {
       return absl::InvalidArgumentError(absl::StrCat("warmup data file ", path, " is too short"));
@@ -111,7 +159,7 @@ absl::Status FillWarmupInput(const inference::ModelWarmup::Input& spec, const st
 
 // Runs one warmup request through the scheduler and checks it succeeds.
 absl::Status RunWarmup(ModelVersion& model, const inference::ModelWarmup* warmup,
-                       const std::string& model_dir) {
+                       const std::string& model_dir, uint64_t max_request_bytes) {
   const auto& specs = model.executable().inputs();
   int64_t batch = 1;
   if (warmup != nullptr && warmup->batch_size() > 0) batch = warmup->batch_size();
@@ -123,6 +171,16 @@ absl::Status RunWarmup(ModelVersion& model, const inference::ModelWarmup* warmup
     std::vector<int64_t> shape;
     if (batched) shape.push_back(batch);
     for (int64_t d : spec.dims) shape.push_back(d < 0 ? 1 : d);
+    // Size first: a fixed input too large to ever arrive in a request must fail the load, not
+    // abort the process allocating it.
+    auto bytes = CheckedTensorBytes(spec.dtype, shape);
+    if (!bytes.ok() || *bytes > max_request_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input '", spec.name, "' of shape [", absl::StrJoin(shape, ","), "] ",
+          bytes.ok() ? absl::StrCat("needs ", *bytes, " bytes, more than the request limit ",
+                                    max_request_bytes)
+                     : std::string(bytes.status().message())));
+    }
     HostTensor t(spec.dtype, shape);
     if (warmup != nullptr) {
       auto it = warmup->inputs().find(spec.name);
@@ -134,14 +192,16 @@ absl::Status RunWarmup(ModelVersion& model, const inference::ModelWarmup* warmup
   }
   for (size_t i = 0; i < specs.size(); ++i) {
     const HostTensor& t = (*tensors)[i];
-    wire.inputs.push_back({specs[i].name, DTypeKServeName(t.dtype()), t.shape(), t.data(), t.byte_size()});
+    wire.inputs.push_back(
+        {specs[i].name, DTypeKServeName(t.dtype()), t.shape(), t.data(), t.byte_size()});
   }
   wire.holder = tensors;
   auto request = BuildInferenceRequest(model, std::move(wire));
   if (!request.ok()) return request.status();
   InferenceResponse response = InferBlocking(model, std::move(*request));
   if (!response.status.ok()) {
-    return absl::Status(response.status.code(), absl::StrCat("warmup failed: ", response.status.message()));
+    return absl::Status(response.status.code(),
+                        absl::StrCat("warmup failed: ", response.status.message()));
   }
   return absl::OkStatus();
 }
@@ -157,25 +217,52 @@ struct ModelManager::Impl {
   bool shutting_down ABSL_GUARDED_BY(mu) = false;
   ThreadPool loaders;  // Joined before the state above is destroyed (declared after it).
 
-  ServerMetrics* metrics;
+  // Models loaded from ONNX bytes rather than a repository folder: poll mode leaves them alone.
+  std::set<std::string> inline_models ABSL_GUARDED_BY(mu);
+  // Models an operator unloaded: poll mode does not bring them back until an operator loads them.
+  std::set<std::string> operator_unloaded ABSL_GUARDED_BY(mu);
 
-  Impl(JitEngine* e, const ModelRepository* r, int threads, ServerMetrics* m)
-      : engine(e), repository(r), loaders(threads), metrics(m) {}
+  ServerMetrics* metrics;
+  uint64_t max_request_bytes;
+
+  Impl(JitEngine* e, const ModelRepository* r, const ModelManagerOptions& options)
+      : engine(e),
+        repository(r),
+        loaders(options.loader_threads),
+        metrics(options.metrics),
+        max_request_bytes(options.max_request_bytes) {}
+
+  absl::Status UnloadModel(const std::string& name, bool by_operator);
+
+  // BuildVersion, with anything thrown (bad_alloc from a size a model controls, a library
+  // throwing) turned into a failed load of this version instead of std::terminate.
+  absl::StatusOr<std::shared_ptr<ModelVersion>> BuildVersionNoThrow(
+      const std::string& name, int64_t version, inference::ModelConfig config,
+      const std::string& path, const std::string& bytes, uint64_t load_index,
+      const std::string& model_dir) {
+    try {
+      return BuildVersion(name, version, std::move(config), path, bytes, load_index, model_dir);
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrCat("load failed: ", e.what()));
+    } catch (...) {
+      return absl::InternalError("load failed: unknown exception");
+    }
+  }
 
   // Compiles, links, schedules and warms up one version. Runs on a loader thread.
-  absl::StatusOr<std::shared_ptr<ModelVersion>> BuildVersion(const std::string& name, int64_t version,
-                                                             inference::ModelConfig config,
-                                                             const std::string& path,
-                                                             const std::string& bytes,
-                                                             uint64_t load_index,
-                                                             const std::string& model_dir) {
+  absl::StatusOr<std::shared_ptr<ModelVersion>> BuildVersion(
+      const std::string& name, int64_t version, inference::ModelConfig config,
+      const std::string& path, const std::string& bytes, uint64_t load_index,
+      const std::string& model_dir) {
     auto t0 = std::chrono::steady_clock::now();
     CUVIL_PROBE_JIT_COMPILE_START(name.c_str());
     CompileOptions options;
-    auto compiled = bytes.empty() ? CompileOnnxFile(path, options) : CompileOnnxBytes(bytes, options);
+    auto compiled =
+        bytes.empty() ? CompileOnnxFile(path, options) : CompileOnnxBytes(bytes, options);
     if (!compiled.ok()) return compiled.status();
     const uint64_t compilations = 1;  // This load ran the compiler once (no cache yet).
-    double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    double compile_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     CUVIL_PROBE_JIT_COMPILE_DONE(name.c_str(), static_cast<int64_t>(compile_ms * 1e6));
     if (metrics != nullptr) metrics->RecordCompile(name, compile_ms / 1000);
     if (config.name().empty()) config.set_name(name);
@@ -188,20 +275,37 @@ struct ModelManager::Impl {
         }
       }
     }
-    // Scratch is allocated per instance at the largest batch: refuse what cannot be served rather
-    // than fail (or abort) on the first full batch.
-    constexpr int64_t kMaxArenaBytes = int64_t{16} << 30;
-    const int64_t arena = compiled->arena.BytesFor(std::max(config.max_batch_size(), 1));
-    if (arena > kMaxArenaBytes) {
-      return absl::InvalidArgumentError(absl::StrCat("model needs ", arena, " bytes of scratch at batch ",
-                                                     std::max(config.max_batch_size(), 1),
-                                                     "; the limit is ", kMaxArenaBytes));
+    // Every instance allocates, at the largest batch, its scratch plus gather buffers for inputs
+    // and outputs: refuse what cannot be served rather than fail (or abort) on the first full
+    // batch. All in overflow-checked arithmetic, since the config and the model set the factors.
+    constexpr int64_t kMaxInstanceBytes = int64_t{16} << 30;
+    const int64_t max_rows = std::max<int64_t>(config.max_batch_size(), 1);
+    int64_t instance_bytes = 0;
+    bool fits = CheckedMul(compiled->arena.per_batch_bytes, max_rows, &instance_bytes) &&
+                CheckedAdd(instance_bytes, compiled->arena.fixed_bytes, &instance_bytes);
+    for (const auto& specs : {InputSpecs(config), OutputSpecs(config)}) {
+      for (const TensorSpec& spec : specs) {
+        std::vector<int64_t> shape;
+        if (spec.batched) shape.push_back(max_rows);
+        for (int64_t d : spec.dims) shape.push_back(d < 0 ? 1 : d);
+        auto bytes = CheckedTensorBytes(spec.dtype, shape);
+        fits = fits && bytes.ok() &&
+               CheckedAdd(instance_bytes, static_cast<int64_t>(*bytes), &instance_bytes);
+      }
+    }
+    if (!fits || instance_bytes > kMaxInstanceBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "one instance needs ", fits ? absl::StrCat(instance_bytes) : "more than 2^63",
+          " bytes of buffers at batch ", max_rows, "; the limit is ", kMaxInstanceBytes,
+          " (lower max_batch_size)"));
     }
     std::string ns = absl::StrCat(name, "/", version);
     if (load_index > 1) absl::StrAppend(&ns, "#", load_index);
     auto loaded = engine->Load(ns, std::move(*compiled));
     if (!loaded.ok()) return loaded.status();
-    auto executable = std::make_shared<JitExecutable>(loaded->get(), InputSpecs(config), OutputSpecs(config));
+    auto created = JitExecutable::Create(loaded->get(), InputSpecs(config), OutputSpecs(config));
+    if (!created.ok()) return created.status();
+    std::shared_ptr<JitExecutable> executable = *std::move(created);
     std::shared_ptr<ModelMetrics> model_metrics =
         metrics != nullptr ? metrics->ForModel(name, absl::StrCat(version)) : nullptr;
     SchedulerOptions scheduler_options = SchedulerOptionsFromConfig(config);
@@ -210,20 +314,23 @@ struct ModelManager::Impl {
     scheduler_options.on_batch_start = [probe_name](int64_t rows) {
       CUVIL_PROBE_BATCH_START(probe_name->c_str(), rows);
     };
-    scheduler_options.on_batch_done = [probe_name, model_metrics, live](int64_t rows, uint64_t ns, bool ok) {
+    scheduler_options.on_batch_done = [probe_name, model_metrics, live](int64_t rows, uint64_t ns,
+                                                                        bool ok) {
       CUVIL_PROBE_BATCH_DONE(probe_name->c_str(), rows, ns);
-      if (ok && model_metrics && live->load(std::memory_order_relaxed)) model_metrics->RecordExecution(rows);
+      if (ok && model_metrics && live->load(std::memory_order_relaxed))
+        model_metrics->RecordExecution(rows);
     };
     auto scheduler = CreateScheduler(scheduler_options, executable);
     if (!scheduler.ok()) return scheduler.status();
-    auto model = std::make_shared<ModelVersion>(name, version, config, std::move(*loaded), executable,
-                                                std::move(*scheduler), compile_ms, compilations);
+    auto model =
+        std::make_shared<ModelVersion>(name, version, config, std::move(*loaded), executable,
+                                       std::move(*scheduler), compile_ms, compilations);
     if (config.model_warmup_size() == 0) {
-      if (auto s = RunWarmup(*model, nullptr, model_dir); !s.ok()) return s;
+      if (auto s = RunWarmup(*model, nullptr, model_dir, max_request_bytes); !s.ok()) return s;
     }
     for (const auto& w : config.model_warmup()) {
       for (uint32_t i = 0; i < std::max<uint32_t>(w.count(), 1); ++i) {
-        if (auto s = RunWarmup(*model, &w, model_dir); !s.ok()) return s;
+        if (auto s = RunWarmup(*model, &w, model_dir, max_request_bytes); !s.ok()) return s;
       }
     }
     model->ResetStatsBaseline();
@@ -235,7 +342,7 @@ struct ModelManager::Impl {
 
 ModelManager::ModelManager(JitEngine* engine, const ModelRepository* repository,
                            ModelManagerOptions options)
-    : impl_(std::make_unique<Impl>(engine, repository, options.loader_threads, options.metrics)) {}
+    : impl_(std::make_unique<Impl>(engine, repository, options)) {}
 
 ModelManager::~ModelManager() { Shutdown(); }
 
@@ -267,8 +374,8 @@ absl::Status ModelManager::Load(const LoadRequest& request) {
   }
   std::vector<int64_t> available;
   for (const auto& [v, path] : source.version_paths) available.push_back(v);
-  std::vector<int64_t> versions = request.model_bytes.empty() ? SelectVersions(config.version_policy(), available)
-                                                              : available;
+  std::vector<int64_t> versions =
+      request.model_bytes.empty() ? SelectVersions(config.version_policy(), available) : available;
   if (versions.empty()) {
     return absl::NotFoundError(absl::StrCat("model '", request.name, "' has no loadable version"));
   }
@@ -279,17 +386,22 @@ absl::Status ModelManager::Load(const LoadRequest& request) {
     uint64_t load_index;
   };
   std::vector<Pending> pending;
-  std::vector<std::shared_ptr<ModelVersion>> retired;
+  // Versions the policy no longer selects are unloaded (Triton reload semantics), but only once a
+  // selected version is READY, so a reload never leaves the model without a serving version.
+  auto retiring = std::make_shared<std::vector<Pending>>();
   {
     absl::MutexLock lock(&impl_->mu);
     if (impl_->shutting_down) return absl::UnavailableError("server is shutting down");
+    if (request.model_bytes.empty()) {
+      impl_->inline_models.erase(request.name);
+    } else {
+      impl_->inline_models.insert(request.name);
+    }
+    impl_->operator_unloaded.erase(request.name);
     auto& slots = impl_->models[request.name];
-    // Versions the policy no longer selects are unloaded (Triton reload semantics).
     for (auto& [v, slot] : slots) {
       if (std::find(versions.begin(), versions.end(), v) == versions.end() && slot.model) {
-        retired.push_back(std::move(slot.model));
-        slot.state = ModelState::kUnavailable;
-        slot.reason = "unloaded: not selected by the version policy";
+        retiring->push_back({v, slot.generation, 0});
       }
     }
     for (int64_t v : versions) {
@@ -303,24 +415,49 @@ absl::Status ModelManager::Load(const LoadRequest& request) {
       pending.push_back({v, gen, ++slot.loads});
     }
   }
-  for (auto& r : retired) r->Drain();
-  retired.clear();
-
   auto remaining = std::make_shared<std::atomic<int>>(static_cast<int>(pending.size()));
   auto done = std::make_shared<absl::Notification>();
+  // Runs once, after the last load of this request finished (on whichever thread finished it).
+  auto finish = [this, name = request.name, versions, retiring, done] {
+    std::vector<std::shared_ptr<ModelVersion>> retired;
+    {
+      absl::MutexLock lock(&impl_->mu);
+      auto& slots = impl_->models[name];
+      const bool serving = std::any_of(versions.begin(), versions.end(), [&](int64_t v) {
+        auto it = slots.find(v);
+        return it != slots.end() && it->second.model != nullptr;
+      });
+      for (const Pending& r : *retiring) {
+        Slot& slot = slots[r.version];
+        // A later load or unload of this version decides its fate instead.
+        if (!serving || slot.generation != r.generation || !slot.model) continue;
+        retired.push_back(std::move(slot.model));
+        ++slot.generation;
+        slot.state = ModelState::kUnavailable;
+        slot.reason = "unloaded: not selected by the version policy";
+      }
+    }
+    for (auto& m : retired) {
+      m->Drain();
+      if (m->metrics()) m->metrics()->SetReady(false);
+    }
+    done->Notify();
+  };
   auto first_error = std::make_shared<absl::Status>();
   auto error_mu = std::make_shared<absl::Mutex>();
   for (const Pending& p : pending) {
     std::string path = source.version_paths[p.version];
     std::string bytes;
-    if (auto it = request.model_bytes.find(p.version); it != request.model_bytes.end()) bytes = it->second;
+    if (auto it = request.model_bytes.find(p.version); it != request.model_bytes.end())
+      bytes = it->second;
     std::string name = request.name;
     std::string model_dir = source.dir;
-    bool scheduled = impl_->loaders.Schedule([this, name, p, config, path, bytes, model_dir, remaining, done,
-                                              first_error, error_mu] {
+    bool scheduled = impl_->loaders.Schedule([this, name, p, config, path, bytes, model_dir,
+                                              remaining, finish, first_error, error_mu] {
       spdlog::info("loading model {} version {}", name, p.version);
       auto load_start = std::chrono::steady_clock::now();
-      auto built = impl_->BuildVersion(name, p.version, config, path, bytes, p.load_index, model_dir);
+      auto built =
+          impl_->BuildVersionNoThrow(name, p.version, config, path, bytes, p.load_index, model_dir);
       std::shared_ptr<ModelVersion> old;
       {
         absl::MutexLock lock(&impl_->mu);
@@ -338,7 +475,8 @@ absl::Status ModelManager::Load(const LoadRequest& request) {
         }
       }
       if (built.ok()) {
-        spdlog::info("model {} version {} is READY (compile {:.1f} ms)", name, p.version, (*built)->compile_ms());
+        spdlog::info("model {} version {} is READY (compile {:.1f} ms)", name, p.version,
+                     (*built)->compile_ms());
         CUVIL_PROBE_MODEL_LOAD(name.c_str(), absl::StrCat(p.version).c_str());
         if (const auto& m = (*built)->metrics()) {
           m->SetReady(true);
@@ -346,38 +484,46 @@ absl::Status ModelManager::Load(const LoadRequest& request) {
                                                  (*built)->loaded().model().object_code.size()));
         }
         if (impl_->metrics != nullptr) {
-          impl_->metrics->RecordLoad(name, absl::StrCat(p.version),
-                                     std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count());
+          impl_->metrics->RecordLoad(
+              name, absl::StrCat(p.version),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count());
         }
       } else {
-        spdlog::error("model {} version {} failed to load: {}", name, p.version, std::string(built.status().message()));
+        spdlog::error("model {} version {} failed to load: {}", name, p.version,
+                      std::string(built.status().message()));
         absl::MutexLock lock(error_mu.get());
         if (first_error->ok()) *first_error = built.status();
       }
       if (old) old->Drain();
       old.reset();
-      if (--*remaining == 0) done->Notify();
+      if (--*remaining == 0) finish();
     });
     if (!scheduled) {
-      if (--*remaining == 0) done->Notify();
+      if (--*remaining == 0) finish();
     }
   }
   if (!request.wait) return absl::OkStatus();
   done->WaitForNotification();
   absl::MutexLock lock(error_mu.get());
   if (!first_error->ok()) {
-    return absl::Status(first_error->code(), absl::StrCat("failed to load '", request.name, "': ",
-                                                          first_error->message()));
+    return absl::Status(first_error->code(), absl::StrCat("failed to load '", request.name,
+                                                          "': ", first_error->message()));
   }
   return absl::OkStatus();
 }
 
 absl::Status ModelManager::Unload(const std::string& name) {
+  return impl_->UnloadModel(name, /*by_operator=*/true);
+}
+
+absl::Status ModelManager::Impl::UnloadModel(const std::string& name, bool by_operator) {
   std::vector<std::shared_ptr<ModelVersion>> unloading;
   {
-    absl::MutexLock lock(&impl_->mu);
-    auto it = impl_->models.find(name);
-    if (it == impl_->models.end()) return absl::NotFoundError(absl::StrCat("model '", name, "' is not known"));
+    absl::MutexLock lock(&mu);
+    auto it = models.find(name);
+    if (it == models.end())
+      return absl::NotFoundError(absl::StrCat("model '", name, "' is not known"));
+    if (by_operator) operator_unloaded.insert(name);
     for (auto& [v, slot] : it->second) {
       ++slot.generation;  // Cancels a load in progress.
       if (slot.model) unloading.push_back(std::move(slot.model));
@@ -394,6 +540,39 @@ absl::Status ModelManager::Unload(const std::string& name) {
   return absl::OkStatus();
 }
 
+void ModelManager::SyncWithRepository() {
+  if (impl_->repository == nullptr) return;
+  std::set<std::string> on_disk;
+  for (const std::string& name : impl_->repository->ListModels()) on_disk.insert(name);
+  std::set<std::string> to_load, to_unload;
+  {
+    absl::ReaderMutexLock lock(&impl_->mu);
+    std::set<std::string> known;
+    for (const auto& [name, slots] : impl_->models) {
+      for (const auto& [v, slot] : slots) {
+        if (slot.model || slot.state == ModelState::kLoading || slot.state == ModelState::kFailed) {
+          known.insert(name);
+        }
+      }
+    }
+    for (const std::string& name : on_disk) {
+      if (!known.count(name) && !impl_->operator_unloaded.count(name)) to_load.insert(name);
+    }
+    for (const std::string& name : known) {
+      if (!on_disk.count(name) && !impl_->inline_models.count(name)) to_unload.insert(name);
+    }
+  }
+  for (const std::string& name : to_load) {
+    LoadRequest r;
+    r.name = name;
+    if (auto s = Load(r); !s.ok()) spdlog::error("poll: {}", std::string(s.message()));
+  }
+  for (const std::string& name : to_unload) {
+    spdlog::info("poll: model {} left the repository", name);
+    (void)impl_->UnloadModel(name, /*by_operator=*/false);
+  }
+}
+
 void ModelManager::LoadAll() {
   if (impl_->repository == nullptr) return;
   for (const std::string& name : impl_->repository->ListModels()) {
@@ -402,7 +581,8 @@ void ModelManager::LoadAll() {
     if (auto s = Load(request); !s.ok()) {
       absl::MutexLock lock(&impl_->mu);
       auto& slots = impl_->models[name];
-      if (slots.empty()) slots[0] = Slot{ModelState::kFailed, std::string(s.message()), nullptr, 0, 0};
+      if (slots.empty())
+        slots[0] = Slot{ModelState::kFailed, std::string(s.message()), nullptr, 0, 0};
     }
   }
 }
@@ -412,7 +592,8 @@ absl::StatusOr<std::shared_ptr<ModelVersion>> ModelManager::Get(const std::strin
   // Every request routes through here: readers share the lock, only loads/unloads take it alone.
   absl::ReaderMutexLock lock(&impl_->mu);
   auto it = impl_->models.find(name);
-  if (it == impl_->models.end()) return absl::NotFoundError(absl::StrCat("unknown model '", name, "'"));
+  if (it == impl_->models.end())
+    return absl::NotFoundError(absl::StrCat("unknown model '", name, "'"));
   const auto& slots = it->second;
   if (version.empty() || version == "-1") {
     for (auto s = slots.rbegin(); s != slots.rend(); ++s) {
@@ -440,7 +621,8 @@ std::vector<VersionStatus> ModelManager::Index() const {
   std::vector<VersionStatus> out;
   for (const auto& [name, slots] : impl_->models) {
     for (const auto& [v, slot] : slots) {
-      out.push_back({name, v, slot.model ? ModelState::kReady : slot.state, slot.reason, slot.model});
+      out.push_back(
+          {name, v, slot.model ? ModelState::kReady : slot.state, slot.reason, slot.model});
     }
   }
   return out;

@@ -16,8 +16,8 @@ namespace cuvil {
 // overflow-checked size. Returns the batch (1 when not batched). InvalidArgument names the input
 // and says what was expected and what arrived.
 absl::StatusOr<int64_t> ValidateInputTensor(const TensorSpec& spec, bool batched,
-                                            int64_t max_batch_size,
-                                            absl::Span<const int64_t> shape, uint64_t byte_size);
+                                            int64_t max_batch_size, absl::Span<const int64_t> shape,
+                                            uint64_t byte_size);
 
 }  // namespace cuvil
 

@@ -93,6 +93,9 @@ struct LoadRequest {
 struct ModelManagerOptions {
   int loader_threads = 1;
   ServerMetrics* metrics = nullptr;  // Optional; must outlive the manager.
+  // A model whose smallest request (batch 1) is larger than this cannot be served: its load fails
+  // instead of allocating a warm-up input that size.
+  uint64_t max_request_bytes = uint64_t{1} << 30;
 };
 
 // Thread-safe.
@@ -109,6 +112,10 @@ class ModelManager {
   absl::Status Unload(const std::string& name);
   // Loads every model in the repository, waiting for all (errors are recorded as FAILED states).
   void LoadAll();
+  // Poll mode's pass over the repository: loads models whose folder appeared and unloads models
+  // loaded from a folder that disappeared. Models loaded inline and models an operator unloaded
+  // (Unload) are left alone until an operator loads them again.
+  void SyncWithRepository();
 
   // The version that serves `version` ("" or "-1": the highest READY version). NotFound naming
   // the model/version; Unavailable when it exists but is not READY.

@@ -1,0 +1,59 @@
+#include "jit_executable.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace cuvil {
+namespace {
+
+// Whether `spec` describes exactly the tensor `sig` names: same dtype and rank, the batch dim
+// leading when batched, every fixed dim equal and only symbolic dims left open (-1).
+absl::Status CheckSpec(const char* kind, const TensorSpec& spec, const TensorSignature& sig) {
+  auto mismatch = [&](const std::string& why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kind, " '", spec.name, "' [", absl::StrJoin(spec.dims, ","), "] ", why,
+                     " (compiled signature ", SymShapeToString(sig.shape), ")"));
+  };
+  if (spec.name != sig.name) return mismatch(absl::StrCat("is not the model's '", sig.name, "'"));
+  if (spec.dtype != sig.dtype) return mismatch("has another data type");
+  const size_t lead = spec.batched ? 1 : 0;
+  if (spec.dims.size() + lead != sig.shape.size()) return mismatch("has another rank");
+  if (spec.batched && !(sig.shape[0].coef == 1 && sig.shape[0].power == 1)) {
+    return mismatch("is batched but dim 0 is not the batch dimension");
+  }
+  for (size_t d = 0; d < spec.dims.size(); ++d) {
+    const SymDim& m = sig.shape[d + lead];
+    const bool fits = m.IsStatic() ? spec.dims[d] == m.Eval(1) : spec.dims[d] == -1;
+    if (!fits) return mismatch(absl::StrCat("dim ", d, " differs from the compiled code"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<JitExecutable>> JitExecutable::Create(
+    const LoadedModel* model, std::vector<TensorSpec> inputs, std::vector<TensorSpec> outputs) {
+  const CompiledModel& compiled = model->model();
+  if (inputs.size() != compiled.inputs.size() || outputs.size() != compiled.outputs.size()) {
+    return absl::InvalidArgumentError("config tensors do not match the compiled model's");
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (auto s = CheckSpec("input", inputs[i], compiled.inputs[i]); !s.ok()) return s;
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (auto s = CheckSpec("output", outputs[i], compiled.outputs[i]); !s.ok()) return s;
+  }
+  return std::shared_ptr<JitExecutable>(
+      new JitExecutable(model, std::move(inputs), std::move(outputs)));
+}
+
+absl::Status JitExecutable::Run(const void* const* inputs,
+                                absl::Span<const std::vector<int64_t>> input_shapes,
+                                void* const* outputs, int64_t batch, void* arena) const {
+  if (auto s = model_->CheckInputShapes(input_shapes, batch); !s.ok()) return s;
+  int32_t rc = model_->entry()(inputs, outputs, batch, arena);
+  if (rc != 0) return absl::InternalError(absl::StrCat("compiled model returned ", rc));
+  return absl::OkStatus();
+}
+
+}  // namespace cuvil
