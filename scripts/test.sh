@@ -7,12 +7,12 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/install-deps.sh"
 start=$(date +%s)
-"$root/scripts/build.sh" "$root/build"
+"$root/scripts/build.sh" release
 (cd "$root/build" && ctest --output-on-failure -j "$(nproc)")
 echo "release build + tests: $(( $(date +%s) - start )) s"
 start=$(date +%s)
-# Sanitizer builds use -O1: a third of -O3's compile time, and still fast enough to test.
-"$root/scripts/build.sh" "$root/build-asan" -DCUVIL_SANITIZE=address,undefined -DCMAKE_CXX_FLAGS_RELEASE=-O1
+# Sanitizer builds (CMakePresets.json) use -O1: a third of -O3's compile time, still fast enough.
+"$root/scripts/build.sh" asan
 (cd "$root/build-asan" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   ctest --output-on-failure -j "$(nproc)")
 echo "asan build + tests: $(( $(date +%s) - start )) s"
@@ -20,7 +20,7 @@ start=$(date +%s)
 # TSan covers the code whose locking we own; Debian's gRPC and abseil are not instrumented, so the
 # server integration tests stay with ASan.
 tsan_tests="runtime_test scheduler_test observability_test"
-TARGETS="$tsan_tests" "$root/scripts/build.sh" "$root/build-tsan" -DCUVIL_SANITIZE=thread -DCMAKE_CXX_FLAGS_RELEASE=-O1
+TARGETS="$tsan_tests" "$root/scripts/build.sh" tsan
 for t in $tsan_tests; do
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 "$root/build-tsan/bin/$t" --gtest_brief=1
 done

@@ -2,6 +2,9 @@
 // with identical symbol names, unloading, and the redirectable function table.
 #include "cuvil/jitcache/jit_engine.h"
 
+#include <fstream>
+#include <sstream>
+
 #include "cuvil/compiler/compiler.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -18,7 +21,8 @@ CompiledModel MustCompile(const std::string& bytes) {
 
 HostTensor Filled(int64_t batch, int64_t width, float start) {
   HostTensor t(DType::kFloat32, {batch, width});
-  for (int64_t i = 0; i < t.num_elements(); ++i) t.data_as<float>()[i] = start + static_cast<float>(i);
+  for (int64_t i = 0; i < t.num_elements(); ++i)
+    t.data_as<float>()[i] = start + static_cast<float>(i);
   return t;
 }
 
@@ -36,6 +40,28 @@ TEST(JitEngineTest, OneCompileServesEveryBatchSize) {
       ASSERT_FLOAT_EQ((*out)[0].data_as<float>()[i], x.data_as<float>()[i] + 0.5f);
     }
   }
+}
+
+// Mappings of this process that are writable and executable at once ("rwxp" in /proc/self/maps).
+std::vector<std::string> WritableExecutableMappings() {
+  std::ifstream maps("/proc/self/maps");
+  std::vector<std::string> found;
+  for (std::string line; std::getline(maps, line);) {
+    std::istringstream fields(line);
+    std::string range, perms;
+    fields >> range >> perms;
+    if (perms.size() >= 3 && perms[1] == 'w' && perms[2] == 'x') found.push_back(line);
+  }
+  return found;
+}
+
+TEST(JitEngineTest, CompiledCodeIsNeverWritableAndExecutable) {
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok());
+  auto loaded = (*engine)->Load("wx/1", MustCompile(testing::BinaryWithConstant("Add", 8, 1.0f)));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_TRUE((*loaded)->Run({Filled(2, 8, 0.0f)}).ok());
+  EXPECT_THAT(WritableExecutableMappings(), ::testing::IsEmpty());
 }
 
 TEST(JitEngineTest, VersionsWithIdenticalSymbolsAreIsolated) {

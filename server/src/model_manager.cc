@@ -19,6 +19,7 @@
 #include "cuvil/server/infer_request_builder.h"
 #include "cuvil/server/model_config.h"
 #include "jit_executable.h"
+#include "model_name.h"
 #include "spdlog/spdlog.h"
 
 namespace cuvil {
@@ -347,7 +348,7 @@ ModelManager::ModelManager(JitEngine* engine, const ModelRepository* repository,
 ModelManager::~ModelManager() { Shutdown(); }
 
 absl::Status ModelManager::Load(const LoadRequest& request) {
-  if (request.name.empty()) return absl::InvalidArgumentError("model name is empty");
+  if (auto s = ValidateModelName(request.name); !s.ok()) return s;
   ModelSource source;
   if (request.model_bytes.empty()) {
     if (impl_->repository == nullptr) return absl::NotFoundError("no model repository configured");

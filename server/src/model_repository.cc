@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cuvil/server/model_config.h"
+#include "model_name.h"
 
 namespace cuvil {
 namespace {
@@ -23,12 +24,6 @@ namespace fs = std::filesystem;
 
 constexpr char kConfigFile[] = "config.pbtxt";
 constexpr char kDefaultModelFile[] = "model.onnx";
-
-// A name that stays one path component inside the root: names come from requests.
-bool IsSafeComponent(const std::string& name) {
-  return !name.empty() && name != "." && name != ".." &&
-         name.find_first_of("/\\") == std::string::npos && name.find('\0') == std::string::npos;
-}
 
 bool IsDirectory(const fs::path& p) {
   std::error_code ec;
@@ -72,9 +67,8 @@ std::vector<std::string> ModelRepository::ListModels() const {
 }
 
 absl::StatusOr<ModelSource> ModelRepository::Find(const std::string& name) const {
-  if (!IsSafeComponent(name)) {
-    return absl::InvalidArgumentError(absl::StrCat("invalid model name \"", name, "\""));
-  }
+  // Names come from requests: one rule keeps them a single path component inside the root.
+  if (auto s = ValidateModelName(name); !s.ok()) return s;
   std::vector<fs::path> dirs;
   for (const std::string& root : roots_) {
     fs::path dir = fs::path(root) / name;
@@ -114,7 +108,7 @@ absl::StatusOr<ModelSource> ModelRepository::Find(const std::string& name) const
 
   std::string model_file = source.config.default_model_filename();
   if (model_file.empty()) model_file = kDefaultModelFile;
-  if (!IsSafeComponent(model_file)) {
+  if (!ValidateModelName(model_file).ok()) {  // The same single-component rule as names.
     return absl::InvalidArgumentError(absl::StrCat(config_path.string(),
                                                    ": default_model_filename \"", model_file,
                                                    "\" must be a plain file name"));
