@@ -531,6 +531,7 @@ TEST(BadInputTest, EntryErrorsMapToInvalidArgument) {
   EXPECT_EQ(EntryStatus(kEntryIndexOutOfBounds).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(EntryStatus(kEntryIndexOutOfBounds).message(), HasSubstr("out of data bounds"));
   EXPECT_EQ(EntryStatus(kEntrySliceOutOfBounds).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(EntryStatus(kEntryTopKTooLarge).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(EntryStatus(77).ok());
 }
 
@@ -607,6 +608,23 @@ TEST(BadInputTest, BatchDependentSliceBeyondItsInputFails) {
   EXPECT_FALSE(y.ok());
   // The model keeps serving valid batches.
   EXPECT_TRUE((*loaded)->Run({Tensor<float>(DType::kFloat32, {3, 2}, {})}).ok());
+}
+
+// K is checked against a batch-dependent axis only at run time.
+TEST(BadInputTest, TopKLargerThanABatchDependentAxisFails) {
+  GraphBuilder b;
+  b.Input("x", kFloat, {-1});
+  b.Output("y", kFloat);
+  b.Int64s("k", {1}, {3});
+  b.Node("TopK", {"x", "k"}, {"y", "i"});
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok());
+  auto loaded = CompileAndLoad(**engine, "topk/1", b.Bytes());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  auto ok = (*loaded)->Run({Tensor<float>(DType::kFloat32, {4}, {3, 9, 1, 7})});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_THAT(Values<float>((*ok)[0]), ::testing::ElementsAre(9, 7, 3));
+  EXPECT_FALSE((*loaded)->Run({Tensor<float>(DType::kFloat32, {2}, {3, 9})}).ok());
 }
 
 }  // namespace

@@ -60,6 +60,8 @@ absl::Status EntryStatus(int32_t rc) {
       return absl::InvalidArgumentError(
           "a slice whose bounds depend on the batch size reaches past its input at this batch "
           "size");
+    case kEntryTopKTooLarge:
+      return absl::InvalidArgumentError("TopK's K is larger than its axis at this batch size");
     default:
       return absl::InternalError(absl::StrCat("compiled model returned error code ", rc));
   }

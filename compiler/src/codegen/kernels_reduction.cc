@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "codegen/kernel_context.h"
+#include "cuvil/compiler/compiled_model.h"
 
 namespace cuvil::codegen {
 namespace {
@@ -12,7 +13,8 @@ namespace {
 // A mutable scalar: an entry-block alloca that LLVM promotes to a register.
 class Var {
  public:
-  Var(KernelContext& k, llvm::Value* init) : k_(k), type_(init->getType()), slot_(k.Scratch(type_)) {
+  Var(KernelContext& k, llvm::Value* init)
+      : k_(k), type_(init->getType()), slot_(k.Scratch(type_)) {
     set(init);
   }
   llvm::Value* get() { return k_.b().CreateLoad(type_, slot_); }
@@ -63,13 +65,17 @@ std::vector<bool> AxisRange(size_t rank, int64_t first, int64_t last) {
 // body(input offset of the row's first element, row index) for every kept position.
 void ForRows(KernelContext& k, const AxisSplit& s,
              const std::function<void(llvm::Value*, llvm::Value*)>& body) {
-  k.ForNest(s.kept, [&](const Idx& idx) { body(k.Offset(idx, s.kept_strides), k.Offset(idx, s.row_strides)); });
+  k.ForNest(s.kept, [&](const Idx& idx) {
+    body(k.Offset(idx, s.kept_strides), k.Offset(idx, s.row_strides));
+  });
 }
 
 // body(input offset, index within the reduced dims) over one row.
 void ForRow(KernelContext& k, const AxisSplit& s, llvm::Value* base,
             const std::function<void(llvm::Value*, const Idx&)>& body) {
-  k.ForNest(s.reduced, [&](const Idx& idx) { body(k.b().CreateAdd(base, k.Offset(idx, s.reduced_strides)), idx); });
+  k.ForNest(s.reduced, [&](const Idx& idx) {
+    body(k.b().CreateAdd(base, k.Offset(idx, s.reduced_strides)), idx);
+  });
 }
 
 // ---- Reduce* ----
@@ -79,20 +85,23 @@ using ScalarOp = llvm::Value* (*)(KernelContext&, DType, llvm::Value*, llvm::Val
 // How one Reduce* op folds a row: acc = step(acc, x) from `init`, then finish(acc, count).
 struct ReduceOp {
   const char* name;
-  double init;            // ±inf mean the dtype's lowest/highest value
-  bool float_math;        // integer inputs are computed in double (sqrt, log, exp)
-  bool shift_by_max;      // LogSumExp: fold exp(x - max) for stability, add max back at the end
+  double init;        // ±inf mean the dtype's lowest/highest value
+  bool float_math;    // integer inputs are computed in double (sqrt, log, exp)
+  bool shift_by_max;  // LogSumExp: fold exp(x - max) for stability, add max back at the end
   ScalarOp step;
-  ScalarOp finish;        // (acc, count converted to the accumulator type)
+  ScalarOp finish;  // (acc, count converted to the accumulator type)
 };
 
-llvm::Value* Sum(KernelContext& k, DType d, llvm::Value* acc, llvm::Value* x) { return k.Add(d, acc, x); }
+llvm::Value* Sum(KernelContext& k, DType d, llvm::Value* acc, llvm::Value* x) {
+  return k.Add(d, acc, x);
+}
 llvm::Value* Square(KernelContext& k, DType d, llvm::Value* acc, llvm::Value* x) {
   return k.Add(d, acc, k.Mul(d, x, x));
 }
 llvm::Value* Abs(KernelContext& k, DType d, llvm::Value* acc, llvm::Value* x) {
-  llvm::Value* a = IsFloat(d) ? k.Intrinsic(llvm::Intrinsic::fabs, x)
-                              : k.b().CreateSelect(k.Less(d, x, k.Const(d, 0)), k.b().CreateNeg(x), x);
+  llvm::Value* a = IsFloat(d)
+                       ? k.Intrinsic(llvm::Intrinsic::fabs, x)
+                       : k.b().CreateSelect(k.Less(d, x, k.Const(d, 0)), k.b().CreateNeg(x), x);
   return k.Add(d, acc, a);
 }
 llvm::Value* Identity(KernelContext&, DType, llvm::Value* acc, llvm::Value*) { return acc; }
@@ -104,22 +113,31 @@ const ReduceOp kReduceOps[] = {
     {"ReduceMean", 0, false, false, Sum,
      [](KernelContext& k, DType d, llvm::Value* acc, llvm::Value* n) { return k.Div(d, acc, n); }},
     {"ReduceMax", -kInf, false, false,
-     [](KernelContext& k, DType d, llvm::Value* acc, llvm::Value* x) { return k.Max(d, acc, x); }, Identity},
+     [](KernelContext& k, DType d, llvm::Value* acc, llvm::Value* x) { return k.Max(d, acc, x); },
+     Identity},
     {"ReduceMin", kInf, false, false,
-     [](KernelContext& k, DType d, llvm::Value* acc, llvm::Value* x) { return k.Min(d, acc, x); }, Identity},
+     [](KernelContext& k, DType d, llvm::Value* acc, llvm::Value* x) { return k.Min(d, acc, x); },
+     Identity},
     {"ReduceProd", 1, false, false,
-     [](KernelContext& k, DType d, llvm::Value* acc, llvm::Value* x) { return k.Mul(d, acc, x); }, Identity},
+     [](KernelContext& k, DType d, llvm::Value* acc, llvm::Value* x) { return k.Mul(d, acc, x); },
+     Identity},
     {"ReduceL1", 0, false, false, Abs, Identity},
     {"ReduceL2", 0, true, false, Square,
-     [](KernelContext& k, DType, llvm::Value* acc, llvm::Value*) { return k.Intrinsic(llvm::Intrinsic::sqrt, acc); }},
+     [](KernelContext& k, DType, llvm::Value* acc, llvm::Value*) {
+       return k.Intrinsic(llvm::Intrinsic::sqrt, acc);
+     }},
     {"ReduceSumSquare", 0, false, false, Square, Identity},
     {"ReduceLogSum", 0, true, false, Sum,
-     [](KernelContext& k, DType, llvm::Value* acc, llvm::Value*) { return k.Intrinsic(llvm::Intrinsic::log, acc); }},
+     [](KernelContext& k, DType, llvm::Value* acc, llvm::Value*) {
+       return k.Intrinsic(llvm::Intrinsic::log, acc);
+     }},
     {"ReduceLogSumExp", 0, true, true,
      [](KernelContext& k, DType d, llvm::Value* acc, llvm::Value* x) {
        return k.Add(d, acc, k.Intrinsic(llvm::Intrinsic::exp, x));
      },
-     [](KernelContext& k, DType, llvm::Value* acc, llvm::Value*) { return k.Intrinsic(llvm::Intrinsic::log, acc); }},
+     [](KernelContext& k, DType, llvm::Value* acc, llvm::Value*) {
+       return k.Intrinsic(llvm::Intrinsic::log, acc);
+     }},
 };
 
 llvm::Value* InitValue(KernelContext& k, DType d, double v) {
@@ -140,9 +158,11 @@ absl::Status EmitReduce(KernelContext& k, const ReduceOp& op) {
     llvm::Value* shift = nullptr;
     if (op.shift_by_max) {
       Var m(k, k.Lowest(ad));
-      ForRow(k, s, base, [&](llvm::Value* off, const Idx&) { m.set(k.Max(ad, m.get(), load(off))); });
+      ForRow(k, s, base,
+             [&](llvm::Value* off, const Idx&) { m.set(k.Max(ad, m.get(), load(off))); });
       // An infinite max would turn x - max into NaN; such rows need no shift.
-      llvm::Value* finite = k.b().CreateFCmpOLT(k.Intrinsic(llvm::Intrinsic::fabs, m.get()), k.Highest(ad));
+      llvm::Value* finite =
+          k.b().CreateFCmpOLT(k.Intrinsic(llvm::Intrinsic::fabs, m.get()), k.Highest(ad));
       shift = k.b().CreateSelect(finite, m.get(), k.Const(ad, 0));
     }
     Var acc(k, InitValue(k, ad, op.init));
@@ -171,8 +191,9 @@ absl::Status EmitArgReduce(KernelContext& k, bool max) {
     ForRow(k, s, base, [&](llvm::Value* off, const Idx& idx) {
       llvm::Value* x = k.Load(d, k.in(0), off);
       // Strictly better keeps the first extreme; "not worse" moves to the last one.
-      llvm::Value* better = max ? (last ? k.b().CreateNot(k.Less(d, x, best.get())) : k.Greater(d, x, best.get()))
-                                : (last ? k.b().CreateNot(k.Greater(d, x, best.get())) : k.Less(d, x, best.get()));
+      llvm::Value* better =
+          max ? (last ? k.b().CreateNot(k.Less(d, x, best.get())) : k.Greater(d, x, best.get()))
+              : (last ? k.b().CreateNot(k.Greater(d, x, best.get())) : k.Less(d, x, best.get()));
       best.set(k.b().CreateSelect(better, x, best.get()));
       index.set(k.b().CreateSelect(better, idx[0], index.get()));
     });
@@ -189,8 +210,9 @@ absl::Status EmitSoftmax(KernelContext& k, SoftmaxKind kind) {
   DType d = k.in_dtype(0);
   if (!IsFloat(d)) return k.Unsupported(std::string("dtype ") + std::string(DTypeName(d)));
   const SymShape& shape = k.in_shape(0);
-  AxisSplit s = SplitAxes(k, shape, AxisRange(shape.size(), k.node().attr_int("axis", 0),
-                                               k.node().attr_int("axis_end", 0)));
+  AxisSplit s = SplitAxes(
+      k, shape,
+      AxisRange(shape.size(), k.node().attr_int("axis", 0), k.node().attr_int("axis_end", 0)));
   auto x_at = [&](llvm::Value* off) { return k.Load(d, k.in(0), off); };
   auto& b = k.b();
   ForRows(k, s, [&](llvm::Value* base, llvm::Value*) {
@@ -203,7 +225,8 @@ absl::Status EmitSoftmax(KernelContext& k, SoftmaxKind kind) {
         best_off.set(b.CreateSelect(better, off, best_off.get()));
       });
       ForRow(k, s, base, [&](llvm::Value* off, const Idx&) {
-        k.Store(d, k.out(0), off, b.CreateUIToFP(b.CreateICmpEQ(off, best_off.get()), k.ElemType(d)));
+        k.Store(d, k.out(0), off,
+                b.CreateUIToFP(b.CreateICmpEQ(off, best_off.get()), k.ElemType(d)));
       });
       return;
     }
@@ -239,11 +262,14 @@ struct Moments {
 };
 
 // Two passes (mean, then mean squared deviation) like the ONNX reference, for accuracy.
-Moments RowMoments(KernelContext& k, DType d, const AxisSplit& s, llvm::Value* base, float epsilon) {
+Moments RowMoments(KernelContext& k, DType d, const AxisSplit& s, llvm::Value* base,
+                   float epsilon) {
   auto& b = k.b();
   llvm::Value* n = k.Convert(s.count, DType::kInt64, d);
   Var sum(k, k.Const(d, 0));
-  ForRow(k, s, base, [&](llvm::Value* off, const Idx&) { sum.set(b.CreateFAdd(sum.get(), k.Load(d, k.in(0), off))); });
+  ForRow(k, s, base, [&](llvm::Value* off, const Idx&) {
+    sum.set(b.CreateFAdd(sum.get(), k.Load(d, k.in(0), off)));
+  });
   llvm::Value* mean = b.CreateFDiv(sum.get(), n);
   Var sq(k, k.Const(d, 0));
   ForRow(k, s, base, [&](llvm::Value* off, const Idx&) {
@@ -268,7 +294,8 @@ absl::Status EmitLayerNorm(KernelContext& k) {
   Idx scale_strides = k.BroadcastStrides(k.in_shape(1), normalized);
   Idx bias_strides = k.has_input(2) ? k.BroadcastStrides(k.in_shape(2), normalized) : Idx{};
   float epsilon = k.node().attr_float("epsilon", 1e-5f);
-  AxisSplit s = SplitAxes(k, shape, AxisRange(shape.size(), axis, static_cast<int64_t>(shape.size())));
+  AxisSplit s =
+      SplitAxes(k, shape, AxisRange(shape.size(), axis, static_cast<int64_t>(shape.size())));
   auto& b = k.b();
   ForRows(k, s, [&](llvm::Value* base, llvm::Value* row) {
     Moments m = RowMoments(k, d, s, base, epsilon);
@@ -278,8 +305,10 @@ absl::Status EmitLayerNorm(KernelContext& k) {
       if (k.has_input(2)) y = b.CreateFAdd(y, k.Load(d, k.in(2), k.Offset(idx, bias_strides)));
       k.Store(d, k.out(0), off, y);
     });
-    if (k.has_output(1)) k.Store(k.out_dtype(1), k.out(1), row, k.Convert(m.mean, d, k.out_dtype(1)));
-    if (k.has_output(2)) k.Store(k.out_dtype(2), k.out(2), row, k.Convert(m.inv_std, d, k.out_dtype(2)));
+    if (k.has_output(1))
+      k.Store(k.out_dtype(1), k.out(1), row, k.Convert(m.mean, d, k.out_dtype(1)));
+    if (k.has_output(2))
+      k.Store(k.out_dtype(2), k.out(2), row, k.Convert(m.inv_std, d, k.out_dtype(2)));
   });
   return absl::OkStatus();
 }
@@ -322,7 +351,8 @@ absl::Status EmitBatchNorm(KernelContext& k) {
     llvm::Value* std = k.Intrinsic(llvm::Intrinsic::sqrt,
                                    b.CreateFAdd(ChannelParam(k, 4, c, d), k.Const(d, epsilon)));
     llvm::Value* scale = b.CreateFDiv(ChannelParam(k, 1, c, d), std);
-    llvm::Value* bias = b.CreateFSub(ChannelParam(k, 2, c, d), b.CreateFMul(ChannelParam(k, 3, c, d), scale));
+    llvm::Value* bias =
+        b.CreateFSub(ChannelParam(k, 2, c, d), b.CreateFMul(ChannelParam(k, 3, c, d), scale));
     llvm::Value* base = b.CreateMul(b.CreateAdd(b.CreateMul(idx[0], channels), c), spatial);
     k.For(k.I64(0), spatial, [&](llvm::Value* j) {
       llvm::Value* off = b.CreateAdd(base, j);
@@ -346,11 +376,18 @@ absl::Status EmitTopK(KernelContext& k) {
   llvm::Value* outer = k.NumElements(SymShape(shape.begin(), shape.begin() + axis));
   llvm::Value* inner = k.NumElements(SymShape(shape.begin() + axis + 1, shape.end()));
   auto& b = k.b();
+  // Shape inference checks K against a static axis only; a batch-dependent axis may be shorter
+  // than K at run time, and selecting past it would overrun the index buffer.
+  llvm::Value* fits = b.CreateICmpSLE(count, n);
+  k.FailIf(b.CreateNot(fits), kEntryTopKTooLarge);
+  outer = b.CreateSelect(fits, outer, k.I64(0));
   llvm::Value* order = k.AllocHeap(b.CreateMul(n, k.I64(8)));
   k.ForNest({outer, inner}, [&](const Idx& idx) {
     llvm::Value* in_base = b.CreateAdd(b.CreateMul(b.CreateMul(idx[0], n), inner), idx[1]);
     llvm::Value* out_base = b.CreateAdd(b.CreateMul(b.CreateMul(idx[0], count), inner), idx[1]);
-    auto value_of = [&](llvm::Value* i) { return k.Load(d, k.in(0), b.CreateAdd(in_base, b.CreateMul(i, inner))); };
+    auto value_of = [&](llvm::Value* i) {
+      return k.Load(d, k.in(0), b.CreateAdd(in_base, b.CreateMul(i, inner)));
+    };
     k.For(k.I64(0), n, [&](llvm::Value* j) { k.Store(DType::kInt64, order, j, j); });
     k.For(k.I64(0), count, [&](llvm::Value* j) {
       Var best(k, j);
@@ -384,7 +421,8 @@ void RegisterReductionKernels(KernelRegistry& r) {
   r.Register("ArgMax", [](KernelContext& k) { return EmitArgReduce(k, true); });
   r.Register("ArgMin", [](KernelContext& k) { return EmitArgReduce(k, false); });
   r.Register("Softmax", [](KernelContext& k) { return EmitSoftmax(k, SoftmaxKind::kSoftmax); });
-  r.Register("LogSoftmax", [](KernelContext& k) { return EmitSoftmax(k, SoftmaxKind::kLogSoftmax); });
+  r.Register("LogSoftmax",
+             [](KernelContext& k) { return EmitSoftmax(k, SoftmaxKind::kLogSoftmax); });
   r.Register("Hardmax", [](KernelContext& k) { return EmitSoftmax(k, SoftmaxKind::kHardmax); });
   r.Register("LayerNormalization", EmitLayerNorm);
   r.Register("InstanceNormalization", EmitInstanceNorm);

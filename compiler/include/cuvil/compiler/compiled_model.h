@@ -34,6 +34,8 @@ enum EntryError : int32_t {
   kEntryIndexOutOfBounds = 1,
   // A Slice whose bounds depend on the batch reaches past its input at this batch size.
   kEntrySliceOutOfBounds = 2,
+  // TopK's K exceeds its (batch-dependent) axis at this batch size.
+  kEntryTopKTooLarge = 3,
 };
 
 // Maps a cuvil_entry result to a status: OK for 0, InvalidArgument describing the failure
