@@ -1,6 +1,8 @@
 #include "onnx_tensor.h"
 
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 
@@ -55,6 +57,23 @@ absl::StatusOr<HostTensor> ReadExternal(const onnx::TensorProto& proto,
     return absl::InvalidArgumentError("external data is not allowed for in-memory models");
   }
   std::string path = absl::StrCat(model_dir, "/", location);
+  // A symlink inside the folder must not lead out of it either (location "w.bin" -> /etc/passwd).
+  {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const fs::path root = fs::weakly_canonical(fs::path(model_dir), ec);
+    const fs::path resolved = ec ? fs::path() : fs::weakly_canonical(fs::path(path), ec);
+    if (ec) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("external data location '", location, "': ", ec.message()));
+    }
+    auto [r, _] = std::mismatch(root.begin(), root.end(), resolved.begin(), resolved.end());
+    if (r != root.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "external data location '", location, "' escapes the model directory (resolves to ",
+          resolved.string(), ")"));
+    }
+  }
   std::ifstream file(path, std::ios::binary);
   if (!file) return absl::NotFoundError(absl::StrCat("cannot open external data file ", path));
   if (length >= 0 && length != want) {
