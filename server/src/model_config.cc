@@ -19,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "cuvil/observability/utf8.h"
 #include "nlohmann/json.hpp"
 
 namespace cuvil {
@@ -426,6 +427,40 @@ void Int64StringsToNumbers(nlohmann::ordered_json& j) {
   }
 }
 
+// Path of the first string field (map keys included) that is not valid UTF-8, empty when all
+// are. The text format takes byte escapes ("\377") in string fields, but the JSON the config is
+// served as, and the protobuf wire form, cannot carry such strings.
+std::string InvalidUtf8Field(const google::protobuf::Message& message) {
+  using google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection* reflection = message.GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  reflection->ListFields(message, &fields);
+  for (const FieldDescriptor* field : fields) {
+    const int n = field->is_repeated() ? reflection->FieldSize(message, field) : 1;
+    for (int i = 0; i < n; ++i) {
+      if (field->type() == FieldDescriptor::TYPE_STRING) {
+        std::string scratch;
+        const std::string& value =
+            field->is_repeated()
+                ? reflection->GetRepeatedStringReference(message, field, i, &scratch)
+                : reflection->GetStringReference(message, field, &scratch);
+        for (size_t at = 0; at < value.size();) {
+          const size_t len = observability::Utf8SequenceLength(value, at);
+          if (len == 0) return std::string(field->name());
+          at += len;
+        }
+      } else if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+        const google::protobuf::Message& sub =
+            field->is_repeated() ? reflection->GetRepeatedMessage(message, field, i)
+                                 : reflection->GetMessage(message, field);
+        std::string inner = InvalidUtf8Field(sub);
+        if (!inner.empty()) return absl::StrCat(field->name(), ".", inner);
+      }
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ParseModelConfigText(const std::string& text) {
@@ -436,6 +471,10 @@ absl::StatusOr<ModelConfig> ParseModelConfigText(const std::string& text) {
   if (!parser.ParseFromString(text, &config)) {
     return absl::InvalidArgumentError(errors.error().empty() ? "config.pbtxt: parse error"
                                                              : errors.error());
+  }
+  if (std::string field = InvalidUtf8Field(config); !field.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.pbtxt: field '", field, "' is not valid UTF-8"));
   }
   return config;
 }

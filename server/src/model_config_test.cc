@@ -169,6 +169,21 @@ TEST(ParseModelConfigTextTest, BadValueNamesField) {
   EXPECT_THAT(std::string(bad_enum.status().message()), HasSubstr("data_type"));
 }
 
+// Found by fuzz_model_config: byte escapes made string fields that the config's JSON form (the
+// config endpoint) could not carry.
+TEST(ParseModelConfigTextTest, RejectsInvalidUtf8InStringFields) {
+  auto top = ParseModelConfigText("name: \"\\377\"");
+  ASSERT_FALSE(top.ok());
+  EXPECT_THAT(std::string(top.status().message()), HasSubstr("'name' is not valid UTF-8"));
+  auto nested = ParseModelConfigText("input { name: \"x\" }\ninput { name: \"\\300\\200\" }");
+  ASSERT_FALSE(nested.ok());
+  EXPECT_THAT(std::string(nested.status().message()), HasSubstr("'input.name'"));
+  auto map_key =
+      ParseModelConfigText("parameters { key: \"\\xff\" value { string_value: \"v\" } }");
+  ASSERT_FALSE(map_key.ok());
+  EXPECT_TRUE(ParseModelConfigText("name: \"caf\\303\\251 \\360\\237\\232\\200\"").ok());
+}
+
 TEST(ModelConfigJsonTest, RoundTripsWithTritonFieldNamesAndNumbers) {
   auto config = MustParse(R"pb(
     name: "mlp"

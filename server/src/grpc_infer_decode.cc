@@ -1,0 +1,117 @@
+#include "grpc_infer_decode.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "cuvil/runtime/dtype.h"
+
+namespace cuvil {
+namespace {
+
+template <typename T>
+void AppendTyped(const google::protobuf::RepeatedField<T>& src, std::string* out) {
+  out->append(reinterpret_cast<const char*>(src.data()), src.size() * sizeof(T));
+}
+
+// Converts typed `contents` into raw little-endian bytes of `dtype`.
+absl::Status ContentsToBytes(const inference::InferTensorContents& c, DType dtype,
+                             const std::string& name, std::string* out) {
+  auto narrow = [&](auto tag, const auto& src) {
+    using T = decltype(tag);
+    for (auto v : src) {
+      T x = static_cast<T>(v);
+      out->append(reinterpret_cast<const char*>(&x), sizeof(T));
+    }
+  };
+  switch (dtype) {
+    case DType::kFloat32:
+      AppendTyped(c.fp32_contents(), out);
+      break;
+    case DType::kFloat64:
+      AppendTyped(c.fp64_contents(), out);
+      break;
+    case DType::kInt64:
+      AppendTyped(c.int64_contents(), out);
+      break;
+    case DType::kUInt64:
+      AppendTyped(c.uint64_contents(), out);
+      break;
+    case DType::kInt32:
+      AppendTyped(c.int_contents(), out);
+      break;
+    case DType::kInt16:
+      narrow(int16_t{}, c.int_contents());
+      break;
+    case DType::kInt8:
+      narrow(int8_t{}, c.int_contents());
+      break;
+    case DType::kUInt32:
+      AppendTyped(c.uint_contents(), out);
+      break;
+    case DType::kUInt16:
+      narrow(uint16_t{}, c.uint_contents());
+      break;
+    case DType::kUInt8:
+      narrow(uint8_t{}, c.uint_contents());
+      break;
+    case DType::kBool:
+      narrow(uint8_t{}, c.bool_contents());
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", name, "': datatype has no typed contents"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<WireRequest> DecodeModelInferRequest(const inference::ModelInferRequest& q) {
+  bool raw = q.raw_input_contents_size() > 0;
+  if (raw && q.raw_input_contents_size() != q.inputs_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("expected ", q.inputs_size(),
+                                                   " raw_input_contents entries, got ",
+                                                   q.raw_input_contents_size()));
+  }
+  // Typed contents are converted into buffers owned with the request.
+  auto typed = std::make_shared<std::vector<std::string>>(q.inputs_size());
+  WireRequest wire;
+  wire.id = q.id();
+  for (int i = 0; i < q.inputs_size(); ++i) {
+    const auto& in = q.inputs(i);
+    WireInput w{in.name(), in.datatype(), {in.shape().begin(), in.shape().end()}, nullptr, 0};
+    if (raw) {
+      if (in.has_contents()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("input '", in.name(), "' has both contents and raw data"));
+      }
+      w.data = reinterpret_cast<const uint8_t*>(q.raw_input_contents(i).data());
+      w.byte_size = q.raw_input_contents(i).size();
+    } else {
+      auto dtype = DTypeFromKServeName(in.datatype());
+      if (!dtype.ok())
+        return absl::InvalidArgumentError(
+            absl::StrCat("input '", in.name(), "': ", dtype.status().message()));
+      if (auto s = ContentsToBytes(in.contents(), *dtype, in.name(), &(*typed)[i]); !s.ok())
+        return s;
+      w.data = reinterpret_cast<const uint8_t*>((*typed)[i].data());
+      w.byte_size = (*typed)[i].size();
+    }
+    wire.inputs.push_back(std::move(w));
+  }
+  for (const auto& out : q.outputs()) wire.requested_outputs.push_back(out.name());
+  if (auto it = q.parameters().find("priority"); it != q.parameters().end()) {
+    wire.priority = static_cast<uint32_t>(it->second.has_uint64_param() ? it->second.uint64_param()
+                                                                        : it->second.int64_param());
+  }
+  if (auto it = q.parameters().find("timeout"); it != q.parameters().end()) {
+    wire.timeout_us = static_cast<uint64_t>(
+        it->second.has_uint64_param() ? it->second.uint64_param() : it->second.int64_param());
+  }
+  wire.holder = typed;
+  return wire;
+}
+
+}  // namespace cuvil

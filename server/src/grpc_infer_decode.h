@@ -1,0 +1,21 @@
+// Private: turns a gRPC ModelInferRequest into the WireRequest every front end validates with
+// BuildInferenceRequest. Kept out of grpc_service.cc so it can be fuzzed without a server.
+#ifndef CUVIL_SERVER_SRC_GRPC_INFER_DECODE_H_
+#define CUVIL_SERVER_SRC_GRPC_INFER_DECODE_H_
+
+#include "absl/status/statusor.h"
+#include "cuvil/server/infer_request_builder.h"
+#include "grpc_service.pb.h"
+
+namespace cuvil {
+
+// Decodes `q`'s inputs (raw_input_contents, or typed contents converted to raw bytes owned by
+// the result's holder), requested outputs and the priority/timeout parameters. Raw inputs view
+// `q`, which must outlive the result. InvalidArgument naming the input for a raw/contents mix, a
+// raw_input_contents count that differs from the inputs, or a datatype with no typed contents.
+// Thread-safe.
+absl::StatusOr<WireRequest> DecodeModelInferRequest(const inference::ModelInferRequest& q);
+
+}  // namespace cuvil
+
+#endif  // CUVIL_SERVER_SRC_GRPC_INFER_DECODE_H_
