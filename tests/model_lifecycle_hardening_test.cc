@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -49,6 +50,40 @@ std::string ReluModel(int64_t width) {
   onnx::NodeProto* n = g->add_node();
   n->set_op_type("Relu");
   n->add_input("x");
+  n->add_output("y");
+  return model.SerializeAsString();
+}
+
+// y = Gather(table, ids) with table a float32[4, 2] constant (row r holds r, r) and ids
+// int64[batch].
+std::string GatherModel() {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(13);
+  onnx::GraphProto* g = model.mutable_graph();
+  g->set_name("gather");
+  onnx::ValueInfoProto* ids = g->add_input();
+  ids->set_name("ids");
+  ids->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::INT64);
+  ids->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_param("batch");
+  onnx::ValueInfoProto* y = g->add_output();
+  y->set_name("y");
+  y->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  y->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_param("batch");
+  y->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(2);
+  onnx::TensorProto* table = g->add_initializer();
+  table->set_name("table");
+  table->set_data_type(onnx::TensorProto::FLOAT);
+  table->add_dims(4);
+  table->add_dims(2);
+  for (int r = 0; r < 4; ++r) {
+    table->add_float_data(static_cast<float>(r));
+    table->add_float_data(static_cast<float>(r));
+  }
+  onnx::NodeProto* n = g->add_node();
+  n->set_op_type("Gather");
+  n->add_input("table");
+  n->add_input("ids");
   n->add_output("y");
   return model.SerializeAsString();
 }
@@ -238,6 +273,36 @@ TEST_F(LifecycleHardeningTest, FailedNewVersionLeavesTheOldOneServing) {
   auto model = server_->models()->Get("mlp", "");
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_EQ((*model)->version(), 1);
+  ExpectMlpServes();
+}
+
+TEST_F(LifecycleHardeningTest, OutOfRangeIndicesFailTheRequestNotTheServer) {
+  Start([](const fs::path&) {});
+  LoadRequest load;
+  load.name = "gather";
+  load.model_bytes[1] = GatherModel();
+  load.config_pbtxt = "name: \"gather\"\nmax_batch_size: 4\n";
+  ASSERT_TRUE(server_->models()->Load(load).ok());
+  auto infer = [&](int64_t id, inference::ModelInferResponse* r) {
+    inference::ModelInferRequest q;
+    q.set_model_name("gather");
+    auto* in = q.add_inputs();
+    in->set_name("ids");
+    in->set_datatype("INT64");
+    in->add_shape(1);
+    q.add_raw_input_contents(std::string(reinterpret_cast<const char*>(&id), sizeof(id)));
+    grpc::ClientContext ctx;
+    return stub_->ModelInfer(&ctx, q, r);
+  };
+  inference::ModelInferResponse r;
+  grpc::Status bad = infer(1000, &r);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad.error_message(), HasSubstr("out of data bounds"));
+  grpc::Status good = infer(3, &r);
+  ASSERT_TRUE(good.ok()) << good.error_message();
+  float row[2];
+  std::memcpy(row, r.raw_output_contents(0).data(), sizeof(row));
+  EXPECT_EQ(row[0], 3.0f);
   ExpectMlpServes();
 }
 

@@ -239,7 +239,7 @@ absl::StatusOr<std::vector<HostTensor>> LoadedModel::Run(const std::vector<HostT
   for (HostTensor& t : outputs) out_ptrs.push_back(t.data());
   AlignedBuffer arena = AlignedAlloc(static_cast<size_t>(model_.arena.BytesFor(*batch)));
   int32_t rc = entry_(in_ptrs.data(), out_ptrs.data(), *batch, arena.get());
-  if (rc != 0) return absl::InternalError(absl::StrCat("compiled model returned error code ", rc));
+  if (rc != 0) return EntryStatus(rc);
   return outputs;
 }
 

@@ -51,9 +51,8 @@ absl::Status JitExecutable::Run(const void* const* inputs,
                                 absl::Span<const std::vector<int64_t>> input_shapes,
                                 void* const* outputs, int64_t batch, void* arena) const {
   if (auto s = model_->CheckInputShapes(input_shapes, batch); !s.ok()) return s;
-  int32_t rc = model_->entry()(inputs, outputs, batch, arena);
-  if (rc != 0) return absl::InternalError(absl::StrCat("compiled model returned ", rc));
-  return absl::OkStatus();
+  // A nonzero result is the request's data at fault (e.g. an index out of bounds).
+  return EntryStatus(model_->entry()(inputs, outputs, batch, arena));
 }
 
 }  // namespace cuvil
