@@ -424,8 +424,18 @@ class GrpcServiceImpl final : public GrpcService {
 
   absl::Status Start(const GrpcServiceOptions& options) {
     grpc::ServerBuilder builder;
-    builder.AddListeningPort(absl::StrCat(options.bind_address, ":", options.port),
-                             grpc::InsecureServerCredentials(), &port_);
+    std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+    if (!options.tls_cert_pem.empty()) {
+      grpc::SslServerCredentialsOptions ssl(
+          options.tls_client_ca_pem.empty()
+              ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+              : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+      ssl.pem_root_certs = options.tls_client_ca_pem;
+      ssl.pem_key_cert_pairs.push_back({options.tls_key_pem, options.tls_cert_pem});
+      credentials = grpc::SslServerCredentials(ssl);
+    }
+    builder.AddListeningPort(absl::StrCat(options.bind_address, ":", options.port), credentials,
+                             &port_);
     // gRPC refuses larger messages itself with RESOURCE_EXHAUSTED before any handler runs.
     const int max_bytes =
         static_cast<int>(std::clamp<int64_t>(options.max_request_bytes, 1, INT_MAX));

@@ -20,6 +20,11 @@ struct GrpcServiceOptions {
   int64_t max_request_bytes = 64 << 20;
   // Calls in progress at once (a stream counts while open); more get RESOURCE_EXHAUSTED.
   int max_concurrent_calls = 512;
+  // PEM contents; empty cert: plaintext. With client_ca_pem, clients must present a certificate
+  // that CA signed (mutual TLS).
+  std::string tls_cert_pem;
+  std::string tls_key_pem;
+  std::string tls_client_ca_pem;
 };
 
 // Thread-safe.

@@ -137,10 +137,11 @@ class HttpServiceImpl final : public HttpService {
     std::call_once(stop_once_, [this] {
       // httplib's stop() is a no-op until listen has begun: wait for it, or a Stop() right after
       // Start() would leave the listener running and join() would hang.
-      while (thread_.joinable() && !listen_done_.load() && !server_.is_running()) {
+      if (server_ == nullptr) return;
+      while (thread_.joinable() && !listen_done_.load() && !server_->is_running()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
-      server_.stop();
+      server_->stop();
       if (thread_.joinable()) thread_.join();
     });
   }
@@ -187,7 +188,7 @@ class HttpServiceImpl final : public HttpService {
   ModelManager* models_;
   AdminOperations* admin_;
   const ServerInfo* info_;
-  httplib::Server server_;
+  std::unique_ptr<httplib::Server> server_;  // An httplib::SSLServer with TLS.
   std::thread thread_;
   int port_ = 0;
   bool loopback_bound_ = false;  // Admin routes then answer loopback Host names only.
@@ -197,23 +198,36 @@ class HttpServiceImpl final : public HttpService {
 
 absl::Status HttpServiceImpl::Start() {
   loopback_bound_ = IsLoopbackBindAddress(options_.bind_address);
+  if (options_.tls_cert_file.empty()) {
+    server_ = std::make_unique<httplib::Server>();
+  } else {
+    auto tls = std::make_unique<httplib::SSLServer>(
+        options_.tls_cert_file.c_str(), options_.tls_key_file.c_str(),
+        options_.tls_client_ca_file.empty() ? nullptr : options_.tls_client_ca_file.c_str());
+    if (!tls->is_valid()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("HTTP: cannot use TLS certificate ", options_.tls_cert_file, " and key ",
+                       options_.tls_key_file, " (unreadable, mismatched or not PEM)"));
+    }
+    server_ = std::move(tls);
+  }
   const size_t threads = static_cast<size_t>(std::max(1, options_.threads));
-  server_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  server_.set_tcp_nodelay(true);
+  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  server_->set_tcp_nodelay(true);
   // httplib's default of 5 requests per connection would make clients reconnect constantly.
-  server_.set_keep_alive_max_count(100000);
-  server_.set_keep_alive_timeout(5);
-  server_.set_payload_max_length(static_cast<size_t>(options_.max_request_bytes));
+  server_->set_keep_alive_max_count(100000);
+  server_->set_keep_alive_timeout(5);
+  server_->set_payload_max_length(static_cast<size_t>(options_.max_request_bytes));
 
-  server_.Get(".*", [this](const Request& req, Response& res) {
+  server_->Get(".*", [this](const Request& req, Response& res) {
     Guard(res, [&] { HandleGet(req, res); });
   });
-  server_.Post(".*", [this](const Request& req, Response& res, const ContentReader& reader) {
+  server_->Post(".*", [this](const Request& req, Response& res, const ContentReader& reader) {
     Guard(res, [&] { HandlePost(req, res, reader); });
   });
   // Errors httplib raises itself (bad request line, unknown method, oversized body) get the
   // same {"error": ...} body as ours.
-  server_.set_error_handler(
+  server_->set_error_handler(
       httplib::Server::HandlerWithResponse([](const Request& req, Response& res) {
         if (!res.body.empty() || IsProbePath(req.path)) {
           return httplib::Server::HandlerResponse::Unhandled;
@@ -224,14 +238,14 @@ absl::Status HttpServiceImpl::Start() {
                      : absl::StrCat("HTTP error ", res.status, " for ", req.method, " ", req.path));
         return httplib::Server::HandlerResponse::Handled;
       }));
-  server_.set_exception_handler([](const Request&, Response& res, std::exception_ptr) {
+  server_->set_exception_handler([](const Request&, Response& res, std::exception_ptr) {
     SetError(res, 500, "internal error");
   });
 
   if (options_.port == 0) {
-    port_ = server_.bind_to_any_port(options_.bind_address);
+    port_ = server_->bind_to_any_port(options_.bind_address);
     if (port_ < 0) port_ = 0;
-  } else if (server_.bind_to_port(options_.bind_address, options_.port)) {
+  } else if (server_->bind_to_port(options_.bind_address, options_.port)) {
     port_ = options_.port;
   }
   if (port_ <= 0) {
@@ -240,7 +254,7 @@ absl::Status HttpServiceImpl::Start() {
   }
   // The socket is already listening, so connections made before this thread runs just queue.
   thread_ = std::thread([this] {
-    server_.listen_after_bind();
+    server_->listen_after_bind();
     listen_done_.store(true);
   });
   return absl::OkStatus();

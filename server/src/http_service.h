@@ -17,6 +17,11 @@ struct HttpServiceOptions {
   int port = 8000;  // 0: pick a free port.
   int64_t max_request_bytes = 64 << 20;
   int threads = 8;
+  // PEM file paths; empty cert: plaintext HTTP. With client_ca_file, clients must present a
+  // certificate that CA signed (mutual TLS).
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
 };
 
 // Thread-safe. Serves until Stop() or destruction.

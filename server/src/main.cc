@@ -30,6 +30,9 @@ constexpr char kHelp[] =
     "  --repository-poll-secs N    poll interval in poll mode (default 15)\n"
     "  --admin-token-file FILE     require 'authorization: Bearer <token>' for admin calls\n"
     "  --insecure-admin            allow a non-loopback --bind without --admin-token-file\n"
+    "  --tls-cert FILE             serve gRPC and HTTP over TLS with this PEM certificate\n"
+    "  --tls-key FILE              the certificate's PEM private key (with --tls-cert)\n"
+    "  --tls-client-ca FILE        require client certificates signed by this CA (mutual TLS)\n"
     "                              (admin and repository calls then need no token)\n"
     "  --max-request-bytes N       largest HTTP body or gRPC message, also the largest gRPC\n"
     "                              response (default 67108864)\n"
@@ -113,6 +116,12 @@ int main(int argc, char** argv) {
       std::getline(f, options.admin_token);
       if (options.admin_token.empty())
         return Usage(absl::StrCat("admin token file ", value, " is empty"));
+    } else if (name == "--tls-cert") {
+      options.tls_cert_file = value;
+    } else if (name == "--tls-key") {
+      options.tls_key_file = value;
+    } else if (name == "--tls-client-ca") {
+      options.tls_client_ca_file = value;
     } else if (name == "--max-request-bytes") {
       ok = int_flag(&options.max_request_bytes) && options.max_request_bytes > 0;
     } else if (name == "--exit-timeout-secs") {

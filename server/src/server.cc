@@ -2,7 +2,9 @@
 
 #include <httplib.h>
 
+#include <fstream>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -68,6 +70,26 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
     spdlog::warn("admin and repository calls on {} need no token (--insecure-admin)",
                  options.bind_address);
   }
+  // TLS material is read up front so a bad path fails the start with a message, not a listener.
+  std::string tls_cert, tls_key, tls_client_ca;
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("TLS needs both --tls-cert and --tls-key");
+  }
+  if (options.tls_cert_file.empty() && !options.tls_client_ca_file.empty()) {
+    return absl::InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
+  }
+  for (auto [path, pem] :
+       {std::pair{&options.tls_cert_file, &tls_cert}, std::pair{&options.tls_key_file, &tls_key},
+        std::pair{&options.tls_client_ca_file, &tls_client_ca}}) {
+    if (path->empty()) continue;
+    std::ifstream f(*path, std::ios::binary);
+    std::ostringstream text;
+    text << f.rdbuf();
+    if (!f || text.str().find("-----BEGIN") == std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot read PEM file ", *path));
+    }
+    *pem = text.str();
+  }
   std::unique_ptr<CuvilServer> server(new CuvilServer());
   Impl& s = *server->impl_;
   s.options = options;
@@ -93,6 +115,9 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
   grpc_options.port = options.grpc_port;
   grpc_options.max_request_bytes = options.max_request_bytes;
   grpc_options.max_concurrent_calls = options.grpc_max_concurrent_calls;
+  grpc_options.tls_cert_pem = tls_cert;
+  grpc_options.tls_key_pem = tls_key;
+  grpc_options.tls_client_ca_pem = tls_client_ca;
   auto grpc = GrpcService::Start(grpc_options, s.models.get(), s.admin.get(), &s.info);
   if (!grpc.ok()) return grpc.status();
   s.grpc = std::move(*grpc);
@@ -101,6 +126,9 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
   http_options.port = options.http_port;
   http_options.max_request_bytes = options.max_request_bytes;
   http_options.threads = options.http_threads;
+  http_options.tls_cert_file = options.tls_cert_file;
+  http_options.tls_key_file = options.tls_key_file;
+  http_options.tls_client_ca_file = options.tls_client_ca_file;
   auto http = HttpService::Start(http_options, s.models.get(), s.admin.get(), &s.info);
   if (!http.ok()) return http.status();
   s.http = std::move(*http);

@@ -29,6 +29,11 @@ struct ServerOptions {
   int64_t max_request_bytes = 64 << 20;
   // gRPC calls in progress at once (an open stream counts as one); more get RESOURCE_EXHAUSTED.
   int grpc_max_concurrent_calls = 512;
+  // TLS for gRPC and HTTP (PEM files): both cert and key, or neither. With tls_client_ca, clients
+  // must present a certificate that CA signed (mutual TLS). The metrics port stays plaintext.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
   int exit_timeout_secs = 30;
   int poll_interval_secs = 15;
   int loader_threads = 1;
