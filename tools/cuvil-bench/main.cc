@@ -1,0 +1,261 @@
+// cuvil-bench: times one compiled model alone (no server, no request decoding), the Cuvil side of
+// bench/compare_ort.sh.
+//   cuvil-bench MODEL.onnx [--batch B] [--threads T] [--min-time S] [--warmup N] [--per-kernel]
+// Prints one line with the keys of ONNX Runtime's peer script (../shared/bench/ort/run.sh):
+//   cuvil model=DIR/FILE batch=B threads=T median_ms=X p99_ms=Y mean_ms=Z runs=N gflops=G
+//   compile_ms=C
+// --per-kernel then lists every kernel's share of the time, largest first.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "cuvil/compiler/compiler.h"
+#include "cuvil/jitcache/jit_engine.h"
+#include "cuvil/runtime/parallel.h"
+
+namespace cuvil {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: cuvil-bench MODEL.onnx [--batch B] [--threads T] [--min-time S] [--warmup N] "
+    "[--per-kernel]\n";
+
+using Clock = std::chrono::steady_clock;
+
+double MsSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "cuvil-bench: %s\n", std::string(s.message()).c_str());
+  return 1;
+}
+
+// Floating-point operations of one execution at `batch`: 2 per multiply-add of every Conv, Gemm
+// and MatMul (the ops that dominate; elementwise work is not counted, as in most GFLOP/s figures).
+// Reads the shapes of the simplified, unfused graph. Thread-compatible.
+double CountFlops(const ir::Graph& graph, int64_t batch) {
+  double flops = 0;
+  auto elems = [&](const SymShape& s) {
+    double n = 1;
+    for (int64_t d : EvalShape(s, batch)) n *= static_cast<double>(d);
+    return n;
+  };
+  for (const auto& node : graph.nodes()) {
+    if (node->outputs.empty() || node->outputs[0] == nullptr || !node->has_input(0)) continue;
+    const SymShape& out = node->outputs[0]->type.shape;
+    const SymShape& a = node->inputs[0]->type.shape;
+    double reduce = 0;  // Multiply-adds per output element.
+    if (node->op_type == "MatMul" && !a.empty()) {
+      reduce = static_cast<double>(a.back().Eval(batch));
+    } else if (node->op_type == "Gemm" && a.size() == 2) {
+      reduce = static_cast<double>(a[node->attr_int("transA", 0) ? 0 : 1].Eval(batch));
+    } else if (node->op_type == "Conv" && a.size() >= 3 && node->has_input(1)) {
+      const SymShape& w = node->inputs[1]->type.shape;
+      // W is [Cout, Cin/group, k...]: every output element reads all of one filter.
+      reduce = elems(SymShape(w.begin() + 1, w.end()));
+    }
+    flops += 2 * reduce * elems(out);
+  }
+  return flops;
+}
+
+// Deterministic inputs: floats uniform in [-1, 1), integers small and non-negative (token ids,
+// indices and counts stay in range), bools true.
+HostTensor MakeInput(const TensorSignature& sig, int64_t batch, std::mt19937& rng) {
+  HostTensor t(sig.dtype, EvalShape(sig.shape, batch));
+  int64_t n = t.num_elements();
+  std::uniform_real_distribution<float> real(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> small(0, 3);
+  for (int64_t i = 0; i < n; ++i) {
+    switch (sig.dtype) {
+      case DType::kFloat32:
+        t.data_as<float>()[i] = real(rng);
+        break;
+      case DType::kFloat64:
+        t.data_as<double>()[i] = real(rng);
+        break;
+      case DType::kInt64:
+        t.data_as<int64_t>()[i] = small(rng);
+        break;
+      case DType::kInt32:
+        t.data_as<int32_t>()[i] = small(rng);
+        break;
+      case DType::kBool:
+        t.data_as<uint8_t>()[i] = 1;
+        break;
+      default:
+        t.data()[i * DTypeSize(sig.dtype)] = static_cast<uint8_t>(small(rng));
+        break;
+    }
+  }
+  return t;
+}
+
+// Per-kernel timing: every function-table slot is redirected to one trampoline. cuvil_entry calls
+// the slots in index order, once each, so the n-th trampoline call of an execution is kernel n.
+// Single-threaded use only (the benchmark loop), hence plain globals.
+using KernelFn = int32_t (*)(void* args, int64_t batch);
+std::vector<KernelFn> original_kernels;
+std::vector<double> kernel_ms;
+size_t next_kernel = 0;
+
+int32_t TimedKernel(void* args, int64_t batch) {
+  size_t i = next_kernel++ % original_kernels.size();
+  auto t0 = Clock::now();
+  int32_t rc = original_kernels[i](args, batch);
+  kernel_ms[i] += MsSince(t0);
+  return rc;
+}
+
+struct Options {
+  std::string model;
+  int64_t batch = 1;
+  int threads = 1;
+  double min_time = 3;
+  int warmup = 5;
+  bool per_kernel = false;
+};
+
+int Main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    bool has_value = i + 1 < argc;
+    if (a == "--batch" && has_value) {
+      o.batch = std::atoll(argv[++i]);
+    } else if (a == "--threads" && has_value) {
+      o.threads = std::atoi(argv[++i]);
+    } else if (a == "--min-time" && has_value) {
+      o.min_time = std::atof(argv[++i]);
+    } else if (a == "--warmup" && has_value) {
+      o.warmup = std::atoi(argv[++i]);
+    } else if (a == "--per-kernel") {
+      o.per_kernel = true;
+    } else if (o.model.empty() && a.rfind("--", 0) != 0) {
+      o.model = a;
+    } else {
+      std::fprintf(stderr, "cuvil-bench: unexpected argument '%s'\n%s", a.c_str(), kUsage);
+      return 2;
+    }
+  }
+  if (o.model.empty() || o.batch < 1 || o.threads < 1) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+
+  auto t0 = Clock::now();
+  auto compiled = CompileOnnxFile(o.model);
+  if (!compiled.ok()) return Fail(compiled.status());
+  double compile_ms = MsSince(t0);
+
+  double flops = 0;
+  {
+    auto graph = ImportOnnxFile(o.model);
+    if (!graph.ok()) return Fail(graph.status());
+    if (auto s = OptimizeGraph(**graph); !s.ok()) return Fail(s);
+    flops = CountFlops(**graph, o.batch);
+  }
+
+  auto engine = JitEngine::Create();
+  if (!engine.ok()) return Fail(engine.status());
+  auto loaded = (*engine)->Load("cuvil-bench/1", std::move(*compiled));
+  if (!loaded.ok()) return Fail(loaded.status());
+  const CompiledModel& model = (*loaded)->model();
+
+  std::mt19937 rng(20240901);
+  std::vector<HostTensor> inputs, outputs;
+  std::vector<const void*> in_ptrs;
+  std::vector<void*> out_ptrs;
+  for (const TensorSignature& sig : model.inputs) inputs.push_back(MakeInput(sig, o.batch, rng));
+  for (const TensorSignature& sig : model.outputs) {
+    outputs.emplace_back(sig.dtype, EvalShape(sig.shape, o.batch));
+  }
+  for (const HostTensor& t : inputs) in_ptrs.push_back(t.data());
+  for (HostTensor& t : outputs) out_ptrs.push_back(t.data());
+  // Allocated once: the timing covers the generated code only, as ORT's covers session.run.
+  AlignedBuffer arena = AlignedAlloc(static_cast<size_t>(model.arena.BytesFor(o.batch)));
+  EntryFn entry = (*loaded)->entry();
+  SetIntraOpThreads(o.threads);
+
+  auto run = [&]() -> absl::Status {
+    return EntryStatus(entry(in_ptrs.data(), out_ptrs.data(), o.batch, arena.get()));
+  };
+  for (int i = 0; i < o.warmup; ++i) {
+    if (auto s = run(); !s.ok()) return Fail(s);
+  }
+  std::vector<double> times;
+  auto start = Clock::now();
+  while (times.size() < 10 || MsSince(start) < o.min_time * 1e3) {
+    auto a = Clock::now();
+    if (auto s = run(); !s.ok()) return Fail(s);
+    times.push_back(MsSince(a));
+  }
+  std::sort(times.begin(), times.end());
+  auto q = [&](double p) {
+    return times[std::min(times.size() - 1, static_cast<size_t>(p * times.size()))];
+  };
+  double mean = 0;
+  for (double t : times) mean += t;
+  mean /= static_cast<double>(times.size());
+  std::filesystem::path path = std::filesystem::absolute(o.model);
+  std::string name =
+      absl::StrCat(path.parent_path().filename().string(), "/", path.filename().string());
+  std::printf(
+      "cuvil model=%s batch=%lld threads=%d median_ms=%.4f p99_ms=%.4f mean_ms=%.4f runs=%zu "
+      "gflops=%.2f compile_ms=%.1f\n",
+      name.c_str(), static_cast<long long>(o.batch), o.threads, q(0.5), q(0.99), mean, times.size(),
+      flops / (mean * 1e6), compile_ms);
+
+  if (o.per_kernel) {
+    void** table = (*loaded)->function_table();
+    size_t n = model.kernels.size();
+    original_kernels.resize(n);
+    kernel_ms.assign(n, 0);
+    for (size_t i = 0; i < n; ++i) {
+      original_kernels[i] = reinterpret_cast<KernelFn>(table[i]);
+      table[i] = reinterpret_cast<void*>(&TimedKernel);
+    }
+    int runs = std::max<int>(10, static_cast<int>(times.size() / 2));
+    for (int r = 0; r < runs; ++r) {
+      next_kernel = 0;
+      if (auto s = run(); !s.ok()) return Fail(s);
+    }
+    for (size_t i = 0; i < n; ++i) table[i] = reinterpret_cast<void*>(original_kernels[i]);
+    double total = 0;
+    for (double t : kernel_ms) total += t;
+    // Sum by op type first, then the individual kernels, largest first.
+    std::map<std::string, double> by_op;
+    for (size_t i = 0; i < n; ++i) by_op[model.kernels[i].op_type] += kernel_ms[i];
+    std::vector<std::pair<double, std::string>> ops;
+    for (const auto& [op, t] : by_op) ops.emplace_back(t, op);
+    std::sort(ops.rbegin(), ops.rend());
+    std::printf("per-op (ms per run, share):\n");
+    for (const auto& [t, op] : ops) {
+      std::printf("  %-24s %9.4f %5.1f%%\n", op.c_str(), t / runs, 100 * t / total);
+    }
+    std::vector<size_t> order(n);
+    for (size_t i = 0; i < n; ++i) order[i] = i;
+    std::sort(order.begin(), order.end(),
+              [&](size_t x, size_t y) { return kernel_ms[x] > kernel_ms[y]; });
+    std::printf("per-kernel (ms per run, share, signature):\n");
+    for (size_t i : order) {
+      const KernelFunction& kf = model.kernels[i];
+      std::printf("  %-28s %9.4f %5.1f%%  %s %s\n", kf.symbol.c_str(), kernel_ms[i] / runs,
+                  100 * kernel_ms[i] / total, kf.node_name.c_str(), kf.signature.c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace cuvil
+
+int main(int argc, char** argv) { return cuvil::Main(argc, argv); }
