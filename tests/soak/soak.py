@@ -156,6 +156,12 @@ class Soak:
             else:
                 # No result at all: setup failed (e.g. the first request failed).
                 w.update(requests=0, errors=1, p99_us=float("nan"), p50_us=float("nan"), rate=0)
+            first = re.search(r"first error: (.*)", p.stderr)
+            if first:
+                w["first_error"] = first.group(1)[:300]
+            if w["errors"]:
+                self.note(f"{model}/{protocol}: {w['errors']} failed, first: "
+                          f"{w.get('first_error', '?')}")
             if p.returncode not in (0, 3) or (p.returncode == 3 and w["errors"] == 0):
                 self.note(f"cuvil-perf {model}/{protocol} rc={p.returncode}: "
                           f"{(p.stdout + p.stderr).strip()[-300:]}")
