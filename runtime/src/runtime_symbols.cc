@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "cuvil/runtime/parallel.h"
+#include "cuvil/runtime/ukernels.h"
 #include "kernels.h"
 
 extern "C" {
@@ -27,6 +28,7 @@ const std::vector<RuntimeSymbol>& RuntimeSymbols() {
       CUVIL_RT_SYMBOL(cuvil_rt_alloc),
       CUVIL_RT_SYMBOL(cuvil_rt_free),
       CUVIL_RT_SYMBOL(cuvil_rt_parallel_for),
+      CUVIL_RT_SYMBOL(cuvil_uk_conv2d),
   };
   return symbols;
 }

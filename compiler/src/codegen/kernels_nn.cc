@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "codegen/kernel_context.h"
+#include "cuvil/runtime/ukernels.h"
 #include "llvm/IR/MDBuilder.h"
 
 namespace cuvil::codegen {
@@ -215,7 +216,49 @@ void EmitIm2Col(KernelContext& k, DisjointBuffers& mem, const ConvPlan& c, llvm:
   });
 }
 
+// A Conv prepared by the fusion pass (fuse_conv.cc): one call into the runtime microkernel with
+// the geometry as a constant cuvil_uk_conv_params, the batch and the fused epilogue.
+absl::Status EmitConvUkernel(KernelContext& k) {
+  const ir::Node& n = k.node();
+  const Window w = ReadWindow(k);
+  if (w.rank() != 2) return k.Error("microkernel Conv must be 2-D");
+  const int64_t kind = n.attr_int("ukernel", 0);
+  cuvil_uk_conv_params p{};
+  p.channels = k.in_shape(0)[1].coef;
+  p.height = w.in[0];
+  p.width = w.in[1];
+  p.out_channels = k.out_shape(0)[1].coef;
+  p.out_height = w.out[0];
+  p.out_width = w.out[1];
+  p.kernel_h = w.kernel[0];
+  p.kernel_w = w.kernel[1];
+  p.stride_h = w.strides[0];
+  p.stride_w = w.strides[1];
+  p.dilation_h = w.dilations[0];
+  p.dilation_w = w.dilations[1];
+  p.pad_top = w.pads[0];
+  p.pad_left = w.pads[1];
+  p.groups = n.attr_int("group", 1);
+  p.activation = n.attr_int("fused_act", CUVIL_UK_ACT_NONE);
+  p.flags = kind == 2 ? CUVIL_UK_CONV_DEPTHWISE : CUVIL_UK_CONV_PACKED;
+  static_assert(sizeof(cuvil_uk_conv_params) == 17 * sizeof(int64_t));
+  const int64_t* fields = &p.channels;
+  std::vector<uint64_t> words(fields, fields + 17);
+  auto* init = llvm::ConstantDataArray::get(k.llvm_context(), words);
+  auto* params = new llvm::GlobalVariable(k.module(), init->getType(), /*isConstant=*/true,
+                                          llvm::GlobalValue::PrivateLinkage, init,
+                                          k.function()->getName() + ".conv_params");
+  llvm::Value* null = llvm::ConstantPointerNull::get(k.b().getPtrTy());
+  auto in_or_null = [&](size_t i) { return k.has_input(i) ? k.in(i) : null; };
+  k.CallC(
+      "cuvil_uk_conv2d", k.b().getVoidTy(),
+      {params, k.in(0), k.in(1), in_or_null(2), in_or_null(3), k.out(0), k.Dim(k.in_shape(0)[0]),
+       k.F32(n.attr_float("fused_alpha", 0.0f)), k.F32(n.attr_float("fused_beta", 0.0f))});
+  return absl::OkStatus();
+}
+
 absl::Status EmitConv(KernelContext& k) {
+  if (k.node().has_attr("ukernel")) return EmitConvUkernel(k);
   auto& b = k.b();
   const ConvPlan c = PlanConv(k);
   DType dt = c.dt;

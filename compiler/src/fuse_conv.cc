@@ -1,0 +1,261 @@
+// Convolution fusion: BatchNormalization folding, residual Add and activation epilogues, weight
+// packing for the runtime microkernels (runtime/ukernels). Each fused node disappears and the
+// Conv takes over its output value, so the memory plan and the kernel table only ever see the
+// surviving nodes.
+#include "fuse_conv.h"
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "cuvil/runtime/ukernels.h"
+
+namespace cuvil {
+namespace {
+
+bool IsStaticFloat32(const ir::Value* v) {
+  if (v == nullptr || v->type.dtype != DType::kFloat32) return false;
+  for (size_t d = 1; d < v->type.shape.size(); ++d) {
+    if (!v->type.shape[d].IsStatic()) return false;
+  }
+  return true;
+}
+
+bool IsConstFloat32(const ir::Value* v, int64_t elements) {
+  return v != nullptr && v->is_constant() && v->constant->dtype() == DType::kFloat32 &&
+         v->constant->num_elements() == elements;
+}
+
+// A 2-D float32 Conv with constant weights, constant (or no) bias and nothing fused yet.
+bool IsPlainConv(const ir::Node* n) {
+  if (n == nullptr || n->op_type != "Conv" || n->has_attr("ukernel")) return false;
+  if (n->has_attr("fused_act") || n->has_attr("fused_residual")) return false;
+  if (n->inputs.size() < 2 || n->inputs.size() > 3 || n->outputs.size() != 1) return false;
+  const ir::Value* x = n->inputs[0];
+  const ir::Value* w = n->inputs[1];
+  if (!IsStaticFloat32(x) || x->type.rank() != 4 || !IsStaticFloat32(n->outputs[0])) return false;
+  if (w == nullptr || !w->is_constant() || w->constant->dtype() != DType::kFloat32 ||
+      w->constant->shape().size() != 4) {
+    return false;
+  }
+  int64_t m = w->constant->shape()[0];
+  return !n->has_input(2) || IsConstFloat32(n->inputs[2], m);
+}
+
+// Uses of every value by node inputs (graph outputs count as a use too).
+std::map<const ir::Value*, int> UseCounts(const ir::Graph& graph) {
+  std::map<const ir::Value*, int> uses;
+  for (const auto& n : graph.nodes()) {
+    for (const ir::Value* in : n->inputs) {
+      if (in != nullptr) ++uses[in];
+    }
+  }
+  for (const ir::Value* out : graph.outputs) ++uses[out];
+  return uses;
+}
+
+// The Conv producing `v` when `v` feeds only one node and is not a graph output.
+ir::Node* SoleUseConv(const ir::Value* v, const std::map<const ir::Value*, int>& uses) {
+  if (v == nullptr || v->is_graph_output || v->producer == nullptr) return nullptr;
+  auto it = uses.find(v);
+  if (it == uses.end() || it->second != 1) return nullptr;
+  return v->producer->op_type == "Conv" ? v->producer : nullptr;
+}
+
+// The Conv takes over `fused`'s output; `fused` is erased by the caller.
+void TakeOverOutput(ir::Node* conv, ir::Node* fused) {
+  ir::Value* out = fused->outputs[0];
+  conv->outputs[0] = out;
+  out->producer = conv;
+}
+
+ir::Value* NewConstant(ir::Graph& graph, const std::string& name, HostTensor t) {
+  ir::Value* v = graph.NewValue(name);
+  graph.MakeConstant(v, std::move(t));
+  return v;
+}
+
+// Conv -> BatchNormalization: W'[m] = W[m] * s[m], b'[m] = (b[m] - mean[m]) * s[m] + beta[m] with
+// s = scale / sqrt(var + epsilon), computed in double.
+bool FoldBatchNorms(ir::Graph& graph) {
+  auto uses = UseCounts(graph);
+  std::vector<ir::Node*> dead;
+  for (auto& node : graph.mutable_nodes()) {
+    ir::Node* bn = node.get();
+    if (bn->op_type != "BatchNormalization" || bn->inputs.size() != 5) continue;
+    if (bn->outputs.empty() || bn->outputs[0] == nullptr) continue;
+    bool extra_outputs = false;
+    for (size_t i = 1; i < bn->outputs.size(); ++i) extra_outputs |= bn->outputs[i] != nullptr;
+    ir::Node* conv = SoleUseConv(bn->inputs[0], uses);
+    if (extra_outputs || !IsPlainConv(conv)) continue;
+    const HostTensor& w = *conv->inputs[1]->constant;
+    const int64_t m = w.shape()[0], per = w.num_elements() / std::max<int64_t>(m, 1);
+    bool ok = true;
+    for (size_t i = 1; i < 5; ++i) ok &= IsConstFloat32(bn->inputs[i], m);
+    if (!ok) continue;
+    const float* scale = bn->inputs[1]->constant->data_as<float>();
+    const float* shift = bn->inputs[2]->constant->data_as<float>();
+    const float* mean = bn->inputs[3]->constant->data_as<float>();
+    const float* var = bn->inputs[4]->constant->data_as<float>();
+    const double eps = bn->attr_float("epsilon", 1e-5f);
+    HostTensor nw(DType::kFloat32, w.shape());
+    HostTensor nb(DType::kFloat32, {m});
+    const float* old_b = conv->has_input(2) ? conv->inputs[2]->constant->data_as<float>() : nullptr;
+    for (int64_t o = 0; o < m; ++o) {
+      double s = scale[o] / std::sqrt(static_cast<double>(var[o]) + eps);
+      for (int64_t i = 0; i < per; ++i) {
+        nw.data_as<float>()[o * per + i] = static_cast<float>(w.data_as<float>()[o * per + i] * s);
+      }
+      double b = old_b != nullptr ? old_b[o] : 0.0;
+      nb.data_as<float>()[o] = static_cast<float>((b - mean[o]) * s + shift[o]);
+    }
+    conv->inputs.resize(3);
+    conv->inputs[1] = NewConstant(graph, conv->inputs[1]->name + ".bn", std::move(nw));
+    conv->inputs[2] = NewConstant(graph, bn->name + ".bias", std::move(nb));
+    TakeOverOutput(conv, bn);
+    dead.push_back(bn);
+  }
+  graph.EraseNodes(dead);
+  return !dead.empty();
+}
+
+// Add(conv, other) -> Conv with `other` as input 3, when `other` is computed before the Conv
+// runs. With two candidate Convs the later one takes the residual (PyTorch exports a ResNet
+// downsample branch after the main branch).
+bool FuseResidualAdds(ir::Graph& graph) {
+  auto uses = UseCounts(graph);
+  std::map<const ir::Node*, size_t> order;
+  for (size_t i = 0; i < graph.nodes().size(); ++i) order[graph.nodes()[i].get()] = i;
+  auto before = [&](const ir::Value* v, const ir::Node* conv) {
+    return v->producer == nullptr || order.at(v->producer) < order.at(conv);
+  };
+  std::vector<ir::Node*> dead;
+  for (auto& node : graph.mutable_nodes()) {
+    ir::Node* add = node.get();
+    if (add->op_type != "Add" || add->inputs.size() != 2 || add->outputs.size() != 1) continue;
+    ir::Value* a = add->inputs[0];
+    ir::Value* b = add->inputs[1];
+    if (a == nullptr || b == nullptr || a == b || a->type.dtype != DType::kFloat32 ||
+        b->type.dtype != DType::kFloat32 || !(a->type.shape == b->type.shape)) {
+      continue;
+    }
+    ir::Node* best = nullptr;
+    ir::Value* other = nullptr;
+    for (auto [mine, theirs] : {std::pair{a, b}, std::pair{b, a}}) {
+      ir::Node* conv = SoleUseConv(mine, uses);
+      if (!IsPlainConv(conv) || !before(theirs, conv)) continue;
+      if (best == nullptr || order.at(conv) > order.at(best)) {
+        best = conv;
+        other = theirs;
+      }
+    }
+    if (best == nullptr) continue;
+    best->inputs.resize(4);
+    best->inputs[3] = other;
+    best->attrs["fused_residual"] = int64_t{1};
+    TakeOverOutput(best, add);
+    dead.push_back(add);
+  }
+  graph.EraseNodes(dead);
+  return !dead.empty();
+}
+
+// Reads a Clip bound: an attribute before opset 11, else an optional constant scalar input.
+std::optional<float> ClipBound(const ir::Node& clip, size_t input, const char* attr, float none) {
+  if (clip.opset < 11) return clip.attr_float(attr, none);
+  if (!clip.has_input(input)) return none;
+  if (!IsConstFloat32(clip.inputs[input], 1)) return std::nullopt;
+  return clip.inputs[input]->constant->data_as<float>()[0];
+}
+
+bool FuseActivations(ir::Graph& graph) {
+  auto uses = UseCounts(graph);
+  std::vector<ir::Node*> dead;
+  for (auto& node : graph.mutable_nodes()) {
+    ir::Node* act = node.get();
+    if (act->inputs.empty() || act->outputs.size() != 1 || act->outputs[0] == nullptr) continue;
+    ir::Node* conv = SoleUseConv(act->inputs[0], uses);
+    if (conv == nullptr || conv->has_attr("fused_act") || conv->has_attr("ukernel")) continue;
+    if (!IsPlainConv(conv) && !conv->has_attr("fused_residual")) continue;
+    int64_t kind;
+    float alpha = 0, beta = 0;
+    const std::string& op = act->op_type;
+    if (op == "Relu") {
+      kind = CUVIL_UK_ACT_RELU;
+    } else if (op == "Clip") {
+      constexpr float kInf = std::numeric_limits<float>::infinity();
+      auto lo = ClipBound(*act, 1, "min", -kInf), hi = ClipBound(*act, 2, "max", kInf);
+      if (!lo || !hi) continue;
+      kind = CUVIL_UK_ACT_CLIP;
+      alpha = *lo;
+      beta = *hi;
+    } else if (op == "HardSigmoid") {
+      kind = CUVIL_UK_ACT_HARDSIGMOID;
+      alpha = act->attr_float("alpha", 0.2f);
+      beta = act->attr_float("beta", 0.5f);
+    } else if (op == "HardSwish") {
+      kind = CUVIL_UK_ACT_HARDSWISH;
+    } else if (op == "Sigmoid") {
+      kind = CUVIL_UK_ACT_SIGMOID;
+    } else {
+      continue;
+    }
+    conv->attrs["fused_act"] = kind;
+    conv->attrs["fused_alpha"] = alpha;
+    conv->attrs["fused_beta"] = beta;
+    TakeOverOutput(conv, act);
+    dead.push_back(act);
+  }
+  graph.EraseNodes(dead);
+  return !dead.empty();
+}
+
+// Packs the weights of every eligible Conv (depthwise ones keep ONNX's layout).
+absl::Status PackWeights(ir::Graph& graph) {
+  for (auto& node : graph.mutable_nodes()) {
+    ir::Node* conv = node.get();
+    if (conv->op_type != "Conv" || conv->has_attr("ukernel")) continue;
+    bool fused = conv->has_attr("fused_act") || conv->has_attr("fused_residual");
+    // IsPlainConv rejects fused nodes and the residual input; check them without those.
+    std::vector<ir::Value*> saved = conv->inputs;
+    std::map<std::string, ir::Attribute> saved_attrs = conv->attrs;
+    if (conv->inputs.size() > 3) conv->inputs.resize(3);
+    conv->attrs.erase("fused_act");
+    conv->attrs.erase("fused_residual");
+    bool eligible = IsPlainConv(conv);
+    conv->inputs = saved;
+    conv->attrs = saved_attrs;
+    if (!eligible) {
+      if (fused) return absl::InternalError(conv->Describe() + ": fused but not packable");
+      continue;
+    }
+    const HostTensor& w = *conv->inputs[1]->constant;
+    const int64_t groups = conv->attr_int("group", 1);
+    const int64_t c = conv->inputs[0]->type.shape[1].coef, m = w.shape()[0];
+    if (groups == c && groups == m && w.shape()[1] == 1) {
+      conv->attrs["ukernel"] = int64_t{2};
+      continue;
+    }
+    const int64_t k = w.num_elements() / m;
+    const int64_t size = cuvil_uk_packed_conv_weights_size(groups, m / groups, k);
+    if (size < 0) return absl::InvalidArgumentError(conv->Describe() + ": weights too large");
+    HostTensor packed(DType::kFloat32, {size});
+    cuvil_uk_pack_conv_weights(w.data_as<float>(), groups, m / groups, k, packed.data_as<float>());
+    conv->inputs[1] = NewConstant(graph, conv->inputs[1]->name + ".packed", std::move(packed));
+    conv->attrs["ukernel"] = int64_t{1};
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status FuseConvolutions(ir::Graph& graph) {
+  FoldBatchNorms(graph);
+  FuseResidualAdds(graph);
+  FuseActivations(graph);
+  return PackWeights(graph);
+}
+
+}  // namespace cuvil

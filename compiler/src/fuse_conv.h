@@ -1,0 +1,20 @@
+// Private: the convolution fusion pass (see fuse_conv.cc).
+#ifndef CUVIL_COMPILER_SRC_FUSE_CONV_H_
+#define CUVIL_COMPILER_SRC_FUSE_CONV_H_
+
+#include "absl/status/status.h"
+#include "cuvil/compiler/ir.h"
+
+namespace cuvil {
+
+// Rewrites 2-D float32 Convs with constant weights for the runtime microkernels: folds a
+// following BatchNormalization into the weights and bias, fuses a following residual Add and then
+// an activation (Relu, Clip, HardSigmoid, HardSwish, Sigmoid) into the Conv's epilogue, and packs
+// the weights (attribute "ukernel": 1 packed GEMM, 2 depthwise). Fused nodes are removed; the
+// Conv takes over their output value. Runs after OptimizeGraph (shapes inferred, canonical
+// attributes). Not thread-safe on the same graph.
+absl::Status FuseConvolutions(ir::Graph& graph);
+
+}  // namespace cuvil
+
+#endif  // CUVIL_COMPILER_SRC_FUSE_CONV_H_

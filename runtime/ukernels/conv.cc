@@ -1,0 +1,341 @@
+// Convolution driver over the microkernels.
+//
+// Every conv is a GEMM per (image, group): Y[m][q] = sum_r W[m][r] * B[r][q], r over (input
+// channel, tap). B is never materialised (no im2col): the input is copied once, zero padded and
+// split into stride phases, so that for every r the 16 columns of a tile are 16 contiguous floats
+// at a per-r offset (B[r][q] = src[off[r] + q]). Output rows are laid out with the phase-plane
+// width Ws >= OW; the columns past OW are computed and dropped when the tile is copied out through
+// the epilogue. 1x1 stride-1 unpadded convs read X itself and store straight into Y.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "cuvil/runtime/parallel.h"
+#include "cuvil/runtime/ukernels.h"
+#include "ukernel_table.h"
+
+namespace cuvil::uk {
+namespace {
+
+const Table& ActiveTable() {
+  static const Table* table = [] {
+    __builtin_cpu_init();
+    const Table* avx2 = Avx2Table();
+    if (avx2 != nullptr && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+      return avx2;
+    }
+    return &GenericTable();
+  }();
+  return *table;
+}
+
+// A per-thread growable 64-byte aligned buffer; slots keep buffers that are live at once apart.
+// Thread-compatible: each thread owns its own buffers.
+class ThreadBuffer {
+ public:
+  ~ThreadBuffer() { std::free(data_); }
+  float* Get(size_t floats) {
+    if (floats > capacity_) {
+      std::free(data_);
+      capacity_ = (floats + 15) / 16 * 16;
+      data_ = static_cast<float*>(std::aligned_alloc(64, capacity_ * sizeof(float)));
+      if (data_ == nullptr) std::abort();  // Out of memory in generated code: nothing to unwind.
+    }
+    return data_;
+  }
+
+ private:
+  float* data_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+enum Slot { kSlotPhases, kSlotTile, kSlotPlane, kNumSlots };
+
+float* ThreadScratch(Slot slot, size_t floats) {
+  thread_local ThreadBuffer buffers[kNumSlots];
+  return buffers[slot].Get(floats);
+}
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Stride-phase planes of one channel: plane (py, px) row i column j holds the zero-padded input
+// at padded coordinates (i * SH + py, j * SW + px).
+struct Phases {
+  int64_t hs, ws;   // rows and columns of one phase plane
+  int64_t channel;  // floats per channel (all SH * SW phase planes)
+  int64_t slack;    // zero floats after the last channel (reads past the last valid column)
+  bool direct;      // 1x1, stride 1, no padding: read X itself
+};
+
+Phases PlanPhases(const cuvil_uk_conv_params& p) {
+  Phases ph;
+  ph.direct = p.kernel_h == 1 && p.kernel_w == 1 && p.stride_h == 1 && p.stride_w == 1 &&
+              p.pad_top == 0 && p.pad_left == 0 && p.out_height == p.height &&
+              p.out_width == p.width;
+  if (ph.direct) {
+    ph.hs = p.height;
+    ph.ws = p.width;
+    ph.channel = p.height * p.width;
+    ph.slack = 0;
+    return ph;
+  }
+  int64_t hpad = (p.out_height - 1) * p.stride_h + (p.kernel_h - 1) * p.dilation_h + 1;
+  int64_t wpad = (p.out_width - 1) * p.stride_w + (p.kernel_w - 1) * p.dilation_w + 1;
+  ph.hs = CeilDiv(hpad, p.stride_h);
+  ph.ws = CeilDiv(wpad, p.stride_w);
+  ph.channel = p.stride_h * p.stride_w * ph.hs * ph.ws;
+  ph.slack = ph.ws + 2 * kNR;
+  return ph;
+}
+
+// Fills the phase planes of one input channel `x` ([H][W]) into `dst`.
+void FillPhases(const cuvil_uk_conv_params& p, const Phases& ph, const float* x, float* dst) {
+  for (int64_t py = 0; py < p.stride_h; ++py) {
+    for (int64_t px = 0; px < p.stride_w; ++px) {
+      float* plane = dst + (py * p.stride_w + px) * ph.hs * ph.ws;
+      // Columns j whose input column j * SW + px - PL lies in [0, W).
+      int64_t j0 =
+          std::clamp<int64_t>(CeilDiv(std::max<int64_t>(p.pad_left - px, 0), p.stride_w), 0, ph.ws);
+      int64_t j1 = std::clamp<int64_t>(CeilDiv(p.width + p.pad_left - px, p.stride_w), j0, ph.ws);
+      for (int64_t i = 0; i < ph.hs; ++i) {
+        float* row = plane + i * ph.ws;
+        int64_t iy = i * p.stride_h + py - p.pad_top;
+        if (iy < 0 || iy >= p.height || j0 >= j1) {
+          std::memset(row, 0, ph.ws * sizeof(float));
+          continue;
+        }
+        std::memset(row, 0, j0 * sizeof(float));
+        const float* src = x + iy * p.width + (j0 * p.stride_w + px - p.pad_left);
+        if (p.stride_w == 1) {
+          std::memcpy(row + j0, src, (j1 - j0) * sizeof(float));
+        } else {
+          for (int64_t j = j0; j < j1; ++j) row[j] = src[(j - j0) * p.stride_w];
+        }
+        std::memset(row + j1, 0, (ph.ws - j1) * sizeof(float));
+      }
+    }
+  }
+}
+
+// Offset of reduction row r = (c, ky, kx) inside one image group's phase buffer.
+std::vector<int64_t> TapOffsets(const cuvil_uk_conv_params& p, const Phases& ph, int64_t cg) {
+  std::vector<int64_t> off;
+  off.reserve(cg * p.kernel_h * p.kernel_w);
+  for (int64_t c = 0; c < cg; ++c) {
+    for (int64_t ky = 0; ky < p.kernel_h; ++ky) {
+      for (int64_t kx = 0; kx < p.kernel_w; ++kx) {
+        int64_t dy = ky * p.dilation_h, dx = kx * p.dilation_w;
+        int64_t phase = (dy % p.stride_h) * p.stride_w + dx % p.stride_w;
+        off.push_back(c * ph.channel + phase * ph.hs * ph.ws + (dy / p.stride_h) * ph.ws +
+                      dx / p.stride_w);
+      }
+    }
+  }
+  return off;
+}
+
+template <typename F>
+void ParallelFor(int64_t count, int64_t cost, F&& f) {
+  cuvil_rt_parallel_for(
+      count, cost,
+      [](void* ctx, int64_t begin, int64_t end) { (*static_cast<F*>(ctx))(begin, end); }, &f);
+}
+
+Epilogue MakeEpilogue(const cuvil_uk_conv_params& p, float alpha, float beta) {
+  return Epilogue{nullptr, nullptr, p.activation, alpha, beta};
+}
+
+// Reduction rows per pass: a 16-column B tile (KC x 64 bytes) stays in L1 across the M panels.
+constexpr int64_t kKC = 256;
+// Panels of kMR rows and tiles of kNR columns per task.
+constexpr int64_t kPanelsPerTask = 16;
+constexpr int64_t kTilesPerTask = 12;
+
+void ConvGemm(const Table& t, const cuvil_uk_conv_params& p, const float* x, const float* w,
+              const float* bias, const float* residual, float* y, int64_t batch, float alpha,
+              float beta) {
+  const int64_t g_count = p.groups, cg = p.channels / g_count, mg = p.out_channels / g_count;
+  const int64_t k_dim = cg * p.kernel_h * p.kernel_w;
+  const Phases ph = PlanPhases(p);
+  const std::vector<int64_t> off = TapOffsets(p, ph, cg);
+  const int64_t in_image = p.channels * p.height * p.width;
+  const int64_t out_plane = p.out_height * p.out_width;
+
+  // The B source of every image (phase planes, or X itself).
+  const float* src = x;
+  int64_t src_image = in_image;
+  if (!ph.direct) {
+    src_image = p.channels * ph.channel + ph.slack;
+    float* phases = ThreadScratch(kSlotPhases, static_cast<size_t>(batch * src_image));
+    ParallelFor(batch * p.channels, ph.channel, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        int64_t n = i / p.channels, c = i % p.channels;
+        FillPhases(p, ph, x + (n * p.channels + c) * p.height * p.width,
+                   phases + n * src_image + c * ph.channel);
+        if (c == p.channels - 1)
+          std::memset(phases + (n + 1) * src_image - ph.slack, 0, ph.slack * sizeof(float));
+      }
+    });
+    src = phases;
+  }
+
+  // Flat output columns per (image, group): OH rows of Ws (direct: exactly OH * OW).
+  const int64_t nq = p.out_height * ph.ws;
+  const int64_t tiles = CeilDiv(nq, kNR), panels = CeilDiv(mg, kMR);
+  int64_t tiles_per_task = std::min(tiles, kTilesPerTask);
+  int64_t panels_per_task = std::min(panels, kPanelsPerTask);
+  const int64_t q_blocks = CeilDiv(tiles, tiles_per_task);
+  const int64_t m_blocks = CeilDiv(panels, panels_per_task);
+  const int64_t tasks = batch * g_count * m_blocks * q_blocks;
+  const int64_t task_cost = panels_per_task * kMR * tiles_per_task * kNR * k_dim;
+  const Epilogue base_ep = MakeEpilogue(p, alpha, beta);
+
+  ParallelFor(tasks, task_cost, [&](int64_t begin, int64_t end) {
+    const int64_t tile_ld = tiles_per_task * kNR;
+    float* tile_buf =
+        ph.direct ? nullptr
+                  : ThreadScratch(kSlotTile, static_cast<size_t>(panels_per_task * kMR * tile_ld));
+    for (int64_t task = begin; task < end; ++task) {
+      int64_t qb = task % q_blocks, rest = task / q_blocks;
+      int64_t mb = rest % m_blocks;
+      rest /= m_blocks;
+      int64_t g = rest % g_count, n = rest / g_count;
+      int64_t t0 = qb * tiles_per_task, t1 = std::min(tiles, t0 + tiles_per_task);
+      int64_t p0 = mb * panels_per_task, p1 = std::min(panels, p0 + panels_per_task);
+      int64_t q0 = t0 * kNR, q1 = std::min(nq, t1 * kNR);
+      int64_t m0 = p0 * kMR, m1 = std::min(mg, p1 * kMR);
+      const float* b_img =
+          src + n * src_image + g * cg * (ph.direct ? p.height * p.width : ph.channel);
+      // Output channel index of this task's first row (over all groups).
+      int64_t row0 = g * mg + m0;
+      float* c_base;
+      int64_t ldc;
+      if (ph.direct) {
+        c_base = y + (n * p.out_channels + row0) * out_plane + q0;
+        ldc = out_plane;
+      } else {
+        c_base = tile_buf;
+        ldc = tile_ld;
+      }
+      for (int64_t kp = 0; kp < k_dim; kp += kKC) {
+        int64_t kc = std::min(kKC, k_dim - kp);
+        bool last = kp + kc == k_dim;
+        for (int64_t tq = t0; tq < t1; ++tq) {
+          int64_t q = tq * kNR, nr = std::min(kNR, nq - q);
+          for (int64_t pp = p0; pp < p1; ++pp) {
+            int64_t m = pp * kMR, mr = std::min(kMR, mg - m);
+            const float* a = w + ((g * panels + pp) * k_dim + kp) * kMR;
+            float* c = c_base + (m - m0) * ldc + (q - q0);
+            Epilogue ep = base_ep;
+            const Epilogue* epp = nullptr;
+            if (ph.direct && last) {
+              ep.bias = bias != nullptr ? bias + g * mg + m : nullptr;
+              ep.residual = residual != nullptr
+                                ? residual + (n * p.out_channels + g * mg + m) * out_plane + q
+                                : nullptr;
+              epp = &ep;
+            }
+            t.gemm_tile(kc, a, b_img + q, off.data() + kp, c, ldc, mr, nr, kp > 0, epp);
+          }
+        }
+      }
+      if (ph.direct) continue;
+      // Copy out the valid columns of each output row through the epilogue.
+      for (int64_t m = m0; m < m1; ++m) {
+        int64_t ch = g * mg + m;
+        float b = bias != nullptr ? bias[ch] : 0.0f;
+        const float* row = tile_buf + (m - m0) * tile_ld;
+        for (int64_t q = q0; q < q1;) {
+          int64_t oy = q / ph.ws, ox = q % ph.ws;
+          int64_t seg_end = std::min(q1, (oy + 1) * ph.ws);
+          if (ox < p.out_width) {
+            int64_t len = std::min(seg_end, oy * ph.ws + p.out_width) - q;
+            int64_t out_idx = (n * p.out_channels + ch) * out_plane + oy * p.out_width + ox;
+            t.epilogue_row(y + out_idx, row + (q - q0), len, b,
+                           residual != nullptr ? residual + out_idx : nullptr, base_ep);
+          }
+          q = seg_end;
+        }
+      }
+    }
+  });
+}
+
+// Depthwise: each (image, channel) plane is padded into per-thread phase planes and every output
+// row is one vectorised pass over the taps.
+void ConvDepthwise(const Table& t, const cuvil_uk_conv_params& p, const float* x, const float* w,
+                   const float* bias, const float* residual, float* y, int64_t batch, float alpha,
+                   float beta) {
+  cuvil_uk_conv_params one = p;
+  one.channels = one.out_channels = one.groups = 1;
+  // Depthwise always copies its plane (a 1x1 one too), so there is one code path.
+  Phases pp = PlanPhases(one);
+  pp.direct = false;
+  pp.slack = pp.ws + 2 * kNR;
+  const std::vector<int64_t> off = TapOffsets(one, pp, 1);
+  const int64_t taps = p.kernel_h * p.kernel_w;
+  const int64_t in_plane = p.height * p.width, out_plane = p.out_height * p.out_width;
+  const Epilogue ep = MakeEpilogue(p, alpha, beta);
+  ParallelFor(batch * p.channels, out_plane * taps, [&](int64_t begin, int64_t end) {
+    float* planes = ThreadScratch(kSlotPlane, static_cast<size_t>(pp.channel + pp.slack));
+    std::memset(planes + pp.channel, 0, pp.slack * sizeof(float));
+    for (int64_t i = begin; i < end; ++i) {
+      int64_t c = i % p.channels;
+      FillPhases(one, pp, x + i * in_plane, planes);
+      float b = bias != nullptr ? bias[c] : 0.0f;
+      for (int64_t oy = 0; oy < p.out_height; ++oy) {
+        int64_t out_idx = i * out_plane + oy * p.out_width;
+        t.depthwise_row(y + out_idx, planes + oy * pp.ws, off.data(), w + c * taps, taps,
+                        p.out_width, b, residual != nullptr ? residual + out_idx : nullptr, ep);
+      }
+    }
+  });
+}
+
+}  // namespace
+}  // namespace cuvil::uk
+
+extern "C" {
+
+void cuvil_uk_conv2d(const cuvil_uk_conv_params* p, const float* x, const float* w,
+                     const float* bias, const float* residual, float* y, int64_t batch, float alpha,
+                     float beta) {
+  if (batch <= 0) return;
+  const cuvil::uk::Table& t = cuvil::uk::ActiveTable();
+  if ((p->flags & CUVIL_UK_CONV_DEPTHWISE) != 0) {
+    cuvil::uk::ConvDepthwise(t, *p, x, w, bias, residual, y, batch, alpha, beta);
+  } else {
+    cuvil::uk::ConvGemm(t, *p, x, w, bias, residual, y, batch, alpha, beta);
+  }
+}
+
+int64_t cuvil_uk_packed_conv_weights_size(int64_t groups, int64_t mg, int64_t k) {
+  int64_t panels = (mg + CUVIL_UK_MR - 1) / CUVIL_UK_MR;
+  int64_t out = 0;
+  if (__builtin_mul_overflow(groups, panels, &out) || __builtin_mul_overflow(out, k, &out) ||
+      __builtin_mul_overflow(out, CUVIL_UK_MR, &out)) {
+    return -1;
+  }
+  return out;
+}
+
+void cuvil_uk_pack_conv_weights(const float* w, int64_t groups, int64_t mg, int64_t k,
+                                float* packed) {
+  const int64_t panels = (mg + CUVIL_UK_MR - 1) / CUVIL_UK_MR;
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t pp = 0; pp < panels; ++pp) {
+      float* dst = packed + (g * panels + pp) * k * CUVIL_UK_MR;
+      for (int64_t r = 0; r < k; ++r) {
+        for (int64_t i = 0; i < CUVIL_UK_MR; ++i) {
+          int64_t m = pp * CUVIL_UK_MR + i;
+          dst[r * CUVIL_UK_MR + i] = m < mg ? w[(g * mg + m) * k + r] : 0.0f;
+        }
+      }
+    }
+  }
+}
+
+const char* cuvil_uk_tier() { return cuvil::uk::ActiveTable().name; }
+
+}  // extern "C"

@@ -1,0 +1,190 @@
+// AVX2+FMA bodies of the microkernels (this file alone is compiled with -mavx2 -mfma; nothing here
+// may be an inline or template entity shared with other files, or the linker could pick an AVX2
+// copy for generic code).
+#include <immintrin.h>
+
+#include <cmath>
+
+#include "cuvil/runtime/ukernels.h"
+#include "ukernel_table.h"
+
+namespace cuvil::uk {
+namespace {
+
+// Lane masks for the first n of 8 lanes (n clamped to [0, 8]).
+__m256i LaneMask(int64_t n) {
+  const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), idx);
+}
+
+// Every activation but Sigmoid (applied afterwards in scalar code).
+__m256 Activate(__m256 v, const Epilogue& ep) {
+  switch (ep.activation) {
+    case CUVIL_UK_ACT_RELU:
+      return _mm256_max_ps(v, _mm256_setzero_ps());
+    case CUVIL_UK_ACT_CLIP:
+      return _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(ep.alpha)), _mm256_set1_ps(ep.beta));
+    case CUVIL_UK_ACT_HARDSIGMOID: {
+      __m256 h = _mm256_fmadd_ps(_mm256_set1_ps(ep.alpha), v, _mm256_set1_ps(ep.beta));
+      return _mm256_min_ps(_mm256_max_ps(h, _mm256_setzero_ps()), _mm256_set1_ps(1.0f));
+    }
+    case CUVIL_UK_ACT_HARDSWISH: {
+      __m256 h = _mm256_fmadd_ps(_mm256_set1_ps(1.0f / 6.0f), v, _mm256_set1_ps(0.5f));
+      h = _mm256_min_ps(_mm256_max_ps(h, _mm256_setzero_ps()), _mm256_set1_ps(1.0f));
+      return _mm256_mul_ps(v, h);
+    }
+    default:
+      return v;
+  }
+}
+
+void SigmoidInPlace(float* p, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) p[i] = 1.0f / (1.0f + std::exp(-p[i]));
+}
+
+// Adds bias/residual/activation to 16 values of row r and stores them (masked when partial).
+inline void FinishRow(__m256 v0, __m256 v1, float* c, int64_t r, int64_t ldc, bool full, __m256i m0,
+                      __m256i m1, bool accumulate, const Epilogue* ep) {
+  float* row = c + r * ldc;
+  if (full) {
+    if (accumulate) {
+      v0 = _mm256_add_ps(v0, _mm256_loadu_ps(row));
+      v1 = _mm256_add_ps(v1, _mm256_loadu_ps(row + 8));
+    }
+  } else if (accumulate) {
+    v0 = _mm256_add_ps(v0, _mm256_maskload_ps(row, m0));
+    v1 = _mm256_add_ps(v1, _mm256_maskload_ps(row + 8, m1));
+  }
+  if (ep != nullptr) {
+    if (ep->bias != nullptr) {
+      __m256 b = _mm256_broadcast_ss(ep->bias + r);
+      v0 = _mm256_add_ps(v0, b);
+      v1 = _mm256_add_ps(v1, b);
+    }
+    if (ep->residual != nullptr) {
+      const float* res = ep->residual + r * ldc;
+      if (full) {
+        v0 = _mm256_add_ps(v0, _mm256_loadu_ps(res));
+        v1 = _mm256_add_ps(v1, _mm256_loadu_ps(res + 8));
+      } else {
+        v0 = _mm256_add_ps(v0, _mm256_maskload_ps(res, m0));
+        v1 = _mm256_add_ps(v1, _mm256_maskload_ps(res + 8, m1));
+      }
+    }
+    v0 = Activate(v0, *ep);
+    v1 = Activate(v1, *ep);
+  }
+  if (full) {
+    _mm256_storeu_ps(row, v0);
+    _mm256_storeu_ps(row + 8, v1);
+  } else {
+    _mm256_maskstore_ps(row, m0, v0);
+    _mm256_maskstore_ps(row + 8, m1, v1);
+  }
+}
+
+// 6x16 tile: 12 accumulators, two B vectors and one broadcast live in registers (15 of 16 ymm).
+void GemmTile(int64_t kc, const float* a, const float* b, const int64_t* off, float* c, int64_t ldc,
+              int64_t mr, int64_t nr, bool accumulate, const Epilogue* ep) {
+  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+  __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+  const bool full = nr == kNR;
+  const __m256i m0 = LaneMask(nr), m1 = LaneMask(nr - 8);
+#define CUVIL_UK_STEP(LOAD0, LOAD1)     \
+  for (int64_t k = 0; k < kc; ++k) {    \
+    const float* bk = b + off[k];       \
+    __m256 b0 = LOAD0, b1 = LOAD1;      \
+    __m256 av = _mm256_broadcast_ss(a); \
+    c00 = _mm256_fmadd_ps(av, b0, c00); \
+    c01 = _mm256_fmadd_ps(av, b1, c01); \
+    av = _mm256_broadcast_ss(a + 1);    \
+    c10 = _mm256_fmadd_ps(av, b0, c10); \
+    c11 = _mm256_fmadd_ps(av, b1, c11); \
+    av = _mm256_broadcast_ss(a + 2);    \
+    c20 = _mm256_fmadd_ps(av, b0, c20); \
+    c21 = _mm256_fmadd_ps(av, b1, c21); \
+    av = _mm256_broadcast_ss(a + 3);    \
+    c30 = _mm256_fmadd_ps(av, b0, c30); \
+    c31 = _mm256_fmadd_ps(av, b1, c31); \
+    av = _mm256_broadcast_ss(a + 4);    \
+    c40 = _mm256_fmadd_ps(av, b0, c40); \
+    c41 = _mm256_fmadd_ps(av, b1, c41); \
+    av = _mm256_broadcast_ss(a + 5);    \
+    c50 = _mm256_fmadd_ps(av, b0, c50); \
+    c51 = _mm256_fmadd_ps(av, b1, c51); \
+    a += kMR;                           \
+  }
+  if (full) {
+    CUVIL_UK_STEP(_mm256_loadu_ps(bk), _mm256_loadu_ps(bk + 8))
+  } else {
+    CUVIL_UK_STEP(_mm256_maskload_ps(bk, m0), _mm256_maskload_ps(bk + 8, m1))
+  }
+#undef CUVIL_UK_STEP
+  const __m256 rows[kMR][2] = {{c00, c01}, {c10, c11}, {c20, c21},
+                               {c30, c31}, {c40, c41}, {c50, c51}};
+  for (int64_t r = 0; r < mr; ++r) {
+    FinishRow(rows[r][0], rows[r][1], c, r, ldc, full, m0, m1, accumulate, ep);
+  }
+  if (ep != nullptr && ep->activation == CUVIL_UK_ACT_SIGMOID) {
+    for (int64_t r = 0; r < mr; ++r) SigmoidInPlace(c + r * ldc, nr);
+  }
+}
+
+void EpilogueRow(float* dst, const float* src, int64_t n, float bias, const float* residual,
+                 const Epilogue& ep) {
+  const __m256 b = _mm256_set1_ps(bias);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_add_ps(_mm256_loadu_ps(src + i), b);
+    if (residual != nullptr) v = _mm256_add_ps(v, _mm256_loadu_ps(residual + i));
+    _mm256_storeu_ps(dst + i, Activate(v, ep));
+  }
+  if (i < n) {
+    __m256i m = LaneMask(n - i);
+    __m256 v = _mm256_add_ps(_mm256_maskload_ps(src + i, m), b);
+    if (residual != nullptr) v = _mm256_add_ps(v, _mm256_maskload_ps(residual + i, m));
+    _mm256_maskstore_ps(dst + i, m, Activate(v, ep));
+  }
+  if (ep.activation == CUVIL_UK_ACT_SIGMOID) SigmoidInPlace(dst, n);
+}
+
+void DepthwiseRow(float* dst, const float* src, const int64_t* off, const float* wt, int64_t taps,
+                  int64_t n, float bias, const float* residual, const Epilogue& ep) {
+  const __m256 b = _mm256_set1_ps(bias);
+  int64_t i = 0;
+  // Two vectors per step hide the FMA latency of the tap chain.
+  for (; i + 16 <= n; i += 16) {
+    __m256 v0 = b, v1 = b;
+    for (int64_t t = 0; t < taps; ++t) {
+      const __m256 w = _mm256_broadcast_ss(wt + t);
+      const float* s = src + off[t] + i;
+      v0 = _mm256_fmadd_ps(w, _mm256_loadu_ps(s), v0);
+      v1 = _mm256_fmadd_ps(w, _mm256_loadu_ps(s + 8), v1);
+    }
+    if (residual != nullptr) {
+      v0 = _mm256_add_ps(v0, _mm256_loadu_ps(residual + i));
+      v1 = _mm256_add_ps(v1, _mm256_loadu_ps(residual + i + 8));
+    }
+    _mm256_storeu_ps(dst + i, Activate(v0, ep));
+    _mm256_storeu_ps(dst + i + 8, Activate(v1, ep));
+  }
+  for (; i < n; i += 8) {
+    __m256i m = LaneMask(n - i);
+    __m256 v = b;
+    for (int64_t t = 0; t < taps; ++t) {
+      v = _mm256_fmadd_ps(_mm256_broadcast_ss(wt + t), _mm256_maskload_ps(src + off[t] + i, m), v);
+    }
+    if (residual != nullptr) v = _mm256_add_ps(v, _mm256_maskload_ps(residual + i, m));
+    _mm256_maskstore_ps(dst + i, m, Activate(v, ep));
+  }
+  if (ep.activation == CUVIL_UK_ACT_SIGMOID) SigmoidInPlace(dst, n);
+}
+
+}  // namespace
+
+const Table* Avx2Table() {
+  static const Table table = {"avx2_fma", GemmTile, EpilogueRow, DepthwiseRow};
+  return &table;
+}
+
+}  // namespace cuvil::uk

@@ -1,0 +1,78 @@
+// Portable scalar bodies of the microkernels: the fallback tier and the unit tests' second opinion.
+#include <cmath>
+
+#include "cuvil/runtime/ukernels.h"
+#include "ukernel_table.h"
+
+namespace cuvil::uk {
+namespace {
+
+float Activate(float v, const Epilogue& ep) {
+  switch (ep.activation) {
+    case CUVIL_UK_ACT_RELU:
+      return v > 0.0f ? v : 0.0f;
+    case CUVIL_UK_ACT_CLIP:
+      return v < ep.alpha ? ep.alpha : (v > ep.beta ? ep.beta : v);
+    case CUVIL_UK_ACT_HARDSIGMOID: {
+      float h = ep.alpha * v + ep.beta;
+      return h < 0.0f ? 0.0f : (h > 1.0f ? 1.0f : h);
+    }
+    case CUVIL_UK_ACT_HARDSWISH: {
+      float h = v / 6.0f + 0.5f;
+      return v * (h < 0.0f ? 0.0f : (h > 1.0f ? 1.0f : h));
+    }
+    case CUVIL_UK_ACT_SIGMOID:
+      return 1.0f / (1.0f + std::exp(-v));
+    default:
+      return v;
+  }
+}
+
+void GemmTile(int64_t kc, const float* a, const float* b, const int64_t* off, float* c, int64_t ldc,
+              int64_t mr, int64_t nr, bool accumulate, const Epilogue* ep) {
+  float acc[kMR][kNR] = {};
+  for (int64_t k = 0; k < kc; ++k) {
+    const float* bk = b + off[k];
+    for (int64_t r = 0; r < kMR; ++r) {
+      for (int64_t j = 0; j < nr; ++j) acc[r][j] += a[k * kMR + r] * bk[j];
+    }
+  }
+  for (int64_t r = 0; r < mr; ++r) {
+    for (int64_t j = 0; j < nr; ++j) {
+      float v = acc[r][j];
+      if (accumulate) v += c[r * ldc + j];
+      if (ep != nullptr) {
+        if (ep->bias != nullptr) v += ep->bias[r];
+        if (ep->residual != nullptr) v += ep->residual[r * ldc + j];
+        v = Activate(v, *ep);
+      }
+      c[r * ldc + j] = v;
+    }
+  }
+}
+
+void EpilogueRow(float* dst, const float* src, int64_t n, float bias, const float* residual,
+                 const Epilogue& ep) {
+  for (int64_t i = 0; i < n; ++i) {
+    dst[i] = Activate(src[i] + bias + (residual != nullptr ? residual[i] : 0.0f), ep);
+  }
+}
+
+void DepthwiseRow(float* dst, const float* src, const int64_t* off, const float* wt, int64_t taps,
+                  int64_t n, float bias, const float* residual, const Epilogue& ep) {
+  for (int64_t i = 0; i < n; ++i) {
+    float v = bias;
+    for (int64_t t = 0; t < taps; ++t) v += wt[t] * src[off[t] + i];
+    if (residual != nullptr) v += residual[i];
+    dst[i] = Activate(v, ep);
+  }
+}
+
+}  // namespace
+
+const Table& GenericTable() {
+  static const Table table = {"generic", GemmTile, EpilogueRow, DepthwiseRow};
+  return table;
+}
+
+}  // namespace cuvil::uk

@@ -1,0 +1,45 @@
+// Private: the per-CPU-tier bodies of the microkernels (one table per tier, chosen once).
+#ifndef CUVIL_RUNTIME_UKERNELS_UKERNEL_TABLE_H_
+#define CUVIL_RUNTIME_UKERNELS_UKERNEL_TABLE_H_
+
+#include <cstdint>
+
+namespace cuvil::uk {
+
+// Register block of the GEMM tile: MR output channels x NR output positions.
+inline constexpr int64_t kMR = 6;
+inline constexpr int64_t kNR = 16;
+
+// What a tile or row adds before storing: bias (one value per row), residual (same layout as the
+// destination), then the activation. Thread-compatible (plain data).
+struct Epilogue {
+  const float* bias;      // indexed by row; may be null
+  const float* residual;  // row r at residual + r * ld; may be null
+  int64_t activation;     // cuvil_uk_activation
+  float alpha, beta;
+};
+
+// Thread-safe: tables are immutable.
+struct Table {
+  const char* name;
+  // c[r][j] (+)= sum_k a[k * kMR + r] * b[off[k] + j] for r < mr <= kMR, j < nr <= kNR. With
+  // `accumulate` the tile is added to c; with a non-null `ep` the epilogue is applied (bias row 0
+  // is ep->bias[0], residual rows ldc apart). Reads of b past nr are masked.
+  void (*gemm_tile)(int64_t kc, const float* a, const float* b, const int64_t* off, float* c,
+                    int64_t ldc, int64_t mr, int64_t nr, bool accumulate, const Epilogue* ep);
+  // dst[i] = act(src[i] + bias + residual[i]) for i < n (residual may be null).
+  void (*epilogue_row)(float* dst, const float* src, int64_t n, float bias, const float* residual,
+                       const Epilogue& ep);
+  // dst[i] = act(bias + sum_t wt[t] * src[off[t] + i] + residual[i]) for i < n.
+  void (*depthwise_row)(float* dst, const float* src, const int64_t* off, const float* wt,
+                        int64_t taps, int64_t n, float bias, const float* residual,
+                        const Epilogue& ep);
+};
+
+const Table& GenericTable();
+// Null when the file was built without AVX2 support.
+const Table* Avx2Table();
+
+}  // namespace cuvil::uk
+
+#endif  // CUVIL_RUNTIME_UKERNELS_UKERNEL_TABLE_H_
