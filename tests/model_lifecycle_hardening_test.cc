@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "cuvil/server/infer_request_builder.h"
 #include "cuvil/server/server.h"
 #include "gmock/gmock.h"
 #include "grpc_service.grpc.pb.h"
@@ -262,6 +263,30 @@ TEST_F(LifecycleHardeningTest, ReloadKeepsServingUntilTheNewVersionIsReady) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_FALSE(server_->models()->Get("mlp", "1").ok());
+}
+
+TEST_F(LifecycleHardeningTest, RequestsHoldingARetiredVersionRunOnItsSuccessor) {
+  // A front end looks the version up, then submits: a reload in between used to fail the request
+  // with "scheduler is draining" (seen in the soak test).
+  Start([](const fs::path&) {});
+  auto v1 = server_->models()->Get("mlp", "");
+  ASSERT_TRUE(v1.ok());
+  fs::copy(repo_ / "mlp/1", repo_ / "mlp/2", fs::copy_options::recursive);
+  LoadRequest load;
+  load.name = "mlp";
+  ASSERT_TRUE(server_->models()->Load(load).ok());
+  ASSERT_FALSE(server_->models()->Get("mlp", "1").ok());  // Version 1 is retired and drained.
+
+  HostTensor input = testing::ReadReference("mlp", 0, "input");
+  HostTensor want = testing::ReadReference("mlp", 0, "output");
+  WireRequest wire;
+  wire.inputs.push_back({"input", "FP32", input.shape(), input.data(), input.byte_size()});
+  auto request = BuildInferenceRequest(**v1, std::move(wire));
+  ASSERT_TRUE(request.ok()) << request.status();
+  InferenceResponse response = InferBlocking(**v1, *std::move(request));
+  ASSERT_TRUE(response.status.ok()) << response.status;
+  ASSERT_EQ(response.outputs.size(), 1u);
+  testing::ExpectClose(response.outputs[0].tensor.data(), want);
 }
 
 TEST_F(LifecycleHardeningTest, FailedNewVersionLeavesTheOldOneServing) {

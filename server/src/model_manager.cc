@@ -65,6 +65,41 @@ ModelVersion::~ModelVersion() {
 
 namespace {
 
+bool SameTensors(const std::vector<TensorSpec>& a, const std::vector<TensorSpec>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                    [](const TensorSpec& x, const TensorSpec& y) {
+                      return x.name == y.name && x.dtype == y.dtype && x.dims == y.dims &&
+                             x.batched == y.batched;
+                    });
+}
+
+}  // namespace
+
+void ModelVersion::Submit(std::unique_ptr<InferenceRequest> request) {
+  std::shared_ptr<ModelVersion> next;
+  {
+    absl::ReaderMutexLock lock(&retire_mu_);
+    if (successor_ == nullptr) return scheduler_->Submit(std::move(request));
+    next = successor_;
+  }
+  next->Submit(std::move(request));
+}
+
+void ModelVersion::RetireTo(std::shared_ptr<ModelVersion> successor) {
+  const bool compatible =
+      successor != nullptr && successor.get() != this &&
+      successor->config().max_batch_size() == config_.max_batch_size() &&
+      SameTensors(successor->executable().inputs(), executable_->inputs()) &&
+      SameTensors(successor->executable().outputs(), executable_->outputs());
+  if (compatible) {
+    absl::MutexLock lock(&retire_mu_);
+    successor_ = std::move(successor);
+  }
+  Drain();
+}
+
+namespace {
+
 DurationStat Minus(DurationStat a, DurationStat b) { return {a.count - b.count, a.ns - b.ns}; }
 
 }  // namespace
@@ -421,13 +456,18 @@ absl::Status ModelManager::Load(const LoadRequest& request) {
   // Runs once, after the last load of this request finished (on whichever thread finished it).
   auto finish = [this, name = request.name, versions, retiring, done] {
     std::vector<std::shared_ptr<ModelVersion>> retired;
+    std::shared_ptr<ModelVersion> successor;  // The highest selected version now serving.
     {
       absl::MutexLock lock(&impl_->mu);
       auto& slots = impl_->models[name];
-      const bool serving = std::any_of(versions.begin(), versions.end(), [&](int64_t v) {
+      for (int64_t v : versions) {
         auto it = slots.find(v);
-        return it != slots.end() && it->second.model != nullptr;
-      });
+        if (it != slots.end() && it->second.model != nullptr &&
+            (successor == nullptr || v > successor->version())) {
+          successor = it->second.model;
+        }
+      }
+      const bool serving = successor != nullptr;
       for (const Pending& r : *retiring) {
         Slot& slot = slots[r.version];
         // A later load or unload of this version decides its fate instead.
@@ -439,7 +479,7 @@ absl::Status ModelManager::Load(const LoadRequest& request) {
       }
     }
     for (auto& m : retired) {
-      m->Drain();
+      m->RetireTo(successor);
       if (m->metrics()) m->metrics()->SetReady(false);
     }
     done->Notify();
@@ -495,7 +535,7 @@ absl::Status ModelManager::Load(const LoadRequest& request) {
         absl::MutexLock lock(error_mu.get());
         if (first_error->ok()) *first_error = built.status();
       }
-      if (old) old->Drain();
+      if (old) old->RetireTo(built.ok() ? *built : nullptr);
       old.reset();
       if (--*remaining == 0) finish();
     });

@@ -49,14 +49,18 @@ class ModelVersion {
   void set_metrics(std::shared_ptr<ModelMetrics> metrics) { metrics_ = std::move(metrics); }
   // Times the compiler ran for this version; one compile serves every batch size.
   uint64_t compilations() const { return compilations_; }
-  // Queues a validated request on this version's scheduler.
-  void Submit(std::unique_ptr<InferenceRequest> request) { scheduler_->Submit(std::move(request)); }
+  // Queues a validated request on this version's scheduler or, once RetireTo named a successor,
+  // on the successor's (a request that looked this version up just before a reload still runs).
+  void Submit(std::unique_ptr<InferenceRequest> request);
   // Statistics since warmup finished (warmup requests are not client traffic).
   SchedulerStats Stats() const;
   // Makes the statistics so far the baseline Stats() subtracts. Called once, after warmup.
   void ResetStatsBaseline() { baseline_ = scheduler_->Stats(); }
   // Finishes queued and running requests; later submissions fail with UNAVAILABLE.
   void Drain() { scheduler_->Drain(); }
+  // Drain, for a version replaced by `successor`: later submissions go to the successor when its
+  // tensors and batching match this version's (a reload), else fail as after Drain.
+  void RetireTo(std::shared_ptr<ModelVersion> successor);
 
  private:
   std::string name_;
@@ -70,6 +74,10 @@ class ModelVersion {
   uint64_t compilations_;
   SchedulerStats baseline_;  // Written once before the version is published.
   std::shared_ptr<ModelMetrics> metrics_;  // Set once before the version is published.
+  // Submit holds it shared while enqueuing, RetireTo exclusively while naming the successor, so
+  // every request either reaches this scheduler before its drain or goes to the successor.
+  absl::Mutex retire_mu_;
+  std::shared_ptr<ModelVersion> successor_ ABSL_GUARDED_BY(retire_mu_);
 };
 
 // What ListModels / RepositoryIndex report for one version.
