@@ -43,7 +43,10 @@ for f in "${fuzzers[@]}"; do
       continue
     fi
   fi
+  # A fixed seed (FUZZ_SEED, default 1) makes a CI run repeat the same mutations; long runs pick
+  # their own with FUZZ_SEED=0.
   args=(-max_total_time="$seconds" -timeout=60 -rss_limit_mb=4096 -print_final_stats=1
+        -seed="${FUZZ_SEED:-1}"
         -artifact_prefix="$artifacts/")
   [[ -f $root/fuzz/$f.dict ]] && args+=(-dict="$root/fuzz/$f.dict")
   [[ $f == fuzz_onnx_compile ]] && args+=(-max_len=65536)

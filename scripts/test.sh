@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds Cuvil and runs every test: the Release build's full CTest suite
 # (unit, integration, ONNX conformance, model zoo), then the same suite under AddressSanitizer +
-# UndefinedBehaviorSanitizer, then the multithreaded unit tests under ThreadSanitizer.
+# UndefinedBehaviorSanitizer, then the multithreaded unit tests under ThreadSanitizer, then every
+# fuzzer for a bounded time.
 # Exits non-zero if anything fails.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,3 +26,8 @@ for t in $tsan_tests; do
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 "$root/build-tsan/bin/$t" --gtest_brief=1
 done
 echo "tsan build + tests: $(( $(date +%s) - start )) s"
+start=$(date +%s)
+# Fuzzers (clang-19, libFuzzer + ASan + UBSan): replay every recorded crash, then fuzz each target
+# for a bounded time from the seeds (fuzz/README.md has the long-run command).
+"$root/fuzz/run_all.sh" "${CUVIL_FUZZ_SECONDS:-20}"
+echo "fuzz build + runs: $(( $(date +%s) - start )) s"

@@ -137,6 +137,16 @@ TEST(BadInputTest, TruncatedModelIsRejected) {
   }
 }
 
+// Found by fuzz_onnx_compile: a graph whose output list was mutated away.
+TEST(BadInputTest, GraphWithoutOutputsIsRejected) {
+  onnx::ModelProto model;
+  model.ParseFromString(testing::BinaryWithConstant("Add", 4, 1.0f));
+  model.mutable_graph()->clear_output();
+  auto m = CompileOnnxBytes(model.SerializeAsString());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(m.status().message(), HasSubstr("no outputs"));
+}
+
 TEST(BadInputTest, MissingFileIsNotFound) {
   auto m = CompileOnnxFile("/nonexistent/model.onnx");
   EXPECT_EQ(m.status().code(), absl::StatusCode::kNotFound);

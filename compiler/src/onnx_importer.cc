@@ -160,6 +160,8 @@ class Importer {
     for (const auto& np : g.node()) {
       if (auto s = ImportNode(np); !s.ok()) return s;
     }
+    // Nothing to compute, and an entry point without outputs is not worth its corner cases.
+    if (g.output_size() == 0) return absl::InvalidArgumentError("the graph declares no outputs");
     for (const auto& out : g.output()) {
       auto it = by_name_.find(out.name());
       if (it == by_name_.end()) {
