@@ -2,6 +2,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "admin.grpc.pb.h"
@@ -114,6 +115,35 @@ TEST_F(GrpcServerTest, TypedContentsAndStreaming) {
   testing::ExpectClose(
       reinterpret_cast<const float*>(r1.infer_response().raw_output_contents(0).data()), expected);
   EXPECT_THAT(r2.error_message(), HasSubstr("no_such_model"));
+}
+
+TEST_F(GrpcServerTest, PriorityAndTimeoutParametersAreChecked) {
+  HostTensor input = testing::ReadReference("mlp", 0, "input");
+  struct Case {
+    const char* key;
+    std::function<void(inference::InferParameter*)> set;
+  };
+  // Before: a string read as 0, 2^32 + 1 wrapped to priority 1, a negative timeout to 2^64 - 1.
+  const std::vector<Case> cases = {
+      {"priority", [](auto* p) { p->set_string_param("high"); }},
+      {"priority", [](auto* p) { p->set_uint64_param((uint64_t{1} << 32) + 1); }},
+      {"priority", [](auto* p) { p->set_int64_param(-1); }},
+      {"timeout", [](auto* p) { p->set_bool_param(true); }},
+      {"timeout", [](auto* p) { p->set_int64_param(-5); }},
+  };
+  for (const Case& c : cases) {
+    inference::ModelInferRequest q = MlpRequest(input);
+    c.set(&(*q.mutable_parameters())[c.key]);
+    inference::ModelInferResponse r;
+    grpc::Status s = Infer(q, &r);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.key;
+    EXPECT_THAT(s.error_message(), HasSubstr(c.key));
+  }
+  inference::ModelInferRequest q = MlpRequest(input);
+  (*q.mutable_parameters())["priority"].set_uint64_param(1);
+  (*q.mutable_parameters())["timeout"].set_int64_param(1000000);
+  inference::ModelInferResponse r;
+  EXPECT_TRUE(Infer(q, &r).ok());
 }
 
 TEST_F(GrpcServerTest, BadRequestsAreRejectedAndChangeNothing) {

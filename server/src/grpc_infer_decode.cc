@@ -1,5 +1,6 @@
 #include "grpc_infer_decode.h"
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -102,14 +103,32 @@ absl::StatusOr<WireRequest> DecodeModelInferRequest(const inference::ModelInferR
     wire.inputs.push_back(std::move(w));
   }
   for (const auto& out : q.outputs()) wire.requested_outputs.push_back(out.name());
-  if (auto it = q.parameters().find("priority"); it != q.parameters().end()) {
-    wire.priority = static_cast<uint32_t>(it->second.has_uint64_param() ? it->second.uint64_param()
-                                                                        : it->second.int64_param());
-  }
-  if (auto it = q.parameters().find("timeout"); it != q.parameters().end()) {
-    wire.timeout_us = static_cast<uint64_t>(
-        it->second.has_uint64_param() ? it->second.uint64_param() : it->second.int64_param());
-  }
+  // Triton sends these as uint64 (int64 from some clients); anything else, negative or too large
+  // is refused as over HTTP instead of being read as 0 or wrapped.
+  auto unsigned_param = [&](const char* key, uint64_t max, uint64_t* out) -> absl::Status {
+    auto it = q.parameters().find(key);
+    if (it == q.parameters().end()) return absl::OkStatus();
+    const inference::InferParameter& p = it->second;
+    bool ok = false;
+    uint64_t v = 0;
+    if (p.has_uint64_param()) {
+      v = p.uint64_param();
+      ok = true;
+    } else if (p.has_int64_param() && p.int64_param() >= 0) {
+      v = static_cast<uint64_t>(p.int64_param());
+      ok = true;
+    }
+    if (!ok || v > max) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter '", key, "' must be an unsigned integer no larger than ", max));
+    }
+    *out = v;
+    return absl::OkStatus();
+  };
+  uint64_t priority = 0;
+  if (auto s = unsigned_param("priority", UINT32_MAX, &priority); !s.ok()) return s;
+  wire.priority = static_cast<uint32_t>(priority);
+  if (auto s = unsigned_param("timeout", INT64_MAX, &wire.timeout_us); !s.ok()) return s;
   wire.holder = typed;
   return wire;
 }
