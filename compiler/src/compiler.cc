@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "codegen/lower.h"
+#include "fuse_patterns.h"
 #include "fuse_conv.h"
 #include "memory_plan.h"
 
@@ -29,6 +30,7 @@ absl::StatusOr<CompiledModel> CompileGraph(ir::Graph& graph, const CompileOption
   model.symbol = graph.symbol;
   auto t0 = std::chrono::steady_clock::now();
   if (auto s = OptimizeGraph(graph, options.needs_binding); !s.ok()) return s;
+  if (auto s = FusePatterns(graph); !s.ok()) return s;  // LayerNorm, GELU, bias epilogues
   if (auto s = FuseConvolutions(graph); !s.ok()) return s;
   model.timings.push_back({"optimize_graph", MsSince(t0)});
 

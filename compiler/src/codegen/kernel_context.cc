@@ -411,6 +411,116 @@ llvm::Value* KernelContext::CallC(const std::string& name, llvm::Type* ret,
   return builder_.CreateCall(callee, args);
 }
 
+namespace {
+
+// Polynomial coefficients (lowest order first), least-squares fits on Chebyshev nodes weighted for
+// relative error, checked in float32 over the ranges in the comments.
+// exp(r) = 1 + r + r^2 * Q(r) on [-ln2/2, ln2/2].
+constexpr double kExpQ[] = {0.49999999419651386, 0.1666657745140545, 0.041666942649176295,
+                            0.008363125764993245, 0.0013893834410732414};
+// erf(x) = x * P(x^2) on [0, 1].
+constexpr double kErfSmall[] = {1.1283791471038258,    -0.3761239067600986,  0.11280578875737657,
+                                -0.026720893598353432, 0.004927419853115664, -0.00056679951868642};
+// erfc(x) = exp(-x^2) * R(1/x) on [1, 4]; erf(4) rounds to 1 in float32.
+constexpr double kErfcLarge[] = {0.0003356043016051326, 0.5579383316273666,  0.04987014846955143,
+                                 -0.502415283043721,    0.5694930334272061,  -0.34758890382814955,
+                                 0.11689748742265005,   -0.01694679625534127};
+// tanh(x) = x * T(x^2) on [0, 0.625].
+constexpr double kTanhSmall[] = {0.9999999982362152,   -0.3333327534854804,  0.1333136558908073,
+                                 -0.05373586514081258, 0.020630307011961203, -0.005697522357003217};
+
+bool IsF32(llvm::Value* x) { return x->getType()->getScalarType()->isFloatTy(); }
+
+llvm::Value* Splat(llvm::Value* like, double v) {
+  return llvm::ConstantFP::get(like->getType(), v);
+}
+
+template <size_t N>
+llvm::Value* Horner(llvm::IRBuilder<>& b, llvm::Value* v, const double (&c)[N]) {
+  llvm::Value* p = Splat(v, c[N - 1]);
+  for (size_t i = N - 1; i-- > 0;) {
+    p = b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {v->getType()}, {p, v, Splat(v, c[i])});
+  }
+  return p;
+}
+
+}  // namespace
+
+llvm::Value* KernelContext::FastExp(llvm::Value* x) {
+  if (!IsF32(x)) return Intrinsic(llvm::Intrinsic::exp, x);
+  auto& b = builder_;
+  llvm::Type* t = x->getType();
+  llvm::Type* it = t->getWithNewType(b.getInt32Ty());
+  auto fma = [&](llvm::Value* p, llvm::Value* q, llvm::Value* r) {
+    return b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {t}, {p, q, r});
+  };
+  // Below -104 the result is 0 and above 89 infinity either way; clamping keeps n in int range.
+  // maxnum/minnum turn NaN into a bound, so NaN is restored at the end.
+  llvm::Value* xc =
+      Intrinsic2(llvm::Intrinsic::minnum, Intrinsic2(llvm::Intrinsic::maxnum, x, Splat(x, -104.0)),
+                 Splat(x, 89.0));
+  // x = n ln2 + r with |r| <= ln2/2; ln2 split in two so n * ln2_hi is exact.
+  llvm::Value* n = Intrinsic(llvm::Intrinsic::roundeven, b.CreateFMul(xc, Splat(x, M_LOG2E)));
+  llvm::Value* r = fma(n, Splat(x, -0.693145751953125), xc);
+  r = fma(n, Splat(x, -1.428606765330187e-06), r);
+  llvm::Value* p = b.CreateFAdd(fma(b.CreateFMul(r, r), Horner(b, r, kExpQ), r), Splat(x, 1.0));
+  // 2^n as two factors 2^(n/2) and 2^(n - n/2) so both stay normal floats for n in [-150, 129];
+  // their product overflows to inf or underflows to denormals/0 exactly as exp does.
+  llvm::Value* ni = b.CreateFPToSI(n, it);
+  llvm::Value* e1 = b.CreateAShr(ni, llvm::ConstantInt::get(it, 1));
+  llvm::Value* e2 = b.CreateSub(ni, e1);
+  auto pow2 = [&](llvm::Value* e) {
+    return b.CreateBitCast(b.CreateShl(b.CreateAdd(e, llvm::ConstantInt::get(it, 127)),
+                                       llvm::ConstantInt::get(it, 23)),
+                           t);
+  };
+  llvm::Value* y = b.CreateFMul(b.CreateFMul(p, pow2(e1)), pow2(e2));
+  return b.CreateSelect(b.CreateFCmpUNO(x, x), x, y);
+}
+
+llvm::Value* KernelContext::FastErf(llvm::Value* x) {
+  if (!IsF32(x)) {
+    return CallC(x->getType()->getScalarType()->isDoubleTy() ? "erf" : "erff", x->getType(), {x});
+  }
+  auto& b = builder_;
+  llvm::Value* ax = Intrinsic(llvm::Intrinsic::fabs, x);
+  llvm::Value* small = b.CreateFMul(x, Horner(b, b.CreateFMul(x, x), kErfSmall));
+  llvm::Value* z =
+      Intrinsic2(llvm::Intrinsic::minnum, Intrinsic2(llvm::Intrinsic::maxnum, ax, Splat(x, 1.0)),
+                 Splat(x, 4.0));
+  llvm::Value* tail = b.CreateFMul(FastExp(b.CreateFNeg(b.CreateFMul(z, z))),
+                                   Horner(b, b.CreateFDiv(Splat(x, 1.0), z), kErfcLarge));
+  llvm::Value* large = Intrinsic2(llvm::Intrinsic::copysign, b.CreateFSub(Splat(x, 1.0), tail), x);
+  llvm::Value* y = b.CreateSelect(b.CreateFCmpOLT(ax, Splat(x, 1.0)), small, large);
+  return b.CreateSelect(b.CreateFCmpUNO(x, x), x, y);
+}
+
+llvm::Value* KernelContext::FastTanh(llvm::Value* x) {
+  if (!IsF32(x)) {
+    return CallC(x->getType()->getScalarType()->isDoubleTy() ? "tanh" : "tanhf", x->getType(), {x});
+  }
+  auto& b = builder_;
+  llvm::Value* ax = Intrinsic(llvm::Intrinsic::fabs, x);
+  llvm::Value* small = b.CreateFMul(x, Horner(b, b.CreateFMul(x, x), kTanhSmall));
+  // 1 - 2 / (exp(2|x|) + 1): no cancellation for |x| >= 0.625; exp overflow gives exactly 1.
+  llvm::Value* e = FastExp(b.CreateFMul(ax, Splat(x, 2.0)));
+  llvm::Value* large =
+      b.CreateFSub(Splat(x, 1.0), b.CreateFDiv(Splat(x, 2.0), b.CreateFAdd(e, Splat(x, 1.0))));
+  large = Intrinsic2(llvm::Intrinsic::copysign, large, x);
+  return b.CreateSelect(b.CreateFCmpOLT(ax, Splat(x, 0.625)), small, large);
+}
+
+llvm::Value* KernelContext::FastSigmoid(llvm::Value* x) {
+  auto& b = builder_;
+  return b.CreateFDiv(Splat(x, 1.0), b.CreateFAdd(Splat(x, 1.0), FastExp(b.CreateFNeg(x))));
+}
+
+llvm::Value* KernelContext::FastGelu(llvm::Value* x) {
+  auto& b = builder_;
+  llvm::Value* e = FastErf(b.CreateFMul(x, Splat(x, M_SQRT1_2)));
+  return b.CreateFMul(b.CreateFMul(x, Splat(x, 0.5)), b.CreateFAdd(Splat(x, 1.0), e));
+}
+
 absl::Status KernelContext::Error(const std::string& message) const {
   return absl::InvalidArgumentError(absl::StrCat(node_.Describe(), ": ", message));
 }

@@ -117,6 +117,19 @@ class KernelContext {
   // Unary float intrinsic (llvm.exp, llvm.sqrt, ...) on a float value.
   llvm::Value* Intrinsic(llvm::Intrinsic::ID id, llvm::Value* v);
   llvm::Value* Intrinsic2(llvm::Intrinsic::ID id, llvm::Value* a, llvm::Value* b);
+  // Vectorisable approximations built from arithmetic, selects and bit operations only (no libm
+  // calls), so loops using them vectorise. `x` is a float32 scalar or vector; other float types
+  // fall back to the exact intrinsic / libm call. Errors (float32): exp < 2e-7 relative (denormal
+  // results to 2e-45 absolute), erf < 3e-7 relative below |x| = 1 and < 1e-7 absolute above,
+  // tanh < 3e-7 relative; NaN in gives NaN out and infinities give the exact limits.
+  llvm::Value* FastExp(llvm::Value* x);
+  llvm::Value* FastErf(llvm::Value* x);
+  llvm::Value* FastTanh(llvm::Value* x);
+  // 1 / (1 + exp(-x)).
+  llvm::Value* FastSigmoid(llvm::Value* x);
+  // x * 0.5 * (1 + erf(x / sqrt(2))), GELU as PyTorch exports it.
+  llvm::Value* FastGelu(llvm::Value* x);
+
   // Runs body(begin, end) over [0, count) in parallel chunks (cuvil_rt_parallel_for), each item
   // costing about `cost_per_item` multiply-adds: the body is emitted into an outlined function
   // whose context sees `captures` (pointers or i64 values, in order) as `outlined_values`.

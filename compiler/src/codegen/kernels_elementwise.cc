@@ -73,7 +73,8 @@ llvm::Value* FConst(KernelContext& k, llvm::Value* like, double c) {
   return llvm::ConstantFP::get(like->getType(), c);
 }
 
-llvm::Value* Exp(KernelContext& k, llvm::Value* x) { return k.Intrinsic(llvm::Intrinsic::exp, x); }
+// Polynomial exp (vectorises; see KernelContext::FastExp for its accuracy).
+llvm::Value* Exp(KernelContext& k, llvm::Value* x) { return k.FastExp(x); }
 
 EmitFn FloatUnary(std::function<llvm::Value*(KernelContext&, const ir::Node&, llvm::Value*)> f) {
   return [f](KernelContext& k) -> absl::Status {
@@ -87,10 +88,7 @@ EmitFn FloatUnary(std::function<llvm::Value*(KernelContext&, const ir::Node&, ll
   };
 }
 
-llvm::Value* Sigmoid(KernelContext& k, llvm::Value* x) {
-  auto& b = k.b();
-  return b.CreateFDiv(FConst(k, x, 1), b.CreateFAdd(FConst(k, x, 1), Exp(k, b.CreateFNeg(x))));
-}
+llvm::Value* Sigmoid(KernelContext& k, llvm::Value* x) { return k.FastSigmoid(x); }
 
 llvm::Value* Softplus(KernelContext& k, llvm::Value* x) {
   // log(1 + exp(x)) computed stably: max(x, 0) + log1p(exp(-|x|)).
@@ -132,7 +130,15 @@ void RegisterUnary(KernelRegistry& r) {
   r.Register("Not", Elementwise(1, [](KernelContext& k, const std::vector<llvm::Value*>& v) {
                return k.b().CreateXor(v[0], k.b().getInt8(1));
              }));
-  r.Register("Exp", FloatIntrinsic(llvm::Intrinsic::exp));
+  r.Register("Exp", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
+               return k.FastExp(x);
+             }));
+  r.Register("Erf", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
+               return k.FastErf(x);
+             }));
+  r.Register("Tanh", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
+               return k.FastTanh(x);
+             }));
   r.Register("Log", FloatIntrinsic(llvm::Intrinsic::log));
   r.Register("Sqrt", FloatIntrinsic(llvm::Intrinsic::sqrt));
   r.Register("Floor", FloatIntrinsic(llvm::Intrinsic::floor));
@@ -140,8 +146,7 @@ void RegisterUnary(KernelRegistry& r) {
   r.Register("Round", FloatIntrinsic(llvm::Intrinsic::roundeven));
   r.Register("Sin", FloatIntrinsic(llvm::Intrinsic::sin));
   r.Register("Cos", FloatIntrinsic(llvm::Intrinsic::cos));
-  for (const char* f :
-       {"tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "tanh", "erf"}) {
+  for (const char* f : {"tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"}) {
     std::string op = f;
     op[0] = static_cast<char>(std::toupper(op[0]));
     r.Register(op, LibmUnary(f));
@@ -222,15 +227,10 @@ void RegisterUnary(KernelRegistry& r) {
                    x, b.CreateFAdd(FConst(k, x, 1), k.Intrinsic(llvm::Intrinsic::fabs, x)));
              }));
   r.Register("Mish", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
-               return k.b().CreateFMul(x, k.CallC(x->getType()->isDoubleTy() ? "tanh" : "tanhf",
-                                                  x->getType(), {Softplus(k, x)}));
+               return k.b().CreateFMul(x, k.FastTanh(Softplus(k, x)));
              }));
   r.Register("Gelu", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
-               auto& b = k.b();
-               llvm::Value* e = k.CallC(x->getType()->isDoubleTy() ? "erf" : "erff", x->getType(),
-                                        {b.CreateFMul(x, FConst(k, x, M_SQRT1_2))});
-               return b.CreateFMul(b.CreateFMul(FConst(k, x, 0.5), x),
-                                   b.CreateFAdd(FConst(k, x, 1), e));
+               return k.FastGelu(x);
              }));
   r.Register("IsNaN", Elementwise(1, [](KernelContext& k, const std::vector<llvm::Value*>& v) {
                return k.b().CreateZExt(k.b().CreateFCmpUNO(v[0], v[0]), k.b().getInt8Ty());
@@ -322,6 +322,22 @@ void RegisterBinary(KernelRegistry& r) {
   });
   r.Register("Pow", [](KernelContext& k) -> absl::Status {
     DType base = k.in_dtype(0), exp = k.in_dtype(1);
+    // A constant scalar exponent of 1, 2 or 3 (LayerNorm's x^2) is exact as multiplications,
+    // which vectorise where a pow call does not.
+    const HostTensor* e = k.in_constant(1);
+    if (IsFloat(base) && e != nullptr && e->num_elements() == 1) {
+      double ev = e->GetAsDouble(0);
+      if (ev == 1 || ev == 2 || ev == 3) {
+        EmitBroadcastElementwise(k, {0},
+                                 [=](KernelContext& kk, const std::vector<llvm::Value*>& v) {
+                                   llvm::Value* y = v[0];
+                                   for (int i = 1; i < static_cast<int>(ev); ++i)
+                                     y = kk.b().CreateFMul(y, v[0]);
+                                   return y;
+                                 });
+        return absl::OkStatus();
+      }
+    }
     EmitBroadcastElementwise(k, {0, 1}, [=](KernelContext& kk, const std::vector<llvm::Value*>& v) {
       return PowScalar(kk, base, exp, v[0], v[1]);
     });

@@ -78,6 +78,18 @@ void ForRow(KernelContext& k, const AxisSplit& s, llvm::Value* base,
   });
 }
 
+// acc + x with reassociation allowed, so the vectoriser may split a float sum into lanes (ONNX
+// Runtime's sums are vectorised too; the result differs only by rounding).
+llvm::Value* ReassocAdd(KernelContext& k, llvm::Value* acc, llvm::Value* x) {
+  llvm::Value* r = k.b().CreateFAdd(acc, x);
+  if (auto* inst = llvm::dyn_cast<llvm::Instruction>(r)) {
+    llvm::FastMathFlags fmf = inst->getFastMathFlags();
+    fmf.setAllowReassoc(true);
+    inst->setFastMathFlags(fmf);
+  }
+  return r;
+}
+
 // ---- Reduce* ----
 
 using ScalarOp = llvm::Value* (*)(KernelContext&, DType, llvm::Value*, llvm::Value*);
@@ -235,9 +247,9 @@ absl::Status EmitSoftmax(KernelContext& k, SoftmaxKind kind) {
     llvm::Value* max = m.get();
     Var sum(k, k.Const(d, 0));
     ForRow(k, s, base, [&](llvm::Value* off, const Idx&) {
-      llvm::Value* e = k.Intrinsic(llvm::Intrinsic::exp, b.CreateFSub(x_at(off), max));
+      llvm::Value* e = k.FastExp(b.CreateFSub(x_at(off), max));
       if (kind == SoftmaxKind::kSoftmax) k.Store(d, k.out(0), off, e);
-      sum.set(b.CreateFAdd(sum.get(), e));
+      sum.set(ReassocAdd(k, sum.get(), e));
     });
     if (kind == SoftmaxKind::kSoftmax) {
       llvm::Value* total = sum.get();
@@ -268,13 +280,13 @@ Moments RowMoments(KernelContext& k, DType d, const AxisSplit& s, llvm::Value* b
   llvm::Value* n = k.Convert(s.count, DType::kInt64, d);
   Var sum(k, k.Const(d, 0));
   ForRow(k, s, base, [&](llvm::Value* off, const Idx&) {
-    sum.set(b.CreateFAdd(sum.get(), k.Load(d, k.in(0), off)));
+    sum.set(ReassocAdd(k, sum.get(), k.Load(d, k.in(0), off)));
   });
   llvm::Value* mean = b.CreateFDiv(sum.get(), n);
   Var sq(k, k.Const(d, 0));
   ForRow(k, s, base, [&](llvm::Value* off, const Idx&) {
     llvm::Value* dev = b.CreateFSub(k.Load(d, k.in(0), off), mean);
-    sq.set(b.CreateFAdd(sq.get(), b.CreateFMul(dev, dev)));
+    sq.set(ReassocAdd(k, sq.get(), b.CreateFMul(dev, dev)));
   });
   llvm::Value* var = b.CreateFDiv(sq.get(), n);
   llvm::Value* std = k.Intrinsic(llvm::Intrinsic::sqrt, b.CreateFAdd(var, k.Const(d, epsilon)));

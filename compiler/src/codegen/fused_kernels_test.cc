@@ -1,0 +1,257 @@
+// Accuracy of the vectorised transcendental approximations (KernelContext::Fast*) and agreement
+// of the fused kernels (fuse_patterns.h) and the run-time packed MatMul with plain references.
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "cuvil/compiler/compiler.h"
+#include "cuvil/jitcache/jit_engine.h"
+#include "gtest/gtest.h"
+
+namespace cuvil {
+namespace {
+
+// Builds graphs node by node: every value is float32 with a shape given per value.
+class GraphBuilder {
+ public:
+  GraphBuilder() {
+    g_.opset = 13;
+    g_.symbol = "batch";
+  }
+  ir::Value* Input(const std::string& name, SymShape shape) {
+    ir::Value* v = g_.NewValue(name);
+    v->type = {DType::kFloat32, std::move(shape), true};
+    v->is_graph_input = true;
+    g_.inputs.push_back(v);
+    return v;
+  }
+  ir::Value* Const(const std::string& name, std::vector<int64_t> shape, std::vector<float> data) {
+    HostTensor t(DType::kFloat32, std::move(shape));
+    std::copy(data.begin(), data.end(), t.data_as<float>());
+    ir::Value* v = g_.NewValue(name);
+    g_.MakeConstant(v, std::move(t));
+    return v;
+  }
+  ir::Value* Op(const std::string& op, std::vector<ir::Value*> ins,
+                std::map<std::string, ir::Attribute> attrs = {}) {
+    ir::Node* n = g_.NewNode(op, absl_name(op));
+    n->opset = 13;
+    ir::Value* v = g_.NewValue(n->name);
+    v->producer = n;
+    n->inputs = std::move(ins);
+    n->outputs = {v};
+    n->attrs = std::move(attrs);
+    return v;
+  }
+  void Output(ir::Value* v) {
+    v->is_graph_output = true;
+    g_.outputs.push_back(v);
+    g_.output_names.push_back("y");
+  }
+  ir::Graph& graph() { return g_; }
+
+ private:
+  std::string absl_name(const std::string& op) { return op + std::to_string(++count_); }
+  ir::Graph g_;
+  int count_ = 0;
+};
+
+struct Compiled {
+  std::unique_ptr<JitEngine> engine;
+  std::unique_ptr<LoadedModel> model;
+};
+
+Compiled Compile(ir::Graph& g) {
+  auto model = CompileGraph(g);
+  EXPECT_TRUE(model.ok()) << model.status();
+  auto engine = JitEngine::Create();
+  EXPECT_TRUE(engine.ok());
+  auto loaded = (*engine)->Load("test/1", std::move(*model));
+  EXPECT_TRUE(loaded.ok()) << loaded.status();
+  return {std::move(*engine), std::move(*loaded)};
+}
+
+HostTensor Floats(std::vector<int64_t> shape, const std::vector<float>& data) {
+  HostTensor t(DType::kFloat32, std::move(shape));
+  std::copy(data.begin(), data.end(), t.data_as<float>());
+  return t;
+}
+
+std::vector<float> Sweep() {
+  std::vector<float> xs;
+  for (double x = -110; x <= 110; x += 0.00731) xs.push_back(static_cast<float>(x));
+  for (double m = 1e-38; m < 10; m *= 1.37) {
+    xs.push_back(static_cast<float>(m));
+    xs.push_back(static_cast<float>(-m));
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float x : {0.0f, -0.0f, inf, -inf, 88.72f, 89.0f, -87.33f, -103.9f, 1e-45f, 0.625f, -0.625f,
+                  1.0f, -1.0f, 4.0f, 3.9999f, 0.99999f}) {
+    xs.push_back(x);
+  }
+  return xs;
+}
+
+void CheckUnary(const std::string& op, double (*ref)(double), double rel, double abs_large) {
+  std::vector<float> xs = Sweep();
+  xs.push_back(std::numeric_limits<float>::quiet_NaN());
+  GraphBuilder b;
+  ir::Value* x = b.Input("x", {SymDim::Batch()});
+  b.Output(b.Op(op, {x}));
+  Compiled c = Compile(b.graph());
+  auto out = c.model->Run({Floats({static_cast<int64_t>(xs.size())}, xs)});
+  ASSERT_TRUE(out.ok()) << out.status();
+  const float* y = (*out)[0].data_as<float>();
+  double worst = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    double want = ref(xs[i]);
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(y[i])) << op << "(" << xs[i] << ")";
+      continue;
+    }
+    if (std::isinf(static_cast<float>(want))) {  // Beyond FLT_MAX: float32 overflows to inf.
+      want = static_cast<float>(want);
+      EXPECT_EQ(y[i], want) << op << "(" << xs[i] << ")";
+      continue;
+    }
+    double err = std::abs(y[i] - want);
+    double tol = rel * std::abs(want) + (std::abs(xs[i]) >= 1 ? abs_large : 0) + 2e-38;
+    worst = std::max(worst, err / (std::abs(want) + 1e-30));
+    EXPECT_LE(err, tol) << op << "(" << xs[i] << ") = " << y[i] << ", want " << want;
+  }
+  std::printf("%s: %zu points, worst relative error %.3g\n", op.c_str(), xs.size(), worst);
+}
+
+double Sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
+double Exp(double x) { return std::exp(x); }
+double Erf(double x) { return std::erf(x); }
+double Tanh(double x) { return std::tanh(x); }
+
+TEST(FastMathTest, Exp) { CheckUnary("Exp", Exp, 2.5e-7, 0); }
+TEST(FastMathTest, Erf) { CheckUnary("Erf", Erf, 3e-7, 2e-7); }
+TEST(FastMathTest, Tanh) { CheckUnary("Tanh", Tanh, 3.5e-7, 0); }
+TEST(FastMathTest, Sigmoid) { CheckUnary("Sigmoid", Sigmoid, 4e-7, 0); }
+
+std::vector<float> Random(size_t n, uint32_t seed, float scale = 1) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<std::string> KernelOps(const LoadedModel& m) {
+  std::vector<std::string> ops;
+  for (const auto& k : m.model().kernels) ops.push_back(k.op_type);
+  return ops;
+}
+
+// The PyTorch export of nn.LayerNorm over the last axis, then GELU, becomes two kernels.
+TEST(FusedKernelsTest, LayerNormAndGeluMatchTheUnfusedFormula) {
+  constexpr int64_t kC = 40;
+  GraphBuilder b;
+  ir::Value* x = b.Input("x", {SymDim::Batch(), SymDim::Const(3), SymDim::Const(kC)});
+  std::vector<float> gamma = Random(kC, 1), beta = Random(kC, 2);
+  auto axes = std::map<std::string, ir::Attribute>{{"axes", std::vector<int64_t>{-1}}};
+  ir::Value* mean = b.Op("ReduceMean", {x}, axes);
+  ir::Value* dev = b.Op("Sub", {x, mean});
+  ir::Value* sq = b.Op("Pow", {dev, b.Const("two", {}, {2})});
+  ir::Value* var = b.Op("ReduceMean", {sq}, axes);
+  ir::Value* std = b.Op("Sqrt", {b.Op("Add", {var, b.Const("eps", {}, {1e-5f})})});
+  ir::Value* norm = b.Op("Div", {dev, std});
+  ir::Value* ln =
+      b.Op("Add", {b.Op("Mul", {norm, b.Const("g", {kC}, gamma)}), b.Const("b", {kC}, beta)});
+  ir::Value* e = b.Op("Erf", {b.Op("Div", {ln, b.Const("sqrt2", {}, {1.4142135f})})});
+  ir::Value* y = b.Op("Mul", {b.Op("Mul", {ln, b.Op("Add", {e, b.Const("one", {}, {1})})}),
+                              b.Const("half", {}, {0.5f})});
+  b.Output(y);
+  Compiled c = Compile(b.graph());
+  EXPECT_EQ(KernelOps(*c.model), (std::vector<std::string>{"LayerNormalization", "Gelu"}));
+
+  constexpr int64_t kBatch = 2;
+  std::vector<float> in = Random(kBatch * 3 * kC, 3, 4);
+  auto out = c.model->Run({Floats({kBatch, 3, kC}, in)});
+  ASSERT_TRUE(out.ok()) << out.status();
+  const float* got = (*out)[0].data_as<float>();
+  for (int64_t row = 0; row < kBatch * 3; ++row) {
+    double m = 0, v = 0;
+    for (int64_t i = 0; i < kC; ++i) m += in[row * kC + i];
+    m /= kC;
+    for (int64_t i = 0; i < kC; ++i) v += std::pow(in[row * kC + i] - m, 2);
+    v /= kC;
+    for (int64_t i = 0; i < kC; ++i) {
+      double l = (in[row * kC + i] - m) / std::sqrt(v + 1e-5) * gamma[i] + beta[i];
+      double want = l * 0.5 * (1 + std::erf(l / std::sqrt(2.0)));
+      EXPECT_NEAR(got[row * kC + i], want, 1e-5 + 1e-5 * std::abs(want)) << row << "," << i;
+    }
+  }
+}
+
+// MatMul with a constant B, bias Add and GELU become one MatMul kernel with a fused epilogue;
+// N = 37 leaves a partial last panel.
+TEST(FusedKernelsTest, MatMulBiasGeluEpilogue) {
+  constexpr int64_t kK = 23, kN = 37;
+  std::vector<float> w = Random(kK * kN, 4), bias = Random(kN, 5);
+  for (const char* act : {"Gelu", "Relu"}) {
+    GraphBuilder b;
+    ir::Value* x = b.Input("x", {SymDim::Batch(), SymDim::Const(kK)});
+    ir::Value* mm = b.Op("MatMul", {x, b.Const("w", {kK, kN}, w)});
+    ir::Value* biased = b.Op("Add", {b.Const("bias", {kN}, bias), mm});
+    ir::Value* y;
+    if (std::string(act) == "Relu") {
+      y = b.Op("Relu", {biased});
+    } else {
+      ir::Value* e = b.Op("Erf", {b.Op("Mul", {biased, b.Const("r", {}, {0.70710678f})})});
+      y = b.Op("Mul", {b.Op("Mul", {biased, b.Const("h", {}, {0.5f})}),
+                       b.Op("Add", {b.Const("one", {}, {1}), e})});
+    }
+    b.Output(y);
+    Compiled c = Compile(b.graph());
+    EXPECT_EQ(KernelOps(*c.model), (std::vector<std::string>{"MatMul"})) << act;
+    constexpr int64_t kBatch = 9;
+    std::vector<float> in = Random(kBatch * kK, 6);
+    auto out = c.model->Run({Floats({kBatch, kK}, in)});
+    ASSERT_TRUE(out.ok()) << out.status();
+    const float* got = (*out)[0].data_as<float>();
+    for (int64_t m = 0; m < kBatch; ++m) {
+      for (int64_t n = 0; n < kN; ++n) {
+        double s = bias[n];
+        for (int64_t k = 0; k < kK; ++k) s += static_cast<double>(in[m * kK + k]) * w[k * kN + n];
+        double want = std::string(act) == "Relu" ? std::max(s, 0.0)
+                                                 : s * 0.5 * (1 + std::erf(s / std::sqrt(2.0)));
+        EXPECT_NEAR(got[m * kN + n], want, 1e-5 + 1e-5 * std::abs(want)) << act << m << "," << n;
+      }
+    }
+  }
+}
+
+// Both operands are activations (attention): B is packed at run time. M = 6 and N = 19 leave
+// partial row blocks and panels.
+TEST(FusedKernelsTest, BatchedMatMulOfTwoActivations) {
+  constexpr int64_t kH = 3, kM = 6, kK = 7, kN = 19, kBatch = 2;
+  GraphBuilder b;
+  ir::Value* a =
+      b.Input("a", {SymDim::Batch(), SymDim::Const(kH), SymDim::Const(kM), SymDim::Const(kK)});
+  ir::Value* bb =
+      b.Input("b", {SymDim::Batch(), SymDim::Const(kH), SymDim::Const(kK), SymDim::Const(kN)});
+  b.Output(b.Op("MatMul", {a, bb}));
+  Compiled c = Compile(b.graph());
+  std::vector<float> av = Random(kBatch * kH * kM * kK, 7), bv = Random(kBatch * kH * kK * kN, 8);
+  auto out = c.model->Run({Floats({kBatch, kH, kM, kK}, av), Floats({kBatch, kH, kK, kN}, bv)});
+  ASSERT_TRUE(out.ok()) << out.status();
+  const float* got = (*out)[0].data_as<float>();
+  for (int64_t mat = 0; mat < kBatch * kH; ++mat) {
+    for (int64_t m = 0; m < kM; ++m) {
+      for (int64_t n = 0; n < kN; ++n) {
+        double s = 0;
+        for (int64_t k = 0; k < kK; ++k) {
+          s += static_cast<double>(av[(mat * kM + m) * kK + k]) * bv[(mat * kK + k) * kN + n];
+        }
+        EXPECT_NEAR(got[(mat * kM + m) * kN + n], s, 1e-5) << mat << "," << m << "," << n;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cuvil
