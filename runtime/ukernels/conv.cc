@@ -183,10 +183,16 @@ void ConvGemm(const Table& t, const cuvil_uk_conv_params& p, const float* x, con
   // Flat output columns per (image, group): OH rows of Ws (direct: exactly OH * OW).
   const int64_t nq = p.out_height * ph.ws;
   const int64_t tiles = CeilDiv(nq, kNR), panels = CeilDiv(mg, kMR);
-  int64_t tiles_per_task = std::min(tiles, kTilesPerTask);
-  int64_t panels_per_task = std::min(panels, kPanelsPerTask);
-  const int64_t q_blocks = CeilDiv(tiles, tiles_per_task);
-  const int64_t m_blocks = CeilDiv(panels, panels_per_task);
+  // Even blocks (a short last block would leave a thread idle), and at least a few tasks per
+  // intra-op thread while panel blocks stay tall enough to reuse each B tile.
+  int64_t q_blocks = CeilDiv(tiles, kTilesPerTask);
+  int64_t m_blocks = CeilDiv(panels, kPanelsPerTask);
+  const int64_t want_tasks = 4 * static_cast<int64_t>(cuvil::IntraOpThreads());
+  while (batch * g_count * m_blocks * q_blocks < want_tasks && m_blocks * 4 < panels) ++m_blocks;
+  const int64_t tiles_per_task = CeilDiv(tiles, q_blocks);
+  const int64_t panels_per_task = CeilDiv(panels, m_blocks);
+  q_blocks = CeilDiv(tiles, tiles_per_task);
+  m_blocks = CeilDiv(panels, panels_per_task);
   const int64_t tasks = batch * g_count * m_blocks * q_blocks;
   const int64_t task_cost = panels_per_task * kMR * tiles_per_task * kNR * k_dim;
   const Epilogue base_ep = MakeEpilogue(p, alpha, beta);
