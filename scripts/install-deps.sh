@@ -8,7 +8,7 @@ PACKAGES=(
   llvm-19-dev clang-19 lld-19 libfuzzer-19-dev libclang-rt-19-dev libzstd-dev libedit-dev libffi-dev libxml2-dev zlib1g-dev libcurl4-openssl-dev
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   libonnx-dev libonnx-testdata
-  libabsl-dev libspdlog-dev libfmt-dev
+  libabsl-dev libspdlog-dev libfmt-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev nlohmann-json3-dev libssl-dev
   libbpf-dev bpftool systemtap-sdt-dev

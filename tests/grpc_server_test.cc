@@ -5,6 +5,7 @@
 #include <functional>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "admin.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "grpc_service.grpc.pb.h"
@@ -340,7 +341,123 @@ TEST(GrpcAdminTest, TokenIsRequiredAndFunctionsAreListed) {
   grpc::ClientContext ctx3;
   ctx3.AddMetadata("authorization", "Bearer s3cret");
   cuvil::admin::v1::PatchFunctionResponse pr;
-  EXPECT_EQ(admin->PatchFunction(&ctx3, {}, &pr).error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ(admin->PatchFunction(&ctx3, {}, &pr).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+// LLVM IR for a Relu kernel over batch*width floats (args = {in, out}) that doubles its output.
+std::string DoublingReluIr(const std::string& symbol, int64_t width) {
+  return absl::StrCat(R"(
+define i32 @)",
+                      symbol, R"((ptr %args, i64 %batch) {
+entry:
+  %in = load ptr, ptr %args
+  %op = getelementptr ptr, ptr %args, i64 1
+  %out = load ptr, ptr %op
+  %n = mul i64 %batch, )",
+                      width, R"(
+  %empty = icmp eq i64 %n, 0
+  br i1 %empty, label %exit, label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %i1, %loop ]
+  %ia = getelementptr float, ptr %in, i64 %i
+  %v = load float, ptr %ia
+  %pos = fcmp ogt float %v, 0.0
+  %r = select i1 %pos, float %v, float 0.0
+  %d = fmul float %r, 2.0
+  %oa = getelementptr float, ptr %out, i64 %i
+  store float %d, ptr %oa
+  %i1 = add i64 %i, 1
+  %done = icmp eq i64 %i1, %n
+  br i1 %done, label %exit, label %loop
+exit:
+  ret i32 0
+}
+)");
+}
+
+TEST_F(GrpcServerTest, PatchFunctionSwitchesBetweenRequestsAndRollsBack) {
+  auto admin = cuvil::admin::v1::ModelAdmin::NewStub(channel_);
+  cuvil::admin::v1::ListFunctionsResponse fns;
+  {
+    grpc::ClientContext ctx;
+    cuvil::admin::v1::ListFunctionsRequest fq;
+    fq.set_name("mlp");
+    ASSERT_TRUE(admin->ListFunctions(&ctx, fq, &fns).ok());
+  }
+  ASSERT_EQ(fns.functions(1).op_type(), "Relu");
+  const std::string relu = fns.functions(1).symbol();
+  const std::string sig = fns.functions(1).signature();  // (float32[batch,W]) -> ...
+  size_t comma = sig.find(',');
+  ASSERT_NE(comma, std::string::npos);
+  const int64_t width = std::stoll(sig.substr(comma + 1));
+
+  HostTensor input = testing::ReadReference("mlp", 0, "input");
+  HostTensor expected = testing::ReadReference("mlp", 0, "output");
+  auto output = [&]() {
+    inference::ModelInferResponse r;
+    grpc::Status s = Infer(MlpRequest(input), &r);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    std::vector<float> v(expected.num_elements());
+    if (s.ok()) std::memcpy(v.data(), r.raw_output_contents(0).data(), v.size() * sizeof(float));
+    return v;
+  };
+  const std::vector<float> before = output();
+  testing::ExpectClose(before.data(), expected);
+  auto patch = [&](const std::string& ir, bool force, cuvil::admin::v1::PatchFunctionResponse* r) {
+    grpc::ClientContext ctx;
+    cuvil::admin::v1::PatchFunctionRequest q;
+    q.set_name("mlp");
+    q.set_function(relu);
+    q.set_body(ir);
+    q.set_force(force);
+    q.set_author("grpc-test");
+    return admin->PatchFunction(&ctx, q, r);
+  };
+  cuvil::admin::v1::PatchFunctionResponse pr;
+  // Refused: a syntax error, a wrong signature, and (without force) a validation mismatch. The
+  // model keeps serving the old code.
+  EXPECT_EQ(patch("define i32 @" + relu + "(", false, &pr).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(patch("define i32 @" + relu + "(ptr %a) {\n  ret i32 0\n}", false, &pr).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  grpc::Status refused = patch(DoublingReluIr(relu, width), false, &pr);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(refused.error_message(), HasSubstr("validation"));
+  EXPECT_EQ(output(), before);
+
+  ASSERT_TRUE(patch(DoublingReluIr(relu, width), true, &pr).ok());
+  EXPECT_GT(pr.max_abs_diff(), 0);
+  const std::vector<float> patched = output();
+  EXPECT_NE(patched, before);
+  EXPECT_EQ(output(), patched);  // Every response after the switch.
+  {
+    grpc::ClientContext ctx;
+    cuvil::admin::v1::ListPatchesRequest q;
+    q.set_name("mlp");
+    cuvil::admin::v1::ListPatchesResponse r;
+    ASSERT_TRUE(admin->ListPatches(&ctx, q, &r).ok());
+    ASSERT_EQ(r.patches_size(), 1);
+    EXPECT_EQ(r.patches(0).patch_id(), pr.patch_id());
+    EXPECT_EQ(r.patches(0).author(), "grpc-test");
+    EXPECT_EQ(r.patches(0).kind(), "ir");
+    EXPECT_THAT(r.patches(0).functions(), ::testing::ElementsAre(relu));
+    EXPECT_TRUE(r.patches(0).active());
+  }
+  {
+    grpc::ClientContext ctx;
+    cuvil::admin::v1::RollbackRequest q;
+    q.set_name("mlp");
+    q.set_patch_id("999999");
+    cuvil::admin::v1::RollbackResponse r;
+    EXPECT_EQ(admin->Rollback(&ctx, q, &r).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  grpc::ClientContext ctx;
+  cuvil::admin::v1::RollbackRequest q;
+  q.set_name("mlp");
+  q.set_patch_id(pr.patch_id());
+  cuvil::admin::v1::RollbackResponse r;
+  ASSERT_TRUE(admin->Rollback(&ctx, q, &r).ok());
+  EXPECT_EQ(output(), before);
 }
 
 TEST_F(GrpcServerTest, LoadParametersAreValidatedLikeHttp) {

@@ -179,6 +179,9 @@ ServerMetrics::ServerMetrics(ServerMetricsOptions options) : options_(std::move(
       Must(r.AddCounter("cuvil_jit_cache_hits", "Compiled-object cache hits.", {"model"}));
   cache_misses_ =
       Must(r.AddCounter("cuvil_jit_cache_misses", "Compiled-object cache misses.", {"model"}));
+  cache_corrupt_ =
+      Must(r.AddCounter("cuvil_jit_cache_corrupt_entries",
+                        "Cache entries refused as corrupt, truncated or foreign.", {"model"}));
   load_duration_ = Must(r.AddHistogram("cuvil_model_load_duration_seconds",
                                        "Time to load a model version until ready.", mv,
                                        kLoadBuckets, "seconds"));
@@ -314,6 +317,10 @@ void ServerMetrics::RecordCacheHit(std::string_view model) {
 
 void ServerMetrics::RecordCacheMiss(std::string_view model) {
   cache_misses_->WithLabels({model})->Increment();
+}
+
+void ServerMetrics::RecordCacheCorrupt(std::string_view model) {
+  cache_corrupt_->WithLabels({model})->Increment();
 }
 
 void ServerMetrics::RecordLoad(std::string_view model, std::string_view version, double seconds) {

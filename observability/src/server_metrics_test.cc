@@ -108,6 +108,7 @@ TEST(ServerMetricsTest, ColdPathFamilies) {
   metrics.RecordCacheHit("m");
   metrics.RecordCacheHit("m");
   metrics.RecordCacheMiss("m");
+  metrics.RecordCacheCorrupt("m");
   metrics.RecordLoad("m", "2", 1.5);
   metrics.RecordPatch("m", "2", PatchAction::kApplied);
   metrics.RecordPatch("m", "2", PatchAction::kRolledBack);
@@ -116,6 +117,7 @@ TEST(ServerMetricsTest, ColdPathFamilies) {
   EXPECT_EQ(SampleValue(body, "cuvil_jit_compile_duration_seconds_count{model=\"m\"}"), 1);
   EXPECT_EQ(SampleValue(body, "cuvil_jit_cache_hits_total{model=\"m\"}"), 2);
   EXPECT_EQ(SampleValue(body, "cuvil_jit_cache_misses_total{model=\"m\"}"), 1);
+  EXPECT_EQ(SampleValue(body, "cuvil_jit_cache_corrupt_entries_total{model=\"m\"}"), 1);
   EXPECT_EQ(SampleValue(body, "cuvil_model_load_duration_seconds_sum{model=\"m\",version=\"2\"}"),
             1.5);
   EXPECT_EQ(SampleValue(body, "cuvil_patches_total{model=\"m\",version=\"2\",action=\"applied\"}"),

@@ -1,11 +1,17 @@
 #include "admin_operations.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "load_parameters.h"
 #include "model_name.h"
+#include "spdlog/spdlog.h"
 
 namespace cuvil {
 namespace {
@@ -104,6 +110,157 @@ absl::StatusOr<cuvil::admin::v1::ListFunctionsResponse> AdminOperations::ListFun
     f->set_op_type(k.op_type);
     f->set_node_name(k.node_name);
     f->set_signature(k.signature);
+  }
+  return response;
+}
+
+namespace {
+
+// A deterministic batch-1 input per model input: floats in [-1, 1), integers 0 (a valid index).
+std::vector<HostTensor> ValidationInputs(const CompiledModel& model) {
+  std::vector<HostTensor> inputs;
+  uint32_t state = 12345;
+  for (const TensorSignature& sig : model.inputs) {
+    HostTensor t(sig.dtype, EvalShape(sig.shape, 1));
+    std::memset(t.data(), 0, t.byte_size());
+    if (sig.dtype == DType::kFloat32) {
+      float* v = t.data_as<float>();
+      for (int64_t i = 0; i < t.num_elements(); ++i) {
+        state = state * 1664525u + 1013904223u;
+        v[i] = static_cast<float>(state >> 8) / static_cast<float>(1 << 23) - 1.0f;
+      }
+    }
+    inputs.push_back(std::move(t));
+  }
+  return inputs;
+}
+
+absl::StatusOr<uint64_t> ParsePatchId(const std::string& text) {
+  uint64_t id = 0;
+  if (!absl::SimpleAtoi(text, &id) || id == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("patch_id '", text, "' is not a patch id"));
+  }
+  return id;
+}
+
+double MsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+absl::StatusOr<cuvil::admin::v1::PatchFunctionResponse> AdminOperations::PatchFunction(
+    const cuvil::admin::v1::PatchFunctionRequest& request) {
+  if (absl::Status s = ValidateModelName(request.name()); !s.ok()) return s;
+  if (!request.kind().empty() && request.kind() != "ir") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("patch kind '", request.kind(), "' is not supported (only \"ir\")"));
+  }
+  if (request.body().empty()) return absl::InvalidArgumentError("the patch body is empty");
+  auto model =
+      models_->Get(request.name(), request.version() > 0 ? absl::StrCat(request.version()) : "");
+  if (!model.ok()) return model.status();
+  LoadedModel& loaded = (*model)->mutable_loaded();
+  std::vector<std::string> functions(request.functions().begin(), request.functions().end());
+  if (!request.function().empty()) functions.push_back(request.function());
+
+  auto t0 = std::chrono::steady_clock::now();
+  auto patch = loaded.PrepareIrPatch(request.body(), functions);
+  if (!patch.ok()) return patch.status();
+  cuvil::admin::v1::PatchFunctionResponse response;
+  response.set_compile_ms(MsSince(t0));
+
+  if (!request.has_validate() || request.validate()) {
+    const double rtol = request.rtol() > 0 ? request.rtol() : 1e-3;
+    const double atol = request.atol() > 0 ? request.atol() : 1e-5;
+    std::vector<HostTensor> inputs = ValidationInputs(loaded.model());
+    auto current = loaded.RunWith(nullptr, inputs);
+    auto patched = loaded.RunWith(patch->get(), inputs);
+    if (!current.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("validation: the current code fails on the validation input: ",
+                       current.status().message()));
+    }
+    if (!patched.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("validation: the patched code fails where the current code succeeds: ",
+                       patched.status().message()));
+    }
+    std::string first_mismatch;
+    double max_diff = 0;
+    for (size_t o = 0; o < current->size(); ++o) {
+      const HostTensor& a = (*current)[o];
+      const HostTensor& b = (*patched)[o];
+      for (int64_t i = 0; i < a.num_elements(); ++i) {
+        const double old_v = a.GetAsDouble(i), new_v = b.GetAsDouble(i);
+        const double diff = std::fabs(new_v - old_v);
+        const bool nan_mismatch = std::isnan(old_v) != std::isnan(new_v);
+        if (!std::isnan(diff)) max_diff = std::max(max_diff, diff);
+        if ((nan_mismatch || diff > atol + rtol * std::fabs(old_v)) && first_mismatch.empty()) {
+          first_mismatch = absl::StrCat("output '", loaded.model().outputs[o].name, "' element ", i,
+                                        ": patched ", new_v, ", current ", old_v);
+        }
+      }
+    }
+    response.set_max_abs_diff(max_diff);
+    if (!first_mismatch.empty() && !request.force()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("validation: the patched code computes other outputs (", first_mismatch,
+                       ", rtol ", rtol, ", atol ", atol, "); set force to apply it anyway"));
+    }
+  }
+  t0 = std::chrono::steady_clock::now();
+  auto id = loaded.CommitPatch(*patch, request.author());
+  response.set_switch_us(MsSince(t0) * 1000);
+  if (!id.ok()) return id.status();
+  response.set_patch_id(absl::StrCat(*id));
+  for (const auto& f : loaded.Patches().back().functions) response.add_functions(f);
+  if (metrics_ != nullptr) {
+    metrics_->RecordPatch(request.name(), (*model)->version_string(),
+                          observability::PatchAction::kApplied);
+  }
+  spdlog::info("model '{}' version {}: patch {} applied ({}; author '{}', compile {:.1f} ms)",
+               request.name(), (*model)->version(), *id, absl::StrJoin(response.functions(), ","),
+               request.author(), response.compile_ms());
+  return response;
+}
+
+absl::StatusOr<cuvil::admin::v1::RollbackResponse> AdminOperations::Rollback(
+    const cuvil::admin::v1::RollbackRequest& request) {
+  if (absl::Status s = ValidateModelName(request.name()); !s.ok()) return s;
+  auto id = ParsePatchId(request.patch_id());
+  if (!id.ok()) return id.status();
+  auto model =
+      models_->Get(request.name(), request.version() > 0 ? absl::StrCat(request.version()) : "");
+  if (!model.ok()) return model.status();
+  auto t0 = std::chrono::steady_clock::now();
+  if (absl::Status s = (*model)->mutable_loaded().Rollback(*id); !s.ok()) return s;
+  cuvil::admin::v1::RollbackResponse response;
+  response.set_switch_us(MsSince(t0) * 1000);
+  if (metrics_ != nullptr) {
+    metrics_->RecordPatch(request.name(), (*model)->version_string(),
+                          observability::PatchAction::kRolledBack);
+  }
+  spdlog::info("model '{}' version {}: patch {} rolled back", request.name(), (*model)->version(),
+               *id);
+  return response;
+}
+
+absl::StatusOr<cuvil::admin::v1::ListPatchesResponse> AdminOperations::ListPatches(
+    const cuvil::admin::v1::ListPatchesRequest& request) const {
+  auto model =
+      models_->Get(request.name(), request.version() > 0 ? absl::StrCat(request.version()) : "");
+  if (!model.ok()) return model.status();
+  cuvil::admin::v1::ListPatchesResponse response;
+  for (const PatchRecord& r : (*model)->loaded().Patches()) {
+    auto* p = response.add_patches();
+    p->set_patch_id(absl::StrCat(r.id));
+    p->set_unix_ms(r.unix_ms);
+    p->set_kind(r.kind);
+    for (const auto& f : r.functions) p->add_functions(f);
+    p->set_author(r.author);
+    p->set_active(r.active);
+    p->set_rolled_back_unix_ms(r.rolled_back_unix_ms);
   }
   return response;
 }

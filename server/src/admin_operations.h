@@ -14,8 +14,10 @@ namespace cuvil {
 // Thread-safe.
 class AdminOperations {
  public:
-  AdminOperations(ModelManager* models, std::string admin_token)
-      : models_(models), token_(std::move(admin_token)) {}
+  // `metrics` (optional) counts patches and rollbacks.
+  AdminOperations(ModelManager* models, std::string admin_token,
+                  observability::ServerMetrics* metrics = nullptr)
+      : models_(models), token_(std::move(admin_token)), metrics_(metrics) {}
 
   // OK when no token is configured or `authorization` is "Bearer <token>" (constant-time compare);
   // Unauthenticated otherwise.
@@ -35,12 +37,26 @@ class AdminOperations {
   // The compiled functions of one READY version; NotFound / Unavailable as ModelManager::Get.
   absl::StatusOr<cuvil::admin::v1::ListFunctionsResponse> ListFunctions(
       const cuvil::admin::v1::ListFunctionsRequest& request) const;
-  // PatchFunction, Rollback, Snapshot, RestoreSnapshot: Unimplemented until hot patching lands.
+  // Compiles the patch off the request path, validates it on a deterministic batch-1 input
+  // against the current code (unless validate is false; a difference beyond the tolerance is
+  // FailedPrecondition unless force), then publishes it between executions. InvalidArgument for
+  // a malformed patch; NotFound / Unavailable as ModelManager::Get. A refused patch changes
+  // nothing.
+  absl::StatusOr<cuvil::admin::v1::PatchFunctionResponse> PatchFunction(
+      const cuvil::admin::v1::PatchFunctionRequest& request);
+  // Rolls back the latest active patch of a version (see LoadedModel::Rollback).
+  absl::StatusOr<cuvil::admin::v1::RollbackResponse> Rollback(
+      const cuvil::admin::v1::RollbackRequest& request);
+  // The patch history of a version, oldest first.
+  absl::StatusOr<cuvil::admin::v1::ListPatchesResponse> ListPatches(
+      const cuvil::admin::v1::ListPatchesRequest& request) const;
+  // Snapshot, RestoreSnapshot: Unimplemented until snapshots land.
   absl::Status NotYetImplemented(const std::string& operation) const;
 
  private:
   ModelManager* models_;
   std::string token_;
+  observability::ServerMetrics* metrics_;
 };
 
 }  // namespace cuvil

@@ -383,13 +383,32 @@ class AdminServiceImpl final : public cuvil::admin::v1::ModelAdmin::Service {
       return grpc::Status::OK;
     });
   }
-  grpc::Status PatchFunction(Ctx* c, const cuvil::admin::v1::PatchFunctionRequest*,
-                             cuvil::admin::v1::PatchFunctionResponse*) override {
-    return Authorized(c, [&] { return ToGrpc(admin_->NotYetImplemented("PatchFunction")); });
+  grpc::Status PatchFunction(Ctx* c, const cuvil::admin::v1::PatchFunctionRequest* q,
+                             cuvil::admin::v1::PatchFunctionResponse* r) override {
+    return Authorized(c, [&] {
+      auto out = admin_->PatchFunction(*q);
+      if (!out.ok()) return ToGrpc(out.status());
+      *r = std::move(*out);
+      return grpc::Status::OK;
+    });
   }
-  grpc::Status Rollback(Ctx* c, const cuvil::admin::v1::RollbackRequest*,
-                        cuvil::admin::v1::RollbackResponse*) override {
-    return Authorized(c, [&] { return ToGrpc(admin_->NotYetImplemented("Rollback")); });
+  grpc::Status Rollback(Ctx* c, const cuvil::admin::v1::RollbackRequest* q,
+                        cuvil::admin::v1::RollbackResponse* r) override {
+    return Authorized(c, [&] {
+      auto out = admin_->Rollback(*q);
+      if (!out.ok()) return ToGrpc(out.status());
+      *r = std::move(*out);
+      return grpc::Status::OK;
+    });
+  }
+  grpc::Status ListPatches(Ctx* c, const cuvil::admin::v1::ListPatchesRequest* q,
+                           cuvil::admin::v1::ListPatchesResponse* r) override {
+    return Authorized(c, [&] {
+      auto out = admin_->ListPatches(*q);
+      if (!out.ok()) return ToGrpc(out.status());
+      *r = std::move(*out);
+      return grpc::Status::OK;
+    });
   }
   grpc::Status Snapshot(Ctx* c, const cuvil::admin::v1::SnapshotRequest*,
                         cuvil::admin::v1::SnapshotResponse*) override {

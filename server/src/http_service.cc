@@ -183,6 +183,11 @@ class HttpServiceImpl final : public HttpService {
   void AdminUnload(Response& res, const std::string& body, const std::string& name);
   void AdminListModels(Response& res);
   void AdminListFunctions(Response& res, const std::string& name, const std::string& version);
+  void AdminListPatches(Response& res, const std::string& name, const std::string& version);
+  void AdminPatch(Response& res, const std::string& body, const std::string& name,
+                  const std::string& version);
+  void AdminRollback(Response& res, const std::string& body, const std::string& name,
+                     const std::string& version);
 
   HttpServiceOptions options_;
   ModelManager* models_;
@@ -384,6 +389,9 @@ void HttpServiceImpl::HandleGet(const Request& req, Response& res) {
     if (n == 6 && p[3] == "versions" && p[5] == "functions") {
       return AdminListFunctions(res, std::string(p[2]), std::string(p[4]));
     }
+    if (n == 6 && p[3] == "versions" && p[5] == "patches") {
+      return AdminListPatches(res, std::string(p[2]), std::string(p[4]));
+    }
   }
   SetError(res, 404, "not found: GET " + req.path);
 }
@@ -431,11 +439,11 @@ void HttpServiceImpl::HandlePost(const Request& req, Response& res, const Conten
       if (n == 3 && p[2] == "load") return AdminLoad(res, *body);
       if (n == 4 && p[3] == "unload") return AdminUnload(res, *body, std::string(p[2]));
       if (n == 6 && p[3] == "versions") {
-        static const std::pair<std::string_view, const char*> kOps[] = {
-            {"patch", "PatchFunction"}, {"rollback", "Rollback"}, {"snapshot", "Snapshot"}};
-        for (const auto& [route, op] : kOps) {
-          if (p[5] == route) return SetError(res, admin_->NotYetImplemented(op));
+        if (p[5] == "patch") return AdminPatch(res, *body, std::string(p[2]), std::string(p[4]));
+        if (p[5] == "rollback") {
+          return AdminRollback(res, *body, std::string(p[2]), std::string(p[4]));
         }
+        if (p[5] == "snapshot") return SetError(res, admin_->NotYetImplemented("Snapshot"));
       }
     }
     if (n == 3 && p[1] == "snapshots" && p[2] == "restore") {
@@ -730,6 +738,113 @@ void HttpServiceImpl::AdminListFunctions(Response& res, const std::string& name,
                          {"signature", f.signature()}});
   }
   SetJson(res, 200, json{{"functions", std::move(functions)}});
+}
+
+// POST .../versions/{v}/patch {"ir": TEXT, "function"?: SYMBOL, "functions"?: [..],
+// "validate"?: bool, "force"?: bool, "rtol"?: x, "atol"?: x, "author"?: NAME}
+void HttpServiceImpl::AdminPatch(Response& res, const std::string& body, const std::string& name,
+                                 const std::string& version) {
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(version, &v)) {
+    return SetError(res, 400, absl::StrCat("version '", version, "' is not a number"));
+  }
+  absl::StatusOr<json> parsed = ParseBody(body);
+  if (!parsed.ok()) return SetError(res, parsed.status());
+  absl::StatusOr<std::string> ir = StringField(*parsed, "ir");
+  absl::StatusOr<std::string> function = StringField(*parsed, "function");
+  absl::StatusOr<std::string> author = StringField(*parsed, "author");
+  absl::StatusOr<std::string> kind = StringField(*parsed, "kind");
+  absl::StatusOr<bool> validate = BoolField(*parsed, "validate", true);
+  absl::StatusOr<bool> force = BoolField(*parsed, "force", false);
+  for (const absl::Status& s : {ir.status(), function.status(), author.status(), kind.status(),
+                                validate.status(), force.status()}) {
+    if (!s.ok()) return SetError(res, s);
+  }
+  cuvil::admin::v1::PatchFunctionRequest request;
+  request.set_name(name);
+  request.set_version(v);
+  request.set_body(*ir);
+  request.set_function(*function);
+  request.set_author(*author);
+  request.set_kind(*kind);
+  request.set_validate(*validate);
+  request.set_force(*force);
+  if (parsed->contains("functions")) {
+    const json& fs = (*parsed)["functions"];
+    if (!fs.is_array()) return SetError(res, 400, "'functions' must be an array of strings");
+    for (const json& f : fs) {
+      if (!f.is_string()) return SetError(res, 400, "'functions' must be an array of strings");
+      request.add_functions(f.get<std::string>());
+    }
+  }
+  for (const char* key : {"rtol", "atol"}) {
+    if (!parsed->contains(key)) continue;
+    const json& x = (*parsed)[key];
+    if (!x.is_number() || x.get<double>() < 0) {
+      return SetError(res, 400, absl::StrCat("'", key, "' must be a non-negative number"));
+    }
+    if (std::string_view(key) == "rtol") {
+      request.set_rtol(x.get<double>());
+    } else {
+      request.set_atol(x.get<double>());
+    }
+  }
+  auto out = admin_->PatchFunction(request);
+  if (!out.ok()) return SetError(res, out.status());
+  json functions = json::array();
+  for (const auto& f : out->functions()) functions.push_back(f);
+  SetJson(res, 200,
+          json{{"patch_id", out->patch_id()},
+               {"functions", std::move(functions)},
+               {"max_abs_diff", out->max_abs_diff()},
+               {"compile_ms", out->compile_ms()},
+               {"switch_us", out->switch_us()}});
+}
+
+// POST .../versions/{v}/rollback {"patch_id": ID}
+void HttpServiceImpl::AdminRollback(Response& res, const std::string& body, const std::string& name,
+                                    const std::string& version) {
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(version, &v)) {
+    return SetError(res, 400, absl::StrCat("version '", version, "' is not a number"));
+  }
+  absl::StatusOr<json> parsed = ParseBody(body);
+  if (!parsed.ok()) return SetError(res, parsed.status());
+  absl::StatusOr<std::string> id = StringField(*parsed, "patch_id");
+  if (!id.ok()) return SetError(res, id.status());
+  cuvil::admin::v1::RollbackRequest request;
+  request.set_name(name);
+  request.set_version(v);
+  request.set_patch_id(*id);
+  auto out = admin_->Rollback(request);
+  if (!out.ok()) return SetError(res, out.status());
+  SetJson(res, 200, json{{"switch_us", out->switch_us()}});
+}
+
+void HttpServiceImpl::AdminListPatches(Response& res, const std::string& name,
+                                       const std::string& version) {
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(version, &v)) {
+    return SetError(res, 400, absl::StrCat("version '", version, "' is not a number"));
+  }
+  cuvil::admin::v1::ListPatchesRequest request;
+  request.set_name(name);
+  request.set_version(v);
+  auto list = admin_->ListPatches(request);
+  if (!list.ok()) return SetError(res, list.status());
+  json patches = json::array();
+  for (const auto& p : list->patches()) {
+    json functions = json::array();
+    for (const auto& f : p.functions()) functions.push_back(f);
+    patches.push_back({{"patch_id", p.patch_id()},
+                       {"unix_ms", p.unix_ms()},
+                       {"kind", p.kind()},
+                       {"functions", std::move(functions)},
+                       {"author", p.author()},
+                       {"active", p.active()},
+                       {"rolled_back_unix_ms", p.rolled_back_unix_ms()}});
+  }
+  SetJson(res, 200, json{{"patches", std::move(patches)}});
 }
 
 }  // namespace

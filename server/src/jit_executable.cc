@@ -52,7 +52,8 @@ absl::Status JitExecutable::Run(const void* const* inputs,
                                 void* const* outputs, int64_t batch, void* arena) const {
   if (auto s = model_->CheckInputShapes(input_shapes, batch); !s.ok()) return s;
   // A nonzero result is the request's data at fault (e.g. an index out of bounds).
-  return EntryStatus(model_->entry()(inputs, outputs, batch, arena));
+  // Execute: one kernel table per execution, and a guard that keeps rolled-back code alive.
+  return EntryStatus(model_->Execute(inputs, outputs, batch, arena));
 }
 
 }  // namespace cuvil

@@ -1,7 +1,9 @@
 // cuvil-server: serves compiled ONNX models over KServe v2 gRPC and HTTP.
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <type_traits>
@@ -10,6 +12,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "cuvil/jitcache/object_cache.h"
 #include "cuvil/observability/logging.h"
 #include "cuvil/server/server.h"
 #include "model_name.h"
@@ -42,6 +45,11 @@ constexpr char kHelp[] =
     "  --http-threads N            HTTP handler threads (default 32)\n"
     "  --log-level LEVEL           trace | debug | info | warn | error (default info)\n"
     "  --log-format FORMAT         text | json (default text; one line per event on stderr)\n"
+    "  --jit-cache-dir DIR         persistent JIT cache (default $XDG_CACHE_HOME/cuvil or\n"
+    "                              ~/.cache/cuvil); several servers may share it\n"
+    "  --jit-cache-max-bytes N     evict least recently used cache entries above N bytes\n"
+    "                              (default 0: unlimited)\n"
+    "  --no-jit-cache              compile every model (no disk or in-memory cache)\n"
     "  --metrics-compat triton     also export Triton's nv_inference_* metric names\n"
     "  --metrics-window-secs N     sliding window of the latency summary (default 60)\n";
 
@@ -67,6 +75,10 @@ int main(int argc, char** argv) {
       options.insecure_admin = true;
       continue;
     }
+    if (flag == "--no-jit-cache") {
+      options.jit_cache = false;
+      continue;
+    }
     std::string value;
     if (auto eq = flag.find('='); eq != std::string::npos) {
       value = flag.substr(eq + 1);
@@ -86,6 +98,11 @@ int main(int argc, char** argv) {
     bool ok = true;
     if (name == "--model-repository") {
       options.model_repositories.push_back(value);
+    } else if (name == "--jit-cache-dir") {
+      options.jit_cache_dir = value;
+      ok = !value.empty();
+    } else if (name == "--jit-cache-max-bytes") {
+      ok = int_flag(&options.jit_cache_max_bytes);
     } else if (name == "--grpc-port") {
       ok = int_flag(&options.grpc_port);
     } else if (name == "--http-port") {
@@ -152,6 +169,20 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_logger_mt("cuvil"));
   if (auto s = cuvil::observability::ConfigureLogging(log_level, log_format); !s.ok()) {
     return Usage(std::string(s.message()));
+  }
+
+  if (options.jit_cache && options.jit_cache_dir.empty()) {
+    // The default folder is a convenience: when it cannot be used, cache in memory only.
+    auto dir = cuvil::DefaultJitCacheDir();
+    std::error_code ec;
+    if (dir.ok() && (std::filesystem::create_directories(*dir, ec), !ec) &&
+        access(dir->c_str(), W_OK) == 0) {
+      options.jit_cache_dir = *dir;
+    } else {
+      spdlog::warn("no usable default JIT cache folder ({}); caching in memory only",
+                   dir.ok() ? *dir + ": " + (ec ? ec.message() : "not writable")
+                            : std::string(dir.status().message()));
+    }
   }
 
   // Signals are taken synchronously by the main thread; every other thread inherits the mask.

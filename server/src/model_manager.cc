@@ -260,13 +260,15 @@ struct ModelManager::Impl {
 
   ServerMetrics* metrics;
   uint64_t max_request_bytes;
+  ObjectCache* cache;
 
   Impl(JitEngine* e, const ModelRepository* r, const ModelManagerOptions& options)
       : engine(e),
         repository(r),
         loaders(options.loader_threads),
         metrics(options.metrics),
-        max_request_bytes(options.max_request_bytes) {}
+        max_request_bytes(options.max_request_bytes),
+        cache(options.cache) {}
 
   absl::Status UnloadModel(const std::string& name, bool by_operator);
 
@@ -293,14 +295,36 @@ struct ModelManager::Impl {
     auto t0 = std::chrono::steady_clock::now();
     CUVIL_PROBE_JIT_COMPILE_START(name.c_str());
     CompileOptions options;
-    auto compiled =
-        bytes.empty() ? CompileOnnxFile(path, options) : CompileOnnxBytes(bytes, options);
+    CacheLookup lookup;
+    auto compiled = cache != nullptr ? cache->Compile(path, bytes, options, &lookup)
+                    : bytes.empty()  ? CompileOnnxFile(path, options)
+                                     : CompileOnnxBytes(bytes, options);
     if (!compiled.ok()) return compiled.status();
-    const uint64_t compilations = 1;  // This load ran the compiler once (no cache yet).
+    // The compiler ran for this load unless the JIT cache had the model.
+    const uint64_t compilations = lookup.outcome == CacheOutcome::kMiss ? 1 : 0;
     double compile_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     CUVIL_PROBE_JIT_COMPILE_DONE(name.c_str(), static_cast<int64_t>(compile_ms * 1e6));
-    if (metrics != nullptr) metrics->RecordCompile(name, compile_ms / 1000);
+    if (cache != nullptr) {
+      if (lookup.outcome == CacheOutcome::kMiss) {
+        CUVIL_PROBE_CACHE_MISS(name.c_str());
+      } else {
+        CUVIL_PROBE_CACHE_HIT(name.c_str());
+      }
+      spdlog::info("model '{}' version {}: JIT cache {} (key {}, {:.1f} ms)", name, version,
+                   CacheOutcomeName(lookup.outcome), lookup.key, compile_ms);
+    }
+    if (metrics != nullptr) {
+      if (compilations > 0) metrics->RecordCompile(name, compile_ms / 1000);
+      if (cache != nullptr) {
+        if (lookup.outcome == CacheOutcome::kMiss) {
+          metrics->RecordCacheMiss(name);
+        } else {
+          metrics->RecordCacheHit(name);
+        }
+        if (lookup.refused_entry) metrics->RecordCacheCorrupt(name);
+      }
+    }
     if (config.name().empty()) config.set_name(name);
     if (auto s = CompleteModelConfig(*compiled, &config); !s.ok()) return s;
     if (config.max_batch_size() == 0) {

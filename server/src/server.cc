@@ -24,6 +24,7 @@ struct CuvilServer::Impl {
   ServerInfo info;
   std::unique_ptr<observability::ServerMetrics> metrics_registry;
   std::unique_ptr<JitEngine> engine;
+  std::unique_ptr<ObjectCache> cache;  // Outlives the model manager (declared before it).
   std::unique_ptr<ModelRepository> repository;
   std::unique_ptr<ModelManager> models;
   std::unique_ptr<AdminOperations> admin;
@@ -103,12 +104,25 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
   auto engine = JitEngine::Create();
   if (!engine.ok()) return engine.status();
   s.engine = std::move(*engine);
+  if (options.jit_cache) {
+    ObjectCacheOptions cache_options;
+    cache_options.dir = options.jit_cache_dir;
+    cache_options.max_bytes = options.jit_cache_max_bytes;
+    auto cache = ObjectCache::Create(cache_options);
+    if (!cache.ok()) return cache.status();
+    s.cache = std::move(*cache);
+    spdlog::info("JIT cache: {}", options.jit_cache_dir.empty() ? std::string("in memory only")
+                                                                : options.jit_cache_dir);
+  }
   s.repository = std::make_unique<ModelRepository>(options.model_repositories);
-  s.models = std::make_unique<ModelManager>(
-      s.engine.get(), s.repository.get(),
-      ModelManagerOptions{options.loader_threads, s.metrics_registry.get(),
-                          static_cast<uint64_t>(options.max_request_bytes)});
-  s.admin = std::make_unique<AdminOperations>(s.models.get(), options.admin_token);
+  ModelManagerOptions manager_options;
+  manager_options.loader_threads = options.loader_threads;
+  manager_options.metrics = s.metrics_registry.get();
+  manager_options.max_request_bytes = static_cast<uint64_t>(options.max_request_bytes);
+  manager_options.cache = s.cache.get();
+  s.models = std::make_unique<ModelManager>(s.engine.get(), s.repository.get(), manager_options);
+  s.admin = std::make_unique<AdminOperations>(s.models.get(), options.admin_token,
+                                              s.metrics_registry.get());
 
   GrpcServiceOptions grpc_options;
   grpc_options.bind_address = options.bind_address;

@@ -120,6 +120,11 @@ class ModuleBuilder {
     weights_ =
         new llvm::GlobalVariable(*module_, llvm::Type::getInt8Ty(context_), true,
                                  llvm::GlobalValue::ExternalLinkage, nullptr, kWeightsSymbol);
+    // The table an execution uses: one acquire load per execution (see BuildEntry).
+    table_ptr_ = new llvm::GlobalVariable(*module_, ptr, /*isConstant=*/false,
+                                          llvm::GlobalValue::ExternalLinkage, table_,
+                                          kFunctionTablePtrSymbol);
+    table_ptr_->setAlignment(llvm::Align(8));
     BuildEntry(kernel_ty);
     std::string err;
     llvm::raw_string_ostream os(err);
@@ -162,15 +167,35 @@ class ModuleBuilder {
   void BuildEntry(llvm::FunctionType* kernel_ty) {
     llvm::Type* ptr = llvm::PointerType::getUnqual(context_);
     llvm::Type* i64 = llvm::Type::getInt64Ty(context_);
+    // cuvil_entry_table(inputs, outputs, batch, arena, table) runs the model with the kernels of
+    // `table`; cuvil_entry reads cuvil_fn_table_ptr once and calls it. Either way one execution
+    // uses one table throughout, so a hot patch publishing a new table takes effect between
+    // executions, never inside one.
     auto* entry_ty =
         llvm::FunctionType::get(llvm::Type::getInt32Ty(context_), {ptr, ptr, i64, ptr}, false);
-    llvm::Function* entry = llvm::Function::Create(entry_ty, llvm::Function::ExternalLinkage,
-                                                   kEntrySymbol, module_.get());
+    auto* with_table_ty =
+        llvm::FunctionType::get(llvm::Type::getInt32Ty(context_), {ptr, ptr, i64, ptr, ptr}, false);
+    llvm::Function* entry = llvm::Function::Create(with_table_ty, llvm::Function::ExternalLinkage,
+                                                   kEntryWithTableSymbol, module_.get());
     SetAttributes(entry);
+    {
+      llvm::Function* plain = llvm::Function::Create(entry_ty, llvm::Function::ExternalLinkage,
+                                                     kEntrySymbol, module_.get());
+      SetAttributes(plain);
+      llvm::IRBuilder<> pb(llvm::BasicBlock::Create(context_, "entry", plain));
+      // Acquire pairs with the release store that publishes a patched table.
+      llvm::LoadInst* t = pb.CreateLoad(ptr, table_ptr_);
+      t->setAtomic(llvm::AtomicOrdering::Acquire);
+      t->setAlignment(llvm::Align(8));
+      pb.CreateRet(pb.CreateCall(
+          with_table_ty, entry,
+          {plain->getArg(0), plain->getArg(1), plain->getArg(2), plain->getArg(3), t}));
+    }
     llvm::Value* inputs = entry->getArg(0);
     llvm::Value* outputs = entry->getArg(1);
     llvm::Value* batch = entry->getArg(2);
     llvm::Value* arena = entry->getArg(3);
+    llvm::Value* table = entry->getArg(4);
     llvm::IRBuilder<> b(llvm::BasicBlock::Create(context_, "entry", entry));
     unlikely_ = llvm::MDBuilder(context_).createBranchWeights(1, 1 << 20);
     size_t max_args = 1;
@@ -192,8 +217,8 @@ class ModuleBuilder {
                 : llvm::ConstantPointerNull::get(llvm::PointerType::getUnqual(context_));
         b.CreateStore(p, b.CreateConstGEP1_64(ptr, args, slot++));
       }
-      // Acquire pairs with the release store of a hot patch that redirects this slot.
-      auto* slot_ptr = b.CreateConstGEP2_64(table_->getValueType(), table_, 0, index);
+      // Acquire pairs with the release store of a tool that redirects this slot in place.
+      auto* slot_ptr = b.CreateConstGEP1_64(ptr, table, index);
       llvm::LoadInst* fn = b.CreateLoad(ptr, slot_ptr);
       fn->setAtomic(llvm::AtomicOrdering::Acquire);
       fn->setAlignment(llvm::Align(8));
@@ -228,6 +253,7 @@ class ModuleBuilder {
   llvm::LLVMContext context_;
   std::unique_ptr<llvm::Module> module_;
   llvm::GlobalVariable* table_ = nullptr;
+  llvm::GlobalVariable* table_ptr_ = nullptr;
   llvm::GlobalVariable* weights_ = nullptr;
   llvm::MDNode* unlikely_ = nullptr;  // Branch weights of the entry's failure exits.
 };

@@ -5,8 +5,14 @@
 //   int32_t cuvil_entry(const void* const* inputs, void* const* outputs, int64_t batch, void*
 //   arena)
 //                              0 on success, else an EntryError (the outputs are then unspecified)
-//   void*   cuvil_fn_table[]   one pointer per kernel; entry calls kernels through it, so a kernel
-//                              can be redirected (hot patching) by storing a new pointer
+//   int32_t cuvil_entry_table(inputs, outputs, batch, arena, void* const* table)
+//                              the same, calling kernel i through table[i]
+//   void*   cuvil_fn_table[]   one pointer per kernel (the compiled kernels)
+//   void**  cuvil_fn_table_ptr the table cuvil_entry uses, read once per execution (acquire), so a
+//                              hot patch publishes a whole new table with one release store and
+//                              every execution runs entirely on the old or the new kernels; it
+//                              starts as cuvil_fn_table, whose slots may also be redirected in
+//                              place
 // and imports `cuvil_weights` (the weights blob) and the runtime library's cuvil_rt_* symbols.
 #ifndef CUVIL_COMPILER_COMPILED_MODEL_H_
 #define CUVIL_COMPILER_COMPILED_MODEL_H_
@@ -23,7 +29,9 @@
 namespace cuvil {
 
 inline constexpr char kEntrySymbol[] = "cuvil_entry";
+inline constexpr char kEntryWithTableSymbol[] = "cuvil_entry_table";
 inline constexpr char kFunctionTableSymbol[] = "cuvil_fn_table";
+inline constexpr char kFunctionTablePtrSymbol[] = "cuvil_fn_table_ptr";
 inline constexpr char kWeightsSymbol[] = "cuvil_weights";
 
 // Nonzero results of cuvil_entry: data-dependent failures the generated code detects instead of

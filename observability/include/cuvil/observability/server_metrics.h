@@ -16,7 +16,8 @@
 //   cuvil_request_latency_seconds{quantile=0.5|0.9|0.99}              summary, sliding window
 //   cuvil_pending_requests, cuvil_model_ready, cuvil_model_memory_bytes   gauges
 //   cuvil_jit_compile_duration_seconds{model}                         histogram
-//   cuvil_jit_cache_hits_total{model}, cuvil_jit_cache_misses_total{model}   counters
+//   cuvil_jit_cache_hits_total{model}, cuvil_jit_cache_misses_total{model},
+//   cuvil_jit_cache_corrupt_entries_total{model}                       counters
 //   cuvil_model_load_duration_seconds                                 histogram
 //   cuvil_patches_total{model,version,action="applied|rolled_back"}   counter
 //   process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds,
@@ -118,6 +119,8 @@ class ServerMetrics {
   void RecordCompile(std::string_view model, double seconds);
   void RecordCacheHit(std::string_view model);
   void RecordCacheMiss(std::string_view model);
+  // A disk cache entry was refused (corrupt, truncated or foreign) and the model recompiled.
+  void RecordCacheCorrupt(std::string_view model);
   void RecordLoad(std::string_view model, std::string_view version, double seconds);
   void RecordPatch(std::string_view model, std::string_view version, PatchAction action);
 
@@ -148,6 +151,7 @@ class ServerMetrics {
   Family<Histogram>* jit_compile_;
   Family<Counter>* cache_hits_;
   Family<Counter>* cache_misses_;
+  Family<Counter>* cache_corrupt_;
   Family<Histogram>* load_duration_;
   Family<Counter>* patches_;
   Family<Gauge>* build_info_;

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "cuvil/jitcache/jit_engine.h"
+#include "cuvil/jitcache/object_cache.h"
 #include "cuvil/observability/server_metrics.h"
 #include "cuvil/scheduler/executable.h"
 #include "cuvil/scheduler/scheduler.h"
@@ -43,6 +44,8 @@ class ModelVersion {
   const inference::ModelConfig& config() const { return config_; }
   const Executable& executable() const { return *executable_; }
   const LoadedModel& loaded() const { return *loaded_; }
+  // The loaded code for hot patching (LoadedModel's patch operations are thread-safe).
+  LoadedModel& mutable_loaded() { return *loaded_; }
   double compile_ms() const { return compile_ms_; }
   // Where this version records request metrics (null when metrics are off).
   const std::shared_ptr<ModelMetrics>& metrics() const { return metrics_; }
@@ -101,6 +104,7 @@ struct LoadRequest {
 struct ModelManagerOptions {
   int loader_threads = 1;
   ServerMetrics* metrics = nullptr;  // Optional; must outlive the manager.
+  ObjectCache* cache = nullptr;      // Optional JIT cache; must outlive the manager.
   // A model whose smallest request (batch 1) is larger than this cannot be served: its load fails
   // instead of allocating a warm-up input that size.
   uint64_t max_request_bytes = uint64_t{1} << 30;

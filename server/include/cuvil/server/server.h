@@ -39,6 +39,11 @@ struct ServerOptions {
   int loader_threads = 1;
   // HTTP handler threads; a keep-alive connection holds one while it is open.
   int http_threads = 32;
+  // Persistent JIT cache folder; empty keeps compiled models in memory only (cuvil-server's
+  // --jit-cache-dir defaults to $XDG_CACHE_HOME/cuvil). jit_cache false turns the cache off.
+  std::string jit_cache_dir;
+  bool jit_cache = true;
+  uint64_t jit_cache_max_bytes = 0;    // 0: unlimited; otherwise LRU eviction above it.
   bool metrics_triton_compat = false;  // Also export Triton's nv_inference_* names.
   int metrics_window_secs = 60;        // Sliding window of the latency summary.
 };

@@ -1,0 +1,102 @@
+// The JIT cache: compiled models keyed by a content hash, kept in memory and on disk.
+//
+// The key is the XXH3-128 of the model bytes and its external data files, the compile options,
+// the target triple, host CPU name and features, and the compiler's version and build identity.
+// A disk entry is one file `<dir>/<key>.cjc` holding a versioned, checksummed protobuf
+// (jitcache/proto/jit_cache.proto) with the whole CompiledModel; it is written to a temporary
+// file and renamed, so readers in other processes sharing the directory never see half an entry.
+// A corrupt, truncated or foreign entry is logged, counted, removed and recompiled, never loaded.
+// In memory, recently compiled models are kept (bounded by bytes) so loading the same bytes under
+// another name or version does not compile again; concurrent lookups of one key compile once.
+#ifndef CUVIL_JITCACHE_OBJECT_CACHE_H_
+#define CUVIL_JITCACHE_OBJECT_CACHE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "cuvil/compiler/compiled_model.h"
+#include "cuvil/compiler/compiler.h"
+
+namespace cuvil {
+
+// Bumped whenever generated code or the CompiledModel contract changes meaning; part of the key.
+inline constexpr char kCompilerVersion[] = "cuvil-compiler-2";
+// Version of the on-disk entry format; entries of another version are refused (and replaced).
+inline constexpr uint32_t kCacheFormatVersion = 1;
+
+struct ObjectCacheOptions {
+  // Folder of the persistent cache (created when missing); empty keeps the cache in memory only.
+  std::string dir;
+  // Largest total size of the disk entries; least recently used entries are evicted above it.
+  // 0: unlimited.
+  uint64_t max_bytes = 0;
+  // Largest total size of the compiled models kept in memory; 0 keeps none.
+  uint64_t memory_max_bytes = uint64_t{512} << 20;
+};
+
+// Where a CompiledModel came from.
+enum class CacheOutcome { kMiss, kDiskHit, kMemoryHit };
+
+// "miss", "hit" (disk) or "memory".
+const char* CacheOutcomeName(CacheOutcome outcome);
+
+// What one Compile call found.
+struct CacheLookup {
+  CacheOutcome outcome = CacheOutcome::kMiss;
+  std::string key;             // 32 hex digits.
+  bool refused_entry = false;  // A disk entry for the key existed but was corrupt or foreign.
+};
+
+struct ObjectCacheStats {
+  uint64_t memory_hits = 0;
+  uint64_t disk_hits = 0;
+  uint64_t misses = 0;
+  uint64_t corrupt = 0;    // Disk entries refused (corrupt, truncated, foreign, old format).
+  uint64_t stores = 0;     // Disk entries written.
+  uint64_t evictions = 0;  // Disk entries removed to stay under max_bytes.
+};
+
+// $XDG_CACHE_HOME/cuvil, else $HOME/.cache/cuvil. FailedPrecondition when neither is set.
+absl::StatusOr<std::string> DefaultJitCacheDir();
+
+// Thread-safe; several processes may share one directory.
+class ObjectCache {
+ public:
+  // Creates the directory if needed. InvalidArgument/Internal when it cannot be created or is not
+  // writable.
+  static absl::StatusOr<std::unique_ptr<ObjectCache>> Create(ObjectCacheOptions options);
+  ~ObjectCache();
+  ObjectCache(const ObjectCache&) = delete;
+  ObjectCache& operator=(const ObjectCache&) = delete;
+
+  // Compiles the ONNX model at `path` (when `bytes` is empty) or held in `bytes`, or returns the
+  // cached result for the same key. Compile errors are returned as CompileOnnx* reports them and
+  // are not cached. A request with options.emit_llvm_path set always compiles (and stores).
+  // `lookup`, when given, says where the result came from.
+  absl::StatusOr<CompiledModel> Compile(const std::string& path, const std::string& bytes,
+                                        const CompileOptions& options,
+                                        CacheLookup* lookup = nullptr);
+
+  // The cache key (32 hex digits) Compile would use. NotFound when the model cannot be read.
+  absl::StatusOr<std::string> Key(const std::string& path, const std::string& bytes,
+                                  const CompileOptions& options) const;
+  // Path of the disk entry for `key` (empty without a directory).
+  std::string EntryPath(const std::string& key) const;
+  // Drops the in-memory entries (the disk cache is kept); lets tests exercise disk hits.
+  void ClearMemory();
+
+  ObjectCacheStats stats() const;
+  const ObjectCacheOptions& options() const { return options_; }
+
+ private:
+  explicit ObjectCache(ObjectCacheOptions options);
+  struct Impl;
+  ObjectCacheOptions options_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cuvil
+
+#endif  // CUVIL_JITCACHE_OBJECT_CACHE_H_

@@ -1,0 +1,257 @@
+// The JIT cache: hits after misses, refusal of corrupt/truncated/foreign entries, key sensitivity,
+// LRU eviction and in-process reuse.
+#include "cuvil/jitcache/object_cache.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "cuvil/jitcache/jit_engine.h"
+#include "gtest/gtest.h"
+#include "test_models.h"
+
+namespace cuvil {
+namespace {
+namespace fs = std::filesystem;
+
+class ObjectCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("cuvil_object_cache_test_" + std::to_string(getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::unique_ptr<ObjectCache> MakeCache(uint64_t max_bytes = 0) {
+    ObjectCacheOptions options;
+    options.dir = dir_.string();
+    options.max_bytes = max_bytes;
+    auto cache = ObjectCache::Create(options);
+    EXPECT_TRUE(cache.ok()) << cache.status();
+    return std::move(*cache);
+  }
+
+  // Compiles through `cache` and checks the result computes y = x + value.
+  CacheLookup CompileAndCheck(ObjectCache& cache, const std::string& bytes, float value,
+                              const CompileOptions& options = {}) {
+    CacheLookup lookup;
+    auto model = cache.Compile("", bytes, options, &lookup);
+    EXPECT_TRUE(model.ok()) << model.status();
+    if (!model.ok()) return lookup;
+    auto engine = JitEngine::Create();
+    EXPECT_TRUE(engine.ok());
+    auto loaded = (*engine)->Load("m/1", std::move(*model));
+    EXPECT_TRUE(loaded.ok()) << loaded.status();
+    if (!loaded.ok()) return lookup;
+    HostTensor x(DType::kFloat32, {2, 8});
+    for (int i = 0; i < 16; ++i) x.data_as<float>()[i] = static_cast<float>(i);
+    auto out = (*loaded)->Run({x});
+    EXPECT_TRUE(out.ok()) << out.status();
+    for (int i = 0; out.ok() && i < 16; ++i) {
+      EXPECT_FLOAT_EQ((*out)[0].data_as<float>()[i], static_cast<float>(i) + value);
+    }
+    return lookup;
+  }
+
+  static void Overwrite(const std::string& path, const std::string& data) {
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f << data;
+  }
+  static std::string Slurp(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(ObjectCacheTest, MissThenMemoryHitThenDiskHit) {
+  auto cache = MakeCache();
+  const std::string bytes = testing::BinaryWithConstant("Add", 8, 0.5f);
+  uint64_t before = TotalCompilations();
+  CacheLookup first = CompileAndCheck(*cache, bytes, 0.5f);
+  EXPECT_EQ(first.outcome, CacheOutcome::kMiss);
+  EXPECT_EQ(first.key.size(), 32u);
+  EXPECT_TRUE(fs::exists(cache->EntryPath(first.key)));
+  EXPECT_EQ(CompileAndCheck(*cache, bytes, 0.5f).outcome, CacheOutcome::kMemoryHit);
+  cache->ClearMemory();
+  EXPECT_EQ(CompileAndCheck(*cache, bytes, 0.5f).outcome, CacheOutcome::kDiskHit);
+  // Another cache object (another process, as far as the files are concerned) hits too.
+  auto other = MakeCache();
+  EXPECT_EQ(CompileAndCheck(*other, bytes, 0.5f).outcome, CacheOutcome::kDiskHit);
+  EXPECT_EQ(TotalCompilations() - before, 1u);
+  ObjectCacheStats s = cache->stats();
+  EXPECT_EQ(s.misses, 1u);
+  EXPECT_EQ(s.memory_hits, 1u);
+  EXPECT_EQ(s.disk_hits, 1u);
+  EXPECT_EQ(s.stores, 1u);
+  EXPECT_EQ(s.corrupt, 0u);
+}
+
+TEST_F(ObjectCacheTest, MemoryOnlyCacheReusesSameBytes) {
+  auto cache = ObjectCache::Create({});
+  ASSERT_TRUE(cache.ok());
+  const std::string bytes = testing::BinaryWithConstant("Add", 8, 1.5f);
+  uint64_t before = TotalCompilations();
+  EXPECT_EQ(CompileAndCheck(**cache, bytes, 1.5f).outcome, CacheOutcome::kMiss);
+  EXPECT_EQ(CompileAndCheck(**cache, bytes, 1.5f).outcome, CacheOutcome::kMemoryHit);
+  EXPECT_EQ(TotalCompilations() - before, 1u);
+  EXPECT_EQ((*cache)->EntryPath("x"), "");
+}
+
+TEST_F(ObjectCacheTest, ConcurrentLookupsOfOneKeyCompileOnce) {
+  auto cache = MakeCache();
+  const std::string bytes = testing::BinaryWithConstant("Mul", 8, 3.0f);
+  uint64_t before = TotalCompilations();
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&] {
+      if (cache->Compile("", bytes, {}).ok()) ok.fetch_add(1);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 4);
+  EXPECT_EQ(TotalCompilations() - before, 1u);
+}
+
+TEST_F(ObjectCacheTest, CorruptTruncatedAndForeignEntriesAreRecompiled) {
+  const std::string bytes = testing::BinaryWithConstant("Add", 8, 2.0f);
+  const std::string other_bytes = testing::BinaryWithConstant("Add", 8, 7.0f);
+  auto cache = MakeCache();
+  CacheLookup first = CompileAndCheck(*cache, bytes, 2.0f);
+  CacheLookup other = CompileAndCheck(*cache, other_bytes, 7.0f);
+  const std::string path = cache->EntryPath(first.key);
+  const std::string good = Slurp(path);
+  ASSERT_GT(good.size(), 100u);
+
+  std::string flipped = good;
+  flipped[flipped.size() / 2] ^= 0x5a;
+  std::string wrong_key = Slurp(cache->EntryPath(other.key));  // Valid entry, other key.
+  const std::vector<std::pair<std::string, std::string>> damages = {
+      {"bit flip", flipped},
+      {"truncated", good.substr(0, good.size() / 2)},
+      {"empty", ""},
+      {"foreign", "this is not a cache entry at all"},
+      {"another key's entry", wrong_key},
+  };
+  uint64_t corrupt = 0;
+  for (const auto& [what, data] : damages) {
+    SCOPED_TRACE(what);
+    Overwrite(path, data);
+    cache->ClearMemory();
+    CacheLookup lookup = CompileAndCheck(*cache, bytes, 2.0f);  // Correct results, recompiled.
+    EXPECT_EQ(lookup.outcome, CacheOutcome::kMiss);
+    EXPECT_TRUE(lookup.refused_entry);
+    EXPECT_EQ(cache->stats().corrupt, ++corrupt);
+    // The recompile replaced the entry with a good one.
+    cache->ClearMemory();
+    EXPECT_EQ(CompileAndCheck(*cache, bytes, 2.0f).outcome, CacheOutcome::kDiskHit);
+  }
+}
+
+TEST_F(ObjectCacheTest, KeyChangesWithBytesAndOptions) {
+  auto cache = MakeCache();
+  const std::string a = testing::BinaryWithConstant("Add", 8, 1.0f);
+  const std::string b = testing::BinaryWithConstant("Add", 8, 1.5f);
+  CompileOptions base;
+  auto key = [&](const std::string& bytes, const CompileOptions& o) {
+    auto k = cache->Key("", bytes, o);
+    EXPECT_TRUE(k.ok());
+    return k.ok() ? *k : "";
+  };
+  const std::string k0 = key(a, base);
+  EXPECT_EQ(k0, key(a, base));
+  EXPECT_NE(k0, key(b, base));
+  CompileOptions o2 = base;
+  o2.opt_level = 2;
+  EXPECT_NE(k0, key(a, o2));
+  CompileOptions dims = base;
+  dims.import.dim_overrides["batch"] = 4;
+  EXPECT_NE(k0, key(a, dims));
+  CompileOptions shapes = base;
+  shapes.import.input_shapes["x"] = {4, 8};
+  EXPECT_NE(k0, key(a, shapes));
+  CompileOptions checker = base;
+  checker.import.run_checker = false;
+  EXPECT_NE(k0, key(a, checker));
+  // Through Compile: another opt level is a miss, not a hit of the O3 entry.
+  EXPECT_EQ(CompileAndCheck(*cache, a, 1.0f).outcome, CacheOutcome::kMiss);
+  EXPECT_EQ(CompileAndCheck(*cache, a, 1.0f, o2).outcome, CacheOutcome::kMiss);
+}
+
+TEST_F(ObjectCacheTest, FileModelsHashTheirContents) {
+  auto cache = MakeCache();
+  fs::create_directories(dir_ / "model");
+  const std::string path = (dir_ / "model" / "model.onnx").string();
+  Overwrite(path, testing::BinaryWithConstant("Add", 8, 1.0f));
+  auto k1 = cache->Key(path, "", {});
+  ASSERT_TRUE(k1.ok());
+  Overwrite(path, testing::BinaryWithConstant("Add", 8, 4.0f));
+  auto k2 = cache->Key(path, "", {});
+  ASSERT_TRUE(k2.ok());
+  EXPECT_NE(*k1, *k2);
+  CacheLookup lookup;
+  ASSERT_TRUE(cache->Compile(path, "", {}, &lookup).ok());
+  EXPECT_EQ(lookup.key, *k2);
+  EXPECT_FALSE(cache->Key((dir_ / "missing.onnx").string(), "", {}).ok());
+  EXPECT_FALSE(cache->Compile((dir_ / "missing.onnx").string(), "", {}).ok());
+}
+
+TEST_F(ObjectCacheTest, EvictsLeastRecentlyUsedAboveMaxBytes) {
+  std::vector<std::string> models;
+  for (int i = 0; i < 4; ++i) models.push_back(testing::BinaryWithConstant("Add", 8, 10.0f + i));
+  uint64_t entry_bytes = 0;
+  {
+    auto probe = MakeCache();
+    CacheLookup l = CompileAndCheck(*probe, models[0], 10.0f);
+    entry_bytes = fs::file_size(probe->EntryPath(l.key));
+    fs::remove_all(dir_);
+  }
+  // Room for two entries (sizes differ by a few bytes at most).
+  auto cache = MakeCache(entry_bytes * 2 + entry_bytes / 2);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 3; ++i) {
+    keys.push_back(CompileAndCheck(*cache, models[i], 10.0f + i).key);
+    // Distinct mtimes so the order is unambiguous.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_FALSE(fs::exists(cache->EntryPath(keys[0])));
+  EXPECT_TRUE(fs::exists(cache->EntryPath(keys[1])));
+  EXPECT_TRUE(fs::exists(cache->EntryPath(keys[2])));
+  EXPECT_EQ(cache->stats().evictions, 1u);
+  // A hit refreshes an entry: use keys[1], add a fourth; keys[2] is now the oldest.
+  cache->ClearMemory();
+  EXPECT_EQ(CompileAndCheck(*cache, models[1], 11.0f).outcome, CacheOutcome::kDiskHit);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  keys.push_back(CompileAndCheck(*cache, models[3], 13.0f).key);
+  EXPECT_TRUE(fs::exists(cache->EntryPath(keys[1])));
+  EXPECT_FALSE(fs::exists(cache->EntryPath(keys[2])));
+  EXPECT_TRUE(fs::exists(cache->EntryPath(keys[3])));
+}
+
+TEST(ObjectCacheDirTest, DefaultDirFollowsXdg) {
+  const char* old = std::getenv("XDG_CACHE_HOME");
+  std::string saved = old ? old : "";
+  setenv("XDG_CACHE_HOME", "/tmp/xdg-test", 1);
+  auto dir = DefaultJitCacheDir();
+  ASSERT_TRUE(dir.ok());
+  EXPECT_EQ(*dir, "/tmp/xdg-test/cuvil");
+  if (old)
+    setenv("XDG_CACHE_HOME", saved.c_str(), 1);
+  else
+    unsetenv("XDG_CACHE_HOME");
+}
+
+TEST(ObjectCacheDirTest, UnwritableDirIsRefused) {
+  ObjectCacheOptions options;
+  options.dir = "/proc/cuvil-cannot-exist";
+  EXPECT_FALSE(ObjectCache::Create(options).ok());
+}
+
+}  // namespace
+}  // namespace cuvil
