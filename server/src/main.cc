@@ -48,7 +48,7 @@ constexpr char kHelp[] =
     "  --jit-cache-dir DIR         persistent JIT cache (default $XDG_CACHE_HOME/cuvil or\n"
     "                              ~/.cache/cuvil); several servers may share it\n"
     "  --jit-cache-max-bytes N     evict least recently used cache entries above N bytes\n"
-    "                              (default 0: unlimited)\n"
+    "                              (default 4 GiB; 0: unlimited)\n"
     "  --no-jit-cache              compile every model (no disk or in-memory cache)\n"
     "  --metrics-compat triton     also export Triton's nv_inference_* metric names\n"
     "  --metrics-window-secs N     sliding window of the latency summary (default 60)\n";

@@ -43,7 +43,9 @@ struct ServerOptions {
   // --jit-cache-dir defaults to $XDG_CACHE_HOME/cuvil). jit_cache false turns the cache off.
   std::string jit_cache_dir;
   bool jit_cache = true;
-  uint64_t jit_cache_max_bytes = 0;    // 0: unlimited; otherwise LRU eviction above it.
+  // LRU eviction above it (0: unlimited). Bounded by default: every rebuild of the compiler keys
+  // new entries, so an unbounded directory would only grow.
+  uint64_t jit_cache_max_bytes = uint64_t{4} << 30;
   bool metrics_triton_compat = false;  // Also export Triton's nv_inference_* names.
   int metrics_window_secs = 60;        // Sliding window of the latency summary.
 };
