@@ -23,6 +23,7 @@ Uses CollectUses(const ir::Graph& graph) {
   return uses;
 }
 
+// Use counts and the nodes a pass has consumed. Not thread-safe: one pass at a time.
 class Matcher {
  public:
   explicit Matcher(ir::Graph& graph) : graph_(graph), uses_(CollectUses(graph)) {}

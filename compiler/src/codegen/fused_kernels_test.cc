@@ -12,6 +12,7 @@ namespace cuvil {
 namespace {
 
 // Builds graphs node by node: every value is float32 with a shape given per value.
+// Not thread-safe.
 class GraphBuilder {
  public:
   GraphBuilder() {

@@ -54,6 +54,7 @@ constexpr int64_t kPanel = 16;
 constexpr int64_t kRowBlock = 4;
 
 // What the tile applies to its accumulators before storing them (see fuse_patterns.h).
+// Thread-compatible value type.
 struct Epilogue {
   llvm::Value* bias = nullptr;  // float32, zero padded to whole panels; indexed by column
   std::string activation;       // "", "Relu" or "Gelu"
