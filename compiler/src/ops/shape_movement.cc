@@ -209,6 +209,9 @@ absl::StatusOr<SliceAxis> ResolveSlice(InferContext& c, const SymDim& dim, SymDi
   auto unsupported = absl::UnimplementedError(absl::StrCat(
       c.node().Describe(), ": slice [", start.ToString(), ", ", end.ToString(), ") step ", step,
       " of extent ", dim.ToString(), " cannot be resolved at compile time"));
+  // A start at or below -kToEnd clamps to 0 for any extent below kToEnd (the same assumption as
+  // the end below), e.g. x[INT64_MIN:] on the batch axis.
+  if (step == 1 && start.IsStatic() && start.coef <= -kToEnd) start = SymDim::Const(0);
   if (step != 1 || !start.IsStatic() || start.coef < 0) return unsupported;
   if (end.IsStatic() && end.coef >= kToEnd) end = dim;
   if (end.IsStatic() && end.coef < 0) {
