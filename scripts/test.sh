@@ -19,8 +19,10 @@ start=$(date +%s)
 echo "asan build + tests: $(( $(date +%s) - start )) s"
 start=$(date +%s)
 # TSan covers the code whose locking we own; Debian's gRPC and abseil are not instrumented, so the
-# server integration tests stay with ASan.
-tsan_tests="runtime_test scheduler_test observability_test"
+# server integration tests stay with ASan. The JIT cache and hot-patching tests cover concurrent
+# compile-once lookups and executions racing patch commits and rollbacks (LLVM is not instrumented
+# either, so races inside it would go unseen; ours in jitcache/ are checked).
+tsan_tests="runtime_test scheduler_test observability_test object_cache_test patch_test"
 TARGETS="$tsan_tests" "$root/scripts/build.sh" tsan
 for t in $tsan_tests; do
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 "$root/build-tsan/bin/$t" --gtest_brief=1
