@@ -3,6 +3,8 @@
 #ifndef CUVIL_TESTS_SERVER_TEST_UTIL_H_
 #define CUVIL_TESTS_SERVER_TEST_UTIL_H_
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -28,7 +30,8 @@ inline std::string SharedModels() { return SourceDir() + "/../shared/models"; }
 // A fresh repository with copies of examples/model-repository.
 inline std::string MakeRepository(const std::string& name) {
   namespace fs = std::filesystem;
-  fs::path repo = fs::path(::testing::TempDir()) / name;
+  // Per process: CTest runs the tests of one fixture as parallel processes.
+  fs::path repo = fs::path(::testing::TempDir()) / (name + "_" + std::to_string(getpid()));
   fs::remove_all(repo);
   fs::copy(fs::path(SourceDir()) / "examples/model-repository", repo, fs::copy_options::recursive);
   for (auto& e : fs::recursive_directory_iterator(repo)) {

@@ -1,6 +1,7 @@
 // TLS and mutual TLS on both protocols, with certificates made by the openssl tool for the test.
 #include <grpcpp/grpcpp.h>
 #include <httplib.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -28,7 +29,9 @@ std::string ReadFile(const fs::path& path) {
 // A CA, a server certificate for localhost/127.0.0.1 and a client certificate, both CA-signed.
 class Certificates {
  public:
-  Certificates() : dir_(fs::path(::testing::TempDir()) / "cuvil_tls") {
+  // Per process: CTest runs this suite's tests as parallel processes.
+  Certificates()
+      : dir_(fs::path(::testing::TempDir()) / ("cuvil_tls_" + std::to_string(getpid()))) {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     const std::string d = dir_.string();
@@ -74,7 +77,10 @@ class TlsTest : public ::testing::Test {
     options.tls_cert_file = certs_->path("server.pem");
     options.tls_key_file = certs_->path("server.key");
     if (mutual) options.tls_client_ca_file = certs_->path("ca.pem");
-    server_ = testing::StartServer(testing::MakeRepository("tls_repo"), options);
+    server_ = testing::StartServer(
+        testing::MakeRepository(std::string("tls_repo_") +
+                                ::testing::UnitTest::GetInstance()->current_test_info()->name()),
+        options);
     ASSERT_NE(server_, nullptr);
   }
 

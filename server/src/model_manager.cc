@@ -66,11 +66,10 @@ ModelVersion::~ModelVersion() {
 namespace {
 
 bool SameTensors(const std::vector<TensorSpec>& a, const std::vector<TensorSpec>& b) {
-  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
-                    [](const TensorSpec& x, const TensorSpec& y) {
-                      return x.name == y.name && x.dtype == y.dtype && x.dims == y.dims &&
-                             x.batched == y.batched;
-                    });
+  return std::equal(
+      a.begin(), a.end(), b.begin(), b.end(), [](const TensorSpec& x, const TensorSpec& y) {
+        return x.name == y.name && x.dtype == y.dtype && x.dims == y.dims && x.batched == y.batched;
+      });
 }
 
 }  // namespace
@@ -86,11 +85,10 @@ void ModelVersion::Submit(std::unique_ptr<InferenceRequest> request) {
 }
 
 void ModelVersion::RetireTo(std::shared_ptr<ModelVersion> successor) {
-  const bool compatible =
-      successor != nullptr && successor.get() != this &&
-      successor->config().max_batch_size() == config_.max_batch_size() &&
-      SameTensors(successor->executable().inputs(), executable_->inputs()) &&
-      SameTensors(successor->executable().outputs(), executable_->outputs());
+  const bool compatible = successor != nullptr && successor.get() != this &&
+                          successor->config().max_batch_size() == config_.max_batch_size() &&
+                          SameTensors(successor->executable().inputs(), executable_->inputs()) &&
+                          SameTensors(successor->executable().outputs(), executable_->outputs());
   if (compatible) {
     absl::MutexLock lock(&retire_mu_);
     successor_ = std::move(successor);
@@ -209,12 +207,13 @@ absl::Status RunWarmup(ModelVersion& model, const inference::ModelWarmup* warmup
     for (int64_t d : spec.dims) shape.push_back(d < 0 ? 1 : d);
     // Size first: a fixed input too large to ever arrive in a request must fail the load, not
     // abort the process allocating it.
+    constexpr uint64_t kMinWarmupLimitBytes = uint64_t{256} << 20;
+    const uint64_t limit = std::max(max_request_bytes, kMinWarmupLimitBytes);
     auto bytes = CheckedTensorBytes(spec.dtype, shape);
-    if (!bytes.ok() || *bytes > max_request_bytes) {
+    if (!bytes.ok() || *bytes > limit) {
       return absl::InvalidArgumentError(absl::StrCat(
           "input '", spec.name, "' of shape [", absl::StrJoin(shape, ","), "] ",
-          bytes.ok() ? absl::StrCat("needs ", *bytes, " bytes, more than the request limit ",
-                                    max_request_bytes)
+          bytes.ok() ? absl::StrCat("needs ", *bytes, " bytes, more than the request limit ", limit)
                      : std::string(bytes.status().message())));
     }
     HostTensor t(spec.dtype, shape);

@@ -75,7 +75,7 @@ class ModelVersion {
   std::unique_ptr<Scheduler> scheduler_;
   double compile_ms_;
   uint64_t compilations_;
-  SchedulerStats baseline_;  // Written once before the version is published.
+  SchedulerStats baseline_;                // Written once before the version is published.
   std::shared_ptr<ModelMetrics> metrics_;  // Set once before the version is published.
   // Submit holds it shared while enqueuing, RetireTo exclusively while naming the successor, so
   // every request either reaches this scheduler before its drain or goes to the successor.
@@ -95,18 +95,19 @@ struct VersionStatus {
 // Overrides for a load (Triton's load parameters, or the admin API's inline load).
 struct LoadRequest {
   std::string name;
-  std::string config_json;                       // Non-empty: replaces config.pbtxt.
-  std::string config_pbtxt;                      // Non-empty: replaces config.pbtxt.
-  std::map<int64_t, std::string> model_bytes;    // Version -> ONNX bytes (inline models).
-  bool wait = true;                              // Return once READY or FAILED.
+  std::string config_json;                     // Non-empty: replaces config.pbtxt.
+  std::string config_pbtxt;                    // Non-empty: replaces config.pbtxt.
+  std::map<int64_t, std::string> model_bytes;  // Version -> ONNX bytes (inline models).
+  bool wait = true;                            // Return once READY or FAILED.
 };
 
 struct ModelManagerOptions {
   int loader_threads = 1;
   ServerMetrics* metrics = nullptr;  // Optional; must outlive the manager.
   ObjectCache* cache = nullptr;      // Optional JIT cache; must outlive the manager.
-  // A model whose smallest request (batch 1) is larger than this cannot be served: its load fails
-  // instead of allocating a warm-up input that size.
+  // The server's request limit. A warm-up input larger than it (and than kMinWarmupLimitBytes,
+  // so a small limit does not stop ordinary models loading) fails the load instead of being
+  // allocated: a model whose smallest request could never arrive is refused, not an abort.
   uint64_t max_request_bytes = uint64_t{1} << 30;
 };
 
