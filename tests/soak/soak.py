@@ -3,7 +3,7 @@
 latency per minute and the server's resident-memory growth.
 
 usage: soak.py SERVER_BINARY PERF_BINARY EXAMPLE_REPO DURATION_SECS [--with-resnet SHARED_MODELS]
-               [--warmup-secs N] [--json OUT]
+               [--warmup-secs N] [--no-patch] [--json OUT]
 
 - Starts cuvil-server (explicit model control) on a temp copy of the example repository with mlp
   and lenet loaded, plus `lenet_churn` (a copy of lenet) that the churn loop unloads and loads.
@@ -11,9 +11,13 @@ usage: soak.py SERVER_BINARY PERF_BINARY EXAMPLE_REPO DURATION_SECS [--with-resn
   lenet over gRPC (resnet18 over gRPC with --with-resnet). Only models that stay loaded get load.
 - Churn, in a loop: copy mlp/1 to mlp/2 and load (v2 replaces v1 once READY), remove mlp/2 and
   load (v1 replaces v2), reload lenet in place, unload and load lenet_churn.
+- Hot patching (when the server lists mlp's functions): after mlp is back on v1, each cycle patches
+  one of its Relu kernels with hand-written LLVM IR computing the same Relu (validated against the
+  current outputs, so responses stay correct), keeps it under load through the lenet reloads, then
+  rolls it back. A refused patch or rollback counts as a failure.
 - Every 5 s it samples VmRSS of the server from /proc. Growth = mean RSS of the last 20% of the run
   over the mean of the 20% after the warm-up (default: the first 25% of the run, at least 30 s).
-Exits 1 if any request failed, a reload failed, the server died, or RSS grew by 5% or more.
+Exits 1 if any request failed, a reload, patch or rollback failed, the server died, or RSS grew by 5% or more.
 """
 import json
 import os
@@ -41,6 +45,43 @@ def http_post(addr, path, body=b"{}"):
         return e.code, e.read().decode()
 
 
+def http_get(addr, path):
+    try:
+        with urllib.request.urlopen(f"http://{addr}{path}", timeout=60) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def relu_ir(symbol, width):
+    """LLVM IR for a Relu kernel over batch*width floats (args = {in, out}): the same values as the
+    compiled kernel, so validation passes and a patched mlp answers exactly as before."""
+    return f"""
+define i32 @{symbol}(ptr %args, i64 %batch) {{
+entry:
+  %in = load ptr, ptr %args
+  %op = getelementptr ptr, ptr %args, i64 1
+  %out = load ptr, ptr %op
+  %n = mul i64 %batch, {width}
+  %empty = icmp eq i64 %n, 0
+  br i1 %empty, label %exit, label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %i1, %loop ]
+  %ia = getelementptr float, ptr %in, i64 %i
+  %v = load float, ptr %ia
+  %pos = fcmp ogt float %v, 0.0
+  %r = select i1 %pos, float %v, float 0.0
+  %oa = getelementptr float, ptr %out, i64 %i
+  store float %r, ptr %oa
+  %i1 = add i64 %i, 1
+  %done = icmp eq i64 %i1, %n
+  br i1 %done, label %exit, label %loop
+exit:
+  ret i32 0
+}}
+"""
+
+
 def vm_rss_kib(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -59,6 +100,7 @@ class Soak:
         self.warmup = max(30.0, 0.25 * self.duration)
         if "--warmup-secs" in args:
             self.warmup = float(args[args.index("--warmup-secs") + 1])
+        self.no_patch = "--no-patch" in args
         self.json_out = args[args.index("--json") + 1] if "--json" in args else None
         self.tmp = tempfile.mkdtemp(prefix="cuvil-soak-")
         self.repo = os.path.join(self.tmp, "repo")
@@ -83,6 +125,11 @@ class Soak:
         self.windows = []       # per finished perf window
         self.rss = []           # (t, KiB)
         self.reload_failures = []
+        self.patching = False   # set once the server lists mlp's functions
+        self.patches = self.rollbacks = 0
+        self.patch_failures = []
+        self.patch_switch_us = []
+        self.patch_max_abs_diff = 0.0  # validation's old-vs-patched difference: 0 for a true identity
         self.stop = threading.Event()
         self.log = []
 
@@ -188,15 +235,59 @@ class Soak:
             a = load("mlp", "mlp -> v2")
             shutil.rmtree(os.path.join(mlp, "2"))
             b = load("mlp", "mlp -> v1")
+            # Patch v1 now so the patched kernel serves mlp's load through the lenet steps.
+            patch_id = self.patch() if self.patching else None
             c = load("lenet", "lenet in place")
             status, body = http_post(self.http, "/v2/repository/models/lenet_churn/unload")
             if status != 200:
                 self.reload_failures.append(f"unload lenet_churn: {status} {body[:200]}")
             d = load("lenet_churn", "lenet_churn after unload")
+            if patch_id:
+                self.rollback(patch_id)
             if cycle % 10 == 1:
                 self.note(f"churn cycle {cycle}: mlp v2 {a:.2f}s, v1 {b:.2f}s, lenet {c:.2f}s, "
                           f"lenet_churn {d:.2f}s")
         self.cycles = cycle
+
+    def relu_function(self):
+        """(symbol, width) of a Relu kernel of mlp v1, or None if the server cannot list them."""
+        status, body = http_get(self.http, "/v2/admin/models/mlp/versions/1/functions")
+        if status != 200:
+            return None
+        for f in json.loads(body)["functions"]:
+            # signature: (float32[batch,W]) -> ...
+            m = re.match(r"\(float32\[batch,(\d+)\]\)", f["signature"])
+            if f["op_type"] == "Relu" and m:
+                return f["symbol"], int(m.group(1))
+        return None
+
+    def patch(self):
+        fn = self.relu_function()
+        if not fn:
+            self.patch_failures.append("patch: no Relu kernel listed for mlp v1")
+            self.note("PATCH FAILED: no Relu kernel listed for mlp v1")
+            return None
+        status, body = http_post(self.http, "/v2/admin/models/mlp/versions/1/patch", json.dumps(
+            {"ir": relu_ir(*fn), "function": fn[0], "author": "soak"}).encode())
+        if status != 200:
+            self.patch_failures.append(f"patch {fn[0]}: {status} {body[:200]}")
+            self.note(f"PATCH FAILED {fn[0]}: {status} {body[:200]}")
+            return None
+        out = json.loads(body)
+        self.patches += 1
+        self.patch_switch_us.append(out.get("switch_us", 0))
+        self.patch_max_abs_diff = max(self.patch_max_abs_diff, out.get("max_abs_diff", 0))
+        return out["patch_id"]
+
+    def rollback(self, patch_id):
+        status, body = http_post(self.http, "/v2/admin/models/mlp/versions/1/rollback",
+                                 json.dumps({"patch_id": patch_id}).encode())
+        if status != 200:
+            self.patch_failures.append(f"rollback {patch_id}: {status} {body[:200]}")
+            self.note(f"ROLLBACK FAILED {patch_id}: {status} {body[:200]}")
+            return
+        self.rollbacks += 1
+        self.patch_switch_us.append(json.loads(body).get("switch_us", 0))
 
     def rss_loop(self):
         while not self.stop.wait(5.0):
@@ -211,6 +302,9 @@ class Soak:
         self.t0 = time.time()
         self.start_server()
         self.note(f"server up (grpc {self.grpc}, http {self.http}), models {self.models}")
+        self.patching = not self.no_patch and self.relu_function() is not None
+        self.note("hot patching: " + ("patch + rollback of an mlp Relu kernel every churn cycle"
+                                      if self.patching else "off or not available, skipped"))
         self.t0 = time.time()  # The soak clock starts with every model READY.
         self.end = self.t0 + self.duration
         self.cycles = 0
@@ -245,6 +339,8 @@ class Soak:
             problems.append(f"{failed} failed requests")
         if self.reload_failures:
             problems.append(f"{len(self.reload_failures)} failed reloads")
+        if self.patch_failures:
+            problems.append(f"{len(self.patch_failures)} failed patches/rollbacks")
         # p99 per minute: each window is about a minute; the worst p99 over the models per minute.
         print("\np99 per minute (us), by the minute each ~60 s window started in:")
         per_minute = {}
@@ -277,10 +373,18 @@ class Soak:
         print(f"\n{self.duration:.0f} s soak: {requests} requests, {failed} failed, "
               f"{self.cycles} churn cycles ({4 * self.cycles} loads, {self.cycles} unloads), "
               f"{len(self.reload_failures)} failed reloads, server {'alive' if alive else 'DEAD'}")
+        if self.patching:
+            sw = sorted(self.patch_switch_us) or [0]
+            print(f"hot patching: {self.patches} patches applied, {self.rollbacks} rolled back, "
+                  f"{len(self.patch_failures)} failed; switch max {sw[-1]:.0f} us, validation max abs diff "
+                  f"{self.patch_max_abs_diff:g}")
         if self.json_out:
             with open(self.json_out, "w") as f:
                 json.dump({"duration_s": self.duration, "requests": requests, "failed": failed,
                            "churn_cycles": self.cycles, "reload_failures": self.reload_failures,
+                           "patches": self.patches, "rollbacks": self.rollbacks,
+                           "patch_failures": self.patch_failures,
+                           "patch_max_abs_diff": self.patch_max_abs_diff,
                            "rss_kib": self.rss, "rss_growth_pct": growth,
                            "minutes": minutes, "windows": self.windows,
                            "events": self.events}, f, indent=1)
