@@ -3,7 +3,7 @@
 latency per minute and the server's resident-memory growth.
 
 usage: soak.py SERVER_BINARY PERF_BINARY EXAMPLE_REPO DURATION_SECS [--with-resnet SHARED_MODELS]
-               [--warmup-secs N] [--no-patch] [--json OUT]
+               [--warmup-secs N] [--no-patch] [--rss-limit-pct P] [--json OUT]
 
 - Starts cuvil-server (explicit model control) on a temp copy of the example repository with mlp
   and lenet loaded, plus `lenet_churn` (a copy of lenet) that the churn loop unloads and loads.
@@ -17,7 +17,8 @@ usage: soak.py SERVER_BINARY PERF_BINARY EXAMPLE_REPO DURATION_SECS [--with-resn
   rolls it back. A refused patch or rollback counts as a failure.
 - Every 5 s it samples VmRSS of the server from /proc. Growth = mean RSS of the last 20% of the run
   over the mean of the 20% after the warm-up (default: the first 25% of the run, at least 30 s).
-Exits 1 if any request failed, a reload, patch or rollback failed, the server died, or RSS grew by 5% or more.
+Exits 1 if any request failed, a reload, patch or rollback failed, the server died, or RSS grew by 5% or more
+(--rss-limit-pct).
 """
 import json
 import os
@@ -101,6 +102,9 @@ class Soak:
         if "--warmup-secs" in args:
             self.warmup = float(args[args.index("--warmup-secs") + 1])
         self.no_patch = "--no-patch" in args
+        # 5% is the target for long runs; a run of a few minutes is still dominated by the
+        # allocator settling, so the CI run passes a looser limit.
+        self.rss_limit = float(args[args.index("--rss-limit-pct") + 1]) if "--rss-limit-pct" in args else 5.0
         self.json_out = args[args.index("--json") + 1] if "--json" in args else None
         self.tmp = tempfile.mkdtemp(prefix="cuvil-soak-")
         self.repo = os.path.join(self.tmp, "repo")
@@ -366,8 +370,8 @@ class Soak:
                   f"{base / 1024:.1f} MiB, end {last / 1024:.1f} MiB, peak "
                   f"{max(k for _, k in self.rss) / 1024:.1f} MiB: growth {growth:+.2f}% "
                   f"(mean of the first and last {k} samples after {self.warmup:.0f} s)")
-            if growth >= 5.0:
-                problems.append(f"RSS grew {growth:.2f}% (limit 5%)")
+            if growth >= self.rss_limit:
+                problems.append(f"RSS grew {growth:.2f}% (limit {self.rss_limit:g}%)")
         else:
             problems.append("too few RSS samples after the warm-up")
         print(f"\n{self.duration:.0f} s soak: {requests} requests, {failed} failed, "
