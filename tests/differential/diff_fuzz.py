@@ -439,7 +439,7 @@ def add_random_node(gen, rng, cur, dtypes, bounds):
         emit(op, [cur])
         m = max(abs(lo), abs(hi))
         b = {"Relu": (max(lo, 0), max(hi, 0)), "Neg": (-hi, -lo), "Abs": (0, m),
-             "Exp": (0.0, float(np.exp(hi))), "Tanh": (-1.0, 1.0), "Sigmoid": (0.0, 1.0)}[op]
+             "Exp": (0.0, float(np.exp(min(hi, 5)))), "Tanh": (-1.0, 1.0), "Sigmoid": (0.0, 1.0)}[op]
         return out, b
 
     if kind == "binary":
@@ -576,7 +576,7 @@ def add_random_node(gen, rng, cur, dtypes, bounds):
     if kind == "transpose":
         perm = list(range(rank))
         rng.shuffle(perm)
-        attrs = {"perm": perm} if rng.random() < 0.85 else {}
+        attrs = {"perm": perm} if rank and rng.random() < 0.85 else {}
         emit("Transpose", [cur], attrs)
         return out, (lo, hi)
 
