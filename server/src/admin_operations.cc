@@ -214,7 +214,11 @@ absl::StatusOr<cuvil::admin::v1::PatchFunctionResponse> AdminOperations::PatchFu
   response.set_switch_us(MsSince(t0) * 1000);
   if (!id.ok()) return id.status();
   response.set_patch_id(absl::StrCat(*id));
-  for (const auto& f : loaded.Patches().back().functions) response.add_functions(f);
+  // Keep the history alive: a range-for over a member of a temporary would dangle.
+  const std::vector<PatchRecord> patches = loaded.Patches();
+  if (!patches.empty()) {
+    for (const auto& f : patches.back().functions) response.add_functions(f);
+  }
   if (metrics_ != nullptr) {
     metrics_->RecordPatch(request.name(), (*model)->version_string(),
                           observability::PatchAction::kApplied);
