@@ -69,9 +69,9 @@ absl::StatusOr<HostTensor> ReadExternal(const onnx::TensorProto& proto,
     }
     auto [r, _] = std::mismatch(root.begin(), root.end(), resolved.begin(), resolved.end());
     if (r != root.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "external data location '", location, "' escapes the model directory (resolves to ",
-          resolved.string(), ")"));
+      return absl::InvalidArgumentError(absl::StrCat("external data location '", location,
+                                                     "' escapes the model directory (resolves to ",
+                                                     resolved.string(), ")"));
     }
   }
   std::ifstream file(path, std::ios::binary);
@@ -198,31 +198,7 @@ absl::StatusOr<HostTensor> TensorFromProto(const onnx::TensorProto& proto,
       break;
     default:  // int32, int16, int8, uint16, uint8, bool live in int32_data.
       if (auto s = check(proto.int32_data_size()); !s.ok()) return s;
-      for (int64_t i = 0; i < n; ++i) {
-        int32_t v = proto.int32_data(static_cast<int>(i));
-        switch (dtype) {
-          case DType::kInt32:
-            t.data_as<int32_t>()[i] = v;
-            break;
-          case DType::kInt16:
-            t.data_as<int16_t>()[i] = static_cast<int16_t>(v);
-            break;
-          case DType::kUInt16:
-            t.data_as<uint16_t>()[i] = static_cast<uint16_t>(v);
-            break;
-          case DType::kInt8:
-            t.data_as<int8_t>()[i] = static_cast<int8_t>(v);
-            break;
-          case DType::kUInt8:
-            t.data_as<uint8_t>()[i] = static_cast<uint8_t>(v);
-            break;
-          case DType::kBool:
-            t.data_as<uint8_t>()[i] = v != 0;
-            break;
-          default:
-            break;
-        }
-      }
+      for (int64_t i = 0; i < n; ++i) t.SetFromInt64(i, proto.int32_data(static_cast<int>(i)));
   }
   return t;
 }

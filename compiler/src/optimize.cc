@@ -18,32 +18,7 @@ HostTensor TensorFromKnown(const ir::TensorType& type, const std::vector<SymDim>
   for (const SymDim& d : type.shape) shape.push_back(d.coef);
   HostTensor t(type.dtype, shape);
   for (size_t i = 0; i < values.size() && static_cast<int64_t>(i) < t.num_elements(); ++i) {
-    int64_t v = values[i].coef;
-    switch (type.dtype) {
-      case DType::kInt64:
-        t.data_as<int64_t>()[i] = v;
-        break;
-      case DType::kInt32:
-        t.data_as<int32_t>()[i] = static_cast<int32_t>(v);
-        break;
-      case DType::kFloat32:
-        t.data_as<float>()[i] = static_cast<float>(v);
-        break;
-      case DType::kFloat64:
-        t.data_as<double>()[i] = static_cast<double>(v);
-        break;
-      case DType::kBool:
-        t.data_as<uint8_t>()[i] = v != 0;
-        break;
-      case DType::kInt8:
-        t.data_as<int8_t>()[i] = static_cast<int8_t>(v);
-        break;
-      case DType::kUInt8:
-        t.data_as<uint8_t>()[i] = static_cast<uint8_t>(v);
-        break;
-      default:
-        break;
-    }
+    t.SetFromInt64(static_cast<int64_t>(i), values[i].coef);
   }
   return t;
 }

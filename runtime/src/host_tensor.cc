@@ -69,6 +69,47 @@ double HostTensor::GetAsDouble(int64_t i) const {
   return 0;
 }
 
+void HostTensor::SetFromInt64(int64_t i, int64_t v) {
+  uint8_t* p = data_.get();
+  switch (dtype_) {
+    case DType::kFloat32:
+      reinterpret_cast<float*>(p)[i] = static_cast<float>(v);
+      break;
+    case DType::kFloat64:
+      reinterpret_cast<double*>(p)[i] = static_cast<double>(v);
+      break;
+    case DType::kUInt8:
+      p[i] = static_cast<uint8_t>(v);
+      break;
+    case DType::kBool:
+      p[i] = v != 0;
+      break;
+    case DType::kInt8:
+      reinterpret_cast<int8_t*>(p)[i] = static_cast<int8_t>(v);
+      break;
+    case DType::kUInt16:
+      reinterpret_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(v);
+      break;
+    case DType::kInt16:
+      reinterpret_cast<int16_t*>(p)[i] = static_cast<int16_t>(v);
+      break;
+    case DType::kInt32:
+      reinterpret_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
+      break;
+    case DType::kUInt32:
+      reinterpret_cast<uint32_t*>(p)[i] = static_cast<uint32_t>(v);
+      break;
+    case DType::kInt64:
+      reinterpret_cast<int64_t*>(p)[i] = v;
+      break;
+    case DType::kUInt64:
+      reinterpret_cast<uint64_t*>(p)[i] = static_cast<uint64_t>(v);
+      break;
+    case DType::kUndefined:
+      break;
+  }
+}
+
 std::string HostTensor::TypeString() const {
   return absl::StrCat(DTypeName(dtype_), "[", absl::StrJoin(shape_, ","), "]");
 }

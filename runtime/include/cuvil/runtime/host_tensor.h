@@ -40,12 +40,18 @@ class HostTensor {
   uint8_t* data() { return data_.get(); }
   const uint8_t* data() const { return data_.get(); }
   template <typename T>
-  T* data_as() { return reinterpret_cast<T*>(data_.get()); }
+  T* data_as() {
+    return reinterpret_cast<T*>(data_.get());
+  }
   template <typename T>
-  const T* data_as() const { return reinterpret_cast<const T*>(data_.get()); }
+  const T* data_as() const {
+    return reinterpret_cast<const T*>(data_.get());
+  }
 
   // Element i converted to double (bool as 0/1); for comparisons and printing.
   double GetAsDouble(int64_t i) const;
+  // Stores `v` as element i, converted like static_cast (bool: v != 0). i must be in range.
+  void SetFromInt64(int64_t i, int64_t v);
   // "float32[2,3]".
   std::string TypeString() const;
 
