@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "codegen/lower.h"
-#include "fuse_patterns.h"
 #include "fuse_conv.h"
+#include "fuse_patterns.h"
 #include "memory_plan.h"
 
 namespace cuvil {

@@ -86,7 +86,8 @@ absl::StatusOr<std::unique_ptr<JitEngine>> JitEngine::Create() {
     llvm::InitializeNativeTargetAsmPrinter();
   });
   auto jit = llvm::orc::LLJITBuilder().create();
-  if (!jit) return absl::InternalError(absl::StrCat("cannot create LLJIT: ", ToString(jit.takeError())));
+  if (!jit)
+    return absl::InternalError(absl::StrCat("cannot create LLJIT: ", ToString(jit.takeError())));
   std::unique_ptr<JitEngine> engine(new JitEngine());
   engine->impl_->jit = std::move(*jit);
   auto& es = engine->impl_->jit->getExecutionSession();
@@ -114,7 +115,8 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> JitEngine::Load(const std::string& 
   {
     absl::MutexLock lock(&impl_->mu);
     if (!impl_->live.insert(namespace_name).second) {
-      return absl::AlreadyExistsError(absl::StrCat("namespace '", namespace_name, "' is already loaded"));
+      return absl::AlreadyExistsError(
+          absl::StrCat("namespace '", namespace_name, "' is already loaded"));
     }
   }
   auto fail = [&](const std::string& msg) {
@@ -213,20 +215,22 @@ absl::StatusOr<int64_t> LoadedModel::ResolveBatch(
     const auto& want = sig[i].shape;
     const auto& got = input_shapes[i];
     if (got.size() != want.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("input '", sig[i].name, "': expected rank ",
-                                                     want.size(), " ", SymShapeToString(want, model_.symbol),
-                                                     ", got rank ", got.size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", sig[i].name, "': expected rank ", want.size(), " ",
+                       SymShapeToString(want, model_.symbol), ", got rank ", got.size()));
     }
     for (size_t d = 0; d < want.size(); ++d) {
       if (want[d].IsStatic() || want[d].power != 1) continue;
       if (got[d] % want[d].coef != 0 || got[d] < 0) {
-        return absl::InvalidArgumentError(absl::StrCat("input '", sig[i].name, "' dim ", d, ": ", got[d],
-                                                       " is not a multiple of ", want[d].coef));
+        return absl::InvalidArgumentError(absl::StrCat("input '", sig[i].name, "' dim ", d, ": ",
+                                                       got[d], " is not a multiple of ",
+                                                       want[d].coef));
       }
       int64_t b = got[d] / want[d].coef;
       if (batch >= 0 && b != batch) {
-        return absl::InvalidArgumentError(absl::StrCat("input '", sig[i].name, "' dim ", d, " implies ",
-                                                       model_.symbol, "=", b, " but another input implies ", batch));
+        return absl::InvalidArgumentError(absl::StrCat("input '", sig[i].name, "' dim ", d,
+                                                       " implies ", model_.symbol, "=", b,
+                                                       " but another input implies ", batch));
       }
       batch = b;
     }
@@ -237,9 +241,9 @@ absl::StatusOr<int64_t> LoadedModel::ResolveBatch(
     if (want != input_shapes[i]) {
       std::vector<SymDim> got_dims;
       for (int64_t v : input_shapes[i]) got_dims.push_back(SymDim::Const(v));
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input '", sig[i].name, "': expected shape ", SymShapeToString(sig[i].shape, model_.symbol),
-          ", got ", SymShapeToString(got_dims)));
+      return absl::InvalidArgumentError(absl::StrCat("input '", sig[i].name, "': expected shape ",
+                                                     SymShapeToString(sig[i].shape, model_.symbol),
+                                                     ", got ", SymShapeToString(got_dims)));
     }
   }
   return batch;
@@ -258,16 +262,17 @@ absl::Status LoadedModel::CheckInputShapes(absl::Span<const std::vector<int64_t>
       match = sig[i].shape[d].Eval(batch) == input_shapes[i][d];
     }
     if (!match) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input '", sig[i].name, "': the compiled model reads ",
-          SymShapeToString(sig[i].shape, model_.symbol), " with ", model_.symbol, "=", batch,
-          ", got [", absl::StrJoin(input_shapes[i], ","), "]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", sig[i].name, "': the compiled model reads ",
+                       SymShapeToString(sig[i].shape, model_.symbol), " with ", model_.symbol, "=",
+                       batch, ", got [", absl::StrJoin(input_shapes[i], ","), "]"));
     }
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<HostTensor>> LoadedModel::Run(const std::vector<HostTensor>& inputs) const {
+absl::StatusOr<std::vector<HostTensor>> LoadedModel::Run(
+    const std::vector<HostTensor>& inputs) const {
   return RunImpl(nullptr, inputs);
 }
 
@@ -276,9 +281,9 @@ absl::StatusOr<std::vector<HostTensor>> LoadedModel::RunImpl(
   std::vector<std::vector<int64_t>> shapes;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (i < model_.inputs.size() && inputs[i].dtype() != model_.inputs[i].dtype) {
-      return absl::InvalidArgumentError(absl::StrCat("input '", model_.inputs[i].name, "': expected dtype ",
-                                                     DTypeName(model_.inputs[i].dtype), ", got ",
-                                                     DTypeName(inputs[i].dtype())));
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", model_.inputs[i].name, "': expected dtype ",
+                       DTypeName(model_.inputs[i].dtype), ", got ", DTypeName(inputs[i].dtype())));
     }
     shapes.push_back(inputs[i].shape());
   }

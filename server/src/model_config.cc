@@ -336,8 +336,8 @@ absl::Status ValidateWarmup(const ModelConfig& config) {
   for (const auto& w : config.model_warmup()) {
     const std::string what = absl::StrCat("model_warmup ", Quote(w.name()));
     if (w.count() > kMaxWarmupCount) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": count ", w.count(),
-                                                     " exceeds the limit of ", kMaxWarmupCount));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": count ", w.count(), " exceeds the limit of ", kMaxWarmupCount));
     }
     if (config.max_batch_size() > 0 &&
         w.batch_size() > static_cast<uint32_t>(config.max_batch_size())) {
@@ -582,9 +582,11 @@ SchedulerOptions SchedulerOptionsFromConfig(const ModelConfig& config) {
         b.priority_queue_policy[static_cast<uint32_t>(level)] = ToQueuePolicy(policy);
     }
     // Lone requests on an idle model skip the delay unless the config asks for Triton's
-    // strict behaviour (parameters { key: "cuvil_strict_queue_delay" value: { string_value: "true" } }).
+    // strict behaviour (parameters { key: "cuvil_strict_queue_delay" value: { string_value: "true"
+    // } }).
     auto strict = config.parameters().find("cuvil_strict_queue_delay");
-    b.skip_delay_when_idle = strict == config.parameters().end() || strict->second.string_value() != "true";
+    b.skip_delay_when_idle =
+        strict == config.parameters().end() || strict->second.string_value() != "true";
   }
   int instances = 0;
   for (const auto& g : config.instance_group()) instances += std::max(g.count(), 1);

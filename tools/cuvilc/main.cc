@@ -47,7 +47,8 @@ int Usage(const std::string& why) {
 }
 
 std::string SigString(const TensorSignature& s, const std::string& symbol) {
-  return absl::StrCat(s.name, ": ", DTypeName(s.dtype), SymShapeToString(s.shape, symbol.empty() ? "batch" : symbol));
+  return absl::StrCat(s.name, ": ", DTypeName(s.dtype),
+                      SymShapeToString(s.shape, symbol.empty() ? "batch" : symbol));
 }
 
 int Info(const std::vector<std::string>& args) {
@@ -59,7 +60,8 @@ int Info(const std::vector<std::string>& args) {
   std::string sym = g.symbol.empty() ? "batch" : g.symbol;
   std::printf("model: %s (opset %d)\n", args[0].c_str(), g.opset);
   std::printf("symbolic dimension: %s\n", g.symbol.empty() ? "none" : g.symbol.c_str());
-  for (const ir::Value* v : g.inputs) std::printf("input  %s: %s\n", v->name.c_str(), v->type.ToString(sym).c_str());
+  for (const ir::Value* v : g.inputs)
+    std::printf("input  %s: %s\n", v->name.c_str(), v->type.ToString(sym).c_str());
   std::map<std::string, int> histogram;
   for (const auto& n : g.nodes()) histogram[n->op_type]++;
   std::vector<std::string> unsupported = UnsupportedOps(g);
@@ -111,7 +113,8 @@ int Run(const std::vector<std::string>& args) {
   for (const TensorSignature& sig : compiled->inputs) {
     auto it = input_files.find(sig.name);
     if (it == input_files.end()) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat("missing --input ", sig.name, "=FILE.pb")));
+      return Fail(
+          absl::InvalidArgumentError(absl::StrCat("missing --input ", sig.name, "=FILE.pb")));
     }
     auto t = ReadTensorFile(it->second);
     if (!t.ok()) return Fail(t.status());
@@ -119,7 +122,8 @@ int Run(const std::vector<std::string>& args) {
     input_files.erase(it);
   }
   if (!input_files.empty()) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat("model has no input named '", input_files.begin()->first, "'")));
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("model has no input named '", input_files.begin()->first, "'")));
   }
   auto engine = JitEngine::Create();
   if (!engine.ok()) return Fail(engine.status());
@@ -132,7 +136,8 @@ int Run(const std::vector<std::string>& args) {
     PrintTensor(sigs[i].name, (*outputs)[i]);
     if (!output_dir.empty()) {
       std::filesystem::create_directories(output_dir);
-      auto s = WriteTensorFile(absl::StrCat(output_dir, "/output_", i, ".pb"), sigs[i].name, (*outputs)[i]);
+      auto s = WriteTensorFile(absl::StrCat(output_dir, "/output_", i, ".pb"), sigs[i].name,
+                               (*outputs)[i]);
       if (!s.ok()) return Fail(s);
     }
   }
@@ -224,11 +229,14 @@ int Compile(const std::vector<std::string>& args) {
   if (!loaded.ok()) return Fail(loaded.status());
   auto t2 = std::chrono::steady_clock::now();
   const CompiledModel& m = (*loaded)->model();
-  std::printf("compiled %s: %zu kernels, object %zu bytes, arena %lld*%s+%lld bytes (unplanned %lld per %s)\n",
-              model_path.c_str(), m.kernels.size(), m.object_code.size(),
-              static_cast<long long>(m.arena.per_batch_bytes), m.symbol.empty() ? "batch" : m.symbol.c_str(),
-              static_cast<long long>(m.arena.fixed_bytes), static_cast<long long>(m.arena.unplanned_bytes),
-              m.symbol.empty() ? "batch" : m.symbol.c_str());
+  std::printf(
+      "compiled %s: %zu kernels, object %zu bytes, arena %lld*%s+%lld bytes (unplanned %lld per "
+      "%s)\n",
+      model_path.c_str(), m.kernels.size(), m.object_code.size(),
+      static_cast<long long>(m.arena.per_batch_bytes),
+      m.symbol.empty() ? "batch" : m.symbol.c_str(), static_cast<long long>(m.arena.fixed_bytes),
+      static_cast<long long>(m.arena.unplanned_bytes),
+      m.symbol.empty() ? "batch" : m.symbol.c_str());
   for (const auto& sig : m.inputs) std::printf("input  %s\n", SigString(sig, m.symbol).c_str());
   for (const auto& sig : m.outputs) std::printf("output %s\n", SigString(sig, m.symbol).c_str());
   if (timings) {
