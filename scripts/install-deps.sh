@@ -5,7 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build ccache mold pkg-config git
-  llvm-19-dev clang-19 lld-19 libfuzzer-19-dev libclang-rt-19-dev libzstd-dev libedit-dev libffi-dev libxml2-dev zlib1g-dev libcurl4-openssl-dev
+  llvm-19-dev clang-19 clang-format-19 lld-19 libfuzzer-19-dev libclang-rt-19-dev libzstd-dev libedit-dev libffi-dev libxml2-dev zlib1g-dev libcurl4-openssl-dev
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
   libonnx-dev libonnx-testdata
   libabsl-dev libspdlog-dev libfmt-dev libxxhash-dev
