@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #include "cuvil/runtime/parallel.h"
@@ -17,18 +18,6 @@
 
 namespace cuvil::uk {
 namespace {
-
-const Table& ActiveTable() {
-  static const Table* table = [] {
-    __builtin_cpu_init();
-    const Table* avx2 = Avx2Table();
-    if (avx2 != nullptr && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-      return avx2;
-    }
-    return &GenericTable();
-  }();
-  return *table;
-}
 
 // A per-thread growable 64-byte aligned buffer; slots keep buffers that are live at once apart.
 // Thread-compatible: each thread owns its own buffers.
@@ -68,7 +57,7 @@ struct Phases {
   bool direct;      // 1x1, stride 1, no padding: read X itself
 };
 
-Phases PlanPhases(const cuvil_uk_conv_params& p) {
+Phases PlanPhases(const cuvil_uk_conv_params& p, int64_t nr) {
   Phases ph;
   ph.direct = p.kernel_h == 1 && p.kernel_w == 1 && p.stride_h == 1 && p.stride_w == 1 &&
               p.pad_top == 0 && p.pad_left == 0 && p.out_height == p.height &&
@@ -85,7 +74,7 @@ Phases PlanPhases(const cuvil_uk_conv_params& p) {
   ph.hs = CeilDiv(hpad, p.stride_h);
   ph.ws = CeilDiv(wpad, p.stride_w);
   ph.channel = p.stride_h * p.stride_w * ph.hs * ph.ws;
-  ph.slack = ph.ws + 2 * kNR;
+  ph.slack = ph.ws + 2 * nr;
   return ph;
 }
 
@@ -146,18 +135,19 @@ Epilogue MakeEpilogue(const cuvil_uk_conv_params& p, float alpha, float beta) {
   return Epilogue{nullptr, nullptr, p.activation, alpha, beta};
 }
 
-// Reduction rows per pass: a 16-column B tile (KC x 64 bytes) stays in L1 across the M panels.
-constexpr int64_t kKC = 256;
-// Panels of kMR rows and tiles of kNR columns per task.
+// Reduction rows per pass: the B tile (KC x NR floats, 16 KB) stays in L1 across the M panels.
+int64_t ReductionBlock(int64_t nr) { return std::max<int64_t>(128, 4096 / nr); }
+// Panels of kMR rows and output columns per task.
 constexpr int64_t kPanelsPerTask = 16;
-constexpr int64_t kTilesPerTask = 12;
+constexpr int64_t kColumnsPerTask = 192;
 
 void ConvGemm(const Table& t, const cuvil_uk_conv_params& p, const float* x, const float* w,
               const float* bias, const float* residual, float* y, int64_t batch, float alpha,
               float beta) {
   const int64_t g_count = p.groups, cg = p.channels / g_count, mg = p.out_channels / g_count;
   const int64_t k_dim = cg * p.kernel_h * p.kernel_w;
-  const Phases ph = PlanPhases(p);
+  const int64_t tile_w = t.nr, k_block = ReductionBlock(tile_w);
+  const Phases ph = PlanPhases(p, tile_w);
   const std::vector<int64_t> off = TapOffsets(p, ph, cg);
   const int64_t in_image = p.channels * p.height * p.width;
   const int64_t out_plane = p.out_height * p.out_width;
@@ -182,10 +172,10 @@ void ConvGemm(const Table& t, const cuvil_uk_conv_params& p, const float* x, con
 
   // Flat output columns per (image, group): OH rows of Ws (direct: exactly OH * OW).
   const int64_t nq = p.out_height * ph.ws;
-  const int64_t tiles = CeilDiv(nq, kNR), panels = CeilDiv(mg, kMR);
+  const int64_t tiles = CeilDiv(nq, tile_w), panels = CeilDiv(mg, kMR);
   // Even blocks (a short last block would leave a thread idle), and at least a few tasks per
   // intra-op thread while panel blocks stay tall enough to reuse each B tile.
-  int64_t q_blocks = CeilDiv(tiles, kTilesPerTask);
+  int64_t q_blocks = CeilDiv(tiles, CeilDiv(kColumnsPerTask, tile_w));
   int64_t m_blocks = CeilDiv(panels, kPanelsPerTask);
   const int64_t want_tasks = 4 * static_cast<int64_t>(cuvil::IntraOpThreads());
   while (batch * g_count * m_blocks * q_blocks < want_tasks && m_blocks * 4 < panels) ++m_blocks;
@@ -194,11 +184,11 @@ void ConvGemm(const Table& t, const cuvil_uk_conv_params& p, const float* x, con
   q_blocks = CeilDiv(tiles, tiles_per_task);
   m_blocks = CeilDiv(panels, panels_per_task);
   const int64_t tasks = batch * g_count * m_blocks * q_blocks;
-  const int64_t task_cost = panels_per_task * kMR * tiles_per_task * kNR * k_dim;
+  const int64_t task_cost = panels_per_task * kMR * tiles_per_task * tile_w * k_dim;
   const Epilogue base_ep = MakeEpilogue(p, alpha, beta);
 
   ParallelFor(tasks, task_cost, [&](int64_t begin, int64_t end) {
-    const int64_t tile_ld = tiles_per_task * kNR;
+    const int64_t tile_ld = tiles_per_task * tile_w;
     float* tile_buf =
         ph.direct ? nullptr
                   : ThreadScratch(kSlotTile, static_cast<size_t>(panels_per_task * kMR * tile_ld));
@@ -209,7 +199,7 @@ void ConvGemm(const Table& t, const cuvil_uk_conv_params& p, const float* x, con
       int64_t g = rest % g_count, n = rest / g_count;
       int64_t t0 = qb * tiles_per_task, t1 = std::min(tiles, t0 + tiles_per_task);
       int64_t p0 = mb * panels_per_task, p1 = std::min(panels, p0 + panels_per_task);
-      int64_t q0 = t0 * kNR, q1 = std::min(nq, t1 * kNR);
+      int64_t q0 = t0 * tile_w, q1 = std::min(nq, t1 * tile_w);
       int64_t m0 = p0 * kMR, m1 = std::min(mg, p1 * kMR);
       const float* b_img =
           src + n * src_image + g * cg * (ph.direct ? p.height * p.width : ph.channel);
@@ -224,11 +214,11 @@ void ConvGemm(const Table& t, const cuvil_uk_conv_params& p, const float* x, con
         c_base = tile_buf;
         ldc = tile_ld;
       }
-      for (int64_t kp = 0; kp < k_dim; kp += kKC) {
-        int64_t kc = std::min(kKC, k_dim - kp);
+      for (int64_t kp = 0; kp < k_dim; kp += k_block) {
+        int64_t kc = std::min(k_block, k_dim - kp);
         bool last = kp + kc == k_dim;
         for (int64_t tq = t0; tq < t1; ++tq) {
-          int64_t q = tq * kNR, nr = std::min(kNR, nq - q);
+          int64_t q = tq * tile_w, nr = std::min(tile_w, nq - q);
           for (int64_t pp = p0; pp < p1; ++pp) {
             int64_t m = pp * kMR, mr = std::min(kMR, mg - m);
             const float* a = w + ((g * panels + pp) * k_dim + kp) * kMR;
@@ -276,9 +266,9 @@ void ConvDepthwise(const Table& t, const cuvil_uk_conv_params& p, const float* x
   cuvil_uk_conv_params one = p;
   one.channels = one.out_channels = one.groups = 1;
   // Depthwise always copies its plane (a 1x1 one too), so there is one code path.
-  Phases pp = PlanPhases(one);
+  Phases pp = PlanPhases(one, t.nr);
   pp.direct = false;
-  pp.slack = pp.ws + 2 * kNR;
+  pp.slack = pp.ws + 2 * t.nr;
   const std::vector<int64_t> off = TapOffsets(one, pp, 1);
   const int64_t taps = p.kernel_h * p.kernel_w;
   const int64_t in_plane = p.height * p.width, out_plane = p.out_height * p.out_width;
@@ -300,6 +290,52 @@ void ConvDepthwise(const Table& t, const cuvil_uk_conv_params& p, const float* x
 }
 
 }  // namespace
+
+std::vector<const Table*> SupportedTables() {
+  __builtin_cpu_init();
+  std::vector<const Table*> out;
+  const Table* avx512 = Avx512Table();
+  if (avx512 != nullptr && __builtin_cpu_supports("avx512f") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma")) {
+    out.push_back(avx512);
+  }
+  const Table* avx2 = Avx2Table();
+  if (avx2 != nullptr && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    out.push_back(avx2);
+  }
+  out.push_back(&GenericTable());
+  return out;
+}
+
+const Table& ActiveTable() {
+  static const Table* table = [] {
+    const std::vector<const Table*> tables = SupportedTables();
+    // A forced tier that this CPU cannot run falls back to the best one it can.
+    const char* forced = std::getenv("CUVIL_UK_TIER");
+    if (forced != nullptr && *forced != '\0') {
+      std::string_view want = forced;
+      if (want == "avx2") want = "avx2_fma";
+      for (const Table* t : tables) {
+        if (want == t->name) return t;
+      }
+    }
+    return tables.front();
+  }();
+  return *table;
+}
+
+void Conv2d(const Table& t, const cuvil_uk_conv_params& p, const float* x, const float* w,
+            const float* bias, const float* residual, float* y, int64_t batch, float alpha,
+            float beta) {
+  if (batch <= 0) return;
+  if ((p.flags & CUVIL_UK_CONV_DEPTHWISE) != 0) {
+    ConvDepthwise(t, p, x, w, bias, residual, y, batch, alpha, beta);
+  } else {
+    ConvGemm(t, p, x, w, bias, residual, y, batch, alpha, beta);
+  }
+}
+
 }  // namespace cuvil::uk
 
 extern "C" {
@@ -307,13 +343,7 @@ extern "C" {
 void cuvil_uk_conv2d(const cuvil_uk_conv_params* p, const float* x, const float* w,
                      const float* bias, const float* residual, float* y, int64_t batch, float alpha,
                      float beta) {
-  if (batch <= 0) return;
-  const cuvil::uk::Table& t = cuvil::uk::ActiveTable();
-  if ((p->flags & CUVIL_UK_CONV_DEPTHWISE) != 0) {
-    cuvil::uk::ConvDepthwise(t, *p, x, w, bias, residual, y, batch, alpha, beta);
-  } else {
-    cuvil::uk::ConvGemm(t, *p, x, w, bias, residual, y, batch, alpha, beta);
-  }
+  cuvil::uk::Conv2d(cuvil::uk::ActiveTable(), *p, x, w, bias, residual, y, batch, alpha, beta);
 }
 
 int64_t cuvil_uk_packed_conv_weights_size(int64_t groups, int64_t mg, int64_t k) {

@@ -11,6 +11,9 @@
 namespace cuvil::uk {
 namespace {
 
+// Tile width: 6 x 2 accumulators + 2 B vectors + 1 broadcast = 15 of 16 ymm.
+constexpr int64_t kNR = 16;
+
 // Lane masks for the first n of 8 lanes (n clamped to [0, 8]).
 __m256i LaneMask(int64_t n) {
   const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -183,7 +186,7 @@ void DepthwiseRow(float* dst, const float* src, const int64_t* off, const float*
 }  // namespace
 
 const Table* Avx2Table() {
-  static const Table table = {"avx2_fma", GemmTile, EpilogueRow, DepthwiseRow};
+  static const Table table = {"avx2_fma", kNR, GemmTile, EpilogueRow, DepthwiseRow};
   return &table;
 }
 

@@ -7,6 +7,8 @@
 namespace cuvil::uk {
 namespace {
 
+constexpr int64_t kNR = 16;
+
 float Activate(float v, const Epilogue& ep) {
   switch (ep.activation) {
     case CUVIL_UK_ACT_RELU:
@@ -71,7 +73,7 @@ void DepthwiseRow(float* dst, const float* src, const int64_t* off, const float*
 }  // namespace
 
 const Table& GenericTable() {
-  static const Table table = {"generic", GemmTile, EpilogueRow, DepthwiseRow};
+  static const Table table = {"generic", kNR, GemmTile, EpilogueRow, DepthwiseRow};
   return table;
 }
 

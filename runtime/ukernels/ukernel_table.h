@@ -3,12 +3,15 @@
 #define CUVIL_RUNTIME_UKERNELS_UKERNEL_TABLE_H_
 
 #include <cstdint>
+#include <vector>
+
+#include "cuvil/runtime/ukernels.h"
 
 namespace cuvil::uk {
 
-// Register block of the GEMM tile: MR output channels x NR output positions.
+// Rows of the GEMM tile (output channels); the packed weight panels have this height on every
+// tier. The tile's width (output positions) is per tier: Table::nr.
 inline constexpr int64_t kMR = 6;
-inline constexpr int64_t kNR = 16;
 
 // What a tile or row adds before storing: bias (one value per row), residual (same layout as the
 // destination), then the activation. Thread-compatible (plain data).
@@ -22,7 +25,8 @@ struct Epilogue {
 // Thread-safe: tables are immutable.
 struct Table {
   const char* name;
-  // c[r][j] (+)= sum_k a[k * kMR + r] * b[off[k] + j] for r < mr <= kMR, j < nr <= kNR. With
+  int64_t nr;  // widest tile gemm_tile computes
+  // c[r][j] (+)= sum_k a[k * kMR + r] * b[off[k] + j] for r < mr <= kMR, j < nr <= Table::nr. With
   // `accumulate` the tile is added to c; with a non-null `ep` the epilogue is applied (bias row 0
   // is ep->bias[0], residual rows ldc apart). Reads of b past nr are masked.
   void (*gemm_tile)(int64_t kc, const float* a, const float* b, const int64_t* off, float* c,
@@ -39,6 +43,20 @@ struct Table {
 const Table& GenericTable();
 // Null when the file was built without AVX2 support.
 const Table* Avx2Table();
+// Null when the file was built without AVX-512 (F, BW, DQ, VL) support.
+const Table* Avx512Table();
+
+// The tiers this CPU can run, best first (always ends with the generic one).
+std::vector<const Table*> SupportedTables();
+
+// The table cuvil_uk_conv2d uses: the best supported tier, or a lower one named by the
+// CUVIL_UK_TIER environment variable (avx512, avx2 or generic). Chosen once per process.
+const Table& ActiveTable();
+
+// cuvil_uk_conv2d on a given table (tests compare the tiers with it). Reentrant.
+void Conv2d(const Table& t, const cuvil_uk_conv_params& p, const float* x, const float* w,
+            const float* bias, const float* residual, float* y, int64_t batch, float alpha,
+            float beta);
 
 }  // namespace cuvil::uk
 

@@ -3,7 +3,9 @@
 #include "cuvil/runtime/ukernels.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cuvil/runtime/parallel.h"
@@ -34,6 +36,7 @@ float Act(float v, int64_t act, float alpha, float beta) {
   }
 }
 
+// Runs one conv on every tier the CPU supports and checks each against a double reference.
 void RunCase(const Case& k, int64_t batch, int64_t act, bool with_residual, int threads) {
   SCOPED_TRACE(testing::Message() << "c=" << k.c << " h=" << k.h << " w=" << k.w << " m=" << k.m
                                   << " k=" << k.kh << "x" << k.kw << " s=" << k.sh << "," << k.sw
@@ -95,19 +98,25 @@ void RunCase(const Case& k, int64_t batch, int64_t act, bool with_residual, int 
     cuvil_uk_pack_conv_weights(w.data(), k.groups, mg, kk, wp.data());
     wptr = wp.data();
   }
-  std::vector<float> got(want.size(), 12345.0f);
-  SetIntraOpThreads(threads);
-  cuvil_uk_conv2d(&p, x.data(), wptr, bias.data(), with_residual ? res.data() : nullptr, got.data(),
-                  batch, alpha, beta);
-  SetIntraOpThreads(1);
-  for (size_t i = 0; i < want.size(); ++i) {
-    ASSERT_NEAR(got[i], want[i], 1e-4f * (1.0f + std::fabs(want[i]))) << "at " << i;
+  for (const uk::Table* t : uk::SupportedTables()) {
+    SCOPED_TRACE(t->name);
+    std::vector<float> got(want.size(), 12345.0f);
+    SetIntraOpThreads(threads);
+    uk::Conv2d(*t, p, x.data(), wptr, bias.data(), with_residual ? res.data() : nullptr, got.data(),
+               batch, alpha, beta);
+    SetIntraOpThreads(1);
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_NEAR(got[i], want[i], 1e-4f * (1.0f + std::fabs(want[i]))) << "at " << i;
+    }
   }
 }
 
 TEST(UkernelsTest, TierIsNamed) {
   std::string tier = cuvil_uk_tier();
-  EXPECT_TRUE(tier == "avx2_fma" || tier == "generic") << tier;
+  EXPECT_TRUE(tier == "avx512" || tier == "avx2_fma" || tier == "generic") << tier;
+  const char* forced = std::getenv("CUVIL_UK_TIER");
+  if (forced == nullptr) EXPECT_EQ(tier, uk::SupportedTables().front()->name);
+  EXPECT_EQ(std::string(uk::SupportedTables().back()->name), "generic");
 }
 
 TEST(UkernelsTest, PointwiseEdgeSizes) {
@@ -163,28 +172,106 @@ TEST(UkernelsTest, EveryEpilogue) {
   }
 }
 
-// The portable tile against the active one at every partial size.
-TEST(UkernelsTest, GenericTileMatchesActive) {
-  const uk::Table* avx2 = uk::Avx2Table();
-  if (avx2 == nullptr || std::string(cuvil_uk_tier()) != "avx2_fma") GTEST_SKIP();
+// Every tier's tile against a scalar reference at every partial size, with and without
+// accumulation and the epilogue.
+TEST(UkernelsTest, TileEveryTierEverySize) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  for (int64_t kc : {1, 2, 31}) {
-    std::vector<float> a(kc * uk::kMR), b(kc * 40);
-    for (float& v : a) v = dist(rng);
-    for (float& v : b) v = dist(rng);
-    std::vector<int64_t> off(kc);
-    for (int64_t k = 0; k < kc; ++k) off[k] = k * 40 + (k % 3);
-    for (int64_t mr = 1; mr <= uk::kMR; ++mr) {
-      for (int64_t nr = 1; nr <= uk::kNR; ++nr) {
-        std::vector<float> c1(uk::kMR * 20, 1.0f), c2 = c1;
-        avx2->gemm_tile(kc, a.data(), b.data(), off.data(), c1.data(), 20, mr, nr, true, nullptr);
-        uk::GenericTable().gemm_tile(kc, a.data(), b.data(), off.data(), c2.data(), 20, mr, nr,
-                                     true, nullptr);
-        for (size_t i = 0; i < c1.size(); ++i) ASSERT_NEAR(c1[i], c2[i], 1e-4f);
+  constexpr int64_t kLd = 80, kStride = 100;
+  for (const uk::Table* t : uk::SupportedTables()) {
+    SCOPED_TRACE(t->name);
+    ASSERT_LE(t->nr, kLd);
+    for (int64_t kc : {1, 2, 31}) {
+      std::vector<float> a(kc * uk::kMR), b(kc * kStride), bias(uk::kMR), res(uk::kMR * kLd);
+      for (float& v : a) v = dist(rng);
+      for (float& v : b) v = dist(rng);
+      for (float& v : bias) v = dist(rng);
+      for (float& v : res) v = dist(rng);
+      std::vector<int64_t> off(kc);
+      for (int64_t k = 0; k < kc; ++k) off[k] = k * kStride + (k % 3);
+      for (int64_t mr = 1; mr <= uk::kMR; ++mr) {
+        for (int64_t nr = 1; nr <= t->nr; ++nr) {
+          for (int64_t act = -1; act <= CUVIL_UK_ACT_SIGMOID; ++act) {
+            // act -1: no epilogue at all; with one, the residual is used on odd sizes only.
+            uk::Epilogue ep{bias.data(), nr % 2 == 1 ? res.data() : nullptr, act, 0.2f, 0.5f};
+            if (act == CUVIL_UK_ACT_CLIP) ep.alpha = -0.3f, ep.beta = 0.4f;
+            const uk::Epilogue* epp = act < 0 ? nullptr : &ep;
+            const bool accumulate = (mr + nr) % 2 == 0;
+            std::vector<float> got(uk::kMR * kLd, 1.0f), want = got;
+            t->gemm_tile(kc, a.data(), b.data(), off.data(), got.data(), kLd, mr, nr, accumulate,
+                         epp);
+            for (int64_t r = 0; r < mr; ++r) {
+              for (int64_t j = 0; j < nr; ++j) {
+                double s = accumulate ? want[r * kLd + j] : 0.0;
+                for (int64_t k = 0; k < kc; ++k) s += a[k * uk::kMR + r] * b[off[k] + j];
+                if (epp != nullptr) {
+                  s += bias[r];
+                  if (ep.residual != nullptr) s += res[r * kLd + j];
+                  s = Act(static_cast<float>(s), act, ep.alpha, ep.beta);
+                }
+                want[r * kLd + j] = static_cast<float>(s);
+              }
+            }
+            for (size_t i = 0; i < got.size(); ++i) {
+              ASSERT_NEAR(got[i], want[i], 1e-4f * (1.0f + std::fabs(want[i])))
+                  << "kc=" << kc << " mr=" << mr << " nr=" << nr << " act=" << act << " at " << i;
+            }
+          }
+        }
       }
     }
   }
+}
+
+// The row kernels at every length up to a few vectors, so each tail is exercised.
+TEST(UkernelsTest, RowsEveryTierEveryLength) {
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  constexpr int64_t kMax = 100, kTaps = 9;
+  std::vector<float> src(kMax + 64), res(kMax), wt(kTaps);
+  for (float& v : src) v = dist(rng);
+  for (float& v : res) v = dist(rng);
+  for (float& v : wt) v = dist(rng);
+  std::vector<int64_t> off(kTaps);
+  for (int64_t t = 0; t < kTaps; ++t) off[t] = t * 7;
+  for (const uk::Table* t : uk::SupportedTables()) {
+    SCOPED_TRACE(t->name);
+    for (int64_t act = 0; act <= CUVIL_UK_ACT_SIGMOID; ++act) {
+      const uk::Epilogue ep{nullptr, nullptr, act, act == CUVIL_UK_ACT_CLIP ? -0.3f : 0.2f,
+                            act == CUVIL_UK_ACT_CLIP ? 0.4f : 0.5f};
+      for (int64_t n = 0; n <= kMax; ++n) {
+        for (bool with_res : {false, true}) {
+          const float* r = with_res ? res.data() : nullptr;
+          std::vector<float> got(kMax + 1, 7.0f), dw(kMax + 1, 7.0f);
+          t->epilogue_row(got.data(), src.data(), n, 0.25f, r, ep);
+          t->depthwise_row(dw.data(), src.data(), off.data(), wt.data(), kTaps, n, 0.25f, r, ep);
+          for (int64_t i = 0; i <= kMax; ++i) {
+            if (i == n) {  // nothing past n is written
+              ASSERT_EQ(got[i], 7.0f);
+              ASSERT_EQ(dw[i], 7.0f);
+              break;
+            }
+            float e = Act(src[i] + 0.25f + (with_res ? res[i] : 0.0f), act, ep.alpha, ep.beta);
+            ASSERT_NEAR(got[i], e, 1e-5f) << "epilogue n=" << n << " act=" << act << " at " << i;
+            double d = 0.25;
+            for (int64_t k = 0; k < kTaps; ++k) d += wt[k] * src[off[k] + i];
+            if (with_res) d += res[i];
+            e = Act(static_cast<float>(d), act, ep.alpha, ep.beta);
+            ASSERT_NEAR(dw[i], e, 1e-4f) << "depthwise n=" << n << " act=" << act << " at " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Shapes of the zoo's deep layers: few columns, many channels, K over several blocks.
+TEST(UkernelsTest, SmallSpatialManyChannels) {
+  RunCase({96, 7, 7, 70, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1}, 1, CUVIL_UK_ACT_RELU, true, 1);
+  RunCase({64, 14, 14, 40, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1}, 2, CUVIL_UK_ACT_NONE, false, 2);
+  RunCase({160, 7, 7, 50, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1}, 3, CUVIL_UK_ACT_CLIP, true, 2);
+  RunCase({24, 14, 14, 36, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1}, 1, CUVIL_UK_ACT_HARDSWISH, false, 1);
+  RunCase({8, 9, 70, 12, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2, 2}, 1, CUVIL_UK_ACT_NONE, false, 2);
 }
 
 }  // namespace

@@ -2,8 +2,10 @@
 // register-blocked SGEMM with a fused epilogue (bias, residual add, activation).
 //
 // Every dim is a run-time argument, so one compiled model serves every batch size. The body is
-// chosen once per process from the CPU's features (AVX2+FMA or portable); cuvil_uk_tier() names
-// it. Weight packing (cuvil_uk_pack_conv_weights) uses one layout for every tier.
+// chosen once per process from the CPU's features (AVX-512 F/BW/DQ/VL, else AVX2+FMA, else
+// portable); the environment variable CUVIL_UK_TIER=avx2|generic forces a lower tier (benchmarks,
+// tests). cuvil_uk_tier() names it. Weight packing (cuvil_uk_pack_conv_weights) uses one layout for
+// every tier.
 #ifndef CUVIL_RUNTIME_UKERNELS_H_
 #define CUVIL_RUNTIME_UKERNELS_H_
 
@@ -57,7 +59,7 @@ void cuvil_uk_pack_conv_weights(const float* w, int64_t groups, int64_t mg, int6
 // Rows of one register block (output channels per packed panel).
 inline constexpr int64_t CUVIL_UK_MR = 6;
 
-// The name of the body in use ("avx2_fma" or "generic").
+// The name of the body in use ("avx512", "avx2_fma" or "generic").
 const char* cuvil_uk_tier();
 
 }  // extern "C"
