@@ -95,6 +95,7 @@ const OpRegistry& OpRegistry::Get() {
     RegisterMovementShapes(*r);
     RegisterQuantShapes(*r);
     RegisterLinalgShapes(*r);
+    RegisterRecurrentShapes(*r);
     return r;
   }();
   return *registry;

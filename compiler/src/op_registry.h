@@ -115,6 +115,7 @@ void RegisterNnShapes(OpRegistry& r);
 void RegisterMovementShapes(OpRegistry& r);
 void RegisterQuantShapes(OpRegistry& r);
 void RegisterLinalgShapes(OpRegistry& r);
+void RegisterRecurrentShapes(OpRegistry& r);
 
 }  // namespace cuvil::ir
 

@@ -539,6 +539,7 @@ const KernelRegistry& KernelRegistry::Get() {
     RegisterMovementKernels(*r);
     RegisterQuantKernels(*r);
     RegisterLinalgKernels(*r);
+    RegisterRecurrentKernels(*r);
     return r;
   }();
   return *registry;

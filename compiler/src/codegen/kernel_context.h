@@ -192,6 +192,7 @@ void RegisterNnKernels(KernelRegistry& r);
 void RegisterMovementKernels(KernelRegistry& r);
 void RegisterQuantKernels(KernelRegistry& r);
 void RegisterLinalgKernels(KernelRegistry& r);
+void RegisterRecurrentKernels(KernelRegistry& r);
 
 }  // namespace cuvil::codegen
 
