@@ -377,15 +377,18 @@ void RecurrentEmitter::EmitDirection(const Direction& dir) {
     }
   });
 
-  // Final states: rows stopped at their last valid step.
+  // Final states: rows stopped at their last valid step; a row of length 0 gets zeros, not its
+  // initial state (as ONNX Runtime does).
   k_.For(I64(0), batch_, [&](llvm::Value* n) {
+    llvm::Value* empty = b_.CreateICmpEQ(Length(n), I64(0));
     k_.For(I64(0), I64(hidden_), [&](llvm::Value* j) {
       llvm::Value* s = b_.CreateAdd(b_.CreateMul(n, I64(hidden_)), j);
       llvm::Value* dst = StateIndex(d, n, j);
-      if (k_.has_output(1)) k_.Store(kF32, k_.out(1), dst, k_.Load(kF32, h_, s));
-      if (k_.has_output(2) && op_ == "LSTM") {
-        k_.Store(kF32, k_.out(2), dst, k_.Load(kF32, c_, s));
-      }
+      auto final_value = [&](llvm::Value* state) {
+        return b_.CreateSelect(empty, k_.F32(0), k_.Load(kF32, state, s));
+      };
+      if (k_.has_output(1)) k_.Store(kF32, k_.out(1), dst, final_value(h_));
+      if (k_.has_output(2) && op_ == "LSTM") k_.Store(kF32, k_.out(2), dst, final_value(c_));
     });
   });
 }
