@@ -15,7 +15,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "cuvil/runtime/runtime_symbols.h"
+#include "kernel_profiler.h"
 #include "llvm/AsmParser/Parser.h"
 #include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
@@ -53,11 +56,19 @@ class PreparedPatch {
  public:
   ~PreparedPatch() {
     if (tracker) llvm::consumeError(tracker->remove());  // Frees the code if never published.
+    if (own_dylib != nullptr) llvm::consumeError(session->removeJITDylib(*own_dylib));
   }
   uint64_t id = 0;
   uint64_t base_generation = 0;  // table_generation_ it was prepared against.
   llvm::orc::ResourceTrackerSP tracker;
-  std::unique_ptr<void*[]> table;
+  // Recompile patches link a whole object into a namespace of their own (its symbols would clash
+  // with the version's); removing it frees the code.
+  llvm::orc::ExecutionSession* session = nullptr;
+  llvm::orc::JITDylib* own_dylib = nullptr;
+  std::unique_ptr<void*[]> table;  // The base table with every layer up to this one applied.
+  std::vector<std::pair<int, void*>> slots;  // What this layer replaces: (slot, code).
+  std::shared_ptr<KernelProfiler> profiler;  // Profile patches.
+  double profile_seconds = 0;
   PatchRecord record;
 };
 
@@ -194,6 +205,7 @@ std::vector<std::string> JitEngine::Namespaces() const {
 }
 
 LoadedModel::~LoadedModel() {
+  StopProfileTimer();  // Its automatic rollback must not run against a namespace going away.
   {
     // Removing the namespace frees every layer's code; the trackers must not remove it again.
     absl::MutexLock lock(&patch_mu_);
@@ -342,8 +354,39 @@ void LoadedModel::Publish(void* const* table) {
   __atomic_store_n(table_ptr_, const_cast<void**>(table), __ATOMIC_RELEASE);
 }
 
+// ---- Hot patching: layers over the base kernel table -------------------------------------------
+
+namespace {
+
+// Bytes of a CompiledModel's weights, whichever blob type holds them.
+template <typename Blob>
+size_t BlobBytes(const Blob& blob) {
+  if constexpr (requires { blob.byte_size(); }) {
+    return blob.byte_size();
+  } else {
+    return blob.size();
+  }
+}
+
+}  // namespace
+
+struct LoadedModel::ProfileTimer {
+  absl::Mutex mu;
+  std::map<uint64_t, absl::Time> deadlines ABSL_GUARDED_BY(mu);  // Profile patch id -> end.
+  bool stop ABSL_GUARDED_BY(mu) = false;
+  absl::CondVar cv;    // Signalled when deadlines or stop change.
+  std::thread thread;  // Started with the first profile patch.
+};
+
 absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareIrPatch(
     const std::string& ir_text, const std::vector<std::string>& functions) {
+  return PrepareIrLayer(ir_text, functions, engine_->impl_->next_patch_id.fetch_add(1),
+                        kPatchKindIr, nullptr);
+}
+
+absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareIrLayer(
+    const std::string& ir_text, const std::vector<std::string>& functions, uint64_t id,
+    const char* kind, void* profile_thunk) {
   auto ctx = std::make_unique<llvm::LLVMContext>();
   llvm::SMDiagnostic diag;
   std::unique_ptr<llvm::Module> module = llvm::parseAssemblyString(ir_text, diag, *ctx);
@@ -358,7 +401,6 @@ absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareIrPatch(
   auto* ptr = llvm::PointerType::getUnqual(*ctx);
   auto* kernel_ty = llvm::FunctionType::get(llvm::Type::getInt32Ty(*ctx),
                                             {ptr, llvm::Type::getInt64Ty(*ctx)}, false);
-  const uint64_t id = engine_->impl_->next_patch_id.fetch_add(1);
   std::vector<std::pair<int, std::string>> replaced;  // (slot, unique symbol)
   std::vector<std::string> names;
   for (llvm::Function& fn : *module) {
@@ -414,29 +456,179 @@ absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareIrPatch(
   auto patch = std::make_shared<PreparedPatch>();
   patch->id = id;
   patch->tracker = handle_->dylib->createResourceTracker();
+  if (profile_thunk != nullptr) {
+    // The wrappers' thunk, per patch so layers never clash; freed with the patch's tracker.
+    auto& es = jit.getExecutionSession();
+    llvm::orc::SymbolMap thunk;
+    thunk[es.intern(absl::StrCat("cuvil_profile_call.p", id))] = {
+        llvm::orc::ExecutorAddr::fromPtr(profile_thunk),
+        llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable};
+    if (auto err =
+            handle_->dylib->define(llvm::orc::absoluteSymbols(std::move(thunk)), patch->tracker)) {
+      return absl::InternalError(
+          absl::StrCat("cannot define the profile thunk: ", ToString(std::move(err))));
+    }
+  }
   if (auto err = jit.addIRModule(patch->tracker,
                                  llvm::orc::ThreadSafeModule(std::move(module), std::move(ctx)))) {
     return absl::InternalError(absl::StrCat("cannot add the patch: ", ToString(std::move(err))));
   }
-  absl::MutexLock lock(&patch_mu_);
-  patch->base_generation = table_generation_;
-  const size_t n = model_.kernels.size();
-  patch->table = std::make_unique<void*[]>(std::max<size_t>(n, 1));
-  void* const* current = current_table_.load(std::memory_order_acquire);
-  for (size_t i = 0; i < n; ++i) patch->table[i] = __atomic_load_n(&current[i], __ATOMIC_ACQUIRE);
   for (const auto& [slot, unique] : replaced) {
     auto addr = jit.lookup(*handle_->dylib, unique);  // Compiles the patch (off the request path).
     if (!addr) {
       return absl::InvalidArgumentError(
           absl::StrCat("patch does not compile or link: ", ToString(addr.takeError())));
     }
-    patch->table[slot] = addr->toPtr<void*>();
+    patch->slots.emplace_back(slot, addr->toPtr<void*>());
   }
+  absl::MutexLock lock(&patch_mu_);
+  patch->base_generation = table_generation_;
+  patch->table = BuildTable(layers_.size());
+  for (const auto& [slot, code] : patch->slots) patch->table[slot] = code;
   patch->record.id = id;
-  patch->record.kind = "ir";
+  patch->record.kind = kind;
   patch->record.functions = names;
   patch->record.source = ir_text;
   return patch;
+}
+
+absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareRecompilePatch(
+    const CompiledModel& recompiled, const std::vector<std::string>& functions,
+    const std::string& options_text) {
+  // Same model: same kernels in the same slots, same tensors, same weights bytes (the recompiled
+  // code addresses this version's weights).
+  if (recompiled.kernels.size() != model_.kernels.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the recompiled model has ", recompiled.kernels.size(), " kernels, the version has ",
+        model_.kernels.size(), " (options that change the kernel set cannot be patched in)"));
+  }
+  for (size_t i = 0; i < model_.kernels.size(); ++i) {
+    const KernelFunction& a = model_.kernels[i];
+    const KernelFunction& b = recompiled.kernels[i];
+    if (a.index != b.index || a.symbol != b.symbol || a.signature != b.signature) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the recompiled model's kernel ", i, " is '", b.symbol, "' ", b.signature,
+                       ", the version's is '", a.symbol, "' ", a.signature));
+    }
+  }
+  auto& jit = *engine_->impl_->jit;
+  auto& es = jit.getExecutionSession();
+  auto weights = jit.lookup(*handle_->dylib, kWeightsSymbol);
+  if (!weights) return absl::InternalError(ToString(weights.takeError()));
+  const size_t weight_bytes = BlobBytes(recompiled.weights);
+  if (weight_bytes > weights_mapped_bytes_ ||
+      (weight_bytes > 0 &&
+       std::memcmp(weights->toPtr<const void*>(), recompiled.weights.data(), weight_bytes) != 0)) {
+    return absl::InvalidArgumentError("the recompiled model's weights differ from the version's");
+  }
+  std::map<std::string, int> kernels;
+  for (const KernelFunction& k : model_.kernels) kernels[k.symbol] = k.index;
+  std::vector<std::string> names = functions;
+  if (names.empty()) {
+    for (const KernelFunction& k : model_.kernels) names.push_back(k.symbol);
+  }
+  for (const std::string& name : names) {
+    if (!kernels.count(name)) {
+      return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not a kernel of ",
+                                                     namespace_name_,
+                                                     " (see ListFunctions for their names)"));
+    }
+  }
+  const uint64_t id = engine_->impl_->next_patch_id.fetch_add(1);
+  auto patch = std::make_shared<PreparedPatch>();
+  patch->id = id;
+  auto dylib = es.createJITDylib(absl::StrCat(namespace_name_, "/patch", id));
+  if (!dylib) return absl::InternalError(ToString(dylib.takeError()));
+  patch->session = &es;
+  patch->own_dylib = &*dylib;
+  dylib->addToLinkOrder(*engine_->impl_->runtime);
+  llvm::orc::SymbolMap weights_symbol;
+  weights_symbol[es.intern(kWeightsSymbol)] = {*weights, llvm::JITSymbolFlags::Exported};
+  if (auto err = dylib->define(llvm::orc::absoluteSymbols(std::move(weights_symbol)))) {
+    return absl::InternalError(ToString(std::move(err)));
+  }
+  auto buffer = llvm::MemoryBuffer::getMemBufferCopy(recompiled.object_code,
+                                                     absl::StrCat(namespace_name_, "/patch", id));
+  if (auto err = jit.addObjectFile(*dylib, std::move(buffer))) {
+    return absl::InternalError(
+        absl::StrCat("cannot add the recompiled code: ", ToString(std::move(err))));
+  }
+  // Kernels are private to the object; its own cuvil_fn_table holds their addresses.
+  auto table = jit.lookup(*dylib, kFunctionTableSymbol);
+  if (!table) {
+    return absl::InternalError(
+        absl::StrCat("cannot link the recompiled code: ", ToString(table.takeError())));
+  }
+  void* const* recompiled_table = table->toPtr<void* const*>();
+  for (const std::string& name : names) {
+    const int slot = kernels[name];
+    patch->slots.emplace_back(slot, recompiled_table[slot]);
+  }
+  absl::MutexLock lock(&patch_mu_);
+  patch->base_generation = table_generation_;
+  patch->table = BuildTable(layers_.size());
+  for (const auto& [slot, code] : patch->slots) patch->table[slot] = code;
+  patch->record.id = id;
+  patch->record.kind = kPatchKindRecompile;
+  patch->record.functions = names;
+  patch->record.source = options_text;
+  return patch;
+}
+
+absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareProfilePatch(
+    double seconds, const std::vector<std::string>& functions) {
+  if (!(seconds >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("profile duration ", seconds, " is negative"));
+  }
+  std::vector<std::pair<std::string, void*>> wrapped;  // (kernel, code it calls now)
+  uint64_t generation = 0;
+  {
+    absl::MutexLock lock(&patch_mu_);
+    for (const auto& layer : layers_) {
+      if (layer->patch->profiler != nullptr) {
+        return absl::FailedPreconditionError(absl::StrCat("profile patch ", layer->patch->id,
+                                                          " is still active on ", namespace_name_,
+                                                          "; roll it back or wait for it to end"));
+      }
+    }
+    std::unique_ptr<void*[]> current = BuildTable(layers_.size());
+    std::set<std::string> want(functions.begin(), functions.end());
+    for (const KernelFunction& k : model_.kernels) {
+      if (want.empty() || want.erase(k.symbol) > 0)
+        wrapped.emplace_back(k.symbol, current[k.index]);
+    }
+    if (!want.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("not kernels of ", namespace_name_, ": ", absl::StrJoin(want, ", ")));
+    }
+    generation = table_generation_;
+  }
+  if (wrapped.empty()) return absl::InvalidArgumentError("the version has no kernels to profile");
+  auto profiler = std::make_shared<KernelProfiler>(wrapped);
+  const uint64_t id = engine_->impl_->next_patch_id.fetch_add(1);
+  auto patch = PrepareIrLayer(profiler->WrapperIr(absl::StrCat("cuvil_profile_call.p", id)), {}, id,
+                              kPatchKindProfile, KernelProfiler::Thunk());
+  if (!patch.ok()) return patch.status();
+  if ((*patch)->base_generation != generation) {
+    // The wrappers call the code of an older table.
+    return absl::FailedPreconditionError(
+        "the version was patched or rolled back while the profile was prepared; try again");
+  }
+  (*patch)->profiler = std::move(profiler);
+  (*patch)->profile_seconds = seconds;
+  (*patch)->record.source = absl::StrCat("seconds=", seconds);
+  return patch;
+}
+
+std::unique_ptr<void*[]> LoadedModel::BuildTable(size_t layer_count) const {
+  const size_t n = model_.kernels.size();
+  auto table = std::make_unique<void*[]>(std::max<size_t>(n, 1));
+  // Base slots may be redirected in place by tools: read them atomically.
+  for (size_t i = 0; i < n; ++i) table[i] = __atomic_load_n(&function_table_[i], __ATOMIC_ACQUIRE);
+  for (size_t l = 0; l < layer_count && l < layers_.size(); ++l) {
+    for (const auto& [slot, code] : layers_[l]->patch->slots) table[slot] = code;
+  }
+  return table;
 }
 
 absl::StatusOr<std::vector<HostTensor>> LoadedModel::RunWith(
@@ -444,30 +636,71 @@ absl::StatusOr<std::vector<HostTensor>> LoadedModel::RunWith(
   return RunImpl(patch, inputs);
 }
 
-absl::StatusOr<uint64_t> LoadedModel::CommitPatch(std::shared_ptr<PreparedPatch> patch,
-                                                  std::string author) {
-  if (patch == nullptr) return absl::InvalidArgumentError("no patch");
-  absl::MutexLock lock(&patch_mu_);
+absl::StatusOr<uint64_t> LoadedModel::CommitLocked(std::shared_ptr<PreparedPatch> patch) {
   if (patch->base_generation != table_generation_) {
     return absl::FailedPreconditionError(
         "the version was patched or rolled back while this patch was prepared; prepare it again");
   }
-  patch->record.author = std::move(author);
-  patch->record.unix_ms = NowUnixMs();
   patch->record.active = true;
   Publish(patch->table.get());
   ++table_generation_;
   history_.push_back(patch->record);
-  history_.back().source = patch->record.source;
   auto layer = std::make_unique<Layer>();
   layer->patch = std::move(patch);
   const uint64_t id = layer->patch->id;
   layers_.push_back(std::move(layer));
+  change_count_.fetch_add(1, std::memory_order_relaxed);
+  return id;
+}
+
+absl::StatusOr<uint64_t> LoadedModel::CommitPatch(std::shared_ptr<PreparedPatch> patch,
+                                                  std::string author) {
+  if (patch == nullptr) return absl::InvalidArgumentError("no patch");
+  const double seconds = patch->profiler != nullptr ? patch->profile_seconds : 0;
+  absl::StatusOr<uint64_t> id;
+  {
+    absl::MutexLock lock(&patch_mu_);
+    patch->record.author = std::move(author);
+    patch->record.unix_ms = NowUnixMs();
+    id = CommitLocked(std::move(patch));
+  }
+  if (!id.ok()) return id;
+  if (seconds > 0) StartProfileTimer(*id, seconds);
+  NotifyChange();
+  return id;
+}
+
+absl::StatusOr<uint64_t> LoadedModel::CommitRestoredPatch(std::shared_ptr<PreparedPatch> patch,
+                                                          const PatchRecord& original) {
+  if (patch == nullptr) return absl::InvalidArgumentError("no patch");
+  absl::StatusOr<uint64_t> id;
+  {
+    absl::MutexLock lock(&patch_mu_);
+    for (const PatchRecord& r : history_) {
+      if (r.id == original.id) {
+        return absl::AlreadyExistsError(
+            absl::StrCat("patch ", original.id, " is already in the history of ", namespace_name_));
+      }
+    }
+    patch->id = original.id;
+    patch->record.id = original.id;
+    patch->record.unix_ms = original.unix_ms;
+    patch->record.author = original.author;
+    id = CommitLocked(std::move(patch));
+  }
+  if (!id.ok()) return id;
+  // Later patches must not reuse a restored id (ids name symbols and history entries).
+  auto& next = engine_->impl_->next_patch_id;
+  uint64_t cur = next.load();
+  while (cur <= original.id && !next.compare_exchange_weak(cur, original.id + 1)) {
+  }
+  NotifyChange();
   return id;
 }
 
 absl::Status LoadedModel::Rollback(uint64_t id) {
   std::shared_ptr<PreparedPatch> victim;
+  std::vector<std::unique_ptr<void*[]>> retired;  // Tables executions may still be reading.
   {
     absl::MutexLock lock(&patch_mu_);
     auto rec = std::find_if(history_.begin(), history_.end(),
@@ -477,27 +710,144 @@ absl::Status LoadedModel::Rollback(uint64_t id) {
     }
     if (!rec->active)
       return absl::FailedPreconditionError(absl::StrCat("patch ", id, " is already rolled back"));
-    if (layers_.empty() || layers_.back()->patch->id != id) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("patch ", id, " is not the latest active patch; roll back patch ",
-                       layers_.back()->patch->id, " first"));
+    size_t k = 0;
+    while (k < layers_.size() && layers_[k]->patch->id != id) ++k;
+    if (k == layers_.size())
+      return absl::InternalError(absl::StrCat("patch ", id, " has no layer"));
+    for (size_t j = k + 1; j < layers_.size(); ++j) {
+      // Its wrappers call the code of the table it was prepared on, which includes this patch.
+      if (layers_[j]->patch->profiler != nullptr) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("profile patch ", layers_[j]->patch->id, " wraps patch ", id,
+                         "; roll the profile back (or wait for it to end) first"));
+      }
     }
-    victim = std::move(layers_.back()->patch);
-    layers_.pop_back();
+    victim = std::move(layers_[k]->patch);
+    layers_.erase(layers_.begin() + static_cast<std::ptrdiff_t>(k));
+    // Layers above the victim get tables without it; their old tables retire.
+    for (size_t j = k; j < layers_.size(); ++j) {
+      retired.push_back(std::move(layers_[j]->patch->table));
+      layers_[j]->patch->table = BuildTable(j + 1);
+    }
     Publish(layers_.empty() ? function_table_ : layers_.back()->patch->table.get());
     ++table_generation_;
     rec->active = false;
     rec->rolled_back_unix_ms = NowUnixMs();
+    if (victim->profiler != nullptr) rec->profile = victim->profiler->Report();
+    change_count_.fetch_add(1, std::memory_order_relaxed);
+    if (profile_timer_ != nullptr) {
+      absl::MutexLock timer_lock(&profile_timer_->mu);  // Order: patch_mu_, then the timer's.
+      profile_timer_->deadlines.erase(id);
+      profile_timer_->cv.Signal();
+    }
     // Nothing may free the victim's code while an execution can still be inside it.
     WaitForExecutions();
   }
-  victim.reset();  // Removes its resource tracker: the code and table are freed.
+  victim.reset();  // Removes its code and table.
+  retired.clear();
+  NotifyChange();
   return absl::OkStatus();
 }
 
 std::vector<PatchRecord> LoadedModel::Patches() const {
   absl::MutexLock lock(&patch_mu_);
-  return history_;
+  std::vector<PatchRecord> records = history_;
+  for (PatchRecord& r : records) {
+    if (!r.active || r.kind != kPatchKindProfile) continue;
+    for (const auto& layer : layers_) {
+      if (layer->patch->id == r.id && layer->patch->profiler) {
+        r.profile = layer->patch->profiler->Report();
+      }
+    }
+  }
+  return records;
+}
+
+absl::StatusOr<std::vector<KernelProfile>> LoadedModel::ProfileReport(uint64_t id) const {
+  absl::MutexLock lock(&patch_mu_);
+  for (const auto& layer : layers_) {
+    if (layer->patch->id == id && layer->patch->profiler) return layer->patch->profiler->Report();
+  }
+  for (const PatchRecord& r : history_) {
+    if (r.id == id && r.kind == kPatchKindProfile) return r.profile;
+  }
+  return absl::NotFoundError(
+      absl::StrCat("patch ", id, " is not a profile patch of ", namespace_name_));
+}
+
+bool LoadedModel::WaitForProfileEnd(uint64_t id, double timeout_seconds) const {
+  const absl::Time deadline = absl::Now() + absl::Seconds(timeout_seconds);
+  auto inactive = [&] {
+    absl::MutexLock lock(&patch_mu_);
+    for (const auto& layer : layers_) {
+      if (layer->patch->id == id) return false;
+    }
+    return true;
+  };
+  while (!inactive()) {
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return true;
+}
+
+const void* LoadedModel::weights_data() const {
+  return weights_ != nullptr ? weights_ : static_cast<const void*>(model_.weights.data());
+}
+
+void LoadedModel::set_change_listener(std::function<void()> listener) {
+  change_listener_ = std::move(listener);
+}
+
+uint64_t LoadedModel::change_count() const { return change_count_.load(std::memory_order_relaxed); }
+
+void LoadedModel::NotifyChange() {
+  if (change_listener_) change_listener_();
+}
+
+void LoadedModel::StartProfileTimer(uint64_t id, double seconds) {
+  ProfileTimer* timer;
+  {
+    absl::MutexLock lock(&patch_mu_);  // Serialises the lazy start against other commits.
+    if (profile_timer_ == nullptr) profile_timer_ = std::make_unique<ProfileTimer>();
+    timer = profile_timer_.get();
+  }
+  absl::MutexLock lock(&timer->mu);
+  if (timer->stop) return;
+  timer->deadlines[id] = absl::Now() + absl::Seconds(seconds);
+  timer->cv.Signal();
+  if (timer->thread.joinable()) return;
+  timer->thread = std::thread([this, timer] {
+    absl::MutexLock l(&timer->mu);
+    while (!timer->stop) {
+      uint64_t due = 0;
+      absl::Time earliest = absl::InfiniteFuture();
+      for (const auto& [pid, at] : timer->deadlines) {
+        if (at < earliest) earliest = at, due = pid;
+      }
+      if (due == 0 || absl::Now() < earliest) {
+        // Woken early by a new deadline, a manual rollback or stop: look again.
+        timer->cv.WaitWithDeadline(&timer->mu, earliest);
+        continue;
+      }
+      timer->deadlines.erase(due);
+      timer->mu.Unlock();
+      // Already rolled back by hand (NotFound/FailedPrecondition): the record says so already.
+      absl::Status s = Rollback(due);
+      (void)s;
+      timer->mu.Lock();
+    }
+  });
+}
+
+void LoadedModel::StopProfileTimer() {
+  if (profile_timer_ == nullptr) return;
+  {
+    absl::MutexLock lock(&profile_timer_->mu);
+    profile_timer_->stop = true;
+    profile_timer_->cv.Signal();
+  }
+  if (profile_timer_->thread.joinable()) profile_timer_->thread.join();
 }
 
 }  // namespace cuvil

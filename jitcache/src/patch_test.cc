@@ -92,6 +92,12 @@ exit:
   return absl::StrReplaceAll(ir, {{"NAME", name}, {"SCALE", scale_text}});
 }
 
+CompileOptions OptLevel(int level) {
+  CompileOptions options;
+  options.opt_level = level;
+  return options;
+}
+
 class PatchTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -179,7 +185,6 @@ TEST_F(PatchTest, StackedPatchesRollBackInOrder) {
   ASSERT_TRUE(id2.ok());
   EXPECT_EQ(RunOnce(), 36.0f);  // 3*(2 + 10)
   EXPECT_TRUE(absl::IsFailedPrecondition(model_->CommitPatch(*stale, "c").status()));
-  EXPECT_TRUE(absl::IsFailedPrecondition(model_->Rollback(*id1)));
   ASSERT_TRUE(model_->Rollback(*id2).ok());
   EXPECT_EQ(RunOnce(), 12.0f);
   ASSERT_TRUE(model_->Rollback(*id1).ok());
@@ -272,6 +277,164 @@ TEST_F(PatchTest, ExecutionsInFlightNeverSeeAMixedTable) {
   std::printf("patch switch (commit) p50=%.1fus p99=%.1fus; %lld executions, %lld patched\n",
               switch_us[switch_us.size() / 2], switch_us[switch_us.size() * 99 / 100],
               static_cast<long long>(runs.load()), static_cast<long long>(patched_seen.load()));
+}
+
+// Any active patch can be rolled back: the table is rebuilt from the base and the other layers.
+TEST_F(PatchTest, RollbackOfAMiddlePatchKeepsTheOthers) {
+  auto p1 = model_->PrepareIrPatch(ScaledAddIr(k0_, 2.0f), {});
+  ASSERT_TRUE(p1.ok()) << p1.status();
+  auto id1 = model_->CommitPatch(*p1, "a");
+  ASSERT_TRUE(id1.ok());
+  auto p2 = model_->PrepareIrPatch(ScaledAddIr(k1_, 3.0f), {});
+  ASSERT_TRUE(p2.ok()) << p2.status();
+  auto id2 = model_->CommitPatch(*p2, "b");
+  ASSERT_TRUE(id2.ok());
+  auto p3 = model_->PrepareIrPatch(ScaledAddIr(k0_, 5.0f), {});
+  ASSERT_TRUE(p3.ok()) << p3.status();
+  auto id3 = model_->CommitPatch(*p3, "c");
+  ASSERT_TRUE(id3.ok());
+  EXPECT_EQ(RunOnce(), 45.0f);  // 3 * (5*(0+1) + 10)
+  ASSERT_TRUE(model_->Rollback(*id2).ok());
+  EXPECT_EQ(RunOnce(), 15.0f);  // 5*1 + 10: k0 from patch 3, k1 back to the base.
+  ASSERT_TRUE(model_->Rollback(*id3).ok());
+  EXPECT_EQ(RunOnce(), 12.0f);  // Patch 1 is what remains.
+  ASSERT_TRUE(model_->Rollback(*id1).ok());
+  EXPECT_EQ(RunOnce(), 11.0f);
+  EXPECT_TRUE(absl::IsFailedPrecondition(model_->Rollback(*id2)));
+  std::vector<PatchRecord> patches = model_->Patches();
+  ASSERT_EQ(patches.size(), 3u);
+  for (const PatchRecord& r : patches) EXPECT_FALSE(r.active);
+}
+
+TEST_F(PatchTest, RecompilePatchSwapsInOtherCodeWithTheSameResults) {
+  auto recompiled = CompileOnnxBytes(TwoAdds(1.0f, 10.0f), OptLevel(0));
+  ASSERT_TRUE(recompiled.ok()) << recompiled.status();
+  auto patch = model_->PrepareRecompilePatch(*recompiled, {k1_}, "opt_level=0");
+  ASSERT_TRUE(patch.ok()) << patch.status();
+  EXPECT_EQ(RunOnce(patch->get()), 11.0f);
+  auto id = model_->CommitPatch(*patch, "tier");
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(RunOnce(), 11.0f);
+  std::vector<PatchRecord> patches = model_->Patches();
+  ASSERT_EQ(patches.size(), 1u);
+  EXPECT_EQ(patches[0].kind, kPatchKindRecompile);
+  EXPECT_EQ(patches[0].source, "opt_level=0");
+  EXPECT_EQ(patches[0].functions, std::vector<std::string>{k1_});
+  ASSERT_TRUE(model_->Rollback(*id).ok());
+  EXPECT_EQ(RunOnce(), 11.0f);
+
+  // Another model (other weights) and unknown kernels are refused.
+  auto other = CompileOnnxBytes(TwoAdds(2.0f, 10.0f));
+  ASSERT_TRUE(other.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(model_->PrepareRecompilePatch(*other, {}, "").status()));
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(model_->PrepareRecompilePatch(*recompiled, {"nope"}, "").status()));
+  auto opts = ParseRecompileOptions("opt_level=1");
+  ASSERT_TRUE(opts.ok());
+  EXPECT_EQ(opts->opt_level, 1);
+  EXPECT_EQ(RecompileOptionsText(*opts), "opt_level=1");
+  EXPECT_FALSE(ParseRecompileOptions("opt_level=7").ok());
+  EXPECT_FALSE(ParseRecompileOptions("unroll=4").ok());
+}
+
+TEST_F(PatchTest, ProfilePatchCountsKernelsAndRollsBackByItself) {
+  auto patch = model_->PrepareProfilePatch(0.3, {});
+  ASSERT_TRUE(patch.ok()) << patch.status();
+  auto id = model_->CommitPatch(*patch, "prof");
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(model_->PrepareProfilePatch(1, {}).status()));
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(RunOnce(), 11.0f);
+  auto live = model_->ProfileReport(*id);
+  ASSERT_TRUE(live.ok()) << live.status();
+  ASSERT_EQ(live->size(), 2u);
+  EXPECT_TRUE(model_->WaitForProfileEnd(*id, 10));
+  EXPECT_EQ(RunOnce(), 11.0f);  // Unwrapped again: no more counts.
+  auto report = model_->ProfileReport(*id);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_EQ(report->size(), 2u);
+  double share = 0;
+  for (const KernelProfile& k : *report) {
+    EXPECT_EQ(k.calls, 10u) << k.function;
+    EXPECT_GT(k.total_ns, 0u);
+    EXPECT_GT(k.mean_ns, 0);
+    share += k.share;
+  }
+  EXPECT_NEAR(share, 1.0, 1e-9);
+  std::vector<PatchRecord> patches = model_->Patches();
+  ASSERT_EQ(patches.size(), 1u);
+  EXPECT_EQ(patches[0].kind, kPatchKindProfile);
+  EXPECT_FALSE(patches[0].active);
+  EXPECT_EQ(patches[0].profile.size(), 2u);
+}
+
+// A profile above a patch wraps its code: that patch cannot be rolled back under it.
+TEST_F(PatchTest, ProfileAboveAPatchBlocksItsRollbackUntilItEnds) {
+  auto p1 = model_->PrepareIrPatch(ScaledAddIr(k1_, 2.0f), {});
+  ASSERT_TRUE(p1.ok());
+  auto id1 = model_->CommitPatch(*p1, "a");
+  ASSERT_TRUE(id1.ok());
+  auto prof = model_->PrepareProfilePatch(0, {k1_});
+  ASSERT_TRUE(prof.ok()) << prof.status();
+  auto pid = model_->CommitPatch(*prof, "p");
+  ASSERT_TRUE(pid.ok());
+  EXPECT_EQ(RunOnce(), 22.0f);
+  EXPECT_TRUE(absl::IsFailedPrecondition(model_->Rollback(*id1)));
+  auto report = model_->ProfileReport(*pid);
+  ASSERT_TRUE(report.ok());
+  ASSERT_EQ(report->size(), 1u);
+  EXPECT_EQ((*report)[0].function, k1_);
+  EXPECT_EQ((*report)[0].calls, 1u);
+  ASSERT_TRUE(model_->Rollback(*pid).ok());
+  ASSERT_TRUE(model_->Rollback(*id1).ok());
+  EXPECT_EQ(RunOnce(), 11.0f);
+}
+
+// Executions run while IR, recompile and profile patches are committed and rolled back in any
+// order (the TSan target for the swap and reclamation code).
+TEST_F(PatchTest, AllPatchKindsUnderConcurrentExecutions) {
+  auto recompiled = CompileOnnxBytes(TwoAdds(1.0f, 10.0f), OptLevel(1));
+  ASSERT_TRUE(recompiled.ok());
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> bad{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 2; ++t) {
+    workers.emplace_back([&] {
+      HostTensor x(DType::kFloat32, {2, kWidth});
+      std::memset(x.data(), 0, x.byte_size());
+      HostTensor y(DType::kFloat32, {2, kWidth});
+      std::vector<uint8_t> arena(model_->model().arena.BytesFor(2) + 64);
+      const void* in[] = {x.data()};
+      void* out[] = {y.data()};
+      while (!stop.load(std::memory_order_relaxed)) {
+        if (model_->Execute(in, out, 2, arena.data()) != 0) bad.fetch_add(1);
+        const float v = y.data_as<float>()[0];
+        if (v != 11.0f && v != 22.0f) bad.fetch_add(1);
+      }
+    });
+  }
+  for (int cycle = 0; cycle < 10; ++cycle) {
+    auto ir = model_->PrepareIrPatch(ScaledAddIr(k1_, 2.0f), {});
+    ASSERT_TRUE(ir.ok());
+    auto ir_id = model_->CommitPatch(*ir, "ir");
+    ASSERT_TRUE(ir_id.ok());
+    auto re = model_->PrepareRecompilePatch(*recompiled, {k0_}, "opt_level=1");
+    ASSERT_TRUE(re.ok()) << re.status();
+    auto re_id = model_->CommitPatch(*re, "re");
+    ASSERT_TRUE(re_id.ok());
+    auto prof = model_->PrepareProfilePatch(0.005, {});
+    ASSERT_TRUE(prof.ok()) << prof.status();
+    auto prof_id = model_->CommitPatch(*prof, "prof");
+    ASSERT_TRUE(prof_id.ok());
+    EXPECT_TRUE(model_->WaitForProfileEnd(*prof_id, 10));
+    ASSERT_TRUE(model_->Rollback(*ir_id).ok());  // The middle one first.
+    ASSERT_TRUE(model_->Rollback(*re_id).ok());
+    auto report = model_->ProfileReport(*prof_id);
+    ASSERT_TRUE(report.ok());
+  }
+  stop = true;
+  for (auto& w : workers) w.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(RunOnce(), 11.0f);
 }
 
 }  // namespace

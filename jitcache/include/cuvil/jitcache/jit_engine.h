@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "cuvil/compiler/compiled_model.h"
+#include "cuvil/compiler/compiler.h"
 #include "cuvil/runtime/host_tensor.h"
 
 namespace cuvil {
@@ -27,16 +29,53 @@ using EntryFn = int32_t (*)(const void* const* inputs, void* const* outputs, int
 using EntryWithTableFn = int32_t (*)(const void* const* inputs, void* const* outputs, int64_t batch,
                                      void* arena, void* const* table);
 
+// Patch kinds (PatchRecord::kind).
+inline constexpr char kPatchKindIr[] = "ir";
+inline constexpr char kPatchKindRecompile[] = "recompile";
+inline constexpr char kPatchKindProfile[] = "profile";
+
+// One kernel's share of a profiling window.
+struct KernelProfile {
+  std::string function;
+  uint64_t calls = 0;
+  uint64_t total_ns = 0;
+  double mean_ns = 0;
+  double share = 0;  // total_ns / the sum over every kernel (0..1).
+};
+
 // One hot patch of a version, as ListPatches reports it.
 struct PatchRecord {
   uint64_t id = 0;
   int64_t unix_ms = 0;
-  std::string kind;                    // "ir"
+  std::string kind;                    // kPatchKind*.
   std::vector<std::string> functions;  // Kernel symbols the patch replaces.
   std::string author;
   bool active = true;  // False once rolled back.
   int64_t rolled_back_unix_ms = 0;
-  std::string source;  // The patch's LLVM IR text.
+  // ir: the LLVM IR text; recompile: the options ("opt_level=1"); profile: "seconds=N".
+  std::string source;
+  // Profile patches: the per-kernel table (live while active, final once rolled back).
+  std::vector<KernelProfile> profile;
+};
+
+// Options of a recompile patch: what CompileOptions exposes that leaves the kernel set, the
+// weights layout and the signatures unchanged.
+struct RecompileOptions {
+  int opt_level = 3;  // LLVM optimisation level 0..3.
+};
+
+// "opt_level=N"; ParseRecompileOptions reads it back (InvalidArgument naming an unknown key or a
+// bad value; comma-separated key=value).
+std::string RecompileOptionsText(const RecompileOptions& options);
+absl::StatusOr<RecompileOptions> ParseRecompileOptions(const std::string& text);
+
+// Where a version's code came from, kept for recompile patches and snapshots (set by the loader;
+// empty when unknown). Thread-compatible value type.
+struct ModelSource {
+  std::string onnx_path;    // Read when onnx_bytes is empty.
+  std::string onnx_bytes;   // Inline models.
+  std::string config_text;  // The version's completed config (text format).
+  CompileOptions options;   // What the version was compiled with (emit/needs fields unused).
 };
 
 // A patch compiled into a version's namespace but not yet visible to executions. Dropping it
@@ -84,12 +123,48 @@ class LoadedModel {
   // executions. FailedPrecondition if another patch was committed or rolled back since `patch`
   // was prepared. Returns the patch id.
   absl::StatusOr<uint64_t> CommitPatch(std::shared_ptr<PreparedPatch> patch, std::string author);
-  // Restores the table that was current before patch `id`, which must be the latest active patch
-  // (FailedPrecondition otherwise; NotFound for an unknown id). Returns once no execution can
-  // still be inside the patch's code (at most one execution's length), then frees that code.
+  // Links the kernels `functions` (every kernel when empty) of `recompiled` — this version's
+  // model compiled again with other options (`options_text` is recorded) — into a new layer.
+  // InvalidArgument when `recompiled` is not the same model (kernels, signatures, weights) or a
+  // name is not a kernel; Internal when LLVM cannot link it. Nothing is visible until CommitPatch.
+  absl::StatusOr<std::shared_ptr<PreparedPatch>> PrepareRecompilePatch(
+      const CompiledModel& recompiled, const std::vector<std::string>& functions,
+      const std::string& options_text);
+  // Wraps every kernel of the current table (or `functions`) with timing (calls and nanoseconds
+  // per kernel, atomic counters) in a new layer. Once committed, the patch rolls itself back
+  // after `seconds` (a timer thread; 0: never) and its record keeps the final table.
+  // FailedPrecondition while another profile patch is active; InvalidArgument for an unknown
+  // function or a negative duration.
+  absl::StatusOr<std::shared_ptr<PreparedPatch>> PrepareProfilePatch(
+      double seconds, const std::vector<std::string>& functions);
+  // Restores the table without patch `id` (any active patch: the table is rebuilt from the base
+  // code and the remaining layers, in order). NotFound for an unknown id; FailedPrecondition when
+  // it is already rolled back or an active profile patch above it wraps its code (roll that back
+  // first). Returns once no execution can still be inside the removed code (at most one
+  // execution's length), then frees it.
   absl::Status Rollback(uint64_t id);
-  // Every patch committed to this version, oldest first.
+  // Every patch committed to this version, oldest first (profile tables as of now).
   std::vector<PatchRecord> Patches() const;
+  // The per-kernel table of profile patch `id` so far (final once it rolled back), largest share
+  // first. NotFound when `id` is not a profile patch of this version.
+  absl::StatusOr<std::vector<KernelProfile>> ProfileReport(uint64_t id) const;
+  // Blocks until profile patch `id` is no longer active (its timer rolled it back) or `timeout`
+  // seconds pass; true if it is inactive.
+  bool WaitForProfileEnd(uint64_t id, double timeout_seconds) const;
+  // Commits `patch` with the identity of `original` (id, time, author) instead of new ones: a
+  // restored snapshot keeps its patch ids. AlreadyExists if that id is already in the history.
+  absl::StatusOr<uint64_t> CommitRestoredPatch(std::shared_ptr<PreparedPatch> patch,
+                                               const PatchRecord& original);
+  // Called (from the committing or rolling-back thread, no lock held) after every commit and
+  // rollback, including a profile's automatic one; set once before patches start.
+  void set_change_listener(std::function<void()> listener);
+  // Incremented by every commit and rollback (snapshot writers compare it).
+  uint64_t change_count() const;
+  // Start of the weights executions read (weights_bytes() long, zero-padded).
+  const void* weights_data() const;
+  // Where the code came from (see ModelSource); set once by the loader before serving.
+  void set_source(ModelSource source) { source_ = std::move(source); }
+  const ModelSource& source() const { return source_; }
   // Bytes of the read-only weights mapping.
   size_t weights_bytes() const { return weights_mapped_bytes_; }
 
@@ -121,6 +196,21 @@ class LoadedModel {
   absl::StatusOr<std::vector<HostTensor>> RunImpl(const PreparedPatch* patch,
                                                   const std::vector<HostTensor>& inputs) const;
   void Publish(void* const* table);
+  // Shared tail of the IR-based patch kinds: parses `ir_text`, renames the kernels it defines
+  // to "<kernel>.patch<id>", links it into a new layer and builds the layer's table.
+  absl::StatusOr<std::shared_ptr<PreparedPatch>> PrepareIrLayer(
+      const std::string& ir_text, const std::vector<std::string>& functions, uint64_t id,
+      const char* kind, void* profile_thunk);
+  // A table: the base kernels with every layer's slots applied in order (patch_mu_ held).
+  std::unique_ptr<void*[]> BuildTable(size_t layer_count) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(patch_mu_);
+  absl::StatusOr<uint64_t> CommitLocked(std::shared_ptr<PreparedPatch> patch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(patch_mu_);
+  void NotifyChange();
+  // Starts the automatic rollback of profile patch `id` after `seconds`.
+  void StartProfileTimer(uint64_t id, double seconds);
+  // Stops (and joins) the profile timer; called before the namespace goes away.
+  void StopProfileTimer();
 
   EntryFn entry_ = nullptr;
   EntryWithTableFn entry_with_table_ = nullptr;
@@ -140,6 +230,13 @@ class LoadedModel {
   std::vector<std::unique_ptr<Layer>> layers_ ABSL_GUARDED_BY(patch_mu_);  // Active, oldest first.
   std::vector<PatchRecord> history_ ABSL_GUARDED_BY(patch_mu_);
   uint64_t table_generation_ ABSL_GUARDED_BY(patch_mu_) = 0;
+  std::atomic<uint64_t> change_count_{0};
+  std::function<void()> change_listener_;  // Set once before patches start.
+  ModelSource source_;                     // Set once before serving.
+
+  // The profile timer: at most one profile patch is active at a time.
+  struct ProfileTimer;
+  std::unique_ptr<ProfileTimer> profile_timer_;
 };
 
 // Thread-safe.

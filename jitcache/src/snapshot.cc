@@ -1,0 +1,324 @@
+#include "cuvil/jitcache/snapshot.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "cuvil/compiler/compiler.h"
+#include "cuvil/jitcache/object_cache.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/TargetParser/Host.h"
+#include "llvm/TargetParser/Triple.h"
+#include "snapshot.pb.h"
+
+namespace cuvil {
+namespace {
+
+namespace pb = cuvil::jitcache::v1;
+
+// XXH3-128, canonical (big-endian) bytes.
+std::string Digest(const void* data, size_t size) {
+  XXH128_canonical_t c;
+  XXH128_canonicalFromHash(&c, XXH3_128bits(data, size));
+  return std::string(reinterpret_cast<const char*>(c.digest), sizeof c.digest);
+}
+std::string Digest(std::string_view s) { return Digest(s.data(), s.size()); }
+
+struct HostIdentity {
+  std::string triple, cpu, features;
+};
+
+const HostIdentity& Host() {
+  static const HostIdentity* host = [] {
+    auto* h = new HostIdentity;
+    h->triple = llvm::sys::getProcessTriple();
+    h->cpu = llvm::sys::getHostCPUName().str();
+    std::vector<std::string> feats;
+    for (const auto& f : llvm::sys::getHostCPUFeatures()) {
+      feats.push_back(absl::StrCat(f.second ? "+" : "-", f.first().str()));
+    }
+    std::sort(feats.begin(), feats.end());
+    h->features = absl::StrJoin(feats, ",");
+    return h;
+  }();
+  return *host;
+}
+
+// The lowered model's structure: interface, kernels and memory plan (what the IR became).
+std::string IrDigest(const pb::SnapshotBody& b) {
+  pb::SnapshotBody shape;
+  shape.set_symbol(b.symbol());
+  *shape.mutable_inputs() = b.inputs();
+  *shape.mutable_outputs() = b.outputs();
+  shape.set_arena_per_batch_bytes(b.arena_per_batch_bytes());
+  shape.set_arena_fixed_bytes(b.arena_fixed_bytes());
+  for (const pb::SnapshotFunction& f : b.functions()) {
+    pb::SnapshotFunction* k = shape.add_functions();
+    k->set_index(f.index());
+    k->set_symbol(f.symbol());
+    k->set_op_type(f.op_type());
+    k->set_node_name(f.node_name());
+    k->set_signature(f.signature());
+  }
+  std::string bytes;
+  shape.SerializeToString(&bytes);  // Deterministic enough: same writer, fields in order.
+  return Digest(bytes);
+}
+
+void ToProto(const TensorSignature& t, pb::SnapshotTensor* out) {
+  out->set_name(t.name);
+  out->set_dtype(static_cast<int32_t>(t.dtype));
+  for (const SymDim& d : t.shape) {
+    auto* dim = out->add_shape();
+    dim->set_coef(d.coef);
+    dim->set_power(d.power);
+  }
+}
+
+TensorSignature FromProto(const pb::SnapshotTensor& t) {
+  TensorSignature sig;
+  sig.name = t.name();
+  sig.dtype = static_cast<DType>(t.dtype());
+  for (const auto& d : t.shape()) sig.shape.push_back(SymDim{d.coef(), d.power()});
+  return sig;
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::FailedPreconditionError(absl::StrCat("cannot read ", path));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+absl::Status Refuse(const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat("not a usable Cuvil snapshot: ", why));
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> EncodeSnapshot(const LoadedModel& loaded, const std::string& model_name,
+                                           int64_t version, const std::string& config_text) {
+  const ModelSource& source = loaded.source();
+  std::string onnx = source.onnx_bytes;
+  if (onnx.empty()) {
+    if (source.onnx_path.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(loaded.namespace_name(), " has no recorded ONNX source to snapshot"));
+    }
+    auto read = ReadFile(source.onnx_path);
+    if (!read.ok()) return read.status();
+    onnx = std::move(*read);
+  }
+  const CompiledModel& m = loaded.model();
+  pb::SnapshotBody b;
+  b.set_model_name(model_name);
+  b.set_version(version);
+  b.set_created_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count());
+  b.set_config_text(config_text);
+  b.set_opt_level(source.options.opt_level);
+  b.set_compiler_version(kCompilerVersion);
+  b.set_target_triple(Host().triple);
+  b.set_cpu(Host().cpu);
+  b.set_cpu_features(Host().features);
+  b.set_name(m.name);
+  b.set_symbol(m.symbol);
+  for (const auto& t : m.inputs) ToProto(t, b.add_inputs());
+  for (const auto& t : m.outputs) ToProto(t, b.add_outputs());
+  b.set_arena_per_batch_bytes(m.arena.per_batch_bytes);
+  b.set_arena_fixed_bytes(m.arena.fixed_bytes);
+  b.set_arena_unplanned_bytes(m.arena.unplanned_bytes);
+  b.set_object_code(m.object_code);
+  b.set_weights(static_cast<const char*>(loaded.weights_data()), loaded.weights_bytes());
+  b.set_compiled_cpu(m.cpu);
+  b.set_onnx_model(onnx);
+  b.set_model_hash(Digest(onnx));
+  b.set_code_hash(Digest(m.object_code));
+
+  // The table executions use now: every active patch's functions over the version's own code.
+  const std::vector<PatchRecord> patches = loaded.Patches();
+  std::map<std::string, const PatchRecord*> provider;
+  for (const PatchRecord& r : patches) {
+    if (!r.active) continue;
+    for (const std::string& f : r.functions) provider[f] = &r;
+  }
+  for (const KernelFunction& k : m.kernels) {
+    pb::SnapshotFunction* f = b.add_functions();
+    f->set_index(k.index);
+    f->set_symbol(k.symbol);
+    f->set_op_type(k.op_type);
+    f->set_node_name(k.node_name);
+    f->set_signature(k.signature);
+    auto it = provider.find(k.symbol);
+    if (it == provider.end()) {
+      f->set_code_hash(b.code_hash());
+    } else {
+      f->set_patch_id(it->second->id);
+      f->set_code_hash(Digest(absl::StrCat(it->second->kind, "\n", it->second->source)));
+    }
+  }
+  b.set_ir_digest(IrDigest(b));
+  for (const PatchRecord& r : patches) {
+    pb::SnapshotPatch* p = b.add_patches();
+    p->set_id(r.id);
+    p->set_unix_ms(r.unix_ms);
+    p->set_kind(r.kind);
+    for (const auto& f : r.functions) p->add_functions(f);
+    p->set_author(r.author);
+    p->set_active(r.active);
+    p->set_rolled_back_unix_ms(r.rolled_back_unix_ms);
+    p->set_source(r.source);
+    for (const KernelProfile& k : r.profile) {
+      auto* row = p->add_profile();
+      row->set_function(k.function);
+      row->set_calls(k.calls);
+      row->set_total_ns(k.total_ns);
+    }
+  }
+  pb::SnapshotArtifact artifact;
+  artifact.set_magic(kSnapshotMagic);
+  artifact.set_format_version(kSnapshotFormatVersion);
+  if (!b.SerializeToString(artifact.mutable_body())) {
+    return absl::InternalError("cannot serialise the snapshot (larger than 2 GiB?)");
+  }
+  artifact.set_checksum(Digest(artifact.body()));
+  std::string out;
+  if (!artifact.SerializeToString(&out)) return absl::InternalError("cannot serialise snapshot");
+  return out;
+}
+
+absl::StatusOr<VersionSnapshot> DecodeSnapshot(std::string_view bytes) {
+  pb::SnapshotArtifact artifact;
+  if (bytes.empty()) return Refuse("the artifact is empty");
+  if (!artifact.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return Refuse("the artifact does not parse (truncated or not a snapshot)");
+  }
+  if (artifact.magic() != kSnapshotMagic) {
+    return Refuse("wrong magic (not a snapshot, or damaged)");
+  }
+  if (artifact.format_version() != kSnapshotFormatVersion) {
+    return Refuse(absl::StrCat("format version ", artifact.format_version(),
+                               " is not supported (this server reads version ",
+                               kSnapshotFormatVersion, ")"));
+  }
+  if (artifact.checksum() != Digest(artifact.body())) {
+    return Refuse("checksum mismatch (the artifact is damaged or truncated)");
+  }
+  pb::SnapshotBody b;
+  if (!b.ParseFromString(artifact.body())) return Refuse("the body does not parse");
+  if (b.model_name().empty() || b.version() <= 0) return Refuse("no model name or version");
+  if (b.object_code().empty() || b.onnx_model().empty()) return Refuse("no code or source");
+  if (b.model_hash() != Digest(b.onnx_model())) return Refuse("model hash mismatch");
+  if (b.code_hash() != Digest(b.object_code())) return Refuse("code hash mismatch");
+  if (b.ir_digest() != IrDigest(b)) return Refuse("IR digest mismatch");
+  if (b.opt_level() < 0 || b.opt_level() > 3) return Refuse("bad opt_level");
+
+  VersionSnapshot s;
+  s.model_name = b.model_name();
+  s.version = b.version();
+  s.created_unix_ms = b.created_unix_ms();
+  s.config_text = b.config_text();
+  s.opt_level = b.opt_level();
+  s.onnx_model = b.onnx_model();
+  s.model_hash = absl::BytesToHexString(b.model_hash());
+  s.ir_digest = absl::BytesToHexString(b.ir_digest());
+  s.code_hash = absl::BytesToHexString(b.code_hash());
+  s.host_matches = b.compiler_version() == kCompilerVersion && b.target_triple() == Host().triple &&
+                   b.cpu() == Host().cpu && b.cpu_features() == Host().features;
+  CompiledModel& m = s.compiled;
+  m.name = b.name();
+  m.symbol = b.symbol();
+  for (const auto& t : b.inputs()) m.inputs.push_back(FromProto(t));
+  for (const auto& t : b.outputs()) m.outputs.push_back(FromProto(t));
+  m.arena.per_batch_bytes = b.arena_per_batch_bytes();
+  m.arena.fixed_bytes = b.arena_fixed_bytes();
+  m.arena.unplanned_bytes = b.arena_unplanned_bytes();
+  m.object_code = b.object_code();
+  HostTensor weights(DType::kUInt8, {static_cast<int64_t>(b.weights().size())});
+  if (!b.weights().empty()) std::memcpy(weights.data(), b.weights().data(), b.weights().size());
+  m.weights = std::move(weights);
+  m.cpu = b.compiled_cpu();
+  for (const pb::SnapshotFunction& f : b.functions()) {
+    if (f.index() != static_cast<int32_t>(m.kernels.size())) return Refuse("function table order");
+    m.kernels.push_back({f.index(), f.symbol(), f.op_type(), f.node_name(), f.signature()});
+  }
+  for (const pb::SnapshotPatch& p : b.patches()) {
+    PatchRecord r;
+    r.id = p.id();
+    r.unix_ms = p.unix_ms();
+    r.kind = p.kind();
+    r.functions.assign(p.functions().begin(), p.functions().end());
+    r.author = p.author();
+    r.active = p.active();
+    r.rolled_back_unix_ms = p.rolled_back_unix_ms();
+    r.source = p.source();
+    if (r.id == 0 ||
+        (r.kind != kPatchKindIr && r.kind != kPatchKindRecompile && r.kind != kPatchKindProfile)) {
+      return Refuse(absl::StrCat("patch ", r.id, " has unknown kind '", r.kind, "'"));
+    }
+    for (const auto& row : p.profile()) {
+      KernelProfile k;
+      k.function = row.function();
+      k.calls = row.calls();
+      k.total_ns = row.total_ns();
+      k.mean_ns = k.calls ? static_cast<double>(k.total_ns) / static_cast<double>(k.calls) : 0;
+      r.profile.push_back(std::move(k));
+    }
+    s.patches.push_back(std::move(r));
+  }
+  return s;
+}
+
+absl::StatusOr<CompiledModel> SnapshotCode(const VersionSnapshot& snapshot, bool* recompiled) {
+  if (snapshot.host_matches) {
+    if (recompiled != nullptr) *recompiled = false;
+    return snapshot.compiled;
+  }
+  if (recompiled != nullptr) *recompiled = true;
+  CompileOptions options;
+  options.opt_level = snapshot.opt_level;
+  auto compiled = CompileOnnxBytes(snapshot.onnx_model, options);
+  if (!compiled.ok()) return compiled.status();
+  if (compiled->kernels.size() != snapshot.compiled.kernels.size()) {
+    return absl::FailedPreconditionError(
+        "the snapshot's model compiles to other kernels here; its patches cannot be restored");
+  }
+  return compiled;
+}
+
+absl::Status RestorePatches(LoadedModel& loaded, const VersionSnapshot& snapshot) {
+  for (const PatchRecord& r : snapshot.patches) {
+    if (!r.active || r.kind == kPatchKindProfile) continue;
+    absl::StatusOr<std::shared_ptr<PreparedPatch>> patch;
+    if (r.kind == kPatchKindIr) {
+      patch = loaded.PrepareIrPatch(r.source, r.functions);
+    } else {
+      auto options = ParseRecompileOptions(r.source);
+      if (!options.ok()) return options.status();
+      CompileOptions compile;
+      compile.opt_level = options->opt_level;
+      auto recompiled = CompileOnnxBytes(snapshot.onnx_model, compile);
+      if (!recompiled.ok()) return recompiled.status();
+      patch = loaded.PrepareRecompilePatch(*recompiled, r.functions, r.source);
+    }
+    if (!patch.ok()) {
+      return absl::Status(patch.status().code(),
+                          absl::StrCat("restoring patch ", r.id, ": ", patch.status().message()));
+    }
+    auto id = loaded.CommitRestoredPatch(*std::move(patch), r);
+    if (!id.ok()) return id.status();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cuvil

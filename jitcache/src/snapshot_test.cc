@@ -1,0 +1,250 @@
+// Context snapshots: a restored version computes what the original did, patches included and
+// under the same ids; damaged, truncated or foreign artifacts are refused.
+#include "cuvil/jitcache/snapshot.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "cuvil/compiler/compiler.h"
+#include "cuvil/jitcache/jit_engine.h"
+#include "gtest/gtest.h"
+#include "onnx/onnx_pb.h"
+#include "snapshot.pb.h"
+
+namespace cuvil {
+namespace {
+
+constexpr int64_t kWidth = 4;
+
+// y = x * 3 + 1 over float32[batch, 4]: a Mul kernel and an Add kernel.
+std::string MulAdd() {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(13);
+  onnx::GraphProto* g = model.mutable_graph();
+  g->set_name("mul_add");
+  auto io = [&](onnx::ValueInfoProto* info, const std::string& name) {
+    info->set_name(name);
+    auto* tt = info->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(onnx::TensorProto::FLOAT);
+    tt->mutable_shape()->add_dim()->set_dim_param("batch");
+    tt->mutable_shape()->add_dim()->set_dim_value(kWidth);
+  };
+  io(g->add_input(), "x");
+  io(g->add_output(), "y");
+  for (auto [name, value] : {std::pair{"three", 3.0f}, std::pair{"one", 1.0f}}) {
+    onnx::TensorProto* c = g->add_initializer();
+    c->set_name(name);
+    c->set_data_type(onnx::TensorProto::FLOAT);
+    c->add_dims(kWidth);
+    for (int64_t i = 0; i < kWidth; ++i) c->add_float_data(value);
+  }
+  auto node = [&](const char* op, const char* a, const char* b, const char* out) {
+    onnx::NodeProto* n = g->add_node();
+    n->set_op_type(op);
+    n->set_name(std::string(out) + "_node");
+    n->add_input(a);
+    n->add_input(b);
+    n->add_output(out);
+  };
+  node("Mul", "x", "three", "t");
+  node("Add", "t", "one", "y");
+  return model.SerializeAsString();
+}
+
+// A kernel that writes 2 * (a + b) (the Add kernel, doubled).
+std::string DoubledAdd(const std::string& name) {
+  return absl::StrCat(R"(
+define i32 @)",
+                      name, R"((ptr %args, i64 %batch) {
+entry:
+  %a = load ptr, ptr %args
+  %bp = getelementptr ptr, ptr %args, i64 1
+  %b = load ptr, ptr %bp
+  %op = getelementptr ptr, ptr %args, i64 2
+  %o = load ptr, ptr %op
+  %n = mul i64 %batch, 4
+  %empty = icmp eq i64 %n, 0
+  br i1 %empty, label %exit, label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %i1, %loop ]
+  %j = urem i64 %i, 4
+  %aa = getelementptr float, ptr %a, i64 %i
+  %av = load float, ptr %aa
+  %ba = getelementptr float, ptr %b, i64 %j
+  %bv = load float, ptr %ba
+  %s = fadd float %av, %bv
+  %d = fmul float %s, 2.0
+  %oa = getelementptr float, ptr %o, i64 %i
+  store float %d, ptr %oa
+  %i1 = add i64 %i, 1
+  %done = icmp eq i64 %i1, %n
+  br i1 %done, label %exit, label %loop
+exit:
+  ret i32 0
+}
+)");
+}
+
+class SnapshotTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto engine = JitEngine::Create();
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = std::move(*engine);
+    bytes_ = MulAdd();
+    auto compiled = CompileOnnxBytes(bytes_);
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    auto loaded = engine_->Load("mul_add/1", std::move(*compiled));
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    model_ = std::move(*loaded);
+    ModelSource source;
+    source.onnx_bytes = bytes_;
+    model_->set_source(source);
+    for (const KernelFunction& k : model_->model().kernels) {
+      if (k.op_type == "Add") add_ = k.symbol;
+    }
+    ASSERT_FALSE(add_.empty());
+  }
+
+  static std::vector<float> Outputs(const LoadedModel& m) {
+    HostTensor x(DType::kFloat32, {2, kWidth});
+    for (int i = 0; i < 2 * kWidth; ++i) x.data_as<float>()[i] = static_cast<float>(i);
+    auto out = m.Run({x});
+    EXPECT_TRUE(out.ok()) << out.status();
+    if (!out.ok()) return {};
+    const float* y = (*out)[0].data_as<float>();
+    return std::vector<float>(y, y + 2 * kWidth);
+  }
+
+  // Encodes the version with a doubling IR patch and a rolled-back recompile patch on it.
+  std::string PatchedArtifact(uint64_t* ir_id) {
+    auto recompiled = CompileOnnxBytes(bytes_);
+    EXPECT_TRUE(recompiled.ok());
+    auto re = model_->PrepareRecompilePatch(*recompiled, {}, "opt_level=3");
+    EXPECT_TRUE(re.ok()) << re.status();
+    auto re_id = model_->CommitPatch(*re, "tier");
+    EXPECT_TRUE(re_id.ok());
+    auto ir = model_->PrepareIrPatch(DoubledAdd(add_), {add_});
+    EXPECT_TRUE(ir.ok()) << ir.status();
+    auto id = model_->CommitPatch(*ir, "alice");
+    EXPECT_TRUE(id.ok());
+    *ir_id = *id;
+    EXPECT_TRUE(model_->Rollback(*re_id).ok());
+    auto artifact = EncodeSnapshot(*model_, "mul_add", 1, "name: \"mul_add\"");
+    EXPECT_TRUE(artifact.ok()) << artifact.status();
+    return artifact.ok() ? *artifact : "";
+  }
+
+  std::unique_ptr<JitEngine> engine_;
+  std::unique_ptr<LoadedModel> model_;
+  std::string bytes_;
+  std::string add_;
+};
+
+TEST_F(SnapshotTest, RestoreEqualsOriginalIncludingPatches) {
+  const std::vector<float> plain = Outputs(*model_);
+  EXPECT_EQ(plain[1], 4.0f);  // 1*3 + 1
+  uint64_t ir_id = 0;
+  const std::string artifact = PatchedArtifact(&ir_id);
+  const std::vector<float> patched = Outputs(*model_);
+  EXPECT_EQ(patched[1], 8.0f);
+
+  auto snapshot = DecodeSnapshot(artifact);
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  EXPECT_EQ(snapshot->model_name, "mul_add");
+  EXPECT_EQ(snapshot->version, 1);
+  EXPECT_EQ(snapshot->config_text, "name: \"mul_add\"");
+  EXPECT_TRUE(snapshot->host_matches);
+  EXPECT_EQ(snapshot->model_hash.size(), 32u);
+  ASSERT_EQ(snapshot->patches.size(), 2u);
+
+  // A fresh engine (another process, in effect) restores without compiling.
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok());
+  const uint64_t before = TotalCompilations();
+  bool recompiled = true;
+  auto code = SnapshotCode(*snapshot, &recompiled);
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_FALSE(recompiled);
+  EXPECT_EQ(TotalCompilations(), before);
+  auto restored = (*engine)->Load("mul_add/1", *std::move(code));
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(Outputs(**restored), plain);
+  ASSERT_TRUE(RestorePatches(**restored, *snapshot).ok());
+  EXPECT_EQ(Outputs(**restored), patched);
+  std::vector<PatchRecord> patches = (*restored)->Patches();
+  ASSERT_EQ(patches.size(), 1u);  // The active ones.
+  EXPECT_EQ(patches[0].id, ir_id);
+  EXPECT_EQ(patches[0].author, "alice");
+  EXPECT_EQ(patches[0].kind, kPatchKindIr);
+  // The restored patch rolls back like the original, and new ids do not collide.
+  auto more = (*restored)->PrepareIrPatch(DoubledAdd(add_), {});
+  ASSERT_TRUE(more.ok());
+  auto more_id = (*restored)->CommitPatch(*more, "bob");
+  ASSERT_TRUE(more_id.ok());
+  EXPECT_GT(*more_id, ir_id);
+  ASSERT_TRUE((*restored)->Rollback(ir_id).ok());
+  ASSERT_TRUE((*restored)->Rollback(*more_id).ok());
+  EXPECT_EQ(Outputs(**restored), plain);
+}
+
+TEST_F(SnapshotTest, ForeignCodeIsRebuiltFromTheSource) {
+  uint64_t ir_id = 0;
+  auto snapshot = DecodeSnapshot(PatchedArtifact(&ir_id));
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  snapshot->host_matches = false;  // As if written on another CPU.
+  bool recompiled = false;
+  auto code = SnapshotCode(*snapshot, &recompiled);
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_TRUE(recompiled);
+  auto restored = engine_->Load("mul_add/1#2", *std::move(code));
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  ASSERT_TRUE(RestorePatches(**restored, *snapshot).ok());
+  EXPECT_EQ(Outputs(**restored), Outputs(*model_));
+}
+
+TEST_F(SnapshotTest, DamagedTruncatedAndForeignArtifactsAreRefused) {
+  uint64_t ir_id = 0;
+  const std::string artifact = PatchedArtifact(&ir_id);
+  ASSERT_TRUE(DecodeSnapshot(artifact).ok());
+  auto refused = [](const std::string& bytes, const std::string& what) {
+    auto s = DecodeSnapshot(bytes);
+    EXPECT_FALSE(s.ok()) << what;
+    if (!s.ok()) {
+      EXPECT_TRUE(absl::IsInvalidArgument(s.status())) << what << ": " << s.status();
+    }
+  };
+  // A flipped byte anywhere: the first 128 bytes one by one, then every ~1/300 of the file and
+  // the last bytes.
+  std::vector<size_t> offsets;
+  for (size_t i = 0; i < std::min<size_t>(128, artifact.size()); ++i) offsets.push_back(i);
+  for (size_t i = 128; i < artifact.size(); i += std::max<size_t>(artifact.size() / 300, 1)) {
+    offsets.push_back(i);
+  }
+  for (size_t i = artifact.size() - std::min<size_t>(32, artifact.size()); i < artifact.size();
+       ++i) {
+    offsets.push_back(i);
+  }
+  for (size_t off : offsets) {
+    std::string bad = artifact;
+    bad[off] = static_cast<char>(bad[off] ^ 0x5a);
+    refused(bad, absl::StrCat("flipped byte at ", off, " of ", artifact.size()));
+  }
+  for (size_t len : {size_t{0}, size_t{1}, size_t{10}, artifact.size() / 3, artifact.size() / 2,
+                     artifact.size() - 17, artifact.size() - 1}) {
+    refused(artifact.substr(0, len), absl::StrCat("truncated to ", len));
+  }
+  refused("not a snapshot at all", "text");
+  // A well-formed artifact of an unknown format version.
+  cuvil::jitcache::v1::SnapshotArtifact future;
+  ASSERT_TRUE(future.ParseFromString(artifact));
+  future.set_format_version(kSnapshotFormatVersion + 1);
+  refused(future.SerializeAsString(), "future format");
+  future.set_format_version(kSnapshotFormatVersion);
+  future.set_magic("cuvil.jit_cache");
+  refused(future.SerializeAsString(), "foreign magic");
+}
+
+}  // namespace
+}  // namespace cuvil
