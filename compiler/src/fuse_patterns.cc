@@ -203,13 +203,41 @@ int FuseGelu(ir::Graph& graph, Matcher& m) {
   return fused;
 }
 
-// MatMul/Gemm with a panel-packed B followed by Add of a constant [N] vector: the vector, zero
-// padded to whole 16-column panels, becomes the node's bias input.
+// A constant float32 vector of n elements (shape [n] or [1, n]) zero padded to whole panels of
+// `panel` columns, so the tile's epilogue loads whole vectors of it; nullptr when `v` is not one.
+ir::Value* PaddedBias(ir::Graph& graph, const ir::Value* v, int64_t n, int64_t panel) {
+  if (!IsFloat32(v) || !v->is_constant() || v->type.rank() > 2 ||
+      v->constant->num_elements() != n || (v->type.rank() == 2 && v->constant->shape()[0] != 1)) {
+    return nullptr;
+  }
+  int64_t padded = (n + panel - 1) / panel * panel;
+  HostTensor t(DType::kFloat32, {padded});
+  std::fill(t.data_as<float>(), t.data_as<float>() + padded, 0.0f);
+  std::copy(v->constant->data_as<float>(), v->constant->data_as<float>() + n, t.data_as<float>());
+  ir::Value* pb = graph.NewValue(v->name + ".padded");
+  graph.MakeConstant(pb, std::move(t));
+  return pb;
+}
+
+// MatMul/Gemm with a panel-packed B followed by Add of a constant [N] vector, or a Gemm whose own
+// C is such a vector (alpha = beta = 1): the vector, zero padded to whole panels, becomes the
+// node's bias input.
 int FuseBias(ir::Graph& graph, Matcher& m) {
   int fused = 0;
   for (const auto& node_ptr : graph.nodes()) {
     ir::Node* mm = node_ptr.get();
     if (m.IsDead(mm) || !mm->has_attr("packed_n") || mm->has_attr("fused_bias")) continue;
+    int64_t n = mm->attr_int("packed_n", 0);
+    int64_t panel = mm->attr_int("packed_panel", 16);
+    if (mm->op_type == "Gemm" && mm->has_input(2) && mm->attr_float("alpha", 1.0f) == 1.0f &&
+        mm->attr_float("beta", 1.0f) == 1.0f) {
+      if (ir::Value* pb = PaddedBias(graph, mm->inputs[2], n, panel)) {
+        mm->inputs[2] = pb;
+        mm->attrs["fused_bias"] = int64_t{1};
+        ++fused;
+      }
+      continue;
+    }
     if (mm->op_type != "MatMul" &&
         !(mm->op_type == "Gemm" && !mm->has_input(2) && mm->attr_float("alpha", 1.0f) == 1.0f)) {
       continue;
@@ -217,19 +245,12 @@ int FuseBias(ir::Graph& graph, Matcher& m) {
     ir::Node* add = m.OnlyUser(mm->outputs[0], "Add");
     if (add == nullptr) continue;
     ir::Value* bias = Other(add, mm->outputs[0]);
-    int64_t n = mm->attr_int("packed_n", 0);
-    if (!IsFloat32(bias) || !bias->is_constant() || bias->type.rank() > 1 ||
-        bias->constant->num_elements() != n ||
+    if (bias == nullptr || bias->type.rank() > 1 ||
         !(add->outputs[0]->type.shape == mm->outputs[0]->type.shape)) {
       continue;
     }
-    int64_t padded = (n + 15) / 16 * 16;
-    HostTensor t(DType::kFloat32, {padded});
-    std::fill(t.data_as<float>(), t.data_as<float>() + padded, 0.0f);
-    std::copy(bias->constant->data_as<float>(), bias->constant->data_as<float>() + n,
-              t.data_as<float>());
-    ir::Value* pb = graph.NewValue(bias->name + ".padded");
-    graph.MakeConstant(pb, std::move(t));
+    ir::Value* pb = PaddedBias(graph, bias, n, panel);
+    if (pb == nullptr) continue;
     mm->inputs.resize(3, nullptr);
     mm->inputs[2] = pb;
     mm->attrs["fused_bias"] = int64_t{1};

@@ -193,6 +193,16 @@ void KernelContext::Memset0(llvm::Value* dst, llvm::Value* count, DType dtype) {
 
 void KernelContext::For(llvm::Value* begin, llvm::Value* end,
                         const std::function<void(llvm::Value*)>& body) {
+  EmitFor(begin, end, body, /*unroll=*/true);
+}
+
+void KernelContext::ForNoUnroll(llvm::Value* begin, llvm::Value* end,
+                                const std::function<void(llvm::Value*)>& body) {
+  EmitFor(begin, end, body, /*unroll=*/false);
+}
+
+void KernelContext::EmitFor(llvm::Value* begin, llvm::Value* end,
+                            const std::function<void(llvm::Value*)>& body, bool unroll) {
   llvm::LLVMContext& c = llvm_context();
   llvm::BasicBlock* pre = builder_.GetInsertBlock();
   llvm::BasicBlock* header = llvm::BasicBlock::Create(c, "loop", fn_);
@@ -207,7 +217,21 @@ void KernelContext::For(llvm::Value* begin, llvm::Value* end,
   body(i);
   llvm::Value* next = builder_.CreateAdd(i, I64(1), "", /*HasNUW=*/true, /*HasNSW=*/true);
   i->addIncoming(next, builder_.GetInsertBlock());
-  builder_.CreateBr(header);
+  llvm::BranchInst* latch = builder_.CreateBr(header);
+  if (!unroll) {
+    auto hint = [&](const char* name, llvm::Metadata* v = nullptr) -> llvm::Metadata* {
+      std::vector<llvm::Metadata*> ops = {llvm::MDString::get(c, name)};
+      if (v != nullptr) ops.push_back(v);
+      return llvm::MDNode::get(c, ops);
+    };
+    auto* one = llvm::ConstantAsMetadata::get(builder_.getInt32(1));
+    llvm::TempMDTuple self = llvm::MDNode::getTemporary(c, {});
+    llvm::MDNode* loop = llvm::MDNode::getDistinct(
+        c, {self.get(), hint("llvm.loop.unroll.disable"), hint("llvm.loop.vectorize.width", one),
+            hint("llvm.loop.interleave.count", one)});
+    loop->replaceOperandWith(0, loop);
+    latch->setMetadata(llvm::LLVMContext::MD_loop, loop);
+  }
   builder_.SetInsertPoint(exit);
 }
 

@@ -85,6 +85,10 @@ class KernelContext {
 
   // for (i = begin; i < end; ++i) body(i). The body may emit nested control flow.
   void For(llvm::Value* begin, llvm::Value* end, const std::function<void(llvm::Value*)>& body);
+  // As For, but LLVM keeps the loop body as written (no unrolling or interleaving): for register
+  // blocked bodies that already use the whole register file, where unrolling causes spills.
+  void ForNoUnroll(llvm::Value* begin, llvm::Value* end,
+                   const std::function<void(llvm::Value*)>& body);
   // Row-major loop nest over `extents` (innermost last); a rank-0 nest runs the body once.
   void ForNest(const Idx& extents, const std::function<void(const Idx&)>& body);
   // if (cond) then_body() [else else_body()].
@@ -153,6 +157,8 @@ class KernelContext {
   absl::Status Unsupported(const std::string& what) const;
 
  private:
+  void EmitFor(llvm::Value* begin, llvm::Value* end, const std::function<void(llvm::Value*)>& body,
+               bool unroll);
   // b, or 1 where dividing by b would trap (0, and -1 for signed types).
   llvm::Value* SafeDivisor(DType d, llvm::Value* b);
 

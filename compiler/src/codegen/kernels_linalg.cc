@@ -1,6 +1,7 @@
 // Code generation for Gemm and MatMul: a row-streaming loop nest whose innermost loop runs over
 // contiguous output and B columns, so LLVM vectorises it with FMA.
 #include "codegen/kernel_context.h"
+#include "codegen/lower.h"
 
 namespace cuvil::codegen {
 namespace {
@@ -46,12 +47,35 @@ void EmitMatrixProduct(KernelContext& k, DType d, const MatrixView& a, const Mat
   });
 }
 
-// Register-blocked product with a panel-packed B (see shape_linalg.cc): for each 16-column
-// panel and each block of kRowBlock rows, kRowBlock x 2 vector accumulators stay in registers
-// over the whole K loop, B is streamed sequentially once per panel (L2-resident for the other
-// row blocks) and every output element is written once.
-constexpr int64_t kPanel = 16;
-constexpr int64_t kRowBlock = 4;
+// Register-blocked product with a panel-packed B (see shape_linalg.cc): for each panel of two
+// target-width vectors of columns and each block of rows, rows x 2 vector accumulators stay in
+// registers over the whole K loop, B is streamed sequentially once per panel (L1/L2-resident for
+// the other row blocks) and every output element is written once.
+//
+// Tile shape per target: it has to keep at least 2 FMA units x 4 cycles latency = 8 independent
+// accumulators in flight and leave registers for the two B vectors and a broadcast of A.
+//   AVX2     16 ymm: 16-column panels x 6 rows = 12 accumulators.
+//   AVX-512  32 zmm: 32-column panels x 12 rows = 24 accumulators; 2 B loads and 12 broadcasts
+//            feed 24 FMAs, within the two loads per cycle the core sustains.
+// Thread-compatible value type.
+struct TileShape {
+  int lanes;  // floats per vector; a panel is 2 vectors wide
+  int rows;   // rows per full register block
+
+  int64_t panel() const { return 2 * lanes; }
+};
+
+TileShape TileFor(int64_t panel) {
+  if (panel == 32) return {16, 12};
+  return {8, 6};
+}
+
+// Parallel cost units of the packed product: one vector FMA (`lanes` multiply-adds), about half a
+// cycle. Counting scalar multiply-adds would make a ~2 us AVX-512 product look worth a thread
+// hand-off, which costs ~20 us here (mlp at batch 8 ran slower on 2 threads than on 1).
+//
+// The panel width that constant packing (shape_linalg.cc) and run-time packing use on this target.
+int64_t TargetPanel() { return 2 * TargetVectorBits() / 32; }
 
 // What the tile applies to its accumulators before storing them (see fuse_patterns.h).
 // Thread-compatible value type.
@@ -84,95 +108,183 @@ llvm::Value* ApplyEpilogue(KernelContext& k, const Epilogue& e, llvm::Value* v,
   return v;
 }
 
-void EmitPackedTile(KernelContext& k, int rows, llvm::Value* a, llvm::Value* lda, llvm::Value* m0,
-                    llvm::Value* panel, llvm::Value* k_dim, llvm::Value* out, llvm::Value* out_col,
-                    llvm::Value* n_dim, llvm::Value* n_valid, const Epilogue& epi) {
-  auto& b = k.b();
-  llvm::Type* f32 = b.getFloatTy();
-  auto* vec = llvm::FixedVectorType::get(f32, 8);
+// The module's function computing one register block (created on first use, shared by every
+// kernel): void tile(ptr a, i64 lda, ptr panel, i64 k_dim, ptr acc) stores
+// acc[2r + j] = sum_k a[r * lda + k] * panel[k][j * lanes .. (j + 1) * lanes) for r < rows.
+// A function of its own keeps the K loop's register allocation free of whatever the calling
+// kernel keeps live (epilogue constants, loop bounds), which otherwise spills accumulators.
+// With few rows the K loop is split over several accumulator sets (k, k+1, ... summed at the end)
+// so that a short tile still has enough independent FMA chains to cover their latency.
+llvm::Function* TileFunction(KernelContext& k, int lanes, int rows) {
+  std::string name = "cuvil_tile_" + std::to_string(lanes) + "x" + std::to_string(rows);
+  if (llvm::Function* f = k.module().getFunction(name)) return f;
+  llvm::LLVMContext& c = k.llvm_context();
+  llvm::Type* ptr = llvm::PointerType::getUnqual(c);
+  llvm::Type* i64 = llvm::Type::getInt64Ty(c);
+  auto* fn_ty = llvm::FunctionType::get(llvm::Type::getVoidTy(c), {ptr, i64, ptr, i64, ptr}, false);
+  llvm::Function* fn =
+      llvm::Function::Create(fn_ty, llvm::Function::InternalLinkage, name, &k.module());
+  fn->copyAttributesFrom(k.function());
+  fn->addFnAttr(llvm::Attribute::NoInline);
+  KernelContext t(k.module(), fn, k.node(), KernelContext::Outlined{});
+  auto& b = t.b();
+  llvm::Value *a = fn->getArg(0), *lda = fn->getArg(1), *panel = fn->getArg(2),
+              *k_dim = fn->getArg(3), *out = fn->getArg(4);
+  auto* vec = llvm::FixedVectorType::get(b.getFloatTy(), lanes);
+  const int chains = rows * 2;
+  const int sets = chains >= 8 ? 1 : 8 / chains;  // 1, 2 or 4
   std::vector<llvm::Value*> acc;
-  for (int i = 0; i < rows * 2; ++i) {
-    acc.push_back(k.Scratch(vec));
+  for (int i = 0; i < chains * sets; ++i) {
+    acc.push_back(t.Scratch(vec));
     b.CreateStore(llvm::Constant::getNullValue(vec), acc.back());
   }
   std::vector<llvm::Value*> a_rows;
-  for (int r = 0; r < rows; ++r) a_rows.push_back(b.CreateMul(b.CreateAdd(m0, k.I64(r)), lda));
-  k.For(k.I64(0), k_dim, [&](llvm::Value* kk) {
-    llvm::Value* base = b.CreateMul(kk, k.I64(kPanel));
-    llvm::Value* b0 =
-        b.CreateAlignedLoad(vec, k.ElemPtr(DType::kFloat32, panel, base), llvm::Align(32));
-    llvm::Value* b1 = b.CreateAlignedLoad(
-        vec, k.ElemPtr(DType::kFloat32, panel, b.CreateAdd(base, k.I64(8))), llvm::Align(32));
+  for (int r = 0; r < rows; ++r)
+    a_rows.push_back(t.ElemPtr(DType::kFloat32, a, b.CreateMul(t.I64(r), lda)));
+  auto step = [&](llvm::Value* kk, int set) {
+    llvm::Value* base = b.CreateMul(kk, t.I64(2 * lanes));
+    llvm::Value* bv[2];
+    for (int j = 0; j < 2; ++j) {
+      bv[j] = b.CreateAlignedLoad(
+          vec, t.ElemPtr(DType::kFloat32, panel, b.CreateAdd(base, t.I64(j * lanes))),
+          llvm::Align(4));
+    }
     for (int r = 0; r < rows; ++r) {
-      llvm::Value* av =
-          b.CreateVectorSplat(8, k.Load(DType::kFloat32, a, b.CreateAdd(a_rows[r], kk)));
+      llvm::Value* av = b.CreateVectorSplat(lanes, t.Load(DType::kFloat32, a_rows[r], kk));
       for (int j = 0; j < 2; ++j) {
-        llvm::Value* cur = b.CreateLoad(vec, acc[r * 2 + j]);
-        llvm::Value* next =
-            b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {vec}, {av, j ? b1 : b0, cur});
-        b.CreateStore(next, acc[r * 2 + j]);
+        llvm::Value* slot = acc[set * chains + r * 2 + j];
+        llvm::Value* next = b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {vec},
+                                              {av, bv[j], b.CreateLoad(vec, slot)});
+        b.CreateStore(next, slot);
       }
     }
-  });
-  llvm::Value* full = b.CreateICmpEQ(n_valid, k.I64(kPanel));
+  };
+  llvm::Value* k_main = t.I64(0);
+  if (sets > 1) {
+    llvm::Value* groups = b.CreateUDiv(k_dim, t.I64(sets));
+    k_main = b.CreateMul(groups, t.I64(sets));
+    t.ForNoUnroll(t.I64(0), groups, [&](llvm::Value* i) {
+      for (int s = 0; s < sets; ++s) step(b.CreateAdd(b.CreateMul(i, t.I64(sets)), t.I64(s)), s);
+    });
+  }
+  t.ForNoUnroll(k_main, k_dim, [&](llvm::Value* kk) { step(kk, 0); });
+  for (int i = 0; i < chains; ++i) {
+    llvm::Value* v = b.CreateLoad(vec, acc[i]);
+    for (int s = 1; s < sets; ++s) v = b.CreateFAdd(v, b.CreateLoad(vec, acc[s * chains + i]));
+    b.CreateAlignedStore(v, b.CreateConstInBoundsGEP1_64(vec, out, i), llvm::Align(4));
+  }
+  b.CreateRetVoid();
+  return fn;
+}
+
+// out[m0 .. m0 + rows, out_col .. out_col + n_valid) = A rows x one packed panel (+ epilogue).
+void EmitPackedTile(KernelContext& k, const TileShape& t, int rows, llvm::Value* a,
+                    llvm::Value* lda, llvm::Value* m0, llvm::Value* panel, llvm::Value* k_dim,
+                    llvm::Value* out, llvm::Value* out_col, llvm::Value* n_dim,
+                    llvm::Value* n_valid, const Epilogue& epi) {
+  auto& b = k.b();
+  const int lanes = t.lanes;
+  const int64_t width = t.panel();
+  auto* vec = llvm::FixedVectorType::get(b.getFloatTy(), lanes);
+  llvm::Value* acc = k.Scratch(vec, rows * 2);
+  b.CreateCall(TileFunction(k, lanes, rows),
+               {k.ElemPtr(DType::kFloat32, a, b.CreateMul(m0, lda)), lda, panel, k_dim, acc});
+  // Partial panel (N not a multiple of the panel): lanes at or past n_valid are not stored.
+  llvm::Value* full = b.CreateICmpEQ(n_valid, k.I64(width));
+  llvm::Value* valid32 = b.CreateTrunc(n_valid, b.getInt32Ty());
   for (int r = 0; r < rows; ++r) {
     llvm::Value* row = b.CreateAdd(b.CreateMul(b.CreateAdd(m0, k.I64(r)), n_dim), out_col);
-    llvm::Value* v0 = ApplyEpilogue(k, epi, b.CreateLoad(vec, acc[r * 2]), out_col);
-    llvm::Value* v1 =
-        ApplyEpilogue(k, epi, b.CreateLoad(vec, acc[r * 2 + 1]), b.CreateAdd(out_col, k.I64(8)));
+    llvm::Value* v[2];
+    for (int j = 0; j < 2; ++j) {
+      v[j] = b.CreateAlignedLoad(vec, b.CreateConstInBoundsGEP1_64(vec, acc, r * 2 + j),
+                                 llvm::Align(4));
+      v[j] = ApplyEpilogue(k, epi, v[j], b.CreateAdd(out_col, k.I64(j * lanes)));
+    }
     k.If(
         full,
         [&] {
-          b.CreateAlignedStore(v0, k.ElemPtr(DType::kFloat32, out, row), llvm::Align(4));
-          b.CreateAlignedStore(v1, k.ElemPtr(DType::kFloat32, out, b.CreateAdd(row, k.I64(8))),
-                               llvm::Align(4));
+          for (int j = 0; j < 2; ++j) {
+            b.CreateAlignedStore(
+                v[j], k.ElemPtr(DType::kFloat32, out, b.CreateAdd(row, k.I64(j * lanes))),
+                llvm::Align(4));
+          }
         },
         [&] {
-          // The last panel of an N that is not a multiple of 16: store only the real columns.
-          for (int lane = 0; lane < kPanel; ++lane) {
-            k.If(b.CreateICmpSLT(k.I64(lane), n_valid), [&] {
-              llvm::Value* e =
-                  b.CreateExtractElement(lane < 8 ? v0 : v1, static_cast<uint64_t>(lane % 8));
-              k.Store(DType::kFloat32, out, b.CreateAdd(row, k.I64(lane)), e);
-            });
+          for (int j = 0; j < 2; ++j) {
+            std::vector<llvm::Constant*> lane_ids;
+            for (int l = 0; l < lanes; ++l) lane_ids.push_back(b.getInt32(j * lanes + l));
+            llvm::Value* mask = b.CreateICmpSLT(llvm::ConstantVector::get(lane_ids),
+                                                b.CreateVectorSplat(lanes, valid32));
+            b.CreateMaskedStore(v[j],
+                                k.ElemPtr(DType::kFloat32, out, b.CreateAdd(row, k.I64(j * lanes))),
+                                llvm::Align(4), mask);
           }
         });
   }
 }
 
-// out[M, N] = a[M, K] (rows `lda` apart, contiguous columns) x packed B. Column panels are
-// independent, so they are split across the execution's intra-op threads.
-void EmitPackedProduct(KernelContext& k, llvm::Value* a, llvm::Value* lda, llvm::Value* packed,
-                       llvm::Value* out, llvm::Value* m_dim, llvm::Value* n_dim, llvm::Value* k_dim,
-                       const Epilogue& epilogue = {}) {
+// Every row of [0, m_dim) times one panel: full register blocks, then the remainder (fewer rows
+// than a block) as at most one tile each of 8, 4, 2 and 1 rows (its binary digits).
+void EmitPanelRows(KernelContext& k, const TileShape& t, llvm::Value* a, llvm::Value* lda,
+                   llvm::Value* panel, llvm::Value* col, llvm::Value* out, llvm::Value* m_dim,
+                   llvm::Value* n_dim, llvm::Value* k_dim, const Epilogue& epi) {
   auto& b = k.b();
-  llvm::Value* panels = b.CreateUDiv(b.CreateAdd(n_dim, k.I64(kPanel - 1)), k.I64(kPanel));
-  llvm::Value* panel_cost = b.CreateMul(b.CreateMul(m_dim, k_dim), k.I64(kPanel));
+  llvm::Value* n_valid = k.Min(DType::kInt64, k.I64(t.panel()), b.CreateSub(n_dim, col));
+  llvm::Value* blocks = b.CreateUDiv(m_dim, k.I64(t.rows));
+  k.For(k.I64(0), blocks, [&](llvm::Value* mb) {
+    EmitPackedTile(k, t, t.rows, a, lda, b.CreateMul(mb, k.I64(t.rows)), panel, k_dim, out, col,
+                   n_dim, n_valid, epi);
+  });
+  llvm::Value* done = b.CreateMul(blocks, k.I64(t.rows));
+  llvm::Value* rest = b.CreateSub(m_dim, done);
+  int64_t above = 0;  // Bits of `rest` covered by the larger tiles already emitted.
+  for (int size = 8; size >= 1; size /= 2) {
+    if (size >= t.rows) continue;
+    llvm::Value* m0 = b.CreateAdd(done, b.CreateAnd(rest, k.I64(above)));
+    k.If(b.CreateICmpNE(b.CreateAnd(rest, k.I64(size)), k.I64(0)), [&] {
+      EmitPackedTile(k, t, size, a, lda, m0, panel, k_dim, out, col, n_dim, n_valid, epi);
+    });
+    above |= size;
+  }
+}
+
+// out[M, N] = a[M, K] (rows `lda` apart, contiguous columns) x B packed in panels of
+// `panel_width` columns. Column panels are independent: with `parallel` they are split across the
+// execution's intra-op threads.
+void EmitPackedProduct(KernelContext& k, int64_t panel_width, llvm::Value* a, llvm::Value* lda,
+                       llvm::Value* packed, llvm::Value* out, llvm::Value* m_dim,
+                       llvm::Value* n_dim, llvm::Value* k_dim, const Epilogue& epilogue = {},
+                       bool parallel = true) {
+  auto& b = k.b();
+  const TileShape t = TileFor(panel_width);
+  const int64_t width = t.panel();
+  llvm::Value* panels = b.CreateUDiv(b.CreateAdd(n_dim, k.I64(width - 1)), k.I64(width));
+  auto body = [t, width](KernelContext& o, llvm::Value* a, llvm::Value* lda, llvm::Value* packed,
+                         llvm::Value* out, llvm::Value* m_dim, llvm::Value* n_dim,
+                         llvm::Value* k_dim, const Epilogue& epi, llvm::Value* begin,
+                         llvm::Value* end) {
+    auto& ob = o.b();
+    o.For(begin, end, [&](llvm::Value* p) {
+      llvm::Value* panel =
+          o.ElemPtr(DType::kFloat32, packed, ob.CreateMul(p, ob.CreateMul(k_dim, o.I64(width))));
+      EmitPanelRows(o, t, a, lda, panel, ob.CreateMul(p, o.I64(width)), out, m_dim, n_dim, k_dim,
+                    epi);
+    });
+  };
+  if (!parallel) {
+    body(k, a, lda, packed, out, m_dim, n_dim, k_dim, epilogue, k.I64(0), panels);
+    return;
+  }
+  // Cost in vector FMAs (see TargetPanel), what the hand-off threshold is weighed against.
+  llvm::Value* panel_cost = b.CreateMul(b.CreateMul(m_dim, k_dim), k.I64(width / t.lanes));
   std::vector<llvm::Value*> captures = {a, lda, packed, out, m_dim, n_dim, k_dim};
   if (epilogue.bias != nullptr) captures.push_back(epilogue.bias);
   std::string activation = epilogue.activation;
   k.ParallelFor(
       panels, panel_cost, captures,
-      [activation](KernelContext& o, const Idx& v, llvm::Value* begin, llvm::Value* end) {
-        auto& ob = o.b();
-        llvm::Value *a = v[0], *lda = v[1], *packed = v[2], *out = v[3], *m_dim = v[4],
-                    *n_dim = v[5], *k_dim = v[6];
+      [activation, body](KernelContext& o, const Idx& v, llvm::Value* begin, llvm::Value* end) {
         Epilogue epi{v.size() > 7 ? v[7] : nullptr, activation};
-        llvm::Value* full_rows =
-            ob.CreateMul(ob.CreateUDiv(m_dim, o.I64(kRowBlock)), o.I64(kRowBlock));
-        o.For(begin, end, [&](llvm::Value* p) {
-          llvm::Value* panel = o.ElemPtr(DType::kFloat32, packed,
-                                         ob.CreateMul(p, ob.CreateMul(k_dim, o.I64(kPanel))));
-          llvm::Value* col = ob.CreateMul(p, o.I64(kPanel));
-          llvm::Value* n_valid = o.Min(DType::kInt64, o.I64(kPanel), ob.CreateSub(n_dim, col));
-          o.For(o.I64(0), ob.CreateUDiv(m_dim, o.I64(kRowBlock)), [&](llvm::Value* mb) {
-            EmitPackedTile(o, kRowBlock, a, lda, ob.CreateMul(mb, o.I64(kRowBlock)), panel, k_dim,
-                           out, col, n_dim, n_valid, epi);
-          });
-          o.For(full_rows, m_dim, [&](llvm::Value* m) {
-            EmitPackedTile(o, 1, a, lda, m, panel, k_dim, out, col, n_dim, n_valid, epi);
-          });
-        });
+        body(o, v[0], v[1], v[2], v[3], v[4], v[5], v[6], epi, begin, end);
       });
 }
 
@@ -188,7 +300,8 @@ absl::Status Gemm(KernelContext& k) {
   llvm::Value* n_dim;
   if (node.has_attr("packed_n")) {
     n_dim = k.I64(node.attr_int("packed_n", 0));
-    EmitPackedProduct(k, k.in(0), k_dim, k.in(1), k.out(0), m_dim, n_dim, k_dim, EpilogueOf(k));
+    EmitPackedProduct(k, node.attr_int("packed_panel", 16), k.in(0), k_dim, k.in(1), k.out(0),
+                      m_dim, n_dim, k_dim, EpilogueOf(k));
     // A fused bias (alpha 1, no C of its own) is complete; an unfused C is added below.
     if (node.has_attr("fused_bias")) return absl::OkStatus();
   } else {
@@ -224,8 +337,8 @@ absl::Status MatMul(KernelContext& k) {
     // B is a packed constant matrix: every leading dim of A folds into M.
     llvm::Value* k_dim = k.I64(k.node().attr_int("packed_k", 0));
     llvm::Value* m_dim = k.b().CreateUDiv(k.NumElements(k.in_shape(0)), k_dim);
-    EmitPackedProduct(k, k.in(0), k_dim, k.in(1), k.out(0), m_dim,
-                      k.I64(k.node().attr_int("packed_n", 0)), k_dim, EpilogueOf(k));
+    EmitPackedProduct(k, k.node().attr_int("packed_panel", 16), k.in(0), k_dim, k.in(1), k.out(0),
+                      m_dim, k.I64(k.node().attr_int("packed_n", 0)), k_dim, EpilogueOf(k));
     return absl::OkStatus();
   }
   SymShape a = k.in_shape(0), b = k.in_shape(1);
@@ -253,35 +366,84 @@ absl::Status MatMul(KernelContext& k) {
   Idx o_strides = k.Strides(out_batch);
   const SymDim& m_sym = a[a.size() - 2];
   bool pack_at_run_time = d == DType::kFloat32 && k.in_shape(0).size() >= 2 &&
-                          k.in_shape(1).size() >= 2 &&
-                          !(m_sym.IsStatic() && m_sym.coef < kRowBlock);
+                          k.in_shape(1).size() >= 2 && !(m_sym.IsStatic() && m_sym.coef < 4);
   if (pack_at_run_time) {
     // Neither operand is a packed constant (attention's Q K^T and P V): pack each B matrix into
-    // 16-column panels in a scratch buffer and reuse the register-blocked tile. Packing reads B
-    // once; the tile then reads it M / 4 times from L1/L2 instead of streaming the output.
-    llvm::Value* panels = bl.CreateUDiv(bl.CreateAdd(n_dim, k.I64(kPanel - 1)), k.I64(kPanel));
-    llvm::Value* packed_elems = bl.CreateMul(bl.CreateMul(panels, k_dim), k.I64(kPanel));
-    llvm::Value* packed = k.AllocHeap(bl.CreateMul(packed_elems, k.I64(4)));
-    // Padding columns of the last panel stay zero for every matrix.
-    k.Memset0(packed, packed_elems, d);
-    k.ForNest(k.Dims(out_batch), [&](const Idx& idx) {
-      llvm::Value* b_off = bl.CreateMul(k.Offset(idx, b_strides), b_mat);
-      k.For(k.I64(0), panels, [&](llvm::Value* p) {
-        llvm::Value* col0 = bl.CreateMul(p, k.I64(kPanel));
-        llvm::Value* valid = k.Min(DType::kInt64, k.I64(kPanel), bl.CreateSub(n_dim, col0));
-        k.For(k.I64(0), k_dim, [&](llvm::Value* kk) {
-          llvm::Value* src = bl.CreateAdd(b_off, bl.CreateAdd(bl.CreateMul(kk, n_dim), col0));
-          llvm::Value* dst = bl.CreateMul(bl.CreateAdd(bl.CreateMul(p, k_dim), kk), k.I64(kPanel));
-          k.For(k.I64(0), valid, [&](llvm::Value* j) {
-            k.Store(d, packed, bl.CreateAdd(dst, j), k.Load(d, k.in(1), bl.CreateAdd(src, j)));
+    // panels in a scratch buffer and reuse the register-blocked tile. Packing reads B once; the
+    // tile then reads it M / rows times from L1/L2 instead of streaming the output.
+    const int64_t width = TargetPanel();
+    llvm::Value* panels = bl.CreateUDiv(bl.CreateAdd(n_dim, k.I64(width - 1)), k.I64(width));
+    llvm::Value* packed_elems = bl.CreateMul(bl.CreateMul(panels, k_dim), k.I64(width));
+    // Packs matrix `idx` of the batch and multiplies it; `packed` is zeroed once so the padding
+    // columns of the last panel stay zero for every matrix.
+    auto one_matrix = [&, width](KernelContext& o, llvm::Value* a_in, llvm::Value* b_in,
+                                 llvm::Value* out, llvm::Value* packed, llvm::Value* m_dim,
+                                 llvm::Value* n_dim, llvm::Value* k_dim, llvm::Value* panels,
+                                 const Idx& idx, const Idx& a_strides, const Idx& b_strides,
+                                 const Idx& o_strides, bool parallel) {
+      auto& ob = o.b();
+      llvm::Value* b_off = ob.CreateMul(o.Offset(idx, b_strides), ob.CreateMul(k_dim, n_dim));
+      o.For(o.I64(0), panels, [&](llvm::Value* p) {
+        llvm::Value* col0 = ob.CreateMul(p, o.I64(width));
+        llvm::Value* valid = o.Min(DType::kInt64, o.I64(width), ob.CreateSub(n_dim, col0));
+        o.For(o.I64(0), k_dim, [&](llvm::Value* kk) {
+          llvm::Value* src = ob.CreateAdd(b_off, ob.CreateAdd(ob.CreateMul(kk, n_dim), col0));
+          llvm::Value* dst = ob.CreateMul(ob.CreateAdd(ob.CreateMul(p, k_dim), kk), o.I64(width));
+          o.For(o.I64(0), valid, [&](llvm::Value* j) {
+            o.Store(d, packed, ob.CreateAdd(dst, j), o.Load(d, b_in, ob.CreateAdd(src, j)));
           });
         });
       });
-      llvm::Value* a_ptr = k.ElemPtr(d, k.in(0), bl.CreateMul(k.Offset(idx, a_strides), a_mat));
-      llvm::Value* o_ptr = k.ElemPtr(d, k.out(0), bl.CreateMul(k.Offset(idx, o_strides), o_mat));
-      EmitPackedProduct(k, a_ptr, k_dim, packed, o_ptr, m_dim, n_dim, k_dim);
-    });
-    k.FreeHeap(packed);
+      llvm::Value* a_ptr =
+          o.ElemPtr(d, a_in, ob.CreateMul(o.Offset(idx, a_strides), ob.CreateMul(m_dim, k_dim)));
+      llvm::Value* o_ptr =
+          o.ElemPtr(d, out, ob.CreateMul(o.Offset(idx, o_strides), ob.CreateMul(m_dim, n_dim)));
+      EmitPackedProduct(o, width, a_ptr, k_dim, packed, o_ptr, m_dim, n_dim, k_dim, {}, parallel);
+    };
+    bool several = false;
+    for (const SymDim& dim : out_batch) several |= !(dim == SymDim::Const(1));
+    if (!several) {
+      // One matrix: its column panels are what the threads split.
+      llvm::Value* packed = k.AllocHeap(bl.CreateMul(packed_elems, k.I64(4)));
+      k.Memset0(packed, packed_elems, d);
+      Idx zeros(out_batch.size(), k.I64(0));
+      one_matrix(k, k.in(0), k.in(1), k.out(0), packed, m_dim, n_dim, k_dim, panels, zeros,
+                 a_strides, b_strides, o_strides, /*parallel=*/true);
+      k.FreeHeap(packed);
+      return absl::OkStatus();
+    }
+    // Several matrices (heads x batch): threads take whole matrices, each with its own buffer.
+    Idx batch_dims = k.Dims(out_batch);
+    std::vector<llvm::Value*> captures = {k.in(0), k.in(1), k.out(0), m_dim,
+                                          n_dim,   k_dim,   panels,   packed_elems};
+    for (const Idx* group : {&batch_dims, &a_strides, &b_strides, &o_strides}) {
+      captures.insert(captures.end(), group->begin(), group->end());
+    }
+    const size_t rank = out_batch.size();
+    llvm::Value* cost = bl.CreateUDiv(bl.CreateMul(o_mat, k_dim), k.I64(width / 2));
+    k.ParallelFor(k.NumElements(out_batch), cost, captures,
+                  [&, rank](KernelContext& o, const Idx& v, llvm::Value* begin, llvm::Value* end) {
+                    auto& ob = o.b();
+                    auto group = [&](size_t g) {
+                      return Idx(v.begin() + 8 + g * rank, v.begin() + 8 + (g + 1) * rank);
+                    };
+                    Idx dims = group(0), as = group(1), bs = group(2), os = group(3);
+                    llvm::Value* packed = o.AllocHeap(ob.CreateMul(v[7], o.I64(4)));
+                    o.Memset0(packed, v[7], d);
+                    o.For(begin, end, [&](llvm::Value* flat) {
+                      // Row-major multi-index of matrix `flat` within the batch dims.
+                      Idx idx(rank);
+                      llvm::Value* rest = flat;
+                      for (size_t i = rank; i-- > 0;) {
+                        idx[i] = ob.CreateURem(rest, dims[i]);
+                        rest = ob.CreateUDiv(rest, dims[i]);
+                      }
+                      one_matrix(o, v[0], v[1], v[2], packed, v[3], v[4], v[5], v[6], idx, as, bs,
+                                 os,
+                                 /*parallel=*/false);
+                    });
+                    o.FreeHeap(packed);
+                  });
     return absl::OkStatus();
   }
   k.ForNest(k.Dims(out_batch), [&](const Idx& idx) {

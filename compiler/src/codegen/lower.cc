@@ -1,7 +1,9 @@
 #include "codegen/lower.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <mutex>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -34,6 +36,17 @@ struct HostTarget {
   const llvm::Target* target = nullptr;
 };
 
+bool HostHasAvx512() {
+  static const bool has = [] {
+    llvm::StringMap<bool> f = llvm::sys::getHostCPUFeatures();
+    for (const char* name : {"avx512f", "avx512bw", "avx512dq", "avx512vl"}) {
+      if (!f.lookup(name)) return false;
+    }
+    return true;
+  }();
+  return has;
+}
+
 absl::StatusOr<HostTarget> GetHostTarget() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -47,6 +60,8 @@ absl::StatusOr<HostTarget> GetHostTarget() {
   for (const auto& f : llvm::sys::getHostCPUFeatures()) {
     feats.push_back(absl::StrCat(f.second ? "+" : "-", f.first().str()));
   }
+  // A forced 256-bit build targets the host as if it had no AVX-512 (what an AVX2 host runs).
+  if (HostHasAvx512() && TargetVectorBits() < 512) feats.push_back("-avx512f");
   h.features = absl::StrJoin(feats, ",");
   std::string error;
   h.target = llvm::TargetRegistry::lookupTarget(h.triple, error);
@@ -141,6 +156,11 @@ class ModuleBuilder {
   void SetAttributes(llvm::Function* fn) {
     fn->addFnAttr("target-cpu", host_.cpu);
     fn->addFnAttr("target-features", host_.features);
+    // Zen 4/5 and Intel cores default to 256-bit auto-vectorisation; the kernels are shaped for
+    // the full width, so let every loop use it.
+    std::string bits = std::to_string(TargetVectorBits());
+    fn->addFnAttr("prefer-vector-width", bits);
+    fn->addFnAttr("min-legal-vector-width", bits);
     fn->addFnAttr(llvm::Attribute::NoUnwind);
   }
 
@@ -283,6 +303,13 @@ void Optimize(llvm::Module& module, llvm::TargetMachine& tm, int opt_level) {
 }
 
 }  // namespace
+
+int TargetVectorBits() {
+  if (!HostHasAvx512()) return 256;
+  const char* env = std::getenv("CUVIL_TARGET_VECTOR_BITS");
+  if (env != nullptr && std::string_view(env) == "256") return 256;
+  return 512;
+}
 
 absl::Status LowerToObject(const ir::Graph& graph, const MemoryPlan& plan,
                            const LowerOptions& options, CompiledModel* model) {

@@ -16,6 +16,12 @@ struct LowerOptions {
   std::string emit_llvm_path;
 };
 
+// Widest float vector, in bits, that generated kernels are shaped for: 512 when the host has
+// AVX-512 (F, BW, DQ, VL), else 256. CUVIL_TARGET_VECTOR_BITS=256 forces the 256-bit (AVX2) path on
+// an AVX-512 host so both stay tested; the environment is read on every call, the host once.
+// Thread-safe.
+int TargetVectorBits();
+
 // Emits one kernel per node plus the entry point and function table, optimises them for the host
 // CPU and fills `model->object_code`, `model->kernels`, `model->cpu` and the codegen timings.
 absl::Status LowerToObject(const ir::Graph& graph, const MemoryPlan& plan,

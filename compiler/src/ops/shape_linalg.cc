@@ -1,8 +1,9 @@
 // Shape inference for Gemm and MatMul. Constant float32 weights (B) are packed once at compile
-// time into column panels (see kPanelWidth) that the register-blocked micro-kernel streams
+// time into column panels (see PanelWidth) that the register-blocked micro-kernel streams
 // sequentially; PyTorch's transposed Linear layout is undone in the same step.
 #include <cstring>
 
+#include "codegen/lower.h"
 #include "op_registry.h"
 
 namespace cuvil::ir {
@@ -20,23 +21,26 @@ HostTensor Transpose2D(const HostTensor& t) {
   return out;
 }
 
-// Columns per packed panel: two 8-float AVX2 vectors. Layout [ceil(N/16)][K][16], zero padded.
-constexpr int64_t kPanelWidth = 16;
+// Columns per packed panel: two vectors of the target's width (16 with AVX2, 32 with AVX-512).
+// Packing runs on the host that runs the code, so the layout follows its vector width; the node
+// records it ("packed_panel") for the code generator.
+int64_t PanelWidth() { return 2 * codegen::TargetVectorBits() / 32; }
 
-// Packs a [K, N] (or, transposed, [N, K]) float32 matrix into column panels.
-HostTensor PackPanels(const HostTensor& b, bool transposed) {
+// Packs a [K, N] (or, transposed, [N, K]) float32 matrix into column panels: layout
+// [ceil(N/P)][K][P] for panel width P, zero padded.
+HostTensor PackPanels(const HostTensor& b, bool transposed, int64_t width) {
   int64_t rows = b.shape()[0], cols = b.shape()[1];
   int64_t k_dim = transposed ? cols : rows, n_dim = transposed ? rows : cols;
-  int64_t panels = (n_dim + kPanelWidth - 1) / kPanelWidth;
-  HostTensor out(DType::kFloat32, {panels, k_dim, kPanelWidth});
+  int64_t panels = (n_dim + width - 1) / width;
+  HostTensor out(DType::kFloat32, {panels, k_dim, width});
   const float* src = b.data_as<float>();
   float* dst = out.data_as<float>();
   for (int64_t p = 0; p < panels; ++p) {
     for (int64_t k = 0; k < k_dim; ++k) {
-      for (int64_t j = 0; j < kPanelWidth; ++j) {
-        int64_t n = p * kPanelWidth + j;
+      for (int64_t j = 0; j < width; ++j) {
+        int64_t n = p * width + j;
         if (n >= n_dim) continue;
-        dst[(p * k_dim + k) * kPanelWidth + j] = transposed ? src[n * cols + k] : src[k * cols + n];
+        dst[(p * k_dim + k) * width + j] = transposed ? src[n * cols + k] : src[k * cols + n];
       }
     }
   }
@@ -52,7 +56,9 @@ void PackConstantB(InferContext& c, bool transposed) {
     return;
   }
   Value* packed = c.graph().NewValue(b->name + ".packed");
-  c.graph().MakeConstant(packed, PackPanels(*b->constant, transposed));
+  int64_t panel = PanelWidth();
+  c.graph().MakeConstant(packed, PackPanels(*b->constant, transposed, panel));
+  n.attrs["packed_panel"] = panel;
   n.inputs[1] = packed;
   n.attrs["packed_n"] = transposed ? b->constant->shape()[0] : b->constant->shape()[1];
   n.attrs["packed_k"] = transposed ? b->constant->shape()[1] : b->constant->shape()[0];
