@@ -107,7 +107,7 @@ absl::Status Refuse(const std::string& why) {
 
 absl::StatusOr<std::string> EncodeSnapshot(const LoadedModel& loaded, const std::string& model_name,
                                            int64_t version, const std::string& config_text) {
-  const ModelSource& source = loaded.source();
+  const CodeSource& source = loaded.source();
   std::string onnx = source.onnx_bytes;
   if (onnx.empty()) {
     if (source.onnx_path.empty()) {

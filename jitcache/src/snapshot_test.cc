@@ -98,7 +98,7 @@ class SnapshotTest : public ::testing::Test {
     auto loaded = engine_->Load("mul_add/1", std::move(*compiled));
     ASSERT_TRUE(loaded.ok()) << loaded.status();
     model_ = std::move(*loaded);
-    ModelSource source;
+    CodeSource source;
     source.onnx_bytes = bytes_;
     model_->set_source(source);
     for (const KernelFunction& k : model_->model().kernels) {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "load_parameters.h"
 #include "model_name.h"
+#include "cuvil/compiler/compiler.h"
 #include "spdlog/spdlog.h"
 
 namespace cuvil {
@@ -149,14 +150,62 @@ double MsSince(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
+void FillProfile(const std::vector<KernelProfile>& table,
+                 google::protobuf::RepeatedPtrField<cuvil::admin::v1::KernelProfile>* out) {
+  for (const KernelProfile& k : table) {
+    auto* row = out->Add();
+    row->set_function(k.function);
+    row->set_calls(k.calls);
+    row->set_total_ns(k.total_ns);
+    row->set_mean_ns(k.mean_ns);
+    row->set_share(k.share);
+  }
+}
+
+// Compiles the patch a request asks for into a new, unpublished layer of `loaded`.
+absl::StatusOr<std::shared_ptr<PreparedPatch>> PreparePatch(
+    LoadedModel& loaded, const std::string& kind,
+    const cuvil::admin::v1::PatchFunctionRequest& request,
+    const std::vector<std::string>& functions) {
+  if (kind == kPatchKindProfile) {
+    return loaded.PrepareProfilePatch(request.profile_seconds(), functions);
+  }
+  if (kind == kPatchKindIr) return loaded.PrepareIrPatch(request.body(), functions);
+  auto options =
+      ParseRecompileOptions(request.options().empty() ? request.body() : request.options());
+  if (!options.ok()) return options.status();
+  // The version's own model and options, with the requested changes.
+  const CodeSource& source = loaded.source();
+  if (source.onnx_bytes.empty() && source.onnx_path.empty()) {
+    return absl::FailedPreconditionError("the version's model source is unknown");
+  }
+  CompileOptions compile = source.options;
+  compile.opt_level = options->opt_level;
+  auto recompiled = source.onnx_bytes.empty() ? CompileOnnxFile(source.onnx_path, compile)
+                                              : CompileOnnxBytes(source.onnx_bytes, compile);
+  if (!recompiled.ok()) return recompiled.status();
+  return loaded.PrepareRecompilePatch(*recompiled, functions, RecompileOptionsText(*options));
+}
+
+// With --snapshot-dir, records the version's new state now (the watcher would a moment later).
+void SyncSnapshot(SnapshotStore* store, const ModelVersion& version) {
+  if (store == nullptr) return;
+  if (absl::Status s = store->Sync(version); !s.ok()) {
+    spdlog::warn("{}", std::string(s.message()));
+  }
+}
+
 absl::StatusOr<cuvil::admin::v1::PatchFunctionResponse> AdminOperations::PatchFunction(
     const cuvil::admin::v1::PatchFunctionRequest& request) {
   if (absl::Status s = ValidateModelName(request.name()); !s.ok()) return s;
-  if (!request.kind().empty() && request.kind() != "ir") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("patch kind '", request.kind(), "' is not supported (only \"ir\")"));
+  const std::string kind = request.kind().empty() ? kPatchKindIr : request.kind();
+  if (kind != kPatchKindIr && kind != kPatchKindRecompile && kind != kPatchKindProfile) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "patch kind '", request.kind(), "' is not supported (\"ir\", \"recompile\", \"profile\")"));
   }
-  if (request.body().empty()) return absl::InvalidArgumentError("the patch body is empty");
+  if (kind == kPatchKindIr && request.body().empty()) {
+    return absl::InvalidArgumentError("the patch body is empty");
+  }
   auto model =
       models_->Get(request.name(), request.version() > 0 ? absl::StrCat(request.version()) : "");
   if (!model.ok()) return model.status();
@@ -165,7 +214,7 @@ absl::StatusOr<cuvil::admin::v1::PatchFunctionResponse> AdminOperations::PatchFu
   if (!request.function().empty()) functions.push_back(request.function());
 
   auto t0 = std::chrono::steady_clock::now();
-  auto patch = loaded.PrepareIrPatch(request.body(), functions);
+  auto patch = PreparePatch(loaded, kind, request, functions);
   if (!patch.ok()) return patch.status();
   cuvil::admin::v1::PatchFunctionResponse response;
   response.set_compile_ms(MsSince(t0));
@@ -223,9 +272,16 @@ absl::StatusOr<cuvil::admin::v1::PatchFunctionResponse> AdminOperations::PatchFu
     metrics_->RecordPatch(request.name(), (*model)->version_string(),
                           observability::PatchAction::kApplied);
   }
-  spdlog::info("model '{}' version {}: patch {} applied ({}; author '{}', compile {:.1f} ms)",
-               request.name(), (*model)->version(), *id, absl::StrJoin(response.functions(), ","),
-               request.author(), response.compile_ms());
+  spdlog::info("model '{}' version {}: patch {} ({}) applied ({}; author '{}', compile {:.1f} ms)",
+               request.name(), (*model)->version(), *id, kind,
+               absl::StrJoin(response.functions(), ","), request.author(), response.compile_ms());
+  SyncSnapshot(snapshots_, **model);
+  if (kind == kPatchKindProfile && request.wait()) {
+    // The window plus slack: the timer rolls the patch back at the end of it.
+    loaded.WaitForProfileEnd(*id, request.profile_seconds() + 30);
+    auto table = loaded.ProfileReport(*id);
+    if (table.ok()) FillProfile(*table, response.mutable_profile());
+  }
   return response;
 }
 
@@ -247,6 +303,7 @@ absl::StatusOr<cuvil::admin::v1::RollbackResponse> AdminOperations::Rollback(
   }
   spdlog::info("model '{}' version {}: patch {} rolled back", request.name(), (*model)->version(),
                *id);
+  SyncSnapshot(snapshots_, **model);
   return response;
 }
 
@@ -269,9 +326,33 @@ absl::StatusOr<cuvil::admin::v1::ListPatchesResponse> AdminOperations::ListPatch
   return response;
 }
 
-absl::Status AdminOperations::NotYetImplemented(const std::string& operation) const {
-  return absl::UnimplementedError(
-      absl::StrCat(operation, " is not implemented yet (hot patching)"));
+absl::StatusOr<cuvil::admin::v1::SnapshotResponse> AdminOperations::Snapshot(
+    const cuvil::admin::v1::SnapshotRequest& request) {
+  if (absl::Status s = ValidateModelName(request.name()); !s.ok()) return s;
+  auto model =
+      models_->Get(request.name(), request.version() > 0 ? absl::StrCat(request.version()) : "");
+  if (!model.ok()) return model.status();
+  auto artifact = SnapshotVersion(**model);
+  if (!artifact.ok()) return artifact.status();
+  cuvil::admin::v1::SnapshotResponse response;
+  response.set_snapshot(*std::move(artifact));
+  response.set_version((*model)->version());
+  spdlog::info("model '{}' version {}: snapshot taken ({} bytes)", request.name(),
+               (*model)->version(), response.snapshot().size());
+  return response;
+}
+
+absl::StatusOr<cuvil::admin::v1::RestoreSnapshotResponse> AdminOperations::RestoreSnapshot(
+    const cuvil::admin::v1::RestoreSnapshotRequest& request) {
+  auto restored = RestoreSnapshots(models_, {request.snapshot()});
+  if (!restored.ok()) return restored.status();
+  cuvil::admin::v1::RestoreSnapshotResponse response = std::move(restored->front());
+  if (auto model = models_->Get(response.name(), absl::StrCat(response.version())); model.ok()) {
+    SyncSnapshot(snapshots_, **model);
+  }
+  return response;
 }
 
 }  // namespace cuvil
+    if (r.kind != kPatchKindIr) p->set_options(r.source);
+    FillProfile(r.profile, p->mutable_profile());

@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "admin.pb.h"
 #include "cuvil/server/model_manager.h"
+#include "snapshot_store.h"
 
 namespace cuvil {
 
@@ -44,19 +45,29 @@ class AdminOperations {
   // nothing.
   absl::StatusOr<cuvil::admin::v1::PatchFunctionResponse> PatchFunction(
       const cuvil::admin::v1::PatchFunctionRequest& request);
-  // Rolls back the latest active patch of a version (see LoadedModel::Rollback).
+  // Rolls back an active patch of a version (see LoadedModel::Rollback).
   absl::StatusOr<cuvil::admin::v1::RollbackResponse> Rollback(
       const cuvil::admin::v1::RollbackRequest& request);
   // The patch history of a version, oldest first.
   absl::StatusOr<cuvil::admin::v1::ListPatchesResponse> ListPatches(
       const cuvil::admin::v1::ListPatchesRequest& request) const;
-  // Snapshot, RestoreSnapshot: Unimplemented until snapshots land.
-  absl::Status NotYetImplemented(const std::string& operation) const;
+  // The snapshot artifact of a READY version (see SnapshotVersion); NotFound / Unavailable as
+  // ModelManager::Get.
+  absl::StatusOr<cuvil::admin::v1::SnapshotResponse> Snapshot(
+      const cuvil::admin::v1::SnapshotRequest& request);
+  // Recreates the version a snapshot describes (see RestoreSnapshots); InvalidArgument for a
+  // damaged, unknown or truncated artifact, which changes nothing.
+  absl::StatusOr<cuvil::admin::v1::RestoreSnapshotResponse> RestoreSnapshot(
+      const cuvil::admin::v1::RestoreSnapshotRequest& request);
+  // With --snapshot-dir: versions are snapshotted there after every patch, rollback and restore.
+  // Set once before serving.
+  void set_snapshot_store(SnapshotStore* store) { snapshots_ = store; }
 
  private:
   ModelManager* models_;
   std::string token_;
   observability::ServerMetrics* metrics_;
+  SnapshotStore* snapshots_ = nullptr;
 };
 
 }  // namespace cuvil

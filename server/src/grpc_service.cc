@@ -410,13 +410,23 @@ class AdminServiceImpl final : public cuvil::admin::v1::ModelAdmin::Service {
       return grpc::Status::OK;
     });
   }
-  grpc::Status Snapshot(Ctx* c, const cuvil::admin::v1::SnapshotRequest*,
-                        cuvil::admin::v1::SnapshotResponse*) override {
-    return Authorized(c, [&] { return ToGrpc(admin_->NotYetImplemented("Snapshot")); });
+  grpc::Status Snapshot(Ctx* c, const cuvil::admin::v1::SnapshotRequest* q,
+                        cuvil::admin::v1::SnapshotResponse* r) override {
+    return Authorized(c, [&] {
+      auto out = admin_->Snapshot(*q);
+      if (!out.ok()) return ToGrpc(out.status());
+      *r = std::move(*out);
+      return grpc::Status::OK;
+    });
   }
-  grpc::Status RestoreSnapshot(Ctx* c, const cuvil::admin::v1::RestoreSnapshotRequest*,
-                               cuvil::admin::v1::RestoreSnapshotResponse*) override {
-    return Authorized(c, [&] { return ToGrpc(admin_->NotYetImplemented("RestoreSnapshot")); });
+  grpc::Status RestoreSnapshot(Ctx* c, const cuvil::admin::v1::RestoreSnapshotRequest* q,
+                               cuvil::admin::v1::RestoreSnapshotResponse* r) override {
+    return Authorized(c, [&] {
+      auto out = admin_->RestoreSnapshot(*q);
+      if (!out.ok()) return ToGrpc(out.status());
+      *r = std::move(*out);
+      return grpc::Status::OK;
+    });
   }
 
  private:

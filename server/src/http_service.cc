@@ -222,6 +222,8 @@ absl::Status HttpServiceImpl::Start() {
   // httplib's default of 5 requests per connection would make clients reconnect constantly.
   server_->set_keep_alive_max_count(100000);
   server_->set_keep_alive_timeout(5);
+  void AdminSnapshot(Response& res, const std::string& name, const std::string& version);
+  void AdminRestore(Response& res, const std::string& body);
   server_->set_payload_max_length(static_cast<size_t>(options_.max_request_bytes));
 
   server_->Get(".*", [this](const Request& req, Response& res) {
@@ -443,12 +445,10 @@ void HttpServiceImpl::HandlePost(const Request& req, Response& res, const Conten
         if (p[5] == "rollback") {
           return AdminRollback(res, *body, std::string(p[2]), std::string(p[4]));
         }
-        if (p[5] == "snapshot") return SetError(res, admin_->NotYetImplemented("Snapshot"));
+        if (p[5] == "snapshot") return AdminSnapshot(res, std::string(p[2]), std::string(p[4]));
       }
     }
-    if (n == 3 && p[1] == "snapshots" && p[2] == "restore") {
-      return SetError(res, admin_->NotYetImplemented("RestoreSnapshot"));
-    }
+    if (n == 3 && p[1] == "snapshots" && p[2] == "restore") return AdminRestore(res, *body);
   }
   SetError(res, 404, "not found: POST " + req.path);
 }
@@ -740,8 +740,24 @@ void HttpServiceImpl::AdminListFunctions(Response& res, const std::string& name,
   SetJson(res, 200, json{{"functions", std::move(functions)}});
 }
 
-// POST .../versions/{v}/patch {"ir": TEXT, "function"?: SYMBOL, "functions"?: [..],
-// "validate"?: bool, "force"?: bool, "rtol"?: x, "atol"?: x, "author"?: NAME}
+// A profile table as JSON rows.
+json ProfileJson(
+    const google::protobuf::RepeatedPtrField<cuvil::admin::v1::KernelProfile>& table) {
+  json rows = json::array();
+  for (const auto& k : table) {
+    rows.push_back({{"function", k.function()},
+                    {"calls", k.calls()},
+                    {"total_ns", k.total_ns()},
+                    {"mean_ns", k.mean_ns()},
+                    {"share", k.share()}});
+  }
+  return rows;
+}
+
+// POST .../versions/{v}/patch {"kind"?: "ir"|"recompile"|"profile", "ir": TEXT (ir),
+// "options"?: "opt_level=N" (recompile), "profile_seconds"?: x, "wait"?: bool (profile),
+// "function"?: SYMBOL, "functions"?: [..], "validate"?: bool, "force"?: bool, "rtol"?: x,
+// "atol"?: x, "author"?: NAME}
 void HttpServiceImpl::AdminPatch(Response& res, const std::string& body, const std::string& name,
                                  const std::string& version) {
   int64_t v = 0;
@@ -757,7 +773,8 @@ void HttpServiceImpl::AdminPatch(Response& res, const std::string& body, const s
   absl::StatusOr<bool> validate = BoolField(*parsed, "validate", true);
   absl::StatusOr<bool> force = BoolField(*parsed, "force", false);
   for (const absl::Status& s : {ir.status(), function.status(), author.status(), kind.status(),
-                                validate.status(), force.status()}) {
+                                validate.status(), force.status(), options.status(),
+                                wait.status()}) {
     if (!s.ok()) return SetError(res, s);
   }
   cuvil::admin::v1::PatchFunctionRequest request;
@@ -797,8 +814,11 @@ void HttpServiceImpl::AdminPatch(Response& res, const std::string& body, const s
           json{{"patch_id", out->patch_id()},
                {"functions", std::move(functions)},
                {"max_abs_diff", out->max_abs_diff()},
+  absl::StatusOr<std::string> options = StringField(*parsed, "options");
+  absl::StatusOr<bool> wait = BoolField(*parsed, "wait", false);
                {"compile_ms", out->compile_ms()},
-               {"switch_us", out->switch_us()}});
+               {"switch_us", out->switch_us()},
+               {"profile", ProfileJson(out->profile())}});
 }
 
 // POST .../versions/{v}/rollback {"patch_id": ID}
@@ -810,6 +830,15 @@ void HttpServiceImpl::AdminRollback(Response& res, const std::string& body, cons
   }
   absl::StatusOr<json> parsed = ParseBody(body);
   if (!parsed.ok()) return SetError(res, parsed.status());
+  request.set_options(*options);
+  request.set_wait(*wait);
+  if (parsed->contains("profile_seconds")) {
+    const json& x = (*parsed)["profile_seconds"];
+    if (!x.is_number() || x.get<double>() < 0) {
+      return SetError(res, 400, "'profile_seconds' must be a non-negative number");
+    }
+    request.set_profile_seconds(x.get<double>());
+  }
   absl::StatusOr<std::string> id = StringField(*parsed, "patch_id");
   if (!id.ok()) return SetError(res, id.status());
   cuvil::admin::v1::RollbackRequest request;
@@ -842,7 +871,9 @@ void HttpServiceImpl::AdminListPatches(Response& res, const std::string& name,
                        {"functions", std::move(functions)},
                        {"author", p.author()},
                        {"active", p.active()},
-                       {"rolled_back_unix_ms", p.rolled_back_unix_ms()}});
+                       {"rolled_back_unix_ms", p.rolled_back_unix_ms()},
+                       {"options", p.options()},
+                       {"profile", ProfileJson(p.profile())}});
   }
   SetJson(res, 200, json{{"patches", std::move(patches)}});
 }
@@ -860,3 +891,40 @@ absl::StatusOr<std::unique_ptr<HttpService>> HttpService::Start(const HttpServic
 }
 
 }  // namespace cuvil
+// POST .../versions/{v}/snapshot -> {"snapshot": BASE64, "version": V}
+void HttpServiceImpl::AdminSnapshot(Response& res, const std::string& name,
+                                    const std::string& version) {
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(version, &v)) {
+    return SetError(res, 400, absl::StrCat("version '", version, "' is not a number"));
+  }
+  cuvil::admin::v1::SnapshotRequest request;
+  request.set_name(name);
+  request.set_version(v);
+  auto out = admin_->Snapshot(request);
+  if (!out.ok()) return SetError(res, out.status());
+  SetJson(res, 200,
+          json{{"snapshot", absl::Base64Escape(out->snapshot())}, {"version", out->version()}});
+}
+
+// POST /v2/admin/snapshots/restore {"snapshot": BASE64}
+void HttpServiceImpl::AdminRestore(Response& res, const std::string& body) {
+  absl::StatusOr<json> parsed = ParseBody(body);
+  if (!parsed.ok()) return SetError(res, parsed.status());
+  absl::StatusOr<std::string> encoded = StringField(*parsed, "snapshot");
+  if (!encoded.ok()) return SetError(res, encoded.status());
+  cuvil::admin::v1::RestoreSnapshotRequest request;
+  if (!absl::Base64Unescape(*encoded, request.mutable_snapshot())) {
+    return SetError(res, 400, "'snapshot' is not valid base64");
+  }
+  auto out = admin_->RestoreSnapshot(request);
+  if (!out.ok()) return SetError(res, out.status());
+  json ids = json::array();
+  for (const auto& id : out->patch_ids()) ids.push_back(id);
+  SetJson(res, 200,
+          json{{"name", out->name()},
+               {"version", out->version()},
+               {"patch_ids", std::move(ids)},
+               {"recompiled", out->recompiled()}});
+}
+

@@ -50,6 +50,9 @@ constexpr char kHelp[] =
     "  --jit-cache-max-bytes N     evict least recently used cache entries above N bytes\n"
     "                              (default 4 GiB; 0: unlimited)\n"
     "  --no-jit-cache              compile every model (no disk or in-memory cache)\n"
+    "  --snapshot-dir DIR          snapshot every version there after each load, patch and\n"
+    "                              rollback, and restore them on start (restarts come back\n"
+    "                              patched)\n"
     "  --metrics-compat triton     also export Triton's nv_inference_* metric names\n"
     "  --metrics-window-secs N     sliding window of the latency summary (default 60)\n";
 
@@ -100,6 +103,9 @@ int main(int argc, char** argv) {
       options.model_repositories.push_back(value);
     } else if (name == "--jit-cache-dir") {
       options.jit_cache_dir = value;
+      ok = !value.empty();
+    } else if (name == "--snapshot-dir") {
+      options.snapshot_dir = value;
       ok = !value.empty();
     } else if (name == "--jit-cache-max-bytes") {
       ok = int_flag(&options.jit_cache_max_bytes);

@@ -276,9 +276,10 @@ struct ModelManager::Impl {
   absl::StatusOr<std::shared_ptr<ModelVersion>> BuildVersionNoThrow(
       const std::string& name, int64_t version, inference::ModelConfig config,
       const std::string& path, const std::string& bytes, uint64_t load_index,
-      const std::string& model_dir) {
+      const std::string& model_dir, const VersionSeed* seed) {
     try {
-      return BuildVersion(name, version, std::move(config), path, bytes, load_index, model_dir);
+      return BuildVersion(name, version, std::move(config), path, bytes, load_index, model_dir,
+                          seed);
     } catch (const std::exception& e) {
       return absl::InternalError(absl::StrCat("load failed: ", e.what()));
     } catch (...) {
@@ -290,17 +291,21 @@ struct ModelManager::Impl {
   absl::StatusOr<std::shared_ptr<ModelVersion>> BuildVersion(
       const std::string& name, int64_t version, inference::ModelConfig config,
       const std::string& path, const std::string& bytes, uint64_t load_index,
-      const std::string& model_dir) {
+      const std::string& model_dir, const VersionSeed* seed) {
     auto t0 = std::chrono::steady_clock::now();
     CUVIL_PROBE_JIT_COMPILE_START(name.c_str());
     CompileOptions options;
     CacheLookup lookup;
-    auto compiled = cache != nullptr ? cache->Compile(path, bytes, options, &lookup)
-                    : bytes.empty()  ? CompileOnnxFile(path, options)
-                                     : CompileOnnxBytes(bytes, options);
+    // A seed (restored snapshot) brings its code: nothing to compile or look up.
+    const bool seeded = seed != nullptr && seed->compiled != nullptr;
+    ObjectCache* const cache = seeded ? nullptr : this->cache;
+    auto compiled = seeded            ? absl::StatusOr<CompiledModel>(*seed->compiled)
+                    : cache != nullptr ? cache->Compile(path, bytes, options, &lookup)
+                    : bytes.empty()    ? CompileOnnxFile(path, options)
+                                       : CompileOnnxBytes(bytes, options);
     if (!compiled.ok()) return compiled.status();
     // The compiler ran for this load unless the JIT cache had the model.
-    const uint64_t compilations = lookup.outcome == CacheOutcome::kMiss ? 1 : 0;
+    const uint64_t compilations = !seeded && lookup.outcome == CacheOutcome::kMiss ? 1 : 0;
     double compile_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     CUVIL_PROBE_JIT_COMPILE_DONE(name.c_str(), static_cast<int64_t>(compile_ms * 1e6));
@@ -376,6 +381,11 @@ struct ModelManager::Impl {
     scheduler_options.on_batch_done = [probe_name, model_metrics, live](int64_t rows, uint64_t ns,
                                                                         bool ok) {
       CUVIL_PROBE_BATCH_DONE(probe_name->c_str(), rows, ns);
+    // Recompile patches and snapshots rebuild from the source with the same options.
+    (*loaded)->set_source(CodeSource{path, bytes, options});
+    if (seed != nullptr && seed->before_serving) {
+      if (auto s = seed->before_serving(**loaded); !s.ok()) return s;
+    }
       if (ok && model_metrics && live->load(std::memory_order_relaxed))
         model_metrics->RecordExecution(rows);
     };
@@ -516,12 +526,16 @@ absl::Status ModelManager::Load(const LoadRequest& request) {
       bytes = it->second;
     std::string name = request.name;
     std::string model_dir = source.dir;
-    bool scheduled = impl_->loaders.Schedule([this, name, p, config, path, bytes, model_dir,
+    std::shared_ptr<const VersionSeed> seed;
+    if (auto it = request.seeds.find(p.version); it != request.seeds.end()) {
+      seed = std::make_shared<const VersionSeed>(it->second);
+    }
+    bool scheduled = impl_->loaders.Schedule([this, name, p, config, path, bytes, model_dir, seed,
                                               remaining, finish, first_error, error_mu] {
       spdlog::info("loading model {} version {}", name, p.version);
       auto load_start = std::chrono::steady_clock::now();
-      auto built =
-          impl_->BuildVersionNoThrow(name, p.version, config, path, bytes, p.load_index, model_dir);
+      auto built = impl_->BuildVersionNoThrow(name, p.version, config, path, bytes, p.load_index,
+                                              model_dir, seed.get());
       std::shared_ptr<ModelVersion> old;
       {
         absl::MutexLock lock(&impl_->mu);

@@ -15,6 +15,7 @@
 #include "grpc_service.h"
 #include "http_service.h"
 #include "server_info.h"
+#include "snapshot_store.h"
 #include "spdlog/spdlog.h"
 
 namespace cuvil {
@@ -28,6 +29,7 @@ struct CuvilServer::Impl {
   std::unique_ptr<ModelRepository> repository;
   std::unique_ptr<ModelManager> models;
   std::unique_ptr<AdminOperations> admin;
+  std::unique_ptr<SnapshotStore> snapshots;  // --snapshot-dir; stopped before the models unload.
   std::unique_ptr<GrpcService> grpc;
   std::unique_ptr<HttpService> http;
   httplib::Server metrics;
@@ -123,6 +125,13 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
   s.models = std::make_unique<ModelManager>(s.engine.get(), s.repository.get(), manager_options);
   s.admin = std::make_unique<AdminOperations>(s.models.get(), options.admin_token,
                                               s.metrics_registry.get());
+  if (!options.snapshot_dir.empty()) {
+    auto store = SnapshotStore::Create(options.snapshot_dir, s.models.get());
+    if (!store.ok()) return store.status();
+    s.snapshots = std::move(*store);
+    s.admin->set_snapshot_store(s.snapshots.get());
+    spdlog::info("snapshots: {}", options.snapshot_dir);
+  }
 
   GrpcServiceOptions grpc_options;
   grpc_options.bind_address = options.bind_address;
@@ -179,6 +188,12 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
       }
       break;
   }
+  if (s.snapshots != nullptr) {
+    // After the startup loads: a snapshot replaces the unpatched version they loaded.
+    s.snapshots->RestoreAll();
+    s.snapshots->SyncAll();
+    s.snapshots->StartWatching(absl::Milliseconds(500));
+  }
   if (options.control_mode == ServerOptions::ControlMode::kPoll) {
     s.poll_thread = std::thread([&s] { s.PollRepository(); });
   }
@@ -206,6 +221,11 @@ void CuvilServer::Shutdown() {
   if (s.http) s.http->Stop();
   s.metrics.stop();
   if (s.metrics_thread.joinable()) s.metrics_thread.join();
+  if (s.snapshots) {
+    // Unloading at exit is not an unload an operator asked for: the snapshots stay.
+    if (s.admin) s.admin->set_snapshot_store(nullptr);
+    s.snapshots.reset();
+  }
   if (s.models) s.models->Shutdown();
   spdlog::info("server stopped");
 }

@@ -66,6 +66,47 @@ void StridedCopy(KernelContext& k, DType d, llvm::Value* dst, llvm::Value* src, 
     });
     return;
   }
+  size_t unit = r;  // An axis the source walks contiguously, if any (a transpose).
+  for (size_t a = 0; a + 1 < r; ++a) {
+    if (IsConstant(src_strides[a], 1)) unit = a;
+  }
+  if (unit < r) {
+    // Transpose: reading along the output's last axis alone strides the source by a whole row
+    // per element (often a multiple of 4 KiB, which also aliases in L1). Square tiles of the two
+    // axes instead use each source cache line fully while the destination rows stay in L1.
+    constexpr int64_t kTile = 16;
+    auto& b = k.b();
+    llvm::Value* e_unit = extents[unit];
+    llvm::Value* e_last = extents[r - 1];
+    Idx outer;
+    for (size_t a = 0; a + 1 < r; ++a) {
+      if (a != unit) outer.push_back(extents[a]);
+    }
+    auto tiles = [&](llvm::Value* e) {
+      return b.CreateUDiv(b.CreateAdd(e, k.I64(kTile - 1)), k.I64(kTile));
+    };
+    k.ForNest(outer, [&](const Idx& outer_idx) {
+      k.For(k.I64(0), tiles(e_unit), [&](llvm::Value* tu) {
+        k.For(k.I64(0), tiles(e_last), [&](llvm::Value* tl) {
+          llvm::Value* u0 = b.CreateMul(tu, k.I64(kTile));
+          llvm::Value* l0 = b.CreateMul(tl, k.I64(kTile));
+          llvm::Value* u1 = k.Min(DType::kInt64, b.CreateAdd(u0, k.I64(kTile)), e_unit);
+          llvm::Value* l1 = k.Min(DType::kInt64, b.CreateAdd(l0, k.I64(kTile)), e_last);
+          k.For(u0, u1, [&](llvm::Value* u) {
+            k.For(l0, l1, [&](llvm::Value* l) {
+              Idx idx;
+              for (size_t a = 0, o = 0; a < r; ++a) {
+                idx.push_back(a == unit ? u : a == r - 1 ? l : outer_idx[o++]);
+              }
+              llvm::Value* v = k.Load(d, src, b.CreateAdd(base, k.Offset(idx, src_strides)));
+              k.Store(d, dst, k.Offset(idx, dst_strides), v);
+            });
+          });
+        });
+      });
+    });
+    return;
+  }
   k.ForNest(extents, [&](const Idx& idx) {
     llvm::Value* v = k.Load(d, src, k.b().CreateAdd(base, k.Offset(idx, src_strides)));
     k.Store(d, dst, k.Offset(idx, dst_strides), v);

@@ -71,10 +71,9 @@ absl::StatusOr<RecompileOptions> ParseRecompileOptions(const std::string& text);
 
 // Where a version's code came from, kept for recompile patches and snapshots (set by the loader;
 // empty when unknown). Thread-compatible value type.
-struct ModelSource {
+struct CodeSource {
   std::string onnx_path;    // Read when onnx_bytes is empty.
   std::string onnx_bytes;   // Inline models.
-  std::string config_text;  // The version's completed config (text format).
   CompileOptions options;   // What the version was compiled with (emit/needs fields unused).
 };
 
@@ -162,9 +161,9 @@ class LoadedModel {
   uint64_t change_count() const;
   // Start of the weights executions read (weights_bytes() long, zero-padded).
   const void* weights_data() const;
-  // Where the code came from (see ModelSource); set once by the loader before serving.
-  void set_source(ModelSource source) { source_ = std::move(source); }
-  const ModelSource& source() const { return source_; }
+  // Where the code came from (see CodeSource); set once by the loader before serving.
+  void set_source(CodeSource source) { source_ = std::move(source); }
+  const CodeSource& source() const { return source_; }
   // Bytes of the read-only weights mapping.
   size_t weights_bytes() const { return weights_mapped_bytes_; }
 
@@ -232,7 +231,7 @@ class LoadedModel {
   uint64_t table_generation_ ABSL_GUARDED_BY(patch_mu_) = 0;
   std::atomic<uint64_t> change_count_{0};
   std::function<void()> change_listener_;  // Set once before patches start.
-  ModelSource source_;                     // Set once before serving.
+  CodeSource source_;                     // Set once before serving.
 
   // The profile timer: at most one profile patch is active at a time.
   struct ProfileTimer;

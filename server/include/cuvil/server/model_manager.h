@@ -4,6 +4,7 @@
 #define CUVIL_SERVER_MODEL_MANAGER_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -92,6 +93,13 @@ struct VersionStatus {
   std::shared_ptr<ModelVersion> model;  // Set when READY.
 };
 
+// A version's code given instead of compiled (a restored snapshot), and work done on the loaded
+// code before the version serves (re-applying the snapshot's patches; an error fails the load).
+struct VersionSeed {
+  std::shared_ptr<const CompiledModel> compiled;
+  std::function<absl::Status(LoadedModel&)> before_serving;
+};
+
 // Overrides for a load (Triton's load parameters, or the admin API's inline load).
 struct LoadRequest {
   std::string name;
@@ -99,6 +107,7 @@ struct LoadRequest {
   std::string config_pbtxt;                    // Non-empty: replaces config.pbtxt.
   std::map<int64_t, std::string> model_bytes;  // Version -> ONNX bytes (inline models).
   bool wait = true;                            // Return once READY or FAILED.
+  std::map<int64_t, VersionSeed> seeds;        // Version -> seed (restored snapshots).
 };
 
 struct ModelManagerOptions {

@@ -46,6 +46,9 @@ struct ServerOptions {
   // LRU eviction above it (0: unlimited). Bounded by default: every rebuild of the compiler keys
   // new entries, so an unbounded directory would only grow.
   uint64_t jit_cache_max_bytes = uint64_t{4} << 30;
+  // Context snapshots: every version is snapshotted here after each change (load, patch,
+  // rollback) and restored from here on start. Empty: off.
+  std::string snapshot_dir;
   bool metrics_triton_compat = false;  // Also export Triton's nv_inference_* names.
   int metrics_window_secs = 60;        // Sliding window of the latency summary.
 };
