@@ -139,17 +139,25 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> JitEngine::Load(const std::string& 
   loaded->engine_ = this;
   loaded->namespace_name_ = namespace_name;
 
-  // Weights: one read-only mapping shared by every execution.
-  size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  size_t bytes = std::max<size_t>(model.weights.byte_size(), 1);
-  loaded->weights_mapped_bytes_ = (bytes + page - 1) / page * page;
-  void* mem = mmap(nullptr, loaded->weights_mapped_bytes_, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (mem == MAP_FAILED) return fail("cannot map weights");
-  loaded->weights_ = mem;
-  std::memcpy(mem, model.weights.data(), model.weights.byte_size());
-  if (mprotect(mem, loaded->weights_mapped_bytes_, PROT_READ) != 0) {
-    return fail(absl::StrCat("cannot make the weights read-only: ", std::strerror(errno)));
+  // Weights: read-only memory shared by every execution. A blob that is already a read-only
+  // mapping (a JIT cache entry) is used in place and kept alive by model_; others are copied.
+  const void* weights = model.weights.data();
+  if (model.weights.read_only()) {
+    loaded->weights_mapped_bytes_ = model.weights.size();
+  } else {
+    size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    size_t bytes = std::max<size_t>(model.weights.size(), 1);
+    loaded->weights_mapped_bytes_ = (bytes + page - 1) / page * page;
+    void* mem = mmap(nullptr, loaded->weights_mapped_bytes_, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) return fail("cannot map weights");
+    loaded->weights_ = mem;
+    if (!model.weights.empty()) std::memcpy(mem, model.weights.data(), model.weights.size());
+    if (mprotect(mem, loaded->weights_mapped_bytes_, PROT_READ) != 0) {
+      return fail(absl::StrCat("cannot make the weights read-only: ", std::strerror(errno)));
+    }
+    weights = mem;
+    model.weights = WeightsBlob();  // The mapping holds them now.
   }
 
   auto& es = impl_->jit->getExecutionSession();
@@ -159,10 +167,10 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> JitEngine::Load(const std::string& 
   loaded->handle_->dylib = &*dylib;
   loaded->handle_->tracker = dylib->getDefaultResourceTracker();
   dylib->addToLinkOrder(*impl_->runtime);
-  llvm::orc::SymbolMap weights;
-  weights[es.intern(kWeightsSymbol)] = {llvm::orc::ExecutorAddr::fromPtr(mem),
-                                        llvm::JITSymbolFlags::Exported};
-  if (auto err = dylib->define(llvm::orc::absoluteSymbols(std::move(weights)))) {
+  llvm::orc::SymbolMap weights_symbol;
+  weights_symbol[es.intern(kWeightsSymbol)] = {llvm::orc::ExecutorAddr::fromPtr(weights),
+                                               llvm::JITSymbolFlags::Exported};
+  if (auto err = dylib->define(llvm::orc::absoluteSymbols(std::move(weights_symbol)))) {
     return fail(ToString(std::move(err)));
   }
   auto buffer = llvm::MemoryBuffer::getMemBufferCopy(model.object_code, namespace_name);
@@ -182,7 +190,6 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> JitEngine::Load(const std::string& 
   loaded->entry_with_table_ = with_table->toPtr<EntryWithTableFn>();
   loaded->table_ptr_ = table_ptr->toPtr<void***>();
   loaded->current_table_.store(loaded->function_table_, std::memory_order_release);
-  model.weights = HostTensor();  // The mapping holds them now.
   loaded->model_ = std::move(model);
   return loaded;
 }

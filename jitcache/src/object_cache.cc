@@ -1,7 +1,9 @@
 #include "cuvil/jitcache/object_cache.h"
 
 #include <dlfcn.h>
+#include <elf.h>
 #include <fcntl.h>
+#include <link.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,6 +19,7 @@
 #include <fstream>
 #include <list>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -25,8 +28,6 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "cuvil/runtime/tensor_size.h"
-#include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/wire_format_lite.h"
 #include "jit_cache.pb.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringRef.h"
@@ -41,11 +42,19 @@ namespace pb = ::cuvil::jitcache::v1;
 
 namespace {
 
-constexpr char kMagic[] = "cuvil.jit_cache";
+// The file layout is described in jit_cache.proto.
+constexpr char kMagic[16] = {'c', 'u', 'v', 'i', 'l', '.', 'j', 'i',
+                             't', '_', 'c', 'a', 'c', 'h', 'e', '\n'};
+constexpr size_t kPreambleBytes = 40;
+constexpr uint64_t kSectionAlign = 4096;
+constexpr char kObjectSection[] = "object_code";
+constexpr char kWeightsSection[] = "weights";
 constexpr char kEntrySuffix[] = ".cjc";
 constexpr char kTempPrefix[] = ".tmp-";
-// A cache file larger than this is not a Cuvil entry (protobuf's own limit is 2 GB).
-constexpr uint64_t kMaxEntryBytes = (uint64_t{1} << 31) - 1;
+// A cache file larger than this is not a Cuvil entry.
+constexpr uint64_t kMaxEntryBytes = uint64_t{1} << 40;
+// The header holds names and signatures only; anything larger is not ours.
+constexpr uint32_t kMaxHeaderBytes = 64u << 20;
 
 // Incremental XXH3-128 with length-prefixed fields, so ("ab","c") and ("a","bc") differ.
 class Hasher {
@@ -62,6 +71,12 @@ class Hasher {
     Raw(s.data(), s.size());
   }
   std::string Hex() const { return HexOf(XXH3_128bits_digest(state_)); }
+  // The digest as 16 bytes, big-endian (what ChecksumOf returns).
+  std::string Canonical() const {
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, XXH3_128bits_digest(state_));
+    return std::string(reinterpret_cast<const char*>(c.digest), sizeof c.digest);
+  }
 
   static std::string HexOf(XXH128_hash_t h) {
     char buf[33];
@@ -103,19 +118,75 @@ const HostIdentity& Host() {
   return *host;
 }
 
-// The compiler's version plus the hash of the binary that holds the compiler code (kernels change
-// daily; a rebuilt compiler must not serve code an older one generated) and the LLVM version.
+// The GNU build ID (the linker's hash of the output) of the loaded object holding `addr`, as hex;
+// empty when the object has none.
+std::string BuildIdOf(const void* addr) {
+  struct Search {
+    uintptr_t addr;
+    std::string id;
+  } search{reinterpret_cast<uintptr_t>(addr), ""};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* arg) {
+        auto* s = static_cast<Search*>(arg);
+        bool mine = false;
+        for (int i = 0; i < info->dlpi_phnum && !mine; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          const uintptr_t start = info->dlpi_addr + ph.p_vaddr;
+          mine = ph.p_type == PT_LOAD && s->addr >= start && s->addr < start + ph.p_memsz;
+        }
+        if (!mine) return 0;
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          if (ph.p_type != PT_NOTE) continue;
+          const auto* p = reinterpret_cast<const uint8_t*>(info->dlpi_addr + ph.p_vaddr);
+          const uint8_t* end = p + ph.p_memsz;
+          while (p + sizeof(ElfW(Nhdr)) <= end) {
+            const auto* note = reinterpret_cast<const ElfW(Nhdr)*>(p);
+            const uint8_t* name = p + sizeof(ElfW(Nhdr));
+            const uint8_t* desc = name + ((note->n_namesz + 3) & ~3u);
+            if (desc + note->n_descsz > end) break;
+            if (note->n_type == NT_GNU_BUILD_ID && note->n_namesz == 4 &&
+                std::memcmp(name, "GNU", 4) == 0) {
+              for (uint32_t b = 0; b < note->n_descsz; ++b) {
+                absl::StrAppend(&s->id, absl::Hex(desc[b], absl::kZeroPad2));
+              }
+              return 1;
+            }
+            p = desc + ((note->n_descsz + 3) & ~3u);
+          }
+        }
+        return 1;  // The object holding `addr`, without a build ID.
+      },
+      &search);
+  return search.id;
+}
+
+// The compiler's version plus the identity of the binary that holds the compiler code (kernels
+// change daily; a rebuilt compiler must not serve code an older one generated) and the LLVM
+// version. The identity is the binary's GNU build ID (a hash of its contents the linker already
+// computed), else the XXH3-128 of the file.
 const std::string& CompilerIdentity() {
   static const std::string* id = [] {
-    std::string build = "unknown";
-    Dl_info info;
-    if (dladdr(reinterpret_cast<void*>(&CompileGraph), &info) != 0 && info.dli_fname != nullptr) {
-      std::string path = info.dli_fname;
-      if (path.empty() || path.find('/') == std::string::npos) path = "/proc/self/exe";
-      std::ifstream f(path, std::ios::binary);
-      if (f) {
-        std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-        build = Hasher::HexOf(XXH3_128bits(bytes.data(), bytes.size()));
+    std::string build = BuildIdOf(reinterpret_cast<const void*>(&CompileGraph));
+    if (!build.empty()) {
+      build = absl::StrCat("gnu-build-id:", build);
+    } else {
+      build = "unknown";
+      Dl_info info;
+      if (dladdr(reinterpret_cast<void*>(&CompileGraph), &info) != 0 && info.dli_fname != nullptr) {
+        std::string path = info.dli_fname;
+        if (path.empty() || path.find('/') == std::string::npos) path = "/proc/self/exe";
+        int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) {
+          Hasher h;
+          std::vector<char> buf(1 << 16);
+          ssize_t n;
+          while ((n = read(fd, buf.data(), buf.size())) > 0 || (n < 0 && errno == EINTR)) {
+            if (n > 0) h.Raw(buf.data(), static_cast<size_t>(n));
+          }
+          close(fd);
+          if (n == 0) build = h.Hex();
+        }
       }
     }
     return new std::string(
@@ -155,10 +226,93 @@ void CollectLocations(const onnx::GraphProto& g, std::set<std::string>* out) {
   }
 }
 
+// The ONNX messages (onnx.proto field numbers) on the way from a ModelProto to its TensorProtos.
+enum class OnnxMsg { kNone, kModel, kGraph, kNode, kAttribute, kFunction, kSparse, kTensor };
+
+OnnxMsg ChildOf(OnnxMsg msg, uint64_t field) {
+  switch (msg) {
+    case OnnxMsg::kModel:
+      return field == 7 ? OnnxMsg::kGraph : field == 25 ? OnnxMsg::kFunction : OnnxMsg::kNone;
+    case OnnxMsg::kGraph:
+      return field == 1    ? OnnxMsg::kNode
+             : field == 5  ? OnnxMsg::kTensor
+             : field == 15 ? OnnxMsg::kSparse
+                           : OnnxMsg::kNone;
+    case OnnxMsg::kNode:
+      return field == 5 ? OnnxMsg::kAttribute : OnnxMsg::kNone;
+    case OnnxMsg::kAttribute:
+      return field == 5 || field == 10    ? OnnxMsg::kTensor
+             : field == 6 || field == 11  ? OnnxMsg::kGraph
+             : field == 22 || field == 23 ? OnnxMsg::kSparse
+                                          : OnnxMsg::kNone;
+    case OnnxMsg::kFunction:
+      return field == 7 ? OnnxMsg::kNode : OnnxMsg::kNone;
+    case OnnxMsg::kSparse:
+      return field == 1 || field == 2 ? OnnxMsg::kTensor : OnnxMsg::kNone;
+    case OnnxMsg::kTensor:
+    case OnnxMsg::kNone:
+      break;
+  }
+  return OnnxMsg::kNone;
+}
+
+bool ReadVarint(const uint8_t*& p, const uint8_t* end, uint64_t* v) {
+  *v = 0;
+  for (int shift = 0; shift < 64 && p < end; shift += 7) {
+    const uint8_t b = *p++;
+    *v |= uint64_t{b & 0x7fu} << shift;
+    if ((b & 0x80) == 0) return true;
+  }
+  return false;
+}
+
+// Whether a TensorProto inside the serialized `msg` [p, end) refers to external data (has
+// external_data entries or data_location EXTERNAL); nullopt when the bytes are not well formed.
+// Walks the wire format and skips every payload (raw_data included) without reading it, so a
+// large model costs a few page touches, not a scan of its weights.
+std::optional<bool> RefersToExternalData(const uint8_t* p, const uint8_t* end, OnnxMsg msg,
+                                         int depth) {
+  if (depth > 64) return std::nullopt;
+  while (p < end) {
+    uint64_t tag, v;
+    if (!ReadVarint(p, end, &tag)) return std::nullopt;
+    const uint64_t field = tag >> 3;
+    switch (tag & 7) {
+      case 0:
+        if (!ReadVarint(p, end, &v)) return std::nullopt;
+        if (msg == OnnxMsg::kTensor && field == 14 && v == 1) return true;
+        break;
+      case 1:
+        if (end - p < 8) return std::nullopt;
+        p += 8;
+        break;
+      case 5:
+        if (end - p < 4) return std::nullopt;
+        p += 4;
+        break;
+      case 2: {
+        if (!ReadVarint(p, end, &v) || v > static_cast<uint64_t>(end - p)) return std::nullopt;
+        if (msg == OnnxMsg::kTensor && field == 13) return true;
+        if (OnnxMsg child = ChildOf(msg, field); child != OnnxMsg::kNone) {
+          auto found = RefersToExternalData(p, p + v, child, depth + 1);
+          if (!found.has_value() || *found) return found;
+        }
+        p += v;
+        break;
+      }
+      default:  // Groups: not in onnx.proto.
+        return std::nullopt;
+    }
+  }
+  return false;
+}
+
 // Hashes every external data file the model refers to (by its location and contents).
 void HashExternalData(const std::string& bytes, const std::string& model_dir, Hasher* h) {
-  // Only a model with external data spells the key "location"; skip parsing all others.
-  if (bytes.find("location") == std::string::npos) return;
+  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
+  // Parsing a large model costs more than the rest of a cache hit: only parse one that refers
+  // to external data (or that the walk cannot read; the compile then reports the error).
+  if (RefersToExternalData(data, data + bytes.size(), OnnxMsg::kModel, 0) == false) return;
   onnx::ModelProto model;
   if (!model.ParseFromString(bytes)) return;  // The compile reports the parse error.
   std::set<std::string> locations;
@@ -229,8 +383,9 @@ absl::StatusOr<TensorSignature> FromProto(const pb::TensorSignature& p) {
   return s;
 }
 
-pb::CacheEntry EntryOf(const CompiledModel& m, const std::string& key) {
-  pb::CacheEntry e;
+// The header of `m`'s entry for `key` (sections are added by WriteEntry).
+pb::CacheHeader HeaderOf(const CompiledModel& m, const std::string& key) {
+  pb::CacheHeader e;
   e.set_key(key);
   e.set_compiler_version(CompilerIdentity());
   e.set_target_triple(Host().triple);
@@ -243,10 +398,6 @@ pb::CacheEntry EntryOf(const CompiledModel& m, const std::string& key) {
   e.set_symbol(m.symbol);
   for (const auto& s : m.inputs) ToProto(s, e.add_inputs());
   for (const auto& s : m.outputs) ToProto(s, e.add_outputs());
-  e.set_object_code(m.object_code);
-  e.set_weights_dtype(static_cast<int32_t>(m.weights.dtype()));
-  for (int64_t d : m.weights.shape()) e.add_weights_shape(d);
-  e.set_weights(reinterpret_cast<const char*>(m.weights.data()), m.weights.byte_size());
   e.set_arena_per_batch_bytes(m.arena.per_batch_bytes);
   e.set_arena_fixed_bytes(m.arena.fixed_bytes);
   e.set_arena_unplanned_bytes(m.arena.unplanned_bytes);
@@ -267,8 +418,10 @@ pb::CacheEntry EntryOf(const CompiledModel& m, const std::string& key) {
   return e;
 }
 
-// Rebuilds a CompiledModel, checking everything a later stage would trust (sizes, indices).
-absl::StatusOr<CompiledModel> ModelOf(pb::CacheEntry& e) {
+// Rebuilds a CompiledModel from a checked header and its sections, checking everything a later
+// stage would trust (sizes, indices). The weights stay in `weights` (a read-only mapping).
+absl::StatusOr<CompiledModel> ModelOf(const pb::CacheHeader& e, std::string_view object_code,
+                                      WeightsBlob weights) {
   CompiledModel m;
   m.name = e.name();
   m.symbol = e.symbol();
@@ -282,20 +435,9 @@ absl::StatusOr<CompiledModel> ModelOf(pb::CacheEntry& e) {
     if (!s.ok()) return s.status();
     m.outputs.push_back(std::move(*s));
   }
-  if (e.object_code().empty()) return absl::DataLossError("no object code");
-  m.object_code = std::move(*e.mutable_object_code());
-  std::vector<int64_t> shape(e.weights_shape().begin(), e.weights_shape().end());
-  auto dtype = static_cast<DType>(e.weights_dtype());
-  if (!shape.empty() || dtype != DType::kUndefined) {
-    auto bytes = CheckedTensorBytes(dtype, shape);
-    if (!bytes.ok() || *bytes != e.weights().size()) {
-      return absl::DataLossError("weights size does not match their shape");
-    }
-    m.weights = HostTensor(dtype, shape);
-    if (*bytes > 0) std::memcpy(m.weights.data(), e.weights().data(), *bytes);
-  } else if (!e.weights().empty()) {
-    return absl::DataLossError("weights without a shape");
-  }
+  if (object_code.empty()) return absl::DataLossError("no object code");
+  m.object_code.assign(object_code.data(), object_code.size());
+  m.weights = std::move(weights);
   m.arena.per_batch_bytes = e.arena_per_batch_bytes();
   m.arena.fixed_bytes = e.arena_fixed_bytes();
   m.arena.unplanned_bytes = e.arena_unplanned_bytes();
@@ -312,7 +454,54 @@ absl::StatusOr<CompiledModel> ModelOf(pb::CacheEntry& e) {
   return m;
 }
 
-uint64_t SizeOf(const CompiledModel& m) { return m.object_code.size() + m.weights.byte_size(); }
+// A read-only private mapping of a whole file; unmapped with its last reference.
+struct FileMapping {
+  FileMapping(void* p, size_t n) : addr(p), size(n) {}
+  ~FileMapping() { munmap(addr, size); }
+  FileMapping(const FileMapping&) = delete;
+  FileMapping& operator=(const FileMapping&) = delete;
+  void* addr;
+  size_t size;
+  const uint8_t* bytes() const { return static_cast<const uint8_t*>(addr); }
+};
+
+// Maps `fd` (a regular file of `size` bytes) read-only. MAP_PRIVATE: writers never modify an entry
+// in place (they rename a new file over it), so the mapped bytes stay what was verified.
+absl::StatusOr<std::shared_ptr<const FileMapping>> MapFile(int fd, size_t size, bool populate) {
+  void* p = mmap(nullptr, size, PROT_READ, MAP_PRIVATE | (populate ? MAP_POPULATE : 0), fd, 0);
+  if (p == MAP_FAILED) return absl::DataLossError(absl::StrCat("cannot map: ", strerror(errno)));
+  return std::make_shared<const FileMapping>(p, size);
+}
+
+// Passes `size` bytes of `fd` from `offset` to `sink(const char*, size_t)` in chunks through a
+// small reused buffer. pread copies through the kernel's direct map: on this kind of host that is
+// far cheaper than touching a fresh mapping's 4 KiB pages one TLB miss at a time. False on a short
+// read or an error.
+template <typename Sink>
+bool ReadChunks(int fd, uint64_t offset, uint64_t size, Sink&& sink) {
+  constexpr size_t kChunk = 256 << 10;  // Stays in L2 while it is hashed and scanned.
+  thread_local std::unique_ptr<char[]> buf(new char[kChunk]);
+  while (size > 0) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(size, kChunk));
+    ssize_t n = pread(fd, buf.get(), want, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    sink(buf.get(), static_cast<size_t>(n));
+    offset += static_cast<uint64_t>(n);
+    size -= static_cast<uint64_t>(n);
+  }
+  return true;
+}
+
+uint32_t LoadU32(const uint8_t* p) {
+  return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
+}
+
+void StoreU32(uint32_t v, char* p) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+
+uint64_t SizeOf(const CompiledModel& m) { return m.object_code.size() + m.weights.size(); }
 
 }  // namespace
 
@@ -385,39 +574,39 @@ absl::StatusOr<std::string> ObjectCache::Key(const std::string& path, const std:
     h.Str("bytes");
     h.Str(bytes);
   } else {
-    // Streamed in chunks: a model can be large, and allocating its size costs page faults.
     int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return absl::NotFoundError(absl::StrCat("cannot open model ", path));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      close(fd);
+      return absl::NotFoundError(absl::StrCat("cannot read model ", path));
+    }
+    const size_t size = static_cast<size_t>(st.st_size);
     h.Str("file");
-    constexpr size_t kChunk = 1 << 20;
-    constexpr std::string_view kLocation = "location";
-    std::vector<char> buf(kChunk + kLocation.size());
-    size_t carry = 0;  // Tail of the previous chunk, so "location" across chunks is found.
-    bool has_location = false;
-    int64_t total = 0;
-    for (;;) {
-      ssize_t n = read(fd, buf.data() + carry, kChunk);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        close(fd);
-        return absl::NotFoundError(absl::StrCat("cannot read model ", path));
+    if (!ReadChunks(fd, 0, size, [&](const char* p, size_t n) { h.Raw(p, n); })) {
+      close(fd);
+      return absl::NotFoundError(absl::StrCat("cannot read model ", path));
+    }
+    h.Int(static_cast<int64_t>(size));
+    // The walk for external data touches only the pages holding message headers of a lazy
+    // mapping; the full bytes are read only for a model that does refer to external files.
+    std::optional<bool> external = true;
+    if (size > 0) {
+      if (auto mapping = MapFile(fd, size, /*populate=*/false); mapping.ok()) {
+        external = RefersToExternalData((*mapping)->bytes(), (*mapping)->bytes() + size,
+                                        OnnxMsg::kModel, 0);
       }
-      if (n == 0) break;
-      h.Raw(buf.data() + carry, static_cast<size_t>(n));
-      total += n;
-      std::string_view window(buf.data(), carry + static_cast<size_t>(n));
-      has_location = has_location || window.find(kLocation) != std::string_view::npos;
-      carry = std::min(window.size(), kLocation.size() - 1);
-      std::memmove(buf.data(), window.data() + window.size() - carry, carry);
+    }
+    if (external != false) {
+      std::string file(size, '\0');
+      bool ok = ReadChunks(fd, 0, size, [&, at = size_t{0}](const char* p, size_t n) mutable {
+        std::memcpy(file.data() + at, p, n);
+        at += n;
+      });
+      std::string dir = fs::path(path).parent_path().string();
+      if (ok) HashExternalData(file, dir.empty() ? "." : dir, &h);
     }
     close(fd);
-    h.Int(total);
-    if (has_location) {  // Only a model with external data spells "location": parse it then.
-      std::ifstream f(path, std::ios::binary);
-      std::string file((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-      std::string dir = fs::path(path).parent_path().string();
-      HashExternalData(file, dir.empty() ? "." : dir, &h);
-    }
   }
   return h.Hex();
 }
@@ -442,113 +631,176 @@ ObjectCacheStats ObjectCache::stats() const {
 namespace {
 
 // Reads and checks the entry at `file`. NotFound when there is none; DataLoss (with the reason)
-// when there is one that must not be loaded.
+// when there is one that must not be loaded. Every byte the result uses is verified against its
+// checksum first; the weights are then used in place from a read-only mapping of the same file.
 absl::StatusOr<CompiledModel> ReadEntry(const std::string& file, const std::string& key) {
   int fd = open(file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return absl::NotFoundError("no entry");
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{fd};
   struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+      static_cast<uint64_t>(st.st_size) < kPreambleBytes ||
       static_cast<uint64_t>(st.st_size) > kMaxEntryBytes) {
-    close(fd);
-    return absl::DataLossError("not a regular, non-empty file of plausible size");
+    return absl::DataLossError("not a regular file of plausible size");
   }
-  const size_t size = static_cast<size_t>(st.st_size);
-  // Mapped rather than read: the payload is checked and parsed in place, without copies.
-  void* mapped = mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
-  close(fd);
-  if (mapped == MAP_FAILED) return absl::DataLossError("cannot map the file");
-  struct Unmap {
-    void* p;
-    size_t n;
-    ~Unmap() { munmap(p, n); }
-  } unmap{mapped, size};
-  const auto* data = static_cast<const uint8_t*>(mapped);
-
-  // CacheFile, field by field, so `payload` stays a view into the mapping.
-  using WFL = google::protobuf::internal::WireFormatLite;
-  google::protobuf::io::CodedInputStream in(data, static_cast<int>(size));
-  std::string magic, checksum;
-  uint32_t format_version = 0;
-  const uint8_t* payload = nullptr;
-  uint32_t payload_size = 0;
-  while (uint32_t tag = in.ReadTag()) {
-    const int field = WFL::GetTagFieldNumber(tag);
-    const bool delimited = WFL::GetTagWireType(tag) == WFL::WIRETYPE_LENGTH_DELIMITED;
-    uint32_t len = 0;
-    if ((field == 1 || field == 3 || field == 4) && (!delimited || !in.ReadVarint32(&len))) {
-      return absl::DataLossError("not a cache file");
-    }
-    if (field == 1 || field == 3) {
-      if (len > 64 || !in.ReadString(field == 1 ? &magic : &checksum, static_cast<int>(len))) {
-        return absl::DataLossError("not a cache file");
-      }
-    } else if (field == 2) {
-      if (WFL::GetTagWireType(tag) != WFL::WIRETYPE_VARINT || !in.ReadVarint32(&format_version)) {
-        return absl::DataLossError("not a cache file");
-      }
-    } else if (field == 4) {
-      payload = data + in.CurrentPosition();
-      payload_size = len;
-      if (!in.Skip(static_cast<int>(len))) return absl::DataLossError("truncated");
-    } else if (!WFL::SkipField(&in, tag)) {
-      return absl::DataLossError("not a cache file");
-    }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  auto read_at = [&](uint64_t offset, uint64_t n, std::string* out) {
+    out->resize(n);
+    return ReadChunks(fd, offset, n, [&, at = size_t{0}](const char* p, size_t len) mutable {
+      std::memcpy(out->data() + at, p, len);
+      at += len;
+    });
+  };
+  std::string preamble;
+  if (!read_at(0, kPreambleBytes, &preamble)) return absl::DataLossError("cannot read");
+  const auto* pre = reinterpret_cast<const uint8_t*>(preamble.data());
+  if (std::memcmp(pre, kMagic, sizeof kMagic) != 0) {
+    return absl::DataLossError("foreign file (bad magic)");
   }
-  if (static_cast<size_t>(in.CurrentPosition()) != size) {
-    return absl::DataLossError("not a cache file (or truncated)");
-  }
-  if (magic != kMagic) return absl::DataLossError("foreign file (bad magic)");
+  const uint32_t format_version = LoadU32(pre + 16);
   if (format_version != kCacheFormatVersion) {
     return absl::DataLossError(
         absl::StrCat("format version ", format_version, ", expected ", kCacheFormatVersion));
   }
-  if (payload == nullptr) return absl::DataLossError("no payload");
-  if (checksum != ChecksumOf(payload, payload_size)) {
-    return absl::DataLossError("checksum mismatch");
+  const uint32_t header_size = LoadU32(pre + 20);
+  std::string header_bytes;
+  if (header_size > kMaxHeaderBytes || header_size > size - kPreambleBytes ||
+      !read_at(kPreambleBytes, header_size, &header_bytes)) {
+    return absl::DataLossError("truncated header");
   }
-  pb::CacheEntry entry;
-  if (!entry.ParseFromArray(payload, static_cast<int>(payload_size))) {
-    return absl::DataLossError("bad payload");
+  if (std::memcmp(pre + 24, ChecksumOf(header_bytes.data(), header_size).data(), 16) != 0) {
+    return absl::DataLossError("header checksum mismatch");
   }
-  if (entry.key() != key) return absl::DataLossError("entry is for another key");
-  if (entry.compiler_version() != CompilerIdentity() || entry.target_triple() != Host().triple ||
-      entry.cpu() != Host().cpu || entry.cpu_features() != Host().features) {
+  pb::CacheHeader header;
+  if (!header.ParseFromString(header_bytes)) return absl::DataLossError("bad header");
+  if (header.key() != key) return absl::DataLossError("entry is for another key");
+  if (header.compiler_version() != CompilerIdentity() || header.target_triple() != Host().triple ||
+      header.cpu() != Host().cpu || header.cpu_features() != Host().features) {
     return absl::DataLossError("entry is for another compiler or CPU");
   }
-  return ModelOf(entry);
+  if (header.file_size() != size) {
+    return absl::DataLossError(
+        absl::StrCat("file is ", size, " bytes, its header says ", header.file_size()));
+  }
+  std::string object_code;
+  const pb::Section* weights = nullptr;
+  bool has_object = false;
+  uint64_t end = kPreambleBytes + header_size;  // Sections are in file order, never overlapping.
+  for (const pb::Section& sec : header.sections()) {
+    if (sec.offset() % kSectionAlign != 0 || sec.offset() < end || sec.offset() > size ||
+        sec.size() > size - sec.offset()) {
+      return absl::DataLossError(absl::StrCat("section ", sec.name(), " lies outside the file"));
+    }
+    end = sec.offset() + sec.size();
+    std::string sum;
+    if (sec.name() == kObjectSection && !has_object) {
+      if (!read_at(sec.offset(), sec.size(), &object_code))
+        return absl::DataLossError("cannot read");
+      sum = ChecksumOf(object_code.data(), object_code.size());
+      has_object = true;
+    } else if (sec.name() == kWeightsSection && weights == nullptr) {
+      Hasher h;  // Streamed: the weights are only mapped once they are known to be intact.
+      if (!ReadChunks(fd, sec.offset(), sec.size(),
+                      [&](const char* p, size_t n) { h.Raw(p, n); })) {
+        return absl::DataLossError("cannot read");
+      }
+      sum = h.Canonical();
+      weights = &sec;
+    } else {
+      return absl::DataLossError(absl::StrCat("unexpected section '", sec.name(), "'"));
+    }
+    if (sec.checksum() != sum) {
+      return absl::DataLossError(absl::StrCat("section ", sec.name(), " checksum mismatch"));
+    }
+  }
+  if (!has_object || weights == nullptr) return absl::DataLossError("missing section");
+  if (end != size) return absl::DataLossError("trailing bytes after the last section");
+  // The same inode that was just verified (writers never modify an entry in place: they rename a
+  // new file over it). Populated now, so executions do not page-fault the weights in one by one.
+  auto mapping = MapFile(fd, size, /*populate=*/true);
+  if (!mapping.ok()) return mapping.status();
+  // The blob keeps the mapping alive as long as any model or loaded version uses the weights.
+  WeightsBlob blob(*mapping, (*mapping)->bytes() + weights->offset(), weights->size(),
+                   /*read_only=*/true);
+  return ModelOf(header, object_code, std::move(blob));
 }
 
-// Writes `entry` for `key` atomically (temporary file in the same folder + rename).
-absl::Status WriteEntry(const std::string& dir, const std::string& file, const std::string& key,
-                        const pb::CacheEntry& entry) {
-  pb::CacheFile cache_file;
-  cache_file.set_magic(kMagic);
-  cache_file.set_format_version(kCacheFormatVersion);
-  if (!entry.SerializeToString(cache_file.mutable_payload())) {
-    return absl::InternalError("cannot serialize the cache entry");
-  }
-  cache_file.set_checksum(ChecksumOf(cache_file.payload().data(), cache_file.payload().size()));
-  std::string data;
-  if (!cache_file.SerializeToString(&data)) return absl::InternalError("cannot serialize");
+// Writes `model`'s entry for `key` atomically (temporary file in the same folder + rename).
+// Returns the model's weights as a read-only mapping of the written file (so later loads share
+// the page cache instead of a heap copy).
+absl::StatusOr<WeightsBlob> WriteEntry(const std::string& dir, const std::string& file,
+                                       const std::string& key, const CompiledModel& model) {
+  pb::CacheHeader header = HeaderOf(model, key);
+  // Section offsets depend on the header's size, which depends on the offsets: place the
+  // sections after a bound on the header (offsets are fixed-width only once set), then pad.
+  const std::string_view object_code = model.object_code;
+  const std::string_view weights(reinterpret_cast<const char*>(model.weights.data()),
+                                 model.weights.size());
+  auto* obj = header.add_sections();
+  obj->set_name(kObjectSection);
+  obj->set_size(object_code.size());
+  obj->set_checksum(ChecksumOf(object_code.data(), object_code.size()));
+  auto* wts = header.add_sections();
+  wts->set_name(kWeightsSection);
+  wts->set_size(weights.size());
+  wts->set_checksum(ChecksumOf(weights.data(), weights.size()));
+  auto align = [](uint64_t v) { return (v + kSectionAlign - 1) / kSectionAlign * kSectionAlign; };
+  // Varints of offsets and file size take at most 10 bytes each: reserve that much.
+  const uint64_t header_bound = header.ByteSizeLong() + 3 * 11;
+  const uint64_t obj_off = align(kPreambleBytes + header_bound);
+  const uint64_t wts_off = align(obj_off + object_code.size());
+  const uint64_t file_size = wts_off + weights.size();
+  obj->set_offset(obj_off);
+  wts->set_offset(wts_off);
+  header.set_file_size(file_size);
+  std::string head(kPreambleBytes, '\0');
+  if (!header.AppendToString(&head)) return absl::InternalError("cannot serialize the header");
+  const size_t header_size = head.size() - kPreambleBytes;
+  if (head.size() > obj_off) return absl::InternalError("cache header outgrew its bound");
+  std::memcpy(head.data(), kMagic, sizeof kMagic);
+  StoreU32(kCacheFormatVersion, head.data() + 16);
+  StoreU32(static_cast<uint32_t>(header_size), head.data() + 20);
+  std::memcpy(head.data() + 24, ChecksumOf(head.data() + kPreambleBytes, header_size).data(), 16);
+
   thread_local std::mt19937_64 rng(std::random_device{}());
   std::string tmp = absl::StrCat(dir, "/", kTempPrefix, key, "-", getpid(), "-", rng() % 1000000);
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  int fd = open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0)
     return absl::InternalError(absl::StrCat("cannot create ", tmp, ": ", strerror(errno)));
-  size_t put = 0;
-  while (put < data.size()) {
-    ssize_t n = write(fd, data.data() + put, data.size() - put);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    put += static_cast<size_t>(n);
+  auto put = [&](std::string_view bytes, uint64_t offset) {
+    size_t done = 0;
+    while (done < bytes.size()) {
+      ssize_t n =
+          pwrite(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      done += static_cast<size_t>(n);
+    }
+    return true;
+  };
+  // The gaps between sections read back as zeros (the file is extended by the later writes).
+  bool ok = put(head, 0) && put(object_code, obj_off) && put(weights, wts_off) &&
+            ftruncate(fd, static_cast<off_t>(file_size)) == 0;
+  int err = ok ? 0 : errno;
+  absl::StatusOr<std::shared_ptr<const FileMapping>> mapping = absl::InternalError("not written");
+  if (ok) mapping = MapFile(fd, file_size, /*populate=*/false);  // The inode we wrote.
+  if (close(fd) != 0 && ok) {
+    ok = false;
+    err = errno;
   }
-  bool ok = put == data.size() && close(fd) == 0;
-  if (!ok || rename(tmp.c_str(), file.c_str()) != 0) {
-    std::string why = strerror(errno);
+  if (ok && rename(tmp.c_str(), file.c_str()) != 0) {
+    ok = false;
+    err = errno;
+  }
+  if (!ok) {
     unlink(tmp.c_str());
-    return absl::InternalError(absl::StrCat("cannot write ", file, ": ", why));
+    return absl::InternalError(absl::StrCat("cannot write ", file, ": ", strerror(err)));
   }
-  return absl::OkStatus();
+  if (!mapping.ok()) return WeightsBlob(model.weights);  // Still stored; keep the heap copy.
+  return WeightsBlob(*mapping, (*mapping)->bytes() + wts_off, weights.size(), /*read_only=*/true);
 }
 
 // Removes least recently used entries (by mtime, which a hit refreshes) until the folder holds at
@@ -655,11 +907,12 @@ absl::StatusOr<CompiledModel> ObjectCache::Compile(const std::string& path,
   if (!from_disk) {
     result = compile();
     if (result.ok() && !file.empty()) {
-      if (auto s = WriteEntry(options_.dir, file, *key, EntryOf(*result, *key)); s.ok()) {
+      if (auto mapped = WriteEntry(options_.dir, file, *key, *result); mapped.ok()) {
+        result->weights = std::move(*mapped);  // Frees the compiler's heap copy.
         stored = true;
         evicted = Evict(options_.dir, options_.max_bytes, file);
       } else {
-        spdlog::warn("JIT cache: {}", std::string(s.message()));
+        spdlog::warn("JIT cache: {}", std::string(mapped.status().message()));
       }
     }
   }

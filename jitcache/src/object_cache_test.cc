@@ -4,12 +4,14 @@
 
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include "cuvil/jitcache/jit_engine.h"
 #include "gtest/gtest.h"
+#include "onnx/onnx_pb.h"
 #include "test_models.h"
 
 namespace cuvil {
@@ -129,12 +131,30 @@ TEST_F(ObjectCacheTest, CorruptTruncatedAndForeignEntriesAreRecompiled) {
   const std::string good = Slurp(path);
   ASSERT_GT(good.size(), 100u);
 
-  std::string flipped = good;
-  flipped[flipped.size() / 2] ^= 0x5a;
+  auto flip = [&](size_t at) {
+    std::string d = good;
+    d[at] ^= 0x5a;
+    return d;
+  };
+  // Layout (jit_cache.proto): 40-byte preamble, header, object code at a 4096 multiple, weights
+  // at a later 4096 multiple up to the end of the file.
+  const size_t object_at = 4096;
+  ASSERT_NE(good.find(std::string("\x7f" "ELF", 4)), std::string::npos);
+  ASSERT_EQ(good.find(std::string("\x7f" "ELF", 4)), object_at);
+  std::string old_format = good;
+  old_format[16] = 1;  // A format-1 reader's file, or a future format.
   std::string wrong_key = Slurp(cache->EntryPath(other.key));  // Valid entry, other key.
   const std::vector<std::pair<std::string, std::string>> damages = {
-      {"bit flip", flipped},
+      {"bit flip in the weights", flip(good.size() - 3)},
+      {"bit flip in the middle", flip(good.size() / 2)},
+      {"bit flip in the object code", flip(object_at + 100)},
+      {"bit flip in the header", flip(60)},
+      {"bit flip in the preamble checksum", flip(30)},
+      {"other format version", old_format},
+      {"truncated by one byte", good.substr(0, good.size() - 1)},
       {"truncated", good.substr(0, good.size() / 2)},
+      {"preamble only", good.substr(0, 40)},
+      {"trailing bytes", good + "x"},
       {"empty", ""},
       {"foreign", "this is not a cache entry at all"},
       {"another key's entry", wrong_key},
@@ -232,6 +252,80 @@ TEST_F(ObjectCacheTest, EvictsLeastRecentlyUsedAboveMaxBytes) {
   EXPECT_TRUE(fs::exists(cache->EntryPath(keys[1])));
   EXPECT_FALSE(fs::exists(cache->EntryPath(keys[2])));
   EXPECT_TRUE(fs::exists(cache->EntryPath(keys[3])));
+}
+
+TEST_F(ObjectCacheTest, HitsUseTheEntrysWeightsInPlace) {
+  auto cache = MakeCache();
+  const std::string bytes = testing::BinaryWithConstant("Add", 8, 3.5f);
+  CacheLookup lookup;
+  auto miss = cache->Compile("", bytes, {}, &lookup);
+  ASSERT_TRUE(miss.ok()) << miss.status();
+  // After a store the weights are the written entry's read-only mapping, not the heap copy.
+  EXPECT_TRUE(miss->weights.read_only());
+  cache->ClearMemory();
+  auto hit = cache->Compile("", bytes, {}, &lookup);
+  ASSERT_TRUE(hit.ok()) << hit.status();
+  EXPECT_EQ(lookup.outcome, CacheOutcome::kDiskHit);
+  ASSERT_TRUE(hit->weights.read_only());
+  ASSERT_EQ(hit->weights.size(), miss->weights.size());
+  EXPECT_EQ(std::memcmp(hit->weights.data(), miss->weights.data(), hit->weights.size()), 0);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(hit->weights.data()) % 4096, 0u);
+  // A loaded version keeps the mapping alive after the entry is gone (evicted or replaced).
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok());
+  auto loaded = (*engine)->Load("m/1", std::move(*hit));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*loaded)->weights_bytes(), miss->weights.size());
+  cache.reset();
+  fs::remove_all(dir_);
+  HostTensor x(DType::kFloat32, {1, 8});
+  auto out = (*loaded)->Run({x});
+  ASSERT_TRUE(out.ok()) << out.status();
+  for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ((*out)[0].data_as<float>()[i], 3.5f);
+}
+
+TEST_F(ObjectCacheTest, WithoutDirectoryWeightsAreCopiedToReadOnlyMemory) {
+  auto cache = ObjectCache::Create({});
+  ASSERT_TRUE(cache.ok());
+  auto model = (*cache)->Compile("", testing::BinaryWithConstant("Add", 8, 1.0f), {});
+  ASSERT_TRUE(model.ok());
+  EXPECT_FALSE(model->weights.read_only());
+  EXPECT_EQ(CompileAndCheck(**cache, testing::BinaryWithConstant("Add", 8, 1.0f), 1.0f).outcome,
+            CacheOutcome::kMemoryHit);
+}
+
+TEST_F(ObjectCacheTest, ExternalDataIsPartOfTheKey) {
+  auto cache = MakeCache();
+  const fs::path model_dir = dir_ / "ext";
+  fs::create_directories(model_dir);
+  onnx::ModelProto model;
+  ASSERT_TRUE(model.ParseFromString(testing::BinaryWithConstant("Add", 4, 0.0f)));
+  onnx::TensorProto* c = model.mutable_graph()->mutable_initializer(0);
+  c->clear_float_data();
+  c->set_data_location(onnx::TensorProto::EXTERNAL);
+  auto* e = c->add_external_data();
+  e->set_key("location");
+  e->set_value("w.bin");
+  const std::string path = (model_dir / "model.onnx").string();
+  Overwrite(path, model.SerializeAsString());
+  auto write_weights = [&](float v) {
+    float w[4] = {v, v, v, v};
+    Overwrite((model_dir / "w.bin").string(), std::string(reinterpret_cast<char*>(w), sizeof w));
+  };
+  write_weights(1.0f);
+  auto k1 = cache->Key(path, "", {});
+  write_weights(2.0f);
+  auto k2 = cache->Key(path, "", {});
+  ASSERT_TRUE(k1.ok() && k2.ok());
+  EXPECT_NE(*k1, *k2);
+  // Without external data the model file alone decides (same bytes, same key).
+  const std::string plain = testing::BinaryWithConstant("Add", 4, 0.0f);
+  Overwrite(path, plain);
+  auto k3 = cache->Key(path, "", {});
+  write_weights(3.0f);
+  auto k4 = cache->Key(path, "", {});
+  ASSERT_TRUE(k3.ok() && k4.ok());
+  EXPECT_EQ(*k3, *k4);
 }
 
 TEST(ObjectCacheDirTest, DefaultDirFollowsXdg) {

@@ -878,19 +878,6 @@ void HttpServiceImpl::AdminListPatches(Response& res, const std::string& name,
   SetJson(res, 200, json{{"patches", std::move(patches)}});
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<HttpService>> HttpService::Start(const HttpServiceOptions& options,
-                                                                ModelManager* models,
-                                                                AdminOperations* admin,
-                                                                const ServerInfo* info) {
-  auto service = std::make_unique<HttpServiceImpl>(options, models, admin, info);
-  absl::Status s = service->Start();
-  if (!s.ok()) return s;
-  return std::unique_ptr<HttpService>(std::move(service));
-}
-
-}  // namespace cuvil
 // POST .../versions/{v}/snapshot -> {"snapshot": BASE64, "version": V}
 void HttpServiceImpl::AdminSnapshot(Response& res, const std::string& name,
                                     const std::string& version) {
@@ -928,3 +915,16 @@ void HttpServiceImpl::AdminRestore(Response& res, const std::string& body) {
                {"recompiled", out->recompiled()}});
 }
 
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<HttpService>> HttpService::Start(const HttpServiceOptions& options,
+                                                                ModelManager* models,
+                                                                AdminOperations* admin,
+                                                                const ServerInfo* info) {
+  auto service = std::make_unique<HttpServiceImpl>(options, models, admin, info);
+  absl::Status s = service->Start();
+  if (!s.ok()) return s;
+  return std::unique_ptr<HttpService>(std::move(service));
+}
+
+}  // namespace cuvil

@@ -18,7 +18,9 @@
 #define CUVIL_COMPILER_COMPILED_MODEL_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -78,6 +80,39 @@ struct PhaseTiming {
   double ms = 0;
 };
 
+// The weights blob: immutable bytes that every copy of a CompiledModel (and every version loaded
+// from it) shares instead of copying, held either in the compiler's buffer or in a read-only
+// mapping of a JIT cache entry (then the weights live in the page cache, shared by processes).
+// Thread-safe: immutable; copies share the bytes.
+class WeightsBlob {
+ public:
+  WeightsBlob() = default;
+  // Takes the compiler's buffer (the memory plan's uint8 tensor). Implicit: the compiler
+  // assigns its tensor directly.
+  WeightsBlob(HostTensor&& tensor) {  // NOLINT(google-explicit-constructor)
+    auto held = std::make_shared<HostTensor>(std::move(tensor));
+    data_ = held->data();
+    size_ = held->byte_size();
+    owner_ = std::move(held);
+  }
+  // The `size` bytes at `data`, kept alive (and unchanged) by `owner`. `read_only`: the memory
+  // is mapped without write permission, so the JIT engine may use it in place.
+  WeightsBlob(std::shared_ptr<const void> owner, const uint8_t* data, size_t size, bool read_only)
+      : owner_(std::move(owner)), data_(data), size_(size), read_only_(read_only) {}
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  // True when the bytes are mapped read-only (see the constructor).
+  bool read_only() const { return read_only_; }
+
+ private:
+  std::shared_ptr<const void> owner_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  bool read_only_ = false;
+};
+
 // Thread-compatible value type.
 struct CompiledModel {
   std::string name;
@@ -85,7 +120,7 @@ struct CompiledModel {
   std::vector<TensorSignature> inputs;
   std::vector<TensorSignature> outputs;
   std::string object_code;  // ELF relocatable object for the host CPU.
-  HostTensor weights;       // uint8 blob addressed by cuvil_weights.
+  WeightsBlob weights;      // Addressed by cuvil_weights; shared, never copied.
   ArenaPlan arena;
   std::vector<KernelFunction> kernels;
   std::vector<PhaseTiming> timings;

@@ -164,7 +164,7 @@ class LoadedModel {
   // Where the code came from (see CodeSource); set once by the loader before serving.
   void set_source(CodeSource source) { source_ = std::move(source); }
   const CodeSource& source() const { return source_; }
-  // Bytes of the read-only weights mapping.
+  // Bytes of the read-only weights (our copy, or the cache entry's mapping used in place).
   size_t weights_bytes() const { return weights_mapped_bytes_; }
 
   // Resolves the batch size from `input_shapes`; InvalidArgument naming the tensor on mismatch.
@@ -187,7 +187,7 @@ class LoadedModel {
   JitEngine* engine_ = nullptr;
   std::string namespace_name_;
   CompiledModel model_;
-  void* weights_ = nullptr;  // mmap-ed, read-only after load.
+  void* weights_ = nullptr;  // Our read-only copy of the weights; null when used in place.
   size_t weights_mapped_bytes_ = 0;
   // Waits until every execution that may have read the table published before this call has
   // returned. Called with patch_mu_ held, off the request path.
@@ -246,7 +246,8 @@ class JitEngine {
   ~JitEngine();
 
   // Links `model` into a new namespace called `namespace_name` ("<model>/<version>").
-  // AlreadyExists if the namespace is live; the model's weights are copied to read-only memory.
+  // AlreadyExists if the namespace is live. Read-only weights (a JIT cache entry's mapping) are
+  // used in place and kept alive by the version; others are copied to read-only memory.
   absl::StatusOr<std::unique_ptr<LoadedModel>> Load(const std::string& namespace_name,
                                                     CompiledModel model);
 

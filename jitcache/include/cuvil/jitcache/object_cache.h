@@ -2,10 +2,13 @@
 //
 // The key is the XXH3-128 of the model bytes and its external data files, the compile options,
 // the target triple, host CPU name and features, and the compiler's version and build identity.
-// A disk entry is one file `<dir>/<key>.cjc` holding a versioned, checksummed protobuf
-// (jitcache/proto/jit_cache.proto) with the whole CompiledModel; it is written to a temporary
-// file and renamed, so readers in other processes sharing the directory never see half an entry.
-// A corrupt, truncated or foreign entry is logged, counted, removed and recompiled, never loaded.
+// A disk entry is one file `<dir>/<key>.cjc`: a versioned, checksummed protobuf header followed by
+// raw, page-aligned, checksummed sections (object code, weights; jitcache/proto/jit_cache.proto).
+// A hit maps the file read-only and uses the weights in place (they stay in the page cache, shared
+// by every process and version that loads them); nothing is copied but the small object code.
+// Entries are written to a temporary file and renamed, so readers in other processes sharing the
+// directory never see half an entry. A corrupt, truncated or foreign entry is logged, counted,
+// removed and recompiled, never loaded: every section is verified before the entry is used.
 // In memory, recently compiled models are kept (bounded by bytes) so loading the same bytes under
 // another name or version does not compile again; concurrent lookups of one key compile once.
 #ifndef CUVIL_JITCACHE_OBJECT_CACHE_H_
@@ -24,7 +27,7 @@ namespace cuvil {
 // Bumped whenever generated code or the CompiledModel contract changes meaning; part of the key.
 inline constexpr char kCompilerVersion[] = "cuvil-compiler-2";
 // Version of the on-disk entry format; entries of another version are refused (and replaced).
-inline constexpr uint32_t kCacheFormatVersion = 1;
+inline constexpr uint32_t kCacheFormatVersion = 2;
 
 struct ObjectCacheOptions {
   // Folder of the persistent cache (created when missing); empty keeps the cache in memory only.
