@@ -148,8 +148,6 @@ double MsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-}  // namespace
-
 void FillProfile(const std::vector<KernelProfile>& table,
                  google::protobuf::RepeatedPtrField<cuvil::admin::v1::KernelProfile>* out) {
   for (const KernelProfile& k : table) {
@@ -194,6 +192,8 @@ void SyncSnapshot(SnapshotStore* store, const ModelVersion& version) {
     spdlog::warn("{}", std::string(s.message()));
   }
 }
+
+}  // namespace
 
 absl::StatusOr<cuvil::admin::v1::PatchFunctionResponse> AdminOperations::PatchFunction(
     const cuvil::admin::v1::PatchFunctionRequest& request) {
@@ -322,6 +322,8 @@ absl::StatusOr<cuvil::admin::v1::ListPatchesResponse> AdminOperations::ListPatch
     p->set_author(r.author);
     p->set_active(r.active);
     p->set_rolled_back_unix_ms(r.rolled_back_unix_ms);
+    if (r.kind != kPatchKindIr) p->set_options(r.source);
+    FillProfile(r.profile, p->mutable_profile());
   }
   return response;
 }
@@ -354,5 +356,3 @@ absl::StatusOr<cuvil::admin::v1::RestoreSnapshotResponse> AdminOperations::Resto
 }
 
 }  // namespace cuvil
-    if (r.kind != kPatchKindIr) p->set_options(r.source);
-    FillProfile(r.profile, p->mutable_profile());

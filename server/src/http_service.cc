@@ -188,6 +188,8 @@ class HttpServiceImpl final : public HttpService {
                   const std::string& version);
   void AdminRollback(Response& res, const std::string& body, const std::string& name,
                      const std::string& version);
+  void AdminSnapshot(Response& res, const std::string& name, const std::string& version);
+  void AdminRestore(Response& res, const std::string& body);
 
   HttpServiceOptions options_;
   ModelManager* models_;
@@ -222,8 +224,6 @@ absl::Status HttpServiceImpl::Start() {
   // httplib's default of 5 requests per connection would make clients reconnect constantly.
   server_->set_keep_alive_max_count(100000);
   server_->set_keep_alive_timeout(5);
-  void AdminSnapshot(Response& res, const std::string& name, const std::string& version);
-  void AdminRestore(Response& res, const std::string& body);
   server_->set_payload_max_length(static_cast<size_t>(options_.max_request_bytes));
 
   server_->Get(".*", [this](const Request& req, Response& res) {
@@ -772,6 +772,8 @@ void HttpServiceImpl::AdminPatch(Response& res, const std::string& body, const s
   absl::StatusOr<std::string> kind = StringField(*parsed, "kind");
   absl::StatusOr<bool> validate = BoolField(*parsed, "validate", true);
   absl::StatusOr<bool> force = BoolField(*parsed, "force", false);
+  absl::StatusOr<std::string> options = StringField(*parsed, "options");
+  absl::StatusOr<bool> wait = BoolField(*parsed, "wait", false);
   for (const absl::Status& s : {ir.status(), function.status(), author.status(), kind.status(),
                                 validate.status(), force.status(), options.status(),
                                 wait.status()}) {
@@ -786,6 +788,15 @@ void HttpServiceImpl::AdminPatch(Response& res, const std::string& body, const s
   request.set_kind(*kind);
   request.set_validate(*validate);
   request.set_force(*force);
+  request.set_options(*options);
+  request.set_wait(*wait);
+  if (parsed->contains("profile_seconds")) {
+    const json& x = (*parsed)["profile_seconds"];
+    if (!x.is_number() || x.get<double>() < 0) {
+      return SetError(res, 400, "'profile_seconds' must be a non-negative number");
+    }
+    request.set_profile_seconds(x.get<double>());
+  }
   if (parsed->contains("functions")) {
     const json& fs = (*parsed)["functions"];
     if (!fs.is_array()) return SetError(res, 400, "'functions' must be an array of strings");
@@ -814,8 +825,6 @@ void HttpServiceImpl::AdminPatch(Response& res, const std::string& body, const s
           json{{"patch_id", out->patch_id()},
                {"functions", std::move(functions)},
                {"max_abs_diff", out->max_abs_diff()},
-  absl::StatusOr<std::string> options = StringField(*parsed, "options");
-  absl::StatusOr<bool> wait = BoolField(*parsed, "wait", false);
                {"compile_ms", out->compile_ms()},
                {"switch_us", out->switch_us()},
                {"profile", ProfileJson(out->profile())}});
@@ -830,15 +839,6 @@ void HttpServiceImpl::AdminRollback(Response& res, const std::string& body, cons
   }
   absl::StatusOr<json> parsed = ParseBody(body);
   if (!parsed.ok()) return SetError(res, parsed.status());
-  request.set_options(*options);
-  request.set_wait(*wait);
-  if (parsed->contains("profile_seconds")) {
-    const json& x = (*parsed)["profile_seconds"];
-    if (!x.is_number() || x.get<double>() < 0) {
-      return SetError(res, 400, "'profile_seconds' must be a non-negative number");
-    }
-    request.set_profile_seconds(x.get<double>());
-  }
   absl::StatusOr<std::string> id = StringField(*parsed, "patch_id");
   if (!id.ok()) return SetError(res, id.status());
   cuvil::admin::v1::RollbackRequest request;

@@ -367,6 +367,11 @@ struct ModelManager::Impl {
     if (load_index > 1) absl::StrAppend(&ns, "#", load_index);
     auto loaded = engine->Load(ns, std::move(*compiled));
     if (!loaded.ok()) return loaded.status();
+    // Recompile patches and snapshots rebuild from the source with the same options.
+    (*loaded)->set_source(CodeSource{path, bytes, options});
+    if (seed != nullptr && seed->before_serving) {
+      if (auto s = seed->before_serving(**loaded); !s.ok()) return s;
+    }
     auto created = JitExecutable::Create(loaded->get(), InputSpecs(config), OutputSpecs(config));
     if (!created.ok()) return created.status();
     std::shared_ptr<JitExecutable> executable = *std::move(created);
@@ -381,11 +386,6 @@ struct ModelManager::Impl {
     scheduler_options.on_batch_done = [probe_name, model_metrics, live](int64_t rows, uint64_t ns,
                                                                         bool ok) {
       CUVIL_PROBE_BATCH_DONE(probe_name->c_str(), rows, ns);
-    // Recompile patches and snapshots rebuild from the source with the same options.
-    (*loaded)->set_source(CodeSource{path, bytes, options});
-    if (seed != nullptr && seed->before_serving) {
-      if (auto s = seed->before_serving(**loaded); !s.ok()) return s;
-    }
       if (ok && model_metrics && live->load(std::memory_order_relaxed))
         model_metrics->RecordExecution(rows);
     };
