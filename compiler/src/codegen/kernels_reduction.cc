@@ -225,6 +225,40 @@ absl::Status EmitSoftmax(KernelContext& k, SoftmaxKind kind) {
   AxisSplit s = SplitAxes(
       k, shape,
       AxisRange(shape.size(), k.node().attr_int("axis", 0), k.node().attr_int("axis_end", 0)));
+  int64_t axis = k.node().attr_int("axis", 0), axis_end = k.node().attr_int("axis_end", 0);
+  if (kind == SoftmaxKind::kSoftmax && axis_end == static_cast<int64_t>(shape.size())) {
+    // Contiguous rows (the usual last-axis softmax): rows are independent, so the execution's
+    // threads split them (attention has heads x sequence rows).
+    llvm::Value* rows =
+        k.NumElements(SymShape(shape.begin(), shape.begin() + static_cast<size_t>(axis)));
+    // About four vector FMAs' worth of work per element (exp, max, sum, scale).
+    llvm::Value* cost = k.b().CreateMul(s.count, k.I64(4));
+    k.ParallelFor(rows, cost, {k.in(0), k.out(0), s.count},
+                  [d](KernelContext& o, const Idx& v, llvm::Value* begin, llvm::Value* end) {
+                    auto& ob = o.b();
+                    llvm::Value *in = v[0], *out = v[1], *count = v[2];
+                    o.For(begin, end, [&](llvm::Value* row) {
+                      llvm::Value* base = ob.CreateMul(row, count);
+                      auto at = [&](llvm::Value* i) { return ob.CreateAdd(base, i); };
+                      Var m(o, o.Lowest(d));
+                      o.For(o.I64(0), count, [&](llvm::Value* i) {
+                        m.set(o.Max(d, m.get(), o.Load(d, in, at(i))));
+                      });
+                      llvm::Value* max = m.get();
+                      Var sum(o, o.Const(d, 0));
+                      o.For(o.I64(0), count, [&](llvm::Value* i) {
+                        llvm::Value* e = o.FastExp(ob.CreateFSub(o.Load(d, in, at(i)), max));
+                        o.Store(d, out, at(i), e);
+                        sum.set(ReassocAdd(o, sum.get(), e));
+                      });
+                      llvm::Value* inv = ob.CreateFDiv(o.Const(d, 1.0), sum.get());
+                      o.For(o.I64(0), count, [&](llvm::Value* i) {
+                        o.Store(d, out, at(i), ob.CreateFMul(o.Load(d, out, at(i)), inv));
+                      });
+                    });
+                  });
+    return absl::OkStatus();
+  }
   auto x_at = [&](llvm::Value* off) { return k.Load(d, k.in(0), off); };
   auto& b = k.b();
   ForRows(k, s, [&](llvm::Value* base, llvm::Value*) {
@@ -252,9 +286,10 @@ absl::Status EmitSoftmax(KernelContext& k, SoftmaxKind kind) {
       sum.set(ReassocAdd(k, sum.get(), e));
     });
     if (kind == SoftmaxKind::kSoftmax) {
-      llvm::Value* total = sum.get();
+      // One division per row; a vector divide per element costs several times a multiply.
+      llvm::Value* inv = b.CreateFDiv(k.Const(d, 1.0), sum.get());
       ForRow(k, s, base, [&](llvm::Value* off, const Idx&) {
-        k.Store(d, k.out(0), off, b.CreateFDiv(k.Load(d, k.out(0), off), total));
+        k.Store(d, k.out(0), off, b.CreateFMul(k.Load(d, k.out(0), off), inv));
       });
     } else {
       llvm::Value* shift = b.CreateFAdd(max, k.Intrinsic(llvm::Intrinsic::log, sum.get()));
