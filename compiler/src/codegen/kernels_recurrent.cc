@@ -76,20 +76,23 @@ llvm::Value* Activate(KernelContext& k, const Activation& a, llvm::Value* v) {
 }
 
 // out[r, c] += sum_kk a[r * a_stride + kk] * bt[kk * bt_stride + c] for r in [r0, r1) and
-// c in [0, cols). Loop order column block, kk, r, c: the innermost loop runs over contiguous
-// columns of both `out` and `bt`, so it vectorises with FMA.
+// c in [c0, c1). Loop order column block, kk, r, c: the innermost loop runs over contiguous
+// columns of both `out` and `bt`, so it vectorises (independent FMAs across columns).
 void EmitAccumulate(KernelContext& k, llvm::Value* a, llvm::Value* a_stride, llvm::Value* r0,
                     llvm::Value* r1, int64_t k_dim, llvm::Value* bt, int64_t bt_stride,
-                    llvm::Value* out, int64_t out_stride, int64_t cols) {
+                    llvm::Value* out, int64_t out_stride, llvm::Value* c0, llvm::Value* c1) {
   auto& b = k.b();
-  for (int64_t c0 = 0; c0 < cols; c0 += kColumnBlock) {
-    int64_t c1 = std::min(cols, c0 + kColumnBlock);
+  llvm::Value* blocks =
+      b.CreateUDiv(b.CreateAdd(b.CreateSub(c1, c0), k.I64(kColumnBlock - 1)), k.I64(kColumnBlock));
+  k.For(k.I64(0), blocks, [&](llvm::Value* blk) {
+    llvm::Value* cb = b.CreateAdd(c0, b.CreateMul(blk, k.I64(kColumnBlock)));
+    llvm::Value* ce = k.Min(DType::kInt64, b.CreateAdd(cb, k.I64(kColumnBlock)), c1);
     k.For(k.I64(0), k.I64(k_dim), [&](llvm::Value* kk) {
       llvm::Value* bt_row = b.CreateMul(kk, k.I64(bt_stride));
       k.For(r0, r1, [&](llvm::Value* r) {
         llvm::Value* av = k.Load(kF32, a, b.CreateAdd(b.CreateMul(r, a_stride), kk));
         llvm::Value* out_row = b.CreateMul(r, k.I64(out_stride));
-        k.For(k.I64(c0), k.I64(c1), [&](llvm::Value* col) {
+        k.For(cb, ce, [&](llvm::Value* col) {
           llvm::Value* bv = k.Load(kF32, bt, b.CreateAdd(bt_row, col));
           llvm::Value* o = b.CreateAdd(out_row, col);
           k.Store(kF32, out, o,
@@ -98,7 +101,122 @@ void EmitAccumulate(KernelContext& k, llvm::Value* a, llvm::Value* a_stride, llv
         });
       });
     });
+  });
+}
+
+// Register tile: kTileRows (or 1) rows x kTileCols columns accumulate in vector registers over
+// the whole K loop; the weights are read straight from the row-major [K, ldb] transposed
+// matrix (16 contiguous floats per kk), so no packing is needed.
+constexpr int64_t kTileRows = 4;
+constexpr int64_t kTileCols = 16;
+// Rows whose A block (rows x K) stays in L2 while every column panel of the weights passes over
+// it; each panel (K x 16 floats) stays in L1 across the block's row tiles.
+constexpr int64_t kRowChunk = 64;
+
+// out[m + r, col + c] = init + sum_kk a[(m + r) * lda + kk] * bt[kk * ldb + col + c] for
+// r < rows, c < 16; init is bias[col + c], or 0 when `bias` is null.
+void EmitTile(KernelContext& k, int rows, llvm::Value* a, llvm::Value* lda, llvm::Value* m,
+              int64_t k_dim, llvm::Value* bt, int64_t ldb, llvm::Value* col, llvm::Value* out,
+              int64_t ldo, llvm::Value* bias) {
+  auto& b = k.b();
+  auto* vec = llvm::FixedVectorType::get(k.F32Ty(), 8);
+  auto load_vec = [&](llvm::Value* base, llvm::Value* idx) {
+    return b.CreateAlignedLoad(vec, k.ElemPtr(kF32, base, idx), llvm::Align(4));
+  };
+  std::vector<llvm::Value*> acc;
+  for (int i = 0; i < rows * 2; ++i) {
+    acc.push_back(k.Scratch(vec));
+    llvm::Value* init = llvm::Constant::getNullValue(vec);
+    if (bias != nullptr) init = load_vec(bias, b.CreateAdd(col, k.I64(8 * (i % 2))));
+    b.CreateStore(init, acc.back());
   }
+  std::vector<llvm::Value*> a_rows;
+  for (int r = 0; r < rows; ++r) a_rows.push_back(b.CreateMul(b.CreateAdd(m, k.I64(r)), lda));
+  k.For(k.I64(0), k.I64(k_dim), [&](llvm::Value* kk) {
+    llvm::Value* base = b.CreateAdd(b.CreateMul(kk, k.I64(ldb)), col);
+    llvm::Value* b0 = load_vec(bt, base);
+    llvm::Value* b1 = load_vec(bt, b.CreateAdd(base, k.I64(8)));
+    for (int r = 0; r < rows; ++r) {
+      llvm::Value* av = b.CreateVectorSplat(8, k.Load(kF32, a, b.CreateAdd(a_rows[r], kk)));
+      for (int j = 0; j < 2; ++j) {
+        llvm::Value* cur = b.CreateLoad(vec, acc[r * 2 + j]);
+        b.CreateStore(b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {vec}, {av, j ? b1 : b0, cur}),
+                      acc[r * 2 + j]);
+      }
+    }
+  });
+  for (int r = 0; r < rows; ++r) {
+    llvm::Value* row = b.CreateAdd(b.CreateMul(b.CreateAdd(m, k.I64(r)), k.I64(ldo)), col);
+    for (int j = 0; j < 2; ++j) {
+      b.CreateAlignedStore(b.CreateLoad(vec, acc[r * 2 + j]),
+                           k.ElemPtr(kF32, out, b.CreateAdd(row, k.I64(8 * j))), llvm::Align(4));
+    }
+  }
+}
+
+// out[r, c] = init + sum_kk a[r * lda + kk] * bt[kk * ldb + c] for r in [m0, m1) and c in
+// [c0, c1) (init: bias[c] or 0). Whole 16-column panels use register tiles, the rest
+// EmitAccumulate.
+void EmitProduct(KernelContext& k, llvm::Value* a, llvm::Value* lda, llvm::Value* m0,
+                 llvm::Value* m1, int64_t k_dim, llvm::Value* bt, int64_t ldb, llvm::Value* out,
+                 int64_t ldo, llvm::Value* c0, llvm::Value* c1, llvm::Value* bias) {
+  auto& b = k.b();
+  // Columns [from, c1) of rows [m0, m1) through EmitAccumulate, after their init.
+  auto accumulate = [&](llvm::Value* from) {
+    k.For(m0, m1, [&](llvm::Value* r) {
+      llvm::Value* row = b.CreateMul(r, k.I64(ldo));
+      k.For(from, c1, [&](llvm::Value* c) {
+        llvm::Value* init = bias != nullptr ? k.Load(kF32, bias, c) : k.F32(0);
+        k.Store(kF32, out, b.CreateAdd(row, c), init);
+      });
+    });
+    EmitAccumulate(k, a, lda, m0, m1, k_dim, bt, ldb, out, ldo, from, c1);
+  };
+  llvm::Value* panels = b.CreateUDiv(b.CreateSub(c1, c0), k.I64(kTileCols));
+  auto tiles = [&] {
+    llvm::Value* chunks =
+        b.CreateUDiv(b.CreateAdd(b.CreateSub(m1, m0), k.I64(kRowChunk - 1)), k.I64(kRowChunk));
+    k.For(k.I64(0), chunks, [&](llvm::Value* ch) {
+      llvm::Value* cs = b.CreateAdd(m0, b.CreateMul(ch, k.I64(kRowChunk)));
+      llvm::Value* ce = k.Min(DType::kInt64, b.CreateAdd(cs, k.I64(kRowChunk)), m1);
+      llvm::Value* full = b.CreateUDiv(b.CreateSub(ce, cs), k.I64(kTileRows));
+      llvm::Value* rest = b.CreateAdd(cs, b.CreateMul(full, k.I64(kTileRows)));
+      k.For(k.I64(0), panels, [&](llvm::Value* p) {
+        llvm::Value* col = b.CreateAdd(c0, b.CreateMul(p, k.I64(kTileCols)));
+        k.For(k.I64(0), full, [&](llvm::Value* t) {
+          llvm::Value* m = b.CreateAdd(cs, b.CreateMul(t, k.I64(kTileRows)));
+          EmitTile(k, kTileRows, a, lda, m, k_dim, bt, ldb, col, out, ldo, bias);
+        });
+        k.For(rest, ce, [&](llvm::Value* m) {
+          EmitTile(k, 1, a, lda, m, k_dim, bt, ldb, col, out, ldo, bias);
+        });
+      });
+    });
+    llvm::Value* tail = b.CreateAdd(c0, b.CreateMul(panels, k.I64(kTileCols)));
+    k.If(b.CreateICmpSLT(tail, c1), [&] { accumulate(tail); });
+  };
+  // A one-row tile is a chain of dependent FMAs; below a full tile of rows (or a panel of
+  // columns) the streaming loop, with independent FMAs across columns, is faster.
+  llvm::Value* small = b.CreateOr(b.CreateICmpSLT(b.CreateSub(m1, m0), k.I64(kTileRows)),
+                                  b.CreateICmpEQ(panels, k.I64(0)));
+  k.If(small, [&] { accumulate(c0); }, tiles);
+}
+
+// The per-step product out[:, :cols] = a[rows, K] x bt[K, :cols], its column panels split
+// across the intra-op threads (the weights dominate; every thread streams its own share).
+void EmitStepProduct(KernelContext& k, llvm::Value* a, llvm::Value* rows, int64_t k_dim,
+                     llvm::Value* bt, int64_t ldb, llvm::Value* out, int64_t ldo, int64_t cols) {
+  int64_t units = (cols + kTileCols - 1) / kTileCols;
+  llvm::Value* cost = k.b().CreateMul(rows, k.I64(k_dim * kTileCols));
+  k.ParallelFor(k.I64(units), cost, {a, rows, bt, out},
+                [=](KernelContext& o, const Idx& v, llvm::Value* begin, llvm::Value* end) {
+                  auto& ob = o.b();
+                  llvm::Value* c0 = ob.CreateMul(begin, o.I64(kTileCols));
+                  llvm::Value* c1 =
+                      o.Min(DType::kInt64, ob.CreateMul(end, o.I64(kTileCols)), o.I64(cols));
+                  EmitProduct(o, v[0], o.I64(k_dim), o.I64(0), v[1], k_dim, v[2], ldb, v[3], ldo,
+                              c0, c1, nullptr);
+                });
 }
 
 // dst[c * rows + r] = src[r * cols + c]: one direction's W or R as [cols, rows].
@@ -323,15 +441,8 @@ void RecurrentEmitter::EmitDirection(const Direction& dir) {
   llvm::Value* rows = b_.CreateMul(seq_, batch_);
   k_.ParallelFor(rows, I64(input_ * gh_), {k_.in(0), wt_, bias_, proj_},
                  [this](KernelContext& o, const Idx& v, llvm::Value* begin, llvm::Value* end) {
-                   auto& ob = o.b();
-                   llvm::Value *x = v[0], *wt = v[1], *bias = v[2], *proj = v[3];
-                   o.For(begin, end, [&](llvm::Value* r) {
-                     llvm::Value* row = ob.CreateMul(r, o.I64(gh_));
-                     o.For(o.I64(0), o.I64(gh_), [&](llvm::Value* g) {
-                       o.Store(kF32, proj, ob.CreateAdd(row, g), o.Load(kF32, bias, g));
-                     });
-                   });
-                   EmitAccumulate(o, x, o.I64(input_), begin, end, input_, wt, gh_, proj, gh_, gh_);
+                   EmitProduct(o, v[0], o.I64(input_), begin, end, input_, v[1], gh_, v[3], gh_,
+                               o.I64(0), o.I64(gh_), v[2]);
                  });
 
   // Initial state.
@@ -360,8 +471,7 @@ void RecurrentEmitter::EmitDirection(const Direction& dir) {
     });
   };
   k_.For(I64(0), seq_, [&](llvm::Value* s) {
-    k_.Memset0(rec_, b_.CreateMul(batch_, I64(gh_)), kF32);
-    EmitAccumulate(k_, h_, I64(hidden_), I64(0), batch_, hidden_, rt_, gh_, rec_, gh_, rec_cols);
+    EmitStepProduct(k_, h_, batch_, hidden_, rt_, gh_, rec_, gh_, rec_cols);
     if (op_ == "RNN") {
       for_active_rows(s, [&](llvm::Value* n, llvm::Value* t) { EmitRnnRow(dir, n, t); });
     } else if (op_ == "LSTM") {
@@ -369,9 +479,8 @@ void RecurrentEmitter::EmitDirection(const Direction& dir) {
     } else {
       if (!linear_before_reset_) {
         for_active_rows(s, [&](llvm::Value* n, llvm::Value* t) { EmitGruResetPass(dir, n, t); });
-        k_.Memset0(rec_h_, b_.CreateMul(batch_, I64(hidden_)), kF32);
-        EmitAccumulate(k_, reset_h_, I64(hidden_), I64(0), batch_, hidden_,
-                       k_.ElemPtr(kF32, rt_, I64(2 * hidden_)), gh_, rec_h_, hidden_, hidden_);
+        EmitStepProduct(k_, reset_h_, batch_, hidden_, k_.ElemPtr(kF32, rt_, I64(2 * hidden_)), gh_,
+                        rec_h_, hidden_, hidden_);
       }
       for_active_rows(s, [&](llvm::Value* n, llvm::Value* t) { EmitGruRow(dir, n, t); });
     }

@@ -7,6 +7,7 @@
 
 #include "cuvil/compiler/compiler.h"
 #include "cuvil/jitcache/jit_engine.h"
+#include "cuvil/runtime/parallel.h"
 #include "gtest/gtest.h"
 
 namespace cuvil {
@@ -373,6 +374,29 @@ TEST(RecurrentTest, RnnActivations) {
     c.beta = std::string(a) == "Affine" ? Floats{0.1f, -0.1f} : Floats{};
     CheckAgainstReference(c, RandomData(c, 5), a);
   }
+}
+
+// Shapes large enough for the register tiles (4-row tiles plus leftover rows, whole 16-column
+// panels plus leftover columns) in both the projection and the per-step products, with the
+// products split across two threads.
+TEST(RecurrentTest, TiledAndThreadedProducts) {
+  SetIntraOpThreads(2);
+  Config lstm;
+  lstm.direction = "bidirectional";
+  // 9 * 130 * 4 * 130 multiply-adds per step: enough for cuvil_rt_parallel_for to split.
+  lstm.seq = 4, lstm.batch = 9, lstm.input = 30, lstm.hidden = 130;
+  lstm.lens = {4, 1, 3, 4, 2, 0, 4, 2, 3};
+  CheckAgainstReference(lstm, RandomData(lstm, 6), "LSTM");
+  Config gru;
+  gru.op = "GRU";
+  gru.direction = "bidirectional";
+  gru.seq = 5, gru.batch = 6, gru.input = 17, gru.hidden = 20;
+  gru.lens = {5, 4, 3, 2, 1, 5};
+  Data in = RandomData(gru, 7);
+  CheckAgainstReference(gru, in, "GRU");
+  gru.linear_before_reset = true;
+  CheckAgainstReference(gru, in, "GRU linear_before_reset");
+  SetIntraOpThreads(1);
 }
 
 }  // namespace
