@@ -45,9 +45,10 @@ std::string_view TritonReason(FailureReason reason) {
   }
 }
 
-std::string_view PatchActionName(PatchAction action) {
-  return action == PatchAction::kApplied ? "applied" : "rolled_back";
-}
+// Switching a kernel table is microseconds; validation and snapshots take longer.
+const std::vector<double> kSwitchBuckets = {1e-5,   2.5e-5, 5e-5, 1e-4,  2.5e-4, 5e-4, 1e-3,
+                                            2.5e-3, 5e-3,   0.01, 0.025, 0.05,   0.1,  0.25,
+                                            0.5,    1,      2.5,  5,     10};
 
 const std::vector<double> kCompileBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                                              0.5,   1,      2.5,   5,    10,    25,   50,  100};
@@ -185,8 +186,17 @@ ServerMetrics::ServerMetrics(ServerMetricsOptions options) : options_(std::move(
   load_duration_ = Must(r.AddHistogram("cuvil_model_load_duration_seconds",
                                        "Time to load a model version until ready.", mv,
                                        kLoadBuckets, "seconds"));
-  patches_ =
-      Must(r.AddCounter("cuvil_patches", "Hot patches by action.", {"model", "version", "action"}));
+  patches_ = Must(r.AddCounter("cuvil_patches",
+                               "Code changes of a version by kind (ir, recompile, profile, "
+                               "rollback, snapshot, restore, tier_swap) and result.",
+                               {"model", "version", "kind", "result"}));
+  patch_switch_ = Must(
+      r.AddHistogram("cuvil_patch_switch_duration_seconds",
+                     "Admin call received to the change in effect, excluding compiling the patch.",
+                     {"kind"}, kSwitchBuckets, "seconds"));
+  rejected_ = Must(r.AddCounter("cuvil_requests_rejected",
+                                "Requests refused before a model version served them.",
+                                {"model", "reason"}));
   if (absl::Status s =
           r.AddCollector(std::make_unique<ProcessCollector>(), ProcessCollector::FamilyNames());
       !s.ok()) {
@@ -292,8 +302,11 @@ void ServerMetrics::Remove(std::string_view model, std::string_view version) {
   }
   latency_->Remove({model, version});
   for (Family<Gauge>* f : {pending_, ready_, memory_}) f->Remove({model, version});
-  for (PatchAction a : {PatchAction::kApplied, PatchAction::kRolledBack}) {
-    patches_->Remove({model, version, PatchActionName(a)});
+  for (int k = 0; k < kPatchKindCount; ++k) {
+    for (int r = 0; r < kPatchResultCount; ++r) {
+      patches_->Remove({model, version, PatchKindName(static_cast<PatchKind>(k)),
+                        PatchResultName(static_cast<PatchResult>(r))});
+    }
   }
   if (options_.triton_compat) {
     for (Family<Counter>* f : {nv_success_, nv_count_, nv_exec_count_, nv_request_us_, nv_queue_us_,
@@ -327,9 +340,15 @@ void ServerMetrics::RecordLoad(std::string_view model, std::string_view version,
   load_duration_->WithLabels({model, version})->Observe(seconds);
 }
 
-void ServerMetrics::RecordPatch(std::string_view model, std::string_view version,
-                                PatchAction action) {
-  patches_->WithLabels({model, version, PatchActionName(action)})->Increment();
+void ServerMetrics::RecordPatch(std::string_view model, std::string_view version, PatchKind kind,
+                                PatchResult result, double switch_seconds) {
+  patches_->WithLabels({model, version, PatchKindName(kind), PatchResultName(result)})->Increment();
+  if (switch_seconds >= 0)
+    patch_switch_->WithLabels({PatchKindName(kind)})->Observe(switch_seconds);
+}
+
+void ServerMetrics::RecordRejection(std::string_view model, RejectionReason reason) {
+  rejected_->WithLabels({model, RejectionReasonName(reason)})->Increment();
 }
 
 RenderedMetrics ServerMetrics::Render(std::string_view accept_header) const {

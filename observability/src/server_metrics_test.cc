@@ -110,9 +110,13 @@ TEST(ServerMetricsTest, ColdPathFamilies) {
   metrics.RecordCacheMiss("m");
   metrics.RecordCacheCorrupt("m");
   metrics.RecordLoad("m", "2", 1.5);
-  metrics.RecordPatch("m", "2", PatchAction::kApplied);
-  metrics.RecordPatch("m", "2", PatchAction::kRolledBack);
-  metrics.RecordPatch("m", "2", PatchAction::kApplied);
+  metrics.RecordPatch("m", "2", PatchKind::kIr, PatchResult::kOk, 0.002);
+  metrics.RecordPatch("m", "2", PatchKind::kRollback, PatchResult::kOk, 0.0001);
+  metrics.RecordPatch("m", "2", PatchKind::kIr, PatchResult::kOk, 0.004);
+  metrics.RecordPatch("m", "2", PatchKind::kIr, PatchResult::kRefused);
+  metrics.RecordRejection("m", RejectionReason::kNoReadyVersion);
+  metrics.RecordRejection("m", RejectionReason::kNoReadyVersion);
+  metrics.RecordRejection("", RejectionReason::kUnknownModel);
   const std::string body = metrics.Render("").body;
   EXPECT_EQ(SampleValue(body, "cuvil_jit_compile_duration_seconds_count{model=\"m\"}"), 1);
   EXPECT_EQ(SampleValue(body, "cuvil_jit_cache_hits_total{model=\"m\"}"), 2);
@@ -120,11 +124,27 @@ TEST(ServerMetricsTest, ColdPathFamilies) {
   EXPECT_EQ(SampleValue(body, "cuvil_jit_cache_corrupt_entries_total{model=\"m\"}"), 1);
   EXPECT_EQ(SampleValue(body, "cuvil_model_load_duration_seconds_sum{model=\"m\",version=\"2\"}"),
             1.5);
-  EXPECT_EQ(SampleValue(body, "cuvil_patches_total{model=\"m\",version=\"2\",action=\"applied\"}"),
-            2);
   EXPECT_EQ(
-      SampleValue(body, "cuvil_patches_total{model=\"m\",version=\"2\",action=\"rolled_back\"}"),
+      SampleValue(body, "cuvil_patches_total{model=\"m\",version=\"2\",kind=\"ir\",result=\"ok\"}"),
+      2);
+  EXPECT_EQ(
+      SampleValue(body,
+                  "cuvil_patches_total{model=\"m\",version=\"2\",kind=\"ir\",result=\"refused\"}"),
       1);
+  EXPECT_EQ(
+      SampleValue(body,
+                  "cuvil_patches_total{model=\"m\",version=\"2\",kind=\"rollback\",result=\"ok\"}"),
+      1);
+  // Refused patches switched nothing: only the three that took effect are observed.
+  EXPECT_EQ(SampleValue(body, "cuvil_patch_switch_duration_seconds_count{kind=\"ir\"}"), 2);
+  EXPECT_EQ(
+      SampleValue(body, "cuvil_patch_switch_duration_seconds_bucket{kind=\"ir\",le=\"0.0025\"}"),
+      1);
+  EXPECT_EQ(
+      SampleValue(body, "cuvil_requests_rejected_total{model=\"m\",reason=\"no_ready_version\"}"),
+      2);
+  EXPECT_EQ(SampleValue(body, "cuvil_requests_rejected_total{model=\"\",reason=\"unknown_model\"}"),
+            1);
 }
 
 TEST(ServerMetricsTest, ProcessMetricsAreRead) {
@@ -184,7 +204,7 @@ TEST(ServerMetricsTest, RemoveStopsExportingButHandleStaysValid) {
   auto gone = metrics.ForModel("b", "1");
   gone->RecordSuccess(1, 1000, 0, 0, 0, 0);
   metrics.RecordLoad("b", "1", 0.5);
-  metrics.RecordPatch("b", "1", PatchAction::kApplied);
+  metrics.RecordPatch("b", "1", PatchKind::kIr, PatchResult::kOk, 0.001);
   metrics.Remove("b", "1");
   gone->RecordSuccess(1, 1000, 0, 0, 0, 0);  // in-flight request after unload: harmless
   gone->SetReady(false);

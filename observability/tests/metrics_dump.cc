@@ -39,7 +39,10 @@ int main(int argc, char** argv) {
     metrics.RecordCacheMiss(model);
     metrics.RecordCacheHit(model);
     metrics.RecordLoad(model, "1", 1.2);
-    metrics.RecordPatch(model, "1", PatchAction::kApplied);
+    metrics.RecordPatch(model, "1", PatchKind::kIr, PatchResult::kOk, 0.0004);
+    metrics.RecordPatch(model, "1", PatchKind::kRollback, PatchResult::kOk, 0.00002);
+    metrics.RecordRejection(model, RejectionReason::kNoReadyVersion);
+    metrics.RecordRejection("", RejectionReason::kUnknownModel);
   }
   const RenderedMetrics out = metrics.Render(om ? "application/openmetrics-text" : "text/plain");
   std::fwrite(out.body.data(), 1, out.body.size(), stdout);

@@ -56,16 +56,22 @@ class BatchingScheduler final : public Scheduler {
     queued.rows = *rows;
     queued.enqueued = clock_->Now();
     absl::Status status;
+    bool draining = false;
     {
       absl::MutexLock l(&mu_);
-      if (draining_) {
+      draining = draining_;
+      if (draining) {
         status = absl::UnavailableError("scheduler is draining and accepts no new requests");
       } else {
-        status = queue_.Enqueue(queued);
+        status = queue_.Enqueue(queued);  // Fails only when the level's queue is full.
       }
       if (status.ok()) cv_.Signal();
     }
-    if (!status.ok()) Reject(std::move(queued.request), status);
+    if (!status.ok()) {
+      stats_.RecordRejection(/*queue_full=*/!draining);
+      if (options_.on_reject) options_.on_reject(!draining);
+      Reject(std::move(queued.request), status);
+    }
   }
 
   void Drain() override {

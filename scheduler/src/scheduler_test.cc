@@ -335,9 +335,8 @@ TEST_F(SchedulerTest, OnlyRequestedOutputsAreReturned) {
   exe_->Close();
   Submit(*scheduler, 1, 0);
   ASSERT_TRUE(exe_->AwaitEntered(1));
-  Outcome& only_z = Submit(*scheduler, 2, 100, [](InferenceRequest& r) {
-    r.output_requested = {false, true};
-  });
+  Outcome& only_z =
+      Submit(*scheduler, 2, 100, [](InferenceRequest& r) { r.output_requested = {false, true}; });
   Outcome& both = Submit(*scheduler, 1, 200);
   exe_->Open();
   ASSERT_TRUE(WaitAll());
@@ -465,6 +464,8 @@ TEST_F(SchedulerTest, MalformedInputIsRejected) {
 TEST_F(SchedulerTest, FullQueueRejectsAtOnce) {
   SchedulerOptions options = Batching(1);
   options.batching.default_queue_policy.max_queue_size = 2;
+  int observed_full = 0;
+  options.on_reject = [&observed_full](bool queue_full) { observed_full += queue_full ? 1 : 100; };
   auto scheduler = Make(options);
   exe_->Close();
   Submit(*scheduler, 1, 0);
@@ -476,6 +477,10 @@ TEST_F(SchedulerTest, FullQueueRejectsAtOnce) {
   EXPECT_EQ(rejected.response.status.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(rejected.response.status.message(), HasSubstr("queue is full"));
   EXPECT_EQ(scheduler->Stats().pending, 2u);
+  EXPECT_EQ(scheduler->Stats().rejected_queue_full, 1u);
+  EXPECT_EQ(scheduler->Stats().rejected_draining, 0u);
+  EXPECT_EQ(scheduler->Stats().fail.count, 1u);
+  EXPECT_EQ(observed_full, 1);
   exe_->Open();
   ASSERT_TRUE(WaitAll());
   for (int i = 0; i < 3; ++i) ExpectOwnRows(outcomes_[i]);
@@ -772,6 +777,8 @@ TEST_F(SchedulerTest, DrainFinishesQueuedWorkThenRejects) {
   Outcome& after = Submit(*scheduler, 1, 900);
   ASSERT_TRUE(after.done.HasBeenNotified());
   EXPECT_EQ(after.response.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(scheduler->Stats().rejected_draining, 1u);
+  EXPECT_EQ(scheduler->Stats().rejected_queue_full, 0u);
   scheduler->Drain();  // Idempotent.
 }
 

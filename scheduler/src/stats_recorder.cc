@@ -33,6 +33,10 @@ void StatsRecorder::RecordSuccess(const RequestTimings& t, uint64_t total_ns) {
 
 void StatsRecorder::RecordFailure(uint64_t total_ns) { fail_.Add(total_ns); }
 
+void StatsRecorder::RecordRejection(bool queue_full) {
+  (queue_full ? rejected_queue_full_ : rejected_draining_).fetch_add(1, std::memory_order_relaxed);
+}
+
 SchedulerStats StatsRecorder::Snapshot() const {
   SchedulerStats s;
   s.inference_count = inference_count_.load(std::memory_order_relaxed);
@@ -40,6 +44,8 @@ SchedulerStats StatsRecorder::Snapshot() const {
   s.last_inference_ms = last_inference_ms_.load(std::memory_order_relaxed);
   s.success = success_.Load();
   s.fail = fail_.Load();
+  s.rejected_queue_full = rejected_queue_full_.load(std::memory_order_relaxed);
+  s.rejected_draining = rejected_draining_.load(std::memory_order_relaxed);
   s.queue = queue_.Load();
   s.compute_input = input_.Load();
   s.compute_infer = infer_.Load();

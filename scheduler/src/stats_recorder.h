@@ -19,6 +19,8 @@ class StatsRecorder {
   // One request that succeeded, `total_ns` after it was queued.
   void RecordSuccess(const RequestTimings& timings, uint64_t total_ns);
   void RecordFailure(uint64_t total_ns);
+  // One request refused at admission (call RecordFailure too): queue full, else draining.
+  void RecordRejection(bool queue_full);
 
   // Everything but `pending`, which the scheduler fills.
   SchedulerStats Snapshot() const;
@@ -41,6 +43,7 @@ class StatsRecorder {
   std::atomic<uint64_t> inference_count_{0};
   std::atomic<uint64_t> execution_count_{0};
   std::atomic<uint64_t> last_inference_ms_{0};
+  std::atomic<uint64_t> rejected_queue_full_{0}, rejected_draining_{0};
   Duration success_, fail_, queue_, input_, infer_, output_;
   int64_t max_rows_;
   std::unique_ptr<Batch[]> batches_;  // Indexed by executed rows, 1..max_rows.

@@ -9,9 +9,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "cuvil/compiler/compiler.h"
 #include "load_parameters.h"
 #include "model_name.h"
-#include "cuvil/compiler/compiler.h"
+#include "patch_event.h"
 #include "spdlog/spdlog.h"
 
 namespace cuvil {
@@ -197,6 +198,7 @@ void SyncSnapshot(SnapshotStore* store, const ModelVersion& version) {
 
 absl::StatusOr<cuvil::admin::v1::PatchFunctionResponse> AdminOperations::PatchFunction(
     const cuvil::admin::v1::PatchFunctionRequest& request) {
+  PatchEvent event(metrics_, PatchKindFromRequest(request.kind()), request.name());
   if (absl::Status s = ValidateModelName(request.name()); !s.ok()) return s;
   const std::string kind = request.kind().empty() ? kPatchKindIr : request.kind();
   if (kind != kPatchKindIr && kind != kPatchKindRecompile && kind != kPatchKindProfile) {
@@ -209,6 +211,7 @@ absl::StatusOr<cuvil::admin::v1::PatchFunctionResponse> AdminOperations::PatchFu
   auto model =
       models_->Get(request.name(), request.version() > 0 ? absl::StrCat(request.version()) : "");
   if (!model.ok()) return model.status();
+  event.set_version((*model)->version_string());
   LoadedModel& loaded = (*model)->mutable_loaded();
   std::vector<std::string> functions(request.functions().begin(), request.functions().end());
   if (!request.function().empty()) functions.push_back(request.function());
@@ -218,6 +221,7 @@ absl::StatusOr<cuvil::admin::v1::PatchFunctionResponse> AdminOperations::PatchFu
   if (!patch.ok()) return patch.status();
   cuvil::admin::v1::PatchFunctionResponse response;
   response.set_compile_ms(MsSince(t0));
+  event.ExcludeMs(response.compile_ms());
 
   if (!request.has_validate() || request.validate()) {
     const double rtol = request.rtol() > 0 ? request.rtol() : 1e-3;
@@ -261,20 +265,19 @@ absl::StatusOr<cuvil::admin::v1::PatchFunctionResponse> AdminOperations::PatchFu
   t0 = std::chrono::steady_clock::now();
   auto id = loaded.CommitPatch(*patch, request.author());
   response.set_switch_us(MsSince(t0) * 1000);
-  if (!id.ok()) return id.status();
+  if (!id.ok()) {
+    event.Fail(id.status());
+    return id.status();
+  }
   response.set_patch_id(absl::StrCat(*id));
   // Keep the history alive: a range-for over a member of a temporary would dangle.
   const std::vector<PatchRecord> patches = loaded.Patches();
   if (!patches.empty()) {
     for (const auto& f : patches.back().functions) response.add_functions(f);
   }
-  if (metrics_ != nullptr) {
-    metrics_->RecordPatch(request.name(), (*model)->version_string(),
-                          observability::PatchAction::kApplied);
-  }
-  spdlog::info("model '{}' version {}: patch {} ({}) applied ({}; author '{}', compile {:.1f} ms)",
-               request.name(), (*model)->version(), *id, kind,
-               absl::StrJoin(response.functions(), ","), request.author(), response.compile_ms());
+  event.set_detail(absl::StrCat("patch ", *id, " (", kind, "), author '", request.author(),
+                                "', compile ", response.compile_ms(), " ms"));
+  event.Done(absl::StrJoin(response.functions(), ","));
   SyncSnapshot(snapshots_, **model);
   if (kind == kPatchKindProfile && request.wait()) {
     // The window plus slack: the timer rolls the patch back at the end of it.
@@ -287,22 +290,23 @@ absl::StatusOr<cuvil::admin::v1::PatchFunctionResponse> AdminOperations::PatchFu
 
 absl::StatusOr<cuvil::admin::v1::RollbackResponse> AdminOperations::Rollback(
     const cuvil::admin::v1::RollbackRequest& request) {
+  PatchEvent event(metrics_, observability::PatchKind::kRollback, request.name());
   if (absl::Status s = ValidateModelName(request.name()); !s.ok()) return s;
   auto id = ParsePatchId(request.patch_id());
   if (!id.ok()) return id.status();
   auto model =
       models_->Get(request.name(), request.version() > 0 ? absl::StrCat(request.version()) : "");
   if (!model.ok()) return model.status();
+  event.set_version((*model)->version_string());
   auto t0 = std::chrono::steady_clock::now();
-  if (absl::Status s = (*model)->mutable_loaded().Rollback(*id); !s.ok()) return s;
+  if (absl::Status s = (*model)->mutable_loaded().Rollback(*id); !s.ok()) {
+    event.Fail(s);
+    return s;
+  }
   cuvil::admin::v1::RollbackResponse response;
   response.set_switch_us(MsSince(t0) * 1000);
-  if (metrics_ != nullptr) {
-    metrics_->RecordPatch(request.name(), (*model)->version_string(),
-                          observability::PatchAction::kRolledBack);
-  }
-  spdlog::info("model '{}' version {}: patch {} rolled back", request.name(), (*model)->version(),
-               *id);
+  event.set_detail(absl::StrCat("patch ", *id));
+  event.Done(PatchFunctions((*model)->loaded(), *id));
   SyncSnapshot(snapshots_, **model);
   return response;
 }
@@ -330,25 +334,37 @@ absl::StatusOr<cuvil::admin::v1::ListPatchesResponse> AdminOperations::ListPatch
 
 absl::StatusOr<cuvil::admin::v1::SnapshotResponse> AdminOperations::Snapshot(
     const cuvil::admin::v1::SnapshotRequest& request) {
+  PatchEvent event(metrics_, observability::PatchKind::kSnapshot, request.name());
   if (absl::Status s = ValidateModelName(request.name()); !s.ok()) return s;
   auto model =
       models_->Get(request.name(), request.version() > 0 ? absl::StrCat(request.version()) : "");
   if (!model.ok()) return model.status();
+  event.set_version((*model)->version_string());
   auto artifact = SnapshotVersion(**model);
-  if (!artifact.ok()) return artifact.status();
+  if (!artifact.ok()) {
+    event.Fail(artifact.status());
+    return artifact.status();
+  }
   cuvil::admin::v1::SnapshotResponse response;
   response.set_snapshot(*std::move(artifact));
   response.set_version((*model)->version());
-  spdlog::info("model '{}' version {}: snapshot taken ({} bytes)", request.name(),
-               (*model)->version(), response.snapshot().size());
+  event.set_detail(absl::StrCat(response.snapshot().size(), " bytes"));
+  event.Done("");
   return response;
 }
 
 absl::StatusOr<cuvil::admin::v1::RestoreSnapshotResponse> AdminOperations::RestoreSnapshot(
     const cuvil::admin::v1::RestoreSnapshotRequest& request) {
+  PatchEvent event(metrics_, observability::PatchKind::kRestore, "");
   auto restored = RestoreSnapshots(models_, {request.snapshot()});
-  if (!restored.ok()) return restored.status();
+  if (!restored.ok()) {
+    event.Fail(restored.status());
+    return restored.status();
+  }
   cuvil::admin::v1::RestoreSnapshotResponse response = std::move(restored->front());
+  event.set_model(response.name());
+  event.set_version(absl::StrCat(response.version()));
+  event.Done("");
   if (auto model = models_->Get(response.name(), absl::StrCat(response.version())); model.ok()) {
     SyncSnapshot(snapshots_, **model);
   }

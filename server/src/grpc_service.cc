@@ -193,6 +193,16 @@ class InferenceServiceImpl final : public inference::GRPCInferenceService::Servi
         found = true;
         FillStats(v, r->add_model_stats());
       }
+      // Requests refused before any version: one version-less entry per model (a request for
+      // one version asks about that version only).
+      if (q->version().empty()) {
+        for (const auto& [name, reasons] : models_->Rejections()) {
+          // "" gathers names never loaded: metrics show it, a statistics entry would not.
+          if (q->name().empty() ? name.empty() : name != q->name()) continue;
+          FillRejectedStats(name, reasons, r->add_model_stats());
+          found = true;
+        }
+      }
       if (!found && !q->name().empty()) {
         return grpc::Status(grpc::StatusCode::NOT_FOUND,
                             absl::StrCat("no READY version of model '", q->name(), "'"));
@@ -289,6 +299,29 @@ class InferenceServiceImpl final : public inference::GRPCInferenceService::Servi
       SetDuration(b.compute_infer, bs->mutable_compute_infer());
       SetDuration(b.compute_output, bs->mutable_compute_output());
     }
+    for (auto [reason, count] :
+         {std::pair<const char*, uint64_t>{"queue_full", s.rejected_queue_full},
+          {"draining", s.rejected_draining}}) {
+      if (count == 0) continue;
+      auto* rej = out->add_rejected();
+      rej->set_reason(reason);
+      rej->set_count(count);
+    }
+  }
+
+  // The version-less entry of a model's requests refused before reaching a version.
+  static void FillRejectedStats(const std::string& name,
+                                const std::map<std::string, uint64_t>& reasons,
+                                inference::ModelStatistics* out) {
+    out->set_name(name);
+    uint64_t total = 0;
+    for (const auto& [reason, count] : reasons) {
+      auto* rej = out->add_rejected();
+      rej->set_reason(reason);
+      rej->set_count(count);
+      total += count;
+    }
+    out->mutable_inference_stats()->mutable_fail()->set_count(total);
   }
 
   absl::Status Infer(grpc::ServerContext* ctx, const inference::ModelInferRequest& q,
@@ -299,7 +332,7 @@ class InferenceServiceImpl final : public inference::GRPCInferenceService::Servi
                                                        " bytes exceeds --max-request-bytes ",
                                                        max_request_bytes_));
     }
-    auto model = models_->Get(q.model_name(), q.model_version());
+    auto model = models_->Route(q.model_name(), q.model_version());
     if (!model.ok()) return model.status();
     // Raw inputs view `q`, which outlives the blocking call, so they need no copy.
     absl::StatusOr<WireRequest> wire = DecodeModelInferRequest(q);

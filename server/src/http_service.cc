@@ -84,6 +84,15 @@ std::vector<std::string> SplitPath(const std::string& path) {
 
 json DurationJson(const DurationStat& d) { return json{{"count", d.count}, {"ns", d.ns}}; }
 
+// Cuvil extension: [{"reason": ..., "count": ...}] for the non-zero counts.
+json RejectedJson(const std::map<std::string, uint64_t>& reasons) {
+  json list = json::array();
+  for (const auto& [reason, count] : reasons) {
+    if (count > 0) list.push_back({{"reason", reason}, {"count", count}});
+  }
+  return list;
+}
+
 json StatsJson(const ModelVersion& model) {
   SchedulerStats s = model.Stats();
   json batches = json::array();
@@ -108,7 +117,32 @@ json StatsJson(const ModelVersion& model) {
             // No response cache: present so Triton clients find the fields they expect.
             {"cache_hit", DurationJson({})},
             {"cache_miss", DurationJson({})}}},
-          {"batch_stats", std::move(batches)}};
+          {"batch_stats", std::move(batches)},
+          {"rejected", RejectedJson({{"queue_full", s.rejected_queue_full},
+                                     {"draining", s.rejected_draining}})}};
+}
+
+// The version-less entry of a model's requests refused before reaching a version (as the gRPC
+// ModelStatistics extension): inference_stats.fail counts them.
+json RejectedStatsJson(const std::string& name, const std::map<std::string, uint64_t>& reasons) {
+  uint64_t total = 0;
+  for (const auto& [reason, count] : reasons) total += count;
+  return {{"name", name},
+          {"version", ""},
+          {"last_inference", 0},
+          {"inference_count", 0},
+          {"execution_count", 0},
+          {"inference_stats",
+           {{"success", DurationJson({})},
+            {"fail", DurationJson({total, 0})},
+            {"queue", DurationJson({})},
+            {"compute_input", DurationJson({})},
+            {"compute_infer", DurationJson({})},
+            {"compute_output", DurationJson({})},
+            {"cache_hit", DurationJson({})},
+            {"cache_miss", DurationJson({})}}},
+          {"batch_stats", json::array()},
+          {"rejected", RejectedJson(reasons)}};
 }
 
 json TensorMetadataJson(const std::vector<TensorSpec>& specs, bool batching) {
@@ -480,6 +514,9 @@ void HttpServiceImpl::ModelStats(Response& res, const std::string& name,
     for (const VersionStatus& v : models_->Versions(name)) {
       if (v.model) list.push_back(StatsJson(*v.model));
     }
+    if (auto rejected = models_->Rejections(); !name.empty() && rejected.count(name)) {
+      list.push_back(RejectedStatsJson(name, rejected[name]));
+    }
   }
   if (list.empty()) {
     absl::StatusOr<std::shared_ptr<ModelVersion>> model = models_->Get(name, version);
@@ -493,6 +530,10 @@ void HttpServiceImpl::AllStats(Response& res) {
   json list = json::array();
   for (const VersionStatus& v : models_->Index()) {
     if (v.model) list.push_back(StatsJson(*v.model));
+  }
+  for (const auto& [name, reasons] : models_->Rejections()) {
+    // "" gathers names never loaded: metrics show it, a statistics entry would not.
+    if (!name.empty()) list.push_back(RejectedStatsJson(name, reasons));
   }
   SetJson(res, 200, json{{"model_stats", std::move(list)}});
 }
@@ -517,7 +558,7 @@ absl::Status HttpServiceImpl::InferInner(const Request& req, Response& res,
   if (!parsed.ok()) return parsed.status();
   const json& doc = *parsed;
 
-  absl::StatusOr<std::shared_ptr<ModelVersion>> got = models_->Get(name, version);
+  absl::StatusOr<std::shared_ptr<ModelVersion>> got = models_->Route(name, version);
   if (!got.ok()) return got.status();
   ModelVersion& model = **got;
 

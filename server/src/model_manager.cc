@@ -109,6 +109,8 @@ SchedulerStats ModelVersion::Stats() const {
   s.execution_count -= b.execution_count;
   s.success = Minus(s.success, b.success);
   s.fail = Minus(s.fail, b.fail);
+  s.rejected_queue_full -= b.rejected_queue_full;
+  s.rejected_draining -= b.rejected_draining;
   s.queue = Minus(s.queue, b.queue);
   s.compute_input = Minus(s.compute_input, b.compute_input);
   s.compute_infer = Minus(s.compute_infer, b.compute_infer);
@@ -261,6 +263,18 @@ struct ModelManager::Impl {
   uint64_t max_request_bytes;
   ObjectCache* cache;
 
+  // Route's refusals by model, then reason. Its own lock: counted on the request path, after
+  // the routing lookup released `mu`.
+  mutable absl::Mutex rejections_mu;
+  mutable std::map<std::string, std::map<std::string, uint64_t>> rejections
+      ABSL_GUARDED_BY(rejections_mu);
+
+  // Get's lookup; on failure also says why, for counting.
+  absl::StatusOr<std::shared_ptr<ModelVersion>> Lookup(const std::string& name,
+                                                       const std::string& version,
+                                                       observability::RejectionReason* why,
+                                                       bool* known) const;
+
   Impl(JitEngine* e, const ModelRepository* r, const ModelManagerOptions& options)
       : engine(e),
         repository(r),
@@ -299,7 +313,7 @@ struct ModelManager::Impl {
     // A seed (restored snapshot) brings its code: nothing to compile or look up.
     const bool seeded = seed != nullptr && seed->compiled != nullptr;
     ObjectCache* const cache = seeded ? nullptr : this->cache;
-    auto compiled = seeded            ? absl::StatusOr<CompiledModel>(*seed->compiled)
+    auto compiled = seeded             ? absl::StatusOr<CompiledModel>(*seed->compiled)
                     : cache != nullptr ? cache->Compile(path, bytes, options, &lookup)
                     : bytes.empty()    ? CompileOnnxFile(path, options)
                                        : CompileOnnxBytes(bytes, options);
@@ -389,6 +403,13 @@ struct ModelManager::Impl {
       if (ok && model_metrics && live->load(std::memory_order_relaxed))
         model_metrics->RecordExecution(rows);
     };
+    if (metrics != nullptr) {
+      scheduler_options.on_reject = [server_metrics = metrics, probe_name](bool queue_full) {
+        server_metrics->RecordRejection(*probe_name,
+                                        queue_full ? observability::RejectionReason::kQueueFull
+                                                   : observability::RejectionReason::kDraining);
+      };
+    }
     auto scheduler = CreateScheduler(scheduler_options, executable);
     if (!scheduler.ok()) return scheduler.status();
     auto model =
@@ -665,33 +686,69 @@ void ModelManager::LoadAll() {
   }
 }
 
-absl::StatusOr<std::shared_ptr<ModelVersion>> ModelManager::Get(const std::string& name,
-                                                                const std::string& version) const {
+absl::StatusOr<std::shared_ptr<ModelVersion>> ModelManager::Impl::Lookup(
+    const std::string& name, const std::string& version, observability::RejectionReason* why,
+    bool* known) const {
+  using observability::RejectionReason;
   // Every request routes through here: readers share the lock, only loads/unloads take it alone.
-  absl::ReaderMutexLock lock(&impl_->mu);
-  auto it = impl_->models.find(name);
-  if (it == impl_->models.end())
+  absl::ReaderMutexLock lock(&mu);
+  auto it = models.find(name);
+  *known = it != models.end();
+  if (!*known) {
+    *why = RejectionReason::kUnknownModel;
     return absl::NotFoundError(absl::StrCat("unknown model '", name, "'"));
+  }
   const auto& slots = it->second;
   if (version.empty() || version == "-1") {
     for (auto s = slots.rbegin(); s != slots.rend(); ++s) {
       if (s->second.model) return s->second.model;
     }
+    *why = RejectionReason::kNoReadyVersion;
     return absl::UnavailableError(absl::StrCat("model '", name, "' has no READY version"));
   }
   int64_t v = 0;
   if (!absl::SimpleAtoi(version, &v)) {
+    *why = RejectionReason::kInvalidVersion;
     return absl::InvalidArgumentError(absl::StrCat("version '", version, "' is not a number"));
   }
   auto s = slots.find(v);
   if (s == slots.end()) {
+    *why = RejectionReason::kUnknownVersion;
     return absl::NotFoundError(absl::StrCat("unknown version ", version, " of model '", name, "'"));
   }
   if (!s->second.model) {
+    *why = RejectionReason::kVersionUnavailable;
     return absl::UnavailableError(absl::StrCat("model '", name, "' version ", version, " is ",
                                                ModelStateName(s->second.state)));
   }
   return s->second.model;
+}
+
+absl::StatusOr<std::shared_ptr<ModelVersion>> ModelManager::Get(const std::string& name,
+                                                                const std::string& version) const {
+  observability::RejectionReason why = observability::RejectionReason::kUnknownModel;
+  bool known = false;
+  return impl_->Lookup(name, version, &why, &known);
+}
+
+absl::StatusOr<std::shared_ptr<ModelVersion>> ModelManager::Route(
+    const std::string& name, const std::string& version) const {
+  observability::RejectionReason why = observability::RejectionReason::kUnknownModel;
+  bool known = false;
+  auto model = impl_->Lookup(name, version, &why, &known);
+  if (model.ok()) return model;
+  const std::string key = known ? name : std::string();
+  {
+    absl::MutexLock lock(&impl_->rejections_mu);
+    ++impl_->rejections[key][std::string(observability::RejectionReasonName(why))];
+  }
+  if (impl_->metrics != nullptr) impl_->metrics->RecordRejection(key, why);
+  return model;
+}
+
+std::map<std::string, std::map<std::string, uint64_t>> ModelManager::Rejections() const {
+  absl::MutexLock lock(&impl_->rejections_mu);
+  return impl_->rejections;
 }
 
 std::vector<VersionStatus> ModelManager::Index() const {

@@ -19,7 +19,9 @@
 //   cuvil_jit_cache_hits_total{model}, cuvil_jit_cache_misses_total{model},
 //   cuvil_jit_cache_corrupt_entries_total{model}                       counters
 //   cuvil_model_load_duration_seconds                                 histogram
-//   cuvil_patches_total{model,version,action="applied|rolled_back"}   counter
+//   cuvil_patches_total{model,version,kind,result}                    counter (events.h names)
+//   cuvil_patch_switch_duration_seconds{kind}                         histogram, 10us .. 10s
+//   cuvil_requests_rejected_total{model,reason}                       counter ("" model: unknown)
 //   process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds,
 //   process_start_time_seconds                                        read from /proc at scrape
 //   cuvil_build_info{version,llvm} 1                                   gauge
@@ -37,6 +39,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cuvil/observability/events.h"
 #include "cuvil/observability/exposition.h"
 #include "cuvil/observability/metrics.h"
 
@@ -54,8 +57,6 @@ enum class FailureReason {
 inline constexpr int kFailureReasonCount = 7;
 // "invalid_argument", "not_found", ... (the `reason` label value).
 std::string_view FailureReasonName(FailureReason reason);
-
-enum class PatchAction { kApplied, kRolledBack };
 
 struct ServerMetricsOptions {
   std::string version;             // cuvil_build_info{version}
@@ -122,7 +123,13 @@ class ServerMetrics {
   // A disk cache entry was refused (corrupt, truncated or foreign) and the model recompiled.
   void RecordCacheCorrupt(std::string_view model);
   void RecordLoad(std::string_view model, std::string_view version, double seconds);
-  void RecordPatch(std::string_view model, std::string_view version, PatchAction action);
+  // One patch event (an admin call that changed, or tried to change, a version's code). With
+  // switch_seconds >= 0 (the change took effect), the switch-latency histogram observes it.
+  void RecordPatch(std::string_view model, std::string_view version, PatchKind kind,
+                   PatchResult result, double switch_seconds = -1);
+  // One request refused before a version served it. `model` is "" when the name is unknown
+  // (request-supplied names must not create unbounded series).
+  void RecordRejection(std::string_view model, RejectionReason reason);
 
   // The exposition for an HTTP Accept header (see exposition.h).
   RenderedMetrics Render(std::string_view accept_header) const;
@@ -154,6 +161,8 @@ class ServerMetrics {
   Family<Counter>* cache_corrupt_;
   Family<Histogram>* load_duration_;
   Family<Counter>* patches_;
+  Family<Histogram>* patch_switch_;
+  Family<Counter>* rejected_;
   Family<Gauge>* build_info_;
   // Triton compatibility (null unless enabled).
   Family<Counter>* nv_success_ = nullptr;

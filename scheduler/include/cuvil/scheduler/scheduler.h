@@ -47,6 +47,9 @@ struct SchedulerOptions {
   // Observers of each execution (metrics, tracing); called on worker threads, must not block.
   std::function<void(int64_t rows)> on_batch_start;
   std::function<void(int64_t rows, uint64_t duration_ns, bool ok)> on_batch_done;
+  // Observer of admission refusals, on the submitting thread (must not block): `queue_full`
+  // when the request's priority level was at max_queue_size, false when the scheduler drains.
+  std::function<void(bool queue_full)> on_reject;
 };
 
 // Counters a scheduler keeps; read with Scheduler::Stats(). Durations in nanoseconds.
@@ -63,6 +66,9 @@ struct SchedulerStats {
   uint64_t last_inference_ms = 0;  // Wall clock, ms since the epoch.
   DurationStat success, fail, queue, compute_input, compute_infer, compute_output;
   std::map<int64_t, BatchStat> batch_stats;  // Keyed by executed batch size.
+  // Requests refused at admission (also counted in `fail`): queue full, or draining.
+  uint64_t rejected_queue_full = 0;
+  uint64_t rejected_draining = 0;
   uint64_t pending = 0;
 };
 

@@ -143,6 +143,13 @@ class ModelManager {
   // the model/version; Unavailable when it exists but is not READY.
   absl::StatusOr<std::shared_ptr<ModelVersion>> Get(const std::string& name,
                                                     const std::string& version) const;
+  // Get for a request to be served: a failure is also counted as a rejection of `name` (see
+  // Rejections) and in cuvil_requests_rejected_total.
+  absl::StatusOr<std::shared_ptr<ModelVersion>> Route(const std::string& name,
+                                                      const std::string& version) const;
+  // Requests Route refused, by model then reason name ("no_ready_version", ...). Names never
+  // loaded are counted together under "" (request-supplied names must not grow the map).
+  std::map<std::string, std::map<std::string, uint64_t>> Rejections() const;
   // Every known version, sorted by name then version.
   std::vector<VersionStatus> Index() const;
   // Versions of `name` with their states (empty if unknown).

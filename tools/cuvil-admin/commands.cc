@@ -1,0 +1,232 @@
+#include "commands.h"
+
+#include <chrono>
+#include <fstream>
+#include <iterator>
+
+#include "absl/strings/str_cat.h"
+#include "admin.grpc.pb.h"
+#include "grpc_service.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "output.h"
+
+namespace cuvil::admin_cli {
+namespace {
+
+namespace av1 = cuvil::admin::v1;
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return absl::InvalidArgumentError(absl::StrCat("cannot read ", what, " ", path));
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+// The server compares the first line of its token file, so the client sends the same.
+absl::StatusOr<std::string> ReadToken(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return absl::InvalidArgumentError(absl::StrCat("cannot read token file ", path));
+  std::string token;
+  std::getline(f, token);
+  if (!token.empty() && token.back() == '\r') token.pop_back();
+  if (token.empty())
+    return absl::InvalidArgumentError(absl::StrCat("token file ", path, " is empty"));
+  return token;
+}
+
+absl::Status FromGrpc(const grpc::Status& s, const char* rpc, const std::string& url) {
+  if (s.ok()) return absl::OkStatus();
+  std::string message = s.error_message();
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    message = absl::StrCat(rpc, " to ", url, ": ", message);
+  }
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), message);
+}
+
+// One call context: deadline and the bearer token.
+class Call {
+ public:
+  Call(const AdminArgs& args, const std::string& token) {
+    ctx_.set_deadline(std::chrono::system_clock::now() +
+                      std::chrono::microseconds(static_cast<int64_t>(args.timeout_s * 1e6)));
+    if (!token.empty()) ctx_.AddMetadata("authorization", absl::StrCat("Bearer ", token));
+  }
+  grpc::ClientContext* ctx() { return &ctx_; }
+
+ private:
+  grpc::ClientContext ctx_;
+};
+
+std::shared_ptr<grpc::Channel> Connect(const std::string& url) {
+  grpc::ChannelArguments channel_args;
+  // Inline models and snapshots can be large; the server enforces its own limit.
+  channel_args.SetMaxReceiveMessageSize(-1);
+  channel_args.SetMaxSendMessageSize(-1);
+  return grpc::CreateCustomChannel(url, grpc::InsecureChannelCredentials(), channel_args);
+}
+
+}  // namespace
+
+absl::Status RunCommand(const AdminArgs& args, std::string* out) {
+  std::string token;
+  if (!args.token_file.empty()) {
+    auto t = ReadToken(args.token_file);
+    if (!t.ok()) return t.status();
+    token = *std::move(t);
+  }
+  auto channel = Connect(args.url);
+  auto admin = av1::ModelAdmin::NewStub(channel);
+  Call call(args, token);
+  auto render = [&](const google::protobuf::Message& m, std::string text) {
+    absl::StrAppend(out, args.json ? RenderJson(m) : std::move(text));
+  };
+  switch (args.verb) {
+    case Verb::kLoad: {
+      av1::LoadModelRequest q;
+      q.set_name(args.model);
+      q.set_wait(args.wait);
+      q.set_version(args.version);
+      if (!args.config_file.empty()) {
+        auto config = ReadFile(args.config_file, "config file");
+        if (!config.ok()) return config.status();
+        q.set_config_pbtxt(*config);
+      }
+      if (!args.onnx_file.empty()) {
+        auto onnx = ReadFile(args.onnx_file, "ONNX file");
+        if (!onnx.ok()) return onnx.status();
+        q.set_onnx_model(*std::move(onnx));
+      }
+      av1::LoadModelResponse r;
+      auto s = FromGrpc(admin->LoadModel(call.ctx(), q, &r), "LoadModel", args.url);
+      if (!s.ok()) return s;
+      render(r, RenderLoad(r));
+      return absl::OkStatus();
+    }
+    case Verb::kUnload: {
+      av1::UnloadModelRequest q;
+      q.set_name(args.model);
+      av1::UnloadModelResponse r;
+      auto s = FromGrpc(admin->UnloadModel(call.ctx(), q, &r), "UnloadModel", args.url);
+      if (!s.ok()) return s;
+      render(r, absl::StrCat("model ", args.model, " unloaded\n"));
+      return absl::OkStatus();
+    }
+    case Verb::kList: {
+      av1::ListModelsResponse r;
+      auto s = FromGrpc(admin->ListModels(call.ctx(), av1::ListModelsRequest(), &r), "ListModels",
+                        args.url);
+      if (!s.ok()) return s;
+      render(r, RenderModels(r));
+      return absl::OkStatus();
+    }
+    case Verb::kIndex: {
+      auto stub = inference::GRPCInferenceService::NewStub(channel);
+      inference::RepositoryIndexResponse r;
+      auto s = FromGrpc(stub->RepositoryIndex(call.ctx(), inference::RepositoryIndexRequest(), &r),
+                        "RepositoryIndex", args.url);
+      if (!s.ok()) return s;
+      render(r, RenderIndex(r));
+      return absl::OkStatus();
+    }
+    case Verb::kFunctions: {
+      av1::ListFunctionsRequest q;
+      q.set_name(args.model);
+      q.set_version(args.version);
+      av1::ListFunctionsResponse r;
+      auto s = FromGrpc(admin->ListFunctions(call.ctx(), q, &r), "ListFunctions", args.url);
+      if (!s.ok()) return s;
+      render(r, RenderFunctions(r));
+      return absl::OkStatus();
+    }
+    case Verb::kPatch: {
+      av1::PatchFunctionRequest q;
+      q.set_name(args.model);
+      q.set_version(args.version);
+      q.set_kind(args.kind);
+      if (!args.ir_file.empty()) {
+        auto ir = ReadFile(args.ir_file, "IR file");
+        if (!ir.ok()) return ir.status();
+        q.set_body(*std::move(ir));
+      } else if (!args.recompile_options.empty()) {
+        q.set_options(args.recompile_options);
+      } else {
+        q.set_profile_seconds(*args.profile_seconds);
+        q.set_wait(args.wait);
+      }
+      for (const std::string& f : args.functions) q.add_functions(f);
+      q.set_author(args.author);
+      q.set_force(args.force);
+      q.set_validate(args.validate);
+      q.set_rtol(args.rtol);
+      q.set_atol(args.atol);
+      av1::PatchFunctionResponse r;
+      auto s = FromGrpc(admin->PatchFunction(call.ctx(), q, &r), "PatchFunction", args.url);
+      if (!s.ok()) return s;
+      render(r, RenderPatch(r));
+      return absl::OkStatus();
+    }
+    case Verb::kRollback: {
+      av1::RollbackRequest q;
+      q.set_name(args.model);
+      q.set_version(args.version);
+      q.set_patch_id(args.patch_id);
+      av1::RollbackResponse r;
+      auto s = FromGrpc(admin->Rollback(call.ctx(), q, &r), "Rollback", args.url);
+      if (!s.ok()) return s;
+      render(r, absl::StrCat("patch ", args.patch_id, " rolled back (switch ", r.switch_us(),
+                             " us)\n"));
+      return absl::OkStatus();
+    }
+    case Verb::kPatches: {
+      av1::ListPatchesRequest q;
+      q.set_name(args.model);
+      q.set_version(args.version);
+      av1::ListPatchesResponse r;
+      auto s = FromGrpc(admin->ListPatches(call.ctx(), q, &r), "ListPatches", args.url);
+      if (!s.ok()) return s;
+      render(r, RenderPatches(r));
+      return absl::OkStatus();
+    }
+    case Verb::kSnapshot: {
+      av1::SnapshotRequest q;
+      q.set_name(args.model);
+      q.set_version(args.version);
+      av1::SnapshotResponse r;
+      auto s = FromGrpc(admin->Snapshot(call.ctx(), q, &r), "Snapshot", args.url);
+      if (!s.ok()) return s;
+      // Temporary file + rename: an interrupted write never leaves a truncated artifact.
+      const std::string tmp = args.out_file + ".tmp";
+      {
+        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+        f.write(r.snapshot().data(), static_cast<std::streamsize>(r.snapshot().size()));
+        if (!f.flush()) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+      }
+      if (std::rename(tmp.c_str(), args.out_file.c_str()) != 0) {
+        return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", args.out_file));
+      }
+      if (args.json) {
+        absl::StrAppend(out, "{\"file\":\"", args.out_file, "\",\"bytes\":", r.snapshot().size(),
+                        "}\n");
+      } else {
+        absl::StrAppend(out, "snapshot of ", args.model, " written to ", args.out_file, " (",
+                        HumanBytes(r.snapshot().size()), ")\n");
+      }
+      return absl::OkStatus();
+    }
+    case Verb::kRestore: {
+      av1::RestoreSnapshotRequest q;
+      auto bytes = ReadFile(args.in_file, "snapshot file");
+      if (!bytes.ok()) return bytes.status();
+      q.set_snapshot(*std::move(bytes));
+      av1::RestoreSnapshotResponse r;
+      auto s = FromGrpc(admin->RestoreSnapshot(call.ctx(), q, &r), "RestoreSnapshot", args.url);
+      if (!s.ok()) return s;
+      render(r, absl::StrCat("snapshot ", args.in_file, " restored\n"));
+      return absl::OkStatus();
+    }
+    case Verb::kNone:
+      break;
+  }
+  return absl::InvalidArgumentError("no verb given");
+}
+
+}  // namespace cuvil::admin_cli

@@ -1,0 +1,81 @@
+#include "output.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace cuvil::admin_cli {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(AdminOutputTest, TableColumnsAlign) {
+  EXPECT_EQ(RenderTable({"A", "LONGER"}, {{"xyz", "1"}, {"q"}}),
+            "A    LONGER\n"
+            "xyz  1\n"
+            "q\n");
+}
+
+TEST(AdminOutputTest, HumanBytes) {
+  EXPECT_EQ(HumanBytes(12), "12 B");
+  EXPECT_EQ(HumanBytes(1536), "1.5 KiB");
+  EXPECT_EQ(HumanBytes(uint64_t{3} << 30), "3.0 GiB");
+}
+
+TEST(AdminOutputTest, ModelsTableAndJson) {
+  cuvil::admin::v1::ListModelsResponse r;
+  auto* m = r.add_models();
+  m->set_name("mlp");
+  m->set_version(1);
+  m->set_state("READY");
+  m->set_namespace_("mlp/1");
+  m->set_compile_ms(12.34);
+  m->set_weights_bytes(2048);
+  m->set_code_bytes(100);
+  auto* f = r.add_models();
+  f->set_name("bad");
+  f->set_version(2);
+  f->set_state("FAILED");
+  f->set_reason("no model.onnx");
+  const std::string table = RenderModels(r);
+  EXPECT_THAT(table, HasSubstr("MODEL  VERSION  STATE   NAMESPACE"));
+  EXPECT_THAT(table, HasSubstr("mlp    1        READY   mlp/1      12.3        2.0 KiB  100 B"));
+  EXPECT_THAT(table, HasSubstr("bad    2        FAILED  -"));
+  EXPECT_THAT(table, HasSubstr("no model.onnx"));
+  const std::string json = RenderJson(r);
+  EXPECT_THAT(json, HasSubstr("\"namespace\":\"mlp/1\""));
+  EXPECT_THAT(json, HasSubstr("\"weights_bytes\":\"2048\""));  // int64 as a string (proto JSON)
+  EXPECT_THAT(json, HasSubstr("\"reason\":\"\""));             // zero values included
+}
+
+TEST(AdminOutputTest, ProfileTable) {
+  cuvil::admin::v1::PatchFunctionResponse r;
+  r.set_patch_id("4");
+  auto* k = r.add_profile();
+  k->set_function("k0_Gemm");
+  k->set_calls(10);
+  k->set_total_ns(2'500'000);
+  k->set_mean_ns(250'000);
+  k->set_share(0.75);
+  const std::string text = RenderPatch(r);
+  EXPECT_THAT(text, HasSubstr("FUNCTION  CALLS  TOTAL_MS  MEAN_US  SHARE"));
+  EXPECT_THAT(text, HasSubstr("k0_Gemm   10     2.500     250.0    75.0%"));
+  EXPECT_THAT(text, HasSubstr("total            2.500"));
+}
+
+TEST(AdminOutputTest, PatchesTable) {
+  cuvil::admin::v1::ListPatchesResponse r;
+  auto* p = r.add_patches();
+  p->set_patch_id("3");
+  p->set_unix_ms(1700000000123);
+  p->set_kind("ir");
+  p->add_functions("k_relu_1");
+  p->set_active(false);
+  p->set_rolled_back_unix_ms(1700000001000);
+  const std::string table = RenderPatches(r);
+  EXPECT_THAT(table, HasSubstr("2023-11-14T22:13:20.123Z"));
+  EXPECT_THAT(table, HasSubstr("rolled back 2023-11-14T22:13:21.000Z"));
+  EXPECT_THAT(table, HasSubstr("k_relu_1"));
+}
+
+}  // namespace
+}  // namespace cuvil::admin_cli
