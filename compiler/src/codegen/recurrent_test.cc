@@ -233,10 +233,14 @@ void RunAndCompare(const LoadedModel& model, const Config& c, const Data& in) {
   }
 }
 
-// Compiles the op with a symbolic batch and checks it on `in` and, from the same compile, on a
-// batch of one with other inputs (same weights).
-void CheckAgainstReference(const Config& c, const Data& in, const std::string& what) {
-  SCOPED_TRACE(what);
+struct Loaded {
+  std::unique_ptr<JitEngine> engine;
+  std::unique_ptr<LoadedModel> model;
+};
+
+// Builds the one-node graph for `c` (batch symbolic; constant weights taken from `in`), compiles
+// and loads it. Empty `model` (after a test failure) when any step fails.
+Loaded Load(const Config& c, const Data& in) {
   int64_t D = c.dirs(), GH = c.gates() * c.hidden;
   ir::Graph g;
   g.opset = 14;
@@ -294,19 +298,31 @@ void CheckAgainstReference(const Config& c, const Data& in, const std::string& w
   }
 
   auto model = CompileGraph(g);
-  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (!model.ok()) return {};
   auto engine = JitEngine::Create();
-  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  if (!engine.ok()) return {};
   auto loaded = (*engine)->Load("recurrent/1", std::move(*model));
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  RunAndCompare(**loaded, c, in);
+  EXPECT_TRUE(loaded.ok()) << loaded.status();
+  if (!loaded.ok()) return {};
+  return {std::move(*engine), std::move(*loaded)};
+}
+
+// Compiles the op with a symbolic batch and checks it on `in` and, from the same compile, on a
+// batch of one with other inputs (same weights).
+void CheckAgainstReference(const Config& c, const Data& in, const std::string& what) {
+  SCOPED_TRACE(what);
+  Loaded loaded = Load(c, in);
+  ASSERT_NE(loaded.model, nullptr);
+  RunAndCompare(*loaded.model, c, in);
 
   Config one = c;
   one.batch = 1;
   if (!one.lens.empty()) one.lens = {c.lens.back()};
   Data in1 = RandomData(one, 1000);
   in1.w = in.w, in1.r = in.r, in1.b = in.b, in1.p = in.p;
-  RunAndCompare(**loaded, one, in1);
+  RunAndCompare(*loaded.model, one, in1);
 }
 
 TEST(RecurrentTest, BidirectionalLstmWithShortSequenceLens) {
@@ -374,6 +390,24 @@ TEST(RecurrentTest, RnnActivations) {
     c.beta = std::string(a) == "Affine" ? Floats{0.1f, -0.1f} : Floats{};
     CheckAgainstReference(c, RandomData(c, 5), a);
   }
+}
+
+TEST(RecurrentTest, SequenceLensOutOfRangeFailsTheRequest) {
+  Config c;
+  c.seq = 4, c.batch = 2;
+  c.lens = {4, 2};
+  Data in = RandomData(c, 8);
+  Loaded loaded = Load(c, in);
+  ASSERT_NE(loaded.model, nullptr);
+  for (int32_t bad : {5, -1}) {
+    Config wrong = c;
+    wrong.lens = {2, bad};
+    auto out = loaded.model->Run(Feeds(wrong, in));
+    ASSERT_FALSE(out.ok()) << "length " << bad;
+    EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  // The model still serves valid requests.
+  RunAndCompare(*loaded.model, c, in);
 }
 
 // Shapes large enough for the register tiles (4-row tiles plus leftover rows, whole 16-column
