@@ -25,6 +25,7 @@ Exit 0 when every check passes, 1 otherwise.
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -216,6 +217,15 @@ def main():
             p99_all = histogram_quantile(hist, "cuvil_patch_switch_duration_seconds", 0.99) * 1000
             sw = sorted(switch_us)
             table_p99 = sw[int(0.99 * (len(sw) - 1))] if sw else float("nan")
+            # Exact figures from the server's patch event log lines (same measurement).
+            logged = sorted(float(m.group(1)) for line in list(s.log)
+                            for m in [re.search(r"patch event: model 'mlp' .* kind (?:ir|rollback) "
+                                                r"result ok .* switch ([0-9.]+) ms", line)] if m)
+            exact_p99 = logged[min(len(logged) - 1, int(0.99 * len(logged)))] if logged else 0
+            check(len(logged) >= 2 * a.patches and exact_p99 < a.p99_limit_ms,
+                  f"switch latency from {len(logged)} logged events: p50 "
+                  f"{logged[len(logged) // 2] if logged else 0:.3f} ms, p99 {exact_p99:.3f} ms, "
+                  f"max {logged[-1] if logged else 0:.3f} ms")
             check(p99_all < a.p99_limit_ms,
                   f"switch latency p99 {p99_all:.3f} ms (ir {p99['ir']:.3f} ms, rollback "
                   f"{p99['rollback']:.3f} ms; histogram interpolation) < {a.p99_limit_ms} ms; "
@@ -232,7 +242,7 @@ def main():
             result = {"seconds": a.seconds, "perf_requests": perf_requests,
                       "perf_errors": perf_errors, "probes": len(probes), "judged": judged,
                       "wrong": wrong, "patches": a.patches, "swaps": swaps_done,
-                      "switch_p99_ms": p99_all, "switch_p99_ms_by_kind": p99,
+                      "switch_p99_ms": p99_all, "switch_p99_ms_logged": exact_p99, "switch_p99_ms_by_kind": p99,
                       "publish_p99_us": table_p99, "failures": failures}
             if problems:
                 print("---- server log tail ----\n" + "".join(s.log[-30:]))
