@@ -782,8 +782,7 @@ void HttpServiceImpl::AdminListFunctions(Response& res, const std::string& name,
 }
 
 // A profile table as JSON rows.
-json ProfileJson(
-    const google::protobuf::RepeatedPtrField<cuvil::admin::v1::KernelProfile>& table) {
+json ProfileJson(const google::protobuf::RepeatedPtrField<cuvil::admin::v1::KernelProfile>& table) {
   json rows = json::array();
   for (const auto& k : table) {
     rows.push_back({{"function", k.function()},
@@ -815,9 +814,9 @@ void HttpServiceImpl::AdminPatch(Response& res, const std::string& body, const s
   absl::StatusOr<bool> force = BoolField(*parsed, "force", false);
   absl::StatusOr<std::string> options = StringField(*parsed, "options");
   absl::StatusOr<bool> wait = BoolField(*parsed, "wait", false);
-  for (const absl::Status& s : {ir.status(), function.status(), author.status(), kind.status(),
-                                validate.status(), force.status(), options.status(),
-                                wait.status()}) {
+  for (const absl::Status& s :
+       {ir.status(), function.status(), author.status(), kind.status(), validate.status(),
+        force.status(), options.status(), wait.status()}) {
     if (!s.ok()) return SetError(res, s);
   }
   cuvil::admin::v1::PatchFunctionRequest request;
