@@ -344,7 +344,8 @@ TEST(GrpcAdminTest, TokenIsRequiredAndFunctionsAreListed) {
   EXPECT_EQ(admin->PatchFunction(&ctx3, {}, &pr).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
-// LLVM IR for a Relu kernel over batch*width floats (args = {in, out}) that doubles its output.
+// LLVM IR for an elementwise kernel over batch*width floats (args = {in, out}) writing
+// 2 * max(in, 0): a doubling Relu, or a doubling copy of non-negative data.
 std::string DoublingReluIr(const std::string& symbol, int64_t width) {
   return absl::StrCat(R"(
 define i32 @)",
@@ -381,21 +382,28 @@ TEST_F(GrpcServerTest, PatchFunctionSwitchesBetweenRequestsAndRollsBack) {
   {
     grpc::ClientContext ctx;
     cuvil::admin::v1::ListFunctionsRequest fq;
-    fq.set_name("mlp");
+    fq.set_name("lenet");
     ASSERT_TRUE(admin->ListFunctions(&ctx, fq, &fns).ok());
   }
-  ASSERT_EQ(fns.functions(1).op_type(), "Relu");
-  const std::string relu = fns.functions(1).symbol();
-  const std::string sig = fns.functions(1).signature();  // (float32[batch,W]) -> ...
-  size_t comma = sig.find(',');
-  ASSERT_NE(comma, std::string::npos);
-  const int64_t width = std::stoll(sig.substr(comma + 1));
+  // lenet's Flatten: a copy of batch*W non-negative floats (its Relus are fused into the Convs).
+  std::string relu, sig;
+  for (const auto& f : fns.functions()) {
+    if (f.op_type() == "Flatten") relu = f.symbol(), sig = f.signature();
+  }
+  ASSERT_FALSE(relu.empty());
+  const std::string out_prefix =
+      "-> (float32[batch,";  // (float32[batch,...]) -> (float32[batch,W])
+  const size_t out = sig.find(out_prefix);
+  ASSERT_NE(out, std::string::npos) << sig;
+  const int64_t width = std::stoll(sig.substr(out + out_prefix.size()));
 
-  HostTensor input = testing::ReadReference("mlp", 0, "input");
-  HostTensor expected = testing::ReadReference("mlp", 0, "output");
+  HostTensor input = testing::ReadReference("lenet", 0, "input");
+  HostTensor expected = testing::ReadReference("lenet", 0, "output");
   auto output = [&]() {
     inference::ModelInferResponse r;
-    grpc::Status s = Infer(MlpRequest(input), &r);
+    inference::ModelInferRequest q = MlpRequest(input);
+    q.set_model_name("lenet");
+    grpc::Status s = Infer(q, &r);
     EXPECT_TRUE(s.ok()) << s.error_message();
     std::vector<float> v(expected.num_elements());
     if (s.ok()) std::memcpy(v.data(), r.raw_output_contents(0).data(), v.size() * sizeof(float));
@@ -406,7 +414,7 @@ TEST_F(GrpcServerTest, PatchFunctionSwitchesBetweenRequestsAndRollsBack) {
   auto patch = [&](const std::string& ir, bool force, cuvil::admin::v1::PatchFunctionResponse* r) {
     grpc::ClientContext ctx;
     cuvil::admin::v1::PatchFunctionRequest q;
-    q.set_name("mlp");
+    q.set_name("lenet");
     q.set_function(relu);
     q.set_body(ir);
     q.set_force(force);
@@ -433,7 +441,7 @@ TEST_F(GrpcServerTest, PatchFunctionSwitchesBetweenRequestsAndRollsBack) {
   {
     grpc::ClientContext ctx;
     cuvil::admin::v1::ListPatchesRequest q;
-    q.set_name("mlp");
+    q.set_name("lenet");
     cuvil::admin::v1::ListPatchesResponse r;
     ASSERT_TRUE(admin->ListPatches(&ctx, q, &r).ok());
     ASSERT_EQ(r.patches_size(), 1);
@@ -443,17 +451,43 @@ TEST_F(GrpcServerTest, PatchFunctionSwitchesBetweenRequestsAndRollsBack) {
     EXPECT_THAT(r.patches(0).functions(), ::testing::ElementsAre(relu));
     EXPECT_TRUE(r.patches(0).active());
   }
+  // A snapshot taken while patched restores the patched code under the same patch id; a damaged
+  // one is refused and changes nothing.
+  {
+    grpc::ClientContext sctx;
+    cuvil::admin::v1::SnapshotRequest sq;
+    sq.set_name("lenet");
+    cuvil::admin::v1::SnapshotResponse snap;
+    ASSERT_TRUE(admin->Snapshot(&sctx, sq, &snap).ok());
+    EXPECT_EQ(snap.version(), 1);
+    cuvil::admin::v1::RestoreSnapshotRequest bad;
+    bad.set_snapshot(snap.snapshot().substr(0, snap.snapshot().size() / 2));
+    grpc::ClientContext bctx;
+    cuvil::admin::v1::RestoreSnapshotResponse br;
+    EXPECT_EQ(admin->RestoreSnapshot(&bctx, bad, &br).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(output(), patched);
+    cuvil::admin::v1::RestoreSnapshotRequest rq;
+    rq.set_snapshot(snap.snapshot());
+    grpc::ClientContext rctx;
+    cuvil::admin::v1::RestoreSnapshotResponse rr;
+    grpc::Status rs = admin->RestoreSnapshot(&rctx, rq, &rr);
+    ASSERT_TRUE(rs.ok()) << rs.error_message();
+    EXPECT_EQ(rr.name(), "lenet");
+    EXPECT_THAT(rr.patch_ids(), ::testing::ElementsAre(pr.patch_id()));
+    EXPECT_EQ(output(), patched);  // The restored version serves the patched code.
+  }
   {
     grpc::ClientContext ctx;
     cuvil::admin::v1::RollbackRequest q;
-    q.set_name("mlp");
+    q.set_name("lenet");
     q.set_patch_id("999999");
     cuvil::admin::v1::RollbackResponse r;
     EXPECT_EQ(admin->Rollback(&ctx, q, &r).error_code(), grpc::StatusCode::NOT_FOUND);
   }
   grpc::ClientContext ctx;
   cuvil::admin::v1::RollbackRequest q;
-  q.set_name("mlp");
+  q.set_name("lenet");
   q.set_patch_id(pr.patch_id());
   cuvil::admin::v1::RollbackResponse r;
   ASSERT_TRUE(admin->Rollback(&ctx, q, &r).ok());
