@@ -2,11 +2,11 @@
 """Zero-downtime version swap under load, and the counting of rejected requests (issue 8 item 7).
 
 usage: version_swap_test.py SERVER PERF PY_STUBS EXAMPLE_REPO [--seconds 15] [--versions 6]
-                            [--concurrency 8] [--promtool PATH]
+                            [--concurrency 8] [--protocol grpc|http] [--promtool PATH]
 
 1. cuvil-server (explicit control, ephemeral ports) on a copy of the example repository with mlp
    loaded (default version policy: latest).
-2. cuvil-perf on mlp over gRPC, closed loop at --concurrency for --seconds. Meanwhile version
+2. cuvil-perf on mlp over gRPC (or --protocol http), closed loop at --concurrency for --seconds. Meanwhile version
    folders 2..N are added one by one, each followed by RepositoryModelLoad over gRPC: version
    N+1 loads while N serves, routing flips when N+1 is READY, N drains.
    Checks: 0 failed requests, every load OK, afterwards only version N READY and serving, and no
@@ -39,6 +39,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=15)
     ap.add_argument("--versions", type=int, default=6)
     ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--protocol", choices=["grpc", "http"], default="grpc")
     ap.add_argument("--promtool", default=shutil.which("promtool"))
     a = ap.parse_args()
     sys.path.insert(0, a.stubs)
@@ -65,7 +66,8 @@ def main():
 
             # -- 2. version swaps under load ---------------------------------------------------
             csv = os.path.join(tmp, "perf.csv")
-            perf = run_perf(a.perf, "mlp", s.grpc, a.concurrency, a.seconds, csv)
+            perf = run_perf(a.perf, "mlp", s.grpc if a.protocol == "grpc" else s.http,
+                            a.concurrency, a.seconds, csv, protocol=a.protocol)
             time.sleep(1.5)  # cuvil-perf's warm-up requests
             swaps = list(range(2, a.versions + 1))
             spacing = max(0.2, (a.seconds - 3) / max(len(swaps), 1))
