@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "codegen/kernel_context.h"
+#include "codegen/lower.h"
 #include "cuvil/runtime/ukernels.h"
 #include "llvm/IR/MDBuilder.h"
 
@@ -397,6 +398,82 @@ absl::Status EmitPool(KernelContext& k, bool is_max) {
   llvm::Value* count = k.Scratch(k.I64Ty());
   llvm::Value* argmax = k.Scratch(k.I64Ty());
   llvm::Value* planes = b.CreateMul(k.Dim(k.in_shape(0)[0]), k.Dim(k.in_shape(0)[1]));
+
+  // Max pooling whose every window lies inside the input (no padding, no overhang) and has at
+  // most 64 taps: no bounds check or control flow per tap, so the output loop vectorises.
+  bool all_inside = is_max && !want_indices && Product(w.kernel) <= 64;
+  for (size_t j = 0; j < r && all_inside; ++j) {
+    all_inside = w.pads[j] == 0 && w.pads[j + r] == 0 &&
+                 (w.out[j] - 1) * w.strides[j] + (w.kernel[j] - 1) * w.dilations[j] < w.in[j];
+  }
+  if (all_inside) {
+    // Float32 rows are taken up to a target vector of outputs at a time: per tap, one load of the
+    // input span the lanes read, de-interleaved by the stride with a shuffle.
+    const size_t last = r - 1;
+    const int64_t stride = w.strides[last];
+    const int64_t lanes = dt == DType::kFloat32 && stride <= 4 ? TargetVectorBits() / 32 : 0;
+    Ints outer_out(w.out.begin(), w.out.begin() + static_cast<std::ptrdiff_t>(last));
+    // max over the window of output `o` (whose last coordinate is the first of the lanes).
+    auto window_max = [&](llvm::Value* x_plane, const Idx& o, int64_t width) {
+      llvm::Value* m = k.Lowest(dt);
+      llvm::Type* span_ty = nullptr;
+      std::vector<int> pick;
+      if (width > 1) {
+        m = b.CreateVectorSplat(static_cast<unsigned>(width), m);
+        span_ty = llvm::FixedVectorType::get(k.ElemType(dt),
+                                             static_cast<unsigned>((width - 1) * stride + 1));
+        for (int64_t l = 0; l < width; ++l) pick.push_back(static_cast<int>(l * stride));
+      }
+      Ints tap(r, 0);
+      for (bool more = true; more;) {
+        Idx pos;
+        for (size_t j = 0; j < r; ++j) pos.push_back(w.InputPos(k, j, o[j], k.I64(tap[j])));
+        llvm::Value* at = Linear(k, x_plane, pos, in_strides);
+        llvm::Value* v;
+        if (width > 1) {
+          v = b.CreateShuffleVector(
+              b.CreateAlignedLoad(span_ty, k.ElemPtr(dt, k.in(0), at), llvm::Align(4)), pick);
+        } else {
+          v = k.Load(dt, k.in(0), at);
+        }
+        m = k.Max(dt, m, v);
+        more = false;
+        for (size_t j = r; j-- > 0;) {
+          if (++tap[j] < w.kernel[j]) {
+            more = true;
+            break;
+          }
+          tap[j] = 0;
+        }
+      }
+      return m;
+    };
+    k.For(k.I64(0), planes, [&](llvm::Value* p) {
+      llvm::Value* x_plane = b.CreateMul(p, k.I64(in_plane));
+      llvm::Value* y_plane = b.CreateMul(p, k.I64(out_plane));
+      k.ForNest(Consts(k, outer_out), [&](const Idx& outer) {
+        auto emit = [&](llvm::Value* x, int64_t width) {
+          Idx o = outer;
+          o.push_back(x);
+          llvm::Value* m = window_max(x_plane, o, width);
+          llvm::Value* y = k.ElemPtr(dt, k.out(0), Linear(k, y_plane, o, out_strides));
+          b.CreateAlignedStore(m, y, llvm::Align(4));
+        };
+        // Full vectors, then halves down to 4 lanes (a 12-wide row is 8 + 4), then scalars.
+        int64_t x0 = 0;
+        for (int64_t width = lanes; width >= 4; width /= 2) {
+          int64_t n = (w.out[last] - x0) / width;
+          if (n == 0) continue;
+          k.For(k.I64(0), k.I64(n), [&](llvm::Value* c) {
+            emit(b.CreateAdd(k.I64(x0), b.CreateMul(c, k.I64(width))), width);
+          });
+          x0 += n * width;
+        }
+        k.For(k.I64(x0), k.I64(w.out[last]), [&](llvm::Value* x) { emit(x, 1); });
+      });
+    });
+    return absl::OkStatus();
+  }
 
   k.For(k.I64(0), planes, [&](llvm::Value* p) {
     llvm::Value* x_plane = b.CreateMul(p, k.I64(in_plane));
