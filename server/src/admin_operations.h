@@ -38,11 +38,14 @@ class AdminOperations {
   // The compiled functions of one READY version; NotFound / Unavailable as ModelManager::Get.
   absl::StatusOr<cuvil::admin::v1::ListFunctionsResponse> ListFunctions(
       const cuvil::admin::v1::ListFunctionsRequest& request) const;
-  // Compiles the patch off the request path, validates it on a deterministic batch-1 input
-  // against the current code (unless validate is false; a difference beyond the tolerance is
-  // FailedPrecondition unless force), then publishes it between executions. InvalidArgument for
-  // a malformed patch; NotFound / Unavailable as ModelManager::Get. A refused patch changes
-  // nothing.
+  // Compiles the patch (kind "ir": the request's LLVM IR; "recompile": the version's model
+  // compiled again with the request's options; "profile": timing wrappers that roll back by
+  // themselves after profile_seconds) off the request path, validates it on the version's
+  // warm-up input (a deterministic batch-1 input when it has none) against the current code
+  // (unless validate is false; a difference beyond the tolerance is FailedPrecondition unless
+  // force), then publishes it between executions. InvalidArgument for a malformed patch or an
+  // unknown kind; NotFound / Unavailable as ModelManager::Get. A refused patch changes nothing.
+  // A profile patch with wait answers once its window ended, with the per-kernel table.
   absl::StatusOr<cuvil::admin::v1::PatchFunctionResponse> PatchFunction(
       const cuvil::admin::v1::PatchFunctionRequest& request);
   // Rolls back an active patch of a version (see LoadedModel::Rollback).
