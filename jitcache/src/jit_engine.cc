@@ -36,44 +36,38 @@ namespace {
 
 std::string ToString(llvm::Error err) { return llvm::toString(std::move(err)); }
 
-} // namespace
+}  // namespace
 
 struct LoadedModel::Handle {
-  llvm::orc::JITDylib *dylib = nullptr;
+  llvm::orc::JITDylib* dylib = nullptr;
   llvm::orc::ResourceTrackerSP tracker;
 };
 
 struct JitEngine::Impl {
   std::unique_ptr<llvm::orc::LLJIT> jit;
-  llvm::orc::JITDylib *runtime = nullptr;
+  llvm::orc::JITDylib* runtime = nullptr;
   mutable absl::Mutex mu;
   std::set<std::string> live ABSL_GUARDED_BY(mu);
-  std::atomic<uint64_t> next_patch_id{
-      1}; // Unique across namespaces: symbols embed it.
+  std::atomic<uint64_t> next_patch_id{1};  // Unique across namespaces: symbols embed it.
 };
 
 // The code and table of one prepared or committed patch.
 class PreparedPatch {
-public:
+ public:
   ~PreparedPatch() {
-    if (tracker)
-      llvm::consumeError(
-          tracker->remove()); // Frees the code if never published.
-    if (own_dylib != nullptr)
-      llvm::consumeError(session->removeJITDylib(*own_dylib));
+    if (tracker) llvm::consumeError(tracker->remove());  // Frees the code if never published.
+    if (own_dylib != nullptr) llvm::consumeError(session->removeJITDylib(*own_dylib));
   }
   uint64_t id = 0;
-  uint64_t base_generation = 0; // table_generation_ it was prepared against.
+  uint64_t base_generation = 0;  // table_generation_ it was prepared against.
   llvm::orc::ResourceTrackerSP tracker;
-  // Recompile patches link a whole object into a namespace of their own (its
-  // symbols would clash with the version's); removing it frees the code.
-  llvm::orc::ExecutionSession *session = nullptr;
-  llvm::orc::JITDylib *own_dylib = nullptr;
-  std::unique_ptr<void *[]>
-      table; // The base table with every layer up to this one applied.
-  std::vector<std::pair<int, void *>>
-      slots; // What this layer replaces: (slot, code).
-  std::shared_ptr<KernelProfiler> profiler; // Profile patches.
+  // Recompile patches link a whole object into a namespace of their own (its symbols would clash
+  // with the version's); removing it frees the code.
+  llvm::orc::ExecutionSession* session = nullptr;
+  llvm::orc::JITDylib* own_dylib = nullptr;
+  std::unique_ptr<void*[]> table;  // The base table with every layer up to this one applied.
+  std::vector<std::pair<int, void*>> slots;  // What this layer replaces: (slot, code).
+  std::shared_ptr<KernelProfiler> profiler;  // Profile patches.
   double profile_seconds = 0;
   PatchRecord record;
 };
@@ -90,7 +84,7 @@ int64_t NowUnixMs() {
       .count();
 }
 
-} // namespace
+}  // namespace
 
 JitEngine::JitEngine() : impl_(std::make_unique<Impl>()) {}
 
@@ -104,37 +98,31 @@ absl::StatusOr<std::unique_ptr<JitEngine>> JitEngine::Create() {
   });
   auto jit = llvm::orc::LLJITBuilder().create();
   if (!jit)
-    return absl::InternalError(
-        absl::StrCat("cannot create LLJIT: ", ToString(jit.takeError())));
+    return absl::InternalError(absl::StrCat("cannot create LLJIT: ", ToString(jit.takeError())));
   std::unique_ptr<JitEngine> engine(new JitEngine());
   engine->impl_->jit = std::move(*jit);
-  auto &es = engine->impl_->jit->getExecutionSession();
+  auto& es = engine->impl_->jit->getExecutionSession();
   auto runtime = es.createJITDylib("cuvil_runtime");
-  if (!runtime)
-    return absl::InternalError(ToString(runtime.takeError()));
+  if (!runtime) return absl::InternalError(ToString(runtime.takeError()));
   llvm::orc::SymbolMap symbols;
-  for (const RuntimeSymbol &s : RuntimeSymbols()) {
+  for (const RuntimeSymbol& s : RuntimeSymbols()) {
     symbols[es.intern(s.name)] = {llvm::orc::ExecutorAddr::fromPtr(s.address),
-                                  llvm::JITSymbolFlags::Exported |
-                                      llvm::JITSymbolFlags::Callable};
+                                  llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable};
   }
-  if (auto err =
-          runtime->define(llvm::orc::absoluteSymbols(std::move(symbols)))) {
+  if (auto err = runtime->define(llvm::orc::absoluteSymbols(std::move(symbols)))) {
     return absl::InternalError(ToString(std::move(err)));
   }
-  // libm and libc functions that generated code calls (expf, erff, memcpy,
-  // ...).
+  // libm and libc functions that generated code calls (expf, erff, memcpy, ...).
   auto process = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
       engine->impl_->jit->getDataLayout().getGlobalPrefix());
-  if (!process)
-    return absl::InternalError(ToString(process.takeError()));
+  if (!process) return absl::InternalError(ToString(process.takeError()));
   runtime->addGenerator(std::move(*process));
   engine->impl_->runtime = &*runtime;
   return engine;
 }
 
-absl::StatusOr<std::unique_ptr<LoadedModel>>
-JitEngine::Load(const std::string &namespace_name, CompiledModel model) {
+absl::StatusOr<std::unique_ptr<LoadedModel>> JitEngine::Load(const std::string& namespace_name,
+                                                             CompiledModel model) {
   {
     absl::MutexLock lock(&impl_->mu);
     if (!impl_->live.insert(namespace_name).second) {
@@ -142,88 +130,73 @@ JitEngine::Load(const std::string &namespace_name, CompiledModel model) {
           absl::StrCat("namespace '", namespace_name, "' is already loaded"));
     }
   }
-  auto fail = [&](const std::string &msg) {
+  auto fail = [&](const std::string& msg) {
     absl::MutexLock lock(&impl_->mu);
     impl_->live.erase(namespace_name);
-    return absl::InternalError(
-        absl::StrCat("loading '", namespace_name, "': ", msg));
+    return absl::InternalError(absl::StrCat("loading '", namespace_name, "': ", msg));
   };
   std::unique_ptr<LoadedModel> loaded(new LoadedModel());
   loaded->engine_ = this;
   loaded->namespace_name_ = namespace_name;
 
-  // Weights: read-only memory shared by every execution. A blob that is already
-  // a read-only mapping (a JIT cache entry) is used in place and kept alive by
-  // model_; others are copied.
-  const void *weights = model.weights.data();
+  // Weights: read-only memory shared by every execution. A blob that is already a read-only
+  // mapping (a JIT cache entry) is used in place and kept alive by model_; others are copied.
+  const void* weights = model.weights.data();
   if (model.weights.read_only()) {
     loaded->weights_mapped_bytes_ = model.weights.size();
   } else {
     size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
     size_t bytes = std::max<size_t>(model.weights.size(), 1);
     loaded->weights_mapped_bytes_ = (bytes + page - 1) / page * page;
-    void *mem =
-        mmap(nullptr, loaded->weights_mapped_bytes_, PROT_READ | PROT_WRITE,
-             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (mem == MAP_FAILED)
-      return fail("cannot map weights");
+    void* mem = mmap(nullptr, loaded->weights_mapped_bytes_, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) return fail("cannot map weights");
     loaded->weights_ = mem;
-    if (!model.weights.empty())
-      std::memcpy(mem, model.weights.data(), model.weights.size());
+    if (!model.weights.empty()) std::memcpy(mem, model.weights.data(), model.weights.size());
     if (mprotect(mem, loaded->weights_mapped_bytes_, PROT_READ) != 0) {
-      return fail(absl::StrCat("cannot make the weights read-only: ",
-                               std::strerror(errno)));
+      return fail(absl::StrCat("cannot make the weights read-only: ", std::strerror(errno)));
     }
     weights = mem;
-    model.weights = WeightsBlob(); // The mapping holds them now.
+    model.weights = WeightsBlob();  // The mapping holds them now.
   }
 
-  auto &es = impl_->jit->getExecutionSession();
+  auto& es = impl_->jit->getExecutionSession();
   auto dylib = es.createJITDylib(namespace_name);
-  if (!dylib)
-    return fail(ToString(dylib.takeError()));
+  if (!dylib) return fail(ToString(dylib.takeError()));
   loaded->handle_ = std::make_unique<LoadedModel::Handle>();
   loaded->handle_->dylib = &*dylib;
   loaded->handle_->tracker = dylib->getDefaultResourceTracker();
   dylib->addToLinkOrder(*impl_->runtime);
   llvm::orc::SymbolMap weights_symbol;
-  weights_symbol[es.intern(kWeightsSymbol)] = {
-      llvm::orc::ExecutorAddr::fromPtr(weights),
-      llvm::JITSymbolFlags::Exported};
-  if (auto err = dylib->define(
-          llvm::orc::absoluteSymbols(std::move(weights_symbol)))) {
+  weights_symbol[es.intern(kWeightsSymbol)] = {llvm::orc::ExecutorAddr::fromPtr(weights),
+                                               llvm::JITSymbolFlags::Exported};
+  if (auto err = dylib->define(llvm::orc::absoluteSymbols(std::move(weights_symbol)))) {
     return fail(ToString(std::move(err)));
   }
-  auto buffer =
-      llvm::MemoryBuffer::getMemBufferCopy(model.object_code, namespace_name);
+  auto buffer = llvm::MemoryBuffer::getMemBufferCopy(model.object_code, namespace_name);
   if (auto err = impl_->jit->addObjectFile(*dylib, std::move(buffer))) {
     return fail(ToString(std::move(err)));
   }
   auto entry = impl_->jit->lookup(*dylib, kEntrySymbol);
-  if (!entry)
-    return fail(ToString(entry.takeError()));
+  if (!entry) return fail(ToString(entry.takeError()));
   auto table = impl_->jit->lookup(*dylib, kFunctionTableSymbol);
-  if (!table)
-    return fail(ToString(table.takeError()));
+  if (!table) return fail(ToString(table.takeError()));
   auto with_table = impl_->jit->lookup(*dylib, kEntryWithTableSymbol);
-  if (!with_table)
-    return fail(ToString(with_table.takeError()));
+  if (!with_table) return fail(ToString(with_table.takeError()));
   auto table_ptr = impl_->jit->lookup(*dylib, kFunctionTablePtrSymbol);
-  if (!table_ptr)
-    return fail(ToString(table_ptr.takeError()));
+  if (!table_ptr) return fail(ToString(table_ptr.takeError()));
   loaded->entry_ = entry->toPtr<EntryFn>();
-  loaded->function_table_ = table->toPtr<void **>();
+  loaded->function_table_ = table->toPtr<void**>();
   loaded->entry_with_table_ = with_table->toPtr<EntryWithTableFn>();
-  loaded->table_ptr_ = table_ptr->toPtr<void ***>();
-  loaded->current_table_.store(loaded->function_table_,
-                               std::memory_order_release);
+  loaded->table_ptr_ = table_ptr->toPtr<void***>();
+  loaded->current_table_.store(loaded->function_table_, std::memory_order_release);
   loaded->model_ = std::move(model);
   return loaded;
 }
 
-void JitEngine::Unload(LoadedModel *model) {
+void JitEngine::Unload(LoadedModel* model) {
   if (model->handle_ && model->handle_->dylib != nullptr) {
-    auto &es = impl_->jit->getExecutionSession();
+    auto& es = impl_->jit->getExecutionSession();
     if (auto err = es.removeJITDylib(*model->handle_->dylib)) {
       llvm::consumeError(std::move(err));
     }
@@ -239,77 +212,68 @@ std::vector<std::string> JitEngine::Namespaces() const {
 }
 
 LoadedModel::~LoadedModel() {
-  StopProfileTimer(); // Its automatic rollback must not run against a namespace
-                      // going away.
+  StopProfileTimer();  // Its automatic rollback must not run against a namespace going away.
   {
-    // Removing the namespace frees every layer's code; the trackers must not
-    // remove it again.
+    // Removing the namespace frees every layer's code; the trackers must not remove it again.
     absl::MutexLock lock(&patch_mu_);
-    for (auto &layer : layers_)
-      layer->patch->tracker = nullptr;
+    for (auto& layer : layers_) layer->patch->tracker = nullptr;
   }
-  if (engine_ != nullptr)
-    engine_->Unload(this);
-  if (weights_ != nullptr)
-    munmap(weights_, weights_mapped_bytes_);
+  if (engine_ != nullptr) engine_->Unload(this);
+  if (weights_ != nullptr) munmap(weights_, weights_mapped_bytes_);
 }
 
 absl::StatusOr<int64_t> LoadedModel::ResolveBatch(
-    const std::vector<std::vector<int64_t>> &input_shapes) const {
-  const auto &sig = model_.inputs;
+    const std::vector<std::vector<int64_t>>& input_shapes) const {
+  const auto& sig = model_.inputs;
   if (input_shapes.size() != sig.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "expected ", sig.size(), " inputs, got ", input_shapes.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected ", sig.size(), " inputs, got ", input_shapes.size()));
   }
   int64_t batch = -1;
   for (size_t i = 0; i < sig.size(); ++i) {
-    const auto &want = sig[i].shape;
-    const auto &got = input_shapes[i];
+    const auto& want = sig[i].shape;
+    const auto& got = input_shapes[i];
     if (got.size() != want.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input '", sig[i].name, "': expected rank ", want.size(), " ",
-          SymShapeToString(want, model_.symbol), ", got rank ", got.size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", sig[i].name, "': expected rank ", want.size(), " ",
+                       SymShapeToString(want, model_.symbol), ", got rank ", got.size()));
     }
     for (size_t d = 0; d < want.size(); ++d) {
-      if (want[d].IsStatic() || want[d].power != 1)
-        continue;
+      if (want[d].IsStatic() || want[d].power != 1) continue;
       if (got[d] % want[d].coef != 0 || got[d] < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("input '", sig[i].name, "' dim ", d, ": ", got[d],
-                         " is not a multiple of ", want[d].coef));
+        return absl::InvalidArgumentError(absl::StrCat("input '", sig[i].name, "' dim ", d, ": ",
+                                                       got[d], " is not a multiple of ",
+                                                       want[d].coef));
       }
       int64_t b = got[d] / want[d].coef;
       if (batch >= 0 && b != batch) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "input '", sig[i].name, "' dim ", d, " implies ", model_.symbol,
-            "=", b, " but another input implies ", batch));
+        return absl::InvalidArgumentError(absl::StrCat("input '", sig[i].name, "' dim ", d,
+                                                       " implies ", model_.symbol, "=", b,
+                                                       " but another input implies ", batch));
       }
       batch = b;
     }
   }
-  if (batch < 0)
-    batch = 1;
+  if (batch < 0) batch = 1;
   for (size_t i = 0; i < sig.size(); ++i) {
     std::vector<int64_t> want = EvalShape(sig[i].shape, batch);
     if (want != input_shapes[i]) {
       std::vector<SymDim> got_dims;
-      for (int64_t v : input_shapes[i])
-        got_dims.push_back(SymDim::Const(v));
-      return absl::InvalidArgumentError(
-          absl::StrCat("input '", sig[i].name, "': expected shape ",
-                       SymShapeToString(sig[i].shape, model_.symbol), ", got ",
-                       SymShapeToString(got_dims)));
+      for (int64_t v : input_shapes[i]) got_dims.push_back(SymDim::Const(v));
+      return absl::InvalidArgumentError(absl::StrCat("input '", sig[i].name, "': expected shape ",
+                                                     SymShapeToString(sig[i].shape, model_.symbol),
+                                                     ", got ", SymShapeToString(got_dims)));
     }
   }
   return batch;
 }
 
-absl::Status LoadedModel::CheckInputShapes(
-    absl::Span<const std::vector<int64_t>> input_shapes, int64_t batch) const {
-  const auto &sig = model_.inputs;
+absl::Status LoadedModel::CheckInputShapes(absl::Span<const std::vector<int64_t>> input_shapes,
+                                           int64_t batch) const {
+  const auto& sig = model_.inputs;
   if (input_shapes.size() != sig.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "expected ", sig.size(), " inputs, got ", input_shapes.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected ", sig.size(), " inputs, got ", input_shapes.size()));
   }
   for (size_t i = 0; i < sig.size(); ++i) {
     bool match = input_shapes[i].size() == sig[i].shape.size();
@@ -319,81 +283,67 @@ absl::Status LoadedModel::CheckInputShapes(
     if (!match) {
       return absl::InvalidArgumentError(
           absl::StrCat("input '", sig[i].name, "': the compiled model reads ",
-                       SymShapeToString(sig[i].shape, model_.symbol), " with ",
-                       model_.symbol, "=", batch, ", got [",
-                       absl::StrJoin(input_shapes[i], ","), "]"));
+                       SymShapeToString(sig[i].shape, model_.symbol), " with ", model_.symbol, "=",
+                       batch, ", got [", absl::StrJoin(input_shapes[i], ","), "]"));
     }
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<HostTensor>>
-LoadedModel::Run(const std::vector<HostTensor> &inputs) const {
+absl::StatusOr<std::vector<HostTensor>> LoadedModel::Run(
+    const std::vector<HostTensor>& inputs) const {
   return RunImpl(nullptr, inputs);
 }
 
-absl::StatusOr<std::vector<HostTensor>>
-LoadedModel::RunImpl(const PreparedPatch *patch,
-                     const std::vector<HostTensor> &inputs) const {
+absl::StatusOr<std::vector<HostTensor>> LoadedModel::RunImpl(
+    const PreparedPatch* patch, const std::vector<HostTensor>& inputs) const {
   std::vector<std::vector<int64_t>> shapes;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    if (i < model_.inputs.size() &&
-        inputs[i].dtype() != model_.inputs[i].dtype) {
+    if (i < model_.inputs.size() && inputs[i].dtype() != model_.inputs[i].dtype) {
       return absl::InvalidArgumentError(
           absl::StrCat("input '", model_.inputs[i].name, "': expected dtype ",
-                       DTypeName(model_.inputs[i].dtype), ", got ",
-                       DTypeName(inputs[i].dtype())));
+                       DTypeName(model_.inputs[i].dtype), ", got ", DTypeName(inputs[i].dtype())));
     }
     shapes.push_back(inputs[i].shape());
   }
   auto batch = ResolveBatch(shapes);
-  if (!batch.ok())
-    return batch.status();
-  std::vector<const void *> in_ptrs;
-  for (const HostTensor &t : inputs)
-    in_ptrs.push_back(t.data());
+  if (!batch.ok()) return batch.status();
+  std::vector<const void*> in_ptrs;
+  for (const HostTensor& t : inputs) in_ptrs.push_back(t.data());
   std::vector<HostTensor> outputs;
-  std::vector<void *> out_ptrs;
-  for (const TensorSignature &sig : model_.outputs) {
+  std::vector<void*> out_ptrs;
+  for (const TensorSignature& sig : model_.outputs) {
     outputs.emplace_back(sig.dtype, EvalShape(sig.shape, *batch));
   }
-  for (HostTensor &t : outputs)
-    out_ptrs.push_back(t.data());
-  AlignedBuffer arena =
-      AlignedAlloc(static_cast<size_t>(model_.arena.BytesFor(*batch)));
-  int32_t rc =
-      patch == nullptr
-          ? Execute(in_ptrs.data(), out_ptrs.data(), *batch, arena.get())
-          : entry_with_table_(in_ptrs.data(), out_ptrs.data(), *batch,
-                              arena.get(), patch->table.get());
-  if (rc != 0)
-    return EntryStatus(rc);
+  for (HostTensor& t : outputs) out_ptrs.push_back(t.data());
+  AlignedBuffer arena = AlignedAlloc(static_cast<size_t>(model_.arena.BytesFor(*batch)));
+  int32_t rc = patch == nullptr ? Execute(in_ptrs.data(), out_ptrs.data(), *batch, arena.get())
+                                : entry_with_table_(in_ptrs.data(), out_ptrs.data(), *batch,
+                                                    arena.get(), patch->table.get());
+  if (rc != 0) return EntryStatus(rc);
   return outputs;
 }
 
-int32_t LoadedModel::Execute(const void *const *inputs, void *const *outputs,
-                             int64_t batch, void *arena) const {
-  // Enter: count ourselves in the current epoch's parity; retry if the epoch
-  // moved meanwhile, so a waiter that flipped the epoch either sees us counted
-  // or we see its newer table.
+int32_t LoadedModel::Execute(const void* const* inputs, void* const* outputs, int64_t batch,
+                             void* arena) const {
+  // Enter: count ourselves in the current epoch's parity; retry if the epoch moved meanwhile, so
+  // a waiter that flipped the epoch either sees us counted or we see its newer table.
   uint64_t e;
   for (;;) {
     e = epoch_.load(std::memory_order_seq_cst);
     active_[e & 1].fetch_add(1, std::memory_order_seq_cst);
-    if (epoch_.load(std::memory_order_seq_cst) == e)
-      break;
+    if (epoch_.load(std::memory_order_seq_cst) == e) break;
     active_[e & 1].fetch_sub(1, std::memory_order_release);
   }
-  void *const *table = current_table_.load(std::memory_order_seq_cst);
+  void* const* table = current_table_.load(std::memory_order_seq_cst);
   int32_t rc = entry_with_table_(inputs, outputs, batch, arena, table);
   active_[e & 1].fetch_sub(1, std::memory_order_release);
   return rc;
 }
 
 void LoadedModel::WaitForExecutions() const {
-  // Executions counted under the old parity may hold the old table; ones that
-  // enter later read the epoch after the flip and therefore the newer table
-  // (both seq_cst).
+  // Executions counted under the old parity may hold the old table; ones that enter later read
+  // the epoch after the flip and therefore the newer table (both seq_cst).
   const uint64_t old = epoch_.fetch_add(1, std::memory_order_seq_cst);
   int spins = 0;
   while (active_[old & 1].load(std::memory_order_acquire) != 0) {
@@ -405,57 +355,49 @@ void LoadedModel::WaitForExecutions() const {
   }
 }
 
-void LoadedModel::Publish(void *const *table) {
+void LoadedModel::Publish(void* const* table) {
   current_table_.store(table, std::memory_order_seq_cst);
   // Callers of the raw entry point read this (acquire) once per execution.
-  __atomic_store_n(table_ptr_, const_cast<void **>(table), __ATOMIC_RELEASE);
+  __atomic_store_n(table_ptr_, const_cast<void**>(table), __ATOMIC_RELEASE);
 }
 
-// ---- Hot patching: layers over the base kernel table
-// -------------------------------------------
+// ---- Hot patching: layers over the base kernel table -------------------------------------------
 
 struct LoadedModel::ProfileTimer {
   absl::Mutex mu;
-  std::map<uint64_t, absl::Time>
-      deadlines ABSL_GUARDED_BY(mu); // Profile patch id -> end.
+  std::map<uint64_t, absl::Time> deadlines ABSL_GUARDED_BY(mu);  // Profile patch id -> end.
   bool stop ABSL_GUARDED_BY(mu) = false;
-  absl::CondVar cv;   // Signalled when deadlines or stop change.
-  std::thread thread; // Started with the first profile patch.
+  absl::CondVar cv;    // Signalled when deadlines or stop change.
+  std::thread thread;  // Started with the first profile patch.
 };
 
-absl::StatusOr<std::shared_ptr<PreparedPatch>>
-LoadedModel::PrepareIrPatch(const std::string &ir_text,
-                            const std::vector<std::string> &functions) {
-  return PrepareIrLayer(ir_text, functions,
-                        engine_->impl_->next_patch_id.fetch_add(1),
+absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareIrPatch(
+    const std::string& ir_text, const std::vector<std::string>& functions) {
+  return PrepareIrLayer(ir_text, functions, engine_->impl_->next_patch_id.fetch_add(1),
                         kPatchKindIr, nullptr);
 }
 
 absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareIrLayer(
-    const std::string &ir_text, const std::vector<std::string> &functions,
-    uint64_t id, const char *kind, void *profile_thunk) {
+    const std::string& ir_text, const std::vector<std::string>& functions, uint64_t id,
+    const char* kind, void* profile_thunk) {
   auto ctx = std::make_unique<llvm::LLVMContext>();
   llvm::SMDiagnostic diag;
-  std::unique_ptr<llvm::Module> module =
-      llvm::parseAssemblyString(ir_text, diag, *ctx);
+  std::unique_ptr<llvm::Module> module = llvm::parseAssemblyString(ir_text, diag, *ctx);
   if (!module) {
     std::string msg;
     llvm::raw_string_ostream os(msg);
     diag.print("patch", os, /*ShowColors=*/false);
-    return absl::InvalidArgumentError(
-        absl::StrCat("patch IR does not parse: ", os.str()));
+    return absl::InvalidArgumentError(absl::StrCat("patch IR does not parse: ", os.str()));
   }
   std::map<std::string, int> kernels;
-  for (const KernelFunction &k : model_.kernels)
-    kernels[k.symbol] = k.index;
-  auto *ptr = llvm::PointerType::getUnqual(*ctx);
-  auto *kernel_ty = llvm::FunctionType::get(
-      llvm::Type::getInt32Ty(*ctx), {ptr, llvm::Type::getInt64Ty(*ctx)}, false);
-  std::vector<std::pair<int, std::string>> replaced; // (slot, unique symbol)
+  for (const KernelFunction& k : model_.kernels) kernels[k.symbol] = k.index;
+  auto* ptr = llvm::PointerType::getUnqual(*ctx);
+  auto* kernel_ty = llvm::FunctionType::get(llvm::Type::getInt32Ty(*ctx),
+                                            {ptr, llvm::Type::getInt64Ty(*ctx)}, false);
+  std::vector<std::pair<int, std::string>> replaced;  // (slot, unique symbol)
   std::vector<std::string> names;
-  for (llvm::Function &fn : *module) {
-    if (fn.isDeclaration())
-      continue;
+  for (llvm::Function& fn : *module) {
+    if (fn.isDeclaration()) continue;
     std::string name = fn.getName().str();
     auto it = kernels.find(name);
     if (it == kernels.end()) {
@@ -467,9 +409,8 @@ absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareIrLayer(
       std::string got;
       llvm::raw_string_ostream os(got);
       fn.getFunctionType()->print(os);
-      return absl::InvalidArgumentError(
-          absl::StrCat("patch function '", name, "' has type ", os.str(),
-                       "; kernels are i32 (ptr, i64)"));
+      return absl::InvalidArgumentError(absl::StrCat("patch function '", name, "' has type ",
+                                                     os.str(), "; kernels are i32 (ptr, i64)"));
     }
     std::string unique = absl::StrCat(name, ".patch", id);
     fn.setName(unique);
@@ -478,33 +419,30 @@ absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareIrLayer(
     replaced.emplace_back(it->second, unique);
     names.push_back(name);
   }
-  for (llvm::GlobalVariable &g : module->globals()) {
-    if (!g.isDeclaration())
-      g.setLinkage(llvm::GlobalValue::InternalLinkage);
+  for (llvm::GlobalVariable& g : module->globals()) {
+    if (!g.isDeclaration()) g.setLinkage(llvm::GlobalValue::InternalLinkage);
   }
   if (replaced.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("patch defines no kernel of ", namespace_name_,
-                     " (see ListFunctions for their names)"));
+    return absl::InvalidArgumentError(absl::StrCat("patch defines no kernel of ", namespace_name_,
+                                                   " (see ListFunctions for their names)"));
   }
   if (!functions.empty()) {
     std::set<std::string> want(functions.begin(), functions.end());
     std::set<std::string> got(names.begin(), names.end());
     if (want != got) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "patch defines kernels [", absl::StrJoin(got, ", "),
-          "] but the request names [", absl::StrJoin(want, ", "), "]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("patch defines kernels [", absl::StrJoin(got, ", "),
+                       "] but the request names [", absl::StrJoin(want, ", "), "]"));
     }
   }
   {
     std::string err;
     llvm::raw_string_ostream os(err);
     if (llvm::verifyModule(*module, &os)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("patch IR is invalid: ", os.str()));
+      return absl::InvalidArgumentError(absl::StrCat("patch IR is invalid: ", os.str()));
     }
   }
-  auto &jit = *engine_->impl_->jit;
+  auto& jit = *engine_->impl_->jit;
   module->setDataLayout(jit.getDataLayout());
   module->setTargetTriple(jit.getTargetTriple().str());
 
@@ -512,39 +450,34 @@ absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareIrLayer(
   patch->id = id;
   patch->tracker = handle_->dylib->createResourceTracker();
   if (profile_thunk != nullptr) {
-    // The wrappers' thunk, per patch so layers never clash; freed with the
-    // patch's tracker.
-    auto &es = jit.getExecutionSession();
+    // The wrappers' thunk, per patch so layers never clash; freed with the patch's tracker.
+    auto& es = jit.getExecutionSession();
     llvm::orc::SymbolMap thunk;
     thunk[es.intern(absl::StrCat("cuvil_profile_call.p", id))] = {
         llvm::orc::ExecutorAddr::fromPtr(profile_thunk),
         llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable};
-    if (auto err = handle_->dylib->define(
-            llvm::orc::absoluteSymbols(std::move(thunk)), patch->tracker)) {
-      return absl::InternalError(absl::StrCat(
-          "cannot define the profile thunk: ", ToString(std::move(err))));
+    if (auto err =
+            handle_->dylib->define(llvm::orc::absoluteSymbols(std::move(thunk)), patch->tracker)) {
+      return absl::InternalError(
+          absl::StrCat("cannot define the profile thunk: ", ToString(std::move(err))));
     }
   }
-  if (auto err = jit.addIRModule(
-          patch->tracker,
-          llvm::orc::ThreadSafeModule(std::move(module), std::move(ctx)))) {
-    return absl::InternalError(
-        absl::StrCat("cannot add the patch: ", ToString(std::move(err))));
+  if (auto err = jit.addIRModule(patch->tracker,
+                                 llvm::orc::ThreadSafeModule(std::move(module), std::move(ctx)))) {
+    return absl::InternalError(absl::StrCat("cannot add the patch: ", ToString(std::move(err))));
   }
-  for (const auto &[slot, unique] : replaced) {
-    auto addr = jit.lookup(
-        *handle_->dylib, unique); // Compiles the patch (off the request path).
+  for (const auto& [slot, unique] : replaced) {
+    auto addr = jit.lookup(*handle_->dylib, unique);  // Compiles the patch (off the request path).
     if (!addr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "patch does not compile or link: ", ToString(addr.takeError())));
+      return absl::InvalidArgumentError(
+          absl::StrCat("patch does not compile or link: ", ToString(addr.takeError())));
     }
-    patch->slots.emplace_back(slot, addr->toPtr<void *>());
+    patch->slots.emplace_back(slot, addr->toPtr<void*>());
   }
   absl::MutexLock lock(&patch_mu_);
   patch->base_generation = table_generation_;
   patch->table = BuildTable(layers_.size());
-  for (const auto &[slot, code] : patch->slots)
-    patch->table[slot] = code;
+  for (const auto& [slot, code] : patch->slots) patch->table[slot] = code;
   patch->record.id = id;
   patch->record.kind = kind;
   patch->record.functions = names;
@@ -552,95 +485,82 @@ absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareIrLayer(
   return patch;
 }
 
-absl::StatusOr<std::shared_ptr<PreparedPatch>>
-LoadedModel::PrepareRecompilePatch(const CompiledModel &recompiled,
-                                   const std::vector<std::string> &functions,
-                                   const std::string &options_text) {
-  // Same model: same kernels in the same slots, same tensors, same weights
-  // bytes (the recompiled code addresses this version's weights).
+absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareRecompilePatch(
+    const CompiledModel& recompiled, const std::vector<std::string>& functions,
+    const std::string& options_text) {
+  // Same model: same kernels in the same slots, same tensors, same weights bytes (the recompiled
+  // code addresses this version's weights).
   if (recompiled.kernels.size() != model_.kernels.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the recompiled model has ", recompiled.kernels.size(),
-        " kernels, the version has ", model_.kernels.size(),
-        " (options that change the kernel set cannot be patched in)"));
+        "the recompiled model has ", recompiled.kernels.size(), " kernels, the version has ",
+        model_.kernels.size(), " (options that change the kernel set cannot be patched in)"));
   }
   for (size_t i = 0; i < model_.kernels.size(); ++i) {
-    const KernelFunction &a = model_.kernels[i];
-    const KernelFunction &b = recompiled.kernels[i];
-    if (a.index != b.index || a.symbol != b.symbol ||
-        a.signature != b.signature) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the recompiled model's kernel ", i, " is '", b.symbol, "' ",
-          b.signature, ", the version's is '", a.symbol, "' ", a.signature));
+    const KernelFunction& a = model_.kernels[i];
+    const KernelFunction& b = recompiled.kernels[i];
+    if (a.index != b.index || a.symbol != b.symbol || a.signature != b.signature) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the recompiled model's kernel ", i, " is '", b.symbol, "' ", b.signature,
+                       ", the version's is '", a.symbol, "' ", a.signature));
     }
   }
-  auto &jit = *engine_->impl_->jit;
-  auto &es = jit.getExecutionSession();
+  auto& jit = *engine_->impl_->jit;
+  auto& es = jit.getExecutionSession();
   auto weights = jit.lookup(*handle_->dylib, kWeightsSymbol);
-  if (!weights)
-    return absl::InternalError(ToString(weights.takeError()));
+  if (!weights) return absl::InternalError(ToString(weights.takeError()));
   const size_t weight_bytes = recompiled.weights.size();
   if (weight_bytes > weights_mapped_bytes_ ||
       (weight_bytes > 0 &&
-       std::memcmp(weights->toPtr<const void *>(), recompiled.weights.data(),
-                   weight_bytes) != 0)) {
-    return absl::InvalidArgumentError(
-        "the recompiled model's weights differ from the version's");
+       std::memcmp(weights->toPtr<const void*>(), recompiled.weights.data(), weight_bytes) != 0)) {
+    return absl::InvalidArgumentError("the recompiled model's weights differ from the version's");
   }
   std::map<std::string, int> kernels;
-  for (const KernelFunction &k : model_.kernels)
-    kernels[k.symbol] = k.index;
+  for (const KernelFunction& k : model_.kernels) kernels[k.symbol] = k.index;
   std::vector<std::string> names = functions;
   if (names.empty()) {
-    for (const KernelFunction &k : model_.kernels)
-      names.push_back(k.symbol);
+    for (const KernelFunction& k : model_.kernels) names.push_back(k.symbol);
   }
-  for (const std::string &name : names) {
+  for (const std::string& name : names) {
     if (!kernels.count(name)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("'", name, "' is not a kernel of ", namespace_name_,
-                       " (see ListFunctions for their names)"));
+      return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not a kernel of ",
+                                                     namespace_name_,
+                                                     " (see ListFunctions for their names)"));
     }
   }
   const uint64_t id = engine_->impl_->next_patch_id.fetch_add(1);
   auto patch = std::make_shared<PreparedPatch>();
   patch->id = id;
   auto dylib = es.createJITDylib(absl::StrCat(namespace_name_, "/patch", id));
-  if (!dylib)
-    return absl::InternalError(ToString(dylib.takeError()));
+  if (!dylib) return absl::InternalError(ToString(dylib.takeError()));
   patch->session = &es;
   patch->own_dylib = &*dylib;
   dylib->addToLinkOrder(*engine_->impl_->runtime);
   llvm::orc::SymbolMap weights_symbol;
-  weights_symbol[es.intern(kWeightsSymbol)] = {*weights,
-                                               llvm::JITSymbolFlags::Exported};
-  if (auto err = dylib->define(
-          llvm::orc::absoluteSymbols(std::move(weights_symbol)))) {
+  weights_symbol[es.intern(kWeightsSymbol)] = {*weights, llvm::JITSymbolFlags::Exported};
+  if (auto err = dylib->define(llvm::orc::absoluteSymbols(std::move(weights_symbol)))) {
     return absl::InternalError(ToString(std::move(err)));
   }
-  auto buffer = llvm::MemoryBuffer::getMemBufferCopy(
-      recompiled.object_code, absl::StrCat(namespace_name_, "/patch", id));
+  auto buffer = llvm::MemoryBuffer::getMemBufferCopy(recompiled.object_code,
+                                                     absl::StrCat(namespace_name_, "/patch", id));
   if (auto err = jit.addObjectFile(*dylib, std::move(buffer))) {
-    return absl::InternalError(absl::StrCat("cannot add the recompiled code: ",
-                                            ToString(std::move(err))));
+    return absl::InternalError(
+        absl::StrCat("cannot add the recompiled code: ", ToString(std::move(err))));
   }
-  // Kernels are private to the object; its own cuvil_fn_table holds their
-  // addresses.
+  // Kernels are private to the object; its own cuvil_fn_table holds their addresses.
   auto table = jit.lookup(*dylib, kFunctionTableSymbol);
   if (!table) {
-    return absl::InternalError(absl::StrCat("cannot link the recompiled code: ",
-                                            ToString(table.takeError())));
+    return absl::InternalError(
+        absl::StrCat("cannot link the recompiled code: ", ToString(table.takeError())));
   }
-  void *const *recompiled_table = table->toPtr<void *const *>();
-  for (const std::string &name : names) {
+  void* const* recompiled_table = table->toPtr<void* const*>();
+  for (const std::string& name : names) {
     const int slot = kernels[name];
     patch->slots.emplace_back(slot, recompiled_table[slot]);
   }
   absl::MutexLock lock(&patch_mu_);
   patch->base_generation = table_generation_;
   patch->table = BuildTable(layers_.size());
-  for (const auto &[slot, code] : patch->slots)
-    patch->table[slot] = code;
+  for (const auto& [slot, code] : patch->slots) patch->table[slot] = code;
   patch->record.id = id;
   patch->record.kind = kPatchKindRecompile;
   patch->record.functions = names;
@@ -648,51 +568,44 @@ LoadedModel::PrepareRecompilePatch(const CompiledModel &recompiled,
   return patch;
 }
 
-absl::StatusOr<std::shared_ptr<PreparedPatch>>
-LoadedModel::PrepareProfilePatch(double seconds,
-                                 const std::vector<std::string> &functions) {
+absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareProfilePatch(
+    double seconds, const std::vector<std::string>& functions) {
   if (!(seconds >= 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("profile duration ", seconds, " is negative"));
+    return absl::InvalidArgumentError(absl::StrCat("profile duration ", seconds, " is negative"));
   }
-  std::vector<std::pair<std::string, void *>>
-      wrapped; // (kernel, code it calls now)
+  std::vector<std::pair<std::string, void*>> wrapped;  // (kernel, code it calls now)
   uint64_t generation = 0;
   {
     absl::MutexLock lock(&patch_mu_);
-    for (const auto &layer : layers_) {
+    for (const auto& layer : layers_) {
       if (layer->patch->profiler != nullptr) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "profile patch ", layer->patch->id, " is still active on ",
-            namespace_name_, "; roll it back or wait for it to end"));
+        return absl::FailedPreconditionError(absl::StrCat("profile patch ", layer->patch->id,
+                                                          " is still active on ", namespace_name_,
+                                                          "; roll it back or wait for it to end"));
       }
     }
-    std::unique_ptr<void *[]> current = BuildTable(layers_.size());
+    std::unique_ptr<void*[]> current = BuildTable(layers_.size());
     std::set<std::string> want(functions.begin(), functions.end());
-    for (const KernelFunction &k : model_.kernels) {
+    for (const KernelFunction& k : model_.kernels) {
       if (want.empty() || want.erase(k.symbol) > 0)
         wrapped.emplace_back(k.symbol, current[k.index]);
     }
     if (!want.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "not kernels of ", namespace_name_, ": ", absl::StrJoin(want, ", ")));
+      return absl::InvalidArgumentError(
+          absl::StrCat("not kernels of ", namespace_name_, ": ", absl::StrJoin(want, ", ")));
     }
     generation = table_generation_;
   }
-  if (wrapped.empty())
-    return absl::InvalidArgumentError("the version has no kernels to profile");
+  if (wrapped.empty()) return absl::InvalidArgumentError("the version has no kernels to profile");
   auto profiler = std::make_shared<KernelProfiler>(wrapped);
   const uint64_t id = engine_->impl_->next_patch_id.fetch_add(1);
-  auto patch = PrepareIrLayer(
-      profiler->WrapperIr(absl::StrCat("cuvil_profile_call.p", id)), {}, id,
-      kPatchKindProfile, KernelProfiler::Thunk());
-  if (!patch.ok())
-    return patch.status();
+  auto patch = PrepareIrLayer(profiler->WrapperIr(absl::StrCat("cuvil_profile_call.p", id)), {}, id,
+                              kPatchKindProfile, KernelProfiler::Thunk());
+  if (!patch.ok()) return patch.status();
   if ((*patch)->base_generation != generation) {
     // The wrappers call the code of an older table.
     return absl::FailedPreconditionError(
-        "the version was patched or rolled back while the profile was "
-        "prepared; try again");
+        "the version was patched or rolled back while the profile was prepared; try again");
   }
   (*patch)->profiler = std::move(profiler);
   (*patch)->profile_seconds = seconds;
@@ -700,31 +613,26 @@ LoadedModel::PrepareProfilePatch(double seconds,
   return patch;
 }
 
-std::unique_ptr<void *[]> LoadedModel::BuildTable(size_t layer_count) const {
+std::unique_ptr<void*[]> LoadedModel::BuildTable(size_t layer_count) const {
   const size_t n = model_.kernels.size();
-  auto table = std::make_unique<void *[]>(std::max<size_t>(n, 1));
+  auto table = std::make_unique<void*[]>(std::max<size_t>(n, 1));
   // Base slots may be redirected in place by tools: read them atomically.
-  for (size_t i = 0; i < n; ++i)
-    table[i] = __atomic_load_n(&function_table_[i], __ATOMIC_ACQUIRE);
+  for (size_t i = 0; i < n; ++i) table[i] = __atomic_load_n(&function_table_[i], __ATOMIC_ACQUIRE);
   for (size_t l = 0; l < layer_count && l < layers_.size(); ++l) {
-    for (const auto &[slot, code] : layers_[l]->patch->slots)
-      table[slot] = code;
+    for (const auto& [slot, code] : layers_[l]->patch->slots) table[slot] = code;
   }
   return table;
 }
 
-absl::StatusOr<std::vector<HostTensor>>
-LoadedModel::RunWith(const PreparedPatch *patch,
-                     const std::vector<HostTensor> &inputs) const {
+absl::StatusOr<std::vector<HostTensor>> LoadedModel::RunWith(
+    const PreparedPatch* patch, const std::vector<HostTensor>& inputs) const {
   return RunImpl(patch, inputs);
 }
 
-absl::StatusOr<uint64_t>
-LoadedModel::CommitLocked(std::shared_ptr<PreparedPatch> patch) {
+absl::StatusOr<uint64_t> LoadedModel::CommitLocked(std::shared_ptr<PreparedPatch> patch) {
   if (patch->base_generation != table_generation_) {
     return absl::FailedPreconditionError(
-        "the version was patched or rolled back while this patch was prepared; "
-        "prepare it again");
+        "the version was patched or rolled back while this patch was prepared; prepare it again");
   }
   patch->record.active = true;
   Publish(patch->table.get());
@@ -738,13 +646,10 @@ LoadedModel::CommitLocked(std::shared_ptr<PreparedPatch> patch) {
   return id;
 }
 
-absl::StatusOr<uint64_t>
-LoadedModel::CommitPatch(std::shared_ptr<PreparedPatch> patch,
-                         std::string author) {
-  if (patch == nullptr)
-    return absl::InvalidArgumentError("no patch");
-  const double seconds =
-      patch->profiler != nullptr ? patch->profile_seconds : 0;
+absl::StatusOr<uint64_t> LoadedModel::CommitPatch(std::shared_ptr<PreparedPatch> patch,
+                                                  std::string author) {
+  if (patch == nullptr) return absl::InvalidArgumentError("no patch");
+  const double seconds = patch->profiler != nullptr ? patch->profile_seconds : 0;
   absl::StatusOr<uint64_t> id;
   {
     absl::MutexLock lock(&patch_mu_);
@@ -752,27 +657,22 @@ LoadedModel::CommitPatch(std::shared_ptr<PreparedPatch> patch,
     patch->record.unix_ms = NowUnixMs();
     id = CommitLocked(std::move(patch));
   }
-  if (!id.ok())
-    return id;
-  if (seconds > 0)
-    StartProfileTimer(*id, seconds);
+  if (!id.ok()) return id;
+  if (seconds > 0) StartProfileTimer(*id, seconds);
   NotifyChange();
   return id;
 }
 
-absl::StatusOr<uint64_t>
-LoadedModel::CommitRestoredPatch(std::shared_ptr<PreparedPatch> patch,
-                                 const PatchRecord &original) {
-  if (patch == nullptr)
-    return absl::InvalidArgumentError("no patch");
+absl::StatusOr<uint64_t> LoadedModel::CommitRestoredPatch(std::shared_ptr<PreparedPatch> patch,
+                                                          const PatchRecord& original) {
+  if (patch == nullptr) return absl::InvalidArgumentError("no patch");
   absl::StatusOr<uint64_t> id;
   {
     absl::MutexLock lock(&patch_mu_);
-    for (const PatchRecord &r : history_) {
+    for (const PatchRecord& r : history_) {
       if (r.id == original.id) {
         return absl::AlreadyExistsError(
-            absl::StrCat("patch ", original.id,
-                         " is already in the history of ", namespace_name_));
+            absl::StrCat("patch ", original.id, " is already in the history of ", namespace_name_));
       }
     }
     patch->id = original.id;
@@ -781,14 +681,11 @@ LoadedModel::CommitRestoredPatch(std::shared_ptr<PreparedPatch> patch,
     patch->record.author = original.author;
     id = CommitLocked(std::move(patch));
   }
-  if (!id.ok())
-    return id;
-  // Later patches must not reuse a restored id (ids name symbols and history
-  // entries).
-  auto &next = engine_->impl_->next_patch_id;
+  if (!id.ok()) return id;
+  // Later patches must not reuse a restored id (ids name symbols and history entries).
+  auto& next = engine_->impl_->next_patch_id;
   uint64_t cur = next.load();
-  while (cur <= original.id &&
-         !next.compare_exchange_weak(cur, original.id + 1)) {
+  while (cur <= original.id && !next.compare_exchange_weak(cur, original.id + 1)) {
   }
   NotifyChange();
   return id;
@@ -796,31 +693,26 @@ LoadedModel::CommitRestoredPatch(std::shared_ptr<PreparedPatch> patch,
 
 absl::Status LoadedModel::Rollback(uint64_t id) {
   std::shared_ptr<PreparedPatch> victim;
-  std::vector<std::unique_ptr<void *[]>>
-      retired; // Tables executions may still be reading.
+  std::vector<std::unique_ptr<void*[]>> retired;  // Tables executions may still be reading.
   {
     absl::MutexLock lock(&patch_mu_);
     auto rec = std::find_if(history_.begin(), history_.end(),
-                            [&](const PatchRecord &r) { return r.id == id; });
+                            [&](const PatchRecord& r) { return r.id == id; });
     if (rec == history_.end()) {
-      return absl::NotFoundError(
-          absl::StrCat("no patch ", id, " on ", namespace_name_));
+      return absl::NotFoundError(absl::StrCat("no patch ", id, " on ", namespace_name_));
     }
     if (!rec->active)
-      return absl::FailedPreconditionError(
-          absl::StrCat("patch ", id, " is already rolled back"));
+      return absl::FailedPreconditionError(absl::StrCat("patch ", id, " is already rolled back"));
     size_t k = 0;
-    while (k < layers_.size() && layers_[k]->patch->id != id)
-      ++k;
+    while (k < layers_.size() && layers_[k]->patch->id != id) ++k;
     if (k == layers_.size())
       return absl::InternalError(absl::StrCat("patch ", id, " has no layer"));
     for (size_t j = k + 1; j < layers_.size(); ++j) {
-      // Its wrappers call the code of the table it was prepared on, which
-      // includes this patch.
+      // Its wrappers call the code of the table it was prepared on, which includes this patch.
       if (layers_[j]->patch->profiler != nullptr) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "profile patch ", layers_[j]->patch->id, " wraps patch ", id,
-            "; roll the profile back (or wait for it to end) first"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("profile patch ", layers_[j]->patch->id, " wraps patch ", id,
+                         "; roll the profile back (or wait for it to end) first"));
       }
     }
     victim = std::move(layers_[k]->patch);
@@ -830,25 +722,21 @@ absl::Status LoadedModel::Rollback(uint64_t id) {
       retired.push_back(std::move(layers_[j]->patch->table));
       layers_[j]->patch->table = BuildTable(j + 1);
     }
-    Publish(layers_.empty() ? function_table_
-                            : layers_.back()->patch->table.get());
+    Publish(layers_.empty() ? function_table_ : layers_.back()->patch->table.get());
     ++table_generation_;
     rec->active = false;
     rec->rolled_back_unix_ms = NowUnixMs();
-    if (victim->profiler != nullptr)
-      rec->profile = victim->profiler->Report();
+    if (victim->profiler != nullptr) rec->profile = victim->profiler->Report();
     change_count_.fetch_add(1, std::memory_order_relaxed);
     if (profile_timer_ != nullptr) {
-      absl::MutexLock timer_lock(
-          &profile_timer_->mu); // Order: patch_mu_, then the timer's.
+      absl::MutexLock timer_lock(&profile_timer_->mu);  // Order: patch_mu_, then the timer's.
       profile_timer_->deadlines.erase(id);
       profile_timer_->cv.Signal();
     }
-    // Nothing may free the victim's code while an execution can still be inside
-    // it.
+    // Nothing may free the victim's code while an execution can still be inside it.
     WaitForExecutions();
   }
-  victim.reset(); // Removes its code and table.
+  victim.reset();  // Removes its code and table.
   retired.clear();
   NotifyChange();
   return absl::OkStatus();
@@ -857,10 +745,9 @@ absl::Status LoadedModel::Rollback(uint64_t id) {
 std::vector<PatchRecord> LoadedModel::Patches() const {
   absl::MutexLock lock(&patch_mu_);
   std::vector<PatchRecord> records = history_;
-  for (PatchRecord &r : records) {
-    if (!r.active || r.kind != kPatchKindProfile)
-      continue;
-    for (const auto &layer : layers_) {
+  for (PatchRecord& r : records) {
+    if (!r.active || r.kind != kPatchKindProfile) continue;
+    for (const auto& layer : layers_) {
       if (layer->patch->id == r.id && layer->patch->profiler) {
         r.profile = layer->patch->profiler->Report();
       }
@@ -869,81 +756,67 @@ std::vector<PatchRecord> LoadedModel::Patches() const {
   return records;
 }
 
-absl::StatusOr<std::vector<KernelProfile>>
-LoadedModel::ProfileReport(uint64_t id) const {
+absl::StatusOr<std::vector<KernelProfile>> LoadedModel::ProfileReport(uint64_t id) const {
   absl::MutexLock lock(&patch_mu_);
-  for (const auto &layer : layers_) {
-    if (layer->patch->id == id && layer->patch->profiler)
-      return layer->patch->profiler->Report();
+  for (const auto& layer : layers_) {
+    if (layer->patch->id == id && layer->patch->profiler) return layer->patch->profiler->Report();
   }
-  for (const PatchRecord &r : history_) {
-    if (r.id == id && r.kind == kPatchKindProfile)
-      return r.profile;
+  for (const PatchRecord& r : history_) {
+    if (r.id == id && r.kind == kPatchKindProfile) return r.profile;
   }
-  return absl::NotFoundError(absl::StrCat(
-      "patch ", id, " is not a profile patch of ", namespace_name_));
+  return absl::NotFoundError(
+      absl::StrCat("patch ", id, " is not a profile patch of ", namespace_name_));
 }
 
 bool LoadedModel::WaitForProfileEnd(uint64_t id, double timeout_seconds) const {
   const absl::Time deadline = absl::Now() + absl::Seconds(timeout_seconds);
   auto inactive = [&] {
     absl::MutexLock lock(&patch_mu_);
-    for (const auto &layer : layers_) {
-      if (layer->patch->id == id)
-        return false;
+    for (const auto& layer : layers_) {
+      if (layer->patch->id == id) return false;
     }
     return true;
   };
   while (!inactive()) {
-    if (absl::Now() >= deadline)
-      return false;
+    if (absl::Now() >= deadline) return false;
     absl::SleepFor(absl::Milliseconds(5));
   }
   return true;
 }
 
-const void *LoadedModel::weights_data() const {
-  return weights_ != nullptr ? weights_
-                             : static_cast<const void *>(model_.weights.data());
+const void* LoadedModel::weights_data() const {
+  return weights_ != nullptr ? weights_ : static_cast<const void*>(model_.weights.data());
 }
 
 void LoadedModel::set_change_listener(std::function<void()> listener) {
   change_listener_ = std::move(listener);
 }
 
-uint64_t LoadedModel::change_count() const {
-  return change_count_.load(std::memory_order_relaxed);
-}
+uint64_t LoadedModel::change_count() const { return change_count_.load(std::memory_order_relaxed); }
 
 void LoadedModel::NotifyChange() {
-  if (change_listener_)
-    change_listener_();
+  if (change_listener_) change_listener_();
 }
 
 void LoadedModel::StartProfileTimer(uint64_t id, double seconds) {
-  ProfileTimer *timer;
+  ProfileTimer* timer;
   {
-    absl::MutexLock lock(
-        &patch_mu_); // Serialises the lazy start against other commits.
-    if (profile_timer_ == nullptr)
-      profile_timer_ = std::make_unique<ProfileTimer>();
+    absl::MutexLock lock(&patch_mu_);  // Serialises the lazy start against other commits.
+    if (profile_timer_ == nullptr) profile_timer_ = std::make_unique<ProfileTimer>();
     timer = profile_timer_.get();
   }
   absl::MutexLock lock(&timer->mu);
-  if (timer->stop)
-    return;
+  if (timer->stop) return;
   timer->deadlines[id] = absl::Now() + absl::Seconds(seconds);
   timer->cv.Signal();
-  if (timer->thread.joinable())
-    return;
+  if (timer->thread.joinable()) return;
   timer->thread = std::thread([this, timer] {
     absl::MutexLock l(&timer->mu);
     while (!timer->stop) {
       uint64_t due = 0;
       absl::Time earliest = absl::InfiniteFuture();
-      for (const auto &[pid, at] : timer->deadlines) {
-        if (at < earliest)
-          earliest = at, due = pid;
+      for (const auto& [pid, at] : timer->deadlines) {
+        if (at < earliest) earliest = at, due = pid;
       }
       if (due == 0 || absl::Now() < earliest) {
         // Woken early by a new deadline, a manual rollback or stop: look again.
@@ -952,8 +825,7 @@ void LoadedModel::StartProfileTimer(uint64_t id, double seconds) {
       }
       timer->deadlines.erase(due);
       timer->mu.Unlock();
-      // Already rolled back by hand (NotFound/FailedPrecondition): the record
-      // says so already.
+      // Already rolled back by hand (NotFound/FailedPrecondition): the record says so already.
       absl::Status s = Rollback(due);
       (void)s;
       timer->mu.Lock();
@@ -962,15 +834,13 @@ void LoadedModel::StartProfileTimer(uint64_t id, double seconds) {
 }
 
 void LoadedModel::StopProfileTimer() {
-  if (profile_timer_ == nullptr)
-    return;
+  if (profile_timer_ == nullptr) return;
   {
     absl::MutexLock lock(&profile_timer_->mu);
     profile_timer_->stop = true;
     profile_timer_->cv.Signal();
   }
-  if (profile_timer_->thread.joinable())
-    profile_timer_->thread.join();
+  if (profile_timer_->thread.joinable()) profile_timer_->thread.join();
 }
 
-} // namespace cuvil
+}  // namespace cuvil

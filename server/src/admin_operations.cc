@@ -18,9 +18,8 @@
 namespace cuvil {
 namespace {
 
-// Compares without an early exit so timing does not reveal how much of a token
-// matched.
-bool ConstantTimeEquals(const std::string &a, const std::string &b) {
+// Compares without an early exit so timing does not reveal how much of a token matched.
+bool ConstantTimeEquals(const std::string& a, const std::string& b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
   size_t n = std::max(a.size(), b.size());
   for (size_t i = 0; i < n; ++i) {
@@ -31,56 +30,48 @@ bool ConstantTimeEquals(const std::string &a, const std::string &b) {
   return diff == 0;
 }
 
-} // namespace
+}  // namespace
 
-absl::Status
-AdminOperations::Authorize(const std::string &authorization) const {
-  if (token_.empty())
-    return absl::OkStatus();
+absl::Status AdminOperations::Authorize(const std::string& authorization) const {
+  if (token_.empty()) return absl::OkStatus();
   constexpr char kPrefix[] = "Bearer ";
   if (!absl::StartsWith(authorization, kPrefix) ||
       !ConstantTimeEquals(authorization.substr(sizeof(kPrefix) - 1), token_)) {
-    return absl::UnauthenticatedError(
-        "this call needs 'authorization: Bearer <admin token>'");
+    return absl::UnauthenticatedError("this call needs 'authorization: Bearer <admin token>'");
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<cuvil::admin::v1::LoadModelResponse>
-AdminOperations::LoadModel(const cuvil::admin::v1::LoadModelRequest &request) {
+absl::StatusOr<cuvil::admin::v1::LoadModelResponse> AdminOperations::LoadModel(
+    const cuvil::admin::v1::LoadModelRequest& request) {
   if (request.version() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "version must be positive (0: version 1), got ", request.version()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("version must be positive (0: version 1), got ", request.version()));
   }
-  // The inline model goes through Triton's load-parameter parser so the name
-  // and file rules are the same as for RepositoryModelLoad.
+  // The inline model goes through Triton's load-parameter parser so the name and file rules are
+  // the same as for RepositoryModelLoad.
   LoadParametersInput input;
   input.model_name = request.name();
   if (!request.onnx_model().empty()) {
     const int64_t version = request.version() > 0 ? request.version() : 1;
-    LoadParameter &file = input.parameters.emplace_back();
+    LoadParameter& file = input.parameters.emplace_back();
     file.key = absl::StrCat("file:", version, "/model.onnx");
     file.type = LoadParameter::Type::kBytes;
     file.value = request.onnx_model();
   }
   absl::StatusOr<LoadRequest> load = ParseLoadParameters(input);
-  if (!load.ok())
-    return load.status();
+  if (!load.ok()) return load.status();
   load->config_pbtxt = request.config_pbtxt();
   load->wait = request.wait();
-  if (auto s = models_->Load(*load); !s.ok())
-    return s;
+  if (auto s = models_->Load(*load); !s.ok()) return s;
   cuvil::admin::v1::LoadModelResponse response;
   response.set_name(request.name());
-  for (const VersionStatus &v : models_->Versions(request.name()))
-    response.add_versions(v.version);
+  for (const VersionStatus& v : models_->Versions(request.name())) response.add_versions(v.version);
   return response;
 }
 
-absl::Status AdminOperations::UnloadModel(
-    const cuvil::admin::v1::UnloadModelRequest &request) {
-  if (absl::Status s = ValidateModelName(request.name()); !s.ok())
-    return s;
+absl::Status AdminOperations::UnloadModel(const cuvil::admin::v1::UnloadModelRequest& request) {
+  if (absl::Status s = ValidateModelName(request.name()); !s.ok()) return s;
   if (request.version() != 0) {
     return absl::UnimplementedError(
         "unloading a single version is not supported; unload the model");
@@ -90,14 +81,14 @@ absl::Status AdminOperations::UnloadModel(
 
 cuvil::admin::v1::ListModelsResponse AdminOperations::ListModels() const {
   cuvil::admin::v1::ListModelsResponse response;
-  for (const VersionStatus &v : models_->Index()) {
-    auto *m = response.add_models();
+  for (const VersionStatus& v : models_->Index()) {
+    auto* m = response.add_models();
     m->set_name(v.name);
     m->set_version(v.version);
     m->set_state(ModelStateName(v.state));
     m->set_reason(v.reason);
     if (v.model) {
-      const CompiledModel &compiled = v.model->loaded().model();
+      const CompiledModel& compiled = v.model->loaded().model();
       m->set_namespace_(v.model->loaded().namespace_name());
       m->set_compile_ms(v.model->compile_ms());
       m->set_weights_bytes(v.model->loaded().weights_bytes());
@@ -108,17 +99,14 @@ cuvil::admin::v1::ListModelsResponse AdminOperations::ListModels() const {
   return response;
 }
 
-absl::StatusOr<cuvil::admin::v1::ListFunctionsResponse>
-AdminOperations::ListFunctions(
-    const cuvil::admin::v1::ListFunctionsRequest &request) const {
-  auto model = models_->Get(
-      request.name(),
-      request.version() > 0 ? absl::StrCat(request.version()) : "");
-  if (!model.ok())
-    return model.status();
+absl::StatusOr<cuvil::admin::v1::ListFunctionsResponse> AdminOperations::ListFunctions(
+    const cuvil::admin::v1::ListFunctionsRequest& request) const {
+  auto model =
+      models_->Get(request.name(), request.version() > 0 ? absl::StrCat(request.version()) : "");
+  if (!model.ok()) return model.status();
   cuvil::admin::v1::ListFunctionsResponse response;
-  for (const KernelFunction &k : (*model)->loaded().model().kernels) {
-    auto *f = response.add_functions();
+  for (const KernelFunction& k : (*model)->loaded().model().kernels) {
+    auto* f = response.add_functions();
     f->set_index(k.index);
     f->set_symbol(k.symbol);
     f->set_op_type(k.op_type);
@@ -130,19 +118,18 @@ AdminOperations::ListFunctions(
 
 namespace {
 
-// The input a patch is validated on: the version's first warm-up sample where
-// its config has one with generated data (zero_data: zeros; random_data or a
-// data file: the deterministic values below) at its batch size, else a batch-1
-// input of deterministic values (floats in [-1, 1), integers 0: a valid index).
-std::vector<HostTensor> ValidationInputs(const CompiledModel &model,
-                                         const inference::ModelConfig &config) {
-  const inference::ModelWarmup *warmup =
+// The input a patch is validated on: the version's first warm-up sample where its config has one
+// with generated data (zero_data: zeros; random_data or a data file: the deterministic values
+// below) at its batch size, else a batch-1 input of deterministic values (floats in [-1, 1),
+// integers 0: a valid index).
+std::vector<HostTensor> ValidationInputs(const CompiledModel& model,
+                                         const inference::ModelConfig& config) {
+  const inference::ModelWarmup* warmup =
       config.model_warmup_size() > 0 ? &config.model_warmup(0) : nullptr;
-  const int64_t batch =
-      warmup != nullptr && warmup->batch_size() > 0 ? warmup->batch_size() : 1;
+  const int64_t batch = warmup != nullptr && warmup->batch_size() > 0 ? warmup->batch_size() : 1;
   std::vector<HostTensor> inputs;
   uint32_t state = 12345;
-  for (const TensorSignature &sig : model.inputs) {
+  for (const TensorSignature& sig : model.inputs) {
     HostTensor t(sig.dtype, EvalShape(sig.shape, batch));
     std::memset(t.data(), 0, t.byte_size());
     bool zeros = false;
@@ -151,11 +138,10 @@ std::vector<HostTensor> ValidationInputs(const CompiledModel &model,
       zeros = it != warmup->inputs().end() && it->second.zero_data();
     }
     if (sig.dtype == DType::kFloat32 && !zeros) {
-      float *v = t.data_as<float>();
+      float* v = t.data_as<float>();
       for (int64_t i = 0; i < t.num_elements(); ++i) {
         state = state * 1664525u + 1013904223u;
-        v[i] =
-            static_cast<float>(state >> 8) / static_cast<float>(1 << 23) - 1.0f;
+        v[i] = static_cast<float>(state >> 8) / static_cast<float>(1 << 23) - 1.0f;
       }
     }
     inputs.push_back(std::move(t));
@@ -163,26 +149,22 @@ std::vector<HostTensor> ValidationInputs(const CompiledModel &model,
   return inputs;
 }
 
-absl::StatusOr<uint64_t> ParsePatchId(const std::string &text) {
+absl::StatusOr<uint64_t> ParsePatchId(const std::string& text) {
   uint64_t id = 0;
   if (!absl::SimpleAtoi(text, &id) || id == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("patch_id '", text, "' is not a patch id"));
+    return absl::InvalidArgumentError(absl::StrCat("patch_id '", text, "' is not a patch id"));
   }
   return id;
 }
 
 double MsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now() - t0)
-      .count();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void FillProfile(
-    const std::vector<KernelProfile> &table,
-    google::protobuf::RepeatedPtrField<cuvil::admin::v1::KernelProfile> *out) {
-  for (const KernelProfile &k : table) {
-    auto *row = out->Add();
+void FillProfile(const std::vector<KernelProfile>& table,
+                 google::protobuf::RepeatedPtrField<cuvil::admin::v1::KernelProfile>* out) {
+  for (const KernelProfile& k : table) {
+    auto* row = out->Add();
     row->set_function(k.function);
     row->set_calls(k.calls);
     row->set_total_ns(k.total_ns);
@@ -191,84 +173,64 @@ void FillProfile(
   }
 }
 
-// Compiles the patch a request asks for into a new, unpublished layer of
-// `loaded`.
-absl::StatusOr<std::shared_ptr<PreparedPatch>>
-PreparePatch(LoadedModel &loaded, const std::string &kind,
-             const cuvil::admin::v1::PatchFunctionRequest &request,
-             const std::vector<std::string> &functions) {
+// Compiles the patch a request asks for into a new, unpublished layer of `loaded`.
+absl::StatusOr<std::shared_ptr<PreparedPatch>> PreparePatch(
+    LoadedModel& loaded, const std::string& kind,
+    const cuvil::admin::v1::PatchFunctionRequest& request,
+    const std::vector<std::string>& functions) {
   if (kind == kPatchKindProfile) {
     return loaded.PrepareProfilePatch(request.profile_seconds(), functions);
   }
-  if (kind == kPatchKindIr)
-    return loaded.PrepareIrPatch(request.body(), functions);
-  auto options = ParseRecompileOptions(
-      request.options().empty() ? request.body() : request.options());
-  if (!options.ok())
-    return options.status();
+  if (kind == kPatchKindIr) return loaded.PrepareIrPatch(request.body(), functions);
+  auto options =
+      ParseRecompileOptions(request.options().empty() ? request.body() : request.options());
+  if (!options.ok()) return options.status();
   // The version's own model and options, with the requested changes.
-  const CodeSource &source = loaded.source();
+  const CodeSource& source = loaded.source();
   if (source.onnx_bytes.empty() && source.onnx_path.empty()) {
-    return absl::FailedPreconditionError(
-        "the version's model source is unknown");
+    return absl::FailedPreconditionError("the version's model source is unknown");
   }
   CompileOptions compile = source.options;
   compile.opt_level = options->opt_level;
-  auto recompiled = source.onnx_bytes.empty()
-                        ? CompileOnnxFile(source.onnx_path, compile)
-                        : CompileOnnxBytes(source.onnx_bytes, compile);
-  if (!recompiled.ok())
-    return recompiled.status();
-  return loaded.PrepareRecompilePatch(*recompiled, functions,
-                                      RecompileOptionsText(*options));
+  auto recompiled = source.onnx_bytes.empty() ? CompileOnnxFile(source.onnx_path, compile)
+                                              : CompileOnnxBytes(source.onnx_bytes, compile);
+  if (!recompiled.ok()) return recompiled.status();
+  return loaded.PrepareRecompilePatch(*recompiled, functions, RecompileOptionsText(*options));
 }
 
-// With --snapshot-dir, records the version's new state now (the watcher would a
-// moment later).
-void SyncSnapshot(SnapshotStore *store, const ModelVersion &version) {
-  if (store == nullptr)
-    return;
+// With --snapshot-dir, records the version's new state now (the watcher would a moment later).
+void SyncSnapshot(SnapshotStore* store, const ModelVersion& version) {
+  if (store == nullptr) return;
   if (absl::Status s = store->Sync(version); !s.ok()) {
     spdlog::warn("{}", std::string(s.message()));
   }
 }
 
-} // namespace
+}  // namespace
 
-absl::StatusOr<cuvil::admin::v1::PatchFunctionResponse>
-AdminOperations::PatchFunction(
-    const cuvil::admin::v1::PatchFunctionRequest &request) {
-  PatchEvent event(metrics_, PatchKindFromRequest(request.kind()),
-                   request.name());
-  if (absl::Status s = ValidateModelName(request.name()); !s.ok())
-    return s;
-  const std::string kind =
-      request.kind().empty() ? kPatchKindIr : request.kind();
-  if (kind != kPatchKindIr && kind != kPatchKindRecompile &&
-      kind != kPatchKindProfile) {
+absl::StatusOr<cuvil::admin::v1::PatchFunctionResponse> AdminOperations::PatchFunction(
+    const cuvil::admin::v1::PatchFunctionRequest& request) {
+  PatchEvent event(metrics_, PatchKindFromRequest(request.kind()), request.name());
+  if (absl::Status s = ValidateModelName(request.name()); !s.ok()) return s;
+  const std::string kind = request.kind().empty() ? kPatchKindIr : request.kind();
+  if (kind != kPatchKindIr && kind != kPatchKindRecompile && kind != kPatchKindProfile) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "patch kind '", request.kind(),
-        "' is not supported (\"ir\", \"recompile\", \"profile\")"));
+        "patch kind '", request.kind(), "' is not supported (\"ir\", \"recompile\", \"profile\")"));
   }
   if (kind == kPatchKindIr && request.body().empty()) {
     return absl::InvalidArgumentError("the patch body is empty");
   }
-  auto model = models_->Get(
-      request.name(),
-      request.version() > 0 ? absl::StrCat(request.version()) : "");
-  if (!model.ok())
-    return model.status();
+  auto model =
+      models_->Get(request.name(), request.version() > 0 ? absl::StrCat(request.version()) : "");
+  if (!model.ok()) return model.status();
   event.set_version((*model)->version_string());
-  LoadedModel &loaded = (*model)->mutable_loaded();
-  std::vector<std::string> functions(request.functions().begin(),
-                                     request.functions().end());
-  if (!request.function().empty())
-    functions.push_back(request.function());
+  LoadedModel& loaded = (*model)->mutable_loaded();
+  std::vector<std::string> functions(request.functions().begin(), request.functions().end());
+  if (!request.function().empty()) functions.push_back(request.function());
 
   auto t0 = std::chrono::steady_clock::now();
   auto patch = PreparePatch(loaded, kind, request, functions);
-  if (!patch.ok())
-    return patch.status();
+  if (!patch.ok()) return patch.status();
   cuvil::admin::v1::PatchFunctionResponse response;
   response.set_compile_ms(MsSince(t0));
   event.ExcludeMs(response.compile_ms());
@@ -276,46 +238,40 @@ AdminOperations::PatchFunction(
   if (!request.has_validate() || request.validate()) {
     const double rtol = request.rtol() > 0 ? request.rtol() : 1e-3;
     const double atol = request.atol() > 0 ? request.atol() : 1e-5;
-    std::vector<HostTensor> inputs =
-        ValidationInputs(loaded.model(), (*model)->config());
+    std::vector<HostTensor> inputs = ValidationInputs(loaded.model(), (*model)->config());
     auto current = loaded.RunWith(nullptr, inputs);
     auto patched = loaded.RunWith(patch->get(), inputs);
     if (!current.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "validation: the current code fails on the validation input: ",
-          current.status().message()));
+      return absl::FailedPreconditionError(
+          absl::StrCat("validation: the current code fails on the validation input: ",
+                       current.status().message()));
     }
     if (!patched.ok()) {
       return absl::FailedPreconditionError(
-          absl::StrCat("validation: the patched code fails where the current "
-                       "code succeeds: ",
+          absl::StrCat("validation: the patched code fails where the current code succeeds: ",
                        patched.status().message()));
     }
     std::string first_mismatch;
     double max_diff = 0;
     for (size_t o = 0; o < current->size(); ++o) {
-      const HostTensor &a = (*current)[o];
-      const HostTensor &b = (*patched)[o];
+      const HostTensor& a = (*current)[o];
+      const HostTensor& b = (*patched)[o];
       for (int64_t i = 0; i < a.num_elements(); ++i) {
         const double old_v = a.GetAsDouble(i), new_v = b.GetAsDouble(i);
         const double diff = std::fabs(new_v - old_v);
         const bool nan_mismatch = std::isnan(old_v) != std::isnan(new_v);
-        if (!std::isnan(diff))
-          max_diff = std::max(max_diff, diff);
-        if ((nan_mismatch || diff > atol + rtol * std::fabs(old_v)) &&
-            first_mismatch.empty()) {
-          first_mismatch = absl::StrCat(
-              "output '", loaded.model().outputs[o].name, "' element ", i,
-              ": patched ", new_v, ", current ", old_v);
+        if (!std::isnan(diff)) max_diff = std::max(max_diff, diff);
+        if ((nan_mismatch || diff > atol + rtol * std::fabs(old_v)) && first_mismatch.empty()) {
+          first_mismatch = absl::StrCat("output '", loaded.model().outputs[o].name, "' element ", i,
+                                        ": patched ", new_v, ", current ", old_v);
         }
       }
     }
     response.set_max_abs_diff(max_diff);
     if (!first_mismatch.empty() && !request.force()) {
       return absl::FailedPreconditionError(
-          absl::StrCat("validation: the patched code computes other outputs (",
-                       first_mismatch, ", rtol ", rtol, ", atol ", atol,
-                       "); set force to apply it anyway"));
+          absl::StrCat("validation: the patched code computes other outputs (", first_mismatch,
+                       ", rtol ", rtol, ", atol ", atol, "); set force to apply it anyway"));
     }
   }
   t0 = std::chrono::steady_clock::now();
@@ -326,42 +282,33 @@ AdminOperations::PatchFunction(
     return id.status();
   }
   response.set_patch_id(absl::StrCat(*id));
-  // Keep the history alive: a range-for over a member of a temporary would
-  // dangle.
+  // Keep the history alive: a range-for over a member of a temporary would dangle.
   const std::vector<PatchRecord> patches = loaded.Patches();
   if (!patches.empty()) {
-    for (const auto &f : patches.back().functions)
-      response.add_functions(f);
+    for (const auto& f : patches.back().functions) response.add_functions(f);
   }
-  event.set_detail(absl::StrCat("patch ", *id, " (", kind, "), author '",
-                                request.author(), "', compile ",
-                                response.compile_ms(), " ms"));
+  event.set_detail(absl::StrCat("patch ", *id, " (", kind, "), author '", request.author(),
+                                "', compile ", response.compile_ms(), " ms"));
   event.Done(absl::StrJoin(response.functions(), ","));
   SyncSnapshot(snapshots_, **model);
   if (kind == kPatchKindProfile && request.wait()) {
     // The window plus slack: the timer rolls the patch back at the end of it.
     loaded.WaitForProfileEnd(*id, request.profile_seconds() + 30);
     auto table = loaded.ProfileReport(*id);
-    if (table.ok())
-      FillProfile(*table, response.mutable_profile());
+    if (table.ok()) FillProfile(*table, response.mutable_profile());
   }
   return response;
 }
 
-absl::StatusOr<cuvil::admin::v1::RollbackResponse>
-AdminOperations::Rollback(const cuvil::admin::v1::RollbackRequest &request) {
-  PatchEvent event(metrics_, observability::PatchKind::kRollback,
-                   request.name());
-  if (absl::Status s = ValidateModelName(request.name()); !s.ok())
-    return s;
+absl::StatusOr<cuvil::admin::v1::RollbackResponse> AdminOperations::Rollback(
+    const cuvil::admin::v1::RollbackRequest& request) {
+  PatchEvent event(metrics_, observability::PatchKind::kRollback, request.name());
+  if (absl::Status s = ValidateModelName(request.name()); !s.ok()) return s;
   auto id = ParsePatchId(request.patch_id());
-  if (!id.ok())
-    return id.status();
-  auto model = models_->Get(
-      request.name(),
-      request.version() > 0 ? absl::StrCat(request.version()) : "");
-  if (!model.ok())
-    return model.status();
+  if (!id.ok()) return id.status();
+  auto model =
+      models_->Get(request.name(), request.version() > 0 ? absl::StrCat(request.version()) : "");
+  if (!model.ok()) return model.status();
   event.set_version((*model)->version_string());
   auto t0 = std::chrono::steady_clock::now();
   if (absl::Status s = (*model)->mutable_loaded().Rollback(*id); !s.ok()) {
@@ -376,43 +323,34 @@ AdminOperations::Rollback(const cuvil::admin::v1::RollbackRequest &request) {
   return response;
 }
 
-absl::StatusOr<cuvil::admin::v1::ListPatchesResponse>
-AdminOperations::ListPatches(
-    const cuvil::admin::v1::ListPatchesRequest &request) const {
-  auto model = models_->Get(
-      request.name(),
-      request.version() > 0 ? absl::StrCat(request.version()) : "");
-  if (!model.ok())
-    return model.status();
+absl::StatusOr<cuvil::admin::v1::ListPatchesResponse> AdminOperations::ListPatches(
+    const cuvil::admin::v1::ListPatchesRequest& request) const {
+  auto model =
+      models_->Get(request.name(), request.version() > 0 ? absl::StrCat(request.version()) : "");
+  if (!model.ok()) return model.status();
   cuvil::admin::v1::ListPatchesResponse response;
-  for (const PatchRecord &r : (*model)->loaded().Patches()) {
-    auto *p = response.add_patches();
+  for (const PatchRecord& r : (*model)->loaded().Patches()) {
+    auto* p = response.add_patches();
     p->set_patch_id(absl::StrCat(r.id));
     p->set_unix_ms(r.unix_ms);
     p->set_kind(r.kind);
-    for (const auto &f : r.functions)
-      p->add_functions(f);
+    for (const auto& f : r.functions) p->add_functions(f);
     p->set_author(r.author);
     p->set_active(r.active);
     p->set_rolled_back_unix_ms(r.rolled_back_unix_ms);
-    if (r.kind != kPatchKindIr)
-      p->set_options(r.source);
+    if (r.kind != kPatchKindIr) p->set_options(r.source);
     FillProfile(r.profile, p->mutable_profile());
   }
   return response;
 }
 
-absl::StatusOr<cuvil::admin::v1::SnapshotResponse>
-AdminOperations::Snapshot(const cuvil::admin::v1::SnapshotRequest &request) {
-  PatchEvent event(metrics_, observability::PatchKind::kSnapshot,
-                   request.name());
-  if (absl::Status s = ValidateModelName(request.name()); !s.ok())
-    return s;
-  auto model = models_->Get(
-      request.name(),
-      request.version() > 0 ? absl::StrCat(request.version()) : "");
-  if (!model.ok())
-    return model.status();
+absl::StatusOr<cuvil::admin::v1::SnapshotResponse> AdminOperations::Snapshot(
+    const cuvil::admin::v1::SnapshotRequest& request) {
+  PatchEvent event(metrics_, observability::PatchKind::kSnapshot, request.name());
+  if (absl::Status s = ValidateModelName(request.name()); !s.ok()) return s;
+  auto model =
+      models_->Get(request.name(), request.version() > 0 ? absl::StrCat(request.version()) : "");
+  if (!model.ok()) return model.status();
   event.set_version((*model)->version_string());
   auto artifact = SnapshotVersion(**model);
   if (!artifact.ok()) {
@@ -427,26 +365,22 @@ AdminOperations::Snapshot(const cuvil::admin::v1::SnapshotRequest &request) {
   return response;
 }
 
-absl::StatusOr<cuvil::admin::v1::RestoreSnapshotResponse>
-AdminOperations::RestoreSnapshot(
-    const cuvil::admin::v1::RestoreSnapshotRequest &request) {
+absl::StatusOr<cuvil::admin::v1::RestoreSnapshotResponse> AdminOperations::RestoreSnapshot(
+    const cuvil::admin::v1::RestoreSnapshotRequest& request) {
   PatchEvent event(metrics_, observability::PatchKind::kRestore, "");
   auto restored = RestoreSnapshots(models_, {request.snapshot()});
   if (!restored.ok()) {
     event.Fail(restored.status());
     return restored.status();
   }
-  cuvil::admin::v1::RestoreSnapshotResponse response =
-      std::move(restored->front());
+  cuvil::admin::v1::RestoreSnapshotResponse response = std::move(restored->front());
   event.set_model(response.name());
   event.set_version(absl::StrCat(response.version()));
   event.Done("");
-  if (auto model =
-          models_->Get(response.name(), absl::StrCat(response.version()));
-      model.ok()) {
+  if (auto model = models_->Get(response.name(), absl::StrCat(response.version())); model.ok()) {
     SyncSnapshot(snapshots_, **model);
   }
   return response;
 }
 
-} // namespace cuvil
+}  // namespace cuvil
