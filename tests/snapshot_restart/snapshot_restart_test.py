@@ -4,8 +4,9 @@
 usage: snapshot_restart_test.py SERVER_BINARY MODEL_REPOSITORY
 
 Starts cuvil-server on ephemeral ports with --snapshot-dir, loads a small model inline
-(y = x + 1), patches its Add kernel with LLVM IR that doubles the result, restarts the server on
-the same folder and checks that the output is still doubled, under the same patch id, without a
+(y = x + 1), patches its Add kernel with LLVM IR that doubles the result, profiles it for half a
+second under load and recompiles it (then rolls that back) over HTTP, restarts the server on the
+same folder and checks that the output is still doubled, under the same patch id, without a
 compile. Also checks that a damaged snapshot is refused over HTTP (400) and that a damaged file in
 the folder does not stop the server from starting.
 """
@@ -172,6 +173,37 @@ def main():
         doubled = server.infer()
         if doubled != [2.0, 4.0, 6.0, 8.0]:
             fail(f"patched output {doubled}")
+        # A profile window over the patched code (requests keep flowing), then it ends by itself.
+        stop = threading.Event()
+        infers = threading.Thread(target=lambda: [server.infer() for _ in iter(stop.is_set, True)])
+        infers.start()
+        status, body = server.post("/v2/admin/models/adder/versions/1/patch", {
+            "kind": "profile", "profile_seconds": 0.5, "wait": True, "author": "restart-test"})
+        stop.set()
+        infers.join()
+        if status != 200:
+            fail(f"profile: {status} {body}")
+        table = json.loads(body)["profile"]
+        if len(table) != 1 or table[0]["function"] != adds[0] or table[0]["calls"] < 1 or \
+                abs(table[0]["share"] - 1.0) > 1e-9 or table[0]["total_ns"] <= 0:
+            fail(f"profile table {table}")
+        # A recompile patch of every kernel lies over the IR patch: the Add computes x + 1 again
+        # until the recompile patch is rolled back (a middle-of-history rollback works too).
+        status, body = server.post("/v2/admin/models/adder/versions/1/patch", {
+            "kind": "recompile", "options": "opt_level=1", "force": True})
+        if status != 200:
+            fail(f"recompile: {status} {body}")
+        recompile_id = json.loads(body)["patch_id"]
+        if server.infer() != plain:
+            fail("the recompiled (unpatched) Add should compute x + 1 again")
+        status, body = server.post("/v2/admin/models/adder/versions/1/rollback",
+                                   {"patch_id": recompile_id})
+        if status != 200 or server.infer() != doubled:
+            fail(f"rollback of the recompile patch: {status} {body}")
+        status, body = server.get("/v2/admin/models/adder/versions/1/patches")
+        kinds = [(p["kind"], p["active"]) for p in json.loads(body)["patches"]]
+        if kinds != [("ir", True), ("profile", False), ("recompile", False)]:
+            fail(f"history {kinds}")
         # A damaged artifact is refused and changes nothing.
         status, body = server.post("/v2/admin/models/adder/versions/1/snapshot", {})
         if status != 200:
