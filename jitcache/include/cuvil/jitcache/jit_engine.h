@@ -72,9 +72,9 @@ absl::StatusOr<RecompileOptions> ParseRecompileOptions(const std::string& text);
 // Where a version's code came from, kept for recompile patches and snapshots (set by the loader;
 // empty when unknown). Thread-compatible value type.
 struct CodeSource {
-  std::string onnx_path;    // Read when onnx_bytes is empty.
-  std::string onnx_bytes;   // Inline models.
-  CompileOptions options;   // What the version was compiled with (emit/needs fields unused).
+  std::string onnx_path;   // Read when onnx_bytes is empty.
+  std::string onnx_bytes;  // Inline models.
+  CompileOptions options;  // What the version was compiled with (emit/needs fields unused).
 };
 
 // A patch compiled into a version's namespace but not yet visible to executions. Dropping it
@@ -231,7 +231,7 @@ class LoadedModel {
   uint64_t table_generation_ ABSL_GUARDED_BY(patch_mu_) = 0;
   std::atomic<uint64_t> change_count_{0};
   std::function<void()> change_listener_;  // Set once before patches start.
-  CodeSource source_;                     // Set once before serving.
+  CodeSource source_;                      // Set once before serving.
 
   // The profile timer: at most one profile patch is active at a time.
   struct ProfileTimer;
