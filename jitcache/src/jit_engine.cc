@@ -151,6 +151,11 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> JitEngine::Load(const std::string& 
     void* mem = mmap(nullptr, loaded->weights_mapped_bytes_, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED) return fail("cannot map weights");
+    // Huge pages where the kernel offers them only on request: a 46 MB copy then takes ~25
+    // faults instead of ~11,000 (a hint; failure changes nothing).
+    if (loaded->weights_mapped_bytes_ >= (size_t{2} << 20)) {
+      madvise(mem, loaded->weights_mapped_bytes_, MADV_HUGEPAGE);
+    }
     loaded->weights_ = mem;
     if (!model.weights.empty()) std::memcpy(mem, model.weights.data(), model.weights.size());
     if (mprotect(mem, loaded->weights_mapped_bytes_, PROT_READ) != 0) {

@@ -517,6 +517,26 @@ const char* CacheOutcomeName(CacheOutcome outcome) {
   return "?";
 }
 
+const char* CompileTierName(CompileTier tier) {
+  switch (tier) {
+    case CompileTier::kFull:
+      return "full";
+    case CompileTier::kFast:
+      return "fast";
+    case CompileTier::kTiered:
+      return "tiered";
+  }
+  return "?";
+}
+
+absl::StatusOr<CompileTier> ParseCompileTier(const std::string& text) {
+  for (CompileTier t : {CompileTier::kFull, CompileTier::kFast, CompileTier::kTiered}) {
+    if (text == CompileTierName(t)) return t;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("compile tier '", text, "' is not one of tiered, fast, full"));
+}
+
 absl::StatusOr<std::string> DefaultJitCacheDir() {
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   if (xdg != nullptr && xdg[0] == '/') return absl::StrCat(xdg, "/cuvil");
@@ -857,6 +877,18 @@ absl::StatusOr<CompiledModel> ObjectCache::Compile(const std::string& path,
                                                    const std::string& bytes,
                                                    const CompileOptions& options,
                                                    CacheLookup* lookup) {
+  return Get(path, bytes, options, lookup, /*compile_on_miss=*/true);
+}
+
+absl::StatusOr<CompiledModel> ObjectCache::Lookup(const std::string& path, const std::string& bytes,
+                                                  const CompileOptions& options,
+                                                  CacheLookup* lookup) {
+  return Get(path, bytes, options, lookup, /*compile_on_miss=*/false);
+}
+
+absl::StatusOr<CompiledModel> ObjectCache::Get(const std::string& path, const std::string& bytes,
+                                               const CompileOptions& options, CacheLookup* lookup,
+                                               bool compile_on_miss) {
   CacheLookup local;
   if (lookup == nullptr) lookup = &local;
   *lookup = CacheLookup();
@@ -864,9 +896,11 @@ absl::StatusOr<CompiledModel> ObjectCache::Compile(const std::string& path,
     return bytes.empty() ? CompileOnnxFile(path, options) : CompileOnnxBytes(bytes, options);
   };
   auto key = Key(path, bytes, options);
-  if (!key.ok()) return compile();  // Let the compiler report the unreadable model.
+  if (!key.ok()) {  // Let the compiler report the unreadable model.
+    return compile_on_miss ? compile() : key.status();
+  }
   lookup->key = *key;
-  const bool emit = !options.emit_llvm_path.empty();
+  const bool emit = !options.emit_llvm_path.empty() && compile_on_miss;
 
   // Memory first; wait while another thread compiles the same key.
   std::shared_ptr<const CompiledModel> in_memory;
@@ -904,7 +938,9 @@ absl::StatusOr<CompiledModel> ObjectCache::Compile(const std::string& path,
   }
   uint64_t evicted = 0;
   bool stored = false;
-  if (!from_disk) {
+  if (!from_disk && !compile_on_miss) {
+    result = absl::NotFoundError(absl::StrCat("JIT cache has no entry ", *key));
+  } else if (!from_disk) {
     result = compile();
     if (result.ok() && !file.empty()) {
       if (auto mapped = WriteEntry(options_.dir, file, *key, *result); mapped.ok()) {

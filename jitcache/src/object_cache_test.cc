@@ -139,8 +139,14 @@ TEST_F(ObjectCacheTest, CorruptTruncatedAndForeignEntriesAreRecompiled) {
   // Layout (jit_cache.proto): 40-byte preamble, header, object code at a 4096 multiple, weights
   // at a later 4096 multiple up to the end of the file.
   const size_t object_at = 4096;
-  ASSERT_NE(good.find(std::string("\x7f" "ELF", 4)), std::string::npos);
-  ASSERT_EQ(good.find(std::string("\x7f" "ELF", 4)), object_at);
+  ASSERT_NE(good.find(std::string("\x7f"
+                                  "ELF",
+                                  4)),
+            std::string::npos);
+  ASSERT_EQ(good.find(std::string("\x7f"
+                                  "ELF",
+                                  4)),
+            object_at);
   std::string old_format = good;
   old_format[16] = 1;  // A format-1 reader's file, or a future format.
   std::string wrong_key = Slurp(cache->EntryPath(other.key));  // Valid entry, other key.
@@ -326,6 +332,79 @@ TEST_F(ObjectCacheTest, ExternalDataIsPartOfTheKey) {
   auto k4 = cache->Key(path, "", {});
   ASSERT_TRUE(k3.ok() && k4.ok());
   EXPECT_EQ(*k3, *k4);
+}
+
+// Tiered compilation as cuvil-server does it: serve the quick tier, compile the full tier through
+// the cache, swap it in with a recompile patch while executions run (each runs on one tier), and
+// find both tiers in the cache afterwards (a warm start then loads the full tier directly).
+TEST_F(ObjectCacheTest, TieredSwapUnderConcurrentExecutionsAndBothTiersCached) {
+  auto cache = MakeCache();
+  const std::string bytes = testing::BinaryWithConstant("Add", 8, 2.5f);
+  CompileOptions full;
+  CompileOptions fast;
+  fast.opt_level = kFastTierOptLevel;
+  CacheLookup lookup;
+  EXPECT_TRUE(absl::IsNotFound(cache->Lookup("", bytes, full, &lookup).status()));
+  auto quick = cache->Compile("", bytes, fast, &lookup);
+  ASSERT_TRUE(quick.ok()) << quick.status();
+  const std::string fast_key = lookup.key;
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok());
+  auto loaded = (*engine)->Load("tiered/1", std::move(*quick));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> runs{0}, wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&] {
+      HostTensor x(DType::kFloat32, {2, 8});
+      for (int i = 0; i < 16; ++i) x.data_as<float>()[i] = static_cast<float>(i);
+      while (!stop.load()) {
+        auto out = (*loaded)->Run({x});
+        bool ok = out.ok();
+        for (int i = 0; ok && i < 16; ++i) ok = (*out)[0].data_as<float>()[i] == i + 2.5f;
+        if (!ok) wrong.fetch_add(1);
+        runs.fetch_add(1);
+      }
+    });
+  }
+  auto full_model = cache->Compile("", bytes, full, &lookup);
+  ASSERT_TRUE(full_model.ok()) << full_model.status();
+  EXPECT_EQ(lookup.outcome, CacheOutcome::kMiss);
+  EXPECT_NE(lookup.key, fast_key);
+  auto patch = (*loaded)->PrepareRecompilePatch(*full_model, {}, "opt_level=3");
+  ASSERT_TRUE(patch.ok()) << patch.status();
+  const int before = runs.load();
+  auto id = (*loaded)->CommitPatch(*patch, "tiered-compilation");
+  ASSERT_TRUE(id.ok()) << id.status();
+  while (runs.load() < before + 200) std::this_thread::yield();
+  stop.store(true);
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  auto patches = (*loaded)->Patches();
+  ASSERT_EQ(patches.size(), 1u);
+  EXPECT_EQ(patches[0].kind, kPatchKindRecompile);
+  EXPECT_EQ(patches[0].author, "tiered-compilation");
+
+  // Both tiers are on disk; a fresh process finds the full tier without compiling.
+  EXPECT_TRUE(fs::exists(cache->EntryPath(fast_key)));
+  EXPECT_TRUE(fs::exists(cache->EntryPath(lookup.key)));
+  auto other = MakeCache();
+  const uint64_t compiles = TotalCompilations();
+  auto warm = other->Lookup("", bytes, full, &lookup);
+  ASSERT_TRUE(warm.ok()) << warm.status();
+  EXPECT_EQ(lookup.outcome, CacheOutcome::kDiskHit);
+  EXPECT_EQ(TotalCompilations(), compiles);
+}
+
+TEST(CompileTierTest, ParsesItsNames) {
+  for (CompileTier t : {CompileTier::kFull, CompileTier::kFast, CompileTier::kTiered}) {
+    auto parsed = ParseCompileTier(CompileTierName(t));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, t);
+  }
+  EXPECT_FALSE(ParseCompileTier("O3").ok());
 }
 
 TEST(ObjectCacheDirTest, DefaultDirFollowsXdg) {

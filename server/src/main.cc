@@ -50,6 +50,10 @@ constexpr char kHelp[] =
     "  --jit-cache-max-bytes N     evict least recently used cache entries above N bytes\n"
     "                              (default 4 GiB; 0: unlimited)\n"
     "  --no-jit-cache              compile every model (no disk or in-memory cache)\n"
+    "  --compile-tier TIER         full (default): one compile at full optimisation; fast: one\n"
+    "                              quick compile; tiered: READY after the quick compile, the\n"
+    "                              full tier compiled in the background and swapped in at a\n"
+    "                              safe point (a cached full tier is loaded directly)\n"
     "  --snapshot-dir DIR          snapshot every version there after each load, patch and\n"
     "                              rollback, and restore them on start (restarts come back\n"
     "                              patched)\n"
@@ -109,6 +113,10 @@ int main(int argc, char** argv) {
       ok = !value.empty();
     } else if (name == "--jit-cache-max-bytes") {
       ok = int_flag(&options.jit_cache_max_bytes);
+    } else if (name == "--compile-tier") {
+      auto tier = cuvil::ParseCompileTier(value);
+      ok = tier.ok();
+      if (ok) options.compile_tier = *tier;
     } else if (name == "--grpc-port") {
       ok = int_flag(&options.grpc_port);
     } else if (name == "--http-port") {

@@ -262,6 +262,7 @@ struct ModelManager::Impl {
   ServerMetrics* metrics;
   uint64_t max_request_bytes;
   ObjectCache* cache;
+  CompileTier compile_tier;
 
   // Route's refusals by model, then reason. Its own lock: counted on the request path, after
   // the routing lookup released `mu`.
@@ -281,7 +282,8 @@ struct ModelManager::Impl {
         loaders(options.loader_threads),
         metrics(options.metrics),
         max_request_bytes(options.max_request_bytes),
-        cache(options.cache) {}
+        cache(options.cache),
+        compile_tier(options.compile_tier) {}
 
   absl::Status UnloadModel(const std::string& name, bool by_operator);
 
@@ -308,15 +310,29 @@ struct ModelManager::Impl {
       const std::string& model_dir, const VersionSeed* seed) {
     auto t0 = std::chrono::steady_clock::now();
     CUVIL_PROBE_JIT_COMPILE_START(name.c_str());
-    CompileOptions options;
+    const CompileOptions full_options;
+    CompileOptions options = full_options;
     CacheLookup lookup;
     // A seed (restored snapshot) brings its code: nothing to compile or look up.
     const bool seeded = seed != nullptr && seed->compiled != nullptr;
     ObjectCache* const cache = seeded ? nullptr : this->cache;
-    auto compiled = seeded             ? absl::StatusOr<CompiledModel>(*seed->compiled)
-                    : cache != nullptr ? cache->Compile(path, bytes, options, &lookup)
-                    : bytes.empty()    ? CompileOnnxFile(path, options)
-                                       : CompileOnnxBytes(bytes, options);
+    // Tiered: a cached full tier is loaded as it is; otherwise the quick tier serves first.
+    bool tier_up = false;
+    absl::StatusOr<CompiledModel> compiled = absl::NotFoundError("not compiled");
+    if (seeded) {
+      compiled = *seed->compiled;
+    } else {
+      if (compile_tier == CompileTier::kTiered && cache != nullptr) {
+        compiled = cache->Lookup(path, bytes, full_options, &lookup);
+      }
+      if (!compiled.ok()) {
+        if (compile_tier != CompileTier::kFull) options.opt_level = kFastTierOptLevel;
+        tier_up = compile_tier == CompileTier::kTiered;
+        compiled = cache != nullptr ? cache->Compile(path, bytes, options, &lookup)
+                   : bytes.empty()  ? CompileOnnxFile(path, options)
+                                    : CompileOnnxBytes(bytes, options);
+      }
+    }
     if (!compiled.ok()) return compiled.status();
     // The compiler ran for this load unless the JIT cache had the model.
     const uint64_t compilations = !seeded && lookup.outcome == CacheOutcome::kMiss ? 1 : 0;
@@ -426,8 +442,70 @@ struct ModelManager::Impl {
     model->ResetStatsBaseline();
     model->set_metrics(std::move(model_metrics));  // After warmup: warmup is not client traffic.
     live->store(true, std::memory_order_relaxed);
+    if (tier_up) {
+      std::weak_ptr<ModelVersion> weak = model;
+      tier_ups.Schedule([this, weak, name, version, path, bytes, full_options] {
+        TierUp(weak, name, version, path, bytes, full_options);
+      });
+    }
     return model;
   }
+
+  // Compiles the full tier of a version serving its quick tier and swaps its kernels in at a safe
+  // point (a recompile patch: every execution runs entirely on one tier). Skipped once the
+  // version is gone or the server shuts down; on failure the quick tier keeps serving (logged).
+  void TierUp(const std::weak_ptr<ModelVersion>& weak, const std::string& name, int64_t version,
+              const std::string& path, const std::string& bytes, const CompileOptions& options) {
+    {
+      absl::MutexLock lock(&mu);
+      if (shutting_down) return;
+    }
+    if (weak.expired()) return;
+    auto t0 = std::chrono::steady_clock::now();
+    CacheLookup lookup;
+    auto full = cache != nullptr ? cache->Compile(path, bytes, options, &lookup)
+                : bytes.empty()  ? CompileOnnxFile(path, options)
+                                 : CompileOnnxBytes(bytes, options);
+    const double compile_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::shared_ptr<ModelVersion> model = weak.lock();
+    if (model == nullptr) return;
+    absl::Status status = full.status();
+    double switch_us = 0;
+    // An admin patch committed meanwhile moves the table on: prepare against the new one.
+    for (int attempt = 0; status.ok() && attempt < 3; ++attempt) {
+      LoadedModel& loaded = model->mutable_loaded();
+      RecompileOptions recompile;
+      recompile.opt_level = options.opt_level;
+      auto patch = loaded.PrepareRecompilePatch(*full, {}, RecompileOptionsText(recompile));
+      if (!patch.ok()) {
+        status = patch.status();
+        break;
+      }
+      auto t1 = std::chrono::steady_clock::now();
+      auto id = loaded.CommitPatch(*std::move(patch), "tiered-compilation");
+      switch_us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t1).count();
+      status = id.status();
+      if (!absl::IsFailedPrecondition(status)) break;
+    }
+    if (!status.ok()) {
+      spdlog::warn("model {} version {}: full tier not swapped in ({}); the quick tier serves",
+                   name, version, std::string(status.message()));
+      return;
+    }
+    if (lookup.outcome == CacheOutcome::kMiss && metrics != nullptr) {
+      metrics->RecordCompile(name, compile_ms / 1000);
+    }
+    spdlog::info(
+        "model {} version {}: full tier swapped in (compile {:.1f} ms, JIT cache {}, switch "
+        "{:.1f} us)",
+        name, version, compile_ms, CacheOutcomeName(lookup.outcome), switch_us);
+  }
+
+  // Background full-tier compiles (kTiered). Declared last: joined before anything it uses is
+  // destroyed; tasks still queued then see shutting_down and return at once.
+  ThreadPool tier_ups{1};
 };
 
 ModelManager::ModelManager(JitEngine* engine, const ModelRepository* repository,

@@ -122,6 +122,7 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
   manager_options.metrics = s.metrics_registry.get();
   manager_options.max_request_bytes = static_cast<uint64_t>(options.max_request_bytes);
   manager_options.cache = s.cache.get();
+  manager_options.compile_tier = options.compile_tier;
   s.models = std::make_unique<ModelManager>(s.engine.get(), s.repository.get(), manager_options);
   s.admin = std::make_unique<AdminOperations>(s.models.get(), options.admin_token,
                                               s.metrics_registry.get());

@@ -3,7 +3,7 @@
 //   cuvilc run MODEL.onnx --input NAME=FILE.pb ... [--output-dir DIR]
 //   cuvilc test CASE_DIR ... [--rtol R] [--atol A]
 //   cuvilc compile MODEL.onnx [--emit-llvm FILE.ll] [--timings] [--jit-cache-dir DIR]
-//                  [--jit-cache-max-bytes N] [--no-jit-cache]
+//                  [--jit-cache-max-bytes N] [--no-jit-cache] [--compile-tier tiered|fast|full]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -31,8 +31,12 @@ constexpr char kUsage[] =
     "  cuvilc run MODEL.onnx --input NAME=FILE.pb ... [--output-dir DIR]\n"
     "  cuvilc test CASE_DIR ... [--rtol R] [--atol A]\n"
     "  cuvilc compile MODEL.onnx [--emit-llvm FILE.ll] [--timings] [--jit-cache-dir DIR]\n"
-    "                 [--jit-cache-max-bytes N] [--no-jit-cache]\n"
-    "      with --jit-cache-dir, a compiled model is stored in (or loaded from) the JIT cache\n";
+    "                 [--jit-cache-max-bytes N] [--no-jit-cache] [--compile-tier T]\n"
+    "      with --jit-cache-dir, a compiled model is stored in (or loaded from) the JIT cache\n"
+    "      --compile-tier full (default): one compile at full optimisation; fast: one quick\n"
+    "      compile; tiered: load the quick compile (total_ms is its time to ready), then compile\n"
+    "      the full tier and swap its kernels in (tier_up_ms, tier_swap_us); a cached full\n"
+    "      tier is loaded directly\n";
 
 int Fail(const absl::Status& s) {
   std::string msg(s.message());
@@ -186,6 +190,7 @@ int Compile(const std::vector<std::string>& args) {
   CompileOptions options;
   bool timings = false;
   bool no_cache = false;
+  CompileTier tier = CompileTier::kFull;
   ObjectCacheOptions cache_options;
   cache_options.memory_max_bytes = 0;  // One compile per process: memory reuse cannot help.
   for (size_t i = 0; i < args.size(); ++i) {
@@ -201,6 +206,10 @@ int Compile(const std::vector<std::string>& args) {
       }
     } else if (args[i] == "--no-jit-cache") {
       no_cache = true;
+    } else if (args[i] == "--compile-tier" && i + 1 < args.size()) {
+      auto parsed = ParseCompileTier(args[++i]);
+      if (!parsed.ok()) return Usage(std::string(parsed.status().message()));
+      tier = *parsed;
     } else if (model_path.empty() && args[i].rfind("--", 0) != 0) {
       model_path = args[i];
     } else {
@@ -221,13 +230,43 @@ int Compile(const std::vector<std::string>& args) {
   if (!engine.ok()) return Fail(engine.status());
   auto t0 = std::chrono::steady_clock::now();
   CacheLookup lookup;
-  auto compiled = use_cache ? cache->Compile(model_path, "", options, &lookup)
-                            : CompileOnnxFile(model_path, options);
+  auto compile = [&](const CompileOptions& o) {
+    return use_cache ? cache->Compile(model_path, "", o, &lookup) : CompileOnnxFile(model_path, o);
+  };
+  const CompileOptions full_options = options;
+  CompileOptions fast_options = options;
+  fast_options.opt_level = kFastTierOptLevel;
+  // Tiered: a cached full tier is all a warm start needs; otherwise the quick tier serves first.
+  bool tier_up = false;
+  absl::StatusOr<CompiledModel> compiled = absl::NotFoundError("not compiled");
+  if (tier == CompileTier::kTiered && use_cache) {
+    compiled = cache->Lookup(model_path, "", full_options, &lookup);
+  }
+  if (!compiled.ok()) {
+    tier_up = tier == CompileTier::kTiered;
+    compiled = compile(tier == CompileTier::kFull ? full_options : fast_options);
+  }
   if (!compiled.ok()) return Fail(compiled.status());
   auto t1 = std::chrono::steady_clock::now();
   auto loaded = (*engine)->Load("cuvilc/1", std::move(*compiled));
   if (!loaded.ok()) return Fail(loaded.status());
   auto t2 = std::chrono::steady_clock::now();
+  // The full tier, compiled while the quick one could serve, swapped in at a safe point.
+  double tier_up_ms = 0, tier_swap_us = 0;
+  CacheLookup full_lookup;
+  if (tier_up) {
+    auto full = use_cache ? cache->Compile(model_path, "", full_options, &full_lookup)
+                          : CompileOnnxFile(model_path, full_options);
+    if (!full.ok()) return Fail(full.status());
+    auto patch = (*loaded)->PrepareRecompilePatch(*full, {}, "opt_level=3");
+    if (!patch.ok()) return Fail(patch.status());
+    auto t3 = std::chrono::steady_clock::now();
+    auto id = (*loaded)->CommitPatch(*patch, "tiered-compilation");
+    if (!id.ok()) return Fail(id.status());
+    auto t4 = std::chrono::steady_clock::now();
+    tier_up_ms = std::chrono::duration<double, std::milli>(t3 - t2).count();
+    tier_swap_us = std::chrono::duration<double, std::micro>(t4 - t3).count();
+  }
   const CompiledModel& m = (*loaded)->model();
   std::printf(
       "compiled %s: %zu kernels, object %zu bytes, arena %lld*%s+%lld bytes (unplanned %lld per "
@@ -251,6 +290,17 @@ int Compile(const std::vector<std::string>& args) {
     std::printf("engine_create_ms=%.1f (not in total_ms)\n",
                 std::chrono::duration<double, std::milli>(t0 - te).count());
     if (use_cache && lookup.refused_entry) std::printf("cache_refused_entry=1\n");
+    if (tier != CompileTier::kFull) {
+      std::printf("compile_tier=%s loaded_tier=%s\n", CompileTierName(tier),
+                  tier == CompileTier::kFast || tier_up ? "fast" : "full");
+    }
+    if (tier_up) {
+      std::printf("tier_up_ms=%.1f tier_swap_us=%.1f full_tier_cache=%s (not in total_ms)\n",
+                  tier_up_ms, tier_swap_us,
+                  !use_cache                                   ? "off"
+                  : full_lookup.outcome == CacheOutcome::kMiss ? "miss"
+                                                               : "hit");
+    }
     std::printf("total_ms=%.1f cache=%s\n",
                 std::chrono::duration<double, std::milli>(t2 - t0).count(),
                 !use_cache                              ? "off"

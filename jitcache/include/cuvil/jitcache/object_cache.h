@@ -39,6 +39,23 @@ struct ObjectCacheOptions {
   uint64_t memory_max_bytes = uint64_t{512} << 20;
 };
 
+// Tiered compilation: which code a model version gets.
+enum class CompileTier {
+  kFull,    // One compile at full optimisation (CompileOptions::opt_level, 3 by default).
+  kFast,    // One quick compile (kFastTierOptLevel).
+  kTiered,  // Serve the quick compile, recompile at full optimisation in the background and swap
+            // the full-tier kernels in at a safe point; a cached full tier is loaded directly.
+};
+
+// LLVM level of the quick tier: O1 runs no vectorisers and a short pass pipeline, and its
+// instruction selection is cheap, yet its kernels stay usable while the full tier compiles.
+inline constexpr int kFastTierOptLevel = 1;
+
+// "full", "fast", "tiered".
+const char* CompileTierName(CompileTier tier);
+// Parses CompileTierName's spellings; InvalidArgument otherwise.
+absl::StatusOr<CompileTier> ParseCompileTier(const std::string& text);
+
 // Where a CompiledModel came from.
 enum class CacheOutcome { kMiss, kDiskHit, kMemoryHit };
 
@@ -82,6 +99,13 @@ class ObjectCache {
                                         const CompileOptions& options,
                                         CacheLookup* lookup = nullptr);
 
+  // The cached result for the key Compile would use (memory, else disk), without compiling:
+  // NotFound when neither has it (a refused disk entry is counted, logged and removed like in
+  // Compile). Lets tiered compilation load a cached full tier instead of starting low.
+  absl::StatusOr<CompiledModel> Lookup(const std::string& path, const std::string& bytes,
+                                       const CompileOptions& options,
+                                       CacheLookup* lookup = nullptr);
+
   // The cache key (32 hex digits) Compile would use. NotFound when the model cannot be read.
   absl::StatusOr<std::string> Key(const std::string& path, const std::string& bytes,
                                   const CompileOptions& options) const;
@@ -95,6 +119,10 @@ class ObjectCache {
 
  private:
   explicit ObjectCache(ObjectCacheOptions options);
+  // Compile and Lookup: the cached result, else (compile_on_miss) a compile, else NotFound.
+  absl::StatusOr<CompiledModel> Get(const std::string& path, const std::string& bytes,
+                                    const CompileOptions& options, CacheLookup* lookup,
+                                    bool compile_on_miss);
   struct Impl;
   ObjectCacheOptions options_;
   std::unique_ptr<Impl> impl_;

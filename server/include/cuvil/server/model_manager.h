@@ -114,6 +114,9 @@ struct ModelManagerOptions {
   int loader_threads = 1;
   ServerMetrics* metrics = nullptr;  // Optional; must outlive the manager.
   ObjectCache* cache = nullptr;      // Optional JIT cache; must outlive the manager.
+  // kTiered: versions become READY on a quick compile and get the full tier swapped in at a safe
+  // point by a background compile (a cached full tier is loaded directly). See CompileTier.
+  CompileTier compile_tier = CompileTier::kFull;
   // The server's request limit. A warm-up input larger than it (and than kMinWarmupLimitBytes,
   // so a small limit does not stop ordinary models loading) fails the load instead of being
   // allocated: a model whose smallest request could never arrive is refused, not an abort.

@@ -46,6 +46,8 @@ struct ServerOptions {
   // LRU eviction above it (0: unlimited). Bounded by default: every rebuild of the compiler keys
   // new entries, so an unbounded directory would only grow.
   uint64_t jit_cache_max_bytes = uint64_t{4} << 30;
+  // --compile-tier: full (default), fast, or tiered (quick compile first, full tier swapped in).
+  CompileTier compile_tier = CompileTier::kFull;
   // Context snapshots: every version is snapshotted here after each change (load, patch,
   // rollback) and restored from here on start. Empty: off.
   std::string snapshot_dir;
