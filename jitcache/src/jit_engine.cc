@@ -69,6 +69,7 @@ class PreparedPatch {
   std::vector<std::pair<int, void*>> slots;  // What this layer replaces: (slot, code).
   std::shared_ptr<KernelProfiler> profiler;  // Profile patches.
   double profile_seconds = 0;
+  std::string object_code;  // Recompile patches: what they link (for snapshots).
   PatchRecord record;
 };
 
@@ -568,6 +569,7 @@ absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareRecompilePatc
   for (const auto& [slot, code] : patch->slots) patch->table[slot] = code;
   patch->record.id = id;
   patch->record.kind = kPatchKindRecompile;
+  patch->object_code = recompiled.object_code;
   patch->record.functions = names;
   patch->record.source = options_text;
   return patch;
@@ -771,6 +773,17 @@ absl::StatusOr<std::vector<KernelProfile>> LoadedModel::ProfileReport(uint64_t i
   }
   return absl::NotFoundError(
       absl::StrCat("patch ", id, " is not a profile patch of ", namespace_name_));
+}
+
+absl::StatusOr<std::string> LoadedModel::PatchObjectCode(uint64_t id) const {
+  absl::MutexLock lock(&patch_mu_);
+  for (const auto& layer : layers_) {
+    if (layer->patch->id == id && !layer->patch->object_code.empty()) {
+      return layer->patch->object_code;
+    }
+  }
+  return absl::NotFoundError(
+      absl::StrCat("patch ", id, " is not an active recompile patch of ", namespace_name_));
 }
 
 bool LoadedModel::WaitForProfileEnd(uint64_t id, double timeout_seconds) const {

@@ -178,6 +178,10 @@ absl::StatusOr<std::string> EncodeSnapshot(const LoadedModel& loaded, const std:
     p->set_active(r.active);
     p->set_rolled_back_unix_ms(r.rolled_back_unix_ms);
     p->set_source(r.source);
+    if (r.active && r.kind == kPatchKindRecompile) {
+      auto code = loaded.PatchObjectCode(r.id);
+      if (code.ok()) p->set_object_code(*std::move(code));
+    }
     for (const KernelProfile& k : r.profile) {
       auto* row = p->add_profile();
       row->set_function(k.function);
@@ -274,6 +278,7 @@ absl::StatusOr<VersionSnapshot> DecodeSnapshot(std::string_view bytes) {
       k.mean_ns = k.calls ? static_cast<double>(k.total_ns) / static_cast<double>(k.calls) : 0;
       r.profile.push_back(std::move(k));
     }
+    if (!p.object_code().empty()) s.patch_objects[r.id] = p.object_code();
     s.patches.push_back(std::move(r));
   }
   return s;
@@ -305,9 +310,16 @@ absl::Status RestorePatches(LoadedModel& loaded, const VersionSnapshot& snapshot
     } else {
       auto options = ParseRecompileOptions(r.source);
       if (!options.ok()) return options.status();
-      CompileOptions compile;
-      compile.opt_level = options->opt_level;
-      auto recompiled = CompileOnnxBytes(snapshot.onnx_model, compile);
+      absl::StatusOr<CompiledModel> recompiled;
+      if (auto code = snapshot.patch_objects.find(r.id);
+          snapshot.host_matches && code != snapshot.patch_objects.end()) {
+        recompiled = snapshot.compiled;  // The same model: only the code differs.
+        recompiled->object_code = code->second;
+      } else {
+        CompileOptions compile;
+        compile.opt_level = options->opt_level;
+        recompiled = CompileOnnxBytes(snapshot.onnx_model, compile);
+      }
       if (!recompiled.ok()) return recompiled.status();
       patch = loaded.PrepareRecompilePatch(*recompiled, r.functions, r.source);
     }

@@ -189,6 +189,40 @@ TEST_F(SnapshotTest, RestoreEqualsOriginalIncludingPatches) {
   EXPECT_EQ(Outputs(**restored), plain);
 }
 
+// An active recompile patch travels with its code: restoring it on the same CPU compiles nothing.
+TEST_F(SnapshotTest, ActiveRecompilePatchIsRestoredWithoutCompiling) {
+  CompileOptions o1;
+  o1.opt_level = 1;
+  auto recompiled = CompileOnnxBytes(bytes_, o1);
+  ASSERT_TRUE(recompiled.ok());
+  auto re = model_->PrepareRecompilePatch(*recompiled, {}, "opt_level=1");
+  ASSERT_TRUE(re.ok()) << re.status();
+  auto re_id = model_->CommitPatch(*re, "tier");
+  ASSERT_TRUE(re_id.ok());
+  auto ir = model_->PrepareIrPatch(DoubledAdd(add_), {add_});
+  ASSERT_TRUE(ir.ok());
+  ASSERT_TRUE(model_->CommitPatch(*ir, "alice").ok());
+  auto artifact = EncodeSnapshot(*model_, "mul_add", 1, "");
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  auto snapshot = DecodeSnapshot(*artifact);
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  ASSERT_EQ(snapshot->patch_objects.count(*re_id), 1u);
+
+  const uint64_t before = TotalCompilations();
+  auto code = SnapshotCode(*snapshot, nullptr);
+  ASSERT_TRUE(code.ok());
+  auto restored = engine_->Load("mul_add/1#3", *std::move(code));
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  ASSERT_TRUE(RestorePatches(**restored, *snapshot).ok());
+  EXPECT_EQ(TotalCompilations(), before);
+  EXPECT_EQ(Outputs(**restored), Outputs(*model_));
+  std::vector<PatchRecord> patches = (*restored)->Patches();
+  ASSERT_EQ(patches.size(), 2u);
+  EXPECT_EQ(patches[0].id, *re_id);
+  EXPECT_EQ(patches[0].kind, kPatchKindRecompile);
+  EXPECT_EQ(patches[1].kind, kPatchKindIr);
+}
+
 TEST_F(SnapshotTest, ForeignCodeIsRebuiltFromTheSource) {
   uint64_t ir_id = 0;
   auto snapshot = DecodeSnapshot(PatchedArtifact(&ir_id));

@@ -147,6 +147,9 @@ class LoadedModel {
   // The per-kernel table of profile patch `id` so far (final once it rolled back), largest share
   // first. NotFound when `id` is not a profile patch of this version.
   absl::StatusOr<std::vector<KernelProfile>> ProfileReport(uint64_t id) const;
+  // The object code active recompile patch `id` links (snapshots carry it, so a restore on the
+  // same CPU does not compile again). NotFound otherwise.
+  absl::StatusOr<std::string> PatchObjectCode(uint64_t id) const;
   // Blocks until profile patch `id` is no longer active (its timer rolled it back) or `timeout`
   // seconds pass; true if it is inactive.
   bool WaitForProfileEnd(uint64_t id, double timeout_seconds) const;

@@ -6,6 +6,7 @@
 #define CUVIL_JITCACHE_SNAPSHOT_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,6 +36,8 @@ struct VersionSnapshot {
   bool host_matches = false;
   CompiledModel compiled;            // Object code, weights, signatures, kernels, arena.
   std::vector<PatchRecord> patches;  // The history, oldest first.
+  // Object code of active recompile patches by patch id (used when host_matches).
+  std::map<uint64_t, std::string> patch_objects;
 };
 
 // Serialises `loaded` (its code, weights, source, table and patches) as `model_name` version
@@ -52,8 +55,10 @@ absl::StatusOr<VersionSnapshot> DecodeSnapshot(std::string_view bytes);
 absl::StatusOr<CompiledModel> SnapshotCode(const VersionSnapshot& snapshot, bool* recompiled);
 
 // Re-applies the snapshot's active patches to `loaded` (a fresh load of SnapshotCode), oldest
-// first, keeping their ids, times and authors. Profile patches are transient and are not
-// restored. Stops at the first patch that does not apply and returns its error.
+// first, keeping their ids, times and authors: IR patches from their IR, recompile patches from
+// their recorded code on a matching host (else compiled again with their options). Profile
+// patches are transient and are not restored. Stops at the first patch that does not apply and
+// returns its error.
 absl::Status RestorePatches(LoadedModel& loaded, const VersionSnapshot& snapshot);
 
 }  // namespace cuvil
