@@ -10,6 +10,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "cuvil/compiler/compiler.h"
@@ -20,6 +21,7 @@
 #include "cuvil/server/model_config.h"
 #include "jit_executable.h"
 #include "model_name.h"
+#include "patch_event.h"
 #include "spdlog/spdlog.h"
 
 namespace cuvil {
@@ -470,6 +472,9 @@ struct ModelManager::Impl {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     std::shared_ptr<ModelVersion> model = weak.lock();
     if (model == nullptr) return;
+    // Observed as a patch event of kind tier_swap; its clock starts after the full-tier compile.
+    PatchEvent event(metrics, observability::PatchKind::kTierSwap, name);
+    event.set_version(absl::StrCat(version));
     absl::Status status = full.status();
     double switch_us = 0;
     // An admin patch committed meanwhile moves the table on: prepare against the new one.
@@ -477,7 +482,11 @@ struct ModelManager::Impl {
       LoadedModel& loaded = model->mutable_loaded();
       RecompileOptions recompile;
       recompile.opt_level = options.opt_level;
+      const auto prepare_start = std::chrono::steady_clock::now();
       auto patch = loaded.PrepareRecompilePatch(*full, {}, RecompileOptionsText(recompile));
+      event.ExcludeMs(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                                prepare_start)
+                          .count());
       if (!patch.ok()) {
         status = patch.status();
         break;
@@ -490,17 +499,18 @@ struct ModelManager::Impl {
       if (!absl::IsFailedPrecondition(status)) break;
     }
     if (!status.ok()) {
-      spdlog::warn("model {} version {}: full tier not swapped in ({}); the quick tier serves",
-                   name, version, std::string(status.message()));
+      event.set_detail("full tier not swapped in; the quick tier serves");
+      event.Fail(status);
       return;
     }
     if (lookup.outcome == CacheOutcome::kMiss && metrics != nullptr) {
       metrics->RecordCompile(name, compile_ms / 1000);
     }
-    spdlog::info(
-        "model {} version {}: full tier swapped in (compile {:.1f} ms, JIT cache {}, switch "
-        "{:.1f} us)",
-        name, version, compile_ms, CacheOutcomeName(lookup.outcome), switch_us);
+    event.set_detail(
+        absl::StrFormat("full tier swapped in: compile %.1f ms, JIT cache %s, "
+                        "table publish %.1f us",
+                        compile_ms, CacheOutcomeName(lookup.outcome), switch_us));
+    event.Done("");
   }
 
   // Background full-tier compiles (kTiered). Declared last: joined before anything it uses is

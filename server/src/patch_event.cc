@@ -76,9 +76,10 @@ PatchEvent::~PatchEvent() {
         "switch {:.3f} ms",
         model_, version_, kind, detail_, functions_, switch_ms_);
   } else {
-    spdlog::warn("patch event: model '{}' version {} kind {} result {}{}{}", model_,
+    spdlog::warn("patch event: model '{}' version {} kind {} result {}{}{}{}{}", model_,
                  version_.empty() ? "?" : version_, kind, observability::PatchResultName(result),
-                 failure_.ok() ? "" : ": ", std::string(failure_.message()));
+                 failure_.ok() ? "" : ": ", std::string(failure_.message()),
+                 detail_.empty() ? "" : "; ", detail_);
   }
 }
 
