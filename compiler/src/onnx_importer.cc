@@ -11,6 +11,7 @@
 #include "onnx/checker.h"
 #include "onnx/onnx_pb.h"
 #include "onnx_tensor.h"
+#include "subgraph_import.h"
 
 namespace cuvil {
 namespace {
@@ -238,7 +239,12 @@ class Importer {
         np.name().empty() ? absl::StrCat(np.op_type(), "_", node_counter_) : np.name();
     ++node_counter_;
     ir::Node* node = graph_->NewNode(np.op_type(), name);
+    std::vector<const onnx::AttributeProto*> graphs;
     for (const auto& a : np.attribute()) {
+      if (a.type() == onnx::AttributeProto::GRAPH) {  // If/Loop/Scan bodies, imported below.
+        graphs.push_back(&a);
+        continue;
+      }
       auto attr = ConvertAttribute(a, model_dir_);
       if (!attr.ok()) {
         return absl::Status(attr.status().code(),
@@ -260,6 +266,16 @@ class Importer {
     }
     // Trailing omitted inputs carry no information.
     while (!node->inputs.empty() && node->inputs.back() == nullptr) node->inputs.pop_back();
+    if (!graphs.empty()) {
+      auto s = ImportSubgraphAttributes(
+          node, np.input_size(), graphs,
+          [this](const std::string& n) -> ir::Value* {
+            auto it = by_name_.find(n);
+            return it == by_name_.end() ? nullptr : it->second;
+          },
+          [this](const onnx::AttributeProto& a) { return ConvertAttribute(a, model_dir_); });
+      if (!s.ok()) return s;
+    }
     for (const auto& out : np.output()) {
       if (out.empty()) {
         node->outputs.push_back(nullptr);

@@ -96,6 +96,7 @@ const OpRegistry& OpRegistry::Get() {
     RegisterQuantShapes(*r);
     RegisterLinalgShapes(*r);
     RegisterRecurrentShapes(*r);
+    RegisterControlFlowShapes(*r);
     return r;
   }();
   return *registry;

@@ -116,6 +116,7 @@ void RegisterMovementShapes(OpRegistry& r);
 void RegisterQuantShapes(OpRegistry& r);
 void RegisterLinalgShapes(OpRegistry& r);
 void RegisterRecurrentShapes(OpRegistry& r);
+void RegisterControlFlowShapes(OpRegistry& r);
 
 }  // namespace cuvil::ir
 

@@ -564,6 +564,7 @@ const KernelRegistry& KernelRegistry::Get() {
     RegisterQuantKernels(*r);
     RegisterLinalgKernels(*r);
     RegisterRecurrentKernels(*r);
+    RegisterControlFlowKernels(*r);
     return r;
   }();
   return *registry;

@@ -199,6 +199,7 @@ void RegisterMovementKernels(KernelRegistry& r);
 void RegisterQuantKernels(KernelRegistry& r);
 void RegisterLinalgKernels(KernelRegistry& r);
 void RegisterRecurrentKernels(KernelRegistry& r);
+void RegisterControlFlowKernels(KernelRegistry& r);
 
 }  // namespace cuvil::codegen
 

@@ -22,6 +22,7 @@
 namespace cuvil::ir {
 
 class Node;
+class Graph;
 
 struct TensorType {
   DType dtype = DType::kUndefined;
@@ -50,8 +51,10 @@ class Value {
   bool is_constant() const { return constant.has_value(); }
 };
 
-using Attribute = std::variant<int64_t, float, std::string, std::vector<int64_t>,
-                               std::vector<float>, std::vector<std::string>, HostTensor>;
+// A GraphProto attribute (If/Loop/Scan bodies) is an imported subgraph: see subgraph_import.h.
+using Attribute =
+    std::variant<int64_t, float, std::string, std::vector<int64_t>, std::vector<float>,
+                 std::vector<std::string>, HostTensor, std::shared_ptr<Graph>>;
 
 // One operation. Inputs may contain nullptr for omitted optional inputs. Thread-compatible.
 class Node {
