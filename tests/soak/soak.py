@@ -12,9 +12,10 @@ usage: soak.py SERVER_BINARY PERF_BINARY EXAMPLE_REPO DURATION_SECS [--with-resn
 - Churn, in a loop: copy mlp/1 to mlp/2 and load (v2 replaces v1 once READY), remove mlp/2 and
   load (v1 replaces v2), reload lenet in place, unload and load lenet_churn.
 - Hot patching (when the server lists mlp's functions): after mlp is back on v1, each cycle patches
-  one of its Relu kernels with hand-written LLVM IR computing the same Relu (validated against the
-  current outputs, so responses stay correct), keeps it under load through the lenet reloads, then
-  rolls it back. A refused patch or rollback counts as a failure.
+  one of its Relu kernels with hand-written LLVM IR computing the same Relu (or, when the Relus are
+  fused into the Gemms, recompiles its kernels at opt_level=2; validated against the current
+  outputs either way, so responses stay correct), keeps it under load through the lenet reloads,
+  then rolls it back. A refused patch or rollback counts as a failure.
 - Every 5 s it samples VmRSS of the server from /proc. Growth = mean RSS of the last 20% of the run
   over the mean of the 20% after the warm-up (default: the first 25% of the run, at least 30 s).
 Exits 1 if any request failed, a reload, patch or rollback failed, the server died, or RSS grew by 5% or more
@@ -267,12 +268,15 @@ class Soak:
 
     def patch(self):
         fn = self.relu_function()
-        if not fn:
-            self.patch_failures.append("patch: no Relu kernel listed for mlp v1")
-            self.note("PATCH FAILED: no Relu kernel listed for mlp v1")
-            return None
-        status, body = http_post(self.http, "/v2/admin/models/mlp/versions/1/patch", json.dumps(
-            {"ir": relu_ir(*fn), "function": fn[0], "author": "soak"}).encode())
+        if fn:
+            request = {"ir": relu_ir(*fn), "function": fn[0], "author": "soak"}
+        else:
+            # The Relus are fused into the Gemms: swap in the same kernels compiled at another
+            # optimisation level instead (same outputs, validated).
+            fn = ("all kernels (recompile)",)
+            request = {"kind": "recompile", "options": "opt_level=2", "author": "soak"}
+        status, body = http_post(self.http, "/v2/admin/models/mlp/versions/1/patch",
+                                 json.dumps(request).encode())
         if status != 200:
             self.patch_failures.append(f"patch {fn[0]}: {status} {body[:200]}")
             self.note(f"PATCH FAILED {fn[0]}: {status} {body[:200]}")
@@ -306,8 +310,11 @@ class Soak:
         self.t0 = time.time()
         self.start_server()
         self.note(f"server up (grpc {self.grpc}, http {self.http}), models {self.models}")
-        self.patching = not self.no_patch and self.relu_function() is not None
-        self.note("hot patching: " + ("patch + rollback of an mlp Relu kernel every churn cycle"
+        listed = http_get(self.http, "/v2/admin/models/mlp/versions/1/functions")[0] == 200
+        self.patching = not self.no_patch and listed
+        what = ("an mlp Relu kernel (IR)" if self.relu_function() is not None
+                else "mlp's kernels (recompile at opt_level=2)")
+        self.note("hot patching: " + (f"patch + rollback of {what} every churn cycle"
                                       if self.patching else "off or not available, skipped"))
         self.t0 = time.time()  # The soak clock starts with every model READY.
         self.end = self.t0 + self.duration
