@@ -79,7 +79,8 @@ Phases PlanPhases(const cuvil_uk_conv_params& p, int64_t nr) {
 }
 
 // Fills the phase planes of one input channel `x` ([H][W]) into `dst`.
-void FillPhases(const cuvil_uk_conv_params& p, const Phases& ph, const float* x, float* dst) {
+void FillPhases(const Table& t, const cuvil_uk_conv_params& p, const Phases& ph, const float* x,
+                float* dst) {
   for (int64_t py = 0; py < p.stride_h; ++py) {
     for (int64_t px = 0; px < p.stride_w; ++px) {
       float* plane = dst + (py * p.stride_w + px) * ph.hs * ph.ws;
@@ -88,20 +89,13 @@ void FillPhases(const cuvil_uk_conv_params& p, const Phases& ph, const float* x,
           std::clamp<int64_t>(CeilDiv(std::max<int64_t>(p.pad_left - px, 0), p.stride_w), 0, ph.ws);
       int64_t j1 = std::clamp<int64_t>(CeilDiv(p.width + p.pad_left - px, p.stride_w), j0, ph.ws);
       for (int64_t i = 0; i < ph.hs; ++i) {
-        float* row = plane + i * ph.ws;
         int64_t iy = i * p.stride_h + py - p.pad_top;
         if (iy < 0 || iy >= p.height || j0 >= j1) {
-          std::memset(row, 0, ph.ws * sizeof(float));
-          continue;
-        }
-        std::memset(row, 0, j0 * sizeof(float));
-        const float* src = x + iy * p.width + (j0 * p.stride_w + px - p.pad_left);
-        if (p.stride_w == 1) {
-          std::memcpy(row + j0, src, (j1 - j0) * sizeof(float));
+          t.pad_row(plane + i * ph.ws, ph.ws, x, 0, 0, 1);
         } else {
-          for (int64_t j = j0; j < j1; ++j) row[j] = src[(j - j0) * p.stride_w];
+          const float* src = x + iy * p.width + (j0 * p.stride_w + px - p.pad_left);
+          t.pad_row(plane + i * ph.ws, ph.ws, src, j0, j1, p.stride_w);
         }
-        std::memset(row + j1, 0, (ph.ws - j1) * sizeof(float));
       }
     }
   }
@@ -161,7 +155,7 @@ void ConvGemm(const Table& t, const cuvil_uk_conv_params& p, const float* x, con
     ParallelFor(batch * p.channels, ph.channel, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         int64_t n = i / p.channels, c = i % p.channels;
-        FillPhases(p, ph, x + (n * p.channels + c) * p.height * p.width,
+        FillPhases(t, p, ph, x + (n * p.channels + c) * p.height * p.width,
                    phases + n * src_image + c * ph.channel);
         if (c == p.channels - 1)
           std::memset(phases + (n + 1) * src_image - ph.slack, 0, ph.slack * sizeof(float));
@@ -258,28 +252,39 @@ void ConvGemm(const Table& t, const cuvil_uk_conv_params& p, const float* x, con
   });
 }
 
-// Depthwise: each (image, channel) plane is padded into per-thread phase planes and every output
+// Depthwise: the tier's plane kernel reads each (image, channel) plane as it is; without one (or
+// for geometry it does not take) the plane is padded into per-thread phase planes and every output
 // row is one vectorised pass over the taps.
 void ConvDepthwise(const Table& t, const cuvil_uk_conv_params& p, const float* x, const float* w,
                    const float* bias, const float* residual, float* y, int64_t batch, float alpha,
                    float beta) {
   cuvil_uk_conv_params one = p;
   one.channels = one.out_channels = one.groups = 1;
-  // Depthwise always copies its plane (a 1x1 one too), so there is one code path.
-  Phases pp = PlanPhases(one, t.nr);
-  pp.direct = false;
-  pp.slack = pp.ws + 2 * t.nr;
-  const std::vector<int64_t> off = TapOffsets(one, pp, 1);
   const int64_t taps = p.kernel_h * p.kernel_w;
   const int64_t in_plane = p.height * p.width, out_plane = p.out_height * p.out_width;
   const Epilogue ep = MakeEpilogue(p, alpha, beta);
   ParallelFor(batch * p.channels, out_plane * taps, [&](int64_t begin, int64_t end) {
-    float* planes = ThreadScratch(kSlotPlane, static_cast<size_t>(pp.channel + pp.slack));
-    std::memset(planes + pp.channel, 0, pp.slack * sizeof(float));
+    float* planes = nullptr;
+    Phases pp{};
+    std::vector<int64_t> off;
     for (int64_t i = begin; i < end; ++i) {
-      int64_t c = i % p.channels;
-      FillPhases(one, pp, x + i * in_plane, planes);
-      float b = bias != nullptr ? bias[c] : 0.0f;
+      const int64_t c = i % p.channels;
+      const float b = bias != nullptr ? bias[c] : 0.0f;
+      const float* res = residual != nullptr ? residual + i * out_plane : nullptr;
+      if (t.depthwise_plane != nullptr &&
+          t.depthwise_plane(one, x + i * in_plane, w + c * taps, b, res, y + i * out_plane, ep)) {
+        continue;
+      }
+      if (planes == nullptr) {
+        // Depthwise always copies its plane (a 1x1 one too), so there is one code path.
+        pp = PlanPhases(one, t.nr);
+        pp.direct = false;
+        pp.slack = pp.ws + 2 * t.nr;
+        off = TapOffsets(one, pp, 1);
+        planes = ThreadScratch(kSlotPlane, static_cast<size_t>(pp.channel + pp.slack));
+        std::memset(planes + pp.channel, 0, pp.slack * sizeof(float));
+      }
+      FillPhases(t, one, pp, x + i * in_plane, planes);
       for (int64_t oy = 0; oy < p.out_height; ++oy) {
         int64_t out_idx = i * out_plane + oy * p.out_width;
         t.depthwise_row(y + out_idx, planes + oy * pp.ws, off.data(), w + c * taps, taps,

@@ -186,7 +186,8 @@ void DepthwiseRow(float* dst, const float* src, const int64_t* off, const float*
 }  // namespace
 
 const Table* Avx2Table() {
-  static const Table table = {"avx2_fma", kNR, GemmTile, EpilogueRow, DepthwiseRow};
+  static const Table table = {"avx2_fma",     kNR,    GemmTile, EpilogueRow, DepthwiseRow,
+                              PadRowPortable, nullptr};
   return &table;
 }
 

@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <cstdint>
 
 // GCC 12's _mm512_max_ps/_mm512_min_ps pass _mm512_undefined_ps() and warn about it.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -186,10 +187,125 @@ void DepthwiseRow(float* dst, const float* src, const int64_t* off, const float*
   if (ep.activation == CUVIL_UK_ACT_SIGMOID) SigmoidInPlace(dst, n);
 }
 
+// Depthwise straight from the unpadded input. The output is cut into items of 16 columns of one
+// row; kItems rows of one column block run in lockstep (independent FMA chains) and share the
+// column masks, which keep every tap load inside the input row. A row above or below the input
+// reads a static zero row instead, so the zero padding is never materialised.
+constexpr int kItems = 8;
+constexpr int64_t kMaxKernelW = 16;
+constexpr int64_t kZeroRow = 4096;
+alignas(64) const float kZeros[kZeroRow] = {};
+
+// Mask of bits [lo, hi) of a width-bit mask, lo and hi clamped to [0, width].
+uint32_t RangeMask(int64_t lo, int64_t hi, int64_t width) {
+  lo = lo < 0 ? 0 : (lo > width ? width : lo);
+  hi = hi < lo ? lo : (hi > width ? width : hi);
+  const uint64_t upto_hi = (uint64_t{1} << hi) - 1, below_lo = (uint64_t{1} << lo) - 1;
+  return static_cast<uint32_t>(upto_hi & ~below_lo);
+}
+
+// 16 input columns `row[SW * l]` for l < 16; lanes outside `m` read as zero (and never fault).
+template <int SW>
+__m512 LoadColumns(const float* row, uint32_t m) {
+  if constexpr (SW == 1) {
+    return _mm512_maskz_loadu_ps(static_cast<__mmask16>(m), row);
+  } else {
+    const __m512 lo = _mm512_maskz_loadu_ps(static_cast<__mmask16>(m), row);
+    const __m512 hi = _mm512_maskz_loadu_ps(static_cast<__mmask16>(m >> 16), row + kLanes);
+    const __m512i even =
+        _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    return _mm512_permutex2var_ps(lo, even, hi);
+  }
+}
+
+// Output rows [oy0, oy0 + count) (count <= kItems) of the column block starting at ox0.
+template <int SW>
+void DepthwiseItems(const cuvil_uk_conv_params& p, const float* x, const float* wt, float bias,
+                    const float* residual, float* y, const Epilogue& ep, int64_t oy0, int64_t count,
+                    int64_t ox0, const uint32_t* col_mask) {
+  __m512 acc[kItems];
+#pragma GCC unroll 8
+  for (int n = 0; n < kItems; ++n) acc[n] = _mm512_set1_ps(bias);
+  // Offsets are relative to the row's column 0; the masks keep lanes before it unread.
+  const int64_t ix0 = ox0 * SW - p.pad_left;
+  for (int64_t ky = 0; ky < p.kernel_h; ++ky) {
+    const float* row[kItems];
+#pragma GCC unroll 8
+    for (int n = 0; n < kItems; ++n) {
+      const int64_t iy = (oy0 + n) * p.stride_h + ky * p.dilation_h - p.pad_top;
+      row[n] = n < count && iy >= 0 && iy < p.height ? x + iy * p.width : kZeros;
+    }
+    const float* wk = wt + ky * p.kernel_w;
+    for (int64_t kx = 0; kx < p.kernel_w; ++kx) {
+      const __m512 w = _mm512_set1_ps(wk[kx]);
+      const uint32_t m = col_mask[kx];
+      const int64_t at = ix0 + kx * p.dilation_w;
+#pragma GCC unroll 8
+      for (int n = 0; n < kItems; ++n) {
+        // The address may lie before the row; the mask keeps every lane read inside it.
+        const float* src = reinterpret_cast<const float*>(reinterpret_cast<uintptr_t>(row[n]) +
+                                                          at * int64_t{sizeof(float)});
+        acc[n] = _mm512_fmadd_ps(w, LoadColumns<SW>(src, m), acc[n]);
+      }
+    }
+  }
+  const __mmask16 store = Mask(p.out_width - ox0);
+#pragma GCC unroll 8
+  for (int n = 0; n < kItems; ++n) {
+    if (n >= count) break;
+    const int64_t at = (oy0 + n) * p.out_width + ox0;
+    __m512 v = acc[n];
+    if (residual != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(store, residual + at));
+    _mm512_mask_storeu_ps(y + at, store, Activate(v, ep));
+  }
+}
+
+bool DepthwisePlane(const cuvil_uk_conv_params& p, const float* x, const float* wt, float bias,
+                    const float* residual, float* y, const Epilogue& ep) {
+  if ((p.stride_w != 1 && p.stride_w != 2) || p.kernel_w > kMaxKernelW || p.width > kZeroRow) {
+    return false;
+  }
+  const int64_t span = p.stride_w * kLanes;  // input columns one item's load covers
+  for (int64_t ox0 = 0; ox0 < p.out_width; ox0 += kLanes) {
+    uint32_t col_mask[kMaxKernelW];
+    for (int64_t kx = 0; kx < p.kernel_w; ++kx) {
+      const int64_t ix = ox0 * p.stride_w - p.pad_left + kx * p.dilation_w;
+      col_mask[kx] = RangeMask(-ix, p.width - ix, span);
+    }
+    for (int64_t oy0 = 0; oy0 < p.out_height; oy0 += kItems) {
+      const int64_t count = p.out_height - oy0 < kItems ? p.out_height - oy0 : kItems;
+      if (p.stride_w == 1) {
+        DepthwiseItems<1>(p, x, wt, bias, residual, y, ep, oy0, count, ox0, col_mask);
+      } else {
+        DepthwiseItems<2>(p, x, wt, bias, residual, y, ep, oy0, count, ox0, col_mask);
+      }
+    }
+  }
+  if (ep.activation == CUVIL_UK_ACT_SIGMOID) SigmoidInPlace(y, p.out_height * p.out_width);
+  return true;
+}
+
+void PadRow(float* dst, int64_t n, const float* src, int64_t j0, int64_t j1, int64_t stride) {
+  if (stride > 2) return PadRowPortable(dst, n, src, j0, j1, stride);
+  // Block j covers dst[j, j + 16): lanes in [j0, j1) load from src, the rest are zero.
+  const float* base = src - j0 * stride;  // where column 0 would read (masked before j0)
+  for (int64_t j = 0; j < n; j += kLanes) {
+    const int64_t lo = j0 - j, hi = j1 - j;
+    const float* at = reinterpret_cast<const float*>(reinterpret_cast<uintptr_t>(base) +
+                                                     j * stride * int64_t{sizeof(float)});
+    // Stride 2: columns [lo, hi) read source lanes 2 lo .. 2 (hi - 1); the odd lanes between them
+    // lie inside the row too, so one contiguous mask covers them.
+    const __m512 v = stride == 1 ? LoadColumns<1>(at, RangeMask(lo, hi, kLanes))
+                                 : LoadColumns<2>(at, RangeMask(2 * lo, 2 * hi - 1, 2 * kLanes));
+    _mm512_mask_storeu_ps(dst + j, Mask(n - j), v);
+  }
+}
+
 }  // namespace
 
 const Table* Avx512Table() {
-  static const Table table = {"avx512", kNR512, GemmTile, EpilogueRow, DepthwiseRow};
+  static const Table table = {"avx512",     kNR512, GemmTile,      EpilogueRow,
+                              DepthwiseRow, PadRow, DepthwisePlane};
   return &table;
 }
 

@@ -1,5 +1,6 @@
 // Portable scalar bodies of the microkernels: the fallback tier and the unit tests' second opinion.
 #include <cmath>
+#include <cstring>
 
 #include "cuvil/runtime/ukernels.h"
 #include "ukernel_table.h"
@@ -72,8 +73,20 @@ void DepthwiseRow(float* dst, const float* src, const int64_t* off, const float*
 
 }  // namespace
 
+void PadRowPortable(float* dst, int64_t n, const float* src, int64_t j0, int64_t j1,
+                    int64_t stride) {
+  std::memset(dst, 0, j0 * sizeof(float));
+  if (stride == 1) {
+    std::memcpy(dst + j0, src, (j1 - j0) * sizeof(float));
+  } else {
+    for (int64_t j = j0; j < j1; ++j) dst[j] = src[(j - j0) * stride];
+  }
+  std::memset(dst + j1, 0, (n - j1) * sizeof(float));
+}
+
 const Table& GenericTable() {
-  static const Table table = {"generic", kNR, GemmTile, EpilogueRow, DepthwiseRow};
+  static const Table table = {"generic",      kNR,    GemmTile, EpilogueRow, DepthwiseRow,
+                              PadRowPortable, nullptr};
   return table;
 }
 

@@ -38,9 +38,20 @@ struct Table {
   void (*depthwise_row)(float* dst, const float* src, const int64_t* off, const float* wt,
                         int64_t taps, int64_t n, float bias, const float* residual,
                         const Epilogue& ep);
+  // dst[j] = src[(j - j0) * stride] for j0 <= j < j1, else 0, for j < n (0 <= j0 <= j1 <= n):
+  // one row of a zero-padded, stride-phase copy of the input.
+  void (*pad_row)(float* dst, int64_t n, const float* src, int64_t j0, int64_t j1, int64_t stride);
+  // One depthwise channel read straight from the unpadded input x ([H][W] of p; the weights wt are
+  // [KH][KW]): y ([OH][OW]) = act(bias + conv + residual). False, before touching anything, for
+  // geometry it does not handle (the driver then pads a copy and uses depthwise_row). May be null.
+  bool (*depthwise_plane)(const cuvil_uk_conv_params& p, const float* x, const float* wt,
+                          float bias, const float* residual, float* y, const Epilogue& ep);
 };
 
 const Table& GenericTable();
+// The portable pad_row (memset/memcpy), shared by the tiers that have no faster one.
+void PadRowPortable(float* dst, int64_t n, const float* src, int64_t j0, int64_t j1,
+                    int64_t stride);
 // Null when the file was built without AVX2 support.
 const Table* Avx2Table();
 // Null when the file was built without AVX-512 (F, BW, DQ, VL) support.

@@ -115,7 +115,9 @@ TEST(UkernelsTest, TierIsNamed) {
   std::string tier = cuvil_uk_tier();
   EXPECT_TRUE(tier == "avx512" || tier == "avx2_fma" || tier == "generic") << tier;
   const char* forced = std::getenv("CUVIL_UK_TIER");
-  if (forced == nullptr) EXPECT_EQ(tier, uk::SupportedTables().front()->name);
+  if (forced == nullptr) {
+    EXPECT_EQ(tier, uk::SupportedTables().front()->name);
+  }
   EXPECT_EQ(std::string(uk::SupportedTables().back()->name), "generic");
 }
 
@@ -157,6 +159,14 @@ TEST(UkernelsTest, Depthwise) {
       {5, 14, 14, 5, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 5},
       {3, 20, 37, 3, 5, 5, 1, 1, 1, 1, 2, 2, 2, 2, 3},
       {3, 4, 4, 3, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 3},
+      {4, 9, 45, 4, 3, 3, 2, 2, 1, 1, 1, 1, 0, 2, 4},   // stride 2, wide, asymmetric pads
+      {2, 12, 35, 2, 3, 3, 1, 2, 2, 2, 2, 2, 2, 2, 2},  // dilation 2, stride (1, 2)
+      {3, 11, 20, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 3},  // stride (3, 1)
+      {2, 3, 3, 2, 5, 5, 1, 1, 1, 1, 2, 2, 2, 2, 2},    // kernel wider than the image
+      {2, 7, 7, 2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2},    // 7x7 plane (one item per row)
+      {2, 10, 40, 2, 3, 3, 1, 3, 1, 1, 1, 1, 1, 1, 2},  // stride 3 in x: padded-copy path
+      {2, 6, 40, 2, 1, 17, 1, 1, 1, 1, 0, 8, 0, 8, 2},  // 17 taps wide: padded-copy path
+      {2, 15, 70, 2, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0, 2},  // stride 2, no padding
   };
   for (const Case& c : cases) {
     for (int64_t act = 0; act <= CUVIL_UK_ACT_SIGMOID; ++act) RunCase(c, 2, act, act == 2, 2);
