@@ -21,6 +21,9 @@ namespace cuvil {
 
 // Node attribute holding the number of ONNX inputs of a control-flow node (captures follow).
 inline constexpr char kExplicitInputsAttr[] = "__explicit_inputs";
+// Set on an opset-8 Scan by shape inference: input 0 is sequence_lens (absent) and every other
+// input and output has a leading batch dim; the scan attributes describe one batch item.
+inline constexpr char kScanBatchedAttr[] = "__scan_batched";
 
 // Resolves a name in an enclosing scope; nullptr when no scope defines it.
 using OuterLookup = std::function<ir::Value*(const std::string&)>;

@@ -388,20 +388,32 @@ absl::Status EmitScan(KernelContext& k) {
   auto body = LowerSubgraph(k, g, "body");
   if (!body.ok()) return body.status();
   auto& b = k.b();
+  // An opset-8 Scan runs the opset-9 scan once per batch item (dim 0 of every input and output).
+  bool batched = k.node().attr_int(kScanBatchedAttr, 0) != 0;
+  size_t first = batched ? 1 : 0;  // Skips sequence_lens.
   size_t m = static_cast<size_t>(k.node().attr_int("num_scan_inputs", 1));
-  size_t n = ExplicitInputs(k) - m;
+  size_t n = ExplicitInputs(k) - first - m;
   size_t scans = g.outputs.size() - n;
   std::vector<int64_t> in_axes = k.node().attr_ints("scan_input_axes");
   std::vector<int64_t> in_dirs = k.node().attr_ints("scan_input_directions");
   std::vector<int64_t> out_axes = k.node().attr_ints("scan_output_axes");
   std::vector<int64_t> out_dirs = k.node().attr_ints("scan_output_directions");
-  std::vector<ir::TensorType> types;
-  std::vector<llvm::Value*> initial;
-  for (size_t j = 0; j < n; ++j) {
-    types.push_back(k.in_type(j));
-    initial.push_back(k.in(j));
+  auto item = [&](ir::TensorType t) {
+    if (batched) t.shape.erase(t.shape.begin());
+    return t;
+  };
+  std::vector<ir::TensorType> state_t, in_t, out_t;
+  for (size_t j = 0; j < n; ++j) state_t.push_back(item(k.in_type(first + j)));
+  for (size_t s = 0; s < m; ++s) in_t.push_back(item(k.in_type(first + n + s)));
+  for (size_t s = 0; s < scans; ++s) {
+    out_t.push_back(k.has_output(n + s) ? item(k.out_type(n + s)) : g.outputs[n + s]->type);
   }
-  Carried state = AllocCarried(k, types, initial);
+  Carried state;
+  for (const ir::TensorType& t : state_t) {
+    state.bytes.push_back(ByteSize(b, t, k.batch()));
+    state.cur.push_back(Heap(k, t));
+    state.next.push_back(Heap(k, t));
+  }
   std::vector<llvm::Value*> in_slices, out_slices;
   for (size_t s = 0; s < m; ++s) in_slices.push_back(Heap(k, g.inputs[n + s]->type));
   for (size_t s = 0; s < scans; ++s) out_slices.push_back(Heap(k, g.outputs[n + s]->type));
@@ -413,33 +425,52 @@ absl::Status EmitScan(KernelContext& k) {
   llvm::Value* outputs = k.Scratch(b.getPtrTy(), std::max<size_t>(n + scans, 1));
   StorePtrs(k, outputs, 0, state.next);
   StorePtrs(k, outputs, n, out_slices);
-  llvm::Value* len = k.Dim(k.in_shape(n)[in_axes[0]]);
+  llvm::Value* len = k.Dim(in_t[0].shape[in_axes[0]]);
+  llvm::Value* items = batched ? k.Dim(k.in_shape(first)[0]) : k.I64(1);
   llvm::Value* arena = AllocArena(k, *body);
   llvm::Value* ok = k.Scratch(b.getInt1Ty());
   b.CreateStore(b.getTrue(), ok);
   auto step = [&](llvm::Value* t, int64_t reverse) {
     return reverse ? b.CreateSub(b.CreateSub(len, k.I64(1)), t) : t;
   };
-  k.For(k.I64(0), len, [&](llvm::Value* t) {
-    k.If(b.CreateLoad(b.getInt1Ty(), ok), [&] {
-      for (size_t s = 0; s < m; ++s) {
-        CopySlice(k, k.in_type(n + s), static_cast<int>(in_axes[s]), k.in(n + s), in_slices[s],
-                  step(t, in_dirs[s]), /*gather=*/true);
-      }
-      llvm::Value* failed = CallSubgraph(k, *body, inputs, outputs, arena);
-      b.CreateStore(b.CreateNot(failed), ok);
-      Advance(k, state);
-      for (size_t s = 0; s < scans; ++s) {
-        if (!k.has_output(n + s)) continue;
-        CopySlice(k, k.out_type(n + s), static_cast<int>(out_axes[s]), k.out(n + s), out_slices[s],
-                  step(t, out_dirs[s]), /*gather=*/false);
-      }
+  // Byte offset of batch item `bi` in a tensor whose item is `t`.
+  auto at = [&](llvm::Value* base, const ir::TensorType& t, llvm::Value* bi) {
+    return b.CreateInBoundsGEP(b.getInt8Ty(), base, b.CreateMul(bi, ByteSize(b, t, k.batch())));
+  };
+  k.For(k.I64(0), items, [&](llvm::Value* bi) {
+    for (size_t j = 0; j < n; ++j) {
+      b.CreateMemCpy(state.cur[j], llvm::MaybeAlign(1), at(k.in(first + j), state_t[j], bi),
+                     llvm::MaybeAlign(1), state.bytes[j]);
+    }
+    k.For(k.I64(0), len, [&](llvm::Value* t) {
+      k.If(b.CreateLoad(b.getInt1Ty(), ok), [&] {
+        for (size_t s = 0; s < m; ++s) {
+          CopySlice(k, in_t[s], static_cast<int>(in_axes[s]), at(k.in(first + n + s), in_t[s], bi),
+                    in_slices[s], step(t, in_dirs[s]), /*gather=*/true);
+        }
+        llvm::Value* failed = CallSubgraph(k, *body, inputs, outputs, arena);
+        b.CreateStore(b.CreateNot(failed), ok);
+        Advance(k, state);
+        for (size_t s = 0; s < scans; ++s) {
+          if (!k.has_output(n + s)) continue;
+          CopySlice(k, out_t[s], static_cast<int>(out_axes[s]), at(k.out(n + s), out_t[s], bi),
+                    out_slices[s], step(t, out_dirs[s]), /*gather=*/false);
+        }
+      });
     });
+    for (size_t j = 0; j < n; ++j) {
+      if (!k.has_output(j)) continue;
+      b.CreateMemCpy(at(k.out(j), state_t[j], bi), llvm::MaybeAlign(1), state.cur[j],
+                     llvm::MaybeAlign(1), state.bytes[j]);
+    }
   });
   k.FreeHeap(arena);
   for (llvm::Value* p : in_slices) k.FreeHeap(p);
   for (llvm::Value* p : out_slices) k.FreeHeap(p);
-  Finish(k, state);
+  for (size_t j = 0; j < n; ++j) {
+    k.FreeHeap(state.cur[j]);
+    k.FreeHeap(state.next[j]);
+  }
   return absl::OkStatus();
 }
 

@@ -8,8 +8,9 @@
 // stop the loop early (their leading dim is the trip count). Anything else is refused with
 // Unimplemented naming the value.
 //
-// Canonical form for code generation: Scan's scan_input_axes / scan_output_axes /
-// scan_input_directions / scan_output_directions are full-length and the axes non-negative.
+// Canonical form for code generation: an opset-8 Scan is rewritten to opset 9's attributes on
+// one batch item (kScanBatchedAttr set; see ScanBatched). Scan's scan_input_axes / scan_output_axes
+// / scan_input_directions / scan_output_directions are full-length and the axes non-negative.
 #include <memory>
 
 #include "cuvil/compiler/compiler.h"
@@ -197,13 +198,75 @@ absl::Status Loop(InferContext& ctx) {
   return absl::OkStatus();
 }
 
-absl::Status Scan(InferContext& ctx) {
-  if (ctx.node().opset < 9) {
-    return absl::UnimplementedError(
-        absl::StrCat(ctx.node().Describe(),
-                     ": Scan before opset 9 (batched, with sequence_lens) is not "
-                     "supported"));
+// Opset 8 Scan: input 0 is sequence_lens, every state and scan input has a leading batch dim and
+// scan inputs scan axis 1. Canonicalised to the opset 9 attributes on one batch item plus
+// kScanBatchedAttr; sequence_lens (rows of different lengths) is refused.
+absl::Status ScanBatched(InferContext& ctx) {
+  int64_t explicit_inputs = ExplicitInputs(ctx);
+  int64_t m = ctx.node().attr_int("num_scan_inputs", -1);
+  if (m < 1 || m > explicit_inputs - 1) {
+    return ctx.Error("num_scan_inputs is missing or out of range");
   }
+  if (ctx.has_input(0)) {
+    return absl::UnimplementedError(
+        absl::StrCat(ctx.node().Describe(), ": opset-8 Scan with sequence_lens is not supported"));
+  }
+  size_t n = static_cast<size_t>(explicit_inputs - 1 - m);
+  auto body = Subgraph(ctx, "body");
+  if (!body.ok()) return body.status();
+  std::vector<int64_t> dirs = ctx.node().attr_ints("directions", std::vector<int64_t>(m, 0));
+  if (dirs.size() != static_cast<size_t>(m)) {
+    return ctx.Error("directions needs one entry per scan input");
+  }
+  std::optional<SymDim> batch, length;
+  std::vector<TensorType> formal;
+  for (size_t i = 1; i < static_cast<size_t>(explicit_inputs); ++i) {
+    bool scanned = i > n;
+    if (!ctx.has_input(i) || ctx.in_rank(i) < (scanned ? 2 : 1)) {
+      return ctx.Error(absl::StrCat("input ", i, " is missing or lacks the batch/sequence axes"));
+    }
+    TensorType item = ctx.in_type(i);
+    if (batch.has_value() && *batch != item.shape[0]) return ctx.Error("inputs differ in batch");
+    batch = item.shape[0];
+    item.shape.erase(item.shape.begin());
+    if (scanned) {
+      if (length.has_value() && *length != item.shape[0]) {
+        return ctx.Error("the scan inputs differ in their sequence length");
+      }
+      length = item.shape[0];
+      item.shape.erase(item.shape.begin());
+    }
+    formal.push_back(item);
+  }
+  if (auto s = PrepareSubgraph(ctx, **body, "body", formal); !s.ok()) return s;
+  const Graph& g = **body;
+  if (g.outputs.size() < n) return ctx.Error("the body has fewer outputs than there are states");
+  size_t k = g.outputs.size() - n;
+  if (ctx.num_outputs() > n + k) return ctx.Error("has more outputs than the body");
+  const std::string& sym = ctx.graph().symbol;
+  for (size_t j = 0; j < n + k; ++j) {
+    const TensorType& out = g.outputs[j]->type;
+    if (j < n && !SameType(out, formal[j])) {
+      return absl::UnimplementedError(
+          absl::StrCat(ctx.node().Describe(), ": state ", j, " ('", g.output_names[j],
+                       "') changes from ", formal[j].ToString(sym), " to ", out.ToString(sym),
+                       " across an iteration; only states of fixed shape are supported"));
+    }
+    SymShape shape = {*batch};
+    if (j >= n) shape.push_back(*length);
+    shape.insert(shape.end(), out.shape.begin(), out.shape.end());
+    ctx.SetOutput(j, out.dtype, shape);
+  }
+  ctx.node().attrs[kScanBatchedAttr] = int64_t{1};
+  ctx.node().attrs["scan_input_axes"] = std::vector<int64_t>(m, 0);
+  ctx.node().attrs["scan_input_directions"] = dirs;
+  ctx.node().attrs["scan_output_axes"] = std::vector<int64_t>(k, 0);
+  ctx.node().attrs["scan_output_directions"] = std::vector<int64_t>(k, 0);
+  return absl::OkStatus();
+}
+
+absl::Status Scan(InferContext& ctx) {
+  if (ctx.node().opset < 9) return ScanBatched(ctx);
   int64_t explicit_inputs = ExplicitInputs(ctx);
   int64_t m = ctx.node().attr_int("num_scan_inputs", -1);
   if (m < 1 || m > explicit_inputs) return ctx.Error("num_scan_inputs is missing or out of range");
