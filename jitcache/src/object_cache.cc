@@ -22,6 +22,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
@@ -493,6 +494,42 @@ bool ReadChunks(int fd, uint64_t offset, uint64_t size, Sink&& sink) {
   return true;
 }
 
+// Split point of TreeDigest: half the size rounded down to 1 MiB (0 below 2 MiB: one part).
+uint64_t TreeSplit(uint64_t size) { return size / 2 / (1 << 20) * (1 << 20); }
+
+// The digest of a large byte range that two cores can compute at once: XXH3-128 over the
+// canonical XXH3-128 digests of its two parts (TreeSplit). Still a content hash of every byte.
+std::string TreeDigestOf(const char* data, uint64_t size) {
+  const uint64_t mid = TreeSplit(size);
+  std::string both = ChecksumOf(data, mid) + ChecksumOf(data + mid, size - mid);
+  return ChecksumOf(both.data(), both.size());
+}
+
+// TreeDigestOf the `size` bytes of `fd` at `offset`, the second part read and hashed on another
+// thread when both parts are large. Nullopt on a read error.
+std::optional<std::string> TreeDigestOfFile(int fd, uint64_t offset, uint64_t size) {
+  const uint64_t mid = TreeSplit(size);
+  auto digest = [fd](uint64_t at, uint64_t n, std::string* out) {
+    Hasher h;
+    if (!ReadChunks(fd, at, n, [&](const char* p, size_t len) { h.Raw(p, len); })) return false;
+    *out = h.Canonical();
+    return true;
+  };
+  std::string first, second;
+  bool second_ok = false;
+  std::thread helper;
+  if (mid >= (4u << 20)) {
+    helper = std::thread([&] { second_ok = digest(offset + mid, size - mid, &second); });
+  } else {
+    second_ok = digest(offset + mid, size - mid, &second);
+  }
+  const bool first_ok = digest(offset, mid, &first);
+  if (helper.joinable()) helper.join();
+  if (!first_ok || !second_ok) return std::nullopt;
+  std::string both = first + second;
+  return ChecksumOf(both.data(), both.size());
+}
+
 uint32_t LoadU32(const uint8_t* p) {
   return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
 }
@@ -603,10 +640,12 @@ absl::StatusOr<std::string> ObjectCache::Key(const std::string& path, const std:
     }
     const size_t size = static_cast<size_t>(st.st_size);
     h.Str("file");
-    if (!ReadChunks(fd, 0, size, [&](const char* p, size_t n) { h.Raw(p, n); })) {
+    std::optional<std::string> digest = TreeDigestOfFile(fd, 0, size);
+    if (!digest.has_value()) {
       close(fd);
       return absl::NotFoundError(absl::StrCat("cannot read model ", path));
     }
+    h.Str(*digest);
     h.Int(static_cast<int64_t>(size));
     // The walk for external data touches only the pages holding message headers of a lazy
     // mapping; the full bytes are read only for a model that does refer to external files.
@@ -722,12 +761,10 @@ absl::StatusOr<CompiledModel> ReadEntry(const std::string& file, const std::stri
       sum = ChecksumOf(object_code.data(), object_code.size());
       has_object = true;
     } else if (sec.name() == kWeightsSection && weights == nullptr) {
-      Hasher h;  // Streamed: the weights are only mapped once they are known to be intact.
-      if (!ReadChunks(fd, sec.offset(), sec.size(),
-                      [&](const char* p, size_t n) { h.Raw(p, n); })) {
-        return absl::DataLossError("cannot read");
-      }
-      sum = h.Canonical();
+      // Read, not mapped: the weights are only mapped once they are known to be intact.
+      std::optional<std::string> digest = TreeDigestOfFile(fd, sec.offset(), sec.size());
+      if (!digest.has_value()) return absl::DataLossError("cannot read");
+      sum = *std::move(digest);
       weights = &sec;
     } else {
       return absl::DataLossError(absl::StrCat("unexpected section '", sec.name(), "'"));
@@ -766,7 +803,7 @@ absl::StatusOr<WeightsBlob> WriteEntry(const std::string& dir, const std::string
   auto* wts = header.add_sections();
   wts->set_name(kWeightsSection);
   wts->set_size(weights.size());
-  wts->set_checksum(ChecksumOf(weights.data(), weights.size()));
+  wts->set_checksum(TreeDigestOf(weights.data(), weights.size()));
   auto align = [](uint64_t v) { return (v + kSectionAlign - 1) / kSectionAlign * kSectionAlign; };
   // Varints of offsets and file size take at most 10 bytes each: reserve that much.
   const uint64_t header_bound = header.ByteSizeLong() + 3 * 11;

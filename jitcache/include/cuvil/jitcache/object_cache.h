@@ -27,7 +27,7 @@ namespace cuvil {
 // Bumped whenever generated code or the CompiledModel contract changes meaning; part of the key.
 inline constexpr char kCompilerVersion[] = "cuvil-compiler-2";
 // Version of the on-disk entry format; entries of another version are refused (and replaced).
-inline constexpr uint32_t kCacheFormatVersion = 2;
+inline constexpr uint32_t kCacheFormatVersion = 3;
 
 struct ObjectCacheOptions {
   // Folder of the persistent cache (created when missing); empty keeps the cache in memory only.
