@@ -94,8 +94,8 @@ void Tile(int64_t kc, const float* a, const float* b, const int64_t* off, float*
 #pragma GCC unroll 8
     for (int v = 0; v < NV - 1; ++v) bv[v] = _mm512_loadu_ps(bk + v * kLanes);
     bv[NV - 1] = _mm512_maskz_loadu_ps(tail, bk + (NV - 1) * kLanes);
-    // Large weight panels stream from L3/DRAM: fetch a few k steps ahead.
-    _mm_prefetch(reinterpret_cast<const char*>(a + 16 * kMR), _MM_HINT_T0);
+    // Large weight panels stream from L3/DRAM: fetch 64 k steps (1.5 KB) ahead.
+    _mm_prefetch(reinterpret_cast<const char*>(a + 64 * kMR), _MM_HINT_T0);
 #pragma GCC unroll 8
     for (int r = 0; r < kMR; ++r) {
       const __m512 av = _mm512_set1_ps(a[r]);
