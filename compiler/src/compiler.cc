@@ -73,6 +73,10 @@ absl::Status EntryStatus(int32_t rc) {
 
 uint64_t TotalCompilations() { return compilations.load(std::memory_order_relaxed); }
 
+std::string CodegenTargetKey() {
+  return absl::StrCat("vector_bits=", codegen::TargetVectorBits());
+}
+
 absl::StatusOr<CompiledModel> CompileOnnxFile(const std::string& path,
                                               const CompileOptions& options) {
   auto t0 = std::chrono::steady_clock::now();

@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "cuvil/compiler/compiler.h"
 #include "cuvil/runtime/tensor_size.h"
 #include "jit_cache.pb.h"
 #include "llvm/ADT/StringMap.h"
@@ -626,6 +627,7 @@ absl::StatusOr<std::string> ObjectCache::Key(const std::string& path, const std:
   h.Str(Host().triple);
   h.Str(Host().cpu);
   h.Str(Host().features);
+  h.Str(CodegenTargetKey());
   HashOptions(options, &h);
   if (!bytes.empty()) {
     h.Str("bytes");

@@ -37,6 +37,11 @@ absl::StatusOr<CompiledModel> CompileGraph(ir::Graph& graph, const CompileOption
 // statistics prove that serving any batch size never recompiles.
 uint64_t TotalCompilations();
 
+// The code generator's target choices beyond the host CPU's features (for example a vector width
+// forced with CUVIL_TARGET_VECTOR_BITS), as a stable string: code compiled under one value must
+// not be reused under another, so the JIT cache key includes it. Thread-safe.
+std::string CodegenTargetKey();
+
 // Imports and compiles the ONNX model at `path`.
 absl::StatusOr<CompiledModel> CompileOnnxFile(const std::string& path,
                                               const CompileOptions& options = {});
