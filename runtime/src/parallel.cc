@@ -1,41 +1,138 @@
 #include "cuvil/runtime/parallel.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <thread>
+#include <vector>
 
-#include "cuvil/runtime/thread_pool.h"
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace cuvil {
 namespace {
 
 thread_local int intra_op_threads = 1;
 
-// Counts finished chunks. std primitives (not absl) so ThreadSanitizer sees the hand-off.
-class Latch {
- public:
-  explicit Latch(int64_t count) : remaining_(count) {}
-  void CountDown() {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (--remaining_ == 0) cv_.notify_all();
+void CpuRelax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// One cuvil_rt_parallel_for call. Chunks are claimed through `next` by the caller and by any pool
+// worker that picks the job up, so a worker that is slow to wake never delays the call: the
+// caller runs the chunk itself. Lives on the caller's stack; `visitors` counts the workers that
+// may still touch it. Thread-safe through its atomics.
+struct Job {
+  void (*body)(void* ctx, int64_t begin, int64_t end);
+  void* ctx;
+  int64_t count;
+  int64_t chunks;
+  std::atomic<int64_t> next{0};
+  std::atomic<int> visitors{0};
+
+  int64_t Bound(int64_t i) const { return count * i / chunks; }
+  // Runs unclaimed chunks until none is left.
+  void RunChunks() {
+    for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < chunks;
+         i = next.fetch_add(1, std::memory_order_relaxed)) {
+      body(ctx, Bound(i), Bound(i + 1));
+    }
   }
-  void Wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return remaining_ == 0; });
+};
+
+// Workers for intra-op parallelism. Between jobs a worker spins briefly before it sleeps:
+// generated code calls parallel_for kernel after kernel, and waking a sleeping thread costs
+// tens of microseconds, as much as a small kernel. Created on first use, never destroyed
+// (generated code may run until process exit). Thread-safe.
+class SpinningPool {
+ public:
+  explicit SpinningPool(int workers) {
+    for (int i = 0; i < workers; ++i) std::thread([this] { WorkerLoop(); }).detach();
+  }
+
+  // Offers `job` to the workers.
+  void Post(Job* job) {
+    bool wake;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      jobs_.push_back(job);
+      pending_.store(static_cast<int>(jobs_.size()), std::memory_order_release);
+      wake = sleeping_ > 0;
+    }
+    if (wake) cv_.notify_all();
+  }
+
+  // After this returns no worker starts visiting `job`; then waits for those that did.
+  void Retract(Job* job) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Remove(job);
+    }
+    for (int spins = 0; job->visitors.load(std::memory_order_acquire) != 0; ++spins) {
+      if (spins < 4096) {
+        CpuRelax();
+      } else {
+        std::this_thread::yield();
+      }
+    }
   }
 
  private:
+  static constexpr auto kSpinTime = std::chrono::microseconds(100);
+
+  void Remove(Job* job) {
+    auto it = std::find(jobs_.begin(), jobs_.end(), job);
+    if (it != jobs_.end()) jobs_.erase(it);
+    pending_.store(static_cast<int>(jobs_.size()), std::memory_order_release);
+  }
+
+  void WorkerLoop() {
+    while (true) {
+      auto deadline = std::chrono::steady_clock::now() + kSpinTime;
+      for (int spins = 1; pending_.load(std::memory_order_acquire) == 0; ++spins) {
+        CpuRelax();
+        if (spins % 64 == 0 && std::chrono::steady_clock::now() > deadline) break;
+      }
+      Job* job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        if (jobs_.empty()) {
+          ++sleeping_;
+          cv_.wait(lock, [this] { return !jobs_.empty(); });
+          --sleeping_;
+        }
+        job = jobs_.front();
+        job->visitors.fetch_add(1, std::memory_order_relaxed);
+      }
+      job->RunChunks();
+      {
+        // Every chunk is claimed: no other worker needs to visit. The job's memory may be reused
+        // once `visitors` drops, so remove it first.
+        std::lock_guard<std::mutex> lock(mu_);
+        Remove(job);
+        job->visitors.fetch_sub(1, std::memory_order_release);
+      }
+    }
+  }
+
   std::mutex mu_;
   std::condition_variable cv_;
-  int64_t remaining_;
+  std::deque<Job*> jobs_;        // Guarded by mu_.
+  int sleeping_ = 0;             // Guarded by mu_.
+  std::atomic<int> pending_{0};  // jobs_.size(), read without the lock by spinning workers.
 };
 
-// Workers shared by every execution; created on first parallel use, never destroyed (generated
-// code may run until process exit).
-ThreadPool& SharedPool() {
-  static ThreadPool* pool =
-      new ThreadPool(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1));
+SpinningPool& SharedPool() {
+  static SpinningPool* pool =
+      new SpinningPool(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1));
   return *pool;
 }
 
@@ -57,18 +154,12 @@ extern "C" void cuvil_rt_parallel_for(int64_t count, int64_t cost_per_item,
     if (count > 0) body(ctx, 0, count);
     return;
   }
-  cuvil::Latch done(chunks - 1);
-  auto bounds = [&](int64_t i) { return count * i / chunks; };
-  for (int64_t i = 1; i < chunks; ++i) {
-    const int64_t begin = bounds(i), end = bounds(i + 1);
-    if (!cuvil::SharedPool().Schedule([=, &done] {
-          body(ctx, begin, end);
-          done.CountDown();
-        })) {
-      body(ctx, begin, end);  // Pool shut down (process exit): run inline.
-      done.CountDown();
-    }
-  }
-  body(ctx, 0, bounds(1));
-  done.Wait();
+  cuvil::Job job;
+  job.body = body;
+  job.ctx = ctx;
+  job.count = count;
+  job.chunks = chunks;
+  cuvil::SharedPool().Post(&job);
+  job.RunChunks();
+  cuvil::SharedPool().Retract(&job);
 }

@@ -1,6 +1,7 @@
 #include "cuvil/runtime/parallel.h"
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -60,6 +61,37 @@ TEST(ParallelForTest, ConcurrentCallersShareThePool) {
   }
   for (auto& c : callers) c.join();
   EXPECT_EQ(wrong.load(), 0);
+}
+
+// Each chunk waits (up to 5 s) until the other has started: only a pool worker running one chunk
+// while the caller runs the other lets both start promptly.
+struct Rendezvous {
+  std::atomic<int> started{0};
+  std::thread::id ids[2];
+};
+
+void MeetOtherChunk(void* ctx, int64_t begin, int64_t end) {
+  auto* r = static_cast<Rendezvous*>(ctx);
+  r->ids[begin] = std::this_thread::get_id();
+  r->started++;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (r->started.load() < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+}
+
+TEST(ParallelForTest, AWorkerRunsAChunkBesideTheCaller) {
+  SetIntraOpThreads(2);
+  for (int round = 0; round < 20; ++round) {
+    Rendezvous r;
+    auto t0 = std::chrono::steady_clock::now();
+    cuvil_rt_parallel_for(2, kMinParallelWork, MeetOtherChunk, &r);
+    EXPECT_NE(r.ids[0], r.ids[1]);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(4));
+    // Idle gaps let the worker go from spinning to sleeping, so both wake-up paths run.
+    if (round % 4 == 3) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  SetIntraOpThreads(1);
 }
 
 }  // namespace
