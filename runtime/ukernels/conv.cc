@@ -7,6 +7,7 @@
 // width Ws >= OW; the columns past OW are computed and dropped when the tile is copied out through
 // the epilogue. 1x1 stride-1 unpadded convs read X itself and store straight into Y.
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -125,6 +126,27 @@ void ParallelFor(int64_t count, int64_t cost, F&& f) {
       [](void* ctx, int64_t begin, int64_t end) { (*static_cast<F*>(ctx))(begin, end); }, &f);
 }
 
+// Runs body(next) on up to the intra-op threads, where next() hands out the tasks [0, tasks) one at
+// a time (-1 when none is left): a thread that starts late (pool wake-up) or shares its core with
+// another process takes fewer tasks instead of holding up the conv with a fixed share.
+// Multiply-adds below which a second thread does not pay: waking a pool thread costs tens of
+// microseconds here, far above the runtime's generic kMinParallelWork.
+constexpr int64_t kMinWorkPerThread = int64_t{1} << 23;
+
+template <typename F>
+void ParallelTasks(int64_t tasks, int64_t task_cost, F&& body) {
+  const int64_t worth = std::max<int64_t>(1, tasks * task_cost / kMinWorkPerThread);
+  const int64_t workers = std::min<int64_t>({tasks, worth, cuvil::IntraOpThreads()});
+  std::atomic<int64_t> next_task{0};
+  auto next = [&] {
+    const int64_t task = next_task.fetch_add(1, std::memory_order_relaxed);
+    return task < tasks ? task : int64_t{-1};
+  };
+  ParallelFor(std::max<int64_t>(workers, 1),
+              task_cost * CeilDiv(tasks, std::max<int64_t>(workers, 1)),
+              [&](int64_t, int64_t) { body(next); });
+}
+
 Epilogue MakeEpilogue(const cuvil_uk_conv_params& p, float alpha, float beta) {
   return Epilogue{nullptr, nullptr, p.activation, alpha, beta};
 }
@@ -184,12 +206,12 @@ void ConvGemm(const Table& t, const cuvil_uk_conv_params& p, const float* x, con
   const int64_t task_cost = panels_per_task * kMR * tiles_per_task * tile_w * k_dim;
   const Epilogue base_ep = MakeEpilogue(p, alpha, beta);
 
-  ParallelFor(tasks, task_cost, [&](int64_t begin, int64_t end) {
+  ParallelTasks(tasks, task_cost, [&](auto& next) {
     const int64_t tile_ld = tiles_per_task * tile_w;
     float* tile_buf =
         ph.direct ? nullptr
                   : ThreadScratch(kSlotTile, static_cast<size_t>(panels_per_task * kMR * tile_ld));
-    for (int64_t task = begin; task < end; ++task) {
+    for (int64_t task = next(); task >= 0; task = next()) {
       int64_t qb = task % q_blocks, rest = task / q_blocks;
       int64_t mb = rest % m_blocks;
       rest /= m_blocks;
@@ -266,11 +288,11 @@ void ConvDepthwise(const Table& t, const cuvil_uk_conv_params& p, const float* x
   const int64_t taps = p.kernel_h * p.kernel_w;
   const int64_t in_plane = p.height * p.width, out_plane = p.out_height * p.out_width;
   const Epilogue ep = MakeEpilogue(p, alpha, beta);
-  ParallelFor(batch * p.channels, out_plane * taps, [&](int64_t begin, int64_t end) {
+  ParallelTasks(batch * p.channels, out_plane * taps, [&](auto& next) {
     float* planes = nullptr;
     Phases pp{};
     std::vector<int64_t> off;
-    for (int64_t i = begin; i < end; ++i) {
+    for (int64_t i = next(); i >= 0; i = next()) {
       const int64_t c = i % p.channels;
       const float b = bias != nullptr ? bias[c] : 0.0f;
       const float* res = residual != nullptr ? residual + i * out_plane : nullptr;

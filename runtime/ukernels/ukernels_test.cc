@@ -275,6 +275,12 @@ TEST(UkernelsTest, RowsEveryTierEveryLength) {
   }
 }
 
+// Big enough for the driver to use a second thread (it keeps small convs on one).
+TEST(UkernelsTest, TwoThreadsShareBigConvs) {
+  RunCase({48, 30, 30, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1}, 2, CUVIL_UK_ACT_RELU, true, 2);
+  RunCase({512, 40, 40, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 512}, 1, CUVIL_UK_ACT_CLIP, true, 2);
+}
+
 // Shapes of the zoo's deep layers: few columns, many channels, K over several blocks.
 TEST(UkernelsTest, SmallSpatialManyChannels) {
   RunCase({96, 7, 7, 70, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1}, 1, CUVIL_UK_ACT_RELU, true, 1);
