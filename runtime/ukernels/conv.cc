@@ -167,9 +167,20 @@ void ConvGemm(const Table& t, const cuvil_uk_conv_params& p, const float* x, con
   const int64_t k_block =
       CeilDiv(k_dim, std::max<int64_t>(1, CeilDiv(k_dim, ReductionBlock(tile_w))));
   const Phases ph = PlanPhases(p, tile_w);
-  const std::vector<int64_t> off = TapOffsets(p, ph, cg);
   const int64_t in_image = p.channels * p.height * p.width;
   const int64_t out_plane = p.out_height * p.out_width;
+  if (!ph.direct && batch > 1) {
+    // One image at a time: its phase planes are still in cache when the GEMM reads them (a whole
+    // batch of planes is not), and each image has enough tasks for every thread.
+    const int64_t out_image = p.out_channels * out_plane;
+    for (int64_t n = 0; n < batch; ++n) {
+      ConvGemm(t, p, x + n * in_image, w, bias,
+               residual != nullptr ? residual + n * out_image : nullptr, y + n * out_image, 1,
+               alpha, beta);
+    }
+    return;
+  }
+  const std::vector<int64_t> off = TapOffsets(p, ph, cg);
 
   // The B source of every image (phase planes, or X itself).
   const float* src = x;
