@@ -12,6 +12,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "allocator_policy.h"
 #include "cuvil/jitcache/object_cache.h"
 #include "cuvil/observability/logging.h"
 #include "cuvil/server/server.h"
@@ -68,6 +69,7 @@ int Usage(const std::string& why) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  cuvil::PinAllocatorThresholds();  // Before any thread: unloaded models' memory is returned.
   cuvil::ServerOptions options;
   std::vector<std::string> args(argv + 1, argv + argc);
   std::string log_level = "info";
