@@ -13,6 +13,10 @@
 #include <string_view>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "cuvil/runtime/parallel.h"
 #include "cuvil/runtime/ukernels.h"
 #include "ukernel_table.h"
@@ -126,25 +130,65 @@ void ParallelFor(int64_t count, int64_t cost, F&& f) {
       [](void* ctx, int64_t begin, int64_t end) { (*static_cast<F*>(ctx))(begin, end); }, &f);
 }
 
-// Runs body(next) on up to the intra-op threads, where next() hands out the tasks [0, tasks) one at
-// a time (-1 when none is left): a thread that starts late (pool wake-up) or shares its core with
-// another process takes fewer tasks instead of holding up the conv with a fixed share.
 // Multiply-adds below which a second thread does not pay: waking a pool thread costs tens of
 // microseconds here, far above the runtime's generic kMinParallelWork.
 constexpr int64_t kMinWorkPerThread = int64_t{1} << 23;
 
-template <typename F>
-void ParallelTasks(int64_t tasks, int64_t task_cost, F&& body) {
-  const int64_t worth = std::max<int64_t>(1, tasks * task_cost / kMinWorkPerThread);
-  const int64_t workers = std::min<int64_t>({tasks, worth, cuvil::IntraOpThreads()});
-  std::atomic<int64_t> next_task{0};
+void CpuRelax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#endif
+}
+
+// Runs fill(begin, end) over the items [0, fills), then body(next), on up to the intra-op threads,
+// in one parallel region (one hand-off per conv, not two). Fill items are claimed in chunks; a
+// thread that runs out of them waits until every claimed chunk is done, then takes tasks. A thread
+// that arrives late finds the fill done and goes straight to the tasks.
+template <typename Fill, typename F>
+void ParallelFillTasks(int64_t fills, int64_t fill_cost, Fill&& fill, int64_t tasks,
+                       int64_t task_cost, F&& body) {
+  const int64_t total = tasks * task_cost + fills * fill_cost;
+  const int64_t worth = std::max<int64_t>(1, total / kMinWorkPerThread);
+  const int64_t workers = std::min<int64_t>(
+      {std::max<int64_t>(tasks, 1), worth, static_cast<int64_t>(cuvil::IntraOpThreads())});
+  if (workers <= 1) {
+    if (fills > 0) fill(int64_t{0}, fills);
+    int64_t task = 0;
+    auto next = [&] { return task < tasks ? task++ : int64_t{-1}; };
+    body(next);
+    return;
+  }
+  // Several chunks per thread so that a late thread still takes a share of the fill.
+  const int64_t fill_chunk = std::max<int64_t>(1, fills / (4 * workers));
+  const int64_t fill_chunks = CeilDiv(fills, fill_chunk);
+  // Separate cache lines: the fill counters are hammered while the task counter is not yet used.
+  struct alignas(64) Counter {
+    std::atomic<int64_t> v{0};
+  };
+  Counter next_fill, filled, next_task;
   auto next = [&] {
-    const int64_t task = next_task.fetch_add(1, std::memory_order_relaxed);
+    const int64_t task = next_task.v.fetch_add(1, std::memory_order_relaxed);
     return task < tasks ? task : int64_t{-1};
   };
-  ParallelFor(std::max<int64_t>(workers, 1),
-              task_cost * CeilDiv(tasks, std::max<int64_t>(workers, 1)),
-              [&](int64_t, int64_t) { body(next); });
+  ParallelFor(workers, CeilDiv(total, workers), [&](int64_t, int64_t) {
+    int64_t done = 0;
+    for (int64_t c = next_fill.v.fetch_add(1, std::memory_order_relaxed); c < fill_chunks;
+         c = next_fill.v.fetch_add(1, std::memory_order_relaxed)) {
+      fill(c * fill_chunk, std::min(fills, (c + 1) * fill_chunk));
+      ++done;
+    }
+    if (done > 0) filled.v.fetch_add(done, std::memory_order_acq_rel);
+    while (filled.v.load(std::memory_order_acquire) < fill_chunks) CpuRelax();
+    body(next);
+  });
+}
+
+// Runs body(next) on up to the intra-op threads, where next() hands out the tasks [0, tasks) one at
+// a time (-1 when none is left): a thread that starts late (pool wake-up) or shares its core with
+// another process takes fewer tasks instead of holding up the conv with a fixed share.
+template <typename F>
+void ParallelTasks(int64_t tasks, int64_t task_cost, F&& body) {
+  ParallelFillTasks(0, 0, [](int64_t, int64_t) {}, tasks, task_cost, body);
 }
 
 Epilogue MakeEpilogue(const cuvil_uk_conv_params& p, float alpha, float beta) {
@@ -182,23 +226,27 @@ void ConvGemm(const Table& t, const cuvil_uk_conv_params& p, const float* x, con
   }
   const std::vector<int64_t> off = TapOffsets(p, ph, cg);
 
-  // The B source of every image (phase planes, or X itself).
+  // The B source of every image (phase planes, or X itself). The planes are filled inside the
+  // GEMM's parallel region (below), one input channel per fill item.
   const float* src = x;
   int64_t src_image = in_image;
+  int64_t fills = 0;
+  float* phases = nullptr;
   if (!ph.direct) {
     src_image = p.channels * ph.channel + ph.slack;
-    float* phases = ThreadScratch(kSlotPhases, static_cast<size_t>(batch * src_image));
-    ParallelFor(batch * p.channels, ph.channel, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        int64_t n = i / p.channels, c = i % p.channels;
-        FillPhases(t, p, ph, x + (n * p.channels + c) * p.height * p.width,
-                   phases + n * src_image + c * ph.channel);
-        if (c == p.channels - 1)
-          std::memset(phases + (n + 1) * src_image - ph.slack, 0, ph.slack * sizeof(float));
-      }
-    });
+    phases = ThreadScratch(kSlotPhases, static_cast<size_t>(batch * src_image));
+    fills = batch * p.channels;
     src = phases;
   }
+  auto fill = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      int64_t n = i / p.channels, c = i % p.channels;
+      FillPhases(t, p, ph, x + (n * p.channels + c) * p.height * p.width,
+                 phases + n * src_image + c * ph.channel);
+      if (c == p.channels - 1)
+        std::memset(phases + (n + 1) * src_image - ph.slack, 0, ph.slack * sizeof(float));
+    }
+  };
 
   // Flat output columns per (image, group): OH rows of Ws (direct: exactly OH * OW).
   const int64_t nq = p.out_height * ph.ws;
@@ -209,6 +257,13 @@ void ConvGemm(const Table& t, const cuvil_uk_conv_params& p, const float* x, con
   int64_t m_blocks = CeilDiv(panels, kPanelsPerTask);
   const int64_t want_tasks = 4 * static_cast<int64_t>(cuvil::IntraOpThreads());
   while (batch * g_count * m_blocks * q_blocks < want_tasks && m_blocks * 4 < panels) ++m_blocks;
+  // With several threads, more (narrower) column blocks: a thread that starts late or is slowed
+  // by another process then leaves a short tail, not a whole task (7x7 and 14x14 layers have
+  // few tiles, so they split by output channels above instead).
+  const int64_t balance_tasks = 2 * want_tasks;
+  if (cuvil::IntraOpThreads() > 1) {
+    while (batch * g_count * m_blocks * q_blocks < balance_tasks && q_blocks < tiles) ++q_blocks;
+  }
   const int64_t tiles_per_task = CeilDiv(tiles, q_blocks);
   const int64_t panels_per_task = CeilDiv(panels, m_blocks);
   q_blocks = CeilDiv(tiles, tiles_per_task);
@@ -217,7 +272,7 @@ void ConvGemm(const Table& t, const cuvil_uk_conv_params& p, const float* x, con
   const int64_t task_cost = panels_per_task * kMR * tiles_per_task * tile_w * k_dim;
   const Epilogue base_ep = MakeEpilogue(p, alpha, beta);
 
-  ParallelTasks(tasks, task_cost, [&](auto& next) {
+  ParallelFillTasks(fills, ph.channel, fill, tasks, task_cost, [&](auto& next) {
     const int64_t tile_ld = tiles_per_task * tile_w;
     float* tile_buf =
         ph.direct ? nullptr
