@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs dependencies, builds Cuvil and runs every test: the Release build's full CTest suite
+# Installs dependencies, checks formatting, builds Cuvil and runs every test: the Release build's full CTest suite
 # (unit, integration, ONNX conformance, model zoo), then the same suite under AddressSanitizer +
 # UndefinedBehaviorSanitizer, then the multithreaded unit tests under ThreadSanitizer, then every
 # fuzzer for a bounded time.
@@ -7,6 +7,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/install-deps.sh"
+"$root/scripts/check-format.sh"
 start=$(date +%s)
 "$root/scripts/build.sh" release
 (cd "$root/build" && ctest --output-on-failure -j "$(nproc)")

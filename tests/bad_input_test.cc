@@ -410,20 +410,14 @@ TEST(BadInputTest, AxisOnAScalarIsInvalidArgument) {
     std::function<onnx::NodeProto*(GraphBuilder&)> build;
   };
   std::vector<Case> cases = {
-      {"Concat",
-       [](GraphBuilder& b) {
-         return b.Node("Concat", {"x", "x"}, {"y"});
-       }},
+      {"Concat", [](GraphBuilder& b) { return b.Node("Concat", {"x", "x"}, {"y"}); }},
       {"Softmax", [](GraphBuilder& b) { return b.Node("Softmax", {"x"}, {"y"}); }},
       {"LogSoftmax", [](GraphBuilder& b) { return b.Node("LogSoftmax", {"x"}, {"y"}); }},
       {"Hardmax", [](GraphBuilder& b) { return b.Node("Hardmax", {"x"}, {"y"}); }},
       {"Flatten", [](GraphBuilder& b) { return b.Node("Flatten", {"x"}, {"y"}); }},
       {"ArgMax", [](GraphBuilder& b) { return b.Node("ArgMax", {"x"}, {"y"}); }},
       {"ArgMin", [](GraphBuilder& b) { return b.Node("ArgMin", {"x"}, {"y"}); }},
-      {"Split",
-       [](GraphBuilder& b) {
-         return b.Node("Split", {"x"}, {"y", "z"});
-       }},
+      {"Split", [](GraphBuilder& b) { return b.Node("Split", {"x"}, {"y", "z"}); }},
       {"LayerNormalization",
        [](GraphBuilder& b) {
          b.Floats("scale", {}, {1});

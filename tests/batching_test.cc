@@ -98,10 +98,12 @@ TEST(BatchingTest, MixedBatchSizesMatchUnbatchedResultsWithOneCompile) {
   const auto& s = stats.model_stats(0);
   EXPECT_EQ(s.inference_count(), static_cast<uint64_t>(rows.load()));
   EXPECT_EQ(s.inference_stats().success().count(), static_cast<uint64_t>(kThreads * kPerThread));
-  EXPECT_LT(s.execution_count(), static_cast<uint64_t>(kThreads * kPerThread)) << "no request was batched";
+  EXPECT_LT(s.execution_count(), static_cast<uint64_t>(kThreads * kPerThread))
+      << "no request was batched";
   EXPECT_GT(s.batch_stats_size(), 1);
   EXPECT_EQ(s.compilation_count(), 1u);
-  EXPECT_EQ(TotalCompilations(), compilations_before) << "serving a batch size recompiled the model";
+  EXPECT_EQ(TotalCompilations(), compilations_before)
+      << "serving a batch size recompiled the model";
 }
 
 }  // namespace

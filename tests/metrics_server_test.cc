@@ -48,14 +48,18 @@ TEST(MetricsServerTest, CountsAreExactAndPromtoolAcceptsTheScrape) {
   EXPECT_THAT(res->get_header_value("Content-Type"), ::testing::HasSubstr("version=0.0.4"));
   const std::string& body = res->body;
   const std::string mlp = "model=\"mlp\",version=\"1\"";
-  EXPECT_EQ(Sample(body, "cuvil_inference_requests_total{" + mlp + ",status=\"success\""), kRequests);
-  EXPECT_EQ(Sample(body, "cuvil_inference_requests_total{" + mlp + ",status=\"failure\",reason=\"invalid_argument\""), kBad);
+  EXPECT_EQ(Sample(body, "cuvil_inference_requests_total{" + mlp + ",status=\"success\""),
+            kRequests);
+  EXPECT_EQ(Sample(body, "cuvil_inference_requests_total{" + mlp +
+                             ",status=\"failure\",reason=\"invalid_argument\""),
+            kBad);
   EXPECT_EQ(Sample(body, "cuvil_inference_samples_total{" + mlp), 2 * kRequests);
   // Requests ran one at a time (no dynamic batching wait is possible here), warmup excluded.
   EXPECT_EQ(Sample(body, "cuvil_inference_executions_total{" + mlp), kRequests);
   EXPECT_EQ(Sample(body, "cuvil_batch_size_count{" + mlp), kRequests);
   EXPECT_EQ(Sample(body, "cuvil_request_duration_seconds_count{" + mlp), kRequests);
-  EXPECT_EQ(Sample(body, "cuvil_request_duration_seconds_bucket{" + mlp + ",le=\"+Inf\""), kRequests);
+  EXPECT_EQ(Sample(body, "cuvil_request_duration_seconds_bucket{" + mlp + ",le=\"+Inf\""),
+            kRequests);
   EXPECT_EQ(Sample(body, "cuvil_queue_duration_seconds_count{" + mlp), kRequests);
   EXPECT_EQ(Sample(body, "cuvil_request_latency_seconds_count{" + mlp), kRequests);
   EXPECT_GT(Sample(body, "cuvil_request_latency_seconds{" + mlp + ",quantile=\"0.99\""), 0);

@@ -73,9 +73,7 @@ absl::Status EntryStatus(int32_t rc) {
 
 uint64_t TotalCompilations() { return compilations.load(std::memory_order_relaxed); }
 
-std::string CodegenTargetKey() {
-  return absl::StrCat("vector_bits=", codegen::TargetVectorBits());
-}
+std::string CodegenTargetKey() { return absl::StrCat("vector_bits=", codegen::TargetVectorBits()); }
 
 absl::StatusOr<CompiledModel> CompileOnnxFile(const std::string& path,
                                               const CompileOptions& options) {

@@ -18,8 +18,8 @@ namespace cuvil {
 struct BufferLocation {
   enum class Kind { kInput, kOutput, kWeight, kArena };
   Kind kind = Kind::kArena;
-  int index = 0;               // Input / output position.
-  int64_t offset = 0;          // Weight offset; arena offset is per_batch * batch + offset.
+  int index = 0;       // Input / output position.
+  int64_t offset = 0;  // Weight offset; arena offset is per_batch * batch + offset.
   int64_t per_batch = 0;
 };
 

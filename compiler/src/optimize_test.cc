@@ -1,5 +1,5 @@
-#include "gtest/gtest.h"
 #include "cuvil/compiler/compiler.h"
+#include "gtest/gtest.h"
 
 namespace cuvil {
 namespace {
@@ -28,7 +28,10 @@ TEST(OptimizeTest, FoldsShapeChainKeepingBatchSymbolic) {
     return n;
   };
   ir::Value* zero = g.NewValue("zero");
-  g.MakeConstant(zero, [] { HostTensor t(DType::kInt64, {}); return t; }());
+  g.MakeConstant(zero, [] {
+    HostTensor t(DType::kInt64, {});
+    return t;
+  }());
   ir::Value* axes = g.NewValue("axes");
   g.MakeConstant(axes, Int64s({0}));
   ir::Value* minus1 = g.NewValue("minus1");

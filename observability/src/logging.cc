@@ -6,13 +6,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "cuvil/observability/utf8.h"
 #include "spdlog/pattern_formatter.h"
 #include "spdlog/spdlog.h"
-#include "cuvil/observability/utf8.h"
 
 namespace cuvil::observability {
 namespace {
-
 
 class JsonFormatter final : public spdlog::formatter {
  public:

@@ -21,7 +21,7 @@ void cuvil_rt_free(void* p) { std::free(p); }
 namespace cuvil {
 
 #define CUVIL_RT_SYMBOL(fn) \
-  RuntimeSymbol { #fn, reinterpret_cast < void*>(&fn) }
+  RuntimeSymbol { #fn, reinterpret_cast<void*>(&fn) }
 
 const std::vector<RuntimeSymbol>& RuntimeSymbols() {
   static const std::vector<RuntimeSymbol> symbols = {

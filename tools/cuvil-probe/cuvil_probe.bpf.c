@@ -2,6 +2,8 @@
 /* cuvil-probe's BPF side: one USDT handler per probe of the `cuvil` provider (see
  * observability/include/cuvil/observability/probes.h). Handlers aggregate in kernel maps; the
  * exporter reads the maps on every scrape, so no per-event data crosses to userspace. */
+/* vmlinux.h must come first: the libbpf headers use its kernel types. */
+/* clang-format off */
 #include "vmlinux.h"
 
 #include <bpf/bpf_helpers.h>
@@ -9,6 +11,7 @@
 #include <bpf/usdt.bpf.h>
 
 #include "cuvil_probe.h"
+/* clang-format on */
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -110,8 +113,8 @@ static __always_inline void hist_add(void* map, const char* model, __s64 value) 
   add_u64(map, &key, 1);
 }
 
-static __always_inline void event_add(__u32 kind, const char* model, const char* extra,
-                                      __s64 ns, __s64 value) {
+static __always_inline void event_add(__u32 kind, const char* model, const char* extra, __s64 ns,
+                                      __s64 value) {
   struct cuvil_probe_event_key key;
   __builtin_memset(&key, 0, sizeof(key));
   key.kind = kind;

@@ -19,10 +19,10 @@
 
 /* Event kinds of the `events` map: one per USDT probe of the `cuvil` provider. */
 enum cuvil_probe_event_kind {
-  CUVIL_EV_REQUEST_START = 0,   /* extra: "" */
-  CUVIL_EV_REQUEST_DONE = 1,    /* extra: "", sum_ns: latency */
-  CUVIL_EV_BATCH_START = 2,     /* extra: "", sum_value: batch size */
-  CUVIL_EV_BATCH_DONE = 3,      /* extra: "", sum_ns: duration, sum_value: batch size */
+  CUVIL_EV_REQUEST_START = 0, /* extra: "" */
+  CUVIL_EV_REQUEST_DONE = 1,  /* extra: "", sum_ns: latency */
+  CUVIL_EV_BATCH_START = 2,   /* extra: "", sum_value: batch size */
+  CUVIL_EV_BATCH_DONE = 3,    /* extra: "", sum_ns: duration, sum_value: batch size */
   CUVIL_EV_JIT_COMPILE_START = 4,
   CUVIL_EV_JIT_COMPILE_DONE = 5, /* sum_ns: compile time */
   CUVIL_EV_CACHE_HIT = 6,

@@ -181,7 +181,6 @@ void AppendHist(std::string& out, const std::string& title, const Log2Hist& hist
 
 }  // namespace
 
-
 std::string RenderPrometheus(const Snapshot& s) {
   Exposition e;
 

@@ -21,7 +21,8 @@ struct DataSet {
   std::vector<HostTensor> outputs;
 };
 
-absl::StatusOr<std::vector<HostTensor>> ReadNumbered(const std::string& dir, const std::string& prefix) {
+absl::StatusOr<std::vector<HostTensor>> ReadNumbered(const std::string& dir,
+                                                     const std::string& prefix) {
   std::vector<HostTensor> out;
   for (int k = 0;; ++k) {
     std::string path = absl::StrCat(dir, "/", prefix, "_", k, ".pb");
@@ -66,8 +67,8 @@ absl::Status RunDataSet(const LoadedModel& model, const DataSet& ds,
   auto outputs = model.Run(inputs);
   if (!outputs.ok()) return outputs.status();
   if (outputs->size() < ds.outputs.size()) {
-    return absl::InternalError(absl::StrCat("model produced ", outputs->size(), " outputs, expected ",
-                                            ds.outputs.size()));
+    return absl::InternalError(
+        absl::StrCat("model produced ", outputs->size(), " outputs, expected ", ds.outputs.size()));
   }
   for (size_t i = 0; i < ds.outputs.size(); ++i) {
     if (auto s = CompareTensors((*outputs)[i], ds.outputs[i], tol); !s.ok()) {
@@ -84,11 +85,12 @@ std::atomic<int> namespace_counter{0};
 
 absl::Status CompareTensors(const HostTensor& got, const HostTensor& want, const Tolerance& tol) {
   if (got.dtype() != want.dtype()) {
-    return absl::InternalError(absl::StrCat("dtype ", DTypeName(got.dtype()), ", expected ",
-                                            DTypeName(want.dtype())));
+    return absl::InternalError(
+        absl::StrCat("dtype ", DTypeName(got.dtype()), ", expected ", DTypeName(want.dtype())));
   }
   if (got.shape() != want.shape()) {
-    return absl::InternalError(absl::StrCat("shape ", got.TypeString(), ", expected ", want.TypeString()));
+    return absl::InternalError(
+        absl::StrCat("shape ", got.TypeString(), ", expected ", want.TypeString()));
   }
   bool exact = !IsFloat(want.dtype());
   for (int64_t i = 0; i < want.num_elements(); ++i) {
@@ -115,7 +117,8 @@ absl::Status RunCase(JitEngine& engine, const std::string& case_dir, const Toler
   if (graph.ok()) {
     for (size_t i = 0; i < (*graph)->inputs.size(); ++i) {
       input_names.push_back((*graph)->inputs[i]->name);
-      if (i < (*sets)[0].inputs.size()) first_shapes[input_names.back()] = (*sets)[0].inputs[i].shape();
+      if (i < (*sets)[0].inputs.size())
+        first_shapes[input_names.back()] = (*sets)[0].inputs[i].shape();
     }
   } else if (!absl::IsUnimplemented(graph.status()) ||
              graph.status().message().find("symbolic dimension") == std::string::npos) {
@@ -126,7 +129,8 @@ absl::Status RunCase(JitEngine& engine, const std::string& case_dir, const Toler
   std::vector<std::string> needs_binding;
   options.needs_binding = &needs_binding;
   auto compiled = CompileOnnxFile(model_path, options);
-  if (!compiled.ok() && compiled.status().message().find("symbolic dimension") != std::string::npos) {
+  if (!compiled.ok() &&
+      compiled.status().message().find("symbolic dimension") != std::string::npos) {
     // Several free dims: specialise on the first data set's shapes, as ONNX Runtime's overrides do.
     options.import.input_shapes = first_shapes;
     if (first_shapes.empty()) return compiled.status();

@@ -46,28 +46,34 @@ void ForChannels(KernelContext& k, bool per_axis, int axis,
   llvm::Value* outer = k.NumElements(SymShape(s.begin(), s.begin() + axis));
   k.ForNest({outer, channels, inner}, [&](const Idx& idx) {
     auto& b = k.b();
-    body(b.CreateAdd(b.CreateMul(b.CreateAdd(b.CreateMul(idx[0], channels), idx[1]), inner), idx[2]), idx[1]);
+    body(
+        b.CreateAdd(b.CreateMul(b.CreateAdd(b.CreateMul(idx[0], channels), idx[1]), inner), idx[2]),
+        idx[1]);
   });
 }
 
 absl::Status QuantizeLinear(KernelContext& k) {
   QParam scale = Param(k, 1), zp = Param(k, 2);
   DType in = k.in_dtype(0), out = k.out_dtype(0);
-  ForChannels(k, scale.per_channel, static_cast<int>(k.node().attr_int("axis", 1)), [&](llvm::Value* i, llvm::Value* c) {
-    llvm::Value* x = k.Convert(k.Load(in, k.in(0), i), in, kF32);
-    llvm::Value* q = k.Div(kF32, x, LoadParam(k, scale, c, kF32));
-    k.Store(out, k.out(0), i, ToQuant(k, q, LoadParam(k, zp, c, kF32), out));
-  });
+  ForChannels(k, scale.per_channel, static_cast<int>(k.node().attr_int("axis", 1)),
+              [&](llvm::Value* i, llvm::Value* c) {
+                llvm::Value* x = k.Convert(k.Load(in, k.in(0), i), in, kF32);
+                llvm::Value* q = k.Div(kF32, x, LoadParam(k, scale, c, kF32));
+                k.Store(out, k.out(0), i, ToQuant(k, q, LoadParam(k, zp, c, kF32), out));
+              });
   return absl::OkStatus();
 }
 
 absl::Status DequantizeLinear(KernelContext& k) {
   QParam scale = Param(k, 1), zp = Param(k, 2);
   DType in = k.in_dtype(0), out = k.out_dtype(0);
-  ForChannels(k, scale.per_channel, static_cast<int>(k.node().attr_int("axis", 1)), [&](llvm::Value* i, llvm::Value* c) {
-    llvm::Value* x = k.Sub(kI32, k.Convert(k.Load(in, k.in(0), i), in, kI32), LoadParam(k, zp, c, kI32));
-    k.Store(out, k.out(0), i, k.Mul(out, k.Convert(x, kI32, out), LoadParam(k, scale, c, out)));
-  });
+  ForChannels(
+      k, scale.per_channel, static_cast<int>(k.node().attr_int("axis", 1)),
+      [&](llvm::Value* i, llvm::Value* c) {
+        llvm::Value* x =
+            k.Sub(kI32, k.Convert(k.Load(in, k.in(0), i), in, kI32), LoadParam(k, zp, c, kI32));
+        k.Store(out, k.out(0), i, k.Mul(out, k.Convert(x, kI32, out), LoadParam(k, scale, c, out)));
+      });
   return absl::OkStatus();
 }
 
@@ -98,15 +104,16 @@ absl::Status DynamicQuantizeLinear(KernelContext& k) {
 }
 
 // Builds the int32 accumulator `acc += (x - x_zp) * (w - w_zp)` for one product term.
-void Accumulate(KernelContext& k, llvm::Value* acc, llvm::Value* x, llvm::Value* x_zp, llvm::Value* w,
-                llvm::Value* w_zp) {
+void Accumulate(KernelContext& k, llvm::Value* acc, llvm::Value* x, llvm::Value* x_zp,
+                llvm::Value* w, llvm::Value* w_zp) {
   llvm::Value* term = k.Mul(kI32, k.Sub(kI32, x, x_zp), k.Sub(kI32, w, w_zp));
   k.b().CreateStore(k.Add(kI32, k.b().CreateLoad(k.b().getInt32Ty(), acc), term), acc);
 }
 
 // Computes out(0) = epilogue(acc, m, n) per output element, where acc is the int32 numpy matmul
 // of inputs a and b (batch dims broadcast) with their per-row / per-column zero points removed.
-using MatMulEpilogue = std::function<llvm::Value*(llvm::Value* acc, llvm::Value* m, llvm::Value* n)>;
+using MatMulEpilogue =
+    std::function<llvm::Value*(llvm::Value* acc, llvm::Value* m, llvm::Value* n)>;
 void EmitIntMatMul(KernelContext& k, size_t a, size_t b, const QParam& a_zp, const QParam& b_zp,
                    const MatMulEpilogue& epilogue) {
   SymShape sa = k.in_shape(a), sb = k.in_shape(b);
@@ -136,8 +143,10 @@ void EmitIntMatMul(KernelContext& k, size_t a, size_t b, const QParam& a_zp, con
       Idx ai(idx.begin(), idx.begin() + nb), bi = ai;
       ai.insert(ai.end(), {m, kk});
       bi.insert(bi.end(), {kk, n});
-      llvm::Value* av = k.Convert(k.Load(k.in_dtype(a), k.in(a), k.Offset(ai, a_str)), k.in_dtype(a), kI32);
-      llvm::Value* bv = k.Convert(k.Load(k.in_dtype(b), k.in(b), k.Offset(bi, b_str)), k.in_dtype(b), kI32);
+      llvm::Value* av =
+          k.Convert(k.Load(k.in_dtype(a), k.in(a), k.Offset(ai, a_str)), k.in_dtype(a), kI32);
+      llvm::Value* bv =
+          k.Convert(k.Load(k.in_dtype(b), k.in(b), k.Offset(bi, b_str)), k.in_dtype(b), kI32);
       Accumulate(k, acc, av, azp, bv, bzp);
     });
     llvm::Value* result = epilogue(k.b().CreateLoad(k.b().getInt32Ty(), acc), m, n);
@@ -173,46 +182,54 @@ void EmitIntConv(KernelContext& k, size_t x, size_t w, const QParam& x_zp, const
       Idx xi = {o[0], b.CreateAdd(c0, r[0])}, wi = {m, r[0]};
       llvm::Value* inside = b.getTrue();
       for (size_t i = 0; i < nsp; ++i) {
-        llvm::Value* pos = b.CreateAdd(b.CreateMul(o[2 + i], k.I64(strides[i])),
-                                       b.CreateSub(b.CreateMul(r[1 + i], k.I64(dilations[i])), k.I64(pads[i])));
+        llvm::Value* pos =
+            b.CreateAdd(b.CreateMul(o[2 + i], k.I64(strides[i])),
+                        b.CreateSub(b.CreateMul(r[1 + i], k.I64(dilations[i])), k.I64(pads[i])));
         // Unsigned compare also rejects negative positions.
         inside = b.CreateAnd(inside, b.CreateICmpULT(pos, k.Dim(xs[2 + i])));
         xi.push_back(pos);
         wi.push_back(r[1 + i]);
       }
       k.If(inside, [&] {
-        llvm::Value* xv = k.Convert(k.Load(k.in_dtype(x), k.in(x), k.Offset(xi, x_str)), k.in_dtype(x), kI32);
-        llvm::Value* wv = k.Convert(k.Load(k.in_dtype(w), k.in(w), k.Offset(wi, w_str)), k.in_dtype(w), kI32);
+        llvm::Value* xv =
+            k.Convert(k.Load(k.in_dtype(x), k.in(x), k.Offset(xi, x_str)), k.in_dtype(x), kI32);
+        llvm::Value* wv =
+            k.Convert(k.Load(k.in_dtype(w), k.in(w), k.Offset(wi, w_str)), k.in_dtype(w), kI32);
         Accumulate(k, acc, xv, xzp, wv, wzp);
       });
     });
-    k.Store(k.out_dtype(0), k.out(0), k.Offset(o, out_str), epilogue(b.CreateLoad(b.getInt32Ty(), acc), m));
+    k.Store(k.out_dtype(0), k.out(0), k.Offset(o, out_str),
+            epilogue(b.CreateLoad(b.getInt32Ty(), acc), m));
   });
 }
 
 // Requantizes an int32 accumulator: ToQuant(acc * in_scale * w_scale / y_scale, y_zp).
-llvm::Value* Requantize(KernelContext& k, llvm::Value* acc, llvm::Value* in_scale, llvm::Value* w_scale,
-                        llvm::Value* y_scale, llvm::Value* y_zp, DType out) {
+llvm::Value* Requantize(KernelContext& k, llvm::Value* acc, llvm::Value* in_scale,
+                        llvm::Value* w_scale, llvm::Value* y_scale, llvm::Value* y_zp, DType out) {
   llvm::Value* scale = k.Div(kF32, k.Mul(kF32, in_scale, w_scale), y_scale);
   return ToQuant(k, k.Mul(kF32, k.Convert(acc, kI32, kF32), scale), y_zp, out);
 }
 
 absl::Status MatMulInteger(KernelContext& k) {
-  EmitIntMatMul(k, 0, 1, Param(k, 2), Param(k, 3), [](llvm::Value* acc, llvm::Value*, llvm::Value*) { return acc; });
+  EmitIntMatMul(k, 0, 1, Param(k, 2), Param(k, 3),
+                [](llvm::Value* acc, llvm::Value*, llvm::Value*) { return acc; });
   return absl::OkStatus();
 }
 
 absl::Status QLinearMatMul(KernelContext& k) {
   QParam a_scale = Param(k, 1), b_scale = Param(k, 4), y_scale = Param(k, 6), y_zp = Param(k, 7);
-  EmitIntMatMul(k, 0, 3, Param(k, 2), Param(k, 5), [&](llvm::Value* acc, llvm::Value* m, llvm::Value* n) {
-    return Requantize(k, acc, LoadParam(k, a_scale, m, kF32), LoadParam(k, b_scale, n, kF32),
-                      LoadParam(k, y_scale, n, kF32), LoadParam(k, y_zp, n, kF32), k.out_dtype(0));
-  });
+  EmitIntMatMul(k, 0, 3, Param(k, 2), Param(k, 5),
+                [&](llvm::Value* acc, llvm::Value* m, llvm::Value* n) {
+                  return Requantize(k, acc, LoadParam(k, a_scale, m, kF32),
+                                    LoadParam(k, b_scale, n, kF32), LoadParam(k, y_scale, n, kF32),
+                                    LoadParam(k, y_zp, n, kF32), k.out_dtype(0));
+                });
   return absl::OkStatus();
 }
 
 absl::Status ConvInteger(KernelContext& k) {
-  EmitIntConv(k, 0, 1, Param(k, 2), Param(k, 3), [](llvm::Value* acc, llvm::Value*) { return acc; });
+  EmitIntConv(k, 0, 1, Param(k, 2), Param(k, 3),
+              [](llvm::Value* acc, llvm::Value*) { return acc; });
   return absl::OkStatus();
 }
 

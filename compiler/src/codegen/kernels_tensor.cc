@@ -34,9 +34,11 @@ absl::Status Dropout(KernelContext& k) {
 
 absl::Status ConstantOfShape(KernelContext& k) {
   DType d = k.out_dtype(0);
-  double v = IsFloat(d) ? k.node().attr_float("fill", 0) : static_cast<double>(k.node().attr_int("fill_int", 0));
+  double v = IsFloat(d) ? k.node().attr_float("fill", 0)
+                        : static_cast<double>(k.node().attr_int("fill_int", 0));
   llvm::Value* value = k.Const(d, v);
-  k.For(k.I64(0), k.NumElements(k.out_shape(0)), [&](llvm::Value* i) { k.Store(d, k.out(0), i, value); });
+  k.For(k.I64(0), k.NumElements(k.out_shape(0)),
+        [&](llvm::Value* i) { k.Store(d, k.out(0), i, value); });
   return absl::OkStatus();
 }
 
@@ -54,7 +56,8 @@ absl::Status Range(KernelContext& k) {
 }  // namespace
 
 void RegisterTensorKernels(KernelRegistry& r) {
-  for (const char* op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}) r.Register(op, CopyInput);
+  for (const char* op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+    r.Register(op, CopyInput);
   r.Register("Shape", Shape);
   r.Register("Size", Size);
   r.Register("Dropout", Dropout);

@@ -44,7 +44,9 @@ inline bool IsFloat(DType d) { return d == DType::kFloat32 || d == DType::kFloat
 inline bool IsSigned(DType d) {
   return d == DType::kInt8 || d == DType::kInt16 || d == DType::kInt32 || d == DType::kInt64;
 }
-inline bool IsInteger(DType d) { return !IsFloat(d) && d != DType::kBool && d != DType::kUndefined; }
+inline bool IsInteger(DType d) {
+  return !IsFloat(d) && d != DType::kBool && d != DType::kUndefined;
+}
 
 }  // namespace cuvil
 
