@@ -30,6 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "cuvil/compiler/compiler.h"
 #include "cuvil/runtime/tensor_size.h"
+#include "host_identity.h"
 #include "jit_cache.pb.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringRef.h"
@@ -98,26 +99,8 @@ std::string ChecksumOf(const void* data, size_t size) {
   return std::string(reinterpret_cast<const char*>(c.digest), sizeof c.digest);
 }
 
-struct HostIdentity {
-  std::string triple;
-  std::string cpu;
-  std::string features;  // Sorted "+avx2,-avx512f,...".
-};
-
-const HostIdentity& Host() {
-  static const HostIdentity* host = [] {
-    auto* h = new HostIdentity;
-    h->triple = llvm::sys::getProcessTriple();
-    h->cpu = llvm::sys::getHostCPUName().str();
-    std::vector<std::string> feats;
-    for (const auto& f : llvm::sys::getHostCPUFeatures()) {
-      feats.push_back(absl::StrCat(f.second ? "+" : "-", f.first().str()));
-    }
-    std::sort(feats.begin(), feats.end());
-    h->features = absl::StrJoin(feats, ",");
-    return h;
-  }();
-  return *host;
+const jitcache_internal::HostIdentity& Host() {
+  return jitcache_internal::HostIdentityOfThisProcess();
 }
 
 // The GNU build ID (the linker's hash of the output) of the loaded object holding `addr`, as hex;

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "cuvil/compiler/compiler.h"
 #include "cuvil/jitcache/object_cache.h"
+#include "host_identity.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/TargetParser/Host.h"
 #include "llvm/TargetParser/Triple.h"
@@ -32,24 +33,8 @@ std::string Digest(const void* data, size_t size) {
 }
 std::string Digest(std::string_view s) { return Digest(s.data(), s.size()); }
 
-struct HostIdentity {
-  std::string triple, cpu, features;
-};
-
-const HostIdentity& Host() {
-  static const HostIdentity* host = [] {
-    auto* h = new HostIdentity;
-    h->triple = llvm::sys::getProcessTriple();
-    h->cpu = llvm::sys::getHostCPUName().str();
-    std::vector<std::string> feats;
-    for (const auto& f : llvm::sys::getHostCPUFeatures()) {
-      feats.push_back(absl::StrCat(f.second ? "+" : "-", f.first().str()));
-    }
-    std::sort(feats.begin(), feats.end());
-    h->features = absl::StrJoin(feats, ",");
-    return h;
-  }();
-  return *host;
+const jitcache_internal::HostIdentity& Host() {
+  return jitcache_internal::HostIdentityOfThisProcess();
 }
 
 // The lowered model's structure: interface, kernels and memory plan (what the IR became).
