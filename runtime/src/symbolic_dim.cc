@@ -122,4 +122,24 @@ bool IsStaticShape(const SymShape& shape) {
   return true;
 }
 
+DimExpr ToDimExpr(const SymDim& d, int32_t id, const std::string& name) {
+  if (d.IsStatic()) return DimExpr(d.coef);
+  DimExpr sym = DimExpr::Symbol(id, name);
+  DimExpr r(d.coef);
+  // coef * batch^power with power <= kMaxSymPower == kMaxDimExprPower: never fails.
+  for (int32_t i = 0; i < d.power; ++i) r = *DimMul(r, sym);
+  return r;
+}
+
+std::optional<SymDim> ToSymDim(const DimExpr& e, int32_t id) {
+  if (e.IsStatic()) return SymDim::Const(e.constant_term());
+  auto terms = e.terms();
+  if (e.constant_term() != 0 || terms.size() != 1 || terms[0].factors.size() != 1) {
+    return std::nullopt;
+  }
+  const DimExpr::Factor& f = terms[0].factors[0];
+  if (f.atom->kind != DimAtomKind::kSymbol || f.atom->symbol != id) return std::nullopt;
+  return SymDim{terms[0].coef, f.power};
+}
+
 }  // namespace cuvil

@@ -77,5 +77,27 @@ TEST(SymDimTest, EvalSaturates) {
   EXPECT_EQ(SymDim::Const(9).Eval(1 << 30), 9);
 }
 
+TEST(SymDimTest, ConvertsToAndFromDimExpr) {
+  for (SymDim d :
+       {SymDim::Const(0), SymDim::Const(-3), SymDim::Batch(), SymDim::Batch(4), SymDim{2, 3}}) {
+    DimExpr e = ToDimExpr(d);
+    EXPECT_EQ(e.IsStatic(), d.IsStatic());
+    for (int64_t b : {0, 1, 3, 8}) {
+      int64_t vals[] = {b};
+      EXPECT_EQ(e.Eval(vals), d.Eval(b)) << d.ToString();
+    }
+    auto back = ToSymDim(e);
+    ASSERT_TRUE(back.has_value()) << d.ToString();
+    EXPECT_EQ(*back, d);
+  }
+  EXPECT_EQ(ToDimExpr(SymDim::Batch(4)).ToString(), "4*batch");
+  EXPECT_EQ(ToDimExpr(SymDim::Batch(), 2, "n").ToString(), "n");
+  DimExpr b = DimExpr::Symbol(0, "batch"), s = DimExpr::Symbol(1, "seq");
+  EXPECT_FALSE(ToSymDim(*DimAdd(b, 1)).has_value());  // Not a monomial.
+  EXPECT_FALSE(ToSymDim(*DimMul(b, s)).has_value());  // Two symbols.
+  EXPECT_FALSE(ToSymDim(s).has_value());              // Not the batch.
+  EXPECT_EQ(ToSymDim(s, 1), SymDim::Batch());
+}
+
 }  // namespace
 }  // namespace cuvil

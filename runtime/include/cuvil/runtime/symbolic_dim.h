@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "cuvil/runtime/dim_expr.h"
+
 namespace cuvil {
 
 // Largest power of the symbolic dimension a SymDim may carry. Real models need batch^1 (rarely
@@ -64,6 +66,12 @@ std::vector<int64_t> EvalShape(const SymShape& shape, int64_t batch);
 std::string SymShapeToString(const SymShape& shape, const std::string& symbol = "batch");
 // True when every dim is static.
 bool IsStaticShape(const SymShape& shape);
+
+// The general expression for d, with the batch as symbol `id` named `name`.
+DimExpr ToDimExpr(const SymDim& d, int32_t id = 0, const std::string& name = "batch");
+// The monomial coef * batch^power equal to e, when e is a constant or a monomial in the symbol
+// `id` alone; nullopt otherwise.
+std::optional<SymDim> ToSymDim(const DimExpr& e, int32_t id = 0);
 
 }  // namespace cuvil
 
