@@ -221,6 +221,12 @@ std::optional<Poly> MulPolys(const Poly& a, const Poly& b) {
   return r;
 }
 
+// gcd(a, b) for b > 0 and any a (INT64_MIN included, whose magnitude has no int64).
+int64_t Gcd(int64_t b, int64_t a) {
+  uint64_t x = a < 0 ? 0 - static_cast<uint64_t>(a) : static_cast<uint64_t>(a);
+  return static_cast<int64_t>(std::gcd(static_cast<uint64_t>(b), x));
+}
+
 int64_t FloorDivInt(int64_t a, int64_t b) {  // b > 0
   int64_t q = a / b;
   if (a % b != 0 && a < 0) --q;
@@ -244,7 +250,7 @@ std::optional<DimExpr> FloorDivConst(const DimExpr& num, int64_t c);
 // otherwise makes the atom.
 std::optional<DimExpr> FloorDivReduced(Poly r, int64_t c) {
   int64_t g = c;
-  for (const Term& t : r.terms) g = std::gcd(g, t.coef);
+  for (const Term& t : r.terms) g = Gcd(g, t.coef);
   if (g > 1) {
     // floor((g*y + k) / (g*c')) == floor((y + floor(k/g)) / c') for integer y.
     for (Term& t : r.terms) t.coef /= g;
@@ -314,7 +320,7 @@ std::optional<DimExpr> ExactMonomialQuotient(const DimExpr& a, const DimExpr& b)
   const Term& d = bt[0];
   Poly q;
   for (const Term& t : a.terms()) {
-    if (t.coef % d.coef != 0 || (t.coef == kInt64Min && d.coef == -1)) return std::nullopt;
+    if ((t.coef == kInt64Min && d.coef == -1) || t.coef % d.coef != 0) return std::nullopt;
     Term r{t.coef / d.coef, {}};
     // Subtract d's powers from t's; every factor of d must appear in t with at least its power.
     size_t j = 0;

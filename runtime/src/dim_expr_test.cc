@@ -252,6 +252,29 @@ TEST_F(DimExprTest, OverflowIsReportedNotWrapped) {
   EXPECT_EQ(e.Eval(ok), int64_t{1} << 62);
 }
 
+TEST_F(DimExprTest, ExtremeCoefficientsNeverMisbehave) {
+  // INT64_MIN has no magnitude in int64: every operation must refuse or stay exact, not overflow.
+  DimExpr m = Mul(b, kMin);
+  for (int64_t d : {int64_t{-1}, int64_t{1}, int64_t{2}, int64_t{3}, kMax, kMin}) {
+    auto f = DimFloorDiv(m, d), t = DimTruncDiv(m, d), r = DimMod(m, d);
+    int64_t one[] = {1};
+    if (f) {
+      auto v = f->Eval(one);
+      if (v && d > 0) EXPECT_EQ(*v, kMin / d - (kMin % d != 0 ? 1 : 0)) << d;
+    }
+    if (t && d != -1) {
+      auto v = t->Eval(one);
+      if (v) EXPECT_EQ(*v, kMin / d) << d;
+    }
+    (void)r;
+  }
+  EXPECT_EQ(Trunc(m, m), DimExpr(1));
+  EXPECT_FALSE(DimFloorDiv(m, Mul(b, -1)).has_value() && DimFloorDiv(m, Mul(b, -1))->IsStatic() &&
+               DimFloorDiv(m, Mul(b, -1))->constant_term() != kMin);
+  (void)DimMin(m, Mul(b, kMax));
+  (void)DimMax(m, kMin);
+}
+
 TEST_F(DimExprTest, SizeIsBounded) {
   // Powers are capped.
   DimExpr p = b;

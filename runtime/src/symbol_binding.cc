@@ -98,11 +98,10 @@ absl::StatusOr<std::vector<int64_t>> BindSymbols(absl::Span<const TensorDims> si
         int32_t x = -1;
         if (unknown_in(e, &x) != 1 || x >= symbol_count) continue;
         int64_t c = 0;
-        if (!IsLinearIn(e, x, &c)) continue;
+        if (!IsLinearIn(e, x, &c) || c <= 0) continue;
         auto r = e.Eval(values);  // values[x] is 0 while x is unknown.
         int64_t got = shapes[i][d], diff = 0;
-        if (!r || __builtin_sub_overflow(got, *r, &diff) || c == 0 || diff % c != 0 ||
-            diff / c < 0) {
+        if (!r || __builtin_sub_overflow(got, *r, &diff) || diff % c != 0 || diff / c < 0) {
           return absl::InvalidArgumentError(absl::StrCat(
               "input '", signature[i].name, "' dim ", d, " is ", got, ", which no value of ",
               SymbolName(e, x), " >= 0 gives (the model expects ", e.ToString(), ")"));
