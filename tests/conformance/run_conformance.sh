@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs `cuvilc test` over the core ONNX conformance cases and checks the result against the
+# Runs `cuvilc test` over a list of ONNX conformance cases (CONFORMANCE_DIR/core-cases.txt: the
+# core 490, or another folder's list) and checks the result against the
 # checked-in expected-failure list: a new failure fails the test, and so does an expected failure
 # that now passes (the list may only shrink).
 # usage: run_conformance.sh NODE_DATA_DIR CONFORMANCE_DIR   (CUVILC names the binary)
@@ -28,7 +29,7 @@ grep '^FAIL ' "$out/results" | sed 's/^FAIL \([^:]*\):.*/\1/' | sort > "$out/fai
 grep -v '^#' "$conf_dir/expected-failures.txt" | cut -d' ' -f1 | sed '/^$/d' | sort > "$out/expected"
 passed=$(grep -c '^PASS ' "$out/results")
 failed=$(wc -l < "$out/failed")
-echo "conformance: $passed passed, $failed failed of $(wc -l < "$out/cases") core cases"
+echo "conformance: $passed passed, $failed failed of $(wc -l < "$out/cases") cases"
 
 status=0
 new=$(comm -23 "$out/failed" "$out/expected")
