@@ -586,6 +586,66 @@ TEST(BadInputTest, ScatterNDWithOutOfRangeIndicesFails) {
   }
 }
 
+// GatherElements, ScatterElements, GatherND and the loss ops' targets: an index outside its axis
+// fails the request (and neither reads nor writes out of bounds); in-range ones, negative
+// included, work.
+TEST(BadInputTest, ElementIndexOpsWithOutOfRangeIndicesFail) {
+  struct Case {
+    std::string op;
+    std::vector<int64_t> idx_shape;
+    int64_t good;  // an in-range index (negative counts from the end)
+    size_t pos;    // the output element it determines
+    float want;
+  };
+  const std::vector<Case> cases = {
+      {"GatherElements", {1, 2}, -1, 1, 3},          // data[0][-1]
+      {"ScatterElements", {1, 2}, -1, 4, 8},         // out[-1][1] = 8
+      {"GatherND", {1, 2}, -1, 0, 6},                // data[1][-1]
+      {"NegativeLogLikelihoodLoss", {2}, 1, 1, -5},  // -data[1][1]
+  };
+  for (const Case& c : cases) {
+    GraphBuilder b(/*opset=*/16);
+    b.Input("data", kFloat, {2, 3});
+    b.Input("idx", kInt64, c.idx_shape);
+    b.Output("y", kFloat);
+    if (c.op == "ScatterElements") {
+      b.Floats("upd", {1, 2}, {7, 8});
+      GraphBuilder::Attr(b.Node(c.op, {"data", "idx", "upd"}, {"y"}), "axis", int64_t{0});
+    } else if (c.op == "NegativeLogLikelihoodLoss") {
+      b.Node(c.op, {"data", "idx"}, {"y"})->add_attribute()->CopyFrom([] {
+        onnx::AttributeProto a;
+        a.set_name("reduction");
+        a.set_type(onnx::AttributeProto::STRING);
+        a.set_s("none");
+        return a;
+      }());
+    } else {
+      onnx::NodeProto* n = b.Node(c.op, {"data", "idx"}, {"y"});
+      if (c.op == "GatherElements") GraphBuilder::Attr(n, "axis", int64_t{1});
+    }
+    auto engine = JitEngine::Create();
+    ASSERT_TRUE(engine.ok());
+    auto loaded = CompileAndLoad(**engine, c.op + "/1", b.Bytes());
+    ASSERT_TRUE(loaded.ok()) << c.op << ": " << loaded.status();
+    HostTensor data = Tensor<float>(DType::kFloat32, {2, 3}, {1, 2, 3, 4, 5, 6});
+    std::vector<int64_t> good(2, 0);
+    good[1] = c.good;
+    if (c.op == "GatherND") good = {1, c.good};  // data[1][-1]
+    auto ok = (*loaded)->Run({data, Tensor<int64_t>(DType::kInt64, c.idx_shape, good)});
+    ASSERT_TRUE(ok.ok()) << c.op << ": " << ok.status();
+    std::vector<float> got = Values<float>((*ok)[0]);
+    ASSERT_GT(got.size(), c.pos) << c.op;
+    EXPECT_EQ(got[c.pos], c.want) << c.op;
+    for (int64_t bad : {int64_t{3}, int64_t{-4}, std::numeric_limits<int64_t>::max(),
+                        std::numeric_limits<int64_t>::min()}) {
+      std::vector<int64_t> idx(2, 0);
+      idx[1] = bad;
+      auto y = (*loaded)->Run({data, Tensor<int64_t>(DType::kInt64, c.idx_shape, idx)});
+      EXPECT_FALSE(y.ok()) << c.op << " index " << bad;
+    }
+  }
+}
+
 // table[:batch] trusts at compile time that batch <= 3; a larger batch must fail, not read past
 // the table.
 TEST(BadInputTest, BatchDependentSliceBeyondItsInputFails) {

@@ -97,6 +97,12 @@ const OpRegistry& OpRegistry::Get() {
     RegisterLinalgShapes(*r);
     RegisterRecurrentShapes(*r);
     RegisterControlFlowShapes(*r);
+    RegisterLossShapes(*r);
+    RegisterIndexingShapes(*r);
+    RegisterSignalShapes(*r);
+    RegisterEinsumShapes(*r);
+    RegisterSamplingShapes(*r);
+    RegisterTextShapes(*r);
     return r;
   }();
   return *registry;

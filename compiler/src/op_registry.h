@@ -117,6 +117,12 @@ void RegisterQuantShapes(OpRegistry& r);
 void RegisterLinalgShapes(OpRegistry& r);
 void RegisterRecurrentShapes(OpRegistry& r);
 void RegisterControlFlowShapes(OpRegistry& r);
+void RegisterLossShapes(OpRegistry& r);
+void RegisterIndexingShapes(OpRegistry& r);
+void RegisterSignalShapes(OpRegistry& r);
+void RegisterEinsumShapes(OpRegistry& r);
+void RegisterSamplingShapes(OpRegistry& r);
+void RegisterTextShapes(OpRegistry& r);
 
 }  // namespace cuvil::ir
 

@@ -565,6 +565,12 @@ const KernelRegistry& KernelRegistry::Get() {
     RegisterLinalgKernels(*r);
     RegisterRecurrentKernels(*r);
     RegisterControlFlowKernels(*r);
+    RegisterLossKernels(*r);
+    RegisterIndexingKernels(*r);
+    RegisterSignalKernels(*r);
+    RegisterEinsumKernels(*r);
+    RegisterSamplingKernels(*r);
+    RegisterTextKernels(*r);
     return r;
   }();
   return *registry;

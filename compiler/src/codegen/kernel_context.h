@@ -200,6 +200,12 @@ void RegisterQuantKernels(KernelRegistry& r);
 void RegisterLinalgKernels(KernelRegistry& r);
 void RegisterRecurrentKernels(KernelRegistry& r);
 void RegisterControlFlowKernels(KernelRegistry& r);
+void RegisterLossKernels(KernelRegistry& r);
+void RegisterIndexingKernels(KernelRegistry& r);
+void RegisterSignalKernels(KernelRegistry& r);
+void RegisterEinsumKernels(KernelRegistry& r);
+void RegisterSamplingKernels(KernelRegistry& r);
+void RegisterTextKernels(KernelRegistry& r);
 
 }  // namespace cuvil::codegen
 

@@ -178,6 +178,15 @@ void RegisterUnary(KernelRegistry& r) {
                return b.CreateSelect(b.CreateFCmpOGT(x, FConst(k, x, n.attr_float("alpha", 1.0f))),
                                      x, FConst(k, x, 0));
              }));
+  r.Register(
+      "Shrink", FloatUnary([](KernelContext& k, const ir::Node& n, llvm::Value* x) {
+        auto& b = k.b();
+        llvm::Value* lambd = FConst(k, x, n.attr_float("lambd", 0.5f));
+        llvm::Value* bias = FConst(k, x, n.attr_float("bias", 0.0f));
+        llvm::Value* high =
+            b.CreateSelect(b.CreateFCmpOGT(x, lambd), b.CreateFSub(x, bias), FConst(k, x, 0));
+        return b.CreateSelect(b.CreateFCmpOLT(x, b.CreateFNeg(lambd)), b.CreateFAdd(x, bias), high);
+      }));
   r.Register("Elu", FloatUnary([](KernelContext& k, const ir::Node& n, llvm::Value* x) {
                auto& b = k.b();
                llvm::Value* alpha = FConst(k, x, n.attr_float("alpha", 1.0f));

@@ -455,10 +455,70 @@ absl::Status MatMul(KernelContext& k) {
   return absl::OkStatus();
 }
 
+// Det: Gaussian elimination with partial pivoting in double, on a stack copy of each matrix.
+absl::Status Det(KernelContext& k) {
+  DType d = k.in_dtype(0);
+  const SymShape& x = k.in_shape(0);
+  int64_t m = x.back().coef;
+  auto& b = k.b();
+  llvm::Type* f64 = b.getDoubleTy();
+  auto f = [&](double v) { return llvm::ConstantFP::get(f64, v); };
+  llvm::Value* a = k.Scratch(f64, m * m);
+  llvm::Value* det = k.Scratch(f64);
+  llvm::Value* pivot = k.Scratch(k.I64Ty());
+  auto at = [&](llvm::Value* r, llvm::Value* c) {
+    return b.CreateGEP(f64, a, b.CreateAdd(b.CreateMul(r, k.I64(m)), c));
+  };
+  k.For(k.I64(0), k.NumElements(SymShape(x.begin(), x.end() - 2)), [&](llvm::Value* mat) {
+    llvm::Value* base = b.CreateMul(mat, k.I64(m * m));
+    k.For(k.I64(0), k.I64(m * m), [&](llvm::Value* i) {
+      llvm::Value* v = k.Convert(k.Load(d, k.in(0), b.CreateAdd(base, i)), d, DType::kFloat64);
+      b.CreateStore(v, b.CreateGEP(f64, a, i));
+    });
+    b.CreateStore(f(1), det);
+    k.For(k.I64(0), k.I64(m), [&](llvm::Value* col) {
+      // The row (at or below col) with the largest magnitude in this column.
+      b.CreateStore(col, pivot);
+      k.For(b.CreateAdd(col, k.I64(1)), k.I64(m), [&](llvm::Value* r) {
+        llvm::Value* best = b.CreateLoad(f64, at(b.CreateLoad(k.I64Ty(), pivot), col));
+        llvm::Value* cand = b.CreateLoad(f64, at(r, col));
+        llvm::Value* larger = b.CreateFCmpOGT(k.Intrinsic(llvm::Intrinsic::fabs, cand),
+                                              k.Intrinsic(llvm::Intrinsic::fabs, best));
+        b.CreateStore(b.CreateSelect(larger, r, b.CreateLoad(k.I64Ty(), pivot)), pivot);
+      });
+      llvm::Value* p = b.CreateLoad(k.I64Ty(), pivot);
+      k.If(b.CreateICmpNE(p, col), [&] {
+        k.For(k.I64(0), k.I64(m), [&](llvm::Value* c) {
+          llvm::Value* u = b.CreateLoad(f64, at(col, c));
+          llvm::Value* v = b.CreateLoad(f64, at(p, c));
+          b.CreateStore(v, at(col, c));
+          b.CreateStore(u, at(p, c));
+        });
+        b.CreateStore(b.CreateFNeg(b.CreateLoad(f64, det)), det);
+      });
+      llvm::Value* diag = b.CreateLoad(f64, at(col, col));
+      b.CreateStore(b.CreateFMul(b.CreateLoad(f64, det), diag), det);
+      k.If(b.CreateFCmpONE(diag, f(0)), [&] {
+        k.For(b.CreateAdd(col, k.I64(1)), k.I64(m), [&](llvm::Value* r) {
+          llvm::Value* factor = b.CreateFDiv(b.CreateLoad(f64, at(r, col)), diag);
+          k.For(col, k.I64(m), [&](llvm::Value* c) {
+            llvm::Value* v = b.CreateFSub(b.CreateLoad(f64, at(r, c)),
+                                          b.CreateFMul(factor, b.CreateLoad(f64, at(col, c))));
+            b.CreateStore(v, at(r, c));
+          });
+        });
+      });
+    });
+    k.Store(d, k.out(0), mat, k.Convert(b.CreateLoad(f64, det), DType::kFloat64, d));
+  });
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void RegisterLinalgKernels(KernelRegistry& r) {
   r.Register("Gemm", Gemm);
+  r.Register("Det", Det);
   r.Register("MatMul", MatMul);
 }
 

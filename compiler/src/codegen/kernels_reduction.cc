@@ -459,6 +459,99 @@ absl::Status EmitTopK(KernelContext& k) {
   return absl::OkStatus();
 }
 
+// MeanVarianceNormalization: (x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9) over "axes", as the
+// ONNX function body computes it.
+absl::Status EmitMvn(KernelContext& k) {
+  DType d = k.in_dtype(0);
+  const SymShape& shape = k.in_shape(0);
+  std::vector<bool> reduced(shape.size(), false);
+  for (int64_t a : k.node().attr_ints("axes")) reduced[a] = true;
+  AxisSplit s = SplitAxes(k, shape, reduced);
+  auto& b = k.b();
+  auto f64 = [&](double v) { return llvm::ConstantFP::get(b.getDoubleTy(), v); };
+  llvm::Value* count = b.CreateSIToFP(s.count, b.getDoubleTy());
+  ForRows(k, s, [&](llvm::Value* base, llvm::Value*) {
+    Var sum(k, f64(0));
+    Var squares(k, f64(0));
+    ForRow(k, s, base, [&](llvm::Value* off, const Idx&) {
+      llvm::Value* v = k.Convert(k.Load(d, k.in(0), off), d, DType::kFloat64);
+      sum.set(b.CreateFAdd(sum.get(), v));
+      squares.set(b.CreateFAdd(squares.get(), b.CreateFMul(v, v)));
+    });
+    llvm::Value* mean = b.CreateFDiv(sum.get(), count);
+    llvm::Value* var = b.CreateFSub(b.CreateFDiv(squares.get(), count), b.CreateFMul(mean, mean));
+    llvm::Value* denom = b.CreateFAdd(
+        k.Intrinsic(llvm::Intrinsic::sqrt, k.Intrinsic2(llvm::Intrinsic::maxnum, var, f64(0))),
+        f64(1e-9));
+    ForRow(k, s, base, [&](llvm::Value* off, const Idx&) {
+      llvm::Value* v = k.Convert(k.Load(d, k.in(0), off), d, DType::kFloat64);
+      k.Store(d, k.out(0), off,
+              k.Convert(b.CreateFDiv(b.CreateFSub(v, mean), denom), DType::kFloat64, d));
+    });
+  });
+  return absl::OkStatus();
+}
+
+// LRN: x / (bias + alpha / size * sum of squares over the channel window) ^ beta, the window
+// reaching floor((size - 1) / 2) channels back and ceil((size - 1) / 2) forward.
+absl::Status EmitLrn(KernelContext& k) {
+  DType d = k.in_dtype(0);
+  const SymShape& shape = k.in_shape(0);
+  const ir::Node& n = k.node();
+  int64_t size = n.attr_int("size", 1);
+  double alpha = n.attr_float("alpha", 1e-4f), beta = n.attr_float("beta", 0.75f);
+  double bias = n.attr_float("bias", 1.0f);
+  auto& b = k.b();
+  llvm::Value* channels = k.Dim(shape[1]);
+  llvm::Value* inner = k.NumElements(SymShape(shape.begin() + 2, shape.end()));
+  auto f64 = [&](double v) { return llvm::ConstantFP::get(b.getDoubleTy(), v); };
+  k.ForNest({k.Dim(shape[0]), channels, inner}, [&](const Idx& at) {
+    auto offset = [&](llvm::Value* c) {
+      return b.CreateAdd(b.CreateMul(b.CreateAdd(b.CreateMul(at[0], channels), c), inner), at[2]);
+    };
+    llvm::Value* lo = k.Max(DType::kInt64, b.CreateSub(at[1], k.I64((size - 1) / 2)), k.I64(0));
+    llvm::Value* hi = k.Min(DType::kInt64, b.CreateAdd(at[1], k.I64(size / 2 + 1)), channels);
+    Var sum(k, f64(0));
+    k.For(lo, hi, [&](llvm::Value* c) {
+      llvm::Value* v = k.Convert(k.Load(d, k.in(0), offset(c)), d, DType::kFloat64);
+      sum.set(b.CreateFAdd(sum.get(), b.CreateFMul(v, v)));
+    });
+    llvm::Value* base = b.CreateFAdd(f64(bias), b.CreateFMul(f64(alpha / size), sum.get()));
+    llvm::Value* scale = k.Intrinsic2(llvm::Intrinsic::pow, base, f64(beta));
+    llvm::Value* x = k.Convert(k.Load(d, k.in(0), offset(at[1])), d, DType::kFloat64);
+    k.Store(d, k.out(0), offset(at[1]), k.Convert(b.CreateFDiv(x, scale), DType::kFloat64, d));
+  });
+  return absl::OkStatus();
+}
+
+// CumSum along "axis": per (outer, inner) position a running sum walks the axis forwards or
+// backwards; "exclusive" stores the sum before adding the element.
+absl::Status EmitCumSum(KernelContext& k) {
+  DType d = k.in_dtype(0);
+  const SymShape& shape = k.in_shape(0);
+  size_t axis = static_cast<size_t>(k.node().attr_int("axis", 0));
+  bool exclusive = k.node().attr_int("exclusive", 0) != 0;
+  bool reverse = k.node().attr_int("reverse", 0) != 0;
+  auto& b = k.b();
+  llvm::Value* outer = k.NumElements(SymShape(shape.begin(), shape.begin() + axis));
+  llvm::Value* len = k.Dim(shape[axis]);
+  llvm::Value* inner = k.NumElements(SymShape(shape.begin() + axis + 1, shape.end()));
+  k.For(k.I64(0), outer, [&](llvm::Value* o) {
+    k.For(k.I64(0), inner, [&](llvm::Value* i) {
+      Var sum(k, k.Const(d, 0));
+      k.For(k.I64(0), len, [&](llvm::Value* step) {
+        llvm::Value* a = reverse ? b.CreateSub(b.CreateSub(len, k.I64(1)), step) : step;
+        llvm::Value* at = b.CreateAdd(b.CreateMul(b.CreateAdd(b.CreateMul(o, len), a), inner), i);
+        llvm::Value* x = k.Load(d, k.in(0), at);
+        if (exclusive) k.Store(d, k.out(0), at, sum.get());
+        sum.set(k.Add(d, sum.get(), x));
+        if (!exclusive) k.Store(d, k.out(0), at, sum.get());
+      });
+    });
+  });
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void RegisterReductionKernels(KernelRegistry& r) {
@@ -471,6 +564,9 @@ void RegisterReductionKernels(KernelRegistry& r) {
   r.Register("LogSoftmax",
              [](KernelContext& k) { return EmitSoftmax(k, SoftmaxKind::kLogSoftmax); });
   r.Register("Hardmax", [](KernelContext& k) { return EmitSoftmax(k, SoftmaxKind::kHardmax); });
+  r.Register("CumSum", EmitCumSum);
+  r.Register("LRN", EmitLrn);
+  r.Register("MeanVarianceNormalization", EmitMvn);
   r.Register("LayerNormalization", EmitLayerNorm);
   r.Register("InstanceNormalization", EmitInstanceNorm);
   r.Register("BatchNormalization", EmitBatchNorm);

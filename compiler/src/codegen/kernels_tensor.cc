@@ -53,6 +53,20 @@ absl::Status Range(KernelContext& k) {
   return absl::OkStatus();
 }
 
+// EyeLike: ones on the diagonal shifted by k (column - row == k), zeros elsewhere.
+absl::Status EyeLike(KernelContext& k) {
+  DType d = k.out_dtype(0);
+  auto& b = k.b();
+  llvm::Value* cols = k.Dim(k.out_shape(0)[1]);
+  llvm::Value* diag = k.I64(k.node().attr_int("k", 0));
+  k.ForNest(k.Dims(k.out_shape(0)), [&](const Idx& at) {
+    llvm::Value* on = b.CreateICmpEQ(b.CreateSub(at[1], at[0]), diag);
+    k.Store(d, k.out(0), b.CreateAdd(b.CreateMul(at[0], cols), at[1]),
+            b.CreateSelect(on, k.Const(d, 1), k.Const(d, 0)));
+  });
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void RegisterTensorKernels(KernelRegistry& r) {
@@ -63,6 +77,7 @@ void RegisterTensorKernels(KernelRegistry& r) {
   r.Register("Dropout", Dropout);
   r.Register("ConstantOfShape", ConstantOfShape);
   r.Register("Range", Range);
+  r.Register("EyeLike", EyeLike);
 }
 
 }  // namespace cuvil::codegen

@@ -127,6 +127,15 @@ absl::Status Cast(InferContext& c) {
   return absl::OkStatus();
 }
 
+// CastLike becomes a Cast to the second input's type (which is then no longer an operand).
+absl::Status CastLike(InferContext& c) {
+  if (auto s = c.ExpectInputs(2, 2); !s.ok()) return s;
+  c.node().attrs["to"] = int64_t{static_cast<int32_t>(c.in_dtype(1))};
+  c.node().op_type = "Cast";
+  c.TruncateInputs(1);
+  return Cast(c);
+}
+
 absl::Status PRelu(InferContext& c) {
   if (auto s = c.ExpectInputs(2, 2); !s.ok()) return s;
   auto shape = BroadcastShapes(c.in_shape(0), c.in_shape(1));
@@ -177,7 +186,7 @@ void RegisterElementwiseShapes(OpRegistry& r) {
                          "Softsign",  "Erf",
                          "Sign",      "ThresholdedRelu",
                          "Mish",      "Gelu",
-                         "Not"}) {
+                         "Not",       "Shrink"}) {
     r.Register(op, Unary);
   }
   r.Register("Neg", IntegerUnary);
@@ -208,6 +217,7 @@ void RegisterElementwiseShapes(OpRegistry& r) {
   r.Register("Where", Where);
   r.Register("Clip", Clip);
   r.Register("Cast", Cast);
+  r.Register("CastLike", CastLike);
   r.Register("PRelu", PRelu);
 }
 

@@ -128,9 +128,23 @@ absl::Status MatMul(InferContext& c) {
   return absl::OkStatus();
 }
 
+// Det: [..., M, M] -> [...], M static (at most 64, so the elimination fits in stack scratch).
+absl::Status Det(InferContext& c) {
+  if (auto s = c.ExpectInputs(1, 1); !s.ok()) return s;
+  const SymShape& x = c.in_shape(0);
+  if (!IsFloat(c.in_dtype(0))) return c.Error("input must be floating point");
+  if (x.size() < 2 || !(x[x.size() - 1] == x[x.size() - 2]) || !x.back().IsStatic() ||
+      x.back().coef > 64) {
+    return c.Error("input must be [..., M, M] with a static M <= 64");
+  }
+  c.SetOutput(0, c.in_dtype(0), SymShape(x.begin(), x.end() - 2));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void RegisterLinalgShapes(OpRegistry& r) {
+  r.Register("Det", Det);
   r.Register("Gemm", Gemm);
   r.Register("MatMul", MatMul);
 }

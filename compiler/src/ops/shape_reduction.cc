@@ -149,6 +149,46 @@ absl::Status TopK(InferContext& c) {
   return absl::OkStatus();
 }
 
+// MeanVarianceNormalization: "axes" normalised, sorted and unique (default [0, 2, 3]).
+absl::Status MeanVarianceNormalization(InferContext& c) {
+  if (auto s = c.ExpectInputs(1, 1); !s.ok()) return s;
+  if (!IsFloat(c.in_dtype(0))) return c.Error("input must be floating point");
+  std::vector<int64_t> axes;
+  for (int64_t a : c.node().attr_ints("axes", {0, 2, 3})) {
+    auto axis = c.Axis(a, c.in_rank(0));
+    if (!axis.ok()) return axis.status();
+    axes.push_back(*axis);
+  }
+  std::sort(axes.begin(), axes.end());
+  axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
+  c.node().attrs["axes"] = axes;
+  c.SetOutput(0, c.in_dtype(0), c.in_shape(0));
+  return absl::OkStatus();
+}
+
+absl::Status Lrn(InferContext& c) {
+  if (auto s = c.ExpectInputs(1, 1); !s.ok()) return s;
+  if (c.in_rank(0) < 2) return c.Error("input must have rank >= 2");
+  if (!IsFloat(c.in_dtype(0))) return c.Error("input must be floating point");
+  if (c.node().attr_int("size", 0) < 1) return c.Error("size must be positive");
+  c.SetOutput(0, c.in_dtype(0), c.in_shape(0));
+  return absl::OkStatus();
+}
+
+// CumSum: the axis input becomes attribute "axis" (non-negative).
+absl::Status CumSum(InferContext& c) {
+  if (auto s = c.ExpectInputs(2, 2); !s.ok()) return s;
+  auto axis = c.StaticInts(1, "axis");
+  if (!axis.ok()) return axis.status();
+  if (axis->size() != 1) return c.Error("axis must hold one value");
+  auto a = c.Axis((*axis)[0], c.in_rank(0));
+  if (!a.ok()) return a.status();
+  c.node().attrs["axis"] = int64_t{*a};
+  c.TruncateInputs(1);
+  c.SetOutput(0, c.in_dtype(0), c.in_shape(0));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void RegisterReductionShapes(OpRegistry& r) {
@@ -164,6 +204,9 @@ void RegisterReductionShapes(OpRegistry& r) {
   r.Register("InstanceNormalization", InstanceNormalization);
   r.Register("BatchNormalization", BatchNormalization);
   r.Register("TopK", TopK);
+  r.Register("CumSum", CumSum);
+  r.Register("LRN", Lrn);
+  r.Register("MeanVarianceNormalization", MeanVarianceNormalization);
 }
 
 }  // namespace cuvil::ir

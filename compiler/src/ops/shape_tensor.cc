@@ -256,6 +256,21 @@ absl::Status Range(InferContext& c) {
   return absl::OkStatus();
 }
 
+// EyeLike: attribute "dtype" (default: the input's type) names the output type.
+absl::Status EyeLike(InferContext& c) {
+  if (auto s = c.ExpectInputs(1, 1); !s.ok()) return s;
+  if (c.in_rank(0) != 2) return c.Error("input must be 2-D");
+  DType dtype = c.in_dtype(0);
+  if (c.node().has_attr("dtype")) {
+    auto d = DTypeFromOnnx(static_cast<int32_t>(c.node().attr_int("dtype", 1)));
+    if (!d.ok()) return c.Error(std::string(d.status().message()));
+    dtype = *d;
+  }
+  c.node().attrs["dtype"] = int64_t{static_cast<int32_t>(dtype)};
+  c.SetOutput(0, dtype, c.in_shape(0));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void RegisterTensorShapes(OpRegistry& r) {
@@ -269,6 +284,7 @@ void RegisterTensorShapes(OpRegistry& r) {
   r.Register("Dropout", Dropout);
   r.Register("ConstantOfShape", ConstantOfShape);
   r.Register("Range", Range);
+  r.Register("EyeLike", EyeLike);
 }
 
 }  // namespace cuvil::ir
