@@ -196,6 +196,13 @@ absl::StatusOr<HostTensor> TensorFromProto(const onnx::TensorProto& proto,
         CopyConverted(proto.uint64_data(), t.data_as<uint64_t>(), n);
       }
       break;
+    case DType::kFloat16:
+    case DType::kBFloat16:  // int32_data holds each value's 16 bits.
+      if (auto s = check(proto.int32_data_size()); !s.ok()) return s;
+      for (int64_t i = 0; i < n; ++i) {
+        t.data_as<uint16_t>()[i] = static_cast<uint16_t>(proto.int32_data(static_cast<int>(i)));
+      }
+      break;
     default:  // int32, int16, int8, uint16, uint8, bool live in int32_data.
       if (auto s = check(proto.int32_data_size()); !s.ok()) return s;
       for (int64_t i = 0; i < n; ++i) t.SetFromInt64(i, proto.int32_data(static_cast<int>(i)));

@@ -13,12 +13,13 @@ struct DTypeInfo {
 };
 
 constexpr DTypeInfo kInfos[] = {
-    {DType::kFloat32, 4, "float32", "FP32"}, {DType::kUInt8, 1, "uint8", "UINT8"},
-    {DType::kInt8, 1, "int8", "INT8"},       {DType::kUInt16, 2, "uint16", "UINT16"},
-    {DType::kInt16, 2, "int16", "INT16"},    {DType::kInt32, 4, "int32", "INT32"},
-    {DType::kInt64, 8, "int64", "INT64"},    {DType::kBool, 1, "bool", "BOOL"},
-    {DType::kFloat64, 8, "float64", "FP64"}, {DType::kUInt32, 4, "uint32", "UINT32"},
-    {DType::kUInt64, 8, "uint64", "UINT64"},
+    {DType::kFloat32, 4, "float32", "FP32"},   {DType::kUInt8, 1, "uint8", "UINT8"},
+    {DType::kInt8, 1, "int8", "INT8"},         {DType::kUInt16, 2, "uint16", "UINT16"},
+    {DType::kInt16, 2, "int16", "INT16"},      {DType::kInt32, 4, "int32", "INT32"},
+    {DType::kInt64, 8, "int64", "INT64"},      {DType::kBool, 1, "bool", "BOOL"},
+    {DType::kFloat64, 8, "float64", "FP64"},   {DType::kUInt32, 4, "uint32", "UINT32"},
+    {DType::kUInt64, 8, "uint64", "UINT64"},   {DType::kFloat16, 2, "float16", "FP16"},
+    {DType::kBFloat16, 2, "bfloat16", "BF16"},
 };
 
 const DTypeInfo* Find(DType d) {

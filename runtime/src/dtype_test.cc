@@ -24,7 +24,8 @@ TEST(DTypeTest, KServeRoundTrip) {
 }
 
 TEST(DTypeTest, OnnxUnsupportedTypeIsError) {
-  EXPECT_FALSE(DTypeFromOnnx(10).ok());  // float16
+  EXPECT_EQ(*DTypeFromOnnx(10), DType::kFloat16);
+  EXPECT_FALSE(DTypeFromOnnx(8).ok());  // string
   EXPECT_EQ(*DTypeFromOnnx(1), DType::kFloat32);
 }
 

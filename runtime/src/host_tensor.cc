@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "cuvil/runtime/half.h"
 
 namespace cuvil {
 
@@ -63,6 +64,10 @@ double HostTensor::GetAsDouble(int64_t i) const {
       return static_cast<double>(reinterpret_cast<const int64_t*>(p)[i]);
     case DType::kUInt64:
       return static_cast<double>(reinterpret_cast<const uint64_t*>(p)[i]);
+    case DType::kFloat16:
+      return HalfToFloat(reinterpret_cast<const uint16_t*>(p)[i]);
+    case DType::kBFloat16:
+      return BFloat16ToFloat(reinterpret_cast<const uint16_t*>(p)[i]);
     case DType::kUndefined:
       return 0;
   }
@@ -104,6 +109,12 @@ void HostTensor::SetFromInt64(int64_t i, int64_t v) {
       break;
     case DType::kUInt64:
       reinterpret_cast<uint64_t*>(p)[i] = static_cast<uint64_t>(v);
+      break;
+    case DType::kFloat16:
+      reinterpret_cast<uint16_t*>(p)[i] = FloatToHalf(static_cast<float>(v));
+      break;
+    case DType::kBFloat16:
+      reinterpret_cast<uint16_t*>(p)[i] = FloatToBFloat16(static_cast<float>(v));
       break;
     case DType::kUndefined:
       break;

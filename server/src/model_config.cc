@@ -631,8 +631,12 @@ DType DTypeFromConfig(DataType type) {
       return DType::kFloat32;
     case inference::TYPE_FP64:
       return DType::kFloat64;
+    case inference::TYPE_FP16:
+      return DType::kFloat16;
+    case inference::TYPE_BF16:
+      return DType::kBFloat16;
     default:
-      return DType::kUndefined;  // FP16, BF16, STRING: no kernels for them.
+      return DType::kUndefined;  // STRING: no kernels for it.
   }
 }
 
@@ -660,6 +664,10 @@ DataType ConfigFromDType(DType dtype) {
       return inference::TYPE_FP32;
     case DType::kFloat64:
       return inference::TYPE_FP64;
+    case DType::kFloat16:
+      return inference::TYPE_FP16;
+    case DType::kBFloat16:
+      return inference::TYPE_BF16;
     case DType::kUndefined:
       break;
   }

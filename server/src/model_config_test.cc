@@ -656,14 +656,14 @@ TEST(TensorSpecsTest, BatchedFollowsMaxBatchSize) {
 }
 
 TEST(DTypeConversionTest, RoundTripsSupportedTypes) {
-  for (DType d :
-       {DType::kBool, DType::kUInt8, DType::kUInt16, DType::kUInt32, DType::kUInt64, DType::kInt8,
-        DType::kInt16, DType::kInt32, DType::kInt64, DType::kFloat32, DType::kFloat64}) {
+  for (DType d : {DType::kBool, DType::kUInt8, DType::kUInt16, DType::kUInt32, DType::kUInt64,
+                  DType::kInt8, DType::kInt16, DType::kInt32, DType::kInt64, DType::kFloat32,
+                  DType::kFloat64, DType::kFloat16, DType::kBFloat16}) {
     EXPECT_NE(ConfigFromDType(d), inference::TYPE_INVALID) << DTypeName(d);
     EXPECT_EQ(DTypeFromConfig(ConfigFromDType(d)), d) << DTypeName(d);
   }
   EXPECT_EQ(ConfigFromDType(DType::kFloat32), inference::TYPE_FP32);
-  EXPECT_EQ(DTypeFromConfig(inference::TYPE_FP16), DType::kUndefined);
+  EXPECT_EQ(DTypeFromConfig(inference::TYPE_FP16), DType::kFloat16);
   EXPECT_EQ(DTypeFromConfig(inference::TYPE_STRING), DType::kUndefined);
   EXPECT_EQ(ConfigFromDType(DType::kUndefined), inference::TYPE_INVALID);
 }

@@ -94,6 +94,10 @@ llvm::Type* KernelContext::ElemType(DType dtype) {
       return builder_.getFloatTy();
     case DType::kFloat64:
       return builder_.getDoubleTy();
+    case DType::kFloat16:
+      return builder_.getHalfTy();
+    case DType::kBFloat16:
+      return builder_.getBFloatTy();
     case DType::kInt8:
     case DType::kUInt8:
     case DType::kBool:
@@ -284,6 +288,25 @@ void KernelContext::FreeHeap(llvm::Value* ptr) {
 
 llvm::Value* KernelContext::Convert(llvm::Value* v, DType from, DType to) {
   if (from == to) return v;
+  // The 16-bit float types go through float32: widening is exact, and the narrowing below rounds
+  // to nearest even without a libcall (LLVM lowers float -> bfloat to __truncsfbf2).
+  if (IsHalf(from)) return Convert(builder_.CreateFPExt(v, F32Ty()), DType::kFloat32, to);
+  if (to == DType::kFloat16 && from != DType::kFloat32) {
+    return Convert(Convert(v, from, DType::kFloat32), DType::kFloat32, to);
+  }
+  if (to == DType::kFloat16) return builder_.CreateFPTrunc(v, ElemType(to));
+  if (to == DType::kBFloat16) {
+    llvm::Value* f = Convert(v, from, DType::kFloat32);
+    llvm::Type* i32 = builder_.getInt32Ty();
+    llvm::Value* u = builder_.CreateBitCast(f, i32);
+    llvm::Value* lsb = builder_.CreateAnd(builder_.CreateLShr(u, 16), 1);
+    llvm::Value* rounded = builder_.CreateLShr(
+        builder_.CreateAdd(u, builder_.CreateAdd(lsb, builder_.getInt32(0x7fff))), 16);
+    llvm::Value* quiet = builder_.CreateOr(builder_.CreateLShr(u, 16), 0x40);
+    llvm::Value* nan = builder_.CreateFCmpUNO(f, f);
+    llvm::Value* bits = builder_.CreateSelect(nan, quiet, rounded);
+    return builder_.CreateBitCast(builder_.CreateTrunc(bits, builder_.getInt16Ty()), ElemType(to));
+  }
   llvm::Type* t = ElemType(to);
   if (to == DType::kBool) {
     llvm::Value* nz = IsFloat(from)
@@ -374,6 +397,8 @@ llvm::Value* KernelContext::Lowest(DType d) {
   switch (d) {
     case DType::kFloat32:
     case DType::kFloat64:
+    case DType::kFloat16:
+    case DType::kBFloat16:
       return llvm::ConstantFP::getInfinity(ElemType(d), /*Negative=*/true);
     case DType::kInt8:
       return Const(d, -128);
@@ -393,6 +418,8 @@ llvm::Value* KernelContext::Highest(DType d) {
   switch (d) {
     case DType::kFloat32:
     case DType::kFloat64:
+    case DType::kFloat16:
+    case DType::kBFloat16:
       return llvm::ConstantFP::getInfinity(ElemType(d), /*Negative=*/false);
     case DType::kInt8:
       return Const(d, 127);

@@ -20,9 +20,11 @@ enum class DType : int32_t {
   kInt32 = 6,
   kInt64 = 7,
   kBool = 9,
+  kFloat16 = 10,
   kFloat64 = 11,
   kUInt32 = 12,
   kUInt64 = 13,
+  kBFloat16 = 16,  // Storage only: kernels compute in float32 and round when storing.
 };
 
 // Size of one element in bytes; 0 for kUndefined.
@@ -40,7 +42,12 @@ absl::StatusOr<DType> DTypeFromKServeName(const std::string& name);
 // Converts an ONNX TensorProto.DataType; Unimplemented for types Cuvil does not support.
 absl::StatusOr<DType> DTypeFromOnnx(int32_t onnx_type);
 
-inline bool IsFloat(DType d) { return d == DType::kFloat32 || d == DType::kFloat64; }
+inline bool IsFloat(DType d) {
+  return d == DType::kFloat32 || d == DType::kFloat64 || d == DType::kFloat16 ||
+         d == DType::kBFloat16;
+}
+// float16 and bfloat16: 16-bit storage types.
+inline bool IsHalf(DType d) { return d == DType::kFloat16 || d == DType::kBFloat16; }
 inline bool IsSigned(DType d) {
   return d == DType::kInt8 || d == DType::kInt16 || d == DType::kInt32 || d == DType::kInt64;
 }
