@@ -373,6 +373,8 @@ struct LoadedModel::ProfileTimer {
   absl::Mutex mu;
   std::map<uint64_t, absl::Time> deadlines ABSL_GUARDED_BY(mu);  // Profile patch id -> end.
   bool stop ABSL_GUARDED_BY(mu) = false;
+  // The patch the timer is rolling back and reporting (0: none); WaitForProfileEnd waits for it.
+  uint64_t in_flight ABSL_GUARDED_BY(mu) = 0;
   absl::CondVar cv;    // Signalled when deadlines or stop change.
   std::thread thread;  // Started with the first profile patch.
 };
@@ -642,6 +644,9 @@ absl::StatusOr<uint64_t> LoadedModel::CommitLocked(std::shared_ptr<PreparedPatch
         "the version was patched or rolled back while this patch was prepared; prepare it again");
   }
   patch->record.active = true;
+  // Validation ran the wrappers before the commit; executions see them only from here on (the
+  // seq_cst publish orders the zeroing before any of their counts).
+  if (patch->profiler != nullptr) patch->profiler->Reset();
   Publish(patch->table.get());
   ++table_generation_;
   history_.push_back(patch->record);
@@ -793,7 +798,10 @@ bool LoadedModel::WaitForProfileEnd(uint64_t id, double timeout_seconds) const {
     for (const auto& layer : layers_) {
       if (layer->patch->id == id) return false;
     }
-    return true;
+    if (profile_timer_ == nullptr) return true;
+    // Order: patch_mu_, then the timer's. The timer marks the patch before rolling it back.
+    absl::MutexLock timer_lock(&profile_timer_->mu);
+    return profile_timer_->in_flight != id;
   };
   while (!inactive()) {
     if (absl::Now() >= deadline) return false;
@@ -808,6 +816,18 @@ const void* LoadedModel::weights_data() const {
 
 void LoadedModel::set_change_listener(std::function<void()> listener) {
   change_listener_ = std::move(listener);
+}
+
+void LoadedModel::set_auto_rollback_listener(AutoRollbackListener listener) {
+  auto_rollback_listener_ = std::move(listener);
+}
+
+bool LoadedModel::IsActivePatch(uint64_t id) const {
+  absl::MutexLock lock(&patch_mu_);
+  for (const PatchRecord& r : history_) {
+    if (r.id == id) return r.active;
+  }
+  return false;
 }
 
 uint64_t LoadedModel::change_count() const { return change_count_.load(std::memory_order_relaxed); }
@@ -842,11 +862,16 @@ void LoadedModel::StartProfileTimer(uint64_t id, double seconds) {
         continue;
       }
       timer->deadlines.erase(due);
+      timer->in_flight = due;
       timer->mu.Unlock();
-      // Already rolled back by hand (NotFound/FailedPrecondition): the record says so already.
+      const auto started = std::chrono::steady_clock::now();
       absl::Status s = Rollback(due);
-      (void)s;
+      // Rolled back by hand meanwhile (FailedPrecondition): that call reported itself.
+      if (auto_rollback_listener_ && (s.ok() || IsActivePatch(due))) {
+        auto_rollback_listener_(due, s, started);
+      }
       timer->mu.Lock();
+      timer->in_flight = 0;
     }
   });
 }

@@ -57,6 +57,13 @@ std::vector<KernelProfile> KernelProfiler::Report() const {
   return rows;
 }
 
+void KernelProfiler::Reset() {
+  for (size_t i = 0; i < names_.size(); ++i) {
+    kernels_[i].calls.store(0, std::memory_order_relaxed);
+    kernels_[i].total_ns.store(0, std::memory_order_relaxed);
+  }
+}
+
 std::string KernelProfiler::WrapperIr(const std::string& thunk_symbol) {
   std::string ir = absl::StrCat("declare i32 @\"", thunk_symbol, "\"(ptr, ptr, i64)\n");
   for (size_t i = 0; i < names_.size(); ++i) {

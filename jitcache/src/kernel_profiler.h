@@ -38,6 +38,10 @@ class KernelProfiler {
   // never called are left out.
   std::vector<KernelProfile> Report() const;
 
+  // Zeroes every counter. Called just before the wrappers are published, so the table counts
+  // only executions that ran on the published table (not the patch's validation run).
+  void Reset();
+
   // LLVM IR defining, for each kernel i, a function named name(i) with the kernel signature that
   // calls `thunk_symbol` (declared in the IR) with &kernel(i).
   std::string WrapperIr(const std::string& thunk_symbol);

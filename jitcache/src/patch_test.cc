@@ -1,10 +1,15 @@
 // Safe-point hot patching of a loaded model: IR patches, validation runs, rollback, refusal of bad
 // patches, and executions in flight during patch/rollback cycles (never a mixed table).
 #include <atomic>
+#include <chrono>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "cuvil/compiler/compiler.h"
 #include "cuvil/jitcache/jit_engine.h"
 #include "gtest/gtest.h"
@@ -365,6 +370,39 @@ TEST_F(PatchTest, ProfilePatchCountsKernelsAndRollsBackByItself) {
   EXPECT_EQ(patches[0].kind, kPatchKindProfile);
   EXPECT_FALSE(patches[0].active);
   EXPECT_EQ(patches[0].profile.size(), 2u);
+}
+
+// The automatic rollback is reported to the listener (once, before WaitForProfileEnd returns);
+// a profile rolled back by hand first is not.
+TEST_F(PatchTest, AutomaticRollbackIsReportedToItsListener) {
+  absl::Mutex mu;
+  std::vector<std::pair<uint64_t, absl::Status>> reported;
+  model_->set_auto_rollback_listener(
+      [&](uint64_t id, const absl::Status& status, std::chrono::steady_clock::time_point started) {
+        EXPECT_LE(started, std::chrono::steady_clock::now());
+        absl::MutexLock lock(&mu);
+        reported.emplace_back(id, status);
+      });
+  auto patch = model_->PrepareProfilePatch(0.1, {});
+  ASSERT_TRUE(patch.ok()) << patch.status();
+  auto id = model_->CommitPatch(*patch, "prof");
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(RunOnce(), 11.0f);
+  ASSERT_TRUE(model_->WaitForProfileEnd(*id, 10));
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_EQ(reported.size(), 1u);
+    EXPECT_EQ(reported[0].first, *id);
+    EXPECT_TRUE(reported[0].second.ok()) << reported[0].second;
+  }
+  auto by_hand = model_->PrepareProfilePatch(0.2, {});
+  ASSERT_TRUE(by_hand.ok()) << by_hand.status();
+  auto hand_id = model_->CommitPatch(*by_hand, "prof");
+  ASSERT_TRUE(hand_id.ok()) << hand_id.status();
+  ASSERT_TRUE(model_->Rollback(*hand_id).ok());
+  absl::SleepFor(absl::Milliseconds(400));  // Past its window.
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(reported.size(), 1u);
 }
 
 // A profile above a patch wraps its code: that patch cannot be rolled back under it.

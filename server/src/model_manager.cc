@@ -401,6 +401,20 @@ struct ModelManager::Impl {
     if (!loaded.ok()) return loaded.status();
     // Recompile patches and snapshots rebuild from the source with the same options.
     (*loaded)->set_source(CodeSource{path, bytes, options});
+    // A profile patch's automatic rollback is a patch event like a rollback by hand.
+    (*loaded)->set_auto_rollback_listener(
+        [metrics = metrics, name, version, model = loaded->get()](
+            uint64_t id, const absl::Status& status, std::chrono::steady_clock::time_point start) {
+          PatchEvent event(metrics, observability::PatchKind::kRollback, name, start);
+          event.set_version(absl::StrCat(version));
+          event.set_detail(
+              absl::StrCat("patch ", id, " (profile), automatic at the end of its window"));
+          if (!status.ok()) {
+            event.Fail(status);
+            return;
+          }
+          event.Done(PatchFunctions(*model, id));
+        });
     if (seed != nullptr && seed->before_serving) {
       if (auto s = seed->before_serving(**loaded); !s.ok()) return s;
     }

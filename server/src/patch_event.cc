@@ -27,10 +27,11 @@ std::string PatchFunctions(const LoadedModel& loaded, uint64_t id) {
 }
 
 PatchEvent::PatchEvent(observability::ServerMetrics* metrics, PatchKind kind, std::string model)
-    : metrics_(metrics),
-      kind_(kind),
-      model_(std::move(model)),
-      start_(std::chrono::steady_clock::now()) {}
+    : PatchEvent(metrics, kind, std::move(model), std::chrono::steady_clock::now()) {}
+
+PatchEvent::PatchEvent(observability::ServerMetrics* metrics, PatchKind kind, std::string model,
+                       std::chrono::steady_clock::time_point start)
+    : metrics_(metrics), kind_(kind), model_(std::move(model)), start_(start) {}
 
 void PatchEvent::Done(std::string functions) {
   const double elapsed_ms =

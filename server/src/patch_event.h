@@ -31,6 +31,10 @@ class PatchEvent {
   // Starts the clock: the admin call was received. `metrics` may be null (metrics off).
   PatchEvent(observability::ServerMetrics* metrics, observability::PatchKind kind,
              std::string model);
+  // For changes the server starts itself (a profile patch's automatic rollback): the clock
+  // started at `start`.
+  PatchEvent(observability::ServerMetrics* metrics, observability::PatchKind kind,
+             std::string model, std::chrono::steady_clock::time_point start);
   // Records the event: ok if Done ran, else the Fail status's result, else refused.
   ~PatchEvent();
   PatchEvent(const PatchEvent&) = delete;

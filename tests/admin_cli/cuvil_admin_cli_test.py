@@ -107,9 +107,19 @@ def main():
             if m:
                 rc, out, err = run("rollback", "mlp", m.group(1))
                 check(rc == 0, f"rollback of the recompile: {err.strip()!r}")
-            rc, out, err = run("patch", "mlp", "--profile", "0.3")
-            check(rc == 0 and "FUNCTION" in out and re.search(r"^total\s", out, re.M),
-                  f"patch --profile: per-kernel table {out!r} {err.strip()!r}")
+            # The table counts executions inside the window only: send requests meanwhile.
+            cmd = [admin, "-u", s.grpc, "--token-file", token_file]
+            prof = subprocess.Popen(cmd + ["patch", "mlp", "--profile", "1"], text=True,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            body = {"inputs": [{"name": "input", "shape": [1, 784], "datatype": "FP32",
+                                "data": [0.25] * 784}]}
+            served = 0
+            while prof.poll() is None:
+                served += s.http_post("/v2/models/mlp/infer", body)[0] == 200
+            out, err = prof.communicate()
+            check(prof.returncode == 0 and served > 0 and "FUNCTION" in out and
+                  re.search(r"^total\s", out, re.M),
+                  f"patch --profile: per-kernel table ({served} requests) {out!r} {err.strip()!r}")
             rc, out, err = run("patch", "mlp", "--ir", os.path.join(tmp, "missing.ll"))
             check(rc == 1 and "cannot read IR file" in err, f"missing IR file: {err.strip()!r}")
 

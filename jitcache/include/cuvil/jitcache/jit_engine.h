@@ -3,6 +3,7 @@
 #define CUVIL_JITCACHE_JIT_ENGINE_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -160,6 +161,14 @@ class LoadedModel {
   // Called (from the committing or rolling-back thread, no lock held) after every commit and
   // rollback, including a profile's automatic one; set once before patches start.
   void set_change_listener(std::function<void()> listener);
+  // The automatic rollback of profile patch `id` at the end of its window: `started` is when the
+  // timer fired, `status` what Rollback returned. Not called when the patch was rolled back by
+  // hand first (the rollback call reports itself).
+  using AutoRollbackListener = std::function<void(uint64_t id, const absl::Status& status,
+                                                  std::chrono::steady_clock::time_point started)>;
+  // Called on the profile timer's thread (no lock held) after each automatic rollback, before
+  // WaitForProfileEnd returns for that patch; set once before patches start.
+  void set_auto_rollback_listener(AutoRollbackListener listener);
   // Incremented by every commit and rollback (snapshot writers compare it).
   uint64_t change_count() const;
   // Start of the weights executions read (weights_bytes() long, zero-padded).
@@ -209,6 +218,8 @@ class LoadedModel {
   absl::StatusOr<uint64_t> CommitLocked(std::shared_ptr<PreparedPatch> patch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(patch_mu_);
   void NotifyChange();
+  // True while patch `id` is in the history and not rolled back.
+  bool IsActivePatch(uint64_t id) const;
   // Starts the automatic rollback of profile patch `id` after `seconds`.
   void StartProfileTimer(uint64_t id, double seconds);
   // Stops (and joins) the profile timer; called before the namespace goes away.
@@ -233,8 +244,9 @@ class LoadedModel {
   std::vector<PatchRecord> history_ ABSL_GUARDED_BY(patch_mu_);
   uint64_t table_generation_ ABSL_GUARDED_BY(patch_mu_) = 0;
   std::atomic<uint64_t> change_count_{0};
-  std::function<void()> change_listener_;  // Set once before patches start.
-  CodeSource source_;                      // Set once before serving.
+  std::function<void()> change_listener_;        // Set once before patches start.
+  AutoRollbackListener auto_rollback_listener_;  // Set once before patches start.
+  CodeSource source_;                            // Set once before serving.
 
   // The profile timer: at most one profile patch is active at a time.
   struct ProfileTimer;
