@@ -382,10 +382,17 @@ class HealthServiceImpl final : public grpc::health::v1::Health::Service {
   const ServerInfo* info_;
 };
 
+// Chunks of SnapshotStream answers: far below any sensible message limit.
+constexpr size_t kSnapshotChunkBytes = size_t{1} << 20;
+
 class AdminServiceImpl final : public cuvil::admin::v1::ModelAdmin::Service {
  public:
-  AdminServiceImpl(AdminOperations* admin, CallLimiter* limiter)
-      : admin_(admin), limiter_(limiter) {}
+  AdminServiceImpl(AdminOperations* admin, CallLimiter* limiter, int64_t max_message_bytes,
+                   int64_t max_snapshot_bytes)
+      : admin_(admin),
+        limiter_(limiter),
+        max_message_bytes_(max_message_bytes),
+        max_snapshot_bytes_(max_snapshot_bytes) {}
   using Ctx = grpc::ServerContext;
   grpc::Status LoadModel(Ctx* c, const cuvil::admin::v1::LoadModelRequest* q,
                          cuvil::admin::v1::LoadModelResponse* r) override {
@@ -448,6 +455,60 @@ class AdminServiceImpl final : public cuvil::admin::v1::ModelAdmin::Service {
     return Authorized(c, [&] {
       auto out = admin_->Snapshot(*q);
       if (!out.ok()) return ToGrpc(out.status());
+      // gRPC would refuse to send it with a generic message; say what to use instead.
+      if (out->ByteSizeLong() > static_cast<uint64_t>(max_message_bytes_)) {
+        return grpc::Status(
+            grpc::StatusCode::RESOURCE_EXHAUSTED,
+            absl::StrCat("the snapshot of '", q->name(), "' is ", out->snapshot().size(),
+                         " bytes, above the message limit (", max_message_bytes_,
+                         " bytes, --max-request-bytes); use SnapshotStream (cuvil-admin "
+                         "snapshot does)"));
+      }
+      *r = std::move(*out);
+      return grpc::Status::OK;
+    });
+  }
+  grpc::Status SnapshotStream(Ctx* c, const cuvil::admin::v1::SnapshotRequest* q,
+                              grpc::ServerWriter<cuvil::admin::v1::SnapshotChunk>* w) override {
+    return Authorized(c, [&] {
+      auto out = admin_->Snapshot(*q);
+      if (!out.ok()) return ToGrpc(out.status());
+      const std::string& bytes = out->snapshot();
+      size_t offset = 0;
+      do {
+        const size_t n = std::min(kSnapshotChunkBytes, bytes.size() - offset);
+        cuvil::admin::v1::SnapshotChunk chunk;
+        chunk.set_data(bytes.data() + offset, n);
+        if (offset == 0) {
+          chunk.set_version(out->version());
+          chunk.set_total_bytes(static_cast<int64_t>(bytes.size()));
+        }
+        if (!w->Write(chunk)) {
+          return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+        }
+        offset += n;
+      } while (offset < bytes.size());
+      return grpc::Status::OK;
+    });
+  }
+  grpc::Status RestoreSnapshotStream(Ctx* c,
+                                     grpc::ServerReader<cuvil::admin::v1::SnapshotChunk>* reader,
+                                     cuvil::admin::v1::RestoreSnapshotResponse* r) override {
+    return Authorized(c, [&] {
+      cuvil::admin::v1::RestoreSnapshotRequest request;
+      std::string* artifact = request.mutable_snapshot();
+      cuvil::admin::v1::SnapshotChunk chunk;
+      while (reader->Read(&chunk)) {
+        // Sizes stay far below SIZE_MAX: each chunk is bounded by the message limit.
+        if (chunk.data().size() > static_cast<uint64_t>(max_snapshot_bytes_) - artifact->size()) {
+          return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                              absl::StrCat("the snapshot is larger than the server's limit of ",
+                                           max_snapshot_bytes_, " bytes (--max-snapshot-bytes)"));
+        }
+        artifact->append(chunk.data());
+      }
+      auto out = admin_->RestoreSnapshot(request);
+      if (!out.ok()) return ToGrpc(out.status());
       *r = std::move(*out);
       return grpc::Status::OK;
     });
@@ -473,6 +534,8 @@ class AdminServiceImpl final : public cuvil::admin::v1::ModelAdmin::Service {
   }
   AdminOperations* admin_;
   CallLimiter* limiter_;
+  const int64_t max_message_bytes_;
+  const int64_t max_snapshot_bytes_;
 };
 
 class GrpcServiceImpl final : public GrpcService {
@@ -482,7 +545,7 @@ class GrpcServiceImpl final : public GrpcService {
       : limiter_(options.max_concurrent_calls),
         inference_(models, admin, info, options.max_request_bytes, &limiter_),
         health_(info),
-        admin_(admin, &limiter_) {}
+        admin_(admin, &limiter_, options.max_request_bytes, options.max_snapshot_bytes) {}
 
   absl::Status Start(const GrpcServiceOptions& options) {
     grpc::ServerBuilder builder;

@@ -18,6 +18,8 @@ struct GrpcServiceOptions {
   int port = 8001;  // 0: pick a free port.
   // Largest message accepted and sent; larger ones get RESOURCE_EXHAUSTED.
   int64_t max_request_bytes = 64 << 20;
+  // Largest artifact RestoreSnapshotStream accepts (its chunks each obey max_request_bytes).
+  int64_t max_snapshot_bytes = int64_t{4} << 30;
   // Calls in progress at once (a stream counts while open); more get RESOURCE_EXHAUSTED.
   int max_concurrent_calls = 512;
   // PEM contents; empty cert: plaintext. With client_ca_pem, clients must present a certificate

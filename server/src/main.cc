@@ -40,6 +40,8 @@ constexpr char kHelp[] =
     "                              (admin and repository calls then need no token)\n"
     "  --max-request-bytes N       largest HTTP body or gRPC message, also the largest gRPC\n"
     "                              response (default 67108864)\n"
+    "  --max-snapshot-bytes N      largest snapshot artifact the admin API restores; it\n"
+    "                              travels in 1 MiB chunks (default 4294967296)\n"
     "  --grpc-max-concurrent-calls N  gRPC calls in progress at once; more get\n"
     "                              RESOURCE_EXHAUSTED (default 512)\n"
     "  --exit-timeout-secs N       drain time on SIGTERM/SIGINT (default 30)\n"
@@ -157,6 +159,8 @@ int main(int argc, char** argv) {
       options.tls_client_ca_file = value;
     } else if (name == "--max-request-bytes") {
       ok = int_flag(&options.max_request_bytes) && options.max_request_bytes > 0;
+    } else if (name == "--max-snapshot-bytes") {
+      ok = int_flag(&options.max_snapshot_bytes) && options.max_snapshot_bytes > 0;
     } else if (name == "--exit-timeout-secs") {
       ok = int_flag(&options.exit_timeout_secs);
     } else if (name == "--grpc-max-concurrent-calls") {

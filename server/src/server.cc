@@ -138,6 +138,7 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
   grpc_options.bind_address = options.bind_address;
   grpc_options.port = options.grpc_port;
   grpc_options.max_request_bytes = options.max_request_bytes;
+  grpc_options.max_snapshot_bytes = options.max_snapshot_bytes;
   grpc_options.max_concurrent_calls = options.grpc_max_concurrent_calls;
   grpc_options.tls_cert_pem = tls_cert;
   grpc_options.tls_key_pem = tls_key;

@@ -1,6 +1,8 @@
 #include "commands.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <iterator>
 
@@ -190,35 +192,59 @@ absl::Status RunCommand(const AdminArgs& args, std::string* out) {
       av1::SnapshotRequest q;
       q.set_name(args.model);
       q.set_version(args.version);
-      av1::SnapshotResponse r;
-      auto s = FromGrpc(admin->Snapshot(call.ctx(), q, &r), "Snapshot", args.url);
-      if (!s.ok()) return s;
+      // Streamed in chunks: a big model's artifact exceeds any single message limit.
       // Temporary file + rename: an interrupted write never leaves a truncated artifact.
       const std::string tmp = args.out_file + ".tmp";
+      uint64_t written = 0;
       {
         std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-        f.write(r.snapshot().data(), static_cast<std::streamsize>(r.snapshot().size()));
+        auto reader = admin->SnapshotStream(call.ctx(), q);
+        av1::SnapshotChunk chunk;
+        int64_t total = -1;
+        while (reader->Read(&chunk)) {
+          if (total < 0) total = chunk.total_bytes();
+          f.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
+          written += chunk.data().size();
+        }
+        auto s = FromGrpc(reader->Finish(), "SnapshotStream", args.url);
+        if (!s.ok()) {
+          f.close();
+          std::remove(tmp.c_str());
+          return s;
+        }
+        if (total < 0 || written != static_cast<uint64_t>(total)) {
+          f.close();
+          std::remove(tmp.c_str());
+          return absl::DataLossError(
+              absl::StrCat("the snapshot stream ended after ", written, " of ", total, " bytes"));
+        }
         if (!f.flush()) return absl::InternalError(absl::StrCat("cannot write ", tmp));
       }
       if (std::rename(tmp.c_str(), args.out_file.c_str()) != 0) {
         return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", args.out_file));
       }
       if (args.json) {
-        absl::StrAppend(out, "{\"file\":\"", args.out_file, "\",\"bytes\":", r.snapshot().size(),
-                        "}\n");
+        absl::StrAppend(out, "{\"file\":\"", args.out_file, "\",\"bytes\":", written, "}\n");
       } else {
         absl::StrAppend(out, "snapshot of ", args.model, " written to ", args.out_file, " (",
-                        HumanBytes(r.snapshot().size()), ")\n");
+                        HumanBytes(written), ")\n");
       }
       return absl::OkStatus();
     }
     case Verb::kRestore: {
-      av1::RestoreSnapshotRequest q;
       auto bytes = ReadFile(args.in_file, "snapshot file");
       if (!bytes.ok()) return bytes.status();
-      q.set_snapshot(*std::move(bytes));
       av1::RestoreSnapshotResponse r;
-      auto s = FromGrpc(admin->RestoreSnapshot(call.ctx(), q, &r), "RestoreSnapshot", args.url);
+      // In chunks far below the server's message limit (see Snapshot above).
+      constexpr size_t kChunk = size_t{1} << 20;
+      auto writer = admin->RestoreSnapshotStream(call.ctx(), &r);
+      av1::SnapshotChunk chunk;
+      for (size_t offset = 0; offset < bytes->size(); offset += kChunk) {
+        chunk.set_data(bytes->data() + offset, std::min(kChunk, bytes->size() - offset));
+        if (!writer->Write(chunk)) break;  // The server answered early; Finish says why.
+      }
+      writer->WritesDone();
+      auto s = FromGrpc(writer->Finish(), "RestoreSnapshotStream", args.url);
       if (!s.ok()) return s;
       render(r, absl::StrCat("snapshot ", args.in_file, " restored\n"));
       return absl::OkStatus();

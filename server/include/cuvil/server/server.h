@@ -27,6 +27,9 @@ struct ServerOptions {
   // Largest HTTP body or gRPC message accepted (HTTP 413 / RESOURCE_EXHAUSTED above it); also
   // the largest gRPC response.
   int64_t max_request_bytes = 64 << 20;
+  // Largest snapshot artifact the admin API restores (gRPC RestoreSnapshotStream, in chunks that
+  // each obey max_request_bytes); bounds the memory one restore call may take.
+  int64_t max_snapshot_bytes = int64_t{4} << 30;
   // gRPC calls in progress at once (an open stream counts as one); more get RESOURCE_EXHAUSTED.
   int grpc_max_concurrent_calls = 512;
   // TLS for gRPC and HTTP (PEM files): both cert and key, or neither. With tls_client_ca, clients
