@@ -48,7 +48,7 @@ def main():
                     os.path.join(repo, name, "1", "model.onnx"))
         with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
             f.write(f'name: "{name}"\nmax_batch_size: 8\n')
-        extra = ["--jit-cache-dir", os.path.join(work, "cache"), "--log-level", "warn"]
+        extra = ["--jit-cache-dir", os.path.join(work, "cache")]
         with CuvilProcess(args.server, repo, extra) as s:
             body = None
 
