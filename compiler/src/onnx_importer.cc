@@ -1,13 +1,16 @@
 #include "cuvil/compiler/onnx_importer.h"
 
 #include <filesystem>
-#include <fstream>
+#include <optional>
 #include <set>
+#include <string_view>
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/io/coded_stream.h"
+#include "initializer_data.h"
+#include "mapped_file.h"
 #include "onnx/checker.h"
 #include "onnx/onnx_pb.h"
 #include "onnx_tensor.h"
@@ -18,9 +21,11 @@ namespace {
 
 constexpr int64_t kMaxModelBytes = (int64_t{2} << 30) - 1;
 
-absl::Status ParseModel(const std::string& bytes, onnx::ModelProto* model) {
-  google::protobuf::io::CodedInputStream stream(reinterpret_cast<const uint8_t*>(bytes.data()),
-                                                static_cast<int>(bytes.size()));
+absl::Status ParseModel(const uint8_t* data, size_t size, onnx::ModelProto* model) {
+  if (size > static_cast<size_t>(kMaxModelBytes)) {
+    return absl::InvalidArgumentError("model is larger than 2 GB; store weights as external data");
+  }
+  google::protobuf::io::CodedInputStream stream(data, static_cast<int>(size));
   stream.SetTotalBytesLimit(static_cast<int>(kMaxModelBytes));
   if (!model->ParseFromCodedStream(&stream) || !stream.ConsumedEntireMessage()) {
     return absl::InvalidArgumentError("not a valid ONNX model (protobuf parse failed)");
@@ -119,7 +124,9 @@ class Importer {
   Importer(const ImportOptions& options, std::string model_dir)
       : options_(options), model_dir_(std::move(model_dir)) {}
 
-  absl::StatusOr<std::unique_ptr<ir::Graph>> Import(const onnx::ModelProto& model) {
+  // `raw_data`: SplitModel::raw_data of the bytes `model` was parsed from, or empty.
+  absl::StatusOr<std::unique_ptr<ir::Graph>> Import(const onnx::ModelProto& model,
+                                                    const std::vector<std::string_view>& raw_data) {
     graph_ = std::make_unique<ir::Graph>();
     const onnx::GraphProto& g = model.graph();
     graph_->name = g.name();
@@ -134,8 +141,11 @@ class Importer {
           absl::StrCat("ai.onnx opset ", graph_->opset, " is outside the supported range 1..18"));
     }
 
-    for (const auto& init : g.initializer()) {
-      auto t = TensorFromProto(init, model_dir_);
+    for (int i = 0; i < g.initializer_size(); ++i) {
+      const onnx::TensorProto& init = g.initializer(i);
+      auto t = TensorFromProto(
+          init, model_dir_,
+          static_cast<size_t>(i) < raw_data.size() ? raw_data[i] : std::string_view());
       if (!t.ok()) return t.status();
       ir::Value* v = Define(init.name());
       graph_->MakeConstant(v, std::move(*t));
@@ -306,34 +316,40 @@ class Importer {
   int node_counter_ = 0;
 };
 
-absl::StatusOr<std::unique_ptr<ir::Graph>> ImportModel(const std::string& bytes,
+absl::StatusOr<std::unique_ptr<ir::Graph>> ImportModel(const uint8_t* data, size_t size,
                                                        const std::string& model_dir,
                                                        const ImportOptions& options) {
   onnx::ModelProto model;
-  if (auto s = ParseModel(bytes, &model); !s.ok()) return s;
+  // Parse a skeleton without the weights, which are then copied once, from `data` to the graph.
+  std::optional<SplitModel> split = SplitInitializerData(data, size);
+  if (split.has_value()) {
+    auto s = ParseModel(reinterpret_cast<const uint8_t*>(split->skeleton.data()),
+                        split->skeleton.size(), &model);
+    if (!s.ok() || model.graph().initializer_size() != static_cast<int>(split->raw_data.size())) {
+      split.reset();  // Let the parser judge the original bytes.
+      model.Clear();
+    }
+  }
+  if (!split.has_value()) {
+    if (auto s = ParseModel(data, size, &model); !s.ok()) return s;
+  }
   if (options.run_checker) {
     if (auto s = RunChecker(model, model_dir); !s.ok()) return s;
   }
-  return Importer(options, model_dir).Import(model);
+  static const std::vector<std::string_view> kNoRawData;
+  return Importer(options, model_dir).Import(model, split ? split->raw_data : kNoRawData);
 }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ir::Graph>> ImportOnnxFile(const std::string& path,
                                                           const ImportOptions& options) {
-  std::error_code ec;
-  auto size = std::filesystem::file_size(path, ec);
-  if (ec) return absl::NotFoundError(absl::StrCat("cannot open model ", path, ": ", ec.message()));
-  if (static_cast<int64_t>(size) > kMaxModelBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, " is larger than 2 GB; store weights as external data"));
-  }
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return absl::NotFoundError(absl::StrCat("cannot open model ", path));
-  std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  // Parsed straight from the page cache: the weights are copied once, into the graph's tensors.
+  auto file = MappedFile::Open(path, kMaxModelBytes);
+  if (!file.ok()) return file.status();
   std::string dir = std::filesystem::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
-  auto g = ImportModel(bytes, dir, options);
+  auto g = ImportModel(file->data(), file->size(), dir, options);
   if (!g.ok())
     return absl::Status(g.status().code(), absl::StrCat(path, ": ", g.status().message()));
   return g;
@@ -341,7 +357,7 @@ absl::StatusOr<std::unique_ptr<ir::Graph>> ImportOnnxFile(const std::string& pat
 
 absl::StatusOr<std::unique_ptr<ir::Graph>> ImportOnnxBytes(const std::string& bytes,
                                                            const ImportOptions& options) {
-  return ImportModel(bytes, "", options);
+  return ImportModel(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "", options);
 }
 
 }  // namespace cuvil

@@ -101,7 +101,9 @@ absl::StatusOr<HostTensor> ReadExternal(const onnx::TensorProto& proto,
 }  // namespace
 
 absl::StatusOr<HostTensor> TensorFromProto(const onnx::TensorProto& proto,
-                                           const std::string& model_dir) {
+                                           const std::string& model_dir,
+                                           std::string_view raw_data) {
+  if (raw_data.data() == nullptr) raw_data = proto.raw_data();
   auto dtype_or = DTypeFromOnnx(proto.data_type());
   if (!dtype_or.ok()) {
     return absl::UnimplementedError(
@@ -127,7 +129,7 @@ absl::StatusOr<HostTensor> TensorFromProto(const onnx::TensorProto& proto,
   if (proto.data_location() != onnx::TensorProto::EXTERNAL) {
     int64_t have = -1;
     if (proto.has_raw_data()) {
-      have = static_cast<int64_t>(proto.raw_data().size());
+      have = static_cast<int64_t>(raw_data.size());
     } else {
       switch (dtype) {
         case DType::kFloat32:
@@ -159,12 +161,12 @@ absl::StatusOr<HostTensor> TensorFromProto(const onnx::TensorProto& proto,
   }
   HostTensor t(dtype, shape);
   if (proto.has_raw_data()) {
-    if (proto.raw_data().size() != t.byte_size()) {
+    if (raw_data.size() != t.byte_size()) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", proto.name(), "' has ",
-                                                     proto.raw_data().size(), " raw bytes, shape ",
+                                                     raw_data.size(), " raw bytes, shape ",
                                                      t.TypeString(), " needs ", t.byte_size()));
     }
-    std::memcpy(t.data(), proto.raw_data().data(), t.byte_size());
+    std::memcpy(t.data(), raw_data.data(), t.byte_size());
     return t;
   }
   auto check = [&](int64_t have) -> absl::Status {
