@@ -1,7 +1,12 @@
 #include "memory_plan.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <functional>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 
@@ -52,6 +57,28 @@ int64_t PlaceIntervals(std::vector<Interval>& items) {
   return AlignUp(total);
 }
 
+// The weights blob in its final place: a fresh anonymous mapping (page-aligned, huge pages on
+// request), filled by `fill` and then sealed read-only. The JIT engine uses a read-only blob in
+// place instead of copying it, and every compile tier of a model shares this one copy.
+absl::StatusOr<WeightsBlob> SealedWeights(size_t bytes, const std::function<void(uint8_t*)>& fill) {
+  void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot map ", bytes, " bytes of weights: ", std::strerror(errno)));
+  }
+  // A hint: a 46 MB blob then takes ~25 faults instead of ~11,000; failure changes nothing.
+  if (bytes >= (size_t{2} << 20)) madvise(mem, bytes, MADV_HUGEPAGE);
+  std::shared_ptr<const void> owner(
+      mem, [bytes](const void* p) { munmap(const_cast<void*>(p), bytes); });
+  fill(static_cast<uint8_t*>(mem));
+  if (mprotect(mem, bytes, PROT_READ) != 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot make the weights read-only: ", std::strerror(errno)));
+  }
+  return WeightsBlob(std::move(owner), static_cast<const uint8_t*>(mem), bytes,
+                     /*read_only=*/true);
+}
+
 }  // namespace
 
 absl::StatusOr<MemoryPlan> PlanMemory(const ir::Graph& graph) {
@@ -88,11 +115,15 @@ absl::StatusOr<MemoryPlan> PlanMemory(const ir::Graph& graph) {
       return absl::InvalidArgumentError("the model's constants are too large");
     }
   }
-  plan.weights = HostTensor(DType::kUInt8, {std::max<int64_t>(weights_bytes, kAlign)});
-  for (const ir::Value* c : constants) {
-    std::memcpy(plan.weights.data() + plan.locations[c].offset, c->constant->data(),
-                c->constant->byte_size());
-  }
+  auto weights = SealedWeights(static_cast<size_t>(std::max<int64_t>(weights_bytes, kAlign)),
+                               [&](uint8_t* blob) {
+                                 for (const ir::Value* c : constants) {
+                                   std::memcpy(blob + plan.locations[c].offset, c->constant->data(),
+                                               c->constant->byte_size());
+                                 }
+                               });
+  if (!weights.ok()) return weights.status();
+  plan.weights = *std::move(weights);
 
   // Intermediates: lifetimes in node order.
   std::vector<Interval> scaled, fixed;

@@ -26,7 +26,9 @@ struct BufferLocation {
 struct MemoryPlan {
   std::unordered_map<const ir::Value*, BufferLocation> locations;
   ArenaPlan arena;
-  HostTensor weights;
+  // Every constant at its location's offset (64-byte aligned), in a read-only, page-aligned
+  // mapping; at least 64 bytes.
+  WeightsBlob weights;
 };
 
 // Plans every value the graph's nodes read or write. Unimplemented for sizes that are not linear

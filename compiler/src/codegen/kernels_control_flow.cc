@@ -74,12 +74,12 @@ absl::StatusOr<LoweredSubgraph> LowerSubgraph(KernelContext& k, const ir::Graph&
   llvm::Type* i64 = llvm::Type::getInt64Ty(c);
   llvm::Type* i32 = llvm::Type::getInt32Ty(c);
 
-  const HostTensor& w = plan->weights;
+  const WeightsBlob& w = plan->weights;
   auto* weights = new llvm::GlobalVariable(
-      module, llvm::ArrayType::get(llvm::Type::getInt8Ty(c), w.byte_size()), /*isConstant=*/true,
+      module, llvm::ArrayType::get(llvm::Type::getInt8Ty(c), w.size()), /*isConstant=*/true,
       llvm::GlobalValue::PrivateLinkage,
       llvm::ConstantDataArray::getRaw(
-          llvm::StringRef(reinterpret_cast<const char*>(w.data()), w.byte_size()), w.byte_size(),
+          llvm::StringRef(reinterpret_cast<const char*>(w.data()), w.size()), w.size(),
           llvm::Type::getInt8Ty(c)),
       prefix + "_weights");
   weights->setAlignment(llvm::Align(64));
