@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "codegen/lower.h"
@@ -24,8 +26,36 @@ TensorSignature SignatureOf(const ir::Value* v, const std::string& name) {
 
 }  // namespace
 
-absl::StatusOr<CompiledModel> CompileGraph(ir::Graph& graph, const CompileOptions& options) {
-  CompiledModel model;
+struct PreparedModel::Impl {
+  std::unique_ptr<ir::Graph> owned;  // Null when the caller owns the graph (CompileGraph).
+  ir::Graph* graph = nullptr;
+  MemoryPlan plan;
+  // Everything but the code: signatures, arena, the shared weights blob, preparation timings.
+  CompiledModel base;
+  std::string error_prefix;  // "path: " for a model read from a file.
+};
+
+PreparedModel::PreparedModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+PreparedModel::~PreparedModel() = default;
+
+absl::StatusOr<CompiledModel> PreparedModel::Lower(const CompileOptions& options) const {
+  CompiledModel model = impl_->base;
+  codegen::LowerOptions lower;
+  lower.opt_level = options.opt_level;
+  lower.emit_llvm_path = options.emit_llvm_path;
+  if (auto s = codegen::LowerToObject(*impl_->graph, impl_->plan, lower, &model); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(impl_->error_prefix, s.message()));
+  }
+  compilations.fetch_add(1, std::memory_order_relaxed);
+  return model;
+}
+
+namespace {
+
+// Runs the passes and the memory plan on `impl->graph`, filling the rest of `impl`.
+absl::Status Prepare(const CompileOptions& options, PreparedModel::Impl* impl) {
+  ir::Graph& graph = *impl->graph;
+  CompiledModel& model = impl->base;
   model.name = graph.name;
   model.symbol = graph.symbol;
   auto t0 = std::chrono::steady_clock::now();
@@ -43,15 +73,48 @@ absl::StatusOr<CompiledModel> CompileGraph(ir::Graph& graph, const CompileOption
   auto plan = PlanMemory(graph);
   if (!plan.ok()) return plan.status();
   model.timings.push_back({"memory_plan", MsSince(t0)});
-  model.arena = plan->arena;
+  impl->plan = *std::move(plan);
+  model.arena = impl->plan.arena;
+  model.weights = impl->plan.weights;
+  return absl::OkStatus();
+}
 
-  codegen::LowerOptions lower;
-  lower.opt_level = options.opt_level;
-  lower.emit_llvm_path = options.emit_llvm_path;
-  if (auto s = codegen::LowerToObject(graph, *plan, lower, &model); !s.ok()) return s;
-  model.weights = std::move(plan->weights);
-  compilations.fetch_add(1, std::memory_order_relaxed);
-  return model;
+// Imports with `import` (timed as the "import" phase), then prepares the graph.
+absl::StatusOr<std::shared_ptr<const PreparedModel>> PrepareImported(
+    const std::function<absl::StatusOr<std::unique_ptr<ir::Graph>>()>& import,
+    const CompileOptions& options, std::string error_prefix) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto graph = import();
+  if (!graph.ok()) return graph.status();
+  auto impl = std::make_unique<PreparedModel::Impl>();
+  impl->base.timings.push_back({"import", MsSince(t0)});
+  impl->owned = *std::move(graph);
+  impl->graph = impl->owned.get();
+  impl->error_prefix = std::move(error_prefix);
+  if (auto s = Prepare(options, impl.get()); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(impl->error_prefix, s.message()));
+  }
+  return std::make_shared<const PreparedModel>(std::move(impl));
+}
+
+}  // namespace
+
+absl::StatusOr<CompiledModel> CompileGraph(ir::Graph& graph, const CompileOptions& options) {
+  auto impl = std::make_unique<PreparedModel::Impl>();
+  impl->graph = &graph;
+  if (auto s = Prepare(options, impl.get()); !s.ok()) return s;
+  return PreparedModel(std::move(impl)).Lower(options);
+}
+
+absl::StatusOr<std::shared_ptr<const PreparedModel>> PrepareOnnxFile(
+    const std::string& path, const CompileOptions& options) {
+  return PrepareImported([&] { return ImportOnnxFile(path, options.import); }, options,
+                         absl::StrCat(path, ": "));
+}
+
+absl::StatusOr<std::shared_ptr<const PreparedModel>> PrepareOnnxBytes(
+    const std::string& bytes, const CompileOptions& options) {
+  return PrepareImported([&] { return ImportOnnxBytes(bytes, options.import); }, options, "");
 }
 
 absl::Status EntryStatus(int32_t rc) {
@@ -77,28 +140,16 @@ std::string CodegenTargetKey() { return absl::StrCat("vector_bits=", codegen::Ta
 
 absl::StatusOr<CompiledModel> CompileOnnxFile(const std::string& path,
                                               const CompileOptions& options) {
-  auto t0 = std::chrono::steady_clock::now();
-  auto graph = ImportOnnxFile(path, options.import);
-  if (!graph.ok()) return graph.status();
-  double import_ms = MsSince(t0);
-  auto model = CompileGraph(**graph, options);
-  if (!model.ok()) {
-    return absl::Status(model.status().code(), absl::StrCat(path, ": ", model.status().message()));
-  }
-  model->timings.insert(model->timings.begin(), {"import", import_ms});
-  return model;
+  auto prepared = PrepareOnnxFile(path, options);
+  if (!prepared.ok()) return prepared.status();
+  return (*prepared)->Lower(options);
 }
 
 absl::StatusOr<CompiledModel> CompileOnnxBytes(const std::string& bytes,
                                                const CompileOptions& options) {
-  auto t0 = std::chrono::steady_clock::now();
-  auto graph = ImportOnnxBytes(bytes, options.import);
-  if (!graph.ok()) return graph.status();
-  double import_ms = MsSince(t0);
-  auto model = CompileGraph(**graph, options);
-  if (!model.ok()) return model.status();
-  model->timings.insert(model->timings.begin(), {"import", import_ms});
-  return model;
+  auto prepared = PrepareOnnxBytes(bytes, options);
+  if (!prepared.ok()) return prepared.status();
+  return (*prepared)->Lower(options);
 }
 
 }  // namespace cuvil

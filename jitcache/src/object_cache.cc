@@ -902,19 +902,27 @@ absl::StatusOr<CompiledModel> ObjectCache::Compile(const std::string& path,
   return Get(path, bytes, options, lookup, /*compile_on_miss=*/true);
 }
 
+absl::StatusOr<CompiledModel> ObjectCache::CompileWith(
+    const std::string& path, const std::string& bytes, const CompileOptions& options,
+    const std::function<absl::StatusOr<CompiledModel>()>& compile, CacheLookup* lookup) {
+  return Get(path, bytes, options, lookup, /*compile_on_miss=*/true, &compile);
+}
+
 absl::StatusOr<CompiledModel> ObjectCache::Lookup(const std::string& path, const std::string& bytes,
                                                   const CompileOptions& options,
                                                   CacheLookup* lookup) {
   return Get(path, bytes, options, lookup, /*compile_on_miss=*/false);
 }
 
-absl::StatusOr<CompiledModel> ObjectCache::Get(const std::string& path, const std::string& bytes,
-                                               const CompileOptions& options, CacheLookup* lookup,
-                                               bool compile_on_miss) {
+absl::StatusOr<CompiledModel> ObjectCache::Get(
+    const std::string& path, const std::string& bytes, const CompileOptions& options,
+    CacheLookup* lookup, bool compile_on_miss,
+    const std::function<absl::StatusOr<CompiledModel>()>* compile_fn) {
   CacheLookup local;
   if (lookup == nullptr) lookup = &local;
   *lookup = CacheLookup();
-  auto compile = [&]() {
+  auto compile = [&]() -> absl::StatusOr<CompiledModel> {
+    if (compile_fn != nullptr) return (*compile_fn)();
     return bytes.empty() ? CompileOnnxFile(path, options) : CompileOnnxBytes(bytes, options);
   };
   auto key = Key(path, bytes, options);

@@ -320,6 +320,8 @@ struct ModelManager::Impl {
     ObjectCache* const cache = seeded ? nullptr : this->cache;
     // Tiered: a cached full tier is loaded as it is; otherwise the quick tier serves first.
     bool tier_up = false;
+    // The quick tier's preparation, kept for the full tier (null on a JIT cache hit).
+    std::shared_ptr<const PreparedModel> prepared;
     absl::StatusOr<CompiledModel> compiled = absl::NotFoundError("not compiled");
     if (seeded) {
       compiled = *seed->compiled;
@@ -330,9 +332,16 @@ struct ModelManager::Impl {
       if (!compiled.ok()) {
         if (compile_tier != CompileTier::kFull) options.opt_level = kFastTierOptLevel;
         tier_up = compile_tier == CompileTier::kTiered;
-        compiled = cache != nullptr ? cache->Compile(path, bytes, options, &lookup)
-                   : bytes.empty()  ? CompileOnnxFile(path, options)
-                                    : CompileOnnxBytes(bytes, options);
+        // Import, graph passes and the memory plan run once: the tier-up only lowers again.
+        auto compile = [&]() -> absl::StatusOr<CompiledModel> {
+          auto p =
+              bytes.empty() ? PrepareOnnxFile(path, options) : PrepareOnnxBytes(bytes, options);
+          if (!p.ok()) return p.status();
+          if (tier_up) prepared = *p;
+          return (*p)->Lower(options);
+        };
+        compiled = cache != nullptr ? cache->CompileWith(path, bytes, options, compile, &lookup)
+                                    : compile();
       }
     }
     if (!compiled.ok()) return compiled.status();
@@ -460,8 +469,8 @@ struct ModelManager::Impl {
     live->store(true, std::memory_order_relaxed);
     if (tier_up) {
       std::weak_ptr<ModelVersion> weak = model;
-      tier_ups.Schedule([this, weak, name, version, path, bytes, full_options] {
-        TierUp(weak, name, version, path, bytes, full_options);
+      tier_ups.Schedule([this, weak, name, version, path, bytes, full_options, prepared] {
+        TierUp(weak, name, version, path, bytes, full_options, prepared.get());
       });
     }
     return model;
@@ -470,8 +479,10 @@ struct ModelManager::Impl {
   // Compiles the full tier of a version serving its quick tier and swaps its kernels in at a safe
   // point (a recompile patch: every execution runs entirely on one tier). Skipped once the
   // version is gone or the server shuts down; on failure the quick tier keeps serving (logged).
+  // `prepared`, when not null, is the quick tier's preparation: only code generation runs again.
   void TierUp(const std::weak_ptr<ModelVersion>& weak, const std::string& name, int64_t version,
-              const std::string& path, const std::string& bytes, const CompileOptions& options) {
+              const std::string& path, const std::string& bytes, const CompileOptions& options,
+              const PreparedModel* prepared) {
     {
       absl::MutexLock lock(&mu);
       if (shutting_down) return;
@@ -479,9 +490,12 @@ struct ModelManager::Impl {
     if (weak.expired()) return;
     auto t0 = std::chrono::steady_clock::now();
     CacheLookup lookup;
-    auto full = cache != nullptr ? cache->Compile(path, bytes, options, &lookup)
-                : bytes.empty()  ? CompileOnnxFile(path, options)
-                                 : CompileOnnxBytes(bytes, options);
+    auto compile = [&]() -> absl::StatusOr<CompiledModel> {
+      if (prepared != nullptr) return prepared->Lower(options);
+      return bytes.empty() ? CompileOnnxFile(path, options) : CompileOnnxBytes(bytes, options);
+    };
+    auto full =
+        cache != nullptr ? cache->CompileWith(path, bytes, options, compile, &lookup) : compile();
     const double compile_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     std::shared_ptr<ModelVersion> model = weak.lock();

@@ -7,8 +7,10 @@
 //   compile_ms=C
 // --per-kernel then lists every kernel's share of the time, largest first. --compile-tier fast
 // times the quick tier's code; tiered loads the quick tier (ready_ms), compiles the full tier and
-// swaps it in at a safe point (tier_up_ms), then times the swapped code (compile_ms stays the
-// full tier's compile, for comparison with a full-only run).
+// swaps it in at a safe point (tier_up_ms), then times the swapped code. Both tiers lower one
+// prepared model (import, graph passes and memory plan run once); compile_ms stays what a
+// full-only compile costs (that preparation plus the full tier's code generation), so
+// ready_ms / compile_ms is the tiered speed-up to READY.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -166,9 +168,12 @@ int Main(int argc, char** argv) {
   CompileOptions full_options;
   CompileOptions fast_options;
   fast_options.opt_level = kFastTierOptLevel;
+  // Import, graph passes and the memory plan run once; each tier only generates its code.
   auto t0 = Clock::now();
-  auto compiled =
-      CompileOnnxFile(o.model, o.tier == CompileTier::kFull ? full_options : fast_options);
+  auto prepared = PrepareOnnxFile(o.model, full_options);
+  if (!prepared.ok()) return Fail(prepared.status());
+  const double prepare_ms = MsSince(t0);
+  auto compiled = (*prepared)->Lower(o.tier == CompileTier::kFull ? full_options : fast_options);
   if (!compiled.ok()) return Fail(compiled.status());
   double compile_ms = MsSince(t0);
 
@@ -190,9 +195,9 @@ int Main(int argc, char** argv) {
   if (o.tier == CompileTier::kTiered) {
     const double ready_ms = compile_ms + MsSince(load_start);  // Compile and link.
     auto t1 = Clock::now();
-    auto full = CompileOnnxFile(o.model, full_options);
+    auto full = (*prepared)->Lower(full_options);
     if (!full.ok()) return Fail(full.status());
-    const double full_compile_ms = MsSince(t1);
+    const double full_compile_ms = prepare_ms + MsSince(t1);
     auto patch = (*loaded)->PrepareRecompilePatch(*full, {}, "opt_level=3");
     if (!patch.ok()) return Fail(patch.status());
     auto id = (*loaded)->CommitPatch(*patch, "tiered-compilation");

@@ -230,8 +230,17 @@ int Compile(const std::vector<std::string>& args) {
   if (!engine.ok()) return Fail(engine.status());
   auto t0 = std::chrono::steady_clock::now();
   CacheLookup lookup;
+  // Tiered: the quick tier's preparation (import, graph passes, memory plan) serves the full tier.
+  std::shared_ptr<const PreparedModel> prepared;
   auto compile = [&](const CompileOptions& o) {
-    return use_cache ? cache->Compile(model_path, "", o, &lookup) : CompileOnnxFile(model_path, o);
+    auto prepare_and_lower = [&]() -> absl::StatusOr<CompiledModel> {
+      auto p = PrepareOnnxFile(model_path, o);
+      if (!p.ok()) return p.status();
+      prepared = *p;
+      return prepared->Lower(o);
+    };
+    return use_cache ? cache->CompileWith(model_path, "", o, prepare_and_lower, &lookup)
+                     : prepare_and_lower();
   };
   const CompileOptions full_options = options;
   CompileOptions fast_options = options;
@@ -255,8 +264,13 @@ int Compile(const std::vector<std::string>& args) {
   double tier_up_ms = 0, tier_swap_us = 0;
   CacheLookup full_lookup;
   if (tier_up) {
-    auto full = use_cache ? cache->Compile(model_path, "", full_options, &full_lookup)
-                          : CompileOnnxFile(model_path, full_options);
+    auto lower_full = [&]() -> absl::StatusOr<CompiledModel> {
+      if (prepared != nullptr) return prepared->Lower(full_options);
+      return CompileOnnxFile(model_path, full_options);
+    };
+    auto full = use_cache
+                    ? cache->CompileWith(model_path, "", full_options, lower_full, &full_lookup)
+                    : lower_full();
     if (!full.ok()) return Fail(full.status());
     auto patch = (*loaded)->PrepareRecompilePatch(*full, {}, "opt_level=3");
     if (!patch.ok()) return Fail(patch.status());

@@ -3,6 +3,7 @@
 #define CUVIL_COMPILER_COMPILER_H_
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,36 @@ std::vector<std::string> UnsupportedOps(const ir::Graph& graph);
 
 // Compiles an imported graph (consumed: passes rewrite it).
 absl::StatusOr<CompiledModel> CompileGraph(ir::Graph& graph, const CompileOptions& options = {});
+
+// A model imported, optimised and memory-planned once, then lowered to code at any optimisation
+// level: the part of a compile that the tiers of one model share (import, graph passes, weight
+// folding and packing, the weights blob) runs once, and each tier only generates code.
+// Thread-safe: immutable once made; Lower may be called concurrently.
+class PreparedModel {
+ public:
+  struct Impl;
+  explicit PreparedModel(std::unique_ptr<Impl> impl);
+  ~PreparedModel();
+  PreparedModel(const PreparedModel&) = delete;
+  PreparedModel& operator=(const PreparedModel&) = delete;
+
+  // Generates code at options.opt_level (and writes options.emit_llvm_path when set; the import
+  // options and needs_binding applied to the preparation and are ignored here). The result shares
+  // this model's weights blob (no copy) and its timings list the preparation's phases, then this
+  // lowering's. Errors are those CompileOnnxFile reports for the same phase.
+  absl::StatusOr<CompiledModel> Lower(const CompileOptions& options) const;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Imports, optimises and plans the ONNX model at `path` (errors as CompileOnnxFile's).
+absl::StatusOr<std::shared_ptr<const PreparedModel>> PrepareOnnxFile(
+    const std::string& path, const CompileOptions& options = {});
+
+// PrepareOnnxFile for a serialized ONNX model held in memory.
+absl::StatusOr<std::shared_ptr<const PreparedModel>> PrepareOnnxBytes(
+    const std::string& bytes, const CompileOptions& options = {});
 
 // Number of successful CompileGraph calls in this process (thread-safe); lets tests and
 // statistics prove that serving any batch size never recompiles.

@@ -15,6 +15,7 @@
 #define CUVIL_JITCACHE_OBJECT_CACHE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -100,6 +101,14 @@ class ObjectCache {
                                         const CompileOptions& options,
                                         CacheLookup* lookup = nullptr);
 
+  // Compile, except that a miss runs `compile` instead of CompileOnnx*: for example the lowering of
+  // a model prepared once for all its tiers (see PreparedModel). `compile` must produce what
+  // CompileOnnx* would for `path`/`bytes` and `options`, since the result is stored under their
+  // key.
+  absl::StatusOr<CompiledModel> CompileWith(
+      const std::string& path, const std::string& bytes, const CompileOptions& options,
+      const std::function<absl::StatusOr<CompiledModel>()>& compile, CacheLookup* lookup = nullptr);
+
   // The cached result for the key Compile would use (memory, else disk), without compiling:
   // NotFound when neither has it (a refused disk entry is counted, logged and removed like in
   // Compile). Lets tiered compilation load a cached full tier instead of starting low.
@@ -121,9 +130,11 @@ class ObjectCache {
  private:
   explicit ObjectCache(ObjectCacheOptions options);
   // Compile and Lookup: the cached result, else (compile_on_miss) a compile, else NotFound.
-  absl::StatusOr<CompiledModel> Get(const std::string& path, const std::string& bytes,
-                                    const CompileOptions& options, CacheLookup* lookup,
-                                    bool compile_on_miss);
+  // `compile_fn`, when not null, replaces CompileOnnx* on a miss (CompileWith).
+  absl::StatusOr<CompiledModel> Get(
+      const std::string& path, const std::string& bytes, const CompileOptions& options,
+      CacheLookup* lookup, bool compile_on_miss,
+      const std::function<absl::StatusOr<CompiledModel>()>* compile_fn = nullptr);
   struct Impl;
   ObjectCacheOptions options_;
   std::unique_ptr<Impl> impl_;
