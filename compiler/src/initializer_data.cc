@@ -102,7 +102,7 @@ bool SplitTensor(Cursor c, std::string* out, std::string_view* raw) {
         continue;
       }
     }
-    out->append(reinterpret_cast<const char*>(f.start), c.pos - f.start);
+    out->append(reinterpret_cast<const char*>(f.start), static_cast<size_t>(c.pos - f.start));
   }
   return true;
 }
@@ -119,7 +119,7 @@ bool SplitGraph(Cursor c, std::string* out, std::vector<std::string_view>* raw) 
       PutField(kGraphInitializer, tensor, out);
       continue;
     }
-    out->append(reinterpret_cast<const char*>(f.start), c.pos - f.start);
+    out->append(reinterpret_cast<const char*>(f.start), static_cast<size_t>(c.pos - f.start));
   }
   return true;
 }
@@ -143,7 +143,8 @@ std::optional<SplitModel> SplitInitializerData(const uint8_t* data, size_t size)
       PutField(kModelGraph, graph, &split.skeleton);
       continue;
     }
-    split.skeleton.append(reinterpret_cast<const char*>(f.start), c.pos - f.start);
+    split.skeleton.append(reinterpret_cast<const char*>(f.start),
+                          static_cast<size_t>(c.pos - f.start));
   }
   bool moved = false;
   for (std::string_view r : split.raw_data) moved |= r.data() != nullptr;

@@ -517,9 +517,11 @@ absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareRecompilePatc
   auto weights = jit.lookup(*handle_->dylib, kWeightsSymbol);
   if (!weights) return absl::InternalError(ToString(weights.takeError()));
   const size_t weight_bytes = recompiled.weights.size();
+  // The tiers of one preparation share one blob: the same bytes need no comparing.
+  const void* mine = weights->toPtr<const void*>();
   if (weight_bytes > weights_mapped_bytes_ ||
-      (weight_bytes > 0 &&
-       std::memcmp(weights->toPtr<const void*>(), recompiled.weights.data(), weight_bytes) != 0)) {
+      (weight_bytes > 0 && mine != recompiled.weights.data() &&
+       std::memcmp(mine, recompiled.weights.data(), weight_bytes) != 0)) {
     return absl::InvalidArgumentError("the recompiled model's weights differ from the version's");
   }
   std::map<std::string, int> kernels;
