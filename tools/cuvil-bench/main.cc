@@ -202,7 +202,8 @@ int Main(int argc, char** argv) {
     if (!patch.ok()) return Fail(patch.status());
     auto id = (*loaded)->CommitPatch(*patch, "tiered-compilation");
     if (!id.ok()) return Fail(id.status());
-    tier_report = absl::StrCat(" ready_ms=", absl::SixDigits(ready_ms),
+    tier_report = absl::StrCat(" prepare_ms=", absl::SixDigits(prepare_ms),
+                               " ready_ms=", absl::SixDigits(ready_ms),
                                " tier_up_ms=", absl::SixDigits(MsSince(t1)));
     compile_ms = full_compile_ms;
   }
