@@ -1,7 +1,5 @@
 #include "cuvil/runtime/host_tensor.h"
 
-#include <sys/mman.h>
-
 #include <cstdint>
 #include <cstring>
 
@@ -12,22 +10,12 @@
 namespace cuvil {
 
 AlignedBuffer AlignedAlloc(size_t bytes) {
-  constexpr size_t kHugePage = size_t{2} << 20;
   // Rounding must not wrap a huge request into a tiny allocation.
-  if (bytes > SIZE_MAX - kHugePage) std::abort();
+  if (bytes > SIZE_MAX - 63) std::abort();
   size_t rounded = (bytes + 63) / 64 * 64;
   if (rounded == 0) rounded = 64;
-  size_t align = 64;
-  // Large buffers (a model's weights while it compiles, big activations) start on a huge page
-  // boundary and ask for transparent huge pages, so filling one faults once per 2 MiB instead of
-  // once per 4 KiB (where the kernel grants huge pages only on request; a hint otherwise).
-  if (rounded >= kHugePage) {
-    align = kHugePage;
-    rounded = (rounded + kHugePage - 1) / kHugePage * kHugePage;
-  }
-  void* p = std::aligned_alloc(align, rounded);
+  void* p = std::aligned_alloc(64, rounded);
   if (p == nullptr) std::abort();  // Out of memory is not recoverable here.
-  if (align == kHugePage) madvise(p, rounded, MADV_HUGEPAGE);
   std::memset(p, 0, rounded);
   return AlignedBuffer(static_cast<uint8_t*>(p));
 }
