@@ -67,6 +67,9 @@ absl::StatusOr<WeightsBlob> SealedWeights(size_t bytes, const std::function<void
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot map ", bytes, " bytes of weights: ", std::strerror(errno)));
   }
+#ifdef MADV_POPULATE_WRITE
+  madvise(mem, bytes, MADV_POPULATE_WRITE);  // One call instead of a fault per page (a hint).
+#endif
   std::shared_ptr<const void> owner(
       mem, [bytes](const void* p) { munmap(const_cast<void*>(p), bytes); });
   fill(static_cast<uint8_t*>(mem));
