@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "cuvil/runtime/lifetime_placement.h"
 
 namespace cuvil {
 namespace {
@@ -21,40 +22,21 @@ constexpr int64_t kMaxRegionBytes = int64_t{1} << 61;
 
 int64_t AlignUp(int64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
+// One intermediate value and its lifetime; sizes are bytes (per batch item for batch-scaled
+// values).
 struct Interval {
   const ir::Value* value;
-  int64_t size;  // Bytes (per batch item for batch-scaled values).
-  int first;
-  int last;
-  int64_t offset = -1;
+  LifetimeInterval life;
 };
 
-// Greedy by decreasing size: each buffer goes to the lowest offset that does not collide with an
-// already placed buffer whose lifetime overlaps. Returns the region size.
+// Places `items` (see PlaceByLifetime) and returns the region size.
 int64_t PlaceIntervals(std::vector<Interval>& items) {
-  std::vector<Interval*> order;
-  for (auto& it : items) order.push_back(&it);
-  std::stable_sort(order.begin(), order.end(),
-                   [](const Interval* a, const Interval* b) { return a->size > b->size; });
-  std::vector<Interval*> placed;
-  int64_t total = 0;
-  for (Interval* cur : order) {
-    std::vector<std::pair<int64_t, int64_t>> busy;
-    for (const Interval* p : placed) {
-      if (p->last < cur->first || cur->last < p->first) continue;
-      busy.push_back({p->offset, p->offset + p->size});
-    }
-    std::sort(busy.begin(), busy.end());
-    int64_t offset = 0;
-    for (const auto& [lo, hi] : busy) {
-      if (offset + cur->size <= lo) break;
-      offset = std::max(offset, AlignUp(hi));
-    }
-    cur->offset = offset;
-    total = std::max(total, offset + cur->size);
-    placed.push_back(cur);
-  }
-  return AlignUp(total);
+  std::vector<LifetimeInterval> lives;
+  lives.reserve(items.size());
+  for (const Interval& iv : items) lives.push_back(iv.life);
+  int64_t total = PlaceByLifetime(absl::MakeSpan(lives), kAlign);
+  for (size_t i = 0; i < items.size(); ++i) items[i].life.offset = lives[i].offset;
+  return total;
 }
 
 // The weights blob in its final place: a fresh anonymous mapping (page-aligned), filled by `fill`
@@ -153,10 +135,10 @@ absl::StatusOr<MemoryPlan> PlanMemory(const ir::Graph& graph) {
         return absl::InvalidArgumentError(absl::StrCat("value '", out->name, "' is too large"));
       }
       int last = last_use.count(out) ? last_use[out] : i;
-      Interval iv{out, std::max<int64_t>(bytes.coef, 1), i, last};
+      Interval iv{out, {std::max<int64_t>(bytes.coef, 1), i, last}};
       (bytes.IsStatic() ? fixed : scaled).push_back(iv);
       int64_t& sum = bytes.IsStatic() ? fixed_sum : scaled_sum;
-      if (__builtin_add_overflow(sum, AlignUp(iv.size), &sum) || sum > kMaxRegionBytes) {
+      if (__builtin_add_overflow(sum, AlignUp(iv.life.size), &sum) || sum > kMaxRegionBytes) {
         return absl::InvalidArgumentError("the model's intermediate values are too large");
       }
       plan.arena.unplanned_bytes += AlignUp(bytes.coef);
@@ -165,11 +147,11 @@ absl::StatusOr<MemoryPlan> PlanMemory(const ir::Graph& graph) {
   plan.arena.per_batch_bytes = PlaceIntervals(scaled);
   plan.arena.fixed_bytes = PlaceIntervals(fixed);
   for (const Interval& iv : scaled) {
-    plan.locations[iv.value] = {BufferLocation::Kind::kArena, 0, 0, iv.offset};
+    plan.locations[iv.value] = {BufferLocation::Kind::kArena, 0, 0, iv.life.offset};
   }
   for (const Interval& iv : fixed) {
     // Static values sit after the batch-scaled region: offset = per_batch_bytes * batch + offset.
-    plan.locations[iv.value] = {BufferLocation::Kind::kArena, 0, iv.offset,
+    plan.locations[iv.value] = {BufferLocation::Kind::kArena, 0, iv.life.offset,
                                 plan.arena.per_batch_bytes};
   }
   // Batch-scaled values: offset = iv.offset * batch.

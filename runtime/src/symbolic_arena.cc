@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "cuvil/runtime/lifetime_placement.h"
 
 namespace cuvil {
 namespace {
@@ -21,41 +22,11 @@ int64_t AlignUp(int64_t v) {
   return (v + kSymbolicArenaAlign - 1) / kSymbolicArenaAlign * kSymbolicArenaAlign;
 }
 
+// One buffer of a region, in units of the region's base.
 struct Item {
   size_t buffer;
-  int64_t size;  // In units of the region's base.
-  int first;
-  int last;
-  int64_t offset = -1;
+  LifetimeInterval life;
 };
-
-// Greedy by decreasing size: each buffer goes to the lowest aligned offset that does not collide
-// with an already placed buffer whose lifetime overlaps. Returns the region size in units.
-int64_t Place(std::vector<Item>& items) {
-  std::vector<Item*> order;
-  for (Item& it : items) order.push_back(&it);
-  std::stable_sort(order.begin(), order.end(),
-                   [](const Item* a, const Item* b) { return a->size > b->size; });
-  std::vector<Item*> placed;
-  int64_t total = 0;
-  for (Item* cur : order) {
-    std::vector<std::pair<int64_t, int64_t>> busy;
-    for (const Item* p : placed) {
-      if (p->last < cur->first || cur->last < p->first) continue;
-      busy.push_back({p->offset, p->offset + p->size});
-    }
-    std::sort(busy.begin(), busy.end());
-    int64_t offset = 0;
-    for (const auto& [lo, hi] : busy) {
-      if (offset + cur->size <= lo) break;
-      offset = std::max(offset, AlignUp(hi));
-    }
-    cur->offset = offset;
-    total = std::max(total, offset + cur->size);
-    placed.push_back(cur);
-  }
-  return AlignUp(total);
-}
 
 struct ExprHash {
   size_t operator()(const DimExpr& e) const { return e.Hash(); }
@@ -166,18 +137,21 @@ absl::StatusOr<SymbolicArena> PlanSymbolicArena(absl::Span<const SymbolicBuffer>
     if (units > kMaxRegionUnits) {
       return absl::InvalidArgumentError(absl::StrCat("buffer ", i, " is too large"));
     }
-    items[region].push_back(Item{i, units, buffers[i].first, buffers[i].last});
+    items[region].push_back(Item{i, {units, buffers[i].first, buffers[i].last}});
   }
   for (size_t r = 0; r < plan.regions.size(); ++r) {
     int64_t sum = 0;
+    std::vector<LifetimeInterval> lives;
+    lives.reserve(items[r].size());
     for (const Item& it : items[r]) {
-      if (__builtin_add_overflow(sum, AlignUp(it.size), &sum) || sum > kMaxRegionUnits) {
+      lives.push_back(it.life);
+      if (__builtin_add_overflow(sum, AlignUp(it.life.size), &sum) || sum > kMaxRegionUnits) {
         return absl::InvalidArgumentError("the arena's buffers are too large");
       }
     }
-    plan.regions[r].units = Place(items[r]);
-    for (const Item& it : items[r]) {
-      plan.slots[it.buffer] = {static_cast<int>(r), it.offset};
+    plan.regions[r].units = PlaceByLifetime(absl::MakeSpan(lives), kSymbolicArenaAlign);
+    for (size_t j = 0; j < items[r].size(); ++j) {
+      plan.slots[items[r][j].buffer] = {static_cast<int>(r), lives[j].offset};
     }
   }
   return plan;

@@ -173,6 +173,25 @@ class KernelContext {
   std::vector<llvm::Value*> outputs_;
 };
 
+// A mutable scalar in an entry-block stack slot (LLVM promotes it to a register), so loop bodies
+// can update it. Thread-compatible, like the KernelContext it emits into.
+class ScalarVar {
+ public:
+  ScalarVar(KernelContext& k, llvm::Value* init)
+      : k_(k), type_(init->getType()), slot_(k.Scratch(type_)) {
+    set(init);
+  }
+  // Emits a load of the current value.
+  llvm::Value* get() { return k_.b().CreateLoad(type_, slot_); }
+  // Emits a store of `v` (of the initial value's type).
+  void set(llvm::Value* v) { k_.b().CreateStore(v, slot_); }
+
+ private:
+  KernelContext& k_;
+  llvm::Type* type_;
+  llvm::Value* slot_;
+};
+
 using EmitFn = std::function<absl::Status(KernelContext&)>;
 
 // Thread-safe after construction (read-only).

@@ -9,22 +9,6 @@
 namespace cuvil::codegen {
 namespace {
 
-// A mutable scalar kept in a stack slot, so loop bodies can update it.
-class Slot {
- public:
-  Slot(KernelContext& k, llvm::Value* init)
-      : k_(k), type_(init->getType()), slot_(k.Scratch(type_)) {
-    set(init);
-  }
-  llvm::Value* get() { return k_.b().CreateLoad(type_, slot_); }
-  void set(llvm::Value* v) { k_.b().CreateStore(v, slot_); }
-
- private:
-  KernelContext& k_;
-  llvm::Type* type_;
-  llvm::Value* slot_;
-};
-
 absl::Status EmitLoss(KernelContext& k) {
   const ir::Node& node = k.node();
   bool softmax = node.op_type == "SoftmaxCrossEntropyLoss";
@@ -39,8 +23,8 @@ absl::Status EmitLoss(KernelContext& k) {
   llvm::Value* n_count = k.Dim(scores[0]);
   llvm::Value* classes = k.Dim(scores[1]);
   llvm::Value* inner = k.NumElements(SymShape(scores.begin() + 2, scores.end()));
-  Slot total(k, k.Const(d, 0));
-  Slot weight_sum(k, k.Const(d, 0));
+  ScalarVar total(k, k.Const(d, 0));
+  ScalarVar weight_sum(k, k.Const(d, 0));
   k.For(k.I64(0), n_count, [&](llvm::Value* n) {
     k.For(k.I64(0), inner, [&](llvm::Value* j) {
       llvm::Value* pos = b.CreateAdd(b.CreateMul(n, inner), j);
@@ -50,11 +34,11 @@ absl::Status EmitLoss(KernelContext& k) {
       };
       llvm::Value* shift = nullptr;  // log-sum-exp of the scores over classes
       if (softmax) {
-        Slot m(k, k.Lowest(d));
+        ScalarVar m(k, k.Lowest(d));
         k.For(k.I64(0), classes,
               [&](llvm::Value* c) { m.set(k.Max(d, m.get(), k.Load(d, k.in(0), at(c)))); });
         llvm::Value* max = m.get();
-        Slot sum(k, k.Const(d, 0));
+        ScalarVar sum(k, k.Const(d, 0));
         k.For(k.I64(0), classes, [&](llvm::Value* c) {
           llvm::Value* e =
               k.Intrinsic(llvm::Intrinsic::exp, b.CreateFSub(k.Load(d, k.in(0), at(c)), max));
@@ -72,8 +56,8 @@ absl::Status EmitLoss(KernelContext& k) {
       llvm::Value* in_range =
           b.CreateAnd(b.CreateICmpSGE(t, k.I64(0)), b.CreateICmpSLT(t, classes));
       k.FailIf(b.CreateNot(b.CreateOr(ignored, in_range)), kEntryIndexOutOfBounds);
-      Slot loss(k, k.Const(d, 0));
-      Slot w(k, k.Const(d, 0));
+      ScalarVar loss(k, k.Const(d, 0));
+      ScalarVar w(k, k.Const(d, 0));
       k.If(b.CreateAnd(b.CreateNot(ignored), in_range), [&] {
         llvm::Value* x = k.Load(d, k.in(0), at(t));
         if (softmax) x = b.CreateFSub(x, shift);

@@ -10,22 +10,6 @@
 namespace cuvil::codegen {
 namespace {
 
-// A mutable scalar: an entry-block alloca that LLVM promotes to a register.
-class Var {
- public:
-  Var(KernelContext& k, llvm::Value* init)
-      : k_(k), type_(init->getType()), slot_(k.Scratch(type_)) {
-    set(init);
-  }
-  llvm::Value* get() { return k_.b().CreateLoad(type_, slot_); }
-  void set(llvm::Value* v) { k_.b().CreateStore(v, slot_); }
-
- private:
-  KernelContext& k_;
-  llvm::Type* type_;
-  llvm::Value* slot_;
-};
-
 // The input's dims split into kept and reduced loop nests (input strides), plus the row-major
 // strides over the kept dims, which give the output row index whether or not dims are kept.
 struct AxisSplit {
@@ -169,7 +153,7 @@ absl::Status EmitReduce(KernelContext& k, const ReduceOp& op) {
   ForRows(k, s, [&](llvm::Value* base, llvm::Value* row) {
     llvm::Value* shift = nullptr;
     if (op.shift_by_max) {
-      Var m(k, k.Lowest(ad));
+      ScalarVar m(k, k.Lowest(ad));
       ForRow(k, s, base,
              [&](llvm::Value* off, const Idx&) { m.set(k.Max(ad, m.get(), load(off))); });
       // An infinite max would turn x - max into NaN; such rows need no shift.
@@ -177,7 +161,7 @@ absl::Status EmitReduce(KernelContext& k, const ReduceOp& op) {
           k.b().CreateFCmpOLT(k.Intrinsic(llvm::Intrinsic::fabs, m.get()), k.Highest(ad));
       shift = k.b().CreateSelect(finite, m.get(), k.Const(ad, 0));
     }
-    Var acc(k, InitValue(k, ad, op.init));
+    ScalarVar acc(k, InitValue(k, ad, op.init));
     ForRow(k, s, base, [&](llvm::Value* off, const Idx&) {
       llvm::Value* x = load(off);
       acc.set(op.step(k, ad, acc.get(), shift ? k.Sub(ad, x, shift) : x));
@@ -198,8 +182,8 @@ absl::Status EmitArgReduce(KernelContext& k, bool max) {
   bool last = k.node().attr_int("select_last_index", 0) != 0;
   AxisSplit s = SplitAxes(k, shape, AxisRange(shape.size(), axis, axis + 1));
   ForRows(k, s, [&](llvm::Value* base, llvm::Value* row) {
-    Var best(k, max ? k.Lowest(d) : k.Highest(d));
-    Var index(k, k.I64(0));
+    ScalarVar best(k, max ? k.Lowest(d) : k.Highest(d));
+    ScalarVar index(k, k.I64(0));
     ForRow(k, s, base, [&](llvm::Value* off, const Idx& idx) {
       llvm::Value* x = k.Load(d, k.in(0), off);
       // Strictly better keeps the first extreme; "not worse" moves to the last one.
@@ -240,12 +224,12 @@ absl::Status EmitSoftmax(KernelContext& k, SoftmaxKind kind) {
                     o.For(begin, end, [&](llvm::Value* row) {
                       llvm::Value* base = ob.CreateMul(row, count);
                       auto at = [&](llvm::Value* i) { return ob.CreateAdd(base, i); };
-                      Var m(o, o.Lowest(d));
+                      ScalarVar m(o, o.Lowest(d));
                       o.For(o.I64(0), count, [&](llvm::Value* i) {
                         m.set(o.Max(d, m.get(), o.Load(d, in, at(i))));
                       });
                       llvm::Value* max = m.get();
-                      Var sum(o, o.Const(d, 0));
+                      ScalarVar sum(o, o.Const(d, 0));
                       o.For(o.I64(0), count, [&](llvm::Value* i) {
                         llvm::Value* e = o.FastExp(ob.CreateFSub(o.Load(d, in, at(i)), max));
                         o.Store(d, out, at(i), e);
@@ -263,8 +247,8 @@ absl::Status EmitSoftmax(KernelContext& k, SoftmaxKind kind) {
   auto& b = k.b();
   ForRows(k, s, [&](llvm::Value* base, llvm::Value*) {
     if (kind == SoftmaxKind::kHardmax) {
-      Var best(k, k.Lowest(d));
-      Var best_off(k, base);
+      ScalarVar best(k, k.Lowest(d));
+      ScalarVar best_off(k, base);
       ForRow(k, s, base, [&](llvm::Value* off, const Idx&) {
         llvm::Value* better = k.Greater(d, x_at(off), best.get());
         best.set(b.CreateSelect(better, x_at(off), best.get()));
@@ -276,10 +260,10 @@ absl::Status EmitSoftmax(KernelContext& k, SoftmaxKind kind) {
       });
       return;
     }
-    Var m(k, k.Lowest(d));
+    ScalarVar m(k, k.Lowest(d));
     ForRow(k, s, base, [&](llvm::Value* off, const Idx&) { m.set(k.Max(d, m.get(), x_at(off))); });
     llvm::Value* max = m.get();
-    Var sum(k, k.Const(d, 0));
+    ScalarVar sum(k, k.Const(d, 0));
     ForRow(k, s, base, [&](llvm::Value* off, const Idx&) {
       llvm::Value* e = k.FastExp(b.CreateFSub(x_at(off), max));
       if (kind == SoftmaxKind::kSoftmax) k.Store(d, k.out(0), off, e);
@@ -313,12 +297,12 @@ Moments RowMoments(KernelContext& k, DType d, const AxisSplit& s, llvm::Value* b
                    float epsilon) {
   auto& b = k.b();
   llvm::Value* n = k.Convert(s.count, DType::kInt64, d);
-  Var sum(k, k.Const(d, 0));
+  ScalarVar sum(k, k.Const(d, 0));
   ForRow(k, s, base, [&](llvm::Value* off, const Idx&) {
     sum.set(ReassocAdd(k, sum.get(), k.Load(d, k.in(0), off)));
   });
   llvm::Value* mean = b.CreateFDiv(sum.get(), n);
-  Var sq(k, k.Const(d, 0));
+  ScalarVar sq(k, k.Const(d, 0));
   ForRow(k, s, base, [&](llvm::Value* off, const Idx&) {
     llvm::Value* dev = b.CreateFSub(k.Load(d, k.in(0), off), mean);
     sq.set(ReassocAdd(k, sq.get(), b.CreateFMul(dev, dev)));
@@ -437,7 +421,7 @@ absl::Status EmitTopK(KernelContext& k) {
     };
     k.For(k.I64(0), n, [&](llvm::Value* j) { k.Store(DType::kInt64, order, j, j); });
     k.For(k.I64(0), count, [&](llvm::Value* j) {
-      Var best(k, j);
+      ScalarVar best(k, j);
       k.For(b.CreateAdd(j, k.I64(1)), n, [&](llvm::Value* t) {
         llvm::Value* cand = k.Load(DType::kInt64, order, t);
         llvm::Value* cur = k.Load(DType::kInt64, order, best.get());
@@ -471,8 +455,8 @@ absl::Status EmitMvn(KernelContext& k) {
   auto f64 = [&](double v) { return llvm::ConstantFP::get(b.getDoubleTy(), v); };
   llvm::Value* count = b.CreateSIToFP(s.count, b.getDoubleTy());
   ForRows(k, s, [&](llvm::Value* base, llvm::Value*) {
-    Var sum(k, f64(0));
-    Var squares(k, f64(0));
+    ScalarVar sum(k, f64(0));
+    ScalarVar squares(k, f64(0));
     ForRow(k, s, base, [&](llvm::Value* off, const Idx&) {
       llvm::Value* v = k.Convert(k.Load(d, k.in(0), off), d, DType::kFloat64);
       sum.set(b.CreateFAdd(sum.get(), v));
@@ -511,7 +495,7 @@ absl::Status EmitLrn(KernelContext& k) {
     };
     llvm::Value* lo = k.Max(DType::kInt64, b.CreateSub(at[1], k.I64((size - 1) / 2)), k.I64(0));
     llvm::Value* hi = k.Min(DType::kInt64, b.CreateAdd(at[1], k.I64(size / 2 + 1)), channels);
-    Var sum(k, f64(0));
+    ScalarVar sum(k, f64(0));
     k.For(lo, hi, [&](llvm::Value* c) {
       llvm::Value* v = k.Convert(k.Load(d, k.in(0), offset(c)), d, DType::kFloat64);
       sum.set(b.CreateFAdd(sum.get(), b.CreateFMul(v, v)));
@@ -538,7 +522,7 @@ absl::Status EmitCumSum(KernelContext& k) {
   llvm::Value* inner = k.NumElements(SymShape(shape.begin() + axis + 1, shape.end()));
   k.For(k.I64(0), outer, [&](llvm::Value* o) {
     k.For(k.I64(0), inner, [&](llvm::Value* i) {
-      Var sum(k, k.Const(d, 0));
+      ScalarVar sum(k, k.Const(d, 0));
       k.For(k.I64(0), len, [&](llvm::Value* step) {
         llvm::Value* a = reverse ? b.CreateSub(b.CreateSub(len, k.I64(1)), step) : step;
         llvm::Value* at = b.CreateAdd(b.CreateMul(b.CreateAdd(b.CreateMul(o, len), a), inner), i);
