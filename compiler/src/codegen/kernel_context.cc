@@ -603,4 +603,14 @@ const KernelRegistry& KernelRegistry::Get() {
   return *registry;
 }
 
+llvm::Value* LoadIndex(KernelContext& k, size_t input, llvm::Value* i) {
+  DType d = k.in_dtype(input);
+  return k.Convert(k.Load(d, k.in(input), i), d, DType::kInt64);
+}
+
+llvm::Value* IndexInRange(KernelContext& k, llvm::Value* idx, llvm::Value* len) {
+  auto& b = k.b();
+  return b.CreateAnd(b.CreateICmpSGE(idx, b.CreateNeg(len)), b.CreateICmpSLT(idx, len));
+}
+
 }  // namespace cuvil::codegen

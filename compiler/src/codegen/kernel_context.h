@@ -173,6 +173,11 @@ class KernelContext {
   std::vector<llvm::Value*> outputs_;
 };
 
+// Loads element `i` of the integer index tensor at input `input`, as i64.
+llvm::Value* LoadIndex(KernelContext& k, size_t input, llvm::Value* i);
+// True (i1) when idx lies in [-len, len), the indices ONNX accepts along an axis of length len.
+llvm::Value* IndexInRange(KernelContext& k, llvm::Value* idx, llvm::Value* len);
+
 // A mutable scalar in an entry-block stack slot (LLVM promotes it to a register), so loop bodies
 // can update it. Thread-compatible, like the KernelContext it emits into.
 class ScalarVar {

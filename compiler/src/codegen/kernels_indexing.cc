@@ -7,18 +7,6 @@
 namespace cuvil::codegen {
 namespace {
 
-// Element `i` of index input `input`, as i64.
-llvm::Value* IndexAt(KernelContext& k, size_t input, llvm::Value* i) {
-  DType d = k.in_dtype(input);
-  return k.Convert(k.Load(d, k.in(input), i), d, DType::kInt64);
-}
-
-// i1: idx lies in [-len, len).
-llvm::Value* InRange(KernelContext& k, llvm::Value* idx, llvm::Value* len) {
-  auto& b = k.b();
-  return b.CreateAnd(b.CreateICmpSGE(idx, b.CreateNeg(len)), b.CreateICmpSLT(idx, len));
-}
-
 // A negative index counted from the end; only used once InRange holds.
 llvm::Value* Wrap(KernelContext& k, llvm::Value* idx, llvm::Value* len) {
   auto& b = k.b();
@@ -36,8 +24,8 @@ void ForElements(KernelContext& k, const std::function<void(llvm::Value*, llvm::
   llvm::Value* len = k.Dim(data[axis]);
   k.ForNest(k.Dims(idx), [&](const Idx& at) {
     llvm::Value* pos = k.Offset(at, idx_strides);
-    llvm::Value* raw = IndexAt(k, 1, pos);
-    llvm::Value* valid = InRange(k, raw, len);
+    llvm::Value* raw = LoadIndex(k, 1, pos);
+    llvm::Value* valid = IndexInRange(k, raw, len);
     k.FailIf(b.CreateNot(valid), kEntryIndexOutOfBounds);
     k.If(valid, [&] {
       Idx src = at;
@@ -92,10 +80,10 @@ absl::Status GatherND(KernelContext& k) {
       llvm::Value* offset = b.CreateMul(bi, per_batch_data);
       llvm::Value* valid = b.getTrue();
       for (size_t j = 0; j < m; ++j) {
-        llvm::Value* raw = IndexAt(k, 1,
-                                   b.CreateAdd(b.CreateMul(tuple, k.I64(static_cast<int64_t>(m))),
-                                               k.I64(static_cast<int64_t>(j))));
-        llvm::Value* ok = InRange(k, raw, rest_dims[j]);
+        llvm::Value* raw = LoadIndex(k, 1,
+                                     b.CreateAdd(b.CreateMul(tuple, k.I64(static_cast<int64_t>(m))),
+                                                 k.I64(static_cast<int64_t>(j))));
+        llvm::Value* ok = IndexInRange(k, raw, rest_dims[j]);
         valid = b.CreateAnd(valid, ok);
         llvm::Value* at = b.CreateSelect(ok, Wrap(k, raw, rest_dims[j]), k.I64(0));
         offset = b.CreateAdd(offset, b.CreateMul(at, rest_strides[j]));
@@ -126,7 +114,7 @@ absl::Status OneHot(KernelContext& k) {
   k.ForNest({outer, depth, inner}, [&](const Idx& at) {
     llvm::Value* pos = b.CreateAdd(b.CreateMul(at[0], inner), at[2]);
     llvm::Value* raw = k.Load(id, k.in(0), pos);
-    llvm::Value* v = IsFloat(id) ? k.Convert(raw, id, DType::kInt64) : IndexAt(k, 0, pos);
+    llvm::Value* v = IsFloat(id) ? k.Convert(raw, id, DType::kInt64) : LoadIndex(k, 0, pos);
     v = Wrap(k, v, depth);
     llvm::Value* dst =
         b.CreateAdd(b.CreateMul(b.CreateAdd(b.CreateMul(at[0], depth), at[1]), inner), at[2]);
@@ -148,7 +136,7 @@ absl::Status ReverseSequence(KernelContext& k) {
   k.ForNest({batch, steps}, [&](const Idx& at) {
     llvm::Value* j = at[0];
     llvm::Value* t = at[1];
-    llvm::Value* len = IndexAt(k, 1, j);
+    llvm::Value* len = LoadIndex(k, 1, j);
     llvm::Value* ok = b.CreateAnd(b.CreateICmpSGE(len, k.I64(0)), b.CreateICmpSLE(len, steps));
     k.FailIf(b.CreateNot(ok), kEntryIndexOutOfBounds);
     llvm::Value* reversed = b.CreateAnd(ok, b.CreateICmpSLT(t, len));
@@ -176,7 +164,7 @@ absl::Status MaxUnpool(KernelContext& k) {
   for (int64_t v : out_shape) out_total *= v;
   k.Memset0(k.out(0), k.I64(out_total), d);
   k.For(k.I64(0), k.NumElements(k.in_shape(0)), [&](llvm::Value* i) {
-    llvm::Value* flat = IndexAt(k, 1, i);
+    llvm::Value* flat = LoadIndex(k, 1, i);
     llvm::Value* valid =
         b.CreateAnd(b.CreateICmpSGE(flat, k.I64(0)), b.CreateICmpSLT(flat, k.I64(index_total)));
     flat = b.CreateSelect(valid, flat, k.I64(0));

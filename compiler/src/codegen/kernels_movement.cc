@@ -30,18 +30,6 @@ llvm::Value* Clamp(KernelContext& k, llvm::Value* v, llvm::Value* lo, llvm::Valu
   return k.Max(DType::kInt64, lo, k.Min(DType::kInt64, v, hi));
 }
 
-// Loads element `i` of an integer index tensor as i64.
-llvm::Value* LoadIndex(KernelContext& k, size_t input, llvm::Value* i) {
-  DType d = k.in_dtype(input);
-  return k.Convert(k.Load(d, k.in(input), i), d, DType::kInt64);
-}
-
-// True (i1) when idx lies in [-len, len), the indices ONNX accepts along an axis of length len.
-llvm::Value* IndexInRange(KernelContext& k, llvm::Value* idx, llvm::Value* len) {
-  auto& b = k.b();
-  return b.CreateAnd(b.CreateICmpSGE(idx, b.CreateNeg(len)), b.CreateICmpSLT(idx, len));
-}
-
 // Wraps a negative index and clamps to [0, len) so bad indices stay memory-safe.
 llvm::Value* NormalizeIndex(KernelContext& k, llvm::Value* idx, llvm::Value* len) {
   auto& b = k.b();
