@@ -613,4 +613,13 @@ llvm::Value* IndexInRange(KernelContext& k, llvm::Value* idx, llvm::Value* len) 
   return b.CreateAnd(b.CreateICmpSGE(idx, b.CreateNeg(len)), b.CreateICmpSLT(idx, len));
 }
 
+llvm::Value* ScatterCombine(KernelContext& k, DType d, const std::string& reduction,
+                            llvm::Value* old, llvm::Value* v) {
+  if (reduction == "none") return v;
+  return reduction == "add"   ? k.Add(d, old, v)
+         : reduction == "mul" ? k.Mul(d, old, v)
+         : reduction == "max" ? k.Max(d, old, v)
+                              : k.Min(d, old, v);
+}
+
 }  // namespace cuvil::codegen

@@ -178,6 +178,11 @@ llvm::Value* LoadIndex(KernelContext& k, size_t input, llvm::Value* i);
 // True (i1) when idx lies in [-len, len), the indices ONNX accepts along an axis of length len.
 llvm::Value* IndexInRange(KernelContext& k, llvm::Value* idx, llvm::Value* len);
 
+// The value a scatter stores where `old` is: `v` for reduction "none", else old combined with v
+// ("add", "mul", "max", "min"; shape inference has checked the name).
+llvm::Value* ScatterCombine(KernelContext& k, DType d, const std::string& reduction,
+                            llvm::Value* old, llvm::Value* v);
+
 // A mutable scalar in an entry-block stack slot (LLVM promotes it to a register), so loop bodies
 // can update it. Thread-compatible, like the KernelContext it emits into.
 class ScalarVar {

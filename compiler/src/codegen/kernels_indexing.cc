@@ -49,14 +49,8 @@ absl::Status ScatterElements(KernelContext& k) {
   k.Memcpy(k.out(0), k.in(0), k.NumElements(k.in_shape(0)), d);
   ForElements(k, [&](llvm::Value* pos, llvm::Value* dst) {
     llvm::Value* v = k.Load(d, k.in(2), pos);
-    if (reduction != "none") {
-      llvm::Value* old = k.Load(d, k.out(0), dst);
-      v = reduction == "add"   ? k.Add(d, old, v)
-          : reduction == "mul" ? k.Mul(d, old, v)
-          : reduction == "max" ? k.Max(d, old, v)
-                               : k.Min(d, old, v);
-    }
-    k.Store(d, k.out(0), dst, v);
+    llvm::Value* old = reduction == "none" ? nullptr : k.Load(d, k.out(0), dst);
+    k.Store(d, k.out(0), dst, ScatterCombine(k, d, reduction, old, v));
   });
   return absl::OkStatus();
 }

@@ -353,14 +353,8 @@ absl::Status ScatterND(KernelContext& k) {
       k.For(k.I64(0), slice, [&](llvm::Value* e) {
         llvm::Value* at = b.CreateAdd(offset, e);
         llvm::Value* v = k.Load(d, k.in(2), b.CreateAdd(b.CreateMul(u, slice), e));
-        if (reduction != "none") {
-          llvm::Value* old = k.Load(d, k.out(0), at);
-          v = reduction == "add"   ? k.Add(d, old, v)
-              : reduction == "mul" ? k.Mul(d, old, v)
-              : reduction == "max" ? k.Max(d, old, v)
-                                   : k.Min(d, old, v);
-        }
-        k.Store(d, k.out(0), at, v);
+        llvm::Value* old = reduction == "none" ? nullptr : k.Load(d, k.out(0), at);
+        k.Store(d, k.out(0), at, ScatterCombine(k, d, reduction, old, v));
       });
     });
   });
