@@ -5,7 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cuvil/compiler/compiler.h"
-#include "op_registry.h"
+#include "infer_context.h"
+#include "op_table.h"
 
 namespace cuvil {
 namespace {
@@ -40,14 +41,15 @@ bool CanFold(const ir::Node& node) {
 }
 
 absl::Status InferAndFold(ir::Graph& graph, std::vector<std::string>* needs_binding) {
-  const auto& registry = ir::OpRegistry::Get();
+  const OpTable& table = OpTable::Get();
   std::vector<ir::Node*> folded;
   absl::Status first_binding_error;
   for (auto& node_ptr : graph.mutable_nodes()) {
     ir::Node& node = *node_ptr;
-    const ir::InferFn* infer = registry.Find(node.op_type);
-    if (infer == nullptr) {
-      return absl::UnimplementedError(absl::StrCat("unsupported op ", node.Describe()));
+    const OpDef* op = table.Find(node.op_type);
+    if (op == nullptr) {
+      return absl::UnimplementedError(absl::StrCat("unsupported op ", node.Describe(), " (",
+                                                   table.WhyMissing(node.op_type), ")"));
     }
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       if (node.inputs[i] != nullptr && !node.inputs[i]->type.shape_known) {
@@ -56,7 +58,7 @@ absl::Status InferAndFold(ir::Graph& graph, std::vector<std::string>* needs_bind
       }
     }
     ir::InferContext ctx(graph, node, needs_binding);
-    absl::Status s = (*infer)(ctx);
+    absl::Status s = op->infer(ctx);
     if (!s.ok()) {
       // Keep going after a binding request so one pass reports every input to bind.
       if (absl::IsFailedPrecondition(s) && needs_binding != nullptr && !needs_binding->empty()) {
@@ -67,6 +69,10 @@ absl::Status InferAndFold(ir::Graph& graph, std::vector<std::string>* needs_bind
         continue;
       }
       return s;
+    }
+    if (!op->rewrites_to.empty() && node.op_type != op->rewrites_to) {
+      return absl::InternalError(absl::StrCat(
+          node.Describe(), ": shape function did not rewrite it into ", op->rewrites_to));
     }
     for (ir::Value* out : node.outputs) {
       if (out == nullptr) continue;
@@ -151,9 +157,9 @@ absl::Status OptimizeGraph(ir::Graph& graph, std::vector<std::string>* needs_bin
 
 std::vector<std::string> UnsupportedOps(const ir::Graph& graph) {
   std::vector<std::string> out;
-  const auto& registry = ir::OpRegistry::Get();
+  const OpTable& table = OpTable::Get();
   for (const auto& n : graph.nodes()) {
-    if (registry.Find(n->op_type) == nullptr) out.push_back(n->Describe());
+    if (table.Find(n->op_type) == nullptr) out.push_back(n->Describe());
   }
   return out;
 }

@@ -580,29 +580,6 @@ absl::Status KernelContext::Unsupported(const std::string& what) const {
   return absl::UnimplementedError(absl::StrCat(node_.Describe(), ": ", what, " is not supported"));
 }
 
-const KernelRegistry& KernelRegistry::Get() {
-  static const KernelRegistry* registry = [] {
-    auto* r = new KernelRegistry();
-    RegisterElementwiseKernels(*r);
-    RegisterTensorKernels(*r);
-    RegisterReductionKernels(*r);
-    RegisterNnKernels(*r);
-    RegisterMovementKernels(*r);
-    RegisterQuantKernels(*r);
-    RegisterLinalgKernels(*r);
-    RegisterRecurrentKernels(*r);
-    RegisterControlFlowKernels(*r);
-    RegisterLossKernels(*r);
-    RegisterIndexingKernels(*r);
-    RegisterSignalKernels(*r);
-    RegisterEinsumKernels(*r);
-    RegisterSamplingKernels(*r);
-    RegisterTextKernels(*r);
-    return r;
-  }();
-  return *registry;
-}
-
 llvm::Value* LoadIndex(KernelContext& k, size_t input, llvm::Value* i) {
   DType d = k.in_dtype(input);
   return k.Convert(k.Load(d, k.in(input), i), d, DType::kInt64);

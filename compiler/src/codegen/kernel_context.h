@@ -18,6 +18,7 @@
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/Intrinsics.h"
 #include "llvm/IR/Module.h"
+#include "op_table.h"
 
 namespace cuvil::codegen {
 
@@ -201,40 +202,6 @@ class ScalarVar {
   llvm::Type* type_;
   llvm::Value* slot_;
 };
-
-using EmitFn = std::function<absl::Status(KernelContext&)>;
-
-// Thread-safe after construction (read-only).
-class KernelRegistry {
- public:
-  // The process-wide registry holding every op's code generator.
-  static const KernelRegistry& Get();
-  void Register(const std::string& op_type, EmitFn fn) { emitters_[op_type] = std::move(fn); }
-  const EmitFn* Find(const std::string& op_type) const {
-    auto it = emitters_.find(op_type);
-    return it == emitters_.end() ? nullptr : &it->second;
-  }
-
- private:
-  std::map<std::string, EmitFn> emitters_;
-};
-
-// One registration function per op family (compiler/src/codegen/kernels_*.cc).
-void RegisterElementwiseKernels(KernelRegistry& r);
-void RegisterTensorKernels(KernelRegistry& r);
-void RegisterReductionKernels(KernelRegistry& r);
-void RegisterNnKernels(KernelRegistry& r);
-void RegisterMovementKernels(KernelRegistry& r);
-void RegisterQuantKernels(KernelRegistry& r);
-void RegisterLinalgKernels(KernelRegistry& r);
-void RegisterRecurrentKernels(KernelRegistry& r);
-void RegisterControlFlowKernels(KernelRegistry& r);
-void RegisterLossKernels(KernelRegistry& r);
-void RegisterIndexingKernels(KernelRegistry& r);
-void RegisterSignalKernels(KernelRegistry& r);
-void RegisterEinsumKernels(KernelRegistry& r);
-void RegisterSamplingKernels(KernelRegistry& r);
-void RegisterTextKernels(KernelRegistry& r);
 
 }  // namespace cuvil::codegen
 

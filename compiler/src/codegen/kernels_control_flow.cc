@@ -88,16 +88,17 @@ absl::StatusOr<LoweredSubgraph> LowerSubgraph(KernelContext& k, const ir::Graph&
   std::vector<llvm::Function*> kernels;
   int index = 0;
   for (const auto& node : g.nodes()) {
-    const EmitFn* emit = KernelRegistry::Get().Find(node->op_type);
-    if (emit == nullptr) {
-      return absl::UnimplementedError(absl::StrCat("no code generator for ", node->Describe()));
+    const OpDef* op = OpTable::Get().Find(node->op_type);
+    if (op == nullptr) {
+      return absl::UnimplementedError(absl::StrCat("unsupported op ", node->Describe(), " (",
+                                                   OpTable::Get().WhyMissing(node->op_type), ")"));
     }
     std::string name = absl::StrCat(prefix, "_k", index++, "_", node->op_type);
     llvm::Function* fn =
         llvm::Function::Create(kernel_ty, llvm::Function::InternalLinkage, name, module);
     fn->copyAttributesFrom(k.function());
     KernelContext kc(module, fn, *node);
-    if (auto s = (*emit)(kc); !s.ok()) return s;
+    if (auto s = op->emit(kc); !s.ok()) return s;
     kc.b().CreateRet(kc.Status());
     kernels.push_back(fn);
   }
@@ -476,10 +477,10 @@ absl::Status EmitScan(KernelContext& k) {
 
 }  // namespace
 
-void RegisterControlFlowKernels(KernelRegistry& r) {
-  r.Register("If", EmitIf);
-  r.Register("Loop", EmitLoop);
-  r.Register("Scan", EmitScan);
+void RegisterControlFlowKernels(OpTable& r) {
+  r.DefineEmitter("If", EmitIf);
+  r.DefineEmitter("Loop", EmitLoop);
+  r.DefineEmitter("Scan", EmitScan);
 }
 
 }  // namespace cuvil::codegen

@@ -66,6 +66,6 @@ absl::Status Einsum(KernelContext& k) {
 
 }  // namespace
 
-void RegisterEinsumKernels(KernelRegistry& r) { r.Register("Einsum", Einsum); }
+void RegisterEinsumKernels(OpTable& r) { r.DefineEmitter("Einsum", Einsum); }
 
 }  // namespace cuvil::codegen

@@ -99,8 +99,8 @@ llvm::Value* Softplus(KernelContext& k, llvm::Value* x) {
   return b.CreateFAdd(k.Intrinsic2(llvm::Intrinsic::maxnum, x, FConst(k, x, 0)), t);
 }
 
-void RegisterUnary(KernelRegistry& r) {
-  r.Register("Abs", [](KernelContext& k) -> absl::Status {
+void RegisterUnary(OpTable& r) {
+  r.DefineEmitter("Abs", [](KernelContext& k) -> absl::Status {
     DType d = k.in_dtype(0);
     EmitBroadcastElementwise(
         k, {0}, [d](KernelContext& kk, const std::vector<llvm::Value*>& v) -> llvm::Value* {
@@ -110,14 +110,14 @@ void RegisterUnary(KernelRegistry& r) {
         });
     return absl::OkStatus();
   });
-  r.Register("Neg", [](KernelContext& k) -> absl::Status {
+  r.DefineEmitter("Neg", [](KernelContext& k) -> absl::Status {
     DType d = k.in_dtype(0);
     EmitBroadcastElementwise(k, {0}, [d](KernelContext& kk, const std::vector<llvm::Value*>& v) {
       return IsFloat(d) ? kk.b().CreateFNeg(v[0]) : kk.b().CreateNeg(v[0]);
     });
     return absl::OkStatus();
   });
-  r.Register("Sign", [](KernelContext& k) -> absl::Status {
+  r.DefineEmitter("Sign", [](KernelContext& k) -> absl::Status {
     DType d = k.in_dtype(0);
     EmitBroadcastElementwise(k, {0}, [d](KernelContext& kk, const std::vector<llvm::Value*>& v) {
       auto& b = kk.b();
@@ -127,37 +127,37 @@ void RegisterUnary(KernelRegistry& r) {
     });
     return absl::OkStatus();
   });
-  r.Register("Not", Elementwise(1, [](KernelContext& k, const std::vector<llvm::Value*>& v) {
-               return k.b().CreateXor(v[0], k.b().getInt8(1));
-             }));
-  r.Register("Exp", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
-               return k.FastExp(x);
-             }));
-  r.Register("Erf", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
-               return k.FastErf(x);
-             }));
-  r.Register("Tanh", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
-               return k.FastTanh(x);
-             }));
-  r.Register("Log", FloatIntrinsic(llvm::Intrinsic::log));
-  r.Register("Sqrt", FloatIntrinsic(llvm::Intrinsic::sqrt));
-  r.Register("Floor", FloatIntrinsic(llvm::Intrinsic::floor));
-  r.Register("Ceil", FloatIntrinsic(llvm::Intrinsic::ceil));
-  r.Register("Round", FloatIntrinsic(llvm::Intrinsic::roundeven));
-  r.Register("Sin", FloatIntrinsic(llvm::Intrinsic::sin));
-  r.Register("Cos", FloatIntrinsic(llvm::Intrinsic::cos));
+  r.DefineEmitter("Not", Elementwise(1, [](KernelContext& k, const std::vector<llvm::Value*>& v) {
+                    return k.b().CreateXor(v[0], k.b().getInt8(1));
+                  }));
+  r.DefineEmitter("Exp", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
+                    return k.FastExp(x);
+                  }));
+  r.DefineEmitter("Erf", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
+                    return k.FastErf(x);
+                  }));
+  r.DefineEmitter("Tanh", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
+                    return k.FastTanh(x);
+                  }));
+  r.DefineEmitter("Log", FloatIntrinsic(llvm::Intrinsic::log));
+  r.DefineEmitter("Sqrt", FloatIntrinsic(llvm::Intrinsic::sqrt));
+  r.DefineEmitter("Floor", FloatIntrinsic(llvm::Intrinsic::floor));
+  r.DefineEmitter("Ceil", FloatIntrinsic(llvm::Intrinsic::ceil));
+  r.DefineEmitter("Round", FloatIntrinsic(llvm::Intrinsic::roundeven));
+  r.DefineEmitter("Sin", FloatIntrinsic(llvm::Intrinsic::sin));
+  r.DefineEmitter("Cos", FloatIntrinsic(llvm::Intrinsic::cos));
   for (const char* f : {"tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"}) {
     std::string op = f;
     op[0] = static_cast<char>(std::toupper(op[0]));
-    r.Register(op, LibmUnary(f));
+    r.DefineEmitter(op, LibmUnary(f));
   }
-  r.Register("Reciprocal", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
-               return k.b().CreateFDiv(FConst(k, x, 1), x);
-             }));
-  r.Register("Sigmoid", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
-               return Sigmoid(k, x);
-             }));
-  r.Register("Relu", [](KernelContext& k) -> absl::Status {
+  r.DefineEmitter("Reciprocal", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
+                    return k.b().CreateFDiv(FConst(k, x, 1), x);
+                  }));
+  r.DefineEmitter("Sigmoid", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
+                    return Sigmoid(k, x);
+                  }));
+  r.DefineEmitter("Relu", [](KernelContext& k) -> absl::Status {
     DType d = k.in_dtype(0);
     EmitBroadcastElementwise(
         k, {0}, [d](KernelContext& kk, const std::vector<llvm::Value*>& v) -> llvm::Value* {
@@ -167,18 +167,19 @@ void RegisterUnary(KernelRegistry& r) {
         });
     return absl::OkStatus();
   });
-  r.Register("LeakyRelu", FloatUnary([](KernelContext& k, const ir::Node& n, llvm::Value* x) {
-               auto& b = k.b();
-               llvm::Value* alpha = FConst(k, x, n.attr_float("alpha", 0.01f));
-               return b.CreateSelect(b.CreateFCmpOLT(x, FConst(k, x, 0)), b.CreateFMul(alpha, x),
-                                     x);
-             }));
-  r.Register("ThresholdedRelu", FloatUnary([](KernelContext& k, const ir::Node& n, llvm::Value* x) {
-               auto& b = k.b();
-               return b.CreateSelect(b.CreateFCmpOGT(x, FConst(k, x, n.attr_float("alpha", 1.0f))),
-                                     x, FConst(k, x, 0));
-             }));
-  r.Register(
+  r.DefineEmitter("LeakyRelu", FloatUnary([](KernelContext& k, const ir::Node& n, llvm::Value* x) {
+                    auto& b = k.b();
+                    llvm::Value* alpha = FConst(k, x, n.attr_float("alpha", 0.01f));
+                    return b.CreateSelect(b.CreateFCmpOLT(x, FConst(k, x, 0)),
+                                          b.CreateFMul(alpha, x), x);
+                  }));
+  r.DefineEmitter(
+      "ThresholdedRelu", FloatUnary([](KernelContext& k, const ir::Node& n, llvm::Value* x) {
+        auto& b = k.b();
+        return b.CreateSelect(b.CreateFCmpOGT(x, FConst(k, x, n.attr_float("alpha", 1.0f))), x,
+                              FConst(k, x, 0));
+      }));
+  r.DefineEmitter(
       "Shrink", FloatUnary([](KernelContext& k, const ir::Node& n, llvm::Value* x) {
         auto& b = k.b();
         llvm::Value* lambd = FConst(k, x, n.attr_float("lambd", 0.5f));
@@ -187,64 +188,66 @@ void RegisterUnary(KernelRegistry& r) {
             b.CreateSelect(b.CreateFCmpOGT(x, lambd), b.CreateFSub(x, bias), FConst(k, x, 0));
         return b.CreateSelect(b.CreateFCmpOLT(x, b.CreateFNeg(lambd)), b.CreateFAdd(x, bias), high);
       }));
-  r.Register("Elu", FloatUnary([](KernelContext& k, const ir::Node& n, llvm::Value* x) {
-               auto& b = k.b();
-               llvm::Value* alpha = FConst(k, x, n.attr_float("alpha", 1.0f));
-               llvm::Value* neg = b.CreateFMul(alpha, b.CreateFSub(Exp(k, x), FConst(k, x, 1)));
-               return b.CreateSelect(b.CreateFCmpOLT(x, FConst(k, x, 0)), neg, x);
-             }));
-  r.Register("Celu", FloatUnary([](KernelContext& k, const ir::Node& n, llvm::Value* x) {
-               auto& b = k.b();
-               llvm::Value* alpha = FConst(k, x, n.attr_float("alpha", 1.0f));
-               llvm::Value* neg = b.CreateFMul(
-                   alpha, b.CreateFSub(Exp(k, b.CreateFDiv(x, alpha)), FConst(k, x, 1)));
-               return b.CreateFAdd(k.Intrinsic2(llvm::Intrinsic::maxnum, x, FConst(k, x, 0)),
-                                   k.Intrinsic2(llvm::Intrinsic::minnum, neg, FConst(k, x, 0)));
-             }));
-  r.Register("Selu", FloatUnary([](KernelContext& k, const ir::Node& n, llvm::Value* x) {
-               auto& b = k.b();
-               llvm::Value* alpha = FConst(k, x, n.attr_float("alpha", 1.67326319217681884765625f));
-               llvm::Value* gamma = FConst(k, x, n.attr_float("gamma", 1.05070102214813232421875f));
-               llvm::Value* neg = b.CreateFSub(b.CreateFMul(alpha, Exp(k, x)), alpha);
-               return b.CreateFMul(gamma,
-                                   b.CreateSelect(b.CreateFCmpOGT(x, FConst(k, x, 0)), x, neg));
-             }));
-  r.Register("HardSigmoid", FloatUnary([](KernelContext& k, const ir::Node& n, llvm::Value* x) {
-               auto& b = k.b();
-               llvm::Value* y =
-                   b.CreateFAdd(b.CreateFMul(FConst(k, x, n.attr_float("alpha", 0.2f)), x),
-                                FConst(k, x, n.attr_float("beta", 0.5f)));
-               return k.Intrinsic2(llvm::Intrinsic::minnum,
-                                   k.Intrinsic2(llvm::Intrinsic::maxnum, y, FConst(k, x, 0)),
-                                   FConst(k, x, 1));
-             }));
-  r.Register("HardSwish", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
-               auto& b = k.b();
-               llvm::Value* y =
-                   b.CreateFAdd(b.CreateFMul(FConst(k, x, 1.0 / 6.0), x), FConst(k, x, 0.5));
-               y = k.Intrinsic2(llvm::Intrinsic::minnum,
-                                k.Intrinsic2(llvm::Intrinsic::maxnum, y, FConst(k, x, 0)),
-                                FConst(k, x, 1));
-               return b.CreateFMul(x, y);
-             }));
-  r.Register("Softplus", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
-               return Softplus(k, x);
-             }));
-  r.Register("Softsign", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
-               auto& b = k.b();
-               return b.CreateFDiv(
-                   x, b.CreateFAdd(FConst(k, x, 1), k.Intrinsic(llvm::Intrinsic::fabs, x)));
-             }));
-  r.Register("Mish", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
-               return k.b().CreateFMul(x, k.FastTanh(Softplus(k, x)));
-             }));
-  r.Register("Gelu", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
-               return k.FastGelu(x);
-             }));
-  r.Register("IsNaN", Elementwise(1, [](KernelContext& k, const std::vector<llvm::Value*>& v) {
-               return k.b().CreateZExt(k.b().CreateFCmpUNO(v[0], v[0]), k.b().getInt8Ty());
-             }));
-  r.Register("IsInf", [](KernelContext& k) -> absl::Status {
+  r.DefineEmitter("Elu", FloatUnary([](KernelContext& k, const ir::Node& n, llvm::Value* x) {
+                    auto& b = k.b();
+                    llvm::Value* alpha = FConst(k, x, n.attr_float("alpha", 1.0f));
+                    llvm::Value* neg =
+                        b.CreateFMul(alpha, b.CreateFSub(Exp(k, x), FConst(k, x, 1)));
+                    return b.CreateSelect(b.CreateFCmpOLT(x, FConst(k, x, 0)), neg, x);
+                  }));
+  r.DefineEmitter(
+      "Celu", FloatUnary([](KernelContext& k, const ir::Node& n, llvm::Value* x) {
+        auto& b = k.b();
+        llvm::Value* alpha = FConst(k, x, n.attr_float("alpha", 1.0f));
+        llvm::Value* neg =
+            b.CreateFMul(alpha, b.CreateFSub(Exp(k, b.CreateFDiv(x, alpha)), FConst(k, x, 1)));
+        return b.CreateFAdd(k.Intrinsic2(llvm::Intrinsic::maxnum, x, FConst(k, x, 0)),
+                            k.Intrinsic2(llvm::Intrinsic::minnum, neg, FConst(k, x, 0)));
+      }));
+  r.DefineEmitter(
+      "Selu", FloatUnary([](KernelContext& k, const ir::Node& n, llvm::Value* x) {
+        auto& b = k.b();
+        llvm::Value* alpha = FConst(k, x, n.attr_float("alpha", 1.67326319217681884765625f));
+        llvm::Value* gamma = FConst(k, x, n.attr_float("gamma", 1.05070102214813232421875f));
+        llvm::Value* neg = b.CreateFSub(b.CreateFMul(alpha, Exp(k, x)), alpha);
+        return b.CreateFMul(gamma, b.CreateSelect(b.CreateFCmpOGT(x, FConst(k, x, 0)), x, neg));
+      }));
+  r.DefineEmitter(
+      "HardSigmoid", FloatUnary([](KernelContext& k, const ir::Node& n, llvm::Value* x) {
+        auto& b = k.b();
+        llvm::Value* y = b.CreateFAdd(b.CreateFMul(FConst(k, x, n.attr_float("alpha", 0.2f)), x),
+                                      FConst(k, x, n.attr_float("beta", 0.5f)));
+        return k.Intrinsic2(llvm::Intrinsic::minnum,
+                            k.Intrinsic2(llvm::Intrinsic::maxnum, y, FConst(k, x, 0)),
+                            FConst(k, x, 1));
+      }));
+  r.DefineEmitter("HardSwish", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
+                    auto& b = k.b();
+                    llvm::Value* y =
+                        b.CreateFAdd(b.CreateFMul(FConst(k, x, 1.0 / 6.0), x), FConst(k, x, 0.5));
+                    y = k.Intrinsic2(llvm::Intrinsic::minnum,
+                                     k.Intrinsic2(llvm::Intrinsic::maxnum, y, FConst(k, x, 0)),
+                                     FConst(k, x, 1));
+                    return b.CreateFMul(x, y);
+                  }));
+  r.DefineEmitter("Softplus", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
+                    return Softplus(k, x);
+                  }));
+  r.DefineEmitter("Softsign", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
+                    auto& b = k.b();
+                    return b.CreateFDiv(
+                        x, b.CreateFAdd(FConst(k, x, 1), k.Intrinsic(llvm::Intrinsic::fabs, x)));
+                  }));
+  r.DefineEmitter("Mish", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
+                    return k.b().CreateFMul(x, k.FastTanh(Softplus(k, x)));
+                  }));
+  r.DefineEmitter("Gelu", FloatUnary([](KernelContext& k, const ir::Node&, llvm::Value* x) {
+                    return k.FastGelu(x);
+                  }));
+  r.DefineEmitter("IsNaN", Elementwise(1, [](KernelContext& k, const std::vector<llvm::Value*>& v) {
+                    return k.b().CreateZExt(k.b().CreateFCmpUNO(v[0], v[0]), k.b().getInt8Ty());
+                  }));
+  r.DefineEmitter("IsInf", [](KernelContext& k) -> absl::Status {
     bool pos = k.node().attr_int("detect_positive", 1) != 0;
     bool neg = k.node().attr_int("detect_negative", 1) != 0;
     EmitBroadcastElementwise(k, {0}, [=](KernelContext& kk, const std::vector<llvm::Value*>& v) {
@@ -290,20 +293,20 @@ llvm::Value* PowScalar(KernelContext& k, DType base, DType exp, llvm::Value* a, 
   return k.Convert(k.Intrinsic2(llvm::Intrinsic::pow, fa, fb), DType::kFloat64, base);
 }
 
-void RegisterBinary(KernelRegistry& r) {
-  r.Register("Add", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) {
-               return k.Add(d, a, b);
-             }));
-  r.Register("Sub", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) {
-               return k.Sub(d, a, b);
-             }));
-  r.Register("Mul", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) {
-               return k.Mul(d, a, b);
-             }));
-  r.Register("Div", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) {
-               return k.Div(d, a, b);
-             }));
-  r.Register("Mod", [](KernelContext& k) -> absl::Status {
+void RegisterBinary(OpTable& r) {
+  r.DefineEmitter("Add", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) {
+                    return k.Add(d, a, b);
+                  }));
+  r.DefineEmitter("Sub", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) {
+                    return k.Sub(d, a, b);
+                  }));
+  r.DefineEmitter("Mul", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) {
+                    return k.Mul(d, a, b);
+                  }));
+  r.DefineEmitter("Div", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) {
+                    return k.Div(d, a, b);
+                  }));
+  r.DefineEmitter("Mod", [](KernelContext& k) -> absl::Status {
     DType d = k.in_dtype(0);
     bool fmod = k.node().attr_int("fmod", 0) != 0;
     EmitBroadcastElementwise(
@@ -329,7 +332,7 @@ void RegisterBinary(KernelRegistry& r) {
         });
     return absl::OkStatus();
   });
-  r.Register("Pow", [](KernelContext& k) -> absl::Status {
+  r.DefineEmitter("Pow", [](KernelContext& k) -> absl::Status {
     DType base = k.in_dtype(0), exp = k.in_dtype(1);
     // A constant scalar exponent of 1, 2 or 3 (LayerNorm's x^2) is exact as multiplications,
     // which vectorise where a pow call does not.
@@ -352,45 +355,46 @@ void RegisterBinary(KernelRegistry& r) {
     });
     return absl::OkStatus();
   });
-  r.Register("BitShift", [](KernelContext& k) -> absl::Status {
+  r.DefineEmitter("BitShift", [](KernelContext& k) -> absl::Status {
     bool left = k.node().attr_string("direction", "") == "LEFT";
     EmitBroadcastElementwise(k, {0, 1}, [=](KernelContext& kk, const std::vector<llvm::Value*>& v) {
       return left ? kk.b().CreateShl(v[0], v[1]) : kk.b().CreateLShr(v[0], v[1]);
     });
     return absl::OkStatus();
   });
-  r.Register("And", Binary([](KernelContext& k, DType, llvm::Value* a, llvm::Value* b) {
-               return k.b().CreateAnd(a, b);
-             }));
-  r.Register("Or", Binary([](KernelContext& k, DType, llvm::Value* a, llvm::Value* b) {
-               return k.b().CreateOr(a, b);
-             }));
-  r.Register("Xor", Binary([](KernelContext& k, DType, llvm::Value* a, llvm::Value* b) {
-               return k.b().CreateXor(a, b);
-             }));
-  r.Register("Equal", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) {
-               return ToBool(k, k.Equal(d, a, b));
-             }));
-  r.Register("Less", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) {
-               return ToBool(k, k.Less(d, a, b));
-             }));
-  r.Register("Greater", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) {
-               return ToBool(k, k.Greater(d, a, b));
-             }));
-  r.Register("LessOrEqual", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) {
-               llvm::Value* r = IsFloat(d) ? k.b().CreateFCmpOLE(a, b)
-                                           : (IsSigned(d) ? k.b().CreateICmpSLE(a, b)
-                                                          : k.b().CreateICmpULE(a, b));
-               return ToBool(k, r);
-             }));
-  r.Register(
+  r.DefineEmitter("And", Binary([](KernelContext& k, DType, llvm::Value* a, llvm::Value* b) {
+                    return k.b().CreateAnd(a, b);
+                  }));
+  r.DefineEmitter("Or", Binary([](KernelContext& k, DType, llvm::Value* a, llvm::Value* b) {
+                    return k.b().CreateOr(a, b);
+                  }));
+  r.DefineEmitter("Xor", Binary([](KernelContext& k, DType, llvm::Value* a, llvm::Value* b) {
+                    return k.b().CreateXor(a, b);
+                  }));
+  r.DefineEmitter("Equal", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) {
+                    return ToBool(k, k.Equal(d, a, b));
+                  }));
+  r.DefineEmitter("Less", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) {
+                    return ToBool(k, k.Less(d, a, b));
+                  }));
+  r.DefineEmitter("Greater", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) {
+                    return ToBool(k, k.Greater(d, a, b));
+                  }));
+  r.DefineEmitter(
+      "LessOrEqual", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) {
+        llvm::Value* r =
+            IsFloat(d) ? k.b().CreateFCmpOLE(a, b)
+                       : (IsSigned(d) ? k.b().CreateICmpSLE(a, b) : k.b().CreateICmpULE(a, b));
+        return ToBool(k, r);
+      }));
+  r.DefineEmitter(
       "GreaterOrEqual", Binary([](KernelContext& k, DType d, llvm::Value* a, llvm::Value* b) {
         llvm::Value* r =
             IsFloat(d) ? k.b().CreateFCmpOGE(a, b)
                        : (IsSigned(d) ? k.b().CreateICmpSGE(a, b) : k.b().CreateICmpUGE(a, b));
         return ToBool(k, r);
       }));
-  r.Register("PRelu", [](KernelContext& k) -> absl::Status {
+  r.DefineEmitter("PRelu", [](KernelContext& k) -> absl::Status {
     DType d = k.in_dtype(0);
     EmitBroadcastElementwise(k, {0, 1}, [d](KernelContext& kk, const std::vector<llvm::Value*>& v) {
       llvm::Value* zero = kk.Const(d, 0);
@@ -398,7 +402,7 @@ void RegisterBinary(KernelRegistry& r) {
     });
     return absl::OkStatus();
   });
-  r.Register("Where", [](KernelContext& k) -> absl::Status {
+  r.DefineEmitter("Where", [](KernelContext& k) -> absl::Status {
     EmitBroadcastElementwise(
         k, {0, 1, 2}, [](KernelContext& kk, const std::vector<llvm::Value*>& v) {
           return kk.b().CreateSelect(kk.b().CreateICmpNE(v[0], kk.b().getInt8(0)), v[1], v[2]);
@@ -407,7 +411,7 @@ void RegisterBinary(KernelRegistry& r) {
   });
 }
 
-void RegisterVariadic(KernelRegistry& r) {
+void RegisterVariadic(OpTable& r) {
   auto variadic = [](const char* op) -> EmitFn {
     std::string name = op;
     return [name](KernelContext& k) -> absl::Status {
@@ -430,7 +434,7 @@ void RegisterVariadic(KernelRegistry& r) {
       return absl::OkStatus();
     };
   };
-  for (const char* op : {"Sum", "Mean", "Max", "Min"}) r.Register(op, variadic(op));
+  for (const char* op : {"Sum", "Mean", "Max", "Min"}) r.DefineEmitter(op, variadic(op));
 }
 
 absl::Status EmitClip(KernelContext& k) {
@@ -459,12 +463,12 @@ absl::Status EmitClip(KernelContext& k) {
 
 }  // namespace
 
-void RegisterElementwiseKernels(KernelRegistry& r) {
+void RegisterElementwiseKernels(OpTable& r) {
   RegisterUnary(r);
   RegisterBinary(r);
   RegisterVariadic(r);
-  r.Register("Clip", EmitClip);
-  r.Register("Cast", [](KernelContext& k) -> absl::Status {
+  r.DefineEmitter("Clip", EmitClip);
+  r.DefineEmitter("Cast", [](KernelContext& k) -> absl::Status {
     DType from = k.in_dtype(0), to = k.out_dtype(0);
     EmitBroadcastElementwise(k, {0}, [=](KernelContext& kk, const std::vector<llvm::Value*>& v) {
       return kk.Convert(v[0], from, to);

@@ -181,14 +181,14 @@ absl::Status MaxUnpool(KernelContext& k) {
 
 }  // namespace
 
-void RegisterIndexingKernels(KernelRegistry& r) {
-  r.Register("GatherElements", GatherElements);
-  r.Register("ScatterElements", ScatterElements);
-  r.Register("Scatter", ScatterElements);
-  r.Register("GatherND", GatherND);
-  r.Register("OneHot", OneHot);
-  r.Register("ReverseSequence", ReverseSequence);
-  r.Register("MaxUnpool", MaxUnpool);
+void RegisterIndexingKernels(OpTable& r) {
+  r.DefineEmitter("GatherElements", GatherElements);
+  r.DefineEmitter("ScatterElements", ScatterElements);
+  r.DefineEmitter("Scatter", ScatterElements);
+  r.DefineEmitter("GatherND", GatherND);
+  r.DefineEmitter("OneHot", OneHot);
+  r.DefineEmitter("ReverseSequence", ReverseSequence);
+  r.DefineEmitter("MaxUnpool", MaxUnpool);
 }
 
 }  // namespace cuvil::codegen

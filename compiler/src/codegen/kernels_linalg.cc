@@ -516,10 +516,10 @@ absl::Status Det(KernelContext& k) {
 
 }  // namespace
 
-void RegisterLinalgKernels(KernelRegistry& r) {
-  r.Register("Gemm", Gemm);
-  r.Register("Det", Det);
-  r.Register("MatMul", MatMul);
+void RegisterLinalgKernels(OpTable& r) {
+  r.DefineEmitter("Gemm", Gemm);
+  r.DefineEmitter("Det", Det);
+  r.DefineEmitter("MatMul", MatMul);
 }
 
 }  // namespace cuvil::codegen

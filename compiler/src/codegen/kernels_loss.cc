@@ -82,9 +82,9 @@ absl::Status EmitLoss(KernelContext& k) {
 
 }  // namespace
 
-void RegisterLossKernels(KernelRegistry& r) {
-  r.Register("NegativeLogLikelihoodLoss", EmitLoss);
-  r.Register("SoftmaxCrossEntropyLoss", EmitLoss);
+void RegisterLossKernels(OpTable& r) {
+  r.DefineEmitter("NegativeLogLikelihoodLoss", EmitLoss);
+  r.DefineEmitter("SoftmaxCrossEntropyLoss", EmitLoss);
 }
 
 }  // namespace cuvil::codegen

@@ -592,21 +592,21 @@ absl::Status Resize(KernelContext& k) { return ResizeEmitter(k).Emit(); }
 
 }  // namespace
 
-void RegisterMovementKernels(KernelRegistry& r) {
-  r.Register("Transpose", Transpose);
-  r.Register("Concat", ConcatOrSplit);
-  r.Register("Split", ConcatOrSplit);
-  r.Register("Slice", Slice);
-  r.Register("Gather", Gather);
-  r.Register("Tile", Tile);
-  r.Register("Expand", Expand);
-  r.Register("Pad", Pad);
-  r.Register("DepthToSpace", BlockRearrange);
-  r.Register("SpaceToDepth", BlockRearrange);
-  r.Register("ScatterND", ScatterND);
-  r.Register("Trilu", Trilu);
-  r.Register("Resize", Resize);
-  r.Register("Upsample", Resize);
+void RegisterMovementKernels(OpTable& r) {
+  r.DefineEmitter("Transpose", Transpose);
+  r.DefineEmitter("Concat", ConcatOrSplit);
+  r.DefineEmitter("Split", ConcatOrSplit);
+  r.DefineEmitter("Slice", Slice);
+  r.DefineEmitter("Gather", Gather);
+  r.DefineEmitter("Tile", Tile);
+  r.DefineEmitter("Expand", Expand);
+  r.DefineEmitter("Pad", Pad);
+  r.DefineEmitter("DepthToSpace", BlockRearrange);
+  r.DefineEmitter("SpaceToDepth", BlockRearrange);
+  r.DefineEmitter("ScatterND", ScatterND);
+  r.DefineEmitter("Trilu", Trilu);
+  r.DefineEmitter("Resize", Resize);
+  r.DefineEmitter("Upsample", Resize);
 }
 
 }  // namespace cuvil::codegen

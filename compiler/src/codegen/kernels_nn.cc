@@ -548,14 +548,15 @@ absl::Status EmitGlobalPool(KernelContext& k, bool is_max) {
 
 }  // namespace
 
-void RegisterNnKernels(KernelRegistry& r) {
-  r.Register("Conv", EmitConv);
-  r.Register("ConvTranspose", EmitConvTranspose);
-  r.Register("MaxPool", [](KernelContext& k) { return EmitPool(k, /*is_max=*/true); });
-  r.Register("AveragePool", [](KernelContext& k) { return EmitPool(k, /*is_max=*/false); });
-  r.Register("GlobalMaxPool", [](KernelContext& k) { return EmitGlobalPool(k, /*is_max=*/true); });
-  r.Register("GlobalAveragePool",
-             [](KernelContext& k) { return EmitGlobalPool(k, /*is_max=*/false); });
+void RegisterNnKernels(OpTable& r) {
+  r.DefineEmitter("Conv", EmitConv);
+  r.DefineEmitter("ConvTranspose", EmitConvTranspose);
+  r.DefineEmitter("MaxPool", [](KernelContext& k) { return EmitPool(k, /*is_max=*/true); });
+  r.DefineEmitter("AveragePool", [](KernelContext& k) { return EmitPool(k, /*is_max=*/false); });
+  r.DefineEmitter("GlobalMaxPool",
+                  [](KernelContext& k) { return EmitGlobalPool(k, /*is_max=*/true); });
+  r.DefineEmitter("GlobalAveragePool",
+                  [](KernelContext& k) { return EmitGlobalPool(k, /*is_max=*/false); });
 }
 
 }  // namespace cuvil::codegen

@@ -247,14 +247,14 @@ absl::Status QLinearConv(KernelContext& k) {
 
 }  // namespace
 
-void RegisterQuantKernels(KernelRegistry& r) {
-  r.Register("QuantizeLinear", QuantizeLinear);
-  r.Register("DequantizeLinear", DequantizeLinear);
-  r.Register("DynamicQuantizeLinear", DynamicQuantizeLinear);
-  r.Register("MatMulInteger", MatMulInteger);
-  r.Register("QLinearMatMul", QLinearMatMul);
-  r.Register("ConvInteger", ConvInteger);
-  r.Register("QLinearConv", QLinearConv);
+void RegisterQuantKernels(OpTable& r) {
+  r.DefineEmitter("QuantizeLinear", QuantizeLinear);
+  r.DefineEmitter("DequantizeLinear", DequantizeLinear);
+  r.DefineEmitter("DynamicQuantizeLinear", DynamicQuantizeLinear);
+  r.DefineEmitter("MatMulInteger", MatMulInteger);
+  r.DefineEmitter("QLinearMatMul", QLinearMatMul);
+  r.DefineEmitter("ConvInteger", ConvInteger);
+  r.DefineEmitter("QLinearConv", QLinearConv);
 }
 
 }  // namespace cuvil::codegen

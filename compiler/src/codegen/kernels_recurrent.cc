@@ -590,10 +590,10 @@ absl::Status EmitRecurrent(KernelContext& k) { return RecurrentEmitter(k).Emit()
 
 }  // namespace
 
-void RegisterRecurrentKernels(KernelRegistry& r) {
-  r.Register("LSTM", EmitRecurrent);
-  r.Register("GRU", EmitRecurrent);
-  r.Register("RNN", EmitRecurrent);
+void RegisterRecurrentKernels(OpTable& r) {
+  r.DefineEmitter("LSTM", EmitRecurrent);
+  r.DefineEmitter("GRU", EmitRecurrent);
+  r.DefineEmitter("RNN", EmitRecurrent);
 }
 
 }  // namespace cuvil::codegen

@@ -538,23 +538,25 @@ absl::Status EmitCumSum(KernelContext& k) {
 
 }  // namespace
 
-void RegisterReductionKernels(KernelRegistry& r) {
+void RegisterReductionKernels(OpTable& r) {
   for (const ReduceOp& op : kReduceOps) {
-    r.Register(op.name, [&op](KernelContext& k) { return EmitReduce(k, op); });
+    r.DefineEmitter(op.name, [&op](KernelContext& k) { return EmitReduce(k, op); });
   }
-  r.Register("ArgMax", [](KernelContext& k) { return EmitArgReduce(k, true); });
-  r.Register("ArgMin", [](KernelContext& k) { return EmitArgReduce(k, false); });
-  r.Register("Softmax", [](KernelContext& k) { return EmitSoftmax(k, SoftmaxKind::kSoftmax); });
-  r.Register("LogSoftmax",
-             [](KernelContext& k) { return EmitSoftmax(k, SoftmaxKind::kLogSoftmax); });
-  r.Register("Hardmax", [](KernelContext& k) { return EmitSoftmax(k, SoftmaxKind::kHardmax); });
-  r.Register("CumSum", EmitCumSum);
-  r.Register("LRN", EmitLrn);
-  r.Register("MeanVarianceNormalization", EmitMvn);
-  r.Register("LayerNormalization", EmitLayerNorm);
-  r.Register("InstanceNormalization", EmitInstanceNorm);
-  r.Register("BatchNormalization", EmitBatchNorm);
-  r.Register("TopK", EmitTopK);
+  r.DefineEmitter("ArgMax", [](KernelContext& k) { return EmitArgReduce(k, true); });
+  r.DefineEmitter("ArgMin", [](KernelContext& k) { return EmitArgReduce(k, false); });
+  r.DefineEmitter("Softmax",
+                  [](KernelContext& k) { return EmitSoftmax(k, SoftmaxKind::kSoftmax); });
+  r.DefineEmitter("LogSoftmax",
+                  [](KernelContext& k) { return EmitSoftmax(k, SoftmaxKind::kLogSoftmax); });
+  r.DefineEmitter("Hardmax",
+                  [](KernelContext& k) { return EmitSoftmax(k, SoftmaxKind::kHardmax); });
+  r.DefineEmitter("CumSum", EmitCumSum);
+  r.DefineEmitter("LRN", EmitLrn);
+  r.DefineEmitter("MeanVarianceNormalization", EmitMvn);
+  r.DefineEmitter("LayerNormalization", EmitLayerNorm);
+  r.DefineEmitter("InstanceNormalization", EmitInstanceNorm);
+  r.DefineEmitter("BatchNormalization", EmitBatchNorm);
+  r.DefineEmitter("TopK", EmitTopK);
 }
 
 }  // namespace cuvil::codegen

@@ -297,9 +297,9 @@ absl::Status RoiAlign(KernelContext& k) {
 
 }  // namespace
 
-void RegisterSamplingKernels(KernelRegistry& r) {
-  r.Register("GridSample", GridSample);
-  r.Register("RoiAlign", RoiAlign);
+void RegisterSamplingKernels(OpTable& r) {
+  r.DefineEmitter("GridSample", GridSample);
+  r.DefineEmitter("RoiAlign", RoiAlign);
 }
 
 }  // namespace cuvil::codegen

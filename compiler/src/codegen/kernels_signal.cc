@@ -153,10 +153,11 @@ absl::Status Stft(KernelContext& k) {
 
 }  // namespace
 
-void RegisterSignalKernels(KernelRegistry& r) {
-  for (const char* op : {"HannWindow", "HammingWindow", "BlackmanWindow"}) r.Register(op, Window);
-  r.Register("DFT", Dft);
-  r.Register("STFT", Stft);
+void RegisterSignalKernels(OpTable& r) {
+  for (const char* op : {"HannWindow", "HammingWindow", "BlackmanWindow"})
+    r.DefineEmitter(op, Window);
+  r.DefineEmitter("DFT", Dft);
+  r.DefineEmitter("STFT", Stft);
 }
 
 }  // namespace cuvil::codegen

@@ -69,15 +69,15 @@ absl::Status EyeLike(KernelContext& k) {
 
 }  // namespace
 
-void RegisterTensorKernels(KernelRegistry& r) {
+void RegisterTensorKernels(OpTable& r) {
   for (const char* op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
-    r.Register(op, CopyInput);
-  r.Register("Shape", Shape);
-  r.Register("Size", Size);
-  r.Register("Dropout", Dropout);
-  r.Register("ConstantOfShape", ConstantOfShape);
-  r.Register("Range", Range);
-  r.Register("EyeLike", EyeLike);
+    r.DefineEmitter(op, CopyInput);
+  r.DefineEmitter("Shape", Shape);
+  r.DefineEmitter("Size", Size);
+  r.DefineEmitter("Dropout", Dropout);
+  r.DefineEmitter("ConstantOfShape", ConstantOfShape);
+  r.DefineEmitter("Range", Range);
+  r.DefineEmitter("EyeLike", EyeLike);
 }
 
 }  // namespace cuvil::codegen

@@ -69,6 +69,6 @@ absl::Status TfIdfVectorizer(KernelContext& k) {
 
 }  // namespace
 
-void RegisterTextKernels(KernelRegistry& r) { r.Register("TfIdfVectorizer", TfIdfVectorizer); }
+void RegisterTextKernels(OpTable& r) { r.DefineEmitter("TfIdfVectorizer", TfIdfVectorizer); }
 
 }  // namespace cuvil::codegen

@@ -108,20 +108,21 @@ class ModuleBuilder {
     // i32 kernel(args, batch): 0 or an EntryError.
     llvm::FunctionType* kernel_ty =
         llvm::FunctionType::get(llvm::Type::getInt32Ty(context_), {ptr, i64}, false);
-    const auto& registry = KernelRegistry::Get();
+    const OpTable& ops = OpTable::Get();
     std::vector<llvm::Constant*> table;
     int index = 0;
     for (const auto& node : graph_.nodes()) {
-      const EmitFn* emit = registry.Find(node->op_type);
-      if (emit == nullptr) {
-        return absl::UnimplementedError(absl::StrCat("no code generator for ", node->Describe()));
+      const OpDef* op = ops.Find(node->op_type);
+      if (op == nullptr) {
+        return absl::UnimplementedError(absl::StrCat("unsupported op ", node->Describe(), " (",
+                                                     ops.WhyMissing(node->op_type), ")"));
       }
       std::string name = absl::StrCat("k", index, "_", SanitizeSymbol(node->op_type));
       llvm::Function* fn =
           llvm::Function::Create(kernel_ty, llvm::Function::InternalLinkage, name, module_.get());
       SetAttributes(fn);
       KernelContext kc(*module_, fn, *node);
-      if (auto s = (*emit)(kc); !s.ok()) return s;
+      if (auto s = op->emit(kc); !s.ok()) return s;
       kc.b().CreateRet(kc.Status());
       table.push_back(fn);
       model->kernels.push_back(

@@ -14,7 +14,7 @@
 #include <memory>
 
 #include "cuvil/compiler/compiler.h"
-#include "op_registry.h"
+#include "infer_context.h"
 #include "subgraph_import.h"
 
 namespace cuvil::ir {
@@ -342,10 +342,10 @@ absl::Status Scan(InferContext& ctx) {
 
 }  // namespace
 
-void RegisterControlFlowShapes(OpRegistry& r) {
-  r.Register("If", If);
-  r.Register("Loop", Loop);
-  r.Register("Scan", Scan);
+void RegisterControlFlowShapes(OpTable& r) {
+  r.DefineShape("If", If);
+  r.DefineShape("Loop", Loop);
+  r.DefineShape("Scan", Scan);
 }
 
 }  // namespace cuvil::ir

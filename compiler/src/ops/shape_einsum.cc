@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <map>
 
-#include "op_registry.h"
+#include "infer_context.h"
 
 namespace cuvil::ir {
 namespace {
@@ -127,6 +127,6 @@ absl::Status Einsum(InferContext& c) {
 
 }  // namespace
 
-void RegisterEinsumShapes(OpRegistry& r) { r.Register("Einsum", Einsum); }
+void RegisterEinsumShapes(OpTable& r) { r.DefineShape("Einsum", Einsum); }
 
 }  // namespace cuvil::ir

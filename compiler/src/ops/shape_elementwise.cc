@@ -2,7 +2,7 @@
 // Where, Clip and Cast. Integer results of shape arithmetic are propagated as known values.
 #include <limits>
 
-#include "op_registry.h"
+#include "infer_context.h"
 
 namespace cuvil::ir {
 namespace {
@@ -167,7 +167,7 @@ absl::Status BoolUnary(InferContext& c) {
 
 }  // namespace
 
-void RegisterElementwiseShapes(OpRegistry& r) {
+void RegisterElementwiseShapes(OpTable& r) {
   for (const char* op : {"Abs",       "Neg",
                          "Exp",       "Log",
                          "Sqrt",      "Reciprocal",
@@ -187,38 +187,38 @@ void RegisterElementwiseShapes(OpRegistry& r) {
                          "Sign",      "ThresholdedRelu",
                          "Mish",      "Gelu",
                          "Not",       "Shrink"}) {
-    r.Register(op, Unary);
+    r.DefineShape(op, Unary);
   }
-  r.Register("Neg", IntegerUnary);
-  r.Register("Abs", IntegerUnary);
-  r.Register("IsNaN", BoolUnary);
-  r.Register("IsInf", BoolUnary);
-  r.Register("Add", Binary(false, [](SymDim a, SymDim b) { return SymAdd(a, b); }));
-  r.Register("Sub", Binary(false, [](SymDim a, SymDim b) { return SymSub(a, b); }));
+  r.DefineShape("Neg", IntegerUnary);
+  r.DefineShape("Abs", IntegerUnary);
+  r.DefineShape("IsNaN", BoolUnary);
+  r.DefineShape("IsInf", BoolUnary);
+  r.DefineShape("Add", Binary(false, [](SymDim a, SymDim b) { return SymAdd(a, b); }));
+  r.DefineShape("Sub", Binary(false, [](SymDim a, SymDim b) { return SymSub(a, b); }));
   // Checked: a saturated product must not be folded into a value the runtime would compute
   // differently (it wraps).
-  r.Register("Mul", Binary(false, [](SymDim a, SymDim b) { return SymMulChecked(a, b); }));
-  r.Register("Div", Binary(false, [](SymDim a, SymDim b) { return SymDiv(a, b); }));
-  r.Register("Pow", Binary(false, nullptr));
-  r.Register("Mod", Binary(false, nullptr));
-  r.Register("BitShift", Binary(false, nullptr));
-  for (const char* op : {"And", "Or", "Xor"}) r.Register(op, Binary(true, nullptr));
+  r.DefineShape("Mul", Binary(false, [](SymDim a, SymDim b) { return SymMulChecked(a, b); }));
+  r.DefineShape("Div", Binary(false, [](SymDim a, SymDim b) { return SymDiv(a, b); }));
+  r.DefineShape("Pow", Binary(false, nullptr));
+  r.DefineShape("Mod", Binary(false, nullptr));
+  r.DefineShape("BitShift", Binary(false, nullptr));
+  for (const char* op : {"And", "Or", "Xor"}) r.DefineShape(op, Binary(true, nullptr));
   for (const char* op : {"Less", "Greater", "LessOrEqual", "GreaterOrEqual"}) {
-    r.Register(op, Binary(true, nullptr));
+    r.DefineShape(op, Binary(true, nullptr));
   }
-  r.Register("Equal", Binary(true, [](SymDim a, SymDim b) -> std::optional<SymDim> {
-               if (a == b) return SymDim::Const(1);
-               if (a.IsStatic() && b.IsStatic()) return SymDim::Const(0);
-               if ((a.IsStatic() && a.coef <= 0) || (b.IsStatic() && b.coef <= 0))
-                 return SymDim::Const(0);
-               return std::nullopt;  // batch may or may not equal the constant.
-             }));
-  for (const char* op : {"Sum", "Mean", "Max", "Min"}) r.Register(op, Variadic);
-  r.Register("Where", Where);
-  r.Register("Clip", Clip);
-  r.Register("Cast", Cast);
-  r.Register("CastLike", CastLike);
-  r.Register("PRelu", PRelu);
+  r.DefineShape("Equal", Binary(true, [](SymDim a, SymDim b) -> std::optional<SymDim> {
+                  if (a == b) return SymDim::Const(1);
+                  if (a.IsStatic() && b.IsStatic()) return SymDim::Const(0);
+                  if ((a.IsStatic() && a.coef <= 0) || (b.IsStatic() && b.coef <= 0))
+                    return SymDim::Const(0);
+                  return std::nullopt;  // batch may or may not equal the constant.
+                }));
+  for (const char* op : {"Sum", "Mean", "Max", "Min"}) r.DefineShape(op, Variadic);
+  r.DefineShape("Where", Where);
+  r.DefineShape("Clip", Clip);
+  r.DefineShape("Cast", Cast);
+  r.DefineRewrite("CastLike", CastLike, "Cast");
+  r.DefineShape("PRelu", PRelu);
 }
 
 }  // namespace cuvil::ir

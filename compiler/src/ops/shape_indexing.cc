@@ -6,7 +6,7 @@
 // "batch_dims" non-negative.
 #include <algorithm>
 
-#include "op_registry.h"
+#include "infer_context.h"
 
 namespace cuvil::ir {
 namespace {
@@ -167,14 +167,14 @@ absl::Status MaxUnpool(InferContext& c) {
 
 }  // namespace
 
-void RegisterIndexingShapes(OpRegistry& r) {
-  r.Register("GatherElements", GatherElements);
-  r.Register("ScatterElements", ScatterElements);
-  r.Register("Scatter", ScatterElements);
-  r.Register("GatherND", GatherND);
-  r.Register("OneHot", OneHot);
-  r.Register("ReverseSequence", ReverseSequence);
-  r.Register("MaxUnpool", MaxUnpool);
+void RegisterIndexingShapes(OpTable& r) {
+  r.DefineShape("GatherElements", GatherElements);
+  r.DefineShape("ScatterElements", ScatterElements);
+  r.DefineShape("Scatter", ScatterElements);
+  r.DefineShape("GatherND", GatherND);
+  r.DefineShape("OneHot", OneHot);
+  r.DefineShape("ReverseSequence", ReverseSequence);
+  r.DefineShape("MaxUnpool", MaxUnpool);
 }
 
 }  // namespace cuvil::ir

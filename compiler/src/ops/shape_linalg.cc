@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "codegen/lower.h"
-#include "op_registry.h"
+#include "infer_context.h"
 
 namespace cuvil::ir {
 namespace {
@@ -143,10 +143,10 @@ absl::Status Det(InferContext& c) {
 
 }  // namespace
 
-void RegisterLinalgShapes(OpRegistry& r) {
-  r.Register("Det", Det);
-  r.Register("Gemm", Gemm);
-  r.Register("MatMul", MatMul);
+void RegisterLinalgShapes(OpTable& r) {
+  r.DefineShape("Det", Det);
+  r.DefineShape("Gemm", Gemm);
+  r.DefineShape("MatMul", MatMul);
 }
 
 }  // namespace cuvil::ir

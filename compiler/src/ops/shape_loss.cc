@@ -3,7 +3,7 @@
 // Canonical form seen by code generation: attrs "reduction" ("none", "sum" or "mean") and
 // "ignore_index" (present only when the model sets it); inputs (scores [N, C, d1..dk],
 // target [N, d1..dk], optional weight [C]).
-#include "op_registry.h"
+#include "infer_context.h"
 
 namespace cuvil::ir {
 namespace {
@@ -42,9 +42,9 @@ absl::Status Loss(InferContext& c) {
 
 }  // namespace
 
-void RegisterLossShapes(OpRegistry& r) {
-  r.Register("NegativeLogLikelihoodLoss", Loss);
-  r.Register("SoftmaxCrossEntropyLoss", Loss);
+void RegisterLossShapes(OpTable& r) {
+  r.DefineShape("NegativeLogLikelihoodLoss", Loss);
+  r.DefineShape("SoftmaxCrossEntropyLoss", Loss);
 }
 
 }  // namespace cuvil::ir

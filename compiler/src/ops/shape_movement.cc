@@ -10,7 +10,7 @@
 #include <cmath>
 #include <limits>
 
-#include "op_registry.h"
+#include "infer_context.h"
 
 namespace cuvil::ir {
 namespace {
@@ -633,21 +633,21 @@ absl::Status Resize(InferContext& c) {
 
 }  // namespace
 
-void RegisterMovementShapes(OpRegistry& r) {
-  r.Register("Transpose", Transpose);
-  r.Register("Concat", Concat);
-  r.Register("Split", Split);
-  r.Register("Slice", Slice);
-  r.Register("Gather", Gather);
-  r.Register("Tile", Tile);
-  r.Register("Expand", Expand);
-  r.Register("Pad", Pad);
-  r.Register("DepthToSpace", BlockRearrange);
-  r.Register("SpaceToDepth", BlockRearrange);
-  r.Register("ScatterND", ScatterND);
-  r.Register("Trilu", Trilu);
-  r.Register("Resize", Resize);
-  r.Register("Upsample", Resize);
+void RegisterMovementShapes(OpTable& r) {
+  r.DefineShape("Transpose", Transpose);
+  r.DefineShape("Concat", Concat);
+  r.DefineShape("Split", Split);
+  r.DefineShape("Slice", Slice);
+  r.DefineShape("Gather", Gather);
+  r.DefineShape("Tile", Tile);
+  r.DefineShape("Expand", Expand);
+  r.DefineShape("Pad", Pad);
+  r.DefineShape("DepthToSpace", BlockRearrange);
+  r.DefineShape("SpaceToDepth", BlockRearrange);
+  r.DefineShape("ScatterND", ScatterND);
+  r.DefineShape("Trilu", Trilu);
+  r.DefineShape("Resize", Resize);
+  r.DefineShape("Upsample", Resize);
 }
 
 }  // namespace cuvil::ir

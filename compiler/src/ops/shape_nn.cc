@@ -4,7 +4,7 @@
 // never sees auto_pad, output_shape or output_padding: `kernel_shape`, `strides`, `dilations` and
 // `pads` ([begin..., end...]) are always present and auto_pad is removed. Spatial dims must be
 // static; the batch dim may be symbolic.
-#include "op_registry.h"
+#include "infer_context.h"
 
 namespace cuvil::ir {
 namespace {
@@ -277,13 +277,13 @@ absl::Status GlobalPool(InferContext& c) {
 
 }  // namespace
 
-void RegisterNnShapes(OpRegistry& r) {
-  r.Register("Conv", Conv);
-  r.Register("ConvTranspose", ConvTranspose);
-  r.Register("MaxPool", Pool);
-  r.Register("AveragePool", Pool);
-  r.Register("GlobalAveragePool", GlobalPool);
-  r.Register("GlobalMaxPool", GlobalPool);
+void RegisterNnShapes(OpTable& r) {
+  r.DefineShape("Conv", Conv);
+  r.DefineShape("ConvTranspose", ConvTranspose);
+  r.DefineShape("MaxPool", Pool);
+  r.DefineShape("AveragePool", Pool);
+  r.DefineShape("GlobalAveragePool", GlobalPool);
+  r.DefineShape("GlobalMaxPool", GlobalPool);
 }
 
 }  // namespace cuvil::ir

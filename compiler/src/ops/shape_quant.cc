@@ -4,7 +4,7 @@
 // (kernel_shape, strides, dilations, pads with begin/end per spatial axis, group; no auto_pad).
 #include <algorithm>
 
-#include "op_registry.h"
+#include "infer_context.h"
 
 namespace cuvil::ir {
 namespace {
@@ -223,15 +223,16 @@ absl::Status QLinearConv(InferContext& c) {
 
 }  // namespace
 
-void RegisterQuantShapes(OpRegistry& r) {
-  r.Register("QuantizeLinear", [](InferContext& c) { return QuantDequant(c, /*quantize=*/true); });
-  r.Register("DequantizeLinear",
-             [](InferContext& c) { return QuantDequant(c, /*quantize=*/false); });
-  r.Register("DynamicQuantizeLinear", DynamicQuantize);
-  r.Register("MatMulInteger", MatMulInteger);
-  r.Register("QLinearMatMul", QLinearMatMul);
-  r.Register("ConvInteger", ConvInteger);
-  r.Register("QLinearConv", QLinearConv);
+void RegisterQuantShapes(OpTable& r) {
+  r.DefineShape("QuantizeLinear",
+                [](InferContext& c) { return QuantDequant(c, /*quantize=*/true); });
+  r.DefineShape("DequantizeLinear",
+                [](InferContext& c) { return QuantDequant(c, /*quantize=*/false); });
+  r.DefineShape("DynamicQuantizeLinear", DynamicQuantize);
+  r.DefineShape("MatMulInteger", MatMulInteger);
+  r.DefineShape("QLinearMatMul", QLinearMatMul);
+  r.DefineShape("ConvInteger", ConvInteger);
+  r.DefineShape("QLinearConv", QLinearConv);
 }
 
 }  // namespace cuvil::ir

@@ -8,7 +8,7 @@
 // kernel's products stream contiguous rows of the weights.
 #include <cctype>
 
-#include "op_registry.h"
+#include "infer_context.h"
 
 namespace cuvil::ir {
 namespace {
@@ -228,10 +228,10 @@ absl::Status Recurrent(InferContext& c) {
 
 }  // namespace
 
-void RegisterRecurrentShapes(OpRegistry& r) {
-  r.Register("LSTM", Recurrent);
-  r.Register("GRU", Recurrent);
-  r.Register("RNN", Recurrent);
+void RegisterRecurrentShapes(OpTable& r) {
+  r.DefineShape("LSTM", Recurrent);
+  r.DefineShape("GRU", Recurrent);
+  r.DefineShape("RNN", Recurrent);
 }
 
 }  // namespace cuvil::ir

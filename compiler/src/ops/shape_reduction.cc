@@ -9,7 +9,7 @@
 //            and opset >= 13's single axis are one form.
 #include <algorithm>
 
-#include "op_registry.h"
+#include "infer_context.h"
 
 namespace cuvil::ir {
 namespace {
@@ -191,22 +191,22 @@ absl::Status CumSum(InferContext& c) {
 
 }  // namespace
 
-void RegisterReductionShapes(OpRegistry& r) {
+void RegisterReductionShapes(OpTable& r) {
   for (const char* op :
        {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
         "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"}) {
-    r.Register(op, Reduce);
+    r.DefineShape(op, Reduce);
   }
-  r.Register("ArgMax", ArgReduce);
-  r.Register("ArgMin", ArgReduce);
-  for (const char* op : {"Softmax", "LogSoftmax", "Hardmax"}) r.Register(op, SoftmaxLike);
-  r.Register("LayerNormalization", LayerNormalization);
-  r.Register("InstanceNormalization", InstanceNormalization);
-  r.Register("BatchNormalization", BatchNormalization);
-  r.Register("TopK", TopK);
-  r.Register("CumSum", CumSum);
-  r.Register("LRN", Lrn);
-  r.Register("MeanVarianceNormalization", MeanVarianceNormalization);
+  r.DefineShape("ArgMax", ArgReduce);
+  r.DefineShape("ArgMin", ArgReduce);
+  for (const char* op : {"Softmax", "LogSoftmax", "Hardmax"}) r.DefineShape(op, SoftmaxLike);
+  r.DefineShape("LayerNormalization", LayerNormalization);
+  r.DefineShape("InstanceNormalization", InstanceNormalization);
+  r.DefineShape("BatchNormalization", BatchNormalization);
+  r.DefineShape("TopK", TopK);
+  r.DefineShape("CumSum", CumSum);
+  r.DefineShape("LRN", Lrn);
+  r.DefineShape("MeanVarianceNormalization", MeanVarianceNormalization);
 }
 
 }  // namespace cuvil::ir

@@ -4,7 +4,7 @@
 // bicubic), "padding_mode" (zeros, border or reflection) and "align_corners"; RoiAlign has
 // "mode" (avg or max) and "half_pixel" (1 for coordinate_transformation_mode half_pixel, the
 // opset-16 default; 0 for output_half_pixel, the only behaviour before opset 16).
-#include "op_registry.h"
+#include "infer_context.h"
 
 namespace cuvil::ir {
 namespace {
@@ -67,9 +67,9 @@ absl::Status RoiAlign(InferContext& c) {
 
 }  // namespace
 
-void RegisterSamplingShapes(OpRegistry& r) {
-  r.Register("GridSample", GridSample);
-  r.Register("RoiAlign", RoiAlign);
+void RegisterSamplingShapes(OpTable& r) {
+  r.DefineShape("GridSample", GridSample);
+  r.DefineShape("RoiAlign", RoiAlign);
 }
 
 }  // namespace cuvil::ir

@@ -5,7 +5,7 @@
 // >= 0) and "periodic", the output type from "output_datatype" (default float32). DFT has "axis"
 // non-negative and "length" (the transform length, dft_length folded); STFT has "frame_step" and
 // "frame_length" folded, its window (if any) left as input 2.
-#include "op_registry.h"
+#include "infer_context.h"
 
 namespace cuvil::ir {
 namespace {
@@ -105,10 +105,11 @@ absl::Status Stft(InferContext& c) {
 
 }  // namespace
 
-void RegisterSignalShapes(OpRegistry& r) {
-  for (const char* op : {"HannWindow", "HammingWindow", "BlackmanWindow"}) r.Register(op, Window);
-  r.Register("DFT", Dft);
-  r.Register("STFT", Stft);
+void RegisterSignalShapes(OpTable& r) {
+  for (const char* op : {"HannWindow", "HammingWindow", "BlackmanWindow"})
+    r.DefineShape(op, Window);
+  r.DefineShape("DFT", Dft);
+  r.DefineShape("STFT", Stft);
 }
 
 }  // namespace cuvil::ir

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "op_registry.h"
+#include "infer_context.h"
 
 namespace cuvil::ir {
 namespace {
@@ -273,18 +273,18 @@ absl::Status EyeLike(InferContext& c) {
 
 }  // namespace
 
-void RegisterTensorShapes(OpRegistry& r) {
-  r.Register("Shape", Shape);
-  r.Register("Size", Size);
-  r.Register("Reshape", Reshape);
-  r.Register("Flatten", Flatten);
-  r.Register("Squeeze", Squeeze);
-  r.Register("Unsqueeze", Unsqueeze);
-  r.Register("Identity", Identity);
-  r.Register("Dropout", Dropout);
-  r.Register("ConstantOfShape", ConstantOfShape);
-  r.Register("Range", Range);
-  r.Register("EyeLike", EyeLike);
+void RegisterTensorShapes(OpTable& r) {
+  r.DefineShape("Shape", Shape);
+  r.DefineShape("Size", Size);
+  r.DefineShape("Reshape", Reshape);
+  r.DefineShape("Flatten", Flatten);
+  r.DefineShape("Squeeze", Squeeze);
+  r.DefineShape("Unsqueeze", Unsqueeze);
+  r.DefineShape("Identity", Identity);
+  r.DefineShape("Dropout", Dropout);
+  r.DefineShape("ConstantOfShape", ConstantOfShape);
+  r.DefineShape("Range", Range);
+  r.DefineShape("EyeLike", EyeLike);
 }
 
 }  // namespace cuvil::ir

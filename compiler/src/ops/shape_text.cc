@@ -5,7 +5,7 @@
 // within the pool, one ngram_indexes entry per pooled n-gram, weights (if any) one per entry.
 #include <algorithm>
 
-#include "op_registry.h"
+#include "infer_context.h"
 
 namespace cuvil::ir {
 namespace {
@@ -54,6 +54,6 @@ absl::Status TfIdfVectorizer(InferContext& c) {
 
 }  // namespace
 
-void RegisterTextShapes(OpRegistry& r) { r.Register("TfIdfVectorizer", TfIdfVectorizer); }
+void RegisterTextShapes(OpTable& r) { r.DefineShape("TfIdfVectorizer", TfIdfVectorizer); }
 
 }  // namespace cuvil::ir

@@ -1,10 +1,10 @@
-// Private: the table of ops the compiler understands, with their shape-inference functions.
+// Private: what an op's shape function sees (the op table itself is op_table.h).
 //
-// An op's infer function canonicalises its node (opset variants → one attribute form, constant
+// An op's shape function canonicalises its node (opset variants → one attribute form, constant
 // operand inputs → attributes), sets every output's type, and, for integer shape arithmetic,
 // the outputs' known values so PyTorch's Shape → Gather → Concat → Reshape chains fold away.
-#ifndef CUVIL_COMPILER_SRC_OP_REGISTRY_H_
-#define CUVIL_COMPILER_SRC_OP_REGISTRY_H_
+#ifndef CUVIL_COMPILER_SRC_INFER_CONTEXT_H_
+#define CUVIL_COMPILER_SRC_INFER_CONTEXT_H_
 
 #include <functional>
 #include <map>
@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "cuvil/compiler/ir.h"
+#include "op_table.h"
 
 namespace cuvil::ir {
 
@@ -69,24 +70,6 @@ class InferContext {
   std::vector<std::string>* needs_binding_;
 };
 
-using InferFn = std::function<absl::Status(InferContext&)>;
-
-// Thread-safe after construction (read-only).
-class OpRegistry {
- public:
-  // The process-wide registry holding every supported op.
-  static const OpRegistry& Get();
-  void Register(const std::string& op_type, InferFn fn) { ops_[op_type] = std::move(fn); }
-  const InferFn* Find(const std::string& op_type) const {
-    auto it = ops_.find(op_type);
-    return it == ops_.end() ? nullptr : &it->second;
-  }
-  std::vector<std::string> OpTypes() const;
-
- private:
-  std::map<std::string, InferFn> ops_;
-};
-
 // Overflow-checked arithmetic for sizes and offsets taken from a model; nullopt on overflow.
 inline std::optional<int64_t> CheckedMul(int64_t a, int64_t b) {
   int64_t r = 0;
@@ -107,23 +90,6 @@ inline std::optional<int64_t> CheckedSub(int64_t a, int64_t b) {
 // Numpy-style broadcast of two shapes; nullopt when incompatible.
 std::optional<SymShape> BroadcastShapes(const SymShape& a, const SymShape& b);
 
-// One registration function per op family (compiler/src/ops/shape_*.cc).
-void RegisterElementwiseShapes(OpRegistry& r);
-void RegisterTensorShapes(OpRegistry& r);
-void RegisterReductionShapes(OpRegistry& r);
-void RegisterNnShapes(OpRegistry& r);
-void RegisterMovementShapes(OpRegistry& r);
-void RegisterQuantShapes(OpRegistry& r);
-void RegisterLinalgShapes(OpRegistry& r);
-void RegisterRecurrentShapes(OpRegistry& r);
-void RegisterControlFlowShapes(OpRegistry& r);
-void RegisterLossShapes(OpRegistry& r);
-void RegisterIndexingShapes(OpRegistry& r);
-void RegisterSignalShapes(OpRegistry& r);
-void RegisterEinsumShapes(OpRegistry& r);
-void RegisterSamplingShapes(OpRegistry& r);
-void RegisterTextShapes(OpRegistry& r);
-
 }  // namespace cuvil::ir
 
-#endif  // CUVIL_COMPILER_SRC_OP_REGISTRY_H_
+#endif  // CUVIL_COMPILER_SRC_INFER_CONTEXT_H_

@@ -1,4 +1,4 @@
-#include "op_registry.h"
+#include "infer_context.h"
 
 #include <algorithm>
 
@@ -83,35 +83,6 @@ absl::Status InferContext::ExpectInputs(size_t min, size_t max) const {
     if (node_.inputs[i] == nullptr) return Error(absl::StrCat("required input ", i, " is missing"));
   }
   return absl::OkStatus();
-}
-
-const OpRegistry& OpRegistry::Get() {
-  static const OpRegistry* registry = [] {
-    auto* r = new OpRegistry();
-    RegisterElementwiseShapes(*r);
-    RegisterTensorShapes(*r);
-    RegisterReductionShapes(*r);
-    RegisterNnShapes(*r);
-    RegisterMovementShapes(*r);
-    RegisterQuantShapes(*r);
-    RegisterLinalgShapes(*r);
-    RegisterRecurrentShapes(*r);
-    RegisterControlFlowShapes(*r);
-    RegisterLossShapes(*r);
-    RegisterIndexingShapes(*r);
-    RegisterSignalShapes(*r);
-    RegisterEinsumShapes(*r);
-    RegisterSamplingShapes(*r);
-    RegisterTextShapes(*r);
-    return r;
-  }();
-  return *registry;
-}
-
-std::vector<std::string> OpRegistry::OpTypes() const {
-  std::vector<std::string> out;
-  for (const auto& [k, v] : ops_) out.push_back(k);
-  return out;
 }
 
 std::optional<SymShape> BroadcastShapes(const SymShape& a, const SymShape& b) {
