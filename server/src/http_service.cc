@@ -1,5 +1,6 @@
 // The HTTP/REST front end: KServe v2 routes with Triton's extensions (binary tensors,
-// statistics, model configuration, repository) and Cuvil's /v2/admin/... routes.
+// statistics, model configuration, repository); Cuvil's /v2/admin/... routes are answered by
+// HttpAdminRoutes (http_admin_routes.cc) after the same browser defences and authorization.
 #include "http_service.h"
 
 #include <httplib.h>
@@ -18,15 +19,17 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "cuvil/server/infer_request_builder.h"
 #include "cuvil/server/model_config.h"
 #include "front_end_security.h"
+#include "http_admin_routes.h"
 #include "http_infer_decode.h"
 #include "http_json.h"
+#include "http_response.h"
+#include "http_stats_json.h"
 #include "load_parameters.h"
 #include "model_name.h"
 #include "nlohmann/json.hpp"
@@ -39,7 +42,6 @@ using httplib::ContentReader;
 using httplib::Request;
 using httplib::Response;
 
-constexpr char kJson[] = "application/json";
 using http_request::BoolField;
 using http_request::DecodeInferBody;
 using http_request::IntField;
@@ -48,30 +50,9 @@ using http_request::kHeaderLength;
 using http_request::OutputRequest;
 using http_request::ParseBody;
 using http_request::StringField;
-
-void SetJson(Response& res, int status, std::string body) {
-  res.status = status;
-  res.body = std::move(body);
-  res.headers.erase("Content-Type");  // An error may replace a half-built response.
-  res.headers.erase(kHeaderLength);
-  res.set_header("Content-Type", kJson);
-}
-
-void SetJson(Response& res, int status, const json& body) {
-  SetJson(res, status, body.dump(-1, ' ', false, json::error_handler_t::replace));
-}
-
-void SetError(Response& res, int status, const std::string& message) {
-  std::string body = "{\"error\":";
-  http_json::AppendJsonString(message, &body);
-  body.push_back('}');
-  SetJson(res, status, std::move(body));
-}
-
-void SetError(Response& res, const absl::Status& status) {
-  int code = status.code() == absl::StatusCode::kUnauthenticated ? 401 : HttpStatusFor(status);
-  SetError(res, code, std::string(status.message()));
-}
+using http_response::kJson;
+using http_response::SetError;
+using http_response::SetJson;
 
 // Liveness and readiness answer with the status alone, as Triton does.
 bool IsProbePath(const std::string& path) {
@@ -80,69 +61,6 @@ bool IsProbePath(const std::string& path) {
 
 std::vector<std::string> SplitPath(const std::string& path) {
   return absl::StrSplit(path, '/', absl::SkipEmpty());
-}
-
-json DurationJson(const DurationStat& d) { return json{{"count", d.count}, {"ns", d.ns}}; }
-
-// Cuvil extension: [{"reason": ..., "count": ...}] for the non-zero counts.
-json RejectedJson(const std::map<std::string, uint64_t>& reasons) {
-  json list = json::array();
-  for (const auto& [reason, count] : reasons) {
-    if (count > 0) list.push_back({{"reason", reason}, {"count", count}});
-  }
-  return list;
-}
-
-json StatsJson(const ModelVersion& model) {
-  SchedulerStats s = model.Stats();
-  json batches = json::array();
-  for (const auto& [size, b] : s.batch_stats) {
-    batches.push_back({{"batch_size", size},
-                       {"compute_input", DurationJson(b.compute_input)},
-                       {"compute_infer", DurationJson(b.compute_infer)},
-                       {"compute_output", DurationJson(b.compute_output)}});
-  }
-  return {{"name", model.name()},
-          {"version", std::to_string(model.version())},
-          {"last_inference", s.last_inference_ms},
-          {"inference_count", s.inference_count},
-          {"execution_count", s.execution_count},
-          {"inference_stats",
-           {{"success", DurationJson(s.success)},
-            {"fail", DurationJson(s.fail)},
-            {"queue", DurationJson(s.queue)},
-            {"compute_input", DurationJson(s.compute_input)},
-            {"compute_infer", DurationJson(s.compute_infer)},
-            {"compute_output", DurationJson(s.compute_output)},
-            // No response cache: present so Triton clients find the fields they expect.
-            {"cache_hit", DurationJson({})},
-            {"cache_miss", DurationJson({})}}},
-          {"batch_stats", std::move(batches)},
-          {"rejected", RejectedJson({{"queue_full", s.rejected_queue_full},
-                                     {"draining", s.rejected_draining}})}};
-}
-
-// The version-less entry of a model's requests refused before reaching a version (as the gRPC
-// ModelStatistics extension): inference_stats.fail counts them.
-json RejectedStatsJson(const std::string& name, const std::map<std::string, uint64_t>& reasons) {
-  uint64_t total = 0;
-  for (const auto& [reason, count] : reasons) total += count;
-  return {{"name", name},
-          {"version", ""},
-          {"last_inference", 0},
-          {"inference_count", 0},
-          {"execution_count", 0},
-          {"inference_stats",
-           {{"success", DurationJson({})},
-            {"fail", DurationJson({total, 0})},
-            {"queue", DurationJson({})},
-            {"compute_input", DurationJson({})},
-            {"compute_infer", DurationJson({})},
-            {"compute_output", DurationJson({})},
-            {"cache_hit", DurationJson({})},
-            {"cache_miss", DurationJson({})}}},
-          {"batch_stats", json::array()},
-          {"rejected", RejectedJson(reasons)}};
 }
 
 json TensorMetadataJson(const std::vector<TensorSpec>& specs, bool batching) {
@@ -161,7 +79,7 @@ class HttpServiceImpl final : public HttpService {
  public:
   HttpServiceImpl(const HttpServiceOptions& options, ModelManager* models, AdminOperations* admin,
                   const ServerInfo* info)
-      : options_(options), models_(models), admin_(admin), info_(info) {}
+      : options_(options), models_(models), admin_(admin), info_(info), admin_routes_(admin) {}
 
   ~HttpServiceImpl() override { Stop(); }
 
@@ -213,22 +131,12 @@ class HttpServiceImpl final : public HttpService {
                           const std::string& name, const std::string& version);
   void RepositoryIndex(Response& res, const std::string& body);
   void RepositoryLoad(Response& res, const std::string& body, const std::string& name);
-  void AdminLoad(Response& res, const std::string& body);
-  void AdminUnload(Response& res, const std::string& body, const std::string& name);
-  void AdminListModels(Response& res);
-  void AdminListFunctions(Response& res, const std::string& name, const std::string& version);
-  void AdminListPatches(Response& res, const std::string& name, const std::string& version);
-  void AdminPatch(Response& res, const std::string& body, const std::string& name,
-                  const std::string& version);
-  void AdminRollback(Response& res, const std::string& body, const std::string& name,
-                     const std::string& version);
-  void AdminSnapshot(Response& res, const std::string& name, const std::string& version);
-  void AdminRestore(Response& res, const std::string& body);
 
   HttpServiceOptions options_;
   ModelManager* models_;
   AdminOperations* admin_;
   const ServerInfo* info_;
+  HttpAdminRoutes admin_routes_;
   std::unique_ptr<httplib::Server> server_;  // An httplib::SSLServer with TLS.
   std::thread thread_;
   int port_ = 0;
@@ -421,13 +329,7 @@ void HttpServiceImpl::HandleGet(const Request& req, Response& res) {
   }
   if (p[0] == "admin" && n >= 2 && p[1] == "models") {
     if (!Authorized(req, res)) return;
-    if (n == 2) return AdminListModels(res);
-    if (n == 6 && p[3] == "versions" && p[5] == "functions") {
-      return AdminListFunctions(res, std::string(p[2]), std::string(p[4]));
-    }
-    if (n == 6 && p[3] == "versions" && p[5] == "patches") {
-      return AdminListPatches(res, std::string(p[2]), std::string(p[4]));
-    }
+    if (admin_routes_.HandleGet(p, res)) return;
   }
   SetError(res, 404, "not found: GET " + req.path);
 }
@@ -471,18 +373,7 @@ void HttpServiceImpl::HandlePost(const Request& req, Response& res, const Conten
   }
   if (n >= 3 && p[0] == "admin") {
     if (!Authorized(req, res)) return;
-    if (p[1] == "models") {
-      if (n == 3 && p[2] == "load") return AdminLoad(res, *body);
-      if (n == 4 && p[3] == "unload") return AdminUnload(res, *body, std::string(p[2]));
-      if (n == 6 && p[3] == "versions") {
-        if (p[5] == "patch") return AdminPatch(res, *body, std::string(p[2]), std::string(p[4]));
-        if (p[5] == "rollback") {
-          return AdminRollback(res, *body, std::string(p[2]), std::string(p[4]));
-        }
-        if (p[5] == "snapshot") return AdminSnapshot(res, std::string(p[2]), std::string(p[4]));
-      }
-    }
-    if (n == 3 && p[1] == "snapshots" && p[2] == "restore") return AdminRestore(res, *body);
+    if (admin_routes_.HandlePost(p, *body, res)) return;
   }
   SetError(res, 404, "not found: POST " + req.path);
 }
@@ -695,264 +586,6 @@ void HttpServiceImpl::RepositoryLoad(Response& res, const std::string& body,
   absl::Status s = models_->Load(*load);
   if (!s.ok()) return SetError(res, s);
   res.status = 200;
-}
-
-void HttpServiceImpl::AdminLoad(Response& res, const std::string& body) {
-  absl::StatusOr<json> parsed = ParseBody(body);
-  if (!parsed.ok()) return SetError(res, parsed.status());
-  cuvil::admin::v1::LoadModelRequest request;
-  absl::StatusOr<std::string> name = StringField(*parsed, "name");
-  absl::StatusOr<std::string> config = StringField(*parsed, "config_pbtxt");
-  absl::StatusOr<std::string> onnx = StringField(*parsed, "onnx_model_base64");
-  absl::StatusOr<int64_t> version = IntField(*parsed, "version", 0);
-  absl::StatusOr<bool> wait = BoolField(*parsed, "wait", true);  // HTTP callers expect an outcome.
-  for (const absl::Status& s :
-       {name.status(), config.status(), onnx.status(), version.status(), wait.status()}) {
-    if (!s.ok()) return SetError(res, s);
-  }
-  if (name->empty()) return SetError(res, 400, "'name' is required");
-  request.set_name(*name);
-  request.set_config_pbtxt(*config);
-  if (!onnx->empty()) {
-    std::string bytes;
-    if (!absl::Base64Unescape(*onnx, &bytes)) {
-      return SetError(res, 400, "'onnx_model_base64' is not valid base64");
-    }
-    request.set_onnx_model(std::move(bytes));
-  }
-  request.set_version(*version);
-  request.set_wait(*wait);
-  absl::StatusOr<cuvil::admin::v1::LoadModelResponse> loaded = admin_->LoadModel(request);
-  if (!loaded.ok()) return SetError(res, loaded.status());
-  json versions = json::array();
-  for (int64_t v : loaded->versions()) versions.push_back(v);
-  SetJson(res, 200, json{{"name", loaded->name()}, {"versions", std::move(versions)}});
-}
-
-void HttpServiceImpl::AdminUnload(Response& res, const std::string& body, const std::string& name) {
-  absl::StatusOr<json> parsed = ParseBody(body);
-  if (!parsed.ok()) return SetError(res, parsed.status());
-  absl::StatusOr<int64_t> version = IntField(*parsed, "version", 0);
-  if (!version.ok()) return SetError(res, version.status());
-  cuvil::admin::v1::UnloadModelRequest request;
-  request.set_name(name);
-  request.set_version(*version);
-  absl::Status s = admin_->UnloadModel(request);
-  if (!s.ok()) return SetError(res, s);
-  SetJson(res, 200, json::object());
-}
-
-void HttpServiceImpl::AdminListModels(Response& res) {
-  cuvil::admin::v1::ListModelsResponse list = admin_->ListModels();
-  json models = json::array();
-  for (const auto& m : list.models()) {
-    models.push_back({{"name", m.name()},
-                      {"version", m.version()},
-                      {"state", m.state()},
-                      {"reason", m.reason()},
-                      {"namespace", m.namespace_()},
-                      {"compile_ms", m.compile_ms()},
-                      {"weights_bytes", m.weights_bytes()},
-                      {"code_bytes", m.code_bytes()},
-                      {"arena_bytes_per_batch", m.arena_bytes_per_batch()}});
-  }
-  SetJson(res, 200, json{{"models", std::move(models)}});
-}
-
-void HttpServiceImpl::AdminListFunctions(Response& res, const std::string& name,
-                                         const std::string& version) {
-  int64_t v = 0;
-  if (!absl::SimpleAtoi(version, &v)) {
-    return SetError(res, 400, absl::StrCat("version '", version, "' is not a number"));
-  }
-  cuvil::admin::v1::ListFunctionsRequest request;
-  request.set_name(name);
-  request.set_version(v);
-  absl::StatusOr<cuvil::admin::v1::ListFunctionsResponse> list = admin_->ListFunctions(request);
-  if (!list.ok()) return SetError(res, list.status());
-  json functions = json::array();
-  for (const auto& f : list->functions()) {
-    functions.push_back({{"index", f.index()},
-                         {"symbol", f.symbol()},
-                         {"op_type", f.op_type()},
-                         {"node_name", f.node_name()},
-                         {"signature", f.signature()}});
-  }
-  SetJson(res, 200, json{{"functions", std::move(functions)}});
-}
-
-// A profile table as JSON rows.
-json ProfileJson(const google::protobuf::RepeatedPtrField<cuvil::admin::v1::KernelProfile>& table) {
-  json rows = json::array();
-  for (const auto& k : table) {
-    rows.push_back({{"function", k.function()},
-                    {"calls", k.calls()},
-                    {"total_ns", k.total_ns()},
-                    {"mean_ns", k.mean_ns()},
-                    {"share", k.share()}});
-  }
-  return rows;
-}
-
-// POST .../versions/{v}/patch {"kind"?: "ir"|"recompile"|"profile", "ir": TEXT (ir),
-// "options"?: "opt_level=N" (recompile), "profile_seconds"?: x, "wait"?: bool (profile),
-// "function"?: SYMBOL, "functions"?: [..], "validate"?: bool, "force"?: bool, "rtol"?: x,
-// "atol"?: x, "author"?: NAME}
-void HttpServiceImpl::AdminPatch(Response& res, const std::string& body, const std::string& name,
-                                 const std::string& version) {
-  int64_t v = 0;
-  if (!absl::SimpleAtoi(version, &v)) {
-    return SetError(res, 400, absl::StrCat("version '", version, "' is not a number"));
-  }
-  absl::StatusOr<json> parsed = ParseBody(body);
-  if (!parsed.ok()) return SetError(res, parsed.status());
-  absl::StatusOr<std::string> ir = StringField(*parsed, "ir");
-  absl::StatusOr<std::string> function = StringField(*parsed, "function");
-  absl::StatusOr<std::string> author = StringField(*parsed, "author");
-  absl::StatusOr<std::string> kind = StringField(*parsed, "kind");
-  absl::StatusOr<bool> validate = BoolField(*parsed, "validate", true);
-  absl::StatusOr<bool> force = BoolField(*parsed, "force", false);
-  absl::StatusOr<std::string> options = StringField(*parsed, "options");
-  absl::StatusOr<bool> wait = BoolField(*parsed, "wait", false);
-  for (const absl::Status& s :
-       {ir.status(), function.status(), author.status(), kind.status(), validate.status(),
-        force.status(), options.status(), wait.status()}) {
-    if (!s.ok()) return SetError(res, s);
-  }
-  cuvil::admin::v1::PatchFunctionRequest request;
-  request.set_name(name);
-  request.set_version(v);
-  request.set_body(*ir);
-  request.set_function(*function);
-  request.set_author(*author);
-  request.set_kind(*kind);
-  request.set_validate(*validate);
-  request.set_force(*force);
-  request.set_options(*options);
-  request.set_wait(*wait);
-  if (parsed->contains("profile_seconds")) {
-    const json& x = (*parsed)["profile_seconds"];
-    if (!x.is_number() || x.get<double>() < 0) {
-      return SetError(res, 400, "'profile_seconds' must be a non-negative number");
-    }
-    request.set_profile_seconds(x.get<double>());
-  }
-  if (parsed->contains("functions")) {
-    const json& fs = (*parsed)["functions"];
-    if (!fs.is_array()) return SetError(res, 400, "'functions' must be an array of strings");
-    for (const json& f : fs) {
-      if (!f.is_string()) return SetError(res, 400, "'functions' must be an array of strings");
-      request.add_functions(f.get<std::string>());
-    }
-  }
-  for (const char* key : {"rtol", "atol"}) {
-    if (!parsed->contains(key)) continue;
-    const json& x = (*parsed)[key];
-    if (!x.is_number() || x.get<double>() < 0) {
-      return SetError(res, 400, absl::StrCat("'", key, "' must be a non-negative number"));
-    }
-    if (std::string_view(key) == "rtol") {
-      request.set_rtol(x.get<double>());
-    } else {
-      request.set_atol(x.get<double>());
-    }
-  }
-  auto out = admin_->PatchFunction(request);
-  if (!out.ok()) return SetError(res, out.status());
-  json functions = json::array();
-  for (const auto& f : out->functions()) functions.push_back(f);
-  SetJson(res, 200,
-          json{{"patch_id", out->patch_id()},
-               {"functions", std::move(functions)},
-               {"max_abs_diff", out->max_abs_diff()},
-               {"compile_ms", out->compile_ms()},
-               {"switch_us", out->switch_us()},
-               {"profile", ProfileJson(out->profile())}});
-}
-
-// POST .../versions/{v}/rollback {"patch_id": ID}
-void HttpServiceImpl::AdminRollback(Response& res, const std::string& body, const std::string& name,
-                                    const std::string& version) {
-  int64_t v = 0;
-  if (!absl::SimpleAtoi(version, &v)) {
-    return SetError(res, 400, absl::StrCat("version '", version, "' is not a number"));
-  }
-  absl::StatusOr<json> parsed = ParseBody(body);
-  if (!parsed.ok()) return SetError(res, parsed.status());
-  absl::StatusOr<std::string> id = StringField(*parsed, "patch_id");
-  if (!id.ok()) return SetError(res, id.status());
-  cuvil::admin::v1::RollbackRequest request;
-  request.set_name(name);
-  request.set_version(v);
-  request.set_patch_id(*id);
-  auto out = admin_->Rollback(request);
-  if (!out.ok()) return SetError(res, out.status());
-  SetJson(res, 200, json{{"switch_us", out->switch_us()}});
-}
-
-void HttpServiceImpl::AdminListPatches(Response& res, const std::string& name,
-                                       const std::string& version) {
-  int64_t v = 0;
-  if (!absl::SimpleAtoi(version, &v)) {
-    return SetError(res, 400, absl::StrCat("version '", version, "' is not a number"));
-  }
-  cuvil::admin::v1::ListPatchesRequest request;
-  request.set_name(name);
-  request.set_version(v);
-  auto list = admin_->ListPatches(request);
-  if (!list.ok()) return SetError(res, list.status());
-  json patches = json::array();
-  for (const auto& p : list->patches()) {
-    json functions = json::array();
-    for (const auto& f : p.functions()) functions.push_back(f);
-    patches.push_back({{"patch_id", p.patch_id()},
-                       {"unix_ms", p.unix_ms()},
-                       {"kind", p.kind()},
-                       {"functions", std::move(functions)},
-                       {"author", p.author()},
-                       {"active", p.active()},
-                       {"rolled_back_unix_ms", p.rolled_back_unix_ms()},
-                       {"options", p.options()},
-                       {"profile", ProfileJson(p.profile())}});
-  }
-  SetJson(res, 200, json{{"patches", std::move(patches)}});
-}
-
-// POST .../versions/{v}/snapshot -> {"snapshot": BASE64, "version": V}
-void HttpServiceImpl::AdminSnapshot(Response& res, const std::string& name,
-                                    const std::string& version) {
-  int64_t v = 0;
-  if (!absl::SimpleAtoi(version, &v)) {
-    return SetError(res, 400, absl::StrCat("version '", version, "' is not a number"));
-  }
-  cuvil::admin::v1::SnapshotRequest request;
-  request.set_name(name);
-  request.set_version(v);
-  auto out = admin_->Snapshot(request);
-  if (!out.ok()) return SetError(res, out.status());
-  SetJson(res, 200,
-          json{{"snapshot", absl::Base64Escape(out->snapshot())}, {"version", out->version()}});
-}
-
-// POST /v2/admin/snapshots/restore {"snapshot": BASE64}
-void HttpServiceImpl::AdminRestore(Response& res, const std::string& body) {
-  absl::StatusOr<json> parsed = ParseBody(body);
-  if (!parsed.ok()) return SetError(res, parsed.status());
-  absl::StatusOr<std::string> encoded = StringField(*parsed, "snapshot");
-  if (!encoded.ok()) return SetError(res, encoded.status());
-  cuvil::admin::v1::RestoreSnapshotRequest request;
-  if (!absl::Base64Unescape(*encoded, request.mutable_snapshot())) {
-    return SetError(res, 400, "'snapshot' is not valid base64");
-  }
-  auto out = admin_->RestoreSnapshot(request);
-  if (!out.ok()) return SetError(res, out.status());
-  json ids = json::array();
-  for (const auto& id : out->patch_ids()) ids.push_back(id);
-  SetJson(res, 200,
-          json{{"name", out->name()},
-               {"version", out->version()},
-               {"patch_ids", std::move(ids)},
-               {"recompiled", out->recompiled()}});
 }
 
 }  // namespace
