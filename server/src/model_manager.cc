@@ -3,9 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <filesystem>
-#include <fstream>
-#include <random>
 #include <set>
 
 #include "absl/strings/numbers.h"
@@ -21,113 +18,11 @@
 #include "cuvil/server/model_config.h"
 #include "jit_executable.h"
 #include "model_name.h"
+#include "model_warmup.h"
 #include "patch_event.h"
 #include "spdlog/spdlog.h"
 
 namespace cuvil {
-
-const char* ModelStateName(ModelState state) {
-  switch (state) {
-    case ModelState::kLoading:
-      return "LOADING";
-    case ModelState::kReady:
-      return "READY";
-    case ModelState::kUnloading:
-      return "UNLOADING";
-    case ModelState::kUnavailable:
-      return "UNAVAILABLE";
-    case ModelState::kFailed:
-      return "FAILED";
-  }
-  return "UNKNOWN";
-}
-
-ModelVersion::ModelVersion(std::string name, int64_t version, inference::ModelConfig config,
-                           std::unique_ptr<LoadedModel> loaded,
-                           std::shared_ptr<const Executable> executable,
-                           std::unique_ptr<Scheduler> scheduler, double compile_ms,
-                           uint64_t compilations)
-    : name_(std::move(name)),
-      version_(version),
-      version_string_(absl::StrCat(version)),
-      config_(std::move(config)),
-      loaded_(std::move(loaded)),
-      executable_(std::move(executable)),
-      scheduler_(std::move(scheduler)),
-      compile_ms_(compile_ms),
-      compilations_(compilations) {}
-
-ModelVersion::~ModelVersion() {
-  // Workers must stop before the JIT code they call is removed.
-  if (scheduler_) scheduler_->Drain();
-  scheduler_.reset();
-  executable_.reset();
-  loaded_.reset();
-}
-
-namespace {
-
-bool SameTensors(const std::vector<TensorSpec>& a, const std::vector<TensorSpec>& b) {
-  return std::equal(
-      a.begin(), a.end(), b.begin(), b.end(), [](const TensorSpec& x, const TensorSpec& y) {
-        return x.name == y.name && x.dtype == y.dtype && x.dims == y.dims && x.batched == y.batched;
-      });
-}
-
-}  // namespace
-
-void ModelVersion::Submit(std::unique_ptr<InferenceRequest> request) {
-  std::shared_ptr<ModelVersion> next;
-  {
-    absl::ReaderMutexLock lock(&retire_mu_);
-    if (successor_ == nullptr) return scheduler_->Submit(std::move(request));
-    next = successor_;
-  }
-  next->Submit(std::move(request));
-}
-
-void ModelVersion::RetireTo(std::shared_ptr<ModelVersion> successor) {
-  const bool compatible = successor != nullptr && successor.get() != this &&
-                          successor->config().max_batch_size() == config_.max_batch_size() &&
-                          SameTensors(successor->executable().inputs(), executable_->inputs()) &&
-                          SameTensors(successor->executable().outputs(), executable_->outputs());
-  if (compatible) {
-    absl::MutexLock lock(&retire_mu_);
-    successor_ = std::move(successor);
-  }
-  Drain();
-}
-
-namespace {
-
-DurationStat Minus(DurationStat a, DurationStat b) { return {a.count - b.count, a.ns - b.ns}; }
-
-}  // namespace
-
-SchedulerStats ModelVersion::Stats() const {
-  SchedulerStats s = scheduler_->Stats();
-  const SchedulerStats& b = baseline_;
-  s.inference_count -= b.inference_count;
-  s.execution_count -= b.execution_count;
-  s.success = Minus(s.success, b.success);
-  s.fail = Minus(s.fail, b.fail);
-  s.rejected_queue_full -= b.rejected_queue_full;
-  s.rejected_draining -= b.rejected_draining;
-  s.queue = Minus(s.queue, b.queue);
-  s.compute_input = Minus(s.compute_input, b.compute_input);
-  s.compute_infer = Minus(s.compute_infer, b.compute_infer);
-  s.compute_output = Minus(s.compute_output, b.compute_output);
-  for (auto it = s.batch_stats.begin(); it != s.batch_stats.end();) {
-    if (auto base = b.batch_stats.find(it->first); base != b.batch_stats.end()) {
-      it->second.compute_input = Minus(it->second.compute_input, base->second.compute_input);
-      it->second.compute_infer = Minus(it->second.compute_infer, base->second.compute_infer);
-      it->second.compute_output = Minus(it->second.compute_output, base->second.compute_output);
-    }
-    it = it->second.compute_infer.count == 0 ? s.batch_stats.erase(it) : std::next(it);
-  }
-  if (s.inference_count == 0) s.last_inference_ms = 0;
-  return s;
-}
 
 namespace {
 
@@ -138,112 +33,6 @@ struct Slot {
   uint64_t generation = 0;  // Identifies the newest load; older loads' results are dropped.
   uint64_t loads = 0;       // Loads started; reloads get distinct JIT namespace names.
 };
-
-// The file a warm-up `input_data_file` names, which must lie inside `<model_dir>/warmup/` (Triton's
-// place for it): no absolute path, no "..", no symlink leading out. InvalidArgument otherwise.
-absl::StatusOr<std::string> WarmupFilePath(const std::string& model_dir, const std::string& name) {
-  namespace fs = std::filesystem;
-  const std::string what = absl::StrCat("warmup input_data_file \"", name, "\"");
-  if (model_dir.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": the model has no folder (inline load)"));
-  }
-  const fs::path relative(name);
-  if (name.empty() || relative.is_absolute() || name.find('\0') != std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " must be a relative path"));
-  }
-  for (const fs::path& part : relative) {
-    if (part == "..") {
-      return absl::InvalidArgumentError(absl::StrCat(what, " must not contain \"..\""));
-    }
-  }
-  std::error_code ec;
-  const fs::path root = fs::weakly_canonical(fs::path(model_dir) / "warmup", ec);
-  if (ec) return absl::InvalidArgumentError(absl::StrCat(what, ": ", ec.message()));
-  const fs::path resolved = fs::weakly_canonical(root / relative, ec);
-  if (ec) return absl::InvalidArgumentError(absl::StrCat(what, ": ", ec.message()));
-  auto [r, _] = std::mismatch(root.begin(), root.end(), resolved.begin(), resolved.end());
-  if (r != root.end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " resolves outside the model's warmup folder"));
-  }
-  return resolved.string();
-}
-
-// Fills `t` for a warmup input as the config asks (zero data by default).
-absl::Status FillWarmupInput(const inference::ModelWarmup::Input& spec,
-                             const std::string& model_dir, HostTensor* t) {
-  if (spec.has_random_data() && spec.random_data()) {
-    std::mt19937 rng(42);
-    for (size_t i = 0; i < t->byte_size(); ++i) t->data()[i] = static_cast<uint8_t>(rng() & 0x3f);
-    if (t->dtype() == DType::kFloat32) {
-      std::uniform_real_distribution<float> dist(-1, 1);
-      for (int64_t i = 0; i < t->num_elements(); ++i) t->data_as<float>()[i] = dist(rng);
-    }
-  } else if (spec.has_input_data_file()) {
-    auto confined = WarmupFilePath(model_dir, spec.input_data_file());
-    if (!confined.ok()) return confined.status();
-    const std::string& path = *confined;
-    std::ifstream f(path, std::ios::binary);
-    if (!f)
-      return absl::InvalidArgumentError(absl::StrCat("warmup data file ", path, " not found"));
-    f.read(reinterpret_cast<char*>(t->data()), static_cast<std::streamsize>(t->byte_size()));
-    if (f.gcount() != static_cast<std::streamsize>(t->byte_size())) {
-      return absl::InvalidArgumentError(absl::StrCat("warmup data file ", path, " is too short"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-// Runs one warmup request through the scheduler and checks it succeeds.
-absl::Status RunWarmup(ModelVersion& model, const inference::ModelWarmup* warmup,
-                       const std::string& model_dir, uint64_t max_request_bytes) {
-  const auto& specs = model.executable().inputs();
-  int64_t batch = 1;
-  if (warmup != nullptr && warmup->batch_size() > 0) batch = warmup->batch_size();
-  bool batched = model.config().max_batch_size() > 0;
-  auto tensors = std::make_shared<std::vector<HostTensor>>();
-  WireRequest wire;
-  wire.id = "warmup";
-  for (const TensorSpec& spec : specs) {
-    std::vector<int64_t> shape;
-    if (batched) shape.push_back(batch);
-    for (int64_t d : spec.dims) shape.push_back(d < 0 ? 1 : d);
-    // Size first: a fixed input too large to ever arrive in a request must fail the load, not
-    // abort the process allocating it.
-    constexpr uint64_t kMinWarmupLimitBytes = uint64_t{256} << 20;
-    const uint64_t limit = std::max(max_request_bytes, kMinWarmupLimitBytes);
-    auto bytes = CheckedTensorBytes(spec.dtype, shape);
-    if (!bytes.ok() || *bytes > limit) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input '", spec.name, "' of shape [", absl::StrJoin(shape, ","), "] ",
-          bytes.ok() ? absl::StrCat("needs ", *bytes, " bytes, more than the request limit ", limit)
-                     : std::string(bytes.status().message())));
-    }
-    HostTensor t(spec.dtype, shape);
-    if (warmup != nullptr) {
-      auto it = warmup->inputs().find(spec.name);
-      if (it != warmup->inputs().end()) {
-        if (auto s = FillWarmupInput(it->second, model_dir, &t); !s.ok()) return s;
-      }
-    }
-    tensors->push_back(std::move(t));
-  }
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const HostTensor& t = (*tensors)[i];
-    wire.inputs.push_back(
-        {specs[i].name, DTypeKServeName(t.dtype()), t.shape(), t.data(), t.byte_size()});
-  }
-  wire.holder = tensors;
-  auto request = BuildInferenceRequest(model, std::move(wire));
-  if (!request.ok()) return request.status();
-  InferenceResponse response = InferBlocking(model, std::move(*request));
-  if (!response.status.ok()) {
-    return absl::Status(response.status.code(),
-                        absl::StrCat("warmup failed: ", response.status.message()));
-  }
-  return absl::OkStatus();
-}
 
 }  // namespace
 

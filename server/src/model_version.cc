@@ -1,0 +1,116 @@
+// ModelVersion: one loaded version's compiled code, scheduler and statistics (model_manager.h).
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "cuvil/server/model_manager.h"
+
+namespace cuvil {
+
+const char* ModelStateName(ModelState state) {
+  switch (state) {
+    case ModelState::kLoading:
+      return "LOADING";
+    case ModelState::kReady:
+      return "READY";
+    case ModelState::kUnloading:
+      return "UNLOADING";
+    case ModelState::kUnavailable:
+      return "UNAVAILABLE";
+    case ModelState::kFailed:
+      return "FAILED";
+  }
+  return "UNKNOWN";
+}
+
+ModelVersion::ModelVersion(std::string name, int64_t version, inference::ModelConfig config,
+                           std::unique_ptr<LoadedModel> loaded,
+                           std::shared_ptr<const Executable> executable,
+                           std::unique_ptr<Scheduler> scheduler, double compile_ms,
+                           uint64_t compilations)
+    : name_(std::move(name)),
+      version_(version),
+      version_string_(absl::StrCat(version)),
+      config_(std::move(config)),
+      loaded_(std::move(loaded)),
+      executable_(std::move(executable)),
+      scheduler_(std::move(scheduler)),
+      compile_ms_(compile_ms),
+      compilations_(compilations) {}
+
+ModelVersion::~ModelVersion() {
+  // Workers must stop before the JIT code they call is removed.
+  if (scheduler_) scheduler_->Drain();
+  scheduler_.reset();
+  executable_.reset();
+  loaded_.reset();
+}
+
+namespace {
+
+bool SameTensors(const std::vector<TensorSpec>& a, const std::vector<TensorSpec>& b) {
+  return std::equal(
+      a.begin(), a.end(), b.begin(), b.end(), [](const TensorSpec& x, const TensorSpec& y) {
+        return x.name == y.name && x.dtype == y.dtype && x.dims == y.dims && x.batched == y.batched;
+      });
+}
+
+}  // namespace
+
+void ModelVersion::Submit(std::unique_ptr<InferenceRequest> request) {
+  std::shared_ptr<ModelVersion> next;
+  {
+    absl::ReaderMutexLock lock(&retire_mu_);
+    if (successor_ == nullptr) return scheduler_->Submit(std::move(request));
+    next = successor_;
+  }
+  next->Submit(std::move(request));
+}
+
+void ModelVersion::RetireTo(std::shared_ptr<ModelVersion> successor) {
+  const bool compatible = successor != nullptr && successor.get() != this &&
+                          successor->config().max_batch_size() == config_.max_batch_size() &&
+                          SameTensors(successor->executable().inputs(), executable_->inputs()) &&
+                          SameTensors(successor->executable().outputs(), executable_->outputs());
+  if (compatible) {
+    absl::MutexLock lock(&retire_mu_);
+    successor_ = std::move(successor);
+  }
+  Drain();
+}
+
+namespace {
+
+DurationStat Minus(DurationStat a, DurationStat b) { return {a.count - b.count, a.ns - b.ns}; }
+
+}  // namespace
+
+SchedulerStats ModelVersion::Stats() const {
+  SchedulerStats s = scheduler_->Stats();
+  const SchedulerStats& b = baseline_;
+  s.inference_count -= b.inference_count;
+  s.execution_count -= b.execution_count;
+  s.success = Minus(s.success, b.success);
+  s.fail = Minus(s.fail, b.fail);
+  s.rejected_queue_full -= b.rejected_queue_full;
+  s.rejected_draining -= b.rejected_draining;
+  s.queue = Minus(s.queue, b.queue);
+  s.compute_input = Minus(s.compute_input, b.compute_input);
+  s.compute_infer = Minus(s.compute_infer, b.compute_infer);
+  s.compute_output = Minus(s.compute_output, b.compute_output);
+  for (auto it = s.batch_stats.begin(); it != s.batch_stats.end();) {
+    if (auto base = b.batch_stats.find(it->first); base != b.batch_stats.end()) {
+      it->second.compute_input = Minus(it->second.compute_input, base->second.compute_input);
+      it->second.compute_infer = Minus(it->second.compute_infer, base->second.compute_infer);
+      it->second.compute_output = Minus(it->second.compute_output, base->second.compute_output);
+    }
+    it = it->second.compute_infer.count == 0 ? s.batch_stats.erase(it) : std::next(it);
+  }
+  if (s.inference_count == 0) s.last_inference_ms = 0;
+  return s;
+}
+
+}  // namespace cuvil

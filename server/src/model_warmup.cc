@@ -1,0 +1,126 @@
+#include "model_warmup.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "cuvil/runtime/tensor_size.h"
+#include "cuvil/server/infer_request_builder.h"
+
+namespace cuvil {
+namespace {
+
+// The file a warm-up `input_data_file` names, which must lie inside `<model_dir>/warmup/` (Triton's
+// place for it): no absolute path, no "..", no symlink leading out. InvalidArgument otherwise.
+absl::StatusOr<std::string> WarmupFilePath(const std::string& model_dir, const std::string& name) {
+  namespace fs = std::filesystem;
+  const std::string what = absl::StrCat("warmup input_data_file \"", name, "\"");
+  if (model_dir.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": the model has no folder (inline load)"));
+  }
+  const fs::path relative(name);
+  if (name.empty() || relative.is_absolute() || name.find('\0') != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " must be a relative path"));
+  }
+  for (const fs::path& part : relative) {
+    if (part == "..") {
+      return absl::InvalidArgumentError(absl::StrCat(what, " must not contain \"..\""));
+    }
+  }
+  std::error_code ec;
+  const fs::path root = fs::weakly_canonical(fs::path(model_dir) / "warmup", ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat(what, ": ", ec.message()));
+  const fs::path resolved = fs::weakly_canonical(root / relative, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat(what, ": ", ec.message()));
+  auto [r, _] = std::mismatch(root.begin(), root.end(), resolved.begin(), resolved.end());
+  if (r != root.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " resolves outside the model's warmup folder"));
+  }
+  return resolved.string();
+}
+
+// Fills `t` for a warmup input as the config asks (zero data by default).
+absl::Status FillWarmupInput(const inference::ModelWarmup::Input& spec,
+                             const std::string& model_dir, HostTensor* t) {
+  if (spec.has_random_data() && spec.random_data()) {
+    std::mt19937 rng(42);
+    for (size_t i = 0; i < t->byte_size(); ++i) t->data()[i] = static_cast<uint8_t>(rng() & 0x3f);
+    if (t->dtype() == DType::kFloat32) {
+      std::uniform_real_distribution<float> dist(-1, 1);
+      for (int64_t i = 0; i < t->num_elements(); ++i) t->data_as<float>()[i] = dist(rng);
+    }
+  } else if (spec.has_input_data_file()) {
+    auto confined = WarmupFilePath(model_dir, spec.input_data_file());
+    if (!confined.ok()) return confined.status();
+    const std::string& path = *confined;
+    std::ifstream f(path, std::ios::binary);
+    if (!f)
+      return absl::InvalidArgumentError(absl::StrCat("warmup data file ", path, " not found"));
+    f.read(reinterpret_cast<char*>(t->data()), static_cast<std::streamsize>(t->byte_size()));
+    if (f.gcount() != static_cast<std::streamsize>(t->byte_size())) {
+      return absl::InvalidArgumentError(absl::StrCat("warmup data file ", path, " is too short"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunWarmup(ModelVersion& model, const inference::ModelWarmup* warmup,
+                       const std::string& model_dir, uint64_t max_request_bytes) {
+  const auto& specs = model.executable().inputs();
+  int64_t batch = 1;
+  if (warmup != nullptr && warmup->batch_size() > 0) batch = warmup->batch_size();
+  bool batched = model.config().max_batch_size() > 0;
+  auto tensors = std::make_shared<std::vector<HostTensor>>();
+  WireRequest wire;
+  wire.id = "warmup";
+  for (const TensorSpec& spec : specs) {
+    std::vector<int64_t> shape;
+    if (batched) shape.push_back(batch);
+    for (int64_t d : spec.dims) shape.push_back(d < 0 ? 1 : d);
+    // Size first: a fixed input too large to ever arrive in a request must fail the load, not
+    // abort the process allocating it.
+    constexpr uint64_t kMinWarmupLimitBytes = uint64_t{256} << 20;
+    const uint64_t limit = std::max(max_request_bytes, kMinWarmupLimitBytes);
+    auto bytes = CheckedTensorBytes(spec.dtype, shape);
+    if (!bytes.ok() || *bytes > limit) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input '", spec.name, "' of shape [", absl::StrJoin(shape, ","), "] ",
+          bytes.ok() ? absl::StrCat("needs ", *bytes, " bytes, more than the request limit ", limit)
+                     : std::string(bytes.status().message())));
+    }
+    HostTensor t(spec.dtype, shape);
+    if (warmup != nullptr) {
+      auto it = warmup->inputs().find(spec.name);
+      if (it != warmup->inputs().end()) {
+        if (auto s = FillWarmupInput(it->second, model_dir, &t); !s.ok()) return s;
+      }
+    }
+    tensors->push_back(std::move(t));
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const HostTensor& t = (*tensors)[i];
+    wire.inputs.push_back(
+        {specs[i].name, DTypeKServeName(t.dtype()), t.shape(), t.data(), t.byte_size()});
+  }
+  wire.holder = tensors;
+  auto request = BuildInferenceRequest(model, std::move(wire));
+  if (!request.ok()) return request.status();
+  InferenceResponse response = InferBlocking(model, std::move(*request));
+  if (!response.status.ok()) {
+    return absl::Status(response.status.code(),
+                        absl::StrCat("warmup failed: ", response.status.message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cuvil
