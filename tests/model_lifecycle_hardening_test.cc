@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
 #include "server_test_util.h"
+#include "test_models.h"
 
 namespace cuvil {
 namespace {
@@ -58,35 +59,7 @@ std::string ReluModel(int64_t width) {
 // y = Gather(table, ids) with table a float32[4, 2] constant (row r holds r, r) and ids
 // int64[batch].
 std::string GatherModel() {
-  onnx::ModelProto model;
-  model.set_ir_version(8);
-  model.add_opset_import()->set_version(13);
-  onnx::GraphProto* g = model.mutable_graph();
-  g->set_name("gather");
-  onnx::ValueInfoProto* ids = g->add_input();
-  ids->set_name("ids");
-  ids->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::INT64);
-  ids->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_param("batch");
-  onnx::ValueInfoProto* y = g->add_output();
-  y->set_name("y");
-  y->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
-  y->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_param("batch");
-  y->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(2);
-  onnx::TensorProto* table = g->add_initializer();
-  table->set_name("table");
-  table->set_data_type(onnx::TensorProto::FLOAT);
-  table->add_dims(4);
-  table->add_dims(2);
-  for (int r = 0; r < 4; ++r) {
-    table->add_float_data(static_cast<float>(r));
-    table->add_float_data(static_cast<float>(r));
-  }
-  onnx::NodeProto* n = g->add_node();
-  n->set_op_type("Gather");
-  n->add_input("table");
-  n->add_input("ids");
-  n->add_output("y");
-  return model.SerializeAsString();
+  return testing::GatherTableModel(4, 2, [](int64_t r, int64_t) { return static_cast<float>(r); });
 }
 
 const VersionStatus* FindVersion(const std::vector<VersionStatus>& index, const std::string& name,

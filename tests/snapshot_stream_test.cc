@@ -9,8 +9,8 @@
 #include "grpc_service.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "onnx/onnx_pb.h"
 #include "server_test_util.h"
+#include "test_models.h"
 
 namespace cuvil {
 namespace {
@@ -25,36 +25,8 @@ constexpr int64_t kRows = (int64_t{48} << 20) / (kCols * 4);
 // y = Gather(table, ids): table float32[kRows, kCols] with table[r][c] = r * kCols + c (exact in
 // float32), ids int64[batch].
 std::string BigGatherModel() {
-  onnx::ModelProto model;
-  model.set_ir_version(8);
-  model.add_opset_import()->set_version(13);
-  onnx::GraphProto* g = model.mutable_graph();
-  g->set_name("big_gather");
-  onnx::ValueInfoProto* ids = g->add_input();
-  ids->set_name("ids");
-  ids->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::INT64);
-  ids->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_param("batch");
-  onnx::ValueInfoProto* y = g->add_output();
-  y->set_name("y");
-  auto* yt = y->mutable_type()->mutable_tensor_type();
-  yt->set_elem_type(onnx::TensorProto::FLOAT);
-  yt->mutable_shape()->add_dim()->set_dim_param("batch");
-  yt->mutable_shape()->add_dim()->set_dim_value(kCols);
-  onnx::TensorProto* table = g->add_initializer();
-  table->set_name("table");
-  table->set_data_type(onnx::TensorProto::FLOAT);
-  table->add_dims(kRows);
-  table->add_dims(kCols);
-  std::string raw(static_cast<size_t>(kRows * kCols) * sizeof(float), '\0');
-  float* v = reinterpret_cast<float*>(raw.data());
-  for (int64_t i = 0; i < kRows * kCols; ++i) v[i] = static_cast<float>(i);
-  table->set_raw_data(std::move(raw));
-  onnx::NodeProto* n = g->add_node();
-  n->set_op_type("Gather");
-  n->add_input("table");
-  n->add_input("ids");
-  n->add_output("y");
-  return model.SerializeAsString();
+  return testing::GatherTableModel(
+      kRows, kCols, [](int64_t r, int64_t c) { return static_cast<float>(r * kCols + c); });
 }
 
 class SnapshotStreamTest : public ::testing::Test {

@@ -2,7 +2,10 @@
 #ifndef CUVIL_TESTS_TEST_MODELS_H_
 #define CUVIL_TESTS_TEST_MODELS_H_
 
+#include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "onnx/onnx_pb.h"
@@ -36,6 +39,44 @@ inline std::string BinaryWithConstant(const std::string& op, int64_t width, floa
   n->set_name(op + "_node");
   n->add_input("x");
   n->add_input("c");
+  n->add_output("y");
+  return model.SerializeAsString();
+}
+
+// y = Gather(table, ids): `table` a float32[rows, cols] constant with table[r][c] = value(r, c)
+// (stored as raw_data, as exporters write large weights), ids int64[batch], y float32[batch, cols].
+inline std::string GatherTableModel(int64_t rows, int64_t cols,
+                                    const std::function<float(int64_t, int64_t)>& value) {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(13);
+  onnx::GraphProto* g = model.mutable_graph();
+  g->set_name("gather_table");
+  onnx::ValueInfoProto* ids = g->add_input();
+  ids->set_name("ids");
+  ids->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::INT64);
+  ids->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_param("batch");
+  onnx::ValueInfoProto* y = g->add_output();
+  y->set_name("y");
+  auto* yt = y->mutable_type()->mutable_tensor_type();
+  yt->set_elem_type(onnx::TensorProto::FLOAT);
+  yt->mutable_shape()->add_dim()->set_dim_param("batch");
+  yt->mutable_shape()->add_dim()->set_dim_value(cols);
+  onnx::TensorProto* table = g->add_initializer();
+  table->set_name("table");
+  table->set_data_type(onnx::TensorProto::FLOAT);
+  table->add_dims(rows);
+  table->add_dims(cols);
+  std::string raw(static_cast<size_t>(rows * cols) * sizeof(float), '\0');
+  float* v = reinterpret_cast<float*>(raw.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) v[r * cols + c] = value(r, c);
+  }
+  table->set_raw_data(std::move(raw));
+  onnx::NodeProto* n = g->add_node();
+  n->set_op_type("Gather");
+  n->add_input("table");
+  n->add_input("ids");
   n->add_output("y");
   return model.SerializeAsString();
 }

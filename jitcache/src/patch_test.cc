@@ -13,7 +13,7 @@
 #include "cuvil/compiler/compiler.h"
 #include "cuvil/jitcache/jit_engine.h"
 #include "gtest/gtest.h"
-#include "onnx/onnx_pb.h"
+#include "patch_test_models.h"
 
 namespace cuvil {
 namespace {
@@ -22,79 +22,12 @@ constexpr int64_t kWidth = 8;
 
 // y = (x + c1) + c2 with x float32[batch, 8]: two kernels, k0 and k1.
 std::string TwoAdds(float c1, float c2) {
-  onnx::ModelProto model;
-  model.set_ir_version(8);
-  model.add_opset_import()->set_version(13);
-  onnx::GraphProto* g = model.mutable_graph();
-  g->set_name("two_adds");
-  auto add_io = [&](onnx::ValueInfoProto* info, const std::string& name) {
-    info->set_name(name);
-    auto* tt = info->mutable_type()->mutable_tensor_type();
-    tt->set_elem_type(onnx::TensorProto::FLOAT);
-    tt->mutable_shape()->add_dim()->set_dim_param("batch");
-    tt->mutable_shape()->add_dim()->set_dim_value(kWidth);
-  };
-  add_io(g->add_input(), "x");
-  add_io(g->add_output(), "y");
-  for (auto [name, value] : {std::pair{"c1", c1}, std::pair{"c2", c2}}) {
-    onnx::TensorProto* c = g->add_initializer();
-    c->set_name(name);
-    c->set_data_type(onnx::TensorProto::FLOAT);
-    c->add_dims(kWidth);
-    for (int64_t i = 0; i < kWidth; ++i) c->add_float_data(value);
-  }
-  auto add_node = [&](const std::string& a, const std::string& b, const std::string& out) {
-    onnx::NodeProto* n = g->add_node();
-    n->set_op_type("Add");
-    n->set_name(out + "_add");
-    n->add_input(a);
-    n->add_input(b);
-    n->add_output(out);
-  };
-  add_node("x", "c1", "t");
-  add_node("t", "c2", "y");
-  return model.SerializeAsString();
+  return testing::TwoBinaryOps("two_adds", kWidth, "Add", c1, "Add", c2);
 }
 
-// LLVM IR of a kernel `name` computing out = scale * (a + b[col]) over batch*8 floats, where
-// args = {a, b, out}: the Add kernel with its result multiplied by `scale`.
+// The Add kernel over [batch, 8] with its result multiplied by `scale`.
 std::string ScaledAddIr(const std::string& name, float scale) {
-  std::string ir = R"(
-define i32 @NAME(ptr %args, i64 %batch) {
-entry:
-  %a = load ptr, ptr %args
-  %bp = getelementptr ptr, ptr %args, i64 1
-  %b = load ptr, ptr %bp
-  %op = getelementptr ptr, ptr %args, i64 2
-  %o = load ptr, ptr %op
-  %n = mul i64 %batch, 8
-  %empty = icmp eq i64 %n, 0
-  br i1 %empty, label %exit, label %loop
-loop:
-  %i = phi i64 [ 0, %entry ], [ %i1, %loop ]
-  %j = urem i64 %i, 8
-  %aa = getelementptr float, ptr %a, i64 %i
-  %av = load float, ptr %aa
-  %ba = getelementptr float, ptr %b, i64 %j
-  %bv = load float, ptr %ba
-  %s = fadd float %av, %bv
-  %d = fmul float %s, SCALE
-  %oa = getelementptr float, ptr %o, i64 %i
-  store float %d, ptr %oa
-  %i1 = add i64 %i, 1
-  %done = icmp eq i64 %i1, %n
-  br i1 %done, label %exit, label %loop
-exit:
-  ret i32 0
-}
-)";
-  char scale_text[32];
-  // LLVM IR spells float constants exactly as 64-bit hex.
-  double d = scale;
-  uint64_t bits;
-  std::memcpy(&bits, &d, sizeof bits);
-  std::snprintf(scale_text, sizeof scale_text, "0x%016llX", static_cast<unsigned long long>(bits));
-  return absl::StrReplaceAll(ir, {{"NAME", name}, {"SCALE", scale_text}});
+  return testing::ScaledAddIr(name, kWidth, scale);
 }
 
 CompileOptions OptLevel(int level) {

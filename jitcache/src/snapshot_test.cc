@@ -8,7 +8,7 @@
 #include "cuvil/compiler/compiler.h"
 #include "cuvil/jitcache/jit_engine.h"
 #include "gtest/gtest.h"
-#include "onnx/onnx_pb.h"
+#include "patch_test_models.h"
 #include "snapshot.pb.h"
 
 namespace cuvil {
@@ -17,74 +17,10 @@ namespace {
 constexpr int64_t kWidth = 4;
 
 // y = x * 3 + 1 over float32[batch, 4]: a Mul kernel and an Add kernel.
-std::string MulAdd() {
-  onnx::ModelProto model;
-  model.set_ir_version(8);
-  model.add_opset_import()->set_version(13);
-  onnx::GraphProto* g = model.mutable_graph();
-  g->set_name("mul_add");
-  auto io = [&](onnx::ValueInfoProto* info, const std::string& name) {
-    info->set_name(name);
-    auto* tt = info->mutable_type()->mutable_tensor_type();
-    tt->set_elem_type(onnx::TensorProto::FLOAT);
-    tt->mutable_shape()->add_dim()->set_dim_param("batch");
-    tt->mutable_shape()->add_dim()->set_dim_value(kWidth);
-  };
-  io(g->add_input(), "x");
-  io(g->add_output(), "y");
-  for (auto [name, value] : {std::pair{"three", 3.0f}, std::pair{"one", 1.0f}}) {
-    onnx::TensorProto* c = g->add_initializer();
-    c->set_name(name);
-    c->set_data_type(onnx::TensorProto::FLOAT);
-    c->add_dims(kWidth);
-    for (int64_t i = 0; i < kWidth; ++i) c->add_float_data(value);
-  }
-  auto node = [&](const char* op, const char* a, const char* b, const char* out) {
-    onnx::NodeProto* n = g->add_node();
-    n->set_op_type(op);
-    n->set_name(std::string(out) + "_node");
-    n->add_input(a);
-    n->add_input(b);
-    n->add_output(out);
-  };
-  node("Mul", "x", "three", "t");
-  node("Add", "t", "one", "y");
-  return model.SerializeAsString();
-}
+std::string MulAdd() { return testing::TwoBinaryOps("mul_add", kWidth, "Mul", 3.0f, "Add", 1.0f); }
 
 // A kernel that writes 2 * (a + b) (the Add kernel, doubled).
-std::string DoubledAdd(const std::string& name) {
-  return absl::StrCat(R"(
-define i32 @)",
-                      name, R"((ptr %args, i64 %batch) {
-entry:
-  %a = load ptr, ptr %args
-  %bp = getelementptr ptr, ptr %args, i64 1
-  %b = load ptr, ptr %bp
-  %op = getelementptr ptr, ptr %args, i64 2
-  %o = load ptr, ptr %op
-  %n = mul i64 %batch, 4
-  %empty = icmp eq i64 %n, 0
-  br i1 %empty, label %exit, label %loop
-loop:
-  %i = phi i64 [ 0, %entry ], [ %i1, %loop ]
-  %j = urem i64 %i, 4
-  %aa = getelementptr float, ptr %a, i64 %i
-  %av = load float, ptr %aa
-  %ba = getelementptr float, ptr %b, i64 %j
-  %bv = load float, ptr %ba
-  %s = fadd float %av, %bv
-  %d = fmul float %s, 2.0
-  %oa = getelementptr float, ptr %o, i64 %i
-  store float %d, ptr %oa
-  %i1 = add i64 %i, 1
-  %done = icmp eq i64 %i1, %n
-  br i1 %done, label %exit, label %loop
-exit:
-  ret i32 0
-}
-)");
-}
+std::string DoubledAdd(const std::string& name) { return testing::ScaledAddIr(name, kWidth, 2.0f); }
 
 class SnapshotTest : public ::testing::Test {
  protected:

@@ -23,6 +23,17 @@ using http_response::SetError;
 using http_response::SetJson;
 using httplib::Response;
 
+namespace {
+
+// The {v} of a .../versions/{v}/... route; false after answering 400 when it is not a number.
+bool VersionNumber(const std::string& text, Response& res, int64_t* version) {
+  if (absl::SimpleAtoi(text, version)) return true;
+  SetError(res, 400, absl::StrCat("version '", text, "' is not a number"));
+  return false;
+}
+
+}  // namespace
+
 bool HttpAdminRoutes::HandleGet(const std::vector<std::string>& p, Response& res) {
   const size_t n = p.size();
   if (n < 2 || p[0] != "admin" || p[1] != "models") return false;
@@ -30,15 +41,15 @@ bool HttpAdminRoutes::HandleGet(const std::vector<std::string>& p, Response& res
     ListModels(res);
     return true;
   }
-  if (n == 6 && p[3] == "versions" && p[5] == "functions") {
-    ListFunctions(res, p[2], p[4]);
-    return true;
+  if (n != 6 || p[3] != "versions" || (p[5] != "functions" && p[5] != "patches")) return false;
+  int64_t version = 0;
+  if (!VersionNumber(p[4], res, &version)) return true;
+  if (p[5] == "functions") {
+    ListFunctions(res, p[2], version);
+  } else {
+    ListPatches(res, p[2], version);
   }
-  if (n == 6 && p[3] == "versions" && p[5] == "patches") {
-    ListPatches(res, p[2], p[4]);
-    return true;
-  }
-  return false;
+  return true;
 }
 
 bool HttpAdminRoutes::HandlePost(const std::vector<std::string>& p, const std::string& body,
@@ -54,19 +65,18 @@ bool HttpAdminRoutes::HandlePost(const std::vector<std::string>& p, const std::s
       Unload(res, body, p[2]);
       return true;
     }
-    if (n == 6 && p[3] == "versions") {
+    if (n == 6 && p[3] == "versions" &&
+        (p[5] == "patch" || p[5] == "rollback" || p[5] == "snapshot")) {
+      int64_t version = 0;
+      if (!VersionNumber(p[4], res, &version)) return true;
       if (p[5] == "patch") {
-        Patch(res, body, p[2], p[4]);
-        return true;
+        Patch(res, body, p[2], version);
+      } else if (p[5] == "rollback") {
+        Rollback(res, body, p[2], version);
+      } else {
+        Snapshot(res, p[2], version);
       }
-      if (p[5] == "rollback") {
-        Rollback(res, body, p[2], p[4]);
-        return true;
-      }
-      if (p[5] == "snapshot") {
-        Snapshot(res, p[2], p[4]);
-        return true;
-      }
+      return true;
     }
   }
   if (n == 3 && p[1] == "snapshots" && p[2] == "restore") {
@@ -138,15 +148,10 @@ void HttpAdminRoutes::ListModels(Response& res) {
   SetJson(res, 200, json{{"models", std::move(models)}});
 }
 
-void HttpAdminRoutes::ListFunctions(Response& res, const std::string& name,
-                                    const std::string& version) {
-  int64_t v = 0;
-  if (!absl::SimpleAtoi(version, &v)) {
-    return SetError(res, 400, absl::StrCat("version '", version, "' is not a number"));
-  }
+void HttpAdminRoutes::ListFunctions(Response& res, const std::string& name, int64_t version) {
   cuvil::admin::v1::ListFunctionsRequest request;
   request.set_name(name);
-  request.set_version(v);
+  request.set_version(version);
   absl::StatusOr<cuvil::admin::v1::ListFunctionsResponse> list = admin_->ListFunctions(request);
   if (!list.ok()) return SetError(res, list.status());
   json functions = json::array();
@@ -182,11 +187,7 @@ json ProfileJson(const google::protobuf::RepeatedPtrField<cuvil::admin::v1::Kern
 // "function"?: SYMBOL, "functions"?: [..], "validate"?: bool, "force"?: bool, "rtol"?: x,
 // "atol"?: x, "author"?: NAME}
 void HttpAdminRoutes::Patch(Response& res, const std::string& body, const std::string& name,
-                            const std::string& version) {
-  int64_t v = 0;
-  if (!absl::SimpleAtoi(version, &v)) {
-    return SetError(res, 400, absl::StrCat("version '", version, "' is not a number"));
-  }
+                            int64_t version) {
   absl::StatusOr<json> parsed = ParseBody(body);
   if (!parsed.ok()) return SetError(res, parsed.status());
   absl::StatusOr<std::string> ir = StringField(*parsed, "ir");
@@ -204,7 +205,7 @@ void HttpAdminRoutes::Patch(Response& res, const std::string& body, const std::s
   }
   cuvil::admin::v1::PatchFunctionRequest request;
   request.set_name(name);
-  request.set_version(v);
+  request.set_version(version);
   request.set_body(*ir);
   request.set_function(*function);
   request.set_author(*author);
@@ -255,33 +256,24 @@ void HttpAdminRoutes::Patch(Response& res, const std::string& body, const std::s
 
 // POST .../versions/{v}/rollback {"patch_id": ID}
 void HttpAdminRoutes::Rollback(Response& res, const std::string& body, const std::string& name,
-                               const std::string& version) {
-  int64_t v = 0;
-  if (!absl::SimpleAtoi(version, &v)) {
-    return SetError(res, 400, absl::StrCat("version '", version, "' is not a number"));
-  }
+                               int64_t version) {
   absl::StatusOr<json> parsed = ParseBody(body);
   if (!parsed.ok()) return SetError(res, parsed.status());
   absl::StatusOr<std::string> id = StringField(*parsed, "patch_id");
   if (!id.ok()) return SetError(res, id.status());
   cuvil::admin::v1::RollbackRequest request;
   request.set_name(name);
-  request.set_version(v);
+  request.set_version(version);
   request.set_patch_id(*id);
   auto out = admin_->Rollback(request);
   if (!out.ok()) return SetError(res, out.status());
   SetJson(res, 200, json{{"switch_us", out->switch_us()}});
 }
 
-void HttpAdminRoutes::ListPatches(Response& res, const std::string& name,
-                                  const std::string& version) {
-  int64_t v = 0;
-  if (!absl::SimpleAtoi(version, &v)) {
-    return SetError(res, 400, absl::StrCat("version '", version, "' is not a number"));
-  }
+void HttpAdminRoutes::ListPatches(Response& res, const std::string& name, int64_t version) {
   cuvil::admin::v1::ListPatchesRequest request;
   request.set_name(name);
-  request.set_version(v);
+  request.set_version(version);
   auto list = admin_->ListPatches(request);
   if (!list.ok()) return SetError(res, list.status());
   json patches = json::array();
@@ -302,14 +294,10 @@ void HttpAdminRoutes::ListPatches(Response& res, const std::string& name,
 }
 
 // POST .../versions/{v}/snapshot -> {"snapshot": BASE64, "version": V}
-void HttpAdminRoutes::Snapshot(Response& res, const std::string& name, const std::string& version) {
-  int64_t v = 0;
-  if (!absl::SimpleAtoi(version, &v)) {
-    return SetError(res, 400, absl::StrCat("version '", version, "' is not a number"));
-  }
+void HttpAdminRoutes::Snapshot(Response& res, const std::string& name, int64_t version) {
   cuvil::admin::v1::SnapshotRequest request;
   request.set_name(name);
-  request.set_version(v);
+  request.set_version(version);
   auto out = admin_->Snapshot(request);
   if (!out.ok()) return SetError(res, out.status());
   SetJson(res, 200,

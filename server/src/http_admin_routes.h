@@ -6,6 +6,7 @@
 
 #include <httplib.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -31,13 +32,13 @@ class HttpAdminRoutes {
   void Load(httplib::Response& res, const std::string& body);
   void Unload(httplib::Response& res, const std::string& body, const std::string& name);
   void ListModels(httplib::Response& res);
-  void ListFunctions(httplib::Response& res, const std::string& name, const std::string& version);
-  void ListPatches(httplib::Response& res, const std::string& name, const std::string& version);
+  void ListFunctions(httplib::Response& res, const std::string& name, int64_t version);
+  void ListPatches(httplib::Response& res, const std::string& name, int64_t version);
   void Patch(httplib::Response& res, const std::string& body, const std::string& name,
-             const std::string& version);
+             int64_t version);
   void Rollback(httplib::Response& res, const std::string& body, const std::string& name,
-                const std::string& version);
-  void Snapshot(httplib::Response& res, const std::string& name, const std::string& version);
+                int64_t version);
+  void Snapshot(httplib::Response& res, const std::string& name, int64_t version);
   void Restore(httplib::Response& res, const std::string& body);
 
   AdminOperations* admin_;
