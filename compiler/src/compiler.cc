@@ -79,6 +79,13 @@ absl::Status Prepare(const CompileOptions& options, PreparedModel::Impl* impl) {
   return absl::OkStatus();
 }
 
+// The import options, reporting binding requests where the compile's caller collects them.
+ImportOptions WithBindingRequests(const CompileOptions& options) {
+  ImportOptions import = options.import;
+  if (import.needs_binding == nullptr) import.needs_binding = options.needs_binding;
+  return import;
+}
+
 // Imports with `import` (timed as the "import" phase), then prepares the graph.
 absl::StatusOr<std::shared_ptr<const PreparedModel>> PrepareImported(
     const std::function<absl::StatusOr<std::unique_ptr<ir::Graph>>()>& import,
@@ -108,13 +115,14 @@ absl::StatusOr<CompiledModel> CompileGraph(ir::Graph& graph, const CompileOption
 
 absl::StatusOr<std::shared_ptr<const PreparedModel>> PrepareOnnxFile(
     const std::string& path, const CompileOptions& options) {
-  return PrepareImported([&] { return ImportOnnxFile(path, options.import); }, options,
-                         absl::StrCat(path, ": "));
+  return PrepareImported([&] { return ImportOnnxFile(path, WithBindingRequests(options)); },
+                         options, absl::StrCat(path, ": "));
 }
 
 absl::StatusOr<std::shared_ptr<const PreparedModel>> PrepareOnnxBytes(
     const std::string& bytes, const CompileOptions& options) {
-  return PrepareImported([&] { return ImportOnnxBytes(bytes, options.import); }, options, "");
+  return PrepareImported([&] { return ImportOnnxBytes(bytes, WithBindingRequests(options)); },
+                         options, "");
 }
 
 absl::Status EntryStatus(int32_t rc) {

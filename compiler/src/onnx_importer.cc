@@ -14,6 +14,7 @@
 #include "onnx/checker.h"
 #include "onnx/onnx_pb.h"
 #include "onnx_tensor.h"
+#include "sequence_resolution.h"
 #include "subgraph_import.h"
 
 namespace cuvil {
@@ -337,7 +338,17 @@ absl::StatusOr<std::unique_ptr<ir::Graph>> ImportModel(const uint8_t* data, size
     if (auto s = RunChecker(model, model_dir); !s.ok()) return s;
   }
   static const std::vector<std::string_view> kNoRawData;
-  return Importer(options, model_dir).Import(model, split ? split->raw_data : kNoRawData);
+  const std::vector<std::string_view>& raw_data = split ? split->raw_data : kNoRawData;
+  std::vector<OutputLayout> layout;
+  if (UsesSequencesOrOptionals(model.graph())) {
+    // Sequences and optionals become their element tensors before the IR sees them.
+    if (auto s = ResolveSequences(&model, options, raw_data, &layout); !s.ok()) return s;
+  } else {
+    layout = TensorOutputLayout(model.graph());
+  }
+  auto graph = Importer(options, model_dir).Import(model, raw_data);
+  if (graph.ok() && options.output_layout != nullptr) *options.output_layout = std::move(layout);
+  return graph;
 }
 
 }  // namespace
@@ -353,6 +364,33 @@ absl::StatusOr<std::unique_ptr<ir::Graph>> ImportOnnxFile(const std::string& pat
   if (!g.ok())
     return absl::Status(g.status().code(), absl::StrCat(path, ": ", g.status().message()));
   return g;
+}
+
+absl::StatusOr<DeclaredModelIo> ReadDeclaredIo(const std::string& path) {
+  auto file = MappedFile::Open(path, kMaxModelBytes);
+  if (!file.ok()) return file.status();
+  onnx::ModelProto model;
+  if (auto s = ParseModel(file->data(), file->size(), &model); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+  }
+  const onnx::GraphProto& g = model.graph();
+  std::set<std::string> initializers;
+  for (const auto& init : g.initializer()) initializers.insert(init.name());
+  DeclaredModelIo io;
+  for (const auto& in : g.input()) {
+    if (initializers.count(in.name())) continue;
+    auto kind = IoKindOf(in.type(), absl::StrCat("graph input '", in.name(), "'"));
+    if (!kind.ok())
+      return absl::Status(kind.status().code(), absl::StrCat(path, ": ", kind.status().message()));
+    io.inputs.push_back({in.name(), *kind});
+  }
+  for (const auto& out : g.output()) {
+    auto kind = IoKindOf(out.type(), absl::StrCat("graph output '", out.name(), "'"));
+    if (!kind.ok())
+      return absl::Status(kind.status().code(), absl::StrCat(path, ": ", kind.status().message()));
+    io.outputs.push_back({out.name(), *kind});
+  }
+  return io;
 }
 
 absl::StatusOr<std::unique_ptr<ir::Graph>> ImportOnnxBytes(const std::string& bytes,

@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "cuvil/compiler/tensor_file.h"
+#include "onnx/onnx-data_pb.h"
 
 namespace cuvil {
 namespace {
@@ -229,6 +230,76 @@ absl::StatusOr<NamedTensor> ReadTensorFile(const std::string& path) {
   auto t = TensorFromProto(proto, "");
   if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", t.status().message()));
   return NamedTensor{proto.name(), std::move(*t)};
+}
+
+namespace {
+
+absl::StatusOr<std::vector<HostTensor>> SequenceTensors(const onnx::SequenceProto& seq,
+                                                        const std::string& path) {
+  if (seq.elem_type() != onnx::SequenceProto::TENSOR && seq.tensor_values_size() == 0 &&
+      seq.elem_type() != onnx::SequenceProto::UNDEFINED) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": a sequence of non-tensors"));
+  }
+  std::vector<HostTensor> out;
+  for (const auto& tp : seq.tensor_values()) {
+    auto t = TensorFromProto(tp, "");
+    if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", t.status().message()));
+    out.push_back(std::move(*t));
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<DataValue> ReadDataFile(const std::string& path, IoKind kind) {
+  DataValue value;
+  value.kind = kind;
+  if (kind == IoKind::kTensor) {
+    auto t = ReadTensorFile(path);
+    if (!t.ok()) return t.status();
+    value.tensors.push_back(std::move(t->tensor));
+    return value;
+  }
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  if (kind == IoKind::kSequence) {
+    onnx::SequenceProto seq;
+    if (!seq.ParseFromString(bytes)) {
+      return absl::InvalidArgumentError(absl::StrCat(path, " is not a serialized SequenceProto"));
+    }
+    auto tensors = SequenceTensors(seq, path);
+    if (!tensors.ok()) return tensors.status();
+    value.tensors = std::move(*tensors);
+    return value;
+  }
+  onnx::OptionalProto opt;
+  if (!opt.ParseFromString(bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a serialized OptionalProto"));
+  }
+  if (opt.has_tensor_value()) {
+    if (kind != IoKind::kOptionalTensor) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": an optional tensor, expected ", "an optional sequence"));
+    }
+    auto t = TensorFromProto(opt.tensor_value(), "");
+    if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", t.status().message()));
+    value.tensors.push_back(std::move(*t));
+  } else if (opt.has_sequence_value()) {
+    if (kind != IoKind::kOptionalSequence) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": an optional sequence, expected ", "an optional tensor"));
+    }
+    auto tensors = SequenceTensors(opt.sequence_value(), path);
+    if (!tensors.ok()) return tensors.status();
+    value.tensors = std::move(*tensors);
+  } else if (opt.has_sparse_tensor_value() || opt.has_map_value() || opt.has_optional_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": an optional of an unsupported type (", opt.elem_type(), ")"));
+  } else {
+    value.present = false;  // No value: an empty optional (elem_type only names its type).
+  }
+  return value;
 }
 
 absl::Status WriteTensorFile(const std::string& path, const std::string& name,

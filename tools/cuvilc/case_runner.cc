@@ -18,24 +18,30 @@ namespace fs = std::filesystem;
 
 struct DataSet {
   std::string dir;
-  std::vector<HostTensor> inputs;
-  std::vector<HostTensor> outputs;
+  std::vector<DataValue> inputs;
+  std::vector<DataValue> outputs;
 };
 
-absl::StatusOr<std::vector<HostTensor>> ReadNumbered(const std::string& dir,
-                                                     const std::string& prefix) {
-  std::vector<HostTensor> out;
-  for (int k = 0;; ++k) {
+// Reads prefix_0.pb, prefix_1.pb, ... as the model declares value k (a tensor when undeclared).
+absl::StatusOr<std::vector<DataValue>> ReadNumbered(const std::string& dir,
+                                                    const std::string& prefix,
+                                                    const std::vector<DeclaredIo>& declared) {
+  std::vector<DataValue> out;
+  for (size_t k = 0;; ++k) {
     std::string path = absl::StrCat(dir, "/", prefix, "_", k, ".pb");
     if (!fs::exists(path)) break;
-    auto t = ReadTensorFile(path);
-    if (!t.ok()) return t.status();
-    out.push_back(std::move(t->tensor));
+    auto v = ReadDataFile(path, k < declared.size() ? declared[k].kind : IoKind::kTensor);
+    if (!v.ok()) return v.status();
+    if (v->kind == IoKind::kTensor && v->tensors.size() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": expected one tensor"));
+    }
+    out.push_back(std::move(*v));
   }
   return out;
 }
 
-absl::StatusOr<std::vector<DataSet>> ReadDataSets(const std::string& case_dir) {
+absl::StatusOr<std::vector<DataSet>> ReadDataSets(const std::string& case_dir,
+                                                  const DeclaredModelIo& io) {
   std::vector<std::string> dirs;
   for (const auto& e : fs::directory_iterator(case_dir)) {
     if (e.is_directory() && e.path().filename().string().rfind("test_data_set_", 0) == 0) {
@@ -46,9 +52,9 @@ absl::StatusOr<std::vector<DataSet>> ReadDataSets(const std::string& case_dir) {
   std::vector<DataSet> sets;
   for (const std::string& d : dirs) {
     DataSet ds{d, {}, {}};
-    auto in = ReadNumbered(d, "input");
+    auto in = ReadNumbered(d, "input", io.inputs);
     if (!in.ok()) return in.status();
-    auto out = ReadNumbered(d, "output");
+    auto out = ReadNumbered(d, "output", io.outputs);
     if (!out.ok()) return out.status();
     ds.inputs = std::move(*in);
     ds.outputs = std::move(*out);
@@ -75,7 +81,7 @@ absl::Status RunDataSet(const LoadedModel& model, const DataSet& ds,
     size_t i = inputs.size();
     DType want =
         i < model.model().inputs.size() ? model.model().inputs[i].dtype : DType::kUndefined;
-    inputs.push_back(AsBFloat16IfBits(ds.inputs[pos], want));
+    inputs.push_back(AsBFloat16IfBits(ds.inputs[pos].tensors[0], want));
   }
   auto outputs = model.Run(inputs);
   if (!outputs.ok()) return outputs.status();
@@ -84,7 +90,7 @@ absl::Status RunDataSet(const LoadedModel& model, const DataSet& ds,
         absl::StrCat("model produced ", outputs->size(), " outputs, expected ", ds.outputs.size()));
   }
   for (size_t i = 0; i < ds.outputs.size(); ++i) {
-    HostTensor want = AsBFloat16IfBits(ds.outputs[i], (*outputs)[i].dtype());
+    HostTensor want = AsBFloat16IfBits(ds.outputs[i].tensors[0], (*outputs)[i].dtype());
     if (auto s = CompareTensors((*outputs)[i], want, tol); !s.ok()) {
       return absl::InternalError(absl::StrCat(fs::path(ds.dir).filename().string(), " output ",
                                               model.model().outputs[i].name, ": ", s.message()));
@@ -94,6 +100,109 @@ absl::Status RunDataSet(const LoadedModel& model, const DataSet& ds,
 }
 
 std::atomic<int> namespace_counter{0};
+
+// Compiles `model_path` for one data set of a model with sequence or optional inputs or outputs
+// (their structure comes from the data, so each data set compiles on its own), runs it and
+// compares every declared output element by element.
+absl::Status RunStructuredDataSet(JitEngine& engine, const std::string& model_path,
+                                  const DeclaredModelIo& io, const DataSet& ds,
+                                  const Tolerance& tol) {
+  if (ds.inputs.size() < io.inputs.size()) {
+    return absl::InvalidArgumentError("data set lacks an input");
+  }
+  if (ds.outputs.size() != io.outputs.size()) {
+    return absl::InvalidArgumentError("data set's outputs do not match the model's");
+  }
+  CompileOptions options;
+  options.import.allow_structured_io = true;
+  std::vector<OutputLayout> layout;
+  options.import.output_layout = &layout;
+  for (size_t i = 0; i < io.inputs.size(); ++i) {
+    const DataValue& v = ds.inputs[i];
+    if (io.inputs[i].kind == IoKind::kTensor) {
+      // The data fixes the elements' shapes anyway: fix the tensor inputs' shapes too.
+      options.import.input_shapes[io.inputs[i].name] = v.tensors[0].shape();
+      continue;
+    }
+    StructuredInput s;
+    s.present = v.present;
+    for (const HostTensor& t : v.tensors) s.element_shapes.push_back(t.shape());
+    options.import.structured_inputs[io.inputs[i].name] = std::move(s);
+  }
+  // Positions, trip counts and conditions that decide a structure come from the data: bind them
+  // as constants, as shape operands are.
+  std::vector<std::string> to_bind;
+  absl::StatusOr<CompiledModel> model = absl::UnknownError("not compiled");
+  for (int round = 0; round < 8; ++round) {
+    CompileOptions bound = options;
+    std::vector<std::string> again;
+    bound.needs_binding = &again;
+    for (size_t i = 0; i < io.inputs.size(); ++i) {
+      if (std::find(to_bind.begin(), to_bind.end(), io.inputs[i].name) != to_bind.end()) {
+        bound.import.bound_inputs[io.inputs[i].name] = ds.inputs[i].tensors[0];
+      }
+    }
+    model = CompileOnnxFile(model_path, bound);
+    if (model.ok()) break;
+    bool added = false;
+    for (const std::string& name : again) {
+      if (std::find(to_bind.begin(), to_bind.end(), name) == to_bind.end()) {
+        to_bind.push_back(name);
+        added = true;
+      }
+    }
+    if (!added) break;
+  }
+  if (!model.ok()) return model.status();
+  auto loaded = engine.Load(absl::StrCat("case/", namespace_counter++), std::move(*model));
+  if (!loaded.ok()) return loaded.status();
+  const CompiledModel& compiled = (*loaded)->model();
+
+  std::vector<HostTensor> inputs;
+  for (size_t i = 0; i < io.inputs.size(); ++i) {
+    if (std::find(to_bind.begin(), to_bind.end(), io.inputs[i].name) != to_bind.end()) continue;
+    for (const HostTensor& t : ds.inputs[i].tensors) {
+      size_t k = inputs.size();
+      DType want = k < compiled.inputs.size() ? compiled.inputs[k].dtype : DType::kUndefined;
+      inputs.push_back(AsBFloat16IfBits(t, want));
+    }
+  }
+  if (inputs.size() != compiled.inputs.size()) {
+    return absl::InternalError(absl::StrCat("the data gives ", inputs.size(),
+                                            " input tensors, the model takes ",
+                                            compiled.inputs.size()));
+  }
+  auto outputs = (*loaded)->Run(inputs);
+  if (!outputs.ok()) return outputs.status();
+  if (layout.size() != io.outputs.size()) {
+    return absl::InternalError("the output layout does not match the declared outputs");
+  }
+  std::string set = fs::path(ds.dir).filename().string();
+  for (size_t j = 0; j < layout.size(); ++j) {
+    const OutputLayout& e = layout[j];
+    const DataValue& want = ds.outputs[j];
+    if (e.present != want.present) {
+      return absl::InternalError(absl::StrCat(set, " output ", e.name, ": ",
+                                              e.present ? "present" : "empty", ", expected ",
+                                              want.present ? "present" : "empty"));
+    }
+    if (e.count != want.tensors.size() || e.first + e.count > outputs->size()) {
+      return absl::InternalError(absl::StrCat(set, " output ", e.name, ": ", e.count,
+                                              " tensors, expected ", want.tensors.size()));
+    }
+    for (size_t k = 0; k < e.count; ++k) {
+      const HostTensor& got = (*outputs)[e.first + k];
+      HostTensor w = AsBFloat16IfBits(want.tensors[k], got.dtype());
+      if (auto s = CompareTensors(got, w, tol); !s.ok()) {
+        return absl::InternalError(
+            absl::StrCat(set, " output ", e.name,
+                         e.kind == IoKind::kTensor ? std::string() : absl::StrCat("[", k, "]"),
+                         ": ", s.message()));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -121,8 +230,20 @@ absl::Status CompareTensors(const HostTensor& got, const HostTensor& want, const
 
 absl::Status RunCase(JitEngine& engine, const std::string& case_dir, const Tolerance& tol) {
   std::string model_path = case_dir + "/model.onnx";
-  auto sets = ReadDataSets(case_dir);
+  auto io = ReadDeclaredIo(model_path);
+  if (!io.ok()) return io.status();
+  auto sets = ReadDataSets(case_dir, *io);
   if (!sets.ok()) return sets.status();
+  bool structured = false;
+  for (const auto* list : {&io->inputs, &io->outputs}) {
+    for (const DeclaredIo& d : *list) structured |= d.kind != IoKind::kTensor;
+  }
+  if (structured) {
+    for (const DataSet& ds : *sets) {
+      if (auto s = RunStructuredDataSet(engine, model_path, *io, ds, tol); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
   // Model input order: the non-initializer graph inputs, which data files follow.
   ImportOptions probe;
   auto graph = ImportOnnxFile(model_path, probe);
@@ -132,7 +253,7 @@ absl::Status RunCase(JitEngine& engine, const std::string& case_dir, const Toler
     for (size_t i = 0; i < (*graph)->inputs.size(); ++i) {
       input_names.push_back((*graph)->inputs[i]->name);
       if (i < (*sets)[0].inputs.size())
-        first_shapes[input_names.back()] = (*sets)[0].inputs[i].shape();
+        first_shapes[input_names.back()] = (*sets)[0].inputs[i].tensors[0].shape();
     }
   } else if (!absl::IsUnimplemented(graph.status()) ||
              graph.status().message().find("symbolic dimension") == std::string::npos) {
@@ -176,7 +297,7 @@ absl::Status RunCase(JitEngine& engine, const std::string& case_dir, const Toler
       for (size_t i = 0; i < input_names.size(); ++i) {
         bool bind = std::find(to_bind.begin(), to_bind.end(), input_names[i]) != to_bind.end();
         if (bind && i < ds.inputs.size()) {
-          bound.import.bound_inputs[input_names[i]] = ds.inputs[i];
+          bound.import.bound_inputs[input_names[i]] = ds.inputs[i].tensors[0];
         } else {
           positions.push_back(i);
         }

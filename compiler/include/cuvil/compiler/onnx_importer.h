@@ -13,6 +13,38 @@
 
 namespace cuvil {
 
+// The declared kind of a graph input or output. Sequences and optionals never reach the IR: the
+// importer resolves them at compile time into their element tensors (see StructuredInput).
+enum class IoKind { kTensor, kSequence, kOptionalTensor, kOptionalSequence };
+
+// The compile-time structure of a sequence- or optional-typed graph input. A sequence input `x`
+// of n elements becomes n tensor inputs named "x[0]" ... "x[n-1]" (in order, where the input
+// stood); a present optional is its one tensor "x[0]" or its sequence's elements; an empty
+// optional contributes no input. Structured outputs expand the same way (see OutputLayout).
+struct StructuredInput {
+  bool present = true;  // Optionals only: false for an empty optional.
+  // The element shapes (a sequence, or an optional's sequence), or the one shape of an optional
+  // tensor (empty: the shape the model declares).
+  std::vector<std::vector<int64_t>> element_shapes;
+};
+
+// Where a declared graph output lands among the compiled model's outputs: outputs
+// [first, first + count) in order (a tensor: one; a sequence or optional: its element tensors,
+// none for an empty sequence or optional, whose presence `present` tells apart).
+struct OutputLayout {
+  std::string name;
+  IoKind kind = IoKind::kTensor;
+  bool present = true;
+  size_t first = 0;
+  size_t count = 1;
+};
+
+// A declared graph input (initializers excluded) or output.
+struct DeclaredIo {
+  std::string name;
+  IoKind kind = IoKind::kTensor;
+};
+
 struct ImportOptions {
   // Symbolic dimensions replaced by a fixed value (like ONNX Runtime's free dimension overrides).
   std::map<std::string, int64_t> dim_overrides;
@@ -22,7 +54,26 @@ struct ImportOptions {
   std::map<std::string, HostTensor> bound_inputs;
   // Run onnx::checker on the model first.
   bool run_checker = true;
+  // Accept sequence- and optional-typed graph inputs and outputs (structured_inputs describes the
+  // inputs). Off by default: KServe requests carry tensors only, so a server refuses such models.
+  bool allow_structured_io = false;
+  // Structure of each sequence- or optional-typed graph input, by name.
+  std::map<std::string, StructuredInput> structured_inputs;
+  // When set, receives one entry per declared graph output (a successful import only).
+  std::vector<OutputLayout>* output_layout = nullptr;
+  // When set, receives graph inputs that must be bound to constants (bound_inputs) because they
+  // fix a sequence position, a loop's trip count or a condition that decides a sequence's
+  // structure, when the import fails for that reason (FailedPrecondition).
+  std::vector<std::string>* needs_binding = nullptr;
 };
+
+// The declared graph inputs (initializers excluded, in model order) and outputs of the model at
+// `path`, with their kinds; the model is parsed but not checked or imported.
+struct DeclaredModelIo {
+  std::vector<DeclaredIo> inputs;
+  std::vector<DeclaredIo> outputs;
+};
+absl::StatusOr<DeclaredModelIo> ReadDeclaredIo(const std::string& path);
 
 // Imports the model at `path` (external data resolved next to it). Errors name the file and the
 // offending node; the graph is not yet shape-inferred.
