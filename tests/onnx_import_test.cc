@@ -191,5 +191,100 @@ TEST(OnnxImportTest, PreparedModelLowersEveryTierFromOneWeightsBlob) {
   ExpectAddsRawConstant(*std::move(full), kWidth);
 }
 
+// A sequence input and an If whose condition is only known at run time: both branches build a
+// two-tensor sequence (in opposite orders), the If selects between their element tensors, and
+// ConcatFromSequence joins the selected pair.
+TEST(OnnxImportTest, SequencesThroughARunTimeIfSelectTheRightElements) {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(13);
+  onnx::GraphProto* g = model.mutable_graph();
+  g->set_name("sequence_if");
+  auto* cond = g->add_input();
+  cond->set_name("cond");
+  cond->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::BOOL);
+  cond->mutable_type()->mutable_tensor_type()->mutable_shape();
+  auto* xs = g->add_input();
+  xs->set_name("xs");
+  xs->mutable_type()
+      ->mutable_sequence_type()
+      ->mutable_elem_type()
+      ->mutable_tensor_type()
+      ->set_elem_type(onnx::TensorProto::FLOAT);
+  auto* y = g->add_output();
+  y->set_name("y");
+  y->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  y->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(4);
+  auto node = [](onnx::GraphProto* graph, const std::string& op, std::vector<std::string> ins,
+                 std::vector<std::string> outs) {
+    onnx::NodeProto* n = graph->add_node();
+    n->set_op_type(op);
+    for (auto& i : ins) n->add_input(i);
+    for (auto& o : outs) n->add_output(o);
+    return n;
+  };
+  auto branch = [&](const std::string& name, bool swap) {
+    onnx::GraphProto b;
+    b.set_name(name);
+    onnx::NodeProto* c0 = node(&b, "Constant", {}, {name + "_zero"});
+    onnx::NodeProto* c1 = node(&b, "Constant", {}, {name + "_one"});
+    for (auto [c, v] : {std::pair{c0, 0}, std::pair{c1, 1}}) {
+      auto* a = c->add_attribute();
+      a->set_name("value");
+      a->set_type(onnx::AttributeProto::TENSOR);
+      a->mutable_t()->set_data_type(onnx::TensorProto::INT64);
+      a->mutable_t()->add_int64_data(v);
+    }
+    node(&b, "SequenceAt", {"xs", name + (swap ? "_one" : "_zero")}, {name + "_first"});
+    node(&b, "SequenceAt", {"xs", name + (swap ? "_zero" : "_one")}, {name + "_second"});
+    node(&b, "SequenceConstruct", {name + "_first", name + "_second"}, {name + "_seq"});
+    auto* out = b.add_output();
+    out->set_name(name + "_seq");
+    out->mutable_type()
+        ->mutable_sequence_type()
+        ->mutable_elem_type()
+        ->mutable_tensor_type()
+        ->set_elem_type(onnx::TensorProto::FLOAT);
+    return b;
+  };
+  onnx::NodeProto* ifn = node(g, "If", {"cond"}, {"picked"});
+  for (auto [attr, swap] : {std::pair{"then_branch", false}, std::pair{"else_branch", true}}) {
+    auto* a = ifn->add_attribute();
+    a->set_name(attr);
+    a->set_type(onnx::AttributeProto::GRAPH);
+    *a->mutable_g() = branch(attr, swap);
+  }
+  auto* axis = node(g, "ConcatFromSequence", {"picked"}, {"y"})->add_attribute();
+  axis->set_name("axis");
+  axis->set_type(onnx::AttributeProto::INT);
+  axis->set_i(0);
+
+  CompileOptions options;
+  options.import.allow_structured_io = true;
+  options.import.structured_inputs["xs"].element_shapes = {{2}, {2}};
+  auto compiled = CompileOnnxBytes(model.SerializeAsString(), options);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  ASSERT_EQ(compiled->inputs.size(), 3u);  // cond, xs[0], xs[1]
+  EXPECT_EQ(compiled->inputs[1].name, "xs[0]");
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok());
+  auto loaded = (*engine)->Load("sequence_if/1", std::move(*compiled));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  HostTensor a(DType::kFloat32, {2}), b(DType::kFloat32, {2});
+  a.data_as<float>()[0] = 1;
+  a.data_as<float>()[1] = 2;
+  b.data_as<float>()[0] = 3;
+  b.data_as<float>()[1] = 4;
+  for (bool c : {true, false}) {
+    HostTensor ct(DType::kBool, {});
+    ct.SetFromInt64(0, c ? 1 : 0);
+    auto out = (*loaded)->Run({ct, a, b});
+    ASSERT_TRUE(out.ok()) << out.status();
+    const float* v = (*out)[0].data_as<float>();
+    EXPECT_THAT(std::vector<float>(v, v + 4),
+                c ? ::testing::ElementsAre(1, 2, 3, 4) : ::testing::ElementsAre(3, 4, 1, 2));
+  }
+}
+
 }  // namespace
 }  // namespace cuvil

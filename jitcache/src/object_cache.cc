@@ -347,6 +347,21 @@ void HashOptions(const CompileOptions& o, Hasher* h) {
     for (int64_t d : t.shape()) h->Int(d);
     h->Str(std::string_view(reinterpret_cast<const char*>(t.data()), t.byte_size()));
   }
+  // Only when set, so the keys of models without sequence or optional I/O stay as they were.
+  if (o.import.allow_structured_io || !o.import.structured_inputs.empty()) {
+    h->Str("structured_io");
+    h->Int(o.import.allow_structured_io ? 1 : 0);
+    h->Int(static_cast<int64_t>(o.import.structured_inputs.size()));
+    for (const auto& [name, s] : o.import.structured_inputs) {
+      h->Str(name);
+      h->Int(s.present ? 1 : 0);
+      h->Int(static_cast<int64_t>(s.element_shapes.size()));
+      for (const auto& shape : s.element_shapes) {
+        h->Int(static_cast<int64_t>(shape.size()));
+        for (int64_t d : shape) h->Int(d);
+      }
+    }
+  }
 }
 
 void ToProto(const TensorSignature& s, pb::TensorSignature* p) {

@@ -19,8 +19,9 @@ struct Tolerance {
 // naming the first mismatching element.
 absl::Status CompareTensors(const HostTensor& got, const HostTensor& want, const Tolerance& tol);
 
-// Compiles the case's model once (or once per data set when shape operands must be bound), runs
-// every data set and compares every output. Thread-compatible.
+// Compiles the case's model once (or once per data set when shape operands must be bound, or
+// when it has sequence or optional inputs or outputs, whose structure the data fixes), runs every
+// data set and compares every output. Thread-compatible.
 absl::Status RunCase(JitEngine& engine, const std::string& case_dir, const Tolerance& tol);
 
 }  // namespace cuvil

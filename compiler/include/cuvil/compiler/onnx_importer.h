@@ -59,7 +59,8 @@ struct ImportOptions {
   bool allow_structured_io = false;
   // Structure of each sequence- or optional-typed graph input, by name.
   std::map<std::string, StructuredInput> structured_inputs;
-  // When set, receives one entry per declared graph output (a successful import only).
+  // When set, receives one entry per declared graph output (a successful import only; a JIT
+  // cache hit imports nothing and leaves it untouched).
   std::vector<OutputLayout>* output_layout = nullptr;
   // When set, receives graph inputs that must be bound to constants (bound_inputs) because they
   // fix a sequence position, a loop's trip count or a condition that decides a sequence's
