@@ -17,6 +17,8 @@ namespace {
 
 // A Loop or SequenceMap unrolled further than this is refused (the graph would explode).
 constexpr int64_t kMaxUnrolledIterations = 4096;
+// Nor may unrolling and mapping together inline more body nodes than this.
+constexpr int64_t kMaxInlinedNodes = 1 << 18;
 // Constants this pass reads (positions, trip counts, conditions) are tiny; larger ones are not
 // tracked.
 constexpr int64_t kMaxTrackedElements = 64;
@@ -279,6 +281,7 @@ class Resolver {
     for (int64_t d : t.dims()) {
       if (d < 0 || d > kMaxTrackedElements) return false;
       n *= d;
+      if (n > kMaxTrackedElements) return false;
     }
     return n <= kMaxTrackedElements;
   }
@@ -844,6 +847,12 @@ class Resolver {
       EmitConstant(*t, name, out);
       facts.SetConstant(name, std::move(*t));
     }
+    inlined_nodes_ += body.node_size();
+    if (inlined_nodes_ > kMaxInlinedNodes) {
+      return absl::UnimplementedError(
+          absl::StrCat("resolving sequences at compile time would inline more than ",
+                       kMaxInlinedNodes, " nodes (loops or maps over long sequences)"));
+    }
     for (const auto& np : body.node()) {
       if (auto s = RewriteNode(np, inner, facts, out); !s.ok()) return s;
     }
@@ -987,6 +996,14 @@ class Resolver {
     return true;
   }
 
+  absl::Status TooManyIterations(const onnx::NodeProto& np, const Renames& rn) const {
+    return absl::UnimplementedError(
+        absl::StrCat(Describe(np, rn),
+                     ": a loop over sequences is unrolled at compile time, and this one runs "
+                     "more than ",
+                     kMaxUnrolledIterations, " iterations"));
+  }
+
   static std::string out0Name(const std::vector<std::string>& outs) {
     return outs.empty() ? std::string("node") : outs[0];
   }
@@ -1017,6 +1034,7 @@ class Resolver {
       auto m = KnownInt(np, rn, ins[0], facts, "trip count");
       if (!m.ok()) return m.status();
       trips = *m;
+      if (*trips > kMaxUnrolledIterations) return TooManyIterations(np, rn);
     }
     bool cond = true;
     if (!ins[1].empty()) {
@@ -1042,13 +1060,7 @@ class Resolver {
     std::vector<std::vector<std::string>> parts(scans);
     std::string prefix = absl::StrCat(rn.prefix, np.name().empty() ? out0Name(outs) : np.name());
     for (int64_t i = 0; cond && (!trips || i < *trips); ++i) {
-      if (i >= kMaxUnrolledIterations) {
-        return absl::UnimplementedError(
-            absl::StrCat(Describe(np, rn),
-                         ": a loop over sequences is unrolled at compile time, and this one "
-                         "runs more than ",
-                         kMaxUnrolledIterations, " iterations"));
-      }
+      if (i >= kMaxUnrolledIterations) return TooManyIterations(np, rn);
       std::string iter_prefix = absl::StrCat(prefix, "/", i, "/");
       std::vector<Val> inputs(2);
       inputs[0].tensor = Fresh(iter_prefix + "iteration");
@@ -1175,6 +1187,7 @@ class Resolver {
   const ImportOptions& options_;
   const std::vector<std::string_view>& raw_data_;
   int64_t opset_ = 0;
+  int64_t inlined_nodes_ = 0;       // Body nodes inlined so far (bounded by kMaxInlinedNodes).
   std::set<std::string> taken_;     // Every name in use, original or fresh.
   std::set<std::string> bindable_;  // Tensor graph inputs a binding could make constant.
 };
