@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cuvil/compiler/ir.h"
+#include "infer_context.h"
 #include "onnx_tensor.h"
-#include "op_registry.h"
 
 namespace cuvil {
 namespace {
