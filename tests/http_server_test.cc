@@ -6,6 +6,7 @@
 #include "absl/strings/escaping.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "onnx/onnx_pb.h"
 #include "server_test_util.h"
 
 namespace cuvil {
@@ -257,6 +258,42 @@ TEST_F(HttpServerTest, LoadParametersAreValidatedLikeGrpc) {
   res = client_->Post("/v2/models/mlp_http/infer", InferBody(input).dump(), "application/json");
   ASSERT_EQ(res->status, 200) << res->body;
   EXPECT_EQ(json::parse(res->body)["model_version"], "2");
+}
+
+// KServe carries tensors only: a model whose graph output is a sequence fails to load, and the
+// error says why (the importer resolves sequences inside a graph, not at its interface).
+TEST_F(HttpServerTest, SequenceOutputModelIsRefusedWithAClearError) {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(13);
+  onnx::GraphProto* g = model.mutable_graph();
+  g->set_name("sequence_out");
+  auto* x = g->add_input();
+  x->set_name("x");
+  x->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  x->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(2);
+  onnx::NodeProto* n = g->add_node();
+  n->set_op_type("SequenceConstruct");
+  n->add_input("x");
+  n->add_input("x");
+  n->add_output("s");
+  auto* s = g->add_output();
+  s->set_name("s");
+  s->mutable_type()
+      ->mutable_sequence_type()
+      ->mutable_elem_type()
+      ->mutable_tensor_type()
+      ->set_elem_type(onnx::TensorProto::FLOAT);
+  httplib::Headers auth = {{"Authorization", "Bearer tok"}};
+  json load = {{"name", "sequence_out"},
+               {"onnx_model_base64", absl::Base64Escape(model.SerializeAsString())}};
+  auto res = client_->Post("/v2/admin/models/load", auth, load.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_NE(res->status, 200) << res->body;
+  EXPECT_THAT(json::parse(res->body)["error"].get<std::string>(),
+              HasSubstr("graph output 's' is a sequence: sequence and optional graph inputs and "
+                        "outputs are not supported (KServe requests carry tensors only"));
+  EXPECT_EQ(client_->Get("/v2/models/sequence_out/ready")->status, 400);
 }
 
 TEST(HttpServerLimitsTest, OversizedBodiesGet413) {
