@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "constant_fold.h"
+
 namespace cuvil::ir {
 
 void InferContext::SetOutput(size_t i, DType dtype, SymShape shape) {
@@ -21,12 +23,7 @@ absl::StatusOr<std::vector<SymDim>> InferContext::Known(size_t i, const char* ro
   if (!has_input(i)) return Error(absl::StrCat("missing ", role, " input"));
   Value* v = node_.inputs[i];
   if (v->known.has_value()) return *v->known;
-  if (v->is_graph_input && needs_binding_ != nullptr) {
-    if (std::find(needs_binding_->begin(), needs_binding_->end(), v->name) ==
-        needs_binding_->end()) {
-      needs_binding_->push_back(v->name);
-    }
-  }
+  RequestBindings(v);
   return absl::FailedPreconditionError(absl::StrCat(
       node_.Describe(), ": ", role, " input '", v->name,
       "' must be known at compile time (it determines a shape); bind it to a constant"));
@@ -47,15 +44,22 @@ absl::StatusOr<const HostTensor*> InferContext::ConstantInput(size_t i, const ch
   if (!has_input(i)) return Error(absl::StrCat("missing ", role, " input"));
   Value* v = node_.inputs[i];
   if (v->constant.has_value()) return &*v->constant;
-  if (v->is_graph_input && needs_binding_ != nullptr) {
-    if (std::find(needs_binding_->begin(), needs_binding_->end(), v->name) ==
-        needs_binding_->end()) {
-      needs_binding_->push_back(v->name);
-    }
-  }
+  RequestBindings(v);
   return absl::FailedPreconditionError(
       absl::StrCat(node_.Describe(), ": ", role, " input '", v->name, "' must be a constant"));
 }
+
+void InferContext::RequestBindings(const Value* v) {
+  if (needs_binding_ == nullptr) return;
+  // A graph input itself, or the graph inputs it is computed from by ops folded on the host.
+  for (const std::string& name : GraphInputsBehind(v)) {
+    if (std::find(needs_binding_->begin(), needs_binding_->end(), name) == needs_binding_->end()) {
+      needs_binding_->push_back(name);
+    }
+  }
+}
+
+bool InferContext::CouldBeBound(const Value* v) const { return !GraphInputsBehind(v).empty(); }
 
 void InferContext::TruncateInputs(size_t i) {
   if (node_.inputs.size() > i) node_.inputs.resize(i);

@@ -52,6 +52,9 @@ class InferContext {
   absl::StatusOr<std::vector<int64_t>> StaticInts(size_t i, const char* role);
   // The constant tensor of input i, or FailedPrecondition.
   absl::StatusOr<const HostTensor*> ConstantInput(size_t i, const char* role);
+  // True when binding graph inputs to constants would make `v` a constant (it is a graph input,
+  // or computed from some by ops folded on the host).
+  bool CouldBeBound(const Value* v) const;
   // Drops inputs from index i on (after their values were folded into attributes).
   void TruncateInputs(size_t i);
 
@@ -67,6 +70,9 @@ class InferContext {
  private:
   Graph& graph_;
   Node& node_;
+  // Adds the graph inputs that would make `v` a constant to needs_binding.
+  void RequestBindings(const Value* v);
+
   std::vector<std::string>* needs_binding_;
 };
 

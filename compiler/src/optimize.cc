@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "constant_fold.h"
 #include "cuvil/compiler/compiler.h"
 #include "infer_context.h"
 #include "op_table.h"
@@ -92,6 +93,8 @@ absl::Status InferAndFold(ir::Graph& graph, std::vector<std::string>* needs_bind
       for (ir::Value* out : node.outputs) {
         if (out != nullptr) graph.MakeConstant(out, TensorFromKnown(out->type, *out->known));
       }
+      folded.push_back(&node);
+    } else if (TryFoldOnHost(graph, node)) {  // Tiny float arithmetic and casts.
       folded.push_back(&node);
     }
   }

@@ -164,7 +164,7 @@ absl::Status Loop(InferContext& ctx) {
     why = "the Loop has no trip count M";
   } else {
     const Value* m = ctx.input(0);
-    if (m->known.has_value() || m->is_graph_input) {
+    if (m->known.has_value() || ctx.CouldBeBound(m)) {
       auto known = ctx.Known(0, "trip count M");  // Asks for a binding when M is a model input.
       if (!known.ok()) return known.status();
       trips = (*known)[0];
