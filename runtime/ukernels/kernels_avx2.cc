@@ -3,7 +3,9 @@
 // copy for generic code).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "cuvil/runtime/ukernels.h"
 #include "ukernel_table.h"
@@ -183,11 +185,140 @@ void DepthwiseRow(float* dst, const float* src, const int64_t* off, const float*
   if (ep.activation == CUVIL_UK_ACT_SIGMOID) SigmoidInPlace(dst, n);
 }
 
+// Depthwise straight from the unpadded input. The output is cut into items of 8 columns of one
+// row; kDwRows rows of one column block run in lockstep (independent FMA chains) and share the
+// column masks. Column blocks whose taps all lie inside the input row (the interior of a wide
+// plane) load without masks; the edge blocks mask every tap load to the row. A row above or below
+// the input reads a static zero row instead, so the zero padding is never materialised.
+constexpr int kDwRows = 8;
+constexpr int64_t kLanes = 8;
+constexpr int64_t kDwMaxKernelW = 16;
+constexpr int64_t kZeroRow = 4096;
+alignas(32) const float kZeros[kZeroRow] = {};
+
+// Lanes l of `width` (8 lanes from `first`) with 0 <= first + l < width.
+__m256i ColumnMask(int64_t first, int64_t width) {
+  const __m256i idx =
+      _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                       _mm256_set1_epi32(static_cast<int>(std::clamp<int64_t>(first, -16, width))));
+  const __m256i lo = _mm256_cmpgt_epi32(idx, _mm256_set1_epi32(-1));
+  const __m256i hi = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(width)), idx);
+  return _mm256_and_si256(lo, hi);
+}
+
+// Input columns at[SW * l] for the 8 output lanes l. Stride 2 leaves the lanes in the order
+// 0 1 4 5 2 3 6 7 (one in-lane shuffle per tap); Unshuffle puts them back once per item.
+template <int SW, bool kMasked>
+__m256 LoadColumns(const float* at, __m256i m0, __m256i m1) {
+  if constexpr (SW == 1) {
+    return kMasked ? _mm256_maskload_ps(at, m0) : _mm256_loadu_ps(at);
+  } else {
+    const __m256 lo = kMasked ? _mm256_maskload_ps(at, m0) : _mm256_loadu_ps(at);
+    const __m256 hi = kMasked ? _mm256_maskload_ps(at + kLanes, m1) : _mm256_loadu_ps(at + kLanes);
+    return _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0));
+  }
+}
+
+template <int SW>
+__m256 Unshuffle(__m256 v) {
+  if constexpr (SW == 1) {
+    return v;
+  } else {
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), _MM_SHUFFLE(3, 1, 2, 0)));
+  }
+}
+
+// Output rows [oy0, oy0 + count) (count <= kDwRows) of the column block starting at ox0; m0/m1
+// are the per-tap masks of the block's first and second 8 input columns.
+template <int SW, bool kMasked>
+void DepthwiseItems(const cuvil_uk_conv_params& p, const float* x, const float* wt, float bias,
+                    const float* residual, float* y, const Epilogue& ep, int64_t oy0, int64_t count,
+                    int64_t ox0, const __m256i* m0, const __m256i* m1) {
+  __m256 acc[kDwRows];
+#pragma GCC unroll 8
+  for (int n = 0; n < kDwRows; ++n) acc[n] = _mm256_set1_ps(bias);
+  // Offsets are relative to the row's column 0; the masks keep lanes before it unread.
+  const int64_t ix0 = ox0 * SW - p.pad_left;
+  for (int64_t ky = 0; ky < p.kernel_h; ++ky) {
+    const float* row[kDwRows];
+#pragma GCC unroll 8
+    for (int n = 0; n < kDwRows; ++n) {
+      const int64_t iy = (oy0 + n) * p.stride_h + ky * p.dilation_h - p.pad_top;
+      row[n] = n < count && iy >= 0 && iy < p.height ? x + iy * p.width : kZeros;
+    }
+    const float* wk = wt + ky * p.kernel_w;
+    for (int64_t kx = 0; kx < p.kernel_w; ++kx) {
+      const __m256 w = _mm256_broadcast_ss(wk + kx);
+      const __m256i mk0 = m0[kx], mk1 = m1[kx];
+      const int64_t at = (ix0 + kx * p.dilation_w) * int64_t{sizeof(float)};
+#pragma GCC unroll 8
+      for (int n = 0; n < kDwRows; ++n) {
+        // The address may lie before the row; the masks keep every lane read inside it.
+        const float* src = reinterpret_cast<const float*>(reinterpret_cast<uintptr_t>(row[n]) + at);
+        acc[n] = _mm256_fmadd_ps(w, LoadColumns<SW, kMasked>(src, mk0, mk1), acc[n]);
+      }
+    }
+  }
+  const bool full = ox0 + kLanes <= p.out_width;
+  const __m256i store = LaneMask(p.out_width - ox0);
+#pragma GCC unroll 8
+  for (int n = 0; n < kDwRows; ++n) {
+    if (n >= count) break;
+    const int64_t at = (oy0 + n) * p.out_width + ox0;
+    __m256 v = Unshuffle<SW>(acc[n]);
+    if (full) {
+      if (residual != nullptr) v = _mm256_add_ps(v, _mm256_loadu_ps(residual + at));
+      _mm256_storeu_ps(y + at, Activate(v, ep));
+    } else {
+      if (residual != nullptr) v = _mm256_add_ps(v, _mm256_maskload_ps(residual + at, store));
+      _mm256_maskstore_ps(y + at, store, Activate(v, ep));
+    }
+  }
+}
+
+template <int SW>
+void DepthwiseBlocks(const cuvil_uk_conv_params& p, const float* x, const float* wt, float bias,
+                     const float* residual, float* y, const Epilogue& ep) {
+  __m256i m0[kDwMaxKernelW], m1[kDwMaxKernelW];
+  for (int64_t ox0 = 0; ox0 < p.out_width; ox0 += kLanes) {
+    // Interior: every tap's SW * 8 input columns lie inside the row.
+    bool inside = true;
+    for (int64_t kx = 0; kx < p.kernel_w; ++kx) {
+      const int64_t ix = ox0 * SW - p.pad_left + kx * p.dilation_w;
+      m0[kx] = ColumnMask(ix, p.width);
+      m1[kx] = ColumnMask(ix + kLanes, p.width);
+      inside = inside && ix >= 0 && ix + SW * kLanes <= p.width;
+    }
+    for (int64_t oy0 = 0; oy0 < p.out_height; oy0 += kDwRows) {
+      const int64_t count = std::min<int64_t>(p.out_height - oy0, kDwRows);
+      if (inside) {
+        DepthwiseItems<SW, false>(p, x, wt, bias, residual, y, ep, oy0, count, ox0, m0, m1);
+      } else {
+        DepthwiseItems<SW, true>(p, x, wt, bias, residual, y, ep, oy0, count, ox0, m0, m1);
+      }
+    }
+  }
+}
+
+bool DepthwisePlane(const cuvil_uk_conv_params& p, const float* x, const float* wt, float bias,
+                    const float* residual, float* y, const Epilogue& ep) {
+  if ((p.stride_w != 1 && p.stride_w != 2) || p.kernel_w > kDwMaxKernelW || p.width > kZeroRow) {
+    return false;
+  }
+  if (p.stride_w == 1) {
+    DepthwiseBlocks<1>(p, x, wt, bias, residual, y, ep);
+  } else {
+    DepthwiseBlocks<2>(p, x, wt, bias, residual, y, ep);
+  }
+  if (ep.activation == CUVIL_UK_ACT_SIGMOID) SigmoidInPlace(y, p.out_height * p.out_width);
+  return true;
+}
+
 }  // namespace
 
 const Table* Avx2Table() {
-  static const Table table = {"avx2_fma",     kNR,    GemmTile, EpilogueRow, DepthwiseRow,
-                              PadRowPortable, nullptr};
+  static const Table table = {"avx2_fma",     kNR,           GemmTile, EpilogueRow, DepthwiseRow,
+                              PadRowPortable, DepthwisePlane};
   return &table;
 }
 

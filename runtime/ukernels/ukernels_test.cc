@@ -173,6 +173,124 @@ TEST(UkernelsTest, Depthwise) {
   }
 }
 
+// Every tier's unpadded plane kernel against a scalar reference: odd and tiny planes (one column
+// block, partial blocks, interior blocks), both strides on each axis, every pad on each edge, a
+// 5x5 and a dilated kernel. Nothing outside the output plane may be written.
+TEST(UkernelsTest, DepthwisePlaneEveryTierEdgeSizes) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  constexpr int64_t kGuard = 32;
+  struct Kernel {
+    int64_t kh, kw, dh, dw;
+  };
+  const Kernel kernels[] = {{3, 3, 1, 1}, {5, 5, 1, 1}, {3, 3, 2, 2}, {1, 1, 1, 1}};
+  int planes_checked = 0;
+  for (const uk::Table* t : uk::SupportedTables()) {
+    if (t->depthwise_plane == nullptr) continue;
+    SCOPED_TRACE(t->name);
+    for (const Kernel& k : kernels) {
+      for (int64_t h : {1, 2, 5, 9, 17}) {
+        for (int64_t w : {1, 3, 7, 8, 9, 15, 16, 17, 23, 33, 41}) {
+          for (int64_t s = 0; s < 4; ++s) {
+            const int64_t sh = 1 + s / 2, sw = 1 + s % 2;
+            // Per axis: symmetric "same" pads, only bottom/right, only top/left.
+            for (int64_t pad = 0; pad < 9; ++pad) {
+              const int64_t hy = (k.kh - 1) * k.dh / 2, hx = (k.kw - 1) * k.dw / 2;
+              const int64_t pt = pad / 3 == 1 ? 0 : hy, pb = pad / 3 == 2 ? 0 : hy;
+              const int64_t pl = pad % 3 == 1 ? 0 : hx, pr = pad % 3 == 2 ? 0 : hx;
+              const int64_t oh = (h + pt + pb - ((k.kh - 1) * k.dh + 1)) / sh + 1;
+              const int64_t ow = (w + pl + pr - ((k.kw - 1) * k.dw + 1)) / sw + 1;
+              if (oh <= 0 || ow <= 0) continue;
+              SCOPED_TRACE(testing::Message()
+                           << "k=" << k.kh << "x" << k.kw << " d=" << k.dh << " h=" << h
+                           << " w=" << w << " s=" << sh << "," << sw << " pads=" << pt << "," << pl
+                           << "," << pb << "," << pr);
+              std::vector<float> x(h * w), wt(k.kh * k.kw), res(oh * ow);
+              for (float& v : x) v = dist(rng);
+              for (float& v : wt) v = dist(rng);
+              for (float& v : res) v = dist(rng);
+              const float bias = dist(rng);
+              cuvil_uk_conv_params p{1,
+                                     h,
+                                     w,
+                                     1,
+                                     oh,
+                                     ow,
+                                     k.kh,
+                                     k.kw,
+                                     sh,
+                                     sw,
+                                     k.dh,
+                                     k.dw,
+                                     pt,
+                                     pl,
+                                     1,
+                                     0,
+                                     CUVIL_UK_CONV_DEPTHWISE};
+              for (int64_t act : {CUVIL_UK_ACT_NONE, CUVIL_UK_ACT_CLIP, CUVIL_UK_ACT_SIGMOID}) {
+                for (bool with_res : {false, true}) {
+                  p.activation = act;
+                  const uk::Epilogue ep{nullptr, nullptr, act,
+                                        act == CUVIL_UK_ACT_CLIP ? 0.0f : 0.2f,
+                                        act == CUVIL_UK_ACT_CLIP ? 0.6f : 0.5f};
+                  std::vector<float> got(oh * ow + 2 * kGuard, 7.0f);
+                  ASSERT_TRUE(t->depthwise_plane(p, x.data(), wt.data(), bias,
+                                                 with_res ? res.data() : nullptr,
+                                                 got.data() + kGuard, ep));
+                  ++planes_checked;
+                  for (int64_t i = 0; i < kGuard; ++i) {
+                    ASSERT_EQ(got[i], 7.0f) << "written before the plane at " << i;
+                    ASSERT_EQ(got[kGuard + oh * ow + i], 7.0f) << "written past the plane at " << i;
+                  }
+                  for (int64_t oy = 0; oy < oh; ++oy) {
+                    for (int64_t ox = 0; ox < ow; ++ox) {
+                      double acc = bias;
+                      for (int64_t ky = 0; ky < k.kh; ++ky) {
+                        for (int64_t kx = 0; kx < k.kw; ++kx) {
+                          const int64_t iy = oy * sh + ky * k.dh - pt,
+                                        ix = ox * sw + kx * k.dw - pl;
+                          if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
+                          acc += double{wt[ky * k.kw + kx]} * x[iy * w + ix];
+                        }
+                      }
+                      if (with_res) acc += res[oy * ow + ox];
+                      const float e = Act(static_cast<float>(acc), act, ep.alpha, ep.beta);
+                      ASSERT_NEAR(got[kGuard + oy * ow + ox], e, 1e-5f * (1.0f + std::fabs(e)))
+                          << "act=" << act << " res=" << with_res << " at " << oy << "," << ox;
+                    }
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  // This host's best tier is AVX2 or AVX-512, and both have the plane kernel.
+  if (std::string(uk::SupportedTables().front()->name) != "generic") {
+    EXPECT_GT(planes_checked, 0);
+  }
+}
+
+// MobileNet's depthwise layers through the driver: channel counts that are not a multiple of 8,
+// 112x112 stride 2, 56x56 and 7x7 stride 1, Clip with a residual and Relu, 1 and 2 threads.
+TEST(UkernelsTest, DepthwiseMobileNetShapes) {
+  const Case cases[] = {
+      {13, 112, 112, 13, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 13},  // stride 2, even size
+      {21, 56, 56, 21, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 21},    // stride 1
+      {19, 7, 7, 19, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 19},      // plane narrower than a vector
+      {11, 29, 31, 11, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 11},    // odd sizes, stride 2
+      {9, 15, 15, 9, 3, 3, 2, 2, 1, 1, 0, 0, 1, 1, 9},       // TF-style pads (bottom/right)
+  };
+  for (const Case& c : cases) {
+    for (int threads : {1, 2}) {
+      RunCase(c, 2, CUVIL_UK_ACT_CLIP, true, threads);
+      RunCase(c, 1, CUVIL_UK_ACT_RELU, false, threads);
+    }
+  }
+}
+
 TEST(UkernelsTest, EveryEpilogue) {
   for (int64_t act = 0; act <= CUVIL_UK_ACT_SIGMOID; ++act) {
     for (bool res : {false, true}) {
