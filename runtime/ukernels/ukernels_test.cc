@@ -274,11 +274,12 @@ TEST(UkernelsTest, DepthwisePlaneEveryTierEdgeSizes) {
 }
 
 // MobileNet's depthwise layers through the driver: channel counts that are not a multiple of 8,
-// 112x112 stride 2, 56x56 and 7x7 stride 1, Clip with a residual and Relu, 1 and 2 threads.
+// 112x112 stride 2, 56x56 and 7x7 stride 1, Clip with a residual and Relu, 1 and 2 threads (the
+// first two are big enough for the driver to split their channels over both threads).
 TEST(UkernelsTest, DepthwiseMobileNetShapes) {
   const Case cases[] = {
-      {13, 112, 112, 13, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 13},  // stride 2, even size
-      {21, 56, 56, 21, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 21},    // stride 1
+      {45, 112, 112, 45, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 45},  // stride 2, even size
+      {61, 56, 56, 61, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 61},    // stride 1
       {19, 7, 7, 19, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 19},      // plane narrower than a vector
       {11, 29, 31, 11, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 11},    // odd sizes, stride 2
       {9, 15, 15, 9, 3, 3, 2, 2, 1, 1, 0, 0, 1, 1, 9},       // TF-style pads (bottom/right)
