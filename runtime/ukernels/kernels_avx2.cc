@@ -249,7 +249,9 @@ void DepthwiseItems(const cuvil_uk_conv_params& p, const float* x, const float* 
     const float* wk = wt + ky * p.kernel_w;
     for (int64_t kx = 0; kx < p.kernel_w; ++kx) {
       const __m256 w = _mm256_broadcast_ss(wk + kx);
-      const __m256i mk0 = m0[kx], mk1 = m1[kx];
+      // Unmasked blocks get no masks (m0/m1 are not filled for them).
+      const __m256i mk0 = kMasked ? m0[kx] : _mm256_setzero_si256();
+      const __m256i mk1 = kMasked ? m1[kx] : _mm256_setzero_si256();
       const int64_t at = (ix0 + kx * p.dilation_w) * int64_t{sizeof(float)};
 #pragma GCC unroll 8
       for (int n = 0; n < kDwRows; ++n) {
@@ -276,26 +278,26 @@ void DepthwiseItems(const cuvil_uk_conv_params& p, const float* x, const float* 
   }
 }
 
+// Row groups outer, column blocks inner: the input rows of one group stay in L1 across its blocks.
 template <int SW>
 void DepthwiseBlocks(const cuvil_uk_conv_params& p, const float* x, const float* wt, float bias,
                      const float* residual, float* y, const Epilogue& ep) {
   __m256i m0[kDwMaxKernelW], m1[kDwMaxKernelW];
-  for (int64_t ox0 = 0; ox0 < p.out_width; ox0 += kLanes) {
-    // Interior: every tap's SW * 8 input columns lie inside the row.
-    bool inside = true;
-    for (int64_t kx = 0; kx < p.kernel_w; ++kx) {
-      const int64_t ix = ox0 * SW - p.pad_left + kx * p.dilation_w;
-      m0[kx] = ColumnMask(ix, p.width);
-      m1[kx] = ColumnMask(ix + kLanes, p.width);
-      inside = inside && ix >= 0 && ix + SW * kLanes <= p.width;
-    }
-    for (int64_t oy0 = 0; oy0 < p.out_height; oy0 += kDwRows) {
-      const int64_t count = std::min<int64_t>(p.out_height - oy0, kDwRows);
-      if (inside) {
+  const int64_t reach = (p.kernel_w - 1) * p.dilation_w + SW * kLanes;  // columns one block reads
+  for (int64_t oy0 = 0; oy0 < p.out_height; oy0 += kDwRows) {
+    const int64_t count = std::min<int64_t>(p.out_height - oy0, kDwRows);
+    for (int64_t ox0 = 0; ox0 < p.out_width; ox0 += kLanes) {
+      const int64_t ix = ox0 * SW - p.pad_left;
+      // Interior: every tap's SW * 8 input columns lie inside the row, so no load is masked.
+      if (ix >= 0 && ix + reach <= p.width) {
         DepthwiseItems<SW, false>(p, x, wt, bias, residual, y, ep, oy0, count, ox0, m0, m1);
-      } else {
-        DepthwiseItems<SW, true>(p, x, wt, bias, residual, y, ep, oy0, count, ox0, m0, m1);
+        continue;
       }
+      for (int64_t kx = 0; kx < p.kernel_w; ++kx) {
+        m0[kx] = ColumnMask(ix + kx * p.dilation_w, p.width);
+        m1[kx] = ColumnMask(ix + kx * p.dilation_w + kLanes, p.width);
+      }
+      DepthwiseItems<SW, true>(p, x, wt, bias, residual, y, ep, oy0, count, ox0, m0, m1);
     }
   }
 }
