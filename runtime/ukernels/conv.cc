@@ -131,8 +131,10 @@ void ParallelFor(int64_t count, int64_t cost, F&& f) {
 }
 
 // Multiply-adds below which a second thread does not pay: waking a pool thread costs tens of
-// microseconds here, far above the runtime's generic kMinParallelWork.
-constexpr int64_t kMinWorkPerThread = int64_t{1} << 23;
+// microseconds here, far above the runtime's generic kMinParallelWork. 2M (~100 us on one Zen 3
+// core) splits MobileNet's 7x7 and 14x14 layers too (1.3-1.7x each at 2 threads), and a pool
+// thread that serves kernel after kernel keeps spinning instead of being woken for each.
+constexpr int64_t kMinWorkPerThread = int64_t{1} << 21;
 // A depthwise multiply-add costs about this many GEMM ones (it streams its plane through one FMA
 // chain per vector instead of reusing registers: ~2.5 vs ~20 GMAC/s on a Zen 3 core), so that a
 // depthwise layer splits over the threads at the same run time as a GEMM does.
