@@ -88,6 +88,32 @@ inline void FinishRow(__m256 v0, __m256 v1, float* c, int64_t r, int64_t ldc, bo
   }
 }
 
+// The common case of a direct 1x1 conv (a whole tile, bias, Relu/Clip/none, maybe a residual,
+// nothing accumulated): one branch-free pass over the six rows, the activation chosen at compile
+// time. Small-K tiles spend as long here as in their FMA loop, so the per-row branches showed.
+template <int64_t kAct, bool kResidual>
+void StoreFullTile(const __m256 (&rows)[kMR][2], float* c, int64_t ldc, const Epilogue& ep) {
+  const __m256 lo = _mm256_set1_ps(ep.alpha), hi = _mm256_set1_ps(ep.beta);
+#pragma GCC unroll 6
+  for (int r = 0; r < kMR; ++r) {
+    const __m256 b = _mm256_broadcast_ss(ep.bias + r);
+    __m256 v0 = _mm256_add_ps(rows[r][0], b), v1 = _mm256_add_ps(rows[r][1], b);
+    if constexpr (kResidual) {
+      v0 = _mm256_add_ps(v0, _mm256_loadu_ps(ep.residual + r * ldc));
+      v1 = _mm256_add_ps(v1, _mm256_loadu_ps(ep.residual + r * ldc + 8));
+    }
+    if constexpr (kAct == CUVIL_UK_ACT_RELU) {
+      v0 = _mm256_max_ps(v0, _mm256_setzero_ps());
+      v1 = _mm256_max_ps(v1, _mm256_setzero_ps());
+    } else if constexpr (kAct == CUVIL_UK_ACT_CLIP) {
+      v0 = _mm256_min_ps(_mm256_max_ps(v0, lo), hi);
+      v1 = _mm256_min_ps(_mm256_max_ps(v1, lo), hi);
+    }
+    _mm256_storeu_ps(c + r * ldc, v0);
+    _mm256_storeu_ps(c + r * ldc + 8, v1);
+  }
+}
+
 // 6x16 tile: 12 accumulators, two B vectors and one broadcast live in registers (15 of 16 ymm).
 void GemmTile(int64_t kc, const float* a, const float* b, const int64_t* off, float* c, int64_t ldc,
               int64_t mr, int64_t nr, bool accumulate, const Epilogue* ep) {
@@ -127,6 +153,22 @@ void GemmTile(int64_t kc, const float* a, const float* b, const int64_t* off, fl
 #undef CUVIL_UK_STEP
   const __m256 rows[kMR][2] = {{c00, c01}, {c10, c11}, {c20, c21},
                                {c30, c31}, {c40, c41}, {c50, c51}};
+  if (full && mr == kMR && !accumulate && ep != nullptr && ep->bias != nullptr) {
+    const bool res = ep->residual != nullptr;
+    switch (ep->activation) {
+      case CUVIL_UK_ACT_NONE:
+        return res ? StoreFullTile<CUVIL_UK_ACT_NONE, true>(rows, c, ldc, *ep)
+                   : StoreFullTile<CUVIL_UK_ACT_NONE, false>(rows, c, ldc, *ep);
+      case CUVIL_UK_ACT_RELU:
+        return res ? StoreFullTile<CUVIL_UK_ACT_RELU, true>(rows, c, ldc, *ep)
+                   : StoreFullTile<CUVIL_UK_ACT_RELU, false>(rows, c, ldc, *ep);
+      case CUVIL_UK_ACT_CLIP:
+        return res ? StoreFullTile<CUVIL_UK_ACT_CLIP, true>(rows, c, ldc, *ep)
+                   : StoreFullTile<CUVIL_UK_ACT_CLIP, false>(rows, c, ldc, *ep);
+      default:
+        break;
+    }
+  }
   for (int64_t r = 0; r < mr; ++r) {
     FinishRow(rows[r][0], rows[r][1], c, r, ldc, full, m0, m1, accumulate, ep);
   }

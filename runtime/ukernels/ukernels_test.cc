@@ -321,8 +321,9 @@ TEST(UkernelsTest, TileEveryTierEverySize) {
       for (int64_t mr = 1; mr <= uk::kMR; ++mr) {
         for (int64_t nr = 1; nr <= t->nr; ++nr) {
           for (int64_t act = -1; act <= CUVIL_UK_ACT_SIGMOID; ++act) {
-            // act -1: no epilogue at all; with one, the residual is used on odd sizes only.
-            uk::Epilogue ep{bias.data(), nr % 2 == 1 ? res.data() : nullptr, act, 0.2f, 0.5f};
+            // act -1: no epilogue at all; with one, the residual is used on every other (nr, act).
+            uk::Epilogue ep{bias.data(), (nr + act) % 2 == 1 ? res.data() : nullptr, act, 0.2f,
+                            0.5f};
             if (act == CUVIL_UK_ACT_CLIP) ep.alpha = -0.3f, ep.beta = 0.4f;
             const uk::Epilogue* epp = act < 0 ? nullptr : &ep;
             const bool accumulate = (mr + nr) % 2 == 0;
