@@ -326,7 +326,7 @@ TEST(UkernelsTest, TileEveryTierEverySize) {
                             0.5f};
             if (act == CUVIL_UK_ACT_CLIP) ep.alpha = -0.3f, ep.beta = 0.4f;
             const uk::Epilogue* epp = act < 0 ? nullptr : &ep;
-            const bool accumulate = (mr + nr) % 2 == 0;
+            const bool accumulate = (mr + nr + kc) % 2 == 0;
             std::vector<float> got(uk::kMR * kLd, 1.0f), want = got;
             t->gemm_tile(kc, a.data(), b.data(), off.data(), got.data(), kLd, mr, nr, accumulate,
                          epp);
