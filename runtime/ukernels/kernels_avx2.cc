@@ -22,8 +22,9 @@ __m256i LaneMask(int64_t n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), idx);
 }
 
-// Every activation but Sigmoid (applied afterwards in scalar code).
-__m256 Activate(__m256 v, const Epilogue& ep) {
+// Every activation but Sigmoid (applied afterwards in scalar code). Always inlined: as a call (GCC
+// would not inline it) it cost more than the 9 FMAs of a depthwise output vector.
+[[gnu::always_inline]] inline __m256 Activate(__m256 v, const Epilogue& ep) {
   switch (ep.activation) {
     case CUVIL_UK_ACT_RELU:
       return _mm256_max_ps(v, _mm256_setzero_ps());
@@ -236,6 +237,7 @@ constexpr int kDwRows = 8;
 constexpr int64_t kLanes = 8;
 constexpr int64_t kDwMaxKernelW = 16;
 constexpr int64_t kZeroRow = 4096;
+constexpr int64_t kDwMaxTableRows = 2048;
 alignas(32) const float kZeros[kZeroRow] = {};
 
 // Lanes l of `width` (8 lanes from `first`) with 0 <= first + l < width.
@@ -271,23 +273,23 @@ __m256 Unshuffle(__m256 v) {
 }
 
 // Output rows [oy0, oy0 + count) (count <= kDwRows) of the column block starting at ox0; m0/m1
-// are the per-tap masks of the block's first and second 8 input columns.
+// are the per-tap masks of the block's first and second 8 input columns. rows[i] is padded input
+// row i (input row i - pad_top, or the zero row).
 template <int SW, bool kMasked>
-void DepthwiseItems(const cuvil_uk_conv_params& p, const float* x, const float* wt, float bias,
-                    const float* residual, float* y, const Epilogue& ep, int64_t oy0, int64_t count,
-                    int64_t ox0, const __m256i* m0, const __m256i* m1) {
+void DepthwiseItems(const cuvil_uk_conv_params& p, const float* const* rows, const float* wt,
+                    float bias, const float* residual, float* y, const Epilogue& ep, int64_t oy0,
+                    int64_t count, int64_t ox0, const __m256i* m0, const __m256i* m1) {
   __m256 acc[kDwRows];
 #pragma GCC unroll 8
   for (int n = 0; n < kDwRows; ++n) acc[n] = _mm256_set1_ps(bias);
   // Offsets are relative to the row's column 0; the masks keep lanes before it unread.
   const int64_t ix0 = ox0 * SW - p.pad_left;
   for (int64_t ky = 0; ky < p.kernel_h; ++ky) {
+    // Rows past `count` read whatever the table holds there; their sums are never stored.
+    const float* const* at_ky = rows + oy0 * p.stride_h + ky * p.dilation_h;
     const float* row[kDwRows];
 #pragma GCC unroll 8
-    for (int n = 0; n < kDwRows; ++n) {
-      const int64_t iy = (oy0 + n) * p.stride_h + ky * p.dilation_h - p.pad_top;
-      row[n] = n < count && iy >= 0 && iy < p.height ? x + iy * p.width : kZeros;
-    }
+    for (int n = 0; n < kDwRows; ++n) row[n] = at_ky[n * p.stride_h];
     const float* wk = wt + ky * p.kernel_w;
     for (int64_t kx = 0; kx < p.kernel_w; ++kx) {
       const __m256 w = _mm256_broadcast_ss(wk + kx);
@@ -322,8 +324,8 @@ void DepthwiseItems(const cuvil_uk_conv_params& p, const float* x, const float* 
 
 // Row groups outer, column blocks inner: the input rows of one group stay in L1 across its blocks.
 template <int SW>
-void DepthwiseBlocks(const cuvil_uk_conv_params& p, const float* x, const float* wt, float bias,
-                     const float* residual, float* y, const Epilogue& ep) {
+void DepthwiseBlocks(const cuvil_uk_conv_params& p, const float* const* rows, const float* wt,
+                     float bias, const float* residual, float* y, const Epilogue& ep) {
   __m256i m0[kDwMaxKernelW], m1[kDwMaxKernelW];
   const int64_t reach = (p.kernel_w - 1) * p.dilation_w + SW * kLanes;  // columns one block reads
   for (int64_t oy0 = 0; oy0 < p.out_height; oy0 += kDwRows) {
@@ -332,27 +334,38 @@ void DepthwiseBlocks(const cuvil_uk_conv_params& p, const float* x, const float*
       const int64_t ix = ox0 * SW - p.pad_left;
       // Interior: every tap's SW * 8 input columns lie inside the row, so no load is masked.
       if (ix >= 0 && ix + reach <= p.width) {
-        DepthwiseItems<SW, false>(p, x, wt, bias, residual, y, ep, oy0, count, ox0, m0, m1);
+        DepthwiseItems<SW, false>(p, rows, wt, bias, residual, y, ep, oy0, count, ox0, m0, m1);
         continue;
       }
       for (int64_t kx = 0; kx < p.kernel_w; ++kx) {
         m0[kx] = ColumnMask(ix + kx * p.dilation_w, p.width);
         m1[kx] = ColumnMask(ix + kx * p.dilation_w + kLanes, p.width);
       }
-      DepthwiseItems<SW, true>(p, x, wt, bias, residual, y, ep, oy0, count, ox0, m0, m1);
+      DepthwiseItems<SW, true>(p, rows, wt, bias, residual, y, ep, oy0, count, ox0, m0, m1);
     }
   }
 }
 
 bool DepthwisePlane(const cuvil_uk_conv_params& p, const float* x, const float* wt, float bias,
                     const float* residual, float* y, const Epilogue& ep) {
-  if ((p.stride_w != 1 && p.stride_w != 2) || p.kernel_w > kDwMaxKernelW || p.width > kZeroRow) {
+  // Padded rows the last row group reads, its unstored rows included.
+  const int64_t table_rows =
+      (p.out_height + kDwRows - 2) * p.stride_h + (p.kernel_h - 1) * p.dilation_h + 1;
+  if ((p.stride_w != 1 && p.stride_w != 2) || p.kernel_w > kDwMaxKernelW || p.width > kZeroRow ||
+      table_rows > kDwMaxTableRows) {
     return false;
   }
+  // One pointer per padded row, so an item finds its rows with one load each (computing them per
+  // item and tap row cost more than the FMAs on wide planes).
+  const float* rows[kDwMaxTableRows];
+  for (int64_t i = 0; i < table_rows; ++i) {
+    const int64_t iy = i - p.pad_top;
+    rows[i] = iy >= 0 && iy < p.height ? x + iy * p.width : kZeros;
+  }
   if (p.stride_w == 1) {
-    DepthwiseBlocks<1>(p, x, wt, bias, residual, y, ep);
+    DepthwiseBlocks<1>(p, rows, wt, bias, residual, y, ep);
   } else {
-    DepthwiseBlocks<2>(p, x, wt, bias, residual, y, ep);
+    DepthwiseBlocks<2>(p, rows, wt, bias, residual, y, ep);
   }
   if (ep.activation == CUVIL_UK_ACT_SIGMOID) SigmoidInPlace(y, p.out_height * p.out_width);
   return true;
