@@ -135,9 +135,9 @@ void ParallelFor(int64_t count, int64_t cost, F&& f) {
 // core) splits MobileNet's 7x7 and 14x14 layers too (1.3-1.7x each at 2 threads), and a pool
 // thread that serves kernel after kernel keeps spinning instead of being woken for each.
 constexpr int64_t kMinWorkPerThread = int64_t{1} << 21;
-// A depthwise multiply-add costs about this many GEMM ones (it streams its plane through one FMA
-// chain per vector instead of reusing registers: ~2.5 vs ~20 GMAC/s on a Zen 3 core), so that a
-// depthwise layer splits over the threads at the same run time as a GEMM does.
+// A depthwise multiply-add costs about this many GEMM ones (one load per FMA and no register
+// reuse: ~5-10 vs ~40 GMAC/s on a Zen 3 core with AVX2), so that a depthwise layer splits over the
+// threads at about the same run time as a GEMM does.
 constexpr int64_t kDepthwiseCostScale = 8;
 
 void CpuRelax() {
