@@ -5,6 +5,8 @@
 #include <chrono>
 #include <climits>
 #include <cstring>
+#include <functional>
+#include <memory>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -33,8 +35,9 @@ std::string Metadata(grpc::ServerContext* ctx, const std::string& key) {
   return std::string(it->second.data(), it->second.size());
 }
 
-// Bounds the calls in progress: the sync server runs each on a thread of its own, so without a
-// cap slow clients or long streams could make it start threads without end. Thread-safe.
+// Bounds the calls in progress: the sync methods run each on a thread of its own, and every
+// inference call holds its request and response in memory, so without a cap slow clients or long
+// streams could make the server start threads or buffer requests without end. Thread-safe.
 class CallLimiter {
  public:
   explicit CallLimiter(int max_calls) : max_calls_(std::max(1, max_calls)) {}
@@ -48,12 +51,16 @@ class CallLimiter {
         limiter_ = nullptr;
       }
     }
-    ~Slot() {
-      if (limiter_ != nullptr) limiter_->in_flight_.fetch_sub(1, std::memory_order_acq_rel);
-    }
+    ~Slot() { Release(); }
     Slot(const Slot&) = delete;
     Slot& operator=(const Slot&) = delete;
     bool ok() const { return limiter_ != nullptr; }
+    // Frees the slot now (an asynchronous call does so just before it sends its status); later
+    // calls and the destructor do nothing.
+    void Release() {
+      if (limiter_ != nullptr) limiter_->in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+      limiter_ = nullptr;
+    }
 
    private:
     CallLimiter* limiter_;
@@ -99,7 +106,15 @@ LoadParametersInput LoadInput(const inference::RepositoryModelLoadRequest& q) {
   return input;
 }
 
-class InferenceServiceImpl final : public inference::GRPCInferenceService::Service {
+// ModelInfer and ModelStreamInfer use gRPC's callback API: a call is validated and queued on
+// the model's scheduler from a gRPC thread without blocking it, and answered from the
+// scheduler's completion callback, so no thread waits per call in flight. The other methods are
+// quick (or administrative) and stay synchronous.
+using InferenceServiceBase = inference::GRPCInferenceService::WithCallbackMethod_ModelInfer<
+    inference::GRPCInferenceService::WithCallbackMethod_ModelStreamInfer<
+        inference::GRPCInferenceService::Service>>;
+
+class InferenceServiceImpl final : public InferenceServiceBase {
  public:
   InferenceServiceImpl(ModelManager* models, AdminOperations* admin, const ServerInfo* info,
                        int64_t max_request_bytes, CallLimiter* limiter)
@@ -146,31 +161,24 @@ class InferenceServiceImpl final : public inference::GRPCInferenceService::Servi
     return limiter_->Run([&] { return FillMetadata(*q, r); });
   }
 
-  grpc::Status ModelInfer(grpc::ServerContext* ctx, const inference::ModelInferRequest* q,
-                          inference::ModelInferResponse* r) override {
-    return limiter_->Run([&] { return ToGrpc(Infer(ctx, *q, r)); });
-  }
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx,
+                                       const inference::ModelInferRequest* q,
+                                       inference::ModelInferResponse* r) override;
 
   // A stream holds one call slot for as long as it is open.
-  grpc::Status ModelStreamInfer(
-      grpc::ServerContext* ctx,
-      grpc::ServerReaderWriter<inference::ModelStreamInferResponse, inference::ModelInferRequest>*
-          stream) override {
-    return limiter_->Run([&] {
-      inference::ModelInferRequest q;
-      while (stream->Read(&q)) {
-        inference::ModelStreamInferResponse out;
-        absl::Status s = Infer(ctx, q, out.mutable_infer_response());
-        if (!s.ok()) {
-          out.set_error_message(std::string(s.message()));
-          out.mutable_infer_response()->set_id(q.id());
-          out.mutable_infer_response()->set_model_name(q.model_name());
-        }
-        if (!stream->Write(out)) break;
-      }
-      return grpc::Status::OK;
-    });
-  }
+  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+  ModelStreamInfer(grpc::CallbackServerContext* ctx) override;
+
+  // Validates `q` and queues it on its model's scheduler without waiting. `done` runs exactly
+  // once: with the status of the call, after `r` is filled on success; on a scheduler thread, or
+  // inline when validation or admission refuses the request. `*model` is set to the version
+  // serving the request before it is queued; the caller keeps it (and `ctx`, `q`, `r`) alive
+  // until `done` has run, and drops it off the scheduler's threads.
+  void StartInfer(grpc::CallbackServerContext* ctx, const inference::ModelInferRequest& q,
+                  inference::ModelInferResponse* r, std::shared_ptr<ModelVersion>* model,
+                  std::function<void(absl::Status)> done);
+
+  CallLimiter* limiter() { return limiter_; }
 
   grpc::Status ModelConfig(grpc::ServerContext*, const inference::ModelConfigRequest* q,
                            inference::ModelConfigResponse* r) override {
@@ -324,17 +332,19 @@ class InferenceServiceImpl final : public inference::GRPCInferenceService::Servi
     out->mutable_inference_stats()->mutable_fail()->set_count(total);
   }
 
-  absl::Status Infer(grpc::ServerContext* ctx, const inference::ModelInferRequest& q,
-                     inference::ModelInferResponse* r) {
+  // Validates `q` into a request for `model`. The request's raw inputs view `q`.
+  absl::StatusOr<std::unique_ptr<InferenceRequest>> Prepare(grpc::CallbackServerContext* ctx,
+                                                            const inference::ModelInferRequest& q,
+                                                            std::shared_ptr<ModelVersion>* model) {
     // gRPC's own receive limit catches this first; a re-serialised size can still differ.
     if (static_cast<int64_t>(q.ByteSizeLong()) > max_request_bytes_) {
       return absl::ResourceExhaustedError(absl::StrCat("request of ", q.ByteSizeLong(),
                                                        " bytes exceeds --max-request-bytes ",
                                                        max_request_bytes_));
     }
-    auto model = models_->Route(q.model_name(), q.model_version());
-    if (!model.ok()) return model.status();
-    // Raw inputs view `q`, which outlives the blocking call, so they need no copy.
+    auto routed = models_->Route(q.model_name(), q.model_version());
+    if (!routed.ok()) return routed.status();
+    *model = *std::move(routed);
     absl::StatusOr<WireRequest> wire = DecodeModelInferRequest(q);
     if (!wire.ok()) return wire.status();
     auto request = BuildInferenceRequest(**model, *std::move(wire));
@@ -345,10 +355,13 @@ class InferenceServiceImpl final : public inference::GRPCInferenceService::Servi
     if (deadline < now_system + std::chrono::hours(24 * 365)) {
       (*request)->deadline = Clock::now() + (deadline - now_system);
     }
-    InferenceResponse response = InferBlocking(**model, std::move(*request));
-    if (!response.status.ok()) return response.status;
+    return request;
+  }
+
+  static void FillResponse(const inference::ModelInferRequest& q, const ModelVersion& model,
+                           InferenceResponse& response, inference::ModelInferResponse* r) {
     r->set_model_name(q.model_name());
-    r->set_model_version((*model)->version_string());
+    r->set_model_version(model.version_string());
     r->set_id(q.id());
     for (OutputTensor& out : response.outputs) {
       auto* t = r->add_outputs();
@@ -358,7 +371,6 @@ class InferenceServiceImpl final : public inference::GRPCInferenceService::Servi
       r->add_raw_output_contents()->assign(reinterpret_cast<const char*>(out.tensor.data()),
                                            out.tensor.byte_size());
     }
-    return absl::OkStatus();
   }
 
   ModelManager* models_;
@@ -367,6 +379,113 @@ class InferenceServiceImpl final : public inference::GRPCInferenceService::Servi
   int64_t max_request_bytes_;
   CallLimiter* limiter_;
 };
+
+void InferenceServiceImpl::StartInfer(grpc::CallbackServerContext* ctx,
+                                      const inference::ModelInferRequest& q,
+                                      inference::ModelInferResponse* r,
+                                      std::shared_ptr<ModelVersion>* model,
+                                      std::function<void(absl::Status)> done) {
+  absl::StatusOr<std::unique_ptr<InferenceRequest>> request = Prepare(ctx, q, model);
+  if (!request.ok()) return done(request.status());
+  ModelVersion* version = model->get();
+  InferAsync(*version, *std::move(request),
+             [&q, version, r, done = std::move(done)](InferenceResponse response) {
+               if (response.status.ok()) FillResponse(q, *version, response, r);
+               done(response.status);
+             });
+}
+
+// One ModelInfer call, from its start until gRPC is done with it (then it deletes itself). It
+// holds the call slot until it sends its status, and the model version until OnDone, which runs
+// on a gRPC thread: the scheduler's thread that completes the call must not destroy the version.
+class InferCall final : public grpc::ServerUnaryReactor {
+ public:
+  InferCall(InferenceServiceImpl* service, grpc::CallbackServerContext* ctx,
+            const inference::ModelInferRequest* q, inference::ModelInferResponse* r)
+      : slot_(service->limiter()) {
+    if (!slot_.ok()) {
+      Finish(service->limiter()->Busy());
+      return;
+    }
+    service->StartInfer(ctx, *q, r, &model_, [this](absl::Status s) {
+      slot_.Release();
+      Finish(ToGrpc(s));  // May delete `this` (through OnDone) before it returns.
+    });
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  CallLimiter::Slot slot_;
+  std::shared_ptr<ModelVersion> model_;
+};
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(grpc::CallbackServerContext* ctx,
+                                                           const inference::ModelInferRequest* q,
+                                                           inference::ModelInferResponse* r) {
+  return new InferCall(this, ctx, q, r);
+}
+
+// One ModelStreamInfer stream: read a request, run it, write its response, read the next; a
+// failed request is answered with its error_message and the stream goes on. Ends with OK when
+// the client finishes writing or a write fails, as the synchronous stream did. Deletes itself in
+// OnDone; only one of read, inference and write is outstanding at a time, so the steps never
+// run concurrently.
+class StreamInferCall final
+    : public grpc::ServerBidiReactor<inference::ModelInferRequest,
+                                     inference::ModelStreamInferResponse> {
+ public:
+  StreamInferCall(InferenceServiceImpl* service, grpc::CallbackServerContext* ctx)
+      : service_(service), ctx_(ctx), slot_(service->limiter()) {
+    if (!slot_.ok()) {
+      Finish(service->limiter()->Busy());
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return End();
+    response_.Clear();
+    // The previous request's version is dropped here, on a gRPC thread.
+    model_.reset();
+    service_->StartInfer(ctx_, request_, response_.mutable_infer_response(), &model_,
+                         [this](absl::Status s) {
+                           if (!s.ok()) {
+                             response_.set_error_message(std::string(s.message()));
+                             response_.mutable_infer_response()->set_id(request_.id());
+                             response_.mutable_infer_response()->set_model_name(
+                                 request_.model_name());
+                           }
+                           StartWrite(&response_);
+                         });
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) return End();
+    StartRead(&request_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void End() {
+    slot_.Release();
+    Finish(grpc::Status::OK);
+  }
+
+  InferenceServiceImpl* service_;
+  grpc::CallbackServerContext* ctx_;
+  CallLimiter::Slot slot_;
+  inference::ModelInferRequest request_;
+  inference::ModelStreamInferResponse response_;
+  std::shared_ptr<ModelVersion> model_;
+};
+
+grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+InferenceServiceImpl::ModelStreamInfer(grpc::CallbackServerContext* ctx) {
+  return new StreamInferCall(this, ctx);
+}
 
 class HealthServiceImpl final : public grpc::health::v1::Health::Service {
  public:

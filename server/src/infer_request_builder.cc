@@ -1,6 +1,7 @@
 #include "cuvil/server/infer_request_builder.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <future>
 
@@ -125,33 +126,38 @@ absl::StatusOr<std::unique_ptr<InferenceRequest>> Build(const ModelVersion& mode
 
 }  // namespace
 
+void InferAsync(ModelVersion& model, std::unique_ptr<InferenceRequest> request,
+                std::function<void(InferenceResponse)> done) {
+  const int64_t number = next_request_number.fetch_add(1, std::memory_order_relaxed);
+  CUVIL_PROBE_REQUEST_START(model.name().c_str(), model.version_string().c_str(), number);
+  const Clock::time_point start = request->arrival;
+  const int64_t samples = request->batch_size;
+  request->on_complete = [&model, number, start, samples,
+                          done = std::move(done)](InferenceResponse response) {
+    const uint64_t total_ns = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
+    CUVIL_PROBE_REQUEST_DONE(model.name().c_str(), model.version_string().c_str(), number,
+                             static_cast<int>(response.status.code()), total_ns);
+    if (const auto& m = model.metrics()) {
+      if (response.status.ok()) {
+        const RequestTimings& t = response.timings;
+        m->RecordSuccess(samples, total_ns, t.queue_ns, t.compute_input_ns, t.compute_infer_ns,
+                         t.compute_output_ns);
+      } else {
+        m->RecordFailure(ReasonFor(response.status));
+      }
+    }
+    done(std::move(response));
+  };
+  model.Submit(std::move(request));
+}
+
 InferenceResponse InferBlocking(ModelVersion& model, std::unique_ptr<InferenceRequest> request) {
   std::promise<InferenceResponse> promise;
   std::future<InferenceResponse> future = promise.get_future();
-  const int64_t number = next_request_number.fetch_add(1, std::memory_order_relaxed);
-  const std::string& version = model.version_string();
-  CUVIL_PROBE_REQUEST_START(model.name().c_str(), version.c_str(), number);
-  const Clock::time_point start = request->arrival;
-  const int64_t samples = request->batch_size;
-  request->on_complete = [&promise](InferenceResponse response) {
-    promise.set_value(std::move(response));
-  };
-  model.Submit(std::move(request));
-  InferenceResponse response = future.get();
-  const uint64_t total_ns = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
-  CUVIL_PROBE_REQUEST_DONE(model.name().c_str(), version.c_str(), number,
-                           static_cast<int>(response.status.code()), total_ns);
-  if (const auto& m = model.metrics()) {
-    if (response.status.ok()) {
-      const RequestTimings& t = response.timings;
-      m->RecordSuccess(samples, total_ns, t.queue_ns, t.compute_input_ns, t.compute_infer_ns,
-                       t.compute_output_ns);
-    } else {
-      m->RecordFailure(ReasonFor(response.status));
-    }
-  }
-  return response;
+  InferAsync(model, std::move(request),
+             [&promise](InferenceResponse response) { promise.set_value(std::move(response)); });
+  return future.get();
 }
 
 int HttpStatusFor(const absl::Status& status) {

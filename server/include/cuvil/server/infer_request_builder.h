@@ -4,6 +4,7 @@
 #define CUVIL_SERVER_INFER_REQUEST_BUILDER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,13 @@ struct WireRequest {
 // requested outputs. InvalidArgument names the tensor and expected vs got.
 absl::StatusOr<std::unique_ptr<InferenceRequest>> BuildInferenceRequest(const ModelVersion& model,
                                                                         WireRequest wire);
+
+// Runs `request` on `model` without waiting: `done` runs exactly once with the response, on a
+// scheduler thread (or inline on the caller's when admission refuses the request), after the
+// request's probes and metrics are recorded. `model` must stay alive until `done` has been
+// called; `done` must not block, and must not drop the last reference to `model`.
+void InferAsync(ModelVersion& model, std::unique_ptr<InferenceRequest> request,
+                std::function<void(InferenceResponse)> done);
 
 // Runs `request` on `model` and waits for the response (the caller's thread blocks).
 InferenceResponse InferBlocking(ModelVersion& model, std::unique_ptr<InferenceRequest> request);
