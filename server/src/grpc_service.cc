@@ -431,9 +431,8 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(grpc::CallbackServerC
 // the client finishes writing or a write fails, as the synchronous stream did. Deletes itself in
 // OnDone; only one of read, inference and write is outstanding at a time, so the steps never
 // run concurrently.
-class StreamInferCall final
-    : public grpc::ServerBidiReactor<inference::ModelInferRequest,
-                                     inference::ModelStreamInferResponse> {
+class StreamInferCall final : public grpc::ServerBidiReactor<inference::ModelInferRequest,
+                                                             inference::ModelStreamInferResponse> {
  public:
   StreamInferCall(InferenceServiceImpl* service, grpc::CallbackServerContext* ctx)
       : service_(service), ctx_(ctx), slot_(service->limiter()) {
@@ -449,16 +448,15 @@ class StreamInferCall final
     response_.Clear();
     // The previous request's version is dropped here, on a gRPC thread.
     model_.reset();
-    service_->StartInfer(ctx_, request_, response_.mutable_infer_response(), &model_,
-                         [this](absl::Status s) {
-                           if (!s.ok()) {
-                             response_.set_error_message(std::string(s.message()));
-                             response_.mutable_infer_response()->set_id(request_.id());
-                             response_.mutable_infer_response()->set_model_name(
-                                 request_.model_name());
-                           }
-                           StartWrite(&response_);
-                         });
+    service_->StartInfer(
+        ctx_, request_, response_.mutable_infer_response(), &model_, [this](absl::Status s) {
+          if (!s.ok()) {
+            response_.set_error_message(std::string(s.message()));
+            response_.mutable_infer_response()->set_id(request_.id());
+            response_.mutable_infer_response()->set_model_name(request_.model_name());
+          }
+          StartWrite(&response_);
+        });
   }
 
   void OnWriteDone(bool ok) override {
