@@ -683,13 +683,16 @@ class GrpcServiceImpl final : public GrpcService {
         static_cast<int>(std::clamp<int64_t>(options.max_request_bytes, 1, INT_MAX));
     builder.SetMaxReceiveMessageSize(max_bytes);
     builder.SetMaxSendMessageSize(max_bytes);
-    // The sync server runs each call on its own thread. The call limit answers first, with a
-    // clear message; the thread quota is the backstop, with room for the pollers (at most 2 per
-    // completion queue) and for the threads that answer refused calls.
-    const int max_calls = std::max(1, options.max_concurrent_calls);
+    // The synchronous methods run each call on its own thread. The call limit answers first,
+    // with a clear message; the thread quota is the backstop. Inference calls use the callback
+    // API and take no thread of their own.
+    builder.SetSyncServerOption(grpc::ServerBuilder::NUM_CQS, std::max(1, options.sync_cqs));
+    builder.SetSyncServerOption(grpc::ServerBuilder::MIN_POLLERS,
+                                std::max(1, options.sync_min_pollers));
+    builder.SetSyncServerOption(grpc::ServerBuilder::MAX_POLLERS,
+                                std::max(1, options.sync_max_pollers));
     grpc::ResourceQuota quota("cuvil-grpc");
-    quota.SetMaxThreads(max_calls > INT_MAX - kThreadHeadroom ? INT_MAX
-                                                              : max_calls + kThreadHeadroom);
+    quota.SetMaxThreads(std::max(1, options.sync_max_threads));
     builder.SetResourceQuota(quota);
     builder.RegisterService(&inference_);
     builder.RegisterService(&health_);
@@ -715,8 +718,6 @@ class GrpcServiceImpl final : public GrpcService {
   ~GrpcServiceImpl() override { Stop(0); }
 
  private:
-  static constexpr int kThreadHeadroom = 8;
-
   CallLimiter limiter_;  // Before the services, which keep a pointer to it.
   InferenceServiceImpl inference_;
   HealthServiceImpl health_;

@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -11,12 +12,14 @@
 #include "absl/synchronization/notification.h"
 #include "admin_operations.h"
 #include "cuvil/observability/server_metrics.h"
+#include "cuvil/server/model_config.h"
 #include "front_end_security.h"
 #include "grpc_service.h"
 #include "http_service.h"
 #include "server_info.h"
 #include "snapshot_store.h"
 #include "spdlog/spdlog.h"
+#include "thread_budget.h"
 
 namespace cuvil {
 
@@ -140,6 +143,14 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
   grpc_options.max_request_bytes = options.max_request_bytes;
   grpc_options.max_snapshot_bytes = options.max_snapshot_bytes;
   grpc_options.max_concurrent_calls = options.grpc_max_concurrent_calls;
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const ThreadBudget budget =
+      ComputeThreadBudget(cores, options.grpc_max_concurrent_calls, options.http_threads);
+  grpc_options.sync_cqs = budget.grpc_sync_cqs;
+  grpc_options.sync_min_pollers = budget.grpc_sync_min_pollers;
+  grpc_options.sync_max_pollers = budget.grpc_sync_max_pollers;
+  grpc_options.sync_max_threads = budget.grpc_sync_max_threads;
+  spdlog::info("{}", DescribeThreadBudget(budget));
   grpc_options.tls_cert_pem = tls_cert;
   grpc_options.tls_key_pem = tls_key;
   grpc_options.tls_client_ca_pem = tls_client_ca;
@@ -150,7 +161,7 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
   http_options.bind_address = options.bind_address;
   http_options.port = options.http_port;
   http_options.max_request_bytes = options.max_request_bytes;
-  http_options.threads = options.http_threads;
+  http_options.threads = budget.http_threads;
   http_options.tls_cert_file = options.tls_cert_file;
   http_options.tls_key_file = options.tls_key_file;
   http_options.tls_client_ca_file = options.tls_client_ca_file;
@@ -198,6 +209,11 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
   }
   if (options.control_mode == ServerOptions::ControlMode::kPoll) {
     s.poll_thread = std::thread([&s] { s.PollRepository(); });
+  }
+  for (const VersionStatus& v : s.models->Index()) {
+    if (v.model == nullptr) continue;
+    spdlog::info("{}", DescribeModelThreads(v.name, v.version,
+                                            SchedulerOptionsFromConfig(v.model->config()), cores));
   }
   s.info.ready = true;
   spdlog::info("server ready");

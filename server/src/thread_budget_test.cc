@@ -1,0 +1,55 @@
+#include "thread_budget.h"
+
+#include <climits>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace cuvil {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ThreadBudgetTest, SizesFromTheCoreCount) {
+  ThreadBudget b = ComputeThreadBudget(8, 512, 32);
+  EXPECT_EQ(b.cores, 8);
+  EXPECT_EQ(b.intra_op_pool, 7);
+  EXPECT_EQ(b.grpc_sync_cqs, 1);
+  EXPECT_EQ(b.grpc_sync_max_pollers, 2);
+  EXPECT_EQ(b.grpc_sync_max_threads, 520);
+  EXPECT_EQ(b.http_threads, 32);
+}
+
+TEST(ThreadBudgetTest, DegenerateInputsAreClamped) {
+  ThreadBudget b = ComputeThreadBudget(0, 0, 0);
+  EXPECT_EQ(b.cores, 1);
+  EXPECT_EQ(b.intra_op_pool, 0);
+  EXPECT_EQ(b.grpc_sync_max_threads, 9);
+  EXPECT_EQ(b.http_threads, 1);
+  EXPECT_EQ(ComputeThreadBudget(2, INT_MAX, 4).grpc_sync_max_threads, INT_MAX);
+}
+
+TEST(ThreadBudgetTest, ExecutionAboveTheCoresIsFlagged) {
+  SchedulerOptions fits;
+  fits.instance_count = 2;
+  fits.intra_op_threads = 1;
+  EXPECT_FALSE(Oversubscribes(fits, 2));
+  EXPECT_THAT(DescribeModelThreads("mlp", 1, fits, 2),
+              ::testing::Not(HasSubstr("above the")));
+  SchedulerOptions over = fits;
+  over.intra_op_threads = 2;
+  EXPECT_TRUE(Oversubscribes(over, 2));
+  EXPECT_THAT(DescribeModelThreads("mlp", 1, over, 2),
+              HasSubstr("2 instance worker(s) x 2 intra-op thread(s) (above the 2 cores"));
+}
+
+TEST(ThreadBudgetTest, DescriptionNamesEverySize) {
+  std::string line = DescribeThreadBudget(ComputeThreadBudget(2, 1, 3));
+  EXPECT_THAT(line, HasSubstr("2 cores"));
+  EXPECT_THAT(line, HasSubstr("1 queue x 1-2 pollers (at most 9 threads)"));
+  EXPECT_THAT(line, HasSubstr("HTTP 3 connection threads"));
+  EXPECT_THAT(line, HasSubstr("intra-op pool 1 workers"));
+}
+
+}  // namespace
+}  // namespace cuvil
