@@ -33,18 +33,16 @@ bool Oversubscribes(const SchedulerOptions& options, int cores) {
 
 std::string DescribeThreadBudget(const ThreadBudget& b) {
   return absl::StrCat("threads: ", b.cores, " cores; gRPC inference on gRPC's callback threads ",
-                      "(no thread per call), other gRPC methods ", b.grpc_sync_cqs,
-                      " queue x ", b.grpc_sync_min_pollers, "-", b.grpc_sync_max_pollers,
-                      " pollers (at most ", b.grpc_sync_max_threads, " threads); HTTP ",
-                      b.http_threads, " connection threads; intra-op pool ", b.intra_op_pool,
-                      " workers");
+                      "(no thread per call), other gRPC methods ", b.grpc_sync_cqs, " queue x ",
+                      b.grpc_sync_min_pollers, "-", b.grpc_sync_max_pollers, " pollers (at most ",
+                      b.grpc_sync_max_threads, " threads); HTTP ", b.http_threads,
+                      " connection threads; intra-op pool ", b.intra_op_pool, " workers");
 }
 
 std::string DescribeModelThreads(const std::string& name, int64_t version,
                                  const SchedulerOptions& options, int cores) {
-  return absl::StrCat("threads: model ", name, " version ", version, ": ",
-                      options.instance_count, " instance worker(s) x ", options.intra_op_threads,
-                      " intra-op thread(s)",
+  return absl::StrCat("threads: model ", name, " version ", version, ": ", options.instance_count,
+                      " instance worker(s) x ", options.intra_op_threads, " intra-op thread(s)",
                       Oversubscribes(options, cores)
                           ? absl::StrCat(" (above the ", cores,
                                          " cores: the config's instance_group or "

@@ -34,8 +34,7 @@ TEST(ThreadBudgetTest, ExecutionAboveTheCoresIsFlagged) {
   fits.instance_count = 2;
   fits.intra_op_threads = 1;
   EXPECT_FALSE(Oversubscribes(fits, 2));
-  EXPECT_THAT(DescribeModelThreads("mlp", 1, fits, 2),
-              ::testing::Not(HasSubstr("above the")));
+  EXPECT_THAT(DescribeModelThreads("mlp", 1, fits, 2), ::testing::Not(HasSubstr("above the")));
   SchedulerOptions over = fits;
   over.intra_op_threads = 2;
   EXPECT_TRUE(Oversubscribes(over, 2));
