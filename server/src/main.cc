@@ -12,6 +12,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "allocator_policy.h"
 #include "cuvil/jitcache/object_cache.h"
 #include "cuvil/observability/logging.h"
@@ -76,6 +77,10 @@ int Usage(const std::string& why) {
 
 int main(int argc, char** argv) {
   cuvil::PinAllocatorThresholds();  // Before any thread: unloaded models' memory is returned.
+  // Debian's Abseil is built with its debug checks, so every Mutex lock and destruction would
+  // update the global deadlock graph (about 4% of the server's CPU under load, bench/serving.md).
+  // The tests keep the detection; the server does not pay for it.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   cuvil::ServerOptions options;
   std::vector<std::string> args(argv + 1, argv + argc);
   std::string log_level = "info";
