@@ -3,7 +3,9 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "admin.grpc.pb.h"
@@ -252,6 +254,49 @@ TEST(GrpcServerLimitsTest, CallsOverTheConcurrencyCapAreResourceExhausted) {
   grpc::ClientContext ctx;
   inference::ModelInferResponse r;
   ASSERT_TRUE(stub->ModelInfer(&ctx, testing::RawInferRequest("mlp", input), &r).ok());
+}
+
+// Threads of this process (the server runs in it).
+int ProcessThreads() {
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    (void)entry;
+    ++n;
+  }
+  return n;
+}
+
+TEST(GrpcServerAsyncTest, OpenStreamsTakeNoThreadEach) {
+  auto server = testing::StartServer(testing::MakeRepository("async_repo"), ServerOptions{});
+  ASSERT_NE(server, nullptr);
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server->grpc_port()),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = inference::GRPCInferenceService::NewStub(channel);
+  HostTensor input = testing::ReadReference("mlp", 0, "input");
+  HostTensor expected = testing::ReadReference("mlp", 0, "output");
+  // One stream first, so gRPC's own threads (callback executor, channel) exist before counting.
+  constexpr int kStreams = 48;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<
+      grpc::ClientReaderWriter<inference::ModelInferRequest, inference::ModelStreamInferResponse>>>
+      streams;
+  int before = 0;
+  for (int i = 0; i < kStreams; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    streams.push_back(stub->ModelStreamInfer(contexts.back().get()));
+    ASSERT_TRUE(streams.back()->Write(testing::RawInferRequest("mlp", input)));
+    inference::ModelStreamInferResponse r;
+    ASSERT_TRUE(streams.back()->Read(&r));
+    ASSERT_EQ(r.error_message(), "");
+    ASSERT_EQ(r.infer_response().raw_output_contents(0).size(), expected.byte_size());
+    if (i == 0) before = ProcessThreads();
+  }
+  // Every stream is open and has been served: a synchronous server would hold a thread for each.
+  EXPECT_LT(ProcessThreads() - before, kStreams / 4);
+  for (auto& stream : streams) {
+    stream->WritesDone();
+    EXPECT_TRUE(stream->Finish().ok());
+  }
 }
 
 TEST_F(GrpcServerTest, LoadAndUnloadWhileRequestsFlow) {
