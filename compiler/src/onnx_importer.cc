@@ -120,6 +120,13 @@ absl::StatusOr<HostTensor> ConstantNodeValue(const ir::Node& node) {
       absl::StrCat(node.Describe(), ": unsupported Constant form (sparse or string value)"));
 }
 
+// The optimizers of ai.onnx.preview.training (ops/shape_training.cc); its other ops
+// (Gradient) are not supported.
+constexpr char kTrainingDomain[] = "ai.onnx.preview.training";
+bool IsTrainingOp(const std::string& op_type) {
+  return op_type == "Adagrad" || op_type == "Adam" || op_type == "Momentum";
+}
+
 class Importer {
  public:
   Importer(const ImportOptions& options, std::string model_dir)
@@ -131,10 +138,15 @@ class Importer {
     graph_ = std::make_unique<ir::Graph>();
     const onnx::GraphProto& g = model.graph();
     graph_->name = g.name();
+    bool training_domain = false;
     for (const auto& op : model.opset_import()) {
       if (op.domain().empty() || op.domain() == "ai.onnx")
         graph_->opset = static_cast<int>(op.version());
+      if (op.domain() == kTrainingDomain) training_domain = true;
     }
+    // A model of training optimizers alone imports only their domain; its version 1 came with
+    // ai.onnx opset 12, which then stands for the (unused) ai.onnx opset.
+    if (graph_->opset == 0 && training_domain) graph_->opset = 12;
     if (graph_->opset == 0)
       return absl::InvalidArgumentError("model does not import the ai.onnx opset");
     if (graph_->opset < 1 || graph_->opset > 18) {
@@ -241,10 +253,11 @@ class Importer {
   }
 
   absl::Status ImportNode(const onnx::NodeProto& np) {
-    if (!np.domain().empty() && np.domain() != "ai.onnx") {
-      return absl::UnimplementedError(absl::StrCat("unsupported op ", np.domain(),
-                                                   "::", np.op_type(), " (node '", np.name(),
-                                                   "'): only the ai.onnx domain is supported"));
+    bool training_op = np.domain() == kTrainingDomain && IsTrainingOp(np.op_type());
+    if (!np.domain().empty() && np.domain() != "ai.onnx" && !training_op) {
+      return absl::UnimplementedError(absl::StrCat(
+          "unsupported op ", np.domain(), "::", np.op_type(), " (node '", np.name(),
+          "'): only the ai.onnx domain and the ", kTrainingDomain, " optimizers are supported"));
     }
     std::string name =
         np.name().empty() ? absl::StrCat(np.op_type(), "_", node_counter_) : np.name();

@@ -27,6 +27,7 @@ constexpr OpFamily kFamilies[] = {
     {ir::RegisterEinsumShapes, codegen::RegisterEinsumKernels},
     {ir::RegisterSamplingShapes, codegen::RegisterSamplingKernels},
     {ir::RegisterTextShapes, codegen::RegisterTextKernels},
+    {ir::RegisterTrainingShapes, codegen::RegisterTrainingKernels},
 };
 
 }  // namespace

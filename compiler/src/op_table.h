@@ -80,6 +80,7 @@ void RegisterSignalShapes(OpTable& t);
 void RegisterEinsumShapes(OpTable& t);
 void RegisterSamplingShapes(OpTable& t);
 void RegisterTextShapes(OpTable& t);
+void RegisterTrainingShapes(OpTable& t);
 }  // namespace ir
 namespace codegen {
 void RegisterElementwiseKernels(OpTable& t);
@@ -97,6 +98,7 @@ void RegisterSignalKernels(OpTable& t);
 void RegisterEinsumKernels(OpTable& t);
 void RegisterSamplingKernels(OpTable& t);
 void RegisterTextKernels(OpTable& t);
+void RegisterTrainingKernels(OpTable& t);
 }  // namespace codegen
 
 }  // namespace cuvil

@@ -2,6 +2,7 @@
 // (see ops/shape_reduction.cc), so kernels read only attributes. Most kernels split the input's
 // loop nest into kept (outer) and reduced (inner) dims and make one or more passes per row.
 // Float reductions accumulate in the input's float type, as ONNX Runtime does.
+#include <functional>
 #include <limits>
 
 #include "codegen/kernel_context.h"
@@ -370,7 +371,61 @@ absl::Status EmitInstanceNorm(KernelContext& k) {
 }
 
 // Inference mode: y = (x - mean) * scale / sqrt(var + epsilon) + B, per channel (dim 1).
+// Training mode: per channel, the mean and population variance over N and the spatial axes
+// (two passes, accumulated in double), Y normalised with them, and the running statistics
+// input * momentum + batch statistic * (1 - momentum).
+absl::Status EmitBatchNormTraining(KernelContext& k) {
+  DType d = k.in_dtype(0);
+  DType f64 = DType::kFloat64;
+  const SymShape& shape = k.in_shape(0);
+  double epsilon = k.node().attr_float("epsilon", 1e-5f);
+  double momentum = k.node().attr_float("momentum", 0.9f);
+  llvm::Value* batch = k.Dim(shape[0]);
+  llvm::Value* channels = k.Dim(shape[1]);
+  llvm::Value* spatial = k.NumElements(SymShape(shape.begin() + 2, shape.end()));
+  auto& b = k.b();
+  // At least 1, so an empty batch gives statistics 0 instead of a division by zero.
+  llvm::Value* count =
+      b.CreateSIToFP(k.Max(DType::kInt64, b.CreateMul(batch, spatial), k.I64(1)), k.ElemType(f64));
+  k.For(k.I64(0), channels, [&](llvm::Value* c) {
+    auto for_each = [&](const std::function<void(llvm::Value*)>& body) {
+      k.For(k.I64(0), batch, [&](llvm::Value* n) {
+        llvm::Value* base = b.CreateMul(b.CreateAdd(b.CreateMul(n, channels), c), spatial);
+        k.For(k.I64(0), spatial, [&](llvm::Value* j) { body(b.CreateAdd(base, j)); });
+      });
+    };
+    auto load = [&](llvm::Value* off) { return k.Convert(k.Load(d, k.in(0), off), d, f64); };
+    ScalarVar sum(k, k.Const(f64, 0));
+    for_each([&](llvm::Value* off) { sum.set(b.CreateFAdd(sum.get(), load(off))); });
+    llvm::Value* mean = b.CreateFDiv(sum.get(), count);
+    ScalarVar squares(k, k.Const(f64, 0));
+    for_each([&](llvm::Value* off) {
+      llvm::Value* dev = b.CreateFSub(load(off), mean);
+      squares.set(b.CreateFAdd(squares.get(), b.CreateFMul(dev, dev)));
+    });
+    llvm::Value* var = b.CreateFDiv(squares.get(), count);
+    llvm::Value* inv_std =
+        b.CreateFDiv(k.Const(f64, 1),
+                     k.Intrinsic(llvm::Intrinsic::sqrt, b.CreateFAdd(var, k.Const(f64, epsilon))));
+    llvm::Value* scale = b.CreateFMul(ChannelParam(k, 1, c, f64), inv_std);
+    llvm::Value* bias = b.CreateFSub(ChannelParam(k, 2, c, f64), b.CreateFMul(mean, scale));
+    for_each([&](llvm::Value* off) {
+      llvm::Value* y = b.CreateFAdd(b.CreateFMul(load(off), scale), bias);
+      k.Store(d, k.out(0), off, k.Convert(y, f64, d));
+    });
+    for (size_t i = 1; i <= 2; ++i) {
+      if (!k.has_output(i)) continue;
+      llvm::Value* running =
+          b.CreateFAdd(b.CreateFMul(ChannelParam(k, 2 + i, c, f64), k.Const(f64, momentum)),
+                       b.CreateFMul(i == 1 ? mean : var, k.Const(f64, 1 - momentum)));
+      k.Store(k.out_dtype(i), k.out(i), c, k.Convert(running, f64, k.out_dtype(i)));
+    }
+  });
+  return absl::OkStatus();
+}
+
 absl::Status EmitBatchNorm(KernelContext& k) {
+  if (k.node().attr_int("training_mode", 0) != 0) return EmitBatchNormTraining(k);
   DType d = k.in_dtype(0);
   const SymShape& shape = k.in_shape(0);
   float epsilon = k.node().attr_float("epsilon", 1e-5f);

@@ -118,9 +118,28 @@ absl::Status BatchNormalization(InferContext& c) {
   if (auto s = c.ExpectInputs(5, 5); !s.ok()) return s;
   if (c.in_rank(0) < 2) return c.Error("input must have rank >= 2");
   if (!IsFloat(c.in_dtype(0))) return c.Error("input must be floating point");
-  if (c.node().attr_int("training_mode", 0) != 0) return c.Error("training mode is not supported");
-  for (size_t i = 1; i < c.num_outputs(); ++i) {
-    if (c.has_output(i)) return c.Error("training outputs are not supported");
+  const SymShape& x = c.in_shape(0);
+  for (size_t i = 1; i < 5; ++i) {
+    if (c.in_rank(i) != 1 || c.in_shape(i)[0] != x[1]) {
+      return c.Error(absl::StrCat("input ", i, " '", c.input(i)->name, "' must have shape [C]"));
+    }
+  }
+  // Opset 14+: training_mode=1 normalises with the batch statistics (population variance over
+  // every axis but 1) and outputs running_mean and running_var, each
+  // `input * momentum + batch statistic * (1 - momentum)`.
+  bool training = c.node().attr_int("training_mode", 0) != 0;
+  if (training && c.node().opset < 14) return c.Error("training_mode needs opset 14 or later");
+  if (training) {
+    if (c.num_outputs() > 3) return c.Error("has at most 3 outputs in training mode");
+    if (!IsFloat(c.in_dtype(3)) || c.in_dtype(4) != c.in_dtype(3)) {
+      return c.Error("mean and var must be floating point of one type");
+    }
+    c.SetOutput(1, c.in_dtype(3), c.in_shape(3));
+    c.SetOutput(2, c.in_dtype(4), c.in_shape(4));
+  } else {
+    for (size_t i = 1; i < c.num_outputs(); ++i) {
+      if (c.has_output(i)) return c.Error("training outputs need training_mode=1 (opset 14+)");
+    }
   }
   c.SetOutput(0, c.in_dtype(0), c.in_shape(0));
   return absl::OkStatus();

@@ -165,8 +165,20 @@ absl::Status Dropout(InferContext& c) {
     auto training = c.StaticInts(2, "training_mode");
     if (!training.ok()) return training.status();
     if (!training->empty() && (*training)[0] != 0) {
-      return absl::UnimplementedError(
-          absl::StrCat(c.node().Describe(), ": training mode is not supported"));
+      // Training mode drops each element with probability `ratio` (default 0.5): only ratio 0,
+      // which keeps every element (output = input, mask all true), is deterministic.
+      double ratio = 0.5;
+      if (c.has_input(1)) {
+        auto r = c.ConstantInput(1, "ratio");
+        if (!r.ok()) return r.status();
+        if ((*r)->num_elements() != 1) return c.Error("ratio must hold one value");
+        ratio = (*r)->GetAsDouble(0);
+      }
+      if (ratio != 0) {
+        return absl::UnimplementedError(
+            absl::StrCat(c.node().Describe(), ": training mode with ratio ", ratio,
+                         " draws a random mask (only ratio 0 is deterministic)"));
+      }
     }
   }
   c.TruncateInputs(1);
