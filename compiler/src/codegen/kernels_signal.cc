@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "codegen/kernel_context.h"
+#include "cuvil/compiler/compiled_model.h"
 
 namespace cuvil::codegen {
 namespace {
@@ -151,6 +152,96 @@ absl::Status Stft(KernelContext& k) {
   return absl::OkStatus();
 }
 
+// MelWeightMatrix, as the ONNX reference builds it: num_mel_bins + 2 points equally spaced on
+// the mel scale mel(f) = 2595 log10(1 + f / 700) from lower_edge_hertz to upper_edge_hertz (the
+// edges and the step rounded to the edges' type), each mapped to the spectrogram bin
+// floor((dft_length + 1) * f / sample_rate); mel band i is the triangle rising from point i to
+// point i + 1 (value 1 there) and falling to point i + 2. A bin outside the spectrogram (or a
+// sample_rate <= 0) fails the request with kEntryIndexOutOfBounds and is not written.
+absl::Status MelWeightMatrix(KernelContext& k) {
+  int64_t mel_bins = k.node().attr_int("num_mel_bins", 0);
+  int64_t dft_length = k.node().attr_int("dft_length", 1);
+  int64_t spectrum_bins = dft_length / 2 + 1;
+  DType d = k.out_dtype(0);
+  DType f64 = DType::kFloat64;
+  DType edge = k.in_dtype(3) == DType::kFloat64 ? f64 : DType::kFloat32;
+  auto& b = k.b();
+  auto c = [&](double v) { return k.Const(f64, v); };
+  auto scalar = [&](size_t i) {
+    return k.Convert(k.Load(k.in_dtype(i), k.in(i), k.I64(0)), k.in_dtype(i), f64);
+  };
+  auto round_to_edge = [&](llvm::Value* v) {
+    return k.Convert(k.Convert(v, f64, edge), edge, f64);
+  };
+  auto mel = [&](llvm::Value* hz) {
+    llvm::Value* ratio = b.CreateFAdd(c(1), b.CreateFDiv(hz, c(700)));
+    return round_to_edge(b.CreateFMul(c(2595), k.Intrinsic(llvm::Intrinsic::log10, ratio)));
+  };
+  llvm::Value* rate = scalar(2);
+  llvm::Value* low = mel(scalar(3));
+  llvm::Value* high = mel(scalar(4));
+  llvm::Value* step =
+      round_to_edge(b.CreateFDiv(b.CreateFSub(high, low), c(static_cast<double>(mel_bins + 2))));
+  llvm::Value* rate_ok = b.CreateFCmpOGT(rate, c(0));
+  k.FailIf(b.CreateNot(rate_ok), kEntryIndexOutOfBounds);
+  // A bad sample rate writes zeros only.
+  llvm::Value* bands = b.CreateSelect(rate_ok, k.I64(mel_bins), k.I64(0));
+  llvm::Value* safe_rate = b.CreateSelect(rate_ok, rate, c(1));
+  // Point p's bin, clamped into [-2^40, 2^40] before the integer conversion (so NaN and huge
+  // values stay defined; any bin outside [0, spectrum_bins] is out of range anyway).
+  auto point = [&](llvm::Value* p) {
+    llvm::Value* m = b.CreateFAdd(b.CreateFMul(b.CreateSIToFP(p, b.getDoubleTy()), step), low);
+    llvm::Value* hz = b.CreateFMul(
+        c(700),
+        b.CreateFSub(k.Intrinsic2(llvm::Intrinsic::pow, c(10), b.CreateFDiv(m, c(2595))), c(1)));
+    llvm::Value* bin = k.Intrinsic(
+        llvm::Intrinsic::floor,
+        b.CreateFDiv(b.CreateFMul(c(static_cast<double>(dft_length + 1)), hz), safe_rate));
+    bin = k.Intrinsic2(llvm::Intrinsic::maxnum, bin, c(-1099511627776.0));
+    bin = k.Intrinsic2(llvm::Intrinsic::minnum, bin, c(1099511627776.0));
+    return b.CreateFPToSI(bin, k.I64Ty());
+  };
+  k.Memset0(k.out(0), k.I64(spectrum_bins * mel_bins), d);
+  llvm::Value* zero = k.I64(0);
+  llvm::Value* rows = k.I64(spectrum_bins);
+  auto outside = [&](llvm::Value* j) {
+    return b.CreateOr(b.CreateICmpSLT(j, zero), b.CreateICmpSGE(j, rows));
+  };
+  auto put = [&](llvm::Value* j, llvm::Value* band, llvm::Value* value) {
+    k.Store(d, k.out(0), b.CreateAdd(b.CreateMul(j, k.I64(mel_bins)), band),
+            k.Convert(value, f64, d));
+  };
+  auto to_f64 = [&](llvm::Value* v) { return b.CreateSIToFP(v, b.getDoubleTy()); };
+  k.For(k.I64(0), bands, [&](llvm::Value* i) {
+    llvm::Value* left = point(i);
+    llvm::Value* center = point(b.CreateAdd(i, k.I64(1)));
+    llvm::Value* right = point(b.CreateAdd(i, k.I64(2)));
+    // Rows [left, center] rise (or just center is 1), rows [center, right) fall: a non-empty
+    // range reaching outside the spectrogram fails, and only rows inside it are visited.
+    llvm::Value* peak = b.CreateICmpEQ(center, left);
+    llvm::Value* rises = b.CreateICmpSLT(left, center);
+    llvm::Value* falls = b.CreateICmpSLT(center, right);
+    llvm::Value* bad = b.CreateAnd(peak, outside(center));
+    bad = b.CreateOr(bad, b.CreateAnd(rises, b.CreateOr(outside(left), outside(center))));
+    bad = b.CreateOr(bad,
+                     b.CreateAnd(falls, b.CreateOr(outside(center), b.CreateICmpSGT(right, rows))));
+    k.FailIf(bad, kEntryIndexOutOfBounds);
+    auto clamp = [&](llvm::Value* j) {
+      return k.Min(DType::kInt64, k.Max(DType::kInt64, j, zero), rows);
+    };
+    k.If(b.CreateAnd(peak, b.CreateNot(bad)), [&] { put(center, i, c(1)); });
+    llvm::Value* rise = to_f64(b.CreateSub(center, left));
+    llvm::Value* rise_begin = clamp(left);
+    llvm::Value* rise_end = b.CreateSelect(rises, clamp(b.CreateAdd(center, k.I64(1))), rise_begin);
+    k.For(rise_begin, rise_end,
+          [&](llvm::Value* j) { put(j, i, b.CreateFDiv(to_f64(b.CreateSub(j, left)), rise)); });
+    llvm::Value* fall = to_f64(b.CreateSub(right, center));
+    k.For(clamp(center), clamp(right),
+          [&](llvm::Value* j) { put(j, i, b.CreateFDiv(to_f64(b.CreateSub(right, j)), fall)); });
+  });
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void RegisterSignalKernels(OpTable& r) {
@@ -158,6 +249,7 @@ void RegisterSignalKernels(OpTable& r) {
     r.DefineEmitter(op, Window);
   r.DefineEmitter("DFT", Dft);
   r.DefineEmitter("STFT", Stft);
+  r.DefineEmitter("MelWeightMatrix", MelWeightMatrix);
 }
 
 }  // namespace cuvil::codegen

@@ -1,5 +1,5 @@
 // Shape inference for the signal ops: the window generators HannWindow, HammingWindow and
-// BlackmanWindow, DFT and STFT.
+// BlackmanWindow, DFT, STFT and MelWeightMatrix.
 //
 // Canonical forms seen by code generation: windows have attr "size" (the folded size input,
 // >= 0) and "periodic", the output type from "output_datatype" (default float32). DFT has "axis"
@@ -103,6 +103,40 @@ absl::Status Stft(InferContext& c) {
   return absl::OkStatus();
 }
 
+// MelWeightMatrix: num_mel_bins and dft_length (which give the shape) become attrs
+// "num_mel_bins" and "dft_length"; sample_rate and the two edge frequencies stay run-time inputs
+// 2..4.
+absl::Status MelWeightMatrix(InferContext& c) {
+  if (auto s = c.ExpectInputs(5, 5); !s.ok()) return s;
+  Node& n = c.node();
+  for (size_t i = 0; i < 5; ++i) {
+    if (!c.has_input(i)) return c.Error(absl::StrCat("input ", i, " is missing"));
+    bool integer = i < 3;
+    if (integer ? !IsInteger(c.in_dtype(i)) : !IsFloat(c.in_dtype(i))) {
+      return c.Error(absl::StrCat("input ", i, " '", c.input(i)->name, "' must be ",
+                                  integer ? "an integer" : "a floating-point", " scalar"));
+    }
+    if (SymNumElements(c.in_shape(i)) != SymDim::Const(1)) {
+      return c.Error(absl::StrCat("input ", i, " '", c.input(i)->name, "' must hold one value"));
+    }
+  }
+  auto mel_bins = ScalarOperand(c, 0, "num_mel_bins", 0);
+  if (!mel_bins.ok()) return mel_bins.status();
+  auto dft_length = ScalarOperand(c, 1, "dft_length", 0);
+  if (!dft_length.ok()) return dft_length.status();
+  if (*mel_bins < 0 || *mel_bins > (int64_t{1} << 20))
+    return c.Error("num_mel_bins is out of range");
+  if (*dft_length < 1 || *dft_length > (int64_t{1} << 24))
+    return c.Error("dft_length is out of range");
+  auto dtype = DTypeFromOnnx(static_cast<int32_t>(n.attr_int("output_datatype", 1)));
+  if (!dtype.ok()) return c.Error(std::string(dtype.status().message()));
+  if (!IsFloat(*dtype)) return c.Error("output_datatype must be a floating-point type");
+  n.attrs["num_mel_bins"] = *mel_bins;
+  n.attrs["dft_length"] = *dft_length;
+  c.SetOutput(0, *dtype, {SymDim::Const(*dft_length / 2 + 1), SymDim::Const(*mel_bins)});
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void RegisterSignalShapes(OpTable& r) {
@@ -110,6 +144,7 @@ void RegisterSignalShapes(OpTable& r) {
     r.DefineShape(op, Window);
   r.DefineShape("DFT", Dft);
   r.DefineShape("STFT", Stft);
+  r.DefineShape("MelWeightMatrix", MelWeightMatrix);
 }
 
 }  // namespace cuvil::ir
