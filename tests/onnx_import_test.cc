@@ -1,9 +1,15 @@
 // Importing models: weights in external data files next to the model, large raw_data weights read
 // straight from the model bytes, one preparation lowered at several optimisation levels.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "cuvil/compiler/compiler.h"
+#include "cuvil/compiler/onnx_importer.h"
 #include "cuvil/jitcache/jit_engine.h"
 #include "cuvil/jitcache/object_cache.h"
 #include "gmock/gmock.h"
@@ -284,6 +290,47 @@ TEST(OnnxImportTest, SequencesThroughARunTimeIfSelectTheRightElements) {
     EXPECT_THAT(std::vector<float>(v, v + 4),
                 c ? ::testing::ElementsAre(1, 2, 3, 4) : ::testing::ElementsAre(3, 4, 1, 2));
   }
+
+// The brief: the server never crashes on bad input. A model file truncated and rewritten in place
+// (same inode) while it is imported must give a result or an error, never SIGBUS: the importer
+// reads the file into memory of its own instead of mapping it.
+TEST(OnnxImportTest, ModelTruncatedInPlaceWhileImportingNeverCrashes) {
+  constexpr int64_t kWidth = 1 << 20;  // 4 MiB of weights: the import spans many pages.
+  const std::string bytes = RawDataModel(kWidth);
+  const std::string dir = ::testing::TempDir() + "/truncated_while_importing";
+  fs::create_directories(dir);
+  const std::string path = dir + "/model.onnx";
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  std::atomic<bool> stop{false};
+  std::atomic<int> rewrites{0};
+  std::thread writer([&] {
+    const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    while (!stop.load()) {
+      ASSERT_EQ(ftruncate(fd, static_cast<off_t>(bytes.size() / 3)), 0);
+      ASSERT_EQ(ftruncate(fd, 0), 0);
+      ASSERT_EQ(pwrite(fd, bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
+      rewrites.fetch_add(1);
+    }
+    close(fd);
+  });
+  int imported = 0, refused = 0;
+  for (int i = 0; i < 60 || rewrites.load() < 20; ++i) {
+    auto graph = ImportOnnxFile(path);
+    if (graph.ok()) {
+      ++imported;
+    } else {
+      ++refused;  // Read while short: "shrank while it was read", or a truncated message.
+      EXPECT_EQ(graph.status().code(), absl::StatusCode::kInvalidArgument) << graph.status();
+    }
+  }
+  stop.store(true);
+  writer.join();
+  EXPECT_GE(imported + refused, 60);
+  std::printf("imports: %d ok, %d refused, %d rewrites\n", imported, refused, rewrites.load());
+  // Whole, untouched files import (the copy is exactly what was read).
+  auto intact = ImportOnnxFile(path);
+  ASSERT_TRUE(intact.ok()) << intact.status();
 }
 
 }  // namespace

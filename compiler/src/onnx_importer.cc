@@ -8,9 +8,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "file_copy.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "initializer_data.h"
-#include "mapped_file.h"
 #include "onnx/checker.h"
 #include "onnx/onnx_pb.h"
 #include "onnx_tensor.h"
@@ -368,8 +368,8 @@ absl::StatusOr<std::unique_ptr<ir::Graph>> ImportModel(const uint8_t* data, size
 
 absl::StatusOr<std::unique_ptr<ir::Graph>> ImportOnnxFile(const std::string& path,
                                                           const ImportOptions& options) {
-  // Parsed straight from the page cache: the weights are copied once, into the graph's tensors.
-  auto file = MappedFile::Open(path, kMaxModelBytes);
+  // Parsed from a private copy (a shared mapping would fault if the file were truncated meanwhile).
+  auto file = FileCopy::Open(path, kMaxModelBytes);
   if (!file.ok()) return file.status();
   std::string dir = std::filesystem::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
