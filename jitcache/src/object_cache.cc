@@ -7,12 +7,14 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxh_x86dispatch.h>
 #include <xxhash.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -29,7 +31,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "cuvil/compiler/compiler.h"
+#include "cuvil/runtime/file_window.h"
 #include "cuvil/runtime/tensor_size.h"
+#include "digest_memo.h"
 #include "host_identity.h"
 #include "jit_cache.pb.h"
 #include "llvm/ADT/StringMap.h"
@@ -92,8 +96,10 @@ class Hasher {
   XXH3_state_t* state_;
 };
 
+// The one-shot XXH3-128 of the widest vector unit the CPU has (libxxhash's runtime dispatch: AVX2
+// hashes resident memory about twice as fast as the SSE2 baseline).
 std::string ChecksumOf(const void* data, size_t size) {
-  XXH128_hash_t h = XXH3_128bits(data, size);
+  XXH128_hash_t h = XXH3_128bits_dispatch(data, size);
   XXH128_canonical_t c;
   XXH128_canonicalFromHash(&c, h);
   return std::string(reinterpret_cast<const char*>(c.digest), sizeof c.digest);
@@ -292,14 +298,64 @@ std::optional<bool> RefersToExternalData(const uint8_t* p, const uint8_t* end, O
   return false;
 }
 
+// RefersToExternalData over the bytes [p, end) of a file read through `file` (no mapping, so a
+// file truncated meanwhile is a read error, nullopt, not SIGBUS).
+std::optional<bool> RefersToExternalData(FileWindow& file, uint64_t p, uint64_t end, OnnxMsg msg,
+                                         int depth) {
+  auto varint = [&](uint64_t* v) {
+    *v = 0;
+    for (int shift = 0; shift < 64 && p < end; shift += 7) {
+      uint8_t b;
+      if (!file.Byte(p++, &b)) return false;
+      *v |= uint64_t{b & 0x7fu} << shift;
+      if ((b & 0x80) == 0) return true;
+    }
+    return false;
+  };
+  if (depth > 64) return std::nullopt;
+  while (p < end) {
+    uint64_t tag, v;
+    if (!varint(&tag)) return std::nullopt;
+    const uint64_t field = tag >> 3;
+    switch (tag & 7) {
+      case 0:
+        if (!varint(&v)) return std::nullopt;
+        if (msg == OnnxMsg::kTensor && field == 14 && v == 1) return true;
+        break;
+      case 1:
+        if (end - p < 8) return std::nullopt;
+        p += 8;
+        break;
+      case 5:
+        if (end - p < 4) return std::nullopt;
+        p += 4;
+        break;
+      case 2: {
+        if (!varint(&v) || v > end - p) return std::nullopt;
+        if (msg == OnnxMsg::kTensor && field == 13) return true;
+        if (OnnxMsg child = ChildOf(msg, field); child != OnnxMsg::kNone) {
+          auto found = RefersToExternalData(file, p, p + v, child, depth + 1);
+          if (!found.has_value() || *found) return found;
+        }
+        p += v;
+        break;
+      }
+      default:  // Groups: not in onnx.proto.
+        return std::nullopt;
+    }
+  }
+  return false;
+}
+
 // Hashes every external data file the model refers to (by its location and contents).
-void HashExternalData(const std::string& bytes, const std::string& model_dir, Hasher* h) {
-  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
+void HashExternalData(const char* bytes, size_t size, const std::string& model_dir, Hasher* h) {
+  const auto* data = reinterpret_cast<const uint8_t*>(bytes);
   // Parsing a large model costs more than the rest of a cache hit: only parse one that refers
   // to external data (or that the walk cannot read; the compile then reports the error).
-  if (RefersToExternalData(data, data + bytes.size(), OnnxMsg::kModel, 0) == false) return;
+  if (RefersToExternalData(data, data + size, OnnxMsg::kModel, 0) == false) return;
+  if (size > static_cast<size_t>(INT_MAX)) return;  // Not a ModelProto; the compile says so.
   onnx::ModelProto model;
-  if (!model.ParseFromString(bytes)) return;  // The compile reports the parse error.
+  if (!model.ParseFromArray(bytes, static_cast<int>(size))) return;  // The compile reports it.
   std::set<std::string> locations;
   CollectLocations(model.graph(), &locations);
   for (const auto& f : model.functions()) {
@@ -498,9 +554,19 @@ uint64_t TreeSplit(uint64_t size) { return size / 2 / (1 << 20) * (1 << 20); }
 
 // The digest of a large byte range that two cores can compute at once: XXH3-128 over the
 // canonical XXH3-128 digests of its two parts (TreeSplit). Still a content hash of every byte.
+// The second part is hashed on another thread when both parts are large.
 std::string TreeDigestOf(const char* data, uint64_t size) {
   const uint64_t mid = TreeSplit(size);
-  std::string both = ChecksumOf(data, mid) + ChecksumOf(data + mid, size - mid);
+  std::string second;
+  std::thread helper;
+  if (mid >= (4u << 20)) {
+    helper = std::thread([&] { second = ChecksumOf(data + mid, size - mid); });
+  } else {
+    second = ChecksumOf(data + mid, size - mid);
+  }
+  std::string both = ChecksumOf(data, mid);
+  if (helper.joinable()) helper.join();
+  both += second;
   return ChecksumOf(both.data(), both.size());
 }
 
@@ -538,6 +604,23 @@ void StoreU32(uint32_t v, char* p) {
 }
 
 uint64_t SizeOf(const CompiledModel& m) { return m.object_code.size() + m.weights.size(); }
+
+// Appends the time since the last Lap (or construction) as `phase` to `out` (when not null).
+class Laps {
+ public:
+  explicit Laps(std::vector<PhaseTiming>* out) : out_(out) {}
+  void Lap(const char* phase) {
+    const auto now = std::chrono::steady_clock::now();
+    if (out_ != nullptr) {
+      out_->push_back({phase, std::chrono::duration<double, std::milli>(now - last_).count()});
+    }
+    last_ = now;
+  }
+
+ private:
+  std::vector<PhaseTiming>* out_;
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
 
 }  // namespace
 
@@ -594,10 +677,17 @@ struct ObjectCache::Impl {
   // Keys being compiled by some thread; others with the same key wait instead of compiling.
   std::set<std::string> inflight ABSL_GUARDED_BY(mu);
   ObjectCacheStats stats ABSL_GUARDED_BY(mu);
+  // Model digests by file identity; null without a directory or with the memo off.
+  std::unique_ptr<const jitcache_internal::DigestMemo> memo;
 };
 
 ObjectCache::ObjectCache(ObjectCacheOptions options)
-    : options_(std::move(options)), impl_(std::make_unique<Impl>()) {}
+    : options_(std::move(options)), impl_(std::make_unique<Impl>()) {
+  if (!options_.dir.empty() && options_.digest_memo) {
+    impl_->memo = std::make_unique<const jitcache_internal::DigestMemo>(
+        options_.dir, std::chrono::milliseconds(options_.digest_memo_settle_ms));
+  }
+}
 
 ObjectCache::~ObjectCache() = default;
 
@@ -639,31 +729,38 @@ absl::StatusOr<std::string> ObjectCache::Key(const std::string& path, const std:
       return absl::NotFoundError(absl::StrCat("cannot read model ", path));
     }
     const size_t size = static_cast<size_t>(st.st_size);
+    const jitcache_internal::FileStamp stamp = jitcache_internal::StampOf(st);
     h.Str("file");
-    std::optional<std::string> digest = TreeDigestOfFile(fd, 0, size);
-    if (!digest.has_value()) {
-      close(fd);
-      return absl::NotFoundError(absl::StrCat("cannot read model ", path));
-    }
-    h.Str(*digest);
-    h.Int(static_cast<int64_t>(size));
-    // The walk for external data touches only the pages holding message headers of a lazy
-    // mapping; the full bytes are read only for a model that does refer to external files.
-    std::optional<bool> external = true;
-    if (size > 0) {
-      if (auto mapping = MapFile(fd, size, /*populate=*/false); mapping.ok()) {
-        external = RefersToExternalData((*mapping)->bytes(), (*mapping)->bytes() + size,
-                                        OnnxMsg::kModel, 0);
+    std::optional<jitcache_internal::MemoRecord> memo;
+    if (impl_->memo != nullptr) memo = impl_->memo->Find(stamp);
+    if (!memo.has_value()) {
+      std::optional<std::string> digest = TreeDigestOfFile(fd, 0, size);
+      if (!digest.has_value()) {
+        close(fd);
+        return absl::NotFoundError(absl::StrCat("cannot read model ", path));
+      }
+      memo.emplace();
+      memo->digest = *std::move(digest);
+      // Touches only the message headers, read through a small window (never a mapping of the
+      // model: one truncated meanwhile must be a read error, not SIGBUS).
+      FileWindow window(fd, size);
+      memo->no_external_data = RefersToExternalData(window, 0, size, OnnxMsg::kModel, 0) == false;
+      // Remembered only if the file did not change while it was read.
+      struct stat after;
+      if (impl_->memo != nullptr && fstat(fd, &after) == 0 &&
+          jitcache_internal::StampOf(after) == stamp) {
+        impl_->memo->Store(stamp, *memo);
       }
     }
-    if (external != false) {
-      std::string file(size, '\0');
-      bool ok = ReadChunks(fd, 0, size, [&, at = size_t{0}](const char* p, size_t n) mutable {
-        std::memcpy(file.data() + at, p, n);
-        at += n;
-      });
+    h.Str(memo->digest);
+    h.Int(static_cast<int64_t>(size));
+    if (!memo->no_external_data) {  // Rare: the whole model is parsed to find its files.
+      std::string contents(size, '\0');
+      FileWindow window(fd, size);
       std::string dir = fs::path(path).parent_path().string();
-      if (ok) HashExternalData(file, dir.empty() ? "." : dir, &h);
+      if (window.Read(0, size, contents.data())) {
+        HashExternalData(contents.data(), size, dir.empty() ? "." : dir, &h);
+      }
     }
     close(fd);
   }
@@ -692,7 +789,9 @@ namespace {
 // Reads and checks the entry at `file`. NotFound when there is none; DataLoss (with the reason)
 // when there is one that must not be loaded. Every byte the result uses is verified against its
 // checksum first; the weights are then used in place from a read-only mapping of the same file.
-absl::StatusOr<CompiledModel> ReadEntry(const std::string& file, const std::string& key) {
+absl::StatusOr<CompiledModel> ReadEntry(const std::string& file, const std::string& key,
+                                        std::vector<PhaseTiming>* timings) {
+  Laps laps(timings);
   int fd = open(file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return absl::NotFoundError("no entry");
   struct Closer {
@@ -735,6 +834,7 @@ absl::StatusOr<CompiledModel> ReadEntry(const std::string& file, const std::stri
   }
   pb::CacheHeader header;
   if (!header.ParseFromString(header_bytes)) return absl::DataLossError("bad header");
+  laps.Lap("cache_header");
   if (header.key() != key) return absl::DataLossError("entry is for another key");
   if (header.compiler_version() != CompilerIdentity() || header.target_triple() != Host().triple ||
       header.cpu() != Host().cpu || header.cpu_features() != Host().features) {
@@ -746,6 +846,7 @@ absl::StatusOr<CompiledModel> ReadEntry(const std::string& file, const std::stri
   }
   std::string object_code;
   const pb::Section* weights = nullptr;
+  std::shared_ptr<const FileMapping> mapping;
   bool has_object = false;
   uint64_t end = kPreambleBytes + header_size;  // Sections are in file order, never overlapping.
   for (const pb::Section& sec : header.sections()) {
@@ -760,12 +861,21 @@ absl::StatusOr<CompiledModel> ReadEntry(const std::string& file, const std::stri
         return absl::DataLossError("cannot read");
       sum = ChecksumOf(object_code.data(), object_code.size());
       has_object = true;
+      laps.Lap("cache_object_code");
     } else if (sec.name() == kWeightsSection && weights == nullptr) {
-      // Read, not mapped: the weights are only mapped once they are known to be intact.
-      std::optional<std::string> digest = TreeDigestOfFile(fd, sec.offset(), sec.size());
-      if (!digest.has_value()) return absl::DataLossError("cannot read");
-      sum = *std::move(digest);
+      // Verified where they will be used: the read-only mapping of this inode (writers never
+      // modify an entry in place: they rename a new file over it), so the bytes that run are the
+      // bytes that were hashed. The one pass that hashes also maps the pages (two threads fault
+      // their halves in, the kernel mapping runs of page-cache pages per fault), so executions
+      // later do not page-fault the weights in; that is cheaper than MAP_POPULATE then a hash.
+      auto m = MapFile(fd, size, /*populate=*/false);
+      if (!m.ok()) return m.status();
+      mapping = *std::move(m);
+      laps.Lap("cache_map_weights");
+      sum =
+          TreeDigestOf(reinterpret_cast<const char*>(mapping->bytes()) + sec.offset(), sec.size());
       weights = &sec;
+      laps.Lap("cache_verify_weights");
     } else {
       return absl::DataLossError(absl::StrCat("unexpected section '", sec.name(), "'"));
     }
@@ -775,14 +885,12 @@ absl::StatusOr<CompiledModel> ReadEntry(const std::string& file, const std::stri
   }
   if (!has_object || weights == nullptr) return absl::DataLossError("missing section");
   if (end != size) return absl::DataLossError("trailing bytes after the last section");
-  // The same inode that was just verified (writers never modify an entry in place: they rename a
-  // new file over it). Populated now, so executions do not page-fault the weights in one by one.
-  auto mapping = MapFile(fd, size, /*populate=*/true);
-  if (!mapping.ok()) return mapping.status();
   // The blob keeps the mapping alive as long as any model or loaded version uses the weights.
-  WeightsBlob blob(*mapping, (*mapping)->bytes() + weights->offset(), weights->size(),
+  WeightsBlob blob(mapping, mapping->bytes() + weights->offset(), weights->size(),
                    /*read_only=*/true);
-  return ModelOf(header, object_code, std::move(blob));
+  auto model = ModelOf(header, object_code, std::move(blob));
+  laps.Lap("cache_model");
+  return model;
 }
 
 // Writes `model`'s entry for `key` atomically (temporary file in the same folder + rename).
@@ -940,7 +1048,9 @@ absl::StatusOr<CompiledModel> ObjectCache::Get(
     if (compile_fn != nullptr) return (*compile_fn)();
     return bytes.empty() ? CompileOnnxFile(path, options) : CompileOnnxBytes(bytes, options);
   };
+  Laps laps(&lookup->timings);
   auto key = Key(path, bytes, options);
+  laps.Lap("cache_key");
   if (!key.ok()) {  // Let the compiler report the unreadable model.
     return compile_on_miss ? compile() : key.status();
   }
@@ -970,7 +1080,7 @@ absl::StatusOr<CompiledModel> ObjectCache::Get(
   absl::StatusOr<CompiledModel> result = absl::UnknownError("unset");
   bool from_disk = false;
   if (!file.empty() && !emit) {
-    result = ReadEntry(file, *key);
+    result = ReadEntry(file, *key, &lookup->timings);
     if (result.ok()) {
       from_disk = true;
       utimensat(AT_FDCWD, file.c_str(), nullptr, 0);  // A hit makes the entry recently used.

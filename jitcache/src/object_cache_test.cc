@@ -2,14 +2,17 @@
 // LRU eviction and in-process reuse.
 #include "cuvil/jitcache/object_cache.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include "cuvil/jitcache/jit_engine.h"
+#include "digest_memo.h"
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
 #include "test_models.h"
@@ -226,6 +229,88 @@ TEST_F(ObjectCacheTest, FileModelsHashTheirContents) {
   EXPECT_EQ(lookup.key, *k2);
   EXPECT_FALSE(cache->Key((dir_ / "missing.onnx").string(), "", {}).ok());
   EXPECT_FALSE(cache->Compile((dir_ / "missing.onnx").string(), "", {}).ok());
+}
+
+// A file model's digest is remembered by its stamp: a second lookup reads only the record, any
+// change to the file (even to bytes of the same size) is hashed again, a corrupt record is
+// ignored and rewritten.
+TEST_F(ObjectCacheTest, DigestMemoFollowsTheFileAndSurvivesCorruptRecords) {
+  constexpr auto kSettle = std::chrono::milliseconds(50);
+  ObjectCacheOptions options;
+  options.dir = dir_.string();
+  options.digest_memo_settle_ms = static_cast<uint32_t>(kSettle.count());
+  auto cache = ObjectCache::Create(options);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  ObjectCacheOptions no_memo = options;
+  no_memo.dir = (dir_ / "no_memo").string();
+  no_memo.digest_memo = false;
+  auto plain = ObjectCache::Create(no_memo);  // Always hashes the contents: the reference.
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  fs::create_directories(dir_ / "model");
+  const std::string path = (dir_ / "model" / "model.onnx").string();
+  const std::string a = testing::BinaryWithConstant("Add", 8, 1.0f);
+  const std::string b = testing::BinaryWithConstant("Add", 8, 4.0f);
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_NE(a, b);
+  auto stamp_of = [&] {
+    struct stat st;
+    EXPECT_EQ(stat(path.c_str(), &st), 0);
+    return jitcache_internal::StampOf(st);
+  };
+  const jitcache_internal::DigestMemo memo(options.dir, kSettle);
+
+  Overwrite(path, a);
+  auto fresh = (*cache)->Key(path, "", {});  // Changed just now: hashed, not recorded.
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_FALSE(memo.Find(stamp_of()).has_value());
+  std::this_thread::sleep_for(kSettle * 2);
+  auto k1 = (*cache)->Key(path, "", {});
+  ASSERT_TRUE(k1.ok());
+  EXPECT_EQ(*k1, *fresh);
+  EXPECT_EQ(*k1, *(*plain)->Key(path, "", {}));
+  ASSERT_TRUE(memo.Find(stamp_of()).has_value());  // Recorded now.
+  EXPECT_EQ(*(*cache)->Key(path, "", {}), *k1);
+
+  // The record is what the key uses: one for this stamp with another digest gives another key.
+  const std::string record_path = memo.PathOf(stamp_of());
+  const std::string good_record = Slurp(record_path);
+  ASSERT_TRUE(memo.Store(stamp_of(), {std::string(16, 'z'), true}));
+  EXPECT_NE(*(*cache)->Key(path, "", {}), *k1);
+  Overwrite(record_path, good_record);
+  EXPECT_EQ(*(*cache)->Key(path, "", {}), *k1);
+
+  // Same size, other bytes, same inode, right after the record was made: a new key.
+  Overwrite(path, b);
+  auto k2 = (*cache)->Key(path, "", {});
+  ASSERT_TRUE(k2.ok());
+  EXPECT_NE(*k2, *k1);
+  EXPECT_EQ(*k2, *(*plain)->Key(path, "", {}));
+  std::this_thread::sleep_for(kSettle * 2);
+  EXPECT_EQ(*(*cache)->Key(path, "", {}), *k2);
+  ASSERT_TRUE(memo.Find(stamp_of()).has_value());
+
+  // A corrupt record is ignored (the contents are hashed) and rebuilt.
+  std::string bad = Slurp(record_path);
+  bad[70] = static_cast<char>(bad[70] ^ 1);  // Inside the digest.
+  Overwrite(record_path, bad);
+  EXPECT_FALSE(memo.Find(stamp_of()).has_value());
+  EXPECT_EQ(*(*cache)->Key(path, "", {}), *k2);
+  ASSERT_TRUE(memo.Find(stamp_of()).has_value());
+  EXPECT_EQ(Slurp(record_path).size(), good_record.size());
+  Overwrite(record_path, "garbage");
+  EXPECT_EQ(*(*cache)->Key(path, "", {}), *k2);
+  ASSERT_TRUE(memo.Find(stamp_of()).has_value());
+
+  // End to end: the model compiles, then a fresh cache (another process) hits the disk entry.
+  CacheLookup miss;
+  ASSERT_TRUE((*cache)->Compile(path, "", {}, &miss).ok());
+  EXPECT_EQ(miss.outcome, CacheOutcome::kMiss);
+  auto again = ObjectCache::Create(options);
+  ASSERT_TRUE(again.ok());
+  CacheLookup hit;
+  ASSERT_TRUE((*again)->Compile(path, "", {}, &hit).ok());
+  EXPECT_EQ(hit.outcome, CacheOutcome::kDiskHit);
+  EXPECT_EQ(hit.key, *k2);
 }
 
 TEST_F(ObjectCacheTest, EvictsLeastRecentlyUsedAboveMaxBytes) {

@@ -300,6 +300,10 @@ int Compile(const std::vector<std::string>& args) {
       std::printf("cache_load_ms=%.1f\n",
                   std::chrono::duration<double, std::milli>(t1 - t0).count());
     }
+    // The cache's own steps (key, then on a hit reading and verifying the entry).
+    for (const PhaseTiming& t : lookup.timings) {
+      std::printf("  %s_ms=%.2f\n", t.phase.c_str(), t.ms);
+    }
     std::printf("jit_link_ms=%.1f\n", std::chrono::duration<double, std::milli>(t2 - t1).count());
     std::printf("engine_create_ms=%.1f (not in total_ms)\n",
                 std::chrono::duration<double, std::milli>(t0 - te).count());

@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "cuvil/compiler/compiled_model.h"
@@ -38,6 +39,13 @@ struct ObjectCacheOptions {
   uint64_t max_bytes = 0;
   // Largest total size of the compiled models kept in memory; 0 keeps none.
   uint64_t memory_max_bytes = uint64_t{512} << 20;
+  // Remember each model file's content digest by its identity (device, inode, size, mtime,
+  // ctime) in `dir`, so a hit does not read the whole model to compute its key; a file whose
+  // identity differs in any field is hashed again. Needs `dir`.
+  bool digest_memo = true;
+  // A model file changed less than this long ago is hashed but not remembered: a second change
+  // within the same timestamp tick would not show in its stat.
+  uint32_t digest_memo_settle_ms = 2000;
 };
 
 // Tiered compilation: which code a model version gets.
@@ -69,6 +77,8 @@ struct CacheLookup {
   CacheOutcome outcome = CacheOutcome::kMiss;
   std::string key;             // 32 hex digits.
   bool refused_entry = false;  // A disk entry for the key existed but was corrupt or foreign.
+  // Where the lookup's time went ("cache_key", then on a disk read "cache_header", ...), in order.
+  std::vector<PhaseTiming> timings;
 };
 
 struct ObjectCacheStats {
