@@ -290,10 +290,11 @@ TEST(OnnxImportTest, SequencesThroughARunTimeIfSelectTheRightElements) {
     EXPECT_THAT(std::vector<float>(v, v + 4),
                 c ? ::testing::ElementsAre(1, 2, 3, 4) : ::testing::ElementsAre(3, 4, 1, 2));
   }
+}
 
 // The brief: the server never crashes on bad input. A model file truncated and rewritten in place
 // (same inode) while it is imported must give a result or an error, never SIGBUS: the importer
-// reads the file into memory of its own instead of mapping it.
+// never maps the file: it reads it with pread, so a short file is an error.
 TEST(OnnxImportTest, ModelTruncatedInPlaceWhileImportingNeverCrashes) {
   constexpr int64_t kWidth = 1 << 20;  // 4 MiB of weights: the import spans many pages.
   const std::string bytes = RawDataModel(kWidth);

@@ -14,10 +14,6 @@
 namespace cuvil {
 namespace {
 
-// Transparent huge pages: a 2 MiB-aligned buffer is faulted in 2 MiB at a time instead of one
-// 4 KiB page per fault.
-constexpr size_t kHugePage = size_t{2} << 20;
-
 struct FdCloser {
   int fd;
   ~FdCloser() { close(fd); }
@@ -42,17 +38,14 @@ absl::StatusOr<FileCopy> FileCopy::Open(const std::string& path, int64_t max_byt
   }
   const auto size = static_cast<size_t>(st.st_size);
   if (size == 0) return FileCopy(nullptr, 0, nullptr, 0);
-  // size <= max_bytes (2 GB), so neither sum overflows.
-  const size_t reserved = size + kHugePage;
+  const size_t reserved = size;
   void* base = mmap(nullptr, reserved, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (base == MAP_FAILED) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", size, " bytes for model ",
                                                      path, ": ", std::strerror(errno)));
   }
-  auto* start = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(base) + kHugePage - 1) &
-                                           ~(kHugePage - 1));
+  auto* start = static_cast<uint8_t*>(base);
   FileCopy copy(base, reserved, start, size);  // Unmaps on every error path below.
-  madvise(start, size, MADV_HUGEPAGE);
   posix_fadvise(fd, 0, static_cast<off_t>(size), POSIX_FADV_SEQUENTIAL);
   size_t done = 0;
   while (done < size) {

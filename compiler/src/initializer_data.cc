@@ -13,16 +13,44 @@ constexpr int kWireFixed64 = 1;
 constexpr int kWireLength = 2;
 constexpr int kWireFixed32 = 5;
 
-// A bounds-checked reader over [pos, end).
+// The bytes being split: a buffer in memory, or a file read through a FileWindow.
+struct MemorySource {
+  const uint8_t* data;
+  uint64_t size;
+  bool Byte(uint64_t at, uint8_t* out) {
+    if (at >= size) return false;
+    *out = data[at];
+    return true;
+  }
+  bool Append(uint64_t at, uint64_t n, std::string* out) {
+    if (at > size || n > size - at) return false;
+    out->append(reinterpret_cast<const char*>(data + at), static_cast<size_t>(n));
+    return true;
+  }
+};
+
+struct FileSource {
+  FileWindow* file;
+  bool Byte(uint64_t at, uint8_t* out) { return file->Byte(at, out); }
+  bool Append(uint64_t at, uint64_t n, std::string* out) {
+    const size_t old = out->size();
+    out->resize(old + static_cast<size_t>(n));
+    return file->Read(at, n, out->data() + old);
+  }
+};
+
+// A bounds-checked reader over the offsets [pos, end) of a source.
+template <typename Source>
 struct Cursor {
-  const uint8_t* pos;
-  const uint8_t* end;
+  Source* src;
+  uint64_t pos;
+  uint64_t end;
 
   bool Varint(uint64_t* out) {
     uint64_t v = 0;
     for (int shift = 0; shift < 64; shift += 7) {
-      if (pos == end) return false;
-      const uint8_t byte = *pos++;
+      uint8_t byte = 0;
+      if (pos == end || !src->Byte(pos++, &byte)) return false;
       v |= static_cast<uint64_t>(byte & 0x7f) << shift;
       if ((byte & 0x80) == 0) {
         *out = v;
@@ -33,7 +61,7 @@ struct Cursor {
   }
 
   bool Skip(uint64_t n) {
-    if (n > static_cast<uint64_t>(end - pos)) return false;
+    if (n > end - pos) return false;
     pos += n;
     return true;
   }
@@ -47,17 +75,18 @@ void PutVarint(uint64_t v, std::string* out) {
   out->push_back(static_cast<char>(v));
 }
 
-// One field: its tag, and for length-delimited fields the payload.
+// One field: its tag, and for length-delimited fields the payload (offsets in the source).
 struct Field {
   uint64_t number = 0;
   int wire = 0;
-  const uint8_t* start = nullptr;  // The tag's first byte.
-  const uint8_t* payload = nullptr;
+  uint64_t start = 0;  // The tag's first byte.
+  uint64_t payload = 0;
   uint64_t length = 0;
 };
 
 // Reads the next field of the message at `c`; false on malformed input or group wire types.
-bool NextField(Cursor& c, Field* f) {
+template <typename Source>
+bool NextField(Cursor<Source>& c, Field* f) {
   f->start = c.pos;
   uint64_t tag = 0;
   if (!c.Varint(&tag)) return false;
@@ -87,8 +116,9 @@ void PutField(uint64_t number, const std::string& payload, std::string* out) {
   out->append(payload);
 }
 
-// A TensorProto with a large raw_data: the placeholder version, and the bytes it stood for.
-bool SplitTensor(Cursor c, std::string* out, std::string_view* raw) {
+// A TensorProto with a large raw_data: the placeholder version, and where the bytes lie.
+template <typename Source>
+bool SplitTensor(Cursor<Source> c, std::string* out, RawDataRange* raw) {
   bool seen = false;
   Field f;
   while (c.pos != c.end) {
@@ -97,38 +127,40 @@ bool SplitTensor(Cursor c, std::string* out, std::string_view* raw) {
       if (seen) return false;
       seen = true;
       if (f.length >= kMinSplitRawDataBytes) {
-        *raw = std::string_view(reinterpret_cast<const char*>(f.payload), f.length);
+        *raw = {true, f.payload, f.length};
         PutField(kTensorRawData, std::string(1, '\0'), out);
         continue;
       }
     }
-    out->append(reinterpret_cast<const char*>(f.start), static_cast<size_t>(c.pos - f.start));
+    if (!c.src->Append(f.start, c.pos - f.start, out)) return false;
   }
   return true;
 }
 
-bool SplitGraph(Cursor c, std::string* out, std::vector<std::string_view>* raw) {
+template <typename Source>
+bool SplitGraph(Cursor<Source> c, std::string* out, std::vector<RawDataRange>* raw) {
   Field f;
   while (c.pos != c.end) {
     if (!NextField(c, &f)) return false;
     if (f.number == kGraphInitializer && f.wire == kWireLength) {
       std::string tensor;
-      std::string_view data;
-      if (!SplitTensor({f.payload, f.payload + f.length}, &tensor, &data)) return false;
+      RawDataRange data;
+      if (!SplitTensor(Cursor<Source>{c.src, f.payload, f.payload + f.length}, &tensor, &data)) {
+        return false;
+      }
       raw->push_back(data);
       PutField(kGraphInitializer, tensor, out);
       continue;
     }
-    out->append(reinterpret_cast<const char*>(f.start), static_cast<size_t>(c.pos - f.start));
+    if (!c.src->Append(f.start, c.pos - f.start, out)) return false;
   }
   return true;
 }
 
-}  // namespace
-
-std::optional<SplitModel> SplitInitializerData(const uint8_t* data, size_t size) {
-  SplitModel split;
-  Cursor c{data, data + size};
+template <typename Source>
+std::optional<SplitFile> Split(Source& src, uint64_t size) {
+  SplitFile split;
+  Cursor<Source> c{&src, 0, size};
   bool seen_graph = false;
   Field f;
   while (c.pos != c.end) {
@@ -137,19 +169,41 @@ std::optional<SplitModel> SplitInitializerData(const uint8_t* data, size_t size)
       if (seen_graph || f.wire != kWireLength) return std::nullopt;
       seen_graph = true;
       std::string graph;
-      if (!SplitGraph({f.payload, f.payload + f.length}, &graph, &split.raw_data)) {
+      if (!SplitGraph(Cursor<Source>{&src, f.payload, f.payload + f.length}, &graph,
+                      &split.raw_data)) {
         return std::nullopt;
       }
       PutField(kModelGraph, graph, &split.skeleton);
       continue;
     }
-    split.skeleton.append(reinterpret_cast<const char*>(f.start),
-                          static_cast<size_t>(c.pos - f.start));
+    if (!src.Append(f.start, c.pos - f.start, &split.skeleton)) return std::nullopt;
   }
   bool moved = false;
-  for (std::string_view r : split.raw_data) moved |= r.data() != nullptr;
+  for (const RawDataRange& r : split.raw_data) moved |= r.moved;
   if (!moved) return std::nullopt;
   return split;
+}
+
+}  // namespace
+
+std::optional<SplitModel> SplitInitializerData(const uint8_t* data, size_t size) {
+  MemorySource src{data, size};
+  std::optional<SplitFile> split = Split(src, size);
+  if (!split.has_value()) return std::nullopt;
+  SplitModel out;
+  out.skeleton = std::move(split->skeleton);
+  for (const RawDataRange& r : split->raw_data) {
+    out.raw_data.push_back(r.moved
+                               ? std::string_view(reinterpret_cast<const char*>(data) + r.offset,
+                                                  static_cast<size_t>(r.length))
+                               : std::string_view());
+  }
+  return out;
+}
+
+std::optional<SplitFile> SplitInitializerDataOfFile(FileWindow& file) {
+  FileSource src{&file};
+  return Split(src, file.size());
 }
 
 }  // namespace cuvil

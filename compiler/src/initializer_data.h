@@ -3,7 +3,8 @@
 // into the graph's tensors. SplitInitializerData scans the serialized model once and returns a
 // small copy of it in which every large raw_data field of a graph initializer holds a one-byte
 // placeholder, plus where the real bytes lie in the original buffer: the importer parses the small
-// copy and reads the weights straight from the original (for a model file, its mapping).
+// copy and reads the weights straight from the original (for a model file, with pread straight
+// into the tensors: the file is never mapped, so one truncated meanwhile cannot raise SIGBUS).
 #ifndef CUVIL_COMPILER_SRC_INITIALIZER_DATA_H_
 #define CUVIL_COMPILER_SRC_INITIALIZER_DATA_H_
 
@@ -13,6 +14,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "cuvil/runtime/file_window.h"
 
 namespace cuvil {
 
@@ -24,6 +27,19 @@ struct SplitModel {
   std::vector<std::string_view> raw_data;
 };
 
+// Where a graph initializer's raw_data lies in the split bytes (when it was moved).
+struct RawDataRange {
+  bool moved = false;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+// A model file split the same way: the skeleton, and one range per graph initializer, in order.
+struct SplitFile {
+  std::string skeleton;
+  std::vector<RawDataRange> raw_data;
+};
+
 // Raw_data fields below this size stay in the skeleton: moving them saves nothing.
 inline constexpr size_t kMinSplitRawDataBytes = 4096;
 
@@ -32,6 +48,11 @@ inline constexpr size_t kMinSplitRawDataBytes = 4096;
 // moving: the caller then parses the original bytes, whose parser reports any error as before.
 // Thread-safe (pure function).
 std::optional<SplitModel> SplitInitializerData(const uint8_t* data, size_t size);
+
+// SplitInitializerData of a model file, read through `file` (only the skeleton's bytes are read;
+// the moved raw_data stays in the file for the importer to read straight into its tensors).
+// nullopt as above, or when the file cannot be read (it shrank meanwhile). Thread-compatible.
+std::optional<SplitFile> SplitInitializerDataOfFile(FileWindow& file);
 
 }  // namespace cuvil
 

@@ -1,5 +1,11 @@
 #include "cuvil/compiler/onnx_importer.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <set>
@@ -8,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "cuvil/runtime/file_window.h"
 #include "file_copy.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "initializer_data.h"
@@ -132,9 +139,10 @@ class Importer {
   Importer(const ImportOptions& options, std::string model_dir)
       : options_(options), model_dir_(std::move(model_dir)) {}
 
-  // `raw_data`: SplitModel::raw_data of the bytes `model` was parsed from, or empty.
-  absl::StatusOr<std::unique_ptr<ir::Graph>> Import(const onnx::ModelProto& model,
-                                                    const std::vector<std::string_view>& raw_data) {
+  // `raw_data`: one per initializer of the split bytes `model` was parsed from (moved raw_data,
+  // or null for a field the proto holds), or empty.
+  absl::StatusOr<std::unique_ptr<ir::Graph>> Import(
+      const onnx::ModelProto& model, const std::vector<std::optional<MovedRawData>>& raw_data) {
     graph_ = std::make_unique<ir::Graph>();
     const onnx::GraphProto& g = model.graph();
     graph_->name = g.name();
@@ -156,9 +164,9 @@ class Importer {
 
     for (int i = 0; i < g.initializer_size(); ++i) {
       const onnx::TensorProto& init = g.initializer(i);
-      auto t = TensorFromProto(
-          init, model_dir_,
-          static_cast<size_t>(i) < raw_data.size() ? raw_data[i] : std::string_view());
+      const MovedRawData* moved =
+          static_cast<size_t>(i) < raw_data.size() && raw_data[i] ? &*raw_data[i] : nullptr;
+      auto t = TensorFromProto(init, model_dir_, moved);
       if (!t.ok()) return t.status();
       ir::Value* v = Define(init.name());
       graph_->MakeConstant(v, std::move(*t));
@@ -330,57 +338,112 @@ class Importer {
   int node_counter_ = 0;
 };
 
+// Parses a split model's skeleton; false (and `model` cleared) when it does not parse or does
+// not hold one initializer per range, so the caller lets the parser judge the original bytes.
+bool ParseSkeleton(const std::string& skeleton, size_t initializers, onnx::ModelProto* model) {
+  auto s = ParseModel(reinterpret_cast<const uint8_t*>(skeleton.data()), skeleton.size(), model);
+  if (s.ok() && model->graph().initializer_size() == static_cast<int>(initializers)) return true;
+  model->Clear();
+  return false;
+}
+
+absl::StatusOr<std::unique_ptr<ir::Graph>> ImportParsed(
+    onnx::ModelProto* model, const std::string& model_dir, const ImportOptions& options,
+    const std::vector<std::optional<MovedRawData>>& raw_data) {
+  if (options.run_checker) {
+    if (auto s = RunChecker(*model, model_dir); !s.ok()) return s;
+  }
+  std::vector<OutputLayout> layout;
+  if (UsesSequencesOrOptionals(model->graph())) {
+    // Sequences and optionals become their element tensors before the IR sees them.
+    if (auto s = ResolveSequences(model, options, raw_data, &layout); !s.ok()) return s;
+  } else {
+    layout = TensorOutputLayout(model->graph());
+  }
+  auto graph = Importer(options, model_dir).Import(*model, raw_data);
+  if (graph.ok() && options.output_layout != nullptr) *options.output_layout = std::move(layout);
+  return graph;
+}
+
 absl::StatusOr<std::unique_ptr<ir::Graph>> ImportModel(const uint8_t* data, size_t size,
                                                        const std::string& model_dir,
                                                        const ImportOptions& options) {
   onnx::ModelProto model;
   // Parse a skeleton without the weights, which are then copied once, from `data` to the graph.
   std::optional<SplitModel> split = SplitInitializerData(data, size);
-  if (split.has_value()) {
-    auto s = ParseModel(reinterpret_cast<const uint8_t*>(split->skeleton.data()),
-                        split->skeleton.size(), &model);
-    if (!s.ok() || model.graph().initializer_size() != static_cast<int>(split->raw_data.size())) {
-      split.reset();  // Let the parser judge the original bytes.
-      model.Clear();
+  std::vector<std::optional<MovedRawData>> raw;
+  if (split.has_value() && ParseSkeleton(split->skeleton, split->raw_data.size(), &model)) {
+    for (std::string_view r : split->raw_data) {
+      if (r.data() == nullptr) {
+        raw.emplace_back();
+        continue;
+      }
+      raw.push_back(MovedRawData{r.size(), [r](uint8_t* dst) {
+                                   std::memcpy(dst, r.data(), r.size());
+                                   return true;
+                                 }});
     }
-  }
-  if (!split.has_value()) {
+  } else {
     if (auto s = ParseModel(data, size, &model); !s.ok()) return s;
   }
-  if (options.run_checker) {
-    if (auto s = RunChecker(model, model_dir); !s.ok()) return s;
-  }
-  static const std::vector<std::string_view> kNoRawData;
-  const std::vector<std::string_view>& raw_data = split ? split->raw_data : kNoRawData;
-  std::vector<OutputLayout> layout;
-  if (UsesSequencesOrOptionals(model.graph())) {
-    // Sequences and optionals become their element tensors before the IR sees them.
-    if (auto s = ResolveSequences(&model, options, raw_data, &layout); !s.ok()) return s;
-  } else {
-    layout = TensorOutputLayout(model.graph());
-  }
-  auto graph = Importer(options, model_dir).Import(model, raw_data);
-  if (graph.ok() && options.output_layout != nullptr) *options.output_layout = std::move(layout);
-  return graph;
+  return ImportParsed(&model, model_dir, options, raw);
 }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ir::Graph>> ImportOnnxFile(const std::string& path,
                                                           const ImportOptions& options) {
-  // Parsed from a private copy (a shared mapping would fault if the file were truncated meanwhile).
-  auto file = FileCopy::Open(path, kMaxModelBytes);
-  if (!file.ok()) return file.status();
   std::string dir = std::filesystem::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
-  auto g = ImportModel(file->data(), file->size(), dir, options);
+  // The model file is never mapped: a mapping raises SIGBUS (and kills the server) when the file
+  // is truncated in place while it is touched. The skeleton is read through a small window and
+  // each large raw_data straight into its tensor; a file that changes meanwhile reads short,
+  // which is an error.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot open model ", path, ": ", std::strerror(errno)));
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{fd};
+  struct stat st{};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    return absl::NotFoundError(absl::StrCat("cannot open model ", path, ": not a regular file"));
+  }
+  if (st.st_size > kMaxModelBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is larger than 2 GB; store weights as external data"));
+  }
+  FileWindow window(fd, static_cast<uint64_t>(st.st_size));
+  absl::StatusOr<std::unique_ptr<ir::Graph>> g = absl::UnknownError("unset");
+  std::optional<SplitFile> split = SplitInitializerDataOfFile(window);
+  onnx::ModelProto model;
+  if (split.has_value() && ParseSkeleton(split->skeleton, split->raw_data.size(), &model)) {
+    std::vector<std::optional<MovedRawData>> raw;
+    for (const RawDataRange& r : split->raw_data) {
+      if (!r.moved) {
+        raw.emplace_back();
+        continue;
+      }
+      raw.push_back(MovedRawData{
+          r.length, [&window, r](uint8_t* dst) { return window.Read(r.offset, r.length, dst); }});
+    }
+    g = ImportParsed(&model, dir, options, raw);
+  } else {
+    // Not plainly splittable (or changed while read): parse a private copy of the whole file.
+    auto file = FileCopy::Open(path, kMaxModelBytes);
+    if (!file.ok()) return file.status();
+    g = ImportModel(file->data(), file->size(), dir, options);
+  }
   if (!g.ok())
     return absl::Status(g.status().code(), absl::StrCat(path, ": ", g.status().message()));
   return g;
 }
 
 absl::StatusOr<DeclaredModelIo> ReadDeclaredIo(const std::string& path) {
-  auto file = MappedFile::Open(path, kMaxModelBytes);
+  auto file = FileCopy::Open(path, kMaxModelBytes);  // Never a mapping: see ImportOnnxFile.
   if (!file.ok()) return file.status();
   onnx::ModelProto model;
   if (auto s = ParseModel(file->data(), file->size(), &model); !s.ok()) {

@@ -103,8 +103,8 @@ absl::StatusOr<HostTensor> ReadExternal(const onnx::TensorProto& proto,
 
 absl::StatusOr<HostTensor> TensorFromProto(const onnx::TensorProto& proto,
                                            const std::string& model_dir,
-                                           std::string_view raw_data) {
-  if (raw_data.data() == nullptr) raw_data = proto.raw_data();
+                                           const MovedRawData* moved) {
+  const uint64_t raw_size = moved != nullptr ? moved->size : proto.raw_data().size();
   auto dtype_or = DTypeFromOnnx(proto.data_type());
   if (!dtype_or.ok()) {
     return absl::UnimplementedError(
@@ -130,7 +130,7 @@ absl::StatusOr<HostTensor> TensorFromProto(const onnx::TensorProto& proto,
   if (proto.data_location() != onnx::TensorProto::EXTERNAL) {
     int64_t have = -1;
     if (proto.has_raw_data()) {
-      have = static_cast<int64_t>(raw_data.size());
+      have = static_cast<int64_t>(raw_size);
     } else {
       switch (dtype) {
         case DType::kFloat32:
@@ -162,12 +162,17 @@ absl::StatusOr<HostTensor> TensorFromProto(const onnx::TensorProto& proto,
   }
   HostTensor t(dtype, shape);
   if (proto.has_raw_data()) {
-    if (raw_data.size() != t.byte_size()) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", proto.name(), "' has ",
-                                                     raw_data.size(), " raw bytes, shape ",
-                                                     t.TypeString(), " needs ", t.byte_size()));
+    if (raw_size != t.byte_size()) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", proto.name(), "' has ", raw_size,
+                                                     " raw bytes, shape ", t.TypeString(),
+                                                     " needs ", t.byte_size()));
     }
-    std::memcpy(t.data(), raw_data.data(), t.byte_size());
+    if (moved == nullptr) {
+      std::memcpy(t.data(), proto.raw_data().data(), t.byte_size());
+    } else if (!moved->read(t.data())) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot read the raw data of tensor '",
+                                                     proto.name(), "' (the model file changed?)"));
+    }
     return t;
   }
   auto check = [&](int64_t have) -> absl::Status {

@@ -2,6 +2,8 @@
 #ifndef CUVIL_COMPILER_SRC_ONNX_TENSOR_H_
 #define CUVIL_COMPILER_SRC_ONNX_TENSOR_H_
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -11,12 +13,19 @@
 
 namespace cuvil {
 
+// A raw_data field moved out of its proto (which then holds a placeholder: see
+// initializer_data.h): its size, and how to copy its bytes to a destination of that size (false
+// when they can no longer be read, e.g. from a model file truncated meanwhile).
+struct MovedRawData {
+  uint64_t size = 0;
+  std::function<bool(uint8_t* dst)> read;
+};
+
 // Converts a TensorProto; `model_dir` resolves external data locations (empty: none allowed).
-// `raw_data`, when its data() is not null, stands for the proto's raw_data field (which then
-// holds a placeholder: see initializer_data.h) and is checked and copied the same way.
+// `moved`, when not null, stands for the proto's raw_data field and is checked the same way.
 absl::StatusOr<HostTensor> TensorFromProto(const onnx::TensorProto& proto,
                                            const std::string& model_dir,
-                                           std::string_view raw_data = {});
+                                           const MovedRawData* moved = nullptr);
 
 // Fills `proto` with `tensor` in raw_data form.
 void TensorToProto(const HostTensor& tensor, onnx::TensorProto* proto);

@@ -199,7 +199,7 @@ HostTensor ScalarTensor(DType dtype, int64_t v) {
 // Not thread-safe: one rewrite at a time.
 class Resolver {
  public:
-  Resolver(const ImportOptions& options, const std::vector<std::string_view>& raw_data)
+  Resolver(const ImportOptions& options, const std::vector<std::optional<MovedRawData>>& raw_data)
       : options_(options), raw_data_(raw_data) {}
 
   absl::Status Run(onnx::ModelProto* model, std::vector<OutputLayout>* layout) {
@@ -215,8 +215,9 @@ class Resolver {
       const onnx::TensorProto& init = g.initializer(i);
       initializers.insert(init.name());
       if (!IsSmall(init)) continue;
-      auto t = TensorFromProto(
-          init, "", static_cast<size_t>(i) < raw_data_.size() ? raw_data_[i] : std::string_view());
+      const MovedRawData* moved =
+          static_cast<size_t>(i) < raw_data_.size() && raw_data_[i] ? &*raw_data_[i] : nullptr;
+      auto t = TensorFromProto(init, "", moved);
       if (t.ok()) facts.SetConstant(init.name(), std::move(*t));
     }
 
@@ -1185,7 +1186,7 @@ class Resolver {
   }
 
   const ImportOptions& options_;
-  const std::vector<std::string_view>& raw_data_;
+  const std::vector<std::optional<MovedRawData>>& raw_data_;
   int64_t opset_ = 0;
   int64_t inlined_nodes_ = 0;       // Body nodes inlined so far (bounded by kMaxInlinedNodes).
   std::set<std::string> taken_;     // Every name in use, original or fresh.
@@ -1238,7 +1239,7 @@ absl::StatusOr<IoKind> IoKindOf(const onnx::TypeProto& type, const std::string& 
 }
 
 absl::Status ResolveSequences(onnx::ModelProto* model, const ImportOptions& options,
-                              const std::vector<std::string_view>& raw_data,
+                              const std::vector<std::optional<MovedRawData>>& raw_data,
                               std::vector<OutputLayout>* layout) {
   return Resolver(options, raw_data).Run(model, layout);
 }

@@ -23,6 +23,7 @@
 #ifndef CUVIL_COMPILER_SRC_SEQUENCE_RESOLUTION_H_
 #define CUVIL_COMPILER_SRC_SEQUENCE_RESOLUTION_H_
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,6 +31,7 @@
 #include "absl/status/status.h"
 #include "cuvil/compiler/onnx_importer.h"
 #include "onnx/onnx_pb.h"
+#include "onnx_tensor.h"
 
 namespace cuvil {
 
@@ -41,11 +43,11 @@ bool UsesSequencesOrOptionals(const onnx::GraphProto& graph);
 absl::StatusOr<IoKind> IoKindOf(const onnx::TypeProto& type, const std::string& what);
 
 // Rewrites `model` in place as described above. `options` supplies bound inputs, the structure
-// of sequence/optional graph inputs and allow_structured_io; `raw_data` is SplitModel::raw_data
-// of the initializers (may be empty). Fills `layout` (one entry per declared graph output) and,
-// for a FailedPrecondition, options.needs_binding. Errors name the node.
+// of sequence/optional graph inputs and allow_structured_io; `raw_data` holds the moved raw_data
+// of the initializers (may be empty; see onnx_tensor.h). Fills `layout` (one entry per declared
+// graph output) and, for a FailedPrecondition, options.needs_binding. Errors name the node.
 absl::Status ResolveSequences(onnx::ModelProto* model, const ImportOptions& options,
-                              const std::vector<std::string_view>& raw_data,
+                              const std::vector<std::optional<MovedRawData>>& raw_data,
                               std::vector<OutputLayout>* layout);
 
 // The layout of a model without sequences or optionals: output i is declared output i.

@@ -18,7 +18,7 @@ namespace {
 
 // Layout (little-endian): magic[16], version u32, flags u32, dev u64, ino u64, size u64,
 // mtime_ns i64, ctime_ns i64, digest[16], XXH3-128 (canonical) of all the preceding bytes [16].
-constexpr char kMagic[16] = {'c', 'u', 'v', 'i', 'l', '.', 'j', 'i',
+constexpr char kMagic[16] = {'c', 'u', 'v', 'i', 'l', '.', 'j',  'i',
                              't', '_', 'm', 'e', 'm', 'o', '\n', '\0'};
 // Bumped whenever the record layout changes.
 constexpr uint32_t kMemoVersion = 1;
@@ -108,8 +108,7 @@ std::optional<MemoRecord> DigestMemo::Find(const FileStamp& stamp) const {
 bool DigestMemo::Store(const FileStamp& stamp, const MemoRecord& record) const {
   if (record.digest.size() != kDigestBytes) return false;
   // Racy: a change later in the same timestamp tick would leave mtime and ctime as they are.
-  const int64_t settle_ns =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(settle_).count();
+  const int64_t settle_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(settle_).count();
   const int64_t changed = std::max(stamp.mtime_ns, stamp.ctime_ns);
   if (NowNs() - changed < settle_ns) return false;
   char buf[kRecordBytes];

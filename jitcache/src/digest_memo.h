@@ -36,7 +36,7 @@ FileStamp StampOf(const struct stat& st);
 
 // What is remembered about a file's contents. Thread-compatible value.
 struct MemoRecord {
-  std::string digest;              // 16 bytes, as computed by the caller (opaque here).
+  std::string digest;             // 16 bytes, as computed by the caller (opaque here).
   bool no_external_data = false;  // The model provably refers to no external data file.
 };
 

@@ -57,11 +57,21 @@ TEST_F(DigestMemoTest, FindsWhatWasStoredForExactlyThatStamp) {
   for (int field = 0; field < 5; ++field) {
     FileStamp other = stamp;
     switch (field) {
-      case 0: other.dev += 1; break;
-      case 1: other.ino += 1; break;
-      case 2: other.size += 1; break;
-      case 3: other.mtime_ns += 1; break;
-      case 4: other.ctime_ns += 1; break;
+      case 0:
+        other.dev += 1;
+        break;
+      case 1:
+        other.ino += 1;
+        break;
+      case 2:
+        other.size += 1;
+        break;
+      case 3:
+        other.mtime_ns += 1;
+        break;
+      case 4:
+        other.ctime_ns += 1;
+        break;
     }
     EXPECT_FALSE(memo.Find(other).has_value()) << field;
   }
@@ -138,8 +148,7 @@ TEST_F(DigestMemoTest, ConcurrentWritersNeverTearARecord) {
   stop.store(true);
   for (auto& t : writers) t.join();
   for (const std::string& d : seen) {
-    EXPECT_TRUE(d == std::string(16, 'p') || d == std::string(16, 'q') ||
-                d == std::string(16, 'r'))
+    EXPECT_TRUE(d == std::string(16, 'p') || d == std::string(16, 'q') || d == std::string(16, 'r'))
         << d;
   }
   EXPECT_GT(found, 0);
