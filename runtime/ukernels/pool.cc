@@ -24,7 +24,8 @@ void TapRange(int64_t start, int64_t step, int64_t taps, int64_t n, int64_t* t0,
   *t1 = std::clamp(hi, *t0, taps);
 }
 
-void PoolPlane(const cuvil_uk_pool_params& p, const float* x, float* y, float* row) {
+// `row` and `wide` hold W floats each.
+void PoolPlane(const cuvil_uk_pool_params& p, const float* x, float* y, float* row, float* wide) {
   const float lowest = -std::numeric_limits<float>::infinity();
   // Output columns whose every tap lies inside the row: no range check per tap.
   int64_t ox0 = 0, ox1 = 0;
@@ -60,11 +61,16 @@ void PoolPlane(const cuvil_uk_pool_params& p, const float* x, float* y, float* r
       out[ox] = m;
     };
     for (int64_t ox = 0; ox < ox0; ++ox) edge(ox);
-    for (int64_t ox = ox0; ox < ox1; ++ox) {
-      const float* at = row + ox * p.stride_w - p.pad_left;
-      float m = at[0];
-      for (int64_t k = 1; k < p.kernel_w; ++k) m = MaxNan(m, at[k * p.dilation_w]);
-      out[ox] = m;
+    if (ox0 < ox1) {
+      // Window maxima at every start column the interior reads (contiguous, so they vectorise),
+      // then the strided pick.
+      const int64_t c0 = ox0 * p.stride_w - p.pad_left, c1 = (ox1 - 1) * p.stride_w - p.pad_left;
+      std::copy(row + c0, row + c1 + 1, wide + c0);
+      for (int64_t k = 1; k < p.kernel_w; ++k) {
+        const float* src = row + k * p.dilation_w;
+        for (int64_t i = c0; i <= c1; ++i) wide[i] = MaxNan(wide[i], src[i]);
+      }
+      for (int64_t ox = ox0; ox < ox1; ++ox) out[ox] = wide[ox * p.stride_w - p.pad_left];
     }
     for (int64_t ox = ox1; ox < p.out_width; ++ox) edge(ox);
   }
@@ -79,10 +85,10 @@ struct PoolJob {
 void PoolPlanes(void* ctx, int64_t begin, int64_t end) {
   const PoolJob& job = *static_cast<const PoolJob*>(ctx);
   const cuvil_uk_pool_params& p = *job.p;
-  std::vector<float> row(static_cast<size_t>(p.width));
+  std::vector<float> rows(2 * static_cast<size_t>(p.width));
   for (int64_t i = begin; i < end; ++i) {
     PoolPlane(p, job.x + i * p.height * p.width, job.y + i * p.out_height * p.out_width,
-              row.data());
+              rows.data(), rows.data() + p.width);
   }
 }
 
