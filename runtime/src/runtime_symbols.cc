@@ -25,10 +25,13 @@ namespace cuvil {
 
 const std::vector<RuntimeSymbol>& RuntimeSymbols() {
   static const std::vector<RuntimeSymbol> symbols = {
+      // clang-format off
       CUVIL_RT_SYMBOL(cuvil_rt_alloc),
       CUVIL_RT_SYMBOL(cuvil_rt_free),
       CUVIL_RT_SYMBOL(cuvil_rt_parallel_for),
       CUVIL_RT_SYMBOL(cuvil_uk_conv2d),
+      CUVIL_RT_SYMBOL(cuvil_uk_maxpool2d),
+      // clang-format on
   };
   return symbols;
 }

@@ -55,11 +55,14 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Stride-phase planes of one channel: plane (py, px) row i column j holds the zero-padded input
 // at padded coordinates (i * SH + py, j * SW + px).
+// Only the planes some tap reads are stored (a 1x1 stride-2 conv keeps one of four).
 struct Phases {
   int64_t hs, ws;   // rows and columns of one phase plane
-  int64_t channel;  // floats per channel (all SH * SW phase planes)
+  int64_t channel;  // floats per channel (every stored phase plane)
   int64_t slack;    // zero floats after the last channel (reads past the last valid column)
   bool direct;      // 1x1, stride 1, no padding: read X itself
+  // Per phase py * SW + px: its plane's index within a channel, or -1 when no tap reads it.
+  std::vector<int64_t> slot;
 };
 
 Phases PlanPhases(const cuvil_uk_conv_params& p, int64_t nr) {
@@ -72,13 +75,25 @@ Phases PlanPhases(const cuvil_uk_conv_params& p, int64_t nr) {
     ph.ws = p.width;
     ph.channel = p.height * p.width;
     ph.slack = 0;
+    ph.slot = {0};
     return ph;
   }
   int64_t hpad = (p.out_height - 1) * p.stride_h + (p.kernel_h - 1) * p.dilation_h + 1;
   int64_t wpad = (p.out_width - 1) * p.stride_w + (p.kernel_w - 1) * p.dilation_w + 1;
   ph.hs = CeilDiv(hpad, p.stride_h);
   ph.ws = CeilDiv(wpad, p.stride_w);
-  ph.channel = p.stride_h * p.stride_w * ph.hs * ph.ws;
+  // Phase rows (columns) that some kernel row (column) lands on.
+  std::vector<bool> row_used(p.stride_h, false), col_used(p.stride_w, false);
+  for (int64_t ky = 0; ky < p.kernel_h; ++ky) row_used[ky * p.dilation_h % p.stride_h] = true;
+  for (int64_t kx = 0; kx < p.kernel_w; ++kx) col_used[kx * p.dilation_w % p.stride_w] = true;
+  int64_t planes = 0;
+  ph.slot.assign(p.stride_h * p.stride_w, -1);
+  for (int64_t py = 0; py < p.stride_h; ++py) {
+    for (int64_t px = 0; px < p.stride_w; ++px) {
+      if (row_used[py] && col_used[px]) ph.slot[py * p.stride_w + px] = planes++;
+    }
+  }
+  ph.channel = planes * ph.hs * ph.ws;
   ph.slack = ph.ws + 2 * nr;
   return ph;
 }
@@ -88,7 +103,9 @@ void FillPhases(const Table& t, const cuvil_uk_conv_params& p, const Phases& ph,
                 float* dst) {
   for (int64_t py = 0; py < p.stride_h; ++py) {
     for (int64_t px = 0; px < p.stride_w; ++px) {
-      float* plane = dst + (py * p.stride_w + px) * ph.hs * ph.ws;
+      const int64_t slot = ph.slot[py * p.stride_w + px];
+      if (slot < 0) continue;
+      float* plane = dst + slot * ph.hs * ph.ws;
       // Columns j whose input column j * SW + px - PL lies in [0, W).
       int64_t j0 =
           std::clamp<int64_t>(CeilDiv(std::max<int64_t>(p.pad_left - px, 0), p.stride_w), 0, ph.ws);
@@ -115,7 +132,7 @@ std::vector<int64_t> TapOffsets(const cuvil_uk_conv_params& p, const Phases& ph,
       for (int64_t kx = 0; kx < p.kernel_w; ++kx) {
         int64_t dy = ky * p.dilation_h, dx = kx * p.dilation_w;
         int64_t phase = (dy % p.stride_h) * p.stride_w + dx % p.stride_w;
-        off.push_back(c * ph.channel + phase * ph.hs * ph.ws + (dy / p.stride_h) * ph.ws +
+        off.push_back(c * ph.channel + ph.slot[phase] * ph.hs * ph.ws + (dy / p.stride_h) * ph.ws +
                       dx / p.stride_w);
       }
     }

@@ -153,6 +153,22 @@ TEST(UkernelsTest, WindowedConvs) {
   }
 }
 
+// Strides whose taps read only some stride phases (the driver stores only those planes).
+TEST(UkernelsTest, StridesThatSkipPhases) {
+  const Case cases[] = {
+      {5, 11, 13, 7, 1, 1, 3, 2, 1, 1, 0, 0, 0, 0, 1},  // 1x1 stride (3, 2): one of six phases
+      {3, 17, 16, 6, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 1},  // dilation = stride: phase (0, 0) only
+      {4, 13, 18, 5, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1},  // dilation 2, stride 2
+      {3, 16, 15, 4, 2, 2, 4, 3, 1, 1, 1, 0, 1, 1, 1},  // 2x2, stride (4, 3): two rows, two cols
+      {6, 10, 12, 8, 1, 3, 2, 3, 1, 1, 0, 1, 0, 1, 2},  // grouped 1x3, stride (2, 3)
+  };
+  for (const Case& c : cases) {
+    for (int threads : {1, 2}) RunCase(c, 2, CUVIL_UK_ACT_RELU, true, threads);
+  }
+  // resnet18's downsample (6.4M multiply-adds): big enough to split over two threads.
+  RunCase({64, 56, 56, 128, 1, 1, 2, 2, 1, 1, 0, 0, 0, 0, 1}, 1, CUVIL_UK_ACT_NONE, true, 2);
+}
+
 TEST(UkernelsTest, Depthwise) {
   const Case cases[] = {
       {8, 13, 13, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 8},

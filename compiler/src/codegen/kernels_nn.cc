@@ -394,6 +394,23 @@ absl::Status EmitPool(KernelContext& k, bool is_max) {
   }
   int64_t in_plane = Product(w.in), out_plane = Product(w.out);
   Ints in_strides = RowMajorStrides(w.in), out_strides = RowMajorStrides(w.out);
+  // Float32 2-D max pooling without Indices: the runtime kernel (vectorised rows, no per-tap
+  // bounds check inside the input, planes split over the intra-op threads).
+  if (is_max && !want_indices && dt == DType::kFloat32 && r == 2) {
+    const cuvil_uk_pool_params p{w.in[0],        w.in[1],        w.out[0],     w.out[1],
+                                 w.kernel[0],    w.kernel[1],    w.strides[0], w.strides[1],
+                                 w.dilations[0], w.dilations[1], w.pads[0],    w.pads[1]};
+    static_assert(sizeof(cuvil_uk_pool_params) == 12 * sizeof(int64_t));
+    const int64_t* fields = &p.height;
+    std::vector<uint64_t> words(fields, fields + 12);
+    auto* init = llvm::ConstantDataArray::get(k.llvm_context(), words);
+    auto* params = new llvm::GlobalVariable(k.module(), init->getType(), /*isConstant=*/true,
+                                            llvm::GlobalValue::PrivateLinkage, init,
+                                            k.function()->getName() + ".pool_params");
+    llvm::Value* planes = b.CreateMul(k.Dim(k.in_shape(0)[0]), k.Dim(k.in_shape(0)[1]));
+    k.CallC("cuvil_uk_maxpool2d", b.getVoidTy(), {params, k.in(0), k.out(0), planes});
+    return absl::OkStatus();
+  }
   llvm::Value* acc = k.Scratch(k.ElemType(dt));
   llvm::Value* count = k.Scratch(k.I64Ty());
   llvm::Value* argmax = k.Scratch(k.I64Ty());

@@ -1,5 +1,5 @@
 // Microkernels that generated code calls (extern "C" cuvil_uk_*): convolution over a
-// register-blocked SGEMM with a fused epilogue (bias, residual add, activation).
+// register-blocked SGEMM with a fused epilogue (bias, residual add, activation), and max pooling.
 //
 // Every dim is a run-time argument, so one compiled model serves every batch size. The body is
 // chosen once per process from the CPU's features (AVX-512 F/BW/DQ/VL, else AVX2+FMA, else
@@ -55,6 +55,18 @@ int64_t cuvil_uk_packed_conv_weights_size(int64_t groups, int64_t mg, int64_t k)
 // per group, panels of CUVIL_UK_MR output channels stored [k][MR], zero padded. Reentrant.
 void cuvil_uk_pack_conv_weights(const float* w, int64_t groups, int64_t mg, int64_t k,
                                 float* packed);
+
+// Geometry of a 2-D NCHW max pool over independent [H][W] planes. Thread-compatible (plain data).
+struct cuvil_uk_pool_params {
+  int64_t height, width, out_height, out_width;
+  int64_t kernel_h, kernel_w, stride_h, stride_w, dilation_h, dilation_w;
+  int64_t pad_top, pad_left;  // the bottom/right pads (and ceil_mode) follow from the output size
+};
+
+// y[p] = max over the window of x[p] for `planes` planes (padding never wins; a window with no
+// input element gives -inf; NaN propagates as ONNX's Max does). y must not overlap x. Splits the
+// planes over the calling thread's intra-op threads. Reentrant.
+void cuvil_uk_maxpool2d(const cuvil_uk_pool_params* p, const float* x, float* y, int64_t planes);
 
 // Rows of one register block (output channels per packed panel).
 inline constexpr int64_t CUVIL_UK_MR = 6;
