@@ -247,66 +247,28 @@ OnnxMsg ChildOf(OnnxMsg msg, uint64_t field) {
   return OnnxMsg::kNone;
 }
 
-bool ReadVarint(const uint8_t*& p, const uint8_t* end, uint64_t* v) {
-  *v = 0;
-  for (int shift = 0; shift < 64 && p < end; shift += 7) {
-    const uint8_t b = *p++;
-    *v |= uint64_t{b & 0x7fu} << shift;
-    if ((b & 0x80) == 0) return true;
+// The bytes of a serialized model held in memory, read like a FileWindow.
+struct MemoryBytes {
+  const uint8_t* data;
+  bool Byte(uint64_t offset, uint8_t* out) const {
+    *out = data[offset];
+    return true;
   }
-  return false;
-}
+};
 
-// Whether a TensorProto inside the serialized `msg` [p, end) refers to external data (has
-// external_data entries or data_location EXTERNAL); nullopt when the bytes are not well formed.
-// Walks the wire format and skips every payload (raw_data included) without reading it, so a
-// large model costs a few page touches, not a scan of its weights.
-std::optional<bool> RefersToExternalData(const uint8_t* p, const uint8_t* end, OnnxMsg msg,
-                                         int depth) {
-  if (depth > 64) return std::nullopt;
-  while (p < end) {
-    uint64_t tag, v;
-    if (!ReadVarint(p, end, &tag)) return std::nullopt;
-    const uint64_t field = tag >> 3;
-    switch (tag & 7) {
-      case 0:
-        if (!ReadVarint(p, end, &v)) return std::nullopt;
-        if (msg == OnnxMsg::kTensor && field == 14 && v == 1) return true;
-        break;
-      case 1:
-        if (end - p < 8) return std::nullopt;
-        p += 8;
-        break;
-      case 5:
-        if (end - p < 4) return std::nullopt;
-        p += 4;
-        break;
-      case 2: {
-        if (!ReadVarint(p, end, &v) || v > static_cast<uint64_t>(end - p)) return std::nullopt;
-        if (msg == OnnxMsg::kTensor && field == 13) return true;
-        if (OnnxMsg child = ChildOf(msg, field); child != OnnxMsg::kNone) {
-          auto found = RefersToExternalData(p, p + v, child, depth + 1);
-          if (!found.has_value() || *found) return found;
-        }
-        p += v;
-        break;
-      }
-      default:  // Groups: not in onnx.proto.
-        return std::nullopt;
-    }
-  }
-  return false;
-}
-
-// RefersToExternalData over the bytes [p, end) of a file read through `file` (no mapping, so a
-// file truncated meanwhile is a read error, nullopt, not SIGBUS).
-std::optional<bool> RefersToExternalData(FileWindow& file, uint64_t p, uint64_t end, OnnxMsg msg,
+// Whether a TensorProto inside the serialized `msg` at [p, end) of `bytes` (MemoryBytes, or a
+// FileWindow: no mapping, so a file truncated meanwhile is a read error, nullopt, not SIGBUS)
+// refers to external data (has external_data entries or data_location EXTERNAL); nullopt when
+// the bytes are not well formed. Walks the wire format and skips every payload (raw_data
+// included) without reading it, so a large model costs a few reads, not a scan of its weights.
+template <typename Bytes>
+std::optional<bool> RefersToExternalData(Bytes& bytes, uint64_t p, uint64_t end, OnnxMsg msg,
                                          int depth) {
   auto varint = [&](uint64_t* v) {
     *v = 0;
     for (int shift = 0; shift < 64 && p < end; shift += 7) {
       uint8_t b;
-      if (!file.Byte(p++, &b)) return false;
+      if (!bytes.Byte(p++, &b)) return false;
       *v |= uint64_t{b & 0x7fu} << shift;
       if ((b & 0x80) == 0) return true;
     }
@@ -334,7 +296,7 @@ std::optional<bool> RefersToExternalData(FileWindow& file, uint64_t p, uint64_t 
         if (!varint(&v) || v > end - p) return std::nullopt;
         if (msg == OnnxMsg::kTensor && field == 13) return true;
         if (OnnxMsg child = ChildOf(msg, field); child != OnnxMsg::kNone) {
-          auto found = RefersToExternalData(file, p, p + v, child, depth + 1);
+          auto found = RefersToExternalData(bytes, p, p + v, child, depth + 1);
           if (!found.has_value() || *found) return found;
         }
         p += v;
@@ -349,10 +311,10 @@ std::optional<bool> RefersToExternalData(FileWindow& file, uint64_t p, uint64_t 
 
 // Hashes every external data file the model refers to (by its location and contents).
 void HashExternalData(const char* bytes, size_t size, const std::string& model_dir, Hasher* h) {
-  const auto* data = reinterpret_cast<const uint8_t*>(bytes);
+  MemoryBytes data{reinterpret_cast<const uint8_t*>(bytes)};
   // Parsing a large model costs more than the rest of a cache hit: only parse one that refers
   // to external data (or that the walk cannot read; the compile then reports the error).
-  if (RefersToExternalData(data, data + size, OnnxMsg::kModel, 0) == false) return;
+  if (RefersToExternalData(data, 0, size, OnnxMsg::kModel, 0) == false) return;
   if (size > static_cast<size_t>(INT_MAX)) return;  // Not a ModelProto; the compile says so.
   onnx::ModelProto model;
   if (!model.ParseFromArray(bytes, static_cast<int>(size))) return;  // The compile reports it.
