@@ -39,32 +39,15 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
+# shellcheck source=bench/start_server.sh
+source "$ROOT/bench/start_server.sh"
 
 echo "== model repository in $WORK/repo"
 "$PY" "$ROOT/bench/make_weight_bound_mlp.py" "$WORK/repo" --shared "$SHARED"
 
 echo "== starting $SERVER"
-"$SERVER" --model-repository "$WORK/repo" --grpc-port 0 --http-port 0 --metrics-port 0 \
-  2>"$WORK/server.log" >&2 &
-SERVER_PID=$!
-
-# The listening line comes first; the models are ready once /v2/health/ready answers 200.
-GRPC="" HTTP=""
-for _ in $(seq 1 3000); do
-  if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-    echo "cuvil-server exited:" >&2; cat "$WORK/server.log" >&2; exit 1
-  fi
-  line="$(grep -m1 -o 'listening grpc=[^ ]* http=[^ ]* metrics=[^ ]*' "$WORK/server.log" || true)"
-  if [[ -n "$line" ]]; then
-    GRPC="$(sed -E 's/.*grpc=([^ ]+).*/\1/' <<<"$line")"
-    HTTP="$(sed -E 's/.*http=([^ ]+).*/\1/' <<<"$line")"
-    if curl -sf -o /dev/null "http://$HTTP/v2/health/ready"; then break; fi
-  fi
-  sleep 0.1
-done
-if [[ -z "$GRPC" ]] || ! curl -sf -o /dev/null "http://$HTTP/v2/health/ready"; then
-  echo "cuvil-server did not become ready in 300 s:" >&2; cat "$WORK/server.log" >&2; exit 1
-fi
+start_cuvil_server "$WORK/server.log" "$SERVER" --model-repository "$WORK/repo" --grpc-port 0 \
+  --http-port 0 --metrics-port 0
 echo "== server ready: grpc=$GRPC http=$HTTP"
 
 mkdir -p "$WORK/csv"

@@ -26,23 +26,11 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
+# shellcheck source=bench/start_server.sh
+source "$ROOT/bench/start_server.sh"
 
-"$SERVER" --model-repository "$ROOT/examples/model-repository" --grpc-port 0 --http-port 0 \
-  --metrics-port 0 --no-jit-cache "$@" 2>"$WORK/server.log" >&2 &
-SERVER_PID=$!
-GRPC="" HTTP=""
-for _ in $(seq 1 3000); do
-  if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-    echo "cuvil-server exited:" >&2; cat "$WORK/server.log" >&2; exit 1
-  fi
-  line="$(grep -m1 -o 'listening grpc=[^ ]* http=[^ ]* metrics=[^ ]*' "$WORK/server.log" || true)"
-  if [[ -n "$line" ]]; then
-    GRPC="$(sed -E 's/.*grpc=([^ ]+).*/\1/' <<<"$line")"
-    HTTP="$(sed -E 's/.*http=([^ ]+).*/\1/' <<<"$line")"
-    if curl -sf -o /dev/null "http://$HTTP/v2/health/ready"; then break; fi
-  fi
-  sleep 0.1
-done
+start_cuvil_server "$WORK/server.log" "$SERVER" --model-repository "$ROOT/examples/model-repository" \
+  --grpc-port 0 --http-port 0 --metrics-port 0 --no-jit-cache "$@"
 grep -i "thread" "$WORK/server.log" || true
 
 # utime + stime of the server, in clock ticks (fields 14 and 15 of /proc/PID/stat).
