@@ -253,7 +253,7 @@ TEST_F(LifecycleHardeningTest, RequestsHoldingARetiredVersionRunOnItsSuccessor) 
   HostTensor input = testing::ReadReference("mlp", 0, "input");
   HostTensor want = testing::ReadReference("mlp", 0, "output");
   WireRequest wire;
-  wire.inputs.push_back({"input", "FP32", input.shape(), input.data(), input.byte_size()});
+  wire.inputs.push_back({"input", "FP32", input.shape(), input.data(), input.byte_size(), {}});
   auto request = BuildInferenceRequest(**v1, std::move(wire));
   ASSERT_TRUE(request.ok()) << request.status();
   InferenceResponse response = InferBlocking(**v1, *std::move(request));

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,29 +68,91 @@ absl::Status ContentsToBytes(const inference::InferTensorContents& c, DType dtyp
   return absl::OkStatus();
 }
 
+// A non-negative integer parameter (uint64, or int64 as some clients send); `*found` false when
+// absent.
+absl::Status UnsignedParam(const google::protobuf::Map<std::string, inference::InferParameter>& params,
+                           const char* key, const std::string& tensor, uint64_t* out,
+                           bool* found) {
+  auto it = params.find(key);
+  *found = it != params.end();
+  if (!*found) return absl::OkStatus();
+  const inference::InferParameter& p = it->second;
+  if (p.has_uint64_param()) {
+    *out = p.uint64_param();
+  } else if (p.has_int64_param() && p.int64_param() >= 0) {
+    *out = static_cast<uint64_t>(p.int64_param());
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", tensor, "': parameter '", key, "' must be a non-negative integer"));
+  }
+  return absl::OkStatus();
+}
+
+// The tensor's shared memory parameters, or nullopt when it has none.
+absl::StatusOr<std::optional<SharedMemoryRef>> SharedMemoryParams(
+    const google::protobuf::Map<std::string, inference::InferParameter>& params,
+    const std::string& tensor) {
+  auto it = params.find("shared_memory_region");
+  if (it == params.end()) return std::nullopt;
+  if (!it->second.has_string_param() || it->second.string_param().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", tensor, "': parameter 'shared_memory_region' must be a non-empty string"));
+  }
+  SharedMemoryRef ref;
+  ref.region = it->second.string_param();
+  bool found = false;
+  if (auto s = UnsignedParam(params, "shared_memory_byte_size", tensor, &ref.byte_size, &found);
+      !s.ok())
+    return s;
+  if (!found) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", tensor, "': 'shared_memory_region' needs 'shared_memory_byte_size'"));
+  }
+  if (auto s = UnsignedParam(params, "shared_memory_offset", tensor, &ref.offset, &found); !s.ok())
+    return s;
+  return ref;
+}
+
 }  // namespace
 
 absl::StatusOr<WireRequest> DecodeModelInferRequest(const inference::ModelInferRequest& q) {
+  // Raw contents belong, in order, to the inputs not in shared memory.
+  std::vector<std::optional<SharedMemoryRef>> shm(q.inputs_size());
+  int in_messages = 0;
+  for (int i = 0; i < q.inputs_size(); ++i) {
+    auto ref = SharedMemoryParams(q.inputs(i).parameters(), q.inputs(i).name());
+    if (!ref.ok()) return ref.status();
+    shm[i] = *std::move(ref);
+    if (!shm[i].has_value()) ++in_messages;
+  }
   bool raw = q.raw_input_contents_size() > 0;
-  if (raw && q.raw_input_contents_size() != q.inputs_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("expected ", q.inputs_size(),
+  if (raw && q.raw_input_contents_size() != in_messages) {
+    return absl::InvalidArgumentError(absl::StrCat("expected ", in_messages,
                                                    " raw_input_contents entries, got ",
                                                    q.raw_input_contents_size()));
   }
+  int next_raw = 0;
   // Typed contents are converted into buffers owned with the request.
   auto typed = std::make_shared<std::vector<std::string>>(q.inputs_size());
   WireRequest wire;
   wire.id = q.id();
   for (int i = 0; i < q.inputs_size(); ++i) {
     const auto& in = q.inputs(i);
-    WireInput w{in.name(), in.datatype(), {in.shape().begin(), in.shape().end()}, nullptr, 0};
-    if (raw) {
+    WireInput w{in.name(), in.datatype(), {in.shape().begin(), in.shape().end()}, nullptr, 0, {}};
+    if (shm[i].has_value()) {
+      if (in.has_contents()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("input '", in.name(), "' has both contents and shared memory"));
+      }
+      w.shared_memory = std::move(shm[i]);
+    } else if (raw) {
       if (in.has_contents()) {
         return absl::InvalidArgumentError(
             absl::StrCat("input '", in.name(), "' has both contents and raw data"));
       }
-      w.data = reinterpret_cast<const uint8_t*>(q.raw_input_contents(i).data());
-      w.byte_size = q.raw_input_contents(i).size();
+      const std::string& bytes = q.raw_input_contents(next_raw++);
+      w.data = reinterpret_cast<const uint8_t*>(bytes.data());
+      w.byte_size = bytes.size();
     } else {
       auto dtype = DTypeFromKServeName(in.datatype());
       if (!dtype.ok())
@@ -102,7 +165,12 @@ absl::StatusOr<WireRequest> DecodeModelInferRequest(const inference::ModelInferR
     }
     wire.inputs.push_back(std::move(w));
   }
-  for (const auto& out : q.outputs()) wire.requested_outputs.push_back(out.name());
+  for (const auto& out : q.outputs()) {
+    wire.requested_outputs.push_back(out.name());
+    auto ref = SharedMemoryParams(out.parameters(), out.name());
+    if (!ref.ok()) return ref.status();
+    if (ref->has_value()) wire.shared_memory_outputs.push_back({out.name(), **std::move(ref)});
+  }
   // Triton sends these as uint64 (int64 from some clients); anything else, negative or too large
   // is refused as over HTTP instead of being read as 0 or wrapped.
   auto unsigned_param = [&](const char* key, uint64_t max, uint64_t* out) -> absl::Status {

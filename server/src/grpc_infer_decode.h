@@ -10,7 +10,9 @@
 namespace cuvil {
 
 // Decodes `q`'s inputs (raw_input_contents, or typed contents converted to raw bytes owned by
-// the result's holder), requested outputs and the priority/timeout parameters. Raw inputs view
+// the result's holder), shared memory inputs and outputs (their shared_memory_* parameters; raw
+// contents then belong, in order, to the other inputs), requested outputs and the
+// priority/timeout parameters. Raw inputs view
 // `q`, which must outlive the result. InvalidArgument naming the input for a raw/contents mix, a
 // raw_input_contents count that differs from the inputs, or a datatype with no typed contents.
 // Thread-safe.

@@ -20,6 +20,7 @@
 #include "health.grpc.pb.h"
 #include "load_parameters.h"
 #include "model_name.h"
+#include "shared_memory_registry.h"
 
 namespace cuvil {
 namespace {
@@ -117,10 +118,12 @@ using InferenceServiceBase = inference::GRPCInferenceService::WithCallbackMethod
 class InferenceServiceImpl final : public InferenceServiceBase {
  public:
   InferenceServiceImpl(ModelManager* models, AdminOperations* admin, const ServerInfo* info,
-                       int64_t max_request_bytes, CallLimiter* limiter)
+                       SharedMemoryRegistry* shared_memory, int64_t max_request_bytes,
+                       CallLimiter* limiter)
       : models_(models),
         admin_(admin),
         info_(info),
+        shared_memory_(shared_memory),
         max_request_bytes_(max_request_bytes),
         limiter_(limiter) {}
 
@@ -256,7 +259,67 @@ class InferenceServiceImpl final : public InferenceServiceBase {
     });
   }
 
+  grpc::Status SystemSharedMemoryStatus(grpc::ServerContext*,
+                                        const inference::SystemSharedMemoryStatusRequest* q,
+                                        inference::SystemSharedMemoryStatusResponse* r) override {
+    return limiter_->Run([&] {
+      auto regions = shared_memory_->Status(q->name());
+      if (!regions.ok()) return ToGrpc(regions.status());
+      for (const SharedMemoryRegionStatus& region : *regions) {
+        auto& out = (*r->mutable_regions())[region.name];
+        out.set_name(region.name);
+        out.set_key(region.key);
+        out.set_offset(region.offset);
+        out.set_byte_size(region.byte_size);
+      }
+      return grpc::Status::OK;
+    });
+  }
+
+  // Registering and unregistering need the admin token when one is set (the server opens the
+  // objects clients name); without one, Triton clients work unchanged.
+  grpc::Status SystemSharedMemoryRegister(grpc::ServerContext* ctx,
+                                          const inference::SystemSharedMemoryRegisterRequest* q,
+                                          inference::SystemSharedMemoryRegisterResponse*) override {
+    return limiter_->Run([&] {
+      if (auto s = admin_->Authorize(Metadata(ctx, "authorization")); !s.ok()) return ToGrpc(s);
+      return ToGrpc(shared_memory_->Register(q->name(), q->key(), q->offset(), q->byte_size()));
+    });
+  }
+
+  grpc::Status SystemSharedMemoryUnregister(
+      grpc::ServerContext* ctx, const inference::SystemSharedMemoryUnregisterRequest* q,
+      inference::SystemSharedMemoryUnregisterResponse*) override {
+    return limiter_->Run([&] {
+      if (auto s = admin_->Authorize(Metadata(ctx, "authorization")); !s.ok()) return ToGrpc(s);
+      shared_memory_->Unregister(q->name());
+      return grpc::Status::OK;
+    });
+  }
+
+  // A CPU server has no CUDA shared memory.
+  grpc::Status CudaSharedMemoryStatus(grpc::ServerContext*,
+                                      const inference::CudaSharedMemoryStatusRequest*,
+                                      inference::CudaSharedMemoryStatusResponse*) override {
+    return NoCuda();
+  }
+  grpc::Status CudaSharedMemoryRegister(grpc::ServerContext*,
+                                        const inference::CudaSharedMemoryRegisterRequest*,
+                                        inference::CudaSharedMemoryRegisterResponse*) override {
+    return NoCuda();
+  }
+  grpc::Status CudaSharedMemoryUnregister(grpc::ServerContext*,
+                                          const inference::CudaSharedMemoryUnregisterRequest*,
+                                          inference::CudaSharedMemoryUnregisterResponse*) override {
+    return NoCuda();
+  }
+
  private:
+  static grpc::Status NoCuda() {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                        "CUDA shared memory is not supported: this server runs on the CPU");
+  }
+
   grpc::Status FillMetadata(const inference::ModelMetadataRequest& q,
                             inference::ModelMetadataResponse* r) {
     auto model = models_->Get(q.name(), q.version());
@@ -333,9 +396,10 @@ class InferenceServiceImpl final : public InferenceServiceBase {
   }
 
   // Validates `q` into a request for `model`. The request's raw inputs view `q`.
-  absl::StatusOr<std::unique_ptr<InferenceRequest>> Prepare(grpc::CallbackServerContext* ctx,
-                                                            const inference::ModelInferRequest& q,
-                                                            std::shared_ptr<ModelVersion>* model) {
+  // Shared memory outputs go to `*shm_outputs`.
+  absl::StatusOr<std::unique_ptr<InferenceRequest>> Prepare(
+      grpc::CallbackServerContext* ctx, const inference::ModelInferRequest& q,
+      std::shared_ptr<ModelVersion>* model, std::vector<SharedMemoryOutput>* shm_outputs) {
     // gRPC's own receive limit catches this first; a re-serialised size can still differ.
     if (static_cast<int64_t>(q.ByteSizeLong()) > max_request_bytes_) {
       return absl::ResourceExhaustedError(absl::StrCat("request of ", q.ByteSizeLong(),
@@ -347,7 +411,7 @@ class InferenceServiceImpl final : public InferenceServiceBase {
     *model = *std::move(routed);
     absl::StatusOr<WireRequest> wire = DecodeModelInferRequest(q);
     if (!wire.ok()) return wire.status();
-    auto request = BuildInferenceRequest(**model, *std::move(wire));
+    auto request = BuildInferenceRequest(**model, *std::move(wire), shared_memory_, shm_outputs);
     if (!request.ok()) return request.status();
     (*request)->is_cancelled = [ctx] { return ctx->IsCancelled(); };
     auto deadline = ctx->deadline();
@@ -358,16 +422,33 @@ class InferenceServiceImpl final : public InferenceServiceBase {
     return request;
   }
 
+  // Outputs in `shm_outputs` carry their shared memory parameters and no data: none at all when
+  // every output is in shared memory, else an empty raw_output_contents entry each so the entries
+  // stay aligned with `outputs` for clients that index them together.
   static void FillResponse(const inference::ModelInferRequest& q, const ModelVersion& model,
-                           InferenceResponse& response, inference::ModelInferResponse* r) {
+                           InferenceResponse& response,
+                           const std::vector<SharedMemoryOutput>& shm_outputs,
+                           inference::ModelInferResponse* r) {
     r->set_model_name(q.model_name());
     r->set_model_version(model.version_string());
     r->set_id(q.id());
+    bool any_raw = false;
+    for (const OutputTensor& out : response.outputs) {
+      any_raw = any_raw || FindSharedMemoryOutput(shm_outputs, out.name) == nullptr;
+    }
     for (OutputTensor& out : response.outputs) {
       auto* t = r->add_outputs();
       t->set_name(out.name);
       t->set_datatype(DTypeKServeName(out.tensor.dtype()));
       for (int64_t d : out.tensor.shape()) t->add_shape(d);
+      if (const SharedMemoryOutput* o = FindSharedMemoryOutput(shm_outputs, out.name)) {
+        auto& params = *t->mutable_parameters();
+        params["shared_memory_region"].set_string_param(o->ref.region);
+        params["shared_memory_byte_size"].set_uint64_param(out.tensor.byte_size());
+        if (o->ref.offset != 0) params["shared_memory_offset"].set_uint64_param(o->ref.offset);
+        if (any_raw) r->add_raw_output_contents();
+        continue;
+      }
       r->add_raw_output_contents()->assign(reinterpret_cast<const char*>(out.tensor.data()),
                                            out.tensor.byte_size());
     }
@@ -376,6 +457,7 @@ class InferenceServiceImpl final : public InferenceServiceBase {
   ModelManager* models_;
   AdminOperations* admin_;
   const ServerInfo* info_;
+  SharedMemoryRegistry* shared_memory_;
   int64_t max_request_bytes_;
   CallLimiter* limiter_;
 };
@@ -385,12 +467,17 @@ void InferenceServiceImpl::StartInfer(grpc::CallbackServerContext* ctx,
                                       inference::ModelInferResponse* r,
                                       std::shared_ptr<ModelVersion>* model,
                                       std::function<void(absl::Status)> done) {
-  absl::StatusOr<std::unique_ptr<InferenceRequest>> request = Prepare(ctx, q, model);
+  std::vector<SharedMemoryOutput> shm_outputs;
+  absl::StatusOr<std::unique_ptr<InferenceRequest>> request = Prepare(ctx, q, model, &shm_outputs);
   if (!request.ok()) return done(request.status());
   ModelVersion* version = model->get();
   InferAsync(*version, *std::move(request),
-             [&q, version, r, done = std::move(done)](InferenceResponse response) {
-               if (response.status.ok()) FillResponse(q, *version, response, r);
+             [&q, version, r, shm_outputs = std::move(shm_outputs),
+              done = std::move(done)](InferenceResponse response) {
+               if (response.status.ok()) {
+                 response.status = WriteSharedMemoryOutputs(shm_outputs, response);
+               }
+               if (response.status.ok()) FillResponse(q, *version, response, shm_outputs, r);
                done(response.status);
              });
 }
@@ -658,9 +745,9 @@ class AdminServiceImpl final : public cuvil::admin::v1::ModelAdmin::Service {
 class GrpcServiceImpl final : public GrpcService {
  public:
   GrpcServiceImpl(const GrpcServiceOptions& options, ModelManager* models, AdminOperations* admin,
-                  const ServerInfo* info)
+                  const ServerInfo* info, SharedMemoryRegistry* shared_memory)
       : limiter_(options.max_concurrent_calls),
-        inference_(models, admin, info, options.max_request_bytes, &limiter_),
+        inference_(models, admin, info, shared_memory, options.max_request_bytes, &limiter_),
         health_(info),
         admin_(admin, &limiter_, options.max_request_bytes, options.max_snapshot_bytes) {}
 
@@ -731,8 +818,9 @@ class GrpcServiceImpl final : public GrpcService {
 absl::StatusOr<std::unique_ptr<GrpcService>> GrpcService::Start(const GrpcServiceOptions& options,
                                                                 ModelManager* models,
                                                                 AdminOperations* admin,
-                                                                const ServerInfo* info) {
-  auto service = std::make_unique<GrpcServiceImpl>(options, models, admin, info);
+                                                                const ServerInfo* info,
+                                                                SharedMemoryRegistry* shared_memory) {
+  auto service = std::make_unique<GrpcServiceImpl>(options, models, admin, info, shared_memory);
   if (auto s = service->Start(options); !s.ok()) return s;
   return service;
 }

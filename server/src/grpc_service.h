@@ -13,6 +13,8 @@
 
 namespace cuvil {
 
+class SharedMemoryRegistry;
+
 struct GrpcServiceOptions {
   std::string bind_address = "127.0.0.1";
   int port = 8001;  // 0: pick a free port.
@@ -38,11 +40,13 @@ struct GrpcServiceOptions {
 // Thread-safe.
 class GrpcService {
  public:
-  // Binds and starts serving. Unavailable if the port cannot be bound.
+  // Binds and starts serving; `shared_memory` (outliving the service) holds the system shared
+  // memory regions. Unavailable if the port cannot be bound.
   static absl::StatusOr<std::unique_ptr<GrpcService>> Start(const GrpcServiceOptions& options,
                                                             ModelManager* models,
                                                             AdminOperations* admin,
-                                                            const ServerInfo* info);
+                                                            const ServerInfo* info,
+                                                            SharedMemoryRegistry* shared_memory);
   virtual ~GrpcService() = default;
   virtual int port() const = 0;
   // Stops accepting; calls in progress get until `deadline_ms` from now to finish.

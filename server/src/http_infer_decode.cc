@@ -1,5 +1,6 @@
 #include "http_infer_decode.h"
 
+#include <optional>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -58,6 +59,34 @@ absl::StatusOr<size_t> JsonHeaderSize(const std::string* header_value, size_t bo
                                                    body_size, " bytes"));
   }
   return static_cast<size_t>(v);
+}
+
+absl::StatusOr<std::optional<SharedMemoryRef>> SharedMemoryParams(const json& params,
+                                                                const std::string& tensor) {
+  auto it = params.find("shared_memory_region");
+  if (it == params.end() || it->is_null()) return std::nullopt;
+  if (!it->is_string() || it->get_ref<const std::string&>().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", tensor, "': parameter 'shared_memory_region' must be a non-empty string"));
+  }
+  SharedMemoryRef ref;
+  ref.region = it->get<std::string>();
+  absl::StatusOr<int64_t> size = IntField(params, "shared_memory_byte_size", -1);
+  absl::StatusOr<int64_t> offset = IntField(params, "shared_memory_offset", 0);
+  if (!size.ok()) return size.status();
+  if (!offset.ok()) return offset.status();
+  if (*size < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", tensor,
+        "': 'shared_memory_region' needs a non-negative 'shared_memory_byte_size'"));
+  }
+  if (*offset < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", tensor, "': 'shared_memory_offset' must be non-negative"));
+  }
+  ref.byte_size = static_cast<uint64_t>(*size);
+  ref.offset = static_cast<uint64_t>(*offset);
+  return ref;
 }
 
 absl::StatusOr<DecodedInfer> DecodeInferBody(const json& doc, std::shared_ptr<std::string> body,
@@ -131,8 +160,16 @@ absl::StatusOr<DecodedInfer> DecodeInferBody(const json& doc, std::shared_ptr<st
         return absl::InvalidArgumentError(
             absl::StrCat("input '", wi.name, "': 'parameters' must be an object"));
       }
-      if (params->contains("shared_memory_region")) {
-        return absl::UnimplementedError("shared memory inputs are not supported over HTTP");
+      auto shm = SharedMemoryParams(*params, wi.name);
+      if (!shm.ok()) return shm.status();
+      if (shm->has_value()) {
+        if (in.contains("data") || params->contains("binary_data_size")) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "input '", wi.name, "' has both shared memory and data or binary_data_size"));
+        }
+        wi.shared_memory = **std::move(shm);
+        wire.inputs.push_back(std::move(wi));
+        continue;
       }
       absl::StatusOr<int64_t> size = IntField(*params, "binary_data_size", -1);
       if (!size.ok()) return size.status();
@@ -183,9 +220,9 @@ absl::StatusOr<DecodedInfer> DecodeInferBody(const json& doc, std::shared_ptr<st
           return absl::InvalidArgumentError(
               absl::StrCat("output '", o.name, "': 'parameters' must be an object"));
         }
-        if (params->contains("shared_memory_region")) {
-          return absl::UnimplementedError("shared memory outputs are not supported over HTTP");
-        }
+        auto shm = SharedMemoryParams(*params, o.name);
+        if (!shm.ok()) return shm.status();
+        if (shm->has_value()) wire.shared_memory_outputs.push_back({o.name, **std::move(shm)});
         absl::StatusOr<bool> b = BoolField(*params, "binary_data", binary_output);
         if (!b.ok()) return b.status();
         o.binary = *b;

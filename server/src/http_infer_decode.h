@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +28,11 @@ absl::StatusOr<int64_t> IntField(const nlohmann::json& object, const char* key, 
 absl::StatusOr<bool> BoolField(const nlohmann::json& object, const char* key, bool fallback);
 // Empty when absent or null.
 absl::StatusOr<std::string> StringField(const nlohmann::json& object, const char* key);
+
+// A tensor's shared_memory_region / _byte_size / _offset parameters from its `params` object, or
+// nullopt without a region. InvalidArgument naming `tensor` for a bad value or a missing size.
+absl::StatusOr<std::optional<SharedMemoryRef>> SharedMemoryParams(const nlohmann::json& params,
+                                                                const std::string& tensor);
 
 // Bytes of the JSON header: the whole body without an Inference-Header-Content-Length header
 // (`header_value` null), else its value, which must be a decimal within the body.
@@ -53,8 +59,9 @@ struct DecodedInfer {
 
 // Decodes an infer request whose JSON header `doc` was parsed from the first `json_size` bytes of
 // `body`; the bytes after it are binary tensors, each claimed in input order by its
-// binary_data_size parameter and all of them used. InvalidArgument naming the field or input,
-// Unimplemented for shared memory. May throw nlohmann::json::exception like the JSON accessors.
+// binary_data_size parameter and all of them used; inputs and outputs with shared_memory_*
+// parameters are passed on as shared memory references. InvalidArgument naming the field or
+// input. May throw nlohmann::json::exception like the JSON accessors.
 absl::StatusOr<DecodedInfer> DecodeInferBody(const nlohmann::json& doc,
                                              std::shared_ptr<std::string> body, size_t json_size);
 

@@ -33,6 +33,7 @@
 #include "load_parameters.h"
 #include "model_name.h"
 #include "nlohmann/json.hpp"
+#include "shared_memory_registry.h"
 
 namespace cuvil {
 namespace {
@@ -78,8 +79,13 @@ json TensorMetadataJson(const std::vector<TensorSpec>& specs, bool batching) {
 class HttpServiceImpl final : public HttpService {
  public:
   HttpServiceImpl(const HttpServiceOptions& options, ModelManager* models, AdminOperations* admin,
-                  const ServerInfo* info)
-      : options_(options), models_(models), admin_(admin), info_(info), admin_routes_(admin) {}
+                  const ServerInfo* info, SharedMemoryRegistry* shared_memory)
+      : options_(options),
+        models_(models),
+        admin_(admin),
+        info_(info),
+        shared_memory_(shared_memory),
+        admin_routes_(admin) {}
 
   ~HttpServiceImpl() override { Stop(); }
 
@@ -129,6 +135,10 @@ class HttpServiceImpl final : public HttpService {
              const std::string& name, const std::string& version);
   absl::Status InferInner(const Request& req, Response& res, std::shared_ptr<std::string> body,
                           const std::string& name, const std::string& version);
+  // systemsharedmemory[/region/{name}]/(status|register|unregister) and cudasharedmemory/...;
+  // false when `p` (after v2) is not such a route.
+  bool SharedMemoryRoute(const Request& req, Response& res, const std::vector<std::string>& p,
+                         const std::string& body);
   void RepositoryIndex(Response& res, const std::string& body);
   void RepositoryLoad(Response& res, const std::string& body, const std::string& name);
 
@@ -136,6 +146,7 @@ class HttpServiceImpl final : public HttpService {
   ModelManager* models_;
   AdminOperations* admin_;
   const ServerInfo* info_;
+  SharedMemoryRegistry* shared_memory_;
   HttpAdminRoutes admin_routes_;
   std::unique_ptr<httplib::Server> server_;  // An httplib::SSLServer with TLS.
   std::thread thread_;
@@ -324,6 +335,7 @@ void HttpServiceImpl::HandleGet(const Request& req, Response& res) {
       }
     }
   }
+  if (SharedMemoryRoute(req, res, p, "")) return;
   if (p[0] == "admin" || p[0] == "repository") {
     if (!AdminRouteAllowed(req, res)) return;
   }
@@ -350,6 +362,7 @@ void HttpServiceImpl::HandlePost(const Request& req, Response& res, const Conten
       return Infer(req, res, std::move(body), std::string(p[1]), std::string(p[3]));
     }
   }
+  if (SharedMemoryRoute(req, res, p, *body)) return;
   if (n >= 1 && (p[0] == "admin" || p[0] == "repository")) {
     if (!AdminRouteAllowed(req, res)) return;
   }
@@ -458,11 +471,13 @@ absl::Status HttpServiceImpl::InferInner(const Request& req, Response& res,
   const bool binary_output = decoded->binary_output;
   const std::vector<OutputRequest>& outputs = decoded->outputs;
   const std::string id = decoded->wire.id;
+  std::vector<SharedMemoryOutput> shm_outputs;
   absl::StatusOr<std::unique_ptr<InferenceRequest>> request =
-      BuildInferenceRequest(model, std::move(decoded->wire));
+      BuildInferenceRequest(model, std::move(decoded->wire), shared_memory_, &shm_outputs);
   if (!request.ok()) return request.status();
   InferenceResponse response = InferBlocking(model, *std::move(request));
   if (!response.status.ok()) return response.status;
+  if (absl::Status s = WriteSharedMemoryOutputs(shm_outputs, response); !s.ok()) return s;
 
   // Encode: JSON header, then the binary outputs in order.
   std::string out;
@@ -504,7 +519,15 @@ absl::Status HttpServiceImpl::InferInner(const Request& req, Response& res,
       absl::StrAppend(&out, d ? "," : "", out_shape[d]);
     }
     out.push_back(']');
-    if (options.binary) {
+    if (const SharedMemoryOutput* o = FindSharedMemoryOutput(shm_outputs, t.name)) {
+      // Written into the region: the response carries its parameters and no data.
+      out.append(",\"parameters\":{\"shared_memory_region\":");
+      http_json::AppendJsonString(o->ref.region, &out);
+      absl::StrAppend(&out, ",\"shared_memory_byte_size\":", t.tensor.byte_size());
+      if (o->ref.offset != 0) absl::StrAppend(&out, ",\"shared_memory_offset\":", o->ref.offset);
+      out.append("}}");
+      continue;
+    } else if (options.binary) {
       any_binary = true;
       size_t before = raw.size();
       if (options.classification > 0) {
@@ -539,6 +562,78 @@ absl::Status HttpServiceImpl::InferInner(const Request& req, Response& res,
     res.set_header("Content-Type", "application/octet-stream");
   }
   return absl::OkStatus();
+}
+
+bool HttpServiceImpl::SharedMemoryRoute(const Request& req, Response& res,
+                                        const std::vector<std::string>& p,
+                                        const std::string& body) {
+  const size_t n = p.size();
+  if (n == 0 || (p[0] != "systemsharedmemory" && p[0] != "cudasharedmemory")) return false;
+  // {kind}/op or {kind}/region/{name}/op.
+  std::string name;
+  if (n == 4 && p[1] == "region") {
+    name = p[2];
+  } else if (n != 2) {
+    return false;
+  }
+  const std::string& op = p[n - 1];
+  const bool is_post = req.method == "POST";
+  if (!(op == "status" && !is_post) && !((op == "register" || op == "unregister") && is_post)) {
+    return false;
+  }
+  if (op == "register" && name.empty()) return false;
+  if (p[0] == "cudasharedmemory") {
+    SetError(res, 501, "CUDA shared memory is not supported: this server runs on the CPU");
+    return true;
+  }
+  if (op == "status") {
+    auto regions = shared_memory_->Status(name);
+    if (!regions.ok()) {
+      SetError(res, regions.status());
+      return true;
+    }
+    json list = json::array();
+    for (const SharedMemoryRegionStatus& r : *regions) {
+      list.push_back(
+          {{"name", r.name}, {"key", r.key}, {"offset", r.offset}, {"byte_size", r.byte_size}});
+    }
+    SetJson(res, 200, list);
+    return true;
+  }
+  // The server opens the objects clients name: the admin token guards this when one is set.
+  if (!Authorized(req, res)) return true;
+  absl::StatusOr<json> parsed = ParseBody(body);
+  if (!parsed.ok()) {
+    SetError(res, parsed.status());
+    return true;
+  }
+  if (op == "unregister") {
+    shared_memory_->Unregister(name);
+    res.status = 200;
+    return true;
+  }
+  absl::StatusOr<std::string> key = StringField(*parsed, "key");
+  absl::StatusOr<int64_t> offset = IntField(*parsed, "offset", 0);
+  absl::StatusOr<int64_t> byte_size = IntField(*parsed, "byte_size", -1);
+  absl::Status s = !key.ok()         ? key.status()
+                   : !offset.ok()    ? offset.status()
+                   : !byte_size.ok() ? byte_size.status()
+                                     : absl::OkStatus();
+  if (s.ok() && (*offset < 0 || *byte_size < 0)) {
+    s = absl::InvalidArgumentError(
+        "register needs a 'key', a non-negative 'byte_size' and optionally a non-negative "
+        "'offset'");
+  }
+  if (s.ok()) {
+    s = shared_memory_->Register(name, *key, static_cast<uint64_t>(*offset),
+                                 static_cast<uint64_t>(*byte_size));
+  }
+  if (!s.ok()) {
+    SetError(res, s);
+    return true;
+  }
+  res.status = 200;
+  return true;
 }
 
 void HttpServiceImpl::RepositoryIndex(Response& res, const std::string& body) {
@@ -593,8 +688,9 @@ void HttpServiceImpl::RepositoryLoad(Response& res, const std::string& body,
 absl::StatusOr<std::unique_ptr<HttpService>> HttpService::Start(const HttpServiceOptions& options,
                                                                 ModelManager* models,
                                                                 AdminOperations* admin,
-                                                                const ServerInfo* info) {
-  auto service = std::make_unique<HttpServiceImpl>(options, models, admin, info);
+                                                                const ServerInfo* info,
+                                                                SharedMemoryRegistry* shared_memory) {
+  auto service = std::make_unique<HttpServiceImpl>(options, models, admin, info, shared_memory);
   absl::Status s = service->Start();
   if (!s.ok()) return s;
   return std::unique_ptr<HttpService>(std::move(service));

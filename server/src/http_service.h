@@ -12,6 +12,8 @@
 
 namespace cuvil {
 
+class SharedMemoryRegistry;
+
 struct HttpServiceOptions {
   std::string bind_address = "127.0.0.1";
   int port = 8000;  // 0: pick a free port.
@@ -27,11 +29,13 @@ struct HttpServiceOptions {
 // Thread-safe. Serves until Stop() or destruction.
 class HttpService {
  public:
-  // Binds and starts serving on background threads. Unavailable if the port cannot be bound.
+  // Binds and starts serving on background threads; `shared_memory` (outliving the service)
+  // holds the system shared memory regions. Unavailable if the port cannot be bound.
   static absl::StatusOr<std::unique_ptr<HttpService>> Start(const HttpServiceOptions& options,
                                                             ModelManager* models,
                                                             AdminOperations* admin,
-                                                            const ServerInfo* info);
+                                                            const ServerInfo* info,
+                                                            SharedMemoryRegistry* shared_memory);
   virtual ~HttpService() = default;
   // The bound port (resolved when 0 was asked for).
   virtual int port() const = 0;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "cuvil/observability/probes.h"
 #include "cuvil/scheduler/request_validation.h"
+#include "shared_memory_registry.h"
 
 namespace cuvil {
 namespace {
@@ -33,22 +34,25 @@ observability::FailureReason ReasonFor(const absl::Status& s) {
 
 std::atomic<int64_t> next_request_number{1};
 
-absl::StatusOr<std::unique_ptr<InferenceRequest>> Build(const ModelVersion& model,
-                                                        WireRequest wire);
+absl::StatusOr<std::unique_ptr<InferenceRequest>> Build(
+    const ModelVersion& model, WireRequest wire, const SharedMemoryRegistry* shared_memory,
+    std::vector<SharedMemoryOutput>* shared_memory_outputs);
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<InferenceRequest>> BuildInferenceRequest(const ModelVersion& model,
-                                                                        WireRequest wire) {
-  auto request = Build(model, std::move(wire));
+absl::StatusOr<std::unique_ptr<InferenceRequest>> BuildInferenceRequest(
+    const ModelVersion& model, WireRequest wire, const SharedMemoryRegistry* shared_memory,
+    std::vector<SharedMemoryOutput>* shared_memory_outputs) {
+  auto request = Build(model, std::move(wire), shared_memory, shared_memory_outputs);
   if (!request.ok() && model.metrics()) model.metrics()->RecordFailure(ReasonFor(request.status()));
   return request;
 }
 
 namespace {
 
-absl::StatusOr<std::unique_ptr<InferenceRequest>> Build(const ModelVersion& model,
-                                                        WireRequest wire) {
+absl::StatusOr<std::unique_ptr<InferenceRequest>> Build(
+    const ModelVersion& model, WireRequest wire, const SharedMemoryRegistry* shared_memory,
+    std::vector<SharedMemoryOutput>* shared_memory_outputs) {
   const auto& specs = model.executable().inputs();
   int64_t max_batch = model.config().max_batch_size();
   bool batched = max_batch > 0;
@@ -74,6 +78,14 @@ absl::StatusOr<std::unique_ptr<InferenceRequest>> Build(const ModelVersion& mode
                                                      DTypeKServeName(spec.dtype), ", got ",
                                                      in.datatype));
     }
+    if (in.shared_memory.has_value()) {
+      if (shared_memory == nullptr) {
+        return absl::UnimplementedError(
+            absl::StrCat("input '", in.name, "': shared memory is not available here"));
+      }
+      in.data = nullptr;
+      in.byte_size = in.shared_memory->byte_size;
+    }
     auto rows = ValidateInputTensor(spec, batched, max_batch, in.shape, in.byte_size);
     if (!rows.ok()) return rows.status();
     if (batched) {
@@ -83,7 +95,18 @@ absl::StatusOr<std::unique_ptr<InferenceRequest>> Build(const ModelVersion& mode
       }
       batch = *rows;
     }
-    if (reinterpret_cast<uintptr_t>(in.data) % DTypeSize(spec.dtype) != 0) {
+    if (in.shared_memory.has_value()) {
+      // Copied now, in the front end's thread: the request never points into shared memory,
+      // which the client could change or shrink while the model runs.
+      const SharedMemoryRef& ref = *in.shared_memory;
+      auto region = shared_memory->Find(ref.region, in.name);
+      if (!region.ok()) return region.status();
+      AlignedBuffer copy = AlignedAlloc(in.byte_size);
+      if (auto s = (*region)->Read(ref.offset, ref.byte_size, copy.get(), in.name); !s.ok())
+        return s;
+      in.data = copy.get();
+      realigned.push_back(std::move(copy));
+    } else if (reinterpret_cast<uintptr_t>(in.data) % DTypeSize(spec.dtype) != 0) {
       // Binary HTTP bodies place tensors at any offset; compiled code expects natural alignment.
       AlignedBuffer copy = AlignedAlloc(in.byte_size);
       std::memcpy(copy.get(), in.data, in.byte_size);
@@ -107,6 +130,24 @@ absl::StatusOr<std::unique_ptr<InferenceRequest>> Build(const ModelVersion& mode
           absl::StrCat("unknown output '", name, "' requested from model '", model.name(), "'"));
     }
     request->output_requested[index] = true;
+  }
+  if (!wire.shared_memory_outputs.empty()) {
+    if (shared_memory == nullptr || shared_memory_outputs == nullptr) {
+      return absl::UnimplementedError("shared memory outputs are not available here");
+    }
+    shared_memory_outputs->clear();
+    for (WireSharedMemoryOutput& out : wire.shared_memory_outputs) {
+      if (FindSharedMemoryOutput(*shared_memory_outputs, out.name) != nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("output '", out.name, "' given twice for shared memory"));
+      }
+      auto region = shared_memory->Find(out.ref.region, out.name);
+      if (!region.ok()) return region.status();
+      if (auto s = (*region)->CheckRange(out.ref.offset, out.ref.byte_size, out.name); !s.ok())
+        return s;
+      shared_memory_outputs->push_back(
+          SharedMemoryOutput{std::move(out.name), std::move(out.ref), *std::move(region)});
+    }
   }
   request->batch_size = batched ? batch : 1;
   request->priority = wire.priority;
@@ -158,6 +199,30 @@ InferenceResponse InferBlocking(ModelVersion& model, std::unique_ptr<InferenceRe
   InferAsync(model, std::move(request),
              [&promise](InferenceResponse response) { promise.set_value(std::move(response)); });
   return future.get();
+}
+
+const SharedMemoryOutput* FindSharedMemoryOutput(const std::vector<SharedMemoryOutput>& outputs,
+                                                 const std::string& name) {
+  for (const SharedMemoryOutput& o : outputs) {
+    if (o.name == name) return &o;
+  }
+  return nullptr;
+}
+
+absl::Status WriteSharedMemoryOutputs(const std::vector<SharedMemoryOutput>& outputs,
+                                      const InferenceResponse& response) {
+  for (const OutputTensor& t : response.outputs) {
+    const SharedMemoryOutput* o = FindSharedMemoryOutput(outputs, t.name);
+    if (o == nullptr) continue;
+    const uint64_t size = t.tensor.byte_size();
+    if (size > o->ref.byte_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "output '", t.name, "': shared memory byte size ", o->ref.byte_size, " of region '",
+          o->ref.region, "' is too small for the result's ", size, " bytes"));
+    }
+    if (auto s = o->region->Write(o->ref.offset, t.tensor.data(), size, t.name); !s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 int HttpStatusFor(const absl::Status& status) {

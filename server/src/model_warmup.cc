@@ -110,7 +110,7 @@ absl::Status RunWarmup(ModelVersion& model, const inference::ModelWarmup* warmup
   for (size_t i = 0; i < specs.size(); ++i) {
     const HostTensor& t = (*tensors)[i];
     wire.inputs.push_back(
-        {specs[i].name, DTypeKServeName(t.dtype()), t.shape(), t.data(), t.byte_size()});
+        {specs[i].name, DTypeKServeName(t.dtype()), t.shape(), t.data(), t.byte_size(), {}});
   }
   wire.holder = tensors;
   auto request = BuildInferenceRequest(model, std::move(wire));

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,17 @@
 
 namespace cuvil {
 
+class SharedMemoryRegion;
+class SharedMemoryRegistry;
+
+// A tensor's bytes in a registered system shared memory region: Triton's shared_memory_region,
+// shared_memory_offset (within the region) and shared_memory_byte_size parameters.
+struct SharedMemoryRef {
+  std::string region;
+  uint64_t offset = 0;
+  uint64_t byte_size = 0;
+};
+
 // One input as the client sent it; `data` stays valid while the request's holder lives.
 struct WireInput {
   std::string name;
@@ -22,22 +34,56 @@ struct WireInput {
   std::vector<int64_t> shape;
   const uint8_t* data = nullptr;
   size_t byte_size = 0;
+  // Set: the contents are in shared memory (`data` is null, `byte_size` is the ref's).
+  std::optional<SharedMemoryRef> shared_memory;
+};
+
+// A requested output the client wants written into shared memory instead of the response.
+struct WireSharedMemoryOutput {
+  std::string name;
+  SharedMemoryRef ref;
 };
 
 struct WireRequest {
   std::string id;
   std::vector<WireInput> inputs;
   std::vector<std::string> requested_outputs;  // Empty: all outputs.
+  std::vector<WireSharedMemoryOutput> shared_memory_outputs;  // Each also in requested_outputs.
   uint32_t priority = 0;
   uint64_t timeout_us = 0;
   std::shared_ptr<const void> holder;  // Owns the bytes the inputs point at.
 };
 
+// An output resolved for writing into shared memory once the response is ready; `region` keeps
+// the registered region usable even if it is unregistered meanwhile.
+struct SharedMemoryOutput {
+  std::string name;
+  SharedMemoryRef ref;
+  std::shared_ptr<const SharedMemoryRegion> region;
+};
+
 // Validates `wire` against the model version: every input present exactly once, known names,
 // datatypes, shapes (batch dim within max_batch_size), byte sizes matching the shapes, and known
-// requested outputs. InvalidArgument names the tensor and expected vs got.
-absl::StatusOr<std::unique_ptr<InferenceRequest>> BuildInferenceRequest(const ModelVersion& model,
-                                                                        WireRequest wire);
+// requested outputs. InvalidArgument names the tensor and expected vs got. Shared memory inputs
+// are looked up in `shared_memory`, bounds-checked against their region and copied out of it
+// (their byte size must equal the tensor's); shared memory outputs are looked up and
+// bounds-checked into `*shared_memory_outputs`, for WriteSharedMemoryOutputs. InvalidArgument
+// naming the tensor and region for an unknown region, a window outside it, or a region whose
+// object shrank; Unimplemented for shared memory without a registry (or outputs list).
+absl::StatusOr<std::unique_ptr<InferenceRequest>> BuildInferenceRequest(
+    const ModelVersion& model, WireRequest wire,
+    const SharedMemoryRegistry* shared_memory = nullptr,
+    std::vector<SharedMemoryOutput>* shared_memory_outputs = nullptr);
+
+// Writes each of `outputs` from `response` into its region: InvalidArgument naming the output and
+// region when the output is larger than the byte size given or the region's object shrank.
+// Outputs `response` does not hold are skipped.
+absl::Status WriteSharedMemoryOutputs(const std::vector<SharedMemoryOutput>& outputs,
+                                      const InferenceResponse& response);
+
+// The entry of `outputs` for output `name`, or null.
+const SharedMemoryOutput* FindSharedMemoryOutput(const std::vector<SharedMemoryOutput>& outputs,
+                                                 const std::string& name);
 
 // Runs `request` on `model` without waiting: `done` runs exactly once with the response, on a
 // scheduler thread (or inline on the caller's when admission refuses the request), after the

@@ -1,0 +1,96 @@
+// Private: Triton's system shared memory extension — the regions clients register (a window of a
+// POSIX shared memory object) and the bounds-checked copies inference makes in and out of them.
+//
+// Copies go through pread/pwrite on the object's descriptor, never through a mapping: a client
+// may ftruncate the object after registering it, and a read of a mapping beyond the object's end
+// raises SIGBUS in the server. A file read or write past the end is just short, which is reported
+// as an error, so no interleaving of client truncations and server copies can crash the server.
+// (A write racing a truncation may grow the object back to the window's end; the client sees
+// zeros or the output, never a server crash.)
+#ifndef CUVIL_SERVER_SRC_SHARED_MEMORY_REGISTRY_H_
+#define CUVIL_SERVER_SRC_SHARED_MEMORY_REGISTRY_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+
+namespace cuvil {
+
+// What a client registered under a region name.
+struct SharedMemoryRegionStatus {
+  std::string name;
+  std::string key;
+  uint64_t offset = 0;
+  uint64_t byte_size = 0;
+};
+
+// One registered region: an open descriptor on the object and the window of it. Immutable and
+// thread-safe; the descriptor closes when the last holder (registry or in-flight request) lets go,
+// so unregistering never pulls the object from under a request that is using it.
+class SharedMemoryRegion {
+ public:
+  ~SharedMemoryRegion();
+  SharedMemoryRegion(const SharedMemoryRegion&) = delete;
+  SharedMemoryRegion& operator=(const SharedMemoryRegion&) = delete;
+
+  const SharedMemoryRegionStatus& status() const { return status_; }
+
+  // InvalidArgument naming `tensor` and the region unless [offset, offset + size) lies within the
+  // window (overflow-checked). Touches nothing.
+  absl::Status CheckRange(uint64_t offset, uint64_t size, const std::string& tensor) const;
+
+  // Copies `size` bytes at `offset` within the window into `dst`. CheckRange's errors, and
+  // InvalidArgument if the object no longer covers the window (the client shrank it) or the read
+  // fails.
+  absl::Status Read(uint64_t offset, uint64_t size, void* dst, const std::string& tensor) const;
+
+  // Copies `size` bytes from `src` to `offset` within the window; errors as for Read.
+  absl::Status Write(uint64_t offset, const void* src, uint64_t size,
+                     const std::string& tensor) const;
+
+ private:
+  friend class SharedMemoryRegistry;
+  SharedMemoryRegion(SharedMemoryRegionStatus status, int fd) : status_(std::move(status)), fd_(fd) {}
+  // The object's window end (offset + byte_size) still within its current size.
+  absl::Status CheckObjectCovers(const std::string& tensor) const;
+
+  const SharedMemoryRegionStatus status_;
+  const int fd_;
+};
+
+// The server's registered regions by name. Thread-safe.
+class SharedMemoryRegistry {
+ public:
+  // Opens the POSIX shared memory object `key` (shm_open, read-write) and registers the window
+  // [offset, offset + byte_size) of it as `name`. InvalidArgument for an empty name or key, a key
+  // with no such object, or a window beyond the object's size; AlreadyExists if `name` is taken.
+  absl::Status Register(const std::string& name, const std::string& key, uint64_t offset,
+                        uint64_t byte_size);
+
+  // Drops region `name` (every region when empty); a name not registered is not an error, as in
+  // Triton. Requests already holding the region keep using it until they finish.
+  void Unregister(const std::string& name);
+
+  // The region `name`, or every region (by name) when empty. NotFound for an unknown name.
+  absl::StatusOr<std::vector<SharedMemoryRegionStatus>> Status(const std::string& name) const;
+
+  // The region `name` for a request to hold while it copies. InvalidArgument naming `tensor` and
+  // the region when it is not registered.
+  absl::StatusOr<std::shared_ptr<const SharedMemoryRegion>> Find(const std::string& name,
+                                                                 const std::string& tensor) const;
+
+ private:
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<const SharedMemoryRegion>> regions_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace cuvil
+
+#endif  // CUVIL_SERVER_SRC_SHARED_MEMORY_REGISTRY_H_
