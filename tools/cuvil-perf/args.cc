@@ -32,6 +32,9 @@ constexpr char kUsage[] =
     "  --warmup-requests N           requests sent before each window (default 20)\n"
     "  --request-timeout-ms MS       per-request deadline (default 30000)\n"
     "  --seed N                      random input / poisson schedule seed (default 1)\n"
+    "  --shared-memory none|system   send inputs and receive outputs through system shared\n"
+    "                                memory regions each client registers (default none)\n"
+    "  --output-shared-memory-size B bytes of each output's region (default 102400)\n"
     "Each level is capped at 10 minutes, warmup included.\n"
     "Exit status: 0 ok; 1 setup failed (server unreachable, unknown model, bad input, first\n"
     "request failed); 2 bad usage; 3 some requests failed or statistics were unreadable.\n";
@@ -180,6 +183,18 @@ absl::StatusOr<PerfOptions> ParseArgs(const std::vector<std::string>& args) {
     } else if (flag == "--request-timeout-ms") {
       if (!(n = PositiveInt(flag, value, false)).ok()) return n.status();
       o.request_timeout_ms = *n;
+    } else if (flag == "--shared-memory") {
+      if (value == "none") {
+        o.shared_memory = SharedMemoryKind::kNone;
+      } else if (value == "system") {
+        o.shared_memory = SharedMemoryKind::kSystem;
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "bad value '", value, "' for ", flag, ": want none or system (no CUDA on a CPU server)"));
+      }
+    } else if (flag == "--output-shared-memory-size") {
+      if (!(n = PositiveInt(flag, value, false)).ok()) return n.status();
+      o.output_shared_memory_bytes = *n;
     } else if (flag == "--seed") {
       if (!(n = PositiveInt(flag, value, true)).ok()) return n.status();
       o.seed = static_cast<uint64_t>(*n);

@@ -15,6 +15,7 @@ enum class Protocol { kGrpc, kHttp };
 enum class LoadMode { kConcurrency, kRequestRate };
 enum class InputDataKind { kZero, kRandom, kDirectory };
 enum class Distribution { kConstant, kPoisson };
+enum class SharedMemoryKind { kNone, kSystem };
 
 // START:END:STEP as given by --concurrency-range / --request-rate-range.
 struct Range {
@@ -49,6 +50,8 @@ struct PerfOptions {
   int64_t warmup_requests = 20;
   int64_t request_timeout_ms = 30'000;
   uint64_t seed = 1;
+  SharedMemoryKind shared_memory = SharedMemoryKind::kNone;
+  int64_t output_shared_memory_bytes = 102400;  // Each output's region.
   bool help = false;
 };
 

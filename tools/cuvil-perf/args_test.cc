@@ -118,6 +118,18 @@ TEST(ParseArgsTest, RequestRateAndDirectoryInput) {
   EXPECT_EQ(o->input_dir, "/tmp/in");
 }
 
+TEST(ParseArgsTest, SharedMemory) {
+  absl::StatusOr<PerfOptions> none = ParseArgs({"-m", "m"});
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->shared_memory, SharedMemoryKind::kNone);
+  EXPECT_EQ(none->output_shared_memory_bytes, 102400);
+  absl::StatusOr<PerfOptions> o =
+      ParseArgs({"-m", "m", "--shared-memory", "system", "--output-shared-memory-size=4096"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->shared_memory, SharedMemoryKind::kSystem);
+  EXPECT_EQ(o->output_shared_memory_bytes, 4096);
+}
+
 TEST(ParseArgsTest, Help) {
   absl::StatusOr<PerfOptions> o = ParseArgs({"--help"});
   ASSERT_TRUE(o.ok());
@@ -143,6 +155,9 @@ TEST(ParseArgsTest, Errors) {
   EXPECT_THAT(error({"-m", "x", "-u", "http://h:1"}), HasSubstr("without a scheme"));
   EXPECT_THAT(error({"-m", "x", "--measurement-interval", "700000"}), HasSubstr("cap"));
   EXPECT_THAT(error({"-m", "x", "--request-distribution", "uniform"}), HasSubstr("poisson"));
+  EXPECT_THAT(error({"-m", "x", "--shared-memory", "cuda"}), HasSubstr("none or system"));
+  EXPECT_THAT(error({"-m", "x", "--output-shared-memory-size", "0"}),
+              HasSubstr("--output-shared-memory-size"));
 }
 
 }  // namespace

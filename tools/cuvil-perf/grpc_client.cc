@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "client_shared_memory.h"
 #include "grpc_service.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 
@@ -33,6 +34,8 @@ class GrpcClient final : public InferClient {
     auto channel = grpc::CreateCustomChannel(options.url, grpc::InsecureChannelCredentials(), args);
     stub_ = inference::GRPCInferenceService::NewStub(channel);
   }
+
+  ~GrpcClient() override { ReleaseSharedMemory(); }
 
   absl::StatusOr<ModelInfo> GetModelInfo() override {
     inference::ModelMetadataRequest req;
@@ -109,17 +112,42 @@ class GrpcClient final : public InferClient {
 
   absl::Status Prepare(const std::vector<InputTensor>& inputs,
                        const std::vector<std::string>& outputs) override {
+    ReleaseSharedMemory();
+    if (options_.shared_memory == SharedMemoryKind::kSystem) {
+      auto shm = ClientSharedMemory::Create(
+          inputs, outputs.size(), static_cast<uint64_t>(options_.output_shared_memory_bytes));
+      if (!shm.ok()) return shm.status();
+      shm_ = *std::move(shm);
+      for (const auto* list : {&shm_->inputs(), &shm_->outputs()}) {
+        for (const ClientRegion& region : *list) {
+          if (absl::Status s = Register(region); !s.ok()) return s;
+        }
+      }
+    }
     request_.Clear();
     request_.set_model_name(options_.model);
     request_.set_model_version(options_.version);
-    for (const InputTensor& in : inputs) {
+    auto point_at = [](const ClientRegion& region, auto* params) {
+      (*params)["shared_memory_region"].set_string_param(region.name);
+      (*params)["shared_memory_byte_size"].set_int64_param(static_cast<int64_t>(region.byte_size));
+    };
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const InputTensor& in = inputs[i];
       inference::ModelInferRequest::InferInputTensor* t = request_.add_inputs();
       t->set_name(in.name);
       t->set_datatype(in.datatype);
       for (int64_t d : in.shape) t->add_shape(d);
-      request_.add_raw_input_contents(in.data);
+      if (shm_) {
+        point_at(shm_->inputs()[i], t->mutable_parameters());
+      } else {
+        request_.add_raw_input_contents(in.data);
+      }
     }
-    for (const std::string& name : outputs) request_.add_outputs()->set_name(name);
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      auto* out = request_.add_outputs();
+      out->set_name(outputs[i]);
+      if (shm_) point_at(shm_->outputs()[i], out->mutable_parameters());
+    }
     return absl::OkStatus();
   }
 
@@ -135,6 +163,38 @@ class GrpcClient final : public InferClient {
   }
 
  private:
+  absl::Status Register(const ClientRegion& region) {
+    inference::SystemSharedMemoryRegisterRequest req;
+    req.set_name(region.name);
+    req.set_key(shm_->key());
+    req.set_offset(region.offset);
+    req.set_byte_size(region.byte_size);
+    inference::SystemSharedMemoryRegisterResponse res;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    if (absl::Status s = ToStatus(stub_->SystemSharedMemoryRegister(&ctx, req, &res),
+                                  "SystemSharedMemoryRegister", options_.url);
+        !s.ok()) {
+      return s;
+    }
+    registered_.push_back(region.name);
+    return absl::OkStatus();
+  }
+
+  // Unregisters this client's regions (best effort) and frees its object.
+  void ReleaseSharedMemory() {
+    for (const std::string& name : registered_) {
+      inference::SystemSharedMemoryUnregisterRequest req;
+      req.set_name(name);
+      inference::SystemSharedMemoryUnregisterResponse res;
+      grpc::ClientContext ctx;
+      SetDeadline(&ctx);
+      (void)stub_->SystemSharedMemoryUnregister(&ctx, req, &res);
+    }
+    registered_.clear();
+    shm_.reset();
+  }
+
   void SetDeadline(grpc::ClientContext* ctx) const {
     ctx->set_deadline(std::chrono::system_clock::now() +
                       std::chrono::milliseconds(options_.timeout_ms));
@@ -144,6 +204,8 @@ class GrpcClient final : public InferClient {
   std::unique_ptr<inference::GRPCInferenceService::Stub> stub_;
   inference::ModelInferRequest request_;
   inference::ModelInferResponse response_;
+  std::unique_ptr<ClientSharedMemory> shm_;  // With --shared-memory system, once prepared.
+  std::vector<std::string> registered_;
 };
 
 }  // namespace

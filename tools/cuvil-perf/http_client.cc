@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "client_shared_memory.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 
@@ -87,6 +88,8 @@ class HttpClient final : public InferClient {
     if (!options.version.empty()) absl::StrAppend(&model_path_, "/versions/", options.version);
   }
 
+  ~HttpClient() override { ReleaseSharedMemory(); }
+
   absl::StatusOr<ModelInfo> GetModelInfo() override {
     absl::StatusOr<json> meta = GetJson(model_path_, "model metadata");
     if (!meta.ok()) return meta.status();
@@ -158,20 +161,47 @@ class HttpClient final : public InferClient {
 
   absl::Status Prepare(const std::vector<InputTensor>& inputs,
                        const std::vector<std::string>& outputs) override {
+    ReleaseSharedMemory();
+    if (options_.shared_memory == SharedMemoryKind::kSystem) {
+      auto shm = ClientSharedMemory::Create(
+          inputs, outputs.size(), static_cast<uint64_t>(options_.output_shared_memory_bytes));
+      if (!shm.ok()) return shm.status();
+      shm_ = *std::move(shm);
+      for (const auto* list : {&shm_->inputs(), &shm_->outputs()}) {
+        for (const ClientRegion& region : *list) {
+          json body = {{"key", shm_->key()},
+                       {"offset", region.offset},
+                       {"byte_size", region.byte_size}};
+          httplib::Result res =
+              client_.Post(absl::StrCat("/v2/systemsharedmemory/region/", region.name, "/register"),
+                           body.dump(), "application/json");
+          if (absl::Status s = CheckResponse(res, "shared memory register"); !s.ok()) return s;
+          registered_.push_back(region.name);
+        }
+      }
+    }
+    auto shm_params = [](const ClientRegion& region) {
+      return json{{"shared_memory_region", region.name},
+                  {"shared_memory_byte_size", region.byte_size}};
+    };
     json header = json::object();
     json in_list = json::array();
     std::string binary;
-    for (const InputTensor& in : inputs) {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const InputTensor& in = inputs[i];
+      json params = shm_ ? shm_params(shm_->inputs()[i])
+                         : json{{"binary_data_size", in.data.size()}};
       in_list.push_back({{"name", in.name},
                          {"datatype", in.datatype},
                          {"shape", in.shape},
-                         {"parameters", {{"binary_data_size", in.data.size()}}}});
-      binary.append(in.data);
+                         {"parameters", std::move(params)}});
+      if (!shm_) binary.append(in.data);
     }
     header["inputs"] = std::move(in_list);
     json out_list = json::array();
-    for (const std::string& name : outputs) {
-      out_list.push_back({{"name", name}, {"parameters", {{"binary_data", true}}}});
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      json params = shm_ ? shm_params(shm_->outputs()[i]) : json{{"binary_data", true}};
+      out_list.push_back({{"name", outputs[i]}, {"parameters", std::move(params)}});
     }
     header["outputs"] = std::move(out_list);
     body_ = header.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -187,6 +217,16 @@ class HttpClient final : public InferClient {
   }
 
  private:
+  // Unregisters this client's regions (best effort) and frees its object.
+  void ReleaseSharedMemory() {
+    for (const std::string& name : registered_) {
+      (void)client_.Post(absl::StrCat("/v2/systemsharedmemory/region/", name, "/unregister"), "",
+                         "application/json");
+    }
+    registered_.clear();
+    shm_.reset();
+  }
+
   absl::Status CheckResponse(const httplib::Result& res, absl::string_view what) {
     if (!res) {
       return absl::UnavailableError(absl::StrCat(what, ": cannot reach the HTTP server at ",
@@ -219,6 +259,8 @@ class HttpClient final : public InferClient {
   std::string model_path_;
   httplib::Headers headers_;
   std::string body_;
+  std::unique_ptr<ClientSharedMemory> shm_;  // With --shared-memory system, once prepared.
+  std::vector<std::string> registered_;
 };
 
 }  // namespace

@@ -58,6 +58,10 @@ struct ClientOptions {
   std::string model;
   std::string version;
   int64_t timeout_ms = 30'000;
+  // kSystem: Prepare puts the inputs in a shared memory object it registers (and a region of
+  // `output_shared_memory_bytes` per output), and requests name those regions.
+  SharedMemoryKind shared_memory = SharedMemoryKind::kNone;
+  int64_t output_shared_memory_bytes = 102400;
 };
 
 // Each call opens its own connection (no sharing between clients).

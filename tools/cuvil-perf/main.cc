@@ -42,6 +42,8 @@ int Run(const std::vector<std::string>& args) {
   client_options.model = options.model;
   client_options.version = options.version;
   client_options.timeout_ms = options.request_timeout_ms;
+  client_options.shared_memory = options.shared_memory;
+  client_options.output_shared_memory_bytes = options.output_shared_memory_bytes;
   auto factory = [client_options] { return CreateClient(client_options); };
 
   absl::StatusOr<std::unique_ptr<InferClient>> control = factory();
@@ -71,9 +73,11 @@ int Run(const std::vector<std::string>& args) {
   }
 
   std::printf(
-      "cuvil-perf: model %s%s%s over %s at %s, batch %lld, %s window %lld ms / %lld requests\n",
+      "cuvil-perf: model %s%s%s over %s%s at %s, batch %lld, %s window %lld ms / %lld requests\n",
       options.model.c_str(), options.version.empty() ? "" : " version ", options.version.c_str(),
-      options.protocol == Protocol::kGrpc ? "grpc" : "http", options.url.c_str(),
+      options.protocol == Protocol::kGrpc ? "grpc" : "http",
+      options.shared_memory == SharedMemoryKind::kSystem ? " + system shared memory" : "",
+      options.url.c_str(),
       static_cast<long long>(options.batch),
       options.mode == LoadMode::kConcurrency ? "closed loop," : "open loop,",
       static_cast<long long>(options.measurement_interval_ms),
