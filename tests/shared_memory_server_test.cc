@@ -371,9 +371,9 @@ TEST_F(HttpSharedMemoryTest, RegisterStatusUnregister) {
   EXPECT_EQ(none->status, 404);
   EXPECT_THAT(json::parse(none->body)["error"].get<std::string>(), HasSubstr("'zz'"));
 
-  ASSERT_EQ(client_->Post("/v2/systemsharedmemory/region/a/unregister", "", "application/json")
-                ->status,
-            200);
+  ASSERT_EQ(
+      client_->Post("/v2/systemsharedmemory/region/a/unregister", "", "application/json")->status,
+      200);
   EXPECT_EQ(json::parse(client_->Get("/v2/systemsharedmemory/status")->body).size(), 1u);
   ASSERT_EQ(client_->Post("/v2/systemsharedmemory/unregister", "", "application/json")->status,
             200);
@@ -401,8 +401,8 @@ TEST_F(HttpSharedMemoryTest, InferWithShmInputAndOutputMatchesJsonInfer) {
   ASSERT_EQ(Register("in", in_shm.key(), 0, in_bytes + 16)->status, 200);
   ASSERT_EQ(Register("out", out_shm.key(), 0, out_bytes)->status, 200);
 
-  auto res = client_->Post("/v2/models/mlp/infer", ShmInferBody(input, in_bytes, 16, out_bytes).dump(),
-                           "application/json");
+  auto res = client_->Post("/v2/models/mlp/infer",
+                           ShmInferBody(input, in_bytes, 16, out_bytes).dump(), "application/json");
   ASSERT_EQ(res->status, 200) << res->body;
   json r = json::parse(res->body);
   const json& out = r["outputs"][0];

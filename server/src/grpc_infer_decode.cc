@@ -70,9 +70,9 @@ absl::Status ContentsToBytes(const inference::InferTensorContents& c, DType dtyp
 
 // A non-negative integer parameter (uint64, or int64 as some clients send); `*found` false when
 // absent.
-absl::Status UnsignedParam(const google::protobuf::Map<std::string, inference::InferParameter>& params,
-                           const char* key, const std::string& tensor, uint64_t* out,
-                           bool* found) {
+absl::Status UnsignedParam(
+    const google::protobuf::Map<std::string, inference::InferParameter>& params, const char* key,
+    const std::string& tensor, uint64_t* out, bool* found) {
   auto it = params.find(key);
   *found = it != params.end();
   if (!*found) return absl::OkStatus();
@@ -82,8 +82,8 @@ absl::Status UnsignedParam(const google::protobuf::Map<std::string, inference::I
   } else if (p.has_int64_param() && p.int64_param() >= 0) {
     *out = static_cast<uint64_t>(p.int64_param());
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor '", tensor, "': parameter '", key, "' must be a non-negative integer"));
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", tensor, "': parameter '", key,
+                                                   "' must be a non-negative integer"));
   }
   return absl::OkStatus();
 }

@@ -815,11 +815,9 @@ class GrpcServiceImpl final : public GrpcService {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<GrpcService>> GrpcService::Start(const GrpcServiceOptions& options,
-                                                                ModelManager* models,
-                                                                AdminOperations* admin,
-                                                                const ServerInfo* info,
-                                                                SharedMemoryRegistry* shared_memory) {
+absl::StatusOr<std::unique_ptr<GrpcService>> GrpcService::Start(
+    const GrpcServiceOptions& options, ModelManager* models, AdminOperations* admin,
+    const ServerInfo* info, SharedMemoryRegistry* shared_memory) {
   auto service = std::make_unique<GrpcServiceImpl>(options, models, admin, info, shared_memory);
   if (auto s = service->Start(options); !s.ok()) return s;
   return service;

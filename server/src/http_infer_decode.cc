@@ -62,7 +62,7 @@ absl::StatusOr<size_t> JsonHeaderSize(const std::string* header_value, size_t bo
 }
 
 absl::StatusOr<std::optional<SharedMemoryRef>> SharedMemoryParams(const json& params,
-                                                                const std::string& tensor) {
+                                                                  const std::string& tensor) {
   auto it = params.find("shared_memory_region");
   if (it == params.end() || it->is_null()) return std::nullopt;
   if (!it->is_string() || it->get_ref<const std::string&>().empty()) {
@@ -76,9 +76,9 @@ absl::StatusOr<std::optional<SharedMemoryRef>> SharedMemoryParams(const json& pa
   if (!size.ok()) return size.status();
   if (!offset.ok()) return offset.status();
   if (*size < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", tensor,
-        "': 'shared_memory_region' needs a non-negative 'shared_memory_byte_size'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", tensor,
+                     "': 'shared_memory_region' needs a non-negative 'shared_memory_byte_size'"));
   }
   if (*offset < 0) {
     return absl::InvalidArgumentError(

@@ -32,7 +32,7 @@ absl::StatusOr<std::string> StringField(const nlohmann::json& object, const char
 // A tensor's shared_memory_region / _byte_size / _offset parameters from its `params` object, or
 // nullopt without a region. InvalidArgument naming `tensor` for a bad value or a missing size.
 absl::StatusOr<std::optional<SharedMemoryRef>> SharedMemoryParams(const nlohmann::json& params,
-                                                                const std::string& tensor);
+                                                                  const std::string& tensor);
 
 // Bytes of the JSON header: the whole body without an Inference-Header-Content-Length header
 // (`header_value` null), else its value, which must be a decimal within the body.

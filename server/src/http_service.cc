@@ -685,11 +685,9 @@ void HttpServiceImpl::RepositoryLoad(Response& res, const std::string& body,
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<HttpService>> HttpService::Start(const HttpServiceOptions& options,
-                                                                ModelManager* models,
-                                                                AdminOperations* admin,
-                                                                const ServerInfo* info,
-                                                                SharedMemoryRegistry* shared_memory) {
+absl::StatusOr<std::unique_ptr<HttpService>> HttpService::Start(
+    const HttpServiceOptions& options, ModelManager* models, AdminOperations* admin,
+    const ServerInfo* info, SharedMemoryRegistry* shared_memory) {
   auto service = std::make_unique<HttpServiceImpl>(options, models, admin, info, shared_memory);
   absl::Status s = service->Start();
   if (!s.ok()) return s;

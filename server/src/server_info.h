@@ -13,8 +13,8 @@ struct ServerInfo {
   std::string name = "cuvil";
   std::string version = "0.1.0";
   std::vector<std::string> extensions = {
-      "classification",    "model_repository",    "model_repository(unload_dependents)",
-      "schedule_policy",   "model_configuration", "statistics",
+      "classification",     "model_repository",    "model_repository(unload_dependents)",
+      "schedule_policy",    "model_configuration", "statistics",
       "binary_tensor_data", "system_shared_memory"};
   std::atomic<bool> ready{false};  // False while starting and while draining.
   std::string admin_token;         // Empty: admin and repository calls need no token.

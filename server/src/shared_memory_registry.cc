@@ -15,7 +15,9 @@ namespace cuvil {
 namespace {
 
 // a + b, or false when it overflows.
-bool CheckedAdd(uint64_t a, uint64_t b, uint64_t* sum) { return !__builtin_add_overflow(a, b, sum); }
+bool CheckedAdd(uint64_t a, uint64_t b, uint64_t* sum) {
+  return !__builtin_add_overflow(a, b, sum);
+}
 
 }  // namespace
 
@@ -25,9 +27,9 @@ absl::Status SharedMemoryRegion::CheckRange(uint64_t offset, uint64_t size,
                                             const std::string& tensor) const {
   uint64_t end = 0;
   if (!CheckedAdd(offset, size, &end) || end > status_.byte_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", tensor, "': shared memory offset ", offset, " + byte size ", size,
-        " is outside region '", status_.name, "' of ", status_.byte_size, " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", tensor, "': shared memory offset ", offset, " + byte size ", size,
+                     " is outside region '", status_.name, "' of ", status_.byte_size, " bytes"));
   }
   return absl::OkStatus();
 }
@@ -55,8 +57,8 @@ absl::Status SharedMemoryRegion::Read(uint64_t offset, uint64_t size, void* dst,
   auto* out = static_cast<char*>(dst);
   uint64_t done = 0;
   while (done < size) {
-    ssize_t n = ::pread(fd_, out + done, size - done,
-                        static_cast<off_t>(status_.offset + offset + done));
+    ssize_t n =
+        ::pread(fd_, out + done, size - done, static_cast<off_t>(status_.offset + offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -76,14 +78,13 @@ absl::Status SharedMemoryRegion::Write(uint64_t offset, const void* src, uint64_
   const auto* in = static_cast<const char*>(src);
   uint64_t done = 0;
   while (done < size) {
-    ssize_t n = ::pwrite(fd_, in + done, size - done,
-                         static_cast<off_t>(status_.offset + offset + done));
+    ssize_t n =
+        ::pwrite(fd_, in + done, size - done, static_cast<off_t>(status_.offset + offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", tensor, "': writing shared memory region '", status_.name,
-          "' stopped after ", done, " of ", size, " bytes",
-          n < 0 ? absl::StrCat(": ", std::strerror(errno)) : ""));
+          "tensor '", tensor, "': writing shared memory region '", status_.name, "' stopped after ",
+          done, " of ", size, " bytes", n < 0 ? absl::StrCat(": ", std::strerror(errno)) : ""));
     }
     done += static_cast<uint64_t>(n);
   }
@@ -125,9 +126,9 @@ absl::Status SharedMemoryRegistry::Register(const std::string& name, const std::
         absl::StrCat("shared memory key '", key, "' is not a shared memory object"));
   }
   if (end > static_cast<uint64_t>(st.st_size)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shared memory region '", name, "': offset ", offset, " + byte_size ", byte_size,
-        " exceeds the ", st.st_size, " bytes of '", key, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shared memory region '", name, "': offset ", offset, " + byte_size ",
+                     byte_size, " exceeds the ", st.st_size, " bytes of '", key, "'"));
   }
   absl::MutexLock lock(&mu_);
   if (!regions_.emplace(name, std::move(region)).second) {

@@ -57,7 +57,8 @@ class SharedMemoryRegion {
 
  private:
   friend class SharedMemoryRegistry;
-  SharedMemoryRegion(SharedMemoryRegionStatus status, int fd) : status_(std::move(status)), fd_(fd) {}
+  SharedMemoryRegion(SharedMemoryRegionStatus status, int fd)
+      : status_(std::move(status)), fd_(fd) {}
   // The object's window end (offset + byte_size) still within its current size.
   absl::Status CheckObjectCovers(const std::string& tensor) const;
 

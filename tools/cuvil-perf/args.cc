@@ -189,8 +189,9 @@ absl::StatusOr<PerfOptions> ParseArgs(const std::vector<std::string>& args) {
       } else if (value == "system") {
         o.shared_memory = SharedMemoryKind::kSystem;
       } else {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "bad value '", value, "' for ", flag, ": want none or system (no CUDA on a CPU server)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("bad value '", value, "' for ", flag,
+                         ": want none or system (no CUDA on a CPU server)"));
       }
     } else if (flag == "--output-shared-memory-size") {
       if (!(n = PositiveInt(flag, value, false)).ok()) return n.status();

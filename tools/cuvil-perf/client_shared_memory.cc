@@ -36,8 +36,7 @@ absl::StatusOr<std::unique_ptr<ClientSharedMemory>> ClientSharedMemory::Create(
   shm->size_ = offset == 0 ? 64 : offset;
   shm->fd_ = shm_open(shm->key_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (shm->fd_ < 0) {
-    return absl::InternalError(
-        absl::StrCat("shm_open ", shm->key_, ": ", std::strerror(errno)));
+    return absl::InternalError(absl::StrCat("shm_open ", shm->key_, ": ", std::strerror(errno)));
   }
   if (ftruncate(shm->fd_, static_cast<off_t>(shm->size_)) != 0) {
     return absl::InternalError(absl::StrCat("ftruncate ", shm->key_, " to ", shm->size_,

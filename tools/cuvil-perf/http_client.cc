@@ -169,9 +169,8 @@ class HttpClient final : public InferClient {
       shm_ = *std::move(shm);
       for (const auto* list : {&shm_->inputs(), &shm_->outputs()}) {
         for (const ClientRegion& region : *list) {
-          json body = {{"key", shm_->key()},
-                       {"offset", region.offset},
-                       {"byte_size", region.byte_size}};
+          json body = {
+              {"key", shm_->key()}, {"offset", region.offset}, {"byte_size", region.byte_size}};
           httplib::Result res =
               client_.Post(absl::StrCat("/v2/systemsharedmemory/region/", region.name, "/register"),
                            body.dump(), "application/json");
@@ -189,8 +188,8 @@ class HttpClient final : public InferClient {
     std::string binary;
     for (size_t i = 0; i < inputs.size(); ++i) {
       const InputTensor& in = inputs[i];
-      json params = shm_ ? shm_params(shm_->inputs()[i])
-                         : json{{"binary_data_size", in.data.size()}};
+      json params =
+          shm_ ? shm_params(shm_->inputs()[i]) : json{{"binary_data_size", in.data.size()}};
       in_list.push_back({{"name", in.name},
                          {"datatype", in.datatype},
                          {"shape", in.shape},

@@ -77,8 +77,7 @@ int Run(const std::vector<std::string>& args) {
       options.model.c_str(), options.version.empty() ? "" : " version ", options.version.c_str(),
       options.protocol == Protocol::kGrpc ? "grpc" : "http",
       options.shared_memory == SharedMemoryKind::kSystem ? " + system shared memory" : "",
-      options.url.c_str(),
-      static_cast<long long>(options.batch),
+      options.url.c_str(), static_cast<long long>(options.batch),
       options.mode == LoadMode::kConcurrency ? "closed loop," : "open loop,",
       static_cast<long long>(options.measurement_interval_ms),
       static_cast<long long>(options.max_requests));

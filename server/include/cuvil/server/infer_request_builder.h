@@ -47,7 +47,7 @@ struct WireSharedMemoryOutput {
 struct WireRequest {
   std::string id;
   std::vector<WireInput> inputs;
-  std::vector<std::string> requested_outputs;  // Empty: all outputs.
+  std::vector<std::string> requested_outputs;                 // Empty: all outputs.
   std::vector<WireSharedMemoryOutput> shared_memory_outputs;  // Each also in requested_outputs.
   uint32_t priority = 0;
   uint64_t timeout_us = 0;
