@@ -1,0 +1,61 @@
+// cuvil_aot_run: argument checks around a model's generated entry point.
+#include "aot_abi.h"
+
+namespace {
+
+// Elements of `t` at `batch` times its element size, or false on overflow.
+bool TensorBytes(const cuvil_aot_tensor& t, int64_t batch, int64_t* bytes) {
+  int64_t n = t.elem_size;
+  for (int32_t i = 0; i < t.rank; ++i) {
+    int64_t d = t.dims[i].coef;
+    for (int32_t p = 0; p < t.dims[i].power; ++p) {
+      if (__builtin_mul_overflow(d, batch, &d)) return false;
+    }
+    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return false;
+  }
+  *bytes = n;
+  return true;
+}
+
+}  // namespace
+
+extern "C" {
+
+size_t cuvil_aot_arena_bytes(const cuvil_aot_model* m, int64_t batch) {
+  int64_t bytes = 0;
+  if (batch < 1 || __builtin_mul_overflow(m->arena_per_batch, batch, &bytes) ||
+      __builtin_add_overflow(bytes, m->arena_fixed, &bytes) || bytes < 0 ||
+      static_cast<uint64_t>(bytes) > SIZE_MAX) {
+    return SIZE_MAX;
+  }
+  return static_cast<size_t>(bytes);
+}
+
+int32_t cuvil_aot_run(const cuvil_aot_model* m, const void* const* inputs, void* const* outputs,
+                      int64_t batch, void* arena) {
+  const size_t arena_bytes = cuvil_aot_arena_bytes(m, batch);
+  if (arena_bytes == SIZE_MAX) return CUVIL_AOT_BAD_BATCH;
+  int64_t bytes = 0;
+  for (int32_t i = 0; i < m->num_inputs; ++i) {
+    if (!TensorBytes(m->inputs[i], batch, &bytes)) return CUVIL_AOT_BAD_BATCH;
+  }
+  for (int32_t i = 0; i < m->num_outputs; ++i) {
+    if (!TensorBytes(m->outputs[i], batch, &bytes)) return CUVIL_AOT_BAD_BATCH;
+  }
+  if ((m->num_inputs > 0 && inputs == nullptr) || (m->num_outputs > 0 && outputs == nullptr)) {
+    return CUVIL_AOT_NULL_ARGUMENT;
+  }
+  for (int32_t i = 0; i < m->num_inputs; ++i) {
+    if (inputs[i] == nullptr) return CUVIL_AOT_NULL_ARGUMENT;
+  }
+  for (int32_t i = 0; i < m->num_outputs; ++i) {
+    if (outputs[i] == nullptr) return CUVIL_AOT_NULL_ARGUMENT;
+  }
+  if (arena_bytes > 0 && arena == nullptr) return CUVIL_AOT_NULL_ARGUMENT;
+  if (reinterpret_cast<uintptr_t>(arena) % CUVIL_AOT_ARENA_ALIGN != 0) {
+    return CUVIL_AOT_MISALIGNED_ARENA;
+  }
+  return m->entry(inputs, outputs, batch, arena);
+}
+
+}  // extern "C"
