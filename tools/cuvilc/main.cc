@@ -4,6 +4,8 @@
 //   cuvilc test CASE_DIR ... [--rtol R] [--atol A]
 //   cuvilc compile MODEL.onnx [--emit-llvm FILE.ll] [--timings] [--jit-cache-dir DIR]
 //                  [--jit-cache-max-bytes N] [--no-jit-cache] [--compile-tier tiered|fast|full]
+//   cuvilc compile MODEL.onnx --aot OUT_DIR [--name NAME] [--target x86_64|aarch64|wasm32]
+//                  [--aot-runtime FILE]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "aot_writer.h"
 #include "case_runner.h"
 #include "cuvil/compiler/compiler.h"
 #include "cuvil/compiler/tensor_file.h"
@@ -36,7 +39,11 @@ constexpr char kUsage[] =
     "      --compile-tier full (default): one compile at full optimisation; fast: one quick\n"
     "      compile; tiered: load the quick compile (total_ms is its time to ready), then compile\n"
     "      the full tier and swap its kernels in (tier_up_ms, tier_swap_us); a cached full\n"
-    "      tier is loaded directly\n";
+    "      tier is loaded directly\n"
+    "  cuvilc compile MODEL.onnx --aot OUT_DIR [--name NAME] [--target T] [--aot-runtime FILE]\n"
+    "      writes OUT_DIR/libNAME.a (code, weights and runtime; links with -lm only) and\n"
+    "      OUT_DIR/NAME.h (its C API); NAME defaults to the model file's stem, T to the host\n"
+    "      (the only target so far); FILE defaults to ../lib/libcuvil_aot_runtime.a beside cuvilc\n";
 
 int Fail(const absl::Status& s) {
   std::string msg(s.message());
@@ -185,6 +192,56 @@ int Test(const std::vector<std::string>& args) {
   return failed == 0 ? 0 : 1;
 }
 
+// The runtime archive installed beside cuvilc: BIN/../lib/libcuvil_aot_runtime.a.
+std::string DefaultAotRuntime() {
+  std::error_code ec;
+  std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "libcuvil_aot_runtime.a";
+  return (exe.parent_path().parent_path() / "lib" / "libcuvil_aot_runtime.a").string();
+}
+
+std::string HostArch() {
+#if defined(__x86_64__)
+  return "x86_64";
+#elif defined(__aarch64__)
+  return "aarch64";
+#else
+  return "unknown";
+#endif
+}
+
+// cuvilc compile MODEL --aot DIR: an ahead-of-time library instead of a JIT load.
+int CompileAot(const std::string& model_path, const CompileOptions& options, AotOptions aot,
+               const std::string& target) {
+  if (!target.empty() && target != HostArch()) {
+    if (target != "x86_64" && target != "aarch64" && target != "wasm32") {
+      return Usage(absl::StrCat("--target: one of x86_64, aarch64, wasm32, not '", target, "'"));
+    }
+    return Fail(absl::UnimplementedError(absl::StrCat(
+        "--target ", target, ": only the host target (", HostArch(), ") is supported so far")));
+  }
+  if (aot.name.empty()) aot.name = std::filesystem::path(model_path).stem().string();
+  if (aot.runtime_archive.empty()) aot.runtime_archive = DefaultAotRuntime();
+  aot.source = model_path;
+  auto compiled = CompileOnnxFile(model_path, options);
+  if (!compiled.ok()) return Fail(compiled.status());
+  AotReport report;
+  if (auto s = WriteAotLibrary(*compiled, aot, &report); !s.ok()) return Fail(s);
+  std::printf("wrote %s (%lld bytes: code %lld, weights %lld, runtime %lld) and %s\n",
+              report.library_path.c_str(), static_cast<long long>(report.library_bytes),
+              static_cast<long long>(report.code_bytes),
+              static_cast<long long>(report.weights_bytes),
+              static_cast<long long>(report.runtime_bytes), report.header_path.c_str());
+  std::printf("external symbols: %s\n", absl::StrJoin(report.external_symbols, " ").c_str());
+  for (const auto& sig : compiled->inputs) {
+    std::printf("input  %s\n", SigString(sig, compiled->symbol).c_str());
+  }
+  for (const auto& sig : compiled->outputs) {
+    std::printf("output %s\n", SigString(sig, compiled->symbol).c_str());
+  }
+  return 0;
+}
+
 int Compile(const std::vector<std::string>& args) {
   std::string model_path;
   CompileOptions options;
@@ -193,8 +250,18 @@ int Compile(const std::vector<std::string>& args) {
   CompileTier tier = CompileTier::kFull;
   ObjectCacheOptions cache_options;
   cache_options.memory_max_bytes = 0;  // One compile per process: memory reuse cannot help.
+  AotOptions aot;
+  std::string target;
   for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--emit-llvm" && i + 1 < args.size()) {
+    if (args[i] == "--aot" && i + 1 < args.size()) {
+      aot.out_dir = args[++i];
+    } else if (args[i] == "--name" && i + 1 < args.size()) {
+      aot.name = args[++i];
+    } else if (args[i] == "--target" && i + 1 < args.size()) {
+      target = args[++i];
+    } else if (args[i] == "--aot-runtime" && i + 1 < args.size()) {
+      aot.runtime_archive = args[++i];
+    } else if (args[i] == "--emit-llvm" && i + 1 < args.size()) {
       options.emit_llvm_path = args[++i];
     } else if (args[i] == "--timings") {
       timings = true;
@@ -217,6 +284,10 @@ int Compile(const std::vector<std::string>& args) {
     }
   }
   if (model_path.empty()) return Usage("compile needs a model");
+  if (aot.out_dir.empty() && (!aot.name.empty() || !target.empty() || !aot.runtime_archive.empty())) {
+    return Usage("--name, --target and --aot-runtime need --aot OUT_DIR");
+  }
+  if (!aot.out_dir.empty()) return CompileAot(model_path, options, aot, target);
   const bool use_cache = !no_cache && !cache_options.dir.empty();
   std::unique_ptr<ObjectCache> cache;
   if (use_cache) {

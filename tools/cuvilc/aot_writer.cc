@@ -1,0 +1,446 @@
+#include "aot_writer.h"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "llvm/IR/Constants.h"
+#include "llvm/IR/DerivedTypes.h"
+#include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/IR/Module.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/ObjCopy/ConfigManager.h"
+#include "llvm/ObjCopy/ObjCopy.h"
+#include "llvm/Object/Archive.h"
+#include "llvm/Object/ArchiveWriter.h"
+#include "llvm/Object/ObjectFile.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/raw_ostream.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/TargetParser/Host.h"
+
+namespace cuvil {
+namespace {
+
+std::string ToString(llvm::Error err) {
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  os << err;
+  return out;
+}
+
+bool IsCIdentifier(const std::string& s) {
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+
+// The API symbols a library exports under their own names.
+std::set<std::string> ApiSymbols(const std::string& name) {
+  return {name + "_run", name + "_arena_bytes", name + "_inputs", name + "_outputs"};
+}
+
+// One object file going into the archive.
+struct Member {
+  std::string name;
+  std::string bytes;
+};
+
+// The glue object: the weights (as cuvil_weights), the tensor descriptors and the API functions
+// that forward to the runtime's cuvil_aot_run / cuvil_aot_arena_bytes with this model's
+// constant cuvil_aot_model (layout: runtime/aot/aot_abi.h).
+absl::StatusOr<std::string> EmitGlue(const CompiledModel& model, const std::string& name) {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+  });
+  const std::string triple = llvm::sys::getProcessTriple();
+  std::string error;
+  const llvm::Target* target = llvm::TargetRegistry::lookupTarget(triple, error);
+  if (target == nullptr) return absl::InternalError(absl::StrCat("LLVM target lookup: ", error));
+  std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
+      triple, "generic", "", llvm::TargetOptions(), llvm::Reloc::PIC_, llvm::CodeModel::Small,
+      llvm::CodeGenOptLevel::Default));
+  llvm::LLVMContext ctx;
+  llvm::Module module(name + "_glue", ctx);
+  module.setTargetTriple(triple);
+  module.setDataLayout(tm->createDataLayout());
+  const llvm::DataLayout& dl = module.getDataLayout();
+  llvm::Type* ptr = llvm::PointerType::getUnqual(ctx);
+  llvm::Type* i8 = llvm::Type::getInt8Ty(ctx);
+  llvm::Type* i32 = llvm::Type::getInt32Ty(ctx);
+  llvm::Type* i64 = llvm::Type::getInt64Ty(ctx);
+  llvm::Type* size_ty = dl.getIntPtrType(ctx);
+  auto* dim_ty = llvm::StructType::create(ctx, {i64, i32}, "cuvil_aot_dim");
+  auto* tensor_ty = llvm::StructType::create(ctx, {ptr, i32, i32, i32, ptr}, "cuvil_aot_tensor");
+  auto* model_ty =
+      llvm::StructType::create(ctx, {i64, i64, ptr, i32, i32, ptr, ptr}, "cuvil_aot_model");
+
+  // The weights, 64-byte aligned like the JIT engine's page-aligned copy needs at least.
+  const size_t wbytes = std::max<size_t>(model.weights.size(), 1);
+  llvm::Constant* wdata =
+      model.weights.empty()
+          ? static_cast<llvm::Constant*>(
+                llvm::ConstantAggregateZero::get(llvm::ArrayType::get(i8, wbytes)))
+          : llvm::ConstantDataArray::getRaw(
+                llvm::StringRef(reinterpret_cast<const char*>(model.weights.data()),
+                                model.weights.size()),
+                model.weights.size(), i8);
+  auto* weights = new llvm::GlobalVariable(module, wdata->getType(), /*isConstant=*/true,
+                                           llvm::GlobalValue::ExternalLinkage, wdata,
+                                           kWeightsSymbol);
+  weights->setAlignment(llvm::Align(64));
+
+  auto tensors = [&](const std::vector<TensorSignature>& sigs, const std::string& kind) {
+    std::vector<llvm::Constant*> descs;
+    for (size_t i = 0; i < sigs.size(); ++i) {
+      const TensorSignature& s = sigs[i];
+      std::vector<llvm::Constant*> dims;
+      for (const SymDim& d : s.shape) {
+        dims.push_back(llvm::ConstantStruct::get(
+            dim_ty, {llvm::ConstantInt::get(i64, d.coef),
+                     llvm::ConstantInt::get(i32, d.IsStatic() ? 0 : d.power)}));
+      }
+      auto* dims_ty = llvm::ArrayType::get(dim_ty, dims.size());
+      auto* dims_gv = new llvm::GlobalVariable(
+          module, dims_ty, true, llvm::GlobalValue::PrivateLinkage,
+          llvm::ConstantArray::get(dims_ty, dims), absl::StrCat(name, "_", kind, i, "_dims"));
+      llvm::Constant* str = llvm::ConstantDataArray::getString(ctx, s.name);
+      auto* name_gv = new llvm::GlobalVariable(module, str->getType(), true,
+                                               llvm::GlobalValue::PrivateLinkage, str,
+                                               absl::StrCat(name, "_", kind, i, "_name"));
+      descs.push_back(llvm::ConstantStruct::get(
+          tensor_ty, {name_gv, llvm::ConstantInt::get(i32, static_cast<int32_t>(s.dtype)),
+                      llvm::ConstantInt::get(i32, DTypeSize(s.dtype)),
+                      llvm::ConstantInt::get(i32, static_cast<int32_t>(s.shape.size())),
+                      dims_gv}));
+    }
+    auto* arr_ty = llvm::ArrayType::get(tensor_ty, descs.size());
+    return new llvm::GlobalVariable(module, arr_ty, true, llvm::GlobalValue::ExternalLinkage,
+                                    llvm::ConstantArray::get(arr_ty, descs),
+                                    absl::StrCat(name, "_", kind));
+  };
+  llvm::GlobalVariable* inputs = tensors(model.inputs, "inputs");
+  llvm::GlobalVariable* outputs = tensors(model.outputs, "outputs");
+
+  auto* entry_ty = llvm::FunctionType::get(i32, {ptr, ptr, i64, ptr}, false);
+  llvm::Function* entry = llvm::Function::Create(entry_ty, llvm::GlobalValue::ExternalLinkage,
+                                                 kEntrySymbol, module);
+  auto* desc = new llvm::GlobalVariable(
+      module, model_ty, true, llvm::GlobalValue::InternalLinkage,
+      llvm::ConstantStruct::get(
+          model_ty,
+          {llvm::ConstantInt::get(i64, model.arena.per_batch_bytes),
+           llvm::ConstantInt::get(i64, model.arena.fixed_bytes), entry,
+           llvm::ConstantInt::get(i32, static_cast<int32_t>(model.inputs.size())),
+           llvm::ConstantInt::get(i32, static_cast<int32_t>(model.outputs.size())), inputs,
+           outputs}),
+      name + "_model");
+
+  // size_t NAME_arena_bytes(int64_t batch)
+  {
+    auto* rt_ty = llvm::FunctionType::get(size_ty, {ptr, i64}, false);
+    llvm::FunctionCallee rt = module.getOrInsertFunction("cuvil_aot_arena_bytes", rt_ty);
+    auto* fn = llvm::Function::Create(llvm::FunctionType::get(size_ty, {i64}, false),
+                                      llvm::GlobalValue::ExternalLinkage, name + "_arena_bytes",
+                                      module);
+    llvm::IRBuilder<> b(llvm::BasicBlock::Create(ctx, "entry", fn));
+    b.CreateRet(b.CreateCall(rt, {desc, fn->getArg(0)}));
+  }
+  // int NAME_run(const void* const* inputs, void* const* outputs, int64_t batch, void* arena)
+  {
+    auto* rt_ty = llvm::FunctionType::get(i32, {ptr, ptr, ptr, i64, ptr}, false);
+    llvm::FunctionCallee rt = module.getOrInsertFunction("cuvil_aot_run", rt_ty);
+    auto* fn = llvm::Function::Create(entry_ty, llvm::GlobalValue::ExternalLinkage, name + "_run",
+                                      module);
+    llvm::IRBuilder<> b(llvm::BasicBlock::Create(ctx, "entry", fn));
+    b.CreateRet(b.CreateCall(
+        rt, {desc, fn->getArg(0), fn->getArg(1), fn->getArg(2), fn->getArg(3)}));
+  }
+
+  llvm::SmallVector<char, 0> buffer;
+  llvm::raw_svector_ostream os(buffer);
+  llvm::legacy::PassManager pm;
+  if (tm->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::ObjectFile)) {
+    return absl::InternalError("LLVM cannot emit the AOT glue object");
+  }
+  pm.run(module);
+  return std::string(buffer.begin(), buffer.end());
+}
+
+absl::StatusOr<std::vector<Member>> ReadRuntime(const std::string& path) {
+  auto buf = llvm::MemoryBuffer::getFile(path);
+  if (!buf) {
+    return absl::NotFoundError(absl::StrCat("cannot read the AOT runtime ", path, ": ",
+                                            buf.getError().message(),
+                                            " (build target cuvil_aot_runtime)"));
+  }
+  auto archive = llvm::object::Archive::create((*buf)->getMemBufferRef());
+  if (!archive) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is not an archive: ", ToString(archive.takeError())));
+  }
+  std::vector<Member> members;
+  llvm::Error err = llvm::Error::success();
+  for (const auto& child : (*archive)->children(err)) {
+    auto name = child.getName();
+    auto data = child.getBuffer();
+    if (!name || !data) {
+      llvm::consumeError(name.takeError());
+      llvm::consumeError(data.takeError());
+      return absl::InvalidArgumentError(absl::StrCat("damaged archive member in ", path));
+    }
+    members.push_back({absl::StrCat("rt_", name->str()), data->str()});
+  }
+  if (err) return absl::InvalidArgumentError(absl::StrCat(path, ": ", ToString(std::move(err))));
+  return members;
+}
+
+// Gives every symbol that some member defines (except the API) the name NAME__symbol in every
+// member, so the library's internals cannot clash with the program or another library. Fills
+// `external` with the symbols left undefined (the C library's and libm's).
+absl::Status PrivatiseSymbols(std::vector<Member>& members, const std::string& name,
+                              std::vector<std::string>* external) {
+  const std::set<std::string> api = ApiSymbols(name);
+  std::set<std::string> defined, undefined;
+  for (const Member& m : members) {
+    auto obj = llvm::object::ObjectFile::createObjectFile(
+        llvm::MemoryBufferRef(m.bytes, m.name));
+    if (!obj) {
+      return absl::InternalError(
+          absl::StrCat("cannot read object ", m.name, ": ", ToString(obj.takeError())));
+    }
+    for (const llvm::object::SymbolRef& sym : (*obj)->symbols()) {
+      auto flags = sym.getFlags();
+      auto sym_name = sym.getName();
+      if (!flags || !sym_name) {
+        llvm::consumeError(flags.takeError());
+        llvm::consumeError(sym_name.takeError());
+        return absl::InternalError(absl::StrCat("cannot read the symbols of ", m.name));
+      }
+      if ((*flags & llvm::object::SymbolRef::SF_Global) == 0 || sym_name->empty()) continue;
+      if (*flags & llvm::object::SymbolRef::SF_Undefined) {
+        undefined.insert(sym_name->str());
+      } else {
+        defined.insert(sym_name->str());
+      }
+    }
+  }
+  for (const std::string& api_name : api) {
+    if (defined.count(api_name) == 0) {
+      return absl::InternalError(absl::StrCat("the AOT glue does not define ", api_name));
+    }
+  }
+  std::vector<std::string> renamed;  // Owns the new names the config refers to.
+  renamed.reserve(defined.size());
+  llvm::objcopy::ConfigManager config;
+  for (const std::string& sym : defined) {
+    if (api.count(sym) != 0) continue;
+    renamed.push_back(absl::StrCat(name, "__", sym));
+    config.Common.SymbolsToRename[sym] = renamed.back();
+  }
+  external->clear();
+  for (const std::string& sym : undefined) {
+    if (defined.count(sym) == 0) external->push_back(sym);
+  }
+  for (Member& m : members) {
+    auto bin = llvm::object::createBinary(llvm::MemoryBufferRef(m.bytes, m.name));
+    if (!bin) return absl::InternalError(ToString(bin.takeError()));
+    llvm::SmallVector<char, 0> out;
+    llvm::raw_svector_ostream os(out);
+    if (llvm::Error err = llvm::objcopy::executeObjcopyOnBinary(config, **bin, os)) {
+      return absl::InternalError(
+          absl::StrCat("renaming the symbols of ", m.name, ": ", ToString(std::move(err))));
+    }
+    m.bytes.assign(out.begin(), out.end());
+  }
+  return absl::OkStatus();
+}
+
+std::string DimString(const SymDim& d) {
+  if (d.IsStatic()) return absl::StrCat(d.coef);
+  std::string b = d.power == 1 ? "batch" : absl::StrCat("batch^", d.power);
+  return d.coef == 1 ? b : absl::StrCat(d.coef, "*", b);
+}
+
+}  // namespace
+
+std::string AotHeader(const CompiledModel& model, const std::string& name,
+                      const std::string& source) {
+  std::string upper = name;
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  auto list = [&](const std::vector<TensorSignature>& sigs) {
+    std::string out;
+    for (size_t i = 0; i < sigs.size(); ++i) {
+      std::vector<std::string> dims;
+      for (const SymDim& d : sigs[i].shape) dims.push_back(DimString(d));
+      absl::StrAppend(&out, " *   [", i, "] ", sigs[i].name, ": ", DTypeName(sigs[i].dtype), "[",
+                      absl::StrJoin(dims, ","), "]\n");
+    }
+    return out.empty() ? std::string(" *   (none)\n") : out;
+  };
+  std::string text = absl::StrCat(
+      "/* ", name, ".h: C API of the ahead-of-time compiled model '", name,
+      "' (generated by cuvilc from ", source,
+      ").\n"
+      " *\n"
+      " * Link:  cc app.c lib",
+      name,
+      ".a -lm      (the library needs only the C library and libm)\n"
+      " *\n"
+      " * Inputs (", model.inputs.size(), "), in the order NAME_run takes them:\n", list(model.inputs),
+      " * Outputs (", model.outputs.size(), "):\n", list(model.outputs),
+      " * `batch` is the model's symbolic dimension (", model.symbol.empty() ? "none" : model.symbol,
+      "); tensors are dense, row-major, in host byte order.\n"
+      " *\n"
+      " * Thread-safety: the library has no mutable global state visible to callers; ",
+      name,
+      "_run may be\n"
+      " * called from any number of threads at once, each with its own arena. A call runs on the\n"
+      " * calling thread only (no threads of its own). The model's intermediates live in the\n"
+      " * caller's arena; a few kernels (convolutions, sorting, recurrent ops) use small\n"
+      " * per-call or per-thread heap scratch from malloc.\n"
+      " */\n"
+      "#ifndef ",
+      upper, "_H_\n#define ", upper,
+      "_H_\n\n"
+      "#include <stddef.h>\n#include <stdint.h>\n\n"
+      "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n"
+      "#ifndef CUVIL_AOT_TYPES_DEFINED\n#define CUVIL_AOT_TYPES_DEFINED\n"
+      "/* One dimension: coef * batch^power (power 0: the constant coef). */\n"
+      "typedef struct cuvil_aot_dim {\n  int64_t coef;\n  int32_t power;\n} cuvil_aot_dim;\n\n"
+      "/* One input or output tensor. */\n"
+      "typedef struct cuvil_aot_tensor {\n"
+      "  const char* name;\n"
+      "  int32_t dtype;     /* ONNX TensorProto.DataType: 1 float32, 2 uint8, 3 int8, 6 int32,\n"
+      "                        7 int64, 9 bool, 10 float16, 11 float64, 16 bfloat16 */\n"
+      "  int32_t elem_size; /* bytes per element */\n"
+      "  int32_t rank;\n"
+      "  const cuvil_aot_dim* dims;\n"
+      "} cuvil_aot_tensor;\n\n"
+      "/* Results of NAME_run. Positive: the input data is invalid for the model (outputs are\n"
+      " * unspecified). Negative: a bad argument (nothing ran). */\n"
+      "enum {\n"
+      "  CUVIL_AOT_OK = 0,\n"
+      "  CUVIL_AOT_INDEX_OUT_OF_BOUNDS = 1, /* a Gather / ScatterND index outside its axis */\n"
+      "  CUVIL_AOT_SLICE_OUT_OF_BOUNDS = 2, /* a batch-dependent Slice past its input */\n"
+      "  CUVIL_AOT_TOPK_TOO_LARGE = 3,      /* TopK's K exceeds its axis at this batch */\n"
+      "  CUVIL_AOT_BAD_BATCH = -1,          /* batch < 1, or a size overflows at this batch */\n"
+      "  CUVIL_AOT_NULL_ARGUMENT = -2,      /* a null inputs/outputs array, tensor or arena */\n"
+      "  CUVIL_AOT_MISALIGNED_ARENA = -3    /* arena not aligned to CUVIL_AOT_ARENA_ALIGN */\n"
+      "};\n\n"
+      "/* Alignment NAME_run needs for its arena (e.g. aligned_alloc(CUVIL_AOT_ARENA_ALIGN, n)). */\n"
+      "#define CUVIL_AOT_ARENA_ALIGN 64\n\n"
+      "/* Number of elements of `t` at `batch`; -1 on overflow or batch < 1. */\n"
+      "static inline int64_t cuvil_aot_elements(const cuvil_aot_tensor* t, int64_t batch) {\n"
+      "  int64_t n = 1;\n"
+      "  if (batch < 1) return -1;\n"
+      "  for (int32_t i = 0; i < t->rank; ++i) {\n"
+      "    int64_t d = t->dims[i].coef;\n"
+      "    for (int32_t p = 0; p < t->dims[i].power; ++p)\n"
+      "      if (__builtin_mul_overflow(d, batch, &d)) return -1;\n"
+      "    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return -1;\n"
+      "  }\n"
+      "  return n;\n"
+      "}\n"
+      "#endif /* CUVIL_AOT_TYPES_DEFINED */\n\n"
+      "#define ",
+      name, "_NUM_INPUTS ", model.inputs.size(), "\n#define ", name, "_NUM_OUTPUTS ",
+      model.outputs.size(),
+      "\n\n"
+      "/* Descriptors of the inputs and outputs (immutable). */\n"
+      "extern const cuvil_aot_tensor ",
+      name, "_inputs[];\nextern const cuvil_aot_tensor ", name,
+      "_outputs[];\n\n"
+      "/* Bytes of scratch (arena) one call at `batch` needs: ",
+      model.arena.per_batch_bytes, " * batch + ", model.arena.fixed_bytes,
+      ".\n"
+      " * SIZE_MAX when batch < 1 or the size overflows. */\n"
+      "size_t ",
+      name,
+      "_arena_bytes(int64_t batch);\n\n"
+      "/* Runs the model on `batch` items. inputs[i] points to input i's elements and outputs[i] to\n"
+      " * room for output i's (cuvil_aot_elements(&NAME_outputs[i], batch) * elem_size bytes);\n"
+      " * arena: NAME_arena_bytes(batch) bytes aligned to CUVIL_AOT_ARENA_ALIGN (may be null when\n"
+      " * that is 0), exclusive to this call. Returns CUVIL_AOT_OK or a CUVIL_AOT_* code. */\n"
+      "int ",
+      name,
+      "_run(const void* const* inputs, void* const* outputs, int64_t batch, void* arena);\n\n"
+      "#ifdef __cplusplus\n}  /* extern \"C\" */\n#endif\n\n#endif /* ",
+      upper, "_H_ */\n");
+  return absl::StrReplaceAll(text, {{"NAME_", name + "_"}});
+}
+
+absl::Status WriteAotLibrary(const CompiledModel& model, const AotOptions& options,
+                             AotReport* report) {
+  if (!IsCIdentifier(options.name)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--name must be a C identifier (letters, digits, _): '", options.name, "'"));
+  }
+  auto runtime = ReadRuntime(options.runtime_archive);
+  if (!runtime.ok()) return runtime.status();
+  auto glue = EmitGlue(model, options.name);
+  if (!glue.ok()) return glue.status();
+  std::vector<Member> members;
+  members.push_back({options.name + "_model.o", model.object_code});
+  members.push_back({options.name + "_glue.o", std::move(*glue)});
+  AotReport r;
+  r.code_bytes = static_cast<int64_t>(model.object_code.size());
+  r.weights_bytes = static_cast<int64_t>(model.weights.size());
+  for (Member& m : *runtime) {
+    r.runtime_bytes += static_cast<int64_t>(m.bytes.size());
+    members.push_back(std::move(m));
+  }
+  if (auto s = PrivatiseSymbols(members, options.name, &r.external_symbols); !s.ok()) return s;
+
+  std::vector<llvm::NewArchiveMember> ar;
+  for (const Member& m : members) {
+    llvm::NewArchiveMember nm(llvm::MemoryBufferRef(m.bytes, m.name));
+    nm.MemberName = m.name;
+    ar.push_back(std::move(nm));
+  }
+  auto archive = llvm::writeArchiveToBuffer(ar, llvm::SymtabWritingMode::NormalSymtab,
+                                            llvm::object::Archive::K_GNU,
+                                            /*Deterministic=*/true, /*Thin=*/false);
+  if (!archive) return absl::InternalError(ToString(archive.takeError()));
+
+  std::error_code ec;
+  std::filesystem::create_directories(options.out_dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", options.out_dir, ": ", ec.message()));
+  r.library_path = absl::StrCat(options.out_dir, "/lib", options.name, ".a");
+  r.header_path = absl::StrCat(options.out_dir, "/", options.name, ".h");
+  auto write = [](const std::string& path, llvm::StringRef bytes) -> absl::Status {
+    std::string tmp = path + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+      if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+    }
+    std::error_code rename_ec;
+    std::filesystem::rename(tmp, path, rename_ec);
+    if (rename_ec) return absl::InternalError(absl::StrCat("cannot write ", path));
+    return absl::OkStatus();
+  };
+  if (auto s = write(r.library_path, (*archive)->getBuffer()); !s.ok()) return s;
+  if (auto s = write(r.header_path, AotHeader(model, options.name, options.source)); !s.ok()) {
+    return s;
+  }
+  r.library_bytes = static_cast<int64_t>((*archive)->getBufferSize());
+  *report = std::move(r);
+  return absl::OkStatus();
+}
+
+}  // namespace cuvil

@@ -1,0 +1,48 @@
+// Ahead-of-time libraries: a compiled model written as a static library (libNAME.a) plus a C
+// header (NAME.h) that a C or C++ program links without LLVM, absl or the rest of Cuvil.
+#ifndef CUVIL_TOOLS_CUVILC_AOT_WRITER_H_
+#define CUVIL_TOOLS_CUVILC_AOT_WRITER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "cuvil/compiler/compiled_model.h"
+
+namespace cuvil {
+
+struct AotOptions {
+  std::string out_dir;          // created when missing
+  std::string name;             // C identifier: libNAME.a, NAME.h, NAME_run, ...
+  std::string runtime_archive;  // libcuvil_aot_runtime.a built for the model's target
+  std::string source;           // the model's path, quoted in the header
+};
+
+// What WriteAotLibrary wrote. Thread-compatible value type.
+struct AotReport {
+  std::string library_path;
+  std::string header_path;
+  int64_t code_bytes = 0;     // the model's machine code and its tables (the model object)
+  int64_t weights_bytes = 0;  // the weights blob
+  int64_t runtime_bytes = 0;  // the runtime objects copied in
+  int64_t library_bytes = 0;  // the whole archive
+  // Symbols the library needs from the program's C library and libm (everything else is inside).
+  std::vector<std::string> external_symbols;
+};
+
+// Writes OUT_DIR/libNAME.a (the model object, an object holding the weights, the tensor
+// descriptors and NAME_run / NAME_arena_bytes, and the runtime archive's members) and
+// OUT_DIR/NAME.h. Every symbol the library defines other than its NAME_* API gets the private name
+// NAME__symbol, so several libraries link into one program. InvalidArgument for a name that is not
+// a C identifier; Internal for LLVM failures; the files are not written on error. Thread-safe.
+absl::Status WriteAotLibrary(const CompiledModel& model, const AotOptions& options,
+                             AotReport* report);
+
+// The text of NAME.h for `model` (the documented C API). Thread-safe.
+std::string AotHeader(const CompiledModel& model, const std::string& name,
+                      const std::string& source);
+
+}  // namespace cuvil
+
+#endif  // CUVIL_TOOLS_CUVILC_AOT_WRITER_H_
