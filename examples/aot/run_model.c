@@ -19,13 +19,17 @@
 #include STR(MODEL.h)
 
 int main(int argc, char** argv) {
-  if (argc < 2) return fprintf(stderr, "usage: %s CASE_DIR [--repeat N] [--atol A] [--rtol R]\n", argv[0]), 2;
+  if (argc < 2)
+    return fprintf(stderr, "usage: %s CASE_DIR [--repeat N] [--atol A] [--rtol R]\n", argv[0]), 2;
   int repeat = 1;
   double atol = 1e-3, rtol = 1e-3;
   for (int i = 2; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--repeat")) repeat = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--atol")) atol = atof(argv[i + 1]);
-    else if (!strcmp(argv[i], "--rtol")) rtol = atof(argv[i + 1]);
+    if (!strcmp(argv[i], "--repeat"))
+      repeat = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--atol"))
+      atol = atof(argv[i + 1]);
+    else if (!strcmp(argv[i], "--rtol"))
+      rtol = atof(argv[i + 1]);
   }
   char path[4096];
   tensor_proto in[API(_NUM_INPUTS) + 1];
@@ -41,10 +45,13 @@ int main(int argc, char** argv) {
     int64_t have = (int64_t)(in[i].bytes / API(_inputs)[i].elem_size);
     if (i == 0 && per > 0) batch = have / per;
     if (cuvil_aot_elements(&API(_inputs)[i], batch) != have)
-      return fprintf(stderr, "%s: %lld elements do not fit %s\n", path, (long long)have, API(_inputs)[i].name), 1;
+      return fprintf(stderr, "%s: %lld elements do not fit %s\n", path, (long long)have,
+                     API(_inputs)[i].name),
+             1;
   }
   for (int i = 0; i < API(_NUM_OUTPUTS); ++i)
-    out_ptrs[i] = malloc((size_t)cuvil_aot_elements(&API(_outputs)[i], batch) * API(_outputs)[i].elem_size);
+    out_ptrs[i] =
+        malloc((size_t)cuvil_aot_elements(&API(_outputs)[i], batch) * API(_outputs)[i].elem_size);
   size_t arena_bytes = API(_arena_bytes)(batch);
   void* arena = aligned_alloc(CUVIL_AOT_ARENA_ALIGN, (arena_bytes + 63) / 64 * 64 + 64);
   struct timespec t0, t1;
@@ -63,7 +70,8 @@ int main(int argc, char** argv) {
     got.data_type = API(_outputs)[i].dtype;
     got.data = out_ptrs[i];
     size_t n = (size_t)cuvil_aot_elements(&API(_outputs)[i], batch);
-    if (ref.bytes != n * API(_outputs)[i].elem_size) failed = 1, fprintf(stderr, "output %d: size differs\n", i);
+    if (ref.bytes != n * API(_outputs)[i].elem_size)
+      failed = 1, fprintf(stderr, "output %d: size differs\n", i);
     double worst = 0;
     for (size_t k = 0; !failed && k < n; ++k) {
       double a = tensor_proto_get(&got, k), b = tensor_proto_get(&ref, k), err = fabs(a - b);
@@ -76,6 +84,7 @@ int main(int argc, char** argv) {
     printf("output %s: %zu elements, max abs error %.3g\n", API(_outputs)[i].name, n, worst);
     tensor_proto_free(&ref);
   }
-  printf("%s batch %lld: %.3f ms per run (%d runs)\n", failed ? "FAIL" : "PASS", (long long)batch, ms, repeat);
+  printf("%s batch %lld: %.3f ms per run (%d runs)\n", failed ? "FAIL" : "PASS", (long long)batch,
+         ms, repeat);
   return failed;
 }

@@ -8,11 +8,25 @@
 
 size_t tensor_proto_elem_size(int32_t data_type) {
   switch (data_type) {
-    case 1: case 6: case 12: return 4;  /* float32, int32, uint32 */
-    case 2: case 3: case 9: return 1;   /* uint8, int8, bool */
-    case 4: case 5: case 10: case 16: return 2;
-    case 7: case 11: case 13: return 8; /* int64, float64, uint64 */
-    default: return 0;
+    case 1:
+    case 6:
+    case 12:
+      return 4; /* float32, int32, uint32 */
+    case 2:
+    case 3:
+    case 9:
+      return 1; /* uint8, int8, bool */
+    case 4:
+    case 5:
+    case 10:
+    case 16:
+      return 2;
+    case 7:
+    case 11:
+    case 13:
+      return 8; /* int64, float64, uint64 */
+    default:
+      return 0;
   }
 }
 
@@ -87,12 +101,18 @@ int tensor_proto_read(const char* path, tensor_proto* t) {
       ok = read_varint(&p, end, &v);
     } else if (wire == 1 || wire == 5) {
       size_t n = wire == 1 ? 8 : 4;
-      if ((size_t)(end - p) < n) { ok = -1; break; }
+      if ((size_t)(end - p) < n) {
+        ok = -1;
+        break;
+      }
       memcpy(&v, p, n);
       p += n;
     } else if (wire == 2) {
       ok = read_varint(&p, end, &v);
-      if (ok != 0 || v > (uint64_t)(end - p)) { ok = -1; break; }
+      if (ok != 0 || v > (uint64_t)(end - p)) {
+        ok = -1;
+        break;
+      }
       blob = p;
       len = (size_t)v;
       p += len;
@@ -113,7 +133,9 @@ int tensor_proto_read(const char* path, tensor_proto* t) {
           t->dims[t->rank++] = (int64_t)v;
         }
         break;
-      case 2: t->data_type = (int32_t)v; break;
+      case 2:
+        t->data_type = (int32_t)v;
+        break;
       case 8:
         if (wire == 2) {
           size_t n = len < sizeof(t->name) - 1 ? len : sizeof(t->name) - 1;
@@ -121,15 +143,25 @@ int tensor_proto_read(const char* path, tensor_proto* t) {
           t->name[n] = '\0';
         }
         break;
-      case 9: if (wire == 2) ok = append(t, blob, len); break;           /* raw_data */
-      case 4: ok = append_typed(t, wire, blob, len, v, 0, 4); break;     /* float_data */
-      case 10: ok = append_typed(t, wire, blob, len, v, 0, 8); break;    /* double_data */
-      case 7: ok = append_typed(t, wire, blob, len, v, 1, 8); break;     /* int64_data */
-      case 5: /* int32_data: int32, and uint8/int8/bool/16-bit types stored widened */
-        ok = append_typed(t, wire, blob, len, v, 1,
-                          tensor_proto_elem_size(t->data_type) ? tensor_proto_elem_size(t->data_type) : 4);
+      case 9:
+        if (wire == 2) ok = append(t, blob, len);
+        break; /* raw_data */
+      case 4:
+        ok = append_typed(t, wire, blob, len, v, 0, 4);
+        break; /* float_data */
+      case 10:
+        ok = append_typed(t, wire, blob, len, v, 0, 8);
+        break; /* double_data */
+      case 7:
+        ok = append_typed(t, wire, blob, len, v, 1, 8);
+        break; /* int64_data */
+      case 5:  /* int32_data: int32, and uint8/int8/bool/16-bit types stored widened */
+        ok = append_typed(
+            t, wire, blob, len, v, 1,
+            tensor_proto_elem_size(t->data_type) ? tensor_proto_elem_size(t->data_type) : 4);
         break;
-      default: break;
+      default:
+        break;
     }
   }
   free(buf);
@@ -150,14 +182,42 @@ void tensor_proto_free(tensor_proto* t) {
 double tensor_proto_get(const tensor_proto* t, size_t i) {
   const unsigned char* p = t->data + i * tensor_proto_elem_size(t->data_type);
   switch (t->data_type) {
-    case 1: { float v; memcpy(&v, p, 4); return v; }
-    case 11: { double v; memcpy(&v, p, 8); return v; }
-    case 6: { int32_t v; memcpy(&v, p, 4); return v; }
-    case 7: { int64_t v; memcpy(&v, p, 8); return (double)v; }
-    case 3: return (int8_t)p[0];
-    case 2: case 9: return p[0];
-    case 5: { int16_t v; memcpy(&v, p, 2); return v; }
-    case 4: { uint16_t v; memcpy(&v, p, 2); return v; }
-    default: return 0;
+    case 1: {
+      float v;
+      memcpy(&v, p, 4);
+      return v;
+    }
+    case 11: {
+      double v;
+      memcpy(&v, p, 8);
+      return v;
+    }
+    case 6: {
+      int32_t v;
+      memcpy(&v, p, 4);
+      return v;
+    }
+    case 7: {
+      int64_t v;
+      memcpy(&v, p, 8);
+      return (double)v;
+    }
+    case 3:
+      return (int8_t)p[0];
+    case 2:
+    case 9:
+      return p[0];
+    case 5: {
+      int16_t v;
+      memcpy(&v, p, 2);
+      return v;
+    }
+    case 4: {
+      uint16_t v;
+      memcpy(&v, p, 2);
+      return v;
+    }
+    default:
+      return 0;
   }
 }

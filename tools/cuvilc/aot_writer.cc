@@ -43,8 +43,9 @@ std::string ToString(llvm::Error err) {
 
 bool IsCIdentifier(const std::string& s) {
   if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
-  return std::all_of(s.begin(), s.end(),
-                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
 }
 
 // The API symbols a library exports under their own names.
@@ -71,9 +72,9 @@ absl::StatusOr<std::string> EmitGlue(const CompiledModel& model, const std::stri
   std::string error;
   const llvm::Target* target = llvm::TargetRegistry::lookupTarget(triple, error);
   if (target == nullptr) return absl::InternalError(absl::StrCat("LLVM target lookup: ", error));
-  std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
-      triple, "generic", "", llvm::TargetOptions(), llvm::Reloc::PIC_, llvm::CodeModel::Small,
-      llvm::CodeGenOptLevel::Default));
+  std::unique_ptr<llvm::TargetMachine> tm(
+      target->createTargetMachine(triple, "generic", "", llvm::TargetOptions(), llvm::Reloc::PIC_,
+                                  llvm::CodeModel::Small, llvm::CodeGenOptLevel::Default));
   llvm::LLVMContext ctx;
   llvm::Module module(name + "_glue", ctx);
   module.setTargetTriple(triple);
@@ -99,9 +100,9 @@ absl::StatusOr<std::string> EmitGlue(const CompiledModel& model, const std::stri
                 llvm::StringRef(reinterpret_cast<const char*>(model.weights.data()),
                                 model.weights.size()),
                 model.weights.size(), i8);
-  auto* weights = new llvm::GlobalVariable(module, wdata->getType(), /*isConstant=*/true,
-                                           llvm::GlobalValue::ExternalLinkage, wdata,
-                                           kWeightsSymbol);
+  auto* weights =
+      new llvm::GlobalVariable(module, wdata->getType(), /*isConstant=*/true,
+                               llvm::GlobalValue::ExternalLinkage, wdata, kWeightsSymbol);
   weights->setAlignment(llvm::Align(64));
 
   auto tensors = [&](const std::vector<TensorSignature>& sigs, const std::string& kind) {
@@ -119,14 +120,13 @@ absl::StatusOr<std::string> EmitGlue(const CompiledModel& model, const std::stri
           module, dims_ty, true, llvm::GlobalValue::PrivateLinkage,
           llvm::ConstantArray::get(dims_ty, dims), absl::StrCat(name, "_", kind, i, "_dims"));
       llvm::Constant* str = llvm::ConstantDataArray::getString(ctx, s.name);
-      auto* name_gv = new llvm::GlobalVariable(module, str->getType(), true,
-                                               llvm::GlobalValue::PrivateLinkage, str,
-                                               absl::StrCat(name, "_", kind, i, "_name"));
+      auto* name_gv =
+          new llvm::GlobalVariable(module, str->getType(), true, llvm::GlobalValue::PrivateLinkage,
+                                   str, absl::StrCat(name, "_", kind, i, "_name"));
       descs.push_back(llvm::ConstantStruct::get(
           tensor_ty, {name_gv, llvm::ConstantInt::get(i32, static_cast<int32_t>(s.dtype)),
                       llvm::ConstantInt::get(i32, DTypeSize(s.dtype)),
-                      llvm::ConstantInt::get(i32, static_cast<int32_t>(s.shape.size())),
-                      dims_gv}));
+                      llvm::ConstantInt::get(i32, static_cast<int32_t>(s.shape.size())), dims_gv}));
     }
     auto* arr_ty = llvm::ArrayType::get(tensor_ty, descs.size());
     return new llvm::GlobalVariable(module, arr_ty, true, llvm::GlobalValue::ExternalLinkage,
@@ -137,26 +137,25 @@ absl::StatusOr<std::string> EmitGlue(const CompiledModel& model, const std::stri
   llvm::GlobalVariable* outputs = tensors(model.outputs, "outputs");
 
   auto* entry_ty = llvm::FunctionType::get(i32, {ptr, ptr, i64, ptr}, false);
-  llvm::Function* entry = llvm::Function::Create(entry_ty, llvm::GlobalValue::ExternalLinkage,
-                                                 kEntrySymbol, module);
+  llvm::Function* entry =
+      llvm::Function::Create(entry_ty, llvm::GlobalValue::ExternalLinkage, kEntrySymbol, module);
   auto* desc = new llvm::GlobalVariable(
       module, model_ty, true, llvm::GlobalValue::InternalLinkage,
       llvm::ConstantStruct::get(
-          model_ty,
-          {llvm::ConstantInt::get(i64, model.arena.per_batch_bytes),
-           llvm::ConstantInt::get(i64, model.arena.fixed_bytes), entry,
-           llvm::ConstantInt::get(i32, static_cast<int32_t>(model.inputs.size())),
-           llvm::ConstantInt::get(i32, static_cast<int32_t>(model.outputs.size())), inputs,
-           outputs}),
+          model_ty, {llvm::ConstantInt::get(i64, model.arena.per_batch_bytes),
+                     llvm::ConstantInt::get(i64, model.arena.fixed_bytes), entry,
+                     llvm::ConstantInt::get(i32, static_cast<int32_t>(model.inputs.size())),
+                     llvm::ConstantInt::get(i32, static_cast<int32_t>(model.outputs.size())),
+                     inputs, outputs}),
       name + "_model");
 
   // size_t NAME_arena_bytes(int64_t batch)
   {
     auto* rt_ty = llvm::FunctionType::get(size_ty, {ptr, i64}, false);
     llvm::FunctionCallee rt = module.getOrInsertFunction("cuvil_aot_arena_bytes", rt_ty);
-    auto* fn = llvm::Function::Create(llvm::FunctionType::get(size_ty, {i64}, false),
-                                      llvm::GlobalValue::ExternalLinkage, name + "_arena_bytes",
-                                      module);
+    auto* fn =
+        llvm::Function::Create(llvm::FunctionType::get(size_ty, {i64}, false),
+                               llvm::GlobalValue::ExternalLinkage, name + "_arena_bytes", module);
     llvm::IRBuilder<> b(llvm::BasicBlock::Create(ctx, "entry", fn));
     b.CreateRet(b.CreateCall(rt, {desc, fn->getArg(0)}));
   }
@@ -164,11 +163,11 @@ absl::StatusOr<std::string> EmitGlue(const CompiledModel& model, const std::stri
   {
     auto* rt_ty = llvm::FunctionType::get(i32, {ptr, ptr, ptr, i64, ptr}, false);
     llvm::FunctionCallee rt = module.getOrInsertFunction("cuvil_aot_run", rt_ty);
-    auto* fn = llvm::Function::Create(entry_ty, llvm::GlobalValue::ExternalLinkage, name + "_run",
-                                      module);
+    auto* fn =
+        llvm::Function::Create(entry_ty, llvm::GlobalValue::ExternalLinkage, name + "_run", module);
     llvm::IRBuilder<> b(llvm::BasicBlock::Create(ctx, "entry", fn));
-    b.CreateRet(b.CreateCall(
-        rt, {desc, fn->getArg(0), fn->getArg(1), fn->getArg(2), fn->getArg(3)}));
+    b.CreateRet(
+        b.CreateCall(rt, {desc, fn->getArg(0), fn->getArg(1), fn->getArg(2), fn->getArg(3)}));
   }
 
   llvm::SmallVector<char, 0> buffer;
@@ -217,8 +216,7 @@ absl::Status PrivatiseSymbols(std::vector<Member>& members, const std::string& n
   const std::set<std::string> api = ApiSymbols(name);
   std::set<std::string> defined, undefined;
   for (const Member& m : members) {
-    auto obj = llvm::object::ObjectFile::createObjectFile(
-        llvm::MemoryBufferRef(m.bytes, m.name));
+    auto obj = llvm::object::ObjectFile::createObjectFile(llvm::MemoryBufferRef(m.bytes, m.name));
     if (!obj) {
       return absl::InternalError(
           absl::StrCat("cannot read object ", m.name, ": ", ToString(obj.takeError())));
@@ -301,9 +299,11 @@ std::string AotHeader(const CompiledModel& model, const std::string& name,
       name,
       ".a -lm      (the library needs only the C library and libm)\n"
       " *\n"
-      " * Inputs (", model.inputs.size(), "), in the order NAME_run takes them:\n", list(model.inputs),
+      " * Inputs (",
+      model.inputs.size(), "), in the order NAME_run takes them:\n", list(model.inputs),
       " * Outputs (", model.outputs.size(), "):\n", list(model.outputs),
-      " * `batch` is the model's symbolic dimension (", model.symbol.empty() ? "none" : model.symbol,
+      " * `batch` is the model's symbolic dimension (",
+      model.symbol.empty() ? "none" : model.symbol,
       "); tensors are dense, row-major, in host byte order.\n"
       " *\n"
       " * Thread-safety: the library has no mutable global state visible to callers; ",
@@ -342,7 +342,8 @@ std::string AotHeader(const CompiledModel& model, const std::string& name,
       "  CUVIL_AOT_NULL_ARGUMENT = -2,      /* a null inputs/outputs array, tensor or arena */\n"
       "  CUVIL_AOT_MISALIGNED_ARENA = -3    /* arena not aligned to CUVIL_AOT_ARENA_ALIGN */\n"
       "};\n\n"
-      "/* Alignment NAME_run needs for its arena (e.g. aligned_alloc(CUVIL_AOT_ARENA_ALIGN, n)). */\n"
+      "/* Alignment NAME_run needs for its arena (e.g. aligned_alloc(CUVIL_AOT_ARENA_ALIGN, n)). "
+      "*/\n"
       "#define CUVIL_AOT_ARENA_ALIGN 64\n\n"
       "/* Number of elements of `t` at `batch`; -1 on overflow or batch < 1. */\n"
       "static inline int64_t cuvil_aot_elements(const cuvil_aot_tensor* t, int64_t batch) {\n"
@@ -372,7 +373,8 @@ std::string AotHeader(const CompiledModel& model, const std::string& name,
       "size_t ",
       name,
       "_arena_bytes(int64_t batch);\n\n"
-      "/* Runs the model on `batch` items. inputs[i] points to input i's elements and outputs[i] to\n"
+      "/* Runs the model on `batch` items. inputs[i] points to input i's elements and outputs[i] "
+      "to\n"
       " * room for output i's (cuvil_aot_elements(&NAME_outputs[i], batch) * elem_size bytes);\n"
       " * arena: NAME_arena_bytes(batch) bytes aligned to CUVIL_AOT_ARENA_ALIGN (may be null when\n"
       " * that is 0), exclusive to this call. Returns CUVIL_AOT_OK or a CUVIL_AOT_* code. */\n"
@@ -419,7 +421,8 @@ absl::Status WriteAotLibrary(const CompiledModel& model, const AotOptions& optio
 
   std::error_code ec;
   std::filesystem::create_directories(options.out_dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot create ", options.out_dir, ": ", ec.message()));
+  if (ec)
+    return absl::InternalError(absl::StrCat("cannot create ", options.out_dir, ": ", ec.message()));
   r.library_path = absl::StrCat(options.out_dir, "/lib", options.name, ".a");
   r.header_path = absl::StrCat(options.out_dir, "/", options.name, ".h");
   auto write = [](const std::string& path, llvm::StringRef bytes) -> absl::Status {

@@ -43,7 +43,8 @@ constexpr char kUsage[] =
     "  cuvilc compile MODEL.onnx --aot OUT_DIR [--name NAME] [--target T] [--aot-runtime FILE]\n"
     "      writes OUT_DIR/libNAME.a (code, weights and runtime; links with -lm only) and\n"
     "      OUT_DIR/NAME.h (its C API); NAME defaults to the model file's stem, T to the host\n"
-    "      (the only target so far); FILE defaults to ../lib/libcuvil_aot_runtime.a beside cuvilc\n";
+    "      (the only target so far); FILE defaults to ../lib/libcuvil_aot_runtime.a beside "
+    "cuvilc\n";
 
 int Fail(const absl::Status& s) {
   std::string msg(s.message());
@@ -284,7 +285,8 @@ int Compile(const std::vector<std::string>& args) {
     }
   }
   if (model_path.empty()) return Usage("compile needs a model");
-  if (aot.out_dir.empty() && (!aot.name.empty() || !target.empty() || !aot.runtime_archive.empty())) {
+  if (aot.out_dir.empty() &&
+      (!aot.name.empty() || !target.empty() || !aot.runtime_archive.empty())) {
     return Usage("--name, --target and --aot-runtime need --aot OUT_DIR");
   }
   if (!aot.out_dir.empty()) return CompileAot(model_path, options, aot, target);

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Ahead-of-time libraries end to end: for each named zoo model, `cuvilc compile --aot` writes
+# libNAME.a + NAME.h once, examples/aot/run_model.c is built against them with the system C
+# compiler (no Cuvil, LLVM or absl on the link line: only -lm), and every test_data_set_* is run
+# and compared with its reference outputs (atol = rtol = 1e-3).
+# usage: aot_models.sh CUVILC SOURCE_DIR MODELS_DIR WORK_DIR MODEL...
+set -uo pipefail
+cuvilc=$1 src=$2 models=$3 work=$4
+shift 4
+cc=${CC:-cc}
+passed=0 failed=0
+for m in "$@"; do
+  out=$work/$m
+  rm -rf "$out" && mkdir -p "$out"
+  if ! "$cuvilc" compile "$models/$m/model.onnx" --aot "$out" --name "$m"; then
+    echo "FAIL $m: cuvilc compile --aot"; failed=$((failed + 1)); continue
+  fi
+  if ! "$cc" -O2 -Wall -Wextra -Werror -I"$out" -DMODEL="$m" "$src/examples/aot/run_model.c" \
+      "$src/examples/aot/tensor_proto.c" "$out/lib$m.a" -lm -o "$out/run_model"; then
+    echo "FAIL $m: building run_model.c"; failed=$((failed + 1)); continue
+  fi
+  for d in "$models/$m"/test_data_set_*; do
+    if "$out/run_model" "$d" --atol 1e-3 --rtol 1e-3; then
+      echo "PASS $m/$(basename "$d")"; passed=$((passed + 1))
+    else
+      echo "FAIL $m/$(basename "$d")"; failed=$((failed + 1))
+    fi
+  done
+done
+echo "$passed passed, $failed failed"
+((failed == 0 && passed > 0))
