@@ -14,6 +14,7 @@ PACKAGES=(
   libbpf-dev bpftool systemtap-sdt-dev
   prometheus python3 python3-onnx python3-numpy python3-grpcio python3-grpc-tools python3-protobuf python3-prometheus-client
   curl
+  g++-aarch64-linux-gnu qemu-user
 )
 
 missing=()

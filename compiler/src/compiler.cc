@@ -43,6 +43,9 @@ absl::StatusOr<CompiledModel> PreparedModel::Lower(const CompileOptions& options
   codegen::LowerOptions lower;
   lower.opt_level = options.opt_level;
   lower.emit_llvm_path = options.emit_llvm_path;
+  lower.target_triple = options.target_triple;
+  lower.target_cpu = options.target_cpu;
+  lower.target_features = options.target_features;
   if (auto s = codegen::LowerToObject(*impl_->graph, impl_->plan, lower, &model); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(impl_->error_prefix, s.message()));
   }

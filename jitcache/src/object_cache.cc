@@ -345,6 +345,11 @@ void HashExternalData(const char* bytes, size_t size, const std::string& model_d
 
 void HashOptions(const CompileOptions& o, Hasher* h) {
   h->Int(o.opt_level);
+  if (!o.target_triple.empty()) {  // Host-target keys stay as they were.
+    h->Str(o.target_triple);
+    h->Str(o.target_cpu);
+    h->Str(o.target_features);
+  }
   h->Int(o.import.run_checker ? 1 : 0);
   h->Int(static_cast<int64_t>(o.import.dim_overrides.size()));
   for (const auto& [name, v] : o.import.dim_overrides) {

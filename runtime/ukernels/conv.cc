@@ -411,8 +411,9 @@ void ConvDepthwise(const Table& t, const cuvil_uk_conv_params& p, const float* x
 }  // namespace
 
 std::vector<const Table*> SupportedTables() {
-  __builtin_cpu_init();
   std::vector<const Table*> out;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
   const Table* avx512 = Avx512Table();
   if (avx512 != nullptr && __builtin_cpu_supports("avx512f") &&
       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
@@ -423,6 +424,7 @@ std::vector<const Table*> SupportedTables() {
   if (avx2 != nullptr && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
     out.push_back(avx2);
   }
+#endif  // Other CPUs (AArch64 AOT libraries) run the generic tier.
   out.push_back(&GenericTable());
   return out;
 }

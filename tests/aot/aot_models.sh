@@ -3,16 +3,21 @@
 # libNAME.a + NAME.h once, examples/aot/run_model.c is built against them with the system C
 # compiler (no Cuvil, LLVM or absl on the link line: only -lm), and every test_data_set_* is run
 # and compared with its reference outputs (atol = rtol = 1e-3).
-# usage: aot_models.sh CUVILC SOURCE_DIR MODELS_DIR WORK_DIR MODEL...
+# usage: [AOT_TARGET=aarch64 CC=aarch64-linux-gnu-gcc RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu"]
+#        aot_models.sh CUVILC SOURCE_DIR MODELS_DIR WORK_DIR MODEL...
+# (a cross target: the C compiler for it and the emulator that runs its programs)
 set -uo pipefail
 cuvilc=$1 src=$2 models=$3 work=$4
 shift 4
 cc=${CC:-cc}
+target_args=()
+[[ -n ${AOT_TARGET:-} ]] && target_args=(--target "$AOT_TARGET")
+read -r -a runner <<< "${RUNNER:-}"
 passed=0 failed=0
 for m in "$@"; do
   out=$work/$m
   rm -rf "$out" && mkdir -p "$out"
-  if ! "$cuvilc" compile "$models/$m/model.onnx" --aot "$out" --name "$m"; then
+  if ! "$cuvilc" compile "$models/$m/model.onnx" --aot "$out" --name "$m" "${target_args[@]}"; then
     echo "FAIL $m: cuvilc compile --aot"; failed=$((failed + 1)); continue
   fi
   if ! "$cc" -O2 -Wall -Wextra -Werror -I"$out" -DMODEL="$m" "$src/examples/aot/run_model.c" \
@@ -20,7 +25,7 @@ for m in "$@"; do
     echo "FAIL $m: building run_model.c"; failed=$((failed + 1)); continue
   fi
   for d in "$models/$m"/test_data_set_*; do
-    if "$out/run_model" "$d" --atol 1e-3 --rtol 1e-3; then
+    if "${runner[@]}" "$out/run_model" "$d" --atol 1e-3 --rtol 1e-3; then
       echo "PASS $m/$(basename "$d")"; passed=$((passed + 1))
     else
       echo "FAIL $m/$(basename "$d")"; failed=$((failed + 1))

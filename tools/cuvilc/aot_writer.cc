@@ -62,19 +62,23 @@ struct Member {
 // The glue object: the weights (as cuvil_weights), the tensor descriptors and the API functions
 // that forward to the runtime's cuvil_aot_run / cuvil_aot_arena_bytes with this model's
 // constant cuvil_aot_model (layout: runtime/aot/aot_abi.h).
-absl::StatusOr<std::string> EmitGlue(const CompiledModel& model, const std::string& name) {
+absl::StatusOr<std::string> EmitGlue(const CompiledModel& model, const std::string& name,
+                                     const std::string& target_triple) {
   static std::once_flag once;
   std::call_once(once, [] {
-    llvm::InitializeNativeTarget();
-    llvm::InitializeNativeTargetAsmPrinter();
+    llvm::InitializeAllTargetInfos();
+    llvm::InitializeAllTargets();
+    llvm::InitializeAllTargetMCs();
+    llvm::InitializeAllAsmPrinters();
   });
-  const std::string triple = llvm::sys::getProcessTriple();
+  const std::string triple = target_triple.empty() ? llvm::sys::getProcessTriple()
+                                                   : llvm::Triple::normalize(target_triple);
   std::string error;
   const llvm::Target* target = llvm::TargetRegistry::lookupTarget(triple, error);
   if (target == nullptr) return absl::InternalError(absl::StrCat("LLVM target lookup: ", error));
-  std::unique_ptr<llvm::TargetMachine> tm(
-      target->createTargetMachine(triple, "generic", "", llvm::TargetOptions(), llvm::Reloc::PIC_,
-                                  llvm::CodeModel::Small, llvm::CodeGenOptLevel::Default));
+  std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
+      triple, "generic", "", llvm::TargetOptions(), llvm::Reloc::PIC_, llvm::CodeModel::Small,
+      llvm::CodeGenOptLevel::Default));
   llvm::LLVMContext ctx;
   llvm::Module module(name + "_glue", ctx);
   module.setTargetTriple(triple);
@@ -394,7 +398,7 @@ absl::Status WriteAotLibrary(const CompiledModel& model, const AotOptions& optio
   }
   auto runtime = ReadRuntime(options.runtime_archive);
   if (!runtime.ok()) return runtime.status();
-  auto glue = EmitGlue(model, options.name);
+  auto glue = EmitGlue(model, options.name, options.target_triple);
   if (!glue.ok()) return glue.status();
   std::vector<Member> members;
   members.push_back({options.name + "_model.o", model.object_code});

@@ -17,6 +17,7 @@ struct AotOptions {
   std::string name;             // C identifier: libNAME.a, NAME.h, NAME_run, ...
   std::string runtime_archive;  // libcuvil_aot_runtime.a built for the model's target
   std::string source;           // the model's path, quoted in the header
+  std::string target_triple;    // the model's CompileOptions::target_triple (empty: the host)
 };
 
 // What WriteAotLibrary wrote. Thread-compatible value type.

@@ -5,7 +5,7 @@
 //   cuvilc compile MODEL.onnx [--emit-llvm FILE.ll] [--timings] [--jit-cache-dir DIR]
 //                  [--jit-cache-max-bytes N] [--no-jit-cache] [--compile-tier tiered|fast|full]
 //   cuvilc compile MODEL.onnx --aot OUT_DIR [--name NAME] [--target x86_64|aarch64|wasm32]
-//                  [--aot-runtime FILE]
+//                  [--cpu CPU] [--aot-runtime FILE]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -24,6 +24,7 @@
 #include "cuvil/compiler/tensor_file.h"
 #include "cuvil/jitcache/jit_engine.h"
 #include "cuvil/jitcache/object_cache.h"
+#include "llvm/TargetParser/Host.h"
 
 namespace cuvil {
 namespace {
@@ -40,11 +41,13 @@ constexpr char kUsage[] =
     "      compile; tiered: load the quick compile (total_ms is its time to ready), then compile\n"
     "      the full tier and swap its kernels in (tier_up_ms, tier_swap_us); a cached full\n"
     "      tier is loaded directly\n"
-    "  cuvilc compile MODEL.onnx --aot OUT_DIR [--name NAME] [--target T] [--aot-runtime FILE]\n"
+    "  cuvilc compile MODEL.onnx --aot OUT_DIR [--name NAME] [--target T] [--cpu CPU]\n"
+    "                 [--aot-runtime FILE]\n"
     "      writes OUT_DIR/libNAME.a (code, weights and runtime; links with -lm only) and\n"
-    "      OUT_DIR/NAME.h (its C API); NAME defaults to the model file's stem, T to the host\n"
-    "      (the only target so far); FILE defaults to ../lib/libcuvil_aot_runtime.a beside "
-    "cuvilc\n";
+    "      OUT_DIR/NAME.h (its C API); NAME defaults to the model file's stem; T: the host's\n"
+    "      architecture (default) or aarch64 (Linux, NEON); CPU: an LLVM CPU name (default: the\n"
+    "      host CPU, generic for aarch64); FILE defaults to the cuvil_aot_runtime archive for T\n"
+    "      in ../lib beside cuvilc\n";
 
 int Fail(const absl::Status& s) {
   std::string msg(s.message());
@@ -193,12 +196,12 @@ int Test(const std::vector<std::string>& args) {
   return failed == 0 ? 0 : 1;
 }
 
-// The runtime archive installed beside cuvilc: BIN/../lib/libcuvil_aot_runtime.a.
-std::string DefaultAotRuntime() {
+// A runtime archive installed beside cuvilc: BIN/../lib/FILE.
+std::string DefaultAotRuntime(const std::string& file) {
   std::error_code ec;
   std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return "libcuvil_aot_runtime.a";
-  return (exe.parent_path().parent_path() / "lib" / "libcuvil_aot_runtime.a").string();
+  if (ec) return file;
+  return (exe.parent_path().parent_path() / "lib" / file).string();
 }
 
 std::string HostArch() {
@@ -212,18 +215,26 @@ std::string HostArch() {
 }
 
 // cuvilc compile MODEL --aot DIR: an ahead-of-time library instead of a JIT load.
-int CompileAot(const std::string& model_path, const CompileOptions& options, AotOptions aot,
+int CompileAot(const std::string& model_path, CompileOptions options, AotOptions aot,
                const std::string& target) {
-  if (!target.empty() && target != HostArch()) {
-    if (target != "x86_64" && target != "aarch64" && target != "wasm32") {
-      return Usage(absl::StrCat("--target: one of x86_64, aarch64, wasm32, not '", target, "'"));
-    }
+  std::string runtime = "libcuvil_aot_runtime.a";
+  if (target.empty() || target == HostArch()) {
+    // The host's own CPU and features unless --cpu names another (e.g. x86-64-v3).
+    if (!options.target_cpu.empty()) options.target_triple = llvm::sys::getProcessTriple();
+  } else if (target == "aarch64") {
+    options.target_triple = "aarch64-unknown-linux-gnu";
+    if (options.target_features.empty()) options.target_features = "+neon";
+    runtime = "libcuvil_aot_runtime-aarch64.a";
+  } else if (target == "x86_64" || target == "wasm32") {
     return Fail(absl::UnimplementedError(absl::StrCat(
-        "--target ", target, ": only the host target (", HostArch(), ") is supported so far")));
+        "--target ", target, " is not supported yet on this ", HostArch(), " host")));
+  } else {
+    return Usage(absl::StrCat("--target: one of x86_64, aarch64, wasm32, not '", target, "'"));
   }
   if (aot.name.empty()) aot.name = std::filesystem::path(model_path).stem().string();
-  if (aot.runtime_archive.empty()) aot.runtime_archive = DefaultAotRuntime();
+  if (aot.runtime_archive.empty()) aot.runtime_archive = DefaultAotRuntime(runtime);
   aot.source = model_path;
+  aot.target_triple = options.target_triple;
   auto compiled = CompileOnnxFile(model_path, options);
   if (!compiled.ok()) return Fail(compiled.status());
   AotReport report;
@@ -262,6 +273,8 @@ int Compile(const std::vector<std::string>& args) {
       target = args[++i];
     } else if (args[i] == "--aot-runtime" && i + 1 < args.size()) {
       aot.runtime_archive = args[++i];
+    } else if (args[i] == "--cpu" && i + 1 < args.size()) {
+      options.target_cpu = args[++i];
     } else if (args[i] == "--emit-llvm" && i + 1 < args.size()) {
       options.emit_llvm_path = args[++i];
     } else if (args[i] == "--timings") {

@@ -69,6 +69,28 @@ absl::StatusOr<HostTarget> GetHostTarget() {
   return h;
 }
 
+// A target other than the host: every LLVM back end is registered on first use.
+absl::StatusOr<HostTarget> GetCrossTarget(const LowerOptions& o) {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeAllTargetInfos();
+    llvm::InitializeAllTargets();
+    llvm::InitializeAllTargetMCs();
+    llvm::InitializeAllAsmPrinters();
+  });
+  HostTarget t;
+  t.triple = llvm::Triple::normalize(o.target_triple);
+  t.cpu = o.target_cpu.empty() ? "generic" : o.target_cpu;
+  t.features = o.target_features;
+  std::string error;
+  t.target = llvm::TargetRegistry::lookupTarget(t.triple, error);
+  if (t.target == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown target '", o.target_triple, "': ", error));
+  }
+  return t;
+}
+
 std::unique_ptr<llvm::TargetMachine> MakeTargetMachine(const HostTarget& h, int opt_level) {
   llvm::TargetOptions options;
   options.AllowFPOpFusion = llvm::FPOpFusion::Fast;
@@ -314,7 +336,7 @@ int TargetVectorBits() {
 
 absl::Status LowerToObject(const ir::Graph& graph, const MemoryPlan& plan,
                            const LowerOptions& options, CompiledModel* model) {
-  auto host = GetHostTarget();
+  auto host = options.target_triple.empty() ? GetHostTarget() : GetCrossTarget(options);
   if (!host.ok()) return host.status();
   auto t0 = std::chrono::steady_clock::now();
   ModuleBuilder builder(graph, plan, *host);
@@ -343,7 +365,7 @@ absl::Status LowerToObject(const ir::Graph& graph, const MemoryPlan& plan,
   llvm::raw_svector_ostream os(buffer);
   llvm::legacy::PassManager pm;
   if (tm->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::ObjectFile)) {
-    return absl::InternalError("LLVM cannot emit object code for the host target");
+    return absl::InternalError(absl::StrCat("LLVM cannot emit object code for ", host->triple));
   }
   pm.run(module);
   model->object_code.assign(buffer.begin(), buffer.end());

@@ -14,6 +14,10 @@ namespace cuvil::codegen {
 struct LowerOptions {
   int opt_level = 3;
   std::string emit_llvm_path;
+  // Empty: the host (see CompileOptions::target_triple).
+  std::string target_triple;
+  std::string target_cpu;
+  std::string target_features;
 };
 
 // Widest float vector, in bits, that generated kernels are shaped for: 512 when the host has
@@ -23,7 +27,7 @@ struct LowerOptions {
 int TargetVectorBits();
 
 // Emits one kernel per node plus the entry point and function table, optimises them for the host
-// CPU and fills `model->object_code`, `model->kernels`, `model->cpu` and the codegen timings.
+// CPU (or options.target_triple) and fills `model->object_code`, `model->kernels`, `model->cpu` and the codegen timings.
 absl::Status LowerToObject(const ir::Graph& graph, const MemoryPlan& plan,
                            const LowerOptions& options, CompiledModel* model);
 

@@ -20,6 +20,13 @@ struct CompileOptions {
   std::string emit_llvm_path;
   // LLVM optimisation level 0..3.
   int opt_level = 3;
+  // The machine the code is for: an LLVM target triple ("aarch64-linux-gnu"), CPU and feature
+  // string. Empty triple: the host CPU with its features (what the JIT engine needs; code for
+  // another triple can only be written out, e.g. as an ahead-of-time library). An empty CPU means
+  // "generic".
+  std::string target_triple;
+  std::string target_cpu;
+  std::string target_features;
   // Filled with graph inputs that must be bound to constants (they determine shapes) when
   // compilation fails for that reason.
   std::vector<std::string>* needs_binding = nullptr;
