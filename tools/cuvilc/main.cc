@@ -226,8 +226,8 @@ int CompileAot(const std::string& model_path, CompileOptions options, AotOptions
     if (options.target_features.empty()) options.target_features = "+neon";
     runtime = "libcuvil_aot_runtime-aarch64.a";
   } else if (target == "x86_64" || target == "wasm32") {
-    return Fail(absl::UnimplementedError(absl::StrCat(
-        "--target ", target, " is not supported yet on this ", HostArch(), " host")));
+    return Fail(absl::UnimplementedError(
+        absl::StrCat("--target ", target, " is not supported yet on this ", HostArch(), " host")));
   } else {
     return Usage(absl::StrCat("--target: one of x86_64, aarch64, wasm32, not '", target, "'"));
   }
@@ -298,9 +298,9 @@ int Compile(const std::vector<std::string>& args) {
     }
   }
   if (model_path.empty()) return Usage("compile needs a model");
-  if (aot.out_dir.empty() &&
-      (!aot.name.empty() || !target.empty() || !aot.runtime_archive.empty())) {
-    return Usage("--name, --target and --aot-runtime need --aot OUT_DIR");
+  if (aot.out_dir.empty() && (!aot.name.empty() || !target.empty() ||
+                              !aot.runtime_archive.empty() || !options.target_cpu.empty())) {
+    return Usage("--name, --target, --cpu and --aot-runtime need --aot OUT_DIR");
   }
   if (!aot.out_dir.empty()) return CompileAot(model_path, options, aot, target);
   const bool use_cache = !no_cache && !cache_options.dir.empty();

@@ -27,7 +27,8 @@ struct LowerOptions {
 int TargetVectorBits();
 
 // Emits one kernel per node plus the entry point and function table, optimises them for the host
-// CPU (or options.target_triple) and fills `model->object_code`, `model->kernels`, `model->cpu` and the codegen timings.
+// CPU (or options.target_triple) and fills `model->object_code`, `model->kernels`, `model->cpu` and
+// the codegen timings.
 absl::Status LowerToObject(const ir::Graph& graph, const MemoryPlan& plan,
                            const LowerOptions& options, CompiledModel* model);
 
