@@ -315,8 +315,8 @@ std::string AotHeader(const CompiledModel& model, const std::string& name,
       "_run may be\n"
       " * called from any number of threads at once, each with its own arena. A call runs on the\n"
       " * calling thread only (no threads of its own). The model's intermediates live in the\n"
-      " * caller's arena; a few kernels (convolutions, sorting, recurrent ops) use small\n"
-      " * per-call or per-thread heap scratch from malloc.\n"
+      " * caller's arena; the convolution microkernel and a few ops (sorting, recurrent and\n"
+      " * control-flow ops, some GEMM packing) take per-call or per-thread heap scratch (malloc).\n"
       " */\n"
       "#ifndef ",
       upper, "_H_\n#define ", upper,
