@@ -80,9 +80,13 @@ double KlDivergence(const std::vector<double>& p, const std::vector<double>& q) 
 }
 
 float EntropyThreshold(const AbsHistogram& h, int levels) {
-  const auto& counts = h.counts();
-  const size_t n = counts.size();
   if (h.total() == 0 || levels < 1) return 0;
+  // The first bin holds the exact zeros a ReLU emits, a spike that says nothing about the range
+  // but dominates the divergence (spread over a merged group it favours ever smaller
+  // thresholds); like NVIDIA's pytorch-quantization, count it as its neighbour does.
+  std::vector<uint64_t> counts = h.counts();
+  const size_t n = counts.size();
+  if (n > 1) counts[0] = counts[1];
   const size_t q_bins = static_cast<size_t>(levels);
   if (n <= q_bins) return static_cast<float>(n) * h.bin_width();
   // Suffix sums: the mass beyond bin i, folded into the reference's last bin.

@@ -72,7 +72,8 @@ double KlDivergence(const std::vector<double>& p, const std::vector<double>& q);
 // folded into bin i-1, and the candidate is that distribution merged into `levels` quantization
 // bins and expanded back over the non-empty bins; returns i * bin_width for the i with the least
 // KL divergence. `levels` is the number of quantized magnitudes (128 for symmetric int8,
-// 255 for a non-negative tensor in uint8). 0 for an empty histogram.
+// 255 for a non-negative tensor in uint8). The first bin counts as the second does (it holds a
+// ReLU's zeros, whose spike would otherwise drive the threshold down). 0 for an empty histogram.
 float EntropyThreshold(const AbsHistogram& h, int levels);
 
 // The range to quantize a tensor over: minmax keeps `seen`; percentile and entropy clip both

@@ -76,6 +76,18 @@ TEST(CalibrationTest, EntropyClipsARareOutlier) {
   EXPECT_LE(t, 420.0f);
 }
 
+TEST(CalibrationTest, EntropyIgnoresTheZeroSpikeOfARelu) {
+  // Half the values are exact zeros (a ReLU's), the rest spread evenly over [0, 1000): nothing
+  // is an outlier, so the threshold stays near the top of the data.
+  AbsHistogram h(2048, 2048.0f);
+  std::vector<float> v(100000, 0.0f);
+  for (int i = 0; i < 1000; ++i) {
+    for (int c = 0; c < 100; ++c) v.push_back(static_cast<float>(i) + 0.5f);
+  }
+  h.Add(v.data(), v.size());
+  EXPECT_GE(EntropyThreshold(h, 255), 900.0f);
+}
+
 TEST(CalibrationTest, CalibratedRangeContainsZeroAndClipsBothEnds) {
   AbsHistogram h(100, 100.0f);
   std::vector<float> v;
