@@ -57,9 +57,9 @@ absl::StatusOr<AccuracyReport> MeasureAccuracy(
     }
   }
   for (size_t k = 0; k < float_names.size(); ++k) {
-    report.activation_sqnr_db[float_names[k]] =
-        noise[k] == 0 ? std::numeric_limits<double>::infinity()
-                      : 10.0 * std::log10(signal[k] / noise[k]);
+    report.activation_sqnr_db[float_names[k]] = noise[k] == 0
+                                                    ? std::numeric_limits<double>::infinity()
+                                                    : 10.0 * std::log10(signal[k] / noise[k]);
   }
   return report;
 }

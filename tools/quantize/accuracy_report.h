@@ -26,10 +26,9 @@ struct AccuracyReport {
 
 // Runs `float_model` and `quantized.model` on every set of `eval_sets`. Errors from compiling
 // or running either model.
-absl::StatusOr<AccuracyReport> MeasureAccuracy(JitEngine& engine,
-                                               const onnx::ModelProto& float_model,
-                                               const QuantizeResult& quantized,
-                                               const std::vector<std::vector<HostTensor>>& eval_sets);
+absl::StatusOr<AccuracyReport> MeasureAccuracy(
+    JitEngine& engine, const onnx::ModelProto& float_model, const QuantizeResult& quantized,
+    const std::vector<std::vector<HostTensor>>& eval_sets);
 
 }  // namespace cuvil::quantize
 

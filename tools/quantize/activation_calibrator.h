@@ -32,7 +32,8 @@ struct ActivationStats {
 
 // Runs `model` on every set of `input_sets` and calibrates each of `activations`: one pass for
 // min/max, then a second building |x| histograms over [0, max |x|] (which percentile and entropy
-// read, and which give every method its SQNR estimate). Tensors that are not float32 get no entry. Errors from compiling or running.
+// read, and which give every method its SQNR estimate). Tensors that are not float32 get no entry.
+// Errors from compiling or running.
 absl::StatusOr<std::map<std::string, ActivationStats>> CalibrateActivations(
     JitEngine& engine, const onnx::ModelProto& model, const std::vector<std::string>& activations,
     const std::vector<std::vector<HostTensor>>& input_sets, const CalibrationOptions& options,

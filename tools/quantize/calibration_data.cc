@@ -42,7 +42,8 @@ absl::StatusOr<std::vector<ModelInput>> ModelInputs(const onnx::ModelProto& mode
     auto dtype = DTypeFromOnnx(tt.elem_type());
     if (!dtype.ok()) return dtype.status();
     ModelInput mi{in.name(), *dtype, {}};
-    for (const auto& d : tt.shape().dim()) mi.shape.push_back(d.has_dim_value() ? d.dim_value() : -1);
+    for (const auto& d : tt.shape().dim())
+      mi.shape.push_back(d.has_dim_value() ? d.dim_value() : -1);
     out.push_back(std::move(mi));
   }
   return out;
@@ -87,9 +88,9 @@ absl::StatusOr<std::vector<std::vector<HostTensor>>> ReadCalibrationSets(
             absl::StrCat(d, ": no data for input '", inputs[i].name, "'"));
       }
       if (found->tensor.dtype() != inputs[i].dtype) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            d, ": input '", inputs[i].name, "' is ", DTypeName(found->tensor.dtype()),
-            ", the model takes ", DTypeName(inputs[i].dtype)));
+        return absl::InvalidArgumentError(
+            absl::StrCat(d, ": input '", inputs[i].name, "' is ", DTypeName(found->tensor.dtype()),
+                         ", the model takes ", DTypeName(inputs[i].dtype)));
       }
       set.push_back(found->tensor);
     }

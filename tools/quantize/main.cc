@@ -119,8 +119,8 @@ int Main(int argc, char** argv) {
   bytes << in.rdbuf();
   onnx::ModelProto model;
   if (!in || !model.ParseFromString(bytes.str())) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat(positional[0], ": cannot read an ONNX model")));
+    return Fail(
+        absl::InvalidArgumentError(absl::StrCat(positional[0], ": cannot read an ONNX model")));
   }
   if (auto s = CheckModel(model); !s.ok()) return Fail(s);
   auto inputs = ModelInputs(model);

@@ -11,9 +11,7 @@
 namespace cuvil::quantize {
 namespace {
 
-bool IsQuantizedOp(const std::string& op) {
-  return op == "Conv" || op == "MatMul" || op == "Gemm";
-}
+bool IsQuantizedOp(const std::string& op) { return op == "Conv" || op == "MatMul" || op == "Gemm"; }
 
 int DefaultOpset(const onnx::ModelProto& model) {
   for (const auto& op : model.opset_import()) {
@@ -39,7 +37,8 @@ float AttrFloat(const onnx::NodeProto& node, const std::string& name, float fall
   return a != nullptr && a->type() == onnx::AttributeProto::FLOAT ? a->f() : fallback;
 }
 
-// The float32 values of an initializer held inline; nullopt-like empty status otherwise.
+// The float32 values of an initializer held inline; FailedPrecondition for another dtype or
+// external data.
 absl::StatusOr<std::vector<float>> FloatValues(const onnx::TensorProto& t) {
   if (t.data_type() != onnx::TensorProto::FLOAT) {
     return absl::FailedPreconditionError("not float32");
@@ -76,16 +75,15 @@ onnx::TensorProto MakeTensor(const std::string& name, int32_t dtype, std::vector
   t.set_name(name);
   t.set_data_type(dtype);
   for (int64_t d : dims) t.add_dims(d);
-  t.set_raw_data(std::string(reinterpret_cast<const char*>(values.data()),
-                             values.size() * sizeof(T)));
+  t.set_raw_data(
+      std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T)));
   return t;
 }
 
-// Zero-point tensor of `type` holding `zp` (scalar when count is 0, else `count` copies).
+// Scalar zero-point tensor of `type` holding `zp`.
 onnx::TensorProto ZeroPointTensor(const std::string& name, ActivationType type, int32_t zp) {
   if (type == ActivationType::kUInt8) {
-    return MakeTensor<uint8_t>(name, onnx::TensorProto::UINT8, {},
-                               {static_cast<uint8_t>(zp)});
+    return MakeTensor<uint8_t>(name, onnx::TensorProto::UINT8, {}, {static_cast<uint8_t>(zp)});
   }
   return MakeTensor<int8_t>(name, onnx::TensorProto::INT8, {}, {static_cast<int8_t>(zp)});
 }
@@ -178,7 +176,8 @@ absl::StatusOr<QuantPlan> PlanQuantization(const onnx::ModelProto& model,
   for (const auto& n : g.node()) ids.insert(NodeId(n));
   for (const auto& t : g.initializer()) initializers.insert(t.name());
   for (const std::string& e : options.exclude) {
-    if (ids.count(e) == 0) return absl::InvalidArgumentError(absl::StrCat("no node named '", e, "'"));
+    if (ids.count(e) == 0)
+      return absl::InvalidArgumentError(absl::StrCat("no node named '", e, "'"));
   }
   QuantPlan plan;
   std::unordered_set<std::string> seen;
@@ -205,9 +204,6 @@ absl::StatusOr<RewriteResult> RewriteToQdq(onnx::ModelProto& model,
   for (int i = 0; i < g.initializer_size(); ++i) initializer_index[g.initializer(i).name()] = i;
   Namer namer(g);
   const ActivationType act = options.activation_type;
-  const int32_t act_dtype =
-      act == ActivationType::kUInt8 ? onnx::TensorProto::UINT8 : onnx::TensorProto::INT8;
-  (void)act_dtype;
 
   RewriteResult result;
   std::vector<onnx::TensorProto> new_initializers;
@@ -243,7 +239,6 @@ absl::StatusOr<RewriteResult> RewriteToQdq(onnx::ModelProto& model,
     }
     float input_scale = 0;
     std::vector<float> w_scales;
-    int w_axis = -1;
     for (int k = 0; k < 2; ++k) {
       const std::string& in = n.input(k);
       auto it = initializer_index.find(in);
@@ -259,8 +254,8 @@ absl::StatusOr<RewriteResult> RewriteToQdq(onnx::ModelProto& model,
           new_initializers.push_back(
               MakeTensor<float>(scale, onnx::TensorProto::FLOAT, {}, {pit->second.scale}));
           new_initializers.push_back(ZeroPointTensor(zp, act, pit->second.zero_point));
-          before[idx].push_back(
-              MakeNode("QuantizeLinear", namer.Make(in + "_QuantizeLinear"), {in, scale, zp}, q, -1));
+          before[idx].push_back(MakeNode("QuantizeLinear", namer.Make(in + "_QuantizeLinear"),
+                                         {in, scale, zp}, q, -1));
           before[idx].push_back(MakeNode("DequantizeLinear", namer.Make(in + "_DequantizeLinear"),
                                          {q, scale, zp}, dq, -1));
           result.dequantized[in] = dq;
@@ -284,7 +279,8 @@ absl::StatusOr<RewriteResult> RewriteToQdq(onnx::ModelProto& model,
         for (size_t d = static_cast<size_t>(axis) + 1; axis >= 0 && d < dims.size(); ++d)
           inner *= dims[d];
         for (size_t i = 0; i < restored.size(); ++i) {
-          size_t c = axis >= 0 ? (i / static_cast<size_t>(inner)) % static_cast<size_t>(dims[axis]) : 0;
+          size_t c =
+              axis >= 0 ? (i / static_cast<size_t>(inner)) % static_cast<size_t>(dims[axis]) : 0;
           restored[i] = static_cast<float>(qw->values[i]) * qw->scales[c];
         }
         sqnr = Sqnr(weight_values[k], restored);
@@ -294,11 +290,12 @@ absl::StatusOr<RewriteResult> RewriteToQdq(onnx::ModelProto& model,
         std::string scale = namer.Make(in + "_scale");
         std::string zp = namer.Make(in + "_zero_point");
         std::string dq = namer.Make(in + "_dequantized");
-        new_initializers.push_back(MakeTensor<int8_t>(qname, onnx::TensorProto::INT8, dims, qw->values));
+        new_initializers.push_back(
+            MakeTensor<int8_t>(qname, onnx::TensorProto::INT8, dims, qw->values));
         new_initializers.push_back(
             MakeTensor<float>(scale, onnx::TensorProto::FLOAT, param_dims, qw->scales));
-        new_initializers.push_back(MakeTensor<int8_t>(
-            zp, onnx::TensorProto::INT8, param_dims, std::vector<int8_t>(qw->scales.size(), 0)));
+        new_initializers.push_back(MakeTensor<int8_t>(zp, onnx::TensorProto::INT8, param_dims,
+                                                      std::vector<int8_t>(qw->scales.size(), 0)));
         before[idx].push_back(MakeNode("DequantizeLinear", namer.Make(in + "_DequantizeLinear"),
                                        {qname, scale, zp}, dq, axis));
         wit = weight_dq.emplace(key, std::make_pair(dq, qw->scales)).first;
@@ -309,14 +306,13 @@ absl::StatusOr<RewriteResult> RewriteToQdq(onnx::ModelProto& model,
         layer.weight_axis = axis;
         layer.weight_sqnr_db = sqnr;
         w_scales = wit->second.second;
-        w_axis = axis;
       }
     }
     // Bias: int32 with scale input_scale * weight_scale when X is an activation and W a weight.
-    bool bias_ok = options.int32_bias && n.input_size() >= 3 && !n.input(2).empty() &&
-                   input_scale > 0 && !w_scales.empty() &&
-                   (n.op_type() == "Conv" ||
-                    (n.op_type() == "Gemm" && AttrFloat(n, "beta", 1.0f) == 1.0f));
+    bool bias_ok =
+        options.int32_bias && n.input_size() >= 3 && !n.input(2).empty() && input_scale > 0 &&
+        !w_scales.empty() &&
+        (n.op_type() == "Conv" || (n.op_type() == "Gemm" && AttrFloat(n, "beta", 1.0f) == 1.0f));
     if (bias_ok) {
       auto bit = initializer_index.find(n.input(2));
       absl::StatusOr<std::vector<float>> bias = absl::NotFoundError("not an initializer");
@@ -346,8 +342,8 @@ absl::StatusOr<RewriteResult> RewriteToQdq(onnx::ModelProto& model,
           std::string scale = namer.Make(in + "_scale");
           std::string zp = namer.Make(in + "_zero_point");
           std::string dq = namer.Make(in + "_dequantized");
-          new_initializers.push_back(MakeTensor<int32_t>(
-              qname, onnx::TensorProto::INT32, {static_cast<int64_t>(q.size())}, q));
+          new_initializers.push_back(MakeTensor<int32_t>(qname, onnx::TensorProto::INT32,
+                                                         {static_cast<int64_t>(q.size())}, q));
           new_initializers.push_back(
               MakeTensor<float>(scale, onnx::TensorProto::FLOAT, param_dims, b_scales));
           new_initializers.push_back(MakeTensor<int32_t>(zp, onnx::TensorProto::INT32, param_dims,
@@ -359,7 +355,6 @@ absl::StatusOr<RewriteResult> RewriteToQdq(onnx::ModelProto& model,
         }
       }
     }
-    (void)w_axis;
     result.layers.push_back(std::move(layer));
   }
 

@@ -15,8 +15,8 @@
 namespace cuvil::quantize {
 namespace {
 
-void AddFloat(onnx::GraphProto& g, const std::string& name, std::vector<int64_t> dims,
-              float start, float step) {
+void AddFloat(onnx::GraphProto& g, const std::string& name, std::vector<int64_t> dims, float start,
+              float step) {
   onnx::TensorProto* t = g.add_initializer();
   t->set_name(name);
   t->set_data_type(onnx::TensorProto::FLOAT);

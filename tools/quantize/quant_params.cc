@@ -18,8 +18,8 @@ QuantParams ActivationParams(Range r, ActivationType type) {
   double zp = std::nearbyint(static_cast<double>(qmin) - lo / scale);
   QuantParams p;
   p.scale = static_cast<float>(scale);
-  p.zero_point = static_cast<int32_t>(std::clamp(zp, static_cast<double>(qmin),
-                                                 static_cast<double>(qmax)));
+  p.zero_point =
+      static_cast<int32_t>(std::clamp(zp, static_cast<double>(qmin), static_cast<double>(qmax)));
   return p;
 }
 
