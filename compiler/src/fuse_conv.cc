@@ -212,6 +212,19 @@ bool FuseActivations(ir::Graph& graph) {
   return !dead.empty();
 }
 
+// Channels below which the Winograd transforms cost more than the multiplies they save.
+constexpr int64_t kWinogradMinChannels = 16;
+
+// A 3x3, stride-1, undilated, ungrouped Conv with enough channels: Winograd F(2x2, 3x3) does
+// 16 / 36 of its multiplies (the runtime handles any padding and output size).
+bool WinogradPays(const ir::Node& conv, int64_t groups, int64_t c, int64_t m) {
+  const std::vector<int64_t> one = {1, 1};
+  const std::vector<int64_t>& shape = conv.inputs[1]->constant->shape();
+  return groups == 1 && shape.size() == 4 && shape[2] == 3 && shape[3] == 3 &&
+         conv.attr_ints("strides", one) == one && conv.attr_ints("dilations", one) == one &&
+         c >= kWinogradMinChannels && m >= kWinogradMinChannels;
+}
+
 // Packs the weights of every eligible Conv (depthwise ones keep ONNX's layout).
 absl::Status PackWeights(ir::Graph& graph) {
   for (auto& node : graph.mutable_nodes()) {
@@ -236,6 +249,15 @@ absl::Status PackWeights(ir::Graph& graph) {
     const int64_t c = conv->inputs[0]->type.shape[1].coef, m = w.shape()[0];
     if (groups == c && groups == m && w.shape()[1] == 1) {
       conv->attrs["ukernel"] = int64_t{2};
+      continue;
+    }
+    if (WinogradPays(*conv, groups, c, m)) {
+      const int64_t size = cuvil_uk_winograd_weights_size(m, c);
+      if (size < 0) return absl::InvalidArgumentError(conv->Describe() + ": weights too large");
+      HostTensor packed(DType::kFloat32, {size});
+      cuvil_uk_pack_winograd_weights(w.data_as<float>(), m, c, packed.data_as<float>());
+      conv->inputs[1] = NewConstant(graph, conv->inputs[1]->name + ".winograd", std::move(packed));
+      conv->attrs["ukernel"] = int64_t{3};
       continue;
     }
     const int64_t k = w.num_elements() / m;

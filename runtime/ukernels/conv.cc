@@ -20,6 +20,7 @@
 #include "cuvil/runtime/parallel.h"
 #include "cuvil/runtime/ukernels.h"
 #include "ukernel_table.h"
+#include "winograd.h"
 
 namespace cuvil::uk {
 namespace {
@@ -450,7 +451,9 @@ void Conv2d(const Table& t, const cuvil_uk_conv_params& p, const float* x, const
             const float* bias, const float* residual, float* y, int64_t batch, float alpha,
             float beta) {
   if (batch <= 0) return;
-  if ((p.flags & CUVIL_UK_CONV_DEPTHWISE) != 0) {
+  if ((p.flags & CUVIL_UK_CONV_WINOGRAD) != 0) {
+    ConvWinograd(t, p, x, w, bias, residual, y, batch, alpha, beta);
+  } else if ((p.flags & CUVIL_UK_CONV_DEPTHWISE) != 0) {
     ConvDepthwise(t, p, x, w, bias, residual, y, batch, alpha, beta);
   } else {
     ConvGemm(t, p, x, w, bias, residual, y, batch, alpha, beta);

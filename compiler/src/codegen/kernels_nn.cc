@@ -241,7 +241,9 @@ absl::Status EmitConvUkernel(KernelContext& k) {
   p.pad_left = w.pads[1];
   p.groups = n.attr_int("group", 1);
   p.activation = n.attr_int("fused_act", CUVIL_UK_ACT_NONE);
-  p.flags = kind == 2 ? CUVIL_UK_CONV_DEPTHWISE : CUVIL_UK_CONV_PACKED;
+  p.flags = kind == 2   ? CUVIL_UK_CONV_DEPTHWISE
+            : kind == 3 ? CUVIL_UK_CONV_WINOGRAD
+                        : CUVIL_UK_CONV_PACKED;
   static_assert(sizeof(cuvil_uk_conv_params) == 17 * sizeof(int64_t));
   const int64_t* fields = &p.channels;
   std::vector<uint64_t> words(fields, fields + 17);

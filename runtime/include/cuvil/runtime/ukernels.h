@@ -39,6 +39,9 @@ struct cuvil_uk_conv_params {
 inline constexpr int64_t CUVIL_UK_CONV_PACKED = 1;
 // groups == channels == out_channels: the per-channel kernel; w is ONNX's [C, 1, KH, KW].
 inline constexpr int64_t CUVIL_UK_CONV_DEPTHWISE = 2;
+// A 3x3, stride-1, undilated, ungrouped conv computed by Winograd F(2x2, 3x3); w is packed by
+// cuvil_uk_pack_winograd_weights.
+inline constexpr int64_t CUVIL_UK_CONV_WINOGRAD = 4;
 
 // y = act(conv(x, w) + bias + residual) for `batch` images. bias ([M]) and residual (y's shape)
 // may be null; y must not overlap x, bias or residual. Splits the work over the calling thread's
@@ -55,6 +58,15 @@ int64_t cuvil_uk_packed_conv_weights_size(int64_t groups, int64_t mg, int64_t k)
 // per group, panels of CUVIL_UK_MR output channels stored [k][MR], zero padded. Reentrant.
 void cuvil_uk_pack_conv_weights(const float* w, int64_t groups, int64_t mg, int64_t k,
                                 float* packed);
+
+// Floats that cuvil_uk_pack_winograd_weights writes for `m` output and `c` input channels; -1 on
+// overflow.
+int64_t cuvil_uk_winograd_weights_size(int64_t m, int64_t c);
+
+// Packs ONNX's [M, C, 3, 3] weights for CUVIL_UK_CONV_WINOGRAD: the 16 transformed positions
+// t of G g G^T, each as GEMM panels of CUVIL_UK_MR output channels stored [c][MR], zero padded
+// (t-major). Reentrant.
+void cuvil_uk_pack_winograd_weights(const float* w, int64_t m, int64_t c, float* packed);
 
 // Geometry of a 2-D NCHW max pool over independent [H][W] planes. Thread-compatible (plain data).
 struct cuvil_uk_pool_params {

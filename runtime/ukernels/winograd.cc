@@ -1,0 +1,367 @@
+// Winograd F(2x2, 3x3) convolution for 3x3 stride-1 undilated ungrouped layers.
+//
+// Every 2x2 output tile comes from a 4x4 input patch d: Y = A^T [sum_c (G g G^T) . (B^T d B)] A.
+// The 16 elementwise products summed over input channels are 16 GEMMs
+//   M[t][m][q] = sum_c U[t][m][c] * V[t][c][q]   (t < 16, q over the 2x2 tiles)
+// run on the tier's GEMM tile (B[c][q] = V + c * ldv + q), so a 3x3 layer does 16 / 36 of the
+// direct multiply count. The weight transform U is done once at compile time
+// (cuvil_uk_pack_winograd_weights). Per chunk of images, one parallel region runs three phases:
+// the input transform (one (image, channel) per item), the 16 GEMMs (blocks of output channels and
+// tiles) and the output transform with the epilogue (one (image, output channel) per item). The
+// transforms need only adds: every row is split into even and odd columns first, so tile i's four
+// columns are E[i], O[i], E[i + 1], O[i + 1] and each step is a contiguous vector loop.
+#include "winograd.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "cuvil/runtime/parallel.h"
+#include "cuvil/runtime/ukernels.h"
+
+namespace cuvil::uk {
+namespace {
+
+constexpr int64_t kTaps = 16;  // 4x4 transformed positions
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// A per-thread growable 64-byte aligned buffer. Thread-compatible: each thread owns its own.
+class Buffer {
+ public:
+  ~Buffer() { std::free(data_); }
+  float* Get(size_t floats) {
+    if (floats > capacity_) {
+      std::free(data_);
+      capacity_ = (floats + 15) / 16 * 16;
+      data_ = static_cast<float*>(std::aligned_alloc(64, capacity_ * sizeof(float)));
+      if (data_ == nullptr) std::abort();  // Out of memory in generated code: nothing to unwind.
+    }
+    return data_;
+  }
+
+ private:
+  float* data_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+enum Slot { kSlotV, kSlotM, kSlotRows, kNumSlots };
+
+float* Scratch(Slot slot, size_t floats) {
+  thread_local Buffer buffers[kNumSlots];
+  return buffers[slot].Get(floats);
+}
+
+void CpuRelax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#endif
+}
+
+// Multiply-adds below which a second thread does not pay (as in conv.cc).
+constexpr int64_t kMinWorkPerThread = int64_t{1} << 21;
+
+// Runs phase 0's items, then phase 1's, then phase 2's on up to the intra-op threads in one
+// parallel region. Items are claimed one at a time; a thread that runs out of a phase's items
+// waits until every item of it is done. A thread that arrives late finds the early phases done.
+template <typename F0, typename F1, typename F2>
+void RunPhases(int64_t total_cost, int64_t n0, F0&& f0, int64_t n1, F1&& f1, int64_t n2, F2&& f2) {
+  const int64_t worth = std::max<int64_t>(1, total_cost / kMinWorkPerThread);
+  const int64_t workers =
+      std::min<int64_t>(worth, static_cast<int64_t>(cuvil::IntraOpThreads()));
+  if (workers <= 1) {
+    for (int64_t i = 0; i < n0; ++i) f0(i);
+    for (int64_t i = 0; i < n1; ++i) f1(i);
+    for (int64_t i = 0; i < n2; ++i) f2(i);
+    return;
+  }
+  struct alignas(64) Counter {
+    std::atomic<int64_t> v{0};
+  };
+  Counter next[3], done[3];
+  const int64_t counts[3] = {n0, n1, n2};
+  auto run = [&](int phase, auto& f) {
+    int64_t mine = 0;
+    for (int64_t i = next[phase].v.fetch_add(1, std::memory_order_relaxed); i < counts[phase];
+         i = next[phase].v.fetch_add(1, std::memory_order_relaxed)) {
+      f(i);
+      ++mine;
+    }
+    if (mine > 0) done[phase].v.fetch_add(mine, std::memory_order_acq_rel);
+    while (done[phase].v.load(std::memory_order_acquire) < counts[phase]) CpuRelax();
+  };
+  auto body = [&](int64_t, int64_t) {
+    run(0, f0);
+    run(1, f1);
+    run(2, f2);
+  };
+  using Body = decltype(body);
+  cuvil_rt_parallel_for(
+      workers, CeilDiv(total_cost, workers),
+      [](void* ctx, int64_t b, int64_t e) { (*static_cast<Body*>(ctx))(b, e); }, &body);
+}
+
+// Geometry of one layer's tiling.
+struct Tiling {
+  int64_t tx, ty;    // tiles per output row / column
+  int64_t phase_w;   // length of an even or odd row: tx + 1
+  int64_t per_image;  // tx * ty
+};
+
+Tiling PlanTiling(const cuvil_uk_conv_params& p) {
+  Tiling t;
+  t.tx = CeilDiv(p.out_width, 2);
+  t.ty = CeilDiv(p.out_height, 2);
+  t.phase_w = t.tx + 1;
+  t.per_image = t.tx * t.ty;
+  return t;
+}
+
+// Even (px = 0) or odd (px = 1) columns of padded input row iy (zero outside the input).
+void PhaseRow(const Table& tb, const cuvil_uk_conv_params& p, const Tiling& tl, const float* x,
+              int64_t iy, int64_t px, float* dst) {
+  const int64_t n = tl.phase_w;
+  if (iy < 0 || iy >= p.height) {
+    std::memset(dst, 0, n * sizeof(float));
+    return;
+  }
+  // Padded column 2j + px is input column 2j + px - PL.
+  const int64_t j0 = std::clamp<int64_t>(CeilDiv(std::max<int64_t>(p.pad_left - px, 0), 2), 0, n);
+  const int64_t j1 = std::clamp<int64_t>(CeilDiv(p.width + p.pad_left - px, 2), j0, n);
+  if (j0 >= j1) {
+    std::memset(dst, 0, n * sizeof(float));
+    return;
+  }
+  tb.pad_row(dst, n, x + iy * p.width + (2 * j0 + px - p.pad_left), j0, j1, 2);
+}
+
+// V[t][c][q0 + i] for the tx tiles of one tile row from the four input rows' even/odd columns
+// (e[r], o[r]). Plain loops over i: the compiler vectorises them.
+[[gnu::target_clones("avx2", "default")]] void InputTransformRow(const float* const* e,
+                                                                   const float* const* o,
+                                                                   int64_t tx, float* v,
+                                                                   int64_t t_stride) {
+  // Vertical pass (B^T d) on the even and odd halves: rows k0 = d0 - d2, k1 = d1 + d2,
+  // k2 = d2 - d1, k3 = d1 - d3; then the horizontal pass on columns X0..X3 of each row.
+  constexpr int64_t kChunk = 64;
+  float te[4][kChunk + 1], to[4][kChunk + 1];
+  for (int64_t i0 = 0; i0 < tx; i0 += kChunk) {
+    const int64_t n = std::min(kChunk, tx - i0);
+    for (int64_t i = 0; i <= n; ++i) {
+      const int64_t j = i0 + i;
+      te[0][i] = e[0][j] - e[2][j];
+      te[1][i] = e[1][j] + e[2][j];
+      te[2][i] = e[2][j] - e[1][j];
+      te[3][i] = e[1][j] - e[3][j];
+      to[0][i] = o[0][j] - o[2][j];
+      to[1][i] = o[1][j] + o[2][j];
+      to[2][i] = o[2][j] - o[1][j];
+      to[3][i] = o[1][j] - o[3][j];
+    }
+    for (int k = 0; k < 4; ++k) {
+      float* v0 = v + (4 * k + 0) * t_stride + i0;
+      float* v1 = v + (4 * k + 1) * t_stride + i0;
+      float* v2 = v + (4 * k + 2) * t_stride + i0;
+      float* v3 = v + (4 * k + 3) * t_stride + i0;
+      const float* ek = te[k];
+      const float* ok = to[k];
+      for (int64_t i = 0; i < n; ++i) {
+        v0[i] = ek[i] - ek[i + 1];
+        v1[i] = ok[i] + ek[i + 1];
+        v2[i] = ek[i + 1] - ok[i];
+        v3[i] = ok[i] - ok[i + 1];
+      }
+    }
+  }
+}
+
+// The two output rows (even and odd columns: y0e, y0o, y1e, y1o, tx each) of one tile row from
+// M[t][q0 + i] (row t at m + t * t_stride).
+[[gnu::target_clones("avx2", "default")]] void OutputTransformRow(const float* m,
+                                                                    int64_t t_stride, int64_t tx,
+                                                                    float* y0e, float* y0o,
+                                                                    float* y1e, float* y1o) {
+  for (int64_t i = 0; i < tx; ++i) {
+    float s0[4], s1[4];
+    for (int j = 0; j < 4; ++j) {
+      const float a0 = m[(0 + j) * t_stride + i], a1 = m[(4 + j) * t_stride + i];
+      const float a2 = m[(8 + j) * t_stride + i], a3 = m[(12 + j) * t_stride + i];
+      s0[j] = a0 + a1 + a2;
+      s1[j] = a1 - a2 - a3;
+    }
+    y0e[i] = s0[0] + s0[1] + s0[2];
+    y0o[i] = s0[1] - s0[2] - s0[3];
+    y1e[i] = s1[0] + s1[1] + s1[2];
+    y1o[i] = s1[1] - s1[2] - s1[3];
+  }
+}
+
+// dst[2i] = e[i], dst[2i + 1] = o[i] for 2i (+ 1) < n.
+void Interleave(const float* e, const float* o, int64_t n, float* dst) {
+  int64_t i = 0;
+  for (; 2 * i + 1 < n; ++i) {
+    dst[2 * i] = e[i];
+    dst[2 * i + 1] = o[i];
+  }
+  if (2 * i < n) dst[2 * i] = e[i];
+}
+
+// Panels of kMR output channels and tiles per GEMM task, reduction rows per pass.
+constexpr int64_t kPanelsPerTask = 8;
+constexpr int64_t kTilesPerTask = 8;
+constexpr int64_t kReduction = 256;
+// Tiles per chunk: enough to fill the GEMM tiles (small late layers combine images), few enough
+// that V and M stay near the cache.
+constexpr int64_t kChunkTiles = 256;
+
+}  // namespace
+
+bool WinogradEligible(const cuvil_uk_conv_params& p) {
+  return p.kernel_h == 3 && p.kernel_w == 3 && p.stride_h == 1 && p.stride_w == 1 &&
+         p.dilation_h == 1 && p.dilation_w == 1 && p.groups == 1 && p.out_height >= 1 &&
+         p.out_width >= 1 && p.pad_top >= 0 && p.pad_left >= 0;
+}
+
+void ConvWinograd(const Table& tb, const cuvil_uk_conv_params& p, const float* x, const float* u,
+                  const float* bias, const float* residual, float* y, int64_t batch, float alpha,
+                  float beta) {
+  const Tiling tl = PlanTiling(p);
+  const int64_t c_dim = p.channels, m_dim = p.out_channels;
+  const int64_t panels = CeilDiv(m_dim, kMR);
+  const int64_t in_plane = p.height * p.width, out_plane = p.out_height * p.out_width;
+  const int64_t images_per_chunk =
+      std::clamp<int64_t>(kChunkTiles / std::max<int64_t>(tl.per_image, 1), 1, batch);
+  const Epilogue base_ep{nullptr, nullptr, p.activation, alpha, beta};
+  const int64_t k_block = CeilDiv(c_dim, CeilDiv(c_dim, kReduction));
+  std::vector<int64_t> off(c_dim);
+
+  for (int64_t n0 = 0; n0 < batch; n0 += images_per_chunk) {
+    const int64_t images = std::min(images_per_chunk, batch - n0);
+    const int64_t q_dim = images * tl.per_image;  // tile columns of this chunk
+    const int64_t ld = q_dim;
+    for (int64_t c = 0; c < c_dim; ++c) off[c] = c * ld;
+    // V[t][c][q], M[t][m][q].
+    float* v = Scratch(kSlotV, static_cast<size_t>(kTaps * c_dim * ld));
+    float* mm = Scratch(kSlotM, static_cast<size_t>(kTaps * m_dim * ld));
+    const int64_t n_tiles = CeilDiv(q_dim, tb.nr);
+    const int64_t tiles_per_task = std::min(kTilesPerTask, n_tiles);
+    const int64_t q_blocks = CeilDiv(n_tiles, tiles_per_task);
+    const int64_t m_blocks = CeilDiv(panels, kPanelsPerTask);
+    const int64_t gemm_tasks = kTaps * m_blocks * q_blocks;
+    const int64_t total_cost = kTaps * m_dim * c_dim * q_dim;
+
+    auto input_item = [&](int64_t item) {
+      const int64_t img = item / c_dim, c = item % c_dim;
+      const float* xc = x + ((n0 + img) * c_dim + c) * in_plane;
+      float* rows = Scratch(kSlotRows, static_cast<size_t>(8 * tl.phase_w));
+      const float* e[4];
+      const float* o[4];
+      for (int64_t ty = 0; ty < tl.ty; ++ty) {
+        for (int r = 0; r < 4; ++r) {
+          const int64_t iy = 2 * ty + r - p.pad_top;
+          float* er = rows + (2 * r) * tl.phase_w;
+          float* orow = rows + (2 * r + 1) * tl.phase_w;
+          PhaseRow(tb, p, tl, xc, iy, 0, er);
+          PhaseRow(tb, p, tl, xc, iy, 1, orow);
+          e[r] = er;
+          o[r] = orow;
+        }
+        InputTransformRow(e, o, tl.tx, v + c * ld + img * tl.per_image + ty * tl.tx, c_dim * ld);
+      }
+    };
+    auto gemm_item = [&](int64_t task) {
+      const int64_t qb = task % q_blocks, rest = task / q_blocks;
+      const int64_t mb = rest % m_blocks, t = rest / m_blocks;
+      const int64_t tq0 = qb * tiles_per_task, tq1 = std::min(n_tiles, tq0 + tiles_per_task);
+      const int64_t p0 = mb * kPanelsPerTask, p1 = std::min(panels, p0 + kPanelsPerTask);
+      const float* vt = v + t * c_dim * ld;
+      float* mt = mm + t * m_dim * ld;
+      for (int64_t kp = 0; kp < c_dim; kp += k_block) {
+        const int64_t kc = std::min(k_block, c_dim - kp);
+        for (int64_t tq = tq0; tq < tq1; ++tq) {
+          const int64_t q = tq * tb.nr, nr = std::min(tb.nr, q_dim - q);
+          for (int64_t pp = p0; pp < p1; ++pp) {
+            const int64_t m = pp * kMR, mr = std::min(kMR, m_dim - m);
+            const float* a = u + ((t * panels + pp) * c_dim + kp) * kMR;
+            tb.gemm_tile(kc, a, vt + q, off.data() + kp, mt + m * ld + q, ld, mr, nr, kp > 0,
+                         nullptr);
+          }
+        }
+      }
+    };
+    auto output_item = [&](int64_t item) {
+      const int64_t img = item / m_dim, m = item % m_dim;
+      float* rows = Scratch(kSlotRows, static_cast<size_t>(4 * tl.tx + 2 * tl.tx + 2));
+      float* y0e = rows;
+      float* y0o = rows + tl.tx;
+      float* y1e = rows + 2 * tl.tx;
+      float* y1o = rows + 3 * tl.tx;
+      float* line = rows + 4 * tl.tx;
+      const float b = bias != nullptr ? bias[m] : 0.0f;
+      const int64_t out_base = ((n0 + img) * m_dim + m) * out_plane;
+      for (int64_t ty = 0; ty < tl.ty; ++ty) {
+        OutputTransformRow(mm + m * ld + img * tl.per_image + ty * tl.tx, m_dim * ld, tl.tx, y0e,
+                           y0o, y1e, y1o);
+        for (int r = 0; r < 2; ++r) {
+          const int64_t oy = 2 * ty + r;
+          if (oy >= p.out_height) break;
+          Interleave(r == 0 ? y0e : y1e, r == 0 ? y0o : y1o, p.out_width, line);
+          const int64_t idx = out_base + oy * p.out_width;
+          tb.epilogue_row(y + idx, line, p.out_width, b,
+                          residual != nullptr ? residual + idx : nullptr, base_ep);
+        }
+      }
+    };
+    RunPhases(total_cost, images * c_dim, input_item, gemm_tasks, gemm_item, images * m_dim,
+              output_item);
+  }
+}
+
+}  // namespace cuvil::uk
+
+extern "C" {
+
+int64_t cuvil_uk_winograd_weights_size(int64_t m, int64_t c) {
+  const int64_t panels = (m + CUVIL_UK_MR - 1) / CUVIL_UK_MR;
+  int64_t out = 0;
+  if (m < 0 || c < 0 || __builtin_mul_overflow(panels, c, &out) ||
+      __builtin_mul_overflow(out, CUVIL_UK_MR * cuvil::uk::kTaps, &out)) {
+    return -1;
+  }
+  return out;
+}
+
+void cuvil_uk_pack_winograd_weights(const float* w, int64_t m, int64_t c, float* packed) {
+  using cuvil::uk::kTaps;
+  const int64_t panels = (m + CUVIL_UK_MR - 1) / CUVIL_UK_MR;
+  // G = [[1, 0, 0], [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0, 0, 1]]; U = G g G^T in double.
+  static constexpr double kG[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+  std::memset(packed, 0, static_cast<size_t>(kTaps * panels * c * CUVIL_UK_MR) * sizeof(float));
+  for (int64_t mi = 0; mi < m; ++mi) {
+    const int64_t pp = mi / CUVIL_UK_MR, lane = mi % CUVIL_UK_MR;
+    for (int64_t ci = 0; ci < c; ++ci) {
+      const float* g = w + (mi * c + ci) * 9;
+      double gt[4][3];  // G g
+      for (int k = 0; k < 4; ++k) {
+        for (int j = 0; j < 3; ++j) {
+          gt[k][j] = kG[k][0] * g[j] + kG[k][1] * g[3 + j] + kG[k][2] * g[6 + j];
+        }
+      }
+      for (int k = 0; k < 4; ++k) {
+        for (int l = 0; l < 4; ++l) {
+          const double val = gt[k][0] * kG[l][0] + gt[k][1] * kG[l][1] + gt[k][2] * kG[l][2];
+          const int64_t t = 4 * k + l;
+          packed[((t * panels + pp) * c + ci) * CUVIL_UK_MR + lane] = static_cast<float>(val);
+        }
+      }
+    }
+  }
+}
+
+}  // extern "C"

@@ -1,0 +1,21 @@
+// Private: the Winograd F(2x2, 3x3) convolution driver (winograd.cc).
+#ifndef CUVIL_RUNTIME_UKERNELS_WINOGRAD_H_
+#define CUVIL_RUNTIME_UKERNELS_WINOGRAD_H_
+
+#include "cuvil/runtime/ukernels.h"
+#include "ukernel_table.h"
+
+namespace cuvil::uk {
+
+// True for the geometry ConvWinograd computes: 3x3, stride 1, dilation 1, one group.
+bool WinogradEligible(const cuvil_uk_conv_params& p);
+
+// cuvil_uk_conv2d for a CUVIL_UK_CONV_WINOGRAD layer on table `t`: u is packed by
+// cuvil_uk_pack_winograd_weights; p must be WinogradEligible. Reentrant.
+void ConvWinograd(const Table& t, const cuvil_uk_conv_params& p, const float* x, const float* u,
+                  const float* bias, const float* residual, float* y, int64_t batch, float alpha,
+                  float beta);
+
+}  // namespace cuvil::uk
+
+#endif  // CUVIL_RUNTIME_UKERNELS_WINOGRAD_H_
