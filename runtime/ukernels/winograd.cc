@@ -73,8 +73,7 @@ constexpr int64_t kMinWorkPerThread = int64_t{1} << 21;
 template <typename F0, typename F1, typename F2>
 void RunPhases(int64_t total_cost, int64_t n0, F0&& f0, int64_t n1, F1&& f1, int64_t n2, F2&& f2) {
   const int64_t worth = std::max<int64_t>(1, total_cost / kMinWorkPerThread);
-  const int64_t workers =
-      std::min<int64_t>(worth, static_cast<int64_t>(cuvil::IntraOpThreads()));
+  const int64_t workers = std::min<int64_t>(worth, static_cast<int64_t>(cuvil::IntraOpThreads()));
   if (workers <= 1) {
     for (int64_t i = 0; i < n0; ++i) f0(i);
     for (int64_t i = 0; i < n1; ++i) f1(i);
@@ -109,8 +108,8 @@ void RunPhases(int64_t total_cost, int64_t n0, F0&& f0, int64_t n1, F1&& f1, int
 
 // Geometry of one layer's tiling.
 struct Tiling {
-  int64_t tx, ty;    // tiles per output row / column
-  int64_t phase_w;   // length of an even or odd row: tx + 1
+  int64_t tx, ty;     // tiles per output row / column
+  int64_t phase_w;    // length of an even or odd row: tx + 1
   int64_t per_image;  // tx * ty
 };
 
@@ -144,9 +143,8 @@ void PhaseRow(const Table& tb, const cuvil_uk_conv_params& p, const Tiling& tl, 
 // V[t][c][q0 + i] for the tx tiles of one tile row from the four input rows' even/odd columns
 // (e[r], o[r]). Plain loops over i: the compiler vectorises them.
 [[gnu::target_clones("avx2", "default")]] void InputTransformRow(const float* const* e,
-                                                                   const float* const* o,
-                                                                   int64_t tx, float* v,
-                                                                   int64_t t_stride) {
+                                                                 const float* const* o, int64_t tx,
+                                                                 float* v, int64_t t_stride) {
   // Vertical pass (B^T d) on the even and odd halves: rows k0 = d0 - d2, k1 = d1 + d2,
   // k2 = d2 - d1, k3 = d1 - d3; then the horizontal pass on columns X0..X3 of each row.
   constexpr int64_t kChunk = 64;
@@ -183,10 +181,10 @@ void PhaseRow(const Table& tb, const cuvil_uk_conv_params& p, const Tiling& tl, 
 
 // The two output rows (even and odd columns: y0e, y0o, y1e, y1o, tx each) of one tile row from
 // M[t][q0 + i] (row t at m + t * t_stride).
-[[gnu::target_clones("avx2", "default")]] void OutputTransformRow(const float* m,
-                                                                    int64_t t_stride, int64_t tx,
-                                                                    float* y0e, float* y0o,
-                                                                    float* y1e, float* y1o) {
+[[gnu::target_clones("avx2", "default")]] void OutputTransformRow(const float* m, int64_t t_stride,
+                                                                  int64_t tx, float* y0e,
+                                                                  float* y0o, float* y1e,
+                                                                  float* y1o) {
   for (int64_t i = 0; i < tx; ++i) {
     float s0[4], s1[4];
     for (int j = 0; j < 4; ++j) {
@@ -216,9 +214,10 @@ void Interleave(const float* e, const float* o, int64_t n, float* dst) {
 constexpr int64_t kPanelsPerTask = 8;
 constexpr int64_t kTilesPerTask = 8;
 constexpr int64_t kReduction = 256;
-// Tiles per chunk: enough to fill the GEMM tiles (small late layers combine images), few enough
-// that V and M stay near the cache.
-constexpr int64_t kChunkTiles = 256;
+// Floats of V and M per chunk (about the L2 cache), and tiles per chunk at least (small late
+// layers combine images to fill the GEMM tiles).
+constexpr int64_t kChunkFloats = 128 * 1024;
+constexpr int64_t kMinChunkTiles = 64;
 
 }  // namespace
 
@@ -235,15 +234,23 @@ void ConvWinograd(const Table& tb, const cuvil_uk_conv_params& p, const float* x
   const int64_t c_dim = p.channels, m_dim = p.out_channels;
   const int64_t panels = CeilDiv(m_dim, kMR);
   const int64_t in_plane = p.height * p.width, out_plane = p.out_height * p.out_width;
-  const int64_t images_per_chunk =
-      std::clamp<int64_t>(kChunkTiles / std::max<int64_t>(tl.per_image, 1), 1, batch);
   const Epilogue base_ep{nullptr, nullptr, p.activation, alpha, beta};
   const int64_t k_block = CeilDiv(c_dim, CeilDiv(c_dim, kReduction));
+  // Tile rows (over all images) per chunk: V and M of a chunk take about kChunkFloats, but at
+  // least kMinChunkTiles tiles so that the GEMM tiles stay full.
+  const int64_t rows_total = batch * tl.ty;
+  const int64_t per_row = kTaps * (c_dim + m_dim) * tl.tx;
+  const int64_t chunk_rows = std::clamp<int64_t>(
+      std::max(kChunkFloats / std::max<int64_t>(per_row, 1), CeilDiv(kMinChunkTiles, tl.tx)), 1,
+      rows_total);
+  // Equal chunks: a short last one would pay a parallel hand-off for little work.
+  const int64_t chunks = CeilDiv(rows_total, chunk_rows);
+  const int64_t rows_per_chunk = CeilDiv(rows_total, chunks);
   std::vector<int64_t> off(c_dim);
 
-  for (int64_t n0 = 0; n0 < batch; n0 += images_per_chunk) {
-    const int64_t images = std::min(images_per_chunk, batch - n0);
-    const int64_t q_dim = images * tl.per_image;  // tile columns of this chunk
+  for (int64_t r0 = 0; r0 < rows_total; r0 += rows_per_chunk) {
+    const int64_t rows = std::min(rows_per_chunk, rows_total - r0);
+    const int64_t q_dim = rows * tl.tx;  // tile columns of this chunk
     const int64_t ld = q_dim;
     for (int64_t c = 0; c < c_dim; ++c) off[c] = c * ld;
     // V[t][c][q], M[t][m][q].
@@ -256,24 +263,24 @@ void ConvWinograd(const Table& tb, const cuvil_uk_conv_params& p, const float* x
     const int64_t gemm_tasks = kTaps * m_blocks * q_blocks;
     const int64_t total_cost = kTaps * m_dim * c_dim * q_dim;
 
+    // Item i: tile row r0 + i / channels of channel i % channels.
     auto input_item = [&](int64_t item) {
-      const int64_t img = item / c_dim, c = item % c_dim;
-      const float* xc = x + ((n0 + img) * c_dim + c) * in_plane;
-      float* rows = Scratch(kSlotRows, static_cast<size_t>(8 * tl.phase_w));
+      const int64_t row = r0 + item / c_dim, c = item % c_dim;
+      const int64_t img = row / tl.ty, ty = row % tl.ty;
+      const float* xc = x + (img * c_dim + c) * in_plane;
+      float* buf = Scratch(kSlotRows, static_cast<size_t>(8 * tl.phase_w));
       const float* e[4];
       const float* o[4];
-      for (int64_t ty = 0; ty < tl.ty; ++ty) {
-        for (int r = 0; r < 4; ++r) {
-          const int64_t iy = 2 * ty + r - p.pad_top;
-          float* er = rows + (2 * r) * tl.phase_w;
-          float* orow = rows + (2 * r + 1) * tl.phase_w;
-          PhaseRow(tb, p, tl, xc, iy, 0, er);
-          PhaseRow(tb, p, tl, xc, iy, 1, orow);
-          e[r] = er;
-          o[r] = orow;
-        }
-        InputTransformRow(e, o, tl.tx, v + c * ld + img * tl.per_image + ty * tl.tx, c_dim * ld);
+      for (int r = 0; r < 4; ++r) {
+        const int64_t iy = 2 * ty + r - p.pad_top;
+        float* er = buf + (2 * r) * tl.phase_w;
+        float* orow = buf + (2 * r + 1) * tl.phase_w;
+        PhaseRow(tb, p, tl, xc, iy, 0, er);
+        PhaseRow(tb, p, tl, xc, iy, 1, orow);
+        e[r] = er;
+        o[r] = orow;
       }
+      InputTransformRow(e, o, tl.tx, v + c * ld + (row - r0) * tl.tx, c_dim * ld);
     };
     auto gemm_item = [&](int64_t task) {
       const int64_t qb = task % q_blocks, rest = task / q_blocks;
@@ -295,30 +302,29 @@ void ConvWinograd(const Table& tb, const cuvil_uk_conv_params& p, const float* x
         }
       }
     };
+    // Item i: tile row r0 + i / out_channels of output channel i % out_channels.
     auto output_item = [&](int64_t item) {
-      const int64_t img = item / m_dim, m = item % m_dim;
-      float* rows = Scratch(kSlotRows, static_cast<size_t>(4 * tl.tx + 2 * tl.tx + 2));
-      float* y0e = rows;
-      float* y0o = rows + tl.tx;
-      float* y1e = rows + 2 * tl.tx;
-      float* y1o = rows + 3 * tl.tx;
-      float* line = rows + 4 * tl.tx;
+      const int64_t row = r0 + item / m_dim, m = item % m_dim;
+      const int64_t img = row / tl.ty, ty = row % tl.ty;
+      float* buf = Scratch(kSlotRows, static_cast<size_t>(6 * tl.tx + 2));
+      float* y0e = buf;
+      float* y0o = buf + tl.tx;
+      float* y1e = buf + 2 * tl.tx;
+      float* y1o = buf + 3 * tl.tx;
+      float* line = buf + 4 * tl.tx;
       const float b = bias != nullptr ? bias[m] : 0.0f;
-      const int64_t out_base = ((n0 + img) * m_dim + m) * out_plane;
-      for (int64_t ty = 0; ty < tl.ty; ++ty) {
-        OutputTransformRow(mm + m * ld + img * tl.per_image + ty * tl.tx, m_dim * ld, tl.tx, y0e,
-                           y0o, y1e, y1o);
-        for (int r = 0; r < 2; ++r) {
-          const int64_t oy = 2 * ty + r;
-          if (oy >= p.out_height) break;
-          Interleave(r == 0 ? y0e : y1e, r == 0 ? y0o : y1o, p.out_width, line);
-          const int64_t idx = out_base + oy * p.out_width;
-          tb.epilogue_row(y + idx, line, p.out_width, b,
-                          residual != nullptr ? residual + idx : nullptr, base_ep);
-        }
+      const int64_t out_base = (img * m_dim + m) * out_plane;
+      OutputTransformRow(mm + m * ld + (row - r0) * tl.tx, m_dim * ld, tl.tx, y0e, y0o, y1e, y1o);
+      for (int r = 0; r < 2; ++r) {
+        const int64_t oy = 2 * ty + r;
+        if (oy >= p.out_height) break;
+        Interleave(r == 0 ? y0e : y1e, r == 0 ? y0o : y1o, p.out_width, line);
+        const int64_t idx = out_base + oy * p.out_width;
+        tb.epilogue_row(y + idx, line, p.out_width, b,
+                        residual != nullptr ? residual + idx : nullptr, base_ep);
       }
     };
-    RunPhases(total_cost, images * c_dim, input_item, gemm_tasks, gemm_item, images * m_dim,
+    RunPhases(total_cost, rows * c_dim, input_item, gemm_tasks, gemm_item, rows * m_dim,
               output_item);
   }
 }

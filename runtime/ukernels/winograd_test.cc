@@ -1,6 +1,8 @@
 // Winograd F(2x2, 3x3) against a double reference of the direct conv on every tier: odd and even
 // output sizes, channel counts around the 6-row panel and the reduction block, every padding, batch
 // chunks that combine images, every epilogue, 1 and 2 threads.
+#include "winograd.h"
+
 #include <cmath>
 #include <random>
 #include <vector>
@@ -9,7 +11,6 @@
 #include "cuvil/runtime/ukernels.h"
 #include "gtest/gtest.h"
 #include "ukernel_table.h"
-#include "winograd.h"
 
 namespace cuvil {
 namespace {
@@ -83,8 +84,8 @@ void RunWinograd(const WinoCase& k, int64_t batch, int64_t act, bool with_residu
   ASSERT_GT(size, 0);
   std::vector<float> u(size);
   cuvil_uk_pack_winograd_weights(w.data(), k.m, k.c, u.data());
-  cuvil_uk_conv_params p{k.c, k.h, k.w, k.m, oh, ow, 3, 3, 1, 1, 1, 1, k.pt, k.pl, 1, act,
-                         CUVIL_UK_CONV_WINOGRAD};
+  cuvil_uk_conv_params p{
+      k.c, k.h, k.w, k.m, oh, ow, 3, 3, 1, 1, 1, 1, k.pt, k.pl, 1, act, CUVIL_UK_CONV_WINOGRAD};
   ASSERT_TRUE(uk::WinogradEligible(p));
   // Winograd rounds differently from the direct sum: relative to the output's magnitude.
   const float tol = 2e-5f * static_cast<float>(std::sqrt(static_cast<double>(k.c)) * (1 + scale));
