@@ -141,10 +141,10 @@ void PhaseRow(const Table& tb, const cuvil_uk_conv_params& p, const Tiling& tl, 
 }
 
 // V[t][c][q0 + i] for the tx tiles of one tile row from the four input rows' even/odd columns
-// (e[r], o[r]). Plain loops over i: the compiler vectorises them.
-[[gnu::target_clones("avx2", "default")]] void InputTransformRow(const float* const* e,
-                                                                 const float* const* o, int64_t tx,
-                                                                 float* v, int64_t t_stride) {
+// (e[r], o[r]). Plain loops over i: the compiler vectorises them (portable: the AOT runtime
+// builds this file for every target).
+void InputTransformRow(const float* const* e, const float* const* o, int64_t tx, float* v,
+                       int64_t t_stride) {
   // Vertical pass (B^T d) on the even and odd halves: rows k0 = d0 - d2, k1 = d1 + d2,
   // k2 = d2 - d1, k3 = d1 - d3; then the horizontal pass on columns X0..X3 of each row.
   constexpr int64_t kChunk = 64;
@@ -181,10 +181,8 @@ void PhaseRow(const Table& tb, const cuvil_uk_conv_params& p, const Tiling& tl, 
 
 // The two output rows (even and odd columns: y0e, y0o, y1e, y1o, tx each) of one tile row from
 // M[t][q0 + i] (row t at m + t * t_stride).
-[[gnu::target_clones("avx2", "default")]] void OutputTransformRow(const float* m, int64_t t_stride,
-                                                                  int64_t tx, float* y0e,
-                                                                  float* y0o, float* y1e,
-                                                                  float* y1o) {
+void OutputTransformRow(const float* m, int64_t t_stride, int64_t tx, float* y0e, float* y0o,
+                        float* y1e, float* y1o) {
   for (int64_t i = 0; i < tx; ++i) {
     float s0[4], s1[4];
     for (int j = 0; j < 4; ++j) {
