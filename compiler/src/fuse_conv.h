@@ -10,9 +10,9 @@ namespace cuvil {
 // Rewrites 2-D float32 Convs with constant weights for the runtime microkernels: folds a
 // following BatchNormalization into the weights and bias, fuses a following residual Add and then
 // an activation (Relu, Clip, HardSigmoid, HardSwish, Sigmoid) into the Conv's epilogue, and packs
-// the weights (attribute "ukernel": 1 packed GEMM, 2 depthwise, 3 Winograd). Fused nodes are removed; the
-// Conv takes over their output value. Runs after OptimizeGraph (shapes inferred, canonical
-// attributes). Not thread-safe on the same graph.
+// the weights (attribute "ukernel": 1 packed GEMM, 2 depthwise, 3 Winograd). Fused nodes are
+// removed; the Conv takes over their output value. Runs after OptimizeGraph (shapes inferred,
+// canonical attributes). Not thread-safe on the same graph.
 absl::Status FuseConvolutions(ir::Graph& graph);
 
 }  // namespace cuvil
