@@ -994,8 +994,9 @@ absl::StatusOr<CompiledModel> ObjectCache::Compile(const std::string& path,
 
 absl::StatusOr<CompiledModel> ObjectCache::CompileWith(
     const std::string& path, const std::string& bytes, const CompileOptions& options,
-    const std::function<absl::StatusOr<CompiledModel>()>& compile, CacheLookup* lookup) {
-  return Get(path, bytes, options, lookup, /*compile_on_miss=*/true, &compile);
+    const std::function<absl::StatusOr<CompiledModel>()>& compile, CacheLookup* lookup,
+    bool write_disk) {
+  return Get(path, bytes, options, lookup, /*compile_on_miss=*/true, &compile, write_disk);
 }
 
 absl::StatusOr<CompiledModel> ObjectCache::Lookup(const std::string& path, const std::string& bytes,
@@ -1007,7 +1008,7 @@ absl::StatusOr<CompiledModel> ObjectCache::Lookup(const std::string& path, const
 absl::StatusOr<CompiledModel> ObjectCache::Get(
     const std::string& path, const std::string& bytes, const CompileOptions& options,
     CacheLookup* lookup, bool compile_on_miss,
-    const std::function<absl::StatusOr<CompiledModel>()>* compile_fn) {
+    const std::function<absl::StatusOr<CompiledModel>()>* compile_fn, bool write_disk) {
   CacheLookup local;
   if (lookup == nullptr) lookup = &local;
   *lookup = CacheLookup();
@@ -1064,12 +1065,13 @@ absl::StatusOr<CompiledModel> ObjectCache::Get(
     result = absl::NotFoundError(absl::StrCat("JIT cache has no entry ", *key));
   } else if (!from_disk) {
     result = compile();
-    if (result.ok() && !file.empty()) {
+    if (result.ok() && !file.empty() && write_disk) {
       if (auto mapped = WriteEntry(options_.dir, file, *key, *result); mapped.ok()) {
         result->weights = std::move(*mapped);  // Frees the compiler's heap copy.
         stored = true;
         evicted = Evict(options_.dir, options_.max_bytes, file);
       } else {
+        lookup->store_failed = true;
         spdlog::warn("JIT cache: {}", std::string(mapped.status().message()));
       }
     }
@@ -1078,6 +1080,7 @@ absl::StatusOr<CompiledModel> ObjectCache::Get(
   impl_->inflight.erase(*key);
   if (lookup->refused_entry) ++impl_->stats.corrupt;
   if (stored) ++impl_->stats.stores;
+  if (lookup->store_failed) ++impl_->stats.store_failures;
   impl_->stats.evictions += evicted;
   if (!result.ok()) return result;
   if (from_disk) {

@@ -421,10 +421,10 @@ TEST_F(ObjectCacheTest, ExternalDataIsPartOfTheKey) {
   EXPECT_EQ(*k3, *k4);
 }
 
-// Tiered compilation as cuvil-server does it: serve the quick tier, compile the full tier through
-// the cache, swap it in with a recompile patch while executions run (each runs on one tier), and
-// find both tiers in the cache afterwards (a warm start then loads the full tier directly).
-TEST_F(ObjectCacheTest, TieredSwapUnderConcurrentExecutionsAndBothTiersCached) {
+// Tiered compilation as cuvil-server does it: serve the quick tier (kept off the disk), compile
+// the full tier through the cache, swap it in with a recompile patch while executions run (each
+// runs on one tier), and find the full tier on disk afterwards (a warm start loads it directly).
+TEST_F(ObjectCacheTest, TieredSwapUnderConcurrentExecutionsAndFullTierCached) {
   auto cache = MakeCache();
   const std::string bytes = testing::BinaryWithConstant("Add", 8, 2.5f);
   CompileOptions full;
@@ -432,8 +432,12 @@ TEST_F(ObjectCacheTest, TieredSwapUnderConcurrentExecutionsAndBothTiersCached) {
   fast.opt_level = kFastTierOptLevel;
   CacheLookup lookup;
   EXPECT_TRUE(absl::IsNotFound(cache->Lookup("", bytes, full, &lookup).status()));
-  auto quick = cache->Compile("", bytes, fast, &lookup);
+  auto quick = cache->CompileWith(
+      "", bytes, fast, [&] { return CompileOnnxBytes(bytes, fast); }, &lookup,
+      /*write_disk=*/false);
   ASSERT_TRUE(quick.ok()) << quick.status();
+  EXPECT_EQ(lookup.outcome, CacheOutcome::kMiss);
+  EXPECT_FALSE(lookup.store_failed);
   const std::string fast_key = lookup.key;
   auto engine = JitEngine::Create();
   ASSERT_TRUE(engine.ok());
@@ -474,15 +478,52 @@ TEST_F(ObjectCacheTest, TieredSwapUnderConcurrentExecutionsAndBothTiersCached) {
   EXPECT_EQ(patches[0].kind, kPatchKindRecompile);
   EXPECT_EQ(patches[0].author, "tiered-compilation");
 
-  // Both tiers are on disk; a fresh process finds the full tier without compiling.
-  EXPECT_TRUE(fs::exists(cache->EntryPath(fast_key)));
+  // Only the full tier is on disk; a fresh process finds it without compiling.
+  EXPECT_FALSE(fs::exists(cache->EntryPath(fast_key)));
   EXPECT_TRUE(fs::exists(cache->EntryPath(lookup.key)));
+  EXPECT_EQ(cache->stats().stores, 1u);
   auto other = MakeCache();
   const uint64_t compiles = TotalCompilations();
   auto warm = other->Lookup("", bytes, full, &lookup);
   ASSERT_TRUE(warm.ok()) << warm.status();
   EXPECT_EQ(lookup.outcome, CacheOutcome::kDiskHit);
   EXPECT_EQ(TotalCompilations(), compiles);
+}
+
+// write_disk false keeps a miss in memory only; the same process still reuses it, and a disk
+// entry written by another compile is still found.
+TEST_F(ObjectCacheTest, CompileWithoutDiskWriteKeepsTheEntryInMemoryOnly) {
+  auto cache = MakeCache();
+  const std::string bytes = testing::BinaryWithConstant("Add", 8, 1.5f);
+  auto compile = [&] { return CompileOnnxBytes(bytes); };
+  CacheLookup lookup;
+  ASSERT_TRUE(cache->CompileWith("", bytes, {}, compile, &lookup, /*write_disk=*/false).ok());
+  EXPECT_EQ(lookup.outcome, CacheOutcome::kMiss);
+  EXPECT_FALSE(fs::exists(cache->EntryPath(lookup.key)));
+  ASSERT_TRUE(cache->CompileWith("", bytes, {}, compile, &lookup, /*write_disk=*/false).ok());
+  EXPECT_EQ(lookup.outcome, CacheOutcome::kMemoryHit);
+  EXPECT_EQ(cache->stats().stores, 0u);
+  EXPECT_EQ(cache->stats().store_failures, 0u);
+
+  EXPECT_EQ(CompileAndCheck(*MakeCache(), bytes, 1.5f).outcome, CacheOutcome::kMiss);  // Writes.
+  auto fresh = MakeCache();
+  ASSERT_TRUE(fresh->CompileWith("", bytes, {}, compile, &lookup, /*write_disk=*/false).ok());
+  EXPECT_EQ(lookup.outcome, CacheOutcome::kDiskHit);
+}
+
+// An entry that cannot be written (the folder vanished) is reported and counted; the compiled
+// model is returned and runs.
+TEST_F(ObjectCacheTest, FailedStoreIsCountedAndTheModelStillServes) {
+  auto cache = MakeCache();
+  fs::remove_all(dir_);
+  const std::string bytes = testing::BinaryWithConstant("Add", 8, 0.5f);
+  CacheLookup lookup = CompileAndCheck(*cache, bytes, 0.5f);
+  EXPECT_EQ(lookup.outcome, CacheOutcome::kMiss);
+  EXPECT_TRUE(lookup.store_failed);
+  EXPECT_EQ(cache->stats().store_failures, 1u);
+  EXPECT_EQ(cache->stats().stores, 0u);
+  // Kept in memory all the same: the same process does not compile it again.
+  EXPECT_EQ(CompileAndCheck(*cache, bytes, 0.5f).outcome, CacheOutcome::kMemoryHit);
 }
 
 TEST(CompileTierTest, ParsesItsNames) {

@@ -183,6 +183,9 @@ ServerMetrics::ServerMetrics(ServerMetricsOptions options) : options_(std::move(
   cache_corrupt_ =
       Must(r.AddCounter("cuvil_jit_cache_corrupt_entries",
                         "Cache entries refused as corrupt, truncated or foreign.", {"model"}));
+  cache_store_failures_ =
+      Must(r.AddCounter("cuvil_jit_cache_store_failures",
+                        "Compiled models whose cache entry could not be written.", {"model"}));
   load_duration_ = Must(r.AddHistogram("cuvil_model_load_duration_seconds",
                                        "Time to load a model version until ready.", mv,
                                        kLoadBuckets, "seconds"));
@@ -334,6 +337,10 @@ void ServerMetrics::RecordCacheMiss(std::string_view model) {
 
 void ServerMetrics::RecordCacheCorrupt(std::string_view model) {
   cache_corrupt_->WithLabels({model})->Increment();
+}
+
+void ServerMetrics::RecordCacheStoreFailure(std::string_view model) {
+  cache_store_failures_->WithLabels({model})->Increment();
 }
 
 void ServerMetrics::RecordLoad(std::string_view model, std::string_view version, double seconds) {

@@ -109,6 +109,7 @@ TEST(ServerMetricsTest, ColdPathFamilies) {
   metrics.RecordCacheHit("m");
   metrics.RecordCacheMiss("m");
   metrics.RecordCacheCorrupt("m");
+  metrics.RecordCacheStoreFailure("m");
   metrics.RecordLoad("m", "2", 1.5);
   metrics.RecordPatch("m", "2", PatchKind::kIr, PatchResult::kOk, 0.002);
   metrics.RecordPatch("m", "2", PatchKind::kRollback, PatchResult::kOk, 0.0001);
@@ -122,6 +123,7 @@ TEST(ServerMetricsTest, ColdPathFamilies) {
   EXPECT_EQ(SampleValue(body, "cuvil_jit_cache_hits_total{model=\"m\"}"), 2);
   EXPECT_EQ(SampleValue(body, "cuvil_jit_cache_misses_total{model=\"m\"}"), 1);
   EXPECT_EQ(SampleValue(body, "cuvil_jit_cache_corrupt_entries_total{model=\"m\"}"), 1);
+  EXPECT_EQ(SampleValue(body, "cuvil_jit_cache_store_failures_total{model=\"m\"}"), 1);
   EXPECT_EQ(SampleValue(body, "cuvil_model_load_duration_seconds_sum{model=\"m\",version=\"2\"}"),
             1.5);
   EXPECT_EQ(

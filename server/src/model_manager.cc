@@ -129,7 +129,10 @@ struct ModelManager::Impl {
           if (tier_up) prepared = *p;
           return (*p)->Lower(options);
         };
-        compiled = cache != nullptr ? cache->CompileWith(path, bytes, options, compile, &lookup)
+        // The quick tier is not written to disk (not on the ready path, no second copy of the
+        // weights): the background tier-up writes the full tier, which a warm start loads.
+        compiled = cache != nullptr ? cache->CompileWith(path, bytes, options, compile, &lookup,
+                                                         /*write_disk=*/!tier_up)
                                     : compile();
       }
     }
@@ -157,6 +160,7 @@ struct ModelManager::Impl {
           metrics->RecordCacheHit(name);
         }
         if (lookup.refused_entry) metrics->RecordCacheCorrupt(name);
+        if (lookup.store_failed) metrics->RecordCacheStoreFailure(name);
       }
     }
     if (config.name().empty()) config.set_name(name);
@@ -287,6 +291,8 @@ struct ModelManager::Impl {
         cache != nullptr ? cache->CompileWith(path, bytes, options, compile, &lookup) : compile();
     const double compile_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    // The full tier is swapped in even when its entry could not be written (logged by the cache).
+    if (lookup.store_failed && metrics != nullptr) metrics->RecordCacheStoreFailure(name);
     std::shared_ptr<ModelVersion> model = weak.lock();
     if (model == nullptr) return;
     // Observed as a patch event of kind tier_swap; its clock starts after the full-tier compile.

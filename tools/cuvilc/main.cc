@@ -318,15 +318,18 @@ int Compile(const std::vector<std::string>& args) {
   CacheLookup lookup;
   // Tiered: the quick tier's preparation (import, graph passes, memory plan) serves the full tier.
   std::shared_ptr<const PreparedModel> prepared;
-  auto compile = [&](const CompileOptions& o) {
+  // `write_disk` false: the quick tier of a tiered compile stays off the disk (the full tier is
+  // what a warm start loads; writing the quick one would put its weights on the ready path).
+  auto compile = [&](const CompileOptions& o, bool write_disk) {
     auto prepare_and_lower = [&]() -> absl::StatusOr<CompiledModel> {
       auto p = PrepareOnnxFile(model_path, o);
       if (!p.ok()) return p.status();
       prepared = *p;
       return prepared->Lower(o);
     };
-    return use_cache ? cache->CompileWith(model_path, "", o, prepare_and_lower, &lookup)
-                     : prepare_and_lower();
+    return use_cache
+               ? cache->CompileWith(model_path, "", o, prepare_and_lower, &lookup, write_disk)
+               : prepare_and_lower();
   };
   const CompileOptions full_options = options;
   CompileOptions fast_options = options;
@@ -339,7 +342,7 @@ int Compile(const std::vector<std::string>& args) {
   }
   if (!compiled.ok()) {
     tier_up = tier == CompileTier::kTiered;
-    compiled = compile(tier == CompileTier::kFull ? full_options : fast_options);
+    compiled = compile(tier == CompileTier::kFull ? full_options : fast_options, !tier_up);
   }
   if (!compiled.ok()) return Fail(compiled.status());
   auto t1 = std::chrono::steady_clock::now();
@@ -394,6 +397,9 @@ int Compile(const std::vector<std::string>& args) {
     std::printf("engine_create_ms=%.1f (not in total_ms)\n",
                 std::chrono::duration<double, std::milli>(t0 - te).count());
     if (use_cache && lookup.refused_entry) std::printf("cache_refused_entry=1\n");
+    if (use_cache && (lookup.store_failed || full_lookup.store_failed)) {
+      std::printf("cache_store_failed=1\n");
+    }
     if (tier != CompileTier::kFull) {
       std::printf("compile_tier=%s loaded_tier=%s\n", CompileTierName(tier),
                   tier == CompileTier::kFast || tier_up ? "fast" : "full");

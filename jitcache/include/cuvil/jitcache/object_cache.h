@@ -77,6 +77,9 @@ struct CacheLookup {
   CacheOutcome outcome = CacheOutcome::kMiss;
   std::string key;             // 32 hex digits.
   bool refused_entry = false;  // A disk entry for the key existed but was corrupt or foreign.
+  // A compile's disk entry could not be written (logged; counted in ObjectCacheStats); the
+  // compiled model is returned all the same.
+  bool store_failed = false;
   // Where the lookup's time went ("cache_key", then on a disk read "cache_header", ...), in order.
   std::vector<PhaseTiming> timings;
 };
@@ -87,6 +90,7 @@ struct ObjectCacheStats {
   uint64_t misses = 0;
   uint64_t corrupt = 0;    // Disk entries refused (corrupt, truncated, foreign, old format).
   uint64_t stores = 0;     // Disk entries written.
+  uint64_t store_failures = 0;  // Disk entries that could not be written.
   uint64_t evictions = 0;  // Disk entries removed to stay under max_bytes.
 };
 
@@ -114,10 +118,13 @@ class ObjectCache {
   // Compile, except that a miss runs `compile` instead of CompileOnnx*: for example the lowering of
   // a model prepared once for all its tiers (see PreparedModel). `compile` must produce what
   // CompileOnnx* would for `path`/`bytes` and `options`, since the result is stored under their
-  // key.
+  // key. With `write_disk` false a miss is kept in memory only (a disk entry is still looked up
+  // and used): tiered compilation does not write the quick tier, whose entry would cost its time
+  // to ready and disk space for as long as the full tier is not cached yet.
   absl::StatusOr<CompiledModel> CompileWith(
       const std::string& path, const std::string& bytes, const CompileOptions& options,
-      const std::function<absl::StatusOr<CompiledModel>()>& compile, CacheLookup* lookup = nullptr);
+      const std::function<absl::StatusOr<CompiledModel>()>& compile, CacheLookup* lookup = nullptr,
+      bool write_disk = true);
 
   // The cached result for the key Compile would use (memory, else disk), without compiling:
   // NotFound when neither has it (a refused disk entry is counted, logged and removed like in
@@ -140,11 +147,13 @@ class ObjectCache {
  private:
   explicit ObjectCache(ObjectCacheOptions options);
   // Compile and Lookup: the cached result, else (compile_on_miss) a compile, else NotFound.
-  // `compile_fn`, when not null, replaces CompileOnnx* on a miss (CompileWith).
+  // `compile_fn`, when not null, replaces CompileOnnx* on a miss (CompileWith); `write_disk` false
+  // keeps a compiled miss off the disk.
   absl::StatusOr<CompiledModel> Get(
       const std::string& path, const std::string& bytes, const CompileOptions& options,
       CacheLookup* lookup, bool compile_on_miss,
-      const std::function<absl::StatusOr<CompiledModel>()>* compile_fn = nullptr);
+      const std::function<absl::StatusOr<CompiledModel>()>* compile_fn = nullptr,
+      bool write_disk = true);
   struct Impl;
   ObjectCacheOptions options_;
   std::unique_ptr<Impl> impl_;

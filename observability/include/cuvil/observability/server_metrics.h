@@ -17,7 +17,8 @@
 //   cuvil_pending_requests, cuvil_model_ready, cuvil_model_memory_bytes   gauges
 //   cuvil_jit_compile_duration_seconds{model}                         histogram
 //   cuvil_jit_cache_hits_total{model}, cuvil_jit_cache_misses_total{model},
-//   cuvil_jit_cache_corrupt_entries_total{model}                       counters
+//   cuvil_jit_cache_corrupt_entries_total{model},
+//   cuvil_jit_cache_store_failures_total{model}                        counters
 //   cuvil_model_load_duration_seconds                                 histogram
 //   cuvil_patches_total{model,version,kind,result}                    counter (events.h names)
 //   cuvil_patch_switch_duration_seconds{kind}                         histogram, 10us .. 10s
@@ -122,6 +123,8 @@ class ServerMetrics {
   void RecordCacheMiss(std::string_view model);
   // A disk cache entry was refused (corrupt, truncated or foreign) and the model recompiled.
   void RecordCacheCorrupt(std::string_view model);
+  // A compiled model's disk cache entry could not be written (the model serves all the same).
+  void RecordCacheStoreFailure(std::string_view model);
   void RecordLoad(std::string_view model, std::string_view version, double seconds);
   // One patch event (an admin call that changed, or tried to change, a version's code). With
   // switch_seconds >= 0 (the change took effect), the switch-latency histogram observes it.
@@ -159,6 +162,7 @@ class ServerMetrics {
   Family<Counter>* cache_hits_;
   Family<Counter>* cache_misses_;
   Family<Counter>* cache_corrupt_;
+  Family<Counter>* cache_store_failures_;
   Family<Histogram>* load_duration_;
   Family<Counter>* patches_;
   Family<Histogram>* patch_switch_;
