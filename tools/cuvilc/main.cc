@@ -327,9 +327,8 @@ int Compile(const std::vector<std::string>& args) {
       prepared = *p;
       return prepared->Lower(o);
     };
-    return use_cache
-               ? cache->CompileWith(model_path, "", o, prepare_and_lower, &lookup, write_disk)
-               : prepare_and_lower();
+    return use_cache ? cache->CompileWith(model_path, "", o, prepare_and_lower, &lookup, write_disk)
+                     : prepare_and_lower();
   };
   const CompileOptions full_options = options;
   CompileOptions fast_options = options;

@@ -88,10 +88,10 @@ struct ObjectCacheStats {
   uint64_t memory_hits = 0;
   uint64_t disk_hits = 0;
   uint64_t misses = 0;
-  uint64_t corrupt = 0;    // Disk entries refused (corrupt, truncated, foreign, old format).
-  uint64_t stores = 0;     // Disk entries written.
+  uint64_t corrupt = 0;         // Disk entries refused (corrupt, truncated, foreign, old format).
+  uint64_t stores = 0;          // Disk entries written.
   uint64_t store_failures = 0;  // Disk entries that could not be written.
-  uint64_t evictions = 0;  // Disk entries removed to stay under max_bytes.
+  uint64_t evictions = 0;       // Disk entries removed to stay under max_bytes.
 };
 
 // $XDG_CACHE_HOME/cuvil, else $HOME/.cache/cuvil. FailedPrecondition when neither is set.
