@@ -4,12 +4,16 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "cuvil/compiler/compiler.h"
 #include "cuvil/compiler/onnx_importer.h"
+#include "cuvil/compiler/tensor_file.h"
 #include "cuvil/jitcache/jit_engine.h"
 #include "cuvil/jitcache/object_cache.h"
 #include "gmock/gmock.h"
@@ -195,6 +199,42 @@ TEST(OnnxImportTest, PreparedModelLowersEveryTierFromOneWeightsBlob) {
   EXPECT_NE(fast->object_code, full->object_code);
   ExpectAddsRawConstant(*std::move(fast), kWidth);
   ExpectAddsRawConstant(*std::move(full), kWidth);
+}
+
+// The tiers of a convolutional model lowered at once from two threads, while the preparation's
+// weights blob (convolution weights packed straight into it) may still be filling: both compute
+// the reference outputs from the one blob.
+TEST(OnnxImportTest, TiersLoweredConcurrentlyShareOneFilledWeightsBlob) {
+  const std::string dir = std::string(std::getenv("CUVIL_SOURCE_DIR")) + "/../shared/models/lenet";
+  auto prepared = PrepareOnnxFile(dir + "/model.onnx");
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  CompileOptions quick;
+  quick.opt_level = kFastTierOptLevel;
+  absl::StatusOr<CompiledModel> fast = absl::UnknownError("unset");
+  absl::StatusOr<CompiledModel> full = absl::UnknownError("unset");
+  std::thread other([&] { full = (*prepared)->Lower(CompileOptions()); });
+  fast = (*prepared)->Lower(quick);
+  other.join();
+  ASSERT_TRUE(fast.ok()) << fast.status();
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ(fast->weights.data(), full->weights.data());
+  auto input = ReadTensorFile(dir + "/test_data_set_0/input_0.pb");
+  auto want = ReadTensorFile(dir + "/test_data_set_0/output_0.pb");
+  ASSERT_TRUE(input.ok() && want.ok());
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  int index = 0;
+  for (auto* model : {&*fast, &*full}) {
+    auto loaded = (*engine)->Load(absl::StrCat("lenet/", ++index), std::move(*model));
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    auto out = (*loaded)->Run({input->tensor});
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_EQ((*out)[0].num_elements(), want->tensor.num_elements());
+    for (int64_t i = 0; i < want->tensor.num_elements(); ++i) {
+      const float w = want->tensor.data_as<float>()[i];
+      EXPECT_NEAR((*out)[0].data_as<float>()[i], w, 1e-3 + 1e-3 * std::abs(w)) << i;
+    }
+  }
 }
 
 // A sequence input and an If whose condition is only known at run time: both branches build a

@@ -3,7 +3,9 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <future>
 #include <memory>
+#include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "codegen/lower.h"
@@ -33,6 +35,10 @@ struct PreparedModel::Impl {
   // Everything but the code: signatures, arena, the shared weights blob, preparation timings.
   CompiledModel base;
   std::string error_prefix;  // "path: " for a model read from a file.
+  // The weights blob's fill, started when the plan is made so that it runs while code is
+  // generated; Lower waits for it. Declared last: destroying it joins the fill, which reads the
+  // graph's constants.
+  std::shared_future<absl::Status> weights_filled;
 };
 
 PreparedModel::PreparedModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -49,11 +55,30 @@ absl::StatusOr<CompiledModel> PreparedModel::Lower(const CompileOptions& options
   if (auto s = codegen::LowerToObject(*impl_->graph, impl_->plan, lower, &model); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(impl_->error_prefix, s.message()));
   }
+  // The code is ready; the weights it addresses must be too.
+  const auto t0 = std::chrono::steady_clock::now();
+  std::shared_future<absl::Status> filled = impl_->weights_filled;  // A copy per caller.
+  if (absl::Status s = filled.get(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(impl_->error_prefix, s.message()));
+  }
+  model.timings.push_back({"weights_wait", MsSince(t0)});
   compilations.fetch_add(1, std::memory_order_relaxed);
   return model;
 }
 
 namespace {
+
+// Runs `fill` on a thread of its own (here when no thread can be started).
+std::shared_future<absl::Status> FillInBackground(std::unique_ptr<WeightsFill> fill) {
+  std::shared_ptr<WeightsFill> shared = std::move(fill);
+  try {
+    return std::async(std::launch::async, [shared] { return shared->Run(); }).share();
+  } catch (const std::system_error&) {
+    std::promise<absl::Status> done;
+    done.set_value(shared->Run());
+    return done.get_future().share();
+  }
+}
 
 // Runs the passes and the memory plan on `impl->graph`, filling the rest of `impl`.
 absl::Status Prepare(const CompileOptions& options, PreparedModel::Impl* impl) {
@@ -64,7 +89,9 @@ absl::Status Prepare(const CompileOptions& options, PreparedModel::Impl* impl) {
   auto t0 = std::chrono::steady_clock::now();
   if (auto s = OptimizeGraph(graph, options.needs_binding); !s.ok()) return s;
   if (auto s = FusePatterns(graph); !s.ok()) return s;  // LayerNorm, GELU, bias epilogues
-  if (auto s = FuseConvolutions(graph); !s.ok()) return s;
+  // Packed convolution weights are written straight into the weights blob (no tensor of them).
+  ConstantImages images;
+  if (auto s = FuseConvolutions(graph, &images); !s.ok()) return s;
   model.timings.push_back({"optimize_graph", MsSince(t0)});
 
   for (const ir::Value* in : graph.inputs) model.inputs.push_back(SignatureOf(in, in->name));
@@ -73,12 +100,15 @@ absl::Status Prepare(const CompileOptions& options, PreparedModel::Impl* impl) {
   }
 
   t0 = std::chrono::steady_clock::now();
-  auto plan = PlanMemory(graph);
+  std::unique_ptr<WeightsFill> fill;
+  auto plan = PlanMemoryDeferringWeights(graph, &images, &fill);
   if (!plan.ok()) return plan.status();
   model.timings.push_back({"memory_plan", MsSince(t0)});
   impl->plan = *std::move(plan);
   model.arena = impl->plan.arena;
   model.weights = impl->plan.weights;
+  // From here on the graph does not change: copying the weights may overlap code generation.
+  impl->weights_filled = FillInBackground(std::move(fill));
   return absl::OkStatus();
 }
 

@@ -225,8 +225,10 @@ bool WinogradPays(const ir::Node& conv, int64_t groups, int64_t c, int64_t m) {
          c >= kWinogradMinChannels && m >= kWinogradMinChannels;
 }
 
-// Packs the weights of every eligible Conv (depthwise ones keep ONNX's layout).
-absl::Status PackWeights(ir::Graph& graph) {
+// Packs the weights of every eligible Conv (depthwise ones keep ONNX's layout): into `images`
+// when given and the weights have no other reader, else into a new constant.
+absl::Status PackWeights(ir::Graph& graph, ConstantImages* images) {
+  const auto uses = UseCounts(graph);
   for (auto& node : graph.mutable_nodes()) {
     ir::Node* conv = node.get();
     if (conv->op_type != "Conv" || conv->has_attr("ukernel")) continue;
@@ -251,18 +253,41 @@ absl::Status PackWeights(ir::Graph& graph) {
       conv->attrs["ukernel"] = int64_t{2};
       continue;
     }
+    const ir::Value* weights = conv->inputs[1];
+    auto use = uses.find(weights);
+    const bool sole_reader =
+        images != nullptr && !weights->is_graph_output && use != uses.end() && use->second == 1;
     if (WinogradPays(*conv, groups, c, m)) {
       const int64_t size = cuvil_uk_winograd_weights_size(m, c);
-      if (size < 0) return absl::InvalidArgumentError(conv->Describe() + ": weights too large");
+      if (size < 0 || size > ir::kMaxTensorBytes / 4) {
+        return absl::InvalidArgumentError(conv->Describe() + ": weights too large");
+      }
+      conv->attrs["ukernel"] = int64_t{3};
+      if (sole_reader) {
+        (*images)[weights] = {size * 4, [&w, m, c](uint8_t* dst) {
+                                cuvil_uk_pack_winograd_weights(w.data_as<float>(), m, c,
+                                                               reinterpret_cast<float*>(dst));
+                              }};
+        continue;
+      }
       HostTensor packed(DType::kFloat32, {size});
       cuvil_uk_pack_winograd_weights(w.data_as<float>(), m, c, packed.data_as<float>());
       conv->inputs[1] = NewConstant(graph, conv->inputs[1]->name + ".winograd", std::move(packed));
-      conv->attrs["ukernel"] = int64_t{3};
       continue;
     }
     const int64_t k = w.num_elements() / m;
     const int64_t size = cuvil_uk_packed_conv_weights_size(groups, m / groups, k);
-    if (size < 0) return absl::InvalidArgumentError(conv->Describe() + ": weights too large");
+    if (size < 0 || size > ir::kMaxTensorBytes / 4) {
+      return absl::InvalidArgumentError(conv->Describe() + ": weights too large");
+    }
+    if (sole_reader) {
+      (*images)[weights] = {size * 4, [&w, groups, mg = m / groups, k](uint8_t* dst) {
+                              cuvil_uk_pack_conv_weights(w.data_as<float>(), groups, mg, k,
+                                                         reinterpret_cast<float*>(dst));
+                            }};
+      conv->attrs["ukernel"] = int64_t{1};
+      continue;
+    }
     HostTensor packed(DType::kFloat32, {size});
     cuvil_uk_pack_conv_weights(w.data_as<float>(), groups, m / groups, k, packed.data_as<float>());
     conv->inputs[1] = NewConstant(graph, conv->inputs[1]->name + ".packed", std::move(packed));
@@ -273,11 +298,11 @@ absl::Status PackWeights(ir::Graph& graph) {
 
 }  // namespace
 
-absl::Status FuseConvolutions(ir::Graph& graph) {
+absl::Status FuseConvolutions(ir::Graph& graph, ConstantImages* images) {
   FoldBatchNorms(graph);
   FuseResidualAdds(graph);
   FuseActivations(graph);
-  return PackWeights(graph);
+  return PackWeights(graph, images);
 }
 
 }  // namespace cuvil

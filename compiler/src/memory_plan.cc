@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <functional>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "cuvil/runtime/lifetime_placement.h"
+#include "cuvil/runtime/prefault.h"
 
 namespace cuvil {
 namespace {
@@ -39,33 +39,50 @@ int64_t PlaceIntervals(std::vector<Interval>& items) {
   return total;
 }
 
-// The weights blob in its final place: a fresh anonymous mapping (page-aligned), filled by `fill`
-// and then sealed read-only. The JIT engine uses a read-only blob in place instead of copying it,
-// and every compile tier of a model shares this one copy. No MADV_HUGEPAGE: in a VM whose host
-// has not backed the guest's free huge pages yet, a 46 MB fill then swings from 10 to 250 ms.
-absl::StatusOr<WeightsBlob> SealedWeights(size_t bytes, const std::function<void(uint8_t*)>& fill) {
+// The weights blob in its final place: a fresh anonymous mapping (page-aligned), then filled by a
+// WeightsFill and sealed read-only. The JIT engine uses a read-only blob in place instead of
+// copying it, and every compile tier of a model shares this one copy. No MADV_HUGEPAGE: in a VM
+// whose host has not backed the guest's free huge pages yet, a 46 MB fill then swings from 10 to
+// 250 ms.
+absl::StatusOr<std::shared_ptr<const void>> MapWeights(size_t bytes) {
   void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) {
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot map ", bytes, " bytes of weights: ", std::strerror(errno)));
   }
-#ifdef MADV_POPULATE_WRITE
-  madvise(mem, bytes, MADV_POPULATE_WRITE);  // One call instead of a fault per page (a hint).
-#endif
-  std::shared_ptr<const void> owner(
+  return std::shared_ptr<const void>(
       mem, [bytes](const void* p) { munmap(const_cast<void*>(p), bytes); });
-  fill(static_cast<uint8_t*>(mem));
-  if (mprotect(mem, bytes, PROT_READ) != 0) {
-    return absl::InternalError(
-        absl::StrCat("cannot make the weights read-only: ", std::strerror(errno)));
-  }
-  return WeightsBlob(std::move(owner), static_cast<const uint8_t*>(mem), bytes,
-                     /*read_only=*/true);
 }
 
 }  // namespace
 
+absl::Status WeightsFill::Run() {
+  PrefaultForWrite(blob_, bytes_);
+  for (const Item& item : items_) {
+    if (item.write) {
+      item.write(blob_ + item.offset);
+    } else {
+      std::memcpy(blob_ + item.offset, item.tensor->data(), item.tensor->byte_size());
+    }
+  }
+  if (mprotect(blob_, bytes_, PROT_READ) != 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot make the weights read-only: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<MemoryPlan> PlanMemory(const ir::Graph& graph) {
+  std::unique_ptr<WeightsFill> fill;
+  auto plan = PlanMemoryDeferringWeights(graph, nullptr, &fill);
+  if (!plan.ok()) return plan.status();
+  if (auto s = fill->Run(); !s.ok()) return s;
+  return plan;
+}
+
+absl::StatusOr<MemoryPlan> PlanMemoryDeferringWeights(const ir::Graph& graph,
+                                                      const ConstantImages* images,
+                                                      std::unique_ptr<WeightsFill>* fill) {
   MemoryPlan plan;
   for (size_t i = 0; i < graph.inputs.size(); ++i) {
     plan.locations[graph.inputs[i]] = {BufferLocation::Kind::kInput, static_cast<int>(i), 0, 0};
@@ -90,24 +107,38 @@ absl::StatusOr<MemoryPlan> PlanMemory(const ir::Graph& graph) {
     for (const ir::Value* in : n->inputs) note_constant(in);
   }
   for (const ir::Value* out : graph.outputs) note_constant(out);
+  auto image_of = [&](const ir::Value* c) -> const ConstantImage* {
+    if (images == nullptr) return nullptr;
+    auto it = images->find(c);
+    return it == images->end() ? nullptr : &it->second;
+  };
   int64_t weights_bytes = 0;
   for (const ir::Value* c : constants) {
     plan.locations[c].offset = weights_bytes;
-    int64_t size = AlignUp(static_cast<int64_t>(c->constant->byte_size()));
+    const ConstantImage* image = image_of(c);
+    if (image != nullptr && (image->bytes < 0 || image->bytes > kMaxRegionBytes)) {
+      return absl::InvalidArgumentError("the model's constants are too large");
+    }
+    int64_t size =
+        AlignUp(image != nullptr ? image->bytes : static_cast<int64_t>(c->constant->byte_size()));
     if (__builtin_add_overflow(weights_bytes, size, &weights_bytes) ||
         weights_bytes > kMaxRegionBytes) {
       return absl::InvalidArgumentError("the model's constants are too large");
     }
   }
-  auto weights = SealedWeights(static_cast<size_t>(std::max<int64_t>(weights_bytes, kAlign)),
-                               [&](uint8_t* blob) {
-                                 for (const ir::Value* c : constants) {
-                                   std::memcpy(blob + plan.locations[c].offset, c->constant->data(),
-                                               c->constant->byte_size());
-                                 }
-                               });
-  if (!weights.ok()) return weights.status();
-  plan.weights = *std::move(weights);
+  const size_t blob_bytes = static_cast<size_t>(std::max<int64_t>(weights_bytes, kAlign));
+  auto mapping = MapWeights(blob_bytes);
+  if (!mapping.ok()) return mapping.status();
+  std::vector<WeightsFill::Item> items;
+  items.reserve(constants.size());
+  for (const ir::Value* c : constants) {
+    const ConstantImage* image = image_of(c);
+    items.push_back({&*c->constant, plan.locations[c].offset,
+                     image != nullptr ? image->write : std::function<void(uint8_t*)>()});
+  }
+  auto* blob = static_cast<uint8_t*>(const_cast<void*>(mapping->get()));
+  *fill = std::make_unique<WeightsFill>(*mapping, blob, blob_bytes, std::move(items));
+  plan.weights = WeightsBlob(*std::move(mapping), blob, blob_bytes, /*read_only=*/true);
 
   // Intermediates: lifetimes in node order.
   std::vector<Interval> scaled, fixed;

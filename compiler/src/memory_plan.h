@@ -7,7 +7,10 @@
 #ifndef CUVIL_COMPILER_SRC_MEMORY_PLAN_H_
 #define CUVIL_COMPILER_SRC_MEMORY_PLAN_H_
 
+#include <functional>
+#include <memory>
 #include <unordered_map>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "cuvil/compiler/compiled_model.h"
@@ -31,9 +34,50 @@ struct MemoryPlan {
   WeightsBlob weights;
 };
 
+// A constant whose bytes in the weights blob are not its tensor's: `bytes` bytes that `write`
+// puts at the constant's place (reading the constant, which must stay unchanged; called once, from
+// any thread; the destination is 64-byte aligned and zero-filled). Lets a pass hand the plan a
+// transformed layout, such as packed convolution weights, without keeping a second tensor of it.
+struct ConstantImage {
+  int64_t bytes = 0;
+  std::function<void(uint8_t* dst)> write;
+};
+using ConstantImages = std::unordered_map<const ir::Value*, ConstantImage>;
+
 // Plans every value the graph's nodes read or write. Unimplemented for sizes that are not linear
 // in the batch.
 absl::StatusOr<MemoryPlan> PlanMemory(const ir::Graph& graph);
+
+// Copies a plan's constants into its weights blob and seals the blob read-only. Made by
+// PlanMemoryDeferringWeights; Run may be called once, from any thread. Thread-compatible.
+class WeightsFill {
+ public:
+  struct Item {
+    const HostTensor* tensor;  // The graph's constant: unchanged and alive until Run returns.
+    int64_t offset;
+    std::function<void(uint8_t*)> write;  // Its ConstantImage's writer, else empty (a copy).
+  };
+  WeightsFill(std::shared_ptr<const void> owner, uint8_t* blob, size_t bytes,
+              std::vector<Item> items)
+      : owner_(std::move(owner)), blob_(blob), bytes_(bytes), items_(std::move(items)) {}
+
+  // Writes every item at its offset, then makes the blob read-only (Internal if it cannot be).
+  absl::Status Run();
+
+ private:
+  std::shared_ptr<const void> owner_;  // Keeps the mapping alive while it is filled.
+  uint8_t* blob_;
+  size_t bytes_;
+  std::vector<Item> items_;
+};
+
+// PlanMemory, except that the weights blob is mapped but not filled: `*fill` fills it. Nothing may
+// read plan.weights' bytes until fill->Run() returned OK, and the graph's constants must stay
+// unchanged until then; code generation needs only the offsets, so it can run while the weights
+// are written. A constant in `images` (may be null) takes its image's place and bytes.
+absl::StatusOr<MemoryPlan> PlanMemoryDeferringWeights(const ir::Graph& graph,
+                                                      const ConstantImages* images,
+                                                      std::unique_ptr<WeightsFill>* fill);
 
 }  // namespace cuvil
 

@@ -1,5 +1,10 @@
 #include "memory_plan.h"
 
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+
 #include "gtest/gtest.h"
 
 namespace cuvil {
@@ -54,6 +59,81 @@ TEST(MemoryPlanTest, RejectsQuadraticSizes) {
   auto g = Chain(2);
   g->nodes()[0]->outputs[0]->type.shape = {SymDim::Batch(), SymDim::Batch()};
   EXPECT_FALSE(PlanMemory(*g).ok());
+}
+
+// The protection of the mapping holding `p`, as /proc/self/maps spells it ("r--p").
+std::string ProtectionOf(const void* p) {
+  std::ifstream maps("/proc/self/maps");
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  std::string line;
+  while (std::getline(maps, line)) {
+    uintptr_t lo = 0, hi = 0;
+    char perms[5] = {};
+    if (std::sscanf(line.c_str(), "%lx-%lx %4s", &lo, &hi, perms) == 3 && lo <= at && at < hi) {
+      return perms;
+    }
+  }
+  return "";
+}
+
+// x -> Add(x, a) -> Add(., b) -> y with float32[16] constants a (copied) and b (given an image
+// of another size in the deferred plan).
+std::unique_ptr<ir::Graph> TwoConstants(ir::Value** a, ir::Value** b) {
+  auto g = Chain(0);
+  ir::Value* x = g->inputs[0];
+  ir::Value* prev = x;
+  for (int i = 0; i < 2; ++i) {
+    ir::Value* c = g->NewValue(i == 0 ? "a" : "b");
+    HostTensor t(DType::kFloat32, {16});
+    for (int j = 0; j < 16; ++j) t.data_as<float>()[j] = static_cast<float>(i * 100 + j);
+    g->MakeConstant(c, std::move(t));
+    ir::Node* n = g->NewNode("Add", "add" + std::to_string(i));
+    ir::Value* v = g->NewValue("s" + std::to_string(i));
+    v->type = x->type;
+    v->producer = n;
+    n->inputs = {prev, c};
+    n->outputs = {v};
+    prev = v;
+    (i == 0 ? *a : *b) = c;
+  }
+  x->is_graph_output = false;
+  prev->is_graph_output = true;
+  g->outputs = {prev};
+  g->output_names = {prev->name};
+  return g;
+}
+
+TEST(MemoryPlanTest, DeferredFillWritesTensorsAndImagesThenSealsTheBlob) {
+  ir::Value* a = nullptr;
+  ir::Value* b = nullptr;
+  auto g = TwoConstants(&a, &b);
+  ConstantImages images;
+  images[b] = {200, [](uint8_t* dst) {
+                 for (int i = 0; i < 200; ++i) dst[i] = static_cast<uint8_t>(i);
+               }};
+  std::unique_ptr<WeightsFill> fill;
+  auto plan = PlanMemoryDeferringWeights(*g, &images, &fill);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_NE(fill, nullptr);
+  const int64_t at_a = plan->locations.at(a).offset, at_b = plan->locations.at(b).offset;
+  EXPECT_EQ(at_a % 64, 0);
+  EXPECT_EQ(at_b % 64, 0);
+  // b takes its image's 200 bytes, not its tensor's 64.
+  EXPECT_GE(plan->weights.size(), static_cast<size_t>(std::max(at_a + 64, at_b + 200)));
+  EXPECT_EQ(ProtectionOf(plan->weights.data()), "rw-p");  // Not filled yet.
+  ASSERT_TRUE(fill->Run().ok());
+  EXPECT_EQ(ProtectionOf(plan->weights.data()), "r--p");
+  const uint8_t* blob = plan->weights.data();
+  EXPECT_EQ(std::memcmp(blob + at_a, a->constant->data(), 64), 0);
+  for (int i = 0; i < 200; ++i) ASSERT_EQ(blob[at_b + i], i) << i;
+
+  // Without images the same graph's plan holds both tensors, filled before PlanMemory returns.
+  auto eager = PlanMemory(*g);
+  ASSERT_TRUE(eager.ok()) << eager.status();
+  EXPECT_EQ(ProtectionOf(eager->weights.data()), "r--p");
+  EXPECT_EQ(
+      std::memcmp(eager->weights.data() + eager->locations.at(b).offset, b->constant->data(), 64),
+      0);
 }
 
 }  // namespace

@@ -7,9 +7,11 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <optional>
 #include <set>
 #include <string_view>
+#include <system_error>
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
@@ -350,17 +352,32 @@ bool ParseSkeleton(const std::string& skeleton, size_t initializers, onnx::Model
 absl::StatusOr<std::unique_ptr<ir::Graph>> ImportParsed(
     onnx::ModelProto* model, const std::string& model_dir, const ImportOptions& options,
     const std::vector<std::optional<MovedRawData>>& raw_data) {
-  if (options.run_checker) {
+  const bool resolve = UsesSequencesOrOptionals(model->graph());
+  // The checker only reads the model, and so does the importer (which checks what it relies on
+  // itself, as with run_checker off): unless sequences are resolved first (which rewrites the
+  // model), the checker runs on a helper thread while the importer reads the weights. Its verdict
+  // still comes first.
+  std::future<absl::Status> checked;
+  if (options.run_checker && !resolve) {
+    try {
+      checked = std::async(std::launch::async, [&] { return RunChecker(*model, model_dir); });
+    } catch (const std::system_error&) {  // No thread to be had: check here.
+    }
+  }
+  if (options.run_checker && !checked.valid()) {
     if (auto s = RunChecker(*model, model_dir); !s.ok()) return s;
   }
   std::vector<OutputLayout> layout;
-  if (UsesSequencesOrOptionals(model->graph())) {
+  if (resolve) {
     // Sequences and optionals become their element tensors before the IR sees them.
     if (auto s = ResolveSequences(model, options, raw_data, &layout); !s.ok()) return s;
   } else {
     layout = TensorOutputLayout(model->graph());
   }
   auto graph = Importer(options, model_dir).Import(*model, raw_data);
+  if (checked.valid()) {
+    if (auto s = checked.get(); !s.ok()) return s;
+  }
   if (graph.ok() && options.output_layout != nullptr) *options.output_layout = std::move(layout);
   return graph;
 }

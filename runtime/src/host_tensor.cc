@@ -1,13 +1,12 @@
 #include "cuvil/runtime/host_tensor.h"
 
-#include <sys/mman.h>
-
 #include <cstdint>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cuvil/runtime/half.h"
+#include "cuvil/runtime/prefault.h"
 
 namespace cuvil {
 
@@ -20,14 +19,7 @@ AlignedBuffer AlignedAlloc(size_t bytes) {
   if (p == nullptr) std::abort();  // Out of memory is not recoverable here.
   // A large buffer (a model's weights while it compiles) is usually fresh memory: fault its pages
   // in with one call rather than one trap per 4 KiB page (a hint; older kernels refuse it).
-#ifdef MADV_POPULATE_WRITE
-  if (rounded >= (size_t{1} << 20)) {
-    const uintptr_t page = 4096;
-    const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
-    const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + rounded) / page * page;
-    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);
-  }
-#endif
+  if (rounded >= (size_t{1} << 20)) PrefaultForWrite(p, rounded);
   std::memset(p, 0, rounded);
   return AlignedBuffer(static_cast<uint8_t*>(p));
 }
