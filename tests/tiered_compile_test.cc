@@ -52,8 +52,8 @@ class TieredCompileTest : public ::testing::Test {
   void SetUp() override {
     const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
     repo_ = testing::MakeRepository("tiered_" + name);
-    cache_dir_ = fs::path(::testing::TempDir()) / ("tiered_cache_" + name + "_" +
-                                                   std::to_string(getpid()));
+    cache_dir_ =
+        fs::path(::testing::TempDir()) / ("tiered_cache_" + name + "_" + std::to_string(getpid()));
     fs::remove_all(cache_dir_);
     fs::create_directories(cache_dir_);
   }
@@ -92,7 +92,7 @@ class TieredCompileTest : public ::testing::Test {
     HostTensor input = testing::ReadReference("lenet", 0, "input");
     HostTensor want = testing::ReadReference("lenet", 0, "output");
     WireRequest wire;
-    wire.inputs.push_back({"input", "FP32", input.shape(), input.data(), input.byte_size()});
+    wire.inputs.push_back({"input", "FP32", input.shape(), input.data(), input.byte_size(), {}});
     auto request = BuildInferenceRequest(**v, std::move(wire));
     ASSERT_TRUE(request.ok()) << request.status();
     InferenceResponse response = InferBlocking(**v, *std::move(request));
@@ -152,11 +152,12 @@ TEST_F(TieredCompileTest, FullTierIsCachedInTheBackgroundAndAnotherProcessLoadsI
   // Another process with the same folder (this binary again: the key includes the build's
   // identity) loads the full tier without compiling anything.
   const std::string self = fs::read_symlink("/proc/self/exe").string();
-  auto [out, rc] = RunCommand("CUVIL_TIERED_CACHE_DIR=" + cache_dir_.string() +
-                              " CUVIL_TIERED_MODEL=" + lenet + " " + self +
-                              " --gtest_also_run_disabled_tests "
-                              "--gtest_filter=TieredCompileChildTest.DISABLED_SecondProcessLoadsTheFullTier"
-                              " 2>&1");
+  auto [out, rc] =
+      RunCommand("CUVIL_TIERED_CACHE_DIR=" + cache_dir_.string() + " CUVIL_TIERED_MODEL=" + lenet +
+                 " " + self +
+                 " --gtest_also_run_disabled_tests "
+                 "--gtest_filter=TieredCompileChildTest.DISABLED_SecondProcessLoadsTheFullTier"
+                 " 2>&1");
   EXPECT_EQ(rc, 0) << out;
   EXPECT_THAT(out, HasSubstr("[  PASSED  ] 1 test"));
 }

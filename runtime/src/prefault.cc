@@ -16,8 +16,7 @@ void PrefaultForWrite(void* p, size_t bytes) {
   const uintptr_t begin = (start + kPage - 1) / kPage * kPage;
   const uintptr_t end = (start + bytes) / kPage * kPage;
   for (uintptr_t at = begin; at < end; at += std::min(kStep, end - at)) {
-    if (madvise(reinterpret_cast<void*>(at), std::min(kStep, end - at), MADV_POPULATE_WRITE) !=
-        0) {
+    if (madvise(reinterpret_cast<void*>(at), std::min(kStep, end - at), MADV_POPULATE_WRITE) != 0) {
       return;  // Not supported (older kernel) or out of memory: the writes fault it in instead.
     }
   }
