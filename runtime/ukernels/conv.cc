@@ -19,31 +19,12 @@
 
 #include "cuvil/runtime/parallel.h"
 #include "cuvil/runtime/ukernels.h"
+#include "thread_buffer.h"
 #include "ukernel_table.h"
 #include "winograd.h"
 
 namespace cuvil::uk {
 namespace {
-
-// A per-thread growable 64-byte aligned buffer; slots keep buffers that are live at once apart.
-// Thread-compatible: each thread owns its own buffers.
-class ThreadBuffer {
- public:
-  ~ThreadBuffer() { std::free(data_); }
-  float* Get(size_t floats) {
-    if (floats > capacity_) {
-      std::free(data_);
-      capacity_ = (floats + 15) / 16 * 16;
-      data_ = static_cast<float*>(std::aligned_alloc(64, capacity_ * sizeof(float)));
-      if (data_ == nullptr) std::abort();  // Out of memory in generated code: nothing to unwind.
-    }
-    return data_;
-  }
-
- private:
-  float* data_ = nullptr;
-  size_t capacity_ = 0;
-};
 
 enum Slot { kSlotPhases, kSlotTile, kSlotPlane, kNumSlots };
 

@@ -1,5 +1,5 @@
 // AVX2+FMA 3x3 depthwise plane kernel (this file alone, with kernels_avx2.cc, is compiled with
-// -mavx2 -mfma; nothing here may be an inline or template entity shared with other files).
+// -mavx2 -mfma; nothing here may be an inline or template entity shared with non-AVX2 files).
 //
 // The plane is copied once into zero-padded planes (stride 2: the four stride phases, so that every
 // tap reads contiguous columns). An output strip of R rows and V vectors of 8 columns keeps its
@@ -18,6 +18,9 @@
 #include <cstring>
 #include <limits>
 
+#include "activate_avx2.h"
+#include "thread_buffer.h"
+
 namespace cuvil::uk {
 namespace {
 
@@ -29,27 +32,6 @@ __m256i LaneMask(int64_t n) {
   const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   const int lanes = static_cast<int>(std::clamp<int64_t>(n, 0, kLanes));
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), idx);
-}
-
-// Every activation but Sigmoid (applied to the whole plane afterwards).
-[[gnu::always_inline]] inline __m256 Activate(__m256 v, const Epilogue& ep) {
-  switch (ep.activation) {
-    case CUVIL_UK_ACT_RELU:
-      return _mm256_max_ps(v, _mm256_setzero_ps());
-    case CUVIL_UK_ACT_CLIP:
-      return _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(ep.alpha)), _mm256_set1_ps(ep.beta));
-    case CUVIL_UK_ACT_HARDSIGMOID: {
-      __m256 h = _mm256_fmadd_ps(_mm256_set1_ps(ep.alpha), v, _mm256_set1_ps(ep.beta));
-      return _mm256_min_ps(_mm256_max_ps(h, _mm256_setzero_ps()), _mm256_set1_ps(1.0f));
-    }
-    case CUVIL_UK_ACT_HARDSWISH: {
-      __m256 h = _mm256_fmadd_ps(_mm256_set1_ps(1.0f / 6.0f), v, _mm256_set1_ps(0.5f));
-      h = _mm256_min_ps(_mm256_max_ps(h, _mm256_setzero_ps()), _mm256_set1_ps(1.0f));
-      return _mm256_mul_ps(v, h);
-    }
-    default:
-      return v;
-  }
 }
 
 // The padded planes of one geometry: `phases` planes of hs rows, ld floats apart; row i column j
@@ -64,18 +46,12 @@ struct Layout {
 // instance per thread).
 class PlaneScratch {
  public:
-  ~PlaneScratch() { std::free(data_); }
   float* Get(const cuvil_uk_conv_params& p, const Layout& l) {
     const int64_t key[kKey] = {p.height,   p.width,   p.out_height, p.out_width,
                                p.stride_h, p.pad_top, p.pad_left,   l.ld};
     if (data_ != nullptr && std::equal(key, key + kKey, key_)) return data_;
     const size_t floats = static_cast<size_t>(l.Floats());
-    if (floats > capacity_) {
-      std::free(data_);
-      capacity_ = (floats + 15) / 16 * 16;
-      data_ = static_cast<float*>(std::aligned_alloc(64, capacity_ * sizeof(float)));
-      if (data_ == nullptr) std::abort();  // Out of memory in generated code: nothing to unwind.
-    }
+    data_ = buffer_.Get(floats);
     std::memset(data_, 0, floats * sizeof(float));
     std::copy(key, key + kKey, key_);
     return data_;
@@ -83,8 +59,8 @@ class PlaneScratch {
 
  private:
   static constexpr int kKey = 8;
+  ThreadBuffer buffer_;
   float* data_ = nullptr;
-  size_t capacity_ = 0;
   int64_t key_[kKey] = {};
 };
 
@@ -216,7 +192,7 @@ template <int S, int R, int V, Act A>
       if constexpr (A == Act::kClamp) {
         out = _mm256_min_ps(_mm256_max_ps(out, a.lo), a.hi);
       } else if constexpr (A == Act::kOther) {
-        out = Activate(out, *a.ep);
+        out = ActivateAvx2(out, *a.ep);
       }
       if (full) {
         _mm256_storeu_ps(a.y + o, out);

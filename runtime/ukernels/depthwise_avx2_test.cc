@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "activation_reference.h"
 #include "gtest/gtest.h"
 
 namespace cuvil {
@@ -27,24 +28,6 @@ cuvil_uk_conv_params Params(const Plane& g, int64_t act) {
   const int64_t oh = (g.h + g.pt + g.pb - 3) / g.s + 1, ow = (g.w + g.pl + g.pr - 3) / g.s + 1;
   return cuvil_uk_conv_params{
       1, g.h, g.w, 1, oh, ow, 3, 3, g.s, g.s, 1, 1, g.pt, g.pl, 1, act, CUVIL_UK_CONV_DEPTHWISE};
-}
-
-float Act(double v, int64_t act, float alpha, float beta) {
-  const float f = static_cast<float>(v);
-  switch (act) {
-    case CUVIL_UK_ACT_RELU:
-      return std::max(f, 0.0f);
-    case CUVIL_UK_ACT_CLIP:
-      return std::min(std::max(f, alpha), beta);
-    case CUVIL_UK_ACT_HARDSIGMOID:
-      return std::min(std::max(alpha * f + beta, 0.0f), 1.0f);
-    case CUVIL_UK_ACT_HARDSWISH:
-      return f * std::min(std::max(f / 6.0f + 0.5f, 0.0f), 1.0f);
-    case CUVIL_UK_ACT_SIGMOID:
-      return 1.0f / (1.0f + std::exp(-f));
-    default:
-      return f;
-  }
 }
 
 // Runs one plane through the kernel (output framed by guard values) and checks every element.
@@ -81,7 +64,7 @@ void CheckPlane(const Plane& g, int64_t act, bool with_res, std::mt19937& rng) {
         }
       }
       if (with_res) acc += res[oy * ow + ox];
-      const float want = Act(acc, act, ep.alpha, ep.beta);
+      const float want = uk::ReferenceActivation(static_cast<float>(acc), act, ep.alpha, ep.beta);
       ASSERT_NEAR(got[kGuard + oy * ow + ox], want, 1e-5f * (1.0f + std::fabs(want)))
           << "at " << oy << "," << ox;
     }

@@ -1,5 +1,5 @@
 // AVX2+FMA bodies of the microkernels (this file alone is compiled with -mavx2 -mfma; nothing here
-// may be an inline or template entity shared with other files, or the linker could pick an AVX2
+// may be an inline or template entity shared with non-AVX2 files, or the linker could pick an AVX2
 // copy for generic code).
 #include <immintrin.h>
 
@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "activate_avx2.h"
 #include "cuvil/runtime/ukernels.h"
 #include "depthwise_avx2.h"
 #include "ukernel_table.h"
@@ -21,28 +22,6 @@ constexpr int64_t kNR = 16;
 __m256i LaneMask(int64_t n) {
   const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), idx);
-}
-
-// Every activation but Sigmoid (applied afterwards in scalar code). Always inlined: as a call (GCC
-// would not inline it) it cost more than the 9 FMAs of a depthwise output vector.
-[[gnu::always_inline]] inline __m256 Activate(__m256 v, const Epilogue& ep) {
-  switch (ep.activation) {
-    case CUVIL_UK_ACT_RELU:
-      return _mm256_max_ps(v, _mm256_setzero_ps());
-    case CUVIL_UK_ACT_CLIP:
-      return _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(ep.alpha)), _mm256_set1_ps(ep.beta));
-    case CUVIL_UK_ACT_HARDSIGMOID: {
-      __m256 h = _mm256_fmadd_ps(_mm256_set1_ps(ep.alpha), v, _mm256_set1_ps(ep.beta));
-      return _mm256_min_ps(_mm256_max_ps(h, _mm256_setzero_ps()), _mm256_set1_ps(1.0f));
-    }
-    case CUVIL_UK_ACT_HARDSWISH: {
-      __m256 h = _mm256_fmadd_ps(_mm256_set1_ps(1.0f / 6.0f), v, _mm256_set1_ps(0.5f));
-      h = _mm256_min_ps(_mm256_max_ps(h, _mm256_setzero_ps()), _mm256_set1_ps(1.0f));
-      return _mm256_mul_ps(v, h);
-    }
-    default:
-      return v;
-  }
 }
 
 void SigmoidInPlace(float* p, int64_t n) {
@@ -78,8 +57,8 @@ inline void FinishRow(__m256 v0, __m256 v1, float* c, int64_t r, int64_t ldc, bo
         v1 = _mm256_add_ps(v1, _mm256_maskload_ps(res + 8, m1));
       }
     }
-    v0 = Activate(v0, *ep);
-    v1 = Activate(v1, *ep);
+    v0 = ActivateAvx2(v0, *ep);
+    v1 = ActivateAvx2(v1, *ep);
   }
   if (full) {
     _mm256_storeu_ps(row, v0);
@@ -193,13 +172,13 @@ void EpilogueRow(float* dst, const float* src, int64_t n, float bias, const floa
   for (; i + 8 <= n; i += 8) {
     __m256 v = _mm256_add_ps(_mm256_loadu_ps(src + i), b);
     if (residual != nullptr) v = _mm256_add_ps(v, _mm256_loadu_ps(residual + i));
-    _mm256_storeu_ps(dst + i, Activate(v, ep));
+    _mm256_storeu_ps(dst + i, ActivateAvx2(v, ep));
   }
   if (i < n) {
     __m256i m = LaneMask(n - i);
     __m256 v = _mm256_add_ps(_mm256_maskload_ps(src + i, m), b);
     if (residual != nullptr) v = _mm256_add_ps(v, _mm256_maskload_ps(residual + i, m));
-    _mm256_maskstore_ps(dst + i, m, Activate(v, ep));
+    _mm256_maskstore_ps(dst + i, m, ActivateAvx2(v, ep));
   }
   if (ep.activation == CUVIL_UK_ACT_SIGMOID) SigmoidInPlace(dst, n);
 }
@@ -221,8 +200,8 @@ void DepthwiseRow(float* dst, const float* src, const int64_t* off, const float*
       v0 = _mm256_add_ps(v0, _mm256_loadu_ps(residual + i));
       v1 = _mm256_add_ps(v1, _mm256_loadu_ps(residual + i + 8));
     }
-    _mm256_storeu_ps(dst + i, Activate(v0, ep));
-    _mm256_storeu_ps(dst + i + 8, Activate(v1, ep));
+    _mm256_storeu_ps(dst + i, ActivateAvx2(v0, ep));
+    _mm256_storeu_ps(dst + i + 8, ActivateAvx2(v1, ep));
   }
   for (; i < n; i += 8) {
     __m256i m = LaneMask(n - i);
@@ -231,7 +210,7 @@ void DepthwiseRow(float* dst, const float* src, const int64_t* off, const float*
       v = _mm256_fmadd_ps(_mm256_broadcast_ss(wt + t), _mm256_maskload_ps(src + off[t] + i, m), v);
     }
     if (residual != nullptr) v = _mm256_add_ps(v, _mm256_maskload_ps(residual + i, m));
-    _mm256_maskstore_ps(dst + i, m, Activate(v, ep));
+    _mm256_maskstore_ps(dst + i, m, ActivateAvx2(v, ep));
   }
   if (ep.activation == CUVIL_UK_ACT_SIGMOID) SigmoidInPlace(dst, n);
 }
@@ -322,10 +301,10 @@ void DepthwiseItems(const cuvil_uk_conv_params& p, const float* const* rows, con
     __m256 v = Unshuffle<SW>(acc[n]);
     if (full) {
       if (residual != nullptr) v = _mm256_add_ps(v, _mm256_loadu_ps(residual + at));
-      _mm256_storeu_ps(y + at, Activate(v, ep));
+      _mm256_storeu_ps(y + at, ActivateAvx2(v, ep));
     } else {
       if (residual != nullptr) v = _mm256_add_ps(v, _mm256_maskload_ps(residual + at, store));
-      _mm256_maskstore_ps(y + at, store, Activate(v, ep));
+      _mm256_maskstore_ps(y + at, store, ActivateAvx2(v, ep));
     }
   }
 }

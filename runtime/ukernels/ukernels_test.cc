@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "activation_reference.h"
 #include "cuvil/runtime/parallel.h"
 #include "gtest/gtest.h"
 #include "ukernel_table.h"
@@ -18,23 +19,6 @@ namespace {
 struct Case {
   int64_t c, h, w, m, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, groups;
 };
-
-float Act(float v, int64_t act, float alpha, float beta) {
-  switch (act) {
-    case CUVIL_UK_ACT_RELU:
-      return std::max(v, 0.0f);
-    case CUVIL_UK_ACT_CLIP:
-      return std::min(std::max(v, alpha), beta);
-    case CUVIL_UK_ACT_HARDSIGMOID:
-      return std::min(std::max(alpha * v + beta, 0.0f), 1.0f);
-    case CUVIL_UK_ACT_HARDSWISH:
-      return v * std::min(std::max(v / 6.0f + 0.5f, 0.0f), 1.0f);
-    case CUVIL_UK_ACT_SIGMOID:
-      return 1.0f / (1.0f + std::exp(-v));
-    default:
-      return v;
-  }
-}
 
 // Runs one conv on every tier the CPU supports and checks each against a double reference.
 void RunCase(const Case& k, int64_t batch, int64_t act, bool with_residual, int threads) {
@@ -78,7 +62,7 @@ void RunCase(const Case& k, int64_t batch, int64_t act, bool with_residual, int 
           }
           int64_t o = ((n * k.m + m) * oh + y) * ow + xo;
           if (with_residual) s += res[o];
-          want[o] = Act(static_cast<float>(s), act, alpha, beta);
+          want[o] = uk::ReferenceActivation(static_cast<float>(s), act, alpha, beta);
         }
       }
     }
@@ -270,7 +254,8 @@ TEST(UkernelsTest, DepthwisePlaneEveryTierEdgeSizes) {
                         }
                       }
                       if (with_res) acc += res[oy * ow + ox];
-                      const float e = Act(static_cast<float>(acc), act, ep.alpha, ep.beta);
+                      const float e =
+                          uk::ReferenceActivation(static_cast<float>(acc), act, ep.alpha, ep.beta);
                       ASSERT_NEAR(got[kGuard + oy * ow + ox], e, 1e-5f * (1.0f + std::fabs(e)))
                           << "act=" << act << " res=" << with_res << " at " << oy << "," << ox;
                     }
@@ -353,7 +338,7 @@ TEST(UkernelsTest, TileEveryTierEverySize) {
                 if (epp != nullptr) {
                   s += bias[r];
                   if (ep.residual != nullptr) s += res[r * kLd + j];
-                  s = Act(static_cast<float>(s), act, ep.alpha, ep.beta);
+                  s = uk::ReferenceActivation(static_cast<float>(s), act, ep.alpha, ep.beta);
                 }
                 want[r * kLd + j] = static_cast<float>(s);
               }
@@ -397,12 +382,13 @@ TEST(UkernelsTest, RowsEveryTierEveryLength) {
               ASSERT_EQ(dw[i], 7.0f);
               break;
             }
-            float e = Act(src[i] + 0.25f + (with_res ? res[i] : 0.0f), act, ep.alpha, ep.beta);
+            float e = uk::ReferenceActivation(src[i] + 0.25f + (with_res ? res[i] : 0.0f), act,
+                                              ep.alpha, ep.beta);
             ASSERT_NEAR(got[i], e, 1e-5f) << "epilogue n=" << n << " act=" << act << " at " << i;
             double d = 0.25;
             for (int64_t k = 0; k < kTaps; ++k) d += wt[k] * src[off[k] + i];
             if (with_res) d += res[i];
-            e = Act(static_cast<float>(d), act, ep.alpha, ep.beta);
+            e = uk::ReferenceActivation(static_cast<float>(d), act, ep.alpha, ep.beta);
             ASSERT_NEAR(dw[i], e, 1e-4f) << "depthwise n=" << n << " act=" << act << " at " << i;
           }
         }

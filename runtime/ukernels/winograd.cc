@@ -24,6 +24,7 @@
 
 #include "cuvil/runtime/parallel.h"
 #include "cuvil/runtime/ukernels.h"
+#include "thread_buffer.h"
 
 namespace cuvil::uk {
 namespace {
@@ -32,29 +33,10 @@ constexpr int64_t kTaps = 16;  // 4x4 transformed positions
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// A per-thread growable 64-byte aligned buffer. Thread-compatible: each thread owns its own.
-class Buffer {
- public:
-  ~Buffer() { std::free(data_); }
-  float* Get(size_t floats) {
-    if (floats > capacity_) {
-      std::free(data_);
-      capacity_ = (floats + 15) / 16 * 16;
-      data_ = static_cast<float*>(std::aligned_alloc(64, capacity_ * sizeof(float)));
-      if (data_ == nullptr) std::abort();  // Out of memory in generated code: nothing to unwind.
-    }
-    return data_;
-  }
-
- private:
-  float* data_ = nullptr;
-  size_t capacity_ = 0;
-};
-
 enum Slot { kSlotV, kSlotM, kSlotRows, kNumSlots };
 
 float* Scratch(Slot slot, size_t floats) {
-  thread_local Buffer buffers[kNumSlots];
+  thread_local ThreadBuffer buffers[kNumSlots];
   return buffers[slot].Get(floats);
 }
 

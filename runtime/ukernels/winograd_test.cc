@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "activation_reference.h"
 #include "cuvil/runtime/parallel.h"
 #include "cuvil/runtime/ukernels.h"
 #include "gtest/gtest.h"
@@ -18,23 +19,6 @@ namespace {
 struct WinoCase {
   int64_t c, h, w, m, pt, pl, pb, pr;
 };
-
-float Activate(float v, int64_t act, float alpha, float beta) {
-  switch (act) {
-    case CUVIL_UK_ACT_RELU:
-      return std::max(v, 0.0f);
-    case CUVIL_UK_ACT_CLIP:
-      return std::min(std::max(v, alpha), beta);
-    case CUVIL_UK_ACT_HARDSIGMOID:
-      return std::min(std::max(alpha * v + beta, 0.0f), 1.0f);
-    case CUVIL_UK_ACT_HARDSWISH:
-      return v * std::min(std::max(v / 6.0f + 0.5f, 0.0f), 1.0f);
-    case CUVIL_UK_ACT_SIGMOID:
-      return 1.0f / (1.0f + std::exp(-v));
-    default:
-      return v;
-  }
-}
 
 void RunWinograd(const WinoCase& k, int64_t batch, int64_t act, bool with_residual, int threads) {
   SCOPED_TRACE(testing::Message() << "c=" << k.c << " h=" << k.h << " w=" << k.w << " m=" << k.m
@@ -75,7 +59,7 @@ void RunWinograd(const WinoCase& k, int64_t batch, int64_t act, bool with_residu
           const int64_t o = ((n * k.m + m) * oh + y) * ow + xo;
           if (with_residual) s += res[o];
           scale = std::max(scale, std::fabs(s));
-          want[o] = Activate(static_cast<float>(s), act, alpha, beta);
+          want[o] = uk::ReferenceActivation(static_cast<float>(s), act, alpha, beta);
         }
       }
     }

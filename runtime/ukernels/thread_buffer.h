@@ -1,0 +1,31 @@
+// Private: the per-thread scratch buffers the microkernels reuse across calls.
+#ifndef CUVIL_RUNTIME_UKERNELS_THREAD_BUFFER_H_
+#define CUVIL_RUNTIME_UKERNELS_THREAD_BUFFER_H_
+
+#include <cstddef>
+
+namespace cuvil::uk {
+
+// A growable 64-byte aligned float buffer. Defined out of line (thread_buffer.cc, built without
+// ISA flags) so that the AVX2 files using it never provide the copy generic code links to.
+// Thread-compatible: each thread owns its own (callers keep one per slot in a thread_local array,
+// so buffers live at once never alias).
+class ThreadBuffer {
+ public:
+  ThreadBuffer() = default;
+  ThreadBuffer(const ThreadBuffer&) = delete;
+  ThreadBuffer& operator=(const ThreadBuffer&) = delete;
+  ~ThreadBuffer();
+
+  // At least `floats` floats; earlier contents are lost when it grows. Aborts when out of memory:
+  // generated code has nothing to unwind to.
+  float* Get(size_t floats);
+
+ private:
+  float* data_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+}  // namespace cuvil::uk
+
+#endif  // CUVIL_RUNTIME_UKERNELS_THREAD_BUFFER_H_
