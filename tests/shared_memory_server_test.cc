@@ -253,6 +253,25 @@ TEST_F(GrpcSharedMemoryTest, OutOfBoundsUnknownAndWrongSizesAreInvalidArgument) 
   EXPECT_THAT(expect_error(no_size, "no size"), HasSubstr("shared_memory_byte_size"));
 }
 
+TEST_F(GrpcSharedMemoryTest, ShmInputsCountAgainstMaxRequestBytes) {
+  HostTensor input = testing::ReadReference("mlp", 0, "input");
+  const size_t in_bytes = input.byte_size();
+  ServerOptions options;
+  options.max_request_bytes = static_cast<int64_t>(in_bytes) - 1;
+  server_ = testing::StartServer(testing::MakeRepository("grpc_shm_small_limit"), options);
+  ASSERT_NE(server_, nullptr);
+  stub_ = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(server_->grpc_port()), grpc::InsecureChannelCredentials()));
+  ClientShm shm(in_bytes + 4096);
+  std::memcpy(shm.at(0), input.data(), in_bytes);
+  ASSERT_TRUE(Register("in", shm.key(), 0, in_bytes).ok());
+  ASSERT_TRUE(Register("out", shm.key(), in_bytes, 4096).ok());
+  inference::ModelInferResponse r;
+  grpc::Status s = Infer(ShmRequest(input.shape(), in_bytes, 0, 40, 0), &r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("max_request_bytes"));
+}
+
 TEST_F(GrpcSharedMemoryTest, ShrunkRegionIsAnErrorNotACrash) {
   HostTensor input = testing::ReadReference("mlp", 0, "input");
   const size_t in_bytes = input.byte_size();
@@ -442,6 +461,9 @@ TEST_F(HttpSharedMemoryTest, ErrorsNameTheTensorAndRegion) {
   json unknown = ShmInferBody(input, in_bytes, 0, 40);
   unknown["outputs"][0]["parameters"]["shared_memory_region"] = "gone";
   EXPECT_THAT(error(unknown), HasSubstr("unknown shared memory region 'gone'"));
+  json classified = ShmInferBody(input, in_bytes, 0, 40);
+  classified["outputs"][0]["parameters"]["classification"] = 3;
+  EXPECT_THAT(error(classified), HasSubstr("'classification' cannot be combined"));
   json negative = ShmInferBody(input, in_bytes, 0, 40);
   negative["inputs"][0]["parameters"]["shared_memory_offset"] = -1;
   EXPECT_THAT(error(negative), HasSubstr("shared_memory_offset"));

@@ -38,6 +38,7 @@ struct MemoryPlan {
 // puts at the constant's place (reading the constant, which must stay unchanged; called once, from
 // any thread; the destination is 64-byte aligned and zero-filled). Lets a pass hand the plan a
 // transformed layout, such as packed convolution weights, without keeping a second tensor of it.
+// Thread-compatible value.
 struct ConstantImage {
   int64_t bytes = 0;
   std::function<void(uint8_t* dst)> write;

@@ -229,6 +229,12 @@ absl::StatusOr<DecodedInfer> DecodeInferBody(const json& doc, std::shared_ptr<st
         absl::StatusOr<int64_t> k = IntField(*params, "classification", 0);
         if (!k.ok()) return k.status();
         if (*k < 0) return absl::InvalidArgumentError("'classification' must be positive");
+        if (*k > 0 && shm->has_value()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "output '", o.name,
+              "': 'classification' cannot be combined with a shared memory output (the region "
+              "receives the raw tensor)"));
+        }
         o.classification = *k;
       }
       wire.requested_outputs.push_back(o.name);

@@ -1,5 +1,6 @@
 #include "cuvil/server/infer_request_builder.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -61,6 +62,7 @@ absl::StatusOr<std::unique_ptr<InferenceRequest>> Build(
   request->inputs.resize(specs.size());
   std::vector<bool> seen(specs.size(), false);
   std::vector<AlignedBuffer> realigned;
+  uint64_t shared_memory_bytes = 0;  // Copied in from regions so far, over all inputs.
   int64_t batch = -1;
   for (WireInput& in : wire.inputs) {
     size_t index = 0;
@@ -101,6 +103,15 @@ absl::StatusOr<std::unique_ptr<InferenceRequest>> Build(
       const SharedMemoryRef& ref = *in.shared_memory;
       auto region = shared_memory->Find(ref.region, in.name);
       if (!region.ok()) return region.status();
+      // Checked before allocating: the shape alone may describe up to kMaxTensorBytes.
+      if (auto s = (*region)->CheckRange(ref.offset, ref.byte_size, in.name); !s.ok()) return s;
+      const uint64_t limit = shared_memory->limits().max_request_input_bytes;
+      if (ref.byte_size > limit - std::min(limit, shared_memory_bytes)) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("input '", in.name, "': the request's shared memory inputs exceed ", limit,
+                         " bytes (max_request_bytes)"));
+      }
+      shared_memory_bytes += ref.byte_size;
       AlignedBuffer copy = AlignedAlloc(in.byte_size);
       if (auto s = (*region)->Read(ref.offset, ref.byte_size, copy.get(), in.name); !s.ok())
         return s;

@@ -34,7 +34,8 @@ struct CuvilServer::Impl {
   std::unique_ptr<ModelManager> models;
   std::unique_ptr<AdminOperations> admin;
   std::unique_ptr<SnapshotStore> snapshots;  // --snapshot-dir; stopped before the models unload.
-  SharedMemoryRegistry shared_memory;        // Outlives the front ends (declared before them).
+  // Outlives the front ends (declared before them); made when the options are known.
+  std::unique_ptr<SharedMemoryRegistry> shared_memory;
   std::unique_ptr<GrpcService> grpc;
   std::unique_ptr<HttpService> http;
   httplib::Server metrics;
@@ -156,8 +157,11 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
   grpc_options.tls_cert_pem = tls_cert;
   grpc_options.tls_key_pem = tls_key;
   grpc_options.tls_client_ca_pem = tls_client_ca;
-  auto grpc =
-      GrpcService::Start(grpc_options, s.models.get(), s.admin.get(), &s.info, &s.shared_memory);
+  SharedMemoryLimits shm_limits;
+  shm_limits.max_request_input_bytes = static_cast<uint64_t>(options.max_request_bytes);
+  s.shared_memory = std::make_unique<SharedMemoryRegistry>(shm_limits);
+  auto grpc = GrpcService::Start(grpc_options, s.models.get(), s.admin.get(), &s.info,
+                                 s.shared_memory.get());
   if (!grpc.ok()) return grpc.status();
   s.grpc = std::move(*grpc);
   HttpServiceOptions http_options;
@@ -168,8 +172,8 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
   http_options.tls_cert_file = options.tls_cert_file;
   http_options.tls_key_file = options.tls_key_file;
   http_options.tls_client_ca_file = options.tls_client_ca_file;
-  auto http =
-      HttpService::Start(http_options, s.models.get(), s.admin.get(), &s.info, &s.shared_memory);
+  auto http = HttpService::Start(http_options, s.models.get(), s.admin.get(), &s.info,
+                                 s.shared_memory.get());
   if (!http.ok()) return http.status();
   s.http = std::move(*http);
   s.metrics.Get("/metrics", [&s](const httplib::Request& req, httplib::Response& res) {

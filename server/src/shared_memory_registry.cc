@@ -131,6 +131,11 @@ absl::Status SharedMemoryRegistry::Register(const std::string& name, const std::
                      byte_size, " exceeds the ", st.st_size, " bytes of '", key, "'"));
   }
   absl::MutexLock lock(&mu_);
+  if (regions_.size() >= limits_.max_regions) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot register shared memory region '", name, "': ", regions_.size(),
+                     " regions are registered, the limit (unregister some first)"));
+  }
   if (!regions_.emplace(name, std::move(region)).second) {
     return absl::AlreadyExistsError(
         absl::StrCat("shared memory region '", name, "' is already registered"));

@@ -23,7 +23,7 @@
 
 namespace cuvil {
 
-// What a client registered under a region name.
+// What a client registered under a region name. Plain data; thread-compatible.
 struct SharedMemoryRegionStatus {
   std::string name;
   std::string key;
@@ -66,12 +66,27 @@ class SharedMemoryRegion {
   const int fd_;
 };
 
+// Bounds that keep one client from exhausting the server through shared memory.
+struct SharedMemoryLimits {
+  // Regions registered at once (each holds an open descriptor).
+  size_t max_regions = 1024;
+  // Bytes one request may copy in from shared memory, over all its inputs (the server sets its
+  // max_request_bytes, so a region counts like the wire would).
+  uint64_t max_request_input_bytes = uint64_t{64} << 20;
+};
+
 // The server's registered regions by name. Thread-safe.
 class SharedMemoryRegistry {
  public:
+  SharedMemoryRegistry() = default;
+  explicit SharedMemoryRegistry(SharedMemoryLimits limits) : limits_(limits) {}
+
+  const SharedMemoryLimits& limits() const { return limits_; }
+
   // Opens the POSIX shared memory object `key` (shm_open, read-write) and registers the window
   // [offset, offset + byte_size) of it as `name`. InvalidArgument for an empty name or key, a key
-  // with no such object, or a window beyond the object's size; AlreadyExists if `name` is taken.
+  // with no such object, or a window beyond the object's size; AlreadyExists if `name` is taken;
+  // ResourceExhausted when limits().max_regions are registered already.
   absl::Status Register(const std::string& name, const std::string& key, uint64_t offset,
                         uint64_t byte_size);
 
@@ -88,6 +103,7 @@ class SharedMemoryRegistry {
                                                                  const std::string& tensor) const;
 
  private:
+  const SharedMemoryLimits limits_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<const SharedMemoryRegion>> regions_ ABSL_GUARDED_BY(mu_);
 };

@@ -96,6 +96,20 @@ TEST(SharedMemoryRegistryTest, RegisterRefusesBadKeysAndWindows) {
   EXPECT_TRUE(registry.Register("r", shm.key(), 1000, 24).ok());  // Exactly to the end.
 }
 
+TEST(SharedMemoryRegistryTest, RegionCountIsBounded) {
+  ShmObject shm(64);
+  SharedMemoryLimits limits;
+  limits.max_regions = 3;
+  SharedMemoryRegistry registry(limits);
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(registry.Register(std::to_string(i), shm.key(), 0, 8).ok());
+  absl::Status full = registry.Register("3", shm.key(), 0, 8);
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(full.message(), HasSubstr("'3'"));
+  registry.Unregister("1");
+  EXPECT_TRUE(registry.Register("3", shm.key(), 0, 8).ok());
+}
+
 TEST(SharedMemoryRegistryTest, ReadAndWriteWithinTheWindow) {
   ShmObject shm(1024);
   SharedMemoryRegistry registry;

@@ -14,7 +14,7 @@
 
 namespace cuvil::quantize {
 
-// Thread-compatible (Run may be called concurrently: LoadedModel::Run is thread-safe).
+// Thread-safe: Run may be called concurrently (LoadedModel::Run is thread-safe).
 class ObservedModel {
  public:
   // Compiles `model` with each of `tensors` (names of graph inputs, node outputs or graph

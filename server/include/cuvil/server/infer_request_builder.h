@@ -20,7 +20,8 @@ class SharedMemoryRegion;
 class SharedMemoryRegistry;
 
 // A tensor's bytes in a registered system shared memory region: Triton's shared_memory_region,
-// shared_memory_offset (within the region) and shared_memory_byte_size parameters.
+// shared_memory_offset (within the region) and shared_memory_byte_size parameters. Plain data;
+// thread-compatible.
 struct SharedMemoryRef {
   std::string region;
   uint64_t offset = 0;
@@ -38,7 +39,8 @@ struct WireInput {
   std::optional<SharedMemoryRef> shared_memory;
 };
 
-// A requested output the client wants written into shared memory instead of the response.
+// A requested output the client wants written into shared memory instead of the response. Plain
+// data; thread-compatible.
 struct WireSharedMemoryOutput {
   std::string name;
   SharedMemoryRef ref;
@@ -55,7 +57,8 @@ struct WireRequest {
 };
 
 // An output resolved for writing into shared memory once the response is ready; `region` keeps
-// the registered region usable even if it is unregistered meanwhile.
+// the registered region usable even if it is unregistered meanwhile. Thread-compatible (the
+// region itself is thread-safe).
 struct SharedMemoryOutput {
   std::string name;
   SharedMemoryRef ref;
