@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -49,6 +50,9 @@ void CpuRelax() {
 // Multiply-adds below which a second thread does not pay (as in conv.cc).
 constexpr int64_t kMinWorkPerThread = int64_t{1} << 21;
 
+// Spins (a few microseconds) before a worker waiting for a phase to finish yields its core.
+constexpr int kSpinsBeforeYield = 2000;
+
 // Runs phase 0's items, then phase 1's, then phase 2's on up to the intra-op threads in one
 // parallel region. Items are claimed one at a time; a thread that runs out of a phase's items
 // waits until every item of it is done. A thread that arrives late finds the early phases done.
@@ -75,7 +79,15 @@ void RunPhases(int64_t total_cost, int64_t n0, F0&& f0, int64_t n1, F1&& f1, int
       ++mine;
     }
     if (mine > 0) done[phase].v.fetch_add(mine, std::memory_order_acq_rel);
-    while (done[phase].v.load(std::memory_order_acquire) < counts[phase]) CpuRelax();
+    // Only items another running worker has claimed are left, so this wait always ends; after a
+    // short spin it yields, so a preempted worker gets its core back on an oversubscribed host.
+    for (int spins = 0; done[phase].v.load(std::memory_order_acquire) < counts[phase]; ++spins) {
+      if (spins < kSpinsBeforeYield) {
+        CpuRelax();
+      } else {
+        std::this_thread::yield();
+      }
+    }
   };
   auto body = [&](int64_t, int64_t) {
     run(0, f0);

@@ -21,7 +21,9 @@ extern "C" {
 // Runs body(ctx, begin, end) over [0, count) split into contiguous chunks, one per available
 // thread but never less than about kMinParallelWork units of `cost_per_item` each (handing work
 // to another thread costs microseconds); returns when every chunk has finished. Reentrant; the
-// pool threads never wait on each other, so concurrent callers cannot deadlock.
+// pool never makes a chunk wait for another chunk to start, so concurrent callers cannot
+// deadlock (a body may wait for work other running chunks have already claimed, as Winograd's
+// phases do, never for a chunk that has not started).
 void cuvil_rt_parallel_for(int64_t count, int64_t cost_per_item,
                            void (*body)(void* ctx, int64_t begin, int64_t end), void* ctx);
 }
