@@ -67,8 +67,11 @@ void ShmParams(Map* params, const std::string& region, uint64_t size, uint64_t o
 
 class GrpcSharedMemoryTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    server_ = testing::StartServer(testing::MakeRepository("grpc_shm_repo"));
+  void SetUp() override { Start("grpc_shm_repo", {}); }
+
+  // (Re)starts the server on a fresh copy of the test repository and connects the stub.
+  void Start(const std::string& repo, ServerOptions options) {
+    server_ = testing::StartServer(testing::MakeRepository(repo), std::move(options));
     ASSERT_NE(server_, nullptr);
     stub_ = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
         "127.0.0.1:" + std::to_string(server_->grpc_port()), grpc::InsecureChannelCredentials()));
@@ -258,10 +261,7 @@ TEST_F(GrpcSharedMemoryTest, ShmInputsCountAgainstMaxRequestBytes) {
   const size_t in_bytes = input.byte_size();
   ServerOptions options;
   options.max_request_bytes = static_cast<int64_t>(in_bytes) - 1;
-  server_ = testing::StartServer(testing::MakeRepository("grpc_shm_small_limit"), options);
-  ASSERT_NE(server_, nullptr);
-  stub_ = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
-      "127.0.0.1:" + std::to_string(server_->grpc_port()), grpc::InsecureChannelCredentials()));
+  ASSERT_NO_FATAL_FAILURE(Start("grpc_shm_small_limit", options));
   ClientShm shm(in_bytes + 4096);
   std::memcpy(shm.at(0), input.data(), in_bytes);
   ASSERT_TRUE(Register("in", shm.key(), 0, in_bytes).ok());
