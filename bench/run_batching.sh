@@ -29,18 +29,9 @@ for bin in "$SERVER" "$PERF"; do
   fi
 done
 
-WORK="$(mktemp -d /tmp/cuvil-batching.XXXXXX)"
-SERVER_PID=""
-cleanup() {
-  if [[ -n "$SERVER_PID" ]]; then
-    kill -TERM "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-  fi
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
 # shellcheck source=bench/start_server.sh
 source "$ROOT/bench/start_server.sh"
+make_bench_workdir batching
 
 echo "== model repository in $WORK/repo"
 "$PY" "$ROOT/bench/make_weight_bound_mlp.py" "$WORK/repo" --shared "$SHARED"

@@ -16,18 +16,9 @@ MEASUREMENT_MS="${MEASUREMENT_MS:-5000}"
 PROTOCOLS="${PROTOCOLS:-grpc http}"
 CONCURRENCIES="${CONCURRENCIES:-1 16}"
 
-WORK="$(mktemp -d /tmp/cuvil-serving.XXXXXX)"
-SERVER_PID=""
-cleanup() {
-  if [[ -n "$SERVER_PID" ]]; then
-    kill -TERM "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-  fi
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
 # shellcheck source=bench/start_server.sh
 source "$ROOT/bench/start_server.sh"
+make_bench_workdir serving
 
 start_cuvil_server "$WORK/server.log" "$SERVER" --model-repository "$ROOT/examples/model-repository" \
   --grpc-port 0 --http-port 0 --metrics-port 0 --no-jit-cache "$@"

@@ -23,3 +23,19 @@ start_cuvil_server() {
   done
   echo "cuvil-server did not become ready in 300 s:" >&2; cat "$log" >&2; exit 1
 }
+
+# make_bench_workdir NAME: sets WORK to a fresh /tmp/cuvil-NAME.XXXXXX folder and SERVER_PID to
+# "", and traps EXIT to stop the server start_cuvil_server started (if any) and remove WORK.
+make_bench_workdir() {
+  WORK="$(mktemp -d "/tmp/cuvil-$1.XXXXXX")"
+  SERVER_PID=""
+  trap stop_bench_server_and_clean EXIT
+}
+
+stop_bench_server_and_clean() {
+  if [[ -n "$SERVER_PID" ]]; then
+    kill -TERM "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+  fi
+  rm -rf "$WORK"
+}
