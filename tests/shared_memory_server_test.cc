@@ -104,6 +104,15 @@ class GrpcSharedMemoryTest : public ::testing::Test {
     return stub_->SystemSharedMemoryStatus(&ctx, q, r);
   }
 
+  // Copies `input` to the start of `shm` and registers it as region "in", and the 4096 bytes
+  // after it as region "out" (`shm` holds at least input + 4096 bytes).
+  void RegisterInputAndOutput(const HostTensor& input, ClientShm* shm) {
+    const size_t in_bytes = input.byte_size();
+    std::memcpy(shm->at(0), input.data(), in_bytes);
+    ASSERT_TRUE(Register("in", shm->key(), 0, in_bytes).ok());
+    ASSERT_TRUE(Register("out", shm->key(), in_bytes, 4096).ok());
+  }
+
   grpc::Status Infer(const inference::ModelInferRequest& q, inference::ModelInferResponse* r) {
     grpc::ClientContext ctx;
     return stub_->ModelInfer(&ctx, q, r);
@@ -220,9 +229,7 @@ TEST_F(GrpcSharedMemoryTest, OutOfBoundsUnknownAndWrongSizesAreInvalidArgument) 
   HostTensor input = testing::ReadReference("mlp", 0, "input");
   const size_t in_bytes = input.byte_size();
   ClientShm shm(in_bytes + 4096);
-  std::memcpy(shm.at(0), input.data(), in_bytes);
-  ASSERT_TRUE(Register("in", shm.key(), 0, in_bytes).ok());
-  ASSERT_TRUE(Register("out", shm.key(), in_bytes, 4096).ok());
+  ASSERT_NO_FATAL_FAILURE(RegisterInputAndOutput(input, &shm));
   auto expect_error = [&](const inference::ModelInferRequest& q, const std::string& what) {
     inference::ModelInferResponse r;
     grpc::Status s = Infer(q, &r);
@@ -263,9 +270,7 @@ TEST_F(GrpcSharedMemoryTest, ShmInputsCountAgainstMaxRequestBytes) {
   options.max_request_bytes = static_cast<int64_t>(in_bytes) - 1;
   ASSERT_NO_FATAL_FAILURE(Start("grpc_shm_small_limit", options));
   ClientShm shm(in_bytes + 4096);
-  std::memcpy(shm.at(0), input.data(), in_bytes);
-  ASSERT_TRUE(Register("in", shm.key(), 0, in_bytes).ok());
-  ASSERT_TRUE(Register("out", shm.key(), in_bytes, 4096).ok());
+  ASSERT_NO_FATAL_FAILURE(RegisterInputAndOutput(input, &shm));
   inference::ModelInferResponse r;
   grpc::Status s = Infer(ShmRequest(input.shape(), in_bytes, 0, 40, 0), &r);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
@@ -276,9 +281,7 @@ TEST_F(GrpcSharedMemoryTest, ShrunkRegionIsAnErrorNotACrash) {
   HostTensor input = testing::ReadReference("mlp", 0, "input");
   const size_t in_bytes = input.byte_size();
   ClientShm shm(in_bytes + 4096);
-  std::memcpy(shm.at(0), input.data(), in_bytes);
-  ASSERT_TRUE(Register("in", shm.key(), 0, in_bytes).ok());
-  ASSERT_TRUE(Register("out", shm.key(), in_bytes, 4096).ok());
+  ASSERT_NO_FATAL_FAILURE(RegisterInputAndOutput(input, &shm));
   shm.Shrink(16);
   inference::ModelInferResponse r;
   grpc::Status s = Infer(ShmRequest(input.shape(), in_bytes, 0, 40, 0), &r);

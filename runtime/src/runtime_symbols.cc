@@ -7,17 +7,6 @@
 #include "cuvil/runtime/ukernels.h"
 #include "kernels.h"
 
-extern "C" {
-
-void* cuvil_rt_alloc(int64_t bytes) {
-  size_t rounded = (static_cast<size_t>(bytes > 0 ? bytes : 1) + 63) / 64 * 64;
-  return std::aligned_alloc(64, rounded);
-}
-
-void cuvil_rt_free(void* p) { std::free(p); }
-
-}  // extern "C"
-
 namespace cuvil {
 
 #define CUVIL_RT_SYMBOL(fn) \

@@ -68,23 +68,38 @@ absl::Status ContentsToBytes(const inference::InferTensorContents& c, DType dtyp
   return absl::OkStatus();
 }
 
-// A non-negative integer parameter (uint64, or int64 as some clients send); `*found` false when
-// absent.
+// "tensor 'name': ", the prefix of a tensor parameter's errors.
+std::string TensorContext(const std::string& tensor) {
+  return absl::StrCat("tensor '", tensor, "': ");
+}
+
+// A non-negative integer parameter no larger than `max` (Triton sends uint64, some clients
+// int64); anything else, negative or too large is refused instead of being read as 0 or wrapped.
+// `*found` (when given) is false when the parameter is absent, and `*out` is then unchanged.
+// `context` prefixes the error ("tensor 'x': ", or empty for a request parameter).
 absl::Status UnsignedParam(
     const google::protobuf::Map<std::string, inference::InferParameter>& params, const char* key,
-    const std::string& tensor, uint64_t* out, bool* found) {
+    const std::string& context, uint64_t max, uint64_t* out, bool* found = nullptr) {
   auto it = params.find(key);
-  *found = it != params.end();
-  if (!*found) return absl::OkStatus();
+  if (found != nullptr) *found = it != params.end();
+  if (it == params.end()) return absl::OkStatus();
   const inference::InferParameter& p = it->second;
+  bool ok = false;
+  uint64_t v = 0;
   if (p.has_uint64_param()) {
-    *out = p.uint64_param();
+    v = p.uint64_param();
+    ok = true;
   } else if (p.has_int64_param() && p.int64_param() >= 0) {
-    *out = static_cast<uint64_t>(p.int64_param());
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", tensor, "': parameter '", key,
-                                                   "' must be a non-negative integer"));
+    v = static_cast<uint64_t>(p.int64_param());
+    ok = true;
   }
+  if (!ok || v > max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(context, "parameter '", key, "' must be ",
+                     max == UINT64_MAX ? std::string("a non-negative integer")
+                                       : absl::StrCat("an unsigned integer no larger than ", max)));
+  }
+  *out = v;
   return absl::OkStatus();
 }
 
@@ -101,14 +116,17 @@ absl::StatusOr<std::optional<SharedMemoryRef>> SharedMemoryParams(
   SharedMemoryRef ref;
   ref.region = it->second.string_param();
   bool found = false;
-  if (auto s = UnsignedParam(params, "shared_memory_byte_size", tensor, &ref.byte_size, &found);
+  if (auto s = UnsignedParam(params, "shared_memory_byte_size", TensorContext(tensor), UINT64_MAX,
+                             &ref.byte_size, &found);
       !s.ok())
     return s;
   if (!found) {
     return absl::InvalidArgumentError(absl::StrCat(
         "tensor '", tensor, "': 'shared_memory_region' needs 'shared_memory_byte_size'"));
   }
-  if (auto s = UnsignedParam(params, "shared_memory_offset", tensor, &ref.offset, &found); !s.ok())
+  if (auto s = UnsignedParam(params, "shared_memory_offset", TensorContext(tensor), UINT64_MAX,
+                             &ref.offset, &found);
+      !s.ok())
     return s;
   return ref;
 }
@@ -171,32 +189,13 @@ absl::StatusOr<WireRequest> DecodeModelInferRequest(const inference::ModelInferR
     if (!ref.ok()) return ref.status();
     if (ref->has_value()) wire.shared_memory_outputs.push_back({out.name(), **std::move(ref)});
   }
-  // Triton sends these as uint64 (int64 from some clients); anything else, negative or too large
-  // is refused as over HTTP instead of being read as 0 or wrapped.
-  auto unsigned_param = [&](const char* key, uint64_t max, uint64_t* out) -> absl::Status {
-    auto it = q.parameters().find(key);
-    if (it == q.parameters().end()) return absl::OkStatus();
-    const inference::InferParameter& p = it->second;
-    bool ok = false;
-    uint64_t v = 0;
-    if (p.has_uint64_param()) {
-      v = p.uint64_param();
-      ok = true;
-    } else if (p.has_int64_param() && p.int64_param() >= 0) {
-      v = static_cast<uint64_t>(p.int64_param());
-      ok = true;
-    }
-    if (!ok || v > max) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("parameter '", key, "' must be an unsigned integer no larger than ", max));
-    }
-    *out = v;
-    return absl::OkStatus();
-  };
+  // As over HTTP.
   uint64_t priority = 0;
-  if (auto s = unsigned_param("priority", UINT32_MAX, &priority); !s.ok()) return s;
+  if (auto s = UnsignedParam(q.parameters(), "priority", "", UINT32_MAX, &priority); !s.ok())
+    return s;
   wire.priority = static_cast<uint32_t>(priority);
-  if (auto s = unsigned_param("timeout", INT64_MAX, &wire.timeout_us); !s.ok()) return s;
+  if (auto s = UnsignedParam(q.parameters(), "timeout", "", INT64_MAX, &wire.timeout_us); !s.ok())
+    return s;
   wire.holder = typed;
   return wire;
 }

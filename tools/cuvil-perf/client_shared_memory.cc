@@ -62,4 +62,14 @@ ClientSharedMemory::~ClientSharedMemory() {
   }
 }
 
+absl::Status ClientSharedMemory::ForEachRegion(
+    const std::function<absl::Status(const ClientRegion&)>& fn) const {
+  for (const auto* list : {&inputs_, &outputs_}) {
+    for (const ClientRegion& region : *list) {
+      if (absl::Status s = fn(region); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace cuvil::perf

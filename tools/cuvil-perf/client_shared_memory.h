@@ -5,10 +5,12 @@
 #define CUVIL_TOOLS_CUVIL_PERF_CLIENT_SHARED_MEMORY_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "infer_client.h"
 
@@ -35,6 +37,10 @@ class ClientSharedMemory {
   const std::string& key() const { return key_; }
   const std::vector<ClientRegion>& inputs() const { return inputs_; }  // Same order as given.
   const std::vector<ClientRegion>& outputs() const { return outputs_; }
+
+  // Calls `fn` on every region, inputs first, stopping at (and returning) the first error: how
+  // each protocol's client registers them.
+  absl::Status ForEachRegion(const std::function<absl::Status(const ClientRegion&)>& fn) const;
 
  private:
   ClientSharedMemory() = default;

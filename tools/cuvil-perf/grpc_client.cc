@@ -118,10 +118,10 @@ class GrpcClient final : public InferClient {
           inputs, outputs.size(), static_cast<uint64_t>(options_.output_shared_memory_bytes));
       if (!shm.ok()) return shm.status();
       shm_ = *std::move(shm);
-      for (const auto* list : {&shm_->inputs(), &shm_->outputs()}) {
-        for (const ClientRegion& region : *list) {
-          if (absl::Status s = Register(region); !s.ok()) return s;
-        }
+      if (absl::Status s =
+              shm_->ForEachRegion([this](const ClientRegion& region) { return Register(region); });
+          !s.ok()) {
+        return s;
       }
     }
     request_.Clear();

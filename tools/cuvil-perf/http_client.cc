@@ -167,16 +167,18 @@ class HttpClient final : public InferClient {
           inputs, outputs.size(), static_cast<uint64_t>(options_.output_shared_memory_bytes));
       if (!shm.ok()) return shm.status();
       shm_ = *std::move(shm);
-      for (const auto* list : {&shm_->inputs(), &shm_->outputs()}) {
-        for (const ClientRegion& region : *list) {
-          json body = {
-              {"key", shm_->key()}, {"offset", region.offset}, {"byte_size", region.byte_size}};
-          httplib::Result res =
-              client_.Post(absl::StrCat("/v2/systemsharedmemory/region/", region.name, "/register"),
-                           body.dump(), "application/json");
-          if (absl::Status s = CheckResponse(res, "shared memory register"); !s.ok()) return s;
-          registered_.push_back(region.name);
-        }
+      if (absl::Status s = shm_->ForEachRegion([this](const ClientRegion& region) {
+            json body = {
+                {"key", shm_->key()}, {"offset", region.offset}, {"byte_size", region.byte_size}};
+            httplib::Result res = client_.Post(
+                absl::StrCat("/v2/systemsharedmemory/region/", region.name, "/register"),
+                body.dump(), "application/json");
+            if (absl::Status s = CheckResponse(res, "shared memory register"); !s.ok()) return s;
+            registered_.push_back(region.name);
+            return absl::OkStatus();
+          });
+          !s.ok()) {
+        return s;
       }
     }
     auto shm_params = [](const ClientRegion& region) {
