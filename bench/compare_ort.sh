@@ -5,7 +5,8 @@
 # usage: bench/compare_ort.sh [MODEL_NAME...]
 # env:   MIN_TIME (seconds per measurement, default 3), BUILD (default build),
 #        LOCK (a flock file held around each measurement so builds do not disturb it; default
-#        /tmp/cuvil-build.lock, empty to disable), RAW (file that receives every raw line).
+#        /tmp/cuvil-build.lock, empty to disable), RAW (file that receives every raw line),
+#        CUVIL_ARGS (extra cuvil-bench flags, e.g. --no-batch-split).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 shared=$(cd "$root/../shared" && pwd)
@@ -33,7 +34,9 @@ for m in "${models[@]}"; do
   for b in $batches; do
     for t in 1 2; do
       o=$(locked "$ort" "$onnx" --batch "$b" --threads "$t" --min-time "$min_time" | tail -n1)
-      c=$(locked "$bench" "$onnx" --batch "$b" --threads "$t" --min-time "$min_time" | tail -n1)
+      # shellcheck disable=SC2086  # CUVIL_ARGS is a list of flags.
+      c=$(locked "$bench" "$onnx" --batch "$b" --threads "$t" --min-time "$min_time" ${CUVIL_ARGS:-} |
+        tail -n1)
       echo "$o" >>"$raw"
       echo "$c" >>"$raw"
       echo "$o" >&2

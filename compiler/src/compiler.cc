@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "batch_separability.h"
 #include "codegen/lower.h"
 #include "fuse_conv.h"
 #include "fuse_patterns.h"
@@ -88,6 +89,8 @@ absl::Status Prepare(const CompileOptions& options, PreparedModel::Impl* impl) {
   model.symbol = graph.symbol;
   auto t0 = std::chrono::steady_clock::now();
   if (auto s = OptimizeGraph(graph, options.needs_binding); !s.ok()) return s;
+  // Before fusion: the analysis knows the ONNX ops, and fusion keeps their meaning.
+  const BatchSeparability separability = AnalyseBatchSeparability(graph);
   if (auto s = FusePatterns(graph); !s.ok()) return s;  // LayerNorm, GELU, bias epilogues
   // Packed convolution weights are written straight into the weights blob (no tensor of them).
   ConstantImages images;
@@ -106,6 +109,8 @@ absl::Status Prepare(const CompileOptions& options, PreparedModel::Impl* impl) {
   model.timings.push_back({"memory_plan", MsSince(t0)});
   impl->plan = *std::move(plan);
   model.arena = impl->plan.arena;
+  model.arena.max_shards = separability.separable ? kMaxBatchShards : 1;
+  model.batch_split_note = separability.separable ? "separable" : separability.reason;
   model.weights = impl->plan.weights;
   // From here on the graph does not change: copying the weights may overlap code generation.
   impl->weights_filled = FillInBackground(std::move(fill));

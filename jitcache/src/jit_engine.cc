@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "batch_split.h"
 #include "cuvil/runtime/runtime_symbols.h"
 #include "kernel_profiler.h"
 #include "llvm/AsmParser/Parser.h"
@@ -197,6 +198,8 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> JitEngine::Load(const std::string& 
   loaded->table_ptr_ = table_ptr->toPtr<void***>();
   loaded->current_table_.store(loaded->function_table_, std::memory_order_release);
   loaded->model_ = std::move(model);
+  loaded->split_ = std::make_unique<const jitcache_internal::BatchSplitPlan>(
+      jitcache_internal::MakeBatchSplitPlan(loaded->model_));
   return loaded;
 }
 
@@ -324,8 +327,9 @@ absl::StatusOr<std::vector<HostTensor>> LoadedModel::RunImpl(
   for (HostTensor& t : outputs) out_ptrs.push_back(t.data());
   AlignedBuffer arena = AlignedAlloc(static_cast<size_t>(model_.arena.BytesFor(*batch)));
   int32_t rc = patch == nullptr ? Execute(in_ptrs.data(), out_ptrs.data(), *batch, arena.get())
-                                : entry_with_table_(in_ptrs.data(), out_ptrs.data(), *batch,
-                                                    arena.get(), patch->table.get());
+                                : jitcache_internal::ExecuteSplit(
+                                      *split_, entry_with_table_, in_ptrs.data(), out_ptrs.data(),
+                                      *batch, arena.get(), patch->table.get());
   if (rc != 0) return EntryStatus(rc);
   return outputs;
 }
@@ -342,7 +346,8 @@ int32_t LoadedModel::Execute(const void* const* inputs, void* const* outputs, in
     active_[e & 1].fetch_sub(1, std::memory_order_release);
   }
   void* const* table = current_table_.load(std::memory_order_seq_cst);
-  int32_t rc = entry_with_table_(inputs, outputs, batch, arena, table);
+  int32_t rc = jitcache_internal::ExecuteSplit(*split_, entry_with_table_, inputs, outputs, batch,
+                                               arena, table);
   active_[e & 1].fetch_sub(1, std::memory_order_release);
   return rc;
 }

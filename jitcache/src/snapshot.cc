@@ -45,6 +45,7 @@ std::string IrDigest(const pb::SnapshotBody& b) {
   *shape.mutable_outputs() = b.outputs();
   shape.set_arena_per_batch_bytes(b.arena_per_batch_bytes());
   shape.set_arena_fixed_bytes(b.arena_fixed_bytes());
+  shape.set_arena_max_shards(b.arena_max_shards());
   for (const pb::SnapshotFunction& f : b.functions()) {
     pb::SnapshotFunction* k = shape.add_functions();
     k->set_index(f.index());
@@ -123,6 +124,8 @@ absl::StatusOr<std::string> EncodeSnapshot(const LoadedModel& loaded, const std:
   b.set_arena_per_batch_bytes(m.arena.per_batch_bytes);
   b.set_arena_fixed_bytes(m.arena.fixed_bytes);
   b.set_arena_unplanned_bytes(m.arena.unplanned_bytes);
+  b.set_arena_max_shards(m.arena.max_shards);
+  b.set_batch_split_note(m.batch_split_note);
   b.set_object_code(m.object_code);
   b.set_weights(static_cast<const char*>(loaded.weights_data()), loaded.weights_bytes());
   b.set_compiled_cpu(m.cpu);
@@ -232,6 +235,8 @@ absl::StatusOr<VersionSnapshot> DecodeSnapshot(std::string_view bytes) {
   m.arena.per_batch_bytes = b.arena_per_batch_bytes();
   m.arena.fixed_bytes = b.arena_fixed_bytes();
   m.arena.unplanned_bytes = b.arena_unplanned_bytes();
+  m.arena.max_shards = std::clamp(b.arena_max_shards(), 1, kMaxBatchShards);
+  m.batch_split_note = b.batch_split_note();
   m.object_code = b.object_code();
   HostTensor weights(DType::kUInt8, {static_cast<int64_t>(b.weights().size())});
   if (!b.weights().empty()) std::memcpy(weights.data(), b.weights().data(), b.weights().size());

@@ -1,10 +1,12 @@
 // cuvil-bench: times one compiled model alone (no server, no request decoding), the Cuvil side of
 // bench/compare_ort.sh.
 //   cuvil-bench MODEL.onnx [--batch B] [--threads T] [--min-time S] [--warmup N] [--per-kernel]
-//               [--compile-tier full|fast|tiered]
+//               [--compile-tier full|fast|tiered] [--no-batch-split]
 // Prints one line with the keys of ONNX Runtime's peer script (../shared/bench/ort/run.sh):
 //   cuvil model=DIR/FILE batch=B threads=T median_ms=X p99_ms=Y mean_ms=Z runs=N gflops=G
 //   compile_ms=C
+// --no-batch-split calls the entry point once per execution with the whole batch (what Execute
+// did before it split separable models), for side-by-side comparisons.
 // --per-kernel then lists every kernel's share of the time, largest first. --compile-tier fast
 // times the quick tier's code; tiered loads the quick tier (ready_ms), compiles the full tier and
 // swaps it in at a safe point (tier_up_ms), then times the swapped code. Both tiers lower one
@@ -32,7 +34,7 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: cuvil-bench MODEL.onnx [--batch B] [--threads T] [--min-time S] [--warmup N] "
-    "[--per-kernel] [--compile-tier full|fast|tiered]\n";
+    "[--per-kernel] [--compile-tier full|fast|tiered] [--no-batch-split]\n";
 
 using Clock = std::chrono::steady_clock;
 
@@ -129,6 +131,7 @@ struct Options {
   double min_time = 3;
   int warmup = 5;
   bool per_kernel = false;
+  bool batch_split = true;
   CompileTier tier = CompileTier::kFull;
 };
 
@@ -147,6 +150,8 @@ int Main(int argc, char** argv) {
       o.warmup = std::atoi(argv[++i]);
     } else if (a == "--per-kernel") {
       o.per_kernel = true;
+    } else if (a == "--no-batch-split") {
+      o.batch_split = false;
     } else if (a == "--compile-tier" && has_value) {
       auto tier = ParseCompileTier(argv[++i]);
       if (!tier.ok()) return Fail(tier.status());
@@ -220,11 +225,15 @@ int Main(int argc, char** argv) {
   for (HostTensor& t : outputs) out_ptrs.push_back(t.data());
   // Allocated once: the timing covers the generated code only, as ORT's covers session.run.
   AlignedBuffer arena = AlignedAlloc(static_cast<size_t>(model.arena.BytesFor(o.batch)));
-  EntryFn entry = (*loaded)->entry();
+  const LoadedModel& version = **loaded;
   SetIntraOpThreads(o.threads);
 
+  // Execute, as the server runs a version (batch split across threads included).
   auto run = [&]() -> absl::Status {
-    return EntryStatus(entry(in_ptrs.data(), out_ptrs.data(), o.batch, arena.get()));
+    if (!o.batch_split) {
+      return EntryStatus(version.entry()(in_ptrs.data(), out_ptrs.data(), o.batch, arena.get()));
+    }
+    return EntryStatus(version.Execute(in_ptrs.data(), out_ptrs.data(), o.batch, arena.get()));
   };
   for (int i = 0; i < o.warmup; ++i) {
     if (auto s = run(); !s.ok()) return Fail(s);
@@ -236,6 +245,7 @@ int Main(int argc, char** argv) {
     if (auto s = run(); !s.ok()) return Fail(s);
     times.push_back(MsSince(a));
   }
+  if (!o.batch_split) tier_report += " batch_split=off";
   std::sort(times.begin(), times.end());
   auto q = [&](double p) {
     return times[std::min(times.size() - 1, static_cast<size_t>(p * times.size()))];

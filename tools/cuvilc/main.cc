@@ -1,7 +1,7 @@
 // cuvilc: Cuvil's compiler driver.
 //   cuvilc info MODEL.onnx
 //   cuvilc run MODEL.onnx --input NAME=FILE.pb ... [--output-dir DIR]
-//   cuvilc test CASE_DIR ... [--rtol R] [--atol A]
+//   cuvilc test CASE_DIR ... [--rtol R] [--atol A] [--threads N]
 //   cuvilc compile MODEL.onnx [--emit-llvm FILE.ll] [--timings] [--jit-cache-dir DIR]
 //                  [--jit-cache-max-bytes N] [--no-jit-cache] [--compile-tier tiered|fast|full]
 //   cuvilc compile MODEL.onnx --aot OUT_DIR [--name NAME] [--target x86_64|aarch64|wasm32]
@@ -24,6 +24,7 @@
 #include "cuvil/compiler/tensor_file.h"
 #include "cuvil/jitcache/jit_engine.h"
 #include "cuvil/jitcache/object_cache.h"
+#include "cuvil/runtime/parallel.h"
 #include "llvm/TargetParser/Host.h"
 
 namespace cuvil {
@@ -33,7 +34,8 @@ constexpr char kUsage[] =
     "usage:\n"
     "  cuvilc info MODEL.onnx\n"
     "  cuvilc run MODEL.onnx --input NAME=FILE.pb ... [--output-dir DIR]\n"
-    "  cuvilc test CASE_DIR ... [--rtol R] [--atol A]\n"
+    "  cuvilc test CASE_DIR ... [--rtol R] [--atol A] [--threads N]\n"
+    "      N: intra-op threads per execution (default 1; a separable model's batch is split)\n"
     "  cuvilc compile MODEL.onnx [--emit-llvm FILE.ll] [--timings] [--jit-cache-dir DIR]\n"
     "                 [--jit-cache-max-bytes N] [--no-jit-cache] [--compile-tier T]\n"
     "      with --jit-cache-dir, a compiled model is stored in (or loaded from) the JIT cache\n"
@@ -167,6 +169,12 @@ int Test(const std::vector<std::string>& args) {
       tol.rtol = std::stod(args[++i]);
     } else if (args[i] == "--atol" && i + 1 < args.size()) {
       tol.atol = std::stod(args[++i]);
+    } else if (args[i] == "--threads" && i + 1 < args.size()) {
+      int threads = 0;
+      if (!absl::SimpleAtoi(args[++i], &threads) || threads < 1 || threads > 256) {
+        return Usage(absl::StrCat("--threads: a count from 1 to 256, not '", args[i], "'"));
+      }
+      SetIntraOpThreads(threads);
     } else if (args[i].rfind("--", 0) == 0) {
       return Usage(absl::StrCat("unknown flag ", args[i]));
     } else {
@@ -380,6 +388,12 @@ int Compile(const std::vector<std::string>& args) {
       m.symbol.empty() ? "batch" : m.symbol.c_str());
   for (const auto& sig : m.inputs) std::printf("input  %s\n", SigString(sig, m.symbol).c_str());
   for (const auto& sig : m.outputs) std::printf("output %s\n", SigString(sig, m.symbol).c_str());
+  if (m.arena.max_shards > 1) {
+    std::printf("batch split: up to %d parts\n", m.arena.max_shards);
+  } else {
+    std::printf("batch split: no (%s)\n",
+                m.batch_split_note.empty() ? "unknown" : m.batch_split_note.c_str());
+  }
   if (timings) {
     // On a hit the phase timings are the original compile's; the cache's own time is separate.
     if (!use_cache || lookup.outcome == CacheOutcome::kMiss) {

@@ -17,6 +17,7 @@
 #ifndef CUVIL_COMPILER_COMPILED_MODEL_H_
 #define CUVIL_COMPILER_COMPILED_MODEL_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -67,12 +68,26 @@ struct KernelFunction {
   std::string signature;  // "(float32[batch,784], float32[512,784]) -> float32[batch,512]"
 };
 
-// Per-execution scratch: arena bytes = per_batch_bytes * batch + fixed_bytes.
+// Most parts an execution may split a batch-separable model's batch into (see ArenaPlan).
+inline constexpr int32_t kMaxBatchShards = 16;
+// Alignment of each batch part's region of the arena.
+inline constexpr int64_t kArenaAlign = 64;
+
+// Per-execution scratch: one entry-point call needs per_batch_bytes * batch + fixed_bytes.
 struct ArenaPlan {
   int64_t per_batch_bytes = 0;
   int64_t fixed_bytes = 0;
   int64_t unplanned_bytes = 0;  // Sum of all intermediate sizes without reuse (batch 1).
-  int64_t BytesFor(int64_t batch) const { return per_batch_bytes * batch + fixed_bytes; }
+  // Parts the batch may be split into by an execution (LoadedModel::Execute): greater than 1
+  // only for models that keep batch items apart; each concurrently running part needs its own
+  // fixed region, so BytesFor reserves min(batch, max_shards) of them.
+  int32_t max_shards = 1;
+  // Arena bytes an execution of `batch` items needs (whatever split it chooses).
+  int64_t BytesFor(int64_t batch) const {
+    if (max_shards <= 1) return per_batch_bytes * batch + fixed_bytes;
+    const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(batch, max_shards));
+    return per_batch_bytes * batch + parts * (fixed_bytes + kArenaAlign);
+  }
 };
 
 struct PhaseTiming {
@@ -125,6 +140,8 @@ struct CompiledModel {
   std::vector<KernelFunction> kernels;
   std::vector<PhaseTiming> timings;
   std::string cpu;  // Host CPU name the code was generated for.
+  // "separable" when executions may split the batch (arena.max_shards > 1), else why not.
+  std::string batch_split_note;
 };
 
 }  // namespace cuvil

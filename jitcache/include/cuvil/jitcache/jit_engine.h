@@ -21,6 +21,9 @@
 namespace cuvil {
 
 class JitEngine;
+namespace jitcache_internal {
+struct BatchSplitPlan;
+}  // namespace jitcache_internal
 
 // Signature of the generated entry point (see compiled_model.h).
 using EntryFn = int32_t (*)(const void* const* inputs, void* const* outputs, int64_t batch,
@@ -103,7 +106,10 @@ class LoadedModel {
 
   // Runs the entry point on the current kernel table inside an execution guard: the whole
   // execution uses one table, and code a rollback removes is freed only after every execution
-  // that could call it has returned. Lock-free and allocation-free; returns cuvil_entry's code.
+  // that could call it has returned. A batch-separable model's batch is split into parts run on
+  // the calling thread's intra-op threads (see model().arena.max_shards); `arena` holds
+  // model().arena.BytesFor(batch) bytes. Lock-free and allocation-free (for models with at most
+  // 8 inputs and 8 outputs); returns cuvil_entry's code (the first failing part's).
   int32_t Execute(const void* const* inputs, void* const* outputs, int64_t batch,
                   void* arena) const;
 
@@ -227,6 +233,7 @@ class LoadedModel {
 
   EntryFn entry_ = nullptr;
   EntryWithTableFn entry_with_table_ = nullptr;
+  std::unique_ptr<const jitcache_internal::BatchSplitPlan> split_;  // Set by Load.
   void** function_table_ = nullptr;
   void*** table_ptr_ = nullptr;  // cuvil_fn_table_ptr inside the generated code.
   struct Handle;
