@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "cuvil/compiler/compiler.h"
+#include "cuvil/runtime/parallel.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "test_models.h"
@@ -111,6 +112,65 @@ TEST(JitEngineTest, FunctionTableRedirectsKernels) {
   EXPECT_FLOAT_EQ((*(*add)->Run({x}))[0].data_as<float>()[0], 6.0f);
   __atomic_store_n(&(*add)->function_table()[0], original, __ATOMIC_RELEASE);
   EXPECT_FLOAT_EQ((*(*add)->Run({x}))[0].data_as<float>()[0], 5.0f);
+}
+
+// y = Softmax(x, axis) for x float32[batch, 3].
+std::string SoftmaxModel(int64_t axis) {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(13);
+  onnx::GraphProto* g = model.mutable_graph();
+  g->set_name("softmax");
+  for (auto* info : {g->add_input(), g->add_output()}) {
+    auto* tt = info->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(onnx::TensorProto::FLOAT);
+    tt->mutable_shape()->add_dim()->set_dim_param("batch");
+    tt->mutable_shape()->add_dim()->set_dim_value(3);
+  }
+  g->mutable_input(0)->set_name("x");
+  g->mutable_output(0)->set_name("y");
+  onnx::NodeProto* n = g->add_node();
+  n->set_op_type("Softmax");
+  n->add_input("x");
+  n->add_output("y");
+  onnx::AttributeProto* a = n->add_attribute();
+  a->set_name("axis");
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(axis);
+  return model.SerializeAsString();
+}
+
+// The batch split (LoadedModel::Execute on several intra-op threads) must give what one call
+// over the whole batch gives, and must never split a model that mixes batch items.
+TEST(JitEngineTest, BatchSplitKeepsResultsAndNeverSplitsMixingModels) {
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok());
+  auto rows = (*engine)->Load("rows/1", MustCompile(SoftmaxModel(1)));
+  auto columns = (*engine)->Load("columns/1", MustCompile(SoftmaxModel(0)));
+  ASSERT_TRUE(rows.ok() && columns.ok());
+  EXPECT_GT((*rows)->model().arena.max_shards, 1);
+  EXPECT_EQ((*columns)->model().arena.max_shards, 1);
+  EXPECT_NE((*columns)->model().batch_split_note.find("normalises over the batch"),
+            std::string::npos)
+      << (*columns)->model().batch_split_note;
+  const int64_t batch = 7;
+  HostTensor x(DType::kFloat32, {batch, 3});
+  for (int64_t i = 0; i < x.num_elements(); ++i) x.data_as<float>()[i] = 0.1f * (i % 11);
+  SetIntraOpThreads(3);
+  auto by_row = (*rows)->Run({x});
+  auto by_column = (*columns)->Run({x});
+  SetIntraOpThreads(1);
+  ASSERT_TRUE(by_row.ok() && by_column.ok());
+  for (int64_t r = 0; r < batch; ++r) {
+    float sum = 0;
+    for (int64_t c = 0; c < 3; ++c) sum += (*by_row)[0].data_as<float>()[r * 3 + c];
+    EXPECT_NEAR(sum, 1.0f, 1e-5) << "row " << r;
+  }
+  for (int64_t c = 0; c < 3; ++c) {
+    float sum = 0;
+    for (int64_t r = 0; r < batch; ++r) sum += (*by_column)[0].data_as<float>()[r * 3 + c];
+    EXPECT_NEAR(sum, 1.0f, 1e-5) << "column " << c;
+  }
 }
 
 }  // namespace
