@@ -109,6 +109,7 @@ struct TensorInfo {
   // Fixed dims as ints, symbolic ones as their expression ("batch", "4*batch").
   std::vector<std::variant<int64_t, std::string>> shape;
 
+  // "TensorInfo(name='x', dtype='float32', shape=['batch', 784])".
   std::string Repr() const {
     std::vector<std::string> dims;
     for (const auto& d : shape) {
@@ -120,6 +121,7 @@ struct TensorInfo {
   }
 };
 
+// The TensorInfo of a signature whose symbolic dimension is called `symbol`.
 TensorInfo MakeInfo(const TensorSignature& sig, const std::string& symbol) {
   TensorInfo info{sig.name, DTypeName(sig.dtype), {}};
   for (const SymDim& d : sig.shape) {
@@ -348,10 +350,14 @@ class PyCompiledModel {
     return std::chrono::duration<double, std::nano>(elapsed).count() / static_cast<double>(number);
   }
 
+  // The graph inputs and outputs in signature order (the order calls take and return them).
   const std::vector<TensorInfo>& inputs() const { return inputs_; }
   const std::vector<TensorInfo>& outputs() const { return outputs_; }
+  // The symbolic (batch) dimension's name; empty for a static model.
   const std::string& symbol() const { return loaded_->model().symbol; }
+  // save_aot's default library name (the file's stem, "model" for bytes).
   const std::string& name() const { return name_; }
+  // Threads one call may use (the caller included) and the LLVM optimisation level.
   int intra_op_threads() const { return threads_; }
   int opt_level() const { return options_.opt_level; }
 
@@ -432,6 +438,7 @@ class PyCompiledModel {
     return out;
   }
 
+  // "<cuvil.CompiledModel 'NAME' inputs=[...] outputs=[...]>".
   std::string Repr() const {
     std::vector<std::string> ins, outs;
     for (const auto& t : inputs_) ins.push_back(t.Repr());
@@ -443,6 +450,8 @@ class PyCompiledModel {
  private:
   PyCompiledModel() = default;
 
+  // Compiles source_ with options_ and links the code into the shared engine (touches no Python
+  // object: runs without the GIL).
   absl::Status CompileAndLoad() {
     auto compiled = source_.bytes.empty() ? CompileOnnxFile(source_.path, options_)
                                           : CompileOnnxBytes(source_.bytes, options_);
@@ -522,6 +531,8 @@ class PyCompiledModel {
   mutable ArenaPool arenas_;
 };
 
+// _compile_file(path, name, options) and _compile_bytes(data, name, options): see
+// python/cuvil/__init__.py's compile() for the options.
 std::unique_ptr<PyCompiledModel> CompileFile(const std::string& path, const std::string& name,
                                              const py::dict& options) {
   CompileOptions compile_options;
