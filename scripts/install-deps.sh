@@ -13,6 +13,7 @@ PACKAGES=(
   libcpp-httplib-dev nlohmann-json3-dev libssl-dev
   libbpf-dev bpftool systemtap-sdt-dev
   prometheus python3 python3-onnx python3-numpy python3-grpcio python3-grpc-tools python3-protobuf python3-prometheus-client
+  pybind11-dev python3-pybind11 python3-torch
   curl
   g++-aarch64-linux-gnu qemu-user
 )

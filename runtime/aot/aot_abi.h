@@ -1,4 +1,4 @@
-// Private: the data layout that cuvilc's generated glue (tools/cuvilc/aot_writer.cc) emits for an
+// Private: the data layout that cuvilc's generated glue (compiler/src/aot_writer.cc) emits for an
 // ahead-of-time library and that cuvil_aot_run reads. The generated NAME.h repeats the public
 // part (cuvil_aot_dim, cuvil_aot_tensor, the error codes); all three must change together.
 #ifndef CUVIL_RUNTIME_AOT_AOT_ABI_H_

@@ -18,14 +18,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "aot_writer.h"
 #include "case_runner.h"
+#include "cuvil/compiler/aot_writer.h"
 #include "cuvil/compiler/compiler.h"
 #include "cuvil/compiler/tensor_file.h"
 #include "cuvil/jitcache/jit_engine.h"
 #include "cuvil/jitcache/object_cache.h"
 #include "cuvil/runtime/parallel.h"
-#include "llvm/TargetParser/Host.h"
 
 namespace cuvil {
 namespace {
@@ -212,35 +211,18 @@ std::string DefaultAotRuntime(const std::string& file) {
   return (exe.parent_path().parent_path() / "lib" / file).string();
 }
 
-std::string HostArch() {
-#if defined(__x86_64__)
-  return "x86_64";
-#elif defined(__aarch64__)
-  return "aarch64";
-#else
-  return "unknown";
-#endif
-}
-
 // cuvilc compile MODEL --aot DIR: an ahead-of-time library instead of a JIT load.
 int CompileAot(const std::string& model_path, CompileOptions options, AotOptions aot,
                const std::string& target) {
-  std::string runtime = "libcuvil_aot_runtime.a";
-  if (target.empty() || target == HostArch()) {
-    // The host's own CPU and features unless --cpu names another (e.g. x86-64-v3).
-    if (!options.target_cpu.empty()) options.target_triple = llvm::sys::getProcessTriple();
-  } else if (target == "aarch64") {
-    options.target_triple = "aarch64-unknown-linux-gnu";
-    if (options.target_features.empty()) options.target_features = "+neon";
-    runtime = "libcuvil_aot_runtime-aarch64.a";
-  } else if (target == "x86_64" || target == "wasm32") {
-    return Fail(absl::UnimplementedError(
-        absl::StrCat("--target ", target, " is not supported yet on this ", HostArch(), " host")));
-  } else {
-    return Usage(absl::StrCat("--target: one of x86_64, aarch64, wasm32, not '", target, "'"));
+  auto runtime = ConfigureAotTarget(target, &options);
+  if (!runtime.ok()) {
+    if (runtime.status().code() == absl::StatusCode::kInvalidArgument) {
+      return Usage(absl::StrCat("--", runtime.status().message()));  // "--target: one of …"
+    }
+    return Fail(runtime.status());
   }
   if (aot.name.empty()) aot.name = std::filesystem::path(model_path).stem().string();
-  if (aot.runtime_archive.empty()) aot.runtime_archive = DefaultAotRuntime(runtime);
+  if (aot.runtime_archive.empty()) aot.runtime_archive = DefaultAotRuntime(*runtime);
   aot.source = model_path;
   aot.target_triple = options.target_triple;
   auto compiled = CompileOnnxFile(model_path, options);

@@ -1,4 +1,4 @@
-#include "aot_writer.h"
+#include "cuvil/compiler/aot_writer.h"
 
 #include <algorithm>
 #include <cctype>
@@ -454,6 +454,36 @@ absl::Status WriteAotLibrary(const CompiledModel& model, const AotOptions& optio
   r.library_bytes = static_cast<int64_t>((*archive)->getBufferSize());
   *report = std::move(r);
   return absl::OkStatus();
+}
+
+const char* AotHostArch() {
+#if defined(__x86_64__)
+  return "x86_64";
+#elif defined(__aarch64__)
+  return "aarch64";
+#else
+  return "unknown";
+#endif
+}
+
+absl::StatusOr<std::string> ConfigureAotTarget(const std::string& target, CompileOptions* options) {
+  const std::string host = AotHostArch();
+  if (target.empty() || target == host) {
+    // The host's own CPU and features unless target_cpu names another (e.g. x86-64-v3).
+    if (!options->target_cpu.empty()) options->target_triple = llvm::sys::getProcessTriple();
+    return std::string("libcuvil_aot_runtime.a");
+  }
+  if (target == "aarch64") {
+    options->target_triple = "aarch64-unknown-linux-gnu";
+    if (options->target_features.empty()) options->target_features = "+neon";
+    return std::string("libcuvil_aot_runtime-aarch64.a");
+  }
+  if (target == "x86_64" || target == "wasm32") {
+    return absl::UnimplementedError(
+        absl::StrCat("target ", target, " is not supported yet on this ", host, " host"));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("target: one of x86_64, aarch64, wasm32, not '", target, "'"));
 }
 
 }  // namespace cuvil

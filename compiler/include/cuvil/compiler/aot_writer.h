@@ -1,14 +1,16 @@
 // Ahead-of-time libraries: a compiled model written as a static library (libNAME.a) plus a C
 // header (NAME.h) that a C or C++ program links without LLVM, absl or the rest of Cuvil.
-#ifndef CUVIL_TOOLS_CUVILC_AOT_WRITER_H_
-#define CUVIL_TOOLS_CUVILC_AOT_WRITER_H_
+#ifndef CUVIL_COMPILER_AOT_WRITER_H_
+#define CUVIL_COMPILER_AOT_WRITER_H_
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "cuvil/compiler/compiled_model.h"
+#include "cuvil/compiler/compiler.h"
 
 namespace cuvil {
 
@@ -40,10 +42,20 @@ struct AotReport {
 absl::Status WriteAotLibrary(const CompiledModel& model, const AotOptions& options,
                              AotReport* report);
 
+// The architecture this build of Cuvil runs on: "x86_64", "aarch64" or "unknown". Thread-safe.
+const char* AotHostArch();
+
+// Points `options` at an ahead-of-time `target`: "" or AotHostArch() compile for this host (its
+// CPU and features, or options->target_cpu when set), "aarch64" for AArch64 Linux with NEON
+// (generic CPU unless target_cpu is set). Returns the file name of the runtime archive built for
+// that target (libcuvil_aot_runtime.a, libcuvil_aot_runtime-aarch64.a). InvalidArgument for an
+// unknown target; Unimplemented for a known one this host cannot compile for yet. Thread-safe.
+absl::StatusOr<std::string> ConfigureAotTarget(const std::string& target, CompileOptions* options);
+
 // The text of NAME.h for `model` (the documented C API). Thread-safe.
 std::string AotHeader(const CompiledModel& model, const std::string& name,
                       const std::string& source);
 
 }  // namespace cuvil
 
-#endif  // CUVIL_TOOLS_CUVILC_AOT_WRITER_H_
+#endif  // CUVIL_COMPILER_AOT_WRITER_H_
