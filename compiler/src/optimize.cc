@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "constant_fold.h"
 #include "cuvil/compiler/compiler.h"
+#include "fold_dequantize.h"
 #include "infer_context.h"
 #include "op_table.h"
 
@@ -95,6 +96,8 @@ absl::Status InferAndFold(ir::Graph& graph, std::vector<std::string>* needs_bind
       }
       folded.push_back(&node);
     } else if (TryFoldOnHost(graph, node)) {  // Tiny float arithmetic and casts.
+      folded.push_back(&node);
+    } else if (TryFoldDequantize(graph, node)) {  // Quantized weights become float constants.
       folded.push_back(&node);
     }
   }

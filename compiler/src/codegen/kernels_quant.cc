@@ -28,8 +28,16 @@ llvm::Value* LoadParam(KernelContext& k, const QParam& p, llvm::Value* channel, 
 }
 
 // Final step of every quantizing op: round half to even, add the (float) zero point, saturate.
+// The clamp is done in float (maxnum maps NaN to the low bound, as a saturating conversion does),
+// so the conversion itself is a plain one, which vectorises.
 llvm::Value* ToQuant(KernelContext& k, llvm::Value* v, llvm::Value* zp, DType to) {
-  return k.Convert(k.Add(kF32, k.Intrinsic(llvm::Intrinsic::roundeven, v), zp), kF32, to);
+  llvm::Value* q = k.Add(kF32, k.Intrinsic(llvm::Intrinsic::roundeven, v), zp);
+  const bool int8 = to == DType::kInt8;
+  if (to != DType::kUInt8 && !int8) return k.Convert(q, kF32, to);
+  auto& b = k.b();
+  q = b.CreateBinaryIntrinsic(llvm::Intrinsic::maxnum, q, k.F32(int8 ? -128.0f : 0.0f));
+  q = b.CreateBinaryIntrinsic(llvm::Intrinsic::minnum, q, k.F32(int8 ? 127.0f : 255.0f));
+  return int8 ? b.CreateFPToSI(q, b.getInt8Ty()) : b.CreateFPToUI(q, b.getInt8Ty());
 }
 
 // Runs body(flat index, channel) over every element of input 0; `channel` is the index along
@@ -55,6 +63,17 @@ void ForChannels(KernelContext& k, bool per_axis, int axis,
 absl::Status QuantizeLinear(KernelContext& k) {
   QParam scale = Param(k, 1), zp = Param(k, 2);
   DType in = k.in_dtype(0), out = k.out_dtype(0);
+  if (!scale.per_channel && !zp.per_channel) {
+    // Per tensor: the parameters are read once, before the loop. Inside it, the uint8 store could
+    // alias them, so LLVM would reload both per element and not vectorise.
+    llvm::Value* s = LoadParam(k, scale, k.I64(0), kF32);
+    llvm::Value* z = LoadParam(k, zp, k.I64(0), kF32);
+    k.For(k.I64(0), k.NumElements(k.in_shape(0)), [&](llvm::Value* i) {
+      llvm::Value* x = k.Convert(k.Load(in, k.in(0), i), in, kF32);
+      k.Store(out, k.out(0), i, ToQuant(k, k.Div(kF32, x, s), z, out));
+    });
+    return absl::OkStatus();
+  }
   ForChannels(k, scale.per_channel, static_cast<int>(k.node().attr_int("axis", 1)),
               [&](llvm::Value* i, llvm::Value* c) {
                 llvm::Value* x = k.Convert(k.Load(in, k.in(0), i), in, kF32);
@@ -67,6 +86,15 @@ absl::Status QuantizeLinear(KernelContext& k) {
 absl::Status DequantizeLinear(KernelContext& k) {
   QParam scale = Param(k, 1), zp = Param(k, 2);
   DType in = k.in_dtype(0), out = k.out_dtype(0);
+  if (!scale.per_channel && !zp.per_channel) {  // Parameters read once (see QuantizeLinear).
+    llvm::Value* s = LoadParam(k, scale, k.I64(0), out);
+    llvm::Value* z = LoadParam(k, zp, k.I64(0), kI32);
+    k.For(k.I64(0), k.NumElements(k.in_shape(0)), [&](llvm::Value* i) {
+      llvm::Value* x = k.Sub(kI32, k.Convert(k.Load(in, k.in(0), i), in, kI32), z);
+      k.Store(out, k.out(0), i, k.Mul(out, k.Convert(x, kI32, out), s));
+    });
+    return absl::OkStatus();
+  }
   ForChannels(
       k, scale.per_channel, static_cast<int>(k.node().attr_int("axis", 1)),
       [&](llvm::Value* i, llvm::Value* c) {
