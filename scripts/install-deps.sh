@@ -15,6 +15,7 @@ PACKAGES=(
   prometheus python3 python3-onnx python3-numpy python3-grpcio python3-grpc-tools python3-protobuf python3-prometheus-client
   curl
   g++-aarch64-linux-gnu qemu-user
+  wasi-libc libclang-rt-19-dev-wasm32
 )
 
 missing=()
