@@ -40,9 +40,10 @@ struct AotReport {
 absl::Status WriteAotLibrary(const CompiledModel& model, const AotOptions& options,
                              AotReport* report);
 
-// The text of NAME.h for `model` (the documented C API). Thread-safe.
+// The text of NAME.h for `model` (the documented C API); its link line follows `target_triple`
+// (empty: the host). Thread-safe.
 std::string AotHeader(const CompiledModel& model, const std::string& name,
-                      const std::string& source);
+                      const std::string& source, const std::string& target_triple = "");
 
 }  // namespace cuvil
 

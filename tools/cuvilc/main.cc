@@ -45,9 +45,10 @@ constexpr char kUsage[] =
     "                 [--aot-runtime FILE]\n"
     "      writes OUT_DIR/libNAME.a (code, weights and runtime; links with -lm only) and\n"
     "      OUT_DIR/NAME.h (its C API); NAME defaults to the model file's stem; T: the host's\n"
-    "      architecture (default) or aarch64 (Linux, NEON); CPU: an LLVM CPU name (default: the\n"
-    "      host CPU, generic for aarch64); FILE defaults to the cuvil_aot_runtime archive for T\n"
-    "      in ../lib beside cuvilc\n";
+    "      architecture (default), aarch64 (Linux, NEON) or wasm32 (wasm32-wasi with SIMD128:\n"
+    "      link with clang --target=wasm32-wasi and wasi-libc, run under a WASI runtime such as\n"
+    "      Node's node:wasi); CPU: an LLVM CPU name (default: the host CPU, generic for the\n"
+    "      others); FILE defaults to the cuvil_aot_runtime archive for T in ../lib beside cuvilc\n";
 
 int Fail(const absl::Status& s) {
   std::string msg(s.message());
@@ -225,7 +226,12 @@ int CompileAot(const std::string& model_path, CompileOptions options, AotOptions
     options.target_triple = "aarch64-unknown-linux-gnu";
     if (options.target_features.empty()) options.target_features = "+neon";
     runtime = "libcuvil_aot_runtime-aarch64.a";
-  } else if (target == "x86_64" || target == "wasm32") {
+  } else if (target == "wasm32") {
+    // WebAssembly with 128-bit SIMD for WASI (wasm32-wasi C programs; Node, wasmtime, ...).
+    options.target_triple = "wasm32-unknown-wasi";
+    if (options.target_features.empty()) options.target_features = "+simd128";
+    runtime = "libcuvil_aot_runtime-wasm32.a";
+  } else if (target == "x86_64") {
     return Fail(absl::UnimplementedError(
         absl::StrCat("--target ", target, " is not supported yet on this ", HostArch(), " host")));
   } else {
