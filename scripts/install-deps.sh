@@ -16,6 +16,7 @@ PACKAGES=(
   pybind11-dev python3-pybind11 python3-torch
   curl
   g++-aarch64-linux-gnu qemu-user
+  wasi-libc libclang-rt-19-dev-wasm32
 )
 
 missing=()

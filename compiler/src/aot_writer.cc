@@ -7,7 +7,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -30,6 +32,7 @@
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/TargetParser/Host.h"
+#include "llvm/TargetParser/Triple.h"
 
 namespace cuvil {
 namespace {
@@ -76,9 +79,11 @@ absl::StatusOr<std::string> EmitGlue(const CompiledModel& model, const std::stri
   std::string error;
   const llvm::Target* target = llvm::TargetRegistry::lookupTarget(triple, error);
   if (target == nullptr) return absl::InternalError(absl::StrCat("LLVM target lookup: ", error));
-  std::unique_ptr<llvm::TargetMachine> tm(
-      target->createTargetMachine(triple, "generic", "", llvm::TargetOptions(), llvm::Reloc::PIC_,
-                                  llvm::CodeModel::Small, llvm::CodeGenOptLevel::Default));
+  std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
+      triple, "generic", "", llvm::TargetOptions(),
+      llvm::Triple(triple).isWasm() ? llvm::Reloc::Static : llvm::Reloc::PIC_,
+      llvm::CodeModel::Small, llvm::CodeGenOptLevel::Default));
+  if (tm == nullptr) return absl::InternalError(absl::StrCat("LLVM cannot target ", triple));
   llvm::LLVMContext ctx;
   llvm::Module module(name + "_glue", ctx);
   module.setTargetTriple(triple);
@@ -212,6 +217,216 @@ absl::StatusOr<std::vector<Member>> ReadRuntime(const std::string& path) {
   return members;
 }
 
+// Reads a relocatable WebAssembly object's LEB128 fields; every read past the end sets `ok`
+// false and returns 0 / an empty string. Thread-compatible.
+class WasmReader {
+ public:
+  // Reads `bytes` (not owned; must outlive the reader) from offset `pos`.
+  WasmReader(std::string_view bytes, size_t pos) : bytes_(bytes), pos_(pos) {}
+
+  // An unsigned LEB128 number.
+  uint64_t Uleb() {
+    uint64_t value = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (pos_ >= bytes_.size()) break;
+      const uint8_t byte = static_cast<uint8_t>(bytes_[pos_++]);
+      value |= static_cast<uint64_t>(byte & 0x7f) << shift;
+      if ((byte & 0x80) == 0) return value;
+    }
+    ok_ = false;
+    return 0;
+  }
+  // One byte.
+  uint8_t Byte() {
+    if (pos_ >= bytes_.size()) {
+      ok_ = false;
+      return 0;
+    }
+    return static_cast<uint8_t>(bytes_[pos_++]);
+  }
+  // The next `n` bytes (a view into the input).
+  std::string_view Bytes(uint64_t n) {
+    if (n > bytes_.size() - pos_) {
+      ok_ = false;
+      pos_ = bytes_.size();
+      return {};
+    }
+    std::string_view out = bytes_.substr(pos_, n);
+    pos_ += n;
+    return out;
+  }
+  // A length-prefixed name.
+  std::string_view Name() { return Bytes(Uleb()); }
+  // The bytes from `start` to the current position.
+  std::string_view Since(size_t start) const { return bytes_.substr(start, pos_ - start); }
+  size_t pos() const { return pos_; }
+  // True once the whole input is read.
+  bool done() const { return pos_ >= bytes_.size(); }
+  // False after any read past the end or an overlong LEB128.
+  bool ok() const { return ok_; }
+
+ private:
+  std::string_view bytes_;
+  size_t pos_;
+  bool ok_ = true;
+};
+
+void AppendUleb(std::string& out, uint64_t v) {
+  do {
+    uint8_t byte = v & 0x7f;
+    v >>= 7;
+    out.push_back(static_cast<char>(v != 0 ? byte | 0x80 : byte));
+  } while (v != 0);
+}
+
+void AppendName(std::string& out, std::string_view name,
+                const std::map<std::string, std::string, std::less<>>& renames) {
+  auto it = renames.find(name);
+  if (it != renames.end()) name = it->second;
+  AppendUleb(out, name.size());
+  out.append(name);
+}
+
+// The import section with the renamed fields (an undefined symbol without an explicit name is
+// named by its import's field).
+std::optional<std::string> RenameWasmImports(
+    std::string_view body, const std::map<std::string, std::string, std::less<>>& renames) {
+  WasmReader r(body, 0);
+  std::string out;
+  const uint64_t count = r.Uleb();
+  AppendUleb(out, count);
+  for (uint64_t i = 0; i < count && r.ok(); ++i) {
+    const std::string_view module = r.Name();
+    AppendUleb(out, module.size());
+    out.append(module);
+    AppendName(out, r.Name(), renames);
+    const size_t start = r.pos();
+    switch (r.Byte()) {
+      case 0:  // function: type index
+        r.Uleb();
+        break;
+      case 1: {  // table: reference type, limits
+        r.Byte();
+        const uint64_t flags = r.Uleb();
+        r.Uleb();
+        if (flags & 1) r.Uleb();
+        break;
+      }
+      case 2: {  // memory: limits
+        const uint64_t flags = r.Uleb();
+        r.Uleb();
+        if (flags & 1) r.Uleb();
+        break;
+      }
+      case 3:  // global: value type, mutability
+        r.Byte();
+        r.Byte();
+        break;
+      case 4:  // tag: attribute, type index
+        r.Byte();
+        r.Uleb();
+        break;
+      default:
+        return std::nullopt;
+    }
+    out.append(r.Since(start));
+  }
+  if (!r.ok()) return std::nullopt;
+  out.append(r.Bytes(body.size() - r.pos()));
+  return out;
+}
+
+// The "linking" custom section's payload (after its name) with the symbol table's names renamed.
+std::optional<std::string> RenameWasmLinking(
+    std::string_view payload, const std::map<std::string, std::string, std::less<>>& renames) {
+  constexpr uint8_t kSymbolTable = 8;
+  constexpr uint64_t kUndefined = 0x10, kExplicitName = 0x40;
+  WasmReader r(payload, 0);
+  std::string out;
+  AppendUleb(out, r.Uleb());  // version
+  while (!r.done() && r.ok()) {
+    const uint8_t type = r.Byte();
+    const std::string_view sub = r.Bytes(r.Uleb());
+    std::string body;
+    if (type != kSymbolTable) {
+      body.assign(sub);
+    } else {
+      WasmReader s(sub, 0);
+      const uint64_t count = s.Uleb();
+      AppendUleb(body, count);
+      for (uint64_t i = 0; i < count && s.ok(); ++i) {
+        const size_t start = s.pos();
+        const uint8_t kind = s.Byte();
+        const uint64_t flags = s.Uleb();
+        body.append(s.Since(start));
+        const bool undefined = (flags & kUndefined) != 0;
+        switch (kind) {
+          case 0:  // function
+          case 2:  // global
+          case 4:  // tag
+          case 5:  // table
+            AppendUleb(body, s.Uleb());
+            if (!undefined || (flags & kExplicitName) != 0) AppendName(body, s.Name(), renames);
+            break;
+          case 1:  // data: name, then segment, offset and size when defined
+            AppendName(body, s.Name(), renames);
+            if (!undefined) {
+              for (int f = 0; f < 3; ++f) AppendUleb(body, s.Uleb());
+            }
+            break;
+          case 3:  // section
+            AppendUleb(body, s.Uleb());
+            break;
+          default:
+            return std::nullopt;
+        }
+      }
+      if (!s.ok() || !s.done()) return std::nullopt;
+    }
+    out.push_back(static_cast<char>(type));
+    AppendUleb(out, body.size());
+    out.append(body);
+  }
+  if (!r.ok()) return std::nullopt;
+  return out;
+}
+
+// A relocatable WebAssembly object with its symbols renamed (llvm-objcopy renames ELF symbols but
+// not wasm ones): the symbol table in the "linking" section and the import fields that name
+// undefined symbols. Relocations refer to symbols by index, so nothing else changes.
+absl::Status RenameWasmSymbols(Member& m,
+                               const std::map<std::string, std::string, std::less<>>& renames) {
+  const std::string_view in = m.bytes;
+  if (in.size() < 8 || in.substr(0, 4) != std::string_view("\0asm", 4)) {
+    return absl::InternalError(absl::StrCat(m.name, " is not a WebAssembly object"));
+  }
+  constexpr uint8_t kCustom = 0, kImport = 2;
+  std::string out(in.substr(0, 8));
+  WasmReader r(in, 8);
+  while (!r.done() && r.ok()) {
+    const uint8_t id = r.Byte();
+    const std::string_view body = r.Bytes(r.Uleb());
+    std::optional<std::string> rewritten = std::string(body);
+    if (id == kImport) {
+      rewritten = RenameWasmImports(body, renames);
+    } else if (id == kCustom) {
+      WasmReader c(body, 0);
+      if (c.Name() == "linking" && c.ok()) {
+        const size_t payload = c.pos();
+        rewritten = RenameWasmLinking(body.substr(payload), renames);
+        if (rewritten) rewritten->insert(0, body.substr(0, payload));
+      }
+    }
+    if (!rewritten) return absl::InternalError(absl::StrCat("cannot parse wasm object ", m.name));
+    out.push_back(static_cast<char>(id));
+    AppendUleb(out, rewritten->size());
+    out.append(*rewritten);
+  }
+  if (!r.ok()) return absl::InternalError(absl::StrCat("truncated wasm object ", m.name));
+  m.bytes = std::move(out);
+  return absl::OkStatus();
+}
+
 // Gives every symbol that some member defines (except the API) the name NAME__symbol in every
 // member, so the library's internals cannot clash with the program or another library. Fills
 // `external` with the symbols left undefined (the C library's and libm's).
@@ -249,10 +464,12 @@ absl::Status PrivatiseSymbols(std::vector<Member>& members, const std::string& n
   std::vector<std::string> renamed;  // Owns the new names the config refers to.
   renamed.reserve(defined.size());
   llvm::objcopy::ConfigManager config;
+  std::map<std::string, std::string, std::less<>> wasm_renames;
   for (const std::string& sym : defined) {
     if (api.count(sym) != 0) continue;
     renamed.push_back(absl::StrCat(name, "__", sym));
     config.Common.SymbolsToRename[sym] = renamed.back();
+    wasm_renames[sym] = renamed.back();
   }
   external->clear();
   for (const std::string& sym : undefined) {
@@ -261,6 +478,10 @@ absl::Status PrivatiseSymbols(std::vector<Member>& members, const std::string& n
   for (Member& m : members) {
     auto bin = llvm::object::createBinary(llvm::MemoryBufferRef(m.bytes, m.name));
     if (!bin) return absl::InternalError(ToString(bin.takeError()));
+    if ((*bin)->isWasm()) {
+      if (auto s = RenameWasmSymbols(m, wasm_renames); !s.ok()) return s;
+      continue;
+    }
     llvm::SmallVector<char, 0> out;
     llvm::raw_svector_ostream os(out);
     if (llvm::Error err = llvm::objcopy::executeObjcopyOnBinary(config, **bin, os)) {
@@ -286,7 +507,12 @@ std::string CommentSafe(const std::string& text) {
 }  // namespace
 
 std::string AotHeader(const CompiledModel& model, const std::string& name,
-                      const std::string& source) {
+                      const std::string& source, const std::string& target_triple) {
+  const std::string link = absl::StrReplaceAll(
+      llvm::Triple(target_triple).isWasm()
+          ? "clang --target=wasm32-wasi app.c libLIB.a -lm  (wasi-libc; run under a WASI runtime)"
+          : "cc app.c libLIB.a -lm      (the library needs only the C library and libm)",
+      {{"LIB", name}});
   std::string upper = name;
   for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   auto list = [&](const std::vector<TensorSignature>& sigs) {
@@ -304,9 +530,9 @@ std::string AotHeader(const CompiledModel& model, const std::string& name,
       "' (generated by cuvilc from ", CommentSafe(source),
       ").\n"
       " *\n"
-      " * Link:  cc app.c lib",
-      name,
-      ".a -lm      (the library needs only the C library and libm)\n"
+      " * Link:  ",
+      link,
+      "\n"
       " *\n"
       " * Inputs (",
       model.inputs.size(), "), in the order NAME_run takes them:\n", list(model.inputs),
@@ -448,7 +674,9 @@ absl::Status WriteAotLibrary(const CompiledModel& model, const AotOptions& optio
     return absl::OkStatus();
   };
   if (auto s = write(r.library_path, (*archive)->getBuffer()); !s.ok()) return s;
-  if (auto s = write(r.header_path, AotHeader(model, options.name, options.source)); !s.ok()) {
+  if (auto s = write(r.header_path,
+                     AotHeader(model, options.name, options.source, options.target_triple));
+      !s.ok()) {
     return s;
   }
   r.library_bytes = static_cast<int64_t>((*archive)->getBufferSize());
@@ -478,7 +706,13 @@ absl::StatusOr<std::string> ConfigureAotTarget(const std::string& target, Compil
     if (options->target_features.empty()) options->target_features = "+neon";
     return std::string("libcuvil_aot_runtime-aarch64.a");
   }
-  if (target == "x86_64" || target == "wasm32") {
+  if (target == "wasm32") {
+    // WebAssembly with 128-bit SIMD for WASI (wasm32-wasi C programs; Node, wasmtime, ...).
+    options->target_triple = "wasm32-unknown-wasi";
+    if (options->target_features.empty()) options->target_features = "+simd128";
+    return std::string("libcuvil_aot_runtime-wasm32.a");
+  }
+  if (target == "x86_64") {
     return absl::UnimplementedError(
         absl::StrCat("target ", target, " is not supported yet on this ", host, " host"));
   }

@@ -31,12 +31,22 @@ namespace std {
 
 extern "C" {
 
+#if defined(__wasm__)
+// wasm32-wasi has one thread and no __cxa_thread_atexit_impl: thread_local destructors run at
+// exit like those of statics (wasi-libc's __cxa_atexit).
+int __cxa_atexit(void (*dtor)(void*), void* obj, void* dso_symbol);
+
+int __cxa_thread_atexit(void (*dtor)(void*), void* obj, void* dso_symbol) {
+  return __cxa_atexit(dtor, obj, dso_symbol);
+}
+#else
 // glibc's implementation behind libstdc++'s __cxa_thread_atexit (thread_local destructors).
 int __cxa_thread_atexit_impl(void (*dtor)(void*), void* obj, void* dso_symbol);
 
 int __cxa_thread_atexit(void (*dtor)(void*), void* obj, void* dso_symbol) {
   return __cxa_thread_atexit_impl(dtor, obj, dso_symbol);
 }
+#endif
 
 // Itanium ABI guard for a function-local static: byte 0 set once initialised, byte 1 held by the
 // thread running the initialiser.

@@ -12,11 +12,12 @@
 // columns are E[i], O[i], E[i + 1], O[i + 1] and each step is a contiguous vector loop.
 #include "winograd.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <thread>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -85,7 +86,7 @@ void RunPhases(int64_t total_cost, int64_t n0, F0&& f0, int64_t n1, F1&& f1, int
       if (spins < kSpinsBeforeYield) {
         CpuRelax();
       } else {
-        std::this_thread::yield();
+        sched_yield();  // Not std::this_thread: <thread> is missing from wasm32 runtimes.
       }
     }
   };

@@ -4,8 +4,10 @@
 # compiler (no Cuvil, LLVM or absl on the link line: only -lm), and every test_data_set_* is run
 # and compared with its reference outputs (atol = rtol = 1e-3).
 # usage: [AOT_TARGET=aarch64 CC=aarch64-linux-gnu-gcc RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu"]
+#        [CROSS_CFLAGS="--target=wasm32-wasi ..."]
 #        aot_models.sh CUVILC SOURCE_DIR MODELS_DIR WORK_DIR MODEL...
-# (a cross target: the C compiler for it and the emulator that runs its programs)
+# (a cross target: the C compiler for it, its extra flags, and the emulator or runtime that runs
+# its programs)
 set -uo pipefail
 cuvilc=$1 src=$2 models=$3 work=$4
 shift 4
@@ -13,6 +15,7 @@ cc=${CC:-cc}
 target_args=()
 [[ -n ${AOT_TARGET:-} ]] && target_args=(--target "$AOT_TARGET")
 read -r -a runner <<< "${RUNNER:-}"
+read -r -a cross_cflags <<< "${CROSS_CFLAGS:-}"
 passed=0 failed=0
 for m in "$@"; do
   out=$work/$m
@@ -20,8 +23,9 @@ for m in "$@"; do
   if ! "$cuvilc" compile "$models/$m/model.onnx" --aot "$out" --name "$m" "${target_args[@]}"; then
     echo "FAIL $m: cuvilc compile --aot"; failed=$((failed + 1)); continue
   fi
-  if ! "$cc" -O2 -Wall -Wextra -Werror -I"$out" -DMODEL="$m" "$src/examples/aot/run_model.c" \
-      "$src/examples/aot/tensor_proto.c" "$out/lib$m.a" -lm -o "$out/run_model"; then
+  if ! "$cc" "${cross_cflags[@]}" -O2 -Wall -Wextra -Werror -I"$out" -DMODEL="$m" \
+      "$src/examples/aot/run_model.c" "$src/examples/aot/tensor_proto.c" "$out/lib$m.a" -lm \
+      -o "$out/run_model"; then
     echo "FAIL $m: building run_model.c"; failed=$((failed + 1)); continue
   fi
   for d in "$models/$m"/test_data_set_*; do

@@ -46,9 +46,10 @@ constexpr char kUsage[] =
     "                 [--aot-runtime FILE]\n"
     "      writes OUT_DIR/libNAME.a (code, weights and runtime; links with -lm only) and\n"
     "      OUT_DIR/NAME.h (its C API); NAME defaults to the model file's stem; T: the host's\n"
-    "      architecture (default) or aarch64 (Linux, NEON); CPU: an LLVM CPU name (default: the\n"
-    "      host CPU, generic for aarch64); FILE defaults to the cuvil_aot_runtime archive for T\n"
-    "      in ../lib beside cuvilc\n";
+    "      architecture (default), aarch64 (Linux, NEON) or wasm32 (wasm32-wasi with SIMD128:\n"
+    "      link with clang --target=wasm32-wasi and wasi-libc, run under a WASI runtime such as\n"
+    "      Node's node:wasi); CPU: an LLVM CPU name (default: the host CPU, generic for the\n"
+    "      others); FILE defaults to the cuvil_aot_runtime archive for T in ../lib beside cuvilc\n";
 
 int Fail(const absl::Status& s) {
   std::string msg(s.message());

@@ -21,6 +21,7 @@
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/Target/TargetOptions.h"
 #include "llvm/TargetParser/Host.h"
+#include "llvm/TargetParser/Triple.h"
 
 namespace cuvil::codegen {
 namespace {
@@ -97,8 +98,11 @@ std::unique_ptr<llvm::TargetMachine> MakeTargetMachine(const HostTarget& h, int 
   auto level = opt_level >= 3   ? llvm::CodeGenOptLevel::Aggressive
                : opt_level == 0 ? llvm::CodeGenOptLevel::None
                                 : llvm::CodeGenOptLevel::Default;
+  // WebAssembly objects link statically (PIC there means Emscripten-style dynamic linking, with
+  // GOT imports that a static wasm-ld link cannot satisfy).
+  const auto reloc = llvm::Triple(h.triple).isWasm() ? llvm::Reloc::Static : llvm::Reloc::PIC_;
   return std::unique_ptr<llvm::TargetMachine>(h.target->createTargetMachine(
-      h.triple, h.cpu, h.features, options, llvm::Reloc::PIC_, llvm::CodeModel::Small, level));
+      h.triple, h.cpu, h.features, options, reloc, llvm::CodeModel::Small, level));
 }
 
 std::string SanitizeSymbol(const std::string& s) {
@@ -339,14 +343,21 @@ absl::Status LowerToObject(const ir::Graph& graph, const MemoryPlan& plan,
   auto host = options.target_triple.empty() ? GetHostTarget() : GetCrossTarget(options);
   if (!host.ok()) return host.status();
   auto t0 = std::chrono::steady_clock::now();
+  auto tm = MakeTargetMachine(*host, options.opt_level);
+  if (tm == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("LLVM cannot target ", host->triple, " (cpu ",
+                                                   host->cpu, ", features ", host->features, ")"));
+  }
   ModuleBuilder builder(graph, plan, *host);
+  llvm::Module& module = builder.module();
+  // The target's data layout before any IR exists, so that whatever is sized while building
+  // (pointer-sized integers, struct layouts, constant folding) uses its pointer width (32 bits
+  // on wasm32) rather than the default 64.
+  module.setTargetTriple(host->triple);
+  module.setDataLayout(tm->createDataLayout());
   if (auto s = builder.Build(model); !s.ok()) return s;
   model->timings.push_back({"codegen", MsSince(t0)});
 
-  auto tm = MakeTargetMachine(*host, options.opt_level);
-  llvm::Module& module = builder.module();
-  module.setTargetTriple(host->triple);
-  module.setDataLayout(tm->createDataLayout());
   t0 = std::chrono::steady_clock::now();
   Optimize(module, *tm, options.opt_level);
   model->timings.push_back({"optimize", MsSince(t0)});

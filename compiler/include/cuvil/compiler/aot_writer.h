@@ -47,14 +47,16 @@ const char* AotHostArch();
 
 // Points `options` at an ahead-of-time `target`: "" or AotHostArch() compile for this host (its
 // CPU and features, or options->target_cpu when set), "aarch64" for AArch64 Linux with NEON
-// (generic CPU unless target_cpu is set). Returns the file name of the runtime archive built for
-// that target (libcuvil_aot_runtime.a, libcuvil_aot_runtime-aarch64.a). InvalidArgument for an
+// (generic CPU unless target_cpu is set), "wasm32" for WASI with SIMD128. Returns the file name of
+// the runtime archive built for that target (libcuvil_aot_runtime.a,
+// libcuvil_aot_runtime-aarch64.a, libcuvil_aot_runtime-wasm32.a). InvalidArgument for an
 // unknown target; Unimplemented for a known one this host cannot compile for yet. Thread-safe.
 absl::StatusOr<std::string> ConfigureAotTarget(const std::string& target, CompileOptions* options);
 
-// The text of NAME.h for `model` (the documented C API). Thread-safe.
+// The text of NAME.h for `model` (the documented C API); its link line follows `target_triple`
+// (empty: the host). Thread-safe.
 std::string AotHeader(const CompiledModel& model, const std::string& name,
-                      const std::string& source);
+                      const std::string& source, const std::string& target_triple = "");
 
 }  // namespace cuvil
 
