@@ -239,9 +239,8 @@ void ConvWinograd(const Table& tb, const cuvil_uk_conv_params& p, const float* x
   // Equal chunks: a short last one would pay a parallel hand-off for little work.
   const int64_t chunks = CeilDiv(rows_total, chunk_rows);
   const int64_t rows_per_chunk = CeilDiv(rows_total, chunks);
-  std::vector<int64_t> off(c_dim);
-
-  for (int64_t r0 = 0; r0 < rows_total; r0 += rows_per_chunk) {
+  // One chunk's three phases; `off` is the caller's c_dim offsets buffer.
+  auto run_chunk = [&](int64_t r0, std::vector<int64_t>& off) {
     const int64_t rows = std::min(rows_per_chunk, rows_total - r0);
     const int64_t q_dim = rows * tl.tx;  // tile columns of this chunk
     const int64_t ld = q_dim;
@@ -319,7 +318,35 @@ void ConvWinograd(const Table& tb, const cuvil_uk_conv_params& p, const float* x
     };
     RunPhases(total_cost, rows * c_dim, input_item, gemm_tasks, gemm_item, rows * m_dim,
               output_item);
+  };
+
+  // Many chunks (early, large layers): each thread runs whole chunks, so a chunk's V and M stay
+  // in one core's L2 and no phase waits for another thread. Few chunks: the threads share each
+  // chunk's phases instead (an uneven split of 3 chunks over 2 threads would idle one).
+  const int threads = cuvil::IntraOpThreads();
+  const bool by_chunk =
+      threads > 1 && chunks >= 2 * threads && (chunks % threads == 0 || chunks >= 4 * threads);
+  if (!by_chunk) {
+    std::vector<int64_t> off(c_dim);
+    for (int64_t r0 = 0; r0 < rows_total; r0 += rows_per_chunk) run_chunk(r0, off);
+    return;
   }
+  struct ChunkJob {
+    decltype(run_chunk)* run;
+    int64_t rows_per_chunk, c_dim;
+  } job{&run_chunk, rows_per_chunk, c_dim};
+  const int64_t chunk_cost = kTaps * m_dim * c_dim * rows_per_chunk * tl.tx;
+  cuvil_rt_parallel_for(
+      chunks, chunk_cost,
+      [](void* ctx, int64_t begin, int64_t end) {
+        auto* j = static_cast<ChunkJob*>(ctx);
+        const int saved = cuvil::IntraOpThreads();
+        cuvil::SetIntraOpThreads(1);  // This thread's chunks run their phases by themselves.
+        std::vector<int64_t> off(j->c_dim);
+        for (int64_t c = begin; c < end; ++c) (*j->run)(c * j->rows_per_chunk, off);
+        cuvil::SetIntraOpThreads(saved);
+      },
+      &job);
 }
 
 }  // namespace cuvil::uk

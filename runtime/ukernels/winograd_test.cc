@@ -126,6 +126,8 @@ TEST(UkernelsTest, WinogradTwoThreadsResNetShapes) {
   RunWinograd({128, 28, 28, 128, 1, 1, 1, 1}, 2, CUVIL_UK_ACT_RELU, false, 2);
   RunWinograd({256, 14, 14, 256, 1, 1, 1, 1}, 1, CUVIL_UK_ACT_NONE, true, 1);
   RunWinograd({64, 7, 7, 96, 1, 1, 1, 1}, 3, CUVIL_UK_ACT_RELU, true, 2);
+  // Whole chunks per thread (8 chunks of 8 tile rows, the last of each image 6 rows short).
+  RunWinograd({16, 60, 60, 16, 1, 1, 1, 1}, 2, CUVIL_UK_ACT_RELU, true, 2);
 }
 
 TEST(UkernelsTest, WinogradWeightsSizeOverflows) {
