@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "codegen/llvm_targets.h"
 #include "llvm/IR/Constants.h"
 #include "llvm/IR/DerivedTypes.h"
 #include "llvm/IR/IRBuilder.h"
@@ -67,13 +68,7 @@ struct Member {
 // constant cuvil_aot_model (layout: runtime/aot/aot_abi.h).
 absl::StatusOr<std::string> EmitGlue(const CompiledModel& model, const std::string& name,
                                      const std::string& target_triple) {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    llvm::InitializeAllTargetInfos();
-    llvm::InitializeAllTargets();
-    llvm::InitializeAllTargetMCs();
-    llvm::InitializeAllAsmPrinters();
-  });
+  codegen::RegisterAllLlvmTargets();
   const std::string triple = target_triple.empty() ? llvm::sys::getProcessTriple()
                                                    : llvm::Triple::normalize(target_triple);
   std::string error;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "codegen/kernel_context.h"
+#include "codegen/llvm_targets.h"
 #include "llvm/Analysis/CGSCCPassManager.h"
 #include "llvm/Analysis/LoopAnalysisManager.h"
 #include "llvm/IR/LegacyPassManager.h"
@@ -72,13 +73,7 @@ absl::StatusOr<HostTarget> GetHostTarget() {
 
 // A target other than the host: every LLVM back end is registered on first use.
 absl::StatusOr<HostTarget> GetCrossTarget(const LowerOptions& o) {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    llvm::InitializeAllTargetInfos();
-    llvm::InitializeAllTargets();
-    llvm::InitializeAllTargetMCs();
-    llvm::InitializeAllAsmPrinters();
-  });
+  RegisterAllLlvmTargets();
   HostTarget t;
   t.triple = llvm::Triple::normalize(o.target_triple);
   t.cpu = o.target_cpu.empty() ? "generic" : o.target_cpu;
