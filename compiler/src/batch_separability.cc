@@ -97,7 +97,7 @@ const std::unordered_set<std::string>& UnaryOps() {
                                                                "IsNaN",
                                                                "IsInf",
                                                                "ThresholdedRelu",
-                                                               "Dropout",
+
                                                                "Shrink",
                                                                "BitwiseNot",
                                                                "QuantizeLinear",
