@@ -739,6 +739,28 @@ absl::StatusOr<std::string> ObjectCache::Key(const std::string& path, const std:
   return h.Hex();
 }
 
+bool ObjectCache::DigestIsRemembered(const std::string& path, const std::string& bytes) const {
+  if (!bytes.empty() || impl_->memo == nullptr) return false;
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  std::optional<jitcache_internal::MemoRecord> memo =
+      impl_->memo->Find(jitcache_internal::StampOf(st));
+  return memo.has_value() && memo->no_external_data;
+}
+
+bool ObjectCache::MayHaveEntries() const {
+  {
+    absl::MutexLock lock(&impl_->mu);
+    if (!impl_->memory.empty()) return true;
+  }
+  if (options_.dir.empty()) return false;
+  std::error_code ec;
+  for (fs::directory_iterator it(options_.dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().extension() == kEntrySuffix) return true;
+  }
+  return static_cast<bool>(ec);  // An unreadable folder: let the lookup decide.
+}
+
 std::string ObjectCache::EntryPath(const std::string& key) const {
   if (options_.dir.empty()) return "";
   return absl::StrCat(options_.dir, "/", key, kEntrySuffix);

@@ -136,6 +136,15 @@ class ObjectCache {
   // The cache key (32 hex digits) Compile would use. NotFound when the model cannot be read.
   absl::StatusOr<std::string> Key(const std::string& path, const std::string& bytes,
                                   const CompileOptions& options) const;
+  // Whether Key(path, bytes, ...) would read only small files, not the model's contents: `bytes`
+  // is empty and the digest memo holds a record for the file's identity now, for a model that
+  // refers to no external data. A warm tiered start then looks its full tier up at once instead
+  // of racing the lookup against a quick compile (TieredStart). False when the file cannot be read.
+  bool DigestIsRemembered(const std::string& path, const std::string& bytes) const;
+  // Whether any lookup could find something: the memory holds a compiled model or the folder an
+  // entry (of any key). False lets a tiered start skip its full tier's lookup, whose key hashes
+  // the model, when the lookup is certain to miss (a fresh folder). Reads the folder's listing.
+  bool MayHaveEntries() const;
   // Path of the disk entry for `key` (empty without a directory).
   std::string EntryPath(const std::string& key) const;
   // Drops the in-memory entries (the disk cache is kept); lets tests exercise disk hits.
