@@ -265,12 +265,12 @@ struct ModelManager::Impl {
     live->store(true, std::memory_order_relaxed);
     if (tier_up) {
       std::weak_ptr<ModelVersion> weak = model;
-      tier_ups.Schedule([this, weak, name, version, start, lookup_pending] {
+      tier_ups.Schedule([this, weak, name, version, start = std::move(start), lookup_pending] {
         TierUp(weak, name, version, start.get(), lookup_pending);
       });
     } else if (start != nullptr) {
-      tier_ups.Schedule(
-          [start] {});  // Joins a quick compile that lost the race, off the ready path.
+      // Joins a quick compile that lost the race, off the ready path.
+      tier_ups.Schedule([start = std::move(start)] {});
     }
     return model;
   }
