@@ -748,19 +748,6 @@ bool ObjectCache::DigestIsRemembered(const std::string& path, const std::string&
   return memo.has_value() && memo->no_external_data;
 }
 
-bool ObjectCache::MayHaveEntries() const {
-  {
-    absl::MutexLock lock(&impl_->mu);
-    if (!impl_->memory.empty()) return true;
-  }
-  if (options_.dir.empty()) return false;
-  std::error_code ec;
-  for (fs::directory_iterator it(options_.dir, ec), end; !ec && it != end; it.increment(ec)) {
-    if (it->path().extension() == kEntrySuffix) return true;
-  }
-  return static_cast<bool>(ec);  // An unreadable folder: let the lookup decide.
-}
-
 std::string ObjectCache::EntryPath(const std::string& key) const {
   if (options_.dir.empty()) return "";
   return absl::StrCat(options_.dir, "/", key, kEntrySuffix);
@@ -962,6 +949,19 @@ absl::StatusOr<WeightsBlob> WriteEntry(const std::string& dir, const std::string
   return WeightsBlob(*mapping, (*mapping)->bytes() + wts_off, weights.size(), /*read_only=*/true);
 }
 
+// The size of the model Key hashes: `bytes`, else the file at `path` (nullopt when unreadable).
+std::optional<uint64_t> ModelSizeOf(const std::string& path, const std::string& bytes) {
+  if (!bytes.empty()) return bytes.size();
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  return static_cast<uint64_t>(st.st_size);
+}
+
+// The marker saying `dir` has stored a model of `size` bytes (ObjectCache::MayHold).
+std::string SizeMarkerPath(const std::string& dir, uint64_t size) {
+  return absl::StrCat(dir, "/size-", size, ".cjs");
+}
+
 // Removes least recently used entries (by mtime, which a hit refreshes) until the folder holds at
 // most `max_bytes`; `keep` (the entry just written) goes last. Also drops stale temporary files of
 // writers that died. Returns the number of entries removed.
@@ -1011,6 +1011,18 @@ uint64_t Evict(const std::string& dir, uint64_t max_bytes, const std::string& ke
 }
 
 }  // namespace
+
+bool ObjectCache::MayHold(const std::string& path, const std::string& bytes) const {
+  {
+    absl::MutexLock lock(&impl_->mu);
+    if (!impl_->memory.empty()) return true;
+  }
+  if (options_.dir.empty()) return false;
+  std::optional<uint64_t> size = ModelSizeOf(path, bytes);
+  if (!size.has_value()) return true;  // Let the lookup report the unreadable model.
+  struct stat st;
+  return stat(SizeMarkerPath(options_.dir, *size).c_str(), &st) == 0;
+}
 
 absl::StatusOr<CompiledModel> ObjectCache::Compile(const std::string& path,
                                                    const std::string& bytes,
@@ -1096,6 +1108,12 @@ absl::StatusOr<CompiledModel> ObjectCache::Get(
       if (auto mapped = WriteEntry(options_.dir, file, *key, *result); mapped.ok()) {
         result->weights = std::move(*mapped);  // Frees the compiler's heap copy.
         stored = true;
+        if (std::optional<uint64_t> size = ModelSizeOf(path, bytes); size.has_value()) {
+          // Best effort: without it a tiered start of this model only skips its first lookup.
+          int fd = open(SizeMarkerPath(options_.dir, *size).c_str(), O_WRONLY | O_CREAT | O_CLOEXEC,
+                        0644);
+          if (fd >= 0) close(fd);
+        }
         evicted = Evict(options_.dir, options_.max_bytes, file);
       } else {
         lookup->store_failed = true;

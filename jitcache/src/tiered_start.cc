@@ -69,9 +69,10 @@ std::unique_ptr<TieredStart> TieredStart::Begin(ObjectCache* cache, TieredSource
   if (cache != nullptr) {
     if (cache->DigestIsRemembered(s->source.path, s->source.bytes)) {
       s->RunLookup();  // A few small reads: a warm start loads its full tier without racing.
-    } else if (!cache->MayHaveEntries()) {
-      // A fresh folder: certain to miss, so no hash competes with the quick tier for the cores;
-      // the tier-up computes the key and stores the full tier.
+    } else if (!cache->MayHold(s->source.path, s->source.bytes)) {
+      // Certain to miss (a fresh folder, or no model of this size stored): no hash competes with
+      // the quick tier for the cores; the tier-up computes the key (and would still find an entry
+      // another process stored meanwhile) and stores the full tier.
     } else {
       start->lookup_thread_ = std::thread([s] { s->RunLookup(); });
       lookup_pending = true;

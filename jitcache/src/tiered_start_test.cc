@@ -1,8 +1,8 @@
 // TieredStart: a fresh cache folder serves the quick tier (no lookup) and the tier-up stores the
 // full one; a warm folder loads the full tier without compiling; a corrupt full-tier entry is
 // counted and the quick tier serves; a hit whose digest is not remembered races the quick compile
-// and never compiles the full tier; a raced miss is counted once; without a cache the tier-up
-// compiles.
+// and never compiles the full tier; a raced miss is counted once; with no model of its size
+// stored the lookup is skipped; without a cache the tier-up compiles.
 #include "cuvil/jitcache/tiered_start.h"
 
 #include <unistd.h>
@@ -80,6 +80,15 @@ class TieredStartTest : public ::testing::Test {
     ASSERT_TRUE(cache->Compile(model_, "", CompileOptions(), &lookup).ok());
     ASSERT_EQ(lookup.outcome, CacheOutcome::kMiss);
     ASSERT_TRUE(fs::exists(FullEntry(*cache)));
+  }
+
+  // Stores the full tier of another model `width` wide (8: the same file size as the test's).
+  void StoreOther(int64_t width) {
+    auto cache = MakeCache();
+    ASSERT_NE(cache, nullptr);
+    const std::string other = (root_ / "other.onnx").string();
+    std::ofstream(other, std::ios::binary) << testing::BinaryWithConstant("Add", width, 1.5f);
+    ASSERT_TRUE(cache->Compile(other, "", CompileOptions()).ok());
   }
 
   fs::path root_;
@@ -195,17 +204,11 @@ TEST_F(TieredStartTest, HitWithoutARememberedDigestRacesAndNeverCompilesTheFullT
   EXPECT_EQ(stats.misses + stats.memory_hits + stats.corrupt + stats.stores, 0u);
 }
 
-TEST_F(TieredStartTest, AFolderWithOtherEntriesRacesAMissAndTheTierUpStoresTheFullTier) {
-  {
-    auto cache = MakeCache();
-    ASSERT_NE(cache, nullptr);
-    const std::string other = (root_ / "other.onnx").string();
-    std::ofstream(other, std::ios::binary) << testing::BinaryWithConstant("Add", 8, 1.5f);
-    ASSERT_TRUE(cache->Compile(other, "", CompileOptions()).ok());
-  }
+TEST_F(TieredStartTest, AStoredModelOfTheSameSizeRacesAMissAndTheTierUpStoresTheFullTier) {
+  StoreOther(8);
   auto cache = MakeCache();
   ASSERT_NE(cache, nullptr);
-  ASSERT_TRUE(cache->MayHaveEntries());
+  ASSERT_TRUE(cache->MayHold(model_, ""));
   ASSERT_FALSE(cache->DigestIsRemembered(model_, ""));
   const uint64_t before = TotalCompilations();
   auto start = TieredStart::Begin(cache.get(), Source());
@@ -222,6 +225,38 @@ TEST_F(TieredStartTest, AFolderWithOtherEntriesRacesAMissAndTheTierUpStoresTheFu
   EXPECT_EQ(stats.misses, 1u);  // The lookup's NotFound is not a second miss.
   EXPECT_EQ(stats.stores, 1u);
   EXPECT_EQ(stats.disk_hits + stats.memory_hits + stats.corrupt, 0u);
+}
+
+TEST_F(TieredStartTest, OnlyModelsOfOtherSizesStoredSkipsTheLookup) {
+  StoreOther(16);
+  auto cache = MakeCache();
+  ASSERT_NE(cache, nullptr);
+  ASSERT_FALSE(cache->MayHold(model_, ""));
+  auto start = TieredStart::Begin(cache.get(), Source());
+  ASSERT_FALSE(start->full_tier());
+  EXPECT_EQ(start->ready_lookup(), nullptr);
+  ExpectComputes(start->TakeReady());
+  CacheLookup lookup, start_lookup;
+  ExpectComputes(start->TierUp(&lookup, &start_lookup));
+  EXPECT_TRUE(start_lookup.key.empty());  // Skipped: nothing of this size could hit.
+  EXPECT_EQ(lookup.outcome, CacheOutcome::kMiss);
+  EXPECT_TRUE(fs::exists(FullEntry(*cache)));
+  EXPECT_TRUE(cache->MayHold(model_, ""));  // Its marker now exists.
+  EXPECT_EQ(cache->stats().misses, 1u);
+}
+
+TEST_F(TieredStartTest, AnEntryStoredByAnotherProcessAfterASkippedLookupIsSwappedInUncompiled) {
+  auto cache = MakeCache();
+  ASSERT_NE(cache, nullptr);
+  auto start = TieredStart::Begin(cache.get(), Source());
+  ASSERT_FALSE(start->full_tier());
+  ExpectComputes(start->TakeReady());
+  WarmUp();  // Another cache object, as another process sharing the folder.
+  const uint64_t before = TotalCompilations();
+  CacheLookup lookup;
+  ExpectComputes(start->TierUp(&lookup));
+  EXPECT_EQ(lookup.outcome, CacheOutcome::kDiskHit);
+  EXPECT_EQ(TotalCompilations(), before);
 }
 
 TEST_F(TieredStartTest, WithoutACacheTheQuickTierServesAndTheTierUpCompiles) {

@@ -9,6 +9,7 @@
 // Entries are written to a temporary file and renamed, so readers in other processes sharing the
 // directory never see half an entry. A corrupt, truncated or foreign entry is logged, counted,
 // removed and recompiled, never loaded: every section is verified before the entry is used.
+// Each stored entry also leaves an empty marker `<dir>/size-<model bytes>.cjs` (see MayHold).
 // In memory, recently compiled models are kept (bounded by bytes) so loading the same bytes under
 // another name or version does not compile again; concurrent lookups of one key compile once.
 #ifndef CUVIL_JITCACHE_OBJECT_CACHE_H_
@@ -141,10 +142,12 @@ class ObjectCache {
   // refers to no external data. A warm tiered start then looks its full tier up at once instead
   // of racing the lookup against a quick compile (TieredStart). False when the file cannot be read.
   bool DigestIsRemembered(const std::string& path, const std::string& bytes) const;
-  // Whether any lookup could find something: the memory holds a compiled model or the folder an
-  // entry (of any key). False lets a tiered start skip its full tier's lookup, whose key hashes
-  // the model, when the lookup is certain to miss (a fresh folder). Reads the folder's listing.
-  bool MayHaveEntries() const;
+  // Whether a lookup of this model could hit: the memory holds any compiled model, or the folder
+  // has stored a model of the same size (each stored entry leaves an empty `size-<bytes>.cjs`
+  // marker; markers outlive evicted entries). False: certain to miss (a fresh folder, or one
+  // holding only models of other sizes), which lets a tiered start skip its full tier's lookup,
+  // whose key hashes the model. One stat of the model and one of the marker.
+  bool MayHold(const std::string& path, const std::string& bytes) const;
   // Path of the disk entry for `key` (empty without a directory).
   std::string EntryPath(const std::string& key) const;
   // Drops the in-memory entries (the disk cache is kept); lets tests exercise disk hits.
