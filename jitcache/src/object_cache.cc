@@ -646,6 +646,8 @@ struct ObjectCache::Impl {
   };
   std::map<std::string, MemEntry> memory ABSL_GUARDED_BY(mu);
   uint64_t memory_bytes ABSL_GUARDED_BY(mu) = 0;
+  // Sizes of the models ever kept in memory (MayHold; not pruned with the entries).
+  std::set<uint64_t> memory_model_sizes ABSL_GUARDED_BY(mu);
   // Keys being compiled by some thread; others with the same key wait instead of compiling.
   std::set<std::string> inflight ABSL_GUARDED_BY(mu);
   ObjectCacheStats stats ABSL_GUARDED_BY(mu);
@@ -1013,13 +1015,13 @@ uint64_t Evict(const std::string& dir, uint64_t max_bytes, const std::string& ke
 }  // namespace
 
 bool ObjectCache::MayHold(const std::string& path, const std::string& bytes) const {
-  {
-    absl::MutexLock lock(&impl_->mu);
-    if (!impl_->memory.empty()) return true;
-  }
-  if (options_.dir.empty()) return false;
   std::optional<uint64_t> size = ModelSizeOf(path, bytes);
   if (!size.has_value()) return true;  // Let the lookup report the unreadable model.
+  {
+    absl::MutexLock lock(&impl_->mu);
+    if (impl_->memory_model_sizes.count(*size) != 0) return true;
+  }
+  if (options_.dir.empty()) return false;
   struct stat st;
   return stat(SizeMarkerPath(options_.dir, *size).c_str(), &st) == 0;
 }
@@ -1100,6 +1102,8 @@ absl::StatusOr<CompiledModel> ObjectCache::Get(
   }
   uint64_t evicted = 0;
   bool stored = false;
+  // For MayHold: the marker of a stored entry, the size set of a model kept in memory.
+  const std::optional<uint64_t> model_size = ModelSizeOf(path, bytes);
   if (!from_disk && !compile_on_miss) {
     result = absl::NotFoundError(absl::StrCat("JIT cache has no entry ", *key));
   } else if (!from_disk) {
@@ -1108,10 +1112,10 @@ absl::StatusOr<CompiledModel> ObjectCache::Get(
       if (auto mapped = WriteEntry(options_.dir, file, *key, *result); mapped.ok()) {
         result->weights = std::move(*mapped);  // Frees the compiler's heap copy.
         stored = true;
-        if (std::optional<uint64_t> size = ModelSizeOf(path, bytes); size.has_value()) {
+        if (model_size.has_value()) {
           // Best effort: without it a tiered start of this model only skips its first lookup.
-          int fd = open(SizeMarkerPath(options_.dir, *size).c_str(), O_WRONLY | O_CREAT | O_CLOEXEC,
-                        0644);
+          int fd = open(SizeMarkerPath(options_.dir, *model_size).c_str(),
+                        O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
           if (fd >= 0) close(fd);
         }
         evicted = Evict(options_.dir, options_.max_bytes, file);
@@ -1137,6 +1141,7 @@ absl::StatusOr<CompiledModel> ObjectCache::Get(
   }
   const uint64_t size = SizeOf(*result);
   if (size <= options_.memory_max_bytes && impl_->memory.count(*key) == 0) {
+    if (model_size.has_value()) impl_->memory_model_sizes.insert(*model_size);
     impl_->order.push_front(*key);
     impl_->memory[*key] = {std::make_shared<const CompiledModel>(*result), impl_->order.begin()};
     impl_->memory_bytes += size;

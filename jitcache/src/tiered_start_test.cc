@@ -259,6 +259,28 @@ TEST_F(TieredStartTest, AnEntryStoredByAnotherProcessAfterASkippedLookupIsSwappe
   EXPECT_EQ(TotalCompilations(), before);
 }
 
+TEST_F(TieredStartTest, AMemoryOnlyCacheMayHoldOnlyTheSizesItHasKept) {
+  auto cache = ObjectCache::Create({});
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  EXPECT_FALSE((*cache)->MayHold(model_, ""));
+  ASSERT_TRUE((*cache)->Compile("", testing::BinaryWithConstant("Add", 16, 1.5f), {}).ok());
+  EXPECT_FALSE((*cache)->MayHold(model_, ""));
+  ASSERT_TRUE((*cache)->Compile(model_, "", {}).ok());
+  EXPECT_TRUE((*cache)->MayHold(model_, ""));
+  // A warm in-memory start: the lookup is raced (no digest memo) and hits.
+  const uint64_t before = TotalCompilations();
+  auto start = TieredStart::Begin(cache->get(), Source());
+  ExpectComputes(start->TakeReady());
+  if (!start->full_tier()) {
+    CacheLookup lookup;
+    ExpectComputes(start->TierUp(&lookup));
+    EXPECT_EQ(lookup.outcome, CacheOutcome::kMemoryHit);
+  }
+  start.reset();
+  EXPECT_LE(TotalCompilations(), before + 1);  // At most the quick tier.
+  EXPECT_EQ((*cache)->stats().memory_hits, 1u);
+}
+
 TEST_F(TieredStartTest, WithoutACacheTheQuickTierServesAndTheTierUpCompiles) {
   const uint64_t before = TotalCompilations();
   auto start = TieredStart::Begin(nullptr, Source());

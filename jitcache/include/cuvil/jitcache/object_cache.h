@@ -142,8 +142,8 @@ class ObjectCache {
   // refers to no external data. A warm tiered start then looks its full tier up at once instead
   // of racing the lookup against a quick compile (TieredStart). False when the file cannot be read.
   bool DigestIsRemembered(const std::string& path, const std::string& bytes) const;
-  // Whether a lookup of this model could hit: the memory holds any compiled model, or the folder
-  // has stored a model of the same size (each stored entry leaves an empty `size-<bytes>.cjs`
+  // Whether a lookup of this model could hit: the memory has held a model of the same size, or
+  // the folder has stored one (each stored entry leaves an empty `size-<bytes>.cjs`
   // marker; markers outlive evicted entries). False: certain to miss (a fresh folder, or one
   // holding only models of other sizes), which lets a tiered start skip its full tier's lookup,
   // whose key hashes the model. One stat of the model and one of the marker.

@@ -4,8 +4,10 @@
 // kept off the ready path unless it is known to be cheap:
 // - Warm start (the cache's digest memo knows the model file): the full tier is looked up at once
 //   and, when cached, loaded as it is; nothing else is compiled.
-// - Fresh folder (no entry of any key, nothing in memory): the lookup is certain to miss and is
-//   not run; the quick tier is compiled on the calling thread, alone on the cores.
+// - Certain miss (ObjectCache::MayHold: nothing in memory and no model of this size ever stored
+//   in the folder, as in a fresh folder or for a new model): the lookup is not run; the quick
+//   tier is compiled on the calling thread, alone on the cores. The tier-up's own lookup still
+//   finds an entry that another process stored meanwhile.
 // - Otherwise the lookup runs on a helper thread while another prepares and lowers the quick tier
 //   without any cache key (the quick tier is never written to disk, and an in-memory entry for it
 //   is not worth the hash). Whichever can serve first is returned: a full-tier hit (the quick
@@ -61,7 +63,7 @@ class TieredStart {
 
   // The full tier's lookup when it had finished by the time a tier could serve (on full_tier()
   // the hit; else a miss, refused_entry set when a corrupt entry was refused and counted), null
-  // while it was still running, when it was skipped (fresh folder) or without a cache.
+  // while it was still running, when it was skipped (certain miss) or without a cache.
   const CacheLookup* ready_lookup() const { return ready_lookup_known_ ? &ready_lookup_ : nullptr; }
 
   // The full tier for the tier-up; only when !full_tier(), after TakeReady, once. Waits for the
