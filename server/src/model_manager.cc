@@ -142,8 +142,8 @@ struct ModelManager::Impl {
     CUVIL_PROBE_JIT_COMPILE_DONE(name.c_str(), static_cast<int64_t>(compile_ms * 1e6));
     if (lookup_pending) {
       spdlog::info(
-          "model '{}' version {}: quick tier ready ({:.1f} ms), JIT cache lookup of the "
-          "full tier still running",
+          "model '{}' version {}: quick tier ready ({:.1f} ms); the full tier's JIT cache "
+          "outcome comes with the tier-up",
           name, version, compile_ms);
     } else if (cache != nullptr) {
       if (lookup.outcome == CacheOutcome::kMiss) {
