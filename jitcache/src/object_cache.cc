@@ -646,6 +646,8 @@ struct ObjectCache::Impl {
   };
   std::map<std::string, MemEntry> memory ABSL_GUARDED_BY(mu);
   uint64_t memory_bytes ABSL_GUARDED_BY(mu) = 0;
+  // Sizes of the models ever kept in memory (MayHold; not pruned with the entries).
+  std::set<uint64_t> memory_model_sizes ABSL_GUARDED_BY(mu);
   // Keys being compiled by some thread; others with the same key wait instead of compiling.
   std::set<std::string> inflight ABSL_GUARDED_BY(mu);
   ObjectCacheStats stats ABSL_GUARDED_BY(mu);
@@ -737,6 +739,15 @@ absl::StatusOr<std::string> ObjectCache::Key(const std::string& path, const std:
     close(fd);
   }
   return h.Hex();
+}
+
+bool ObjectCache::DigestIsRemembered(const std::string& path, const std::string& bytes) const {
+  if (!bytes.empty() || impl_->memo == nullptr) return false;
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  std::optional<jitcache_internal::MemoRecord> memo =
+      impl_->memo->Find(jitcache_internal::StampOf(st));
+  return memo.has_value() && memo->no_external_data;
 }
 
 std::string ObjectCache::EntryPath(const std::string& key) const {
@@ -940,6 +951,19 @@ absl::StatusOr<WeightsBlob> WriteEntry(const std::string& dir, const std::string
   return WeightsBlob(*mapping, (*mapping)->bytes() + wts_off, weights.size(), /*read_only=*/true);
 }
 
+// The size of the model Key hashes: `bytes`, else the file at `path` (nullopt when unreadable).
+std::optional<uint64_t> ModelSizeOf(const std::string& path, const std::string& bytes) {
+  if (!bytes.empty()) return bytes.size();
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  return static_cast<uint64_t>(st.st_size);
+}
+
+// The marker saying `dir` has stored a model of `size` bytes (ObjectCache::MayHold).
+std::string SizeMarkerPath(const std::string& dir, uint64_t size) {
+  return absl::StrCat(dir, "/size-", size, ".cjs");
+}
+
 // Removes least recently used entries (by mtime, which a hit refreshes) until the folder holds at
 // most `max_bytes`; `keep` (the entry just written) goes last. Also drops stale temporary files of
 // writers that died. Returns the number of entries removed.
@@ -989,6 +1013,18 @@ uint64_t Evict(const std::string& dir, uint64_t max_bytes, const std::string& ke
 }
 
 }  // namespace
+
+bool ObjectCache::MayHold(const std::string& path, const std::string& bytes) const {
+  std::optional<uint64_t> size = ModelSizeOf(path, bytes);
+  if (!size.has_value()) return true;  // Let the lookup report the unreadable model.
+  {
+    absl::MutexLock lock(&impl_->mu);
+    if (impl_->memory_model_sizes.count(*size) != 0) return true;
+  }
+  if (options_.dir.empty()) return false;
+  struct stat st;
+  return stat(SizeMarkerPath(options_.dir, *size).c_str(), &st) == 0;
+}
 
 absl::StatusOr<CompiledModel> ObjectCache::Compile(const std::string& path,
                                                    const std::string& bytes,
@@ -1066,6 +1102,8 @@ absl::StatusOr<CompiledModel> ObjectCache::Get(
   }
   uint64_t evicted = 0;
   bool stored = false;
+  // For MayHold: the marker of a stored entry, the size set of a model kept in memory.
+  const std::optional<uint64_t> model_size = ModelSizeOf(path, bytes);
   if (!from_disk && !compile_on_miss) {
     result = absl::NotFoundError(absl::StrCat("JIT cache has no entry ", *key));
   } else if (!from_disk) {
@@ -1074,6 +1112,12 @@ absl::StatusOr<CompiledModel> ObjectCache::Get(
       if (auto mapped = WriteEntry(options_.dir, file, *key, *result); mapped.ok()) {
         result->weights = std::move(*mapped);  // Frees the compiler's heap copy.
         stored = true;
+        if (model_size.has_value()) {
+          // Best effort: without it a tiered start of this model only skips its first lookup.
+          int fd = open(SizeMarkerPath(options_.dir, *model_size).c_str(),
+                        O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+          if (fd >= 0) close(fd);
+        }
         evicted = Evict(options_.dir, options_.max_bytes, file);
       } else {
         lookup->store_failed = true;
@@ -1097,6 +1141,7 @@ absl::StatusOr<CompiledModel> ObjectCache::Get(
   }
   const uint64_t size = SizeOf(*result);
   if (size <= options_.memory_max_bytes && impl_->memory.count(*key) == 0) {
+    if (model_size.has_value()) impl_->memory_model_sizes.insert(*model_size);
     impl_->order.push_front(*key);
     impl_->memory[*key] = {std::make_shared<const CompiledModel>(*result), impl_->order.begin()};
     impl_->memory_bytes += size;

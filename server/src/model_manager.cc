@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "cuvil/compiler/compiler.h"
+#include "cuvil/jitcache/tiered_start.h"
 #include "cuvil/observability/probes.h"
 #include "cuvil/runtime/tensor_size.h"
 #include "cuvil/runtime/thread_pool.h"
@@ -107,34 +108,31 @@ struct ModelManager::Impl {
     // A seed (restored snapshot) brings its code: nothing to compile or look up.
     const bool seeded = seed != nullptr && seed->compiled != nullptr;
     ObjectCache* const cache = seeded ? nullptr : this->cache;
-    // Tiered: a cached full tier is loaded as it is; otherwise the quick tier serves first.
+    // Tiered: a cached full tier is loaded as it is; otherwise the quick tier serves first, its
+    // full tier's lookup (which hashes the model) off the ready path (TieredStart).
     bool tier_up = false;
-    // The quick tier's preparation, kept for the full tier (null on a JIT cache hit).
-    std::shared_ptr<const PreparedModel> prepared;
+    // The tiered start, kept for the tier-up (or, on a full-tier hit, until a quick compile that
+    // lost the race has finished).
+    std::shared_ptr<TieredStart> start;
+    bool lookup_pending = false;
     absl::StatusOr<CompiledModel> compiled = absl::NotFoundError("not compiled");
     if (seeded) {
       compiled = *seed->compiled;
+    } else if (compile_tier == CompileTier::kTiered) {
+      CompileOptions quick_options = full_options;
+      quick_options.opt_level = kFastTierOptLevel;
+      start = TieredStart::Begin(cache, {path, bytes, full_options, quick_options});
+      tier_up = !start->full_tier();
+      if (tier_up) options = quick_options;
+      // Still running: the tier-up reports the lookup (hit, miss, refused entry) once known.
+      lookup_pending = cache != nullptr && start->ready_lookup() == nullptr;
+      if (!lookup_pending && cache != nullptr) lookup = *start->ready_lookup();
+      compiled = start->TakeReady();
     } else {
-      if (compile_tier == CompileTier::kTiered && cache != nullptr) {
-        compiled = cache->Lookup(path, bytes, full_options, &lookup);
-      }
-      if (!compiled.ok()) {
-        if (compile_tier != CompileTier::kFull) options.opt_level = kFastTierOptLevel;
-        tier_up = compile_tier == CompileTier::kTiered;
-        // Import, graph passes and the memory plan run once: the tier-up only lowers again.
-        auto compile = [&]() -> absl::StatusOr<CompiledModel> {
-          auto p =
-              bytes.empty() ? PrepareOnnxFile(path, options) : PrepareOnnxBytes(bytes, options);
-          if (!p.ok()) return p.status();
-          if (tier_up) prepared = *p;
-          return (*p)->Lower(options);
-        };
-        // The quick tier is not written to disk (not on the ready path, no second copy of the
-        // weights): the background tier-up writes the full tier, which a warm start loads.
-        compiled = cache != nullptr ? cache->CompileWith(path, bytes, options, compile, &lookup,
-                                                         /*write_disk=*/!tier_up)
-                                    : compile();
-      }
+      if (compile_tier == CompileTier::kFast) options.opt_level = kFastTierOptLevel;
+      compiled = cache != nullptr ? cache->Compile(path, bytes, options, &lookup)
+                 : bytes.empty()  ? CompileOnnxFile(path, options)
+                                  : CompileOnnxBytes(bytes, options);
     }
     if (!compiled.ok()) return compiled.status();
     // The compiler ran for this load unless the JIT cache had the model.
@@ -142,7 +140,12 @@ struct ModelManager::Impl {
     double compile_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     CUVIL_PROBE_JIT_COMPILE_DONE(name.c_str(), static_cast<int64_t>(compile_ms * 1e6));
-    if (cache != nullptr) {
+    if (lookup_pending) {
+      spdlog::info(
+          "model '{}' version {}: quick tier ready ({:.1f} ms); the full tier's JIT cache "
+          "outcome comes with the tier-up",
+          name, version, compile_ms);
+    } else if (cache != nullptr) {
       if (lookup.outcome == CacheOutcome::kMiss) {
         CUVIL_PROBE_CACHE_MISS(name.c_str());
       } else {
@@ -153,7 +156,7 @@ struct ModelManager::Impl {
     }
     if (metrics != nullptr) {
       if (compilations > 0) metrics->RecordCompile(name, compile_ms / 1000);
-      if (cache != nullptr) {
+      if (cache != nullptr && !lookup_pending) {
         if (lookup.outcome == CacheOutcome::kMiss) {
           metrics->RecordCacheMiss(name);
         } else {
@@ -262,9 +265,12 @@ struct ModelManager::Impl {
     live->store(true, std::memory_order_relaxed);
     if (tier_up) {
       std::weak_ptr<ModelVersion> weak = model;
-      tier_ups.Schedule([this, weak, name, version, path, bytes, full_options, prepared] {
-        TierUp(weak, name, version, path, bytes, full_options, prepared.get());
+      tier_ups.Schedule([this, weak, name, version, start = std::move(start), lookup_pending] {
+        TierUp(weak, name, version, start.get(), lookup_pending);
       });
+    } else if (start != nullptr) {
+      // Joins a quick compile that lost the race, off the ready path.
+      tier_ups.Schedule([start = std::move(start)] {});
     }
     return model;
   }
@@ -272,25 +278,43 @@ struct ModelManager::Impl {
   // Compiles the full tier of a version serving its quick tier and swaps its kernels in at a safe
   // point (a recompile patch: every execution runs entirely on one tier). Skipped once the
   // version is gone or the server shuts down; on failure the quick tier keeps serving (logged).
-  // `prepared`, when not null, is the quick tier's preparation: only code generation runs again.
+  // `start` is the version's tiered start: a full tier its lookup found is swapped in as cached,
+  // else the quick tier's preparation is lowered again (and stored in the JIT cache).
+  // `report_lookup`: the lookup was still running at READY, so its outcome is counted here.
   void TierUp(const std::weak_ptr<ModelVersion>& weak, const std::string& name, int64_t version,
-              const std::string& path, const std::string& bytes, const CompileOptions& options,
-              const PreparedModel* prepared) {
+              TieredStart* start, bool report_lookup) {
     {
       absl::MutexLock lock(&mu);
       if (shutting_down) return;
     }
     if (weak.expired()) return;
     auto t0 = std::chrono::steady_clock::now();
-    CacheLookup lookup;
-    auto compile = [&]() -> absl::StatusOr<CompiledModel> {
-      if (prepared != nullptr) return prepared->Lower(options);
-      return bytes.empty() ? CompileOnnxFile(path, options) : CompileOnnxBytes(bytes, options);
-    };
-    auto full =
-        cache != nullptr ? cache->CompileWith(path, bytes, options, compile, &lookup) : compile();
+    CacheLookup lookup, start_lookup;
+    auto full = start->TierUp(&lookup, &start_lookup);
     const double compile_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    // `lookup` is the start's lookup on its hit, else the tier-up's own (which compiled or found
+    // an entry another process had written meanwhile).
+    if (report_lookup && full.ok()) {
+      if (lookup.outcome == CacheOutcome::kMiss) {
+        CUVIL_PROBE_CACHE_MISS(name.c_str());
+      } else {
+        CUVIL_PROBE_CACHE_HIT(name.c_str());
+      }
+      spdlog::info("model '{}' version {}: JIT cache {} for the full tier (key {})", name, version,
+                   CacheOutcomeName(lookup.outcome), lookup.key);
+      if (metrics != nullptr) {
+        if (lookup.outcome == CacheOutcome::kMiss) {
+          metrics->RecordCacheMiss(name);
+        } else {
+          metrics->RecordCacheHit(name);
+        }
+      }
+    }
+    if (report_lookup && metrics != nullptr &&
+        (start_lookup.refused_entry || lookup.refused_entry)) {
+      metrics->RecordCacheCorrupt(name);
+    }
     // The full tier is swapped in even when its entry could not be written (logged by the cache).
     if (lookup.store_failed && metrics != nullptr) metrics->RecordCacheStoreFailure(name);
     std::shared_ptr<ModelVersion> model = weak.lock();
@@ -304,7 +328,7 @@ struct ModelManager::Impl {
     for (int attempt = 0; status.ok() && attempt < 3; ++attempt) {
       LoadedModel& loaded = model->mutable_loaded();
       RecompileOptions recompile;
-      recompile.opt_level = options.opt_level;
+      recompile.opt_level = CompileOptions().opt_level;  // The full tier's.
       const auto prepare_start = std::chrono::steady_clock::now();
       auto patch = loaded.PrepareRecompilePatch(*full, {}, RecompileOptionsText(recompile));
       event.ExcludeMs(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -

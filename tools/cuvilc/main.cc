@@ -24,6 +24,7 @@
 #include "cuvil/compiler/tensor_file.h"
 #include "cuvil/jitcache/jit_engine.h"
 #include "cuvil/jitcache/object_cache.h"
+#include "cuvil/jitcache/tiered_start.h"
 #include "cuvil/runtime/parallel.h"
 
 namespace cuvil {
@@ -307,49 +308,38 @@ int Compile(const std::vector<std::string>& args) {
   if (!engine.ok()) return Fail(engine.status());
   auto t0 = std::chrono::steady_clock::now();
   CacheLookup lookup;
-  // Tiered: the quick tier's preparation (import, graph passes, memory plan) serves the full tier.
-  std::shared_ptr<const PreparedModel> prepared;
-  // `write_disk` false: the quick tier of a tiered compile stays off the disk (the full tier is
-  // what a warm start loads; writing the quick one would put its weights on the ready path).
-  auto compile = [&](const CompileOptions& o, bool write_disk) {
-    auto prepare_and_lower = [&]() -> absl::StatusOr<CompiledModel> {
-      auto p = PrepareOnnxFile(model_path, o);
-      if (!p.ok()) return p.status();
-      prepared = *p;
-      return prepared->Lower(o);
-    };
-    return use_cache ? cache->CompileWith(model_path, "", o, prepare_and_lower, &lookup, write_disk)
-                     : prepare_and_lower();
-  };
   const CompileOptions full_options = options;
   CompileOptions fast_options = options;
   fast_options.opt_level = kFastTierOptLevel;
-  // Tiered: a cached full tier is all a warm start needs; otherwise the quick tier serves first.
+  // Tiered: a cached full tier is all a warm start needs; otherwise the quick tier serves first
+  // while the full tier's lookup (which hashes the model) runs beside it (TieredStart).
   bool tier_up = false;
+  std::unique_ptr<TieredStart> start;
   absl::StatusOr<CompiledModel> compiled = absl::NotFoundError("not compiled");
-  if (tier == CompileTier::kTiered && use_cache) {
-    compiled = cache->Lookup(model_path, "", full_options, &lookup);
-  }
-  if (!compiled.ok()) {
-    tier_up = tier == CompileTier::kTiered;
-    compiled = compile(tier == CompileTier::kFull ? full_options : fast_options, !tier_up);
+  if (tier == CompileTier::kTiered) {
+    start = TieredStart::Begin(use_cache ? cache.get() : nullptr,
+                               {model_path, "", full_options, fast_options});
+    tier_up = !start->full_tier();
+    if (const CacheLookup* ready = start->ready_lookup(); ready != nullptr && !tier_up) {
+      lookup = *ready;
+    }
+    compiled = start->TakeReady();
+  } else {
+    const CompileOptions& o = tier == CompileTier::kFull ? full_options : fast_options;
+    compiled =
+        use_cache ? cache->Compile(model_path, "", o, &lookup) : CompileOnnxFile(model_path, o);
   }
   if (!compiled.ok()) return Fail(compiled.status());
   auto t1 = std::chrono::steady_clock::now();
   auto loaded = (*engine)->Load("cuvilc/1", std::move(*compiled));
   if (!loaded.ok()) return Fail(loaded.status());
   auto t2 = std::chrono::steady_clock::now();
-  // The full tier, compiled while the quick one could serve, swapped in at a safe point.
+  // The full tier, compiled while the quick one could serve (or found by the lookup that ran
+  // beside it), swapped in at a safe point.
   double tier_up_ms = 0, tier_swap_us = 0;
-  CacheLookup full_lookup;
+  CacheLookup full_lookup, start_lookup;
   if (tier_up) {
-    auto lower_full = [&]() -> absl::StatusOr<CompiledModel> {
-      if (prepared != nullptr) return prepared->Lower(full_options);
-      return CompileOnnxFile(model_path, full_options);
-    };
-    auto full = use_cache
-                    ? cache->CompileWith(model_path, "", full_options, lower_full, &full_lookup)
-                    : lower_full();
+    auto full = start->TierUp(&full_lookup, &start_lookup);
     if (!full.ok()) return Fail(full.status());
     auto patch = (*loaded)->PrepareRecompilePatch(*full, {}, "opt_level=3");
     if (!patch.ok()) return Fail(patch.status());
@@ -392,7 +382,9 @@ int Compile(const std::vector<std::string>& args) {
     std::printf("jit_link_ms=%.1f\n", std::chrono::duration<double, std::milli>(t2 - t1).count());
     std::printf("engine_create_ms=%.1f (not in total_ms)\n",
                 std::chrono::duration<double, std::milli>(t0 - te).count());
-    if (use_cache && lookup.refused_entry) std::printf("cache_refused_entry=1\n");
+    if (use_cache && (lookup.refused_entry || start_lookup.refused_entry)) {
+      std::printf("cache_refused_entry=1\n");
+    }
     if (use_cache && (lookup.store_failed || full_lookup.store_failed)) {
       std::printf("cache_store_failed=1\n");
     }
@@ -406,6 +398,10 @@ int Compile(const std::vector<std::string>& args) {
                   !use_cache                                   ? "off"
                   : full_lookup.outcome == CacheOutcome::kMiss ? "miss"
                                                                : "hit");
+      // The full tier's lookup, begun beside the quick tier (its key hashes the model).
+      for (const PhaseTiming& t : start_lookup.timings) {
+        std::printf("  full_tier_%s_ms=%.2f\n", t.phase.c_str(), t.ms);
+      }
     }
     std::printf("total_ms=%.1f cache=%s\n",
                 std::chrono::duration<double, std::milli>(t2 - t0).count(),

@@ -9,6 +9,7 @@
 // Entries are written to a temporary file and renamed, so readers in other processes sharing the
 // directory never see half an entry. A corrupt, truncated or foreign entry is logged, counted,
 // removed and recompiled, never loaded: every section is verified before the entry is used.
+// Each stored entry also leaves an empty marker `<dir>/size-<model bytes>.cjs` (see MayHold).
 // In memory, recently compiled models are kept (bounded by bytes) so loading the same bytes under
 // another name or version does not compile again; concurrent lookups of one key compile once.
 #ifndef CUVIL_JITCACHE_OBJECT_CACHE_H_
@@ -136,6 +137,17 @@ class ObjectCache {
   // The cache key (32 hex digits) Compile would use. NotFound when the model cannot be read.
   absl::StatusOr<std::string> Key(const std::string& path, const std::string& bytes,
                                   const CompileOptions& options) const;
+  // Whether Key(path, bytes, ...) would read only small files, not the model's contents: `bytes`
+  // is empty and the digest memo holds a record for the file's identity now, for a model that
+  // refers to no external data. A warm tiered start then looks its full tier up at once instead
+  // of racing the lookup against a quick compile (TieredStart). False when the file cannot be read.
+  bool DigestIsRemembered(const std::string& path, const std::string& bytes) const;
+  // Whether a lookup of this model could hit: the memory has held a model of the same size, or
+  // the folder has stored one (each stored entry leaves an empty `size-<bytes>.cjs`
+  // marker; markers outlive evicted entries). False: certain to miss (a fresh folder, or one
+  // holding only models of other sizes), which lets a tiered start skip its full tier's lookup,
+  // whose key hashes the model. One stat of the model and one of the marker.
+  bool MayHold(const std::string& path, const std::string& bytes) const;
   // Path of the disk entry for `key` (empty without a directory).
   std::string EntryPath(const std::string& key) const;
   // Drops the in-memory entries (the disk cache is kept); lets tests exercise disk hits.

@@ -1,0 +1,143 @@
+#include "cuvil/jitcache/tiered_start.h"
+
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
+namespace cuvil {
+
+// Shared by the caller and the helper threads; every field a helper writes is guarded by `mu`.
+struct TieredStart::State {
+  ObjectCache* const cache;
+  const TieredSource source;
+
+  absl::Mutex mu;
+  bool lookup_done ABSL_GUARDED_BY(mu) = false;
+  absl::StatusOr<CompiledModel> lookup_result ABSL_GUARDED_BY(mu) =
+      absl::NotFoundError("not looked up");
+  CacheLookup lookup ABSL_GUARDED_BY(mu);
+  bool quick_done ABSL_GUARDED_BY(mu) = false;
+  absl::StatusOr<CompiledModel> quick_result ABSL_GUARDED_BY(mu) =
+      absl::NotFoundError("not compiled");
+  // The quick tier's preparation (import, graph passes, memory plan), which the tier-up lowers
+  // again at full optimisation; null when the preparation failed.
+  std::shared_ptr<const PreparedModel> prepared ABSL_GUARDED_BY(mu);
+
+  State(ObjectCache* c, TieredSource s) : cache(c), source(std::move(s)) {}
+
+  // The full tier's cache lookup (hashes the model unless its digest is remembered).
+  void RunLookup() {
+    CacheLookup l;
+    absl::StatusOr<CompiledModel> r =
+        cache->Lookup(source.path, source.bytes, source.full_options, &l);
+    absl::MutexLock lock(&mu);
+    lookup_result = std::move(r);
+    lookup = std::move(l);
+    lookup_done = true;
+  }
+
+  // The quick tier, straight from the compiler: no cache key, no cache entry.
+  void RunQuick() {
+    auto p = source.bytes.empty() ? PrepareOnnxFile(source.path, source.quick_options)
+                                  : PrepareOnnxBytes(source.bytes, source.quick_options);
+    absl::StatusOr<CompiledModel> r =
+        p.ok() ? (*p)->Lower(source.quick_options) : absl::StatusOr<CompiledModel>(p.status());
+    absl::MutexLock lock(&mu);
+    if (p.ok()) prepared = *std::move(p);
+    quick_result = std::move(r);
+    quick_done = true;
+  }
+
+  bool LookupHit() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return lookup_done && lookup_result.ok();
+  }
+};
+
+TieredStart::TieredStart(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+TieredStart::~TieredStart() {
+  if (lookup_thread_.joinable()) lookup_thread_.join();
+  if (quick_thread_.joinable()) quick_thread_.join();
+}
+
+std::unique_ptr<TieredStart> TieredStart::Begin(ObjectCache* cache, TieredSource source) {
+  std::unique_ptr<TieredStart> start(
+      new TieredStart(std::make_unique<State>(cache, std::move(source))));
+  State* const s = start->state_.get();
+  bool lookup_pending = false;
+  if (cache != nullptr) {
+    if (cache->DigestIsRemembered(s->source.path, s->source.bytes)) {
+      s->RunLookup();  // A few small reads: a warm start loads its full tier without racing.
+    } else if (!cache->MayHold(s->source.path, s->source.bytes)) {
+      // Certain to miss (a fresh folder, or no model of this size stored): no hash competes with
+      // the quick tier for the cores; the tier-up computes the key (and would still find an entry
+      // another process stored meanwhile) and stores the full tier.
+    } else {
+      start->lookup_thread_ = std::thread([s] { s->RunLookup(); });
+      lookup_pending = true;
+    }
+  }
+  bool hit;
+  {
+    absl::MutexLock lock(&s->mu);
+    hit = s->LookupHit();
+  }
+  if (!hit && lookup_pending) {
+    start->quick_thread_ = std::thread([s] { s->RunQuick(); });
+    absl::MutexLock lock(&s->mu);
+    auto can_serve = [s]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
+      // A failed quick tier waits for the lookup, whose hit would serve all the same.
+      return s->LookupHit() || (s->quick_done && (s->quick_result.ok() || s->lookup_done));
+    };
+    s->mu.Await(absl::Condition(&can_serve));
+    hit = s->LookupHit();  // Both ready: the full tier's code is the better one.
+  } else if (!hit) {
+    s->RunQuick();
+  }
+  absl::MutexLock lock(&s->mu);
+  start->full_tier_ = hit;
+  start->ready_lookup_known_ = s->lookup_done;
+  if (s->lookup_done) start->ready_lookup_ = s->lookup;
+  return start;
+}
+
+absl::StatusOr<CompiledModel> TieredStart::TakeReady() {
+  absl::MutexLock lock(&state_->mu);
+  absl::StatusOr<CompiledModel>& ready = full_tier_ ? state_->lookup_result : state_->quick_result;
+  absl::StatusOr<CompiledModel> out = std::move(ready);
+  ready = absl::FailedPreconditionError("TieredStart::TakeReady called twice");
+  return out;
+}
+
+absl::StatusOr<CompiledModel> TieredStart::TierUp(CacheLookup* lookup, CacheLookup* start_lookup) {
+  State* const s = state_.get();
+  if (lookup_thread_.joinable()) lookup_thread_.join();
+  std::shared_ptr<const PreparedModel> prepared;
+  {
+    absl::MutexLock lock(&s->mu);
+    if (start_lookup != nullptr) *start_lookup = s->lookup;
+    if (s->LookupHit()) {  // Arrived after the quick tier was ready: nothing to compile.
+      if (lookup != nullptr) *lookup = s->lookup;
+      absl::StatusOr<CompiledModel> out = std::move(s->lookup_result);
+      s->lookup_result = absl::FailedPreconditionError("TieredStart::TierUp called twice");
+      return out;
+    }
+    prepared = s->prepared;
+  }
+  const CompileOptions& full = s->source.full_options;
+  auto compile = [&]() -> absl::StatusOr<CompiledModel> {
+    if (prepared != nullptr) return prepared->Lower(full);
+    return s->source.bytes.empty() ? CompileOnnxFile(s->source.path, full)
+                                   : CompileOnnxBytes(s->source.bytes, full);
+  };
+  if (s->cache == nullptr) {
+    if (lookup != nullptr) *lookup = CacheLookup();
+    return compile();
+  }
+  // The key is computed again: from the digest memo the lookup recorded, unless the model file
+  // changed too recently to be remembered (then hashed again, on the tier-up's thread).
+  return s->cache->CompileWith(s->source.path, s->source.bytes, full, compile, lookup);
+}
+
+}  // namespace cuvil
