@@ -74,6 +74,10 @@ TileShape TileFor(int64_t panel) {
 // cycle. Counting scalar multiply-adds would make a ~2 us AVX-512 product look worth a thread
 // hand-off, which costs ~20 us here (mlp at batch 8 ran slower on 2 threads than on 1).
 //
+// Rows of FMAs that streaming one packed weight panel costs about as much as (see
+// EmitPackedProduct).
+constexpr int64_t kStreamRows = 8;
+
 // The panel width that constant packing (shape_linalg.cc) and run-time packing use on this target.
 int64_t TargetPanel() { return 2 * TargetVectorBits() / 32; }
 
@@ -275,8 +279,13 @@ void EmitPackedProduct(KernelContext& k, int64_t panel_width, llvm::Value* a, ll
     body(k, a, lda, packed, out, m_dim, n_dim, k_dim, epilogue, k.I64(0), panels);
     return;
   }
-  // Cost in vector FMAs (see TargetPanel), what the hand-off threshold is weighed against.
-  llvm::Value* panel_cost = b.CreateMul(b.CreateMul(m_dim, k_dim), k.I64(width / t.lanes));
+  // Cost in vector FMAs (see TargetPanel), what the hand-off threshold is weighed against. A
+  // panel also streams its k_dim x width weights, which costs about as much as eight rows of
+  // FMAs: a few-row product (a classifier at batch 1) is bound by that read, which two cores
+  // share out faster than one.
+  llvm::Value* rows =
+      b.CreateSelect(b.CreateICmpSLT(m_dim, k.I64(kStreamRows)), k.I64(kStreamRows), m_dim);
+  llvm::Value* panel_cost = b.CreateMul(b.CreateMul(rows, k_dim), k.I64(width / t.lanes));
   std::vector<llvm::Value*> captures = {a, lda, packed, out, m_dim, n_dim, k_dim};
   if (epilogue.bias != nullptr) captures.push_back(epilogue.bias);
   std::string activation = epilogue.activation;
