@@ -4,6 +4,7 @@
 # compiler (no Cuvil, LLVM or absl on the link line: only -lm), and every test_data_set_* is run
 # and compared with its reference outputs (atol = rtol = 1e-3).
 # usage: [AOT_TARGET=aarch64 CC=aarch64-linux-gnu-gcc RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu"]
+#        [AOT_CPU=x86-64 (an LLVM CPU name: a portable library)]
 #        [CROSS_CFLAGS="--target=wasm32-wasi ..."]
 #        aot_models.sh CUVILC SOURCE_DIR MODELS_DIR WORK_DIR MODEL...
 # (a cross target: the C compiler for it, its extra flags, and the emulator or runtime that runs
@@ -14,6 +15,7 @@ shift 4
 cc=${CC:-cc}
 target_args=()
 [[ -n ${AOT_TARGET:-} ]] && target_args=(--target "$AOT_TARGET")
+[[ -n ${AOT_CPU:-} ]] && target_args+=(--cpu "$AOT_CPU")
 read -r -a runner <<< "${RUNNER:-}"
 read -r -a cross_cflags <<< "${CROSS_CFLAGS:-}"
 passed=0 failed=0
