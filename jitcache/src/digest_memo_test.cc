@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "test_dirs.h"
 
 namespace cuvil::jitcache_internal {
 namespace {
@@ -18,13 +19,7 @@ namespace fs = std::filesystem;
 
 class DigestMemoTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("cuvil_digest_memo_test_" + std::to_string(getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
+  void SetUp() override { dir_ = cuvil::testing::FreshTestDir("cuvil_digest_memo_test"); }
   void TearDown() override { fs::remove_all(dir_); }
 
   // A stamp of a file last changed an hour ago (settled).

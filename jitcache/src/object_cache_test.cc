@@ -15,6 +15,7 @@
 #include "digest_memo.h"
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
+#include "test_dirs.h"
 #include "test_models.h"
 
 namespace cuvil {
@@ -24,9 +25,8 @@ namespace fs = std::filesystem;
 class ObjectCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("cuvil_object_cache_test_" + std::to_string(getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    // Removed again: the cache creates its folder itself.
+    dir_ = testing::FreshTestDir("cuvil_object_cache_test");
     fs::remove_all(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }

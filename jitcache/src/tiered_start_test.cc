@@ -12,6 +12,7 @@
 
 #include "cuvil/jitcache/jit_engine.h"
 #include "gtest/gtest.h"
+#include "test_dirs.h"
 #include "test_models.h"
 
 namespace cuvil {
@@ -21,10 +22,7 @@ namespace fs = std::filesystem;
 class TieredStartTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = fs::temp_directory_path() /
-            ("cuvil_tiered_start_test_" + std::to_string(getpid()) + "_" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
+    root_ = testing::FreshTestDir("cuvil_tiered_start_test");
     fs::create_directories(root_ / "cache");
     model_ = (root_ / "model.onnx").string();
     std::ofstream(model_, std::ios::binary) << testing::BinaryWithConstant("Add", 8, 0.5f);
