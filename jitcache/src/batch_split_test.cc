@@ -177,5 +177,17 @@ TEST(BatchSplitTest, PlanAddressesItemsOfLeadingBatchTensors) {
   EXPECT_EQ(MakeBatchSplitPlan(m).max_shards, 1);
 }
 
+TEST(BatchSplitTest, ArenaSizeCountsPartsAndRefusesOverflow) {
+  ArenaPlan a;
+  a.per_batch_bytes = 64;
+  a.fixed_bytes = 128;
+  EXPECT_EQ(a.CheckedBytesFor(5), 64 * 5 + 128);
+  a.max_shards = 4;
+  EXPECT_EQ(a.CheckedBytesFor(2), 64 * 2 + 2 * (128 + kArenaAlign));    // One region per item.
+  EXPECT_EQ(a.CheckedBytesFor(10), 64 * 10 + 4 * (128 + kArenaAlign));  // At most max_shards.
+  EXPECT_EQ(a.CheckedBytesFor(int64_t{1} << 60), std::nullopt);
+  EXPECT_EQ(a.BytesFor(int64_t{1} << 60), INT64_MAX);
+}
+
 }  // namespace
 }  // namespace cuvil::jitcache_internal

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -325,7 +326,13 @@ absl::StatusOr<std::vector<HostTensor>> LoadedModel::RunImpl(
     outputs.emplace_back(sig.dtype, EvalShape(sig.shape, *batch));
   }
   for (HostTensor& t : outputs) out_ptrs.push_back(t.data());
-  AlignedBuffer arena = AlignedAlloc(static_cast<size_t>(model_.arena.BytesFor(*batch)));
+  const std::optional<int64_t> arena_bytes = model_.arena.CheckedBytesFor(*batch);
+  if (!arena_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(model_.symbol.empty() ? "batch" : model_.symbol, "=", *batch,
+                     " needs more scratch memory than this model can address"));
+  }
+  AlignedBuffer arena = AlignedAlloc(static_cast<size_t>(*arena_bytes));
   int32_t rc = patch == nullptr ? Execute(in_ptrs.data(), out_ptrs.data(), *batch, arena.get())
                                 : jitcache_internal::ExecuteSplit(
                                       *split_, entry_with_table_, in_ptrs.data(), out_ptrs.data(),

@@ -389,12 +389,10 @@ class PyCompiledModel {
 
   // Arena bytes one call at `batch` uses.
   int64_t ArenaBytes(int64_t batch) const {
-    const ArenaPlan& plan = loaded_->model().arena;
-    if (plan.per_batch_bytes > 0 &&
-        batch > (std::numeric_limits<int64_t>::max() - plan.fixed_bytes) / plan.per_batch_bytes) {
+    const std::optional<int64_t> bytes = loaded_->model().arena.CheckedBytesFor(batch);
+    if (!bytes)
       throw py::value_error(absl::StrCat("batch ", batch, " is too large for this model"));
-    }
-    return plan.BytesFor(batch);
+    return *bytes;
   }
 
   // What `cuvilc compile --aot DIR --target TARGET --name NAME` writes: DIR/libNAME.a and

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <set>
 
 #include "absl/strings/numbers.h"
@@ -181,9 +182,10 @@ struct ModelManager::Impl {
     // batch. All in overflow-checked arithmetic, since the config and the model set the factors.
     constexpr int64_t kMaxInstanceBytes = int64_t{16} << 30;
     const int64_t max_rows = std::max<int64_t>(config.max_batch_size(), 1);
-    int64_t instance_bytes = 0;
-    bool fits = CheckedMul(compiled->arena.per_batch_bytes, max_rows, &instance_bytes) &&
-                CheckedAdd(instance_bytes, compiled->arena.fixed_bytes, &instance_bytes);
+    // The arena as executions size it (batch-split parts included).
+    const std::optional<int64_t> arena_bytes = compiled->arena.CheckedBytesFor(max_rows);
+    int64_t instance_bytes = arena_bytes.value_or(0);
+    bool fits = arena_bytes.has_value();
     for (const auto& specs : {InputSpecs(config), OutputSpecs(config)}) {
       for (const TensorSpec& spec : specs) {
         std::vector<int64_t> shape;

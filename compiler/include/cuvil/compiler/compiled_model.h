@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -82,12 +83,22 @@ struct ArenaPlan {
   // only for models that keep batch items apart; each concurrently running part needs its own
   // fixed region, so BytesFor reserves min(batch, max_shards) of them.
   int32_t max_shards = 1;
-  // Arena bytes an execution of `batch` items needs (whatever split it chooses).
-  int64_t BytesFor(int64_t batch) const {
-    if (max_shards <= 1) return per_batch_bytes * batch + fixed_bytes;
-    const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(batch, max_shards));
-    return per_batch_bytes * batch + parts * (fixed_bytes + kArenaAlign);
+  // Arena bytes an execution of `batch` (>= 0) items needs, whatever split it chooses; nullopt
+  // when the size does not fit in int64 (a caller then refuses the batch).
+  std::optional<int64_t> CheckedBytesFor(int64_t batch) const {
+    const int64_t parts =
+        max_shards <= 1 ? 1 : std::max<int64_t>(1, std::min<int64_t>(batch, max_shards));
+    const int64_t fixed_part = max_shards <= 1 ? fixed_bytes : fixed_bytes + kArenaAlign;
+    int64_t scaled = 0, fixed = 0, total = 0;
+    if (__builtin_mul_overflow(per_batch_bytes, batch, &scaled) ||
+        __builtin_mul_overflow(parts, fixed_part, &fixed) ||
+        __builtin_add_overflow(scaled, fixed, &total)) {
+      return std::nullopt;
+    }
+    return total;
   }
+  // CheckedBytesFor for a batch the caller knows fits (a configured maximum it checked).
+  int64_t BytesFor(int64_t batch) const { return CheckedBytesFor(batch).value_or(INT64_MAX); }
 };
 
 struct PhaseTiming {
