@@ -14,7 +14,7 @@
 
 namespace cuvil {
 
-// Thread-compatible: owned by one worker.
+// Thread-compatible: used by one thread at a time (the scheduler hands it over under its lock).
 class ExecutionContext {
  public:
   ExecutionContext(const Executable* executable, const ModelLayout* layout,

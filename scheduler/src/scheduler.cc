@@ -42,8 +42,12 @@ class BatchingScheduler final : public Scheduler {
       contexts_.push_back(
           std::make_unique<ExecutionContext>(executable_.get(), &layout_, clock_.get()));
     }
+    {
+      absl::MutexLock l(&mu_);
+      for (auto& context : contexts_) idle_contexts_.push_back(context.get());
+    }
     for (int i = 0; i < options_.instance_count; ++i) {
-      workers_.emplace_back([this, context = contexts_[i].get()] { WorkerLoop(*context); });
+      workers_.emplace_back([this] { WorkerLoop(); });
     }
   }
 
@@ -57,16 +61,21 @@ class BatchingScheduler final : public Scheduler {
     queued.enqueued = clock_->Now();
     absl::Status status;
     bool draining = false;
+    ExecutionContext* inline_context = nullptr;
     {
       absl::MutexLock l(&mu_);
       draining = draining_;
       if (draining) {
         status = absl::UnavailableError("scheduler is draining and accepts no new requests");
+      } else if (CanRunInline()) {
+        inline_context = ClaimContext();
+        last_batch_requests_ = 1;
       } else {
         status = queue_.Enqueue(queued);  // Fails only when the level's queue is full.
       }
-      if (status.ok()) cv_.Signal();
+      if (status.ok() && inline_context == nullptr) cv_.Signal();
     }
+    if (inline_context != nullptr) return RunInline(*inline_context, std::move(queued));
     if (!status.ok()) {
       stats_.RecordRejection(/*queue_full=*/!draining);
       if (options_.on_reject) options_.on_reject(!draining);
@@ -83,6 +92,15 @@ class BatchingScheduler final : public Scheduler {
       cv_.SignalAll();
     }
     for (std::thread& worker : workers_) worker.join();
+    {
+      // Inline executions run on their callers' threads; wait for those still inside.
+      absl::MutexLock l(&mu_);
+      mu_.Await(absl::Condition(
+          +[](BatchingScheduler* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+            return s->idle_contexts_.size() == s->contexts_.size();
+          },
+          this));
+    }
     workers_.clear();
     clock_->RemoveWaker(this);
     drained_ = true;
@@ -104,7 +122,58 @@ class BatchingScheduler final : public Scheduler {
     DeliverCompletion(c);
   }
 
-  void WorkerLoop(ExecutionContext& context) {
+  // True when a request submitted now would start at once on an idle instance, alone: nothing is
+  // queued, and with dynamic batching no batch is forming (the last execution served one request
+  // and a worker would skip the delay), so running it here changes no batch, only who runs it.
+  bool CanRunInline() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (options_.inline_execution_max_us == 0 || ordered_) return false;
+    if (idle_contexts_.empty() || !queue_.empty()) return false;
+    if (recent_execution_ns_ == 0 || recent_execution_ns_ > options_.inline_execution_max_us * 1000)
+      return false;
+    if (!options_.dynamic_batching) return true;
+    return skip_delay_when_idle_ && busy_ == 0 && last_batch_requests_ <= 1;
+  }
+
+  ExecutionContext* ClaimContext() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    ExecutionContext* context = idle_contexts_.back();
+    idle_contexts_.pop_back();
+    ++busy_;
+    return context;
+  }
+
+  // Returns a context claimed by ClaimContext and folds the execution's duration into the
+  // estimate CanRunInline reads.
+  void ReleaseContext(ExecutionContext* context, uint64_t execution_ns)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    idle_contexts_.push_back(context);
+    --busy_;
+    if (execution_ns > 0) {
+      // A moving average over about 8 executions, so one slow run does not switch inlining off.
+      recent_execution_ns_ =
+          recent_execution_ns_ == 0 ? execution_ns : (recent_execution_ns_ * 7 + execution_ns) / 8;
+    }
+    if (draining_) {
+      cv_.SignalAll();  // Workers waiting for a context must see the drain.
+    } else if (!queue_.empty()) {
+      cv_.Signal();
+    }
+  }
+
+  // Executes one request on the calling thread in `context` (claimed by Submit).
+  void RunInline(ExecutionContext& context, QueuedRequest queued) {
+    const int caller_threads = IntraOpThreads();
+    SetIntraOpThreads(options_.intra_op_threads);
+    std::vector<QueuedRequest> batch;
+    batch.push_back(std::move(queued));
+    std::vector<InferenceResponse> responses;
+    std::vector<Completion> done;
+    const uint64_t execution_ns = Process(context, /*ticket=*/0, batch, responses, done);
+    SetIntraOpThreads(caller_threads);
+    absl::MutexLock l(&mu_);
+    ReleaseContext(&context, execution_ns);
+  }
+
+  void WorkerLoop() {
     SetIntraOpThreads(options_.intra_op_threads);  // The budget generated kernels split work over.
     // Reused across batches so the steady state does not allocate for bookkeeping.
     std::vector<QueuedRequest> batch;
@@ -113,9 +182,14 @@ class BatchingScheduler final : public Scheduler {
     batch.reserve(static_cast<size_t>(layout_.max_rows()));
     while (true) {
       uint64_t ticket = 0;
+      ExecutionContext* context = nullptr;
       {
         absl::MutexLock l(&mu_);
         while (true) {
+          if (idle_contexts_.empty()) {  // Every instance is running inline on a caller.
+            cv_.Wait(&mu_);
+            continue;
+          }
           const Clock::time_point now = clock_->Now();
           // Idle instances and as many requests queued as the last batch served: in a closed
           // loop every client has sent, so waiting longer only adds latency.
@@ -133,21 +207,23 @@ class BatchingScheduler final : public Scheduler {
         }
         if (ordered_) ticket = next_ticket_++;
         last_batch_requests_ = batch.size();
-        ++busy_;
+        context = ClaimContext();
         // Another idle instance can start on what is left.
         if (!queue_.empty()) cv_.Signal();
       }
-      Process(context, ticket, batch, responses, done);
+      const uint64_t execution_ns = Process(*context, ticket, batch, responses, done);
       absl::MutexLock l(&mu_);
-      --busy_;
+      ReleaseContext(context, execution_ns);
     }
   }
 
   // Executes `batch` (minus cancelled or late requests) and completes it along with `done`.
-  void Process(ExecutionContext& context, uint64_t ticket, std::vector<QueuedRequest>& batch,
-               std::vector<InferenceResponse>& responses, std::vector<Completion>& done) {
+  // Returns the execution's duration (0 when nothing ran or it failed).
+  uint64_t Process(ExecutionContext& context, uint64_t ticket, std::vector<QueuedRequest>& batch,
+                   std::vector<InferenceResponse>& responses, std::vector<Completion>& done) {
     for (const Completion& c : done) stats_.RecordFailure(c.response.timings.queue_ns);
     const Clock::time_point start = clock_->Now();
+    uint64_t execution_ns = 0;
     // Polled here, outside the lock, since is_cancelled is caller code.
     size_t kept = 0;
     for (size_t i = 0; i < batch.size(); ++i) {
@@ -189,6 +265,7 @@ class BatchingScheduler final : public Scheduler {
       }
       if (result.status.ok()) {
         stats_.RecordExecution(result.rows, result.input_ns, result.infer_ns, result.output_ns);
+        execution_ns = result.input_ns + result.infer_ns + result.output_ns;
       }
       for (size_t i = 0; i < batch.size(); ++i) {
         Completion c;
@@ -219,6 +296,7 @@ class BatchingScheduler final : public Scheduler {
       for (Completion& c : done) DeliverCompletion(c);
     }
     done.clear();
+    return execution_ns;
   }
 
   const SchedulerOptions options_;  // intra_op_threads is kept for executables that use it.
@@ -237,10 +315,13 @@ class BatchingScheduler final : public Scheduler {
   uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 0;
   int busy_ ABSL_GUARDED_BY(mu_) = 0;                    // Instances executing a batch.
   size_t last_batch_requests_ ABSL_GUARDED_BY(mu_) = 0;  // Requests in the latest batch taken.
+  // Contexts no execution holds; a worker or an inline caller claims one per execution.
+  std::vector<ExecutionContext*> idle_contexts_ ABSL_GUARDED_BY(mu_);
+  uint64_t recent_execution_ns_ ABSL_GUARDED_BY(mu_) = 0;  // Moving average; 0 until one ran.
 
   absl::Mutex drain_mu_;  // Serialises Drain(), which the destructor also calls.
   bool drained_ ABSL_GUARDED_BY(drain_mu_) = false;
-  // Written only by Start() and Drain(); each worker owns one context.
+  // Written only by Start(); each context is used by one thread at a time (see idle_contexts_).
   std::vector<std::unique_ptr<ExecutionContext>> contexts_;
   std::vector<std::thread> workers_;
 };

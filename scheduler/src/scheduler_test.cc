@@ -33,6 +33,7 @@ class FakeExecutable : public Executable {
     int64_t batch;
     float first;  // x[0]: identifies the first request of the batch.
     const void* input;
+    std::thread::id thread;  // The thread Run ran on.
   };
 
   explicit FakeExecutable(int64_t dim = 2, bool varying = false) : dim_(dim), varying_(varying) {
@@ -60,7 +61,7 @@ class FakeExecutable : public Executable {
     std::chrono::nanoseconds advance;
     {
       absl::MutexLock l(&mu_);
-      calls_.push_back({batch, x[0], inputs[0]});
+      calls_.push_back({batch, x[0], inputs[0], std::this_thread::get_id()});
       ++entered_;
       auto may_run = [this, v = x[0]]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return open_ && held_.count(v) == 0;
@@ -428,6 +429,93 @@ TEST_F(SchedulerTest, SkipDelayWhenIdleRunsOnceTheLastBatchSizeIsQueued) {
   ExpectOwnRows(c);
   ExpectOwnRows(e);
   ExpectOwnRows(f);
+}
+
+// Options under which an idle instance runs a request on the submitting thread: each Run
+// takes 100 us of fake time, under the 1 ms limit.
+SchedulerOptions InlineOptions(SchedulerOptions options) {
+  options.inline_execution_max_us = 1000;
+  return options;
+}
+
+TEST_F(SchedulerTest, IdleInstanceRunsTheRequestOnTheSubmittingThread) {
+  for (bool batching : {false, true}) {
+    SCOPED_TRACE(batching ? "dynamic batching" : "no batching");
+    SchedulerOptions options = batching ? Batching(4) : SchedulerOptions{.max_batch_size = 4};
+    if (batching) options.batching.skip_delay_when_idle = true;
+    exe_ = std::make_shared<FakeExecutable>(dim_);
+    exe_->AdvanceOnRun(clock_.get(), microseconds(100));
+    auto scheduler = Make(InlineOptions(options));
+    // No estimate of the compute time yet: the first request goes to the worker.
+    Outcome& first = Submit(*scheduler, 1, 0);
+    ASSERT_TRUE(first.Wait());
+    Outcome& second = Submit(*scheduler, 2, 10);
+    // Completed before Submit returned, on this thread.
+    EXPECT_TRUE(second.done.HasBeenNotified());
+    std::vector<FakeExecutable::Call> calls = exe_->calls();
+    ASSERT_EQ(calls.size(), 2u);
+    EXPECT_NE(calls[0].thread, std::this_thread::get_id());
+    EXPECT_EQ(calls[1].thread, std::this_thread::get_id());
+    ExpectOwnRows(first);
+    ExpectOwnRows(second);
+    EXPECT_EQ(second.response.timings.compute_infer_ns, 100'000u);
+    EXPECT_EQ(scheduler->Stats().execution_count, 2u);
+    scheduler->Drain();
+    outcomes_.clear();
+  }
+}
+
+TEST_F(SchedulerTest, SlowModelsAndBusyInstancesDoNotRunInline) {
+  // Executions longer than the limit: every request goes to the worker.
+  exe_->AdvanceOnRun(clock_.get(), microseconds(2000));
+  auto scheduler = Make(InlineOptions(SchedulerOptions{.max_batch_size = 4}));
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Submit(*scheduler, 1, 10.0f * i).Wait());
+  for (const FakeExecutable::Call& c : exe_->calls()) {
+    EXPECT_NE(c.thread, std::this_thread::get_id());
+  }
+  scheduler->Drain();
+
+  // A fast model whose only instance is busy: the request queues instead.
+  exe_ = std::make_shared<FakeExecutable>(dim_);
+  exe_->AdvanceOnRun(clock_.get(), microseconds(100));
+  scheduler = Make(InlineOptions(SchedulerOptions{.max_batch_size = 4}));
+  ASSERT_TRUE(Submit(*scheduler, 1, 0).Wait());
+  exe_->Hold(100);
+  std::thread holder([&] { Submit(*scheduler, 1, 100); });  // Runs inline, held in Run.
+  ASSERT_TRUE(exe_->AwaitEntered(2));
+  Outcome& queued = Submit(*scheduler, 1, 200);  // Returns at once: queued for the worker.
+  EXPECT_FALSE(queued.done.HasBeenNotified());
+  exe_->Release(100);
+  holder.join();
+  ASSERT_TRUE(WaitAll());
+  std::vector<FakeExecutable::Call> calls = exe_->calls();
+  ASSERT_EQ(calls.size(), 3u);
+  EXPECT_EQ(calls[2].first, 200.0f);
+  EXPECT_NE(calls[2].thread, std::this_thread::get_id());
+  for (const Outcome& o : outcomes_) ExpectOwnRows(o);
+}
+
+TEST_F(SchedulerTest, DrainWaitsForInlineExecutions) {
+  exe_->AdvanceOnRun(clock_.get(), microseconds(100));
+  auto scheduler = Make(InlineOptions(SchedulerOptions{.max_batch_size = 4}));
+  ASSERT_TRUE(Submit(*scheduler, 1, 0).Wait());
+  exe_->Hold(100);
+  std::thread submitter([&] { Submit(*scheduler, 1, 100); });
+  ASSERT_TRUE(exe_->AwaitEntered(2));
+  Done drained;
+  std::thread drainer([&] {
+    scheduler->Drain();
+    drained.Notify();
+  });
+  // Drain must not return while the inline execution is still inside Run.
+  EXPECT_FALSE(drained.WaitForNotificationWithTimeout(absl::Milliseconds(100)));
+  exe_->Release(100);
+  submitter.join();
+  drainer.join();
+  EXPECT_TRUE(drained.HasBeenNotified());
+  ASSERT_TRUE(WaitAll());
+  for (const Outcome& o : outcomes_) ExpectOwnRows(o);
+  EXPECT_EQ(scheduler->Stats().execution_count, 2u);
 }
 
 TEST_F(SchedulerTest, FullBatchDoesNotWaitForTheDelay) {

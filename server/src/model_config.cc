@@ -29,6 +29,13 @@ constexpr char kIntraOpThreads[] = "intra_op_threads";
 // Triton's ORT backend spelling, accepted so existing repositories keep their setting.
 constexpr char kIntraOpThreadCount[] = "intra_op_thread_count";
 
+// Cuvil extension (see SchedulerOptions::inline_execution_max_us): requests on an idle instance
+// run on the front-end thread while executions take at most this many microseconds.
+constexpr char kInlineExecutionMaxUs[] = "cuvil_inline_execution_max_us";
+constexpr uint64_t kDefaultInlineExecutionMaxUs = 500;
+// A front-end thread held longer than this would stall other calls; larger values are refused.
+constexpr uint64_t kMaxInlineExecutionMaxUs = 100000;
+
 // Bounds on config values that size allocations or work at load time.
 constexpr uint64_t kMaxPriorityLevels = 1024;
 constexpr int64_t kMaxInstances = 256;
@@ -248,6 +255,18 @@ absl::StatusOr<int> IntraOpThreads(const ModelConfig& config) {
   return 0;
 }
 
+absl::StatusOr<uint64_t> InlineExecutionMaxUs(const ModelConfig& config) {
+  auto it = config.parameters().find(kInlineExecutionMaxUs);
+  if (it == config.parameters().end()) return kDefaultInlineExecutionMaxUs;
+  uint64_t us = 0;
+  if (!absl::SimpleAtoi(it->second.string_value(), &us) || us > kMaxInlineExecutionMaxUs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameters[\"", kInlineExecutionMaxUs, "\"] = ", Quote(it->second.string_value()),
+        " must be an integer from 0 (off) to ", kMaxInlineExecutionMaxUs));
+  }
+  return us;
+}
+
 absl::Status ValidateWarmup(const ModelConfig& config) {
   for (const auto& w : config.model_warmup()) {
     const std::string what = absl::StrCat("model_warmup ", Quote(w.name()));
@@ -361,6 +380,7 @@ absl::Status CompleteModelConfig(const CompiledModel& model, ModelConfig* config
     config->mutable_version_policy()->mutable_latest()->set_num_versions(1);
   }
   if (auto s = IntraOpThreads(*config).status(); !s.ok()) return fail(s);
+  if (auto s = InlineExecutionMaxUs(*config).status(); !s.ok()) return fail(s);
   if (auto s = ValidateWarmup(*config); !s.ok()) return fail(s);
   return absl::OkStatus();
 }
@@ -400,6 +420,7 @@ SchedulerOptions SchedulerOptionsFromConfig(const ModelConfig& config) {
   const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   options.intra_op_threads =
       threads.ok() && *threads > 0 ? *threads : std::max(1, cores / options.instance_count);
+  options.inline_execution_max_us = InlineExecutionMaxUs(config).value_or(0);
   return options;
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -553,6 +554,26 @@ TEST(CompleteModelConfigTest, ValidatesVersionPolicyAndParameters) {
                            })pb");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), HasSubstr("intra_op_threads"));
+  for (const char* bad : {"-1", "soon", "100001"}) {
+    s = Complete(Mlp(), absl::StrCat(R"pb(parameters { key: "cuvil_inline_execution_max_us"
+                                                       value { string_value: ")pb",
+                                     bad, "\" } }"));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("cuvil_inline_execution_max_us")) << bad;
+  }
+}
+
+TEST(SchedulerOptionsFromConfigTest, InlineExecutionLimit) {
+  EXPECT_EQ(SchedulerOptionsFromConfig(MustParse("max_batch_size: 4")).inline_execution_max_us,
+            500u);
+  for (const auto& [value, expected] :
+       std::vector<std::pair<std::string, uint64_t>>{{"0", 0}, {"2000", 2000}}) {
+    SchedulerOptions o = SchedulerOptionsFromConfig(MustParse(absl::StrCat(
+        R"pb(parameters { key: "cuvil_inline_execution_max_us"
+                          value { string_value: ")pb",
+        value, "\" } }")));
+    EXPECT_EQ(o.inline_execution_max_us, expected) << value;
+  }
 }
 
 TEST(CompleteModelConfigTest, ValidatesWarmupInputs) {

@@ -44,6 +44,13 @@ struct SchedulerOptions {
   DynamicBatchingOptions batching;
   int instance_count = 1;    // Execution contexts (each with its own arena and worker).
   int intra_op_threads = 1;  // Threads one execution may use (see cuvil/runtime/parallel.h).
+  // Cuvil extension: a request that arrives while an instance is idle and nothing is queued
+  // (and, with dynamic batching, a worker would take it alone at once anyway) runs on the
+  // submitting thread, sparing the hand-off to a worker and back (two thread wake-ups, which
+  // cost more than a small model's compute). Only while the model's recent executions took at
+  // most this long, so a front-end thread is never held for long; 0 turns it off. Not with
+  // preserve_ordering.
+  uint64_t inline_execution_max_us = 0;
   // Observers of each execution (metrics, tracing); called on worker threads, must not block.
   std::function<void(int64_t rows)> on_batch_start;
   std::function<void(int64_t rows, uint64_t duration_ns, bool ok)> on_batch_done;
@@ -76,7 +83,9 @@ struct SchedulerStats {
 class Scheduler {
  public:
   virtual ~Scheduler() = default;
-  // Queues `request`; its on_complete runs exactly once (possibly inline on rejection).
+  // Queues `request`; its on_complete runs exactly once, possibly inline: on rejection, or after
+  // an inline execution (see SchedulerOptions::inline_execution_max_us). The caller must not hold
+  // a lock its on_complete takes.
   virtual void Submit(std::unique_ptr<InferenceRequest> request) = 0;
   // Stops accepting, waits for queued and running requests, then stops the workers.
   virtual void Drain() = 0;
