@@ -70,6 +70,7 @@ class BatchingScheduler final : public Scheduler {
       } else if (CanRunInline()) {
         inline_context = ClaimContext();
         last_batch_requests_ = 1;
+        ++inline_calls_;
       } else {
         status = queue_.Enqueue(queued);  // Fails only when the level's queue is full.
       }
@@ -96,9 +97,8 @@ class BatchingScheduler final : public Scheduler {
       // Inline executions run on their callers' threads; wait for those still inside.
       absl::MutexLock l(&mu_);
       mu_.Await(absl::Condition(
-          +[](BatchingScheduler* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
-            return s->idle_contexts_.size() == s->contexts_.size();
-          },
+          +[](BatchingScheduler* s)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return s->inline_calls_ == 0; },
           this));
     }
     workers_.clear();
@@ -169,8 +169,13 @@ class BatchingScheduler final : public Scheduler {
     std::vector<Completion> done;
     const uint64_t execution_ns = Process(context, /*ticket=*/0, batch, responses, done);
     SetIntraOpThreads(caller_threads);
+    {
+      absl::MutexLock l(&mu_);
+      ReleaseContext(&context, execution_ns);
+    }
+    Deliver(/*ticket=*/0, done);
     absl::MutexLock l(&mu_);
-    ReleaseContext(&context, execution_ns);
+    --inline_calls_;  // Last touch of `this`: Drain (and so destruction) may proceed.
   }
 
   void WorkerLoop() {
@@ -212,13 +217,16 @@ class BatchingScheduler final : public Scheduler {
         if (!queue_.empty()) cv_.Signal();
       }
       const uint64_t execution_ns = Process(*context, ticket, batch, responses, done);
-      absl::MutexLock l(&mu_);
-      ReleaseContext(context, execution_ns);
+      {
+        absl::MutexLock l(&mu_);
+        ReleaseContext(context, execution_ns);
+      }
+      Deliver(ticket, done);
     }
   }
 
-  // Executes `batch` (minus cancelled or late requests) and completes it along with `done`.
-  // Returns the execution's duration (0 when nothing ran or it failed).
+  // Executes `batch` (minus cancelled or late requests) and appends its completions to `done`
+  // (for Deliver). Returns the execution's duration (0 when nothing ran or it failed).
   uint64_t Process(ExecutionContext& context, uint64_t ticket, std::vector<QueuedRequest>& batch,
                    std::vector<InferenceResponse>& responses, std::vector<Completion>& done) {
     for (const Completion& c : done) stats_.RecordFailure(c.response.timings.queue_ns);
@@ -290,13 +298,18 @@ class BatchingScheduler final : public Scheduler {
       batch.clear();
     }
 
+    return execution_ns;
+  }
+
+  // Completes the requests of one Process call; called after its context is released, so a
+  // client that submits again on completion finds the instance idle.
+  void Deliver(uint64_t ticket, std::vector<Completion>& done) {
     if (ordered_) {
       sequencer_.Deliver(ticket, done);
     } else {
       for (Completion& c : done) DeliverCompletion(c);
     }
     done.clear();
-    return execution_ns;
   }
 
   const SchedulerOptions options_;  // intra_op_threads is kept for executables that use it.
@@ -318,6 +331,7 @@ class BatchingScheduler final : public Scheduler {
   // Contexts no execution holds; a worker or an inline caller claims one per execution.
   std::vector<ExecutionContext*> idle_contexts_ ABSL_GUARDED_BY(mu_);
   uint64_t recent_execution_ns_ ABSL_GUARDED_BY(mu_) = 0;  // Moving average; 0 until one ran.
+  int inline_calls_ ABSL_GUARDED_BY(mu_) = 0;  // RunInline calls not yet returned (Drain waits).
 
   absl::Mutex drain_mu_;  // Serialises Drain(), which the destructor also calls.
   bool drained_ ABSL_GUARDED_BY(drain_mu_) = false;

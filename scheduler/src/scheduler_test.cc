@@ -271,6 +271,12 @@ class SchedulerTest : public ::testing::Test {
     }
   }
 
+  static SchedulerOptions Unbatched(int64_t max_batch_size) {
+    SchedulerOptions options;
+    options.max_batch_size = max_batch_size;
+    return options;
+  }
+
   static SchedulerOptions Batching(int64_t max_batch_size) {
     SchedulerOptions options;
     options.max_batch_size = max_batch_size;
@@ -441,7 +447,7 @@ SchedulerOptions InlineOptions(SchedulerOptions options) {
 TEST_F(SchedulerTest, IdleInstanceRunsTheRequestOnTheSubmittingThread) {
   for (bool batching : {false, true}) {
     SCOPED_TRACE(batching ? "dynamic batching" : "no batching");
-    SchedulerOptions options = batching ? Batching(4) : SchedulerOptions{.max_batch_size = 4};
+    SchedulerOptions options = batching ? Batching(4) : Unbatched(4);
     if (batching) options.batching.skip_delay_when_idle = true;
     exe_ = std::make_shared<FakeExecutable>(dim_);
     exe_->AdvanceOnRun(clock_.get(), microseconds(100));
@@ -468,7 +474,7 @@ TEST_F(SchedulerTest, IdleInstanceRunsTheRequestOnTheSubmittingThread) {
 TEST_F(SchedulerTest, SlowModelsAndBusyInstancesDoNotRunInline) {
   // Executions longer than the limit: every request goes to the worker.
   exe_->AdvanceOnRun(clock_.get(), microseconds(2000));
-  auto scheduler = Make(InlineOptions(SchedulerOptions{.max_batch_size = 4}));
+  auto scheduler = Make(InlineOptions(Unbatched(4)));
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(Submit(*scheduler, 1, 10.0f * i).Wait());
   for (const FakeExecutable::Call& c : exe_->calls()) {
     EXPECT_NE(c.thread, std::this_thread::get_id());
@@ -478,7 +484,7 @@ TEST_F(SchedulerTest, SlowModelsAndBusyInstancesDoNotRunInline) {
   // A fast model whose only instance is busy: the request queues instead.
   exe_ = std::make_shared<FakeExecutable>(dim_);
   exe_->AdvanceOnRun(clock_.get(), microseconds(100));
-  scheduler = Make(InlineOptions(SchedulerOptions{.max_batch_size = 4}));
+  scheduler = Make(InlineOptions(Unbatched(4)));
   ASSERT_TRUE(Submit(*scheduler, 1, 0).Wait());
   exe_->Hold(100);
   std::thread holder([&] { Submit(*scheduler, 1, 100); });  // Runs inline, held in Run.
@@ -497,7 +503,7 @@ TEST_F(SchedulerTest, SlowModelsAndBusyInstancesDoNotRunInline) {
 
 TEST_F(SchedulerTest, DrainWaitsForInlineExecutions) {
   exe_->AdvanceOnRun(clock_.get(), microseconds(100));
-  auto scheduler = Make(InlineOptions(SchedulerOptions{.max_batch_size = 4}));
+  auto scheduler = Make(InlineOptions(Unbatched(4)));
   ASSERT_TRUE(Submit(*scheduler, 1, 0).Wait());
   exe_->Hold(100);
   std::thread submitter([&] { Submit(*scheduler, 1, 100); });
