@@ -7,12 +7,15 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "admin.grpc.pb.h"
 #include "cuvil/server/infer_request_builder.h"
 #include "cuvil/server/model_config.h"
+#include "grpc_cq_driver.h"
 #include "grpc_infer_decode.h"
 #include "grpc_service.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -88,6 +91,29 @@ class CallLimiter {
   std::atomic<int> in_flight_{0};
 };
 
+// Counts the completion-queue calls alive (armed or in progress), so shutdown can wait until
+// none will start an operation on the queue before shutting it down. Thread-safe.
+class LiveCallCounter {
+ public:
+  void Add() {
+    absl::MutexLock l(&mu_);
+    ++live_;
+  }
+  void Remove() {
+    absl::MutexLock l(&mu_);
+    --live_;
+  }
+  // Blocks until no call is alive.
+  void AwaitNone() {
+    absl::MutexLock l(&mu_);
+    mu_.Await(absl::Condition(+[](int* live) { return *live == 0; }, &live_));
+  }
+
+ private:
+  absl::Mutex mu_;
+  int live_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
 // Converts gRPC's load parameters into the shared parser's input; views point into `q`.
 LoadParametersInput LoadInput(const inference::RepositoryModelLoadRequest& q) {
   LoadParametersInput input;
@@ -107,11 +133,13 @@ LoadParametersInput LoadInput(const inference::RepositoryModelLoadRequest& q) {
   return input;
 }
 
-// ModelInfer and ModelStreamInfer use gRPC's callback API: a call is validated and queued on
-// the model's scheduler from a gRPC thread without blocking it, and answered from the
-// scheduler's completion callback, so no thread waits per call in flight. The other methods are
-// quick (or administrative) and stay synchronous.
-using InferenceServiceBase = inference::GRPCInferenceService::WithCallbackMethod_ModelInfer<
+// ModelInfer uses gRPC's completion-queue API (AsyncInferCall below) and ModelStreamInfer its
+// callback API: a call is validated and queued on the model's scheduler from a gRPC thread
+// without blocking it, and answered from the scheduler's completion callback, so no thread
+// waits per call in flight. ModelInfer, the hot path, runs on threads that poll its queue
+// themselves (CqDriver): no hand-off between gRPC threads per event. The other methods are quick
+// (or administrative) and stay synchronous.
+using InferenceServiceBase = inference::GRPCInferenceService::WithAsyncMethod_ModelInfer<
     inference::GRPCInferenceService::WithCallbackMethod_ModelStreamInfer<
         inference::GRPCInferenceService::Service>>;
 
@@ -164,10 +192,6 @@ class InferenceServiceImpl final : public InferenceServiceBase {
     return limiter_->Run([&] { return FillMetadata(*q, r); });
   }
 
-  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx,
-                                       const inference::ModelInferRequest* q,
-                                       inference::ModelInferResponse* r) override;
-
   // A stream holds one call slot for as long as it is open.
   grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
   ModelStreamInfer(grpc::CallbackServerContext* ctx) override;
@@ -177,7 +201,7 @@ class InferenceServiceImpl final : public InferenceServiceBase {
   // inline when validation or admission refuses the request. `*model` is set to the version
   // serving the request before it is queued; the caller keeps it (and `ctx`, `q`, `r`) alive
   // until `done` has run, and drops it off the scheduler's threads.
-  void StartInfer(grpc::CallbackServerContext* ctx, const inference::ModelInferRequest& q,
+  void StartInfer(grpc::ServerContextBase* ctx, const inference::ModelInferRequest& q,
                   inference::ModelInferResponse* r, std::shared_ptr<ModelVersion>* model,
                   std::function<void(absl::Status)> done);
 
@@ -398,7 +422,7 @@ class InferenceServiceImpl final : public InferenceServiceBase {
   // Validates `q` into a request for `model`. The request's raw inputs view `q`.
   // Shared memory outputs go to `*shm_outputs`.
   absl::StatusOr<std::unique_ptr<InferenceRequest>> Prepare(
-      grpc::CallbackServerContext* ctx, const inference::ModelInferRequest& q,
+      grpc::ServerContextBase* ctx, const inference::ModelInferRequest& q,
       std::shared_ptr<ModelVersion>* model, std::vector<SharedMemoryOutput>* shm_outputs) {
     // gRPC's own receive limit catches this first; a re-serialised size can still differ.
     if (static_cast<int64_t>(q.ByteSizeLong()) > max_request_bytes_) {
@@ -462,7 +486,7 @@ class InferenceServiceImpl final : public InferenceServiceBase {
   CallLimiter* limiter_;
 };
 
-void InferenceServiceImpl::StartInfer(grpc::CallbackServerContext* ctx,
+void InferenceServiceImpl::StartInfer(grpc::ServerContextBase* ctx,
                                       const inference::ModelInferRequest& q,
                                       inference::ModelInferResponse* r,
                                       std::shared_ptr<ModelVersion>* model,
@@ -482,36 +506,81 @@ void InferenceServiceImpl::StartInfer(grpc::CallbackServerContext* ctx,
              });
 }
 
-// One ModelInfer call, from its start until gRPC is done with it (then it deletes itself). It
-// holds the call slot until it sends its status, and the model version until OnDone, which runs
-// on a gRPC thread: the scheduler's thread that completes the call must not destroy the version.
-class InferCall final : public grpc::ServerUnaryReactor {
+// One ModelInfer call on the completion-queue API. Armed by Arm (RequestModelInfer), it arms
+// its successor when a call arrives, validates and queues the request on the polling thread
+// (where a small model on an idle instance also executes it, see the scheduler's inline
+// execution), and answers with Finish from whichever thread completes it. It holds the call
+// slot until it sends its status, and the model version until it is deleted on a polling thread
+// (the scheduler's thread that completes the call must not destroy the version), once both its
+// Finish and its done notification have come back.
+class AsyncInferCall {
  public:
-  InferCall(InferenceServiceImpl* service, grpc::CallbackServerContext* ctx,
-            const inference::ModelInferRequest* q, inference::ModelInferResponse* r)
-      : slot_(service->limiter()) {
-    if (!slot_.ok()) {
-      Finish(service->limiter()->Busy());
-      return;
-    }
-    service->StartInfer(ctx, *q, r, &model_, [this](absl::Status s) {
-      slot_.Release();
-      Finish(ToGrpc(s));  // May delete `this` (through OnDone) before it returns.
-    });
+  // Puts one new call on `cq`, waiting for a client's ModelInfer.
+  static void Arm(InferenceServiceImpl* service, grpc::ServerCompletionQueue* cq,
+                  LiveCallCounter* live) {
+    auto* call = new AsyncInferCall(service, cq, live);
+    // Delivered when the call ends in any way once it has started, so IsCancelled is valid.
+    call->ctx_.AsyncNotifyWhenDone(&call->done_tag_);
+    service->RequestModelInfer(&call->ctx_, &call->request_, &call->responder_, cq, cq,
+                               &call->request_tag_);
   }
 
-  void OnDone() override { delete this; }
-
  private:
-  CallLimiter::Slot slot_;
-  std::shared_ptr<ModelVersion> model_;
-};
+  // Forwards a queue event to one of the call's steps.
+  struct Step final : CqTag {
+    Step(AsyncInferCall* c, void (AsyncInferCall::*f)(bool)) : call(c), fn(f) {}
+    void Proceed(bool ok) override { (call->*fn)(ok); }
+    AsyncInferCall* call;
+    void (AsyncInferCall::*fn)(bool);
+  };
 
-grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(grpc::CallbackServerContext* ctx,
-                                                           const inference::ModelInferRequest* q,
-                                                           inference::ModelInferResponse* r) {
-  return new InferCall(this, ctx, q, r);
-}
+  AsyncInferCall(InferenceServiceImpl* service, grpc::ServerCompletionQueue* cq,
+                 LiveCallCounter* live)
+      : service_(service), cq_(cq), live_(live) {
+    live_->Add();
+  }
+  ~AsyncInferCall() { live_->Remove(); }
+
+  void OnRequest(bool ok) {
+    if (!ok) {  // The server is shutting down; the call never started, no other event comes.
+      delete this;
+      return;
+    }
+    Arm(service_, cq_, live_);
+    slot_.emplace(service_->limiter());
+    if (!slot_->ok()) return Respond(service_->limiter()->Busy());
+    service_->StartInfer(&ctx_, request_, &response_, &model_,
+                         [this](absl::Status s) { Respond(ToGrpc(s)); });
+  }
+
+  void Respond(const grpc::Status& status) {
+    slot_->Release();
+    if (status.ok()) {
+      responder_.Finish(response_, status, &finish_tag_);
+    } else {
+      responder_.FinishWithError(status, &finish_tag_);
+    }
+  }
+
+  // The second of Finish's completion and the done notification deletes the call.
+  void OnEventBack(bool /*ok*/) {
+    if (events_left_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+  InferenceServiceImpl* service_;
+  grpc::ServerCompletionQueue* cq_;
+  LiveCallCounter* live_;
+  grpc::ServerContext ctx_;
+  inference::ModelInferRequest request_;
+  inference::ModelInferResponse response_;
+  grpc::ServerAsyncResponseWriter<inference::ModelInferResponse> responder_{&ctx_};
+  std::optional<CallLimiter::Slot> slot_;
+  std::shared_ptr<ModelVersion> model_;
+  std::atomic<int> events_left_{2};
+  Step request_tag_{this, &AsyncInferCall::OnRequest};
+  Step finish_tag_{this, &AsyncInferCall::OnEventBack};
+  Step done_tag_{this, &AsyncInferCall::OnEventBack};
+};
 
 // One ModelStreamInfer stream: read a request, run it, write its response, read the next; a
 // failed request is answered with its error_message and the stream goes on. Ends with OK when
@@ -784,11 +853,19 @@ class GrpcServiceImpl final : public GrpcService {
     builder.RegisterService(&inference_);
     builder.RegisterService(&health_);
     builder.RegisterService(&admin_);
+    infer_queue_ = std::make_unique<CqDriver>(builder.AddCompletionQueue());
     server_ = builder.BuildAndStart();
     if (server_ == nullptr || port_ == 0) {
       return absl::UnavailableError(
           absl::StrCat("cannot bind gRPC to ", options.bind_address, ":", options.port));
     }
+    // Calls waiting for a client: each arriving call arms a successor, so this many calls can
+    // arrive at once before the polling threads get to re-arm.
+    const int threads = std::max(1, options.infer_threads);
+    for (int i = 0; i < 2 * threads + 2; ++i) {
+      AsyncInferCall::Arm(&inference_, infer_queue_->cq(), &live_infer_calls_);
+    }
+    infer_queue_->Start(threads);
     return absl::OkStatus();
   }
 
@@ -797,6 +874,11 @@ class GrpcServiceImpl final : public GrpcService {
   void Stop(int64_t deadline_ms) override {
     if (server_) {
       server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms));
+      // Armed calls come back refused; calls in progress end once their scheduler answers them
+      // (executions are bounded). Only then may the queue shut down: an operation started on a
+      // shut-down queue is a gRPC assertion failure.
+      live_infer_calls_.AwaitNone();
+      infer_queue_->Shutdown();
       server_->Wait();
       server_.reset();
     }
@@ -809,6 +891,8 @@ class GrpcServiceImpl final : public GrpcService {
   InferenceServiceImpl inference_;
   HealthServiceImpl health_;
   AdminServiceImpl admin_;
+  LiveCallCounter live_infer_calls_;
+  std::unique_ptr<CqDriver> infer_queue_;  // ModelInfer's queue and polling threads.
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
 };

@@ -30,6 +30,9 @@ struct GrpcServiceOptions {
   int sync_min_pollers = 1;
   int sync_max_pollers = 2;
   int sync_max_threads = 520;
+  // Threads polling ModelInfer's completion queue; each runs the calls it receives (ThreadBudget's
+  // grpc_infer_threads).
+  int infer_threads = 2;
   // PEM contents; empty cert: plaintext. With client_ca_pem, clients must present a certificate
   // that CA signed (mutual TLS).
   std::string tls_cert_pem;

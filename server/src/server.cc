@@ -149,6 +149,7 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
   const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const ThreadBudget budget =
       ComputeThreadBudget(cores, options.grpc_max_concurrent_calls, options.http_threads);
+  grpc_options.infer_threads = budget.grpc_infer_threads;
   grpc_options.sync_cqs = budget.grpc_sync_cqs;
   grpc_options.sync_min_pollers = budget.grpc_sync_min_pollers;
   grpc_options.sync_max_pollers = budget.grpc_sync_max_pollers;

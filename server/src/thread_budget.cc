@@ -22,6 +22,7 @@ ThreadBudget ComputeThreadBudget(int cores, int max_concurrent_calls, int http_t
       calls > INT_MAX - kSyncThreadHeadroom ? INT_MAX : calls + kSyncThreadHeadroom;
   b.http_threads = std::max(1, http_threads);
   b.intra_op_pool = b.cores - 1;
+  b.grpc_infer_threads = b.cores;
   return b;
 }
 
@@ -32,7 +33,8 @@ bool Oversubscribes(const SchedulerOptions& options, int cores) {
 }
 
 std::string DescribeThreadBudget(const ThreadBudget& b) {
-  return absl::StrCat("threads: ", b.cores, " cores; gRPC inference on gRPC's callback threads ",
+  return absl::StrCat("threads: ", b.cores, " cores; gRPC ModelInfer ", b.grpc_infer_threads,
+                      " queue pollers, streams on gRPC's callback threads ",
                       "(no thread per call), other gRPC methods ", b.grpc_sync_cqs, " queue x ",
                       b.grpc_sync_min_pollers, "-", b.grpc_sync_max_pollers, " pollers (at most ",
                       b.grpc_sync_max_threads, " threads); HTTP ", b.http_threads,

@@ -14,7 +14,10 @@ struct ThreadBudget {
   int cores = 1;
   // gRPC's synchronous methods (probes, metadata, repository and admin calls): one completion
   // queue with 1..2 pollers; a call that runs takes a thread, at most sync_max_threads in all.
-  // ModelInfer and ModelStreamInfer run on gRPC's callback threads, never one per call.
+  // ModelInfer runs on grpc_infer_threads threads polling its completion queue (one per core:
+  // they execute small models inline), ModelStreamInfer on gRPC's callback threads; never a
+  // thread per call.
+  int grpc_infer_threads = 1;
   int grpc_sync_cqs = 1;
   int grpc_sync_min_pollers = 1;
   int grpc_sync_max_pollers = 2;

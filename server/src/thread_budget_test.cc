@@ -14,6 +14,7 @@ TEST(ThreadBudgetTest, SizesFromTheCoreCount) {
   ThreadBudget b = ComputeThreadBudget(8, 512, 32);
   EXPECT_EQ(b.cores, 8);
   EXPECT_EQ(b.intra_op_pool, 7);
+  EXPECT_EQ(b.grpc_infer_threads, 8);
   EXPECT_EQ(b.grpc_sync_cqs, 1);
   EXPECT_EQ(b.grpc_sync_max_pollers, 2);
   EXPECT_EQ(b.grpc_sync_max_threads, 520);
@@ -24,6 +25,7 @@ TEST(ThreadBudgetTest, DegenerateInputsAreClamped) {
   ThreadBudget b = ComputeThreadBudget(0, 0, 0);
   EXPECT_EQ(b.cores, 1);
   EXPECT_EQ(b.intra_op_pool, 0);
+  EXPECT_EQ(b.grpc_infer_threads, 1);
   EXPECT_EQ(b.grpc_sync_max_threads, 9);
   EXPECT_EQ(b.http_threads, 1);
   EXPECT_EQ(ComputeThreadBudget(2, INT_MAX, 4).grpc_sync_max_threads, INT_MAX);
@@ -45,6 +47,7 @@ TEST(ThreadBudgetTest, ExecutionAboveTheCoresIsFlagged) {
 TEST(ThreadBudgetTest, DescriptionNamesEverySize) {
   std::string line = DescribeThreadBudget(ComputeThreadBudget(2, 1, 3));
   EXPECT_THAT(line, HasSubstr("2 cores"));
+  EXPECT_THAT(line, HasSubstr("gRPC ModelInfer 2 queue pollers"));
   EXPECT_THAT(line, HasSubstr("1 queue x 1-2 pollers (at most 9 threads)"));
   EXPECT_THAT(line, HasSubstr("HTTP 3 connection threads"));
   EXPECT_THAT(line, HasSubstr("intra-op pool 1 workers"));
