@@ -43,12 +43,14 @@ bool CanFold(const ir::Node& node) {
   return true;
 }
 
-absl::Status InferAndFold(ir::Graph& graph, std::vector<std::string>* needs_binding) {
+absl::Status InferAndFold(ir::Graph& graph, std::vector<std::string>* needs_binding,
+                          bool integer_qdq) {
   const OpTable& table = OpTable::Get();
   std::vector<ir::Node*> folded;
   absl::Status first_binding_error;
   // Weights the QDQ convolution fusion may read as int8: folded after it (FoldQdqWeights).
-  const std::unordered_set<const ir::Value*> qdq_weights = QdqWeightCandidates(graph);
+  const std::unordered_set<const ir::Value*> qdq_weights =
+      integer_qdq ? QdqWeightCandidates(graph) : std::unordered_set<const ir::Value*>{};
   for (auto& node_ptr : graph.mutable_nodes()) {
     ir::Node& node = *node_ptr;
     const OpDef* op = table.Find(node.op_type);
@@ -174,9 +176,10 @@ void EliminateDeadCode(ir::Graph& graph) {
 
 }  // namespace
 
-absl::Status OptimizeGraph(ir::Graph& graph, std::vector<std::string>* needs_binding) {
-  if (auto s = InferAndFold(graph, needs_binding); !s.ok()) return s;
-  FuseQdq(graph);
+absl::Status OptimizeGraph(ir::Graph& graph, std::vector<std::string>* needs_binding,
+                           bool integer_qdq) {
+  if (auto s = InferAndFold(graph, needs_binding, integer_qdq); !s.ok()) return s;
+  if (integer_qdq) FuseQdq(graph);
   RemovePassThroughs(graph);
   EliminateDeadCode(graph);
   return absl::OkStatus();
