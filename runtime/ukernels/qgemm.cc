@@ -146,6 +146,59 @@ uint8_t* Scratch(Slot slot, size_t bytes) {
   return reinterpret_cast<uint8_t*>(buffers[slot].Get((bytes + 3) / 4));
 }
 
+// d[4 j + t] = r_t[j] ^ flip for j < n: four reduction rows interleaved into k-quads.
+void Interleave4(const uint8_t* r0, const uint8_t* r1, const uint8_t* r2, const uint8_t* r3,
+                 uint8_t flip, int64_t n, uint8_t* d) {
+  int64_t j = 0;
+#if defined(__SSE2__)
+  const __m128i f = _mm_set1_epi8(static_cast<char>(flip));
+  auto load = [&](const uint8_t* r) {
+    return _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + j)), f);
+  };
+  for (; j + 16 <= n; j += 16) {
+    const __m128i a = load(r0), b = load(r1), c = load(r2), e = load(r3);
+    const __m128i ab_lo = _mm_unpacklo_epi8(a, b), ab_hi = _mm_unpackhi_epi8(a, b);
+    const __m128i ce_lo = _mm_unpacklo_epi8(c, e), ce_hi = _mm_unpackhi_epi8(c, e);
+    __m128i* out = reinterpret_cast<__m128i*>(d + j * 4);
+    _mm_storeu_si128(out, _mm_unpacklo_epi16(ab_lo, ce_lo));
+    _mm_storeu_si128(out + 1, _mm_unpackhi_epi16(ab_lo, ce_lo));
+    _mm_storeu_si128(out + 2, _mm_unpacklo_epi16(ab_hi, ce_hi));
+    _mm_storeu_si128(out + 3, _mm_unpackhi_epi16(ab_hi, ce_hi));
+  }
+#endif
+  for (; j < n; ++j) {
+    d[j * 4] = r0[j] ^ flip;
+    d[j * 4 + 1] = r1[j] ^ flip;
+    d[j * 4 + 2] = r2[j] ^ flip;
+    d[j * 4 + 3] = r3[j] ^ flip;
+  }
+}
+
+// FillBlock for a 1x1, stride-1, unpadded conv: B's rows are x's channel planes.
+void FillBlockDirect(const cuvil_uk_conv_params& p, const uint8_t* x, uint8_t flip, uint8_t pad,
+                     int64_t oy0, int64_t oy1, int64_t kq, int64_t ldb, uint8_t* b) {
+  const int64_t plane = p.height * p.width, col0 = oy0 * p.width;
+  const int64_t cols = (oy1 - oy0) * p.width;
+  for (int64_t kk = 0; kk < kq; ++kk) {
+    const uint8_t* r[4];
+    for (int64_t t = 0; t < 4; ++t) {
+      const int64_t c = kk * 4 + t;
+      r[t] = c < p.channels ? x + c * plane + col0 : nullptr;  // past k: never read
+    }
+    uint8_t* dst = b + kk * ldb * 4;
+    if (kk * 4 + 3 < p.channels) {
+      Interleave4(r[0], r[1], r[2], r[3], flip, cols, dst);
+    } else {
+      for (int64_t j = 0; j < cols; ++j) {
+        for (int64_t t = 0; t < 4; ++t) {
+          dst[j * 4 + t] = kk * 4 + t < p.channels ? r[t][j] ^ flip : pad;
+        }
+      }
+    }
+    std::memset(dst + cols * 4, pad, (ldb - cols) * 4);
+  }
+}
+
 // One block: output rows [oy0, oy1) of image x (uint8 view; `flip` = 0x80 for int8 inputs).
 // Fills b ([kq][ldb][4]) with the block's im2col; columns past the block's read `pad`.
 void FillBlock(const cuvil_uk_conv_params& p, const uint8_t* x, uint8_t flip, uint8_t pad,
@@ -187,14 +240,7 @@ void FillBlock(const cuvil_uk_conv_params& p, const uint8_t* x, uint8_t flip, ui
         }
         std::memset(row + ox1, pad, ow - ox1);
       }
-      uint8_t* d = dst + (oy - oy0) * ow * 4;
-      const uint8_t *r0 = rows, *r1 = rows + ow, *r2 = rows + 2 * ow, *r3 = rows + 3 * ow;
-      for (int64_t ox = 0; ox < ow; ++ox) {
-        d[ox * 4] = r0[ox];
-        d[ox * 4 + 1] = r1[ox];
-        d[ox * 4 + 2] = r2[ox];
-        d[ox * 4 + 3] = r3[ox];
-      }
+      Interleave4(rows, rows + ow, rows + 2 * ow, rows + 3 * ow, 0, ow, dst + (oy - oy0) * ow * 4);
     }
     std::memset(dst + cols * 4, pad, (ldb - cols) * 4);
   }
@@ -209,25 +255,25 @@ inline float ClampRound(float v, float lo, float hi) {
   return (v + kMagic) - kMagic;
 }
 
-// Stores one tile row: n values of output channel m from acc into y (element offset `at`).
+// Stores one tile row: n values of one output channel from acc into y, residual and y already
+// offset to the row's first element.
 void StoreRow(const cuvil_uk_qconv_params& qp, const int32_t* acc, int64_t n, int32_t comp,
-              float mult, float bias, const float* residual, void* y, int64_t at, float lo,
-              float hi) {
+              float mult, float bias, const float* residual, void* y, float lo, float hi) {
   if (qp.out_type == CUVIL_UK_QOUT_FLOAT) {
-    float* dst = static_cast<float*>(y) + at;
+    float* dst = static_cast<float*>(y);
     for (int64_t j = 0; j < n; ++j) {
       float v = static_cast<float>(acc[j] - comp) * mult + bias;
-      if (residual != nullptr) v += residual[at + j];
+      if (residual != nullptr) v += residual[j];
       dst[j] = std::min(std::max(v, lo), hi);
     }
   } else if (qp.out_type == CUVIL_UK_QOUT_U8) {
-    uint8_t* dst = static_cast<uint8_t*>(y) + at;
+    uint8_t* dst = static_cast<uint8_t*>(y);
     for (int64_t j = 0; j < n; ++j) {
       const float v = static_cast<float>(acc[j] - comp) * mult + bias;
       dst[j] = static_cast<uint8_t>(static_cast<int32_t>(ClampRound(v, lo, hi)));
     }
   } else {
-    int8_t* dst = static_cast<int8_t*>(y) + at;
+    int8_t* dst = static_cast<int8_t*>(y);
     for (int64_t j = 0; j < n; ++j) {
       const float v = static_cast<float>(acc[j] - comp) * mult + bias;
       dst[j] = static_cast<int8_t>(static_cast<int32_t>(ClampRound(v, lo, hi)));
@@ -235,20 +281,51 @@ void StoreRow(const cuvil_uk_qconv_params& qp, const int32_t* acc, int64_t n, in
   }
 }
 
+#if defined(__x86_64__)
+// StoreRow with 16 lanes: the same operations in the same order (no FMA), so every tier writes
+// the same values; cvtps rounds half to even in the default mode.
+__attribute__((target("avx512f,avx512bw"))) void StoreRowAvx512(const cuvil_uk_qconv_params& qp,
+                                                                const int32_t* acc, int64_t n,
+                                                                int32_t comp, float mult,
+                                                                float bias, const float* residual,
+                                                                void* y, float lo, float hi) {
+  const __m512i c = _mm512_set1_epi32(comp);
+  const __m512 mv = _mm512_set1_ps(mult), bv = _mm512_set1_ps(bias);
+  const __m512 lov = _mm512_set1_ps(lo), hiv = _mm512_set1_ps(hi);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 mask = n - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
+    const __m512i a = _mm512_maskz_loadu_epi32(mask, acc + j);
+    __m512 v = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(a, c)), mv), bv);
+    if (qp.out_type == CUVIL_UK_QOUT_FLOAT) {
+      if (residual != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, residual + j));
+      v = _mm512_min_ps(_mm512_max_ps(v, lov), hiv);
+      _mm512_mask_storeu_ps(static_cast<float*>(y) + j, mask, v);
+      continue;
+    }
+    const __m512i q = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(v, lov), hiv));
+    if (qp.out_type == CUVIL_UK_QOUT_U8) {
+      _mm512_mask_cvtusepi32_storeu_epi8(static_cast<uint8_t*>(y) + j, mask, q);
+    } else {
+      _mm512_mask_cvtsepi32_storeu_epi8(static_cast<int8_t*>(y) + j, mask, q);
+    }
+  }
+}
+#endif
+
 }  // namespace
 
 const QTable& QGenericTable() {
-  static const QTable table = {"generic", 16, TileGeneric};
+  static const QTable table = {"generic", 16, TileGeneric, StoreRow};
   return table;
 }
 
 #if defined(__x86_64__)
 const QTable* QAvx2Table() {
-  static const QTable table = {"avx2", 16, TileAvx2};
+  static const QTable table = {"avx2", 16, TileAvx2, StoreRow};
   return &table;
 }
 const QTable* QVnniTable() {
-  static const QTable table = {"avx512_vnni", 32, TileVnni};
+  static const QTable table = {"avx512_vnni", 32, TileVnni, StoreRowAvx512};
   return &table;
 }
 #else
@@ -304,6 +381,8 @@ void QConv2d(const QTable& t, const cuvil_uk_qconv_params& qp, const void* x, co
   const uint8_t pad = static_cast<uint8_t>(static_cast<uint8_t>(qp.x_zero) ^ flip);
   const int64_t cost = std::max<int64_t>(1, rows_per_block * ow * k * m / kMinWorkPerThread);
   const int64_t max_ldb = CeilDiv(rows_per_block * ow, 16) * 16;
+  const bool direct = p.kernel_h == 1 && p.kernel_w == 1 && p.stride_h == 1 && p.stride_w == 1 &&
+                      p.pad_top == 0 && p.pad_left == 0 && oh == p.height && ow == p.width;
   ParallelFor(batch * blocks, cost, [&](int64_t begin, int64_t end) {
     uint8_t* b = Scratch(kSlotB, static_cast<size_t>(kq * max_ldb * 4));
     uint8_t* rows = Scratch(kSlotRow, static_cast<size_t>(4 * ow));
@@ -315,7 +394,11 @@ void QConv2d(const QTable& t, const cuvil_uk_qconv_params& qp, const void* x, co
       const int64_t cols = (oy1 - oy0) * ow;
       const int64_t ldb = CeilDiv(cols, 16) * 16;
       const uint8_t* xi = static_cast<const uint8_t*>(x) + img * in_plane;
-      FillBlock(p, xi, flip, pad, oy0, oy1, kq, ldb, b, rows);
+      if (direct) {
+        FillBlockDirect(p, xi, flip, pad, oy0, oy1, kq, ldb, b);
+      } else {
+        FillBlock(p, xi, flip, pad, oy0, oy1, kq, ldb, b, rows);
+      }
       for (int64_t pp = 0; pp < panels; ++pp) {
         const int8_t* a = w + pp * kq * kQMR * 4;
         const int64_t rows_here = std::min(kQMR, m - pp * kQMR);
@@ -325,8 +408,11 @@ void QConv2d(const QTable& t, const cuvil_uk_qconv_params& qp, const void* x, co
           const int64_t n = std::min(nr, cols - j);
           for (int64_t r = 0; r < rows_here; ++r) {
             const int64_t ch = pp * kQMR + r;
-            StoreRow(qp, tile + r * t.nr, n, comp[ch], mult[ch], bias[ch], residual, y,
-                     img * out_plane + ch * oh * ow + oy0 * ow + j, lo, hi);
+            const int64_t at = img * out_plane + ch * oh * ow + oy0 * ow + j;
+            const size_t bytes = qp.out_type == CUVIL_UK_QOUT_FLOAT ? 4 : 1;
+            t.store(qp, tile + r * t.nr, n, comp[ch], mult[ch], bias[ch],
+                    residual != nullptr ? residual + at : nullptr,
+                    static_cast<uint8_t*>(y) + at * bytes, lo, hi);
           }
         }
       }

@@ -208,6 +208,8 @@ TEST(QConvTest, WideRowsSpanSeveralBlocks) {
   // K = 576: a block holds ~85 columns, so the 40 x 40 output takes several blocks and ragged
   // tiles; 64 output channels make 8 panels.
   CheckCase({64, 40, 40, 64, 3, 3, 1, 1, 1, false, CUVIL_UK_QOUT_U8}, Fill::kRandom, 1);
+  // 1x1 stride 1 (B read from x's planes), int8 inputs, whole quads and a ragged one.
+  CheckCase({22, 4, 9, 11, 1, 1, 1, 0, 1, true, CUVIL_UK_QOUT_S8}, Fill::kRandom);
   // 1x1 with 130 channels, 7x7 (the late ResNet layers' spatial size).
   CheckCase({130, 7, 7, 33, 1, 1, 1, 0, 1, false, CUVIL_UK_QOUT_FLOAT}, Fill::kRandom);
 }

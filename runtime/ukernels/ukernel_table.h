@@ -79,6 +79,10 @@ struct QTable {
   // must hold nr columns.
   void (*tile)(int64_t kq, const int8_t* a, const uint8_t* b, int64_t ldb, int32_t* c, int64_t ldc,
                int64_t nr);
+  // The epilogue of n accumulators of one output channel (cuvil_uk_qconv2d's formula), into y and
+  // reading residual, both offset to the row's first element; the same values on every tier.
+  void (*store)(const cuvil_uk_qconv_params& p, const int32_t* acc, int64_t n, int32_t comp,
+                float mult, float bias, const float* residual, void* y, float lo, float hi);
 };
 
 const QTable& QGenericTable();
