@@ -174,6 +174,50 @@ void Interleave4(const uint8_t* r0, const uint8_t* r1, const uint8_t* r2, const 
   }
 }
 
+// FillBlock for stride 1: copies the input rows the block reads, zero padded (reading `pad`) and
+// flipped, into `plane` ([C][plane_rows][wp]), then interleaves contiguous runs of it. `pads`
+// holds at least ldb bytes for the reduction rows past k.
+void FillBlockPadded(const cuvil_uk_conv_params& p, const uint8_t* x, uint8_t flip, uint8_t pad,
+                     int64_t oy0, int64_t oy1, int64_t plane_rows, int64_t wp, int64_t kq,
+                     int64_t ldb, uint8_t* b, uint8_t* plane, uint8_t* pads) {
+  const int64_t need = (oy1 - oy0) + (p.kernel_h - 1) * p.dilation_h;
+  const int64_t c_plane = plane_rows * wp;
+  // Columns of a padded row that hold input: ix = i - pad_left in [0, W).
+  const int64_t i0 = std::clamp<int64_t>(p.pad_left, 0, wp);
+  const int64_t i1 = std::clamp<int64_t>(p.pad_left + p.width, i0, wp);
+  for (int64_t c = 0; c < p.channels; ++c) {
+    for (int64_t i = 0; i < need; ++i) {
+      uint8_t* row = plane + c * c_plane + i * wp;
+      const int64_t iy = oy0 + i - p.pad_top;
+      if (iy < 0 || iy >= p.height || i0 >= i1) {
+        std::memset(row, pad, wp);
+        continue;
+      }
+      const uint8_t* src = x + (c * p.height + iy) * p.width + (i0 - p.pad_left);
+      std::memset(row, pad, i0);
+      for (int64_t j = 0; j < i1 - i0; ++j) row[i0 + j] = src[j] ^ flip;
+      std::memset(row + i1, pad, wp - i1);
+    }
+  }
+  std::memset(plane + p.channels * c_plane, pad, wp + 64);
+  std::memset(pads, pad, ldb);
+  const int64_t k = p.channels * p.kernel_h * p.kernel_w;
+  for (int64_t kk = 0; kk < kq; ++kk) {
+    const uint8_t* r[4];
+    for (int64_t t = 0; t < 4; ++t) {
+      const int64_t rr = kk * 4 + t;
+      if (rr >= k) {
+        r[t] = pads;
+        continue;
+      }
+      const int64_t ch = rr / (p.kernel_h * p.kernel_w);
+      const int64_t ky = rr / p.kernel_w % p.kernel_h, kx = rr % p.kernel_w;
+      r[t] = plane + ch * c_plane + ky * p.dilation_h * wp + kx * p.dilation_w;
+    }
+    Interleave4(r[0], r[1], r[2], r[3], 0, ldb, b + kk * ldb * 4);
+  }
+}
+
 // FillBlock for a 1x1, stride-1, unpadded conv: B's rows are x's channel planes.
 void FillBlockDirect(const cuvil_uk_conv_params& p, const uint8_t* x, uint8_t flip, uint8_t pad,
                      int64_t oy0, int64_t oy1, int64_t kq, int64_t ldb, uint8_t* b) {
@@ -372,30 +416,46 @@ void QConv2d(const QTable& t, const cuvil_uk_qconv_params& qp, const void* x, co
   const int64_t kq = CeilDiv(k, 4);
   const int64_t ow = p.out_width, oh = p.out_height, m = p.out_channels;
   const int64_t panels = CeilDiv(m, kQMR);
+  const bool direct = p.kernel_h == 1 && p.kernel_w == 1 && p.stride_h == 1 && p.stride_w == 1 &&
+                      p.pad_top == 0 && p.pad_left == 0 && oh == p.height && ow == p.width;
+  // Stride 1: B's columns are laid out with the padded input's row width wp >= ow, so every
+  // reduction row of a block is one contiguous run of a zero-padded copy of the input rows it
+  // reads (columns ox >= ow are computed and dropped). Otherwise columns are (oy, ox), ow wide.
+  const bool padded = !direct && p.stride_h == 1 && p.stride_w == 1;
+  const int64_t wp = (ow - 1) + (p.kernel_w - 1) * p.dilation_w + 1;
+  const int64_t halo = (p.kernel_h - 1) * p.dilation_h;  // extra padded rows a block reads
+  const int64_t wr = padded ? wp : ow;
   // Output rows per block: as many as fit kBlockBytes of B, at least one.
   const int64_t want_cols = std::max<int64_t>(t.nr, kBlockBytes / std::max<int64_t>(kq * 4, 1));
-  const int64_t rows_per_block = std::clamp<int64_t>(want_cols / ow, 1, oh);
+  const int64_t rows_per_block = std::clamp<int64_t>(want_cols / wr, 1, oh);
   const int64_t blocks = CeilDiv(oh, rows_per_block);
   const int64_t in_plane = p.channels * p.height * p.width, out_plane = m * oh * ow;
   const uint8_t flip = qp.x_signed != 0 ? 0x80 : 0;
   const uint8_t pad = static_cast<uint8_t>(static_cast<uint8_t>(qp.x_zero) ^ flip);
   const int64_t cost = std::max<int64_t>(1, rows_per_block * ow * k * m / kMinWorkPerThread);
-  const int64_t max_ldb = CeilDiv(rows_per_block * ow, 16) * 16;
-  const bool direct = p.kernel_h == 1 && p.kernel_w == 1 && p.stride_h == 1 && p.stride_w == 1 &&
-                      p.pad_top == 0 && p.pad_left == 0 && oh == p.height && ow == p.width;
+  const int64_t max_ldb = CeilDiv(rows_per_block * wr, 16) * 16;
+  // The padded copy: per channel (rows_per_block + halo) rows of wp, then slack for the reads of
+  // the last channel's ragged tail (up to 16 columns past the block and kx * DW).
+  const int64_t plane_rows = rows_per_block + halo;
+  const int64_t padded_bytes = padded ? p.channels * plane_rows * wp + wp + 64 : 0;
+  const size_t out_bytes = qp.out_type == CUVIL_UK_QOUT_FLOAT ? 4 : 1;
   ParallelFor(batch * blocks, cost, [&](int64_t begin, int64_t end) {
     uint8_t* b = Scratch(kSlotB, static_cast<size_t>(kq * max_ldb * 4));
-    uint8_t* rows = Scratch(kSlotRow, static_cast<size_t>(4 * ow));
+    uint8_t* rows =
+        Scratch(kSlotRow, static_cast<size_t>(std::max(4 * ow, padded_bytes + max_ldb)));
     int32_t* tile =
         reinterpret_cast<int32_t*>(Scratch(kSlotTile, static_cast<size_t>(kQMR * t.nr * 4)));
     for (int64_t item = begin; item < end; ++item) {
       const int64_t img = item / blocks, blk = item % blocks;
       const int64_t oy0 = blk * rows_per_block, oy1 = std::min(oh, oy0 + rows_per_block);
-      const int64_t cols = (oy1 - oy0) * ow;
+      const int64_t cols = (oy1 - oy0) * wr;
       const int64_t ldb = CeilDiv(cols, 16) * 16;
       const uint8_t* xi = static_cast<const uint8_t*>(x) + img * in_plane;
       if (direct) {
         FillBlockDirect(p, xi, flip, pad, oy0, oy1, kq, ldb, b);
+      } else if (padded) {
+        FillBlockPadded(p, xi, flip, pad, oy0, oy1, plane_rows, wp, kq, ldb, b, rows,
+                        rows + padded_bytes);
       } else {
         FillBlock(p, xi, flip, pad, oy0, oy1, kq, ldb, b, rows);
       }
@@ -408,11 +468,19 @@ void QConv2d(const QTable& t, const cuvil_uk_qconv_params& qp, const void* x, co
           const int64_t n = std::min(nr, cols - j);
           for (int64_t r = 0; r < rows_here; ++r) {
             const int64_t ch = pp * kQMR + r;
-            const int64_t at = img * out_plane + ch * oh * ow + oy0 * ow + j;
-            const size_t bytes = qp.out_type == CUVIL_UK_QOUT_FLOAT ? 4 : 1;
-            t.store(qp, tile + r * t.nr, n, comp[ch], mult[ch], bias[ch],
-                    residual != nullptr ? residual + at : nullptr,
-                    static_cast<uint8_t*>(y) + at * bytes, lo, hi);
+            const int64_t row0 = img * out_plane + ch * oh * ow + oy0 * ow;
+            // Segments of the tile's columns [j, j + n) that are output positions.
+            for (int64_t q = j; q < j + n;) {
+              const int64_t oyr = q / wr, ox = q % wr;
+              const int64_t seg = wr == ow ? j + n - q : std::min(j + n, oyr * wr + ow) - q;
+              if (ox < ow && seg > 0) {
+                const int64_t at = row0 + oyr * ow + ox;
+                t.store(qp, tile + r * t.nr + (q - j), seg, comp[ch], mult[ch], bias[ch],
+                        residual != nullptr ? residual + at : nullptr,
+                        static_cast<uint8_t*>(y) + at * out_bytes, lo, hi);
+              }
+              q = wr == ow ? j + n : (oyr + 1) * wr;
+            }
           }
         }
       }
