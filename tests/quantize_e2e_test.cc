@@ -1,9 +1,11 @@
 // cuvil-quantize end to end on the model zoo: ResNet-18 and MobileNet-V2 quantized (per-channel
 // int8 weights, uint8 activations, min/max calibration on their test data sets), compiled by
 // Cuvil from the serialized QDQ file and compared with PyTorch's float reference outputs.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -90,6 +92,186 @@ TEST_P(QuantizeE2eTest, QdqModelMatchesTheFloatReference) {
                 GetParam().c_str(), s, static_cast<long long>(w.shape()[0]), e.cosine(),
                 e.max_abs_error(), static_cast<long long>(e.top1_matches()),
                 static_cast<long long>(e.rows()));
+  }
+}
+
+// One QDQ Conv block as cuvil-quantize writes it: x -> QuantizeLinear -> DequantizeLinear ->
+// Conv(DequantizeLinear(int8 per-channel W), DequantizeLinear(int32 bias)) [-> Add x] ->
+// Relu/Clip [-> QuantizeLinear -> DequantizeLinear] -> y. Inputs [N, 8, 9, 9]; 16 output
+// channels with the residual variant using 8.
+struct BlockSpec {
+  bool x_signed = false;
+  bool clip = false;         // Clip(0, 6) instead of Relu
+  bool residual = false;     // Add x before the activation (float output)
+  bool quantize_out = true;  // QuantizeLinear -> DequantizeLinear after the activation
+  int64_t kernel = 3;
+};
+
+onnx::TensorProto Initializer(const std::string& name, int type, std::vector<int64_t> dims) {
+  onnx::TensorProto t;
+  t.set_name(name);
+  t.set_data_type(type);
+  for (int64_t d : dims) t.add_dims(d);
+  return t;
+}
+
+std::string QdqBlock(const BlockSpec& b, float* y_scale) {
+  constexpr int64_t kC = 8;
+  const int64_t m = b.residual ? kC : 16;
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(13);
+  onnx::GraphProto* g = model.mutable_graph();
+  g->set_name("qdq_block");
+  auto value_info = [](onnx::ValueInfoProto* v, const std::string& name, int64_t c) {
+    v->set_name(name);
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(onnx::TensorProto::FLOAT);
+    t->mutable_shape()->add_dim()->set_dim_param("batch");
+    for (int64_t d : {c, int64_t{9}, int64_t{9}}) t->mutable_shape()->add_dim()->set_dim_value(d);
+  };
+  value_info(g->add_input(), "x", kC);
+  value_info(g->add_output(), "y", m);
+  const int qtype = b.x_signed ? onnx::TensorProto::INT8 : onnx::TensorProto::UINT8;
+  const float sx = 4.0f / 255, sy = 6.0f / 255;
+  *y_scale = sy;
+  auto scalar = [&](const std::string& name, float v) {
+    auto t = Initializer(name, onnx::TensorProto::FLOAT, {});
+    t.add_float_data(v);
+    *g->add_initializer() = t;
+  };
+  auto zero = [&](const std::string& name, int type, int32_t v) {
+    auto t = Initializer(name, type, {});
+    t.add_int32_data(v);
+    *g->add_initializer() = t;
+  };
+  scalar("sx", sx);
+  zero("zx", qtype, b.x_signed ? -5 : 120);
+  scalar("sy", sy);
+  zero("zy", qtype, b.x_signed ? -128 : 0);
+  std::mt19937 rng(7);
+  const int64_t k = kC * b.kernel * b.kernel;
+  auto w = Initializer("wq", onnx::TensorProto::INT8, {m, kC, b.kernel, b.kernel});
+  auto ws = Initializer("ws", onnx::TensorProto::FLOAT, {m});
+  auto wz = Initializer("wz", onnx::TensorProto::INT8, {m});
+  auto bq = Initializer("bq", onnx::TensorProto::INT32, {m});
+  auto bs = Initializer("bs", onnx::TensorProto::FLOAT, {m});
+  std::uniform_int_distribution<int> wd(-127, 127), bd(-2000, 2000);
+  for (int64_t i = 0; i < m * k; ++i) w.add_int32_data(wd(rng));
+  for (int64_t o = 0; o < m; ++o) {
+    const float s = (0.5f + 0.05f * static_cast<float>(o)) / 127 / static_cast<float>(k) * 4;
+    ws.add_float_data(s);
+    wz.add_int32_data(0);
+    bq.add_int32_data(bd(rng));
+    bs.add_float_data(sx * s);
+  }
+  for (auto* t : {&w, &ws, &wz, &bq, &bs}) *g->add_initializer() = *t;
+  auto node = [&](const std::string& op, std::vector<std::string> in, const std::string& out) {
+    onnx::NodeProto* n = g->add_node();
+    n->set_op_type(op);
+    n->set_name(out + "_node");
+    for (const auto& i : in) n->add_input(i);
+    n->add_output(out);
+    return n;
+  };
+  node("QuantizeLinear", {"x", "sx", "zx"}, "xq");
+  node("DequantizeLinear", {"xq", "sx", "zx"}, "xd");
+  for (auto [in, out] : {std::pair<std::vector<std::string>, std::string>{{"wq", "ws", "wz"}, "wd"},
+                         {{"bq", "bs"}, "bd"}}) {
+    onnx::AttributeProto* axis = node("DequantizeLinear", in, out)->add_attribute();
+    axis->set_name("axis");
+    axis->set_type(onnx::AttributeProto::INT);
+    axis->set_i(0);
+  }
+  onnx::NodeProto* conv = node("Conv", {"xd", "wd", "bd"}, "conv");
+  onnx::AttributeProto* pads = conv->add_attribute();
+  pads->set_name("pads");
+  pads->set_type(onnx::AttributeProto::INTS);
+  for (int i = 0; i < 4; ++i) pads->add_ints(b.kernel / 2);
+  std::string cur = "conv";
+  if (b.residual) cur = node("Add", {cur, "x"}, "sum")->output(0);
+  if (b.clip) {
+    scalar("lo", 0.0f);
+    scalar("hi", 6.0f);
+    cur = node("Clip", {cur, "lo", "hi"}, "act")->output(0);
+  } else {
+    cur = node("Relu", {cur}, "act")->output(0);
+  }
+  if (b.quantize_out) {
+    node("QuantizeLinear", {cur, "sy", "zy"}, "yq");
+    cur = node("DequantizeLinear", {"yq", "sy", "zy"}, "yd")->output(0);
+  }
+  node("Identity", {cur}, "y");
+  std::string bytes;
+  EXPECT_TRUE(model.SerializeToString(&bytes));
+  return bytes;
+}
+
+// Compiles `bytes` with or without the integer QDQ path; returns whether the code calls the
+// integer convolution and the output for `x`.
+std::pair<bool, HostTensor> RunBlock(JitEngine& engine, const std::string& bytes, bool integer,
+                                     const HostTensor& x, const std::string& name) {
+  CompileOptions options;
+  options.integer_qdq = integer;
+  options.emit_llvm_path = ::testing::TempDir() + "/" + name + ".ll";
+  auto compiled = CompileOnnxBytes(bytes, options);
+  EXPECT_TRUE(compiled.ok()) << compiled.status();
+  if (!compiled.ok()) return {false, HostTensor()};
+  std::ifstream ll(options.emit_llvm_path);
+  std::stringstream ir;
+  ir << ll.rdbuf();
+  const bool calls = ir.str().find("call void @cuvil_uk_qconv2d") != std::string::npos;
+  auto loaded = engine.Load("qdq/" + name, std::move(*compiled));
+  EXPECT_TRUE(loaded.ok()) << loaded.status();
+  if (!loaded.ok()) return {calls, HostTensor()};
+  auto out = (*loaded)->Run({x});
+  EXPECT_TRUE(out.ok()) << out.status();
+  if (!out.ok()) return {calls, HostTensor()};
+  return {calls, (*out)[0]};
+}
+
+TEST(QdqFusionTest, IntegerConvMatchesTheFloatQdqGraphWithinOneStep) {
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  HostTensor x(DType::kFloat32, {3, 8, 9, 9});
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> xd(-0.2f, 3.8f);
+  for (int64_t i = 0; i < x.num_elements(); ++i) x.data_as<float>()[i] = xd(rng);
+  int variant = 0;
+  for (bool x_signed : {false, true}) {
+    for (bool clip : {false, true}) {
+      for (int64_t kernel : {int64_t{1}, int64_t{3}}) {
+        for (int out : {0, 1, 2}) {  // quantized output, float output, float with residual
+          BlockSpec b{x_signed, clip, out == 2, out == 0, kernel};
+          SCOPED_TRACE(::testing::Message() << "signed " << x_signed << " clip " << clip
+                                            << " kernel " << kernel << " out " << out);
+          float sy = 0;
+          const std::string bytes = QdqBlock(b, &sy);
+          const std::string name = "v" + std::to_string(variant++);
+          auto [fused, yi] = RunBlock(**engine, bytes, true, x, name + "i");
+          auto [unfused, yf] = RunBlock(**engine, bytes, false, x, name + "f");
+          EXPECT_TRUE(fused);
+          EXPECT_FALSE(unfused);
+          ASSERT_EQ(yi.shape(), yf.shape());
+          double max_diff = 0, max_abs = 0;
+          int64_t exact = 0;
+          for (int64_t i = 0; i < yi.num_elements(); ++i) {
+            const double d = std::fabs(yi.data_as<float>()[i] - yf.data_as<float>()[i]);
+            max_diff = std::max(max_diff, d);
+            max_abs = std::max(max_abs, std::fabs(static_cast<double>(yf.data_as<float>()[i])));
+            exact += d == 0;
+          }
+          if (b.quantize_out) {
+            // At most one quantisation step, and almost every element the same.
+            EXPECT_LE(max_diff, sy * 1.001);
+            EXPECT_GE(exact, yi.num_elements() * 95 / 100);
+          } else {
+            EXPECT_LE(max_diff, 1e-4 * std::max(1.0, max_abs));
+          }
+          EXPECT_GT(max_abs, 0.5);  // the block computes something
+        }
+      }
+    }
   }
 }
 

@@ -279,6 +279,19 @@ class Analysis {
       return "";
     }
     if (BroadcastOps().count(op)) return CheckBroadcast(node, in, *out);
+    if (op == "CuvilQConv") {  // fuse_qdq.cc: input 5 is a residual laid out as the output
+      for (size_t i = 1; i < in.size(); ++i) {
+        if (i != 5 && in[i].kind == Kind::kRows) return "a parameter depends on the batch";
+      }
+      if (x.kind != Kind::kRows || x.axis != 0)
+        return "the batch is not the data's leading dimension";
+      if (in.size() > 5 && node.inputs[5] != nullptr &&
+          (in[5].kind != Kind::kRows || in[5].axis != 0 || in[5].coef != x.coef)) {
+        return "the residual does not keep the batch";
+      }
+      if (out->axis != 0 || out->coef != x.coef) return "changes the batch dimension";
+      return "";
+    }
     if (BatchLeadingOps().count(op)) {
       if (!OnlyInputRows(in, 0) || x.kind != Kind::kRows || x.axis != 0) {
         return "the batch is not the data's leading dimension";

@@ -88,7 +88,7 @@ absl::Status Prepare(const CompileOptions& options, PreparedModel::Impl* impl) {
   model.name = graph.name;
   model.symbol = graph.symbol;
   auto t0 = std::chrono::steady_clock::now();
-  if (auto s = OptimizeGraph(graph, options.needs_binding); !s.ok()) return s;
+  if (auto s = OptimizeGraph(graph, options.needs_binding, options.integer_qdq); !s.ok()) return s;
   // Before fusion: the analysis knows the ONNX ops, and fusion keeps their meaning.
   const BatchSeparability separability = AnalyseBatchSeparability(graph);
   if (auto s = FusePatterns(graph); !s.ok()) return s;  // LayerNorm, GELU, bias epilogues

@@ -7,6 +7,7 @@
 #include "constant_fold.h"
 #include "cuvil/compiler/compiler.h"
 #include "fold_dequantize.h"
+#include "fuse_qdq.h"
 #include "infer_context.h"
 #include "op_table.h"
 
@@ -42,10 +43,14 @@ bool CanFold(const ir::Node& node) {
   return true;
 }
 
-absl::Status InferAndFold(ir::Graph& graph, std::vector<std::string>* needs_binding) {
+absl::Status InferAndFold(ir::Graph& graph, std::vector<std::string>* needs_binding,
+                          bool integer_qdq) {
   const OpTable& table = OpTable::Get();
   std::vector<ir::Node*> folded;
   absl::Status first_binding_error;
+  // Weights the QDQ convolution fusion may read as int8: folded after it (FoldQdqWeights).
+  const std::unordered_set<const ir::Value*> qdq_weights =
+      integer_qdq ? QdqWeightCandidates(graph) : std::unordered_set<const ir::Value*>{};
   for (auto& node_ptr : graph.mutable_nodes()) {
     ir::Node& node = *node_ptr;
     const OpDef* op = table.Find(node.op_type);
@@ -97,13 +102,30 @@ absl::Status InferAndFold(ir::Graph& graph, std::vector<std::string>* needs_bind
       folded.push_back(&node);
     } else if (TryFoldOnHost(graph, node)) {  // Tiny float arithmetic and casts.
       folded.push_back(&node);
-    } else if (TryFoldDequantize(graph, node)) {  // Quantized weights become float constants.
+    } else if (!(node.outputs.size() == 1 && qdq_weights.count(node.outputs[0])) &&
+               TryFoldDequantize(graph, node)) {  // Quantized weights become float constants.
       folded.push_back(&node);
     }
   }
   if (!first_binding_error.ok()) return first_binding_error;
   graph.EraseNodes(folded);
   return absl::OkStatus();
+}
+
+bool IsUsed(const ir::Graph& graph, const ir::Value* v);
+
+// QDQ Convs become integer CuvilQConv nodes; the weight DequantizeLinear nodes InferAndFold kept
+// for them are then folded where a float node still reads them.
+void FuseQdq(ir::Graph& graph) {
+  FuseQdqConvs(graph);
+  std::vector<ir::Node*> folded;
+  for (auto& node : graph.mutable_nodes()) {
+    if (node->op_type != "DequantizeLinear" || node->outputs.size() != 1) continue;
+    if (IsUsed(graph, node->outputs[0]) && TryFoldDequantize(graph, *node)) {
+      folded.push_back(node.get());
+    }
+  }
+  graph.EraseNodes(folded);
 }
 
 bool IsUsed(const ir::Graph& graph, const ir::Value* v) {
@@ -154,8 +176,10 @@ void EliminateDeadCode(ir::Graph& graph) {
 
 }  // namespace
 
-absl::Status OptimizeGraph(ir::Graph& graph, std::vector<std::string>* needs_binding) {
-  if (auto s = InferAndFold(graph, needs_binding); !s.ok()) return s;
+absl::Status OptimizeGraph(ir::Graph& graph, std::vector<std::string>* needs_binding,
+                           bool integer_qdq) {
+  if (auto s = InferAndFold(graph, needs_binding, integer_qdq); !s.ok()) return s;
+  if (integer_qdq) FuseQdq(graph);
   RemovePassThroughs(graph);
   EliminateDeadCode(graph);
   return absl::OkStatus();

@@ -69,6 +69,36 @@ void Conv2d(const Table& t, const cuvil_uk_conv_params& p, const float* x, const
             const float* bias, const float* residual, float* y, int64_t batch, float alpha,
             float beta);
 
+// The quantized GEMM tile (qgemm.cc). Thread-safe: tables are immutable.
+struct QTable {
+  const char* name;
+  int64_t nr;  // widest tile (output positions)
+  // c[r * ldc + j] = sum_kk sum_t a[(kk * CUVIL_UK_QMR + r) * 4 + t] * b[(kk * ldb + j) * 4 + t]
+  // for r < CUVIL_UK_QMR and j < nr: a holds kq quads of one packed int8 weight panel, b uint8
+  // activations in quads (ldb quads per k-quad row). nr is a multiple of 16 up to QTable::nr; b
+  // must hold nr columns.
+  void (*tile)(int64_t kq, const int8_t* a, const uint8_t* b, int64_t ldb, int32_t* c, int64_t ldc,
+               int64_t nr);
+  // The epilogue of n accumulators of one output channel (cuvil_uk_qconv2d's formula), into y and
+  // reading residual, both offset to the row's first element; the same values on every tier.
+  void (*store)(const cuvil_uk_qconv_params& p, const int32_t* acc, int64_t n, int32_t comp,
+                float mult, float bias, const float* residual, void* y, float lo, float hi);
+};
+
+const QTable& QGenericTable();
+// Null when this build has no such tier (not x86-64).
+const QTable* QAvx2Table();
+const QTable* QVnniTable();
+// The quantized tiers this CPU can run, best first (always ends with the generic one).
+std::vector<const QTable*> SupportedQTables();
+// The tier cuvil_uk_qconv2d uses: the best supported one, limited by CUVIL_UK_TIER as
+// ActiveTable is (avx2: no VNNI; generic: generic). Chosen once per process.
+const QTable& ActiveQTable();
+// cuvil_uk_qconv2d on a given table (tests compare the tiers with it). Reentrant.
+void QConv2d(const QTable& t, const cuvil_uk_qconv_params& p, const void* x, const int8_t* w,
+             const int32_t* comp, const float* mult, const float* bias, const float* residual,
+             void* y, int64_t batch, float lo, float hi);
+
 }  // namespace cuvil::uk
 
 #endif  // CUVIL_RUNTIME_UKERNELS_UKERNEL_TABLE_H_

@@ -2,6 +2,7 @@
 // computed in float32; integer MatMul/Conv subtract zero points and accumulate in int32, and the
 // QLinear variants requantize the accumulator with scale = in_scale * w_scale / y_scale.
 #include "codegen/kernel_context.h"
+#include "cuvil/runtime/ukernels.h"
 
 namespace cuvil::codegen {
 namespace {
@@ -273,6 +274,48 @@ absl::Status QLinearConv(KernelContext& k) {
   return absl::OkStatus();
 }
 
+// CuvilQConv (fuse_qdq.cc): one call into cuvil_uk_qconv2d with the geometry as a constant
+// cuvil_uk_qconv_params.
+absl::Status QConvFused(KernelContext& k) {
+  const ir::Node& n = k.node();
+  const std::vector<int64_t> ks = n.attr_ints("kernel_shape"), st = n.attr_ints("strides"),
+                             d = n.attr_ints("dilations"), pads = n.attr_ints("pads");
+  cuvil_uk_qconv_params p{};
+  p.conv.channels = k.in_shape(0)[1].coef;
+  p.conv.height = k.in_shape(0)[2].coef;
+  p.conv.width = k.in_shape(0)[3].coef;
+  p.conv.out_channels = k.out_shape(0)[1].coef;
+  p.conv.out_height = k.out_shape(0)[2].coef;
+  p.conv.out_width = k.out_shape(0)[3].coef;
+  p.conv.kernel_h = ks[0];
+  p.conv.kernel_w = ks[1];
+  p.conv.stride_h = st[0];
+  p.conv.stride_w = st[1];
+  p.conv.dilation_h = d[0];
+  p.conv.dilation_w = d[1];
+  p.conv.pad_top = pads[0];
+  p.conv.pad_left = pads[1];
+  p.conv.groups = 1;
+  p.x_signed = k.in_dtype(0) == DType::kInt8 ? 1 : 0;
+  p.x_zero = n.attr_int("x_zero", 0);
+  p.out_type = n.attr_int("out_type", CUVIL_UK_QOUT_FLOAT);
+  constexpr size_t kWords = sizeof(cuvil_uk_qconv_params) / sizeof(int64_t);
+  static_assert(kWords == 20);
+  const int64_t* fields = &p.conv.channels;
+  std::vector<uint64_t> words(fields, fields + kWords);
+  auto* init = llvm::ConstantDataArray::get(k.llvm_context(), words);
+  auto* params = new llvm::GlobalVariable(k.module(), init->getType(), /*isConstant=*/true,
+                                          llvm::GlobalValue::PrivateLinkage, init,
+                                          k.function()->getName() + ".qconv_params");
+  llvm::Value* residual =
+      k.has_input(5) ? k.in(5) : llvm::ConstantPointerNull::get(k.b().getPtrTy());
+  k.CallC("cuvil_uk_qconv2d", k.b().getVoidTy(),
+          {params, k.in(0), k.in(1), k.in(2), k.in(3), k.in(4), residual, k.out(0),
+           k.Dim(k.in_shape(0)[0]), k.F32(n.attr_float("q_lo", 0.0f)),
+           k.F32(n.attr_float("q_hi", 0.0f))});
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void RegisterQuantKernels(OpTable& r) {
@@ -283,6 +326,7 @@ void RegisterQuantKernels(OpTable& r) {
   r.DefineEmitter("QLinearMatMul", QLinearMatMul);
   r.DefineEmitter("ConvInteger", ConvInteger);
   r.DefineEmitter("QLinearConv", QLinearConv);
+  r.DefineEmitter("CuvilQConv", QConvFused);
 }
 
 }  // namespace cuvil::codegen

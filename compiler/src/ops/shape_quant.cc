@@ -221,6 +221,33 @@ absl::Status QLinearConv(InferContext& c) {
   return absl::OkStatus();
 }
 
+// CuvilQConv(x, packed_w, comp, mult, bias, residual?): the integer convolution that the QDQ
+// fusion (fuse_qdq.cc) makes of DequantizeLinear -> Conv (-> Add) (-> Relu/Clip)
+// (-> QuantizeLinear); its attributes are the Conv's canonical ones plus out_channels, x_zero,
+// out_type (cuvil_uk_qout) and the clamp lo/hi. Output: float32, uint8 or int8 [N, M, OH, OW].
+absl::Status QConvFused(InferContext& c) {
+  if (auto s = c.ExpectInputs(5, 6); !s.ok()) return s;
+  const Node& n = c.node();
+  if (!IsQuantType(c.in_dtype(0)) || c.in_rank(0) != 4) return c.Error("x must be 4-D (u)int8");
+  const std::vector<int64_t> k = n.attr_ints("kernel_shape"), st = n.attr_ints("strides"),
+                             d = n.attr_ints("dilations"), pads = n.attr_ints("pads");
+  if (k.size() != 2 || st.size() != 2 || d.size() != 2 || pads.size() != 4) {
+    return c.Error("needs 2-D kernel_shape, strides, dilations and pads");
+  }
+  SymShape out = {c.in_shape(0)[0], SymDim::Const(n.attr_int("out_channels", 0))};
+  for (size_t j = 0; j < 2; ++j) {
+    const SymDim& in = c.in_shape(0)[2 + j];
+    if (!in.IsStatic()) return c.Error("spatial dims must be static");
+    int64_t span = in.coef + pads[j] + pads[2 + j] - d[j] * (k[j] - 1) - 1;
+    if (span < 0 || st[j] <= 0) return c.Error("empty output");
+    out.push_back(SymDim::Const(span / st[j] + 1));
+  }
+  const int64_t type = n.attr_int("out_type", 0);
+  const DType dt = type == 1 ? DType::kUInt8 : type == 2 ? DType::kInt8 : DType::kFloat32;
+  c.SetOutput(0, dt, out);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void RegisterQuantShapes(OpTable& r) {
@@ -233,6 +260,7 @@ void RegisterQuantShapes(OpTable& r) {
   r.DefineShape("QLinearMatMul", QLinearMatMul);
   r.DefineShape("ConvInteger", ConvInteger);
   r.DefineShape("QLinearConv", QLinearConv);
+  r.DefineShape("CuvilQConv", QConvFused);
 }
 
 }  // namespace cuvil::ir

@@ -30,10 +30,15 @@ struct CompileOptions {
   // Filled with graph inputs that must be bound to constants (they determine shapes) when
   // compilation fails for that reason.
   std::vector<std::string>* needs_binding = nullptr;
+  // QDQ Convs run as integer kernels (fuse_qdq.cc); false keeps them in float32 (weights
+  // dequantised at compile time), the path QDQ models took before.
+  bool integer_qdq = true;
 };
 
 // Runs shape inference, constant folding and simplification in place. Errors name the node.
-absl::Status OptimizeGraph(ir::Graph& graph, std::vector<std::string>* needs_binding = nullptr);
+// `integer_qdq`: see CompileOptions.
+absl::Status OptimizeGraph(ir::Graph& graph, std::vector<std::string>* needs_binding = nullptr,
+                           bool integer_qdq = true);
 
 // Ops the graph uses that Cuvil cannot compile, as "OpType 'node' (opset N)" strings.
 std::vector<std::string> UnsupportedOps(const ir::Graph& graph);

@@ -80,6 +80,53 @@ struct cuvil_uk_pool_params {
 // planes over the calling thread's intra-op threads. Reentrant.
 void cuvil_uk_maxpool2d(const cuvil_uk_pool_params* p, const float* x, float* y, int64_t planes);
 
+// Quantized convolution (QDQ models; see compiler/src/fuse_qdq.cc): uint8 or int8 activations,
+// int8 weights, int32 accumulation, then a per-output-channel requantisation epilogue.
+//
+// Output element types of cuvil_uk_qconv2d.
+enum cuvil_uk_qout : int64_t {
+  CUVIL_UK_QOUT_FLOAT = 0,  // float32: v (+ residual), clamped to [lo, hi]
+  CUVIL_UK_QOUT_U8 = 1,     // uint8: round-half-even(v) clamped to [lo, hi] (integers in range)
+  CUVIL_UK_QOUT_S8 = 2,     // int8: likewise
+};
+
+// Geometry and types of one quantized convolution; generated code stores it as a constant array
+// of int64. conv.groups must be 1; conv.activation and conv.flags are unused. Thread-compatible.
+struct cuvil_uk_qconv_params {
+  cuvil_uk_conv_params conv;
+  int64_t x_signed;  // 1: x is int8 (read as x + 128 in uint8), 0: x is uint8
+  int64_t x_zero;    // x's zero point in x's own type: the value of the zero padding
+  int64_t out_type;  // cuvil_uk_qout
+};
+
+// Bytes that cuvil_uk_pack_qconv_weights writes for `m` output channels of `k` = C * KH * KW
+// weights each; -1 on overflow.
+int64_t cuvil_uk_qconv_weights_size(int64_t m, int64_t k);
+
+// Packs ONNX's [M, C, KH, KW] int8 weights (row m at w + m * k) for cuvil_uk_qconv2d: panels of
+// CUVIL_UK_QMR output channels, each stored [ceil(k / 4)][QMR][4] (four consecutive k per 32-bit
+// lane), zero padded in k and m; one layout for every CPU tier. With non-null `sums`, also writes
+// sums[m] = the sum of row m's weights. Reentrant.
+void cuvil_uk_pack_qconv_weights(const int8_t* w, int64_t m, int64_t k, int8_t* packed,
+                                 int32_t* sums);
+
+// For `batch` images: acc[m][q] = sum_r w[m][r] * x'[r][q] in int32, where x' is x (int8 inputs
+// plus 128) with the zero padding reading x_zero (plus 128 for int8); then
+// v = (acc - comp[m]) * mult[m] + bias[m] in float32 and y per p->out_type (a float32 output adds
+// `residual`, y's shape, when non-null, before the clamp). The caller folds the zero points into
+// comp (comp[m] = x_zero' * sum of row m's weights, x_zero' the padding value read) and the scales
+// into mult and bias. w is packed by cuvil_uk_pack_qconv_weights. y must not overlap the inputs.
+// Splits the work over the calling thread's intra-op threads. Reentrant.
+void cuvil_uk_qconv2d(const cuvil_uk_qconv_params* p, const void* x, const int8_t* w,
+                      const int32_t* comp, const float* mult, const float* bias,
+                      const float* residual, void* y, int64_t batch, float lo, float hi);
+
+// Output channels per packed quantized weight panel.
+inline constexpr int64_t CUVIL_UK_QMR = 8;
+
+// The name of the quantized GEMM body in use ("avx512_vnni", "avx2" or "generic").
+const char* cuvil_uk_qtier();
+
 // Rows of one register block (output channels per packed panel).
 inline constexpr int64_t CUVIL_UK_MR = 6;
 

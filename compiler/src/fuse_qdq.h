@@ -1,0 +1,29 @@
+// Private: integer convolutions for QDQ models (see fuse_qdq.cc).
+#ifndef CUVIL_COMPILER_SRC_FUSE_QDQ_H_
+#define CUVIL_COMPILER_SRC_FUSE_QDQ_H_
+
+#include <unordered_set>
+
+#include "cuvil/compiler/ir.h"
+
+namespace cuvil {
+
+// The values that FuseQdqConvs may read as int8 weights: the outputs of DequantizeLinear nodes
+// feeding a Conv's weight input. OptimizeGraph keeps those DequantizeLinear nodes unfolded until
+// FuseQdqConvs has run (then folds the ones still used).
+std::unordered_set<const ir::Value*> QdqWeightCandidates(const ir::Graph& graph);
+
+// Rewrites DequantizeLinear(x) and DequantizeLinear(constant int8 weight) -> Conv (2-D, group 1,
+// constant float bias) -> [Add of a residual computed earlier] -> [Relu | Clip] ->
+// [QuantizeLinear] into one CuvilQConv node (cuvil_uk_qconv2d: uint8 or int8 x, int8 weights,
+// int32 accumulation, the scales and zero points folded into a per-channel requantisation, the
+// activation as its clamp). Fires only when x's scale and zero point are constant scalars, the
+// weight's scale is constant per tensor or per output channel with zero points 0, and every
+// intermediate float value has no other consumer and is no graph output; without a final
+// QuantizeLinear (or with a residual) the node outputs float32. Needs inferred shapes. Returns the
+// number of Convs rewritten. Not thread-safe on the same graph.
+int FuseQdqConvs(ir::Graph& graph);
+
+}  // namespace cuvil
+
+#endif  // CUVIL_COMPILER_SRC_FUSE_QDQ_H_
