@@ -260,10 +260,88 @@ void DepthwiseItems(const cuvil_uk_conv_params& p, const float* x, const float* 
   }
 }
 
+// 3x3, dilation 1, stride SW on both axes (MobileNet's depthwise layers): output rows
+// [oy0, oy0 + count) of the column block at ox0. Each input row the block reads is loaded once
+// (three column vectors, masked as in DepthwiseItems) and multiplied into the up to three output
+// rows it feeds, with the nine weights in registers: 3 loads per 9 FMAs instead of 9.
+template <int SW>
+void Depthwise3x3Items(const cuvil_uk_conv_params& p, const float* x, const __m512 (&w)[9],
+                       __m512 bias, const float* residual, float* y, const Epilogue& ep,
+                       int64_t oy0, int64_t count, int64_t ox0, const uint32_t* col_mask) {
+  constexpr int kRows = (kItems - 1) * SW + 3;  // input rows of kItems output rows
+  __m512 acc[kItems];
+#pragma GCC unroll 8
+  for (int n = 0; n < kItems; ++n) acc[n] = bias;
+  const int64_t iy0 = oy0 * SW - p.pad_top;
+  const int64_t rows = (count - 1) * SW + 3;  // input rows the `count` live outputs read
+  const int64_t ix0 = ox0 * SW - p.pad_left;
+  const uint32_t m0 = col_mask[0], m1 = col_mask[1], m2 = col_mask[2];
+#pragma GCC unroll 32
+  for (int j = 0; j < kRows; ++j) {
+    const int64_t iy = iy0 + j;
+    if (j >= rows) break;
+    if (iy < 0 || iy >= p.height) continue;  // a padding row adds nothing
+    // The address may lie before the row; the masks keep every lane read inside it.
+    const float* at = reinterpret_cast<const float*>(reinterpret_cast<uintptr_t>(x + iy * p.width) +
+                                                     ix0 * int64_t{sizeof(float)});
+    const __m512 v0 = LoadColumns<SW>(at, m0);
+    const __m512 v1 = LoadColumns<SW>(at + 1, m1);
+    const __m512 v2 = LoadColumns<SW>(at + 2, m2);
+#pragma GCC unroll 3
+    for (int ky = 0; ky < 3; ++ky) {
+      const int d = j - ky;  // output row n reads input row n * SW + ky
+      if (d < 0 || d % SW != 0 || d / SW >= kItems) continue;
+      const int n = d / SW;
+      acc[n] = _mm512_fmadd_ps(w[3 * ky], v0, acc[n]);
+      acc[n] = _mm512_fmadd_ps(w[3 * ky + 1], v1, acc[n]);
+      acc[n] = _mm512_fmadd_ps(w[3 * ky + 2], v2, acc[n]);
+    }
+  }
+  const __mmask16 store = Mask(p.out_width - ox0);
+#pragma GCC unroll 8
+  for (int n = 0; n < kItems; ++n) {
+    if (n >= count) break;
+    const int64_t o = (oy0 + n) * p.out_width + ox0;
+    __m512 v = acc[n];
+    if (residual != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(store, residual + o));
+    _mm512_mask_storeu_ps(y + o, store, Activate(v, ep));
+  }
+}
+
+template <int SW>
+void Depthwise3x3Plane(const cuvil_uk_conv_params& p, const float* x, const float* wt, float bias,
+                       const float* residual, float* y, const Epilogue& ep) {
+  __m512 w[9];
+#pragma GCC unroll 9
+  for (int t = 0; t < 9; ++t) w[t] = _mm512_set1_ps(wt[t]);
+  const __m512 b = _mm512_set1_ps(bias);
+  for (int64_t ox0 = 0; ox0 < p.out_width; ox0 += kLanes) {
+    uint32_t col_mask[3];
+    for (int64_t kx = 0; kx < 3; ++kx) {
+      const int64_t ix = ox0 * SW - p.pad_left + kx;
+      col_mask[kx] = RangeMask(-ix, p.width - ix, SW * kLanes);
+    }
+    for (int64_t oy0 = 0; oy0 < p.out_height; oy0 += kItems) {
+      const int64_t count = p.out_height - oy0 < kItems ? p.out_height - oy0 : kItems;
+      Depthwise3x3Items<SW>(p, x, w, b, residual, y, ep, oy0, count, ox0, col_mask);
+    }
+  }
+}
+
 bool DepthwisePlane(const cuvil_uk_conv_params& p, const float* x, const float* wt, float bias,
                     const float* residual, float* y, const Epilogue& ep) {
   if ((p.stride_w != 1 && p.stride_w != 2) || p.kernel_w > kMaxKernelW || p.width > kZeroRow) {
     return false;
+  }
+  if (p.kernel_h == 3 && p.kernel_w == 3 && p.dilation_h == 1 && p.dilation_w == 1 &&
+      p.stride_h == p.stride_w) {
+    if (p.stride_w == 1) {
+      Depthwise3x3Plane<1>(p, x, wt, bias, residual, y, ep);
+    } else {
+      Depthwise3x3Plane<2>(p, x, wt, bias, residual, y, ep);
+    }
+    if (ep.activation == CUVIL_UK_ACT_SIGMOID) SigmoidInPlace(y, p.out_height * p.out_width);
+    return true;
   }
   const int64_t span = p.stride_w * kLanes;  // input columns one item's load covers
   for (int64_t ox0 = 0; ox0 < p.out_width; ox0 += kLanes) {

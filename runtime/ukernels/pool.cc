@@ -24,8 +24,28 @@ void TapRange(int64_t start, int64_t step, int64_t taps, int64_t n, int64_t* t0,
   *t1 = std::clamp(hi, *t0, taps);
 }
 
+// The common 2x2, stride-2, unpadded window (LeNet, VGG): one fused pass per output row over the
+// two input rows, then the pairwise pick. `row` holds 2 * OW floats.
+void Pool2x2Plane(const cuvil_uk_pool_params& p, const float* x, float* y, float* row) {
+  const int64_t n = 2 * p.out_width;
+  for (int64_t oy = 0; oy < p.out_height; ++oy) {
+    const float* r0 = x + 2 * oy * p.width;
+    const float* r1 = r0 + p.width;
+    for (int64_t i = 0; i < n; ++i) row[i] = MaxNan(r0[i], r1[i]);
+    float* out = y + oy * p.out_width;
+    for (int64_t ox = 0; ox < p.out_width; ++ox) out[ox] = MaxNan(row[2 * ox], row[2 * ox + 1]);
+  }
+}
+
+bool Is2x2Stride2(const cuvil_uk_pool_params& p) {
+  return p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 &&
+         p.dilation_h == 1 && p.dilation_w == 1 && p.pad_top == 0 && p.pad_left == 0 &&
+         2 * p.out_height <= p.height && 2 * p.out_width <= p.width;
+}
+
 // `row` and `wide` hold W floats each.
 void PoolPlane(const cuvil_uk_pool_params& p, const float* x, float* y, float* row, float* wide) {
+  if (Is2x2Stride2(p)) return Pool2x2Plane(p, x, y, row);
   const float lowest = -std::numeric_limits<float>::infinity();
   // Output columns whose every tap lies inside the row: no range check per tap.
   int64_t ox0 = 0, ox1 = 0;

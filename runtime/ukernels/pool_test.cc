@@ -109,5 +109,35 @@ TEST(MaxPoolTest, WindowsWithoutInput) {
 
 TEST(MaxPoolTest, NanPropagates) { RunPool(Params(12, 12, 3, 2, 1, 1, false), 4, 1, true); }
 
+// The 2x2 stride-2 fast path: LeNet's planes, an odd floor-mode plane (last row and column
+// unused), ceil mode (overhang: the general path) and 2 threads.
+TEST(MaxPoolTest, TwoByTwoStrideTwo) {
+  RunPool(Params(24, 24, 2, 2, 1, 0, false), 48, 1);
+  RunPool(Params(8, 8, 2, 2, 1, 0, false), 128, 2);
+  RunPool(Params(9, 17, 2, 2, 1, 0, false), 3, 1);
+  RunPool(Params(9, 17, 2, 2, 1, 0, true), 3, 1);
+  RunPool(Params(2, 2, 2, 2, 1, 0, false), 5, 1);
+}
+
+// A NaN at each of the four places of a 2x2 window comes out of that window (and only it).
+TEST(MaxPoolTest, TwoByTwoNanAtEveryWindowPlace) {
+  const cuvil_uk_pool_params p = Params(4, 6, 2, 2, 1, 0, false);
+  for (int64_t at : {0, 1, 6, 7}) {
+    std::vector<float> x(24);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 5) - 2.0f;
+    x[at + 2] = std::numeric_limits<float>::quiet_NaN();  // window (0, 1) holds 2, 3, 8, 9
+    const std::vector<float> want = Reference(p, x, 1);
+    std::vector<float> got(want.size(), 12345.0f);
+    cuvil_uk_maxpool2d(&p, x.data(), got.data(), 1);
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (i == 1) {
+        EXPECT_TRUE(std::isnan(got[i])) << "NaN at " << at + 2;
+      } else {
+        EXPECT_EQ(got[i], want[i]) << "NaN at " << at + 2 << ", output " << i;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cuvil

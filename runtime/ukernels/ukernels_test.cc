@@ -189,7 +189,7 @@ TEST(UkernelsTest, DepthwisePlaneEveryTierEdgeSizes) {
     if (t->depthwise_plane == nullptr) continue;
     SCOPED_TRACE(t->name);
     for (const Kernel& k : kernels) {
-      for (int64_t h : {1, 2, 5, 9, 17}) {
+      for (int64_t h : {1, 2, 5, 9, 17, 35}) {
         for (int64_t w : {1, 3, 7, 8, 9, 15, 16, 17, 23, 33, 41}) {
           for (int64_t s = 0; s < 4; ++s) {
             const int64_t sh = 1 + s / 2, sw = 1 + s % 2;
