@@ -44,18 +44,6 @@ bool IsPlainConv(const ir::Node* n) {
   return !n->has_input(2) || IsConstFloat32(n->inputs[2], m);
 }
 
-// Uses of every value by node inputs (graph outputs count as a use too).
-std::map<const ir::Value*, int> UseCounts(const ir::Graph& graph) {
-  std::map<const ir::Value*, int> uses;
-  for (const auto& n : graph.nodes()) {
-    for (const ir::Value* in : n->inputs) {
-      if (in != nullptr) ++uses[in];
-    }
-  }
-  for (const ir::Value* out : graph.outputs) ++uses[out];
-  return uses;
-}
-
 // The Conv producing `v` when `v` feeds only one node and is not a graph output.
 ir::Node* SoleUseConv(const ir::Value* v, const std::map<const ir::Value*, int>& uses) {
   if (v == nullptr || v->is_graph_output || v->producer == nullptr) return nullptr;
@@ -80,7 +68,7 @@ ir::Value* NewConstant(ir::Graph& graph, const std::string& name, HostTensor t) 
 // Conv -> BatchNormalization: W'[m] = W[m] * s[m], b'[m] = (b[m] - mean[m]) * s[m] + beta[m] with
 // s = scale / sqrt(var + epsilon), computed in double.
 bool FoldBatchNorms(ir::Graph& graph) {
-  auto uses = UseCounts(graph);
+  auto uses = ir::UseCounts(graph);
   std::vector<ir::Node*> dead;
   for (auto& node : graph.mutable_nodes()) {
     ir::Node* bn = node.get();
@@ -125,7 +113,7 @@ bool FoldBatchNorms(ir::Graph& graph) {
 // runs. With two candidate Convs the later one takes the residual (PyTorch exports a ResNet
 // downsample branch after the main branch).
 bool FuseResidualAdds(ir::Graph& graph) {
-  auto uses = UseCounts(graph);
+  auto uses = ir::UseCounts(graph);
   std::map<const ir::Node*, size_t> order;
   for (size_t i = 0; i < graph.nodes().size(); ++i) order[graph.nodes()[i].get()] = i;
   auto before = [&](const ir::Value* v, const ir::Node* conv) {
@@ -171,7 +159,7 @@ std::optional<float> ClipBound(const ir::Node& clip, size_t input, const char* a
 }
 
 bool FuseActivations(ir::Graph& graph) {
-  auto uses = UseCounts(graph);
+  auto uses = ir::UseCounts(graph);
   std::vector<ir::Node*> dead;
   for (auto& node : graph.mutable_nodes()) {
     ir::Node* act = node.get();
@@ -228,7 +216,7 @@ bool WinogradPays(const ir::Node& conv, int64_t groups, int64_t c, int64_t m) {
 // Packs the weights of every eligible Conv (depthwise ones keep ONNX's layout): into `images`
 // when given and the weights have no other reader, else into a new constant.
 absl::Status PackWeights(ir::Graph& graph, ConstantImages* images) {
-  const auto uses = UseCounts(graph);
+  const auto uses = ir::UseCounts(graph);
   for (auto& node : graph.mutable_nodes()) {
     ir::Node* conv = node.get();
     if (conv->op_type != "Conv" || conv->has_attr("ukernel")) continue;

@@ -67,17 +67,6 @@ std::optional<PerTensorQ> ScalarParams(const ir::Node* n, const char* op) {
   return PerTensorQ{data, scale, zp != nullptr ? IntAt(*zp->constant, 0) : 0};
 }
 
-std::map<const ir::Value*, int> UseCounts(const ir::Graph& graph) {
-  std::map<const ir::Value*, int> uses;
-  for (const auto& n : graph.nodes()) {
-    for (const ir::Value* in : n->inputs) {
-      if (in != nullptr) ++uses[in];
-    }
-  }
-  for (const ir::Value* out : graph.outputs) ++uses[out];
-  return uses;
-}
-
 // The one node reading `v` when `v` has exactly one use and is no graph output.
 ir::Node* SoleConsumer(const ir::Graph& graph, const ir::Value* v,
                        const std::map<const ir::Value*, int>& uses) {
@@ -292,7 +281,7 @@ std::unordered_set<const ir::Value*> QdqWeightCandidates(const ir::Graph& graph)
 int FuseQdqConvs(ir::Graph& graph) {
   int fused = 0;
   std::vector<ir::Node*> dead;
-  auto uses = UseCounts(graph);
+  auto uses = ir::UseCounts(graph);
   std::map<const ir::Node*, size_t> order;
   for (size_t i = 0; i < graph.nodes().size(); ++i) order[graph.nodes()[i].get()] = i;
   for (size_t i = 0; i < graph.nodes().size(); ++i) {
@@ -303,7 +292,7 @@ int FuseQdqConvs(ir::Graph& graph) {
     if (n->op_type != "CuvilQConv") continue;  // not rewritten
     ++fused;
     dead.insert(dead.end(), d.begin(), d.end());
-    uses = UseCounts(graph);
+    uses = ir::UseCounts(graph);
   }
   graph.EraseNodes(dead);
   return fused;

@@ -153,4 +153,15 @@ std::vector<SymDim> KnownFromTensor(const HostTensor& t) {
   return out;
 }
 
+std::map<const Value*, int> UseCounts(const Graph& graph) {
+  std::map<const Value*, int> uses;
+  for (const auto& n : graph.nodes()) {
+    for (const Value* in : n->inputs) {
+      if (in != nullptr) ++uses[in];
+    }
+  }
+  for (const Value* out : graph.outputs) ++uses[out];
+  return uses;
+}
+
 }  // namespace cuvil::ir

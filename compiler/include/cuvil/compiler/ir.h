@@ -132,6 +132,9 @@ absl::StatusOr<std::vector<int64_t>> StaticValues(const std::vector<SymDim>& val
 // Reads an integer constant tensor (int32/int64/uint8/int8/bool) into SymDims.
 std::vector<SymDim> KnownFromTensor(const HostTensor& t);
 
+// Uses of every value by node inputs (a graph output counts as a use too).
+std::map<const Value*, int> UseCounts(const Graph& graph);
+
 }  // namespace cuvil::ir
 
 #endif  // CUVIL_COMPILER_IR_H_
