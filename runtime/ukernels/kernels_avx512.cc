@@ -218,6 +218,22 @@ __m512 LoadColumns(const float* row, uint32_t m) {
   }
 }
 
+// Stores output rows [oy0, oy0 + count) of the column block at ox0 from `acc`, adding the
+// residual and applying the epilogue; lanes past the row end are masked off.
+inline void StoreItems(const cuvil_uk_conv_params& p, const __m512 (&acc)[kItems],
+                       const float* residual, float* y, const Epilogue& ep, int64_t oy0,
+                       int64_t count, int64_t ox0) {
+  const __mmask16 store = Mask(p.out_width - ox0);
+#pragma GCC unroll 8
+  for (int n = 0; n < kItems; ++n) {
+    if (n >= count) break;
+    const int64_t at = (oy0 + n) * p.out_width + ox0;
+    __m512 v = acc[n];
+    if (residual != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(store, residual + at));
+    _mm512_mask_storeu_ps(y + at, store, Activate(v, ep));
+  }
+}
+
 // Output rows [oy0, oy0 + count) (count <= kItems) of the column block starting at ox0.
 template <int SW>
 void DepthwiseItems(const cuvil_uk_conv_params& p, const float* x, const float* wt, float bias,
@@ -249,15 +265,7 @@ void DepthwiseItems(const cuvil_uk_conv_params& p, const float* x, const float* 
       }
     }
   }
-  const __mmask16 store = Mask(p.out_width - ox0);
-#pragma GCC unroll 8
-  for (int n = 0; n < kItems; ++n) {
-    if (n >= count) break;
-    const int64_t at = (oy0 + n) * p.out_width + ox0;
-    __m512 v = acc[n];
-    if (residual != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(store, residual + at));
-    _mm512_mask_storeu_ps(y + at, store, Activate(v, ep));
-  }
+  StoreItems(p, acc, residual, y, ep, oy0, count, ox0);
 }
 
 // 3x3, dilation 1, stride SW on both axes (MobileNet's depthwise layers): output rows
@@ -297,15 +305,7 @@ void Depthwise3x3Items(const cuvil_uk_conv_params& p, const float* x, const __m5
       acc[n] = _mm512_fmadd_ps(w[3 * ky + 2], v2, acc[n]);
     }
   }
-  const __mmask16 store = Mask(p.out_width - ox0);
-#pragma GCC unroll 8
-  for (int n = 0; n < kItems; ++n) {
-    if (n >= count) break;
-    const int64_t o = (oy0 + n) * p.out_width + ox0;
-    __m512 v = acc[n];
-    if (residual != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(store, residual + o));
-    _mm512_mask_storeu_ps(y + o, store, Activate(v, ep));
-  }
+  StoreItems(p, acc, residual, y, ep, oy0, count, ox0);
 }
 
 template <int SW>
