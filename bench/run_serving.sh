@@ -5,6 +5,7 @@
 #
 #   flock /tmp/cuvil-build.lock bench/run_serving.sh            # build/bin/{cuvil-server,cuvil-perf}
 #   SERVER=/tmp/base/cuvil-server bench/run_serving.sh          # another server binary
+#   REPO=/tmp/repo bench/run_serving.sh                         # another model repository
 #
 # Prints one line per run; bench/serving.md records the figures. Needs curl.
 set -euo pipefail
@@ -12,6 +13,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SERVER="${SERVER:-$ROOT/build/bin/cuvil-server}"
 PERF="${PERF:-$ROOT/build/bin/cuvil-perf}"
+REPO="${REPO:-$ROOT/examples/model-repository}"
 MEASUREMENT_MS="${MEASUREMENT_MS:-5000}"
 PROTOCOLS="${PROTOCOLS:-grpc http}"
 CONCURRENCIES="${CONCURRENCIES:-1 16}"
@@ -20,7 +22,7 @@ CONCURRENCIES="${CONCURRENCIES:-1 16}"
 source "$ROOT/bench/start_server.sh"
 make_bench_workdir serving
 
-start_cuvil_server "$WORK/server.log" "$SERVER" --model-repository "$ROOT/examples/model-repository" \
+start_cuvil_server "$WORK/server.log" "$SERVER" --model-repository "$REPO" \
   --grpc-port 0 --http-port 0 --metrics-port 0 --no-jit-cache "$@"
 grep -i "thread" "$WORK/server.log" || true
 
