@@ -128,9 +128,9 @@ llvm::Value* KernelContext::Const(DType dtype, double v) {
 }
 
 llvm::Value* KernelContext::Dim(const SymDim& d) {
-  if (d.IsStatic()) return I64(d.coef);
-  llvm::Value* v = I64(d.coef);
-  for (int i = 0; i < d.power; ++i) v = builder_.CreateMul(v, batch_);
+  if (d.IsStatic()) return I64(d.coef());
+  llvm::Value* v = I64(d.coef());
+  for (int i = 0; i < d.power(); ++i) v = builder_.CreateMul(v, batch_);
   return v;
 }
 
