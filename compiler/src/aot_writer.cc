@@ -116,8 +116,8 @@ absl::StatusOr<std::string> EmitGlue(const CompiledModel& model, const std::stri
       std::vector<llvm::Constant*> dims;
       for (const SymDim& d : s.shape) {
         dims.push_back(llvm::ConstantStruct::get(
-            dim_ty, {llvm::ConstantInt::get(i64, d.coef),
-                     llvm::ConstantInt::get(i32, d.IsStatic() ? 0 : d.power)}));
+            dim_ty, {llvm::ConstantInt::get(i64, d.coef()),
+                     llvm::ConstantInt::get(i32, d.IsStatic() ? 0 : d.power())}));
       }
       auto* dims_ty = llvm::ArrayType::get(dim_ty, dims.size());
       auto* dims_gv = new llvm::GlobalVariable(
@@ -489,9 +489,9 @@ absl::Status PrivatiseSymbols(std::vector<Member>& members, const std::string& n
 }
 
 std::string DimString(const SymDim& d) {
-  if (d.IsStatic()) return absl::StrCat(d.coef);
-  std::string b = d.power == 1 ? "batch" : absl::StrCat("batch^", d.power);
-  return d.coef == 1 ? b : absl::StrCat(d.coef, "*", b);
+  if (d.IsStatic()) return absl::StrCat(d.coef());
+  std::string b = d.power() == 1 ? "batch" : absl::StrCat("batch^", d.power());
+  return d.coef() == 1 ? b : absl::StrCat(d.coef(), "*", b);
 }
 
 // `text` made safe inside a C block comment: a "*/" (from a tensor name or a path) would end it.

@@ -34,8 +34,8 @@ std::optional<State> RowsOf(const SymShape& shape) {
   std::optional<State> rows;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i].IsStatic()) continue;
-    if (rows.has_value() || shape[i].power != 1 || shape[i].coef <= 0) return std::nullopt;
-    rows = State{Kind::kRows, static_cast<int>(i), shape[i].coef, 1};
+    if (rows.has_value() || shape[i].power() != 1 || shape[i].coef() <= 0) return std::nullopt;
+    rows = State{Kind::kRows, static_cast<int>(i), shape[i].coef(), 1};
   }
   return rows;
 }
@@ -44,7 +44,7 @@ std::optional<State> RowsOf(const SymShape& shape) {
 std::optional<int64_t> PrefixProduct(const SymShape& shape, int end) {
   int64_t p = 1;
   for (int i = 0; i < end; ++i) {
-    if (!shape[i].IsStatic() || __builtin_mul_overflow(p, shape[i].coef, &p)) return std::nullopt;
+    if (!shape[i].IsStatic() || __builtin_mul_overflow(p, shape[i].coef(), &p)) return std::nullopt;
   }
   return p;
 }
@@ -384,7 +384,7 @@ class Analysis {
         if (in[i].axis != aligned || in[i].coef != out.coef || in[i].outer != out_outer_) {
           return "broadcasts across the batch";
         }
-      } else if (aligned >= 0 && !(shape[aligned].IsStatic() && shape[aligned].coef == 1)) {
+      } else if (aligned >= 0 && !(shape[aligned].IsStatic() && shape[aligned].coef() == 1)) {
         return "broadcasts across the batch";
       }
     }
@@ -402,7 +402,7 @@ class Analysis {
         if (c.size() != 2 || in[2].axis != 0 || in[2].coef != a.coef || in[2].outer != a.outer) {
           return "C broadcasts across the batch";
         }
-      } else if (c.size() == 2 && !(c[0].IsStatic() && c[0].coef == 1)) {
+      } else if (c.size() == 2 && !(c[0].IsStatic() && c[0].coef() == 1)) {
         return "C broadcasts across the batch";
       }
     }
@@ -430,7 +430,7 @@ class Analysis {
     // The other operand's dim broadcast against the output position `pos`: absent or 1.
     auto broadcast_one = [&](const SymShape& s, int rank, int pos) {
       const int aligned = pos - (ro - rank);
-      return aligned < 0 || (s[aligned].IsStatic() && s[aligned].coef == 1);
+      return aligned < 0 || (s[aligned].IsStatic() && s[aligned].coef() == 1);
     };
     if (a.kind == Kind::kRows && b.kind == Kind::kRows) {
       if (a.axis >= ra - 2 || b.axis >= rb - 2 || a.axis + (ro - ra) != b.axis + (ro - rb) ||

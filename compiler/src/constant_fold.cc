@@ -52,8 +52,8 @@ bool TryFoldOnHost(ir::Graph& graph, ir::Node& node) {
   std::vector<int64_t> shape;
   int64_t n = 1;
   for (const SymDim& d : out->type.shape) {
-    shape.push_back(d.coef);
-    n *= d.coef;
+    shape.push_back(d.coef());
+    n *= d.coef();
     if (n > kMaxHostFoldElements) return false;
   }
   for (const ir::Value* in : node.inputs) {

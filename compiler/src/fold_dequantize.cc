@@ -48,7 +48,7 @@ bool TryFoldDequantize(ir::Graph& graph, ir::Node& node) {
     return false;
   }
   const int64_t n = xt.num_elements();
-  if (n > kMaxDequantizeFoldElements || n != SymNumElements(out->type.shape).coef) return false;
+  if (n > kMaxDequantizeFoldElements || n != SymNumElements(out->type.shape).coef()) return false;
   // Per-channel: element i belongs to channel (i / inner) % channels along the canonical axis.
   const int64_t channels = st.num_elements();
   int64_t inner = 1;

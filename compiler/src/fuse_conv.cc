@@ -236,7 +236,7 @@ absl::Status PackWeights(ir::Graph& graph, ConstantImages* images) {
     }
     const HostTensor& w = *conv->inputs[1]->constant;
     const int64_t groups = conv->attr_int("group", 1);
-    const int64_t c = conv->inputs[0]->type.shape[1].coef, m = w.shape()[0];
+    const int64_t c = conv->inputs[0]->type.shape[1].coef(), m = w.shape()[0];
     if (groups == c && groups == m && w.shape()[1] == 1) {
       conv->attrs["ukernel"] = int64_t{2};
       continue;

@@ -99,7 +99,7 @@ bool IsLastAxisMean(const ir::Node* n) {
 bool IsAffineParam(const ir::Value* v, const SymDim& last) {
   if (!IsFloat32(v) || !v->is_constant()) return false;
   int64_t n = v->constant->num_elements();
-  return v->type.rank() <= 1 && (n == 1 || (last.IsStatic() && n == last.coef));
+  return v->type.rank() <= 1 && (n == 1 || (last.IsStatic() && n == last.coef()));
 }
 
 int FuseLayerNorm(ir::Graph& graph, Matcher& m) {

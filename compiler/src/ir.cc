@@ -107,11 +107,11 @@ absl::Status ValidateTensorType(const TensorType& type, const std::string& what,
                                 const std::string& symbol) {
   SymDim extent = SymDim::Const(1);
   for (const SymDim& d : type.shape) {
-    if (d.coef < 0) {
+    if (d.coef() < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(what, " has a negative dimension in ", type.ToString(symbol)));
     }
-    if (d.coef == 0) continue;
+    if (d.coef() == 0) continue;
     auto next = SymMulChecked(extent, d);
     if (!next) {
       return absl::InvalidArgumentError(
@@ -120,7 +120,7 @@ absl::Status ValidateTensorType(const TensorType& type, const std::string& what,
     extent = *next;
   }
   auto bytes = SymMulChecked(extent, SymDim::Const(static_cast<int64_t>(DTypeSize(type.dtype))));
-  if (!bytes || bytes->coef > kMaxTensorBytes) {
+  if (!bytes || bytes->coef() > kMaxTensorBytes) {
     return absl::InvalidArgumentError(absl::StrCat(what, " is too large: ", type.ToString(symbol),
                                                    " exceeds ", kMaxTensorBytes, " bytes",
                                                    extent.IsStatic() ? "" : " per batch item"));
@@ -135,7 +135,7 @@ absl::StatusOr<std::vector<int64_t>> StaticValues(const std::vector<SymDim>& val
     if (!d.IsStatic()) {
       return absl::InvalidArgumentError("value depends on the symbolic dimension");
     }
-    out.push_back(d.coef);
+    out.push_back(d.coef());
   }
   return out;
 }

@@ -156,23 +156,23 @@ absl::StatusOr<MemoryPlan> PlanMemoryDeferringWeights(const ir::Graph& graph,
       if (out == nullptr || plan.locations.count(out)) continue;
       SymDim bytes =
           SymMul(SymNumElements(out->type.shape), SymDim::Const(DTypeSize(out->type.dtype)));
-      if (bytes.power > 1) {
+      if (bytes.power() > 1) {
         return absl::UnimplementedError(
             absl::StrCat("value '", out->name, "' has size ", bytes.ToString(graph.symbol),
                          "; only sizes linear in the batch are supported"));
       }
-      if (bytes.coef < 0 || bytes.coef > ir::kMaxTensorBytes) {
+      if (bytes.coef() < 0 || bytes.coef() > ir::kMaxTensorBytes) {
         // Shape inference validates every value; this guards the sums below regardless.
         return absl::InvalidArgumentError(absl::StrCat("value '", out->name, "' is too large"));
       }
       int last = last_use.count(out) ? last_use[out] : i;
-      Interval iv{out, {std::max<int64_t>(bytes.coef, 1), i, last}};
+      Interval iv{out, {std::max<int64_t>(bytes.coef(), 1), i, last}};
       (bytes.IsStatic() ? fixed : scaled).push_back(iv);
       int64_t& sum = bytes.IsStatic() ? fixed_sum : scaled_sum;
       if (__builtin_add_overflow(sum, AlignUp(iv.life.size), &sum) || sum > kMaxRegionBytes) {
         return absl::InvalidArgumentError("the model's intermediate values are too large");
       }
-      plan.arena.unplanned_bytes += AlignUp(bytes.coef);
+      plan.arena.unplanned_bytes += AlignUp(bytes.coef());
     }
   }
   plan.arena.per_batch_bytes = PlaceIntervals(scaled);

@@ -19,10 +19,10 @@ constexpr size_t kMaxFoldElements = 64;
 
 HostTensor TensorFromKnown(const ir::TensorType& type, const std::vector<SymDim>& values) {
   std::vector<int64_t> shape;
-  for (const SymDim& d : type.shape) shape.push_back(d.coef);
+  for (const SymDim& d : type.shape) shape.push_back(d.coef());
   HostTensor t(type.dtype, shape);
   for (size_t i = 0; i < values.size() && static_cast<int64_t>(i) < t.num_elements(); ++i) {
-    t.SetFromInt64(static_cast<int64_t>(i), values[i].coef);
+    t.SetFromInt64(static_cast<int64_t>(i), values[i].coef());
   }
   return t;
 }
@@ -34,7 +34,7 @@ bool CanFold(const ir::Node& node) {
     if (out == nullptr) continue;
     if (!out->known.has_value() || !IsStaticShape(out->type.shape)) return false;
     if (out->known->size() > kMaxFoldElements) return false;
-    if (static_cast<int64_t>(out->known->size()) != SymNumElements(out->type.shape).coef)
+    if (static_cast<int64_t>(out->known->size()) != SymNumElements(out->type.shape).coef())
       return false;
     for (const SymDim& d : *out->known) {
       if (!d.IsStatic()) return false;

@@ -186,7 +186,7 @@ std::optional<int64_t> ScalarInt(const HostTensor& t) {
   if (t.num_elements() != 1 || IsFloat(t.dtype())) return std::nullopt;
   std::vector<SymDim> v = ir::KnownFromTensor(t);
   if (v.size() != 1 || !v[0].IsStatic()) return std::nullopt;
-  return v[0].coef;
+  return v[0].coef();
 }
 
 HostTensor ScalarTensor(DType dtype, int64_t v) {
@@ -799,7 +799,7 @@ class Resolver {
       onnx::AttributeProto* s = n->add_attribute();
       s->set_name("split");
       s->set_type(onnx::AttributeProto::INTS);
-      for (const SymDim& d : sizes) s->add_ints(d.coef);
+      for (const SymDim& d : sizes) s->add_ints(d.coef());
     }
     facts.SetStructured(outs[0], Structured::Sequence(std::move(pieces)));
     return absl::OkStatus();

@@ -21,10 +21,10 @@ int64_t ItemBytes(const TensorSignature& sig) {
   const int size = DTypeSize(sig.dtype);
   if (size <= 0) return -1;
   if (IsStaticShape(sig.shape)) return 0;
-  if (sig.shape.empty() || sig.shape[0].power != 1 || sig.shape[0].coef <= 0) return -1;
-  int64_t bytes = sig.shape[0].coef * size;
+  if (sig.shape.empty() || sig.shape[0].power() != 1 || sig.shape[0].coef() <= 0) return -1;
+  int64_t bytes = sig.shape[0].coef() * size;
   for (size_t i = 1; i < sig.shape.size(); ++i) {
-    if (!sig.shape[i].IsStatic() || __builtin_mul_overflow(bytes, sig.shape[i].coef, &bytes)) {
+    if (!sig.shape[i].IsStatic() || __builtin_mul_overflow(bytes, sig.shape[i].coef(), &bytes)) {
       return -1;
     }
   }

@@ -249,13 +249,13 @@ absl::StatusOr<int64_t> LoadedModel::ResolveBatch(
                        SymShapeToString(want, model_.symbol), ", got rank ", got.size()));
     }
     for (size_t d = 0; d < want.size(); ++d) {
-      if (want[d].IsStatic() || want[d].power != 1) continue;
-      if (got[d] % want[d].coef != 0 || got[d] < 0) {
+      if (want[d].IsStatic() || want[d].power() != 1) continue;
+      if (got[d] % want[d].coef() != 0 || got[d] < 0) {
         return absl::InvalidArgumentError(absl::StrCat("input '", sig[i].name, "' dim ", d, ": ",
                                                        got[d], " is not a multiple of ",
-                                                       want[d].coef));
+                                                       want[d].coef()));
       }
-      int64_t b = got[d] / want[d].coef;
+      int64_t b = got[d] / want[d].coef();
       if (batch >= 0 && b != batch) {
         return absl::InvalidArgumentError(absl::StrCat("input '", sig[i].name, "' dim ", d,
                                                        " implies ", model_.symbol, "=", b,

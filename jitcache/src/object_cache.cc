@@ -393,8 +393,8 @@ void ToProto(const TensorSignature& s, pb::TensorSignature* p) {
   p->set_dtype(static_cast<int32_t>(s.dtype));
   for (const SymDim& d : s.shape) {
     auto* pd = p->add_shape();
-    pd->set_coef(d.coef);
-    pd->set_power(d.power);
+    pd->set_coef(d.coef());
+    pd->set_power(d.power());
   }
 }
 

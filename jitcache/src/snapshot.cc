@@ -64,8 +64,8 @@ void ToProto(const TensorSignature& t, pb::SnapshotTensor* out) {
   out->set_dtype(static_cast<int32_t>(t.dtype));
   for (const SymDim& d : t.shape) {
     auto* dim = out->add_shape();
-    dim->set_coef(d.coef);
-    dim->set_power(d.power);
+    dim->set_coef(d.coef());
+    dim->set_power(d.power());
   }
 }
 

@@ -1,5 +1,6 @@
 #include "cuvil/runtime/symbolic_dim.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -18,70 +19,105 @@ int64_t SaturatingMul(int64_t a, int64_t b) {
   return (a < 0) != (b < 0) ? kInt64Min : kInt64Max;
 }
 
+// batch^p for p in [1, kMaxSymPower], built once: each DimExpr::Symbol allocates its atom, and
+// sharing one atom keeps every SymDim's batch the same node.
+const DimExpr& BatchPower(int32_t p) {
+  static const std::vector<DimExpr>* const kPowers = [] {
+    auto* v = new std::vector<DimExpr>;
+    DimExpr batch = DimExpr::Symbol(0, "batch");
+    DimExpr r(1);
+    v->push_back(r);
+    // batch^i for i <= kMaxSymPower == kMaxDimExprPower: never fails.
+    for (int32_t i = 1; i <= kMaxSymPower; ++i) v->push_back(r = *DimMul(r, batch));
+    return v;
+  }();
+  return (*kPowers)[p];
+}
+
 }  // namespace
 
+SymDim::SymDim(int64_t coef, int32_t power) {
+  if (coef == 0 || power <= 0) {
+    expr_ = DimExpr(coef);
+    return;
+  }
+  // A constant times batch^p (one term, coefficient 1) cannot overflow or grow too large.
+  expr_ = *DimMul(DimExpr(coef), BatchPower(std::min(power, kMaxSymPower)));
+}
+
+int64_t SymDim::coef() const {
+  if (expr_.IsStatic()) return expr_.constant_term();
+  return expr_.terms()[0].coef;
+}
+
+int32_t SymDim::power() const {
+  if (expr_.IsStatic()) return 0;
+  return expr_.terms()[0].factors[0].power;
+}
+
 int64_t SymDim::Eval(int64_t batch) const {
-  int64_t v = coef;
-  for (int i = 0; i < power && v != 0; ++i) v = SaturatingMul(v, batch);
+  int64_t v = coef();
+  const int32_t p = power();
+  for (int i = 0; i < p && v != 0; ++i) v = SaturatingMul(v, batch);
   return v;
 }
 
 std::string SymDim::ToString(const std::string& symbol) const {
-  if (IsStatic()) return absl::StrCat(coef);
-  std::string sym = power == 1 ? symbol : absl::StrCat(symbol, "^", power);
-  if (coef == 1) return sym;
-  return absl::StrCat(coef, "*", sym);
+  if (IsStatic()) return absl::StrCat(coef());
+  const int32_t p = power();
+  std::string sym = p == 1 ? symbol : absl::StrCat(symbol, "^", p);
+  if (coef() == 1) return sym;
+  return absl::StrCat(coef(), "*", sym);
 }
 
 std::optional<SymDim> SymMulChecked(SymDim a, SymDim b) {
-  if (a.coef == 0 || b.coef == 0) return SymDim::Const(0);
-  SymDim r;
+  if (a.coef() == 0 || b.coef() == 0) return SymDim::Const(0);
+  int64_t coef = 0;
   // Powers are non-negative and at most kMaxSymPower, so their sum cannot overflow.
-  if (__builtin_mul_overflow(a.coef, b.coef, &r.coef)) return std::nullopt;
-  r.power = a.power + b.power;
-  if (r.power > kMaxSymPower || r.power < 0) return std::nullopt;
-  return r;
+  if (__builtin_mul_overflow(a.coef(), b.coef(), &coef)) return std::nullopt;
+  const int32_t power = a.power() + b.power();
+  if (power > kMaxSymPower || power < 0) return std::nullopt;
+  return SymDim(coef, power);
 }
 
 SymDim SymMul(SymDim a, SymDim b) {
   if (auto r = SymMulChecked(a, b)) return *r;
-  int32_t power = a.power + b.power;
+  int32_t power = a.power() + b.power();
   if (power > kMaxSymPower || power < 0) power = kMaxSymPower;
-  return {(a.coef < 0) != (b.coef < 0) ? kInt64Min : kInt64Max, power};
+  return SymDim((a.coef() < 0) != (b.coef() < 0) ? kInt64Min : kInt64Max, power);
 }
 
 std::optional<SymDim> SymAdd(SymDim a, SymDim b) {
-  if (a.coef == 0) return b;
-  if (b.coef == 0) return a;
-  if (a.power != b.power) return std::nullopt;
-  SymDim r{0, a.power};
-  if (__builtin_add_overflow(a.coef, b.coef, &r.coef)) return std::nullopt;
-  if (r.coef == 0) r.power = 0;
-  return r;
+  if (a.coef() == 0) return b;
+  if (b.coef() == 0) return a;
+  if (a.power() != b.power()) return std::nullopt;
+  int64_t coef = 0;
+  if (__builtin_add_overflow(a.coef(), b.coef(), &coef)) return std::nullopt;
+  return SymDim(coef, a.power());
 }
 
 std::optional<SymDim> SymSub(SymDim a, SymDim b) {
-  if (b.coef == kInt64Min) return std::nullopt;  // -b would overflow.
-  return SymAdd(a, {-b.coef, b.power});
+  if (b.coef() == kInt64Min) return std::nullopt;  // -b would overflow.
+  return SymAdd(a, SymDim(-b.coef(), b.power()));
 }
 
 std::optional<SymDim> SymDiv(SymDim a, SymDim b) {
-  if (b.coef == 0) return std::nullopt;
-  if (a.coef == 0) return SymDim::Const(0);
-  if (a.power < b.power) return std::nullopt;
-  if (b.coef == -1) {
+  if (b.coef() == 0) return std::nullopt;
+  if (a.coef() == 0) return SymDim::Const(0);
+  if (a.power() < b.power()) return std::nullopt;
+  if (b.coef() == -1) {
     // a / -1 is -a; INT64_MIN has no negation, so wrap like two's-complement hardware (numpy).
-    if (a.power != b.power && a.coef == kInt64Min) return std::nullopt;
-    int64_t neg = a.coef == kInt64Min ? kInt64Min : -a.coef;
-    return a.power == b.power ? SymDim::Const(neg) : SymDim{neg, a.power - b.power};
+    if (a.power() != b.power() && a.coef() == kInt64Min) return std::nullopt;
+    int64_t neg = a.coef() == kInt64Min ? kInt64Min : -a.coef();
+    return a.power() == b.power() ? SymDim::Const(neg) : SymDim(neg, a.power() - b.power());
   }
-  if (a.power == b.power) {
+  if (a.power() == b.power()) {
     // Static quotient: C truncation, as ONNX integer Div and the generated code do.
-    if (a.power == 0 || a.coef % b.coef == 0) return SymDim::Const(a.coef / b.coef);
+    if (a.power() == 0 || a.coef() % b.coef() == 0) return SymDim::Const(a.coef() / b.coef());
     return std::nullopt;
   }
-  if (a.coef % b.coef != 0) return std::nullopt;
-  return SymDim{a.coef / b.coef, a.power - b.power};
+  if (a.coef() % b.coef() != 0) return std::nullopt;
+  return SymDim(a.coef() / b.coef(), a.power() - b.power());
 }
 
 SymDim SymNumElements(const SymShape& shape) {
@@ -123,11 +159,11 @@ bool IsStaticShape(const SymShape& shape) {
 }
 
 DimExpr ToDimExpr(const SymDim& d, int32_t id, const std::string& name) {
-  if (d.IsStatic()) return DimExpr(d.coef);
+  if (d.IsStatic() || (id == 0 && name == "batch")) return d.expr();
   DimExpr sym = DimExpr::Symbol(id, name);
-  DimExpr r(d.coef);
+  DimExpr r(d.coef());
   // coef * batch^power with power <= kMaxSymPower == kMaxDimExprPower: never fails.
-  for (int32_t i = 0; i < d.power; ++i) r = *DimMul(r, sym);
+  for (int32_t i = 0; i < d.power(); ++i) r = *DimMul(r, sym);
   return r;
 }
 
@@ -139,7 +175,7 @@ std::optional<SymDim> ToSymDim(const DimExpr& e, int32_t id) {
   }
   const DimExpr::Factor& f = terms[0].factors[0];
   if (f.atom->kind != DimAtomKind::kSymbol || f.atom->symbol != id) return std::nullopt;
-  return SymDim{terms[0].coef, f.power};
+  return SymDim(terms[0].coef, f.power);
 }
 
 }  // namespace cuvil

@@ -36,10 +36,10 @@ TEST(SymDimTest, ProductsThatOverflowAreDetectedNotWrapped) {
   SymDim big = SymDim::Const(int64_t{1} << 62);
   EXPECT_FALSE(SymMulChecked(big, SymDim::Const(4)).has_value());
   EXPECT_FALSE(SymMulChecked(SymDim::Const((int64_t{1} << 62) + 1), SymDim::Batch(4)).has_value());
-  EXPECT_EQ(SymMul(big, SymDim::Const(4)).coef, kMax);
-  EXPECT_EQ(SymMul(big, SymDim::Const(-4)).coef, kMin);
+  EXPECT_EQ(SymMul(big, SymDim::Const(4)).coef(), kMax);
+  EXPECT_EQ(SymMul(big, SymDim::Const(-4)).coef(), kMin);
   EXPECT_FALSE(SymNumElementsChecked({SymDim::Const((int64_t{1} << 62) + 1), SymDim::Const(4)}));
-  EXPECT_EQ(SymNumElements({SymDim::Const((int64_t{1} << 62) + 1), SymDim::Const(4)}).coef, kMax);
+  EXPECT_EQ(SymNumElements({SymDim::Const((int64_t{1} << 62) + 1), SymDim::Const(4)}).coef(), kMax);
   EXPECT_EQ(*SymNumElementsChecked({SymDim::Const(3), SymDim::Batch(), SymDim::Const(0)}),
             SymDim::Const(0));
   EXPECT_EQ(*SymMulChecked(SymDim::Const(1 << 20), SymDim::Batch(1 << 20)),
@@ -49,8 +49,8 @@ TEST(SymDimTest, ProductsThatOverflowAreDetectedNotWrapped) {
 TEST(SymDimTest, PowerIsCapped) {
   SymDim d = SymDim::Batch();
   for (int i = 0; i < 6; ++i) d = SymMul(d, d);  // batch^64 uncapped.
-  EXPECT_LE(d.power, kMaxSymPower);
-  EXPECT_EQ(d.coef, kMax);
+  EXPECT_LE(d.power(), kMaxSymPower);
+  EXPECT_EQ(d.coef(), kMax);
   EXPECT_FALSE(SymMulChecked({1, kMaxSymPower}, SymDim::Batch()).has_value());
 }
 
@@ -97,6 +97,27 @@ TEST(SymDimTest, ConvertsToAndFromDimExpr) {
   EXPECT_FALSE(ToSymDim(*DimMul(b, s)).has_value());  // Two symbols.
   EXPECT_FALSE(ToSymDim(s).has_value());              // Not the batch.
   EXPECT_EQ(ToSymDim(s, 1), SymDim::Batch());
+}
+
+TEST(SymDimTest, StoresItsValueAsADimExprInSymbolZero) {
+  DimExpr b = DimExpr::Symbol(0, "batch");
+  EXPECT_EQ(SymDim::Batch(4).expr(), *DimMul(b, 4));
+  EXPECT_EQ((SymDim{3, 2}).expr(), *DimMul(*DimMul(b, b), 3));
+  EXPECT_EQ(SymDim::Const(7).expr(), DimExpr(7));
+  EXPECT_EQ(SymDim::Const(7).AsConstant(), 7);
+  EXPECT_FALSE(SymDim::Batch().AsConstant().has_value());
+  // A zero coefficient is the constant 0, whatever the power.
+  EXPECT_EQ((SymDim{0, 3}), SymDim::Const(0));
+  EXPECT_TRUE((SymDim{0, 3}).IsStatic());
+  EXPECT_EQ((SymDim{0, 3}).power(), 0);
+  // The monomial view reads back what was built.
+  SymDim d{-5, 3};
+  EXPECT_EQ(d.coef(), -5);
+  EXPECT_EQ(d.power(), 3);
+  EXPECT_EQ(d.ToString("n"), "-5*n^3");
+  // Arithmetic results share the same symbol, so they compare equal to directly built dims.
+  EXPECT_EQ(SymMul(SymDim::Batch(2), SymDim::Batch(3)), (SymDim{6, 2}));
+  EXPECT_FALSE(SymDim::Batch() == SymDim::Const(1));
 }
 
 }  // namespace

@@ -18,7 +18,7 @@ absl::Status CheckSpec(const char* kind, const TensorSpec& spec, const TensorSig
   if (spec.dtype != sig.dtype) return mismatch("has another data type");
   const size_t lead = spec.batched ? 1 : 0;
   if (spec.dims.size() + lead != sig.shape.size()) return mismatch("has another rank");
-  if (spec.batched && !(sig.shape[0].coef == 1 && sig.shape[0].power == 1)) {
+  if (spec.batched && !(sig.shape[0].coef() == 1 && sig.shape[0].power() == 1)) {
     return mismatch("is batched but dim 0 is not the batch dimension");
   }
   for (size_t d = 0; d < spec.dims.size(); ++d) {

@@ -47,7 +47,7 @@ std::string DimsToString(const google::protobuf::RepeatedField<int64_t>& dims) {
   return absl::StrCat("[", absl::StrJoin(dims, ","), "]");
 }
 
-bool IsBatchDim(const SymDim& d) { return d.coef == 1 && d.power == 1; }
+bool IsBatchDim(const SymDim& d) { return d.coef() == 1 && d.power() == 1; }
 
 // Model dims as the config shows them: batch dim dropped when batching, symbolic dims as -1.
 std::vector<int64_t> ConfigDims(const SymShape& shape, bool batched) {

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "codegen/dim_expr_emit.h"
 #include "llvm/IR/Constants.h"
 #include "llvm/IR/Function.h"
 
@@ -127,12 +128,15 @@ llvm::Value* KernelContext::Const(DType dtype, double v) {
   return llvm::ConstantInt::get(t, static_cast<uint64_t>(v));
 }
 
-llvm::Value* KernelContext::Dim(const SymDim& d) {
-  if (d.IsStatic()) return I64(d.coef);
-  llvm::Value* v = I64(d.coef);
-  for (int i = 0; i < d.power; ++i) v = builder_.CreateMul(v, batch_);
-  return v;
+llvm::Value* EmitDim(llvm::IRBuilder<>& b, const SymDim& d, llvm::Value* batch) {
+  if (auto c = d.AsConstant()) return b.getInt64(static_cast<uint64_t>(*c));
+  // A fresh emitter per dim: nothing it emits is reused at another insertion point, so every
+  // value dominates its use wherever kernels call this.
+  DimExprEmitter emit(b, [batch](int32_t) { return batch; });
+  return emit.Emit(d.expr());
 }
+
+llvm::Value* KernelContext::Dim(const SymDim& d) { return EmitDim(builder_, d, batch_); }
 
 Idx KernelContext::Dims(const SymShape& shape) {
   Idx out;

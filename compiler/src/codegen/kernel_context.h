@@ -174,6 +174,10 @@ class KernelContext {
   std::vector<llvm::Value*> outputs_;
 };
 
+// The i64 value of `d` at the insertion point of `b`, with `batch` standing for symbol 0 (the one
+// symbol a SymDim mentions); a static dim is an i64 constant.
+llvm::Value* EmitDim(llvm::IRBuilder<>& b, const SymDim& d, llvm::Value* batch);
+
 // Loads element `i` of the integer index tensor at input `input`, as i64.
 llvm::Value* LoadIndex(KernelContext& k, size_t input, llvm::Value* i);
 // True (i1) when idx lies in [-len, len), the indices ONNX accepts along an axis of length len.

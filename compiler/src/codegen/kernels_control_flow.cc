@@ -54,9 +54,7 @@ llvm::Value* Address(llvm::IRBuilder<>& b, const MemoryPlan& plan, const ir::Val
 
 llvm::Value* ByteSize(llvm::IRBuilder<>& b, const ir::TensorType& t, llvm::Value* batch) {
   SymDim bytes = SymMul(SymNumElements(t.shape), SymDim::Const(DTypeSize(t.dtype)));
-  llvm::Value* n = b.getInt64(bytes.coef);
-  for (int p = 0; p < bytes.power; ++p) n = b.CreateMul(n, batch);
-  return n;
+  return EmitDim(b, bytes, batch);
 }
 
 // Lowers `g` (already optimised by shape inference) into `k`'s module as described above.

@@ -61,7 +61,7 @@ absl::Status GatherND(KernelContext& k) {
   const SymShape& data = k.in_shape(0);
   const SymShape& idx = k.in_shape(1);
   size_t batch = static_cast<size_t>(k.node().attr_int("batch_dims", 0));
-  size_t m = static_cast<size_t>(idx.back().coef);
+  size_t m = static_cast<size_t>(idx.back().coef());
   SymShape data_rest(data.begin() + batch, data.end());
   Idx rest_dims = k.Dims(data_rest), rest_strides = k.Strides(data_rest);
   llvm::Value* batches = k.NumElements(SymShape(data.begin(), data.begin() + batch));

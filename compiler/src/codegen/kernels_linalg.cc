@@ -375,7 +375,7 @@ absl::Status MatMul(KernelContext& k) {
   Idx o_strides = k.Strides(out_batch);
   const SymDim& m_sym = a[a.size() - 2];
   bool pack_at_run_time = d == DType::kFloat32 && k.in_shape(0).size() >= 2 &&
-                          k.in_shape(1).size() >= 2 && !(m_sym.IsStatic() && m_sym.coef < 4);
+                          k.in_shape(1).size() >= 2 && !(m_sym.IsStatic() && m_sym.coef() < 4);
   if (pack_at_run_time) {
     // Neither operand is a packed constant (attention's Q K^T and P V): pack each B matrix into
     // panels in a scratch buffer and reuse the register-blocked tile. Packing reads B once; the
@@ -468,7 +468,7 @@ absl::Status MatMul(KernelContext& k) {
 absl::Status Det(KernelContext& k) {
   DType d = k.in_dtype(0);
   const SymShape& x = k.in_shape(0);
-  int64_t m = x.back().coef;
+  int64_t m = x.back().coef();
   auto& b = k.b();
   llvm::Type* f64 = b.getDoubleTy();
   auto f = [&](double v) { return llvm::ConstantFP::get(f64, v); };

@@ -333,7 +333,7 @@ absl::Status ScatterND(KernelContext& k) {
   DType d = k.in_dtype(0);
   std::string reduction = k.node().attr_string("reduction", "none");
   auto& b = k.b();
-  int64_t q = indices.back().coef;
+  int64_t q = indices.back().coef();
   k.Memcpy(k.out(0), k.in(0), k.NumElements(data), d);
   Idx dims = k.Dims(data), strides = k.Strides(data);
   llvm::Value* slice = k.NumElements(SymShape(data.begin() + q, data.end()));
@@ -426,15 +426,15 @@ class ResizeEmitter {
       bool shifts = ctm_ == "tf_half_pixel_for_nn";
       bool same_scale = scales.empty() || scales[a] == 1.0f;
       if (in[a] == out[a] && same_scale && !crops &&
-          !(shifts && in[a].IsStatic() && in[a].coef > 1)) {
+          !(shifts && in[a].IsStatic() && in[a].coef() > 1)) {
         axes_.push_back(ax);
         continue;
       }
       if (!in[a].IsStatic() || !out[a].IsStatic())
         return k_.Unsupported("resizing a symbolic dimension");
       ax.identity = false;
-      ax.in_len = in[a].coef;
-      ax.out_len = out[a].coef;
+      ax.in_len = in[a].coef();
+      ax.out_len = out[a].coef();
       ax.scale = scales.empty() ? static_cast<double>(ax.out_len) / static_cast<double>(ax.in_len)
                                 : static_cast<double>(scales[a]);
       axes_.push_back(ax);

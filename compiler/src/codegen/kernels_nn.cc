@@ -37,7 +37,7 @@ int64_t LargestDivisor(int64_t n, int64_t limit) {
 
 Ints StaticSpatial(const SymShape& shape) {
   Ints out;
-  for (size_t d = 2; d < shape.size(); ++d) out.push_back(shape[d].coef);
+  for (size_t d = 2; d < shape.size(); ++d) out.push_back(shape[d].coef());
   return out;
 }
 
@@ -157,8 +157,8 @@ ConvPlan PlanConv(KernelContext& k) {
   c.w = ReadWindow(k);
   c.dt = k.in_dtype(0);
   c.group = k.node().attr_int("group", 1);
-  c.C = k.in_shape(0)[1].coef;
-  c.M = k.out_shape(0)[1].coef;
+  c.C = k.in_shape(0)[1].coef();
+  c.M = k.out_shape(0)[1].coef();
   c.Cg = c.C / c.group;
   c.Mg = c.M / c.group;
   c.K = Product(c.w.kernel);
@@ -225,10 +225,10 @@ absl::Status EmitConvUkernel(KernelContext& k) {
   if (w.rank() != 2) return k.Error("microkernel Conv must be 2-D");
   const int64_t kind = n.attr_int("ukernel", 0);
   cuvil_uk_conv_params p{};
-  p.channels = k.in_shape(0)[1].coef;
+  p.channels = k.in_shape(0)[1].coef();
   p.height = w.in[0];
   p.width = w.in[1];
-  p.out_channels = k.out_shape(0)[1].coef;
+  p.out_channels = k.out_shape(0)[1].coef();
   p.out_height = w.out[0];
   p.out_width = w.out[1];
   p.kernel_h = w.kernel[0];
@@ -334,7 +334,7 @@ absl::Status EmitConvTranspose(KernelContext& k) {
   Window w = ReadWindow(k);
   size_t r = w.rank();
   int64_t group = k.node().attr_int("group", 1);
-  int64_t C = k.in_shape(0)[1].coef, M = k.out_shape(0)[1].coef;
+  int64_t C = k.in_shape(0)[1].coef(), M = k.out_shape(0)[1].coef();
   int64_t Cg = C / group, Mg = M / group;
   int64_t in_plane = Product(w.in), out_plane = Product(w.out), k_plane = Product(w.kernel);
   Ints in_strides = RowMajorStrides(w.in), out_strides = RowMajorStrides(w.out);

@@ -194,8 +194,8 @@ void EmitIntConv(KernelContext& k, size_t x, size_t w, const QParam& x_zp, const
   size_t nsp = xs.size() - 2;
   std::vector<int64_t> strides = node.attr_ints("strides"), dilations = node.attr_ints("dilations");
   std::vector<int64_t> pads = node.attr_ints("pads");
-  int64_t in_per_group = ws[1].coef;
-  int64_t out_per_group = ws[0].coef / node.attr_int("group", 1);
+  int64_t in_per_group = ws[1].coef();
+  int64_t out_per_group = ws[0].coef() / node.attr_int("group", 1);
   Idx x_str = k.Strides(xs), w_str = k.Strides(ws), out_str = k.Strides(os);
   Idx taps = {k.I64(in_per_group)};  // reduction extents: channel in group, kernel positions
   for (size_t i = 0; i < nsp; ++i) taps.push_back(k.Dim(ws[2 + i]));
@@ -281,12 +281,12 @@ absl::Status QConvFused(KernelContext& k) {
   const std::vector<int64_t> ks = n.attr_ints("kernel_shape"), st = n.attr_ints("strides"),
                              d = n.attr_ints("dilations"), pads = n.attr_ints("pads");
   cuvil_uk_qconv_params p{};
-  p.conv.channels = k.in_shape(0)[1].coef;
-  p.conv.height = k.in_shape(0)[2].coef;
-  p.conv.width = k.in_shape(0)[3].coef;
-  p.conv.out_channels = k.out_shape(0)[1].coef;
-  p.conv.out_height = k.out_shape(0)[2].coef;
-  p.conv.out_width = k.out_shape(0)[3].coef;
+  p.conv.channels = k.in_shape(0)[1].coef();
+  p.conv.height = k.in_shape(0)[2].coef();
+  p.conv.width = k.in_shape(0)[3].coef();
+  p.conv.out_channels = k.out_shape(0)[1].coef();
+  p.conv.out_height = k.out_shape(0)[2].coef();
+  p.conv.out_width = k.out_shape(0)[3].coef();
   p.conv.kernel_h = ks[0];
   p.conv.kernel_w = ks[1];
   p.conv.stride_h = st[0];

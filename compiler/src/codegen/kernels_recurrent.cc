@@ -511,7 +511,7 @@ absl::Status RecurrentEmitter::Emit() {
   layout_ = static_cast<int>(node.attr_int("layout", 0));
   std::string direction = node.attr_string("direction", "forward");
   dirs_ = direction == "bidirectional" ? 2 : 1;
-  input_ = k_.in_shape(0)[2].coef;
+  input_ = k_.in_shape(0)[2].coef();
   has_clip_ = node.has_attr("clip");
   clip_ = node.attr_float("clip", 0);
   input_forget_ = node.attr_int("input_forget", 0) != 0;

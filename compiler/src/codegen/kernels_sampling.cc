@@ -27,8 +27,8 @@ class GridSampler {
     const SymShape& x = k_.in_shape(0);
     const SymShape& out = k_.out_shape(0);
     if (!x[2].IsStatic() || !x[3].IsStatic()) return k_.Unsupported("symbolic image size");
-    h_ = x[2].coef;
-    w_ = x[3].coef;
+    h_ = x[2].coef();
+    w_ = x[3].coef();
     llvm::Value* channels = k_.Dim(x[1]);
     llvm::Value* ho = k_.Dim(out[2]);
     llvm::Value* wo = k_.Dim(out[3]);
@@ -184,7 +184,7 @@ absl::Status RoiAlign(KernelContext& k) {
   auto& b = k.b();
   const ir::Node& n = k.node();
   const SymShape& x = k.in_shape(0);
-  int64_t h = x[2].coef, w = x[3].coef;
+  int64_t h = x[2].coef(), w = x[3].coef();
   int64_t oh = n.attr_int("output_height", 1), ow = n.attr_int("output_width", 1);
   int64_t ratio = n.attr_int("sampling_ratio", 0);
   double scale = n.attr_float("spatial_scale", 1.0f);

@@ -83,8 +83,8 @@ absl::Status Dft(KernelContext& k) {
   int64_t length = k.node().attr_int("length", 1);
   bool inverse = k.node().attr_int("inverse", 0) != 0;
   bool complex = x.back() == SymDim::Const(2);
-  int64_t n_in = x[axis].coef;
-  int64_t bins = k.out_shape(0)[axis].coef;
+  int64_t n_in = x[axis].coef();
+  int64_t bins = k.out_shape(0)[axis].coef();
   llvm::Value* outer = k.NumElements(SymShape(x.begin(), x.begin() + axis));
   llvm::Value* inner = k.NumElements(SymShape(x.begin() + axis + 1, x.end() - 1));
   int64_t comps = complex ? 2 : 1;
@@ -124,7 +124,7 @@ absl::Status Stft(KernelContext& k) {
   int64_t length = k.node().attr_int("frame_length", 1);
   bool complex = x[2] == SymDim::Const(2);
   int64_t comps = complex ? 2 : 1;
-  int64_t signal = x[1].coef, frames = out[1].coef, bins = out[2].coef;
+  int64_t signal = x[1].coef(), frames = out[1].coef(), bins = out[2].coef();
   bool windowed = k.has_input(2);
   k.ForNest({k.Dim(x[0]), k.I64(frames), k.I64(bins)}, [&](const Idx& at) {
     llvm::Value* start =

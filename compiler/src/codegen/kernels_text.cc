@@ -20,7 +20,7 @@ absl::Status TfIdfVectorizer(KernelContext& k) {
   const SymShape& in = k.in_shape(0);
   llvm::Value* rows = in.size() == 2 ? k.Dim(in[0]) : k.I64(1);
   llvm::Value* len = k.Dim(in.back());
-  int64_t width = k.out_shape(0).back().coef;
+  int64_t width = k.out_shape(0).back().coef();
   llvm::Value* out = k.out(0);
   k.Memset0(out, b.CreateMul(rows, k.I64(width)), DType::kFloat32);
   k.For(k.I64(0), rows, [&](llvm::Value* row) {

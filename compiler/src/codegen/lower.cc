@@ -282,8 +282,7 @@ class ModuleBuilder {
       llvm::Value* src = Address(b, v, inputs, outputs, batch, arena);
       llvm::Value* dst = b.CreateLoad(ptr, b.CreateConstGEP1_64(ptr, outputs, i));
       SymDim bytes = SymMul(SymNumElements(v->type.shape), SymDim::Const(DTypeSize(v->type.dtype)));
-      llvm::Value* n = b.getInt64(bytes.coef);
-      for (int p = 0; p < bytes.power; ++p) n = b.CreateMul(n, batch);
+      llvm::Value* n = EmitDim(b, bytes, batch);
       b.CreateMemCpy(dst, llvm::MaybeAlign(1), src, llvm::MaybeAlign(1), n);
     }
     b.CreateRet(b.getInt32(0));

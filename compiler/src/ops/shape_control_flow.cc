@@ -76,7 +76,7 @@ TensorType Scalar(DType dtype) {
 bool AllTrue(const std::optional<std::vector<SymDim>>& known) {
   if (!known.has_value() || known->empty()) return false;
   for (const SymDim& d : *known) {
-    if (!d.IsStatic() || d.coef == 0) return false;
+    if (!d.IsStatic() || d.coef() == 0) return false;
   }
   return true;
 }
@@ -168,7 +168,7 @@ absl::Status Loop(InferContext& ctx) {
       auto known = ctx.Known(0, "trip count M");  // Asks for a binding when M is a model input.
       if (!known.ok()) return known.status();
       trips = (*known)[0];
-      if (trips.IsStatic() && trips.coef < 0) trips = SymDim::Const(0);
+      if (trips.IsStatic() && trips.coef() < 0) trips = SymDim::Const(0);
     } else {
       why = "its trip count M is computed at run time";
     }

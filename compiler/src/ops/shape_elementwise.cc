@@ -33,7 +33,7 @@ template <typename Fn>
 void PropagateKnown(InferContext& c, Fn fn) {
   const Value* out = c.node().outputs[0];
   if (!IsStaticShape(out->type.shape)) return;
-  int64_t n = SymNumElements(out->type.shape).coef;
+  int64_t n = SymNumElements(out->type.shape).coef();
   if (n > 64) return;
   std::vector<const std::vector<SymDim>*> ins;
   for (size_t i = 0; i < c.num_inputs(); ++i) {
@@ -97,7 +97,7 @@ absl::Status Where(InferContext& c) {
   if (!shape.ok()) return shape.status();
   c.SetOutput(0, c.in_dtype(1), *shape);
   PropagateKnown(c, [](const std::vector<SymDim>& a) -> std::optional<SymDim> {
-    return a[0].coef != 0 ? a[1] : a[2];
+    return a[0].coef() != 0 ? a[1] : a[2];
   });
   return absl::OkStatus();
 }
@@ -151,9 +151,9 @@ absl::Status IntegerUnary(InferContext& c) {
   if (IsInteger(c.in_dtype(0))) {
     PropagateKnown(c, [neg](const std::vector<SymDim>& a) -> std::optional<SymDim> {
       // -INT64_MIN overflows; leave such values to the generated code (which wraps).
-      if (a[0].coef == std::numeric_limits<int64_t>::min()) return std::nullopt;
-      if (neg) return SymDim{-a[0].coef, a[0].power};
-      return SymDim{a[0].coef < 0 ? -a[0].coef : a[0].coef, a[0].power};
+      if (a[0].coef() == std::numeric_limits<int64_t>::min()) return std::nullopt;
+      if (neg) return SymDim{-a[0].coef(), a[0].power()};
+      return SymDim{a[0].coef() < 0 ? -a[0].coef() : a[0].coef(), a[0].power()};
     });
   }
   return absl::OkStatus();
@@ -209,7 +209,7 @@ void RegisterElementwiseShapes(OpTable& r) {
   r.DefineShape("Equal", Binary(true, [](SymDim a, SymDim b) -> std::optional<SymDim> {
                   if (a == b) return SymDim::Const(1);
                   if (a.IsStatic() && b.IsStatic()) return SymDim::Const(0);
-                  if ((a.IsStatic() && a.coef <= 0) || (b.IsStatic() && b.coef <= 0))
+                  if ((a.IsStatic() && a.coef() <= 0) || (b.IsStatic() && b.coef() <= 0))
                     return SymDim::Const(0);
                   return std::nullopt;  // batch may or may not equal the constant.
                 }));

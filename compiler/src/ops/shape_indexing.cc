@@ -16,7 +16,7 @@ absl::Status IndexShapeFits(InferContext& c, const SymShape& data, const SymShap
   if (data.size() != idx.size()) return c.Error("indices must have the data's rank");
   for (size_t a = 0; a < data.size(); ++a) {
     if (static_cast<int>(a) == skip || idx[a] == data[a]) continue;
-    if (!idx[a].IsStatic() || !data[a].IsStatic() || idx[a].coef > data[a].coef) {
+    if (!idx[a].IsStatic() || !data[a].IsStatic() || idx[a].coef() > data[a].coef()) {
       return c.Error("indices shape " + SymShapeToString(idx) + " does not fit in data shape " +
                      SymShapeToString(data));
     }
@@ -62,7 +62,7 @@ absl::Status GatherND(InferContext& c) {
   int64_t r = static_cast<int64_t>(data.size()), q = static_cast<int64_t>(idx.size());
   if (batch < 0 || batch >= std::min(r, q)) return c.Error("batch_dims is out of range");
   if (!idx.back().IsStatic()) return c.Error("indices' last dimension must be static");
-  int64_t m = idx.back().coef;
+  int64_t m = idx.back().coef();
   if (m < 1 || batch + m > r) return c.Error("indices' last dimension is out of range");
   for (int64_t a = 0; a < batch; ++a) {
     if (!(data[a] == idx[a])) return c.Error("batch dimensions of data and indices differ");
@@ -140,9 +140,9 @@ absl::Status MaxUnpool(InferContext& c) {
   if (kernel.size() != spatial || strides.size() != spatial || pads.size() != 2 * spatial) {
     return c.Error("kernel_shape, strides and pads must match X's spatial rank");
   }
-  std::vector<int64_t> index_shape = {x[0].coef, x[1].coef};
+  std::vector<int64_t> index_shape = {x[0].coef(), x[1].coef()};
   for (size_t a = 0; a < spatial; ++a) {
-    int64_t v = (x[a + 2].coef - 1) * strides[a] + kernel[a] - pads[a] - pads[a + spatial];
+    int64_t v = (x[a + 2].coef() - 1) * strides[a] + kernel[a] - pads[a] - pads[a + spatial];
     if (v < 0) return c.Error("output size is negative");
     index_shape.push_back(v);
   }

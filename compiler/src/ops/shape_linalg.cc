@@ -134,7 +134,7 @@ absl::Status Det(InferContext& c) {
   const SymShape& x = c.in_shape(0);
   if (!IsFloat(c.in_dtype(0))) return c.Error("input must be floating point");
   if (x.size() < 2 || !(x[x.size() - 1] == x[x.size() - 2]) || !x.back().IsStatic() ||
-      x.back().coef > 64) {
+      x.back().coef() > 64) {
     return c.Error("input must be [..., M, M] with a static M <= 64");
   }
   c.SetOutput(0, c.in_dtype(0), SymShape(x.begin(), x.end() - 2));

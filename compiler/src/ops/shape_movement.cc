@@ -21,13 +21,13 @@ constexpr size_t kMaxKnown = 64;
 const std::vector<SymDim>* SmallKnown(InferContext& c, size_t i) {
   if (!c.has_input(i) || !c.input(i)->known || !IsStaticShape(c.in_shape(i))) return nullptr;
   const auto& k = *c.input(i)->known;
-  if (static_cast<int64_t>(k.size()) != SymNumElements(c.in_shape(i)).coef) return nullptr;
+  if (static_cast<int64_t>(k.size()) != SymNumElements(c.in_shape(i)).coef()) return nullptr;
   return k.size() <= kMaxKnown ? &k : nullptr;
 }
 
 // Static value of `d`, or an Unimplemented error naming `what`.
 absl::StatusOr<int64_t> StaticDim(InferContext& c, const SymDim& d, const std::string& what) {
-  if (d.IsStatic()) return d.coef;
+  if (d.IsStatic()) return d.coef();
   return absl::UnimplementedError(absl::StrCat(
       c.node().Describe(), ": ", what, " on a dimension depending on the symbolic dimension"));
 }
@@ -154,7 +154,7 @@ absl::Status Split(InferContext& c) {
   }
   std::vector<int64_t> static_parts;
   for (const SymDim& p : parts) {
-    if (p.IsStatic()) static_parts.push_back(p.coef);
+    if (p.IsStatic()) static_parts.push_back(p.coef());
   }
   if (static_parts.size() == n) c.node().attrs["split"] = static_parts;
   c.node().attrs["axis"] = int64_t{*axis};
@@ -166,9 +166,9 @@ absl::Status Split(InferContext& c) {
     s[*axis] = parts[i];
     c.SetOutput(i, c.in_dtype(0), s);
     if (known != nullptr) {
-      c.SetKnown(
-          i, std::vector<SymDim>(known->begin() + offset, known->begin() + offset + parts[i].coef));
-      offset += parts[i].coef;
+      c.SetKnown(i, std::vector<SymDim>(known->begin() + offset,
+                                        known->begin() + offset + parts[i].coef()));
+      offset += parts[i].coef();
     }
   }
   return absl::OkStatus();
@@ -189,7 +189,7 @@ absl::StatusOr<SliceAxis> ResolveSlice(InferContext& c, const SymDim& dim, SymDi
   constexpr int64_t kToEnd = std::numeric_limits<int32_t>::max();
   if (step == 0) return c.Error("slice step is 0");
   if (dim.IsStatic() && start.IsStatic() && end.IsStatic()) {
-    int64_t d = dim.coef, s = start.coef, e = end.coef;
+    int64_t d = dim.coef(), s = start.coef(), e = end.coef();
     if (s < 0) s += d;
     if (e < 0) e += d;
     if (step > 0) {
@@ -211,10 +211,10 @@ absl::StatusOr<SliceAxis> ResolveSlice(InferContext& c, const SymDim& dim, SymDi
       " of extent ", dim.ToString(), " cannot be resolved at compile time"));
   // A start at or below -kToEnd clamps to 0 for any extent below kToEnd (the same assumption as
   // the end below), e.g. x[INT64_MIN:] on the batch axis.
-  if (step == 1 && start.IsStatic() && start.coef <= -kToEnd) start = SymDim::Const(0);
-  if (step != 1 || !start.IsStatic() || start.coef < 0) return unsupported;
-  if (end.IsStatic() && end.coef >= kToEnd) end = dim;
-  if (end.IsStatic() && end.coef < 0) {
+  if (step == 1 && start.IsStatic() && start.coef() <= -kToEnd) start = SymDim::Const(0);
+  if (step != 1 || !start.IsStatic() || start.coef() < 0) return unsupported;
+  if (end.IsStatic() && end.coef() >= kToEnd) end = dim;
+  if (end.IsStatic() && end.coef() < 0) {
     auto e = SymAdd(dim, end);
     if (!e) return unsupported;
     end = *e;
@@ -223,7 +223,7 @@ absl::StatusOr<SliceAxis> ResolveSlice(InferContext& c, const SymDim& dim, SymDi
   if (!n) return unsupported;
   // The model's bounds are trusted only at compile time; code generation checks at run time that
   // the slice lies inside the input (see "checked_axes") and fails the execution otherwise.
-  return SliceAxis{start.coef, 1, *n, /*checked=*/true};
+  return SliceAxis{start.coef(), 1, *n, /*checked=*/true};
 }
 
 absl::Status Slice(InferContext& c) {
@@ -286,7 +286,7 @@ absl::Status Slice(InferContext& c) {
   c.SetOutput(0, c.in_dtype(0), out);
   if (const auto* k = rank == 1 && out[0].IsStatic() ? SmallKnown(c, 0) : nullptr; k != nullptr) {
     std::vector<SymDim> known;
-    for (int64_t i = 0; i < out[0].coef; ++i)
+    for (int64_t i = 0; i < out[0].coef(); ++i)
       known.push_back((*k)[all_starts[0] + i * all_steps[0]]);
     c.SetKnown(0, std::move(known));
   }
@@ -310,13 +310,13 @@ absl::Status Gather(InferContext& c) {
   // Runtime indices are fine for code generation, so they never force a binding.
   const auto* idx = SmallKnown(c, 1);
   if (idx == nullptr) return absl::OkStatus();
-  int64_t outer = Product(data, 0, *axis).coef, len = data[*axis].coef;
-  int64_t inner = Product(data, *axis + 1, data.size()).coef;
+  int64_t outer = Product(data, 0, *axis).coef(), len = data[*axis].coef();
+  int64_t inner = Product(data, *axis + 1, data.size()).coef();
   std::vector<SymDim> known;
   for (int64_t o = 0; o < outer; ++o) {
     for (const SymDim& j : *idx) {
-      int64_t i = j.coef < 0 ? j.coef + len : j.coef;
-      if (i < 0 || i >= len) return c.Error(absl::StrCat("index ", j.coef, " is out of range"));
+      int64_t i = j.coef() < 0 ? j.coef() + len : j.coef();
+      if (i < 0 || i >= len) return c.Error(absl::StrCat("index ", j.coef(), " is out of range"));
       for (int64_t e = 0; e < inner; ++e) known.push_back((*k)[(o * len + i) * inner + e]);
     }
   }
@@ -342,9 +342,9 @@ absl::Status Tile(InferContext& c) {
   c.SetOutput(0, c.in_dtype(0), out);
   if (const auto* k = c.in_rank(0) == 1 ? SmallKnown(c, 0) : nullptr;
       k != nullptr && !k->empty() && out[0].IsStatic() &&
-      out[0].coef <= static_cast<int64_t>(kMaxKnown)) {
+      out[0].coef() <= static_cast<int64_t>(kMaxKnown)) {
     std::vector<SymDim> known;
-    for (int64_t i = 0; i < out[0].coef; ++i) known.push_back((*k)[i % k->size()]);
+    for (int64_t i = 0; i < out[0].coef(); ++i) known.push_back((*k)[i % k->size()]);
     if (known.size() <= kMaxKnown) c.SetKnown(0, std::move(known));
   }
   return absl::OkStatus();
@@ -363,9 +363,9 @@ absl::Status Expand(InferContext& c) {
   c.SetOutput(0, c.in_dtype(0), *out);
   if (const auto* k = c.in_rank(0) <= 1 ? SmallKnown(c, 0) : nullptr;
       k != nullptr && out->size() == 1 && out->at(0).IsStatic() &&
-      out->at(0).coef <= static_cast<int64_t>(kMaxKnown)) {
+      out->at(0).coef() <= static_cast<int64_t>(kMaxKnown)) {
     std::vector<SymDim> known;
-    for (int64_t i = 0; i < out->at(0).coef; ++i)
+    for (int64_t i = 0; i < out->at(0).coef(); ++i)
       known.push_back(k->size() == 1 ? (*k)[0] : (*k)[i]);
     c.SetKnown(0, std::move(known));
   }
@@ -418,7 +418,7 @@ absl::Status Pad(InferContext& c) {
     auto d = SymAdd(out[i], SymDim::Const(*total));
     if (!d && out[i].IsStatic()) return c.Error("pads are too large");
     if (!d) return absl::UnimplementedError(node.Describe() + ": padding a symbolic dimension");
-    if (d->IsStatic() && d->coef < 0) return c.Error("negative output extent");
+    if (d->IsStatic() && d->coef() < 0) return c.Error("negative output extent");
     out[i] = *d;
   }
   node.attrs.erase("paddings");
@@ -460,11 +460,11 @@ absl::Status ScatterND(InferContext& c) {
   const SymShape& data = c.in_shape(0);
   const SymShape& idx = c.in_shape(1);
   if (idx.empty() || !idx.back().IsStatic() ||
-      idx.back().coef > static_cast<int64_t>(data.size())) {
+      idx.back().coef() > static_cast<int64_t>(data.size())) {
     return c.Error("indices' last dimension must be a static value <= data rank");
   }
   SymShape upd(idx.begin(), idx.end() - 1);
-  upd.insert(upd.end(), data.begin() + idx.back().coef, data.end());
+  upd.insert(upd.end(), data.begin() + idx.back().coef(), data.end());
   if (!(upd == c.in_shape(2)))
     return c.Error("updates shape " + SymShapeToString(c.in_shape(2)) + " should be " +
                    SymShapeToString(upd));
@@ -590,7 +590,7 @@ absl::Status Resize(InferContext& c) {
     }
     for (int a = 0; a < rank; ++a) {
       if ((*sizes)[a] == in[a]) continue;
-      auto d = ScaledExtent(c, scale, in[a].coef, /*round=*/true);
+      auto d = ScaledExtent(c, scale, in[a].coef(), /*round=*/true);
       if (!d.ok()) return d.status();
       (*sizes)[a] = SymDim::Const(*d);
     }

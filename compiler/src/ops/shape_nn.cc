@@ -48,7 +48,7 @@ absl::StatusOr<Ints> SpatialDims(InferContext& c, size_t i) {
       return absl::UnimplementedError(
           absl::StrCat(c.node().Describe(), ": symbolic spatial dimensions are not supported"));
     }
-    out.push_back(s[d].coef);
+    out.push_back(s[d].coef());
   }
   return out;
 }
@@ -137,7 +137,7 @@ absl::StatusOr<Ints> WeightDims(InferContext& c, size_t rank) {
   Ints out;
   for (const SymDim& d : w) {
     if (!d.IsStatic()) return c.Error("W must have a static shape");
-    out.push_back(d.coef);
+    out.push_back(d.coef());
   }
   return out;
 }
@@ -160,7 +160,7 @@ absl::Status Conv(InferContext& c) {
   if (!w.ok()) return w.status();
   const SymDim& ch = c.in_shape(0)[1];
   int64_t group = c.node().attr_int("group", 1);
-  if (!ch.IsStatic() || group <= 0 || CheckedMul((*w)[1], group) != ch.coef ||
+  if (!ch.IsStatic() || group <= 0 || CheckedMul((*w)[1], group) != ch.coef() ||
       (*w)[0] % group != 0) {
     return c.Error("channels of X, W and group do not match");
   }
@@ -185,7 +185,7 @@ absl::Status ConvTranspose(InferContext& c) {
   if (!w.ok()) return w.status();
   const SymDim& ch = c.in_shape(0)[1];
   int64_t group = c.node().attr_int("group", 1);
-  if (!ch.IsStatic() || group <= 0 || ch.coef != (*w)[0] || (*w)[0] % group != 0) {
+  if (!ch.IsStatic() || group <= 0 || ch.coef() != (*w)[0] || (*w)[0] % group != 0) {
     return c.Error("channels of X, W and group do not match");
   }
   auto checked_channels = CheckedMul((*w)[1], group);

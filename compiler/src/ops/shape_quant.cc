@@ -128,8 +128,8 @@ absl::StatusOr<SymShape> ConvShape(InferContext& c, size_t x, size_t w) {
   for (size_t i = 0; i < nsp; ++i) {
     if (!xs[2 + i].IsStatic() || !ws[2 + i].IsStatic())
       return c.Error("spatial dims must be static");
-    kernel.push_back(ws[2 + i].coef);
-    in.push_back(xs[2 + i].coef);
+    kernel.push_back(ws[2 + i].coef());
+    in.push_back(xs[2 + i].coef());
   }
   if (n.has_attr("kernel_shape") && n.attr_ints("kernel_shape") != kernel)
     return c.Error("kernel_shape differs from w");
@@ -141,7 +141,7 @@ absl::StatusOr<SymShape> ConvShape(InferContext& c, size_t x, size_t w) {
     return c.Error("strides/dilations/pads do not match the spatial rank");
   }
   if (group < 1 || !xs[1].IsStatic() || !ws[0].IsStatic() ||
-      CheckedMul(ws[1].coef, group) != xs[1].coef || ws[0].coef % group != 0) {
+      CheckedMul(ws[1].coef(), group) != xs[1].coef() || ws[0].coef() % group != 0) {
     return c.Error("channel counts do not match group");
   }
   std::string auto_pad = n.attr_string("auto_pad", "NOTSET");
@@ -238,7 +238,7 @@ absl::Status QConvFused(InferContext& c) {
   for (size_t j = 0; j < 2; ++j) {
     const SymDim& in = c.in_shape(0)[2 + j];
     if (!in.IsStatic()) return c.Error("spatial dims must be static");
-    int64_t span = in.coef + pads[j] + pads[2 + j] - d[j] * (k[j] - 1) - 1;
+    int64_t span = in.coef() + pads[j] + pads[2 + j] - d[j] * (k[j] - 1) - 1;
     if (span < 0 || st[j] <= 0) return c.Error("empty output");
     out.push_back(SymDim::Const(span / st[j] + 1));
   }

@@ -66,7 +66,7 @@ absl::StatusOr<int64_t> StaticDim(InferContext& c, size_t i, int axis, const cha
     return absl::UnimplementedError(
         absl::StrCat(c.node().Describe(), ": ", role, " must have static dimensions"));
   }
-  return d.coef;
+  return d.coef();
 }
 
 // Checks input i has exactly `want` as its shape.

@@ -159,7 +159,7 @@ absl::Status TopK(InferContext& c) {
   if (!axis.ok()) return axis.status();
   SymShape out = c.in_shape(0);
   int64_t k = n.attr_int("k", -1);
-  if (k < 0 || (out[*axis].IsStatic() && k > out[*axis].coef)) {
+  if (k < 0 || (out[*axis].IsStatic() && k > out[*axis].coef())) {
     return c.Error(absl::StrCat("K=", k, " is out of range"));
   }
   out[*axis] = SymDim::Const(k);

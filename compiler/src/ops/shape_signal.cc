@@ -51,7 +51,7 @@ absl::Status Dft(InferContext& c) {
   if (!axis.ok()) return axis.status();
   if (*axis == 0 || *axis == rank - 1) return c.Error("axis must be a signal axis");
   if (!x[*axis].IsStatic()) return c.Error("the transformed axis must be static");
-  auto length = ScalarOperand(c, 1, "dft_length", n.attr_int("length", x[*axis].coef));
+  auto length = ScalarOperand(c, 1, "dft_length", n.attr_int("length", x[*axis].coef()));
   if (!length.ok()) return length.status();
   if (*length < 1 || *length > (int64_t{1} << 24)) return c.Error("dft_length is out of range");
   c.TruncateInputs(1);
@@ -81,14 +81,14 @@ absl::Status Stft(InferContext& c) {
     if (c.in_rank(2) != 1 || !c.in_shape(2)[0].IsStatic() || c.in_dtype(2) != c.in_dtype(0)) {
       return c.Error("window must be a static 1-D tensor of the signal's type");
     }
-    fallback_length = c.in_shape(2)[0].coef;
+    fallback_length = c.in_shape(2)[0].coef();
   }
   auto length = ScalarOperand(c, 3, "frame_length", fallback_length);
   if (!length.ok()) return length.status();
-  if (*step < 1 || *length < 1 || *length > x[1].coef) {
+  if (*step < 1 || *length < 1 || *length > x[1].coef()) {
     return c.Error("frame_step and frame_length must be in [1, signal length]");
   }
-  if (c.has_input(2) && c.in_shape(2)[0].coef != *length) {
+  if (c.has_input(2) && c.in_shape(2)[0].coef() != *length) {
     return c.Error("window length differs from frame_length");
   }
   if (c.num_inputs() > 3) c.TruncateInputs(3);
@@ -96,7 +96,7 @@ absl::Status Stft(InferContext& c) {
   n.attrs["frame_length"] = *length;
   bool onesided = n.attr_int("onesided", 1) != 0;
   n.attrs["onesided"] = int64_t{onesided ? 1 : 0};
-  int64_t frames = (x[1].coef - *length) / *step + 1;
+  int64_t frames = (x[1].coef() - *length) / *step + 1;
   c.SetOutput(0, c.in_dtype(0),
               {x[0], SymDim::Const(frames), SymDim::Const(onesided ? *length / 2 + 1 : *length),
                SymDim::Const(2)});

@@ -52,14 +52,14 @@ absl::Status Reshape(InferContext& c) {
   int infer_at = -1;
   for (size_t i = 0; i < target.size(); ++i) {
     const SymDim& d = target[i];
-    if (d.IsStatic() && d.coef == 0 && !allow_zero) {
+    if (d.IsStatic() && d.coef() == 0 && !allow_zero) {
       if (i >= in.size()) return c.Error("shape copies a dimension the input does not have");
       out.push_back(in[i]);
-    } else if (d.IsStatic() && d.coef == -1) {
+    } else if (d.IsStatic() && d.coef() == -1) {
       if (infer_at >= 0) return c.Error("shape has more than one -1");
       infer_at = static_cast<int>(i);
       out.push_back(SymDim::Const(1));
-    } else if (d.IsStatic() && d.coef < 0) {
+    } else if (d.IsStatic() && d.coef() < 0) {
       return c.Error("shape has a negative dimension");
     } else {
       out.push_back(d);
@@ -208,8 +208,8 @@ absl::Status ConstantOfShape(InferContext& c) {
   // The shape is data from the model: check it before sizing the known values by it.
   if (auto s = ValidateTensorType(type, c.node().Describe() + ": shape"); !s.ok()) return s;
   c.SetOutput(0, dtype, shape);
-  if (IsInteger(dtype) && IsStaticShape(shape) && SymNumElements(shape).coef <= 64) {
-    c.SetKnown(0, std::vector<SymDim>(SymNumElements(shape).coef,
+  if (IsInteger(dtype) && IsStaticShape(shape) && SymNumElements(shape).coef() <= 64) {
+    c.SetKnown(0, std::vector<SymDim>(SymNumElements(shape).coef(),
                                       SymDim::Const(static_cast<int64_t>(value))));
   }
   return absl::OkStatus();
@@ -231,7 +231,7 @@ absl::Status Range(InferContext& c) {
   int64_t n = 0;
   int64_t iv[3] = {0, 0, 0};
   if (integer) {
-    for (int i = 0; i < 3; ++i) iv[i] = KnownFromTensor(*t[i])[0].coef;
+    for (int i = 0; i < 3; ++i) iv[i] = KnownFromTensor(*t[i])[0].coef();
     if (iv[2] == 0) return c.Error("delta is zero");
     // |limit - start| and |delta| as unsigned: both fit even at the int64 extremes.
     uint64_t span = 0, step = 0;

@@ -3,6 +3,8 @@
 // Cuvil keeps exactly one runtime symbol per compiled model (the batch dimension, usually named
 // "batch"). Every dimension and every shape-valued integer is the monomial coef * batch^power,
 // which is closed under the arithmetic PyTorch exports use on shapes (Mul, Div, Gather, Concat).
+// A SymDim stores its value as a DimExpr (symbol 0 = the batch), the representation that several
+// free dimensions will use; the monomial accessors and arithmetic here are the one-symbol view.
 #ifndef CUVIL_RUNTIME_SYMBOLIC_DIM_H_
 #define CUVIL_RUNTIME_SYMBOLIC_DIM_H_
 
@@ -20,25 +22,39 @@ namespace cuvil {
 // bounded for hostile models that square a shape value repeatedly.
 inline constexpr int32_t kMaxSymPower = 16;
 
-// coef * batch^power. Thread-compatible value type.
-struct SymDim {
-  int64_t coef = 0;
-  int32_t power = 0;
+// A dimension of the IR, held as a DimExpr. For now every SymDim the compiler builds is the
+// monomial coef * batch^power in symbol 0 (the model's one symbolic dimension): the arithmetic
+// below keeps that form, and coef()/power() read it. Thread-compatible value type (immutable
+// DimExpr nodes are shared between copies).
+class SymDim {
+ public:
+  // The constant 0.
+  SymDim() = default;
+  // coef * batch^power; power in [0, kMaxSymPower] (clamped), a zero coef gives the constant 0.
+  SymDim(int64_t coef, int32_t power);
 
-  static SymDim Const(int64_t v) { return {v, 0}; }
-  static SymDim Batch(int64_t coef = 1) { return {coef, 1}; }
+  static SymDim Const(int64_t v) { return SymDim(v, 0); }
+  static SymDim Batch(int64_t coef = 1) { return SymDim(coef, 1); }
 
+  // The expression (symbol 0 is the batch).
+  const DimExpr& expr() const { return expr_; }
+  // The value of a static dim; nullopt when it depends on the batch.
+  std::optional<int64_t> AsConstant() const { return expr_.AsConstant(); }
   // True when the value does not depend on the batch.
-  bool IsStatic() const { return power == 0 || coef == 0; }
+  bool IsStatic() const { return expr_.IsStatic(); }
+  // The monomial's coefficient (the value, for a static dim).
+  int64_t coef() const;
+  // The monomial's power of the batch (0 for a static dim).
+  int32_t power() const;
   // The value for a concrete batch size; saturates at the int64 limits instead of wrapping.
   int64_t Eval(int64_t batch) const;
   // Renders "7", "batch", "4*batch" or "batch^2".
   std::string ToString(const std::string& symbol = "batch") const;
 
-  friend bool operator==(const SymDim& a, const SymDim& b) {
-    if (a.coef == 0 && b.coef == 0) return true;
-    return a.coef == b.coef && a.power == b.power;
-  }
+  friend bool operator==(const SymDim& a, const SymDim& b) { return a.expr_ == b.expr_; }
+
+ private:
+  DimExpr expr_;
 };
 
 // Product; nullopt when the coefficient overflows int64 or the power exceeds kMaxSymPower.
