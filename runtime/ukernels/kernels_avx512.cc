@@ -76,26 +76,68 @@ inline void StoreRow(const __m512 (&acc)[NV], float* row, int64_t r, int64_t ldc
   }
 }
 
-// 6 x (NV * 16) tile. Only the last vector of a row is partial, so only it is masked (masked
-// loads never fault, which is what lets the driver's B reads run past the plane's valid columns).
-template <int NV>
+// Stores one tile column j held as a column vector (lane r = row r, r < mr), with the same
+// accumulation and epilogue as StoreRow. The rows are ldc apart, so the column goes through a
+// small buffer.
+inline void StoreColumn(__m256 acc, float* c, int64_t j, int64_t ldc, int64_t mr, bool accumulate,
+                        const Epilogue* ep) {
+  alignas(32) float old[8] = {}, res[8] = {}, out[8];
+  const __mmask8 rows = static_cast<__mmask8>((1u << mr) - 1);
+  __m256 x = acc;
+  if (accumulate) {
+    for (int64_t r = 0; r < mr; ++r) old[r] = c[r * ldc + j];
+    x = _mm256_add_ps(x, _mm256_load_ps(old));
+  }
+  if (ep != nullptr) {
+    if (ep->bias != nullptr) x = _mm256_add_ps(x, _mm256_maskz_loadu_ps(rows, ep->bias));
+    if (ep->residual != nullptr) {
+      for (int64_t r = 0; r < mr; ++r) res[r] = ep->residual[r * ldc + j];
+      x = _mm256_add_ps(x, _mm256_load_ps(res));
+    }
+    x = _mm512_castps512_ps256(Activate(_mm512_zextps256_ps512(x), *ep));
+  }
+  _mm256_store_ps(out, x);
+  for (int64_t r = 0; r < mr; ++r) c[r * ldc + j] = out[r];
+}
+
+// 6 x (NV * 16 + E) tile: NV full-width vectors per row, then E (< 16) single columns.
+// With E == 0 only the last vector of a row is partial, so only it is masked (masked loads never
+// fault, which is what lets the driver's B reads run past the plane's valid columns). With E > 0
+// the NV vectors are full and each extra column is one column vector of the six rows (the weight
+// panel's six values at k times one broadcast B element): half a vector FMA per k on 256-bit
+// lanes instead of a whole 16-lane FMA for a few live lanes. MobileNet's 7x7 layers (49 = 3 * 16
+// + 1 columns) and the 4-column last tile of its 14x14 layers take this form.
+template <int NV, int E>
 void Tile(int64_t kc, const float* a, const float* b, const int64_t* off, float* c, int64_t ldc,
           int64_t mr, int64_t nr, bool accumulate, const Epilogue* ep) {
-  __m512 acc[kMR][NV];
+  constexpr int kV = NV > 0 ? NV : 1;  // no zero-length arrays
+  constexpr int kE = E > 0 ? E : 1;
+  __m512 acc[kMR][kV];
+  __m256 col[kE];
 #pragma GCC unroll 8
   for (int r = 0; r < kMR; ++r) {
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
   }
-  const __mmask16 tail = Mask(nr - (NV - 1) * kLanes);
+#pragma GCC unroll 16
+  for (int e = 0; e < E; ++e) col[e] = _mm256_setzero_ps();
+  const __mmask16 tail = E > 0 ? __mmask16(0xffff) : Mask(nr - (NV - 1) * kLanes);
   for (int64_t k = 0; k < kc; ++k) {
     const float* bk = b + off[k];
-    __m512 bv[NV];
+    __m512 bv[kV];
 #pragma GCC unroll 8
     for (int v = 0; v < NV - 1; ++v) bv[v] = _mm512_loadu_ps(bk + v * kLanes);
-    bv[NV - 1] = _mm512_maskz_loadu_ps(tail, bk + (NV - 1) * kLanes);
+    if constexpr (NV > 0) bv[NV - 1] = _mm512_maskz_loadu_ps(tail, bk + (NV - 1) * kLanes);
     // Large weight panels stream from L3/DRAM: fetch 64 k steps (1.5 KB) ahead.
     _mm_prefetch(reinterpret_cast<const char*>(a + 64 * kMR), _MM_HINT_T0);
+    if constexpr (E > 0) {
+      // The panel's six weights of this k (masked: the panel's last k ends the buffer).
+      const __m256 ak = _mm256_maskz_loadu_ps(0x3f, a);
+#pragma GCC unroll 16
+      for (int e = 0; e < E; ++e) {
+        col[e] = _mm256_fmadd_ps(ak, _mm256_set1_ps(bk[NV * kLanes + e]), col[e]);
+      }
+    }
 #pragma GCC unroll 8
     for (int r = 0; r < kMR; ++r) {
       const __m512 av = _mm512_set1_ps(a[r]);
@@ -105,28 +147,66 @@ void Tile(int64_t kc, const float* a, const float* b, const int64_t* off, float*
     a += kMR;
   }
   // Constant row indices (unrolled, rows past mr skipped) keep acc in registers.
+  if constexpr (NV > 0) {
 #pragma GCC unroll 8
-  for (int r = 0; r < kMR; ++r) {
-    if (r < mr) StoreRow<NV>(acc[r], c + r * ldc, r, ldc, tail, accumulate, ep);
+    for (int r = 0; r < kMR; ++r) {
+      if (r < mr) StoreRow<NV>(acc[r], c + r * ldc, r, ldc, tail, accumulate, ep);
+    }
   }
+#pragma GCC unroll 16
+  for (int e = 0; e < E; ++e) StoreColumn(col[e], c, NV * kLanes + e, ldc, mr, accumulate, ep);
   if (ep != nullptr && ep->activation == CUVIL_UK_ACT_SIGMOID) {
     for (int64_t r = 0; r < mr; ++r) SigmoidInPlace(c + r * ldc, nr);
   }
 }
 
-// Narrow tiles (the last columns of a row of tiles) use fewer vectors instead of masked FMAs.
+// Columns past the full vectors that the column form takes (more cost about a whole vector).
+constexpr int64_t kMaxColumns = 4;
+
+template <int NV>
+void TileWithColumns(int64_t kc, const float* a, const float* b, const int64_t* off, float* c,
+                     int64_t ldc, int64_t mr, int64_t nr, bool accumulate, const Epilogue* ep) {
+  switch (nr - NV * kLanes) {
+    case 1:
+      return Tile<NV, 1>(kc, a, b, off, c, ldc, mr, nr, accumulate, ep);
+    case 2:
+      return Tile<NV, 2>(kc, a, b, off, c, ldc, mr, nr, accumulate, ep);
+    case 3:
+      return Tile<NV, 3>(kc, a, b, off, c, ldc, mr, nr, accumulate, ep);
+    default:
+      return Tile<NV, 4>(kc, a, b, off, c, ldc, mr, nr, accumulate, ep);
+  }
+}
+
+// Narrow tiles (the last columns of a row of tiles) use fewer vectors instead of masked FMAs, and
+// a few columns past the full vectors are column vectors (see Tile).
 void GemmTile(int64_t kc, const float* a, const float* b, const int64_t* off, float* c, int64_t ldc,
               int64_t mr, int64_t nr, bool accumulate, const Epilogue* ep) {
   if (nr <= 0 || mr <= 0) return;
+  static_assert(kMaxColumns <= 4 && kNR512 == 4 * kLanes);
+  const int64_t full = nr / kLanes, rest = nr % kLanes;
+  if (rest != 0 && rest <= kMaxColumns) {
+    // full <= 3 here: 4 full vectors are the whole tile.
+    switch (full) {
+      case 0:
+        return TileWithColumns<0>(kc, a, b, off, c, ldc, mr, nr, accumulate, ep);
+      case 1:
+        return TileWithColumns<1>(kc, a, b, off, c, ldc, mr, nr, accumulate, ep);
+      case 2:
+        return TileWithColumns<2>(kc, a, b, off, c, ldc, mr, nr, accumulate, ep);
+      default:
+        return TileWithColumns<3>(kc, a, b, off, c, ldc, mr, nr, accumulate, ep);
+    }
+  }
   switch ((nr + kLanes - 1) / kLanes) {
     case 1:
-      return Tile<1>(kc, a, b, off, c, ldc, mr, nr, accumulate, ep);
+      return Tile<1, 0>(kc, a, b, off, c, ldc, mr, nr, accumulate, ep);
     case 2:
-      return Tile<2>(kc, a, b, off, c, ldc, mr, nr, accumulate, ep);
+      return Tile<2, 0>(kc, a, b, off, c, ldc, mr, nr, accumulate, ep);
     case 3:
-      return Tile<3>(kc, a, b, off, c, ldc, mr, nr, accumulate, ep);
+      return Tile<3, 0>(kc, a, b, off, c, ldc, mr, nr, accumulate, ep);
     default:
-      return Tile<4>(kc, a, b, off, c, ldc, mr, nr, accumulate, ep);
+      return Tile<4, 0>(kc, a, b, off, c, ldc, mr, nr, accumulate, ep);
   }
 }
 

@@ -412,5 +412,25 @@ TEST(UkernelsTest, SmallSpatialManyChannels) {
   RunCase({8, 9, 70, 12, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2, 2}, 1, CUVIL_UK_ACT_NONE, false, 2);
 }
 
+// 1x1 convs whose rows of tiles end in a few columns past whole vectors (the AVX-512 tier computes
+// those as column vectors): MobileNet's 7x7 (49 = 3 * 16 + 1) and 14x14 (196 = 3 * 64 + 4) layers,
+// K within and across the K block (accumulated passes), every epilogue, 1-2 threads, batch 1-2.
+TEST(UkernelsTest, PointwiseColumnTails) {
+  for (int64_t hw : {1, 2, 3, 4, 17, 19, 20, 35, 49, 52, 196}) {
+    for (int64_t c : {5, 160, 300}) {
+      const int64_t h = hw == 49 ? 7 : (hw == 196 ? 14 : 1);
+      const int64_t m = c == 160 ? 50 : 13;
+      for (int64_t act = 0; act <= CUVIL_UK_ACT_SIGMOID; ++act) {
+        RunCase({c, h, hw / h, m, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1}, 1 + act % 2, act, act % 3 == 1,
+                1 + (act + hw) % 2);
+      }
+    }
+  }
+  // MobileNet v2's 7x7 project and expand layers as they run.
+  RunCase({960, 7, 7, 160, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1}, 1, CUVIL_UK_ACT_NONE, true, 2);
+  RunCase({160, 7, 7, 960, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1}, 1, CUVIL_UK_ACT_CLIP, false, 1);
+  RunCase({64, 14, 14, 384, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1}, 1, CUVIL_UK_ACT_CLIP, false, 2);
+}
+
 }  // namespace
 }  // namespace cuvil
