@@ -374,6 +374,7 @@ TEST(GrpcAdminTest, TokenIsRequiredAndFunctionsAreListed) {
   EXPECT_EQ(models.models(1).state(), "READY");
   EXPECT_EQ(models.models(1).namespace_(), "mlp/1");
   EXPECT_GT(models.models(1).weights_bytes(), 2000000u);
+  EXPECT_EQ(models.models(1).cuvil_precision(), "float32:3");
   grpc::ClientContext ctx2;
   ctx2.AddMetadata("authorization", "Bearer s3cret");
   cuvil::admin::v1::ListFunctionsRequest fq;
@@ -383,6 +384,7 @@ TEST(GrpcAdminTest, TokenIsRequiredAndFunctionsAreListed) {
   ASSERT_EQ(fns.functions_size(), 3);  // 3 Gemm (the 2 Relus are fused into their epilogues).
   EXPECT_EQ(fns.functions(0).op_type(), "Gemm");
   EXPECT_THAT(fns.functions(0).signature(), HasSubstr("float32[batch,784]"));
+  EXPECT_EQ(fns.functions(0).precision(), "float32");
   grpc::ClientContext ctx3;
   ctx3.AddMetadata("authorization", "Bearer s3cret");
   cuvil::admin::v1::PatchFunctionResponse pr;

@@ -176,7 +176,9 @@ TEST_F(HttpServerTest, AdminAndRepositoryRoutesRefuseBrowsers) {
   httplib::Headers same = {{"Authorization", "Bearer tok"}, {"Origin", "http://" + self}};
   res = client_->Post("/v2/repository/index", same, "", "application/json; charset=utf-8");
   EXPECT_EQ(res->status, 200) << res->body;
-  EXPECT_EQ(client_->Get("/v2/admin/models", {{"Authorization", "Bearer tok"}})->status, 200);
+  auto listed = client_->Get("/v2/admin/models", {{"Authorization", "Bearer tok"}});
+  EXPECT_EQ(listed->status, 200);
+  EXPECT_NE(listed->body.find("\"cuvil_precision\":\"float32:"), std::string::npos) << listed->body;
 
   // Inference routes are untouched: Triton clients send octet-stream, text or nothing.
   HostTensor input = testing::ReadReference("mlp", 0, "input");

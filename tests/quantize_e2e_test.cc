@@ -12,6 +12,7 @@
 
 #include "calibration_data.h"
 #include "cuvil/compiler/compiler.h"
+#include "cuvil/compiler/kernel_precision.h"
 #include "cuvil/compiler/tensor_file.h"
 #include "cuvil/jitcache/jit_engine.h"
 #include "gtest/gtest.h"
@@ -221,6 +222,9 @@ std::pair<bool, HostTensor> RunBlock(JitEngine& engine, const std::string& bytes
   std::stringstream ir;
   ir << ll.rdbuf();
   const bool calls = ir.str().find("call void @cuvil_uk_qconv2d") != std::string::npos;
+  // The operators' listing says int8 exactly when the integer kernel runs.
+  EXPECT_EQ((" " + PrecisionSummary(compiled->kernels)).find(" int8:") != std::string::npos, calls)
+      << PrecisionSummary(compiled->kernels);
   auto loaded = engine.Load("qdq/" + name, std::move(*compiled));
   EXPECT_TRUE(loaded.ok()) << loaded.status();
   if (!loaded.ok()) return {calls, HostTensor()};

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cuvil/compiler/compiler.h"
+#include "cuvil/compiler/kernel_precision.h"
 #include "load_parameters.h"
 #include "model_name.h"
 #include "patch_event.h"
@@ -94,6 +95,7 @@ cuvil::admin::v1::ListModelsResponse AdminOperations::ListModels() const {
       m->set_weights_bytes(v.model->loaded().weights_bytes());
       m->set_code_bytes(compiled.object_code.size());
       m->set_arena_bytes_per_batch(compiled.arena.per_batch_bytes);
+      m->set_cuvil_precision(PrecisionSummary(compiled.kernels));
     }
   }
   return response;
@@ -112,6 +114,7 @@ absl::StatusOr<cuvil::admin::v1::ListFunctionsResponse> AdminOperations::ListFun
     f->set_op_type(k.op_type);
     f->set_node_name(k.node_name);
     f->set_signature(k.signature);
+    f->set_precision(KernelPrecision(k));
   }
   return response;
 }

@@ -143,7 +143,8 @@ void HttpAdminRoutes::ListModels(Response& res) {
                       {"compile_ms", m.compile_ms()},
                       {"weights_bytes", m.weights_bytes()},
                       {"code_bytes", m.code_bytes()},
-                      {"arena_bytes_per_batch", m.arena_bytes_per_batch()}});
+                      {"arena_bytes_per_batch", m.arena_bytes_per_batch()},
+                      {"cuvil_precision", m.cuvil_precision()}});
   }
   SetJson(res, 200, json{{"models", std::move(models)}});
 }
@@ -160,7 +161,8 @@ void HttpAdminRoutes::ListFunctions(Response& res, const std::string& name, int6
                          {"symbol", f.symbol()},
                          {"op_type", f.op_type()},
                          {"node_name", f.node_name()},
-                         {"signature", f.signature()}});
+                         {"signature", f.signature()},
+                         {"precision", f.precision()}});
   }
   SetJson(res, 200, json{{"functions", std::move(functions)}});
 }
