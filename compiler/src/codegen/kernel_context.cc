@@ -1,5 +1,6 @@
 #include "codegen/kernel_context.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -136,7 +137,50 @@ llvm::Value* EmitDim(llvm::IRBuilder<>& b, const SymDim& d, llvm::Value* batch) 
   return emit.Emit(d.expr());
 }
 
-llvm::Value* KernelContext::Dim(const SymDim& d) { return EmitDim(builder_, d, batch_); }
+llvm::Value* KernelContext::Symbol(int32_t id) {
+  if (id == 0) return batch_;
+  if (batch_ == nullptr) return nullptr;  // Outlined: no args array.
+  if (auto it = symbols_.find(id); it != symbols_.end()) return it->second;
+  // At the end of the entry block (before its branch once it has one): the loads then dominate
+  // every later use, whichever block the kernel is emitting into.
+  llvm::Instruction* term = entry_block_->getTerminator();
+  llvm::IRBuilder<> entry(entry_block_, term ? term->getIterator() : entry_block_->end());
+  llvm::Type* ptr_ty = entry.getPtrTy();
+  if (syms_ == nullptr) {
+    size_t slot = node_.inputs.size() + node_.outputs.size();
+    syms_ =
+        entry.CreateLoad(ptr_ty, entry.CreateConstGEP1_64(ptr_ty, fn_->getArg(0), slot), "syms");
+  }
+  llvm::Value* v = entry.CreateLoad(I64Ty(), entry.CreateConstGEP1_64(I64Ty(), syms_, id),
+                                    absl::StrCat("sym", id));
+  symbols_[id] = v;
+  return v;
+}
+
+llvm::Value* KernelContext::Dim(const SymDim& d) { return Dim(d.expr()); }
+
+llvm::Value* KernelContext::Dim(const DimExpr& e) {
+  if (auto c = e.AsConstant()) return I64(*c);
+  // A fresh emitter per dim, as in EmitDim; the symbol values themselves are shared.
+  DimExprEmitter emit(builder_, [this](int32_t id) { return Symbol(id); });
+  return emit.Emit(e);
+}
+
+absl::StatusOr<llvm::Value*> EmitSymbolValues(llvm::IRBuilder<>& b, const ir::Graph& g,
+                                              llvm::Value* batch) {
+  int32_t count = 1;
+  for (const auto& v : g.values()) {
+    for (const SymDim& d : v->type.shape) count = std::max(count, d.expr().SymbolCount());
+  }
+  if (count > 1) {
+    return absl::UnimplementedError(
+        absl::StrCat("graph '", g.name, "' has ", count,
+                     " symbols; only the batch (symbol 0) has a value at run time so far"));
+  }
+  llvm::Value* syms = b.CreateAlloca(b.getInt64Ty(), b.getInt64(count), "syms");
+  b.CreateStore(batch, syms);
+  return syms;
+}
 
 Idx KernelContext::Dims(const SymShape& shape) {
   Idx out;

@@ -1,8 +1,12 @@
 // Private: what an op's code generator sees while it emits the body of one kernel function.
 //
 // Each IR node becomes one LLVM function `i32 kernel(ptr args, i64 batch)`; `args` holds the
-// node's input pointers followed by its output pointers, and the result is 0 or one of the
-// EntryError codes (compiled_model.h), which cuvil_entry returns at once. KernelContext loads them
+// node's input pointers followed by its output pointers, then (slot inputs + outputs) a pointer to
+// the execution's i64 symbol values (syms[id] is symbol id; syms[0] == batch, see
+// EmitSymbolValues), and the result is 0 or one of the EntryError codes (compiled_model.h), which
+// cuvil_entry returns at once. A kernel reads the symbols slot only when one of its dims mentions
+// a symbol other than 0 (symbol 0 is the `batch` argument), so kernels of batch-only models, and
+// hand-written IR-patch kernels, never look past the outputs. KernelContext loads the pointers
 // and offers the building blocks kernels share: typed loads/stores, loop nests over runtime
 // extents, broadcast strides, ONNX cast semantics, and calls into the runtime library.
 #ifndef CUVIL_COMPILER_SRC_CODEGEN_KERNEL_CONTEXT_H_
@@ -14,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "cuvil/compiler/ir.h"
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/Intrinsics.h"
@@ -65,8 +70,13 @@ class KernelContext {
   // A constant of `dtype` holding v (rounded/truncated as a cast would).
   llvm::Value* Const(DType dtype, double v);
 
+  // The i64 value of symbol `id`: the `batch` argument for 0, else syms[id] loaded (once per
+  // kernel, in the entry block so it dominates every use) through the args symbols slot. Null in
+  // an outlined context, which has neither (capture the dims a ParallelFor body needs).
+  llvm::Value* Symbol(int32_t id);
   // Runtime value of a dimension / of a shape's dims / of a shape's element count.
   llvm::Value* Dim(const SymDim& d);
+  llvm::Value* Dim(const DimExpr& e);
   Idx Dims(const SymShape& shape);
   llvm::Value* NumElements(const SymShape& shape);
   // Row-major strides (in elements) of `shape`.
@@ -169,7 +179,9 @@ class KernelContext {
   llvm::IRBuilder<> builder_;
   llvm::BasicBlock* entry_block_;
   llvm::Value* batch_;
-  llvm::Value* status_ = nullptr;  // i32 alloca; null in outlined contexts.
+  llvm::Value* syms_ = nullptr;              // The symbols slot's pointer, loaded on first use.
+  std::map<int32_t, llvm::Value*> symbols_;  // Loaded syms[id], id > 0.
+  llvm::Value* status_ = nullptr;            // i32 alloca; null in outlined contexts.
   std::vector<llvm::Value*> inputs_;
   std::vector<llvm::Value*> outputs_;
 };
@@ -177,6 +189,14 @@ class KernelContext {
 // The i64 value of `d` at the insertion point of `b`, with `batch` standing for symbol 0 (the one
 // symbol a SymDim mentions); a static dim is an i64 constant.
 llvm::Value* EmitDim(llvm::IRBuilder<>& b, const SymDim& d, llvm::Value* batch);
+
+// For an entry function (cuvil_entry, a subgraph's): allocates, at the insertion point of `b` (the
+// entry block), the execution's symbol values array that every kernel's args symbols slot points
+// to, and stores syms[0] = batch. Its length is the graph's symbol count (1 + the highest symbol
+// id any value's shape mentions, at least 1). Until the entry takes every symbol's value (issue 11
+// stage 2, step 3) only the batch is known, so a graph mentioning another symbol is Unimplemented.
+absl::StatusOr<llvm::Value*> EmitSymbolValues(llvm::IRBuilder<>& b, const ir::Graph& g,
+                                              llvm::Value* batch);
 
 // Loads element `i` of the integer index tensor at input `input`, as i64.
 llvm::Value* LoadIndex(KernelContext& k, size_t input, llvm::Value* i);

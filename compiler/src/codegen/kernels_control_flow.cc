@@ -110,10 +110,14 @@ absl::StatusOr<LoweredSubgraph> LowerSubgraph(KernelContext& k, const ir::Graph&
   llvm::Value* batch = entry->getArg(2);
   llvm::Value* arena = entry->getArg(3);
   llvm::IRBuilder<> b(llvm::BasicBlock::Create(c, "entry", entry));
+  // Each kernel's args: its inputs, its outputs, then the symbols slot (kernel_context.h). The
+  // subgraph's symbol values are its own array (only the batch so far, see EmitSymbolValues).
   size_t max_args = 1;
   for (const auto& n : g.nodes())
-    max_args = std::max(max_args, n->inputs.size() + n->outputs.size());
+    max_args = std::max(max_args, n->inputs.size() + n->outputs.size() + 1);
   llvm::Value* args = b.CreateAlloca(ptr, b.getInt64(max_args), "args");
+  auto syms = EmitSymbolValues(b, g, batch);
+  if (!syms.ok()) return syms.status();
   auto address = [&](const ir::Value* v) {
     return Address(b, *plan, v, inputs, outputs, batch, arena, weights);
   };
@@ -128,6 +132,7 @@ absl::StatusOr<LoweredSubgraph> LowerSubgraph(KernelContext& k, const ir::Graph&
       b.CreateStore(v && plan->locations.count(v) ? address(v) : null,
                     b.CreateConstGEP1_64(ptr, args, slot++));
     }
+    b.CreateStore(*syms, b.CreateConstGEP1_64(ptr, args, slot));
     llvm::Value* rc = b.CreateCall(kernel_ty, kernels[i], {args, batch});
     llvm::BasicBlock* fail = llvm::BasicBlock::Create(c, "fail", entry);
     llvm::BasicBlock* next = llvm::BasicBlock::Create(c, "next", entry);

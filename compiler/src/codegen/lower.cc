@@ -162,7 +162,7 @@ class ModuleBuilder {
                                           llvm::GlobalValue::ExternalLinkage, table_,
                                           kFunctionTablePtrSymbol);
     table_ptr_->setAlignment(llvm::Align(8));
-    BuildEntry(kernel_ty);
+    if (auto s = BuildEntry(kernel_ty); !s.ok()) return s;
     std::string err;
     llvm::raw_string_ostream os(err);
     if (llvm::verifyModule(*module_, &os)) {
@@ -206,7 +206,7 @@ class ModuleBuilder {
     return nullptr;
   }
 
-  void BuildEntry(llvm::FunctionType* kernel_ty) {
+  absl::Status BuildEntry(llvm::FunctionType* kernel_ty) {
     llvm::Type* ptr = llvm::PointerType::getUnqual(context_);
     llvm::Type* i64 = llvm::Type::getInt64Ty(context_);
     // cuvil_entry_table(inputs, outputs, batch, arena, table) runs the model with the kernels of
@@ -240,10 +240,13 @@ class ModuleBuilder {
     llvm::Value* table = entry->getArg(4);
     llvm::IRBuilder<> b(llvm::BasicBlock::Create(context_, "entry", entry));
     unlikely_ = llvm::MDBuilder(context_).createBranchWeights(1, 1 << 20);
+    // Each kernel's args: its inputs, its outputs, then the symbols slot (kernel_context.h).
     size_t max_args = 1;
     for (const auto& n : graph_.nodes())
-      max_args = std::max(max_args, n->inputs.size() + n->outputs.size());
+      max_args = std::max(max_args, n->inputs.size() + n->outputs.size() + 1);
     llvm::Value* args = b.CreateAlloca(ptr, b.getInt64(max_args), "args");
+    auto syms = EmitSymbolValues(b, graph_, batch);
+    if (!syms.ok()) return syms.status();
     int index = 0;
     for (const auto& n : graph_.nodes()) {
       size_t slot = 0;
@@ -259,6 +262,7 @@ class ModuleBuilder {
                 : llvm::ConstantPointerNull::get(llvm::PointerType::getUnqual(context_));
         b.CreateStore(p, b.CreateConstGEP1_64(ptr, args, slot++));
       }
+      b.CreateStore(*syms, b.CreateConstGEP1_64(ptr, args, slot));
       // Acquire pairs with the release store of a tool that redirects this slot in place.
       auto* slot_ptr = b.CreateConstGEP1_64(ptr, table, index);
       llvm::LoadInst* fn = b.CreateLoad(ptr, slot_ptr);
@@ -286,6 +290,7 @@ class ModuleBuilder {
       b.CreateMemCpy(dst, llvm::MaybeAlign(1), src, llvm::MaybeAlign(1), n);
     }
     b.CreateRet(b.getInt32(0));
+    return absl::OkStatus();
   }
 
   const ir::Graph& graph_;
