@@ -365,26 +365,32 @@ int64_t cuvil_uk_winograd_weights_size(int64_t m, int64_t c) {
 
 void cuvil_uk_pack_winograd_weights(const float* w, int64_t m, int64_t c, float* packed) {
   using cuvil::uk::kTaps;
-  const int64_t panels = (m + CUVIL_UK_MR - 1) / CUVIL_UK_MR;
+  constexpr int64_t kMr = CUVIL_UK_MR;
+  const int64_t panels = (m + kMr - 1) / kMr;
   // G = [[1, 0, 0], [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0, 0, 1]]; U = G g G^T in double.
   static constexpr double kG[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
-  std::memset(packed, 0, static_cast<size_t>(kTaps * panels * c * CUVIL_UK_MR) * sizeof(float));
-  for (int64_t mi = 0; mi < m; ++mi) {
-    const int64_t pp = mi / CUVIL_UK_MR, lane = mi % CUVIL_UK_MR;
+  // Panel by panel, channel by channel: each tap's [c][MR] panel is then written front to back
+  // (16 sequential streams), every byte once; only the last panel's missing lanes are zeroed.
+  for (int64_t pp = 0; pp < panels; ++pp) {
     for (int64_t ci = 0; ci < c; ++ci) {
-      const float* g = w + (mi * c + ci) * 9;
-      double gt[4][3];  // G g
-      for (int k = 0; k < 4; ++k) {
-        for (int j = 0; j < 3; ++j) {
-          gt[k][j] = kG[k][0] * g[j] + kG[k][1] * g[3 + j] + kG[k][2] * g[6 + j];
+      float out[kTaps][kMr] = {};
+      for (int64_t lane = 0; lane < kMr && pp * kMr + lane < m; ++lane) {
+        const float* g = w + ((pp * kMr + lane) * c + ci) * 9;
+        double gt[4][3];  // G g
+        for (int k = 0; k < 4; ++k) {
+          for (int j = 0; j < 3; ++j) {
+            gt[k][j] = kG[k][0] * g[j] + kG[k][1] * g[3 + j] + kG[k][2] * g[6 + j];
+          }
+        }
+        for (int k = 0; k < 4; ++k) {
+          for (int l = 0; l < 4; ++l) {
+            out[4 * k + l][lane] =
+                static_cast<float>(gt[k][0] * kG[l][0] + gt[k][1] * kG[l][1] + gt[k][2] * kG[l][2]);
+          }
         }
       }
-      for (int k = 0; k < 4; ++k) {
-        for (int l = 0; l < 4; ++l) {
-          const double val = gt[k][0] * kG[l][0] + gt[k][1] * kG[l][1] + gt[k][2] * kG[l][2];
-          const int64_t t = 4 * k + l;
-          packed[((t * panels + pp) * c + ci) * CUVIL_UK_MR + lane] = static_cast<float>(val);
-        }
+      for (int64_t t = 0; t < kTaps; ++t) {
+        std::memcpy(packed + ((t * panels + pp) * c + ci) * kMr, out[t], sizeof out[t]);
       }
     }
   }

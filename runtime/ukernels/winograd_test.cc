@@ -4,6 +4,7 @@
 #include "winograd.h"
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -66,7 +67,8 @@ void RunWinograd(const WinoCase& k, int64_t batch, int64_t act, bool with_residu
   }
   const int64_t size = cuvil_uk_winograd_weights_size(k.m, k.c);
   ASSERT_GT(size, 0);
-  std::vector<float> u(size);
+  // NaN first: the packing must write every float the kernel reads, padding lanes included.
+  std::vector<float> u(size, std::numeric_limits<float>::quiet_NaN());
   cuvil_uk_pack_winograd_weights(w.data(), k.m, k.c, u.data());
   cuvil_uk_conv_params p{
       k.c, k.h, k.w, k.m, oh, ow, 3, 3, 1, 1, 1, 1, k.pt, k.pl, 1, act, CUVIL_UK_CONV_WINOGRAD};
