@@ -54,6 +54,8 @@ def main():
             check(rc == 0 and re.search(r"^mlp\s+1\s+READY\s+mlp/1\s", out, re.M) is not None,
                   f"list: table row for mlp v1 READY (rc {rc}) {out!r} {err!r}")
             check(out.startswith("MODEL"), "list: header first")
+            check(re.search(r"^mlp\s+1\s+READY\s.*\sfloat32:3\s", out, re.M) is not None,
+                  f"list: mlp's precision column (3 float32 kernels) {out!r}")
             rc, out, err = run("--json", "list")
             models = json.loads(out)["models"] if rc == 0 else []
             check(any(m["name"] == "mlp" and m["state"] == "READY" and m["namespace"] == "mlp/1"

@@ -80,10 +80,12 @@ std::string RenderModels(const cuvil::admin::v1::ListModelsResponse& r) {
     rows.push_back({m.name(), absl::StrCat(m.version()), m.state(), ready ? m.namespace_() : "-",
                     ready ? absl::StrFormat("%.1f", m.compile_ms()) : "-",
                     ready ? HumanBytes(m.weights_bytes()) : "-",
-                    ready ? HumanBytes(m.code_bytes()) : "-", m.reason()});
+                    ready ? HumanBytes(m.code_bytes()) : "-",
+                    ready && !m.cuvil_precision().empty() ? m.cuvil_precision() : "-", m.reason()});
   }
-  return RenderTable(
-      {"MODEL", "VERSION", "STATE", "NAMESPACE", "COMPILE_MS", "WEIGHTS", "CODE", "REASON"}, rows);
+  return RenderTable({"MODEL", "VERSION", "STATE", "NAMESPACE", "COMPILE_MS", "WEIGHTS", "CODE",
+                      "PRECISION", "REASON"},
+                     rows);
 }
 
 std::string RenderIndex(const inference::RepositoryIndexResponse& r) {
@@ -97,10 +99,10 @@ std::string RenderIndex(const inference::RepositoryIndexResponse& r) {
 std::string RenderFunctions(const cuvil::admin::v1::ListFunctionsResponse& r) {
   std::vector<std::vector<std::string>> rows;
   for (const auto& f : r.functions()) {
-    rows.push_back(
-        {absl::StrCat(f.index()), f.symbol(), f.op_type(), f.node_name(), f.signature()});
+    rows.push_back({absl::StrCat(f.index()), f.symbol(), f.op_type(),
+                    f.precision().empty() ? "-" : f.precision(), f.node_name(), f.signature()});
   }
-  return RenderTable({"INDEX", "SYMBOL", "OP", "NODE", "SIGNATURE"}, rows);
+  return RenderTable({"INDEX", "SYMBOL", "OP", "PRECISION", "NODE", "SIGNATURE"}, rows);
 }
 
 std::string RenderPatches(const cuvil::admin::v1::ListPatchesResponse& r) {

@@ -31,6 +31,7 @@ TEST(AdminOutputTest, ModelsTableAndJson) {
   m->set_compile_ms(12.34);
   m->set_weights_bytes(2048);
   m->set_code_bytes(100);
+  m->set_cuvil_precision("int8:20 float32:3");
   auto* f = r.add_models();
   f->set_name("bad");
   f->set_version(2);
@@ -38,13 +39,33 @@ TEST(AdminOutputTest, ModelsTableAndJson) {
   f->set_reason("no model.onnx");
   const std::string table = RenderModels(r);
   EXPECT_THAT(table, HasSubstr("MODEL  VERSION  STATE   NAMESPACE"));
-  EXPECT_THAT(table, HasSubstr("mlp    1        READY   mlp/1      12.3        2.0 KiB  100 B"));
+  EXPECT_THAT(table, HasSubstr("mlp    1        READY   mlp/1      12.3        2.0 KiB  100 B  "
+                               "int8:20 float32:3"));
   EXPECT_THAT(table, HasSubstr("bad    2        FAILED  -"));
   EXPECT_THAT(table, HasSubstr("no model.onnx"));
   const std::string json = RenderJson(r);
   EXPECT_THAT(json, HasSubstr("\"namespace\":\"mlp/1\""));
   EXPECT_THAT(json, HasSubstr("\"weights_bytes\":\"2048\""));  // int64 as a string (proto JSON)
   EXPECT_THAT(json, HasSubstr("\"reason\":\"\""));             // zero values included
+}
+
+TEST(AdminOutputTest, FunctionsTableShowsEachKernelsPrecision) {
+  cuvil::admin::v1::ListFunctionsResponse r;
+  auto* f = r.add_functions();
+  f->set_index(0);
+  f->set_symbol("k0_CuvilQConv");
+  f->set_op_type("CuvilQConv");
+  f->set_precision("int8");
+  f->set_node_name("/conv1");
+  f->set_signature("(uint8[batch,3,8,8]) -> uint8[batch,4,8,8]");
+  auto* g = r.add_functions();
+  g->set_index(1);
+  g->set_symbol("k1_Gemm");
+  g->set_op_type("Gemm");
+  const std::string table = RenderFunctions(r);
+  EXPECT_THAT(table, HasSubstr("INDEX  SYMBOL         OP          PRECISION  NODE"));
+  EXPECT_THAT(table, HasSubstr("0      k0_CuvilQConv  CuvilQConv  int8       /conv1"));
+  EXPECT_THAT(table, HasSubstr("1      k1_Gemm        Gemm        -"));  // an older server
 }
 
 TEST(AdminOutputTest, ProfileTable) {
