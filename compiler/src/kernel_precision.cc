@@ -26,7 +26,7 @@ std::string KernelPrecision(const KernelFunction& kernel) {
   // right before a '['.
   const std::string& sig = kernel.signature;
   bool any_float = false, float64 = false;
-  std::string last_output;
+  std::string first_output;
   const size_t arrow = sig.find("->");
   for (size_t open = sig.find('['); open != std::string::npos; open = sig.find('[', open + 1)) {
     size_t begin = open;
@@ -35,14 +35,14 @@ std::string KernelPrecision(const KernelFunction& kernel) {
     if (type.empty()) continue;
     if (type == "float64") float64 = true;
     if (type.find("float") != std::string_view::npos) any_float = true;  // bfloat16 too.
-    if (arrow != std::string::npos && begin > arrow && last_output.empty()) {
-      last_output = std::string(type);
+    if (arrow != std::string::npos && begin > arrow && first_output.empty()) {
+      first_output = std::string(type);
     }
   }
   // Half-precision tensors are storage formats: kernels widen them and compute in float32.
   if (float64) return "float64";
   if (any_float) return "float32";
-  return last_output.empty() ? "unknown" : last_output;
+  return first_output.empty() ? "unknown" : first_output;
 }
 
 std::string PrecisionSummary(const std::vector<KernelFunction>& kernels) {
