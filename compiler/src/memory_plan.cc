@@ -29,6 +29,19 @@ struct Interval {
   LifetimeInterval life;
 };
 
+// The most aligned bytes of `items` live across any one of `steps` nodes: a lower bound on any
+// placement's region size. Sizes were checked to sum below kMaxRegionBytes.
+int64_t LivePeak(const std::vector<Interval>& items, int steps) {
+  std::vector<int64_t> delta(static_cast<size_t>(steps) + 2, 0);
+  for (const Interval& iv : items) {
+    delta[static_cast<size_t>(iv.life.first)] += AlignUp(iv.life.size);
+    delta[static_cast<size_t>(iv.life.last) + 1] -= AlignUp(iv.life.size);
+  }
+  int64_t live = 0, peak = 0;
+  for (int64_t d : delta) peak = std::max(peak, live += d);
+  return peak;
+}
+
 // Places `items` (see PlaceByLifetime) and returns the region size.
 int64_t PlaceIntervals(std::vector<Interval>& items) {
   std::vector<LifetimeInterval> lives;
@@ -175,6 +188,9 @@ absl::StatusOr<MemoryPlan> PlanMemoryDeferringWeights(const ir::Graph& graph,
       plan.arena.unplanned_bytes += AlignUp(bytes.coef());
     }
   }
+  const int steps = static_cast<int>(nodes.size()) + 1;  // Outputs live one step past the end.
+  plan.arena.live_per_batch_bytes = LivePeak(scaled, steps);
+  plan.arena.live_fixed_bytes = LivePeak(fixed, steps);
   plan.arena.per_batch_bytes = PlaceIntervals(scaled);
   plan.arena.fixed_bytes = PlaceIntervals(fixed);
   for (const Interval& iv : scaled) {

@@ -55,6 +55,35 @@ TEST(MemoryPlanTest, ReusesBuffersWhoseLifetimesDoNotOverlap) {
   EXPECT_EQ(plan->locations.at(g->inputs[0]).kind, BufferLocation::Kind::kInput);
 }
 
+TEST(MemoryPlanTest, RecordsTheLivenessLowerBoundOfEachRegion) {
+  auto g = Chain(5);
+  // A second consumer of v0 at the end keeps it live across every node: three values are then
+  // live at once from the third node on.
+  ir::Node* tail = g->NewNode("Add", "tail");
+  ir::Value* y2 = g->NewValue("y2");
+  y2->type = g->outputs[0]->type;
+  y2->producer = tail;
+  tail->inputs = {g->outputs[0], g->nodes()[0]->outputs[0]};
+  tail->outputs = {y2};
+  y2->is_graph_output = true;
+  g->outputs.push_back(y2);
+  g->output_names.push_back(y2->name);
+  auto plan = PlanMemory(*g);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->arena.live_per_batch_bytes, 3 * 448);
+  EXPECT_GE(plan->arena.per_batch_bytes, plan->arena.live_per_batch_bytes);
+  EXPECT_EQ(plan->arena.live_fixed_bytes, 0);
+
+  // The same chain with a static shape: its bound moves to the static region.
+  auto s = Chain(5);
+  for (const auto& n : s->nodes()) n->outputs[0]->type.shape = {SymDim::Const(100)};
+  auto fixed = PlanMemory(*s);
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  EXPECT_EQ(fixed->arena.live_fixed_bytes, 2 * 448);
+  EXPECT_EQ(fixed->arena.fixed_bytes, 2 * 448);
+  EXPECT_EQ(fixed->arena.live_per_batch_bytes, 0);
+}
+
 TEST(MemoryPlanTest, RejectsQuadraticSizes) {
   auto g = Chain(2);
   g->nodes()[0]->outputs[0]->type.shape = {SymDim::Batch(), SymDim::Batch()};

@@ -425,6 +425,8 @@ pb::CacheHeader HeaderOf(const CompiledModel& m, const std::string& key) {
   e.set_arena_per_batch_bytes(m.arena.per_batch_bytes);
   e.set_arena_fixed_bytes(m.arena.fixed_bytes);
   e.set_arena_unplanned_bytes(m.arena.unplanned_bytes);
+  e.set_arena_live_per_batch_bytes(m.arena.live_per_batch_bytes);
+  e.set_arena_live_fixed_bytes(m.arena.live_fixed_bytes);
   e.set_arena_max_shards(m.arena.max_shards);
   e.set_batch_split_note(m.batch_split_note);
   for (const auto& k : m.kernels) {
@@ -467,6 +469,8 @@ absl::StatusOr<CompiledModel> ModelOf(const pb::CacheHeader& e, std::string_view
   m.arena.per_batch_bytes = e.arena_per_batch_bytes();
   m.arena.fixed_bytes = e.arena_fixed_bytes();
   m.arena.unplanned_bytes = e.arena_unplanned_bytes();
+  m.arena.live_per_batch_bytes = e.arena_live_per_batch_bytes();
+  m.arena.live_fixed_bytes = e.arena_live_fixed_bytes();
   m.arena.max_shards = std::max(1, e.arena_max_shards());
   m.batch_split_note = e.batch_split_note();
   if (m.arena.per_batch_bytes < 0 || m.arena.fixed_bytes < 0 ||

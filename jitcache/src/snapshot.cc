@@ -124,6 +124,8 @@ absl::StatusOr<std::string> EncodeSnapshot(const LoadedModel& loaded, const std:
   b.set_arena_per_batch_bytes(m.arena.per_batch_bytes);
   b.set_arena_fixed_bytes(m.arena.fixed_bytes);
   b.set_arena_unplanned_bytes(m.arena.unplanned_bytes);
+  b.set_arena_live_per_batch_bytes(m.arena.live_per_batch_bytes);
+  b.set_arena_live_fixed_bytes(m.arena.live_fixed_bytes);
   b.set_arena_max_shards(m.arena.max_shards);
   b.set_batch_split_note(m.batch_split_note);
   b.set_object_code(m.object_code);
@@ -235,6 +237,8 @@ absl::StatusOr<VersionSnapshot> DecodeSnapshot(std::string_view bytes) {
   m.arena.per_batch_bytes = b.arena_per_batch_bytes();
   m.arena.fixed_bytes = b.arena_fixed_bytes();
   m.arena.unplanned_bytes = b.arena_unplanned_bytes();
+  m.arena.live_per_batch_bytes = b.arena_live_per_batch_bytes();
+  m.arena.live_fixed_bytes = b.arena_live_fixed_bytes();
   m.arena.max_shards = std::clamp(b.arena_max_shards(), 1, kMaxBatchShards);
   m.batch_split_note = b.batch_split_note();
   m.object_code = b.object_code();

@@ -262,11 +262,17 @@ int Main(int argc, char** argv) {
   std::filesystem::path path = std::filesystem::absolute(o.model);
   std::string name =
       absl::StrCat(path.parent_path().filename().string(), "/", path.filename().string());
+  // The arena this batch needs against the same split's liveness lower bound (each region's most
+  // bytes live across one node): how much the placement loses to fragmentation.
+  ArenaPlan bound = model.arena;
+  bound.per_batch_bytes = model.arena.live_per_batch_bytes;
+  bound.fixed_bytes = model.arena.live_fixed_bytes;
   std::printf(
       "cuvil model=%s batch=%lld threads=%d median_ms=%.4f p99_ms=%.4f mean_ms=%.4f runs=%zu "
-      "gflops=%.2f compile_ms=%.1f%s%s\n",
+      "gflops=%.2f compile_ms=%.1f arena_bytes=%lld live_bound_bytes=%lld%s%s\n",
       name.c_str(), static_cast<long long>(o.batch), o.threads, q(0.5), q(0.99), mean, times.size(),
-      flops / (mean * 1e6), compile_ms,
+      flops / (mean * 1e6), compile_ms, static_cast<long long>(model.arena.BytesFor(o.batch)),
+      static_cast<long long>(bound.BytesFor(o.batch)),
       o.tier == CompileTier::kFull ? "" : absl::StrCat(" tier=", CompileTierName(o.tier)).c_str(),
       tier_report.c_str());
 

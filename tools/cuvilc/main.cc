@@ -351,14 +351,15 @@ int Compile(const std::vector<std::string>& args) {
     tier_swap_us = std::chrono::duration<double, std::micro>(t4 - t3).count();
   }
   const CompiledModel& m = (*loaded)->model();
+  const char* symbol = m.symbol.empty() ? "batch" : m.symbol.c_str();
   std::printf(
       "compiled %s: %zu kernels, object %zu bytes, arena %lld*%s+%lld bytes (unplanned %lld per "
-      "%s)\n",
+      "%s, liveness bound %lld*%s+%lld)\n",
       model_path.c_str(), m.kernels.size(), m.object_code.size(),
-      static_cast<long long>(m.arena.per_batch_bytes),
-      m.symbol.empty() ? "batch" : m.symbol.c_str(), static_cast<long long>(m.arena.fixed_bytes),
-      static_cast<long long>(m.arena.unplanned_bytes),
-      m.symbol.empty() ? "batch" : m.symbol.c_str());
+      static_cast<long long>(m.arena.per_batch_bytes), symbol,
+      static_cast<long long>(m.arena.fixed_bytes), static_cast<long long>(m.arena.unplanned_bytes),
+      symbol, static_cast<long long>(m.arena.live_per_batch_bytes), symbol,
+      static_cast<long long>(m.arena.live_fixed_bytes));
   for (const auto& sig : m.inputs) std::printf("input  %s\n", SigString(sig, m.symbol).c_str());
   for (const auto& sig : m.outputs) std::printf("output %s\n", SigString(sig, m.symbol).c_str());
   if (m.arena.max_shards > 1) {

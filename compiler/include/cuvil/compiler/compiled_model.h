@@ -79,6 +79,11 @@ struct ArenaPlan {
   int64_t per_batch_bytes = 0;
   int64_t fixed_bytes = 0;
   int64_t unplanned_bytes = 0;  // Sum of all intermediate sizes without reuse (batch 1).
+  // Liveness lower bounds of the two regions: the most bytes (64-byte aligned) of batch-scaled
+  // (per batch item) and of static intermediates live across one node; no placement of these
+  // lifetimes needs less. 0 in cache entries and snapshots written before they were recorded.
+  int64_t live_per_batch_bytes = 0;
+  int64_t live_fixed_bytes = 0;
   // Parts the batch may be split into by an execution (LoadedModel::Execute): greater than 1
   // only for models that keep batch items apart; each concurrently running part needs its own
   // fixed region, so BytesFor reserves min(batch, max_shards) of them.
