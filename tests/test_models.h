@@ -43,6 +43,47 @@ inline std::string BinaryWithConstant(const std::string& op, int64_t width, floa
   return model.SerializeAsString();
 }
 
+// y = (x . A) . B where x is float32[batch, width] and A, B float32[width, width] constants
+// filled with `a` and `b`: the product x . A is an intermediate no fusion removes, so the model
+// has a batch-scaled arena region.
+inline std::string MatMulChain(int64_t width, float a, float b) {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(13);
+  onnx::GraphProto* g = model.mutable_graph();
+  g->set_name("matmul_chain");
+  auto add_io = [&](onnx::ValueInfoProto* info, const std::string& name) {
+    info->set_name(name);
+    auto* tt = info->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(onnx::TensorProto::FLOAT);
+    tt->mutable_shape()->add_dim()->set_dim_param("batch");
+    tt->mutable_shape()->add_dim()->set_dim_value(width);
+  };
+  add_io(g->add_input(), "x");
+  add_io(g->add_output(), "y");
+  auto add_weight = [&](const std::string& name, float value) {
+    onnx::TensorProto* w = g->add_initializer();
+    w->set_name(name);
+    w->set_data_type(onnx::TensorProto::FLOAT);
+    w->add_dims(width);
+    w->add_dims(width);
+    for (int64_t i = 0; i < width * width; ++i) w->add_float_data(value);
+  };
+  add_weight("a", a);
+  add_weight("b", b);
+  auto add_matmul = [&](const std::string& lhs, const std::string& rhs, const std::string& out) {
+    onnx::NodeProto* n = g->add_node();
+    n->set_op_type("MatMul");
+    n->set_name(out + "_matmul");
+    n->add_input(lhs);
+    n->add_input(rhs);
+    n->add_output(out);
+  };
+  add_matmul("x", "a", "xa");
+  add_matmul("xa", "b", "y");
+  return model.SerializeAsString();
+}
+
 // y = Gather(table, ids): `table` a float32[rows, cols] constant with table[r][c] = value(r, c)
 // (stored as raw_data, as exporters write large weights), ids int64[batch], y float32[batch, cols].
 inline std::string GatherTableModel(int64_t rows, int64_t cols,

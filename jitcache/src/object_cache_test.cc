@@ -97,6 +97,30 @@ TEST_F(ObjectCacheTest, MissThenMemoryHitThenDiskHit) {
   EXPECT_EQ(s.corrupt, 0u);
 }
 
+// The arena plan, liveness bounds included, comes back from a disk entry as the compiler made it.
+TEST_F(ObjectCacheTest, DiskHitKeepsTheArenaPlan) {
+  const std::string bytes = testing::MatMulChain(16, 0.5f, 2.0f);
+  auto cache = MakeCache();
+  CacheLookup lookup;
+  auto compiled = cache->Compile("", bytes, {}, &lookup);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  ASSERT_EQ(lookup.outcome, CacheOutcome::kMiss);
+  const ArenaPlan made = compiled->arena;
+  EXPECT_GT(made.live_per_batch_bytes, 0);  // x . A, 16 floats per batch item.
+  EXPECT_GE(made.per_batch_bytes, made.live_per_batch_bytes);
+
+  auto other = MakeCache();
+  auto read = other->Compile("", bytes, {}, &lookup);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(lookup.outcome, CacheOutcome::kDiskHit);
+  EXPECT_EQ(read->arena.per_batch_bytes, made.per_batch_bytes);
+  EXPECT_EQ(read->arena.fixed_bytes, made.fixed_bytes);
+  EXPECT_EQ(read->arena.unplanned_bytes, made.unplanned_bytes);
+  EXPECT_EQ(read->arena.live_per_batch_bytes, made.live_per_batch_bytes);
+  EXPECT_EQ(read->arena.live_fixed_bytes, made.live_fixed_bytes);
+  EXPECT_EQ(read->arena.max_shards, made.max_shards);
+}
+
 TEST_F(ObjectCacheTest, MemoryOnlyCacheReusesSameBytes) {
   auto cache = ObjectCache::Create({});
   ASSERT_TRUE(cache.ok());

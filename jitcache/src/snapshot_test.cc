@@ -104,6 +104,11 @@ TEST_F(SnapshotTest, RestoreEqualsOriginalIncludingPatches) {
   ASSERT_TRUE(code.ok()) << code.status();
   EXPECT_FALSE(recompiled);
   EXPECT_EQ(TotalCompilations(), before);
+  const ArenaPlan& made = model_->model().arena;
+  EXPECT_EQ(code->arena.per_batch_bytes, made.per_batch_bytes);
+  EXPECT_EQ(code->arena.fixed_bytes, made.fixed_bytes);
+  EXPECT_EQ(code->arena.live_per_batch_bytes, made.live_per_batch_bytes);
+  EXPECT_EQ(code->arena.live_fixed_bytes, made.live_fixed_bytes);
   auto restored = (*engine)->Load("mul_add/1", *std::move(code));
   ASSERT_TRUE(restored.ok()) << restored.status();
   EXPECT_EQ(Outputs(**restored), plain);

@@ -1,12 +1,13 @@
 // cuvil-bench: times one compiled model alone (no server, no request decoding), the Cuvil side of
 // bench/compare_ort.sh.
 //   cuvil-bench MODEL.onnx [--batch B] [--threads T] [--min-time S] [--warmup N] [--per-kernel]
-//               [--compile-tier full|fast|tiered] [--no-batch-split]
+//               [--compile-tier full|fast|tiered] [--no-batch-split] [--peak]
 // Prints one line with the keys of ONNX Runtime's peer script (../shared/bench/ort/run.sh):
 //   cuvil model=DIR/FILE batch=B threads=T median_ms=X p99_ms=Y mean_ms=Z runs=N gflops=G
 //   compile_ms=C
 // --no-batch-split calls the entry point once per execution with the whole batch (what Execute
-// did before it split separable models), for side-by-side comparisons.
+// did before it split separable models), for side-by-side comparisons. --peak then measures the
+// host's FP32 FMA peak on T threads and adds peak_gflops= peak_bits= peak_share= (gflops / peak).
 // --per-kernel then lists every kernel's share of the time, largest first. --compile-tier fast
 // times the quick tier's code; tiered loads the quick tier (ready_ms), compiles the full tier and
 // swaps it in at a safe point (tier_up_ms), then times the swapped code. Both tiers lower one
@@ -28,13 +29,14 @@
 #include "cuvil/jitcache/jit_engine.h"
 #include "cuvil/jitcache/object_cache.h"
 #include "cuvil/runtime/parallel.h"
+#include "fma_peak.h"
 
 namespace cuvil {
 namespace {
 
 constexpr char kUsage[] =
     "usage: cuvil-bench MODEL.onnx [--batch B] [--threads T] [--min-time S] [--warmup N] "
-    "[--per-kernel] [--compile-tier full|fast|tiered] [--no-batch-split] [--float-qdq]\n"
+    "[--per-kernel] [--compile-tier full|fast|tiered] [--no-batch-split] [--float-qdq] [--peak]\n"
     "  --float-qdq: QDQ Convs in float32 (weights dequantised at compile time), not integer\n";
 
 using Clock = std::chrono::steady_clock;
@@ -134,6 +136,7 @@ struct Options {
   bool per_kernel = false;
   bool batch_split = true;
   bool integer_qdq = true;
+  bool peak = false;
   CompileTier tier = CompileTier::kFull;
 };
 
@@ -154,6 +157,8 @@ int Main(int argc, char** argv) {
       o.per_kernel = true;
     } else if (a == "--no-batch-split") {
       o.batch_split = false;
+    } else if (a == "--peak") {
+      o.peak = true;
     } else if (a == "--float-qdq") {
       o.integer_qdq = false;
     } else if (a == "--compile-tier" && has_value) {
@@ -252,13 +257,21 @@ int Main(int argc, char** argv) {
     times.push_back(MsSince(a));
   }
   if (!o.batch_split) tier_report += " batch_split=off";
+  double mean = 0;
+  for (double t : times) mean += t;
+  mean /= static_cast<double>(times.size());
+  const double gflops = flops / (mean * 1e6);
+  if (o.peak) {
+    // After the timing, so the model's run does not share the cores with it.
+    const FmaPeak peak = MeasureFmaPeak(o.threads, 1.0);
+    absl::StrAppend(&tier_report, " peak_gflops=", absl::SixDigits(peak.gflops),
+                    " peak_bits=", peak.vector_bits,
+                    " peak_share=", absl::SixDigits(peak.gflops > 0 ? gflops / peak.gflops : 0));
+  }
   std::sort(times.begin(), times.end());
   auto q = [&](double p) {
     return times[std::min(times.size() - 1, static_cast<size_t>(p * times.size()))];
   };
-  double mean = 0;
-  for (double t : times) mean += t;
-  mean /= static_cast<double>(times.size());
   std::filesystem::path path = std::filesystem::absolute(o.model);
   std::string name =
       absl::StrCat(path.parent_path().filename().string(), "/", path.filename().string());
@@ -271,7 +284,7 @@ int Main(int argc, char** argv) {
       "cuvil model=%s batch=%lld threads=%d median_ms=%.4f p99_ms=%.4f mean_ms=%.4f runs=%zu "
       "gflops=%.2f compile_ms=%.1f arena_bytes=%lld live_bound_bytes=%lld%s%s\n",
       name.c_str(), static_cast<long long>(o.batch), o.threads, q(0.5), q(0.99), mean, times.size(),
-      flops / (mean * 1e6), compile_ms, static_cast<long long>(model.arena.BytesFor(o.batch)),
+      gflops, compile_ms, static_cast<long long>(model.arena.BytesFor(o.batch)),
       static_cast<long long>(bound.BytesFor(o.batch)),
       o.tier == CompileTier::kFull ? "" : absl::StrCat(" tier=", CompileTierName(o.tier)).c_str(),
       tier_report.c_str());
