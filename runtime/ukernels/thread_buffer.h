@@ -3,6 +3,7 @@
 #define CUVIL_RUNTIME_UKERNELS_THREAD_BUFFER_H_
 
 #include <cstddef>
+#include <cstdint>
 
 namespace cuvil::uk {
 
@@ -25,6 +26,9 @@ class ThreadBuffer {
   float* data_ = nullptr;
   size_t capacity_ = 0;
 };
+
+// Bytes every thread's buffers hold together (they are kept between executions). Thread-safe.
+int64_t ThreadBufferBytes();
 
 }  // namespace cuvil::uk
 

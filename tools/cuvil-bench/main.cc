@@ -4,7 +4,10 @@
 //               [--compile-tier full|fast|tiered] [--no-batch-split] [--peak]
 // Prints one line with the keys of ONNX Runtime's peer script (../shared/bench/ort/run.sh):
 //   cuvil model=DIR/FILE batch=B threads=T median_ms=X p99_ms=Y mean_ms=Z runs=N gflops=G
-//   compile_ms=C
+//   compile_ms=C arena_bytes=A live_bound_bytes=L scratch_bytes=S
+// A is the planned arena of batch B, L the same split's liveness lower bound and S the memory
+// kernels used outside the arena while timed (per-thread microkernel buffers and the peak of
+// generated code's heap scratch): the peak activation memory is A + S.
 // --no-batch-split calls the entry point once per execution with the whole batch (what Execute
 // did before it split separable models), for side-by-side comparisons. --peak then measures the
 // host's FP32 FMA peak on T threads and adds peak_gflops= peak_bits= peak_share= (gflops / peak).
@@ -29,6 +32,7 @@
 #include "cuvil/jitcache/jit_engine.h"
 #include "cuvil/jitcache/object_cache.h"
 #include "cuvil/runtime/parallel.h"
+#include "cuvil/runtime/scratch_usage.h"
 #include "fma_peak.h"
 
 namespace cuvil {
@@ -249,6 +253,7 @@ int Main(int argc, char** argv) {
   for (int i = 0; i < o.warmup; ++i) {
     if (auto s = run(); !s.ok()) return Fail(s);
   }
+  ResetHeapPeak();
   std::vector<double> times;
   auto start = Clock::now();
   while (times.size() < 10 || MsSince(start) < o.min_time * 1e3) {
@@ -256,6 +261,10 @@ int Main(int argc, char** argv) {
     if (auto s = run(); !s.ok()) return Fail(s);
     times.push_back(MsSince(a));
   }
+  // Memory outside the arena that the timed executions used: the microkernels' per-thread
+  // buffers (kept between executions) and the most heap scratch live at once.
+  const ScratchUsage scratch = ReadScratchUsage();
+  const int64_t scratch_bytes = scratch.thread_buffer_bytes + scratch.heap_peak_bytes;
   if (!o.batch_split) tier_report += " batch_split=off";
   double mean = 0;
   for (double t : times) mean += t;
@@ -282,10 +291,10 @@ int Main(int argc, char** argv) {
   bound.fixed_bytes = model.arena.live_fixed_bytes;
   std::printf(
       "cuvil model=%s batch=%lld threads=%d median_ms=%.4f p99_ms=%.4f mean_ms=%.4f runs=%zu "
-      "gflops=%.2f compile_ms=%.1f arena_bytes=%lld live_bound_bytes=%lld%s%s\n",
+      "gflops=%.2f compile_ms=%.1f arena_bytes=%lld live_bound_bytes=%lld scratch_bytes=%lld%s%s\n",
       name.c_str(), static_cast<long long>(o.batch), o.threads, q(0.5), q(0.99), mean, times.size(),
       gflops, compile_ms, static_cast<long long>(model.arena.BytesFor(o.batch)),
-      static_cast<long long>(bound.BytesFor(o.batch)),
+      static_cast<long long>(bound.BytesFor(o.batch)), static_cast<long long>(scratch_bytes),
       o.tier == CompileTier::kFull ? "" : absl::StrCat(" tier=", CompileTierName(o.tier)).c_str(),
       tier_report.c_str());
 
