@@ -12,6 +12,15 @@
 
 namespace cuvil::testing {
 
+// `info` names a float32[batch, width] value.
+inline void SetBatchRows(onnx::ValueInfoProto* info, const std::string& name, int64_t width) {
+  info->set_name(name);
+  auto* tt = info->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(onnx::TensorProto::FLOAT);
+  tt->mutable_shape()->add_dim()->set_dim_param("batch");
+  tt->mutable_shape()->add_dim()->set_dim_value(width);
+}
+
 // y = op(x, c) where x is float32[batch, width] and c a float32[width] constant of `value`.
 inline std::string BinaryWithConstant(const std::string& op, int64_t width, float value,
                                       int opset = 13) {
@@ -20,15 +29,8 @@ inline std::string BinaryWithConstant(const std::string& op, int64_t width, floa
   model.add_opset_import()->set_version(opset);
   onnx::GraphProto* g = model.mutable_graph();
   g->set_name("test_" + op);
-  auto add_io = [&](onnx::ValueInfoProto* info, const std::string& name) {
-    info->set_name(name);
-    auto* tt = info->mutable_type()->mutable_tensor_type();
-    tt->set_elem_type(onnx::TensorProto::FLOAT);
-    tt->mutable_shape()->add_dim()->set_dim_param("batch");
-    tt->mutable_shape()->add_dim()->set_dim_value(width);
-  };
-  add_io(g->add_input(), "x");
-  add_io(g->add_output(), "y");
+  SetBatchRows(g->add_input(), "x", width);
+  SetBatchRows(g->add_output(), "y", width);
   onnx::TensorProto* c = g->add_initializer();
   c->set_name("c");
   c->set_data_type(onnx::TensorProto::FLOAT);
@@ -52,15 +54,8 @@ inline std::string MatMulChain(int64_t width, float a, float b) {
   model.add_opset_import()->set_version(13);
   onnx::GraphProto* g = model.mutable_graph();
   g->set_name("matmul_chain");
-  auto add_io = [&](onnx::ValueInfoProto* info, const std::string& name) {
-    info->set_name(name);
-    auto* tt = info->mutable_type()->mutable_tensor_type();
-    tt->set_elem_type(onnx::TensorProto::FLOAT);
-    tt->mutable_shape()->add_dim()->set_dim_param("batch");
-    tt->mutable_shape()->add_dim()->set_dim_value(width);
-  };
-  add_io(g->add_input(), "x");
-  add_io(g->add_output(), "y");
+  SetBatchRows(g->add_input(), "x", width);
+  SetBatchRows(g->add_output(), "y", width);
   auto add_weight = [&](const std::string& name, float value) {
     onnx::TensorProto* w = g->add_initializer();
     w->set_name(name);
