@@ -45,11 +45,10 @@ void cuvil_rt_free(void* p) {
 
 int64_t cuvil_rt_heap_live_bytes() { return __atomic_load_n(&live_bytes, __ATOMIC_RELAXED); }
 
-int64_t cuvil_rt_heap_peak_bytes(int reset) {
-  if (reset != 0) {
-    __atomic_store_n(&peak_bytes, __atomic_load_n(&live_bytes, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
-  }
-  return __atomic_load_n(&peak_bytes, __ATOMIC_RELAXED);
+int64_t cuvil_rt_heap_peak_bytes() { return __atomic_load_n(&peak_bytes, __ATOMIC_RELAXED); }
+
+void cuvil_rt_heap_reset_peak() {
+  __atomic_store_n(&peak_bytes, cuvil_rt_heap_live_bytes(), __ATOMIC_RELAXED);
 }
 
 }  // extern "C"

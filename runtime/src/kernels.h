@@ -9,11 +9,11 @@ extern "C" {
 // 64-byte aligned scratch memory for kernels whose temporaries scale with the batch.
 void* cuvil_rt_alloc(int64_t bytes);
 void cuvil_rt_free(void* p);
-// Bytes of cuvil_rt_alloc blocks not yet freed (64-byte rounded, process-wide), and the most of
-// them held at once since the start or the last call with `reset` != 0 (which restarts the count
-// from the bytes live now).
+// Bytes of cuvil_rt_alloc blocks not yet freed (64-byte rounded, process-wide); the most of them
+// held at once since the start or the last reset, which restarts it from the bytes live then.
 int64_t cuvil_rt_heap_live_bytes();
-int64_t cuvil_rt_heap_peak_bytes(int reset);
+int64_t cuvil_rt_heap_peak_bytes();
+void cuvil_rt_heap_reset_peak();
 }
 
 #endif  // CUVIL_RUNTIME_SRC_KERNELS_H_

@@ -9,10 +9,10 @@ ScratchUsage ReadScratchUsage() {
   ScratchUsage u;
   u.thread_buffer_bytes = uk::ThreadBufferBytes();
   u.heap_live_bytes = cuvil_rt_heap_live_bytes();
-  u.heap_peak_bytes = cuvil_rt_heap_peak_bytes(/*reset=*/0);
+  u.heap_peak_bytes = cuvil_rt_heap_peak_bytes();
   return u;
 }
 
-void ResetHeapPeak() { cuvil_rt_heap_peak_bytes(/*reset=*/1); }
+void ResetHeapPeak() { cuvil_rt_heap_reset_peak(); }
 
 }  // namespace cuvil

@@ -8,30 +8,25 @@ namespace {
 // Bytes all ThreadBuffers hold (builtins, not <atomic>: the AOT cross builds lack the headers).
 int64_t held_bytes = 0;
 
-void Count(size_t floats, bool add) {
-  const auto bytes = static_cast<int64_t>(floats * sizeof(float));
-  if (add) {
-    __atomic_add_fetch(&held_bytes, bytes, __ATOMIC_RELAXED);
-  } else {
-    __atomic_sub_fetch(&held_bytes, bytes, __ATOMIC_RELAXED);
-  }
-}
+void Count(int64_t bytes) { __atomic_add_fetch(&held_bytes, bytes, __ATOMIC_RELAXED); }
+
+int64_t BytesOf(size_t floats) { return static_cast<int64_t>(floats * sizeof(float)); }
 
 }  // namespace
 
 ThreadBuffer::~ThreadBuffer() {
-  Count(capacity_, false);
+  Count(-BytesOf(capacity_));
   std::free(data_);
 }
 
 float* ThreadBuffer::Get(size_t floats) {
   if (floats > capacity_) {
     std::free(data_);
-    Count(capacity_, false);
+    Count(-BytesOf(capacity_));
     capacity_ = (floats + 15) / 16 * 16;
     data_ = static_cast<float*>(std::aligned_alloc(64, capacity_ * sizeof(float)));
     if (data_ == nullptr) std::abort();
-    Count(capacity_, true);
+    Count(BytesOf(capacity_));
   }
   return data_;
 }

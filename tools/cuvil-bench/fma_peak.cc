@@ -15,8 +15,6 @@ namespace {
 // Twelve accumulators: FMA latency 4-5 cycles times two FMA ports needs at least ten in flight.
 constexpr int kChains = 12;
 constexpr int64_t kItersPerRound = 1 << 16;
-// Receives each round's result so the compiler keeps the loops.
-volatile float fma_sink = 0;
 
 // Each runs kChains * iters FMAs and returns the sum of the accumulators.
 __attribute__((target("avx512f"))) float Fma512(int64_t iters) {
@@ -51,7 +49,8 @@ __attribute__((target("avx2,fma"))) float Fma256(int64_t iters) {
   return total;
 }
 
-// Rate of `kernel` (lanes wide) on `threads` threads started together.
+// Rate of `kernel` (lanes wide) on `threads` threads started together: the sum of each thread's
+// best round.
 double Rate(float (*kernel)(int64_t), int lanes, int threads, double seconds) {
   using Clock = std::chrono::steady_clock;
   std::atomic<int> ready{0};
@@ -63,11 +62,12 @@ double Rate(float (*kernel)(int64_t), int lanes, int threads, double seconds) {
       ready.fetch_add(1);
       while (!go.load()) std::this_thread::yield();
       double best = 0;
+      volatile float sink = 0;  // Keeps the loops: each round's result is stored.
       const auto start = Clock::now();
       // Best round of the window: a round preempted by another process does not count.
       while (std::chrono::duration<double>(Clock::now() - start).count() < seconds) {
         const auto t0 = Clock::now();
-        fma_sink = kernel(kItersPerRound);
+        sink = kernel(kItersPerRound);
         const double s = std::chrono::duration<double>(Clock::now() - t0).count();
         best = std::max(best, 2.0 * lanes * kChains * kItersPerRound / s / 1e9);
       }
