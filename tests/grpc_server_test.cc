@@ -11,6 +11,7 @@
 #include "admin.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "grpc_service.grpc.pb.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "health.grpc.pb.h"
@@ -67,6 +68,28 @@ TEST_F(GrpcServerTest, HealthAndMetadata) {
   grpc::health::v1::HealthCheckResponse h;
   ASSERT_TRUE(health->Check(&c4, {}, &h).ok());
   EXPECT_EQ(h.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+// Every method is on the completion-queue API; a method no service defines is still answered
+// (by gRPC, UNIMPLEMENTED), and the server goes on serving.
+TEST_F(GrpcServerTest, UnknownMethodIsUnimplemented) {
+  grpc::GenericStub generic(channel_);
+  grpc::ClientContext ctx;
+  grpc::CompletionQueue cq;
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  auto call = generic.PrepareUnaryCall(&ctx, "/inference.GRPCInferenceService/NoSuchMethod",
+                                       grpc::ByteBuffer(), &cq);
+  call->StartCall();
+  call->Finish(&response, &status, reinterpret_cast<void*>(1));
+  void* tag = nullptr;
+  bool ok = false;
+  ASSERT_TRUE(cq.Next(&tag, &ok));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  grpc::ClientContext live_ctx;
+  inference::ServerLiveResponse live;
+  ASSERT_TRUE(stub_->ServerLive(&live_ctx, {}, &live).ok());
+  EXPECT_TRUE(live.live());
 }
 
 TEST_F(GrpcServerTest, InferMatchesReferenceForEveryBatchSize) {
@@ -274,7 +297,7 @@ TEST(GrpcServerAsyncTest, OpenStreamsTakeNoThreadEach) {
   auto stub = inference::GRPCInferenceService::NewStub(channel);
   HostTensor input = testing::ReadReference("mlp", 0, "input");
   HostTensor expected = testing::ReadReference("mlp", 0, "output");
-  // One stream first, so gRPC's own threads (callback executor, channel) exist before counting.
+  // One stream first, so gRPC's own threads (the client channel's) exist before counting.
   constexpr int kStreams = 48;
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
   std::vector<std::unique_ptr<

@@ -21,6 +21,15 @@ class CqTag {
   virtual void Proceed(bool ok) = 0;
 };
 
+// A queue event forwarded to one member function of a call object.
+template <typename Call>
+struct CallStep final : CqTag {
+  CallStep(Call* c, void (Call::*f)(bool)) : call(c), fn(f) {}
+  void Proceed(bool ok) override { (call->*fn)(ok); }
+  Call* call;
+  void (Call::*fn)(bool);
+};
+
 // Thread-compatible: its owner calls Start once and Shutdown (after grpc::Server::Shutdown, once
 // nothing will start an operation on the queue); the polling threads only run the tags.
 class CqDriver {

@@ -1,7 +1,6 @@
 #include "grpc_service.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cstring>
@@ -11,15 +10,16 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "admin.grpc.pb.h"
 #include "cuvil/server/infer_request_builder.h"
 #include "cuvil/server/model_config.h"
+#include "grpc_admin_calls.h"
+#include "grpc_call_util.h"
 #include "grpc_cq_driver.h"
 #include "grpc_infer_decode.h"
 #include "grpc_service.grpc.pb.h"
+#include "grpc_unary_call.h"
 #include "grpcpp/grpcpp.h"
-#include "grpcpp/resource_quota.h"
 #include "health.grpc.pb.h"
 #include "load_parameters.h"
 #include "model_name.h"
@@ -27,92 +27,6 @@
 
 namespace cuvil {
 namespace {
-
-grpc::Status ToGrpc(const absl::Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
-
-std::string Metadata(grpc::ServerContext* ctx, const std::string& key) {
-  auto it = ctx->client_metadata().find(key);
-  if (it == ctx->client_metadata().end()) return "";
-  return std::string(it->second.data(), it->second.size());
-}
-
-// Bounds the calls in progress: the sync methods run each on a thread of its own, and every
-// inference call holds its request and response in memory, so without a cap slow clients or long
-// streams could make the server start threads or buffer requests without end. Thread-safe.
-class CallLimiter {
- public:
-  explicit CallLimiter(int max_calls) : max_calls_(std::max(1, max_calls)) {}
-
-  // Holds one slot while alive; ok() is false when the limit was reached (nothing is held).
-  class Slot {
-   public:
-    explicit Slot(CallLimiter* limiter) : limiter_(limiter) {
-      if (limiter_->in_flight_.fetch_add(1, std::memory_order_acq_rel) >= limiter_->max_calls_) {
-        limiter_->in_flight_.fetch_sub(1, std::memory_order_acq_rel);
-        limiter_ = nullptr;
-      }
-    }
-    ~Slot() { Release(); }
-    Slot(const Slot&) = delete;
-    Slot& operator=(const Slot&) = delete;
-    bool ok() const { return limiter_ != nullptr; }
-    // Frees the slot now (an asynchronous call does so just before it sends its status); later
-    // calls and the destructor do nothing.
-    void Release() {
-      if (limiter_ != nullptr) limiter_->in_flight_.fetch_sub(1, std::memory_order_acq_rel);
-      limiter_ = nullptr;
-    }
-
-   private:
-    CallLimiter* limiter_;
-  };
-
-  // The status a call refused for want of a slot gets.
-  grpc::Status Busy() const {
-    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                        absl::StrCat("server is busy: ", max_calls_,
-                                     " calls are already in progress (the concurrent call limit); "
-                                     "retry later"));
-  }
-
-  // Runs `fn` (returning grpc::Status) in a slot, or answers Busy() when none is free.
-  template <typename Fn>
-  grpc::Status Run(Fn&& fn) {
-    Slot slot(this);
-    if (!slot.ok()) return Busy();
-    return fn();
-  }
-
- private:
-  const int max_calls_;
-  std::atomic<int> in_flight_{0};
-};
-
-// Counts the completion-queue calls alive (armed or in progress), so shutdown can wait until
-// none will start an operation on the queue before shutting it down. Thread-safe.
-class LiveCallCounter {
- public:
-  void Add() {
-    absl::MutexLock l(&mu_);
-    ++live_;
-  }
-  void Remove() {
-    absl::MutexLock l(&mu_);
-    --live_;
-  }
-  // Blocks until no call is alive.
-  void AwaitNone() {
-    absl::MutexLock l(&mu_);
-    mu_.Await(absl::Condition(+[](int* live) { return *live == 0; }, &live_));
-  }
-
- private:
-  absl::Mutex mu_;
-  int live_ ABSL_GUARDED_BY(mu_) = 0;
-};
 
 // Converts gRPC's load parameters into the shared parser's input; views point into `q`.
 LoadParametersInput LoadInput(const inference::RepositoryModelLoadRequest& q) {
@@ -133,68 +47,53 @@ LoadParametersInput LoadInput(const inference::RepositoryModelLoadRequest& q) {
   return input;
 }
 
-// ModelInfer uses gRPC's completion-queue API (AsyncInferCall below) and ModelStreamInfer its
-// callback API: a call is validated and queued on the model's scheduler from a gRPC thread
-// without blocking it, and answered from the scheduler's completion callback, so no thread
-// waits per call in flight. ModelInfer, the hot path, runs on threads that poll its queue
-// themselves (CqDriver): no hand-off between gRPC threads per event. The other methods are quick
-// (or administrative) and stay synchronous.
-using InferenceServiceBase = inference::GRPCInferenceService::WithAsyncMethod_ModelInfer<
-    inference::GRPCInferenceService::WithCallbackMethod_ModelStreamInfer<
-        inference::GRPCInferenceService::Service>>;
-
-class InferenceServiceImpl final : public InferenceServiceBase {
+// The handlers of inference.GRPCInferenceService. Every method runs on the completion-queue API
+// (grpc_unary_call.h; ModelInfer and ModelStreamInfer by the call classes below): a call is read,
+// validated and queued on the model's scheduler by the thread polling the queue, without blocking
+// it, and answered from the scheduler's completion callback, so no thread waits per call in flight
+// and no second gRPC thread touches a call. Thread-safe.
+class InferenceHandlers {
  public:
-  InferenceServiceImpl(ModelManager* models, AdminOperations* admin, const ServerInfo* info,
-                       SharedMemoryRegistry* shared_memory, int64_t max_request_bytes,
-                       CallLimiter* limiter)
+  InferenceHandlers(ModelManager* models, AdminOperations* admin, const ServerInfo* info,
+                    SharedMemoryRegistry* shared_memory, int64_t max_request_bytes)
       : models_(models),
         admin_(admin),
         info_(info),
         shared_memory_(shared_memory),
-        max_request_bytes_(max_request_bytes),
-        limiter_(limiter) {}
+        max_request_bytes_(max_request_bytes) {}
 
   // Liveness and readiness probes skip the call limit: they are quick, and a busy server must
   // not look dead to its orchestrator.
   grpc::Status ServerLive(grpc::ServerContext*, const inference::ServerLiveRequest*,
-                          inference::ServerLiveResponse* r) override {
+                          inference::ServerLiveResponse* r) {
     r->set_live(true);
     return grpc::Status::OK;
   }
 
   grpc::Status ServerReady(grpc::ServerContext*, const inference::ServerReadyRequest*,
-                           inference::ServerReadyResponse* r) override {
+                           inference::ServerReadyResponse* r) {
     r->set_ready(info_->ready.load());
     return grpc::Status::OK;
   }
 
   grpc::Status ModelReady(grpc::ServerContext*, const inference::ModelReadyRequest* q,
-                          inference::ModelReadyResponse* r) override {
-    return limiter_->Run([&] {
-      r->set_ready(models_->Get(q->name(), q->version()).ok());
-      return grpc::Status::OK;
-    });
+                          inference::ModelReadyResponse* r) {
+    r->set_ready(models_->Get(q->name(), q->version()).ok());
+    return grpc::Status::OK;
   }
 
   grpc::Status ServerMetadata(grpc::ServerContext*, const inference::ServerMetadataRequest*,
-                              inference::ServerMetadataResponse* r) override {
-    return limiter_->Run([&] {
-      r->set_name(info_->name);
-      r->set_version(info_->version);
-      for (const auto& e : info_->extensions) r->add_extensions(e);
-      return grpc::Status::OK;
-    });
+                              inference::ServerMetadataResponse* r) {
+    r->set_name(info_->name);
+    r->set_version(info_->version);
+    for (const auto& e : info_->extensions) r->add_extensions(e);
+    return grpc::Status::OK;
   }
 
   grpc::Status ModelMetadata(grpc::ServerContext*, const inference::ModelMetadataRequest* q,
-                             inference::ModelMetadataResponse* r) override {
-    return limiter_->Run([&] { return FillMetadata(*q, r); });
+                             inference::ModelMetadataResponse* r) {
+    return FillMetadata(*q, r);
   }
-
-  // A stream holds one call slot for as long as it is open.
-  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
-  ModelStreamInfer(grpc::CallbackServerContext* ctx) override;
 
   // Validates `q` and queues it on its model's scheduler without waiting. `done` runs exactly
   // once: with the status of the call, after `r` is filled on success; on a scheduler thread, or
@@ -205,136 +104,118 @@ class InferenceServiceImpl final : public InferenceServiceBase {
                   inference::ModelInferResponse* r, std::shared_ptr<ModelVersion>* model,
                   std::function<void(absl::Status)> done);
 
-  CallLimiter* limiter() { return limiter_; }
-
   grpc::Status ModelConfig(grpc::ServerContext*, const inference::ModelConfigRequest* q,
-                           inference::ModelConfigResponse* r) override {
-    return limiter_->Run([&] {
-      auto model = models_->Get(q->name(), q->version());
-      if (!model.ok()) return ToGrpc(model.status());
-      *r->mutable_config() = (*model)->config();
-      return grpc::Status::OK;
-    });
+                           inference::ModelConfigResponse* r) {
+    auto model = models_->Get(q->name(), q->version());
+    if (!model.ok()) return ToGrpc(model.status());
+    *r->mutable_config() = (*model)->config();
+    return grpc::Status::OK;
   }
 
   grpc::Status ModelStatistics(grpc::ServerContext*, const inference::ModelStatisticsRequest* q,
-                               inference::ModelStatisticsResponse* r) override {
-    return limiter_->Run([&] {
-      bool found = false;
-      for (const VersionStatus& v : models_->Index()) {
-        if (!q->name().empty() && v.name != q->name()) continue;
-        if (!q->version().empty() && absl::StrCat(v.version) != q->version()) continue;
-        if (!v.model) continue;
+                               inference::ModelStatisticsResponse* r) {
+    bool found = false;
+    for (const VersionStatus& v : models_->Index()) {
+      if (!q->name().empty() && v.name != q->name()) continue;
+      if (!q->version().empty() && absl::StrCat(v.version) != q->version()) continue;
+      if (!v.model) continue;
+      found = true;
+      FillStats(v, r->add_model_stats());
+    }
+    // Requests refused before any version: one version-less entry per model (a request for
+    // one version asks about that version only).
+    if (q->version().empty()) {
+      for (const auto& [name, reasons] : models_->Rejections()) {
+        // "" gathers names never loaded: metrics show it, a statistics entry would not.
+        if (q->name().empty() ? name.empty() : name != q->name()) continue;
+        FillRejectedStats(name, reasons, r->add_model_stats());
         found = true;
-        FillStats(v, r->add_model_stats());
       }
-      // Requests refused before any version: one version-less entry per model (a request for
-      // one version asks about that version only).
-      if (q->version().empty()) {
-        for (const auto& [name, reasons] : models_->Rejections()) {
-          // "" gathers names never loaded: metrics show it, a statistics entry would not.
-          if (q->name().empty() ? name.empty() : name != q->name()) continue;
-          FillRejectedStats(name, reasons, r->add_model_stats());
-          found = true;
-        }
-      }
-      if (!found && !q->name().empty()) {
-        return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                            absl::StrCat("no READY version of model '", q->name(), "'"));
-      }
-      return grpc::Status::OK;
-    });
+    }
+    if (!found && !q->name().empty()) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                          absl::StrCat("no READY version of model '", q->name(), "'"));
+    }
+    return grpc::Status::OK;
   }
 
   grpc::Status RepositoryIndex(grpc::ServerContext* ctx, const inference::RepositoryIndexRequest* q,
-                               inference::RepositoryIndexResponse* r) override {
-    return limiter_->Run([&] {
-      if (auto s = admin_->Authorize(Metadata(ctx, "authorization")); !s.ok()) return ToGrpc(s);
-      for (const VersionStatus& v : models_->Index()) {
-        if (q->ready() && v.state != ModelState::kReady) continue;
-        auto* m = r->add_models();
-        m->set_name(v.name);
-        if (v.version > 0) m->set_version(absl::StrCat(v.version));
-        m->set_state(ModelStateName(v.state));
-        m->set_reason(v.reason);
-      }
-      return grpc::Status::OK;
-    });
+                               inference::RepositoryIndexResponse* r) {
+    if (auto s = admin_->Authorize(ClientMetadata(ctx, "authorization")); !s.ok()) return ToGrpc(s);
+    for (const VersionStatus& v : models_->Index()) {
+      if (q->ready() && v.state != ModelState::kReady) continue;
+      auto* m = r->add_models();
+      m->set_name(v.name);
+      if (v.version > 0) m->set_version(absl::StrCat(v.version));
+      m->set_state(ModelStateName(v.state));
+      m->set_reason(v.reason);
+    }
+    return grpc::Status::OK;
   }
 
   grpc::Status RepositoryModelLoad(grpc::ServerContext* ctx,
                                    const inference::RepositoryModelLoadRequest* q,
-                                   inference::RepositoryModelLoadResponse*) override {
-    return limiter_->Run([&] {
-      if (auto s = admin_->Authorize(Metadata(ctx, "authorization")); !s.ok()) return ToGrpc(s);
-      absl::StatusOr<LoadRequest> load = ParseLoadParameters(LoadInput(*q));
-      if (!load.ok()) return ToGrpc(load.status());
-      return ToGrpc(models_->Load(*load));
-    });
+                                   inference::RepositoryModelLoadResponse*) {
+    if (auto s = admin_->Authorize(ClientMetadata(ctx, "authorization")); !s.ok()) return ToGrpc(s);
+    absl::StatusOr<LoadRequest> load = ParseLoadParameters(LoadInput(*q));
+    if (!load.ok()) return ToGrpc(load.status());
+    return ToGrpc(models_->Load(*load));
   }
 
   grpc::Status RepositoryModelUnload(grpc::ServerContext* ctx,
                                      const inference::RepositoryModelUnloadRequest* q,
-                                     inference::RepositoryModelUnloadResponse*) override {
-    return limiter_->Run([&] {
-      if (auto s = admin_->Authorize(Metadata(ctx, "authorization")); !s.ok()) return ToGrpc(s);
-      if (auto s = ValidateModelName(q->model_name()); !s.ok()) return ToGrpc(s);
-      return ToGrpc(models_->Unload(q->model_name()));
-    });
+                                     inference::RepositoryModelUnloadResponse*) {
+    if (auto s = admin_->Authorize(ClientMetadata(ctx, "authorization")); !s.ok()) return ToGrpc(s);
+    if (auto s = ValidateModelName(q->model_name()); !s.ok()) return ToGrpc(s);
+    return ToGrpc(models_->Unload(q->model_name()));
   }
 
   grpc::Status SystemSharedMemoryStatus(grpc::ServerContext*,
                                         const inference::SystemSharedMemoryStatusRequest* q,
-                                        inference::SystemSharedMemoryStatusResponse* r) override {
-    return limiter_->Run([&] {
-      auto regions = shared_memory_->Status(q->name());
-      if (!regions.ok()) return ToGrpc(regions.status());
-      for (const SharedMemoryRegionStatus& region : *regions) {
-        auto& out = (*r->mutable_regions())[region.name];
-        out.set_name(region.name);
-        out.set_key(region.key);
-        out.set_offset(region.offset);
-        out.set_byte_size(region.byte_size);
-      }
-      return grpc::Status::OK;
-    });
+                                        inference::SystemSharedMemoryStatusResponse* r) {
+    auto regions = shared_memory_->Status(q->name());
+    if (!regions.ok()) return ToGrpc(regions.status());
+    for (const SharedMemoryRegionStatus& region : *regions) {
+      auto& out = (*r->mutable_regions())[region.name];
+      out.set_name(region.name);
+      out.set_key(region.key);
+      out.set_offset(region.offset);
+      out.set_byte_size(region.byte_size);
+    }
+    return grpc::Status::OK;
   }
 
   // Registering and unregistering need the admin token when one is set (the server opens the
   // objects clients name); without one, Triton clients work unchanged.
   grpc::Status SystemSharedMemoryRegister(grpc::ServerContext* ctx,
                                           const inference::SystemSharedMemoryRegisterRequest* q,
-                                          inference::SystemSharedMemoryRegisterResponse*) override {
-    return limiter_->Run([&] {
-      if (auto s = admin_->Authorize(Metadata(ctx, "authorization")); !s.ok()) return ToGrpc(s);
-      return ToGrpc(shared_memory_->Register(q->name(), q->key(), q->offset(), q->byte_size()));
-    });
+                                          inference::SystemSharedMemoryRegisterResponse*) {
+    if (auto s = admin_->Authorize(ClientMetadata(ctx, "authorization")); !s.ok()) return ToGrpc(s);
+    return ToGrpc(shared_memory_->Register(q->name(), q->key(), q->offset(), q->byte_size()));
   }
 
-  grpc::Status SystemSharedMemoryUnregister(
-      grpc::ServerContext* ctx, const inference::SystemSharedMemoryUnregisterRequest* q,
-      inference::SystemSharedMemoryUnregisterResponse*) override {
-    return limiter_->Run([&] {
-      if (auto s = admin_->Authorize(Metadata(ctx, "authorization")); !s.ok()) return ToGrpc(s);
-      shared_memory_->Unregister(q->name());
-      return grpc::Status::OK;
-    });
+  grpc::Status SystemSharedMemoryUnregister(grpc::ServerContext* ctx,
+                                            const inference::SystemSharedMemoryUnregisterRequest* q,
+                                            inference::SystemSharedMemoryUnregisterResponse*) {
+    if (auto s = admin_->Authorize(ClientMetadata(ctx, "authorization")); !s.ok()) return ToGrpc(s);
+    shared_memory_->Unregister(q->name());
+    return grpc::Status::OK;
   }
 
   // A CPU server has no CUDA shared memory.
   grpc::Status CudaSharedMemoryStatus(grpc::ServerContext*,
                                       const inference::CudaSharedMemoryStatusRequest*,
-                                      inference::CudaSharedMemoryStatusResponse*) override {
+                                      inference::CudaSharedMemoryStatusResponse*) {
     return NoCuda();
   }
   grpc::Status CudaSharedMemoryRegister(grpc::ServerContext*,
                                         const inference::CudaSharedMemoryRegisterRequest*,
-                                        inference::CudaSharedMemoryRegisterResponse*) override {
+                                        inference::CudaSharedMemoryRegisterResponse*) {
     return NoCuda();
   }
   grpc::Status CudaSharedMemoryUnregister(grpc::ServerContext*,
                                           const inference::CudaSharedMemoryUnregisterRequest*,
-                                          inference::CudaSharedMemoryUnregisterResponse*) override {
+                                          inference::CudaSharedMemoryUnregisterResponse*) {
     return NoCuda();
   }
 
@@ -483,14 +364,13 @@ class InferenceServiceImpl final : public InferenceServiceBase {
   const ServerInfo* info_;
   SharedMemoryRegistry* shared_memory_;
   int64_t max_request_bytes_;
-  CallLimiter* limiter_;
 };
 
-void InferenceServiceImpl::StartInfer(grpc::ServerContextBase* ctx,
-                                      const inference::ModelInferRequest& q,
-                                      inference::ModelInferResponse* r,
-                                      std::shared_ptr<ModelVersion>* model,
-                                      std::function<void(absl::Status)> done) {
+void InferenceHandlers::StartInfer(grpc::ServerContextBase* ctx,
+                                   const inference::ModelInferRequest& q,
+                                   inference::ModelInferResponse* r,
+                                   std::shared_ptr<ModelVersion>* model,
+                                   std::function<void(absl::Status)> done) {
   std::vector<SharedMemoryOutput> shm_outputs;
   absl::StatusOr<std::unique_ptr<InferenceRequest>> request = Prepare(ctx, q, model, &shm_outputs);
   if (!request.ok()) return done(request.status());
@@ -506,319 +386,235 @@ void InferenceServiceImpl::StartInfer(grpc::ServerContextBase* ctx,
              });
 }
 
-// One ModelInfer call on the completion-queue API. Armed by Arm (RequestModelInfer), it arms
-// its successor when a call arrives, validates and queues the request on the polling thread
-// (where a small model on an idle instance also executes it, see the scheduler's inline
-// execution), and answers with Finish from whichever thread completes it. It holds the call
-// slot until it sends its status, and the model version until it is deleted on a polling thread
-// (the scheduler's thread that completes the call must not destroy the version), once both its
-// Finish and its done notification have come back.
-class AsyncInferCall {
+using InferenceService = inference::GRPCInferenceService::AsyncService;
+
+// ModelInfer: validates and queues the request on the polling thread that received it (where a
+// small model on an idle instance also executes it, see the scheduler's inline execution), and
+// answers with Finish from whichever thread completes it. A call holds its slot until it sends
+// its status, and the model version until it is deleted on a polling thread (the scheduler's
+// thread that completes the call must not destroy the version).
+class InferMethod final : public ArmedMethod {
  public:
-  // Puts one new call on `cq`, waiting for a client's ModelInfer.
-  static void Arm(InferenceServiceImpl* service, grpc::ServerCompletionQueue* cq,
-                  LiveCallCounter* live) {
-    auto* call = new AsyncInferCall(service, cq, live);
-    // Delivered when the call ends in any way once it has started, so IsCancelled is valid.
-    call->ctx_.AsyncNotifyWhenDone(&call->done_tag_);
-    service->RequestModelInfer(&call->ctx_, &call->request_, &call->responder_, cq, cq,
-                               &call->request_tag_);
+  InferMethod(const CallContext& context, InferenceService* service, InferenceHandlers* handlers)
+      : context_(context), service_(service), handlers_(handlers) {}
+
+  void Arm() override {
+    auto* call = new Call(this);
+    call->AwaitClient();
   }
 
  private:
-  // Forwards a queue event to one of the call's steps.
-  struct Step final : CqTag {
-    Step(AsyncInferCall* c, void (AsyncInferCall::*f)(bool)) : call(c), fn(f) {}
-    void Proceed(bool ok) override { (call->*fn)(ok); }
-    AsyncInferCall* call;
-    void (AsyncInferCall::*fn)(bool);
+  class Call final : public CqCall {
+   public:
+    explicit Call(InferMethod* method) : CqCall(method->context_.live), method_(method) {}
+
+    // Asks gRPC for the next call of the method, to arrive on request_tag_.
+    void AwaitClient() {
+      ctx_.AsyncNotifyWhenDone(done_tag());
+      method_->service_->RequestModelInfer(&ctx_, &request_, &responder_, method_->context_.cq,
+                                           method_->context_.cq,
+                                           static_cast<CqTag*>(&request_tag_));
+    }
+
+   private:
+    void OnRequest(bool ok) {
+      if (!ok) {  // The server is shutting down: the call never started.
+        delete this;
+        return;
+      }
+      method_->Arm();
+      slot_.emplace(method_->context_.limiter);
+      if (!slot_->ok()) return Respond(method_->context_.limiter->Busy());
+      method_->handlers_->StartInfer(&ctx_, request_, &response_, &model_,
+                                     [this](absl::Status s) { Respond(ToGrpc(s)); });
+    }
+
+    void Respond(const grpc::Status& status) {
+      slot_->Release();
+      if (status.ok()) {
+        responder_.Finish(response_, status, finish_tag());
+      } else {
+        responder_.FinishWithError(status, finish_tag());
+      }
+    }
+
+    InferMethod* method_;
+    grpc::ServerContext ctx_;
+    inference::ModelInferRequest request_;
+    inference::ModelInferResponse response_;
+    grpc::ServerAsyncResponseWriter<inference::ModelInferResponse> responder_{&ctx_};
+    std::optional<CallLimiter::Slot> slot_;
+    std::shared_ptr<ModelVersion> model_;
+    CallStep<Call> request_tag_{this, &Call::OnRequest};
   };
 
-  AsyncInferCall(InferenceServiceImpl* service, grpc::ServerCompletionQueue* cq,
-                 LiveCallCounter* live)
-      : service_(service), cq_(cq), live_(live) {
-    live_->Add();
-  }
-  ~AsyncInferCall() { live_->Remove(); }
-
-  void OnRequest(bool ok) {
-    if (!ok) {  // The server is shutting down; the call never started, no other event comes.
-      delete this;
-      return;
-    }
-    Arm(service_, cq_, live_);
-    slot_.emplace(service_->limiter());
-    if (!slot_->ok()) return Respond(service_->limiter()->Busy());
-    service_->StartInfer(&ctx_, request_, &response_, &model_,
-                         [this](absl::Status s) { Respond(ToGrpc(s)); });
-  }
-
-  void Respond(const grpc::Status& status) {
-    slot_->Release();
-    if (status.ok()) {
-      responder_.Finish(response_, status, &finish_tag_);
-    } else {
-      responder_.FinishWithError(status, &finish_tag_);
-    }
-  }
-
-  // The second of Finish's completion and the done notification deletes the call.
-  void OnEventBack(bool /*ok*/) {
-    if (events_left_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
-  }
-
-  InferenceServiceImpl* service_;
-  grpc::ServerCompletionQueue* cq_;
-  LiveCallCounter* live_;
-  grpc::ServerContext ctx_;
-  inference::ModelInferRequest request_;
-  inference::ModelInferResponse response_;
-  grpc::ServerAsyncResponseWriter<inference::ModelInferResponse> responder_{&ctx_};
-  std::optional<CallLimiter::Slot> slot_;
-  std::shared_ptr<ModelVersion> model_;
-  std::atomic<int> events_left_{2};
-  Step request_tag_{this, &AsyncInferCall::OnRequest};
-  Step finish_tag_{this, &AsyncInferCall::OnEventBack};
-  Step done_tag_{this, &AsyncInferCall::OnEventBack};
+  const CallContext context_;
+  InferenceService* service_;
+  InferenceHandlers* handlers_;
 };
 
-// One ModelStreamInfer stream: read a request, run it, write its response, read the next; a
-// failed request is answered with its error_message and the stream goes on. Ends with OK when
-// the client finishes writing or a write fails, as the synchronous stream did. Deletes itself in
-// OnDone; only one of read, inference and write is outstanding at a time, so the steps never
-// run concurrently.
-class StreamInferCall final : public grpc::ServerBidiReactor<inference::ModelInferRequest,
-                                                             inference::ModelStreamInferResponse> {
+// ModelStreamInfer: read a request, run it, write its response, read the next; a failed request
+// is answered with its error_message and the stream goes on. Ends with OK when the client
+// finishes writing or a write fails. Only one of read, inference and write is outstanding at a
+// time, so the steps never run concurrently. A stream holds one call slot while it is open.
+class StreamInferMethod final : public ArmedMethod {
  public:
-  StreamInferCall(InferenceServiceImpl* service, grpc::CallbackServerContext* ctx)
-      : service_(service), ctx_(ctx), slot_(service->limiter()) {
-    if (!slot_.ok()) {
-      Finish(service->limiter()->Busy());
-      return;
-    }
-    StartRead(&request_);
-  }
+  StreamInferMethod(const CallContext& context, InferenceService* service,
+                    InferenceHandlers* handlers)
+      : context_(context), service_(service), handlers_(handlers) {}
 
-  void OnReadDone(bool ok) override {
-    if (!ok) return End();
-    response_.Clear();
-    // The previous request's version is dropped here, on a gRPC thread.
-    model_.reset();
-    service_->StartInfer(
-        ctx_, request_, response_.mutable_infer_response(), &model_, [this](absl::Status s) {
-          if (!s.ok()) {
-            response_.set_error_message(std::string(s.message()));
-            response_.mutable_infer_response()->set_id(request_.id());
-            response_.mutable_infer_response()->set_model_name(request_.model_name());
-          }
-          StartWrite(&response_);
-        });
+  void Arm() override {
+    auto* call = new Call(this);
+    call->AwaitClient();
   }
-
-  void OnWriteDone(bool ok) override {
-    if (!ok) return End();
-    StartRead(&request_);
-  }
-
-  void OnDone() override { delete this; }
 
  private:
-  void End() {
-    slot_.Release();
-    Finish(grpc::Status::OK);
-  }
+  class Call final : public CqCall {
+   public:
+    explicit Call(StreamInferMethod* method) : CqCall(method->context_.live), method_(method) {}
 
-  InferenceServiceImpl* service_;
-  grpc::CallbackServerContext* ctx_;
-  CallLimiter::Slot slot_;
-  inference::ModelInferRequest request_;
-  inference::ModelStreamInferResponse response_;
-  std::shared_ptr<ModelVersion> model_;
+    // Asks gRPC for the next call of the method, to arrive on request_tag_.
+    void AwaitClient() {
+      ctx_.AsyncNotifyWhenDone(done_tag());
+      method_->service_->RequestModelStreamInfer(&ctx_, &stream_, method_->context_.cq,
+                                                 method_->context_.cq,
+                                                 static_cast<CqTag*>(&request_tag_));
+    }
+
+   private:
+    void OnRequest(bool ok) {
+      if (!ok) {  // The server is shutting down: the call never started.
+        delete this;
+        return;
+      }
+      method_->Arm();
+      slot_.emplace(method_->context_.limiter);
+      if (!slot_->ok()) return End(method_->context_.limiter->Busy());
+      stream_.Read(&request_, static_cast<CqTag*>(&read_tag_));
+    }
+
+    void OnRead(bool ok) {
+      if (!ok) return End(grpc::Status::OK);
+      response_.Clear();
+      // The previous request's version is dropped here, on a polling thread.
+      model_.reset();
+      method_->handlers_->StartInfer(
+          &ctx_, request_, response_.mutable_infer_response(), &model_, [this](absl::Status s) {
+            if (!s.ok()) {
+              response_.set_error_message(std::string(s.message()));
+              response_.mutable_infer_response()->set_id(request_.id());
+              response_.mutable_infer_response()->set_model_name(request_.model_name());
+            }
+            stream_.Write(response_, static_cast<CqTag*>(&write_tag_));
+          });
+    }
+
+    void OnWrite(bool ok) {
+      if (!ok) return End(grpc::Status::OK);
+      stream_.Read(&request_, static_cast<CqTag*>(&read_tag_));
+    }
+
+    void End(const grpc::Status& status) {
+      if (slot_) slot_->Release();
+      stream_.Finish(status, finish_tag());
+    }
+
+    StreamInferMethod* method_;
+    grpc::ServerContext ctx_;
+    grpc::ServerAsyncReaderWriter<inference::ModelStreamInferResponse, inference::ModelInferRequest>
+        stream_{&ctx_};
+    std::optional<CallLimiter::Slot> slot_;
+    inference::ModelInferRequest request_;
+    inference::ModelStreamInferResponse response_;
+    std::shared_ptr<ModelVersion> model_;
+    CallStep<Call> request_tag_{this, &Call::OnRequest};
+    CallStep<Call> read_tag_{this, &Call::OnRead};
+    CallStep<Call> write_tag_{this, &Call::OnWrite};
+  };
+
+  const CallContext context_;
+  InferenceService* service_;
+  InferenceHandlers* handlers_;
 };
 
-grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
-InferenceServiceImpl::ModelStreamInfer(grpc::CallbackServerContext* ctx) {
-  return new StreamInferCall(this, ctx);
+// Appends every method of inference.GRPCInferenceService to `methods`.
+void AddInferenceMethods(const CallContext& context, InferenceService* service,
+                         InferenceHandlers* h, std::vector<std::unique_ptr<ArmedMethod>>* methods) {
+  using S = InferenceService;
+  auto add = [&](std::unique_ptr<ArmedMethod> method) { methods->push_back(std::move(method)); };
+  // Quick: answered on the polling thread. Probes skip the call limit.
+  const HandlerKind probe = HandlerKind::kProbe;
+  const HandlerKind quick = HandlerKind::kQuick;
+  add(MakeUnaryMethod(context, probe, service, &S::RequestServerLive,
+                      [h](auto* c, const auto& q, auto* r) { return h->ServerLive(c, &q, r); }));
+  add(MakeUnaryMethod(context, probe, service, &S::RequestServerReady,
+                      [h](auto* c, const auto& q, auto* r) { return h->ServerReady(c, &q, r); }));
+  add(MakeUnaryMethod(context, quick, service, &S::RequestModelReady,
+                      [h](auto* c, const auto& q, auto* r) { return h->ModelReady(c, &q, r); }));
+  add(MakeUnaryMethod(
+      context, quick, service, &S::RequestServerMetadata,
+      [h](auto* c, const auto& q, auto* r) { return h->ServerMetadata(c, &q, r); }));
+  add(MakeUnaryMethod(context, quick, service, &S::RequestModelMetadata,
+                      [h](auto* c, const auto& q, auto* r) { return h->ModelMetadata(c, &q, r); }));
+  add(MakeUnaryMethod(context, quick, service, &S::RequestModelConfig,
+                      [h](auto* c, const auto& q, auto* r) { return h->ModelConfig(c, &q, r); }));
+  add(MakeUnaryMethod(
+      context, quick, service, &S::RequestModelStatistics,
+      [h](auto* c, const auto& q, auto* r) { return h->ModelStatistics(c, &q, r); }));
+  add(MakeUnaryMethod(
+      context, quick, service, &S::RequestRepositoryIndex,
+      [h](auto* c, const auto& q, auto* r) { return h->RepositoryIndex(c, &q, r); }));
+  // Loads compile and unloads drain: the blocking pool runs them.
+  add(MakeUnaryMethod(
+      context, HandlerKind::kBlocking, service, &S::RequestRepositoryModelLoad,
+      [h](auto* c, const auto& q, auto* r) { return h->RepositoryModelLoad(c, &q, r); }));
+  add(MakeUnaryMethod(
+      context, HandlerKind::kBlocking, service, &S::RequestRepositoryModelUnload,
+      [h](auto* c, const auto& q, auto* r) { return h->RepositoryModelUnload(c, &q, r); }));
+  add(MakeUnaryMethod(
+      context, quick, service, &S::RequestSystemSharedMemoryStatus,
+      [h](auto* c, const auto& q, auto* r) { return h->SystemSharedMemoryStatus(c, &q, r); }));
+  add(MakeUnaryMethod(
+      context, quick, service, &S::RequestSystemSharedMemoryRegister,
+      [h](auto* c, const auto& q, auto* r) { return h->SystemSharedMemoryRegister(c, &q, r); }));
+  add(MakeUnaryMethod(
+      context, quick, service, &S::RequestSystemSharedMemoryUnregister,
+      [h](auto* c, const auto& q, auto* r) { return h->SystemSharedMemoryUnregister(c, &q, r); }));
+  add(MakeUnaryMethod(
+      context, quick, service, &S::RequestCudaSharedMemoryStatus,
+      [h](auto* c, const auto& q, auto* r) { return h->CudaSharedMemoryStatus(c, &q, r); }));
+  add(MakeUnaryMethod(
+      context, quick, service, &S::RequestCudaSharedMemoryRegister,
+      [h](auto* c, const auto& q, auto* r) { return h->CudaSharedMemoryRegister(c, &q, r); }));
+  add(MakeUnaryMethod(
+      context, quick, service, &S::RequestCudaSharedMemoryUnregister,
+      [h](auto* c, const auto& q, auto* r) { return h->CudaSharedMemoryUnregister(c, &q, r); }));
+  add(std::make_unique<InferMethod>(context, service, h));
+  add(std::make_unique<StreamInferMethod>(context, service, h));
 }
 
-class HealthServiceImpl final : public grpc::health::v1::Health::Service {
- public:
-  explicit HealthServiceImpl(const ServerInfo* info) : info_(info) {}
-  grpc::Status Check(grpc::ServerContext*, const grpc::health::v1::HealthCheckRequest*,
-                     grpc::health::v1::HealthCheckResponse* r) override {
-    r->set_status(info_->ready.load() ? grpc::health::v1::HealthCheckResponse::SERVING
-                                      : grpc::health::v1::HealthCheckResponse::NOT_SERVING);
-    return grpc::Status::OK;
-  }
-
- private:
-  const ServerInfo* info_;
-};
-
-// Chunks of SnapshotStream answers: far below any sensible message limit.
-constexpr size_t kSnapshotChunkBytes = size_t{1} << 20;
-
-class AdminServiceImpl final : public cuvil::admin::v1::ModelAdmin::Service {
- public:
-  AdminServiceImpl(AdminOperations* admin, CallLimiter* limiter, int64_t max_message_bytes,
-                   int64_t max_snapshot_bytes)
-      : admin_(admin),
-        limiter_(limiter),
-        max_message_bytes_(max_message_bytes),
-        max_snapshot_bytes_(max_snapshot_bytes) {}
-  using Ctx = grpc::ServerContext;
-  grpc::Status LoadModel(Ctx* c, const cuvil::admin::v1::LoadModelRequest* q,
-                         cuvil::admin::v1::LoadModelResponse* r) override {
-    return Authorized(c, [&] {
-      auto out = admin_->LoadModel(*q);
-      if (!out.ok()) return ToGrpc(out.status());
-      *r = std::move(*out);
-      return grpc::Status::OK;
-    });
-  }
-  grpc::Status UnloadModel(Ctx* c, const cuvil::admin::v1::UnloadModelRequest* q,
-                           cuvil::admin::v1::UnloadModelResponse*) override {
-    return Authorized(c, [&] { return ToGrpc(admin_->UnloadModel(*q)); });
-  }
-  grpc::Status ListModels(Ctx* c, const cuvil::admin::v1::ListModelsRequest*,
-                          cuvil::admin::v1::ListModelsResponse* r) override {
-    return Authorized(c, [&] {
-      *r = admin_->ListModels();
-      return grpc::Status::OK;
-    });
-  }
-  grpc::Status ListFunctions(Ctx* c, const cuvil::admin::v1::ListFunctionsRequest* q,
-                             cuvil::admin::v1::ListFunctionsResponse* r) override {
-    return Authorized(c, [&] {
-      auto out = admin_->ListFunctions(*q);
-      if (!out.ok()) return ToGrpc(out.status());
-      *r = std::move(*out);
-      return grpc::Status::OK;
-    });
-  }
-  grpc::Status PatchFunction(Ctx* c, const cuvil::admin::v1::PatchFunctionRequest* q,
-                             cuvil::admin::v1::PatchFunctionResponse* r) override {
-    return Authorized(c, [&] {
-      auto out = admin_->PatchFunction(*q);
-      if (!out.ok()) return ToGrpc(out.status());
-      *r = std::move(*out);
-      return grpc::Status::OK;
-    });
-  }
-  grpc::Status Rollback(Ctx* c, const cuvil::admin::v1::RollbackRequest* q,
-                        cuvil::admin::v1::RollbackResponse* r) override {
-    return Authorized(c, [&] {
-      auto out = admin_->Rollback(*q);
-      if (!out.ok()) return ToGrpc(out.status());
-      *r = std::move(*out);
-      return grpc::Status::OK;
-    });
-  }
-  grpc::Status ListPatches(Ctx* c, const cuvil::admin::v1::ListPatchesRequest* q,
-                           cuvil::admin::v1::ListPatchesResponse* r) override {
-    return Authorized(c, [&] {
-      auto out = admin_->ListPatches(*q);
-      if (!out.ok()) return ToGrpc(out.status());
-      *r = std::move(*out);
-      return grpc::Status::OK;
-    });
-  }
-  grpc::Status Snapshot(Ctx* c, const cuvil::admin::v1::SnapshotRequest* q,
-                        cuvil::admin::v1::SnapshotResponse* r) override {
-    return Authorized(c, [&] {
-      auto out = admin_->Snapshot(*q);
-      if (!out.ok()) return ToGrpc(out.status());
-      // gRPC would refuse to send it with a generic message; say what to use instead.
-      if (out->ByteSizeLong() > static_cast<uint64_t>(max_message_bytes_)) {
-        return grpc::Status(
-            grpc::StatusCode::RESOURCE_EXHAUSTED,
-            absl::StrCat("the snapshot of '", q->name(), "' is ", out->snapshot().size(),
-                         " bytes, above the message limit (", max_message_bytes_,
-                         " bytes, --max-request-bytes); use SnapshotStream (cuvil-admin "
-                         "snapshot does)"));
-      }
-      *r = std::move(*out);
-      return grpc::Status::OK;
-    });
-  }
-  grpc::Status SnapshotStream(Ctx* c, const cuvil::admin::v1::SnapshotRequest* q,
-                              grpc::ServerWriter<cuvil::admin::v1::SnapshotChunk>* w) override {
-    return Authorized(c, [&] {
-      auto out = admin_->Snapshot(*q);
-      if (!out.ok()) return ToGrpc(out.status());
-      const std::string& bytes = out->snapshot();
-      size_t offset = 0;
-      do {
-        const size_t n = std::min(kSnapshotChunkBytes, bytes.size() - offset);
-        cuvil::admin::v1::SnapshotChunk chunk;
-        chunk.set_data(bytes.data() + offset, n);
-        if (offset == 0) {
-          chunk.set_version(out->version());
-          chunk.set_total_bytes(static_cast<int64_t>(bytes.size()));
-        }
-        if (!w->Write(chunk)) {
-          return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
-        }
-        offset += n;
-      } while (offset < bytes.size());
-      return grpc::Status::OK;
-    });
-  }
-  grpc::Status RestoreSnapshotStream(Ctx* c,
-                                     grpc::ServerReader<cuvil::admin::v1::SnapshotChunk>* reader,
-                                     cuvil::admin::v1::RestoreSnapshotResponse* r) override {
-    return Authorized(c, [&] {
-      cuvil::admin::v1::RestoreSnapshotRequest request;
-      std::string* artifact = request.mutable_snapshot();
-      cuvil::admin::v1::SnapshotChunk chunk;
-      while (reader->Read(&chunk)) {
-        // Sizes stay far below SIZE_MAX: each chunk is bounded by the message limit.
-        if (chunk.data().size() > static_cast<uint64_t>(max_snapshot_bytes_) - artifact->size()) {
-          return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                              absl::StrCat("the snapshot is larger than the server's limit of ",
-                                           max_snapshot_bytes_, " bytes (--max-snapshot-bytes)"));
-        }
-        artifact->append(chunk.data());
-      }
-      auto out = admin_->RestoreSnapshot(request);
-      if (!out.ok()) return ToGrpc(out.status());
-      *r = std::move(*out);
-      return grpc::Status::OK;
-    });
-  }
-  grpc::Status RestoreSnapshot(Ctx* c, const cuvil::admin::v1::RestoreSnapshotRequest* q,
-                               cuvil::admin::v1::RestoreSnapshotResponse* r) override {
-    return Authorized(c, [&] {
-      auto out = admin_->RestoreSnapshot(*q);
-      if (!out.ok()) return ToGrpc(out.status());
-      *r = std::move(*out);
-      return grpc::Status::OK;
-    });
-  }
-
- private:
-  // Runs `fn` in a call slot once the caller's bearer token checks out.
-  template <typename Fn>
-  grpc::Status Authorized(Ctx* c, Fn&& fn) {
-    return limiter_->Run([&] {
-      if (auto s = admin_->Authorize(Metadata(c, "authorization")); !s.ok()) return ToGrpc(s);
-      return fn();
-    });
-  }
-  AdminOperations* admin_;
-  CallLimiter* limiter_;
-  const int64_t max_message_bytes_;
-  const int64_t max_snapshot_bytes_;
-};
+// grpc.health.v1.Health/Check: SERVING once the server is ready; a probe, outside the call limit.
+void AddHealthMethods(const CallContext& context, grpc::health::v1::Health::AsyncService* service,
+                      const ServerInfo* info, std::vector<std::unique_ptr<ArmedMethod>>* methods) {
+  using grpc::health::v1::HealthCheckResponse;
+  methods->push_back(MakeUnaryMethod(
+      context, HandlerKind::kProbe, service, &grpc::health::v1::Health::AsyncService::RequestCheck,
+      [info](grpc::ServerContext*, const grpc::health::v1::HealthCheckRequest&,
+             HealthCheckResponse* r) {
+        r->set_status(info->ready.load() ? HealthCheckResponse::SERVING
+                                         : HealthCheckResponse::NOT_SERVING);
+        return grpc::Status::OK;
+      }));
+}
 
 class GrpcServiceImpl final : public GrpcService {
  public:
   GrpcServiceImpl(const GrpcServiceOptions& options, ModelManager* models, AdminOperations* admin,
                   const ServerInfo* info, SharedMemoryRegistry* shared_memory)
-      : limiter_(options.max_concurrent_calls),
-        inference_(models, admin, info, shared_memory, options.max_request_bytes, &limiter_),
-        health_(info),
-        admin_(admin, &limiter_, options.max_request_bytes, options.max_snapshot_bytes) {}
+      : admin_(admin),
+        info_(info),
+        limiter_(options.max_concurrent_calls),
+        inference_(models, admin, info, shared_memory, options.max_request_bytes) {}
 
   absl::Status Start(const GrpcServiceOptions& options) {
     grpc::ServerBuilder builder;
@@ -839,33 +635,30 @@ class GrpcServiceImpl final : public GrpcService {
         static_cast<int>(std::clamp<int64_t>(options.max_request_bytes, 1, INT_MAX));
     builder.SetMaxReceiveMessageSize(max_bytes);
     builder.SetMaxSendMessageSize(max_bytes);
-    // The synchronous methods run each call on its own thread. The call limit answers first,
-    // with a clear message; the thread quota is the backstop. Inference calls use the callback
-    // API and take no thread of their own.
-    builder.SetSyncServerOption(grpc::ServerBuilder::NUM_CQS, std::max(1, options.sync_cqs));
-    builder.SetSyncServerOption(grpc::ServerBuilder::MIN_POLLERS,
-                                std::max(1, options.sync_min_pollers));
-    builder.SetSyncServerOption(grpc::ServerBuilder::MAX_POLLERS,
-                                std::max(1, options.sync_max_pollers));
-    grpc::ResourceQuota quota("cuvil-grpc");
-    quota.SetMaxThreads(std::max(1, options.sync_max_threads));
-    builder.SetResourceQuota(quota);
-    builder.RegisterService(&inference_);
-    builder.RegisterService(&health_);
-    builder.RegisterService(&admin_);
-    infer_queue_ = std::make_unique<CqDriver>(builder.AddCompletionQueue());
+    // Every method is asynchronous: gRPC starts no synchronous-server or callback threads, so the
+    // queue's own polling threads are the only ones reading the network.
+    builder.RegisterService(&inference_service_);
+    builder.RegisterService(&health_service_);
+    builder.RegisterService(&admin_service_);
+    queue_ = std::make_unique<CqDriver>(builder.AddCompletionQueue());
     server_ = builder.BuildAndStart();
     if (server_ == nullptr || port_ == 0) {
       return absl::UnavailableError(
           absl::StrCat("cannot bind gRPC to ", options.bind_address, ":", options.port));
     }
-    // Calls waiting for a client: each arriving call arms a successor, so this many calls can
-    // arrive at once before the polling threads get to re-arm.
-    const int threads = std::max(1, options.infer_threads);
-    for (int i = 0; i < 2 * threads + 2; ++i) {
-      AsyncInferCall::Arm(&inference_, infer_queue_->cq(), &live_infer_calls_);
+    blocking_pool_ = std::make_unique<ThreadPool>(std::max(1, options.blocking_threads));
+    const CallContext context{queue_->cq(), &live_calls_, &limiter_, blocking_pool_.get()};
+    AddInferenceMethods(context, &inference_service_, &inference_, &methods_);
+    AddHealthMethods(context, &health_service_, info_, &methods_);
+    AddAdminMethods(context, AdminCallLimits{options.max_request_bytes, options.max_snapshot_bytes},
+                    &admin_service_, admin_, &methods_);
+    // Calls waiting for a client: each arriving call arms a successor, so this many calls of a
+    // method can arrive at once before the polling threads get to re-arm.
+    const int threads = std::max(1, options.threads);
+    for (const auto& method : methods_) {
+      for (int i = 0; i < threads + 1; ++i) method->Arm();
     }
-    infer_queue_->Start(threads);
+    queue_->Start(threads);
     return absl::OkStatus();
   }
 
@@ -874,11 +667,12 @@ class GrpcServiceImpl final : public GrpcService {
   void Stop(int64_t deadline_ms) override {
     if (server_) {
       server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms));
-      // Armed calls come back refused; calls in progress end once their scheduler answers them
-      // (executions are bounded). Only then may the queue shut down: an operation started on a
-      // shut-down queue is a gRPC assertion failure.
-      live_infer_calls_.AwaitNone();
-      infer_queue_->Shutdown();
+      // Armed calls come back refused; calls in progress end once their scheduler or the
+      // blocking pool answers them (executions are bounded). Only then may the queue shut down:
+      // an operation started on a shut-down queue is a gRPC assertion failure.
+      live_calls_.AwaitNone();
+      blocking_pool_.reset();
+      queue_->Shutdown();
       server_->Wait();
       server_.reset();
     }
@@ -887,12 +681,17 @@ class GrpcServiceImpl final : public GrpcService {
   ~GrpcServiceImpl() override { Stop(0); }
 
  private:
-  CallLimiter limiter_;  // Before the services, which keep a pointer to it.
-  InferenceServiceImpl inference_;
-  HealthServiceImpl health_;
-  AdminServiceImpl admin_;
-  LiveCallCounter live_infer_calls_;
-  std::unique_ptr<CqDriver> infer_queue_;  // ModelInfer's queue and polling threads.
+  AdminOperations* admin_;
+  const ServerInfo* info_;
+  CallLimiter limiter_;
+  InferenceHandlers inference_;
+  InferenceService inference_service_;
+  grpc::health::v1::Health::AsyncService health_service_;
+  cuvil::admin::v1::ModelAdmin::AsyncService admin_service_;
+  LiveCallCounter live_calls_;
+  std::unique_ptr<CqDriver> queue_;  // Every method's queue and its polling threads.
+  std::unique_ptr<ThreadPool> blocking_pool_;
+  std::vector<std::unique_ptr<ArmedMethod>> methods_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
 };

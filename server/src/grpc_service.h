@@ -24,15 +24,12 @@ struct GrpcServiceOptions {
   int64_t max_snapshot_bytes = int64_t{4} << 30;
   // Calls in progress at once (a stream counts while open); more get RESOURCE_EXHAUSTED.
   int max_concurrent_calls = 512;
-  // The synchronous methods' threads (ThreadBudget's grpc_sync_*): completion queues, pollers per
-  // queue, and the most threads they may run at once.
-  int sync_cqs = 1;
-  int sync_min_pollers = 1;
-  int sync_max_pollers = 2;
-  int sync_max_threads = 520;
-  // Threads polling ModelInfer's completion queue; each runs the calls it receives (ThreadBudget's
-  // grpc_infer_threads).
-  int infer_threads = 2;
+  // Threads polling the completion queue every method is served on (ThreadBudget's
+  // grpc_threads); each runs the calls it reads, so no call takes a thread of its own.
+  int threads = 2;
+  // Threads running the calls that block — model loads and unloads, patches, snapshots —
+  // off the polling threads (ThreadBudget's grpc_blocking_threads).
+  int blocking_threads = 4;
   // PEM contents; empty cert: plaintext. With client_ca_pem, clients must present a certificate
   // that CA signed (mutual TLS).
   std::string tls_cert_pem;

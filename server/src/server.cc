@@ -147,13 +147,9 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
   grpc_options.max_snapshot_bytes = options.max_snapshot_bytes;
   grpc_options.max_concurrent_calls = options.grpc_max_concurrent_calls;
   const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  const ThreadBudget budget =
-      ComputeThreadBudget(cores, options.grpc_max_concurrent_calls, options.http_threads);
-  grpc_options.infer_threads = budget.grpc_infer_threads;
-  grpc_options.sync_cqs = budget.grpc_sync_cqs;
-  grpc_options.sync_min_pollers = budget.grpc_sync_min_pollers;
-  grpc_options.sync_max_pollers = budget.grpc_sync_max_pollers;
-  grpc_options.sync_max_threads = budget.grpc_sync_max_threads;
+  const ThreadBudget budget = ComputeThreadBudget(cores, options.http_threads);
+  grpc_options.threads = budget.grpc_threads;
+  grpc_options.blocking_threads = budget.grpc_blocking_threads;
   spdlog::info("{}", DescribeThreadBudget(budget));
   grpc_options.tls_cert_pem = tls_cert;
   grpc_options.tls_key_pem = tls_key;

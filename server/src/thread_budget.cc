@@ -1,28 +1,16 @@
 #include "thread_budget.h"
 
 #include <algorithm>
-#include <climits>
 
 #include "absl/strings/str_cat.h"
 
 namespace cuvil {
-namespace {
-
-// Threads the synchronous gRPC server may add above the call limit: its pollers (at most 2 per
-// completion queue) and the threads that answer refused calls.
-constexpr int kSyncThreadHeadroom = 8;
-
-}  // namespace
-
-ThreadBudget ComputeThreadBudget(int cores, int max_concurrent_calls, int http_threads) {
+ThreadBudget ComputeThreadBudget(int cores, int http_threads) {
   ThreadBudget b;
   b.cores = std::max(1, cores);
-  const int calls = std::max(1, max_concurrent_calls);
-  b.grpc_sync_max_threads =
-      calls > INT_MAX - kSyncThreadHeadroom ? INT_MAX : calls + kSyncThreadHeadroom;
   b.http_threads = std::max(1, http_threads);
   b.intra_op_pool = b.cores - 1;
-  b.grpc_infer_threads = b.cores;
+  b.grpc_threads = b.cores;
   return b;
 }
 
@@ -33,12 +21,11 @@ bool Oversubscribes(const SchedulerOptions& options, int cores) {
 }
 
 std::string DescribeThreadBudget(const ThreadBudget& b) {
-  return absl::StrCat("threads: ", b.cores, " cores; gRPC ModelInfer ", b.grpc_infer_threads,
-                      " queue pollers, streams on gRPC's callback threads ",
-                      "(no thread per call), other gRPC methods ", b.grpc_sync_cqs, " queue x ",
-                      b.grpc_sync_min_pollers, "-", b.grpc_sync_max_pollers, " pollers (at most ",
-                      b.grpc_sync_max_threads, " threads); HTTP ", b.http_threads,
-                      " connection threads; intra-op pool ", b.intra_op_pool, " workers");
+  return absl::StrCat("threads: ", b.cores, " cores; gRPC ", b.grpc_threads,
+                      " completion-queue threads run every method (no thread per call), ",
+                      b.grpc_blocking_threads, " more for calls that block (load, unload, patch, ",
+                      "snapshot); HTTP ", b.http_threads, " connection threads; intra-op pool ",
+                      b.intra_op_pool, " workers");
 }
 
 std::string DescribeModelThreads(const std::string& name, int64_t version,

@@ -12,16 +12,12 @@ namespace cuvil {
 // The front end's threads. Plain values; thread-compatible.
 struct ThreadBudget {
   int cores = 1;
-  // gRPC's synchronous methods (probes, metadata, repository and admin calls): one completion
-  // queue with 1..2 pollers; a call that runs takes a thread, at most sync_max_threads in all.
-  // ModelInfer runs on grpc_infer_threads threads polling its completion queue (one per core:
-  // they execute small models inline), ModelStreamInfer on gRPC's callback threads; never a
-  // thread per call.
-  int grpc_infer_threads = 1;
-  int grpc_sync_cqs = 1;
-  int grpc_sync_min_pollers = 1;
-  int grpc_sync_max_pollers = 2;
-  int grpc_sync_max_threads = 1;
+  // gRPC: every method of every service runs on grpc_threads threads polling one completion
+  // queue (one per core: they read, decode and answer calls, and execute small models inline);
+  // calls that block (loads, unloads, patches, snapshots) move to grpc_blocking_threads, which
+  // sleep otherwise. Never a thread per call.
+  int grpc_threads = 1;
+  int grpc_blocking_threads = 4;
   // HTTP handler threads: each keep-alive connection holds one while open (blocked on its
   // socket), so this bounds concurrent HTTP connections rather than CPU use.
   int http_threads = 1;
@@ -30,10 +26,9 @@ struct ThreadBudget {
   int intra_op_pool = 0;
 };
 
-// Sizes the front end for `cores` (values below 1 mean 1). `max_concurrent_calls` bounds the
-// synchronous gRPC threads (plus a headroom for pollers and refusals); `http_threads` is taken
-// as given (at least 1).
-ThreadBudget ComputeThreadBudget(int cores, int max_concurrent_calls, int http_threads);
+// Sizes the front end for `cores` (values below 1 mean 1); `http_threads` is taken as given (at
+// least 1).
+ThreadBudget ComputeThreadBudget(int cores, int http_threads);
 
 // True when `options`' instances times intra-op threads exceed the cores.
 bool Oversubscribes(const SchedulerOptions& options, int cores);

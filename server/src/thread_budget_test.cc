@@ -1,7 +1,5 @@
 #include "thread_budget.h"
 
-#include <climits>
-
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -11,24 +9,20 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(ThreadBudgetTest, SizesFromTheCoreCount) {
-  ThreadBudget b = ComputeThreadBudget(8, 512, 32);
+  ThreadBudget b = ComputeThreadBudget(8, 32);
   EXPECT_EQ(b.cores, 8);
   EXPECT_EQ(b.intra_op_pool, 7);
-  EXPECT_EQ(b.grpc_infer_threads, 8);
-  EXPECT_EQ(b.grpc_sync_cqs, 1);
-  EXPECT_EQ(b.grpc_sync_max_pollers, 2);
-  EXPECT_EQ(b.grpc_sync_max_threads, 520);
+  EXPECT_EQ(b.grpc_threads, 8);
+  EXPECT_EQ(b.grpc_blocking_threads, 4);
   EXPECT_EQ(b.http_threads, 32);
 }
 
 TEST(ThreadBudgetTest, DegenerateInputsAreClamped) {
-  ThreadBudget b = ComputeThreadBudget(0, 0, 0);
+  ThreadBudget b = ComputeThreadBudget(0, 0);
   EXPECT_EQ(b.cores, 1);
   EXPECT_EQ(b.intra_op_pool, 0);
-  EXPECT_EQ(b.grpc_infer_threads, 1);
-  EXPECT_EQ(b.grpc_sync_max_threads, 9);
+  EXPECT_EQ(b.grpc_threads, 1);
   EXPECT_EQ(b.http_threads, 1);
-  EXPECT_EQ(ComputeThreadBudget(2, INT_MAX, 4).grpc_sync_max_threads, INT_MAX);
 }
 
 TEST(ThreadBudgetTest, ExecutionAboveTheCoresIsFlagged) {
@@ -45,10 +39,10 @@ TEST(ThreadBudgetTest, ExecutionAboveTheCoresIsFlagged) {
 }
 
 TEST(ThreadBudgetTest, DescriptionNamesEverySize) {
-  std::string line = DescribeThreadBudget(ComputeThreadBudget(2, 1, 3));
+  std::string line = DescribeThreadBudget(ComputeThreadBudget(2, 3));
   EXPECT_THAT(line, HasSubstr("2 cores"));
-  EXPECT_THAT(line, HasSubstr("gRPC ModelInfer 2 queue pollers"));
-  EXPECT_THAT(line, HasSubstr("1 queue x 1-2 pollers (at most 9 threads)"));
+  EXPECT_THAT(line, HasSubstr("gRPC 2 completion-queue threads run every method"));
+  EXPECT_THAT(line, HasSubstr("4 more for calls that block"));
   EXPECT_THAT(line, HasSubstr("HTTP 3 connection threads"));
   EXPECT_THAT(line, HasSubstr("intra-op pool 1 workers"));
 }
