@@ -36,9 +36,10 @@ struct PreparedModel::Impl {
   // Everything but the code: signatures, arena, the shared weights blob, preparation timings.
   CompiledModel base;
   std::string error_prefix;  // "path: " for a model read from a file.
-  // The weights blob's fill, started when the plan is made so that it runs while code is
-  // generated; Lower waits for it. Declared last: destroying it joins the fill, which reads the
-  // graph's constants.
+  // The weights blob's fill, started on a helper thread when the plan is made so that it runs
+  // while code is generated; Lower shares what is left of it, then waits for it. Declared last:
+  // destroying the future joins the helper, which reads the graph's constants.
+  std::shared_ptr<WeightsFill> fill;
   std::shared_future<absl::Status> weights_filled;
 };
 
@@ -56,8 +57,10 @@ absl::StatusOr<CompiledModel> PreparedModel::Lower(const CompileOptions& options
   if (auto s = codegen::LowerToObject(*impl_->graph, impl_->plan, lower, &model); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(impl_->error_prefix, s.message()));
   }
-  // The code is ready; the weights it addresses must be too.
+  // The code is ready; the weights it addresses must be too. Writing the items nobody has claimed
+  // yet beats waiting for the helper to write them alone.
   const auto t0 = std::chrono::steady_clock::now();
+  impl_->fill->Help();
   std::shared_future<absl::Status> filled = impl_->weights_filled;  // A copy per caller.
   if (absl::Status s = filled.get(); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(impl_->error_prefix, s.message()));
@@ -70,8 +73,7 @@ absl::StatusOr<CompiledModel> PreparedModel::Lower(const CompileOptions& options
 namespace {
 
 // Runs `fill` on a thread of its own (here when no thread can be started).
-std::shared_future<absl::Status> FillInBackground(std::unique_ptr<WeightsFill> fill) {
-  std::shared_ptr<WeightsFill> shared = std::move(fill);
+std::shared_future<absl::Status> FillInBackground(std::shared_ptr<WeightsFill> shared) {
   try {
     return std::async(std::launch::async, [shared] { return shared->Run(); }).share();
   } catch (const std::system_error&) {
@@ -113,7 +115,8 @@ absl::Status Prepare(const CompileOptions& options, PreparedModel::Impl* impl) {
   model.batch_split_note = separability.separable ? "separable" : separability.reason;
   model.weights = impl->plan.weights;
   // From here on the graph does not change: copying the weights may overlap code generation.
-  impl->weights_filled = FillInBackground(std::move(fill));
+  impl->fill = std::move(fill);
+  impl->weights_filled = FillInBackground(impl->fill);
   return absl::OkStatus();
 }
 

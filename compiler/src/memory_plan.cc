@@ -69,20 +69,47 @@ absl::StatusOr<std::shared_ptr<const void>> MapWeights(size_t bytes) {
 
 }  // namespace
 
-absl::Status WeightsFill::Run() {
-  PrefaultForWrite(blob_, bytes_);
-  for (const Item& item : items_) {
+WeightsFill::WeightsFill(std::shared_ptr<const void> owner, uint8_t* blob, size_t bytes,
+                         std::vector<Item> items)
+    : owner_(std::move(owner)), blob_(blob), bytes_(bytes), items_([&] {
+        std::stable_sort(items.begin(), items.end(),
+                         [](const Item& a, const Item& b) { return a.bytes > b.bytes; });
+        return std::move(items);
+      }()) {}
+
+void WeightsFill::Help() {
+  if (items_.empty()) Seal();
+  for (size_t i = next_.fetch_add(1, std::memory_order_relaxed); i < items_.size();
+       i = next_.fetch_add(1, std::memory_order_relaxed)) {
+    const Item& item = items_[i];
+    // Each item faults its own pages in, so the threads sharing the fill share that cost too.
+    PrefaultForWrite(blob_ + item.offset, static_cast<size_t>(item.bytes));
     if (item.write) {
       item.write(blob_ + item.offset);
     } else {
       std::memcpy(blob_ + item.offset, item.tensor->data(), item.tensor->byte_size());
     }
+    // acq_rel: the sealing thread must see every other thread's writes before mprotect.
+    if (written_.fetch_add(1, std::memory_order_acq_rel) + 1 == items_.size()) Seal();
   }
+}
+
+void WeightsFill::Seal() {
+  absl::Status s = absl::OkStatus();
   if (mprotect(blob_, bytes_, PROT_READ) != 0) {
-    return absl::InternalError(
+    s = absl::InternalError(
         absl::StrCat("cannot make the weights read-only: ", std::strerror(errno)));
   }
-  return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  if (!sealed_.has_value()) sealed_ = std::move(s);
+}
+
+absl::Status WeightsFill::Run() {
+  Help();
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](std::optional<absl::Status>* sealed) { return sealed->has_value(); }, &sealed_));
+  return *sealed_;
 }
 
 absl::StatusOr<MemoryPlan> PlanMemory(const ir::Graph& graph) {
@@ -146,8 +173,10 @@ absl::StatusOr<MemoryPlan> PlanMemoryDeferringWeights(const ir::Graph& graph,
   items.reserve(constants.size());
   for (const ir::Value* c : constants) {
     const ConstantImage* image = image_of(c);
-    items.push_back({&*c->constant, plan.locations[c].offset,
-                     image != nullptr ? image->write : std::function<void(uint8_t*)>()});
+    items.push_back(
+        {&*c->constant, plan.locations[c].offset,
+         image != nullptr ? image->bytes : static_cast<int64_t>(c->constant->byte_size()),
+         image != nullptr ? image->write : std::function<void(uint8_t*)>()});
   }
   auto* blob = static_cast<uint8_t*>(const_cast<void*>(mapping->get()));
   *fill = std::make_unique<WeightsFill>(*mapping, blob, blob_bytes, std::move(items));

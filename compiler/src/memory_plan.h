@@ -7,12 +7,16 @@
 #ifndef CUVIL_COMPILER_SRC_MEMORY_PLAN_H_
 #define CUVIL_COMPILER_SRC_MEMORY_PLAN_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "cuvil/compiler/compiled_model.h"
 #include "cuvil/compiler/ir.h"
 
@@ -50,26 +54,39 @@ using ConstantImages = std::unordered_map<const ir::Value*, ConstantImage>;
 absl::StatusOr<MemoryPlan> PlanMemory(const ir::Graph& graph);
 
 // Copies a plan's constants into its weights blob and seals the blob read-only. Made by
-// PlanMemoryDeferringWeights; Run may be called once, from any thread. Thread-compatible.
+// PlanMemoryDeferringWeights. Several threads may fill one blob together: each claims whole
+// items, largest first, so a thread that is done with other work (code generation) can share the
+// rest instead of waiting for it. Thread-safe.
 class WeightsFill {
  public:
   struct Item {
     const HostTensor* tensor;  // The graph's constant: unchanged and alive until Run returns.
     int64_t offset;
+    int64_t bytes;  // Bytes it takes in the blob (its image's, else its tensor's).
     std::function<void(uint8_t*)> write;  // Its ConstantImage's writer, else empty (a copy).
   };
   WeightsFill(std::shared_ptr<const void> owner, uint8_t* blob, size_t bytes,
-              std::vector<Item> items)
-      : owner_(std::move(owner)), blob_(blob), bytes_(bytes), items_(std::move(items)) {}
+              std::vector<Item> items);
 
-  // Writes every item at its offset, then makes the blob read-only (Internal if it cannot be).
+  // Claims and writes items until none is left to claim; whichever thread writes the last one
+  // seals the blob. Returns without waiting for items other threads are still writing.
+  void Help();
+
+  // Help, then waits until every item is written and the blob sealed: OK, or Internal when it
+  // could not be made read-only.
   absl::Status Run();
 
  private:
+  void Seal();
+
   std::shared_ptr<const void> owner_;  // Keeps the mapping alive while it is filled.
-  uint8_t* blob_;
-  size_t bytes_;
-  std::vector<Item> items_;
+  uint8_t* const blob_;
+  const size_t bytes_;
+  const std::vector<Item> items_;  // Largest first: the order they are claimed in.
+  std::atomic<size_t> next_{0};    // The next item to claim.
+  std::atomic<size_t> written_{0};
+  absl::Mutex mu_;
+  std::optional<absl::Status> sealed_ ABSL_GUARDED_BY(mu_);
 };
 
 // PlanMemory, except that the weights blob is mapped but not filled: `*fill` fills it. Nothing may

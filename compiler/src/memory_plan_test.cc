@@ -1,9 +1,14 @@
 #include "memory_plan.h"
 
+#include <sys/mman.h>
+
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -163,6 +168,57 @@ TEST(MemoryPlanTest, DeferredFillWritesTensorsAndImagesThenSealsTheBlob) {
   EXPECT_EQ(
       std::memcmp(eager->weights.data() + eager->locations.at(b).offset, b->constant->data(), 64),
       0);
+}
+
+// Threads that share one fill write every item exactly once, and each returns from Run only once
+// the blob is complete and sealed, whichever of them wrote the last item.
+TEST(MemoryPlanTest, ThreadsSharingAFillWriteEveryItemOnceThenSeal) {
+  constexpr int kItems = 64;
+  constexpr int64_t kBytes = 3 * 4096 + 100;  // Spans pages, ends inside one.
+  std::vector<uint8_t> src(kBytes);
+  for (int64_t i = 0; i < kBytes; ++i) src[i] = static_cast<uint8_t>(i * 7);
+  HostTensor tensor(DType::kUInt8, {kBytes});
+  std::memcpy(tensor.data(), src.data(), kBytes);
+  const size_t stride = (kBytes + 63) / 64 * 64;
+  const size_t blob_bytes = stride * kItems;
+  void* mem = mmap(nullptr, blob_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  std::shared_ptr<const void> owner(
+      mem, [blob_bytes](const void* p) { munmap(const_cast<void*>(p), blob_bytes); });
+  auto* blob = static_cast<uint8_t*>(mem);
+  std::atomic<int> writes[kItems] = {};
+  std::vector<WeightsFill::Item> items;
+  for (int i = 0; i < kItems; ++i) {
+    WeightsFill::Item item{&tensor, static_cast<int64_t>(stride * i), kBytes, {}};
+    if (i % 2 == 1) {  // Odd items are images: the item's index in every byte.
+      item.write = [i, &writes](uint8_t* dst) {
+        writes[i].fetch_add(1);
+        std::memset(dst, i, kBytes);
+      };
+    }
+    items.push_back(std::move(item));
+  }
+  WeightsFill fill(owner, blob, blob_bytes, std::move(items));
+  std::vector<std::thread> threads;
+  std::atomic<int> complete_when_returned{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      if (!fill.Run().ok()) return;
+      bool complete = ProtectionOf(blob) == "r--p";
+      for (int i = 0; i < kItems && complete; ++i) {
+        const uint8_t* at = blob + stride * i;
+        complete = i % 2 == 1 ? at[0] == i && at[kBytes - 1] == i
+                              : std::memcmp(at, src.data(), kBytes) == 0;
+      }
+      if (complete) complete_when_returned.fetch_add(1);
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(complete_when_returned.load(), 4);
+  for (int i = 1; i < kItems; i += 2) EXPECT_EQ(writes[i].load(), 1) << i;
+  // A late helper finds nothing to do and the same verdict.
+  fill.Help();
+  EXPECT_TRUE(fill.Run().ok());
 }
 
 }  // namespace

@@ -367,8 +367,14 @@ void cuvil_uk_pack_winograd_weights(const float* w, int64_t m, int64_t c, float*
   using cuvil::uk::kTaps;
   constexpr int64_t kMr = CUVIL_UK_MR;
   const int64_t panels = (m + kMr - 1) / kMr;
-  // G = [[1, 0, 0], [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0, 0, 1]]; U = G g G^T in double.
-  static constexpr double kG[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+  // U = G g G^T in double with G = [[1, 0, 0], [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0, 0, 1]].
+  // Rows 0 and 3 of G pick one row, so only the two half-sum rows take arithmetic: half the
+  // multiplies of the full product, with the same operations (and so the same bits) where it has
+  // any (finite weights; a zero weight's sign may differ).
+  auto half_sums = [](double a, double b, double c, double* plus, double* minus) {
+    *plus = 0.5 * a + 0.5 * b + 0.5 * c;
+    *minus = 0.5 * a - 0.5 * b + 0.5 * c;
+  };
   // Panel by panel, channel by channel: each tap's [c][MR] panel is then written front to back
   // (16 sequential streams), every byte once; only the last panel's missing lanes are zeroed.
   for (int64_t pp = 0; pp < panels; ++pp) {
@@ -377,16 +383,18 @@ void cuvil_uk_pack_winograd_weights(const float* w, int64_t m, int64_t c, float*
       for (int64_t lane = 0; lane < kMr && pp * kMr + lane < m; ++lane) {
         const float* g = w + ((pp * kMr + lane) * c + ci) * 9;
         double gt[4][3];  // G g
-        for (int k = 0; k < 4; ++k) {
-          for (int j = 0; j < 3; ++j) {
-            gt[k][j] = kG[k][0] * g[j] + kG[k][1] * g[3 + j] + kG[k][2] * g[6 + j];
-          }
+        for (int j = 0; j < 3; ++j) {
+          gt[0][j] = g[j];
+          half_sums(g[j], g[3 + j], g[6 + j], &gt[1][j], &gt[2][j]);
+          gt[3][j] = g[6 + j];
         }
         for (int k = 0; k < 4; ++k) {
-          for (int l = 0; l < 4; ++l) {
-            out[4 * k + l][lane] =
-                static_cast<float>(gt[k][0] * kG[l][0] + gt[k][1] * kG[l][1] + gt[k][2] * kG[l][2]);
-          }
+          double plus, minus;
+          half_sums(gt[k][0], gt[k][1], gt[k][2], &plus, &minus);
+          out[4 * k + 0][lane] = static_cast<float>(gt[k][0]);
+          out[4 * k + 1][lane] = static_cast<float>(plus);
+          out[4 * k + 2][lane] = static_cast<float>(minus);
+          out[4 * k + 3][lane] = static_cast<float>(gt[k][2]);
         }
       }
       for (int64_t t = 0; t < kTaps; ++t) {
