@@ -16,11 +16,17 @@ namespace {
 constexpr std::string_view kInt8Ops[] = {"CuvilQConv", "QLinearConv", "QLinearMatMul",
                                          "ConvInteger", "MatMulInteger"};
 
+// Ops whose weights stay 4-bit in memory (widened to float32 in registers).
+constexpr std::string_view kInt4Ops[] = {"MatMulNBits"};
+
 }  // namespace
 
 std::string KernelPrecision(const KernelFunction& kernel) {
   for (std::string_view op : kInt8Ops) {
     if (kernel.op_type == op) return "int8";
+  }
+  for (std::string_view op : kInt4Ops) {
+    if (kernel.op_type == op) return "int4";
   }
   // Signatures read "(float32[batch,784], ...) -> float32[batch,512], ...": each type name stands
   // right before a '['.

@@ -17,6 +17,10 @@ TEST(KernelPrecisionTest, IntegerOpsAreInt8AndOthersTheirFloatOrOutputType) {
             "int8");
   EXPECT_EQ(KernelPrecision(Kernel("MatMulInteger", "(uint8[2,3], int8[3,4]) -> int32[2,4]")),
             "int8");
+  EXPECT_EQ(KernelPrecision(Kernel("MatMulNBits",
+                                   "(float32[batch,64], uint8[8,2,16], float32[16], float32[16]) "
+                                   "-> float32[batch,8]")),
+            "int4");
   EXPECT_EQ(KernelPrecision(Kernel("Gemm",
                                    "(float32[batch,784], float32[512,784]) -> "
                                    "float32[batch,512]")),

@@ -136,6 +136,10 @@ bool IsTrainingOp(const std::string& op_type) {
   return op_type == "Adagrad" || op_type == "Adam" || op_type == "Momentum";
 }
 
+// ONNX Runtime's contrib ops that Cuvil runs: its 4-bit block-quantized MatMul.
+constexpr char kMicrosoftDomain[] = "com.microsoft";
+bool IsMicrosoftOp(const std::string& op_type) { return op_type == "MatMulNBits"; }
+
 class Importer {
  public:
   Importer(const ImportOptions& options, std::string model_dir)
@@ -264,10 +268,12 @@ class Importer {
 
   absl::Status ImportNode(const onnx::NodeProto& np) {
     bool training_op = np.domain() == kTrainingDomain && IsTrainingOp(np.op_type());
-    if (!np.domain().empty() && np.domain() != "ai.onnx" && !training_op) {
-      return absl::UnimplementedError(absl::StrCat(
-          "unsupported op ", np.domain(), "::", np.op_type(), " (node '", np.name(),
-          "'): only the ai.onnx domain and the ", kTrainingDomain, " optimizers are supported"));
+    bool microsoft_op = np.domain() == kMicrosoftDomain && IsMicrosoftOp(np.op_type());
+    if (!np.domain().empty() && np.domain() != "ai.onnx" && !training_op && !microsoft_op) {
+      return absl::UnimplementedError(
+          absl::StrCat("unsupported op ", np.domain(), "::", np.op_type(), " (node '", np.name(),
+                       "'): only the ai.onnx domain, the ", kTrainingDomain, " optimizers and ",
+                       kMicrosoftDomain, "::MatMulNBits are supported"));
     }
     std::string name =
         np.name().empty() ? absl::StrCat(np.op_type(), "_", node_counter_) : np.name();

@@ -19,6 +19,7 @@ const std::vector<RuntimeSymbol>& RuntimeSymbols() {
       CUVIL_RT_SYMBOL(cuvil_rt_free),
       CUVIL_RT_SYMBOL(cuvil_rt_parallel_for),
       CUVIL_RT_SYMBOL(cuvil_uk_conv2d),
+      CUVIL_RT_SYMBOL(cuvil_uk_matmul_nbits),
       CUVIL_RT_SYMBOL(cuvil_uk_maxpool2d),
       CUVIL_RT_SYMBOL(cuvil_uk_qconv2d),
       // clang-format on

@@ -99,6 +99,35 @@ void QConv2d(const QTable& t, const cuvil_uk_qconv_params& p, const void* x, con
              const int32_t* comp, const float* mult, const float* bias, const float* residual,
              void* y, int64_t batch, float lo, float hi);
 
+// The 4-bit block-quantized products of one column group (matmul_nbits.cc). Thread-safe: tables
+// are immutable.
+struct NbitsTable {
+  const char* name;
+  // out[r][j] = sum_b (scale[b][j] * sum_{k < block} a[r * lda + b * block + k] * q(k, j) +
+  //                    offset[b][j] * sums[r * blocks + b])
+  // for r < rows <= kNbitsRows and j < 16, where q(k, j) is nibble k % 2 of
+  // q4[(b * block + k) / 2 * 16 + j] (one packed group, cuvil_uk_nbits_pack), scale and offset
+  // the group's [blocks][16] values and sums the block sums of `a`.
+  void (*group)(const float* a, int64_t lda, int64_t rows, const uint8_t* q4, const float* scale,
+                const float* offset, const float* sums, int64_t blocks, int64_t block, float* out);
+};
+// Rows of `a` one NbitsTable::group call reads together (each widened weight serves them all).
+inline constexpr int64_t kNbitsRows = 4;
+
+const NbitsTable& NbitsGenericTable();
+// Null when this build has no such tier (not x86-64).
+const NbitsTable* NbitsAvx2Table();
+const NbitsTable* NbitsAvx512Table();
+// The 4-bit tiers this CPU can run, best first (always ends with the generic one).
+std::vector<const NbitsTable*> SupportedNbitsTables();
+// The tier cuvil_uk_matmul_nbits uses: the best supported one, limited by CUVIL_UK_TIER as
+// ActiveTable is. Chosen once per process.
+const NbitsTable& ActiveNbitsTable();
+// cuvil_uk_matmul_nbits on a given table (tests compare the tiers with it). Reentrant.
+void MatMulNbits(const NbitsTable& t, const float* a, int64_t rows, int64_t k_dim,
+                 const uint8_t* q4_packed, const float* scale_packed, const float* offset_packed,
+                 const float* bias, int64_t n_dim, int64_t block, float* y);
+
 }  // namespace cuvil::uk
 
 #endif  // CUVIL_RUNTIME_UKERNELS_UKERNEL_TABLE_H_

@@ -2,7 +2,7 @@
 //   cuvil-quantize IN.onnx OUT.onnx [--calibration DIR | --random N]
 //                  [--method minmax|percentile|entropy] [--percentile P] [--per-channel]
 //                  [--int8-activations] [--float-bias] [--exclude NODE]... [--report]
-//                  [--eval-random N]
+//                  [--eval-random N] [--weights-int4] [--int4-block N]
 // Activation ranges come from running IN.onnx with Cuvil over the calibration inputs; --report
 // then runs both models on those inputs and prints the output error and per-layer SQNR.
 #include <chrono>
@@ -26,7 +26,7 @@ constexpr char kUsage[] =
     "usage: cuvil-quantize IN.onnx OUT.onnx [--calibration DIR | --random N]\n"
     "                      [--method minmax|percentile|entropy] [--percentile P] [--per-channel]\n"
     "                      [--int8-activations] [--float-bias] [--exclude NODE]... [--report]\n"
-    "                      [--eval-random N]\n"
+    "                      [--eval-random N] [--weights-int4] [--int4-block N]\n"
     "  --calibration DIR  inputs from DIR/test_data_set_*/input_K.pb (or DIR/input_K.pb)\n"
     "  --random N         N sets of random inputs (default: --random 8)\n"
     "  --method           activation range: min/max (default), percentile of |x| (99.99),\n"
@@ -37,7 +37,11 @@ constexpr char kUsage[] =
     "  --exclude NODE     keep NODE (name, or first output when unnamed) float\n"
     "  --report           print per-layer ranges and SQNR, and the outputs' error against float\n"
     "  --eval-random N    report on N random input sets (another seed than --random's) instead\n"
-    "                     of the calibration sets; implies --report\n";
+    "                     of the calibration sets; implies --report\n"
+    "  --weights-int4     MatMul/Gemm with initializer weights become 4-bit MatMulNBits\n"
+    "                     (com.microsoft, as ONNX Runtime runs it; activations stay float);\n"
+    "                     --exclude keeps a node float, Conv is still quantized to int8 QDQ\n"
+    "  --int4-block N     weights per int4 scale along K (a multiple of 16; default 32)\n";
 
 int Fail(const absl::Status& s) {
   std::fprintf(stderr, "cuvil-quantize: %s\n", std::string(s.message()).c_str());
@@ -104,6 +108,12 @@ int Main(int argc, char** argv) {
     } else if (a == "--exclude") {
       if (!value(&v)) return Usage("--exclude needs a node name");
       options.qdq.exclude.insert(v);
+    } else if (a == "--weights-int4") {
+      options.weights_int4 = true;
+    } else if (a == "--int4-block") {
+      if (!value(&v) || !absl::SimpleAtoi(v, &options.int4_block) || options.int4_block < 16 ||
+          options.int4_block % 16 != 0)
+        return Usage("--int4-block needs a positive multiple of 16");
     } else if (a == "--report") {
       report = true;
     } else if (a == "--eval-random") {
@@ -165,6 +175,11 @@ int Main(int argc, char** argv) {
       options.qdq.activation_type == ActivationType::kUInt8 ? "uint8" : "int8",
       options.qdq.per_channel ? "per-channel" : "per-tensor",
       options.qdq.int32_bias ? "int32" : "float", quantize_ms, positional[1].c_str());
+  for (const Int4Layer& l : result->int4_layers) {
+    std::printf("int4 %s (%s, K=%lld N=%lld, block %lld): weight sqnr %.1f dB\n", l.node.c_str(),
+                l.op_type.c_str(), static_cast<long long>(l.k), static_cast<long long>(l.n),
+                static_cast<long long>(options.int4_block), l.weight_sqnr_db);
+  }
   for (const std::string& s : result->rewrite.skipped) {
     std::printf("skipped %s (an input that is not float32 or not inline)\n", s.c_str());
   }

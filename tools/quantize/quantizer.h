@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "activation_calibrator.h"
 #include "cuvil/jitcache/jit_engine.h"
+#include "int4_rewrite.h"
 #include "onnx/onnx_pb.h"
 #include "qdq_rewrite.h"
 
@@ -18,10 +19,15 @@ namespace cuvil::quantize {
 struct QuantizeOptions {
   QdqOptions qdq;
   CalibrationOptions calibration;
+  // MatMul/Gemm weights become 4-bit MatMulNBits first (RewriteWeightsInt4, with qdq.exclude);
+  // the rest (Conv) is then calibrated on that model and rewritten to QDQ as usual.
+  bool weights_int4 = false;
+  int64_t int4_block = 32;
 };
 
 struct QuantizeResult {
   onnx::ModelProto model;  // The QDQ model.
+  std::vector<Int4Layer> int4_layers;
   RewriteResult rewrite;
   std::map<std::string, ActivationStats> activations;
 };

@@ -316,6 +316,20 @@ absl::Status QConvFused(KernelContext& k) {
   return absl::OkStatus();
 }
 
+// MatMulNBits in its canonical form (ops/shape_quant.cc): one call into cuvil_uk_matmul_nbits,
+// every leading dim of A folded into its rows.
+absl::Status MatMulNBits(KernelContext& k) {
+  const ir::Node& n = k.node();
+  llvm::Value* rows = k.I64(1);
+  const SymShape& a = k.in_shape(0);
+  for (size_t i = 0; i + 1 < a.size(); ++i) rows = k.b().CreateMul(rows, k.Dim(a[i]));
+  llvm::Value* bias = k.has_input(4) ? k.in(4) : llvm::ConstantPointerNull::get(k.b().getPtrTy());
+  k.CallC("cuvil_uk_matmul_nbits", k.b().getVoidTy(),
+          {k.in(0), rows, k.I64(n.attr_int("K", 0)), k.in(1), k.in(2), k.in(3), bias,
+           k.I64(n.attr_int("N", 0)), k.I64(n.attr_int("block_size", 0)), k.out(0)});
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void RegisterQuantKernels(OpTable& r) {
@@ -327,6 +341,7 @@ void RegisterQuantKernels(OpTable& r) {
   r.DefineEmitter("ConvInteger", ConvInteger);
   r.DefineEmitter("QLinearConv", QLinearConv);
   r.DefineEmitter("CuvilQConv", QConvFused);
+  r.DefineEmitter("MatMulNBits", MatMulNBits);
 }
 
 }  // namespace cuvil::codegen

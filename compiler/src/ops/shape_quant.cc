@@ -4,6 +4,7 @@
 // (kernel_shape, strides, dilations, pads with begin/end per spatial axis, group; no auto_pad).
 #include <algorithm>
 
+#include "cuvil/runtime/ukernels.h"
 #include "infer_context.h"
 
 namespace cuvil::ir {
@@ -248,6 +249,106 @@ absl::Status QConvFused(InferContext& c) {
   return absl::OkStatus();
 }
 
+// MatMulNBits (com.microsoft; ONNX Runtime's block-quantized weights, bits = 4):
+// (A [..., K] float32, B uint8 [N, blocks, block / 2], scales [N * blocks], zero_points?, g_idx?,
+// bias? [N]) -> [..., N] float32. B, scales and zero points must be constants. Canonical form
+// (attribute nbits_canonical): (A, B as stored, scales, offsets = -zero_point * scale per block,
+// bias?), which cuvil_uk_matmul_nbits reads as they are.
+absl::Status MatMulNBits(InferContext& c) {
+  Node& n = c.node();
+  const int64_t k_dim = n.attr_int("K", 0), n_dim = n.attr_int("N", 0);
+  const int64_t bits = n.attr_int("bits", 4), block = n.attr_int("block_size", 0);
+  if (bits != 4) return absl::UnimplementedError(c.Error("only bits = 4 is supported").message());
+  if (k_dim <= 0 || n_dim <= 0 || k_dim > (int64_t{1} << 31) || n_dim > (int64_t{1} << 31)) {
+    return c.Error("K and N must be positive");
+  }
+  if (block < 16 || block % 16 != 0 || block > (int64_t{1} << 20)) {
+    return c.Error(absl::StrCat("block_size ", block, " is not a positive multiple of 16"));
+  }
+  const int64_t blocks = (k_dim + block - 1) / block;
+  const bool canonical = n.has_attr("nbits_canonical");
+  if (auto s = c.ExpectInputs(canonical ? 4 : 3, canonical ? 5 : 6); !s.ok()) return s;
+  if (c.in_dtype(0) != DType::kFloat32) return c.Error("A must be float32");
+  const SymShape& a = c.in_shape(0);
+  if (a.empty() || a.back() != SymDim::Const(k_dim)) {
+    return c.Error(
+        absl::StrCat("A has shape ", SymShapeToString(a), ", its last dim must be K = ", k_dim));
+  }
+  const size_t bias_at = canonical ? 4 : 5;
+  if (c.has_input(bias_at) && (c.in_dtype(bias_at) != DType::kFloat32 ||
+                               SymNumElements(c.in_shape(bias_at)) != SymDim::Const(n_dim))) {
+    return c.Error("bias must be float32 with N values");
+  }
+  SymShape out(a.begin(), a.end() - 1);
+  out.push_back(SymDim::Const(n_dim));
+  if (canonical) {
+    c.SetOutput(0, DType::kFloat32, out);
+    return absl::OkStatus();
+  }
+  auto constant = [&](size_t i, DType dtype, int64_t count,
+                      const char* role) -> absl::StatusOr<const HostTensor*> {
+    if (!c.has_input(i) || !c.input(i)->is_constant()) {
+      return absl::UnimplementedError(
+          c.Error(absl::StrCat(role, " must be a constant (an initializer)")).message());
+    }
+    const HostTensor& t = *c.input(i)->constant;
+    if (t.dtype() != dtype || t.num_elements() != count) {
+      return c.Error(absl::StrCat(role, " is ", t.TypeString(), ", expected ", count, " ",
+                                  DTypeName(dtype), " values"));
+    }
+    return &t;
+  };
+  auto q4 = constant(1, DType::kUInt8, n_dim * blocks * (block / 2), "B");
+  if (!q4.ok()) return q4.status();
+  auto scales = constant(2, DType::kFloat32, n_dim * blocks, "scales");
+  if (!scales.ok()) return scales.status();
+  if (c.has_input(4)) return absl::UnimplementedError(c.Error("g_idx is not supported").message());
+  // Zero points: absent (8, the middle of 0..15), uint8 packed two per byte (blocks of one column
+  // rounded up to a whole byte), or float32 one per block.
+  std::vector<float> zero(static_cast<size_t>(n_dim * blocks), 8.0f);
+  if (c.has_input(3)) {
+    if (c.in_dtype(3) == DType::kUInt8) {
+      const int64_t per_column = (blocks + 1) / 2;
+      auto zp = constant(3, DType::kUInt8, n_dim * per_column, "zero_points");
+      if (!zp.ok()) return zp.status();
+      const uint8_t* z = (*zp)->data();
+      for (int64_t col = 0; col < n_dim; ++col) {
+        for (int64_t b = 0; b < blocks; ++b) {
+          const uint8_t byte = z[col * per_column + b / 2];
+          zero[col * blocks + b] = static_cast<float>(b % 2 == 0 ? byte & 0x0F : byte >> 4);
+        }
+      }
+    } else {
+      auto zp = constant(3, DType::kFloat32, n_dim * blocks, "zero_points");
+      if (!zp.ok()) return zp.status();
+      std::copy((*zp)->data_as<float>(), (*zp)->data_as<float>() + n_dim * blocks, zero.begin());
+    }
+  }
+  std::vector<float> offsets(static_cast<size_t>(n_dim * blocks));
+  const float* scale = (*scales)->data_as<float>();
+  for (int64_t i = 0; i < n_dim * blocks; ++i) offsets[i] = -zero[i] * scale[i];
+  // Packed once here into the column groups the microkernel reads (ukernels.h).
+  const int64_t groups = (n_dim + CUVIL_UK_NBITS_GROUP - 1) / CUVIL_UK_NBITS_GROUP;
+  HostTensor q4_packed(DType::kUInt8, {cuvil_uk_nbits_packed_bytes(k_dim, n_dim, block)});
+  HostTensor scale_packed(DType::kFloat32, {groups * blocks * CUVIL_UK_NBITS_GROUP});
+  HostTensor offset_packed(DType::kFloat32, {groups * blocks * CUVIL_UK_NBITS_GROUP});
+  cuvil_uk_nbits_pack((*q4)->data(), scale, offsets.data(), k_dim, n_dim, block, q4_packed.data(),
+                      scale_packed.data_as<float>(), offset_packed.data_as<float>());
+  auto constant_value = [&](const std::string& name, HostTensor t) {
+    Value* v = c.graph().NewValue(name);
+    c.graph().MakeConstant(v, std::move(t));
+    return v;
+  };
+  Value* bias = c.has_input(5) ? c.input(5) : nullptr;
+  n.inputs = {c.input(0), constant_value(c.input(1)->name + ".packed", std::move(q4_packed)),
+              constant_value(c.input(2)->name + ".packed", std::move(scale_packed)),
+              constant_value(c.input(2)->name + ".offsets", std::move(offset_packed))};
+  if (bias != nullptr) n.inputs.push_back(bias);
+  n.attrs["nbits_canonical"] = int64_t{1};
+  c.SetOutput(0, DType::kFloat32, out);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void RegisterQuantShapes(OpTable& r) {
@@ -261,6 +362,7 @@ void RegisterQuantShapes(OpTable& r) {
   r.DefineShape("ConvInteger", ConvInteger);
   r.DefineShape("QLinearConv", QLinearConv);
   r.DefineShape("CuvilQConv", QConvFused);
+  r.DefineShape("MatMulNBits", MatMulNBits);
 }
 
 }  // namespace cuvil::ir

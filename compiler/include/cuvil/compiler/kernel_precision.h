@@ -12,7 +12,8 @@
 namespace cuvil {
 
 // "int8" for kernels that multiply 8-bit integers with 32-bit accumulation (the fused QDQ conv,
-// QLinear*, *Integer ops); else "float64" when the signature has a float64 tensor, "float32"
+// QLinear*, *Integer ops); "int4" for MatMulNBits (4-bit weights widened in registers); else
+// "float64" when the signature has a float64 tensor, "float32"
 // when it has any other floating tensor (float16 and bfloat16 are storage formats computed in
 // float32; Quantize/DequantizeLinear count here); else the element type of the first output
 // ("int64", "bool", ...), or "unknown" when the signature names none. Thread-safe (pure function).

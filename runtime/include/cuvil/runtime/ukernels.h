@@ -121,6 +121,36 @@ void cuvil_uk_qconv2d(const cuvil_uk_qconv_params* p, const void* x, const int8_
                       const int32_t* comp, const float* mult, const float* bias,
                       const float* residual, void* y, int64_t batch, float lo, float hi);
 
+// 4-bit block-quantized matrix product (MatMulNBits, compiler/src/ops/shape_quant.cc) on weights
+// packed by cuvil_uk_nbits_pack:
+//   y[r][n] = bias[n] + sum_k a[r][k] * w[n][k]   for r < rows, n < n_dim,
+// where w[n][k] = q * scale[n][b] + offset[n][b] for block b = k / block. The weights stay 4-bit
+// in memory and are widened in registers, 16 output columns per vector. block is a positive
+// multiple of 16; bias may be null; y ([rows][n_dim]) must not overlap the inputs. Splits the
+// column groups over the calling thread's intra-op threads. Reentrant.
+void cuvil_uk_matmul_nbits(const float* a, int64_t rows, int64_t k_dim, const uint8_t* q4_packed,
+                           const float* scale_packed, const float* offset_packed, const float* bias,
+                           int64_t n_dim, int64_t block, float* y);
+
+// Output columns per packed group of cuvil_uk_nbits_pack.
+inline constexpr int64_t CUVIL_UK_NBITS_GROUP = 16;
+
+// Packs ONNX Runtime's MatMulNBits layout -- q4 [n_dim][blocks][block / 2] (nibble k % 2 of byte
+// k / 2, the low one first), scale and offset [n_dim][blocks], blocks = ceil(k_dim / block) --
+// into column groups: q4_packed [groups][blocks * block / 2][16] (byte j of a row holds the
+// column's weights k and k + 1) and scale/offset_packed [groups][blocks][16], groups =
+// ceil(n_dim / 16), columns past n_dim zero. Sizes: cuvil_uk_nbits_packed_bytes and
+// groups * blocks * 16 floats. Reentrant.
+void cuvil_uk_nbits_pack(const uint8_t* q4, const float* scale, const float* offset, int64_t k_dim,
+                         int64_t n_dim, int64_t block, uint8_t* q4_packed, float* scale_packed,
+                         float* offset_packed);
+
+// Bytes of cuvil_uk_nbits_pack's q4_packed. Reentrant.
+int64_t cuvil_uk_nbits_packed_bytes(int64_t k_dim, int64_t n_dim, int64_t block);
+
+// The name of the 4-bit matrix-product body in use ("avx512", "avx2" or "generic").
+const char* cuvil_uk_nbits_tier();
+
 // Output channels per packed quantized weight panel.
 inline constexpr int64_t CUVIL_UK_QMR = 8;
 
