@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -54,7 +55,8 @@ bool IsCIdentifier(const std::string& s) {
 
 // The API symbols a library exports under their own names.
 std::set<std::string> ApiSymbols(const std::string& name) {
-  return {name + "_run", name + "_arena_bytes", name + "_inputs", name + "_outputs"};
+  return {name + "_run", name + "_arena_bytes", name + "_tier", name + "_inputs",
+          name + "_outputs"};
 }
 
 // One object file going into the archive.
@@ -63,11 +65,22 @@ struct Member {
   std::string bytes;
 };
 
-// The glue object: the weights (as cuvil_weights), the tensor descriptors and the API functions
-// that forward to the runtime's cuvil_aot_run / cuvil_aot_arena_bytes with this model's
-// constant cuvil_aot_model (layout: runtime/aot/aot_abi.h).
-absl::StatusOr<std::string> EmitGlue(const CompiledModel& model, const std::string& name,
-                                     const std::string& target_triple) {
+// Symbol names of body `tier` in a library of several bodies (TierSymbol("cuvil_entry", 1) =
+// "cuvil_entry__t1"); a one-body library keeps the compiler's names.
+std::string TierSymbol(const std::string& symbol, size_t tier) {
+  return absl::StrCat(symbol, "__t", tier);
+}
+
+// The glue object: the weights (as cuvil_weights; with several bodies one cuvil_weights__t<i> per
+// distinct blob, i its first body), the tensor descriptors, one constant cuvil_aot_model per body
+// (layout: runtime/aot/aot_abi.h) and the API functions that forward to the runtime's
+// cuvil_aot_run / cuvil_aot_arena_bytes with the body cuvil_aot_cpu_level() selects.
+// weights_owner[i] is the first body whose weights equal body i's.
+absl::StatusOr<std::string> EmitGlue(const std::vector<AotTier>& tiers,
+                                     const std::vector<size_t>& weights_owner,
+                                     const std::string& name, const std::string& target_triple) {
+  const CompiledModel& model = *tiers[0].model;
+  const bool several = tiers.size() > 1;
   codegen::RegisterAllLlvmTargets();
   const std::string triple = target_triple.empty() ? llvm::sys::getProcessTriple()
                                                    : llvm::Triple::normalize(target_triple);
@@ -95,19 +108,21 @@ absl::StatusOr<std::string> EmitGlue(const CompiledModel& model, const std::stri
       llvm::StructType::create(ctx, {i64, i64, ptr, i32, i32, ptr, ptr}, "cuvil_aot_model");
 
   // The weights, 64-byte aligned like the JIT engine's page-aligned copy needs at least.
-  const size_t wbytes = std::max<size_t>(model.weights.size(), 1);
-  llvm::Constant* wdata =
-      model.weights.empty()
-          ? static_cast<llvm::Constant*>(
-                llvm::ConstantAggregateZero::get(llvm::ArrayType::get(i8, wbytes)))
-          : llvm::ConstantDataArray::getRaw(
-                llvm::StringRef(reinterpret_cast<const char*>(model.weights.data()),
-                                model.weights.size()),
-                model.weights.size(), i8);
-  auto* weights =
-      new llvm::GlobalVariable(module, wdata->getType(), /*isConstant=*/true,
-                               llvm::GlobalValue::ExternalLinkage, wdata, kWeightsSymbol);
-  weights->setAlignment(llvm::Align(64));
+  for (size_t t = 0; t < tiers.size(); ++t) {
+    if (weights_owner[t] != t) continue;
+    const WeightsBlob& blob = tiers[t].model->weights;
+    const size_t wbytes = std::max<size_t>(blob.size(), 1);
+    llvm::Constant* wdata =
+        blob.empty() ? static_cast<llvm::Constant*>(
+                           llvm::ConstantAggregateZero::get(llvm::ArrayType::get(i8, wbytes)))
+                     : llvm::ConstantDataArray::getRaw(
+                           llvm::StringRef(reinterpret_cast<const char*>(blob.data()), blob.size()),
+                           blob.size(), i8);
+    auto* weights = new llvm::GlobalVariable(
+        module, wdata->getType(), /*isConstant=*/true, llvm::GlobalValue::ExternalLinkage, wdata,
+        several ? TierSymbol(kWeightsSymbol, t) : std::string(kWeightsSymbol));
+    weights->setAlignment(llvm::Align(64));
+  }
 
   auto tensors = [&](const std::vector<TensorSignature>& sigs, const std::string& kind) {
     std::vector<llvm::Constant*> descs;
@@ -141,17 +156,40 @@ absl::StatusOr<std::string> EmitGlue(const CompiledModel& model, const std::stri
   llvm::GlobalVariable* outputs = tensors(model.outputs, "outputs");
 
   auto* entry_ty = llvm::FunctionType::get(i32, {ptr, ptr, i64, ptr}, false);
-  llvm::Function* entry =
-      llvm::Function::Create(entry_ty, llvm::GlobalValue::ExternalLinkage, kEntrySymbol, module);
-  auto* desc = new llvm::GlobalVariable(
-      module, model_ty, true, llvm::GlobalValue::InternalLinkage,
-      llvm::ConstantStruct::get(
-          model_ty, {llvm::ConstantInt::get(i64, model.arena.per_batch_bytes),
-                     llvm::ConstantInt::get(i64, model.arena.fixed_bytes), entry,
-                     llvm::ConstantInt::get(i32, static_cast<int32_t>(model.inputs.size())),
-                     llvm::ConstantInt::get(i32, static_cast<int32_t>(model.outputs.size())),
-                     inputs, outputs}),
-      name + "_model");
+  std::vector<llvm::Constant*> descs, tier_names;
+  for (size_t t = 0; t < tiers.size(); ++t) {
+    const CompiledModel& body = *tiers[t].model;
+    llvm::Function* entry = llvm::Function::Create(
+        entry_ty, llvm::GlobalValue::ExternalLinkage,
+        several ? TierSymbol(kEntrySymbol, t) : std::string(kEntrySymbol), module);
+    descs.push_back(new llvm::GlobalVariable(
+        module, model_ty, true, llvm::GlobalValue::InternalLinkage,
+        llvm::ConstantStruct::get(
+            model_ty, {llvm::ConstantInt::get(i64, body.arena.per_batch_bytes),
+                       llvm::ConstantInt::get(i64, body.arena.fixed_bytes), entry,
+                       llvm::ConstantInt::get(i32, static_cast<int32_t>(body.inputs.size())),
+                       llvm::ConstantInt::get(i32, static_cast<int32_t>(body.outputs.size())),
+                       inputs, outputs}),
+        absl::StrCat(name, "_model", t)));
+    llvm::Constant* str = llvm::ConstantDataArray::getString(ctx, tiers[t].cpu);
+    tier_names.push_back(new llvm::GlobalVariable(module, str->getType(), true,
+                                                  llvm::GlobalValue::PrivateLinkage, str,
+                                                  absl::StrCat(name, "_tier", t, "_name")));
+  }
+  // The body this CPU runs: the first whose min_level cuvil_aot_cpu_level() reaches.
+  llvm::FunctionCallee cpu_level =
+      module.getOrInsertFunction("cuvil_aot_cpu_level", llvm::FunctionType::get(i32, false));
+  auto pick = [&](llvm::IRBuilder<>& b, const std::vector<llvm::Constant*>& per_tier) {
+    if (!several) return static_cast<llvm::Value*>(per_tier[0]);
+    llvm::Value* level = b.CreateCall(cpu_level);
+    llvm::Value* chosen = per_tier.back();
+    for (size_t t = tiers.size() - 1; t-- > 0;) {
+      chosen =
+          b.CreateSelect(b.CreateICmpSGE(level, llvm::ConstantInt::get(i32, tiers[t].min_level)),
+                         per_tier[t], chosen);
+    }
+    return chosen;
+  };
 
   // size_t NAME_arena_bytes(int64_t batch)
   {
@@ -161,7 +199,7 @@ absl::StatusOr<std::string> EmitGlue(const CompiledModel& model, const std::stri
         llvm::Function::Create(llvm::FunctionType::get(size_ty, {i64}, false),
                                llvm::GlobalValue::ExternalLinkage, name + "_arena_bytes", module);
     llvm::IRBuilder<> b(llvm::BasicBlock::Create(ctx, "entry", fn));
-    b.CreateRet(b.CreateCall(rt, {desc, fn->getArg(0)}));
+    b.CreateRet(b.CreateCall(rt, {pick(b, descs), fn->getArg(0)}));
   }
   // int NAME_run(const void* const* inputs, void* const* outputs, int64_t batch, void* arena)
   {
@@ -170,8 +208,15 @@ absl::StatusOr<std::string> EmitGlue(const CompiledModel& model, const std::stri
     auto* fn =
         llvm::Function::Create(entry_ty, llvm::GlobalValue::ExternalLinkage, name + "_run", module);
     llvm::IRBuilder<> b(llvm::BasicBlock::Create(ctx, "entry", fn));
-    b.CreateRet(
-        b.CreateCall(rt, {desc, fn->getArg(0), fn->getArg(1), fn->getArg(2), fn->getArg(3)}));
+    b.CreateRet(b.CreateCall(
+        rt, {pick(b, descs), fn->getArg(0), fn->getArg(1), fn->getArg(2), fn->getArg(3)}));
+  }
+  // const char* NAME_tier(void)
+  {
+    auto* fn = llvm::Function::Create(llvm::FunctionType::get(ptr, false),
+                                      llvm::GlobalValue::ExternalLinkage, name + "_tier", module);
+    llvm::IRBuilder<> b(llvm::BasicBlock::Create(ctx, "entry", fn));
+    b.CreateRet(pick(b, tier_names));
   }
 
   llvm::SmallVector<char, 0> buffer;
@@ -422,6 +467,52 @@ absl::Status RenameWasmSymbols(Member& m,
   return absl::OkStatus();
 }
 
+// Gives body `tier`'s global symbols (defined ones, and its reference to the weights) the names
+// TierSymbol gives them, so several bodies of one model link into one library; the weights
+// reference goes to body `weights_owner`'s blob. ELF objects only.
+absl::Status RenameTierSymbols(Member& m, size_t tier, size_t weights_owner) {
+  auto obj = llvm::object::ObjectFile::createObjectFile(llvm::MemoryBufferRef(m.bytes, m.name));
+  if (!obj) {
+    return absl::InternalError(
+        absl::StrCat("cannot read object ", m.name, ": ", ToString(obj.takeError())));
+  }
+  llvm::objcopy::ConfigManager config;
+  std::vector<std::string> renamed;  // Owns the new names the config refers to.
+  std::vector<std::pair<std::string, std::string>> pairs;
+  for (const llvm::object::SymbolRef& sym : (*obj)->symbols()) {
+    auto flags = sym.getFlags();
+    auto sym_name = sym.getName();
+    if (!flags || !sym_name) {
+      llvm::consumeError(flags.takeError());
+      llvm::consumeError(sym_name.takeError());
+      return absl::InternalError(absl::StrCat("cannot read the symbols of ", m.name));
+    }
+    if ((*flags & llvm::object::SymbolRef::SF_Global) == 0 || sym_name->empty()) continue;
+    if (*flags & llvm::object::SymbolRef::SF_Undefined) {
+      if (*sym_name == kWeightsSymbol) {
+        pairs.emplace_back(kWeightsSymbol, TierSymbol(kWeightsSymbol, weights_owner));
+      }
+    } else {
+      pairs.emplace_back(sym_name->str(), TierSymbol(sym_name->str(), tier));
+    }
+  }
+  renamed.reserve(pairs.size());
+  for (const auto& [from, to] : pairs) {
+    renamed.push_back(to);
+    config.Common.SymbolsToRename[from] = renamed.back();
+  }
+  auto bin = llvm::object::createBinary(llvm::MemoryBufferRef(m.bytes, m.name));
+  if (!bin) return absl::InternalError(ToString(bin.takeError()));
+  llvm::SmallVector<char, 0> out;
+  llvm::raw_svector_ostream os(out);
+  if (llvm::Error err = llvm::objcopy::executeObjcopyOnBinary(config, **bin, os)) {
+    return absl::InternalError(
+        absl::StrCat("renaming the symbols of ", m.name, ": ", ToString(std::move(err))));
+  }
+  m.bytes.assign(out.begin(), out.end());
+  return absl::OkStatus();
+}
+
 // Gives every symbol that some member defines (except the API) the name NAME__symbol in every
 // member, so the library's internals cannot clash with the program or another library. Fills
 // `external` with the symbols left undefined (the C library's and libm's).
@@ -501,8 +592,20 @@ std::string CommentSafe(const std::string& text) {
 
 }  // namespace
 
-std::string AotHeader(const CompiledModel& model, const std::string& name,
-                      const std::string& source, const std::string& target_triple) {
+namespace {
+
+// NAME.h for a library of `tiers` (one or several bodies of one model).
+std::string HeaderText(const std::vector<AotTier>& tiers, const std::string& name,
+                       const std::string& source, const std::string& target_triple) {
+  const CompiledModel& model = *tiers[0].model;
+  int64_t per_batch = 0, fixed = 0;  // The largest body's arena, so one size fits every CPU.
+  std::vector<std::string> cpus;
+  for (const AotTier& t : tiers) {
+    per_batch = std::max(per_batch, t.model->arena.per_batch_bytes);
+    fixed = std::max(fixed, t.model->arena.fixed_bytes);
+    cpus.push_back(absl::StrCat(CommentSafe(t.cpu), t.min_level > 1 ? " (x86-64 level " : "",
+                                t.min_level > 1 ? absl::StrCat(t.min_level, ")") : ""));
+  }
   const std::string link = absl::StrReplaceAll(
       llvm::Triple(target_triple).isWasm()
           ? "clang --target=wasm32-wasi app.c libLIB.a -lm  (wasi-libc; run under a WASI runtime)"
@@ -596,8 +699,8 @@ std::string AotHeader(const CompiledModel& model, const std::string& name,
       "extern const cuvil_aot_tensor ",
       name, "_inputs[];\nextern const cuvil_aot_tensor ", name,
       "_outputs[];\n\n"
-      "/* Bytes of scratch (arena) one call at `batch` needs: ",
-      model.arena.per_batch_bytes, " * batch + ", model.arena.fixed_bytes,
+      "/* Bytes of scratch (arena) one call at `batch` needs: at most ",
+      per_batch, " * batch + ", fixed,
       ".\n"
       " * SIZE_MAX when batch < 1 or the size overflows. */\n"
       "size_t ",
@@ -611,27 +714,99 @@ std::string AotHeader(const CompiledModel& model, const std::string& name,
       "int ",
       name,
       "_run(const void* const* inputs, void* const* outputs, int64_t batch, void* arena);\n\n"
+      "/* The body NAME_run runs on this CPU, named by the CPU it was compiled for. The library\n"
+      " * holds ",
+      tiers.size() == 1 ? "one: " : "these, and runs the first this CPU can run:\n *   ",
+      absl::StrJoin(cpus, ",\n *   "),
+      ".\n * Thread-safe. */\n"
+      "const char* NAME_tier(void);\n\n"
       "#ifdef __cplusplus\n}  /* extern \"C\" */\n#endif\n\n#endif /* ",
       upper, "_H_ */\n");
   return absl::StrReplaceAll(text, {{"NAME_", name + "_"}});
 }
 
+}  // namespace
+
+std::string AotHeader(const CompiledModel& model, const std::string& name,
+                      const std::string& source, const std::string& target_triple) {
+  return HeaderText({AotTier{"default", 0, &model}}, name, source, target_triple);
+}
+
 absl::Status WriteAotLibrary(const CompiledModel& model, const AotOptions& options,
+                             AotReport* report) {
+  return WriteAotLibrary({AotTier{"default", 0, &model}}, options, report);
+}
+
+std::vector<AotTier> AotX86Tiers() {
+  return {{"x86-64-v4", 4, nullptr}, {"x86-64-v3", 3, nullptr}, {"x86-64", 1, nullptr}};
+}
+
+absl::Status WriteAotLibrary(const std::vector<AotTier>& tiers, const AotOptions& options,
                              AotReport* report) {
   if (!IsCIdentifier(options.name)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--name must be a C identifier (letters, digits, _): '", options.name, "'"));
   }
+  if (tiers.empty()) return absl::InvalidArgumentError("an AOT library needs at least one body");
+  for (const AotTier& t : tiers) {
+    if (t.model == nullptr) return absl::InvalidArgumentError("an AOT body has no model");
+    auto same = [](const std::vector<TensorSignature>& x, const std::vector<TensorSignature>& y) {
+      if (x.size() != y.size()) return false;
+      for (size_t i = 0; i < x.size(); ++i) {
+        if (x[i].name != y[i].name || x[i].dtype != y[i].dtype || x[i].shape != y[i].shape) {
+          return false;
+        }
+      }
+      return true;
+    };
+    if (!same(t.model->inputs, tiers[0].model->inputs) ||
+        !same(t.model->outputs, tiers[0].model->outputs)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("AOT body ", t.cpu, " has other inputs or outputs than ", tiers[0].cpu));
+    }
+  }
+  const bool several = tiers.size() > 1;
+  if (several) {
+    const llvm::Triple triple(options.target_triple.empty() ? llvm::sys::getProcessTriple()
+                                                            : options.target_triple);
+    if (triple.getArch() != llvm::Triple::x86_64 || !triple.isOSBinFormatELF()) {
+      return absl::InvalidArgumentError(
+          "an AOT library with several bodies is for x86-64 ELF targets only");
+    }
+  }
+  // Bodies whose weights are byte-equal share the first one's blob.
+  std::vector<size_t> weights_owner(tiers.size());
+  for (size_t t = 0; t < tiers.size(); ++t) {
+    weights_owner[t] = t;
+    for (size_t u = 0; u < t; ++u) {
+      const WeightsBlob& a = tiers[u].model->weights;
+      const WeightsBlob& b = tiers[t].model->weights;
+      if (weights_owner[u] == u && a.size() == b.size() &&
+          (a.empty() || std::memcmp(a.data(), b.data(), a.size()) == 0)) {
+        weights_owner[t] = u;
+        break;
+      }
+    }
+  }
   auto runtime = ReadRuntime(options.runtime_archive);
   if (!runtime.ok()) return runtime.status();
-  auto glue = EmitGlue(model, options.name, options.target_triple);
+  auto glue = EmitGlue(tiers, weights_owner, options.name, options.target_triple);
   if (!glue.ok()) return glue.status();
-  std::vector<Member> members;
-  members.push_back({options.name + "_model.o", model.object_code});
-  members.push_back({options.name + "_glue.o", std::move(*glue)});
   AotReport r;
-  r.code_bytes = static_cast<int64_t>(model.object_code.size());
-  r.weights_bytes = static_cast<int64_t>(model.weights.size());
+  std::vector<Member> members;
+  for (size_t t = 0; t < tiers.size(); ++t) {
+    const CompiledModel& body = *tiers[t].model;
+    Member m{several ? absl::StrCat(options.name, "_model_", tiers[t].cpu, ".o")
+                     : options.name + "_model.o",
+             body.object_code};
+    if (several) {
+      if (auto s = RenameTierSymbols(m, t, weights_owner[t]); !s.ok()) return s;
+    }
+    r.code_bytes += static_cast<int64_t>(body.object_code.size());
+    if (weights_owner[t] == t) r.weights_bytes += static_cast<int64_t>(body.weights.size());
+    members.push_back(std::move(m));
+  }
+  members.push_back({options.name + "_glue.o", std::move(*glue)});
   for (Member& m : *runtime) {
     r.runtime_bytes += static_cast<int64_t>(m.bytes.size());
     members.push_back(std::move(m));
@@ -670,7 +845,7 @@ absl::Status WriteAotLibrary(const CompiledModel& model, const AotOptions& optio
   };
   if (auto s = write(r.library_path, (*archive)->getBuffer()); !s.ok()) return s;
   if (auto s = write(r.header_path,
-                     AotHeader(model, options.name, options.source, options.target_triple));
+                     HeaderText(tiers, options.name, options.source, options.target_triple));
       !s.ok()) {
     return s;
   }

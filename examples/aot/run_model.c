@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
     printf("output %s: %zu elements, max abs error %.3g\n", API(_outputs)[i].name, n, worst);
     tensor_proto_free(&ref);
   }
-  printf("%s batch %lld: %.3f ms per run (%d runs)\n", failed ? "FAIL" : "PASS", (long long)batch,
-         ms, repeat);
+  printf("%s batch %lld: %.3f ms per run (%d runs, body %s)\n", failed ? "FAIL" : "PASS",
+         (long long)batch, ms, repeat, API(_tier)());
   return failed;
 }

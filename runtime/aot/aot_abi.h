@@ -48,6 +48,12 @@ inline constexpr size_t CUVIL_AOT_ARENA_ALIGN = 64;
 // Arena bytes for `batch`; SIZE_MAX when batch < 1 or the size overflows. Reentrant.
 size_t cuvil_aot_arena_bytes(const cuvil_aot_model* m, int64_t batch);
 
+// The x86-64 micro-architecture level this CPU reaches (4: x86-64-v4, AVX-512; 3: x86-64-v3,
+// AVX2 + FMA; 1: baseline x86-64), lowered by CUVIL_UK_TIER=avx2 (to 3) or generic (to 1) as the
+// microkernels' tier is; 0 on other architectures. A library with several x86-64 bodies runs the
+// first whose level this reaches. Computed once. Thread-safe.
+int32_t cuvil_aot_cpu_level(void);
+
 // Validates the arguments, then runs the model once (single-threaded, on the calling thread).
 // Returns CUVIL_AOT_OK, a negative CUVIL_AOT_* code (nothing ran) or the generated code's
 // EntryError (outputs unspecified). Reentrant: concurrent calls need distinct arenas.

@@ -1,4 +1,7 @@
 // cuvil_aot_run: argument checks around a model's generated entry point.
+#include <stdlib.h>
+#include <string.h>
+
 #include "aot_abi.h"
 
 namespace {
@@ -20,6 +23,25 @@ bool TensorBytes(const cuvil_aot_tensor& t, int64_t batch, int64_t* bytes) {
 }  // namespace
 
 extern "C" {
+
+int32_t cuvil_aot_cpu_level(void) {
+#if defined(__x86_64__)
+  // Relaxed: every thread computes the same value, so a race only repeats the work.
+  static int32_t cached = -1;
+  int32_t level = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (level >= 0) return level;
+  __builtin_cpu_init();
+  level = __builtin_cpu_supports("x86-64-v4") ? 4 : __builtin_cpu_supports("x86-64-v3") ? 3 : 1;
+  if (const char* tier = getenv("CUVIL_UK_TIER"); tier != nullptr) {
+    if (strcmp(tier, "avx2") == 0 && level > 3) level = 3;
+    if (strcmp(tier, "generic") == 0) level = 1;
+  }
+  __atomic_store_n(&cached, level, __ATOMIC_RELAXED);
+  return level;
+#else
+  return 0;
+#endif
+}
 
 size_t cuvil_aot_arena_bytes(const cuvil_aot_model* m, int64_t batch) {
   int64_t bytes = 0;

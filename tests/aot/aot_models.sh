@@ -6,6 +6,7 @@
 # usage: [AOT_TARGET=aarch64 CC=aarch64-linux-gnu-gcc RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu"]
 #        [AOT_CPU=x86-64 (an LLVM CPU name: a portable library)]
 #        [CROSS_CFLAGS="--target=wasm32-wasi ..."]
+#        [EXPECT_BODY=x86-64-v3 (the body NAME_tier() must name on every run)]
 #        aot_models.sh CUVILC SOURCE_DIR MODELS_DIR WORK_DIR MODEL...
 # (a cross target: the C compiler for it, its extra flags, and the emulator or runtime that runs
 # its programs)
@@ -31,10 +32,11 @@ for m in "$@"; do
     echo "FAIL $m: building run_model.c"; failed=$((failed + 1)); continue
   fi
   for d in "$models/$m"/test_data_set_*; do
-    if "${runner[@]}" "$out/run_model" "$d" --atol 1e-3 --rtol 1e-3; then
-      echo "PASS $m/$(basename "$d")"; passed=$((passed + 1))
+    if result=$("${runner[@]}" "$out/run_model" "$d" --atol 1e-3 --rtol 1e-3) &&
+        [[ -z ${EXPECT_BODY:-} || $result == *"body ${EXPECT_BODY})"* ]]; then
+      echo "$result"; echo "PASS $m/$(basename "$d")"; passed=$((passed + 1))
     else
-      echo "FAIL $m/$(basename "$d")"; failed=$((failed + 1))
+      echo "$result"; echo "FAIL $m/$(basename "$d")"; failed=$((failed + 1))
     fi
   done
 done

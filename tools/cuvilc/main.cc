@@ -49,8 +49,11 @@ constexpr char kUsage[] =
     "      OUT_DIR/NAME.h (its C API); NAME defaults to the model file's stem; T: the host's\n"
     "      architecture (default), aarch64 (Linux, NEON) or wasm32 (wasm32-wasi with SIMD128:\n"
     "      link with clang --target=wasm32-wasi and wasi-libc, run under a WASI runtime such as\n"
-    "      Node's node:wasi); CPU: an LLVM CPU name (default: the host CPU, generic for the\n"
-    "      others); FILE defaults to the cuvil_aot_runtime archive for T in ../lib beside cuvilc\n";
+    "      Node's node:wasi); CPU: an LLVM CPU name, or host for this machine's\n"
+    "      CPU only; an x86_64 library without --cpu holds x86-64-v4 (AVX-512), x86-64-v3 (AVX2)\n"
+    "      and baseline x86-64 bodies and runs the best one the CPU allows (NAME_tier() names\n"
+    "      it); the other targets default to their generic CPU; FILE defaults to the\n"
+    "      cuvil_aot_runtime archive for T in ../lib beside cuvilc\n";
 
 int Fail(const absl::Status& s) {
   std::string msg(s.message());
@@ -216,6 +219,10 @@ std::string DefaultAotRuntime(const std::string& file) {
 // cuvilc compile MODEL --aot DIR: an ahead-of-time library instead of a JIT load.
 int CompileAot(const std::string& model_path, CompileOptions options, AotOptions aot,
                const std::string& target) {
+  // An x86-64 library holds one body per CPU level unless --cpu names one CPU ("host": this one).
+  const bool dispatch = (target.empty() || target == AotHostArch()) &&
+                        std::string(AotHostArch()) == "x86_64" && options.target_cpu.empty();
+  if (options.target_cpu == "host") options.target_cpu.clear();
   auto runtime = ConfigureAotTarget(target, &options);
   if (!runtime.ok()) {
     if (runtime.status().code() == absl::StatusCode::kInvalidArgument) {
@@ -227,10 +234,29 @@ int CompileAot(const std::string& model_path, CompileOptions options, AotOptions
   if (aot.runtime_archive.empty()) aot.runtime_archive = DefaultAotRuntime(*runtime);
   aot.source = model_path;
   aot.target_triple = options.target_triple;
-  auto compiled = CompileOnnxFile(model_path, options);
-  if (!compiled.ok()) return Fail(compiled.status());
+  std::vector<AotTier> tiers =
+      dispatch ? AotX86Tiers() : std::vector<AotTier>{AotTier{"", 0, nullptr}};
+  std::vector<CompiledModel> bodies;
+  bodies.reserve(tiers.size());  // tier.model points into it
+  for (AotTier& tier : tiers) {
+    CompileOptions body_options = options;
+    if (dispatch) {
+      body_options.target_cpu = tier.cpu;
+      if (auto s = ConfigureAotTarget(target, &body_options); !s.ok()) return Fail(s.status());
+      aot.target_triple = body_options.target_triple;
+    } else {
+      tier.cpu = !options.target_cpu.empty()     ? options.target_cpu
+                 : options.target_triple.empty() ? "host"
+                                                 : "generic";
+    }
+    auto compiled = CompileOnnxFile(model_path, body_options);
+    if (!compiled.ok()) return Fail(compiled.status());
+    bodies.push_back(std::move(*compiled));
+    tier.model = &bodies.back();
+  }
   AotReport report;
-  if (auto s = WriteAotLibrary(*compiled, aot, &report); !s.ok()) return Fail(s);
+  if (auto s = WriteAotLibrary(tiers, aot, &report); !s.ok()) return Fail(s);
+  const CompiledModel* compiled = &bodies.front();
   std::printf("wrote %s (%lld bytes: code %lld, weights %lld, runtime %lld) and %s\n",
               report.library_path.c_str(), static_cast<long long>(report.library_bytes),
               static_cast<long long>(report.code_bytes),

@@ -26,13 +26,24 @@ struct AotOptions {
 struct AotReport {
   std::string library_path;
   std::string header_path;
-  int64_t code_bytes = 0;     // the model's machine code and its tables (the model object)
-  int64_t weights_bytes = 0;  // the weights blob
+  int64_t code_bytes = 0;     // the model's machine code and its tables (every body's object)
+  int64_t weights_bytes = 0;  // the weights blob(s)
   int64_t runtime_bytes = 0;  // the runtime objects copied in
   int64_t library_bytes = 0;  // the whole archive
   // Symbols the library needs from the program's C library and libm (everything else is inside).
   std::vector<std::string> external_symbols;
 };
+
+// One body of a library: the model compiled for one CPU. Plain data; `model` is not owned.
+struct AotTier {
+  std::string cpu;        // what NAME_tier() reports: the LLVM CPU name it was compiled for
+  int32_t min_level = 0;  // x86-64 level the CPU must reach to run it (cuvil_aot_cpu_level)
+  const CompiledModel* model = nullptr;
+};
+
+// The bodies of a dispatching x86-64 library, best first: x86-64-v4 (AVX-512), x86-64-v3 (AVX2 +
+// FMA) and baseline x86-64, so one library runs on any x86-64 CPU at its best tier. Thread-safe.
+std::vector<AotTier> AotX86Tiers();
 
 // Writes OUT_DIR/libNAME.a (the model object, an object holding the weights, the tensor
 // descriptors and NAME_run / NAME_arena_bytes, and the runtime archive's members) and
@@ -40,6 +51,14 @@ struct AotReport {
 // NAME__symbol, so several libraries link into one program. InvalidArgument for a name that is not
 // a C identifier; Internal for LLVM failures; the files are not written on error. Thread-safe.
 absl::Status WriteAotLibrary(const CompiledModel& model, const AotOptions& options,
+                             AotReport* report);
+
+// As above with several bodies of one model (the same graph compiled for different x86-64 CPUs,
+// best first, the last with min_level 0 or 1): NAME_run, NAME_arena_bytes and NAME_tier use the
+// first body whose min_level cuvil_aot_cpu_level() reaches. Bodies whose weights are byte-equal
+// share one copy. InvalidArgument when `tiers` is empty, a model is null, the models' inputs or
+// outputs differ, or a multi-body library targets anything but x86-64 ELF. Thread-safe.
+absl::Status WriteAotLibrary(const std::vector<AotTier>& tiers, const AotOptions& options,
                              AotReport* report);
 
 // The architecture this build of Cuvil runs on: "x86_64", "aarch64" or "unknown". Thread-safe.
