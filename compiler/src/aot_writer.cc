@@ -882,12 +882,18 @@ absl::StatusOr<std::string> ConfigureAotTarget(const std::string& target, Compil
     if (options->target_features.empty()) options->target_features = "+simd128";
     return std::string("libcuvil_aot_runtime-wasm32.a");
   }
+  if (target == "wasm32-scalar") {
+    // The same without SIMD128, for WebAssembly runtimes that lack it.
+    options->target_triple = "wasm32-unknown-wasi";
+    if (options->target_features.empty()) options->target_features = "-simd128";
+    return std::string("libcuvil_aot_runtime-wasm32-scalar.a");
+  }
   if (target == "x86_64") {
     return absl::UnimplementedError(
         absl::StrCat("target ", target, " is not supported yet on this ", host, " host"));
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("target: one of x86_64, aarch64, wasm32, not '", target, "'"));
+      absl::StrCat("target: one of x86_64, aarch64, wasm32, wasm32-scalar, not '", target, "'"));
 }
 
 }  // namespace cuvil

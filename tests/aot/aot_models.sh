@@ -7,6 +7,7 @@
 #        [AOT_CPU=x86-64 (an LLVM CPU name: a portable library)]
 #        [CROSS_CFLAGS="--target=wasm32-wasi ..."]
 #        [EXPECT_BODY=x86-64-v3 (the body NAME_tier() must name on every run)]
+#        [NO_SIMD_OBJDUMP=llvm-objdump (a wasm program must disassemble without any v128 op)]
 #        aot_models.sh CUVILC SOURCE_DIR MODELS_DIR WORK_DIR MODEL...
 # (a cross target: the C compiler for it, its extra flags, and the emulator or runtime that runs
 # its programs)
@@ -30,6 +31,12 @@ for m in "$@"; do
       "$src/examples/aot/run_model.c" "$src/examples/aot/tensor_proto.c" "$out/lib$m.a" -lm \
       -o "$out/run_model"; then
     echo "FAIL $m: building run_model.c"; failed=$((failed + 1)); continue
+  fi
+  if [[ -n ${NO_SIMD_OBJDUMP:-} ]]; then
+    simd=$("$NO_SIMD_OBJDUMP" -d "$out/run_model" | grep -c -E 'v128|[fi](8|16|32|64)x[0-9]+\.')
+    if ((simd > 0)); then
+      echo "FAIL $m: $simd SIMD instructions in a scalar build"; failed=$((failed + 1)); continue
+    fi
   fi
   for d in "$models/$m"/test_data_set_*; do
     if result=$("${runner[@]}" "$out/run_model" "$d" --atol 1e-3 --rtol 1e-3) &&

@@ -4,7 +4,8 @@
 //   cuvilc test CASE_DIR ... [--rtol R] [--atol A] [--threads N]
 //   cuvilc compile MODEL.onnx [--emit-llvm FILE.ll] [--timings] [--jit-cache-dir DIR]
 //                  [--jit-cache-max-bytes N] [--no-jit-cache] [--compile-tier tiered|fast|full]
-//   cuvilc compile MODEL.onnx --aot OUT_DIR [--name NAME] [--target x86_64|aarch64|wasm32]
+//   cuvilc compile MODEL.onnx --aot OUT_DIR [--name NAME]
+//                  [--target x86_64|aarch64|wasm32|wasm32-scalar]
 //                  [--cpu CPU] [--aot-runtime FILE]
 #include <algorithm>
 #include <chrono>
@@ -49,7 +50,8 @@ constexpr char kUsage[] =
     "      OUT_DIR/NAME.h (its C API); NAME defaults to the model file's stem; T: the host's\n"
     "      architecture (default), aarch64 (Linux, NEON) or wasm32 (wasm32-wasi with SIMD128:\n"
     "      link with clang --target=wasm32-wasi and wasi-libc, run under a WASI runtime such as\n"
-    "      Node's node:wasi); CPU: an LLVM CPU name, or host for this machine's\n"
+    "      Node's node:wasi), wasm32-scalar (the same without SIMD128); CPU: an LLVM CPU\n"
+    "      name, or host for this machine's\n"
     "      CPU only; an x86_64 library without --cpu holds x86-64-v4 (AVX-512), x86-64-v3 (AVX2)\n"
     "      and baseline x86-64 bodies and runs the best one the CPU allows (NAME_tier() names\n"
     "      it); the other targets default to their generic CPU; FILE defaults to the\n"

@@ -66,9 +66,10 @@ const char* AotHostArch();
 
 // Points `options` at an ahead-of-time `target`: "" or AotHostArch() compile for this host (its
 // CPU and features, or options->target_cpu when set), "aarch64" for AArch64 Linux with NEON
-// (generic CPU unless target_cpu is set), "wasm32" for WASI with SIMD128. Returns the file name of
-// the runtime archive built for that target (libcuvil_aot_runtime.a,
-// libcuvil_aot_runtime-aarch64.a, libcuvil_aot_runtime-wasm32.a). InvalidArgument for an
+// (generic CPU unless target_cpu is set), "wasm32" for WASI with SIMD128, "wasm32-scalar" for
+// WASI without it. Returns the file name of the runtime archive built for that target
+// (libcuvil_aot_runtime.a, libcuvil_aot_runtime-aarch64.a, libcuvil_aot_runtime-wasm32.a,
+// libcuvil_aot_runtime-wasm32-scalar.a). InvalidArgument for an
 // unknown target; Unimplemented for a known one this host cannot compile for yet. Thread-safe.
 absl::StatusOr<std::string> ConfigureAotTarget(const std::string& target, CompileOptions* options);
 
