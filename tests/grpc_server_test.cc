@@ -408,6 +408,7 @@ TEST(GrpcAdminTest, TokenIsRequiredAndFunctionsAreListed) {
   EXPECT_EQ(fns.functions(0).op_type(), "Gemm");
   EXPECT_THAT(fns.functions(0).signature(), HasSubstr("float32[batch,784]"));
   EXPECT_EQ(fns.functions(0).precision(), "float32");
+  EXPECT_EQ(fns.functions(0).parent(), "");  // A kernel of the graph itself.
   grpc::ClientContext ctx3;
   ctx3.AddMetadata("authorization", "Bearer s3cret");
   cuvil::admin::v1::PatchFunctionResponse pr;

@@ -467,18 +467,14 @@ absl::Status RenameWasmSymbols(Member& m,
   return absl::OkStatus();
 }
 
-// Gives body `tier`'s global symbols (defined ones, and its reference to the weights) the names
-// TierSymbol gives them, so several bodies of one model link into one library; the weights
-// reference goes to body `weights_owner`'s blob. ELF objects only.
-absl::Status RenameTierSymbols(Member& m, size_t tier, size_t weights_owner) {
+// The global symbols `m` defines and the ones it leaves undefined, added to the sets.
+absl::Status GlobalSymbols(const Member& m, std::set<std::string>* defined,
+                           std::set<std::string>* undefined) {
   auto obj = llvm::object::ObjectFile::createObjectFile(llvm::MemoryBufferRef(m.bytes, m.name));
   if (!obj) {
     return absl::InternalError(
         absl::StrCat("cannot read object ", m.name, ": ", ToString(obj.takeError())));
   }
-  llvm::objcopy::ConfigManager config;
-  std::vector<std::string> renamed;  // Owns the new names the config refers to.
-  std::vector<std::pair<std::string, std::string>> pairs;
   for (const llvm::object::SymbolRef& sym : (*obj)->symbols()) {
     auto flags = sym.getFlags();
     auto sym_name = sym.getName();
@@ -488,19 +484,14 @@ absl::Status RenameTierSymbols(Member& m, size_t tier, size_t weights_owner) {
       return absl::InternalError(absl::StrCat("cannot read the symbols of ", m.name));
     }
     if ((*flags & llvm::object::SymbolRef::SF_Global) == 0 || sym_name->empty()) continue;
-    if (*flags & llvm::object::SymbolRef::SF_Undefined) {
-      if (*sym_name == kWeightsSymbol) {
-        pairs.emplace_back(kWeightsSymbol, TierSymbol(kWeightsSymbol, weights_owner));
-      }
-    } else {
-      pairs.emplace_back(sym_name->str(), TierSymbol(sym_name->str(), tier));
-    }
+    ((*flags & llvm::object::SymbolRef::SF_Undefined) ? undefined : defined)
+        ->insert(sym_name->str());
   }
-  renamed.reserve(pairs.size());
-  for (const auto& [from, to] : pairs) {
-    renamed.push_back(to);
-    config.Common.SymbolsToRename[from] = renamed.back();
-  }
+  return absl::OkStatus();
+}
+
+// Rewrites the ELF (or other non-wasm) object `m` with `config`'s renames.
+absl::Status RunObjcopy(const llvm::objcopy::ConfigManager& config, Member& m) {
   auto bin = llvm::object::createBinary(llvm::MemoryBufferRef(m.bytes, m.name));
   if (!bin) return absl::InternalError(ToString(bin.takeError()));
   llvm::SmallVector<char, 0> out;
@@ -513,6 +504,26 @@ absl::Status RenameTierSymbols(Member& m, size_t tier, size_t weights_owner) {
   return absl::OkStatus();
 }
 
+// Gives body `tier`'s global symbols (defined ones, and its reference to the weights) the names
+// TierSymbol gives them, so several bodies of one model link into one library; the weights
+// reference goes to body `weights_owner`'s blob. ELF objects only.
+absl::Status RenameTierSymbols(Member& m, size_t tier, size_t weights_owner) {
+  std::set<std::string> defined, undefined;
+  if (auto s = GlobalSymbols(m, &defined, &undefined); !s.ok()) return s;
+  std::vector<std::string> renamed;  // Owns the new names the config refers to.
+  renamed.reserve(defined.size() + 1);
+  llvm::objcopy::ConfigManager config;
+  for (const std::string& sym : defined) {
+    renamed.push_back(TierSymbol(sym, tier));
+    config.Common.SymbolsToRename[sym] = renamed.back();
+  }
+  if (undefined.count(kWeightsSymbol) != 0) {
+    renamed.push_back(TierSymbol(kWeightsSymbol, weights_owner));
+    config.Common.SymbolsToRename[kWeightsSymbol] = renamed.back();
+  }
+  return RunObjcopy(config, m);
+}
+
 // Gives every symbol that some member defines (except the API) the name NAME__symbol in every
 // member, so the library's internals cannot clash with the program or another library. Fills
 // `external` with the symbols left undefined (the C library's and libm's).
@@ -521,26 +532,7 @@ absl::Status PrivatiseSymbols(std::vector<Member>& members, const std::string& n
   const std::set<std::string> api = ApiSymbols(name);
   std::set<std::string> defined, undefined;
   for (const Member& m : members) {
-    auto obj = llvm::object::ObjectFile::createObjectFile(llvm::MemoryBufferRef(m.bytes, m.name));
-    if (!obj) {
-      return absl::InternalError(
-          absl::StrCat("cannot read object ", m.name, ": ", ToString(obj.takeError())));
-    }
-    for (const llvm::object::SymbolRef& sym : (*obj)->symbols()) {
-      auto flags = sym.getFlags();
-      auto sym_name = sym.getName();
-      if (!flags || !sym_name) {
-        llvm::consumeError(flags.takeError());
-        llvm::consumeError(sym_name.takeError());
-        return absl::InternalError(absl::StrCat("cannot read the symbols of ", m.name));
-      }
-      if ((*flags & llvm::object::SymbolRef::SF_Global) == 0 || sym_name->empty()) continue;
-      if (*flags & llvm::object::SymbolRef::SF_Undefined) {
-        undefined.insert(sym_name->str());
-      } else {
-        defined.insert(sym_name->str());
-      }
-    }
+    if (auto s = GlobalSymbols(m, &defined, &undefined); !s.ok()) return s;
   }
   for (const std::string& api_name : api) {
     if (defined.count(api_name) == 0) {
@@ -564,17 +556,10 @@ absl::Status PrivatiseSymbols(std::vector<Member>& members, const std::string& n
   for (Member& m : members) {
     auto bin = llvm::object::createBinary(llvm::MemoryBufferRef(m.bytes, m.name));
     if (!bin) return absl::InternalError(ToString(bin.takeError()));
-    if ((*bin)->isWasm()) {
-      if (auto s = RenameWasmSymbols(m, wasm_renames); !s.ok()) return s;
-      continue;
+    const bool wasm = (*bin)->isWasm();
+    if (auto s = wasm ? RenameWasmSymbols(m, wasm_renames) : RunObjcopy(config, m); !s.ok()) {
+      return s;
     }
-    llvm::SmallVector<char, 0> out;
-    llvm::raw_svector_ostream os(out);
-    if (llvm::Error err = llvm::objcopy::executeObjcopyOnBinary(config, **bin, os)) {
-      return absl::InternalError(
-          absl::StrCat("renaming the symbols of ", m.name, ": ", ToString(std::move(err))));
-    }
-    m.bytes.assign(out.begin(), out.end());
   }
   return absl::OkStatus();
 }

@@ -610,7 +610,9 @@ absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareProfilePatch(
     std::unique_ptr<void*[]> current = BuildTable(layers_.size());
     std::set<std::string> want(functions.begin(), functions.end());
     for (const KernelFunction& k : model_.kernels) {
-      if (want.empty() || want.erase(k.symbol) > 0)
+      // By default the kernels cuvil_entry calls: a subgraph's kernels run inside their
+      // control-flow kernel's time, so wrapping them too would count that time twice.
+      if (functions.empty() ? k.parent < 0 : want.erase(k.symbol) > 0)
         wrapped.emplace_back(k.symbol, current[k.index]);
     }
     if (!want.empty()) {

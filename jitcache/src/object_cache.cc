@@ -436,6 +436,7 @@ pb::CacheHeader HeaderOf(const CompiledModel& m, const std::string& key) {
     pk->set_op_type(k.op_type);
     pk->set_node_name(k.node_name);
     pk->set_signature(k.signature);
+    if (k.parent >= 0) pk->set_parent(k.parent);
   }
   for (const auto& t : m.timings) {
     auto* pt = e.add_timings();
@@ -480,7 +481,11 @@ absl::StatusOr<CompiledModel> ModelOf(const pb::CacheHeader& e, std::string_view
   for (int i = 0; i < e.kernels_size(); ++i) {
     const auto& k = e.kernels(i);
     if (k.index() != i) return absl::DataLossError("kernel table out of order");
-    m.kernels.push_back({k.index(), k.symbol(), k.op_type(), k.node_name(), k.signature()});
+    if (k.has_parent() && (k.parent() < 0 || k.parent() >= i)) {
+      return absl::DataLossError("kernel parent out of range");
+    }
+    m.kernels.push_back({k.index(), k.symbol(), k.op_type(), k.node_name(), k.signature(),
+                         k.has_parent() ? k.parent() : -1});
   }
   for (const auto& t : e.timings()) m.timings.push_back({t.phase(), t.ms()});
   m.cpu = e.compiled_cpu();

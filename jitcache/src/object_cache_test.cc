@@ -15,6 +15,7 @@
 #include "digest_memo.h"
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
+#include "patch_test_models.h"
 #include "test_dirs.h"
 #include "test_models.h"
 
@@ -119,6 +120,27 @@ TEST_F(ObjectCacheTest, DiskHitKeepsTheArenaPlan) {
   EXPECT_EQ(read->arena.live_per_batch_bytes, made.live_per_batch_bytes);
   EXPECT_EQ(read->arena.live_fixed_bytes, made.live_fixed_bytes);
   EXPECT_EQ(read->arena.max_shards, made.max_shards);
+}
+
+// Subgraph kernels keep their parent through an entry on disk (the profiler and cuvil-bench rely
+// on it to count a nested kernel's time once).
+TEST_F(ObjectCacheTest, DiskHitKeepsSubgraphKernelParents) {
+  const std::string bytes = testing::IfOfTwoAdds(8, 1.0f, 2.0f);
+  auto cache = MakeCache();
+  CacheLookup lookup;
+  auto compiled = cache->Compile("", bytes, {}, &lookup);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  ASSERT_EQ(lookup.outcome, CacheOutcome::kMiss);
+  ASSERT_EQ(compiled->kernels.size(), 3u);
+  auto other = MakeCache();
+  auto read = other->Compile("", bytes, {}, &lookup);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(lookup.outcome, CacheOutcome::kDiskHit);
+  ASSERT_EQ(read->kernels.size(), compiled->kernels.size());
+  for (size_t i = 0; i < read->kernels.size(); ++i) {
+    EXPECT_EQ(read->kernels[i].symbol, compiled->kernels[i].symbol);
+    EXPECT_EQ(read->kernels[i].parent, i == 0 ? -1 : 0) << read->kernels[i].symbol;
+  }
 }
 
 TEST_F(ObjectCacheTest, MemoryOnlyCacheReusesSameBytes) {

@@ -408,5 +408,80 @@ TEST_F(PatchTest, AllPatchKindsUnderConcurrentExecutions) {
   EXPECT_EQ(RunOnce(), 11.0f);
 }
 
+// The kernels of an If's branches have slots of their own: listed after the If with it as parent,
+// patched and rolled back like the graph's own kernels, and run from the execution's table.
+TEST(SubgraphPatchTest, BranchKernelsArePatchableAndProfiledInsideTheirParent) {
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto compiled = CompileOnnxBytes(testing::IfOfTwoAdds(kWidth, 1.0f, 10.0f));
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  auto loaded = (*engine)->Load("if/1", std::move(*compiled));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  LoadedModel& model = **loaded;
+  const std::vector<KernelFunction>& kernels = model.model().kernels;
+  ASSERT_EQ(kernels.size(), 3u);
+  EXPECT_EQ(kernels[0].op_type, "If");
+  EXPECT_EQ(kernels[0].parent, -1);
+  std::string then_add, else_add;
+  for (size_t i = 1; i < kernels.size(); ++i) {
+    EXPECT_EQ(kernels[i].index, static_cast<int>(i));
+    EXPECT_EQ(kernels[i].op_type, "Add");
+    EXPECT_EQ(kernels[i].parent, 0) << kernels[i].symbol;
+    (kernels[i].symbol.find("then") != std::string::npos ? then_add : else_add) = kernels[i].symbol;
+  }
+  ASSERT_FALSE(then_add.empty());
+  ASSERT_FALSE(else_add.empty());
+
+  auto run = [&](bool cond, const PreparedPatch* patch = nullptr) -> float {
+    HostTensor x(DType::kFloat32, {2, kWidth});
+    std::memset(x.data(), 0, x.byte_size());
+    HostTensor c(DType::kBool, {});
+    c.data()[0] = cond ? 1 : 0;
+    auto out = model.RunWith(patch, {x, c});
+    EXPECT_TRUE(out.ok()) << out.status();
+    return out.ok() ? (*out)[0].data_as<float>()[2 * kWidth - 1] : -1;
+  };
+  EXPECT_EQ(run(true), 1.0f);
+  EXPECT_EQ(run(false), 10.0f);
+
+  auto patch = model.PrepareIrPatch(testing::ScaledAddIr(then_add, kWidth, 3.0f), {then_add});
+  ASSERT_TRUE(patch.ok()) << patch.status();
+  EXPECT_EQ(run(true, patch->get()), 3.0f);  // The validation run takes the patched branch...
+  EXPECT_EQ(run(true), 1.0f);                // ...executions only after the commit.
+  auto id = model.CommitPatch(*patch, "tester");
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(run(true), 3.0f);
+  EXPECT_EQ(run(false), 10.0f);  // The other branch keeps its code.
+
+  // A profile by default times the kernels cuvil_entry calls: the If, not its branches again.
+  auto profile = model.PrepareProfilePatch(0, {});
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  auto profile_id = model.CommitPatch(*profile, "prof");
+  ASSERT_TRUE(profile_id.ok()) << profile_id.status();
+  EXPECT_EQ(run(true), 3.0f);  // The wrapper calls the patched branch code.
+  auto report = model.ProfileReport(*profile_id);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_EQ(report->size(), 1u);
+  EXPECT_EQ((*report)[0].function, kernels[0].symbol);
+  EXPECT_EQ((*report)[0].calls, 1u);
+  ASSERT_TRUE(model.Rollback(*profile_id).ok());
+  // Named, a branch kernel is profiled too.
+  auto named = model.PrepareProfilePatch(0, {else_add});
+  ASSERT_TRUE(named.ok()) << named.status();
+  auto named_id = model.CommitPatch(*named, "prof");
+  ASSERT_TRUE(named_id.ok()) << named_id.status();
+  EXPECT_EQ(run(false), 10.0f);
+  EXPECT_EQ(run(true), 3.0f);
+  auto named_report = model.ProfileReport(*named_id);
+  ASSERT_TRUE(named_report.ok()) << named_report.status();
+  ASSERT_EQ(named_report->size(), 1u);
+  EXPECT_EQ((*named_report)[0].calls, 1u);
+  ASSERT_TRUE(model.Rollback(*named_id).ok());
+
+  ASSERT_TRUE(model.Rollback(*id).ok());
+  EXPECT_EQ(run(true), 1.0f);
+  EXPECT_EQ(run(false), 10.0f);
+}
+
 }  // namespace
 }  // namespace cuvil

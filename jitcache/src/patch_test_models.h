@@ -53,6 +53,59 @@ inline std::string TwoBinaryOps(const std::string& graph_name, int64_t width, co
   return model.SerializeAsString();
 }
 
+// y = If(cond, then: x + c_then, else: x + c_else) over float32[batch, width], cond a bool
+// scalar input: one kernel cuvil_entry calls (k0_If) and one Add kernel in each branch's
+// subgraph, which the constants of `then_value` / `else_value` feed.
+inline std::string IfOfTwoAdds(int64_t width, float then_value, float else_value) {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(13);
+  onnx::GraphProto* g = model.mutable_graph();
+  g->set_name("if_of_two_adds");
+  auto float_io = [&](onnx::ValueInfoProto* info, const std::string& name) {
+    info->set_name(name);
+    auto* tt = info->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(onnx::TensorProto::FLOAT);
+    tt->mutable_shape()->add_dim()->set_dim_param("batch");
+    tt->mutable_shape()->add_dim()->set_dim_value(width);
+  };
+  float_io(g->add_input(), "x");
+  onnx::ValueInfoProto* cond = g->add_input();
+  cond->set_name("cond");
+  cond->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::BOOL);
+  cond->mutable_type()->mutable_tensor_type()->mutable_shape();
+  float_io(g->add_output(), "y");
+  auto branch = [&](const std::string& tag, float value) {
+    onnx::GraphProto b;
+    b.set_name(tag);
+    onnx::TensorProto* c = b.add_initializer();
+    c->set_name(tag + "_c");
+    c->set_data_type(onnx::TensorProto::FLOAT);
+    c->add_dims(width);
+    for (int64_t i = 0; i < width; ++i) c->add_float_data(value);
+    onnx::NodeProto* n = b.add_node();
+    n->set_op_type("Add");
+    n->set_name(tag + "_add");
+    n->add_input("x");
+    n->add_input(tag + "_c");
+    n->add_output(tag + "_y");
+    float_io(b.add_output(), tag + "_y");
+    return b;
+  };
+  onnx::NodeProto* n = g->add_node();
+  n->set_op_type("If");
+  n->set_name("if");
+  n->add_input("cond");
+  n->add_output("y");
+  for (auto [attr, value] : {std::pair{"then_branch", then_value}, {"else_branch", else_value}}) {
+    onnx::AttributeProto* a = n->add_attribute();
+    a->set_name(attr);
+    a->set_type(onnx::AttributeProto::GRAPH);
+    *a->mutable_g() = branch(attr, value);
+  }
+  return model.SerializeAsString();
+}
+
 // LLVM IR of a kernel `name` computing out = scale * (a + b[col]) over batch*width floats, where
 // args = {a, b, out}: the Add kernel of a [batch, width] tensor and a [width] constant, scaled.
 inline std::string ScaledAddIr(const std::string& name, int64_t width, float scale) {

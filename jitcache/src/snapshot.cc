@@ -53,6 +53,7 @@ std::string IrDigest(const pb::SnapshotBody& b) {
     k->set_op_type(f.op_type());
     k->set_node_name(f.node_name());
     k->set_signature(f.signature());
+    if (f.has_parent()) k->set_parent(f.parent());
   }
   std::string bytes;
   shape.SerializeToString(&bytes);  // Deterministic enough: same writer, fields in order.
@@ -149,6 +150,7 @@ absl::StatusOr<std::string> EncodeSnapshot(const LoadedModel& loaded, const std:
     f->set_op_type(k.op_type);
     f->set_node_name(k.node_name);
     f->set_signature(k.signature);
+    if (k.parent >= 0) f->set_parent(k.parent);
     auto it = provider.find(k.symbol);
     if (it == provider.end()) {
       f->set_code_hash(b.code_hash());
@@ -248,7 +250,11 @@ absl::StatusOr<VersionSnapshot> DecodeSnapshot(std::string_view bytes) {
   m.cpu = b.compiled_cpu();
   for (const pb::SnapshotFunction& f : b.functions()) {
     if (f.index() != static_cast<int32_t>(m.kernels.size())) return Refuse("function table order");
-    m.kernels.push_back({f.index(), f.symbol(), f.op_type(), f.node_name(), f.signature()});
+    if (f.has_parent() && (f.parent() < 0 || f.parent() >= f.index())) {
+      return Refuse("function parent out of range");
+    }
+    m.kernels.push_back({f.index(), f.symbol(), f.op_type(), f.node_name(), f.signature(),
+                         f.has_parent() ? f.parent() : -1});
   }
   for (const pb::SnapshotPatch& p : b.patches()) {
     PatchRecord r;

@@ -107,8 +107,12 @@ absl::StatusOr<cuvil::admin::v1::ListFunctionsResponse> AdminOperations::ListFun
       models_->Get(request.name(), request.version() > 0 ? absl::StrCat(request.version()) : "");
   if (!model.ok()) return model.status();
   cuvil::admin::v1::ListFunctionsResponse response;
-  for (const KernelFunction& k : (*model)->loaded().model().kernels) {
+  const std::vector<KernelFunction>& kernels = (*model)->loaded().model().kernels;
+  for (const KernelFunction& k : kernels) {
     auto* f = response.add_functions();
+    if (k.parent >= 0 && static_cast<size_t>(k.parent) < kernels.size()) {
+      f->set_parent(kernels[k.parent].symbol);
+    }
     f->set_index(k.index);
     f->set_symbol(k.symbol);
     f->set_op_type(k.op_type);

@@ -162,7 +162,8 @@ void HttpAdminRoutes::ListFunctions(Response& res, const std::string& name, int6
                          {"op_type", f.op_type()},
                          {"node_name", f.node_name()},
                          {"signature", f.signature()},
-                         {"precision", f.precision()}});
+                         {"precision", f.precision()},
+                         {"parent", f.parent()}});
   }
   SetJson(res, 200, json{{"functions", std::move(functions)}});
 }

@@ -157,6 +157,17 @@ llvm::Value* KernelContext::Symbol(int32_t id) {
   return v;
 }
 
+llvm::Value* KernelContext::FunctionTable() {
+  if (table_ != nullptr || batch_ == nullptr) return table_;
+  llvm::Instruction* term = entry_block_->getTerminator();
+  llvm::IRBuilder<> entry(entry_block_, term ? term->getIterator() : entry_block_->end());
+  llvm::Type* ptr_ty = entry.getPtrTy();
+  const size_t slot = node_.inputs.size() + node_.outputs.size() + 1;
+  table_ =
+      entry.CreateLoad(ptr_ty, entry.CreateConstGEP1_64(ptr_ty, fn_->getArg(0), slot), "fn_table");
+  return table_;
+}
+
 llvm::Value* KernelContext::Dim(const SymDim& d) { return Dim(d.expr()); }
 
 llvm::Value* KernelContext::Dim(const DimExpr& e) {

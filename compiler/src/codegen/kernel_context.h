@@ -3,12 +3,14 @@
 // Each IR node becomes one LLVM function `i32 kernel(ptr args, i64 batch)`; `args` holds the
 // node's input pointers followed by its output pointers, then (slot inputs + outputs) a pointer to
 // the execution's i64 symbol values (syms[id] is symbol id; syms[0] == batch, see
-// EmitSymbolValues), and the result is 0 or one of the EntryError codes (compiled_model.h), which
-// cuvil_entry returns at once. A kernel reads the symbols slot only when one of its dims mentions
-// a symbol other than 0 (symbol 0 is the `batch` argument), so kernels of batch-only models, and
-// hand-written IR-patch kernels, never look past the outputs. KernelContext loads the pointers
-// and offers the building blocks kernels share: typed loads/stores, loop nests over runtime
-// extents, broadcast strides, ONNX cast semantics, and calls into the runtime library.
+// EmitSymbolValues), then (slot inputs + outputs + 1) the execution's function table, and the
+// result is 0 or one of the EntryError codes (compiled_model.h), which cuvil_entry returns at
+// once. A kernel reads the symbols slot only when one of its dims mentions a symbol other than 0
+// (symbol 0 is the `batch` argument), and the table slot only when it runs a subgraph, so kernels
+// of batch-only models, and hand-written IR-patch kernels, never look past the outputs.
+// KernelContext loads the pointers and offers the building blocks kernels share: typed
+// loads/stores, loop nests over runtime extents, broadcast strides, ONNX cast semantics, and calls
+// into the runtime library.
 #ifndef CUVIL_COMPILER_SRC_CODEGEN_KERNEL_CONTEXT_H_
 #define CUVIL_COMPILER_SRC_CODEGEN_KERNEL_CONTEXT_H_
 
@@ -20,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "cuvil/compiler/ir.h"
+#include "kernel_registry.h"
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/Intrinsics.h"
 #include "llvm/IR/Module.h"
@@ -74,6 +77,19 @@ class KernelContext {
   // kernel, in the entry block so it dominates every use) through the args symbols slot. Null in
   // an outlined context, which has neither (capture the dims a ParallelFor body needs).
   llvm::Value* Symbol(int32_t id);
+  // The execution's function table (the args table slot), loaded once in the entry block: what a
+  // control-flow kernel hands its subgraphs so their kernels run from the same table. Null in an
+  // outlined context.
+  llvm::Value* FunctionTable();
+  // Where a control-flow kernel registers its subgraphs' kernels (null: none, they are then
+  // called directly and are not patchable), and this kernel's own slot in it.
+  KernelRegistry* registry() const { return registry_; }
+  int kernel_index() const { return kernel_index_; }
+  void set_registry(KernelRegistry* registry, int kernel_index) {
+    registry_ = registry;
+    kernel_index_ = kernel_index;
+  }
+
   // Runtime value of a dimension / of a shape's dims / of a shape's element count.
   llvm::Value* Dim(const SymDim& d);
   llvm::Value* Dim(const DimExpr& e);
@@ -181,7 +197,10 @@ class KernelContext {
   llvm::Value* batch_;
   llvm::Value* syms_ = nullptr;              // The symbols slot's pointer, loaded on first use.
   std::map<int32_t, llvm::Value*> symbols_;  // Loaded syms[id], id > 0.
-  llvm::Value* status_ = nullptr;            // i32 alloca; null in outlined contexts.
+  llvm::Value* table_ = nullptr;             // The table slot's pointer, loaded on first use.
+  KernelRegistry* registry_ = nullptr;
+  int kernel_index_ = -1;
+  llvm::Value* status_ = nullptr;  // i32 alloca; null in outlined contexts.
   std::vector<llvm::Value*> inputs_;
   std::vector<llvm::Value*> outputs_;
 };

@@ -1,10 +1,13 @@
 // Code generation for If, Loop and Scan (canonical form: see ops/shape_control_flow.cc).
 //
 // Each subgraph is lowered into the same module as a function of its own,
-//   i32 <kernel>_<attr>(ptr inputs, ptr outputs, i64 batch, ptr arena),
+//   i32 <kernel>_<attr>(ptr inputs, ptr outputs, i64 batch, ptr arena, ptr table),
 // built like cuvil_entry: its own memory plan (formal inputs then captures are `inputs`, its
 // outputs are `outputs`, intermediates in `arena`, constants in a private global), one kernel
-// function per node, called directly (subgraph kernels are not in the patchable function table).
+// function per node, each in a slot of the module's function table (KernelRegistry, the slots
+// after the control-flow kernel's own) and called through `table`, the execution's table that
+// the control-flow kernel passes on: subgraph kernels are patchable like the graph's, and one
+// execution runs one table throughout, nested calls included.
 // The control-flow kernel allocates the subgraph's arena on the heap once per execution and
 // calls the subgraph function per branch / iteration. Loop and Scan keep their loop-carried
 // values in two heap buffers (the body reads one and writes the other, then they are copied), so
@@ -84,6 +87,7 @@ absl::StatusOr<LoweredSubgraph> LowerSubgraph(KernelContext& k, const ir::Graph&
 
   llvm::FunctionType* kernel_ty = k.function()->getFunctionType();
   std::vector<llvm::Function*> kernels;
+  std::vector<int> slots;  // Function-table slot of each kernel (-1: no registry, call directly).
   int index = 0;
   for (const auto& node : g.nodes()) {
     const OpDef* op = OpTable::Get().Find(node->op_type);
@@ -95,13 +99,16 @@ absl::StatusOr<LoweredSubgraph> LowerSubgraph(KernelContext& k, const ir::Graph&
     llvm::Function* fn =
         llvm::Function::Create(kernel_ty, llvm::Function::InternalLinkage, name, module);
     fn->copyAttributesFrom(k.function());
+    const int slot = k.registry() != nullptr ? k.registry()->Add(fn, *node, k.kernel_index()) : -1;
     KernelContext kc(module, fn, *node);
+    kc.set_registry(k.registry(), slot);
     if (auto s = op->emit(kc); !s.ok()) return s;
     kc.b().CreateRet(kc.Status());
     kernels.push_back(fn);
+    slots.push_back(slot);
   }
 
-  auto* entry_ty = llvm::FunctionType::get(i32, {ptr, ptr, i64, ptr}, false);
+  auto* entry_ty = llvm::FunctionType::get(i32, {ptr, ptr, i64, ptr, ptr}, false);
   llvm::Function* entry =
       llvm::Function::Create(entry_ty, llvm::Function::InternalLinkage, prefix, module);
   entry->copyAttributesFrom(k.function());
@@ -109,12 +116,14 @@ absl::StatusOr<LoweredSubgraph> LowerSubgraph(KernelContext& k, const ir::Graph&
   llvm::Value* outputs = entry->getArg(1);
   llvm::Value* batch = entry->getArg(2);
   llvm::Value* arena = entry->getArg(3);
+  llvm::Value* table = entry->getArg(4);
   llvm::IRBuilder<> b(llvm::BasicBlock::Create(c, "entry", entry));
-  // Each kernel's args: its inputs, its outputs, then the symbols slot (kernel_context.h). The
-  // subgraph's symbol values are its own array (only the batch so far, see EmitSymbolValues).
-  size_t max_args = 1;
+  // Each kernel's args: its inputs, its outputs, then the symbols and table slots
+  // (kernel_context.h). The subgraph's symbol values are its own array (only the batch so far,
+  // see EmitSymbolValues).
+  size_t max_args = 2;
   for (const auto& n : g.nodes())
-    max_args = std::max(max_args, n->inputs.size() + n->outputs.size() + 1);
+    max_args = std::max(max_args, n->inputs.size() + n->outputs.size() + 2);
   llvm::Value* args = b.CreateAlloca(ptr, b.getInt64(max_args), "args");
   auto syms = EmitSymbolValues(b, g, batch);
   if (!syms.ok()) return syms.status();
@@ -133,7 +142,16 @@ absl::StatusOr<LoweredSubgraph> LowerSubgraph(KernelContext& k, const ir::Graph&
                     b.CreateConstGEP1_64(ptr, args, slot++));
     }
     b.CreateStore(*syms, b.CreateConstGEP1_64(ptr, args, slot));
-    llvm::Value* rc = b.CreateCall(kernel_ty, kernels[i], {args, batch});
+    b.CreateStore(table, b.CreateConstGEP1_64(ptr, args, slot + 1));
+    llvm::Value* callee = kernels[i];
+    if (slots[i] >= 0) {
+      // As cuvil_entry does: acquire pairs with a tool's release store redirecting the slot.
+      llvm::LoadInst* fn = b.CreateLoad(ptr, b.CreateConstGEP1_64(ptr, table, slots[i]));
+      fn->setAtomic(llvm::AtomicOrdering::Acquire);
+      fn->setAlignment(llvm::Align(8));
+      callee = fn;
+    }
+    llvm::Value* rc = b.CreateCall(kernel_ty, callee, {args, batch});
     llvm::BasicBlock* fail = llvm::BasicBlock::Create(c, "fail", entry);
     llvm::BasicBlock* next = llvm::BasicBlock::Create(c, "next", entry);
     b.CreateCondBr(b.CreateICmpNE(rc, b.getInt32(0)), fail, next);
@@ -187,7 +205,9 @@ llvm::Value* Heap(KernelContext& k, const ir::TensorType& t) {
 llvm::Value* CallSubgraph(KernelContext& k, const LoweredSubgraph& s, llvm::Value* inputs,
                           llvm::Value* outputs, llvm::Value* arena) {
   auto& b = k.b();
-  llvm::Value* rc = b.CreateCall(s.fn, {inputs, outputs, k.batch(), arena});
+  llvm::Value* table = k.FunctionTable();
+  if (table == nullptr) table = llvm::ConstantPointerNull::get(b.getPtrTy());
+  llvm::Value* rc = b.CreateCall(s.fn, {inputs, outputs, k.batch(), arena, table});
   for (int32_t code = 1; code <= kMaxForwardedCode; ++code) {
     k.FailIf(b.CreateICmpEQ(rc, b.getInt32(code)), code);
   }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "codegen/kernel_context.h"
+#include "codegen/kernel_registry.h"
 #include "codegen/llvm_targets.h"
 #include "llvm/Analysis/CGSCCPassManager.h"
 #include "llvm/Analysis/LoopAnalysisManager.h"
@@ -106,15 +107,6 @@ std::string SanitizeSymbol(const std::string& s) {
   return out;
 }
 
-std::string SignatureOf(const ir::Node& node, const std::string& symbol) {
-  auto render = [&](const std::vector<ir::Value*>& values) {
-    std::vector<std::string> parts;
-    for (const ir::Value* v : values) parts.push_back(v ? v->type.ToString(symbol) : "none");
-    return absl::StrJoin(parts, ", ");
-  };
-  return absl::StrCat("(", render(node.inputs), ") -> (", render(node.outputs), ")");
-}
-
 class ModuleBuilder {
  public:
   ModuleBuilder(const ir::Graph& graph, const MemoryPlan& plan, const HostTarget& host)
@@ -130,26 +122,28 @@ class ModuleBuilder {
     llvm::FunctionType* kernel_ty =
         llvm::FunctionType::get(llvm::Type::getInt32Ty(context_), {ptr, i64}, false);
     const OpTable& ops = OpTable::Get();
-    std::vector<llvm::Constant*> table;
-    int index = 0;
+    KernelRegistry registry(graph_.symbol);
     for (const auto& node : graph_.nodes()) {
       const OpDef* op = ops.Find(node->op_type);
       if (op == nullptr) {
         return absl::UnimplementedError(absl::StrCat("unsupported op ", node->Describe(), " (",
                                                      ops.WhyMissing(node->op_type), ")"));
       }
+      // Named by slot: a control-flow kernel's subgraph kernels take the slots after it.
+      const int index = static_cast<int>(registry.table().size());
       std::string name = absl::StrCat("k", index, "_", SanitizeSymbol(node->op_type));
       llvm::Function* fn =
           llvm::Function::Create(kernel_ty, llvm::Function::InternalLinkage, name, module_.get());
       SetAttributes(fn);
+      registry.Add(fn, *node, /*parent=*/-1);
+      node_slots_.push_back(index);
       KernelContext kc(*module_, fn, *node);
+      kc.set_registry(&registry, index);
       if (auto s = op->emit(kc); !s.ok()) return s;
       kc.b().CreateRet(kc.Status());
-      table.push_back(fn);
-      model->kernels.push_back(
-          {index, name, node->op_type, node->name, SignatureOf(*node, graph_.symbol)});
-      ++index;
     }
+    const std::vector<llvm::Constant*>& table = registry.table();
+    model->kernels = std::move(registry.kernels());
     auto* table_ty = llvm::ArrayType::get(ptr, table.size());
     table_ = new llvm::GlobalVariable(
         *module_, table_ty, /*isConstant=*/false, llvm::GlobalValue::ExternalLinkage,
@@ -240,15 +234,17 @@ class ModuleBuilder {
     llvm::Value* table = entry->getArg(4);
     llvm::IRBuilder<> b(llvm::BasicBlock::Create(context_, "entry", entry));
     unlikely_ = llvm::MDBuilder(context_).createBranchWeights(1, 1 << 20);
-    // Each kernel's args: its inputs, its outputs, then the symbols slot (kernel_context.h).
-    size_t max_args = 1;
+    // Each kernel's args: its inputs, its outputs, then the symbols and table slots
+    // (kernel_context.h).
+    size_t max_args = 2;
     for (const auto& n : graph_.nodes())
-      max_args = std::max(max_args, n->inputs.size() + n->outputs.size() + 1);
+      max_args = std::max(max_args, n->inputs.size() + n->outputs.size() + 2);
     llvm::Value* args = b.CreateAlloca(ptr, b.getInt64(max_args), "args");
     auto syms = EmitSymbolValues(b, graph_, batch);
     if (!syms.ok()) return syms.status();
-    int index = 0;
+    size_t node_index = 0;
     for (const auto& n : graph_.nodes()) {
+      const int index = node_slots_[node_index++];
       size_t slot = 0;
       for (const ir::Value* v : n->inputs) {
         llvm::Value* p = v ? Address(b, v, inputs, outputs, batch, arena)
@@ -263,6 +259,7 @@ class ModuleBuilder {
         b.CreateStore(p, b.CreateConstGEP1_64(ptr, args, slot++));
       }
       b.CreateStore(*syms, b.CreateConstGEP1_64(ptr, args, slot));
+      b.CreateStore(table, b.CreateConstGEP1_64(ptr, args, slot + 1));
       // Acquire pairs with the release store of a tool that redirects this slot in place.
       auto* slot_ptr = b.CreateConstGEP1_64(ptr, table, index);
       llvm::LoadInst* fn = b.CreateLoad(ptr, slot_ptr);
@@ -276,7 +273,6 @@ class ModuleBuilder {
       b.SetInsertPoint(fail);
       b.CreateRet(rc);
       b.SetInsertPoint(next);
-      ++index;
     }
     // Outputs that are not written by a node (graph inputs, constants, repeated values) are copied.
     for (size_t i = 0; i < graph_.outputs.size(); ++i) {
@@ -302,6 +298,7 @@ class ModuleBuilder {
   llvm::GlobalVariable* table_ptr_ = nullptr;
   llvm::GlobalVariable* weights_ = nullptr;
   llvm::MDNode* unlikely_ = nullptr;  // Branch weights of the entry's failure exits.
+  std::vector<int> node_slots_;       // Function-table slot of each graph node's kernel.
 };
 
 void Optimize(llvm::Module& module, llvm::TargetMachine& tm, int opt_level) {

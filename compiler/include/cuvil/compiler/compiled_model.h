@@ -67,6 +67,10 @@ struct KernelFunction {
   std::string op_type;
   std::string node_name;
   std::string signature;  // "(float32[batch,784], float32[512,784]) -> float32[batch,512]"
+  // The index of the control-flow kernel (If, Loop, Scan) whose subgraph runs this kernel, or -1
+  // for a kernel of the graph itself (cuvil_entry calls those; their times add up to an
+  // execution's, a nested kernel's time is inside its parent's).
+  int parent = -1;
 };
 
 // Most parts an execution may split a batch-separable model's batch into (see ArenaPlan).

@@ -136,11 +136,12 @@ class LoadedModel {
   absl::StatusOr<std::shared_ptr<PreparedPatch>> PrepareRecompilePatch(
       const CompiledModel& recompiled, const std::vector<std::string>& functions,
       const std::string& options_text);
-  // Wraps every kernel of the current table (or `functions`) with timing (calls and nanoseconds
-  // per kernel, atomic counters) in a new layer. Once committed, the patch rolls itself back
-  // after `seconds` (a timer thread; 0: never) and its record keeps the final table.
-  // FailedPrecondition while another profile patch is active; InvalidArgument for an unknown
-  // function or a negative duration.
+  // Wraps every kernel cuvil_entry calls (KernelFunction::parent -1; a subgraph's kernels run
+  // inside their control-flow kernel's time), or the named `functions` (nested ones included),
+  // with timing (calls and nanoseconds per kernel, atomic counters) in a new layer. Once committed,
+  // the patch rolls itself back after `seconds` (a timer thread; 0: never) and its record keeps the
+  // final table. FailedPrecondition while another profile patch is active; InvalidArgument for an
+  // unknown function or a negative duration.
   absl::StatusOr<std::shared_ptr<PreparedPatch>> PrepareProfilePatch(
       double seconds, const std::vector<std::string>& functions);
   // Restores the table without patch `id` (any active patch: the table is rebuilt from the base
