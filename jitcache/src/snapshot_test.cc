@@ -2,6 +2,7 @@
 // under the same ids; damaged, truncated or foreign artifacts are refused.
 #include "cuvil/jitcache/snapshot.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -131,6 +132,59 @@ TEST_F(SnapshotTest, RestoreEqualsOriginalIncludingPatches) {
 }
 
 // An active recompile patch travels with its code: restoring it on the same CPU compiles nothing.
+// A patch on a subgraph kernel comes back with the subgraph kernels' parents.
+TEST(SubgraphSnapshotTest, PatchedBranchKernelIsRestoredWithItsParent) {
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const std::string bytes = testing::IfOfTwoAdds(kWidth, 1.0f, 10.0f);
+  auto compiled = CompileOnnxBytes(bytes);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  auto loaded = (*engine)->Load("if/1", std::move(*compiled));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  CodeSource source;
+  source.onnx_bytes = bytes;
+  (*loaded)->set_source(source);
+  const std::vector<KernelFunction> kernels = (*loaded)->model().kernels;
+  ASSERT_EQ(kernels.size(), 3u);
+  auto then_add = std::find_if(kernels.begin(), kernels.end(), [](const KernelFunction& k) {
+    return k.symbol.find("then") != std::string::npos;
+  });
+  ASSERT_NE(then_add, kernels.end());
+  auto patch = (*loaded)->PrepareIrPatch(testing::ScaledAddIr(then_add->symbol, kWidth, 2.0f), {});
+  ASSERT_TRUE(patch.ok()) << patch.status();
+  ASSERT_TRUE((*loaded)->CommitPatch(*patch, "alice").ok());
+  auto run = [](const LoadedModel& m) {
+    HostTensor x(DType::kFloat32, {1, kWidth});
+    std::memset(x.data(), 0, x.byte_size());
+    HostTensor c(DType::kBool, {});
+    c.data()[0] = 1;
+    auto out = m.Run({x, c});
+    EXPECT_TRUE(out.ok()) << out.status();
+    return out.ok() ? (*out)[0].data_as<float>()[0] : -1.0f;
+  };
+  EXPECT_EQ(run(**loaded), 2.0f);
+  auto artifact = EncodeSnapshot(**loaded, "if", 1, "name: \"if\"");
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+
+  auto snapshot = DecodeSnapshot(*artifact);
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  auto other = JitEngine::Create();
+  ASSERT_TRUE(other.ok());
+  bool recompiled = true;
+  auto code = SnapshotCode(*snapshot, &recompiled);
+  ASSERT_TRUE(code.ok()) << code.status();
+  ASSERT_EQ(code->kernels.size(), kernels.size());
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    EXPECT_EQ(code->kernels[i].symbol, kernels[i].symbol);
+    EXPECT_EQ(code->kernels[i].parent, kernels[i].parent) << kernels[i].symbol;
+  }
+  auto restored = (*other)->Load("if/1", *std::move(code));
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(run(**restored), 1.0f);
+  ASSERT_TRUE(RestorePatches(**restored, *snapshot).ok());
+  EXPECT_EQ(run(**restored), 2.0f);
+}
+
 TEST_F(SnapshotTest, ActiveRecompilePatchIsRestoredWithoutCompiling) {
   CompileOptions o1;
   o1.opt_level = 1;
