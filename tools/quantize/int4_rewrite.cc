@@ -96,6 +96,8 @@ absl::StatusOr<std::vector<Int4Layer>> RewriteWeightsInt4(onnx::ModelProto& mode
   for (int i = 0; i < g->initializer_size(); ++i) initializer[g->initializer(i).name()] = i;
   std::vector<Int4Layer> layers;
   std::vector<onnx::TensorProto> added;
+  // Weights several nodes read are packed once per layout (B name, transB): prefix and SQNR.
+  std::map<std::pair<std::string, bool>, std::pair<std::string, double>> packed;
   for (onnx::NodeProto& node : *g->mutable_node()) {
     const bool gemm = node.op_type() == "Gemm";
     if ((!gemm && node.op_type() != "MatMul") || !node.domain().empty() ||
@@ -125,17 +127,24 @@ absl::StatusOr<std::vector<Int4Layer>> RewriteWeightsInt4(onnx::ModelProto& mode
       }
       bias = node.input(2);
     }
-    const std::vector<float> w = ColumnsOf(*values, b.dims(0), b.dims(1), trans_b);
-    Quantized q = QuantizeColumns(w, n_dim, k_dim, options.block);
-    const int64_t blocks = (k_dim + options.block - 1) / options.block;
-    const std::string prefix = absl::StrCat(node.input(1), ".int4");
-    added.push_back(
-        MakeTensor(prefix, onnx::TensorProto::UINT8, {n_dim, blocks, options.block / 2}, q.q4));
-    added.push_back(
-        MakeTensor(prefix + ".scales", onnx::TensorProto::FLOAT, {n_dim * blocks}, q.scales));
-    added.push_back(MakeTensor(prefix + ".zero_points", onnx::TensorProto::UINT8,
-                               {static_cast<int64_t>(q.zeros.size())}, q.zeros));
-    Int4Layer layer{NodeId(node), node.op_type(), k_dim, n_dim, Sqnr(w, q.dequantised)};
+    auto [entry, first] = packed.try_emplace({node.input(1), trans_b});
+    if (first) {
+      // The other layout of the same weights, when a node read it first, gets its own names.
+      const bool other_layout = packed.count({node.input(1), !trans_b}) != 0;
+      const std::string prefix = absl::StrCat(node.input(1), other_layout ? ".int4t" : ".int4");
+      const std::vector<float> w = ColumnsOf(*values, b.dims(0), b.dims(1), trans_b);
+      Quantized q = QuantizeColumns(w, n_dim, k_dim, options.block);
+      const int64_t blocks = (k_dim + options.block - 1) / options.block;
+      added.push_back(
+          MakeTensor(prefix, onnx::TensorProto::UINT8, {n_dim, blocks, options.block / 2}, q.q4));
+      added.push_back(
+          MakeTensor(prefix + ".scales", onnx::TensorProto::FLOAT, {n_dim * blocks}, q.scales));
+      added.push_back(MakeTensor(prefix + ".zero_points", onnx::TensorProto::UINT8,
+                                 {static_cast<int64_t>(q.zeros.size())}, q.zeros));
+      entry->second = {prefix, Sqnr(w, q.dequantised)};
+    }
+    const std::string prefix = entry->second.first;
+    Int4Layer layer{NodeId(node), node.op_type(), k_dim, n_dim, entry->second.second};
     const std::string a = node.input(0);
     node.clear_input();
     node.clear_attribute();

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <random>
+#include <set>
 
 #include "cuvil/compiler/compiler.h"
 #include "cuvil/jitcache/jit_engine.h"
@@ -117,6 +118,46 @@ TEST(Int4RewriteTest, MatMulAndGemmBecomeMatMulNBitsThatCloselyMatchFloat) {
   // 4 bits with one scale per 16 weights: well under 10% relative error, but not exact.
   EXPECT_LT(std::sqrt(err / ref), 0.1);
   EXPECT_GT(err, 0.0);
+}
+
+// Two MatMuls reading one weight share one packed copy (no duplicate initializer names), and the
+// model still matches float.
+TEST(Int4RewriteTest, SharedWeightsArePackedOnce) {
+  onnx::ModelProto float_model = TwoLayers();
+  onnx::GraphProto* g = float_model.mutable_graph();
+  // h = x W1 + x W1 (W1 read twice) instead of x W1.
+  g->mutable_node(0)->set_output(0, "h1");
+  onnx::NodeProto* again = g->add_node();
+  *again = g->node(0);
+  again->set_name("fc1b");
+  again->set_output(0, "h2");
+  onnx::NodeProto* sum = g->add_node();
+  sum->set_op_type("Add");
+  sum->set_name("sum");
+  sum->add_input("h1");
+  sum->add_input("h2");
+  sum->add_output("h");
+  // Topological order: fc1, fc1b, sum, then relu, fc2 and add as before.
+  const std::vector<onnx::NodeProto> nodes(g->node().begin(), g->node().end());
+  g->clear_node();
+  for (int i : {0, 4, 5, 1, 2, 3}) *g->add_node() = nodes[i];
+  onnx::ModelProto m = float_model;
+  auto layers = RewriteWeightsInt4(m, {16, {}});
+  ASSERT_TRUE(layers.ok()) << layers.status();
+  ASSERT_EQ(layers->size(), 3u);
+  EXPECT_EQ((*layers)[0].weight_sqnr_db, (*layers)[1].weight_sqnr_db);
+  std::set<std::string> names;
+  for (const auto& t : m.graph().initializer()) {
+    EXPECT_TRUE(names.insert(t.name()).second) << "duplicate initializer " << t.name();
+  }
+  EXPECT_EQ(names.count("W1.int4"), 1u);
+  EXPECT_TRUE(CheckModel(m).ok()) << CheckModel(m);
+  HostTensor x(DType::kFloat32, {2, 40}), z(DType::kFloat32, {2, 10});
+  for (int i = 0; i < 80; ++i) x.data_as<float>()[i] = 0.01f * static_cast<float>(i % 17);
+  for (int i = 0; i < 20; ++i) z.data_as<float>()[i] = 0.5f;
+  const std::vector<float> want = RunModel(float_model, x, z), got = RunModel(m, x, z);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 0.1) << i;
 }
 
 TEST(Int4RewriteTest, ExcludedAndOtherFormsStayAndBadOptionsAreRefused) {
