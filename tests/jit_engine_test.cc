@@ -43,6 +43,46 @@ TEST(JitEngineTest, OneCompileServesEveryBatchSize) {
   }
 }
 
+TEST(JitEngineTest, OneCompileServesEveryShapeOfSeveralFreeDims) {
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto loaded = (*engine)->Load("two/1", MustCompile(testing::TwoSymbolModel()));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*loaded)->model().symbols, (std::vector<std::string>{"batch", "seq"}));
+  EXPECT_TRUE((*loaded)->model().arena.symbolic());
+  for (auto [batch, seq] : {std::pair<int64_t, int64_t>{1, 1}, {2, 5}, {3, 17}, {1, 64}, {4, 0}}) {
+    HostTensor x = Filled(batch, seq, 1.0f), y = Filled(batch, seq, -0.5f);
+    auto out = (*loaded)->Run({x, y});
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_EQ((*out)[0].shape(), (std::vector<int64_t>{batch, 2 * seq}));
+    const float* z = (*out)[0].data_as<float>();
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t j = 0; j < seq; ++j) {
+        const float xv = x.data_as<float>()[b * seq + j], yv = y.data_as<float>()[b * seq + j];
+        ASSERT_FLOAT_EQ(z[b * 2 * seq + j], (xv + yv) * (xv + yv)) << batch << "x" << seq;
+        ASSERT_FLOAT_EQ(z[b * 2 * seq + seq + j], xv);
+      }
+    }
+  }
+}
+
+TEST(JitEngineTest, InputsDisagreeingOnAFreeDimFailAlone) {
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok());
+  auto loaded = (*engine)->Load("two/1", MustCompile(testing::TwoSymbolModel()));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  auto bad = (*loaded)->Run({Filled(2, 5, 0.0f), Filled(2, 6, 0.0f)});
+  ASSERT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), ::testing::HasSubstr("'y'"));
+  EXPECT_THAT(bad.status().message(), ::testing::HasSubstr("seq"));
+  auto rank = (*loaded)->Run({Filled(2, 5, 0.0f), HostTensor(DType::kFloat32, {2, 5, 1})});
+  EXPECT_EQ(rank.status().code(), absl::StatusCode::kInvalidArgument);
+  // The model still serves.
+  auto good = (*loaded)->Run({Filled(2, 3, 0.0f), Filled(2, 3, 1.0f)});
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_EQ((*good)[0].shape(), (std::vector<int64_t>{2, 6}));
+}
+
 // Mappings of this process that are writable and executable at once ("rwxp" in /proc/self/maps).
 std::vector<std::string> WritableExecutableMappings() {
   std::ifstream maps("/proc/self/maps");

@@ -45,6 +45,41 @@ inline std::string BinaryWithConstant(const std::string& op, int64_t width, floa
   return model.SerializeAsString();
 }
 
+// z = Concat((x + y) * (x + y), x, axis 1) where x and y are float32[batch, seq]: two free
+// dimensions, intermediates sized batch*seq, an output of [batch, 2*seq].
+inline std::string TwoSymbolModel() {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(13);
+  onnx::GraphProto* g = model.mutable_graph();
+  g->set_name("two_symbols");
+  auto set = [](onnx::ValueInfoProto* info, const std::string& name, const std::string& seq) {
+    info->set_name(name);
+    auto* tt = info->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(onnx::TensorProto::FLOAT);
+    tt->mutable_shape()->add_dim()->set_dim_param("batch");
+    tt->mutable_shape()->add_dim()->set_dim_param(seq);
+  };
+  set(g->add_input(), "x", "seq");
+  set(g->add_input(), "y", "seq");
+  set(g->add_output(), "z", "seq2");
+  auto node = [&](const std::string& op, std::vector<std::string> in, const std::string& out) {
+    onnx::NodeProto* n = g->add_node();
+    n->set_op_type(op);
+    n->set_name(out + "_node");
+    for (const auto& i : in) n->add_input(i);
+    n->add_output(out);
+    return n;
+  };
+  node("Add", {"x", "y"}, "s");
+  node("Mul", {"s", "s"}, "t");
+  onnx::AttributeProto* axis = node("Concat", {"t", "x"}, "z")->add_attribute();
+  axis->set_name("axis");
+  axis->set_type(onnx::AttributeProto::INT);
+  axis->set_i(1);
+  return model.SerializeAsString();
+}
+
 // y = (x . A) . B where x is float32[batch, width] and A, B float32[width, width] constants
 // filled with `a` and `b`: the product x . A is an intermediate no fusion removes, so the model
 // has a batch-scaled arena region.

@@ -155,7 +155,7 @@ absl::StatusOr<std::string> EmitGlue(const std::vector<AotTier>& tiers,
   llvm::GlobalVariable* inputs = tensors(model.inputs, "inputs");
   llvm::GlobalVariable* outputs = tensors(model.outputs, "outputs");
 
-  auto* entry_ty = llvm::FunctionType::get(i32, {ptr, ptr, i64, ptr}, false);
+  auto* entry_ty = llvm::FunctionType::get(i32, {ptr, ptr, i64, ptr, ptr}, false);
   std::vector<llvm::Constant*> descs, tier_names;
   for (size_t t = 0; t < tiers.size(); ++t) {
     const CompiledModel& body = *tiers[t].model;
@@ -205,8 +205,9 @@ absl::StatusOr<std::string> EmitGlue(const std::vector<AotTier>& tiers,
   {
     auto* rt_ty = llvm::FunctionType::get(i32, {ptr, ptr, ptr, i64, ptr}, false);
     llvm::FunctionCallee rt = module.getOrInsertFunction("cuvil_aot_run", rt_ty);
+    auto* run_ty = llvm::FunctionType::get(i32, {ptr, ptr, i64, ptr}, false);
     auto* fn =
-        llvm::Function::Create(entry_ty, llvm::GlobalValue::ExternalLinkage, name + "_run", module);
+        llvm::Function::Create(run_ty, llvm::GlobalValue::ExternalLinkage, name + "_run", module);
     llvm::IRBuilder<> b(llvm::BasicBlock::Create(ctx, "entry", fn));
     b.CreateRet(b.CreateCall(
         rt, {pick(b, descs), fn->getArg(0), fn->getArg(1), fn->getArg(2), fn->getArg(3)}));
@@ -735,6 +736,11 @@ absl::Status WriteAotLibrary(const std::vector<AotTier>& tiers, const AotOptions
   if (tiers.empty()) return absl::InvalidArgumentError("an AOT library needs at least one body");
   for (const AotTier& t : tiers) {
     if (t.model == nullptr) return absl::InvalidArgumentError("an AOT body has no model");
+    if (t.model->symbols.size() > 1 || t.model->arena.symbolic()) {
+      return absl::UnimplementedError(absl::StrCat(
+          "AOT libraries take one free dimension (the batch); this model has ",
+          absl::StrJoin(t.model->symbols, ", "), " (fix the others with a dimension override)"));
+    }
     auto same = [](const std::vector<TensorSignature>& x, const std::vector<TensorSignature>& y) {
       if (x.size() != y.size()) return false;
       for (size_t i = 0; i < x.size(); ++i) {

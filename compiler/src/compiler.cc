@@ -1,5 +1,6 @@
 #include "cuvil/compiler/compiler.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "batch_separability.h"
 #include "codegen/lower.h"
+#include "cuvil/runtime/dim_expr_codec.h"
 #include "fuse_conv.h"
 #include "fuse_patterns.h"
 #include "memory_plan.h"
@@ -89,6 +91,7 @@ absl::Status Prepare(const CompileOptions& options, PreparedModel::Impl* impl) {
   CompiledModel& model = impl->base;
   model.name = graph.name;
   model.symbol = graph.symbol;
+  model.symbols = graph.symbols;
   auto t0 = std::chrono::steady_clock::now();
   if (auto s = OptimizeGraph(graph, options.needs_binding, options.integer_qdq); !s.ok()) return s;
   // Before fusion: the analysis knows the ONNX ops, and fusion keeps their meaning.
@@ -104,6 +107,24 @@ absl::Status Prepare(const CompileOptions& options, PreparedModel::Impl* impl) {
     model.outputs.push_back(SignatureOf(graph.outputs[i], graph.output_names[i]));
   }
 
+  if (graph.symbols.size() > 1) {
+    std::vector<DimExpr> seen;
+    auto note = [&](const ir::Value* v) {
+      for (size_t d = 0; v != nullptr && d < v->type.shape.size(); ++d) {
+        const DimExpr& e = v->type.shape[d].expr();
+        if (e.IsStatic() || e.IsProvablyNonNegative() ||
+            std::find(seen.begin(), seen.end(), e) != seen.end()) {
+          continue;
+        }
+        seen.push_back(e);
+        model.dim_constraints.push_back({v->name, static_cast<int32_t>(d), EncodeDimExpr(e)});
+      }
+    };
+    for (const ir::Value* in : graph.inputs) note(in);
+    for (const auto& n : graph.nodes()) {
+      for (const ir::Value* out : n->outputs) note(out);
+    }
+  }
   t0 = std::chrono::steady_clock::now();
   std::unique_ptr<WeightsFill> fill;
   auto plan = PlanMemoryDeferringWeights(graph, &images, &fill);
@@ -111,8 +132,11 @@ absl::Status Prepare(const CompileOptions& options, PreparedModel::Impl* impl) {
   model.timings.push_back({"memory_plan", MsSince(t0)});
   impl->plan = *std::move(plan);
   model.arena = impl->plan.arena;
-  model.arena.max_shards = separability.separable ? kMaxBatchShards : 1;
-  model.batch_split_note = separability.separable ? "separable" : separability.reason;
+  const bool splittable = separability.separable && !model.arena.symbolic();
+  model.arena.max_shards = splittable ? kMaxBatchShards : 1;
+  model.batch_split_note = splittable               ? "separable"
+                           : separability.separable ? "the arena plan is symbolic"
+                                                    : separability.reason;
   model.weights = impl->plan.weights;
   // From here on the graph does not change: copying the weights may overlap code generation.
   impl->fill = std::move(fill);

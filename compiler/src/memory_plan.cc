@@ -8,8 +8,10 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "cuvil/runtime/dim_expr_codec.h"
 #include "cuvil/runtime/lifetime_placement.h"
 #include "cuvil/runtime/prefault.h"
+#include "cuvil/runtime/symbolic_arena.h"
 
 namespace cuvil {
 namespace {
@@ -183,8 +185,12 @@ absl::StatusOr<MemoryPlan> PlanMemoryDeferringWeights(const ir::Graph& graph,
   plan.weights = WeightsBlob(*std::move(mapping), blob, blob_bytes, /*read_only=*/true);
 
   // Intermediates: lifetimes in node order.
-  std::vector<Interval> scaled, fixed;
-  int64_t scaled_sum = 0, fixed_sum = 0;
+  struct Intermediate {
+    const ir::Value* value;
+    SymDim bytes;
+    int first, last;
+  };
+  std::vector<Intermediate> intermediates;
   std::unordered_map<const ir::Value*, int> last_use;
   const auto& nodes = graph.nodes();
   for (int i = 0; i < static_cast<int>(nodes.size()); ++i) {
@@ -193,29 +199,51 @@ absl::StatusOr<MemoryPlan> PlanMemoryDeferringWeights(const ir::Graph& graph,
     }
   }
   for (const ir::Value* out : graph.outputs) last_use[out] = static_cast<int>(nodes.size());
+  bool linear = true;
   for (int i = 0; i < static_cast<int>(nodes.size()); ++i) {
     for (const ir::Value* out : nodes[i]->outputs) {
       if (out == nullptr || plan.locations.count(out)) continue;
-      SymDim bytes =
-          SymMul(SymNumElements(out->type.shape), SymDim::Const(DTypeSize(out->type.dtype)));
-      if (bytes.power() > 1) {
-        return absl::UnimplementedError(
-            absl::StrCat("value '", out->name, "' has size ", bytes.ToString(graph.symbol),
-                         "; only sizes linear in the batch are supported"));
-      }
-      if (bytes.coef() < 0 || bytes.coef() > ir::kMaxTensorBytes) {
-        // Shape inference validates every value; this guards the sums below regardless.
+      auto bytes =
+          SymMulChecked(SymNumElements(out->type.shape), SymDim::Const(DTypeSize(out->type.dtype)));
+      if (!bytes) {
         return absl::InvalidArgumentError(absl::StrCat("value '", out->name, "' is too large"));
       }
-      int last = last_use.count(out) ? last_use[out] : i;
-      Interval iv{out, {std::max<int64_t>(bytes.coef(), 1), i, last}};
-      (bytes.IsStatic() ? fixed : scaled).push_back(iv);
-      int64_t& sum = bytes.IsStatic() ? fixed_sum : scaled_sum;
-      if (__builtin_add_overflow(sum, AlignUp(iv.life.size), &sum) || sum > kMaxRegionBytes) {
-        return absl::InvalidArgumentError("the model's intermediate values are too large");
-      }
-      plan.arena.unplanned_bytes += AlignUp(bytes.coef());
+      linear = linear && bytes->IsMonomial() && bytes->power() <= 1;
+      intermediates.push_back({out, *bytes, i, last_use.count(out) ? last_use[out] : i});
     }
+  }
+  if (!linear) {
+    // Sizes in several symbols (or not linear in the batch): offsets become expressions.
+    std::vector<SymbolicBuffer> buffers;
+    buffers.reserve(intermediates.size());
+    for (const Intermediate& m : intermediates) {
+      buffers.push_back({m.bytes.expr(), m.first, m.last});
+    }
+    auto arena = PlanSymbolicArena(buffers);
+    if (!arena.ok()) return arena.status();
+    for (size_t i = 0; i < intermediates.size(); ++i) {
+      BufferLocation loc{BufferLocation::Kind::kArena, 0, 0, 0};
+      loc.offset_expr = arena->OffsetExpr(i);
+      plan.locations[intermediates[i].value] = std::move(loc);
+    }
+    plan.arena.bytes_program = EncodeDimExpr(arena->TotalBytesExpr());
+    return plan;
+  }
+  std::vector<Interval> scaled, fixed;
+  int64_t scaled_sum = 0, fixed_sum = 0;
+  for (const Intermediate& m : intermediates) {
+    const SymDim& bytes = m.bytes;
+    if (bytes.coef() < 0 || bytes.coef() > ir::kMaxTensorBytes) {
+      // Shape inference validates every value; this guards the sums below regardless.
+      return absl::InvalidArgumentError(absl::StrCat("value '", m.value->name, "' is too large"));
+    }
+    Interval iv{m.value, {std::max<int64_t>(bytes.coef(), 1), m.first, m.last}};
+    (bytes.IsStatic() ? fixed : scaled).push_back(iv);
+    int64_t& sum = bytes.IsStatic() ? fixed_sum : scaled_sum;
+    if (__builtin_add_overflow(sum, AlignUp(iv.life.size), &sum) || sum > kMaxRegionBytes) {
+      return absl::InvalidArgumentError("the model's intermediate values are too large");
+    }
+    plan.arena.unplanned_bytes += AlignUp(bytes.coef());
   }
   const int steps = static_cast<int>(nodes.size()) + 1;  // Outputs live one step past the end.
   plan.arena.live_per_batch_bytes = LivePeak(scaled, steps);

@@ -28,6 +28,9 @@ struct BufferLocation {
   int index = 0;       // Input / output position.
   int64_t offset = 0;  // Weight offset; arena offset is per_batch * batch + offset.
   int64_t per_batch = 0;
+  // Set when the plan is symbolic (ArenaPlan::bytes_program): the arena offset as an expression
+  // in the symbols, replacing per_batch and offset.
+  std::optional<DimExpr> offset_expr;
 };
 
 struct MemoryPlan {
@@ -49,8 +52,10 @@ struct ConstantImage {
 };
 using ConstantImages = std::unordered_map<const ir::Value*, ConstantImage>;
 
-// Plans every value the graph's nodes read or write. Unimplemented for sizes that are not linear
-// in the batch.
+// Plans every value the graph's nodes read or write. When every intermediate's size is linear in
+// the batch the arena is a batch-scaled region plus a static one; otherwise (several free
+// dimensions, or sizes such as batch + 1) it is a SymbolicArena whose offsets are expressions
+// (BufferLocation::offset_expr) and whose size is ArenaPlan::bytes_program.
 absl::StatusOr<MemoryPlan> PlanMemory(const ir::Graph& graph);
 
 // Copies a plan's constants into its weights blob and seals the blob read-only. Made by

@@ -89,10 +89,46 @@ TEST(MemoryPlanTest, RecordsTheLivenessLowerBoundOfEachRegion) {
   EXPECT_EQ(fixed->arena.live_per_batch_bytes, 0);
 }
 
-TEST(MemoryPlanTest, RejectsQuadraticSizes) {
-  auto g = Chain(2);
+// Sizes that are not linear in the batch (batch^2, or another symbol) get a symbolic plan whose
+// offsets are expressions; buffers live at once never overlap at any binding.
+TEST(MemoryPlanTest, SizesBeyondLinearInTheBatchGetASymbolicPlan) {
+  auto g = Chain(4);
+  g->symbols = {"batch", "seq"};
+  const SymDim seq = SymDim::Symbol(1, "seq");
   g->nodes()[0]->outputs[0]->type.shape = {SymDim::Batch(), SymDim::Batch()};
-  EXPECT_FALSE(PlanMemory(*g).ok());
+  g->nodes()[1]->outputs[0]->type.shape = {SymDim::Batch(), seq, SymDim::Const(3)};
+  g->nodes()[2]->outputs[0]->type.shape = {seq, SymDim::Const(100)};
+  auto plan = PlanMemory(*g);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(plan->arena.symbolic());
+  for (int64_t batch : {0, 1, 3, 17}) {
+    for (int64_t s : {0, 1, 5, 1000}) {
+      const int64_t syms[] = {batch, s};
+      const std::optional<int64_t> total = plan->arena.CheckedBytesForSymbols(syms);
+      ASSERT_TRUE(total.has_value());
+      struct Span {
+        int64_t begin, end;
+      };
+      std::vector<Span> spans;
+      for (int i = 0; i < 3; ++i) {
+        const ir::Value* v = g->nodes()[i]->outputs[0];
+        const BufferLocation& loc = plan->locations.at(v);
+        ASSERT_TRUE(loc.offset_expr.has_value());
+        const int64_t begin = *loc.offset_expr->Eval(syms);
+        const int64_t end = begin + 4 * *SymNumElements(v->type.shape).Eval(syms);
+        EXPECT_EQ(begin % 64, 0);
+        EXPECT_LE(end, *total) << v->name << " at " << batch << "," << s;
+        spans.push_back({begin, end});
+      }
+      // Consecutive values are live together (one is the other's input).
+      for (int i = 0; i + 1 < 3; ++i) {
+        const bool disjoint =
+            spans[i].end <= spans[i + 1].begin || spans[i + 1].end <= spans[i].begin;
+        const bool empty = spans[i].end == spans[i].begin || spans[i + 1].end == spans[i + 1].begin;
+        EXPECT_TRUE(disjoint || empty) << i << " at " << batch << "," << s;
+      }
+    }
+  }
 }
 
 // The protection of the mapping holding `p`, as /proc/self/maps spells it ("r--p").

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -188,12 +189,8 @@ class Importer {
       v->is_graph_input = true;
       graph_->inputs.push_back(v);
     }
-    if (symbols_.size() > 1) {
-      return absl::UnimplementedError(absl::StrCat("model has more than one symbolic dimension (",
-                                                   absl::StrJoin(symbols_, ", "),
-                                                   "); fix all but one with a dimension override"));
-    }
-    if (!symbols_.empty()) graph_->symbol = *symbols_.begin();
+    graph_->symbols = symbols_;
+    if (!symbols_.empty()) graph_->symbol = symbols_[0];
 
     for (const auto& np : g.node()) {
       if (auto s = ImportNode(np); !s.ok()) return s;
@@ -255,8 +252,12 @@ class Importer {
         if (auto it = options_.dim_overrides.find(sym); it != options_.dim_overrides.end()) {
           v->type.shape.push_back(SymDim::Const(it->second));
         } else {
-          symbols_.insert(sym);
-          v->type.shape.push_back(SymDim::Batch());
+          // Symbol ids in order of first appearance: the first input's leading free dim, the
+          // batch, is symbol 0.
+          auto known = std::find(symbols_.begin(), symbols_.end(), sym);
+          const auto id = static_cast<int32_t>(known - symbols_.begin());
+          if (known == symbols_.end()) symbols_.push_back(sym);
+          v->type.shape.push_back(id == 0 ? SymDim::Batch() : SymDim::Symbol(id, sym));
         }
       }
       ++i;
@@ -342,7 +343,7 @@ class Importer {
   std::string model_dir_;
   std::unique_ptr<ir::Graph> graph_;
   std::unordered_map<std::string, ir::Value*> by_name_;
-  std::set<std::string> symbols_;
+  std::vector<std::string> symbols_;  // By symbol id.
   int node_counter_ = 0;
 };
 

@@ -57,7 +57,7 @@ struct SplitJob {
       for (size_t i = 0; i < out.size(); ++i) {
         out[i] = static_cast<uint8_t*>(outputs[i]) + plan->output_item_bytes[i] * first;
       }
-      const int32_t r = entry(in.data(), out.data(), n, region, table);
+      const int32_t r = entry(in.data(), out.data(), n, region, table, nullptr);
       if (r != 0) {
         int32_t expected = 0;
         rc.compare_exchange_strong(expected, r, std::memory_order_relaxed);
@@ -81,8 +81,8 @@ BatchSplitPlan MakeBatchSplitPlan(const CompiledModel& model) {
   BatchSplitPlan plan;
   plan.per_batch_bytes = model.arena.per_batch_bytes;
   plan.fixed_bytes = model.arena.fixed_bytes;
-  if (model.arena.max_shards <= 1 || plan.per_batch_bytes % kArenaAlign != 0 ||
-      plan.fixed_bytes % kArenaAlign != 0) {
+  if (model.arena.max_shards <= 1 || model.arena.symbolic() || model.symbols.size() > 1 ||
+      plan.per_batch_bytes % kArenaAlign != 0 || plan.fixed_bytes % kArenaAlign != 0) {
     return plan;
   }
   for (const TensorSignature& sig : model.inputs) {
@@ -102,11 +102,12 @@ BatchSplitPlan MakeBatchSplitPlan(const CompiledModel& model) {
 }
 
 int32_t ExecuteSplit(const BatchSplitPlan& plan, EntryWithTable entry, const void* const* inputs,
-                     void* const* outputs, int64_t batch, void* arena, void* const* table) {
+                     void* const* outputs, int64_t batch, void* arena, void* const* table,
+                     const int64_t* syms) {
   const int threads = IntraOpThreads();
   const int64_t parts = std::min<int64_t>({threads, batch, plan.max_shards});
   if (plan.max_shards <= 1 || batch <= 1 || (parts <= 1 && batch <= plan.items_per_call)) {
-    return entry(inputs, outputs, batch, arena, table);
+    return entry(inputs, outputs, batch, arena, table, syms);
   }
   SplitJob job;
   job.plan = &plan;

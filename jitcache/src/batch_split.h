@@ -12,7 +12,7 @@
 namespace cuvil::jitcache_internal {
 
 using EntryWithTable = int32_t (*)(const void* const* inputs, void* const* outputs, int64_t batch,
-                                   void* arena, void* const* table);
+                                   void* arena, void* const* table, const int64_t* syms);
 
 // How to address one batch item of every input and output. Thread-compatible value type.
 struct BatchSplitPlan {
@@ -33,9 +33,12 @@ BatchSplitPlan MakeBatchSplitPlan(const CompiledModel& model);
 // Runs `entry` over `batch` items: min(intra-op threads, batch, max_shards) parts at once, each
 // in slices of at most items_per_call items, each part on its own region of `arena` (which holds
 // model.arena.BytesFor(batch) bytes). The caller's intra-op thread budget is shared among the
-// parts. Returns the first nonzero result of a call, else 0. Reentrant.
+// parts. `syms` (the symbol values, syms[0] == batch) is passed to an unsplit call; a model that
+// reads symbols beyond the batch is never split. Returns the first nonzero result of a call,
+// else 0. Reentrant.
 int32_t ExecuteSplit(const BatchSplitPlan& plan, EntryWithTable entry, const void* const* inputs,
-                     void* const* outputs, int64_t batch, void* arena, void* const* table);
+                     void* const* outputs, int64_t batch, void* arena, void* const* table,
+                     const int64_t* syms);
 
 }  // namespace cuvil::jitcache_internal
 

@@ -19,7 +19,9 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "batch_split.h"
+#include "cuvil/runtime/dim_expr_codec.h"
 #include "cuvil/runtime/runtime_symbols.h"
+#include "cuvil/runtime/symbol_binding.h"
 #include "kernel_profiler.h"
 #include "llvm/AsmParser/Parser.h"
 #include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
@@ -232,8 +234,71 @@ LoadedModel::~LoadedModel() {
   if (weights_ != nullptr) munmap(weights_, weights_mapped_bytes_);
 }
 
+namespace {
+
+// Whether a tensor of `shape` and `dtype` can be allocated: dims non-negative, at most 2^40 bytes.
+bool ValidShape(const std::vector<int64_t>& shape, DType dtype) {
+  int64_t bytes = DTypeSize(dtype);
+  for (int64_t d : shape) {
+    if (d < 0 || __builtin_mul_overflow(bytes, d, &bytes) || bytes > (int64_t{1} << 40)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<int64_t>> LoadedModel::ResolveSymbols(
+    absl::Span<const std::vector<int64_t>> input_shapes) const {
+  if (model_.symbols.size() <= 1) {
+    auto batch = ResolveBatch(input_shapes);
+    if (!batch.ok()) return batch.status();
+    return std::vector<int64_t>{*batch};
+  }
+  std::vector<TensorDims> signature;
+  signature.reserve(model_.inputs.size());
+  for (const TensorSignature& sig : model_.inputs) {
+    TensorDims dims{sig.name, {}};
+    for (const SymDim& d : sig.shape) dims.dims.push_back(d.expr());
+    signature.push_back(std::move(dims));
+  }
+  auto syms = BindSymbols(signature, input_shapes, static_cast<int32_t>(model_.symbols.size()));
+  if (!syms.ok()) return syms.status();
+  for (const DimConstraint& c : model_.dim_constraints) {
+    const std::optional<int64_t> v = EvalDimProgram(c.program, *syms);
+    if (!v || *v < 0) {
+      std::vector<std::string> bound;
+      for (size_t i = 0; i < syms->size(); ++i) {
+        bound.push_back(absl::StrCat(model_.symbols[i], "=", (*syms)[i]));
+      }
+      return absl::InvalidArgumentError(
+          absl::StrCat("these input shapes (", absl::StrJoin(bound, ", "), ") make dim ", c.dim,
+                       " of '", c.value, "' ", v ? absl::StrCat("negative (", *v, ")") : "overflow",
+                       "; the model cannot run on them"));
+    }
+  }
+  if (!model_.arena.CheckedBytesForSymbols(*syms)) {
+    return absl::InvalidArgumentError(
+        "these input shapes need more scratch memory than this model can address");
+  }
+  for (const TensorSignature& sig : model_.outputs) {
+    auto shape = EvalShape(sig.shape, *syms);
+    if (!shape || !ValidShape(*shape, sig.dtype)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("output '", sig.name, "' would be too large for these input shapes"));
+    }
+  }
+  return syms;
+}
+
 absl::StatusOr<int64_t> LoadedModel::ResolveBatch(
-    const std::vector<std::vector<int64_t>>& input_shapes) const {
+    absl::Span<const std::vector<int64_t>> input_shapes) const {
+  if (model_.symbols.size() > 1) {
+    auto syms = ResolveSymbols(input_shapes);
+    if (!syms.ok()) return syms.status();
+    return (*syms)[0];
+  }
   const auto& sig = model_.inputs;
   if (input_shapes.size() != sig.size()) {
     return absl::InvalidArgumentError(
@@ -316,33 +381,36 @@ absl::StatusOr<std::vector<HostTensor>> LoadedModel::RunImpl(
     }
     shapes.push_back(inputs[i].shape());
   }
-  auto batch = ResolveBatch(shapes);
-  if (!batch.ok()) return batch.status();
+  auto syms = ResolveSymbols(shapes);
+  if (!syms.ok()) return syms.status();
+  const int64_t batch = (*syms)[0];
   std::vector<const void*> in_ptrs;
   for (const HostTensor& t : inputs) in_ptrs.push_back(t.data());
   std::vector<HostTensor> outputs;
   std::vector<void*> out_ptrs;
   for (const TensorSignature& sig : model_.outputs) {
-    outputs.emplace_back(sig.dtype, EvalShape(sig.shape, *batch));
+    // ResolveSymbols checked that every output shape evaluates.
+    outputs.emplace_back(sig.dtype, *EvalShape(sig.shape, *syms));
   }
   for (HostTensor& t : outputs) out_ptrs.push_back(t.data());
-  const std::optional<int64_t> arena_bytes = model_.arena.CheckedBytesFor(*batch);
+  const std::optional<int64_t> arena_bytes = model_.arena.CheckedBytesForSymbols(*syms);
   if (!arena_bytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat(model_.symbol.empty() ? "batch" : model_.symbol, "=", *batch,
+        absl::StrCat(model_.symbol.empty() ? "batch" : model_.symbol, "=", batch,
                      " needs more scratch memory than this model can address"));
   }
   AlignedBuffer arena = AlignedAlloc(static_cast<size_t>(*arena_bytes));
-  int32_t rc = patch == nullptr ? Execute(in_ptrs.data(), out_ptrs.data(), *batch, arena.get())
-                                : jitcache_internal::ExecuteSplit(
-                                      *split_, entry_with_table_, in_ptrs.data(), out_ptrs.data(),
-                                      *batch, arena.get(), patch->table.get());
+  int32_t rc = patch == nullptr
+                   ? Execute(in_ptrs.data(), out_ptrs.data(), batch, arena.get(), syms->data())
+                   : jitcache_internal::ExecuteSplit(*split_, entry_with_table_, in_ptrs.data(),
+                                                     out_ptrs.data(), batch, arena.get(),
+                                                     patch->table.get(), syms->data());
   if (rc != 0) return EntryStatus(rc);
   return outputs;
 }
 
 int32_t LoadedModel::Execute(const void* const* inputs, void* const* outputs, int64_t batch,
-                             void* arena) const {
+                             void* arena, const int64_t* syms) const {
   // Enter: count ourselves in the current epoch's parity; retry if the epoch moved meanwhile, so
   // a waiter that flipped the epoch either sees us counted or we see its newer table.
   uint64_t e;
@@ -354,7 +422,7 @@ int32_t LoadedModel::Execute(const void* const* inputs, void* const* outputs, in
   }
   void* const* table = current_table_.load(std::memory_order_seq_cst);
   int32_t rc = jitcache_internal::ExecuteSplit(*split_, entry_with_table_, inputs, outputs, batch,
-                                               arena, table);
+                                               arena, table, syms);
   active_[e & 1].fetch_sub(1, std::memory_order_release);
   return rc;
 }

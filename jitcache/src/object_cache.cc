@@ -42,6 +42,7 @@
 #include "llvm/TargetParser/Host.h"
 #include "onnx/onnx_pb.h"
 #include "spdlog/spdlog.h"
+#include "symbolic_fields.h"
 
 namespace cuvil {
 namespace fs = std::filesystem;
@@ -391,19 +392,20 @@ void HashOptions(const CompileOptions& o, Hasher* h) {
 void ToProto(const TensorSignature& s, pb::TensorSignature* p) {
   p->set_name(s.name);
   p->set_dtype(static_cast<int32_t>(s.dtype));
-  for (const SymDim& d : s.shape) {
-    auto* pd = p->add_shape();
-    pd->set_coef(d.coef());
-    pd->set_power(d.power());
-  }
+  for (const SymDim& d : s.shape) jitcache_internal::SymDimToProto(d, p->add_shape());
 }
 
-absl::StatusOr<TensorSignature> FromProto(const pb::TensorSignature& p) {
+absl::StatusOr<TensorSignature> FromProto(const pb::TensorSignature& p,
+                                          absl::Span<const std::string> symbols) {
   TensorSignature s;
   s.name = p.name();
   s.dtype = static_cast<DType>(p.dtype());
   if (DTypeSize(s.dtype) == 0) return absl::DataLossError(absl::StrCat("bad dtype ", p.dtype()));
-  for (const auto& d : p.shape()) s.shape.push_back(SymDim{d.coef(), d.power()});
+  for (const auto& d : p.shape()) {
+    auto dim = jitcache_internal::SymDimFromProto(d, symbols);
+    if (!dim.ok()) return dim.status();
+    s.shape.push_back(*std::move(dim));
+  }
   return s;
 }
 
@@ -420,6 +422,7 @@ pb::CacheHeader HeaderOf(const CompiledModel& m, const std::string& key) {
                             .count());
   e.set_name(m.name);
   e.set_symbol(m.symbol);
+  jitcache_internal::SymbolicFieldsToProto(m, &e);
   for (const auto& s : m.inputs) ToProto(s, e.add_inputs());
   for (const auto& s : m.outputs) ToProto(s, e.add_outputs());
   e.set_arena_per_batch_bytes(m.arena.per_batch_bytes);
@@ -454,13 +457,14 @@ absl::StatusOr<CompiledModel> ModelOf(const pb::CacheHeader& e, std::string_view
   CompiledModel m;
   m.name = e.name();
   m.symbol = e.symbol();
+  if (auto s = jitcache_internal::SymbolicFieldsFromProto(e, &m); !s.ok()) return s;
   for (const auto& p : e.inputs()) {
-    auto s = FromProto(p);
+    auto s = FromProto(p, m.symbols);
     if (!s.ok()) return s.status();
     m.inputs.push_back(std::move(*s));
   }
   for (const auto& p : e.outputs()) {
-    auto s = FromProto(p);
+    auto s = FromProto(p, m.symbols);
     if (!s.ok()) return s.status();
     m.outputs.push_back(std::move(*s));
   }

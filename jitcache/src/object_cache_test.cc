@@ -122,6 +122,41 @@ TEST_F(ObjectCacheTest, DiskHitKeepsTheArenaPlan) {
   EXPECT_EQ(read->arena.max_shards, made.max_shards);
 }
 
+// A model with a free dimension beyond the batch keeps its symbols, symbolic dims, symbolic arena
+// size and dim constraints through an entry on disk, and runs from it.
+TEST_F(ObjectCacheTest, DiskHitKeepsSymbolicDimsAndArena) {
+  const std::string bytes = testing::TwoSymbolModel();
+  auto cache = MakeCache();
+  CacheLookup lookup;
+  auto made = cache->Compile("", bytes, {}, &lookup);
+  ASSERT_TRUE(made.ok()) << made.status();
+  ASSERT_TRUE(made->arena.symbolic());
+  auto other = MakeCache();
+  auto read = other->Compile("", bytes, {}, &lookup);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(lookup.outcome, CacheOutcome::kDiskHit);
+  EXPECT_EQ(read->symbols, made->symbols);
+  EXPECT_EQ(read->arena.bytes_program, made->arena.bytes_program);
+  ASSERT_EQ(read->dim_constraints.size(), made->dim_constraints.size());
+  ASSERT_EQ(read->outputs.size(), 1u);
+  EXPECT_EQ(read->outputs[0].shape, made->outputs[0].shape);
+  EXPECT_EQ(SymShapeToString(read->outputs[0].shape), "[batch,2*seq]");
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok());
+  auto loaded = (*engine)->Load("two/1", *std::move(read));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  HostTensor x(DType::kFloat32, {2, 3}), y(DType::kFloat32, {2, 3});
+  for (int i = 0; i < 6; ++i) {
+    x.data_as<float>()[i] = static_cast<float>(i);
+    y.data_as<float>()[i] = 1.0f;
+  }
+  auto out = (*loaded)->Run({x, y});
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ((*out)[0].shape(), (std::vector<int64_t>{2, 6}));
+  EXPECT_FLOAT_EQ((*out)[0].data_as<float>()[1], 4.0f);  // (1 + 1)^2
+  EXPECT_FLOAT_EQ((*out)[0].data_as<float>()[4], 1.0f);  // x[0][1]
+}
+
 // Subgraph kernels keep their parent through an entry on disk (the profiler and cuvil-bench rely
 // on it to count a nested kernel's time once).
 TEST_F(ObjectCacheTest, DiskHitKeepsSubgraphKernelParents) {

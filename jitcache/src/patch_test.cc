@@ -85,7 +85,7 @@ TEST_F(PatchTest, IrPatchTakesEffectOnCommitAndRollbackRestores) {
   const void* in[] = {x.data()};
   void* out[] = {y.data()};
   std::vector<uint8_t> arena(model_->model().arena.BytesFor(1) + 64);
-  ASSERT_EQ(model_->entry()(in, out, 1, arena.data()), 0);
+  ASSERT_EQ(model_->entry()(in, out, 1, arena.data(), nullptr), 0);
   EXPECT_EQ(y.data_as<float>()[0], 22.0f);
 
   std::vector<PatchRecord> patches = model_->Patches();
@@ -99,7 +99,7 @@ TEST_F(PatchTest, IrPatchTakesEffectOnCommitAndRollbackRestores) {
 
   ASSERT_TRUE(model_->Rollback(*id).ok());
   EXPECT_EQ(RunOnce(), 11.0f);
-  ASSERT_EQ(model_->entry()(in, out, 1, arena.data()), 0);
+  ASSERT_EQ(model_->entry()(in, out, 1, arena.data(), nullptr), 0);
   EXPECT_EQ(y.data_as<float>()[0], 11.0f);
   patches = model_->Patches();
   ASSERT_EQ(patches.size(), 1u);

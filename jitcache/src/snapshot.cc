@@ -19,6 +19,7 @@
 #include "llvm/TargetParser/Host.h"
 #include "llvm/TargetParser/Triple.h"
 #include "snapshot.pb.h"
+#include "symbolic_fields.h"
 
 namespace cuvil {
 namespace {
@@ -41,6 +42,8 @@ const jitcache_internal::HostIdentity& Host() {
 std::string IrDigest(const pb::SnapshotBody& b) {
   pb::SnapshotBody shape;
   shape.set_symbol(b.symbol());
+  *shape.mutable_symbols() = b.symbols();
+  *shape.mutable_arena_bytes_program() = b.arena_bytes_program();
   *shape.mutable_inputs() = b.inputs();
   *shape.mutable_outputs() = b.outputs();
   shape.set_arena_per_batch_bytes(b.arena_per_batch_bytes());
@@ -63,18 +66,19 @@ std::string IrDigest(const pb::SnapshotBody& b) {
 void ToProto(const TensorSignature& t, pb::SnapshotTensor* out) {
   out->set_name(t.name);
   out->set_dtype(static_cast<int32_t>(t.dtype));
-  for (const SymDim& d : t.shape) {
-    auto* dim = out->add_shape();
-    dim->set_coef(d.coef());
-    dim->set_power(d.power());
-  }
+  for (const SymDim& d : t.shape) jitcache_internal::SymDimToProto(d, out->add_shape());
 }
 
-TensorSignature FromProto(const pb::SnapshotTensor& t) {
+absl::StatusOr<TensorSignature> FromProto(const pb::SnapshotTensor& t,
+                                          absl::Span<const std::string> symbols) {
   TensorSignature sig;
   sig.name = t.name();
   sig.dtype = static_cast<DType>(t.dtype());
-  for (const auto& d : t.shape()) sig.shape.push_back(SymDim{d.coef(), d.power()});
+  for (const auto& d : t.shape()) {
+    auto dim = jitcache_internal::SymDimFromProto(d, symbols);
+    if (!dim.ok()) return dim.status();
+    sig.shape.push_back(*std::move(dim));
+  }
   return sig;
 }
 
@@ -120,6 +124,7 @@ absl::StatusOr<std::string> EncodeSnapshot(const LoadedModel& loaded, const std:
   b.set_cpu_features(Host().features);
   b.set_name(m.name);
   b.set_symbol(m.symbol);
+  jitcache_internal::SymbolicFieldsToProto(m, &b);
   for (const auto& t : m.inputs) ToProto(t, b.add_inputs());
   for (const auto& t : m.outputs) ToProto(t, b.add_outputs());
   b.set_arena_per_batch_bytes(m.arena.per_batch_bytes);
@@ -234,8 +239,19 @@ absl::StatusOr<VersionSnapshot> DecodeSnapshot(std::string_view bytes) {
   CompiledModel& m = s.compiled;
   m.name = b.name();
   m.symbol = b.symbol();
-  for (const auto& t : b.inputs()) m.inputs.push_back(FromProto(t));
-  for (const auto& t : b.outputs()) m.outputs.push_back(FromProto(t));
+  if (auto st = jitcache_internal::SymbolicFieldsFromProto(b, &m); !st.ok()) {
+    return Refuse(std::string(st.message()));
+  }
+  for (const auto& t : b.inputs()) {
+    auto sig = FromProto(t, m.symbols);
+    if (!sig.ok()) return Refuse(std::string(sig.status().message()));
+    m.inputs.push_back(*std::move(sig));
+  }
+  for (const auto& t : b.outputs()) {
+    auto sig = FromProto(t, m.symbols);
+    if (!sig.ok()) return Refuse(std::string(sig.status().message()));
+    m.outputs.push_back(*std::move(sig));
+  }
   m.arena.per_batch_bytes = b.arena_per_batch_bytes();
   m.arena.fixed_bytes = b.arena_fixed_bytes();
   m.arena.unplanned_bytes = b.arena_unplanned_bytes();

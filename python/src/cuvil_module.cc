@@ -277,17 +277,22 @@ class PyCompiledModel {
       shapes[i].assign(a.shape(), a.shape() + a.ndim());
       in_ptrs[i] = a.data();
     }
-    auto batch = loaded_->ResolveBatch(shapes);
-    if (!batch.ok()) Raise(batch.status());
+    // Binds every free dimension (just the batch for most models) and checks each input dim.
+    auto syms = loaded_->ResolveSymbols(shapes);
+    if (!syms.ok()) Raise(syms.status());
+    const int64_t* batch = syms->data();
     if (*batch < 1)
       throw py::value_error(
           absl::StrCat(m.symbol.empty() ? "batch" : m.symbol, " must be at least 1, got ", *batch));
-    if (auto s = loaded_->CheckInputShapes(shapes, *batch); !s.ok()) Raise(s);
-    const int64_t arena_bytes = ArenaBytes(*batch);
+    if (m.symbols.size() <= 1) {
+      if (auto s = loaded_->CheckInputShapes(shapes, *batch); !s.ok()) Raise(s);
+    }
+    const int64_t arena_bytes = ArenaBytes(*syms);
     absl::InlinedVector<py::array, 8> outputs;
     absl::InlinedVector<void*, 8> out_ptrs;
     for (size_t i = 0; i < m.outputs.size(); ++i) {
-      outputs.emplace_back(output_dtypes_[i], EvalShape(m.outputs[i].shape, *batch));
+      // ResolveSymbols checked that every output shape evaluates.
+      outputs.emplace_back(output_dtypes_[i], *EvalShape(m.outputs[i].shape, *syms));
       out_ptrs.push_back(outputs.back().mutable_data());
     }
     int32_t rc;
@@ -295,7 +300,8 @@ class PyCompiledModel {
       auto arena = arenas_.Take(static_cast<size_t>(arena_bytes));
       py::gil_scoped_release release;
       SetIntraOpThreads(threads_);
-      rc = loaded_->Execute(in_ptrs.data(), out_ptrs.data(), *batch, arena.first.get());
+      rc = loaded_->Execute(in_ptrs.data(), out_ptrs.data(), *batch, arena.first.get(),
+                            syms->data());
       arenas_.Give(std::move(arena));
     }
     if (rc != 0) Raise(EntryStatus(rc));
@@ -326,15 +332,16 @@ class PyCompiledModel {
       shapes.emplace_back(arrays.back().shape(), arrays.back().shape() + arrays.back().ndim());
       in_ptrs.push_back(arrays.back().data());
     }
-    auto batch = loaded_->ResolveBatch(shapes);
-    if (!batch.ok()) Raise(batch.status());
+    auto syms = loaded_->ResolveSymbols(shapes);
+    if (!syms.ok()) Raise(syms.status());
+    const int64_t* batch = syms->data();
     std::vector<HostTensor> outputs;
     std::vector<void*> out_ptrs;
     for (const TensorSignature& sig : m.outputs) {
-      outputs.emplace_back(sig.dtype, EvalShape(sig.shape, *batch));
+      outputs.emplace_back(sig.dtype, *EvalShape(sig.shape, *syms));
       out_ptrs.push_back(outputs.back().data());
     }
-    AlignedBuffer arena = AlignedAlloc(static_cast<size_t>(ArenaBytes(*batch)));
+    AlignedBuffer arena = AlignedAlloc(static_cast<size_t>(ArenaBytes(*syms)));
     int32_t rc = 0;
     std::chrono::steady_clock::duration elapsed{};
     {
@@ -342,7 +349,7 @@ class PyCompiledModel {
       SetIntraOpThreads(threads_);
       auto t0 = std::chrono::steady_clock::now();
       for (int64_t i = 0; i < number && rc == 0; ++i) {
-        rc = loaded_->Execute(in_ptrs.data(), out_ptrs.data(), *batch, arena.get());
+        rc = loaded_->Execute(in_ptrs.data(), out_ptrs.data(), *batch, arena.get(), syms->data());
       }
       elapsed = std::chrono::steady_clock::now() - t0;
     }
@@ -387,11 +394,11 @@ class PyCompiledModel {
     return out;
   }
 
-  // Arena bytes one call at `batch` uses.
-  int64_t ArenaBytes(int64_t batch) const {
-    const std::optional<int64_t> bytes = loaded_->model().arena.CheckedBytesFor(batch);
+  // Arena bytes one call with symbol values `syms` (syms[0] the batch) uses.
+  int64_t ArenaBytes(const std::vector<int64_t>& syms) const {
+    const std::optional<int64_t> bytes = loaded_->model().arena.CheckedBytesForSymbols(syms);
     if (!bytes)
-      throw py::value_error(absl::StrCat("batch ", batch, " is too large for this model"));
+      throw py::value_error(absl::StrCat("batch ", syms[0], " is too large for this model"));
     return *bytes;
   }
 

@@ -77,7 +77,7 @@ int32_t cuvil_aot_run(const cuvil_aot_model* m, const void* const* inputs, void*
   if (reinterpret_cast<uintptr_t>(arena) % CUVIL_AOT_ARENA_ALIGN != 0) {
     return CUVIL_AOT_MISALIGNED_ARENA;
   }
-  return m->entry(inputs, outputs, batch, arena);
+  return m->entry(inputs, outputs, batch, arena, nullptr);
 }
 
 }  // extern "C"

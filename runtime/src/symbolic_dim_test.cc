@@ -14,10 +14,47 @@ TEST(SymDimTest, ArithmeticOnBatchMonomials) {
   EXPECT_EQ(four_b.Eval(3), 12);
   EXPECT_EQ(*SymDiv(four_b, SymDim::Const(2)), SymDim::Batch(2));
   EXPECT_EQ(*SymDiv(four_b, b), SymDim::Const(4));
-  EXPECT_FALSE(SymDiv(b, SymDim::Const(3)).has_value());
-  EXPECT_FALSE(SymAdd(b, SymDim::Const(1)).has_value());
   EXPECT_EQ(*SymAdd(b, b), SymDim::Batch(2));
   EXPECT_EQ(*SymSub(b, b), SymDim::Const(0));
+}
+
+TEST(SymDimTest, ResultsThatAreNotMonomialsBecomeGeneralExpressions) {
+  SymDim b = SymDim::Batch();
+  SymDim b_plus_1 = *SymAdd(b, SymDim::Const(1));
+  EXPECT_FALSE(b_plus_1.IsMonomial());
+  EXPECT_EQ(b_plus_1.power(), -1);
+  EXPECT_EQ(b_plus_1.coef(), 0);
+  EXPECT_EQ(b_plus_1.ToString(), "batch + 1");
+  EXPECT_EQ(b_plus_1.Eval(4), 5);
+  SymDim third = *SymDiv(b, SymDim::Const(3));
+  EXPECT_EQ(third.Eval(7), 2);
+  EXPECT_EQ(*SymSub(b_plus_1, SymDim::Const(1)), b);  // Back to the monomial.
+  EXPECT_TRUE(SymSub(b_plus_1, SymDim::Const(1))->IsMonomial());
+}
+
+TEST(SymDimTest, SymbolsBeyondTheBatch) {
+  SymDim b = SymDim::Batch();
+  SymDim seq = SymDim::Symbol(1, "seq");
+  EXPECT_FALSE(seq.IsMonomial());
+  EXPECT_FALSE(seq.IsStatic());
+  SymDim tokens = SymMul(b, seq);
+  EXPECT_EQ(tokens.ToString(), "batch*seq");
+  const int64_t syms[] = {3, 7};
+  EXPECT_EQ(*tokens.Eval(syms), 21);
+  // Reshape [batch, seq, 128] -> [batch*seq, 4, 32] -> back: the -1 dim divides exactly.
+  SymDim numel = SymNumElements({b, seq, SymDim::Const(128)});
+  EXPECT_EQ(*SymDiv(numel, SymMul(tokens, SymDim::Const(4))), SymDim::Const(32));
+  EXPECT_EQ(SymbolCount({b, seq}), 2);
+  EXPECT_EQ(*EvalShape({b, seq, SymDim::Const(5)}, syms), (std::vector<int64_t>{3, 7, 5}));
+  const int64_t batch_only[] = {3};
+  EXPECT_FALSE(EvalShape({b, seq}, batch_only).has_value());
+  // A conv-style extent: floor((H + 2 - 3) / 2) + 1.
+  SymDim h = SymDim::Symbol(2, "H");
+  SymDim out =
+      *SymAdd(*SymDiv(*SymSub(*SymAdd(h, SymDim::Const(2)), SymDim::Const(3)), SymDim::Const(2)),
+              SymDim::Const(1));
+  const int64_t hs[] = {1, 1, 9};
+  EXPECT_EQ(*out.Eval(hs), 5);
 }
 
 TEST(SymDimTest, ShapeHelpers) {

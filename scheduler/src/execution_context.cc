@@ -113,8 +113,8 @@ ExecutionContext::Result ExecutionContext::Execute(std::vector<QueuedRequest>& b
       output_ptrs_[o] = outputs_[o].Reserve(output_row_bytes_[o] * rows);
     }
   }
-  void* arena = arena_.Reserve(
-      static_cast<size_t>(std::max<int64_t>(executable_->ArenaBytes(result.rows), 0)));
+  void* arena = arena_.Reserve(static_cast<size_t>(
+      std::max<int64_t>(executable_->ArenaBytesForShapes(result.rows, run_shapes_), 0)));
 
   result.status =
       executable_->Run(input_ptrs_.data(), run_shapes_, output_ptrs_.data(), result.rows, arena);

@@ -47,9 +47,59 @@ absl::StatusOr<std::shared_ptr<JitExecutable>> JitExecutable::Create(
       new JitExecutable(model, std::move(inputs), std::move(outputs)));
 }
 
+int64_t JitExecutable::ArenaBytesForShapes(
+    int64_t batch, absl::Span<const std::vector<int64_t>> input_shapes) const {
+  const CompiledModel& m = model_->model();
+  if (m.symbols.size() <= 1 && !m.arena.symbolic()) return m.arena.BytesFor(batch);
+  auto syms = model_->ResolveSymbols(input_shapes);
+  if (!syms.ok()) return 0;
+  return m.arena.CheckedBytesForSymbols(*syms).value_or(0);
+}
+
+absl::StatusOr<std::vector<std::vector<int64_t>>> JitExecutable::OutputDims(
+    const std::vector<std::vector<int64_t>>& input_dims) const {
+  const CompiledModel& m = model_->model();
+  if (m.symbols.size() <= 1) return Executable::OutputDims(input_dims);
+  if (input_dims.size() != inputs_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected ", inputs_.size(), " inputs, got ", input_dims.size()));
+  }
+  // One row binds the symbols beyond the batch; batched outputs drop the batch dim again.
+  std::vector<std::vector<int64_t>> shapes;
+  for (size_t i = 0; i < input_dims.size(); ++i) {
+    std::vector<int64_t> shape;
+    if (inputs_[i].batched) shape.push_back(1);
+    shape.insert(shape.end(), input_dims[i].begin(), input_dims[i].end());
+    shapes.push_back(std::move(shape));
+  }
+  auto syms = model_->ResolveSymbols(shapes);
+  if (!syms.ok()) return syms.status();
+  std::vector<std::vector<int64_t>> out;
+  for (size_t o = 0; o < m.outputs.size(); ++o) {
+    auto shape = EvalShape(m.outputs[o].shape, *syms);
+    if (!shape) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("output '", m.outputs[o].name, "' cannot be sized for these inputs"));
+    }
+    if (outputs_[o].batched && !shape->empty()) shape->erase(shape->begin());
+    out.push_back(*std::move(shape));
+  }
+  return out;
+}
+
 absl::Status JitExecutable::Run(const void* const* inputs,
                                 absl::Span<const std::vector<int64_t>> input_shapes,
                                 void* const* outputs, int64_t batch, void* arena) const {
+  if (model_->model().symbols.size() > 1) {
+    // Binding the symbols checks every input dim against them.
+    auto syms = model_->ResolveSymbols(input_shapes);
+    if (!syms.ok()) return syms.status();
+    if ((*syms)[0] != batch) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the inputs hold ", (*syms)[0], " rows, the execution ", batch));
+    }
+    return EntryStatus(model_->Execute(inputs, outputs, batch, arena, syms->data()));
+  }
   if (auto s = model_->CheckInputShapes(input_shapes, batch); !s.ok()) return s;
   // A nonzero result is the request's data at fault (e.g. an index out of bounds).
   // Execute: one kernel table per execution, and a guard that keeps rolled-back code alive.

@@ -24,8 +24,14 @@ class JitExecutable : public Executable {
   const std::vector<TensorSpec>& inputs() const override { return inputs_; }
   const std::vector<TensorSpec>& outputs() const override { return outputs_; }
   int64_t ArenaBytes(int64_t batch) const override { return model_->model().arena.BytesFor(batch); }
+  // For a model with free dimensions beyond the batch: the scratch of these shapes' symbols.
+  int64_t ArenaBytesForShapes(int64_t batch,
+                              absl::Span<const std::vector<int64_t>> input_shapes) const override;
   absl::Status Run(const void* const* inputs, absl::Span<const std::vector<int64_t>> input_shapes,
                    void* const* outputs, int64_t batch, void* arena) const override;
+  // Output dims from the symbols the input dims bind (models with free dims beyond the batch).
+  absl::StatusOr<std::vector<std::vector<int64_t>>> OutputDims(
+      const std::vector<std::vector<int64_t>>& input_dims) const override;
 
  private:
   JitExecutable(const LoadedModel* model, std::vector<TensorSpec> inputs,

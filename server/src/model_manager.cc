@@ -182,8 +182,11 @@ struct ModelManager::Impl {
     // batch. All in overflow-checked arithmetic, since the config and the model set the factors.
     constexpr int64_t kMaxInstanceBytes = int64_t{16} << 30;
     const int64_t max_rows = std::max<int64_t>(config.max_batch_size(), 1);
-    // The arena as executions size it (batch-split parts included).
-    const std::optional<int64_t> arena_bytes = compiled->arena.CheckedBytesFor(max_rows);
+    // The arena as executions size it (batch-split parts included); with free dimensions beyond
+    // the batch, at 1 for each (executions size it for their own shapes).
+    std::vector<int64_t> load_syms(std::max<size_t>(compiled->symbols.size(), 1), 1);
+    load_syms[0] = max_rows;
+    const std::optional<int64_t> arena_bytes = compiled->arena.CheckedBytesForSymbols(load_syms);
     int64_t instance_bytes = arena_bytes.value_or(0);
     bool fits = arena_bytes.has_value();
     for (const auto& specs : {InputSpecs(config), OutputSpecs(config)}) {

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "cuvil/compiler/compiler.h"
 #include "cuvil/jitcache/jit_engine.h"
 #include "cuvil/jitcache/object_cache.h"
@@ -230,6 +231,11 @@ int Main(int argc, char** argv) {
     compile_ms = full_compile_ms;
   }
 
+  if (model.symbols.size() > 1) {
+    return Fail(absl::UnimplementedError(absl::StrCat(
+        "the model has free dimensions besides the batch (", absl::StrJoin(model.symbols, ", "),
+        "); cuvil-bench times batch-only models")));
+  }
   std::mt19937 rng(20240901);
   std::vector<HostTensor> inputs, outputs;
   std::vector<const void*> in_ptrs;
@@ -248,7 +254,8 @@ int Main(int argc, char** argv) {
   // Execute, as the server runs a version (batch split across threads included).
   auto run = [&]() -> absl::Status {
     if (!o.batch_split) {
-      return EntryStatus(version.entry()(in_ptrs.data(), out_ptrs.data(), o.batch, arena.get()));
+      return EntryStatus(
+          version.entry()(in_ptrs.data(), out_ptrs.data(), o.batch, arena.get(), nullptr));
     }
     return EntryStatus(version.Execute(in_ptrs.data(), out_ptrs.data(), o.batch, arena.get()));
   };

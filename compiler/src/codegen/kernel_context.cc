@@ -129,12 +129,21 @@ llvm::Value* KernelContext::Const(DType dtype, double v) {
   return llvm::ConstantInt::get(t, static_cast<uint64_t>(v));
 }
 
-llvm::Value* EmitDim(llvm::IRBuilder<>& b, const SymDim& d, llvm::Value* batch) {
-  if (auto c = d.AsConstant()) return b.getInt64(static_cast<uint64_t>(*c));
+llvm::Value* EmitDim(llvm::IRBuilder<>& b, const SymDim& d, llvm::Value* batch, llvm::Value* syms) {
+  return EmitDim(b, d.expr(), batch, syms);
+}
+
+llvm::Value* EmitDim(llvm::IRBuilder<>& b, const DimExpr& e, llvm::Value* batch,
+                     llvm::Value* syms) {
+  if (auto c = e.AsConstant()) return b.getInt64(static_cast<uint64_t>(*c));
   // A fresh emitter per dim: nothing it emits is reused at another insertion point, so every
   // value dominates its use wherever kernels call this.
-  DimExprEmitter emit(b, [batch](int32_t) { return batch; });
-  return emit.Emit(d.expr());
+  DimExprEmitter emit(b, [&b, batch, syms](int32_t id) -> llvm::Value* {
+    if (id == 0) return batch;
+    return b.CreateLoad(b.getInt64Ty(), b.CreateConstGEP1_64(b.getInt64Ty(), syms, id),
+                        absl::StrCat("sym", id));
+  });
+  return emit.Emit(e);
 }
 
 llvm::Value* KernelContext::Symbol(int32_t id) {
@@ -145,16 +154,21 @@ llvm::Value* KernelContext::Symbol(int32_t id) {
   // every later use, whichever block the kernel is emitting into.
   llvm::Instruction* term = entry_block_->getTerminator();
   llvm::IRBuilder<> entry(entry_block_, term ? term->getIterator() : entry_block_->end());
-  llvm::Type* ptr_ty = entry.getPtrTy();
-  if (syms_ == nullptr) {
-    size_t slot = node_.inputs.size() + node_.outputs.size();
-    syms_ =
-        entry.CreateLoad(ptr_ty, entry.CreateConstGEP1_64(ptr_ty, fn_->getArg(0), slot), "syms");
-  }
-  llvm::Value* v = entry.CreateLoad(I64Ty(), entry.CreateConstGEP1_64(I64Ty(), syms_, id),
+  llvm::Value* syms = LoadSymbolArray();
+  llvm::Value* v = entry.CreateLoad(I64Ty(), entry.CreateConstGEP1_64(I64Ty(), syms, id),
                                     absl::StrCat("sym", id));
   symbols_[id] = v;
   return v;
+}
+
+llvm::Value* KernelContext::LoadSymbolArray() {
+  if (syms_ != nullptr) return syms_;
+  llvm::Instruction* term = entry_block_->getTerminator();
+  llvm::IRBuilder<> entry(entry_block_, term ? term->getIterator() : entry_block_->end());
+  llvm::Type* ptr_ty = entry.getPtrTy();
+  const size_t slot = node_.inputs.size() + node_.outputs.size();
+  syms_ = entry.CreateLoad(ptr_ty, entry.CreateConstGEP1_64(ptr_ty, fn_->getArg(0), slot), "syms");
+  return syms_;
 }
 
 llvm::Value* KernelContext::FunctionTable() {
@@ -178,15 +192,15 @@ llvm::Value* KernelContext::Dim(const DimExpr& e) {
 }
 
 absl::StatusOr<llvm::Value*> EmitSymbolValues(llvm::IRBuilder<>& b, const ir::Graph& g,
-                                              llvm::Value* batch) {
+                                              llvm::Value* batch, llvm::Value* caller_syms) {
   int32_t count = 1;
   for (const auto& v : g.values()) {
     for (const SymDim& d : v->type.shape) count = std::max(count, d.expr().SymbolCount());
   }
   if (count > 1) {
-    return absl::UnimplementedError(
-        absl::StrCat("graph '", g.name, "' has ", count,
-                     " symbols; only the batch (symbol 0) has a value at run time so far"));
+    if (caller_syms != nullptr) return caller_syms;
+    return absl::UnimplementedError(absl::StrCat(
+        "graph '", g.name, "' has ", count, " symbols but its entry receives no symbol values"));
   }
   llvm::Value* syms = b.CreateAlloca(b.getInt64Ty(), b.getInt64(count), "syms");
   b.CreateStore(batch, syms);

@@ -77,6 +77,9 @@ class KernelContext {
   // kernel, in the entry block so it dominates every use) through the args symbols slot. Null in
   // an outlined context, which has neither (capture the dims a ParallelFor body needs).
   llvm::Value* Symbol(int32_t id);
+  // The execution's symbol values array (the args symbols slot), loaded once in the entry block:
+  // what a control-flow kernel hands its subgraphs. Null in an outlined context.
+  llvm::Value* SymbolArray() { return batch_ == nullptr ? nullptr : LoadSymbolArray(); }
   // The execution's function table (the args table slot), loaded once in the entry block: what a
   // control-flow kernel hands its subgraphs so their kernels run from the same table. Null in an
   // outlined context.
@@ -195,7 +198,8 @@ class KernelContext {
   llvm::IRBuilder<> builder_;
   llvm::BasicBlock* entry_block_;
   llvm::Value* batch_;
-  llvm::Value* syms_ = nullptr;              // The symbols slot's pointer, loaded on first use.
+  llvm::Value* syms_ = nullptr;  // The symbols slot's pointer, loaded on first use.
+  llvm::Value* LoadSymbolArray();
   std::map<int32_t, llvm::Value*> symbols_;  // Loaded syms[id], id > 0.
   llvm::Value* table_ = nullptr;             // The table slot's pointer, loaded on first use.
   KernelRegistry* registry_ = nullptr;
@@ -205,17 +209,19 @@ class KernelContext {
   std::vector<llvm::Value*> outputs_;
 };
 
-// The i64 value of `d` at the insertion point of `b`, with `batch` standing for symbol 0 (the one
-// symbol a SymDim mentions); a static dim is an i64 constant.
-llvm::Value* EmitDim(llvm::IRBuilder<>& b, const SymDim& d, llvm::Value* batch);
+// The i64 value of `d` (or `e`) at the insertion point of `b`, with `batch` standing for symbol 0
+// and symbol id > 0 loaded from syms[id] (`syms`: the execution's i64 symbol values, see
+// EmitSymbolValues); a static dim is an i64 constant.
+llvm::Value* EmitDim(llvm::IRBuilder<>& b, const SymDim& d, llvm::Value* batch, llvm::Value* syms);
+llvm::Value* EmitDim(llvm::IRBuilder<>& b, const DimExpr& e, llvm::Value* batch, llvm::Value* syms);
 
-// For an entry function (cuvil_entry, a subgraph's): allocates, at the insertion point of `b` (the
-// entry block), the execution's symbol values array that every kernel's args symbols slot points
-// to, and stores syms[0] = batch. Its length is the graph's symbol count (1 + the highest symbol
-// id any value's shape mentions, at least 1). Until the entry takes every symbol's value (issue 11
-// stage 2, step 3) only the batch is known, so a graph mentioning another symbol is Unimplemented.
+// For an entry function (cuvil_entry, a subgraph's): the execution's symbol values array that
+// every kernel's args symbols slot points to. A graph whose shapes mention only the batch gets a
+// one-element array allocated at the insertion point of `b` (the entry block) holding `batch`, so
+// the caller's array is never read; any other graph uses `caller_syms` (the entry's syms
+// argument), Unimplemented when that is null.
 absl::StatusOr<llvm::Value*> EmitSymbolValues(llvm::IRBuilder<>& b, const ir::Graph& g,
-                                              llvm::Value* batch);
+                                              llvm::Value* batch, llvm::Value* caller_syms);
 
 // Loads element `i` of the integer index tensor at input `input`, as i64.
 llvm::Value* LoadIndex(KernelContext& k, size_t input, llvm::Value* i);

@@ -12,10 +12,12 @@
 // calls the subgraph function per branch / iteration. Loop and Scan keep their loop-carried
 // values in two heap buffers (the body reads one and writes the other, then they are copied), so
 // a body never reads a buffer it writes; scan slices go through contiguous heap buffers.
+#include <optional>
 #include <string>
 
 #include "codegen/kernel_context.h"
 #include "cuvil/compiler/compiled_model.h"
+#include "cuvil/runtime/dim_expr_codec.h"
 #include "memory_plan.h"
 #include "subgraph_import.h"
 
@@ -32,11 +34,13 @@ struct LoweredSubgraph {
   int64_t fixed_bytes = 0;
   size_t num_inputs = 0;
   size_t num_outputs = 0;
+  // Set when the subgraph's memory plan is symbolic: its arena size, replacing the two above.
+  std::optional<DimExpr> arena_bytes;
 };
 
 llvm::Value* Address(llvm::IRBuilder<>& b, const MemoryPlan& plan, const ir::Value* v,
                      llvm::Value* inputs, llvm::Value* outputs, llvm::Value* batch,
-                     llvm::Value* arena, llvm::Value* weights) {
+                     llvm::Value* arena, llvm::Value* weights, llvm::Value* syms) {
   const BufferLocation& loc = plan.locations.at(v);
   llvm::Type* ptr = b.getPtrTy();
   switch (loc.kind) {
@@ -48,16 +52,19 @@ llvm::Value* Address(llvm::IRBuilder<>& b, const MemoryPlan& plan, const ir::Val
       return b.CreateConstInBoundsGEP1_64(b.getInt8Ty(), weights, loc.offset);
     case BufferLocation::Kind::kArena: {
       llvm::Value* off =
-          b.CreateAdd(b.CreateMul(batch, b.getInt64(loc.per_batch)), b.getInt64(loc.offset));
+          loc.offset_expr
+              ? EmitDim(b, *loc.offset_expr, batch, syms)
+              : b.CreateAdd(b.CreateMul(batch, b.getInt64(loc.per_batch)), b.getInt64(loc.offset));
       return b.CreateInBoundsGEP(b.getInt8Ty(), arena, off);
     }
   }
   return nullptr;
 }
 
-llvm::Value* ByteSize(llvm::IRBuilder<>& b, const ir::TensorType& t, llvm::Value* batch) {
+llvm::Value* ByteSize(llvm::IRBuilder<>& b, const ir::TensorType& t, llvm::Value* batch,
+                      llvm::Value* syms) {
   SymDim bytes = SymMul(SymNumElements(t.shape), SymDim::Const(DTypeSize(t.dtype)));
-  return EmitDim(b, bytes, batch);
+  return EmitDim(b, bytes, batch, syms);
 }
 
 // Lowers `g` (already optimised by shape inference) into `k`'s module as described above.
@@ -108,7 +115,7 @@ absl::StatusOr<LoweredSubgraph> LowerSubgraph(KernelContext& k, const ir::Graph&
     slots.push_back(slot);
   }
 
-  auto* entry_ty = llvm::FunctionType::get(i32, {ptr, ptr, i64, ptr, ptr}, false);
+  auto* entry_ty = llvm::FunctionType::get(i32, {ptr, ptr, i64, ptr, ptr, ptr}, false);
   llvm::Function* entry =
       llvm::Function::Create(entry_ty, llvm::Function::InternalLinkage, prefix, module);
   entry->copyAttributesFrom(k.function());
@@ -117,6 +124,7 @@ absl::StatusOr<LoweredSubgraph> LowerSubgraph(KernelContext& k, const ir::Graph&
   llvm::Value* batch = entry->getArg(2);
   llvm::Value* arena = entry->getArg(3);
   llvm::Value* table = entry->getArg(4);
+  llvm::Value* caller_syms = entry->getArg(5);
   llvm::IRBuilder<> b(llvm::BasicBlock::Create(c, "entry", entry));
   // Each kernel's args: its inputs, its outputs, then the symbols and table slots
   // (kernel_context.h). The subgraph's symbol values are its own array (only the batch so far,
@@ -125,10 +133,10 @@ absl::StatusOr<LoweredSubgraph> LowerSubgraph(KernelContext& k, const ir::Graph&
   for (const auto& n : g.nodes())
     max_args = std::max(max_args, n->inputs.size() + n->outputs.size() + 2);
   llvm::Value* args = b.CreateAlloca(ptr, b.getInt64(max_args), "args");
-  auto syms = EmitSymbolValues(b, g, batch);
+  auto syms = EmitSymbolValues(b, g, batch, caller_syms);
   if (!syms.ok()) return syms.status();
   auto address = [&](const ir::Value* v) {
-    return Address(b, *plan, v, inputs, outputs, batch, arena, weights);
+    return Address(b, *plan, v, inputs, outputs, batch, arena, weights, *syms);
   };
   llvm::Value* null = llvm::ConstantPointerNull::get(llvm::PointerType::getUnqual(c));
   for (size_t i = 0; i < g.nodes().size(); ++i) {
@@ -167,11 +175,17 @@ absl::StatusOr<LoweredSubgraph> LowerSubgraph(KernelContext& k, const ir::Graph&
     llvm::Value* dst = b.CreateLoad(ptr, b.CreateConstGEP1_64(ptr, outputs, i));
     // memmove: a loop body may return a value it was given in a buffer the caller reuses.
     b.CreateMemMove(dst, llvm::MaybeAlign(1), address(v), llvm::MaybeAlign(1),
-                    ByteSize(b, v->type, batch));
+                    ByteSize(b, v->type, batch, *syms));
   }
   b.CreateRet(b.getInt32(0));
-  return LoweredSubgraph{entry, plan->arena.per_batch_bytes, plan->arena.fixed_bytes,
-                         g.inputs.size(), g.outputs.size()};
+  LoweredSubgraph lowered{entry, plan->arena.per_batch_bytes, plan->arena.fixed_bytes,
+                          g.inputs.size(), g.outputs.size()};
+  if (plan->arena.symbolic()) {
+    auto bytes = DecodeDimExpr(plan->arena.bytes_program, g.symbols);
+    if (!bytes.ok()) return bytes.status();
+    lowered.arena_bytes = *std::move(bytes);
+  }
+  return lowered;
 }
 
 absl::StatusOr<const ir::Graph*> GraphAttr(KernelContext& k, const char* key) {
@@ -192,13 +206,20 @@ size_t ExplicitInputs(KernelContext& k) {
 // Heap arena of a subgraph for this execution (at least one cache line, never null).
 llvm::Value* AllocArena(KernelContext& k, const LoweredSubgraph& s) {
   auto& b = k.b();
-  llvm::Value* bytes =
-      b.CreateAdd(b.CreateMul(k.batch(), k.I64(s.per_batch_bytes)), k.I64(s.fixed_bytes));
+  llvm::Value* bytes = s.arena_bytes ? k.Dim(*s.arena_bytes)
+                                     : b.CreateAdd(b.CreateMul(k.batch(), k.I64(s.per_batch_bytes)),
+                                                   k.I64(s.fixed_bytes));
   return k.AllocHeap(b.CreateAdd(bytes, k.I64(64)));
 }
 
+// A tensor's byte size inside a kernel (symbols through the kernel's args).
+llvm::Value* KernelByteSize(KernelContext& k, const ir::TensorType& t) {
+  return k.Dim(SymMul(SymNumElements(t.shape), SymDim::Const(DTypeSize(t.dtype))));
+}
+
 llvm::Value* Heap(KernelContext& k, const ir::TensorType& t) {
-  return k.AllocHeap(k.b().CreateAdd(ByteSize(k.b(), t, k.batch()), k.I64(64)));
+  SymDim bytes = SymMul(SymNumElements(t.shape), SymDim::Const(DTypeSize(t.dtype)));
+  return k.AllocHeap(k.b().CreateAdd(k.Dim(bytes), k.I64(64)));
 }
 
 // Calls `s` and forwards a failure code into the kernel's status; returns the i1 "it failed".
@@ -207,7 +228,9 @@ llvm::Value* CallSubgraph(KernelContext& k, const LoweredSubgraph& s, llvm::Valu
   auto& b = k.b();
   llvm::Value* table = k.FunctionTable();
   if (table == nullptr) table = llvm::ConstantPointerNull::get(b.getPtrTy());
-  llvm::Value* rc = b.CreateCall(s.fn, {inputs, outputs, k.batch(), arena, table});
+  llvm::Value* syms = k.SymbolArray();
+  if (syms == nullptr) syms = llvm::ConstantPointerNull::get(b.getPtrTy());
+  llvm::Value* rc = b.CreateCall(s.fn, {inputs, outputs, k.batch(), arena, table, syms});
   for (int32_t code = 1; code <= kMaxForwardedCode; ++code) {
     k.FailIf(b.CreateICmpEQ(rc, b.getInt32(code)), code);
   }
@@ -275,7 +298,7 @@ Carried AllocCarried(KernelContext& k, const std::vector<ir::TensorType>& types,
                      const std::vector<llvm::Value*>& initial) {
   Carried c;
   for (size_t j = 0; j < types.size(); ++j) {
-    c.bytes.push_back(ByteSize(k.b(), types[j], k.batch()));
+    c.bytes.push_back(KernelByteSize(k, types[j]));
     c.cur.push_back(Heap(k, types[j]));
     c.next.push_back(Heap(k, types[j]));
     k.b().CreateMemCpy(c.cur[j], llvm::MaybeAlign(1), initial[j], llvm::MaybeAlign(1), c.bytes[j]);
@@ -321,7 +344,7 @@ absl::Status EmitLoop(KernelContext& k) {
   for (size_t s = 0; s < scans; ++s) {
     const ir::TensorType& t = g.outputs[1 + n + s]->type;
     slices.push_back(Heap(k, t));
-    slice_bytes.push_back(ByteSize(b, t, k.batch()));
+    slice_bytes.push_back(KernelByteSize(k, t));
   }
   llvm::Value* iter = k.Scratch(b.getInt64Ty());
   llvm::Value* cond_in = k.Scratch(b.getInt8Ty());
@@ -434,7 +457,7 @@ absl::Status EmitScan(KernelContext& k) {
   }
   Carried state;
   for (const ir::TensorType& t : state_t) {
-    state.bytes.push_back(ByteSize(b, t, k.batch()));
+    state.bytes.push_back(KernelByteSize(k, t));
     state.cur.push_back(Heap(k, t));
     state.next.push_back(Heap(k, t));
   }
@@ -459,7 +482,7 @@ absl::Status EmitScan(KernelContext& k) {
   };
   // Byte offset of batch item `bi` in a tensor whose item is `t`.
   auto at = [&](llvm::Value* base, const ir::TensorType& t, llvm::Value* bi) {
-    return b.CreateInBoundsGEP(b.getInt8Ty(), base, b.CreateMul(bi, ByteSize(b, t, k.batch())));
+    return b.CreateInBoundsGEP(b.getInt8Ty(), base, b.CreateMul(bi, KernelByteSize(k, t)));
   };
   k.For(k.I64(0), items, [&](llvm::Value* bi) {
     for (size_t j = 0; j < n; ++j) {

@@ -181,7 +181,8 @@ class ModuleBuilder {
   }
 
   llvm::Value* Address(llvm::IRBuilder<>& b, const ir::Value* v, llvm::Value* inputs,
-                       llvm::Value* outputs, llvm::Value* batch, llvm::Value* arena) {
+                       llvm::Value* outputs, llvm::Value* batch, llvm::Value* arena,
+                       llvm::Value* syms) {
     const BufferLocation& loc = plan_.locations.at(v);
     llvm::Type* ptr = b.getPtrTy();
     switch (loc.kind) {
@@ -192,8 +193,10 @@ class ModuleBuilder {
       case BufferLocation::Kind::kWeight:
         return b.CreateConstInBoundsGEP1_64(b.getInt8Ty(), weights_, loc.offset);
       case BufferLocation::Kind::kArena: {
-        llvm::Value* off =
-            b.CreateAdd(b.CreateMul(batch, b.getInt64(loc.per_batch)), b.getInt64(loc.offset));
+        llvm::Value* off = loc.offset_expr
+                               ? EmitDim(b, *loc.offset_expr, batch, syms)
+                               : b.CreateAdd(b.CreateMul(batch, b.getInt64(loc.per_batch)),
+                                             b.getInt64(loc.offset));
         return b.CreateInBoundsGEP(b.getInt8Ty(), arena, off);
       }
     }
@@ -203,14 +206,14 @@ class ModuleBuilder {
   absl::Status BuildEntry(llvm::FunctionType* kernel_ty) {
     llvm::Type* ptr = llvm::PointerType::getUnqual(context_);
     llvm::Type* i64 = llvm::Type::getInt64Ty(context_);
-    // cuvil_entry_table(inputs, outputs, batch, arena, table) runs the model with the kernels of
-    // `table`; cuvil_entry reads cuvil_fn_table_ptr once and calls it. Either way one execution
-    // uses one table throughout, so a hot patch publishing a new table takes effect between
-    // executions, never inside one.
+    // cuvil_entry_table(inputs, outputs, batch, arena, table, syms) runs the model with the
+    // kernels of `table`; cuvil_entry reads cuvil_fn_table_ptr once and calls it. Either way one
+    // execution uses one table throughout, so a hot patch publishing a new table takes effect
+    // between executions, never inside one.
     auto* entry_ty =
-        llvm::FunctionType::get(llvm::Type::getInt32Ty(context_), {ptr, ptr, i64, ptr}, false);
-    auto* with_table_ty =
         llvm::FunctionType::get(llvm::Type::getInt32Ty(context_), {ptr, ptr, i64, ptr, ptr}, false);
+    auto* with_table_ty = llvm::FunctionType::get(llvm::Type::getInt32Ty(context_),
+                                                  {ptr, ptr, i64, ptr, ptr, ptr}, false);
     llvm::Function* entry = llvm::Function::Create(with_table_ty, llvm::Function::ExternalLinkage,
                                                    kEntryWithTableSymbol, module_.get());
     SetAttributes(entry);
@@ -223,15 +226,16 @@ class ModuleBuilder {
       llvm::LoadInst* t = pb.CreateLoad(ptr, table_ptr_);
       t->setAtomic(llvm::AtomicOrdering::Acquire);
       t->setAlignment(llvm::Align(8));
-      pb.CreateRet(pb.CreateCall(
-          with_table_ty, entry,
-          {plain->getArg(0), plain->getArg(1), plain->getArg(2), plain->getArg(3), t}));
+      pb.CreateRet(pb.CreateCall(with_table_ty, entry,
+                                 {plain->getArg(0), plain->getArg(1), plain->getArg(2),
+                                  plain->getArg(3), t, plain->getArg(4)}));
     }
     llvm::Value* inputs = entry->getArg(0);
     llvm::Value* outputs = entry->getArg(1);
     llvm::Value* batch = entry->getArg(2);
     llvm::Value* arena = entry->getArg(3);
     llvm::Value* table = entry->getArg(4);
+    llvm::Value* caller_syms = entry->getArg(5);
     llvm::IRBuilder<> b(llvm::BasicBlock::Create(context_, "entry", entry));
     unlikely_ = llvm::MDBuilder(context_).createBranchWeights(1, 1 << 20);
     // Each kernel's args: its inputs, its outputs, then the symbols and table slots
@@ -240,21 +244,21 @@ class ModuleBuilder {
     for (const auto& n : graph_.nodes())
       max_args = std::max(max_args, n->inputs.size() + n->outputs.size() + 2);
     llvm::Value* args = b.CreateAlloca(ptr, b.getInt64(max_args), "args");
-    auto syms = EmitSymbolValues(b, graph_, batch);
+    auto syms = EmitSymbolValues(b, graph_, batch, caller_syms);
     if (!syms.ok()) return syms.status();
     size_t node_index = 0;
     for (const auto& n : graph_.nodes()) {
       const int index = node_slots_[node_index++];
       size_t slot = 0;
       for (const ir::Value* v : n->inputs) {
-        llvm::Value* p = v ? Address(b, v, inputs, outputs, batch, arena)
+        llvm::Value* p = v ? Address(b, v, inputs, outputs, batch, arena, *syms)
                            : llvm::ConstantPointerNull::get(llvm::PointerType::getUnqual(context_));
         b.CreateStore(p, b.CreateConstGEP1_64(ptr, args, slot++));
       }
       for (const ir::Value* v : n->outputs) {
         llvm::Value* p =
             v && plan_.locations.count(v)
-                ? Address(b, v, inputs, outputs, batch, arena)
+                ? Address(b, v, inputs, outputs, batch, arena, *syms)
                 : llvm::ConstantPointerNull::get(llvm::PointerType::getUnqual(context_));
         b.CreateStore(p, b.CreateConstGEP1_64(ptr, args, slot++));
       }
@@ -279,10 +283,10 @@ class ModuleBuilder {
       const ir::Value* v = graph_.outputs[i];
       const BufferLocation& loc = plan_.locations.at(v);
       if (loc.kind == BufferLocation::Kind::kOutput && loc.index == static_cast<int>(i)) continue;
-      llvm::Value* src = Address(b, v, inputs, outputs, batch, arena);
+      llvm::Value* src = Address(b, v, inputs, outputs, batch, arena, *syms);
       llvm::Value* dst = b.CreateLoad(ptr, b.CreateConstGEP1_64(ptr, outputs, i));
       SymDim bytes = SymMul(SymNumElements(v->type.shape), SymDim::Const(DTypeSize(v->type.dtype)));
-      llvm::Value* n = EmitDim(b, bytes, batch);
+      llvm::Value* n = EmitDim(b, bytes, batch, *syms);
       b.CreateMemCpy(dst, llvm::MaybeAlign(1), src, llvm::MaybeAlign(1), n);
     }
     b.CreateRet(b.getInt32(0));

@@ -59,6 +59,7 @@ absl::Status PrepareSubgraph(InferContext& ctx, Graph& sub, const char* key,
     v->known = outer->known;
   }
   sub.symbol = ctx.graph().symbol;
+  sub.symbols = ctx.graph().symbols;
   if (auto s = cuvil::OptimizeGraph(sub); !s.ok()) {
     return absl::Status(
         s.code(), absl::StrCat(ctx.node().Describe(), ": in subgraph '", key, "': ", s.message()));

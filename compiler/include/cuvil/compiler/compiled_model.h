@@ -3,9 +3,11 @@
 // A CompiledModel is a plain value: it holds no LLVM state, can be cached on disk and loaded into
 // any JIT namespace. Generated code exports:
 //   int32_t cuvil_entry(const void* const* inputs, void* const* outputs, int64_t batch, void*
-//   arena)
-//                              0 on success, else an EntryError (the outputs are then unspecified)
-//   int32_t cuvil_entry_table(inputs, outputs, batch, arena, void* const* table)
+//   arena, const int64_t* syms)
+//                              0 on success, else an EntryError (the outputs are then unspecified);
+//                              syms[id] is the value of symbol id (syms[0] == batch), read only
+//                              by models with symbols beyond the batch (may be null otherwise)
+//   int32_t cuvil_entry_table(inputs, outputs, batch, arena, void* const* table, syms)
 //                              the same, calling kernel i through table[i]
 //   void*   cuvil_fn_table[]   one pointer per kernel (the compiled kernels)
 //   void**  cuvil_fn_table_ptr the table cuvil_entry uses, read once per execution (acquire), so a
@@ -26,6 +28,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "cuvil/runtime/dim_expr_codec.h"
 #include "cuvil/runtime/dtype.h"
 #include "cuvil/runtime/host_tensor.h"
 #include "cuvil/runtime/symbolic_dim.h"
@@ -78,8 +82,13 @@ inline constexpr int32_t kMaxBatchShards = 16;
 // Alignment of each batch part's region of the arena.
 inline constexpr int64_t kArenaAlign = 64;
 
-// Per-execution scratch: one entry-point call needs per_batch_bytes * batch + fixed_bytes.
+// Per-execution scratch: one entry-point call needs per_batch_bytes * batch + fixed_bytes, or, for
+// a symbolic plan, the value of bytes_program for the execution's symbol values.
 struct ArenaPlan {
+  // When not empty: the arena size as an encoded DimExpr (dim_expr_codec.h) in the model's
+  // symbols, and the plan is symbolic (offsets are expressions, the other sizes are 0, the batch
+  // is never split).
+  std::vector<int64_t> bytes_program;
   int64_t per_batch_bytes = 0;
   int64_t fixed_bytes = 0;
   int64_t unplanned_bytes = 0;  // Sum of all intermediate sizes without reuse (batch 1).
@@ -95,6 +104,7 @@ struct ArenaPlan {
   // Arena bytes an execution of `batch` (>= 0) items needs, whatever split it chooses; nullopt
   // when the size does not fit in int64 (a caller then refuses the batch).
   std::optional<int64_t> CheckedBytesFor(int64_t batch) const {
+    if (!bytes_program.empty()) return CheckedBytesForSymbols({&batch, 1});
     const int64_t parts =
         max_shards <= 1 ? 1 : std::max<int64_t>(1, std::min<int64_t>(batch, max_shards));
     const int64_t fixed_part = max_shards <= 1 ? fixed_bytes : fixed_bytes + kArenaAlign;
@@ -106,6 +116,16 @@ struct ArenaPlan {
     }
     return total;
   }
+  // Arena bytes an execution with symbol values syms[id] (syms[0] the batch) needs; nullopt when
+  // it cannot be evaluated (a missing symbol, overflow) or is negative.
+  std::optional<int64_t> CheckedBytesForSymbols(absl::Span<const int64_t> syms) const {
+    if (bytes_program.empty()) return CheckedBytesFor(syms.empty() ? 1 : syms[0]);
+    auto bytes = EvalDimProgram(bytes_program, syms);
+    if (!bytes || *bytes < 0) return std::nullopt;
+    return bytes;
+  }
+  // True when the plan's size depends on symbols other than the batch or is not linear in it.
+  bool symbolic() const { return !bytes_program.empty(); }
   // CheckedBytesFor for a batch the caller knows fits (a configured maximum it checked).
   int64_t BytesFor(int64_t batch) const { return CheckedBytesFor(batch).value_or(INT64_MAX); }
 };
@@ -148,10 +168,23 @@ class WeightsBlob {
   bool read_only_ = false;
 };
 
+// A dim of the graph that depends on symbols beyond the batch: requests whose symbol values make
+// it negative are refused before the entry runs (it would size a loop or a buffer).
+struct DimConstraint {
+  std::string value;  // The IR value (tensor) whose dim it is.
+  int32_t dim = 0;
+  std::vector<int64_t> program;  // The dim, encoded (dim_expr_codec.h).
+};
+
 // Thread-compatible value type.
 struct CompiledModel {
   std::string name;
-  std::string symbol;  // Name of the symbolic dimension, empty for static models.
+  std::string symbol;  // Name of the batch dimension (symbol 0), empty for static models.
+  // Every free dimension's name by symbol id (symbols[0] == symbol); empty for static models.
+  // cuvil_entry's syms argument holds one value per name.
+  std::vector<std::string> symbols;
+  // For models with several symbols: one per distinct symbolic dim of the graph's values.
+  std::vector<DimConstraint> dim_constraints;
   std::vector<TensorSignature> inputs;
   std::vector<TensorSignature> outputs;
   std::string object_code;  // ELF relocatable object for the host CPU.

@@ -1,5 +1,5 @@
-// Cuvil IR: a typed SSA graph of values and ops whose dimensions are constants or multiples of the
-// model's one symbolic dimension (see cuvil/runtime/symbolic_dim.h).
+// Cuvil IR: a typed SSA graph of values and ops whose dimensions are constants or expressions in
+// the model's free dimensions (see cuvil/runtime/symbolic_dim.h; symbol 0 is the batch).
 //
 // Ops keep ONNX op type names; the importer and shape inference canonicalise every opset variant to
 // one attribute form, so passes and code generation see a single form per op.
@@ -106,8 +106,11 @@ class Graph {
   std::vector<std::string> output_names;
   std::string name;
   int opset = 0;
-  // The name of the one symbolic dimension ("batch"), empty when all shapes are static.
+  // The name of symbol 0, the batch ("batch"), empty when all shapes are static.
   std::string symbol;
+  // Every free dimension's name by symbol id (symbols[0] == symbol); empty when all shapes are
+  // static.
+  std::vector<std::string> symbols;
 
  private:
   std::vector<std::unique_ptr<Value>> values_;

@@ -27,11 +27,11 @@ struct BatchSplitPlan;
 
 // Signature of the generated entry point (see compiled_model.h).
 using EntryFn = int32_t (*)(const void* const* inputs, void* const* outputs, int64_t batch,
-                            void* arena);
+                            void* arena, const int64_t* syms);
 
 // Signature of cuvil_entry_table: the entry point with an explicit kernel table.
 using EntryWithTableFn = int32_t (*)(const void* const* inputs, void* const* outputs, int64_t batch,
-                                     void* arena, void* const* table);
+                                     void* arena, void* const* table, const int64_t* syms);
 
 // Patch kinds (PatchRecord::kind).
 inline constexpr char kPatchKindIr[] = "ir";
@@ -108,10 +108,12 @@ class LoadedModel {
   // execution uses one table, and code a rollback removes is freed only after every execution
   // that could call it has returned. A batch-separable model's batch is split into parts run on
   // the calling thread's intra-op threads (see model().arena.max_shards); `arena` holds
-  // model().arena.BytesFor(batch) bytes. Lock-free and allocation-free (for models with at most
-  // 8 inputs and 8 outputs); returns cuvil_entry's code (the first failing part's).
-  int32_t Execute(const void* const* inputs, void* const* outputs, int64_t batch,
-                  void* arena) const;
+  // model().arena.CheckedBytesForSymbols(syms) bytes. `syms` holds the value of every symbol
+  // (syms[0] == batch; see ResolveSymbols) and may be null for a model whose only symbol is the
+  // batch. Lock-free and allocation-free (for models with at most 8 inputs and 8 outputs);
+  // returns cuvil_entry's code (the first failing part's).
+  int32_t Execute(const void* const* inputs, void* const* outputs, int64_t batch, void* arena,
+                  const int64_t* syms = nullptr) const;
 
   // Compiles `ir_text` (LLVM IR defining kernels with their exact names and the kernel signature
   // `i32 (ptr, i64)`; other definitions become private to the patch) into a new layer of this
@@ -187,7 +189,14 @@ class LoadedModel {
   size_t weights_bytes() const { return weights_mapped_bytes_; }
 
   // Resolves the batch size from `input_shapes`; InvalidArgument naming the tensor on mismatch.
-  absl::StatusOr<int64_t> ResolveBatch(const std::vector<std::vector<int64_t>>& input_shapes) const;
+  // For a model with several symbols, the batch of ResolveSymbols.
+  absl::StatusOr<int64_t> ResolveBatch(absl::Span<const std::vector<int64_t>> input_shapes) const;
+
+  // Every symbol's value (model().symbols order, at least one element: the batch, 1 for a
+  // static model) from `input_shapes`, with every input shape checked against them, and every
+  // output and intermediate dim shown non-negative. InvalidArgument naming the tensor and dim.
+  absl::StatusOr<std::vector<int64_t>> ResolveSymbols(
+      absl::Span<const std::vector<int64_t>> input_shapes) const;
 
   // Checks that `input_shapes` (signature order) are exactly the shapes the compiled code reads at
   // `batch`. The last check before generated code touches caller buffers; allocation-free when

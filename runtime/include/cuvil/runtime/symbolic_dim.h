@@ -1,18 +1,21 @@
-// Dimensions that are either constants or a multiple of the model's one symbolic dimension.
+// Dimensions of the IR: constants or expressions in a model's free dimensions.
 //
-// Cuvil keeps exactly one runtime symbol per compiled model (the batch dimension, usually named
-// "batch"). Every dimension and every shape-valued integer is the monomial coef * batch^power,
-// which is closed under the arithmetic PyTorch exports use on shapes (Mul, Div, Gather, Concat).
-// A SymDim stores its value as a DimExpr (symbol 0 = the batch), the representation that several
-// free dimensions will use; the monomial accessors and arithmetic here are the one-symbol view.
+// Symbol 0 is the batch (usually named "batch"); a model may have more free dimensions (seq,
+// height, width), each a symbol of its own. Most dims of most models are constants or the
+// monomial coef * batch^power, and the passes that care about the batch (batch splitting, the
+// linear memory plan) read that form through coef()/power(). Any other value (seq, batch*seq,
+// floor((H + 1) / 2)) is a general DimExpr; the arithmetic below keeps the monomial form when it
+// can and falls back to DimExpr arithmetic otherwise.
 #ifndef CUVIL_RUNTIME_SYMBOLIC_DIM_H_
 #define CUVIL_RUNTIME_SYMBOLIC_DIM_H_
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "cuvil/runtime/dim_expr.h"
 
 namespace cuvil {
@@ -22,10 +25,9 @@ namespace cuvil {
 // bounded for hostile models that square a shape value repeatedly.
 inline constexpr int32_t kMaxSymPower = 16;
 
-// A dimension of the IR, held as a DimExpr. For now every SymDim the compiler builds is the
-// monomial coef * batch^power in symbol 0 (the model's one symbolic dimension): the arithmetic
-// below keeps that form, and coef()/power() read it. Thread-compatible value type (immutable
-// DimExpr nodes are shared between copies).
+// A dimension of the IR, held as a DimExpr. IsMonomial() tells whether it is a constant or
+// coef * batch^power (symbol 0); coef()/power() read that form. Thread-compatible value type
+// (immutable DimExpr nodes are shared between copies).
 class SymDim {
  public:
   // The constant 0.
@@ -33,8 +35,13 @@ class SymDim {
   // coef * batch^power; power in [0, kMaxSymPower] (clamped), a zero coef gives the constant 0.
   SymDim(int64_t coef, int32_t power);
 
+  // Any expression (e.g. a symbol other than the batch).
+  explicit SymDim(DimExpr e) : expr_(std::move(e)) {}
+
   static SymDim Const(int64_t v) { return SymDim(v, 0); }
   static SymDim Batch(int64_t coef = 1) { return SymDim(coef, 1); }
+  // The free dimension `id` named `name` (id 0 is the batch, see BatchSymbol).
+  static SymDim Symbol(int32_t id, const std::string& name);
 
   // The expression (symbol 0 is the batch).
   const DimExpr& expr() const { return expr_; }
@@ -42,13 +49,21 @@ class SymDim {
   std::optional<int64_t> AsConstant() const { return expr_.AsConstant(); }
   // True when the value does not depend on the batch.
   bool IsStatic() const { return expr_.IsStatic(); }
-  // The monomial's coefficient (the value, for a static dim).
+  // True for a constant or coef * batch^power (power >= 1) in symbol 0 alone.
+  bool IsMonomial() const;
+  // The monomial's coefficient (the value, for a static dim); 0 when !IsMonomial().
   int64_t coef() const;
-  // The monomial's power of the batch (0 for a static dim).
+  // The monomial's power of the batch (0 for a static dim); -1 when !IsMonomial().
   int32_t power() const;
-  // The value for a concrete batch size; saturates at the int64 limits instead of wrapping.
+  // The value for a concrete batch size when the dim mentions no symbol but the batch; saturates
+  // at the int64 limits instead of wrapping (INT64_MAX for an expression that cannot be
+  // evaluated from the batch alone).
   int64_t Eval(int64_t batch) const;
-  // Renders "7", "batch", "4*batch" or "batch^2".
+  // The value for symbol values syms[id]; nullopt on overflow, a division by zero or a symbol
+  // without a value.
+  std::optional<int64_t> Eval(absl::Span<const int64_t> syms) const { return expr_.Eval(syms); }
+  // Renders "7", "batch", "4*batch" or "batch^2" (`symbol` names the batch); any other expression
+  // renders with its own symbol names ("batch*seq", "floor((H + 1) / 2)").
   std::string ToString(const std::string& symbol = "batch") const;
 
   friend bool operator==(const SymDim& a, const SymDim& b) { return a.expr_ == b.expr_; }
@@ -57,17 +72,19 @@ class SymDim {
   DimExpr expr_;
 };
 
+// Arithmetic: monomials in the batch stay monomials where the result is one; otherwise the
+// DimExpr operation gives the canonical expression.
 // Product; nullopt when the coefficient overflows int64 or the power exceeds kMaxSymPower.
 std::optional<SymDim> SymMulChecked(SymDim a, SymDim b);
 // Product that saturates instead of wrapping: on overflow the coefficient becomes INT64_MAX (or
 // INT64_MIN, by sign) and the power is capped at kMaxSymPower, so an oversized product can never
 // wrap into a plausible size; shape validation then rejects it as too large.
 SymDim SymMul(SymDim a, SymDim b);
-// Sum; nullopt when the powers differ (e.g. batch + 1) or the coefficient overflows.
+// Sum (batch + 1 is a general expression); nullopt when a coefficient overflows.
 std::optional<SymDim> SymAdd(SymDim a, SymDim b);
 std::optional<SymDim> SymSub(SymDim a, SymDim b);
-// Truncating quotient (C and ONNX integer Div); nullopt when the result is not a monomial with
-// integer coefficient or b is zero. INT64_MIN / -1 wraps to INT64_MIN, as the generated code does.
+// Truncating quotient (C and ONNX integer Div); nullopt when b is zero or the expression would
+// grow past DimExpr's caps. INT64_MIN / -1 wraps to INT64_MIN, as the generated code does.
 std::optional<SymDim> SymDiv(SymDim a, SymDim b);
 
 using SymShape = std::vector<SymDim>;
@@ -78,6 +95,11 @@ SymDim SymNumElements(const SymShape& shape);
 std::optional<SymDim> SymNumElementsChecked(const SymShape& shape);
 // Evaluates every dim.
 std::vector<int64_t> EvalShape(const SymShape& shape, int64_t batch);
+// Evaluates every dim for symbol values syms[id]; nullopt when a dim cannot be evaluated.
+std::optional<std::vector<int64_t>> EvalShape(const SymShape& shape,
+                                              absl::Span<const int64_t> syms);
+// Highest symbol id any dim mentions plus one (0 for a static shape).
+int32_t SymbolCount(const SymShape& shape);
 // "[batch,3,224,224]".
 std::string SymShapeToString(const SymShape& shape, const std::string& symbol = "batch");
 // True when every dim is static.

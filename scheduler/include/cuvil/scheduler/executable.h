@@ -33,6 +33,14 @@ class Executable {
   virtual const std::vector<TensorSpec>& outputs() const = 0;
   // Scratch one execution over `batch` rows needs.
   virtual int64_t ArenaBytes(int64_t batch) const = 0;
+  // Scratch one execution over `batch` rows of inputs shaped `input_shapes` (as Run takes them)
+  // needs, for executables whose scratch depends on more than the batch; 0 when those shapes
+  // cannot run (Run then fails before touching the arena). The default is ArenaBytes(batch).
+  virtual int64_t ArenaBytesForShapes(int64_t batch,
+                                      absl::Span<const std::vector<int64_t>> input_shapes) const {
+    (void)input_shapes;
+    return ArenaBytes(batch);
+  }
   // Runs over `batch` rows. inputs[i]/outputs[i] are contiguous row-major buffers holding
   // `batch` rows each, in inputs()/outputs() order; input_shapes[i] is input i's full shape (batch
   // dim included when batched). Implementations check the shapes against what their code reads
