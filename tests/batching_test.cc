@@ -1,11 +1,13 @@
 // Dynamic batching end to end: concurrent requests of mixed batch sizes through a batching model
 // must each get exactly the rows an unbatched run gives, with no recompilation.
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <thread>
 
 #include "cuvil/compiler/compiler.h"
+#include "cuvil/jitcache/jit_engine.h"
 #include "gmock/gmock.h"
 #include "grpc_service.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -104,6 +106,96 @@ TEST(BatchingTest, MixedBatchSizesMatchUnbatchedResultsWithOneCompile) {
   EXPECT_EQ(s.compilation_count(), 1u);
   EXPECT_EQ(TotalCompilations(), compilations_before)
       << "serving a batch size recompiled the model";
+}
+
+// A text encoder with a free sequence length behind the dynamic batcher: concurrent requests of
+// mixed lengths and batch sizes each get what the compiled model gives them alone (requests of
+// different lengths are never merged into one execution), from one compile; a length past the
+// model's position table fails alone.
+TEST(BatchingTest, FreeSequenceLengthsServeMixedUnderConcurrentLoad) {
+  std::string repo = testing::MakeRepository("seq_repo");
+  fs::path dir = fs::path(repo) / "seq_encoder";
+  fs::create_directories(dir / "1");
+  fs::copy_file(testing::SourceDir() + "/../shared/models-dynamic/seq_encoder/model.onnx",
+                dir / "1/model.onnx");
+  std::ofstream(dir / "config.pbtxt")
+      << "max_batch_size: 8\n"
+         "dynamic_batching { max_queue_delay_microseconds: 3000 }\n";
+  auto server = testing::StartServer(repo);
+  ASSERT_NE(server, nullptr);
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server->grpc_port()),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = inference::GRPCInferenceService::NewStub(channel);
+  auto reference = CompileOnnxFile((dir / "1/model.onnx").string());
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok());
+  auto alone = (*engine)->Load("reference/1", *std::move(reference));
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  const uint64_t compilations_before = TotalCompilations();
+
+  auto infer = [&](const std::vector<int64_t>& ids, int64_t batch, int64_t seq,
+                   inference::ModelInferResponse* r) {
+    inference::ModelInferRequest q;
+    q.set_model_name("seq_encoder");
+    auto* in = q.add_inputs();
+    in->set_name("ids");
+    in->set_datatype("INT64");
+    in->add_shape(batch);
+    in->add_shape(seq);
+    q.add_raw_input_contents()->assign(reinterpret_cast<const char*>(ids.data()), ids.size() * 8);
+    grpc::ClientContext ctx;
+    return stub->ModelInfer(&ctx, q, r);
+  };
+  constexpr int kThreads = 8, kPerThread = 8;
+  std::atomic<int> mismatches{0}, failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(100 + t);
+      for (int i = 0; i < kPerThread; ++i) {
+        const int64_t batch = 1 + (t + i) % 2,
+                      seq = std::vector<int64_t>{3, 7, 16, 33}[(t + i) % 4];
+        HostTensor ids(DType::kInt64, {batch, seq});
+        for (int64_t j = 0; j < batch * seq; ++j) ids.data_as<int64_t>()[j] = rng() % 1000;
+        std::vector<int64_t> flat(ids.data_as<int64_t>(), ids.data_as<int64_t>() + batch * seq);
+        inference::ModelInferResponse r;
+        grpc::Status s = infer(flat, batch, seq, &r);
+        auto want = (*alone)->Run({ids});
+        if (!s.ok() || !want.ok() || r.raw_output_contents_size() != 1) {
+          ++failures;
+          continue;
+        }
+        const HostTensor& w = (*want)[0];
+        if (r.raw_output_contents(0).size() != w.byte_size() || r.outputs(0).shape(1) != seq) {
+          ++mismatches;
+          continue;
+        }
+        const char* got = r.raw_output_contents(0).data();
+        for (int64_t k = 0; k < w.num_elements(); ++k) {
+          float g;
+          std::memcpy(&g, got + k * 4, 4);
+          if (std::abs(g - w.data_as<float>()[k]) >
+              1e-4f + 1e-4f * std::abs(w.data_as<float>()[k])) {
+            ++mismatches;
+            break;
+          }
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(mismatches.load(), 0);
+  EXPECT_EQ(TotalCompilations(), compilations_before) << "a sequence length recompiled the model";
+
+  // Longer than the learned positions: this request fails, the model keeps serving.
+  inference::ModelInferResponse r;
+  grpc::Status too_long = infer(std::vector<int64_t>(4096, 1), 1, 4096, &r);
+  EXPECT_EQ(too_long.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(too_long.error_message(), ::testing::HasSubstr("slice"));
+  EXPECT_TRUE(infer(std::vector<int64_t>(5, 1), 1, 5, &r).ok());
+  EXPECT_EQ(r.outputs(0).shape(1), 5);
 }
 
 }  // namespace

@@ -83,6 +83,39 @@ TEST(JitEngineTest, InputsDisagreeingOnAFreeDimFailAlone) {
   EXPECT_EQ((*good)[0].shape(), (std::vector<int64_t>{2, 6}));
 }
 
+// One compile serves every even image size; an odd one breaks the Concat of the input with its
+// pooled-then-upsampled copy and fails alone, naming the tensor, the dim and the relation.
+TEST(JitEngineTest, FreeDimsBreakingTheGraphsAssumptionFailWithAClearError) {
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok());
+  auto loaded = (*engine)->Load("unet/1", MustCompile(testing::PoolUpsampleConcatModel()));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*loaded)->model().symbols, (std::vector<std::string>{"batch", "height", "width"}));
+  for (auto [h, w] : {std::pair<int64_t, int64_t>{2, 2}, {4, 6}, {10, 8}}) {
+    HostTensor x(DType::kFloat32, {1, 1, h, w});
+    for (int64_t i = 0; i < h * w; ++i) x.data_as<float>()[i] = static_cast<float>(i);
+    auto out = (*loaded)->Run({x});
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_EQ((*out)[0].shape(), (std::vector<int64_t>{1, 2, h, w}));
+    const float* y = (*out)[0].data_as<float>();
+    for (int64_t r = 0; r < h; ++r) {
+      for (int64_t c = 0; c < w; ++c) {
+        ASSERT_FLOAT_EQ(y[r * w + c], static_cast<float>(r * w + c));
+        // The max of the 2x2 block holding (r, c) is its bottom-right element.
+        const int64_t r1 = r / 2 * 2 + 1, c1 = c / 2 * 2 + 1;
+        ASSERT_FLOAT_EQ(y[h * w + r * w + c], static_cast<float>(r1 * w + c1)) << h << "x" << w;
+      }
+    }
+  }
+  auto odd = (*loaded)->Run({HostTensor(DType::kFloat32, {1, 1, 5, 4})});
+  ASSERT_EQ(odd.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(odd.status().message(), ::testing::HasSubstr("'y'"));
+  EXPECT_THAT(odd.status().message(), ::testing::HasSubstr("height=5"));
+  EXPECT_THAT(odd.status().message(), ::testing::HasSubstr("floor(height / 2)"));
+  auto again = (*loaded)->Run({HostTensor(DType::kFloat32, {2, 1, 4, 4})});
+  EXPECT_TRUE(again.ok()) << again.status();
+}
+
 // Mappings of this process that are writable and executable at once ("rwxp" in /proc/self/maps).
 std::vector<std::string> WritableExecutableMappings() {
   std::ifstream maps("/proc/self/maps");

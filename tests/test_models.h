@@ -80,6 +80,68 @@ inline std::string TwoSymbolModel() {
   return model.SerializeAsString();
 }
 
+// y = Concat(x, Resize(MaxPool(x, 2x2 stride 2), nearest x2), axis 1) where x is
+// float32[batch, 1, height, width]: valid only for even height and width, where 2*floor(H/2) == H.
+inline std::string PoolUpsampleConcatModel() {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(13);
+  onnx::GraphProto* g = model.mutable_graph();
+  g->set_name("pool_upsample_concat");
+  auto set = [](onnx::ValueInfoProto* info, const std::string& name, int64_t channels) {
+    info->set_name(name);
+    auto* tt = info->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(onnx::TensorProto::FLOAT);
+    tt->mutable_shape()->add_dim()->set_dim_param("batch");
+    tt->mutable_shape()->add_dim()->set_dim_value(channels);
+    tt->mutable_shape()->add_dim()->set_dim_param("height");
+    tt->mutable_shape()->add_dim()->set_dim_param("width");
+  };
+  set(g->add_input(), "x", 1);
+  set(g->add_output(), "y", 2);
+  onnx::TensorProto* scales = g->add_initializer();
+  scales->set_name("scales");
+  scales->set_data_type(onnx::TensorProto::FLOAT);
+  scales->add_dims(4);
+  for (float v : {1.0f, 1.0f, 2.0f, 2.0f}) scales->add_float_data(v);
+  auto ints = [](onnx::NodeProto* n, const std::string& name, std::vector<int64_t> v) {
+    onnx::AttributeProto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INTS);
+    for (int64_t x : v) a->add_ints(x);
+  };
+  onnx::NodeProto* pool = g->add_node();
+  pool->set_op_type("MaxPool");
+  pool->add_input("x");
+  pool->add_output("p");
+  ints(pool, "kernel_shape", {2, 2});
+  ints(pool, "strides", {2, 2});
+  onnx::NodeProto* up = g->add_node();
+  up->set_op_type("Resize");
+  up->add_input("p");
+  up->add_input("");
+  up->add_input("scales");
+  up->add_output("u");
+  onnx::AttributeProto* mode = up->add_attribute();
+  mode->set_name("mode");
+  mode->set_type(onnx::AttributeProto::STRING);
+  mode->set_s("nearest");
+  onnx::AttributeProto* ctm = up->add_attribute();
+  ctm->set_name("coordinate_transformation_mode");
+  ctm->set_type(onnx::AttributeProto::STRING);
+  ctm->set_s("asymmetric");
+  onnx::NodeProto* cat = g->add_node();
+  cat->set_op_type("Concat");
+  cat->add_input("x");
+  cat->add_input("u");
+  cat->add_output("y");
+  onnx::AttributeProto* axis = cat->add_attribute();
+  axis->set_name("axis");
+  axis->set_type(onnx::AttributeProto::INT);
+  axis->set_i(1);
+  return model.SerializeAsString();
+}
+
 // y = (x . A) . B where x is float32[batch, width] and A, B float32[width, width] constants
 // filled with `a` and `b`: the product x . A is an intermediate no fusion removes, so the model
 // has a batch-scaled arena region.

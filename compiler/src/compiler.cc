@@ -125,6 +125,21 @@ absl::Status Prepare(const CompileOptions& options, PreparedModel::Impl* impl) {
       for (const ir::Value* out : n->outputs) note(out);
     }
   }
+  std::vector<DimExpr> assumed;
+  for (const ir::Graph::DimAssumption& a : graph.assumptions) {
+    auto diff = DimSub(a.lhs, a.rhs);
+    if (!diff) return absl::InvalidArgumentError("an assumed dimension equality is too large");
+    if (diff->IsStatic()) {
+      if (*diff->AsConstant() == 0) continue;
+      return absl::InvalidArgumentError(absl::StrCat("dim ", a.dim, " of '", a.value,
+                                                     "': ", a.lhs.ToString(), " never equals ",
+                                                     a.rhs.ToString()));
+    }
+    if (std::find(assumed.begin(), assumed.end(), *diff) != assumed.end()) continue;
+    assumed.push_back(*diff);
+    model.dim_constraints.push_back({a.value, a.dim, EncodeDimExpr(*diff), /*equal=*/true,
+                                     absl::StrCat(a.lhs.ToString(), " == ", a.rhs.ToString())});
+  }
   t0 = std::chrono::steady_clock::now();
   std::unique_ptr<WeightsFill> fill;
   auto plan = PlanMemoryDeferringWeights(graph, &images, &fill);
@@ -198,8 +213,8 @@ absl::Status EntryStatus(int32_t rc) {
       return absl::InvalidArgumentError("indices element out of data bounds");
     case kEntrySliceOutOfBounds:
       return absl::InvalidArgumentError(
-          "a slice whose bounds depend on the batch size reaches past its input at this batch "
-          "size");
+          "a slice whose bounds depend on the input shapes (the batch size or another free "
+          "dimension) reaches past its input for these shapes");
     case kEntryTopKTooLarge:
       return absl::InvalidArgumentError("TopK's K is larger than its axis at this batch size");
     default:

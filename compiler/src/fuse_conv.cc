@@ -15,12 +15,11 @@
 namespace cuvil {
 namespace {
 
+// Float32 with static channels (dim 1); the batch and the spatial dims may be symbolic (the
+// microkernel takes the geometry at run time).
 bool IsStaticFloat32(const ir::Value* v) {
   if (v == nullptr || v->type.dtype != DType::kFloat32) return false;
-  for (size_t d = 1; d < v->type.shape.size(); ++d) {
-    if (!v->type.shape[d].IsStatic()) return false;
-  }
-  return true;
+  return v->type.shape.size() >= 2 && v->type.shape[1].IsStatic();
 }
 
 bool IsConstFloat32(const ir::Value* v, int64_t elements) {

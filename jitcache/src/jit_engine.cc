@@ -251,31 +251,37 @@ bool ValidShape(const std::vector<int64_t>& shape, DType dtype) {
 
 absl::StatusOr<std::vector<int64_t>> LoadedModel::ResolveSymbols(
     absl::Span<const std::vector<int64_t>> input_shapes) const {
+  absl::StatusOr<std::vector<int64_t>> syms;
   if (model_.symbols.size() <= 1) {
     auto batch = ResolveBatch(input_shapes);
     if (!batch.ok()) return batch.status();
-    return std::vector<int64_t>{*batch};
+    syms = std::vector<int64_t>{*batch};
+    if (model_.dim_constraints.empty()) return syms;
+  } else {
+    std::vector<TensorDims> signature;
+    signature.reserve(model_.inputs.size());
+    for (const TensorSignature& sig : model_.inputs) {
+      TensorDims dims{sig.name, {}};
+      for (const SymDim& d : sig.shape) dims.dims.push_back(d.expr());
+      signature.push_back(std::move(dims));
+    }
+    syms = BindSymbols(signature, input_shapes, static_cast<int32_t>(model_.symbols.size()));
+    if (!syms.ok()) return syms.status();
   }
-  std::vector<TensorDims> signature;
-  signature.reserve(model_.inputs.size());
-  for (const TensorSignature& sig : model_.inputs) {
-    TensorDims dims{sig.name, {}};
-    for (const SymDim& d : sig.shape) dims.dims.push_back(d.expr());
-    signature.push_back(std::move(dims));
-  }
-  auto syms = BindSymbols(signature, input_shapes, static_cast<int32_t>(model_.symbols.size()));
-  if (!syms.ok()) return syms.status();
   for (const DimConstraint& c : model_.dim_constraints) {
     const std::optional<int64_t> v = EvalDimProgram(c.program, *syms);
-    if (!v || *v < 0) {
+    if (!v || (c.equal ? *v != 0 : *v < 0)) {
       std::vector<std::string> bound;
       for (size_t i = 0; i < syms->size(); ++i) {
         bound.push_back(absl::StrCat(model_.symbols[i], "=", (*syms)[i]));
       }
+      const std::string what =
+          !v        ? "overflow"
+          : c.equal ? absl::StrCat("break ", c.description, " (the two differ by ", *v, ")")
+                    : absl::StrCat("negative (", *v, ")");
       return absl::InvalidArgumentError(
           absl::StrCat("these input shapes (", absl::StrJoin(bound, ", "), ") make dim ", c.dim,
-                       " of '", c.value, "' ", v ? absl::StrCat("negative (", *v, ")") : "overflow",
-                       "; the model cannot run on them"));
+                       " of '", c.value, "' ", what, "; the model cannot run on them"));
     }
   }
   if (!model_.arena.CheckedBytesForSymbols(*syms)) {

@@ -46,6 +46,8 @@ void SymbolicFieldsToProto(const CompiledModel& m, ModelProto* p) {
     pc->set_value(c.value);
     pc->set_dim(c.dim);
     for (int64_t w : c.program) pc->add_program(w);
+    pc->set_equal(c.equal);
+    pc->set_description(c.description);
   }
 }
 
@@ -66,7 +68,11 @@ absl::Status SymbolicFieldsFromProto(const ModelProto& p, CompiledModel* m) {
     if (auto s = check(m->arena.bytes_program, "arena size"); !s.ok()) return s;
   }
   for (const auto& pc : p.dim_constraints()) {
-    DimConstraint c{pc.value(), pc.dim(), {pc.program().begin(), pc.program().end()}};
+    DimConstraint c{pc.value(),
+                    pc.dim(),
+                    {pc.program().begin(), pc.program().end()},
+                    pc.equal(),
+                    pc.description()};
     if (auto s = check(c.program, "dim constraint"); !s.ok()) return s;
     m->dim_constraints.push_back(std::move(c));
   }

@@ -162,6 +162,16 @@ std::optional<SymDim> SymDiv(SymDim a, SymDim b) {
   return General(DimTruncDiv(a.expr(), b.expr()));
 }
 
+std::optional<SymDim> SymFloorDiv(SymDim a, SymDim b) {
+  if (b.IsStatic() && b.coef() == 0) return std::nullopt;
+  auto e = DimFloorDiv(a.expr(), b.expr());
+  if (!e) return std::nullopt;
+  SymDim r(*std::move(e));
+  // Keep the monomial form where the quotient is one (its expression is the same either way).
+  if (auto m = ToSymDim(r.expr()); m) return *m;
+  return r;
+}
+
 SymDim SymNumElements(const SymShape& shape) {
   SymDim n = SymDim::Const(1);
   for (const SymDim& d : shape) n = SymMul(n, d);

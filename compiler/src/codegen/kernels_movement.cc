@@ -385,6 +385,9 @@ absl::Status Trilu(KernelContext& k) {
 struct ResizeAxis {
   bool identity = true;
   int64_t in_len = 1, out_len = 1;
+  // A symbolic input length (then in_len and out_len are unused: shape inference admits only
+  // the modes that need neither).
+  llvm::Value* dynamic_in_len = nullptr;
   double scale = 1, roi_start = 0, roi_end = 1;
 };
 
@@ -430,9 +433,14 @@ class ResizeEmitter {
         axes_.push_back(ax);
         continue;
       }
-      if (!in[a].IsStatic() || !out[a].IsStatic())
-        return k_.Unsupported("resizing a symbolic dimension");
       ax.identity = false;
+      if (!in[a].IsStatic() || !out[a].IsStatic()) {
+        if (scales.empty()) return k_.Unsupported("resizing a symbolic dimension to sizes");
+        ax.dynamic_in_len = k_.Dim(in[a]);
+        ax.scale = static_cast<double>(scales[a]);
+        axes_.push_back(ax);
+        continue;
+      }
       ax.in_len = in[a].coef();
       ax.out_len = out[a].coef();
       ax.scale = scales.empty() ? static_cast<double>(ax.out_len) / static_cast<double>(ax.in_len)
@@ -500,7 +508,8 @@ class ResizeEmitter {
     llvm::Value* floor = k_.Intrinsic(llvm::Intrinsic::floor, c);
     llvm::Value* ratio = b_.CreateFSub(c, floor);
     llvm::Value* base = b_.CreateFPToSI(floor, k_.I64Ty());
-    llvm::Value* last = k_.I64(ax.in_len - 1);
+    llvm::Value* last = ax.dynamic_in_len != nullptr ? b_.CreateSub(ax.dynamic_in_len, k_.I64(1))
+                                                     : k_.I64(ax.in_len - 1);
     auto clamp = [&](llvm::Value* i) { return Clamp(k_, i, k_.I64(0), last); };
     if (mode_ == "nearest") {
       llvm::Value* up = b_.getFalse();

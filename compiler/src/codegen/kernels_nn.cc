@@ -1,9 +1,11 @@
 // Code generation for the nn op family: Conv, ConvTranspose and the pooling ops.
 //
 // Shape inference has canonicalised every windowed op to explicit kernel_shape / strides /
-// dilations / pads attributes with static spatial dims, so window geometry is known here at
-// compile time; only the batch dim is a runtime value.
+// dilations / pads attributes, so the window itself is known here at compile time. Spatial dims
+// are static except on the paths that take them at run time (the float32 2-D Conv and MaxPool
+// microkernels, ConvTranspose), where they are symbolic expressions (an image's H and W).
 #include <algorithm>
+#include <cstddef>
 
 #include "codegen/kernel_context.h"
 #include "codegen/lower.h"
@@ -39,6 +41,44 @@ Ints StaticSpatial(const SymShape& shape) {
   Ints out;
   for (size_t d = 2; d < shape.size(); ++d) out.push_back(shape[d].coef());
   return out;
+}
+
+bool StaticSpatialDims(const SymShape& shape) {
+  for (size_t d = 2; d < shape.size(); ++d) {
+    if (!shape[d].IsStatic()) return false;
+  }
+  return true;
+}
+
+// The spatial extents of `shape` as i64 values (constants where static).
+Idx SpatialValues(KernelContext& k, const SymShape& shape) {
+  Idx out;
+  for (size_t d = 2; d < shape.size(); ++d) out.push_back(k.Dim(shape[d]));
+  return out;
+}
+
+// A parameter block of i64 words for a runtime microkernel: a private constant when every word
+// is a constant, else a stack array filled here (symbolic spatial dims).
+llvm::Value* ParamsBlock(KernelContext& k, const std::vector<llvm::Value*>& words,
+                         const std::string& name) {
+  bool constant = true;
+  for (llvm::Value* w : words) constant = constant && llvm::isa<llvm::ConstantInt>(w);
+  llvm::Type* i64 = k.I64Ty();
+  auto* array_ty = llvm::ArrayType::get(i64, words.size());
+  if (constant) {
+    std::vector<llvm::Constant*> init;
+    for (llvm::Value* w : words) init.push_back(llvm::cast<llvm::Constant>(w));
+    return new llvm::GlobalVariable(
+        k.module(), array_ty, /*isConstant=*/true, llvm::GlobalValue::PrivateLinkage,
+        llvm::ConstantArray::get(array_ty, init), k.function()->getName() + name);
+  }
+  llvm::BasicBlock& entry = k.function()->getEntryBlock();
+  llvm::IRBuilder<> eb(&entry, entry.begin());
+  llvm::Value* block = eb.CreateAlloca(array_ty, nullptr, name);
+  for (size_t i = 0; i < words.size(); ++i) {
+    k.b().CreateStore(words[i], k.b().CreateConstGEP2_64(array_ty, block, 0, i));
+  }
+  return block;
 }
 
 Idx Consts(KernelContext& k, const Ints& v) {
@@ -226,11 +266,7 @@ absl::Status EmitConvUkernel(KernelContext& k) {
   const int64_t kind = n.attr_int("ukernel", 0);
   cuvil_uk_conv_params p{};
   p.channels = k.in_shape(0)[1].coef();
-  p.height = w.in[0];
-  p.width = w.in[1];
   p.out_channels = k.out_shape(0)[1].coef();
-  p.out_height = w.out[0];
-  p.out_width = w.out[1];
   p.kernel_h = w.kernel[0];
   p.kernel_w = w.kernel[1];
   p.stride_h = w.strides[0];
@@ -246,11 +282,17 @@ absl::Status EmitConvUkernel(KernelContext& k) {
                         : CUVIL_UK_CONV_PACKED;
   static_assert(sizeof(cuvil_uk_conv_params) == 17 * sizeof(int64_t));
   const int64_t* fields = &p.channels;
-  std::vector<uint64_t> words(fields, fields + 17);
-  auto* init = llvm::ConstantDataArray::get(k.llvm_context(), words);
-  auto* params = new llvm::GlobalVariable(k.module(), init->getType(), /*isConstant=*/true,
-                                          llvm::GlobalValue::PrivateLinkage, init,
-                                          k.function()->getName() + ".conv_params");
+  std::vector<llvm::Value*> words;
+  for (int i = 0; i < 17; ++i) words.push_back(k.I64(fields[i]));
+  // height, width, out_height, out_width: run-time values where the dims are symbolic.
+  const Idx in = SpatialValues(k, k.in_shape(0)), out = SpatialValues(k, k.out_shape(0));
+  const size_t height = offsetof(cuvil_uk_conv_params, height) / sizeof(int64_t);
+  const size_t out_height = offsetof(cuvil_uk_conv_params, out_height) / sizeof(int64_t);
+  words[height] = in[0];
+  words[height + 1] = in[1];
+  words[out_height] = out[0];
+  words[out_height + 1] = out[1];
+  llvm::Value* params = ParamsBlock(k, words, ".conv_params");
   llvm::Value* null = llvm::ConstantPointerNull::get(k.b().getPtrTy());
   auto in_or_null = [&](size_t i) { return k.has_input(i) ? k.in(i) : null; };
   k.CallC(
@@ -262,6 +304,9 @@ absl::Status EmitConvUkernel(KernelContext& k) {
 
 absl::Status EmitConv(KernelContext& k) {
   if (k.node().has_attr("ukernel")) return EmitConvUkernel(k);
+  if (!StaticSpatialDims(k.in_shape(0)) || !StaticSpatialDims(k.out_shape(0))) {
+    return k.Unsupported("symbolic spatial dims outside the float32 2-D microkernel");
+  }
   auto& b = k.b();
   const ConvPlan c = PlanConv(k);
   DType dt = c.dt;
@@ -336,32 +381,50 @@ absl::Status EmitConvTranspose(KernelContext& k) {
   int64_t group = k.node().attr_int("group", 1);
   int64_t C = k.in_shape(0)[1].coef(), M = k.out_shape(0)[1].coef();
   int64_t Cg = C / group, Mg = M / group;
-  int64_t in_plane = Product(w.in), out_plane = Product(w.out), k_plane = Product(w.kernel);
-  Ints in_strides = RowMajorStrides(w.in), out_strides = RowMajorStrides(w.out);
+  // Spatial extents as values (constants for static dims, so the IR folds as before).
+  const Idx in = SpatialValues(k, k.in_shape(0)), out = SpatialValues(k, k.out_shape(0));
+  auto strides_of = [&](const Idx& dims) {
+    Idx st(dims.size(), k.I64(1));
+    for (size_t i = dims.size(); i-- > 1;) st[i - 1] = b.CreateMul(st[i], dims[i]);
+    return st;
+  };
+  auto product = [&](const Idx& dims) {
+    llvm::Value* p = k.I64(1);
+    for (llvm::Value* d : dims) p = b.CreateMul(p, d);
+    return p;
+  };
+  auto linear = [&](llvm::Value* base, const Idx& idx, const Idx& st) {
+    for (size_t j = 0; j < idx.size(); ++j) base = b.CreateAdd(b.CreateMul(idx[j], st[j]), base);
+    return base;
+  };
+  llvm::Value* in_plane = product(in);
+  llvm::Value* out_plane = product(out);
+  int64_t k_plane = Product(w.kernel);
+  const Idx in_strides = strides_of(in), out_strides = strides_of(out);
   Ints k_strides = RowMajorStrides(w.kernel);
 
   k.For(k.I64(0), k.Dim(k.in_shape(0)[0]), [&](llvm::Value* n) {
     k.For(k.I64(0), k.I64(group), [&](llvm::Value* g) {
       k.For(k.I64(0), k.I64(Mg), [&](llvm::Value* mm) {
         llvm::Value* m = Affine(k, g, Mg, mm);
-        llvm::Value* y_plane = b.CreateMul(Affine(k, n, M, m), k.I64(out_plane));
+        llvm::Value* y_plane = b.CreateMul(Affine(k, n, M, m), out_plane);
         llvm::Value* bias = k.has_input(2) ? k.Load(dt, k.in(2), m) : k.Const(dt, 0);
-        k.For(k.I64(0), k.I64(out_plane),
+        k.For(k.I64(0), out_plane,
               [&](llvm::Value* i) { k.Store(dt, k.out(0), b.CreateAdd(y_plane, i), bias); });
         k.For(k.I64(0), k.I64(Cg), [&](llvm::Value* c) {
           llvm::Value* ic = Affine(k, g, Cg, c);
-          llvm::Value* x_plane = b.CreateMul(Affine(k, n, C, ic), k.I64(in_plane));
+          llvm::Value* x_plane = b.CreateMul(Affine(k, n, C, ic), in_plane);
           // W is [C, M/group, kernel...].
           llvm::Value* w_plane = b.CreateMul(Affine(k, ic, Mg, mm), k.I64(k_plane));
-          k.ForNest(Consts(k, w.in), [&](const Idx& ii) {
-            llvm::Value* xv = k.Load(dt, k.in(0), Linear(k, x_plane, ii, in_strides));
+          k.ForNest(in, [&](const Idx& ii) {
+            llvm::Value* xv = k.Load(dt, k.in(0), linear(x_plane, ii, in_strides));
             k.ForNest(Consts(k, w.kernel), [&](const Idx& kk) {
               llvm::Value* inside = b.getTrue();
               llvm::Value* y_off = y_plane;
               for (size_t j = 0; j < r; ++j) {
                 llvm::Value* pos = w.InputPos(k, j, ii[j], kk[j]);
-                inside = b.CreateAnd(inside, InRange(k, pos, w.out[j]));
-                y_off = Affine(k, pos, out_strides[j], y_off);
+                inside = b.CreateAnd(inside, b.CreateICmpULT(pos, out[j]));
+                y_off = b.CreateAdd(b.CreateMul(pos, out_strides[j]), y_off);
               }
               k.If(inside, [&] {
                 llvm::Value* wv = k.Load(dt, k.in(1), Linear(k, w_plane, kk, k_strides));
@@ -399,19 +462,20 @@ absl::Status EmitPool(KernelContext& k, bool is_max) {
   // Float32 2-D max pooling without Indices: the runtime kernel (vectorised rows, no per-tap
   // bounds check inside the input, planes split over the intra-op threads).
   if (is_max && !want_indices && dt == DType::kFloat32 && r == 2) {
-    const cuvil_uk_pool_params p{w.in[0],        w.in[1],        w.out[0],     w.out[1],
-                                 w.kernel[0],    w.kernel[1],    w.strides[0], w.strides[1],
-                                 w.dilations[0], w.dilations[1], w.pads[0],    w.pads[1]};
     static_assert(sizeof(cuvil_uk_pool_params) == 12 * sizeof(int64_t));
-    const int64_t* fields = &p.height;
-    std::vector<uint64_t> words(fields, fields + 12);
-    auto* init = llvm::ConstantDataArray::get(k.llvm_context(), words);
-    auto* params = new llvm::GlobalVariable(k.module(), init->getType(), /*isConstant=*/true,
-                                            llvm::GlobalValue::PrivateLinkage, init,
-                                            k.function()->getName() + ".pool_params");
+    const Idx in = SpatialValues(k, k.in_shape(0)), out = SpatialValues(k, k.out_shape(0));
+    llvm::Value* params =
+        ParamsBlock(k,
+                    {in[0], in[1], out[0], out[1], k.I64(w.kernel[0]), k.I64(w.kernel[1]),
+                     k.I64(w.strides[0]), k.I64(w.strides[1]), k.I64(w.dilations[0]),
+                     k.I64(w.dilations[1]), k.I64(w.pads[0]), k.I64(w.pads[1])},
+                    ".pool_params");
     llvm::Value* planes = b.CreateMul(k.Dim(k.in_shape(0)[0]), k.Dim(k.in_shape(0)[1]));
     k.CallC("cuvil_uk_maxpool2d", b.getVoidTy(), {params, k.in(0), k.out(0), planes});
     return absl::OkStatus();
+  }
+  if (!StaticSpatialDims(k.in_shape(0)) || !StaticSpatialDims(k.out_shape(0))) {
+    return k.Unsupported("symbolic spatial dims outside float32 2-D MaxPool without Indices");
   }
   llvm::Value* acc = k.Scratch(k.ElemType(dt));
   llvm::Value* count = k.Scratch(k.I64Ty());

@@ -60,6 +60,7 @@ absl::Status PrepareSubgraph(InferContext& ctx, Graph& sub, const char* key,
   }
   sub.symbol = ctx.graph().symbol;
   sub.symbols = ctx.graph().symbols;
+  sub.allow_assumptions = false;
   if (auto s = cuvil::OptimizeGraph(sub); !s.ok()) {
     return absl::Status(
         s.code(), absl::StrCat(ctx.node().Describe(), ": in subgraph '", key, "': ", s.message()));

@@ -93,8 +93,16 @@ absl::Status Concat(InferContext& c) {
     if (c.in_dtype(i) != c.in_dtype(0) || c.in_rank(i) != rank)
       return c.Error("inputs differ in dtype or rank");
     for (int d = 0; d < rank; ++d) {
-      if (d != *axis && !(c.in_shape(i)[d] == out[d]))
+      const SymDim& other = c.in_shape(i)[d];
+      if (d == *axis || other == out[d]) continue;
+      // Two symbolic extents the rules cannot prove equal (H and 2*floor(H/2)): assumed equal
+      // here and checked per request before the code runs.
+      if (other.IsStatic() || out[d].IsStatic() || !c.graph().allow_assumptions) {
         return c.Error("inputs differ outside the axis");
+      }
+      c.graph().assumptions.push_back(
+          {c.node().outputs[0]->name, static_cast<int32_t>(d), out[d].expr(), other.expr()});
+      if (other.expr().NodeCount() < out[d].expr().NodeCount()) out[d] = other;
     }
     auto sum = SymAdd(out[*axis], c.in_shape(i)[*axis]);
     if (!sum)
@@ -604,6 +612,26 @@ absl::Status Resize(InferContext& c) {
       }
     } else if (scales[a] == 1.0f) {
       out[a] = in[a];
+    } else if (!in[a].IsStatic()) {
+      // floor(in * scale) for a scale p / q with q a small power of two (exact in float, so the
+      // expression agrees with ONNX's float arithmetic), from the modes that need no static size.
+      const bool dynamic_ok =
+          (mode == "nearest" || mode == "linear") &&
+          (ctm == "asymmetric" || ctm == "half_pixel" || ctm == "tf_half_pixel_for_nn");
+      std::optional<SymDim> scaled;
+      for (int64_t q = 1; q <= 16 && dynamic_ok && !scaled; q *= 2) {
+        const double pq = static_cast<double>(scales[a]) * static_cast<double>(q);
+        if (pq < 1 || pq > 1024 || pq != static_cast<double>(static_cast<int64_t>(pq))) continue;
+        scaled =
+            SymFloorDiv(SymMul(in[a], SymDim::Const(static_cast<int64_t>(pq))), SymDim::Const(q));
+      }
+      if (!scaled) {
+        return absl::UnimplementedError(absl::StrCat(
+            node.Describe(), ": resizing the symbolic dimension ", in[a].ToString(),
+            " needs mode nearest or linear, coordinate_transformation_mode asymmetric, "
+            "half_pixel or tf_half_pixel_for_nn, and a scale p/q with q a power of two <= 16"));
+      }
+      out[a] = *scaled;
     } else {
       auto d = StaticDim(c, in[a], "resizing");
       if (!d.ok()) return d.status();

@@ -38,17 +38,21 @@ absl::Status CheckWindowAttr(InferContext& c, const char* name, const Ints& v) {
 int64_t FloorDiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
 int64_t CeilDiv(int64_t a, int64_t b) { return -FloorDiv(-a, b); }
 
-// The static spatial dims (everything after N and C) of input i.
-absl::StatusOr<Ints> SpatialDims(InferContext& c, size_t i) {
+// The spatial dims (everything after N and C) of input i; symbolic ones (an image's H and W)
+// only where the op can compute them at run time (2-D, explicit or VALID padding, floor mode).
+absl::StatusOr<SymShape> SpatialDims(InferContext& c, size_t i) {
   const SymShape& s = c.in_shape(i);
   if (s.size() < 3) return c.Error("expects an input of rank >= 3 (N, C, spatial...)");
-  Ints out;
-  for (size_t d = 2; d < s.size(); ++d) {
-    if (!s[d].IsStatic()) {
-      return absl::UnimplementedError(
-          absl::StrCat(c.node().Describe(), ": symbolic spatial dimensions are not supported"));
-    }
-    out.push_back(s[d].coef());
+  SymShape out(s.begin() + 2, s.end());
+  if (IsStaticShape(out)) return out;
+  const std::string auto_pad = c.node().attr_string("auto_pad", "NOTSET");
+  const bool explicit_pads = auto_pad == "NOTSET" || auto_pad.empty() || auto_pad == "VALID";
+  if (out.size() != 2 || !explicit_pads || c.node().attr_int("ceil_mode", 0) != 0 ||
+      c.node().has_attr("output_shape")) {
+    return absl::UnimplementedError(absl::StrCat(
+        c.node().Describe(),
+        ": symbolic spatial dimensions need a 2-D window with explicit or VALID padding, no "
+        "ceil_mode and no output_shape"));
   }
   return out;
 }
@@ -71,7 +75,7 @@ void SetWindowAttrs(Node& n, const Ints& kernel, const Ints& strides, const Ints
 }
 
 // Output spatial dims of a sliding window (Conv and pools); canonicalises the node's attributes.
-absl::StatusOr<Ints> WindowOutput(InferContext& c, const Ints& in, const Ints& kernel) {
+absl::StatusOr<SymShape> WindowOutput(InferContext& c, const SymShape& in, const Ints& kernel) {
   size_t r = in.size();
   if (kernel.size() != r) return c.Error(absl::StrCat("kernel_shape must have ", r, " values"));
   auto strides = SpatialAttr(c, "strides", r, 1);
@@ -88,7 +92,7 @@ absl::StatusOr<Ints> WindowOutput(InferContext& c, const Ints& in, const Ints& k
                                 {"pads", &*pads}}) {
     if (auto st = CheckWindowAttr(c, name, *v); !st.ok()) return st;
   }
-  Ints out(r);
+  SymShape out(r);
   for (size_t i = 0; i < r; ++i) {
     int64_t s = (*strides)[i];
     if (s <= 0 || (*dilations)[i] <= 0 || kernel[i] <= 0) {
@@ -100,28 +104,49 @@ absl::StatusOr<Ints> WindowOutput(InferContext& c, const Ints& in, const Ints& k
     int64_t extent = *checked_extent;
     int64_t& begin = (*pads)[i];
     int64_t& end = (*pads)[i + r];
+    if (!in[i].IsStatic()) {
+      // floor((in + begin + end - extent) / s) + 1, for every value of the symbol (SpatialDims
+      // admits only explicit or VALID padding in floor mode here). Requests that make it
+      // negative are refused before the code runs (CompiledModel::dim_constraints).
+      if (auto_pad == "VALID") begin = end = 0;
+      auto span = SymAdd(in[i], SymDim::Const(begin + end - extent));
+      auto q = span ? SymFloorDiv(*span, SymDim::Const(s)) : std::nullopt;
+      auto o = q ? SymAdd(*q, SymDim::Const(1)) : std::nullopt;
+      if (!o) return c.Error("window output extent is too large an expression");
+      out[i] = *o;
+      continue;
+    }
+    const int64_t in_i = *in[i].AsConstant();
+    int64_t out_i = 0;
     if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-      out[i] = CeilDiv(in[i], s);
-      int64_t total = std::max<int64_t>(0, (out[i] - 1) * s + extent - in[i]);
+      out_i = CeilDiv(in_i, s);
+      int64_t total = std::max<int64_t>(0, (out_i - 1) * s + extent - in_i);
       begin = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
       end = total - begin;
     } else if (auto_pad == "VALID") {
       begin = end = 0;
-      out[i] = FloorDiv(in[i] - extent, s) + 1;
+      out_i = FloorDiv(in_i - extent, s) + 1;
     } else if (auto_pad == "NOTSET" || auto_pad.empty()) {
-      int64_t span = in[i] + begin + end - extent;
-      out[i] = (ceil_mode ? CeilDiv(span, s) : FloorDiv(span, s)) + 1;
+      int64_t span = in_i + begin + end - extent;
+      out_i = (ceil_mode ? CeilDiv(span, s) : FloorDiv(span, s)) + 1;
       // A ceil_mode window must start inside the input or its begin padding.
-      if (ceil_mode && (out[i] - 1) * s >= in[i] + begin) --out[i];
+      if (ceil_mode && (out_i - 1) * s >= in_i + begin) --out_i;
     } else {
       return c.Error(absl::StrCat("unknown auto_pad '", auto_pad, "'"));
     }
-    if (out[i] <= 0) return c.Error("window is larger than the padded input");
+    if (out_i <= 0) return c.Error("window is larger than the padded input");
+    out[i] = SymDim::Const(out_i);
   }
   SetWindowAttrs(c.node(), kernel, *strides, *dilations, *pads);
   // ceil_mode only applies to explicit pads; drop it so re-inference gives the same shape.
   if (auto_pad != "NOTSET" && !auto_pad.empty()) c.node().attrs.erase("ceil_mode");
   return out;
+}
+
+SymShape WithSpatial(SymDim n, SymDim ch, const SymShape& spatial) {
+  SymShape s = {n, ch};
+  s.insert(s.end(), spatial.begin(), spatial.end());
+  return s;
 }
 
 SymShape WithSpatial(SymDim n, SymDim ch, const Ints& spatial) {
@@ -217,14 +242,31 @@ absl::Status ConvTranspose(InferContext& c) {
                                 {"output_shape", &output_shape}}) {
     if (auto st = CheckWindowAttr(c, name, *v); !st.ok()) return st;
   }
-  Ints out(r);
+  SymShape out(r);
   for (size_t i = 0; i < r; ++i) {
     if ((*strides)[i] <= 0 || (*dilations)[i] <= 0 || kernel[i] <= 0) {
       return c.Error("kernel_shape, strides and dilations must be positive");
     }
     auto checked_extent = WindowExtent(kernel[i], (*dilations)[i]);
+    if (!in->at(i).IsStatic()) {
+      // stride * (in - 1) + output_padding + extent - begin - end (SpatialDims admits neither
+      // output_shape nor SAME padding here).
+      if (!checked_extent) return c.Error("kernel_shape * dilations is too large");
+      int64_t& begin = (*pads)[i];
+      int64_t& end = (*pads)[i + r];
+      auto reach =
+          SymSub(SymMul(in->at(i), SymDim::Const((*strides)[i])), SymDim::Const((*strides)[i]));
+      auto o = reach ? SymAdd(*reach,
+                              SymDim::Const((*output_padding)[i] + *checked_extent - begin - end))
+                     : std::nullopt;
+      if (!o) return c.Error("output extent is too large an expression");
+      out[i] = *o;
+      end -= (*output_padding)[i];
+      continue;
+    }
+    const int64_t in_i = *in->at(i).AsConstant();
     // stride * (in - 1) is the one product of two unbounded-by-each-other 2^40 values.
-    auto reach = CheckedMul((*strides)[i], in->at(i) - 1);
+    auto reach = CheckedMul((*strides)[i], in_i - 1);
     if (!checked_extent || !reach || *reach >= 4 * kMaxWindowAttr) {
       return c.Error("output extent (strides * input + kernel_shape * dilations) is too large");
     }
@@ -232,17 +274,19 @@ absl::Status ConvTranspose(InferContext& c) {
     int64_t full = *reach + (*output_padding)[i] + extent;
     int64_t& begin = (*pads)[i];
     int64_t& end = (*pads)[i + r];
+    int64_t out_i = 0;
     if (!output_shape.empty() || same) {
-      out[i] = output_shape.empty() ? in->at(i) * (*strides)[i] : output_shape[i];
+      out_i = output_shape.empty() ? in_i * (*strides)[i] : output_shape[i];
       // Split as the ONNX reference does: SAME_UPPER puts the extra pad at the end.
-      int64_t total = full - out[i];
+      int64_t total = full - out_i;
       begin = auto_pad == "SAME_UPPER" ? FloorDiv(total, 2) : total - FloorDiv(total, 2);
       end = total - begin;
     } else {
-      out[i] = full - begin - end;
+      out_i = full - begin - end;
     }
     end -= (*output_padding)[i];
-    if (out[i] <= 0) return c.Error("output size is not positive");
+    if (out_i <= 0) return c.Error("output size is not positive");
+    out[i] = SymDim::Const(out_i);
   }
   Node& n = c.node();
   SetWindowAttrs(n, kernel, *strides, *dilations, *pads);

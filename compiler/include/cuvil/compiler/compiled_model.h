@@ -48,7 +48,7 @@ enum EntryError : int32_t {
   kEntryOk = 0,
   // A Gather / ScatterND index lies outside [-len, len) of its axis.
   kEntryIndexOutOfBounds = 1,
-  // A Slice whose bounds depend on the batch reaches past its input at this batch size.
+  // A Slice whose bounds depend on the input shapes reaches past its input for these shapes.
   kEntrySliceOutOfBounds = 2,
   // TopK's K exceeds its (batch-dependent) axis at this batch size.
   kEntryTopKTooLarge = 3,
@@ -168,12 +168,15 @@ class WeightsBlob {
   bool read_only_ = false;
 };
 
-// A dim of the graph that depends on symbols beyond the batch: requests whose symbol values make
-// it negative are refused before the entry runs (it would size a loop or a buffer).
+// A condition on the symbols checked before the entry runs: a dim of the graph that depends on
+// symbols beyond the batch must not be negative (it sizes a loop or a buffer), and two extents the
+// graph needs equal (an assumption of shape inference, ir::Graph::assumptions) must be.
 struct DimConstraint {
   std::string value;  // The IR value (tensor) whose dim it is.
   int32_t dim = 0;
-  std::vector<int64_t> program;  // The dim, encoded (dim_expr_codec.h).
+  std::vector<int64_t> program;  // The dim (or lhs - rhs when `equal`), encoded (dim_expr_codec.h).
+  bool equal = false;            // The program must be 0 (else: must be >= 0).
+  std::string description;       // For `equal`: "H == 2*floor(H / 2)".
 };
 
 // Thread-compatible value type.

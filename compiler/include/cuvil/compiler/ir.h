@@ -111,6 +111,18 @@ class Graph {
   // Every free dimension's name by symbol id (symbols[0] == symbol); empty when all shapes are
   // static.
   std::vector<std::string> symbols;
+  // Dims shape inference could not prove equal but the graph needs equal (a Concat of an input
+  // and its downsampled-then-upsampled copy: H and 2*floor(H/2)). Each becomes a run-time check
+  // (CompiledModel::dim_constraints), so inputs that violate it fail before the code runs.
+  struct DimAssumption {
+    std::string value;  // The tensor whose dim carries the assumption.
+    int32_t dim = 0;
+    DimExpr lhs, rhs;
+  };
+  std::vector<DimAssumption> assumptions;
+  // False for If/Loop/Scan bodies: their assumptions could not be checked before the entry runs,
+  // so shape inference refuses unproven equalities there.
+  bool allow_assumptions = true;
 
  private:
   std::vector<std::unique_ptr<Value>> values_;

@@ -86,6 +86,9 @@ std::optional<SymDim> SymSub(SymDim a, SymDim b);
 // Truncating quotient (C and ONNX integer Div); nullopt when b is zero or the expression would
 // grow past DimExpr's caps. INT64_MIN / -1 wraps to INT64_MIN, as the generated code does.
 std::optional<SymDim> SymDiv(SymDim a, SymDim b);
+// Floor quotient (rounding toward negative infinity, as window extents use); nullopt when b is
+// zero or the expression would grow past DimExpr's caps.
+std::optional<SymDim> SymFloorDiv(SymDim a, SymDim b);
 
 using SymShape = std::vector<SymDim>;
 
