@@ -106,6 +106,9 @@ RequestQueue::Decision RequestQueue::NextBatch(Clock::time_point now, bool flush
   bool send_now = false;  // The next request cannot join: the batch cannot grow.
   Clock::time_point oldest = Clock::time_point::max();
   const InferenceRequest* first = nullptr;
+  // The requests joining the batch, in service order (queue and index; a queue's indices rise).
+  std::vector<std::pair<std::deque<QueuedRequest>*, size_t>> chosen;
+  size_t skipped = 0;  // Requests of another shape class passed over.
 
   auto drop = [&](std::deque<QueuedRequest>& q, size_t i, const char* why) {
     Completion c;
@@ -117,8 +120,11 @@ RequestQueue::Decision RequestQueue::NextBatch(Clock::time_point now, bool flush
     --size_;
   };
 
-  // Walks the queue in service order (levels by priority; fresh before delayed) and stops at
-  // the first request that cannot join, so no request is overtaken by a later one of its level.
+  // Walks the queue in service order (levels by priority; fresh before delayed). A request whose
+  // shapes cannot share the first one's batch (another sequence length or image size) is passed
+  // over: its shape class waits for a batch it heads, and since the oldest request always heads
+  // the next batch, no class starves. Otherwise the walk stops at the first request that cannot
+  // join, so no request is overtaken by a later one of its class.
   for (Level& level : levels_) {
     for (int pass = 0; pass < 2 && !send_now; ++pass) {
       std::deque<QueuedRequest>& q = pass == 0 ? level.fresh : level.delayed;
@@ -143,11 +149,19 @@ RequestQueue::Decision RequestQueue::NextBatch(Clock::time_point now, bool flush
             send_now = true;
             break;
           }
+          if (!layout_->CanShareBatch(*first, *r.request)) {
+            if (++skipped > kMaxPassedOver) {
+              send_now = true;
+              break;
+            }
+            ++i;
+            continue;
+          }
           // Beyond every preferred size: prefer what we have over a non-preferred larger batch.
           if (max_preferred_ > 0 && best_count == 0 && rows + r.rows > max_preferred_) {
             best_count = count;
           }
-          if (rows + r.rows > max_rows_ || !layout_->CanShareBatch(*first, *r.request)) {
+          if (rows + r.rows > max_rows_) {
             send_now = true;
             break;
           }
@@ -156,6 +170,7 @@ RequestQueue::Decision RequestQueue::NextBatch(Clock::time_point now, bool flush
         }
         rows += r.rows;
         ++count;
+        chosen.emplace_back(&q, i);
         oldest = std::min(oldest, r.enqueued);
         if (std::binary_search(preferred_.begin(), preferred_.end(), rows)) best_count = count;
         ++i;
@@ -172,21 +187,19 @@ RequestQueue::Decision RequestQueue::NextBatch(Clock::time_point now, bool flush
     decision.wake_at = oldest + max_delay_;
     return decision;
   }
-  Take(count, batch);
+  chosen.resize(count);
+  Take(chosen, batch);
   decision.taken = count;
   return decision;
 }
 
-void RequestQueue::Take(size_t n, std::vector<QueuedRequest>* batch) {
-  for (Level& level : levels_) {
-    for (std::deque<QueuedRequest>* q : {&level.fresh, &level.delayed}) {
-      while (n > 0 && !q->empty()) {
-        batch->push_back(std::move(q->front()));
-        q->pop_front();
-        --size_;
-        --n;
-      }
-    }
+void RequestQueue::Take(const std::vector<std::pair<std::deque<QueuedRequest>*, size_t>>& chosen,
+                        std::vector<QueuedRequest>* batch) {
+  for (const auto& [q, i] : chosen) batch->push_back(std::move((*q)[i]));
+  // Backwards, so each erase leaves the indices still to erase in place.
+  for (auto it = chosen.rbegin(); it != chosen.rend(); ++it) {
+    it->first->erase(it->first->begin() + static_cast<ptrdiff_t>(it->second));
+    --size_;
   }
 }
 

@@ -4,6 +4,7 @@
 #define CUVIL_SCHEDULER_REQUEST_QUEUE_H_
 
 #include <deque>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -45,8 +46,12 @@ class RequestQueue {
     size_t size() const { return fresh.size() + delayed.size(); }
   };
 
-  // Pops the first `n` requests in service order into `batch`.
-  void Take(size_t n, std::vector<QueuedRequest>* batch);
+  // Moves the `chosen` requests (queue and index, in service order) into `batch`.
+  void Take(const std::vector<std::pair<std::deque<QueuedRequest>*, size_t>>& chosen,
+            std::vector<QueuedRequest>* batch);
+
+  // Requests of other shape classes one batch decision passes over at most (bounds its walk).
+  static constexpr size_t kMaxPassedOver = 256;
 
   const ModelLayout* layout_;
   bool dynamic_;
