@@ -43,10 +43,13 @@ def read_tensor(path):
     return numpy_helper.to_array(t)
 
 
-def test_sets(name):
+DYNAMIC_DIR = os.path.join(MODELS_DIR, "..", "models-dynamic")
+
+
+def test_sets(name, models_dir=MODELS_DIR):
     """(inputs, expected output_0) of every test_data_set_* of zoo model `name`."""
     sets = []
-    for d in sorted(glob.glob(os.path.join(MODELS_DIR, name, "test_data_set_*"))):
+    for d in sorted(glob.glob(os.path.join(models_dir, name, "test_data_set_*"))):
         inputs = [read_tensor(p) for p in sorted(glob.glob(os.path.join(d, "input_*.pb")))]
         sets.append((inputs, read_tensor(os.path.join(d, "output_0.pb"))))
     return sets
@@ -55,8 +58,8 @@ def test_sets(name):
 class ZooTest(unittest.TestCase):
     """Every zoo model from a path, bytes and a ModelProto, on its test data."""
 
-    def check(self, model, name):
-        sets = test_sets(name)
+    def check(self, model, name, models_dir=MODELS_DIR):
+        sets = test_sets(name, models_dir)
         self.assertGreater(len(sets), 0, f"{name}: no test_data_set_*")
         for i, (inputs, expected) in enumerate(sets):
             outputs = model(*inputs)
@@ -86,6 +89,19 @@ class ZooTest(unittest.TestCase):
                 with self.subTest(model=name, source=kind):
                     model = cuvil.compile(source)
                     self.check(model, name)
+
+
+    def test_free_dimensions_beyond_the_batch(self):
+        """One compile of each dynamic-zoo model serves data sets that differ in seq, H and W."""
+        for name in ["seq_encoder", "lstm_tagger", "unet_dynamic"]:
+            with self.subTest(model=name):
+                model = cuvil.compile(os.path.join(DYNAMIC_DIR, name, "model.onnx"))
+                self.check(model, name, DYNAMIC_DIR)
+        unet = cuvil.compile(os.path.join(DYNAMIC_DIR, "unet_dynamic", "model.onnx"))
+        self.assertEqual(unet.inputs[0].shape, ["batch", 3, "height", "width"])
+        with self.assertRaisesRegex(ValueError, r"height=63.*2\*floor\(height / 2\)"):
+            unet(np.zeros((1, 3, 63, 64), np.float32))
+        self.assertEqual(unet(np.zeros((1, 3, 62, 64), np.float32))[0].shape, (1, 2, 62, 64))
 
 
 class ApiTest(unittest.TestCase):
