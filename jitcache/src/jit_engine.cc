@@ -22,6 +22,7 @@
 #include "cuvil/runtime/dim_expr_codec.h"
 #include "cuvil/runtime/runtime_symbols.h"
 #include "cuvil/runtime/symbol_binding.h"
+#include "cuvil/runtime/tensor_size.h"
 #include "kernel_profiler.h"
 #include "llvm/AsmParser/Parser.h"
 #include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
@@ -234,21 +235,6 @@ LoadedModel::~LoadedModel() {
   if (weights_ != nullptr) munmap(weights_, weights_mapped_bytes_);
 }
 
-namespace {
-
-// Whether a tensor of `shape` and `dtype` can be allocated: dims non-negative, at most 2^40 bytes.
-bool ValidShape(const std::vector<int64_t>& shape, DType dtype) {
-  int64_t bytes = DTypeSize(dtype);
-  for (int64_t d : shape) {
-    if (d < 0 || __builtin_mul_overflow(bytes, d, &bytes) || bytes > (int64_t{1} << 40)) {
-      return false;
-    }
-  }
-  return true;
-}
-
-}  // namespace
-
 absl::StatusOr<std::vector<int64_t>> LoadedModel::ResolveSymbols(
     absl::Span<const std::vector<int64_t>> input_shapes) const {
   absl::StatusOr<std::vector<int64_t>> syms;
@@ -290,7 +276,7 @@ absl::StatusOr<std::vector<int64_t>> LoadedModel::ResolveSymbols(
   }
   for (const TensorSignature& sig : model_.outputs) {
     auto shape = EvalShape(sig.shape, *syms);
-    if (!shape || !ValidShape(*shape, sig.dtype)) {
+    if (!shape || !CheckedTensorBytes(sig.dtype, *shape).ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("output '", sig.name, "' would be too large for these input shapes"));
     }

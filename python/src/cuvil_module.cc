@@ -284,10 +284,7 @@ class PyCompiledModel {
     if (*batch < 1)
       throw py::value_error(
           absl::StrCat(m.symbol.empty() ? "batch" : m.symbol, " must be at least 1, got ", *batch));
-    if (m.symbols.size() <= 1) {
-      if (auto s = loaded_->CheckInputShapes(shapes, *batch); !s.ok()) Raise(s);
-    }
-    const int64_t arena_bytes = ArenaBytes(*syms);
+    const int64_t arena_bytes = ArenaBytesFor(*syms);
     absl::InlinedVector<py::array, 8> outputs;
     absl::InlinedVector<void*, 8> out_ptrs;
     for (size_t i = 0; i < m.outputs.size(); ++i) {
@@ -341,7 +338,7 @@ class PyCompiledModel {
       outputs.emplace_back(sig.dtype, *EvalShape(sig.shape, *syms));
       out_ptrs.push_back(outputs.back().data());
     }
-    AlignedBuffer arena = AlignedAlloc(static_cast<size_t>(ArenaBytes(*syms)));
+    AlignedBuffer arena = AlignedAlloc(static_cast<size_t>(ArenaBytesFor(*syms)));
     int32_t rc = 0;
     std::chrono::steady_clock::duration elapsed{};
     {
@@ -394,8 +391,19 @@ class PyCompiledModel {
     return out;
   }
 
+  // Arena bytes one call at `batch` uses (models whose only free dimension is the batch).
+  int64_t ArenaBytes(int64_t batch) const {
+    const CompiledModel& m = loaded_->model();
+    if (m.symbols.size() > 1) {
+      throw py::value_error(absl::StrCat("this model's scratch depends on ",
+                                         absl::StrJoin(m.symbols, ", "),
+                                         ", not on the batch alone; each call sizes its own"));
+    }
+    return ArenaBytesFor({batch});
+  }
+
   // Arena bytes one call with symbol values `syms` (syms[0] the batch) uses.
-  int64_t ArenaBytes(const std::vector<int64_t>& syms) const {
+  int64_t ArenaBytesFor(const std::vector<int64_t>& syms) const {
     const std::optional<int64_t> bytes = loaded_->model().arena.CheckedBytesForSymbols(syms);
     if (!bytes)
       throw py::value_error(absl::StrCat("batch ", syms[0], " is too large for this model"));

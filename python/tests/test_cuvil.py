@@ -102,6 +102,8 @@ class ZooTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, r"height=63.*2\*floor\(height / 2\)"):
             unet(np.zeros((1, 3, 63, 64), np.float32))
         self.assertEqual(unet(np.zeros((1, 3, 62, 64), np.float32))[0].shape, (1, 2, 62, 64))
+        with self.assertRaisesRegex(ValueError, "height, width"):
+            unet.arena_bytes(1)  # Sized per call, not by the batch alone.
 
 
 class ApiTest(unittest.TestCase):
@@ -123,6 +125,8 @@ class ApiTest(unittest.TestCase):
         self.assertEqual(m.outputs[0].dtype, "float32")
         self.assertEqual(m.intra_op_threads, 2)
         self.assertEqual(m.opt_level, 3)
+        # mlp keeps batch-scaled intermediates: scratch grows with the batch.
+        self.assertGreater(m.arena_bytes(8), m.arena_bytes(1))
 
     def test_kernels_and_timings(self):
         kernels = self.model.kernels

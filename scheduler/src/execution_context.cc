@@ -113,11 +113,9 @@ ExecutionContext::Result ExecutionContext::Execute(std::vector<QueuedRequest>& b
       output_ptrs_[o] = outputs_[o].Reserve(output_row_bytes_[o] * rows);
     }
   }
-  void* arena = arena_.Reserve(static_cast<size_t>(
-      std::max<int64_t>(executable_->ArenaBytesForShapes(result.rows, run_shapes_), 0)));
-
   result.status =
-      executable_->Run(input_ptrs_.data(), run_shapes_, output_ptrs_.data(), result.rows, arena);
+      executable_->Run(input_ptrs_.data(), run_shapes_, output_ptrs_.data(), result.rows,
+                       [this](size_t bytes) { return arena_.Reserve(bytes); });
   const Clock::time_point ran = clock_->Now();
   result.infer_ns = NanosBetween(gathered, ran);
   if (!result.status.ok()) {

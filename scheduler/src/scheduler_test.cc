@@ -44,10 +44,10 @@ class FakeExecutable : public Executable {
 
   const std::vector<TensorSpec>& inputs() const override { return inputs_; }
   const std::vector<TensorSpec>& outputs() const override { return outputs_; }
-  int64_t ArenaBytes(int64_t batch) const override { return 64 * batch; }
+  static int64_t ArenaBytes(int64_t batch) { return 64 * batch; }
 
   absl::Status Run(const void* const* inputs, absl::Span<const std::vector<int64_t>> input_shapes,
-                   void* const* outputs, int64_t batch, void* arena) const override {
+                   void* const* outputs, int64_t batch, ArenaReserve reserve) const override {
     // The scheduler hands over the executed batch's shape: [batch, D] (D of the first request),
     // or [D] for a model without a batch dimension.
     const std::vector<int64_t>& shape = input_shapes.size() == 1 ? input_shapes[0] : dims_none_;
@@ -70,7 +70,9 @@ class FakeExecutable : public Executable {
       clock = advance_clock_;
       advance = advance_;
     }
-    std::memset(arena, 0xab, static_cast<size_t>(ArenaBytes(batch)));  // Sanitizers check size.
+    // Sanitizers check the reserved size.
+    void* arena = reserve(static_cast<size_t>(ArenaBytes(batch)));
+    std::memset(arena, 0xab, static_cast<size_t>(ArenaBytes(batch)));
     if (clock != nullptr) clock->Advance(advance);
     float* y = static_cast<float*>(outputs[0]);
     float* z = static_cast<float*>(outputs[1]);

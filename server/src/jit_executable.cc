@@ -47,15 +47,6 @@ absl::StatusOr<std::shared_ptr<JitExecutable>> JitExecutable::Create(
       new JitExecutable(model, std::move(inputs), std::move(outputs)));
 }
 
-int64_t JitExecutable::ArenaBytesForShapes(
-    int64_t batch, absl::Span<const std::vector<int64_t>> input_shapes) const {
-  const CompiledModel& m = model_->model();
-  if (m.symbols.size() <= 1 && !m.arena.symbolic()) return m.arena.BytesFor(batch);
-  auto syms = model_->ResolveSymbols(input_shapes);
-  if (!syms.ok()) return 0;
-  return m.arena.CheckedBytesForSymbols(*syms).value_or(0);
-}
-
 absl::StatusOr<std::vector<std::vector<int64_t>>> JitExecutable::OutputDims(
     const std::vector<std::vector<int64_t>>& input_dims) const {
   const CompiledModel& m = model_->model();
@@ -89,21 +80,24 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> JitExecutable::OutputDims(
 
 absl::Status JitExecutable::Run(const void* const* inputs,
                                 absl::Span<const std::vector<int64_t>> input_shapes,
-                                void* const* outputs, int64_t batch, void* arena) const {
-  if (model_->model().symbols.size() > 1) {
-    // Binding the symbols checks every input dim against them.
+                                void* const* outputs, int64_t batch, ArenaReserve arena) const {
+  const CompiledModel& m = model_->model();
+  if (m.symbols.size() > 1 || !m.dim_constraints.empty()) {
+    // Binding the symbols checks every input dim, the model's constraints and the arena size.
     auto syms = model_->ResolveSymbols(input_shapes);
     if (!syms.ok()) return syms.status();
     if ((*syms)[0] != batch) {
       return absl::InvalidArgumentError(
           absl::StrCat("the inputs hold ", (*syms)[0], " rows, the execution ", batch));
     }
-    return EntryStatus(model_->Execute(inputs, outputs, batch, arena, syms->data()));
+    const auto bytes = static_cast<size_t>(*m.arena.CheckedBytesForSymbols(*syms));
+    return EntryStatus(model_->Execute(inputs, outputs, batch, arena(bytes), syms->data()));
   }
   if (auto s = model_->CheckInputShapes(input_shapes, batch); !s.ok()) return s;
   // A nonzero result is the request's data at fault (e.g. an index out of bounds).
   // Execute: one kernel table per execution, and a guard that keeps rolled-back code alive.
-  return EntryStatus(model_->Execute(inputs, outputs, batch, arena));
+  const auto bytes = static_cast<size_t>(m.arena.BytesFor(batch));
+  return EntryStatus(model_->Execute(inputs, outputs, batch, arena(bytes)));
 }
 
 }  // namespace cuvil

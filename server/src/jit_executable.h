@@ -23,12 +23,10 @@ class JitExecutable : public Executable {
 
   const std::vector<TensorSpec>& inputs() const override { return inputs_; }
   const std::vector<TensorSpec>& outputs() const override { return outputs_; }
-  int64_t ArenaBytes(int64_t batch) const override { return model_->model().arena.BytesFor(batch); }
-  // For a model with free dimensions beyond the batch: the scratch of these shapes' symbols.
-  int64_t ArenaBytesForShapes(int64_t batch,
-                              absl::Span<const std::vector<int64_t>> input_shapes) const override;
+  // Binds the model's symbols from `input_shapes` once (checking every dim), reserves the scratch
+  // they need and runs the entry point.
   absl::Status Run(const void* const* inputs, absl::Span<const std::vector<int64_t>> input_shapes,
-                   void* const* outputs, int64_t batch, void* arena) const override;
+                   void* const* outputs, int64_t batch, ArenaReserve arena) const override;
   // Output dims from the symbols the input dims bind (models with free dims beyond the batch).
   absl::StatusOr<std::vector<std::vector<int64_t>>> OutputDims(
       const std::vector<std::vector<int64_t>>& input_dims) const override;

@@ -8,6 +8,7 @@
 #include "codegen/dim_expr_emit.h"
 #include "llvm/IR/Constants.h"
 #include "llvm/IR/Function.h"
+#include "memory_plan.h"
 
 namespace cuvil::codegen {
 
@@ -189,6 +190,28 @@ llvm::Value* KernelContext::Dim(const DimExpr& e) {
   // A fresh emitter per dim, as in EmitDim; the symbol values themselves are shared.
   DimExprEmitter emit(builder_, [this](int32_t id) { return Symbol(id); });
   return emit.Emit(e);
+}
+
+llvm::Value* EmitBufferAddress(llvm::IRBuilder<>& b, const BufferLocation& loc, llvm::Value* inputs,
+                               llvm::Value* outputs, llvm::Value* weights, llvm::Value* batch,
+                               llvm::Value* arena, llvm::Value* syms) {
+  llvm::Type* ptr = b.getPtrTy();
+  switch (loc.kind) {
+    case BufferLocation::Kind::kInput:
+      return b.CreateLoad(ptr, b.CreateConstGEP1_64(ptr, inputs, loc.index));
+    case BufferLocation::Kind::kOutput:
+      return b.CreateLoad(ptr, b.CreateConstGEP1_64(ptr, outputs, loc.index));
+    case BufferLocation::Kind::kWeight:
+      return b.CreateConstInBoundsGEP1_64(b.getInt8Ty(), weights, loc.offset);
+    case BufferLocation::Kind::kArena: {
+      llvm::Value* off =
+          loc.offset_expr
+              ? EmitDim(b, *loc.offset_expr, batch, syms)
+              : b.CreateAdd(b.CreateMul(batch, b.getInt64(loc.per_batch)), b.getInt64(loc.offset));
+      return b.CreateInBoundsGEP(b.getInt8Ty(), arena, off);
+    }
+  }
+  return nullptr;
 }
 
 absl::StatusOr<llvm::Value*> EmitSymbolValues(llvm::IRBuilder<>& b, const ir::Graph& g,

@@ -28,6 +28,10 @@
 #include "llvm/IR/Module.h"
 #include "op_table.h"
 
+namespace cuvil {
+struct BufferLocation;  // memory_plan.h
+}  // namespace cuvil
+
 namespace cuvil::codegen {
 
 using Idx = std::vector<llvm::Value*>;
@@ -214,6 +218,13 @@ class KernelContext {
 // EmitSymbolValues); a static dim is an i64 constant.
 llvm::Value* EmitDim(llvm::IRBuilder<>& b, const SymDim& d, llvm::Value* batch, llvm::Value* syms);
 llvm::Value* EmitDim(llvm::IRBuilder<>& b, const DimExpr& e, llvm::Value* batch, llvm::Value* syms);
+
+// In an entry function (cuvil_entry, a subgraph's), at the insertion point of `b`: the address of
+// the buffer at `loc` — an input or output pointer from `inputs`/`outputs`, an offset into
+// `weights`, or an arena offset (linear in `batch`, or an expression in the symbols `syms`).
+llvm::Value* EmitBufferAddress(llvm::IRBuilder<>& b, const BufferLocation& loc, llvm::Value* inputs,
+                               llvm::Value* outputs, llvm::Value* weights, llvm::Value* batch,
+                               llvm::Value* arena, llvm::Value* syms);
 
 // For an entry function (cuvil_entry, a subgraph's): the execution's symbol values array that
 // every kernel's args symbols slot points to. A graph whose shapes mention only the batch gets a

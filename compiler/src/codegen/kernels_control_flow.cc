@@ -38,29 +38,6 @@ struct LoweredSubgraph {
   std::optional<DimExpr> arena_bytes;
 };
 
-llvm::Value* Address(llvm::IRBuilder<>& b, const MemoryPlan& plan, const ir::Value* v,
-                     llvm::Value* inputs, llvm::Value* outputs, llvm::Value* batch,
-                     llvm::Value* arena, llvm::Value* weights, llvm::Value* syms) {
-  const BufferLocation& loc = plan.locations.at(v);
-  llvm::Type* ptr = b.getPtrTy();
-  switch (loc.kind) {
-    case BufferLocation::Kind::kInput:
-      return b.CreateLoad(ptr, b.CreateConstGEP1_64(ptr, inputs, loc.index));
-    case BufferLocation::Kind::kOutput:
-      return b.CreateLoad(ptr, b.CreateConstGEP1_64(ptr, outputs, loc.index));
-    case BufferLocation::Kind::kWeight:
-      return b.CreateConstInBoundsGEP1_64(b.getInt8Ty(), weights, loc.offset);
-    case BufferLocation::Kind::kArena: {
-      llvm::Value* off =
-          loc.offset_expr
-              ? EmitDim(b, *loc.offset_expr, batch, syms)
-              : b.CreateAdd(b.CreateMul(batch, b.getInt64(loc.per_batch)), b.getInt64(loc.offset));
-      return b.CreateInBoundsGEP(b.getInt8Ty(), arena, off);
-    }
-  }
-  return nullptr;
-}
-
 llvm::Value* ByteSize(llvm::IRBuilder<>& b, const ir::TensorType& t, llvm::Value* batch,
                       llvm::Value* syms) {
   SymDim bytes = SymMul(SymNumElements(t.shape), SymDim::Const(DTypeSize(t.dtype)));
@@ -136,7 +113,8 @@ absl::StatusOr<LoweredSubgraph> LowerSubgraph(KernelContext& k, const ir::Graph&
   auto syms = EmitSymbolValues(b, g, batch, caller_syms);
   if (!syms.ok()) return syms.status();
   auto address = [&](const ir::Value* v) {
-    return Address(b, *plan, v, inputs, outputs, batch, arena, weights, *syms);
+    return EmitBufferAddress(b, plan->locations.at(v), inputs, outputs, weights, batch, arena,
+                             *syms);
   };
   llvm::Value* null = llvm::ConstantPointerNull::get(llvm::PointerType::getUnqual(c));
   for (size_t i = 0; i < g.nodes().size(); ++i) {

@@ -43,19 +43,8 @@ Ints StaticSpatial(const SymShape& shape) {
   return out;
 }
 
-bool StaticSpatialDims(const SymShape& shape) {
-  for (size_t d = 2; d < shape.size(); ++d) {
-    if (!shape[d].IsStatic()) return false;
-  }
-  return true;
-}
-
-// The spatial extents of `shape` as i64 values (constants where static).
-Idx SpatialValues(KernelContext& k, const SymShape& shape) {
-  Idx out;
-  for (size_t d = 2; d < shape.size(); ++d) out.push_back(k.Dim(shape[d]));
-  return out;
-}
+// The spatial dims of `shape` (everything after N and C).
+SymShape Spatial(const SymShape& shape) { return SymShape(shape.begin() + 2, shape.end()); }
 
 // A parameter block of i64 words for a runtime microkernel: a private constant when every word
 // is a constant, else a stack array filled here (symbolic spatial dims).
@@ -72,11 +61,9 @@ llvm::Value* ParamsBlock(KernelContext& k, const std::vector<llvm::Value*>& word
         k.module(), array_ty, /*isConstant=*/true, llvm::GlobalValue::PrivateLinkage,
         llvm::ConstantArray::get(array_ty, init), k.function()->getName() + name);
   }
-  llvm::BasicBlock& entry = k.function()->getEntryBlock();
-  llvm::IRBuilder<> eb(&entry, entry.begin());
-  llvm::Value* block = eb.CreateAlloca(array_ty, nullptr, name);
+  llvm::Value* block = k.Scratch(i64, static_cast<int64_t>(words.size()));
   for (size_t i = 0; i < words.size(); ++i) {
-    k.b().CreateStore(words[i], k.b().CreateConstGEP2_64(array_ty, block, 0, i));
+    k.b().CreateStore(words[i], k.b().CreateConstGEP1_64(i64, block, i));
   }
   return block;
 }
@@ -95,6 +82,14 @@ llvm::Value* Affine(KernelContext& k, llvm::Value* i, int64_t scale, llvm::Value
 // base + sum(idx[j] * strides[j]) over the first idx.size() dims.
 llvm::Value* Linear(KernelContext& k, llvm::Value* base, const Idx& idx, const Ints& strides) {
   for (size_t j = 0; j < idx.size(); ++j) base = Affine(k, idx[j], strides[j], base);
+  return base;
+}
+
+// base + sum(idx[j] * strides[j]) with run-time strides.
+llvm::Value* Linear(KernelContext& k, llvm::Value* base, const Idx& idx, const Idx& strides) {
+  for (size_t j = 0; j < idx.size(); ++j) {
+    base = k.b().CreateAdd(k.b().CreateMul(idx[j], strides[j]), base);
+  }
   return base;
 }
 
@@ -285,7 +280,7 @@ absl::Status EmitConvUkernel(KernelContext& k) {
   std::vector<llvm::Value*> words;
   for (int i = 0; i < 17; ++i) words.push_back(k.I64(fields[i]));
   // height, width, out_height, out_width: run-time values where the dims are symbolic.
-  const Idx in = SpatialValues(k, k.in_shape(0)), out = SpatialValues(k, k.out_shape(0));
+  const Idx in = k.Dims(Spatial(k.in_shape(0))), out = k.Dims(Spatial(k.out_shape(0)));
   const size_t height = offsetof(cuvil_uk_conv_params, height) / sizeof(int64_t);
   const size_t out_height = offsetof(cuvil_uk_conv_params, out_height) / sizeof(int64_t);
   words[height] = in[0];
@@ -304,7 +299,7 @@ absl::Status EmitConvUkernel(KernelContext& k) {
 
 absl::Status EmitConv(KernelContext& k) {
   if (k.node().has_attr("ukernel")) return EmitConvUkernel(k);
-  if (!StaticSpatialDims(k.in_shape(0)) || !StaticSpatialDims(k.out_shape(0))) {
+  if (!IsStaticShape(Spatial(k.in_shape(0))) || !IsStaticShape(Spatial(k.out_shape(0)))) {
     return k.Unsupported("symbolic spatial dims outside the float32 2-D microkernel");
   }
   auto& b = k.b();
@@ -382,25 +377,12 @@ absl::Status EmitConvTranspose(KernelContext& k) {
   int64_t C = k.in_shape(0)[1].coef(), M = k.out_shape(0)[1].coef();
   int64_t Cg = C / group, Mg = M / group;
   // Spatial extents as values (constants for static dims, so the IR folds as before).
-  const Idx in = SpatialValues(k, k.in_shape(0)), out = SpatialValues(k, k.out_shape(0));
-  auto strides_of = [&](const Idx& dims) {
-    Idx st(dims.size(), k.I64(1));
-    for (size_t i = dims.size(); i-- > 1;) st[i - 1] = b.CreateMul(st[i], dims[i]);
-    return st;
-  };
-  auto product = [&](const Idx& dims) {
-    llvm::Value* p = k.I64(1);
-    for (llvm::Value* d : dims) p = b.CreateMul(p, d);
-    return p;
-  };
-  auto linear = [&](llvm::Value* base, const Idx& idx, const Idx& st) {
-    for (size_t j = 0; j < idx.size(); ++j) base = b.CreateAdd(b.CreateMul(idx[j], st[j]), base);
-    return base;
-  };
-  llvm::Value* in_plane = product(in);
-  llvm::Value* out_plane = product(out);
+  const SymShape in_dims = Spatial(k.in_shape(0)), out_dims = Spatial(k.out_shape(0));
+  const Idx in = k.Dims(in_dims), out = k.Dims(out_dims);
+  llvm::Value* in_plane = k.NumElements(in_dims);
+  llvm::Value* out_plane = k.NumElements(out_dims);
   int64_t k_plane = Product(w.kernel);
-  const Idx in_strides = strides_of(in), out_strides = strides_of(out);
+  const Idx in_strides = k.Strides(in_dims), out_strides = k.Strides(out_dims);
   Ints k_strides = RowMajorStrides(w.kernel);
 
   k.For(k.I64(0), k.Dim(k.in_shape(0)[0]), [&](llvm::Value* n) {
@@ -417,7 +399,7 @@ absl::Status EmitConvTranspose(KernelContext& k) {
           // W is [C, M/group, kernel...].
           llvm::Value* w_plane = b.CreateMul(Affine(k, ic, Mg, mm), k.I64(k_plane));
           k.ForNest(in, [&](const Idx& ii) {
-            llvm::Value* xv = k.Load(dt, k.in(0), linear(x_plane, ii, in_strides));
+            llvm::Value* xv = k.Load(dt, k.in(0), Linear(k, x_plane, ii, in_strides));
             k.ForNest(Consts(k, w.kernel), [&](const Idx& kk) {
               llvm::Value* inside = b.getTrue();
               llvm::Value* y_off = y_plane;
@@ -463,7 +445,7 @@ absl::Status EmitPool(KernelContext& k, bool is_max) {
   // bounds check inside the input, planes split over the intra-op threads).
   if (is_max && !want_indices && dt == DType::kFloat32 && r == 2) {
     static_assert(sizeof(cuvil_uk_pool_params) == 12 * sizeof(int64_t));
-    const Idx in = SpatialValues(k, k.in_shape(0)), out = SpatialValues(k, k.out_shape(0));
+    const Idx in = k.Dims(Spatial(k.in_shape(0))), out = k.Dims(Spatial(k.out_shape(0)));
     llvm::Value* params =
         ParamsBlock(k,
                     {in[0], in[1], out[0], out[1], k.I64(w.kernel[0]), k.I64(w.kernel[1]),
@@ -474,7 +456,7 @@ absl::Status EmitPool(KernelContext& k, bool is_max) {
     k.CallC("cuvil_uk_maxpool2d", b.getVoidTy(), {params, k.in(0), k.out(0), planes});
     return absl::OkStatus();
   }
-  if (!StaticSpatialDims(k.in_shape(0)) || !StaticSpatialDims(k.out_shape(0))) {
+  if (!IsStaticShape(Spatial(k.in_shape(0))) || !IsStaticShape(Spatial(k.out_shape(0)))) {
     return k.Unsupported("symbolic spatial dims outside float32 2-D MaxPool without Indices");
   }
   llvm::Value* acc = k.Scratch(k.ElemType(dt));

@@ -183,24 +183,8 @@ class ModuleBuilder {
   llvm::Value* Address(llvm::IRBuilder<>& b, const ir::Value* v, llvm::Value* inputs,
                        llvm::Value* outputs, llvm::Value* batch, llvm::Value* arena,
                        llvm::Value* syms) {
-    const BufferLocation& loc = plan_.locations.at(v);
-    llvm::Type* ptr = b.getPtrTy();
-    switch (loc.kind) {
-      case BufferLocation::Kind::kInput:
-        return b.CreateLoad(ptr, b.CreateConstGEP1_64(ptr, inputs, loc.index));
-      case BufferLocation::Kind::kOutput:
-        return b.CreateLoad(ptr, b.CreateConstGEP1_64(ptr, outputs, loc.index));
-      case BufferLocation::Kind::kWeight:
-        return b.CreateConstInBoundsGEP1_64(b.getInt8Ty(), weights_, loc.offset);
-      case BufferLocation::Kind::kArena: {
-        llvm::Value* off = loc.offset_expr
-                               ? EmitDim(b, *loc.offset_expr, batch, syms)
-                               : b.CreateAdd(b.CreateMul(batch, b.getInt64(loc.per_batch)),
-                                             b.getInt64(loc.offset));
-        return b.CreateInBoundsGEP(b.getInt8Ty(), arena, off);
-      }
-    }
-    return nullptr;
+    return EmitBufferAddress(b, plan_.locations.at(v), inputs, outputs, weights_, batch, arena,
+                             syms);
   }
 
   absl::Status BuildEntry(llvm::FunctionType* kernel_ty) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -31,23 +32,17 @@ class Executable {
   virtual ~Executable() = default;
   virtual const std::vector<TensorSpec>& inputs() const = 0;
   virtual const std::vector<TensorSpec>& outputs() const = 0;
-  // Scratch one execution over `batch` rows needs.
-  virtual int64_t ArenaBytes(int64_t batch) const = 0;
-  // Scratch one execution over `batch` rows of inputs shaped `input_shapes` (as Run takes them)
-  // needs, for executables whose scratch depends on more than the batch; 0 when those shapes
-  // cannot run (Run then fails before touching the arena). The default is ArenaBytes(batch).
-  virtual int64_t ArenaBytesForShapes(int64_t batch,
-                                      absl::Span<const std::vector<int64_t>> input_shapes) const {
-    (void)input_shapes;
-    return ArenaBytes(batch);
-  }
+  // Gives Run its scratch: called once with the bytes the execution needs, it returns a buffer
+  // of at least that many bytes that stays valid until Run returns.
+  using ArenaReserve = absl::FunctionRef<void*(size_t bytes)>;
   // Runs over `batch` rows. inputs[i]/outputs[i] are contiguous row-major buffers holding
   // `batch` rows each, in inputs()/outputs() order; input_shapes[i] is input i's full shape (batch
   // dim included when batched). Implementations check the shapes against what their code reads
-  // and fail with InvalidArgument rather than run on buffers of the wrong size.
+  // and fail with InvalidArgument rather than run on buffers of the wrong size; the scratch they
+  // then reserve may depend on the shapes (free dimensions beyond the batch).
   virtual absl::Status Run(const void* const* inputs,
                            absl::Span<const std::vector<int64_t>> input_shapes,
-                           void* const* outputs, int64_t batch, void* arena) const = 0;
+                           void* const* outputs, int64_t batch, ArenaReserve arena) const = 0;
   // Dims of each output (batch dim excluded when batched) for inputs shaped `input_dims` (same
   // convention, inputs() order). Executables with -1 output dims must override it; the default
   // returns outputs()' dims and fails with Unimplemented on a -1.
