@@ -107,7 +107,7 @@ absl::Status Prepare(const CompileOptions& options, PreparedModel::Impl* impl) {
     model.outputs.push_back(SignatureOf(graph.outputs[i], graph.output_names[i]));
   }
 
-  if (graph.symbols.size() > 1) {
+  if (!graph.symbols.empty()) {
     std::vector<DimExpr> seen;
     auto note = [&](const ir::Value* v) {
       for (size_t d = 0; v != nullptr && d < v->type.shape.size(); ++d) {

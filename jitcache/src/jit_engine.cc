@@ -242,7 +242,6 @@ absl::StatusOr<std::vector<int64_t>> LoadedModel::ResolveSymbols(
     auto batch = ResolveBatch(input_shapes);
     if (!batch.ok()) return batch.status();
     syms = std::vector<int64_t>{*batch};
-    if (model_.dim_constraints.empty()) return syms;
   } else {
     std::vector<TensorDims> signature;
     signature.reserve(model_.inputs.size());

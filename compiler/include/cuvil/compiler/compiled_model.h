@@ -186,7 +186,8 @@ struct CompiledModel {
   // Every free dimension's name by symbol id (symbols[0] == symbol); empty for static models.
   // cuvil_entry's syms argument holds one value per name.
   std::vector<std::string> symbols;
-  // For models with several symbols: one per distinct symbolic dim of the graph's values.
+  // One per distinct symbolic dim of the graph's values that is not provably non-negative, and
+  // one per equality shape inference assumed.
   std::vector<DimConstraint> dim_constraints;
   std::vector<TensorSignature> inputs;
   std::vector<TensorSignature> outputs;

@@ -193,8 +193,9 @@ class LoadedModel {
   absl::StatusOr<int64_t> ResolveBatch(absl::Span<const std::vector<int64_t>> input_shapes) const;
 
   // Every symbol's value (model().symbols order, at least one element: the batch, 1 for a
-  // static model) from `input_shapes`, with every input shape checked against them, and every
-  // output and intermediate dim shown non-negative. InvalidArgument naming the tensor and dim.
+  // static model) from `input_shapes`, with every input shape checked against them, the model's
+  // dim constraints (CompiledModel::dim_constraints) holding, and the arena and every output
+  // sizable (so EvalShape of an output succeeds). InvalidArgument naming the tensor and dim.
   absl::StatusOr<std::vector<int64_t>> ResolveSymbols(
       absl::Span<const std::vector<int64_t>> input_shapes) const;
 
