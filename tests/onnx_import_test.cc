@@ -1,6 +1,7 @@
 // Importing models: weights in external data files next to the model, large raw_data weights read
 // straight from the model bytes, one preparation lowered at several optimisation levels.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -235,6 +236,52 @@ TEST(OnnxImportTest, TiersLoweredConcurrentlyShareOneFilledWeightsBlob) {
       EXPECT_NEAR((*out)[0].data_as<float>()[i], w, 1e-3 + 1e-3 * std::abs(w)) << i;
     }
   }
+}
+
+// Large initializers stay in the model file until the weights fill reads them. A file rewritten
+// in place meanwhile is refused (never half old, half new weights); one replaced by rename is not
+// the file that was opened, whose bytes the compile still reads.
+TEST(OnnxImportTest, DeferredWeightsComeFromTheFileAsOpened) {
+  constexpr int64_t kWidth = 4096;
+  const std::string dir = ::testing::TempDir() + "/deferred_weights";
+  fs::create_directories(dir);
+  const std::string path = dir + "/model.onnx";
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << RawDataModel(kWidth);
+  auto deferred = [](const ir::Graph& g) {
+    int n = 0;
+    for (const auto& v : g.values()) n += v->is_constant() && v->constant->deferred();
+    return n;
+  };
+
+  // Replaced by rename: the compile reads the original bytes.
+  auto graph = ImportOnnxFile(path);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_EQ(deferred(**graph), 1);
+  std::string other = RawDataModel(kWidth);
+  other[other.size() / 2] ^= 0x55;
+  std::ofstream(path + ".new", std::ios::binary) << other;
+  fs::rename(path + ".new", path);
+  auto compiled = CompileGraph(**graph);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  ExpectAddsRawConstant(*std::move(compiled), kWidth);
+
+  // Rewritten in place (same inode, other modification time): refused with DataLoss.
+  graph = ImportOnnxFile(path);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  {
+    const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    const std::string again = RawDataModel(kWidth);
+    ASSERT_EQ(pwrite(fd, again.data(), again.size(), 0), static_cast<ssize_t>(again.size()));
+    const struct timespec times[2] = {{0, UTIME_OMIT}, {12345, 0}};
+    ASSERT_EQ(futimens(fd, times), 0);
+    close(fd);
+  }
+  compiled = CompileGraph(**graph);
+  ASSERT_FALSE(compiled.ok());
+  EXPECT_EQ(compiled.status().code(), absl::StatusCode::kDataLoss) << compiled.status();
+  EXPECT_THAT(compiled.status().message(),
+              ::testing::HasSubstr("changed while the model was compiled"));
 }
 
 // A sequence input and an If whose condition is only known at run time: both branches build a

@@ -101,6 +101,14 @@ absl::Status Prepare(const CompileOptions& options, PreparedModel::Impl* impl) {
   ConstantImages images;
   if (auto s = FuseConvolutions(graph, &images); !s.ok()) return s;
   model.timings.push_back({"optimize_graph", MsSince(t0)});
+  // A pass that read a deferred initializer after its model file changed got zeros: refuse.
+  for (const auto& v : graph.values()) {
+    if (v->is_constant() && v->constant->read_failed()) {
+      return absl::DataLossError(absl::StrCat("cannot read the initializer '", v->name,
+                                              "' from the model file: it changed while the "
+                                              "model was compiled"));
+    }
+  }
 
   for (const ir::Value* in : graph.inputs) model.inputs.push_back(SignatureOf(in, in->name));
   for (size_t i = 0; i < graph.outputs.size(); ++i) {

@@ -251,9 +251,9 @@ absl::Status PackWeights(ir::Graph& graph, ConstantImages* images) {
       }
       conv->attrs["ukernel"] = int64_t{3};
       if (sole_reader) {
-        (*images)[weights] = {size * 4, [&w, m, c](uint8_t* dst) {
-                                cuvil_uk_pack_winograd_weights(w.data_as<float>(), m, c,
-                                                               reinterpret_cast<float*>(dst));
+        (*images)[weights] = {size * 4, [m, c](const uint8_t* src, uint8_t* dst) {
+                                cuvil_uk_pack_winograd_weights(reinterpret_cast<const float*>(src),
+                                                               m, c, reinterpret_cast<float*>(dst));
                               }};
         continue;
       }
@@ -268,10 +268,11 @@ absl::Status PackWeights(ir::Graph& graph, ConstantImages* images) {
       return absl::InvalidArgumentError(conv->Describe() + ": weights too large");
     }
     if (sole_reader) {
-      (*images)[weights] = {size * 4, [&w, groups, mg = m / groups, k](uint8_t* dst) {
-                              cuvil_uk_pack_conv_weights(w.data_as<float>(), groups, mg, k,
-                                                         reinterpret_cast<float*>(dst));
-                            }};
+      (*images)[weights] = {
+          size * 4, [groups, mg = m / groups, k](const uint8_t* src, uint8_t* dst) {
+            cuvil_uk_pack_conv_weights(reinterpret_cast<const float*>(src), groups, mg, k,
+                                       reinterpret_cast<float*>(dst));
+          }};
       conv->attrs["ukernel"] = int64_t{1};
       continue;
     }

@@ -62,7 +62,7 @@ TEST(FuseConvTest, SoleUseWeightsArePackedIntoAnImageSharedOnesIntoConstants) {
   EXPECT_EQ(images[own].bytes, floats * 4);
   std::vector<float> want(floats), got(floats);
   cuvil_uk_pack_conv_weights(own->constant->data_as<float>(), 1, 8, 36, want.data());
-  images[own].write(reinterpret_cast<uint8_t*>(got.data()));
+  images[own].write(own->constant->data(), reinterpret_cast<uint8_t*>(got.data()));
   EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * 4), 0);
 
   for (ir::Node* n : {first, second}) {

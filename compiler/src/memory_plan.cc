@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <memory>
 
@@ -54,42 +55,102 @@ int64_t PlaceIntervals(std::vector<Interval>& items) {
   return total;
 }
 
-// The weights blob in its final place: a fresh anonymous mapping (page-aligned), then filled by a
-// WeightsFill and sealed read-only. The JIT engine uses a read-only blob in place instead of
-// copying it, and every compile tier of a model shares this one copy. No MADV_HUGEPAGE: in a VM
-// whose host has not backed the guest's free huge pages yet, a 46 MB fill then swings from 10 to
-// 250 ms.
+// Blobs this large are mapped for transparent huge pages (see WeightsFill::ProbeHugePages).
+constexpr size_t kHugePage = size_t{2} << 20;
+constexpr size_t kHugeBlobBytes = 2 * kHugePage;
+
+// The weights blob in its final place: a fresh anonymous mapping (page-aligned; a large one
+// 2 MiB-aligned and advised for huge pages), then filled by a WeightsFill and sealed read-only.
+// The JIT engine uses a read-only blob in place instead of copying it, and every compile tier of a
+// model shares this one copy.
 absl::StatusOr<std::shared_ptr<const void>> MapWeights(size_t bytes) {
-  void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  const bool huge = bytes >= kHugeBlobBytes;
+  const size_t mapped = huge ? bytes + kHugePage : bytes;
+  void* mem = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) {
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot map ", bytes, " bytes of weights: ", std::strerror(errno)));
   }
-  return std::shared_ptr<const void>(
-      mem, [bytes](const void* p) { munmap(const_cast<void*>(p), bytes); });
+  void* blob = mem;
+  if (huge) {
+    const uintptr_t at = (reinterpret_cast<uintptr_t>(mem) + kHugePage - 1) & ~(kHugePage - 1);
+    blob = reinterpret_cast<void*>(at);
+#ifdef MADV_HUGEPAGE
+    madvise(blob, bytes, MADV_HUGEPAGE);  // A hint: refused where THP is off.
+#endif
+  }
+  return std::shared_ptr<const void>(blob, [mem, mapped](const void*) { munmap(mem, mapped); });
 }
 
 }  // namespace
 
 WeightsFill::WeightsFill(std::shared_ptr<const void> owner, uint8_t* blob, size_t bytes,
                          std::vector<Item> items)
-    : owner_(std::move(owner)), blob_(blob), bytes_(bytes), items_([&] {
+    : owner_(std::move(owner)),
+      blob_(blob),
+      bytes_(bytes),
+      huge_pages_(bytes >= kHugeBlobBytes),
+      items_([&] {
         std::stable_sort(items.begin(), items.end(),
                          [](const Item& a, const Item& b) { return a.bytes > b.bytes; });
         return std::move(items);
       }()) {}
 
+bool WeightsFill::Write(const Item& item, std::unique_ptr<uint8_t[]>* scratch,
+                        size_t* scratch_bytes) {
+  uint8_t* dst = blob_ + item.offset;
+  // Each item faults its own pages in, so the threads sharing the fill share that cost too.
+  Prefault(dst, static_cast<size_t>(item.bytes));
+  const HostTensor& t = *item.tensor;
+  if (!item.write) return t.CopyTo(dst);  // A deferred tensor reads straight into the blob.
+  if (!t.deferred()) {
+    item.write(t.data(), dst);
+    return !t.read_failed();
+  }
+  // Read into this thread's buffer, reused by its later items (the largest come first), so a
+  // deferred tensor never takes fresh memory of its own.
+  if (*scratch_bytes < t.byte_size()) {
+    scratch->reset(new uint8_t[t.byte_size()]);
+    *scratch_bytes = t.byte_size();
+  }
+  if (!t.CopyTo(scratch->get())) return false;
+  item.write(scratch->get(), dst);
+  return true;
+}
+
+void WeightsFill::Prefault(uint8_t* dst, size_t bytes) {
+  if (!huge_pages_.load(std::memory_order_relaxed)) {
+    PrefaultForWrite(dst, bytes);
+    return;
+  }
+  // Huge pages, 2 MiB at a time, each timed: the first slow one turns them off for the blob (a
+  // fast 2 MiB fault takes ~0.1 ms, 512 small ones ~0.7 ms).
+  for (size_t at = 0; at < bytes;) {
+    const size_t n = std::min(bytes - at, kHugePage);
+    const auto t0 = std::chrono::steady_clock::now();
+    PrefaultForWrite(dst + at, n);
+    at += n;
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::microseconds(1500)) {
+#ifdef MADV_NOHUGEPAGE
+      madvise(blob_, bytes_, MADV_NOHUGEPAGE);
+#endif
+      huge_pages_.store(false, std::memory_order_relaxed);
+      PrefaultForWrite(dst + at, bytes - at);
+      return;
+    }
+  }
+}
+
 void WeightsFill::Help() {
   if (items_.empty()) Seal();
+  std::unique_ptr<uint8_t[]> scratch;
+  size_t scratch_bytes = 0;
   for (size_t i = next_.fetch_add(1, std::memory_order_relaxed); i < items_.size();
        i = next_.fetch_add(1, std::memory_order_relaxed)) {
     const Item& item = items_[i];
-    // Each item faults its own pages in, so the threads sharing the fill share that cost too.
-    PrefaultForWrite(blob_ + item.offset, static_cast<size_t>(item.bytes));
-    if (item.write) {
-      item.write(blob_ + item.offset);
-    } else {
-      std::memcpy(blob_ + item.offset, item.tensor->data(), item.tensor->byte_size());
+    if (!Write(item, &scratch, &scratch_bytes)) {
+      absl::MutexLock lock(&mu_);
+      if (unreadable_.empty()) unreadable_ = item.name;
     }
     // acq_rel: the sealing thread must see every other thread's writes before mprotect.
     if (written_.fetch_add(1, std::memory_order_acq_rel) + 1 == items_.size()) Seal();
@@ -103,6 +164,11 @@ void WeightsFill::Seal() {
         absl::StrCat("cannot make the weights read-only: ", std::strerror(errno)));
   }
   absl::MutexLock lock(&mu_);
+  if (s.ok() && !unreadable_.empty()) {
+    s = absl::DataLossError(absl::StrCat("cannot read the weights of '", unreadable_,
+                                         "' from the model file: it changed while the model "
+                                         "was compiled"));
+  }
   if (!sealed_.has_value()) sealed_ = std::move(s);
 }
 
@@ -178,7 +244,8 @@ absl::StatusOr<MemoryPlan> PlanMemoryDeferringWeights(const ir::Graph& graph,
     items.push_back(
         {&*c->constant, plan.locations[c].offset,
          image != nullptr ? image->bytes : static_cast<int64_t>(c->constant->byte_size()),
-         image != nullptr ? image->write : std::function<void(uint8_t*)>()});
+         image != nullptr ? image->write : std::function<void(const uint8_t*, uint8_t*)>(),
+         c->name});
   }
   auto* blob = static_cast<uint8_t*>(const_cast<void*>(mapping->get()));
   *fill = std::make_unique<WeightsFill>(*mapping, blob, blob_bytes, std::move(items));

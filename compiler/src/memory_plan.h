@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -42,13 +43,14 @@ struct MemoryPlan {
 };
 
 // A constant whose bytes in the weights blob are not its tensor's: `bytes` bytes that `write`
-// puts at the constant's place (reading the constant, which must stay unchanged; called once, from
-// any thread; the destination is 64-byte aligned and zero-filled). Lets a pass hand the plan a
-// transformed layout, such as packed convolution weights, without keeping a second tensor of it.
+// puts at the constant's place, given the constant's bytes as `src` (called once, from any
+// thread; the destination is 64-byte aligned and zero-filled). Lets a pass hand the plan a
+// transformed layout, such as packed convolution weights, without keeping a second tensor of it,
+// and lets a deferred constant (still in its model file) be read only into a reused buffer.
 // Thread-compatible value.
 struct ConstantImage {
   int64_t bytes = 0;
-  std::function<void(uint8_t* dst)> write;
+  std::function<void(const uint8_t* src, uint8_t* dst)> write;
 };
 using ConstantImages = std::unordered_map<const ir::Value*, ConstantImage>;
 
@@ -68,7 +70,9 @@ class WeightsFill {
     const HostTensor* tensor;  // The graph's constant: unchanged and alive until Run returns.
     int64_t offset;
     int64_t bytes;  // Bytes it takes in the blob (its image's, else its tensor's).
-    std::function<void(uint8_t*)> write;  // Its ConstantImage's writer, else empty (a copy).
+    // Its ConstantImage's writer, else empty (a copy).
+    std::function<void(const uint8_t* src, uint8_t* dst)> write;
+    std::string name;  // The constant's, for errors.
   };
   WeightsFill(std::shared_ptr<const void> owner, uint8_t* blob, size_t bytes,
               std::vector<Item> items);
@@ -77,21 +81,32 @@ class WeightsFill {
   // seals the blob. Returns without waiting for items other threads are still writing.
   void Help();
 
-  // Help, then waits until every item is written and the blob sealed: OK, or Internal when it
-  // could not be made read-only.
+  // Help, then waits until every item is written and the blob sealed: OK, DataLoss when a
+  // deferred constant could not be read from its model file, or Internal when the blob could not
+  // be made read-only.
   absl::Status Run();
 
  private:
+  // Faults `bytes` at `dst` in. Huge pages make that several times cheaper, but where the host
+  // has not backed the memory yet (a VM whose free memory went back to the host) a 2 MiB fault
+  // can take 10-20 ms, far worse than 512 small ones: each 2 MiB is timed, and after a slow one
+  // the rest of the blob takes small pages.
+  void Prefault(uint8_t* dst, size_t bytes);
   void Seal();
+  // Writes one item; false when its deferred tensor could not be read. `scratch` is the calling
+  // thread's buffer for a deferred tensor an image reads.
+  bool Write(const Item& item, std::unique_ptr<uint8_t[]>* scratch, size_t* scratch_bytes);
 
   std::shared_ptr<const void> owner_;  // Keeps the mapping alive while it is filled.
   uint8_t* const blob_;
   const size_t bytes_;
+  std::atomic<bool> huge_pages_;   // Whether the blob is still advised for huge pages.
   const std::vector<Item> items_;  // Largest first: the order they are claimed in.
   std::atomic<size_t> next_{0};    // The next item to claim.
   std::atomic<size_t> written_{0};
   absl::Mutex mu_;
   std::optional<absl::Status> sealed_ ABSL_GUARDED_BY(mu_);
+  std::string unreadable_ ABSL_GUARDED_BY(mu_);  // The first constant that could not be read.
 };
 
 // PlanMemory, except that the weights blob is mapped but not filled: `*fill` fills it. Nothing may

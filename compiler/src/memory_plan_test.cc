@@ -178,7 +178,7 @@ TEST(MemoryPlanTest, DeferredFillWritesTensorsAndImagesThenSealsTheBlob) {
   ir::Value* b = nullptr;
   auto g = TwoConstants(&a, &b);
   ConstantImages images;
-  images[b] = {200, [](uint8_t* dst) {
+  images[b] = {200, [](const uint8_t*, uint8_t* dst) {
                  for (int i = 0; i < 200; ++i) dst[i] = static_cast<uint8_t>(i);
                }};
   std::unique_ptr<WeightsFill> fill;
@@ -225,9 +225,9 @@ TEST(MemoryPlanTest, ThreadsSharingAFillWriteEveryItemOnceThenSeal) {
   std::atomic<int> writes[kItems] = {};
   std::vector<WeightsFill::Item> items;
   for (int i = 0; i < kItems; ++i) {
-    WeightsFill::Item item{&tensor, static_cast<int64_t>(stride * i), kBytes, {}};
+    WeightsFill::Item item{&tensor, static_cast<int64_t>(stride * i), kBytes, {}, "t"};
     if (i % 2 == 1) {  // Odd items are images: the item's index in every byte.
-      item.write = [i, &writes](uint8_t* dst) {
+      item.write = [i, &writes](const uint8_t*, uint8_t* dst) {
         writes[i].fetch_add(1);
         std::memset(dst, i, kBytes);
       };

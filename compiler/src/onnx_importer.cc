@@ -21,6 +21,7 @@
 #include "file_copy.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "initializer_data.h"
+#include "model_file_bytes.h"
 #include "onnx/checker.h"
 #include "onnx/onnx_pb.h"
 #include "onnx_tensor.h"
@@ -402,10 +403,12 @@ absl::StatusOr<std::unique_ptr<ir::Graph>> ImportModel(const uint8_t* data, size
         raw.emplace_back();
         continue;
       }
-      raw.push_back(MovedRawData{r.size(), [r](uint8_t* dst) {
+      raw.push_back(MovedRawData{r.size(),
+                                 [r](uint8_t* dst) {
                                    std::memcpy(dst, r.data(), r.size());
                                    return true;
-                                 }});
+                                 },
+                                 nullptr});
     }
   } else {
     if (auto s = ParseModel(data, size, &model); !s.ok()) return s;
@@ -445,6 +448,10 @@ absl::StatusOr<std::unique_ptr<ir::Graph>> ImportOnnxFile(const std::string& pat
   std::optional<SplitFile> split = SplitInitializerDataOfFile(window);
   onnx::ModelProto model;
   if (split.has_value() && ParseSkeleton(split->skeleton, split->raw_data.size(), &model)) {
+    // The large raw_data stay in the file until read (deferred tensors), through a descriptor of
+    // their own that outlives this function.
+    auto file = ModelFileBytes::Open(fd, st);
+    if (!file.ok()) return file.status();
     std::vector<std::optional<MovedRawData>> raw;
     for (const RawDataRange& r : split->raw_data) {
       if (!r.moved) {
@@ -452,7 +459,8 @@ absl::StatusOr<std::unique_ptr<ir::Graph>> ImportOnnxFile(const std::string& pat
         continue;
       }
       raw.push_back(MovedRawData{
-          r.length, [&window, r](uint8_t* dst) { return window.Read(r.offset, r.length, dst); }});
+          r.length, [&window, r](uint8_t* dst) { return window.Read(r.offset, r.length, dst); },
+          (*file)->Range(r.offset, r.length)});
     }
     g = ImportParsed(&model, dir, options, raw);
   } else {

@@ -160,6 +160,10 @@ absl::StatusOr<HostTensor> TensorFromProto(const onnx::TensorProto& proto,
   if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
     return ReadExternal(proto, model_dir, dtype, shape, bytes);
   }
+  if (moved != nullptr && moved->deferred != nullptr && proto.has_raw_data() &&
+      raw_size == static_cast<uint64_t>(bytes)) {
+    return HostTensor::Deferred(dtype, std::move(shape), moved->deferred);
+  }
   HostTensor t(dtype, shape);
   if (proto.has_raw_data()) {
     if (raw_size != t.byte_size()) {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -16,9 +17,12 @@ namespace cuvil {
 // A raw_data field moved out of its proto (which then holds a placeholder: see
 // initializer_data.h): its size, and how to copy its bytes to a destination of that size (false
 // when they can no longer be read, e.g. from a model file truncated meanwhile).
+// With `deferred` set (bytes left in a model file), the tensor is deferred instead: its bytes are
+// read when first used (see HostTensor::Deferred), `read` is not called.
 struct MovedRawData {
   uint64_t size = 0;
   std::function<bool(uint8_t* dst)> read;
+  std::shared_ptr<const DeferredBytes> deferred;
 };
 
 // Converts a TensorProto; `model_dir` resolves external data locations (empty: none allowed).

@@ -7,10 +7,9 @@
 #include <cstring>
 
 namespace cuvil {
-namespace {
 
-// pread until `n` bytes are read; false on EOF or an error.
-bool PreadAll(int fd, uint64_t offset, uint64_t n, uint8_t* dst) {
+bool PreadAll(int fd, uint64_t offset, uint64_t n, void* out) {
+  auto* dst = static_cast<uint8_t*>(out);
   while (n > 0) {
     const size_t want = static_cast<size_t>(std::min<uint64_t>(n, uint64_t{1} << 30));
     const ssize_t got = pread(fd, dst, want, static_cast<off_t>(offset));
@@ -22,8 +21,6 @@ bool PreadAll(int fd, uint64_t offset, uint64_t n, uint8_t* dst) {
   }
   return true;
 }
-
-}  // namespace
 
 FileWindow::FileWindow(int fd, uint64_t size)
     : fd_(fd), size_(size), window_(new uint8_t[kWindowBytes]) {}

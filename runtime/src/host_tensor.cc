@@ -27,8 +27,51 @@ AlignedBuffer AlignedAlloc(size_t bytes) {
 HostTensor::HostTensor(DType dtype, std::vector<int64_t> shape)
     : dtype_(dtype), shape_(std::move(shape)), data_(AlignedAlloc(byte_size())) {}
 
+HostTensor HostTensor::Deferred(DType dtype, std::vector<int64_t> shape,
+                                std::shared_ptr<const DeferredBytes> source) {
+  HostTensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.deferred_ = std::make_shared<Deferral>();
+  t.deferred_->source = std::move(source);
+  t.deferred_->bytes = t.byte_size();
+  return t;
+}
+
+const uint8_t* HostTensor::Deferral::Get() {
+  std::call_once(once, [this] {
+    data = AlignedAlloc(bytes);
+    if (!source->Read(data.get())) std::memset(data.get(), 0, bytes);
+    read.store(true, std::memory_order_release);
+  });
+  return data.get();
+}
+
+void HostTensor::Own() {
+  const uint8_t* bytes = deferred_->Get();
+  if (deferred_.use_count() == 1) {
+    data_ = std::move(deferred_->data);
+  } else {
+    data_ = AlignedAlloc(deferred_->bytes);
+    std::memcpy(data_.get(), bytes, deferred_->bytes);
+  }
+  deferred_.reset();
+}
+
+bool HostTensor::deferred() const {
+  return deferred_ != nullptr && !deferred_->read.load(std::memory_order_acquire);
+}
+
+bool HostTensor::CopyTo(uint8_t* dst) const {
+  if (deferred()) return deferred_->source->Read(dst);
+  std::memcpy(dst, data(), byte_size());
+  return !read_failed();
+}
+
 HostTensor::HostTensor(const HostTensor& other)
-    : dtype_(other.dtype_), shape_(other.shape_), data_(AlignedAlloc(other.byte_size())) {
+    : dtype_(other.dtype_), shape_(other.shape_), deferred_(other.deferred_) {
+  if (deferred_ != nullptr) return;  // Copies share the bytes, read once.
+  data_ = AlignedAlloc(other.byte_size());
   if (other.data_) std::memcpy(data_.get(), other.data_.get(), byte_size());
 }
 
@@ -44,7 +87,7 @@ int64_t HostTensor::num_elements() const {
 }
 
 double HostTensor::GetAsDouble(int64_t i) const {
-  const uint8_t* p = data_.get();
+  const uint8_t* p = data();
   switch (dtype_) {
     case DType::kFloat32:
       return reinterpret_cast<const float*>(p)[i];
@@ -79,7 +122,7 @@ double HostTensor::GetAsDouble(int64_t i) const {
 }
 
 void HostTensor::SetFromInt64(int64_t i, int64_t v) {
-  uint8_t* p = data_.get();
+  uint8_t* p = data();
   switch (dtype_) {
     case DType::kFloat32:
       reinterpret_cast<float*>(p)[i] = static_cast<float>(v);

@@ -9,6 +9,10 @@
 
 namespace cuvil {
 
+// pread until the `n` bytes at `offset` are in `dst`; false on end of file or an I/O error.
+// Thread-safe.
+bool PreadAll(int fd, uint64_t offset, uint64_t n, void* dst);
+
 // Thread-compatible (the window is mutable state); does not own the descriptor.
 class FileWindow {
  public:
