@@ -887,4 +887,46 @@ absl::StatusOr<std::string> ConfigureAotTarget(const std::string& target, Compil
       absl::StrCat("target: one of x86_64, aarch64, wasm32, wasm32-scalar, not '", target, "'"));
 }
 
+absl::Status CompileAotLibrary(const AotSource& source, CompileOptions options, AotOptions aot,
+                               const std::string& target, const std::string& runtime_dir,
+                               AotReport* report, CompiledModel* first_body) {
+  if (!IsCIdentifier(aot.name)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--name must be a C identifier (letters, digits, _): '", aot.name, "'"));
+  }
+  const bool dispatch = (target.empty() || target == AotHostArch()) &&
+                        std::string(AotHostArch()) == "x86_64" && options.target_cpu.empty();
+  if (options.target_cpu == "host") options.target_cpu.clear();
+  auto runtime = ConfigureAotTarget(target, &options);
+  if (!runtime.ok()) return runtime.status();
+  if (aot.runtime_archive.empty()) {
+    aot.runtime_archive = (std::filesystem::path(runtime_dir) / *runtime).string();
+  }
+  aot.target_triple = options.target_triple;
+  std::vector<AotTier> tiers =
+      dispatch ? AotX86Tiers() : std::vector<AotTier>{AotTier{"", 0, nullptr}};
+  std::vector<CompiledModel> bodies;
+  bodies.reserve(tiers.size());  // tier.model points into it
+  for (AotTier& tier : tiers) {
+    CompileOptions body_options = options;
+    if (dispatch) {
+      body_options.target_cpu = tier.cpu;
+      if (auto s = ConfigureAotTarget(target, &body_options); !s.ok()) return s.status();
+      aot.target_triple = body_options.target_triple;
+    } else {
+      tier.cpu = !options.target_cpu.empty()     ? options.target_cpu
+                 : options.target_triple.empty() ? "host"
+                                                 : "generic";
+    }
+    auto compiled = source.bytes.empty() ? CompileOnnxFile(source.path, body_options)
+                                         : CompileOnnxBytes(source.bytes, body_options);
+    if (!compiled.ok()) return compiled.status();
+    bodies.push_back(*std::move(compiled));
+    tier.model = &bodies.back();
+  }
+  if (auto s = WriteAotLibrary(tiers, aot, report); !s.ok()) return s;
+  if (first_body != nullptr) *first_body = std::move(bodies.front());
+  return absl::OkStatus();
+}
+
 }  // namespace cuvil

@@ -29,6 +29,19 @@ TensorSignature SignatureOf(const ir::Value* v, const std::string& name) {
   return {name, v->type.dtype, v->type.shape};
 }
 
+// A pass or code generator that read a deferred initializer after its model file changed got
+// zeros: DataLoss then, so such a compile never succeeds.
+absl::Status CheckDeferredReads(const ir::Graph& graph) {
+  for (const auto& v : graph.values()) {
+    if (v->is_constant() && v->constant->read_failed()) {
+      return absl::DataLossError(absl::StrCat("cannot read the initializer '", v->name,
+                                              "' from the model file: it changed while the "
+                                              "model was compiled"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 struct PreparedModel::Impl {
@@ -56,15 +69,15 @@ absl::StatusOr<CompiledModel> PreparedModel::Lower(const CompileOptions& options
   lower.target_triple = options.target_triple;
   lower.target_cpu = options.target_cpu;
   lower.target_features = options.target_features;
-  if (auto s = codegen::LowerToObject(*impl_->graph, impl_->plan, lower, &model); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat(impl_->error_prefix, s.message()));
-  }
+  absl::Status s = codegen::LowerToObject(*impl_->graph, impl_->plan, lower, &model);
+  if (s.ok()) s = CheckDeferredReads(*impl_->graph);
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat(impl_->error_prefix, s.message()));
   // The code is ready; the weights it addresses must be too. Writing the items nobody has claimed
   // yet beats waiting for the helper to write them alone.
   const auto t0 = std::chrono::steady_clock::now();
   impl_->fill->Help();
   std::shared_future<absl::Status> filled = impl_->weights_filled;  // A copy per caller.
-  if (absl::Status s = filled.get(); !s.ok()) {
+  if (s = filled.get(); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(impl_->error_prefix, s.message()));
   }
   model.timings.push_back({"weights_wait", MsSince(t0)});
@@ -101,14 +114,7 @@ absl::Status Prepare(const CompileOptions& options, PreparedModel::Impl* impl) {
   ConstantImages images;
   if (auto s = FuseConvolutions(graph, &images); !s.ok()) return s;
   model.timings.push_back({"optimize_graph", MsSince(t0)});
-  // A pass that read a deferred initializer after its model file changed got zeros: refuse.
-  for (const auto& v : graph.values()) {
-    if (v->is_constant() && v->constant->read_failed()) {
-      return absl::DataLossError(absl::StrCat("cannot read the initializer '", v->name,
-                                              "' from the model file: it changed while the "
-                                              "model was compiled"));
-    }
-  }
+  if (auto s = CheckDeferredReads(graph); !s.ok()) return s;
 
   for (const ir::Value* in : graph.inputs) model.inputs.push_back(SignatureOf(in, in->name));
   for (size_t i = 0; i < graph.outputs.size(); ++i) {

@@ -410,34 +410,26 @@ class PyCompiledModel {
     return *bytes;
   }
 
-  // What `cuvilc compile --aot DIR --target TARGET --name NAME` writes: DIR/libNAME.a and
-  // DIR/NAME.h. The host target reuses this model's code; another compiles the source again.
-  // Returns a dict describing the library (paths, sizes, external symbols).
+  // What `cuvilc compile --aot DIR --target TARGET --name NAME` writes, through the same
+  // function: DIR/libNAME.a and DIR/NAME.h, compiled again from the model's source (for this
+  // x86-64 host, one body per CPU level with run-time dispatch). Returns a dict describing the
+  // library (paths, sizes, external symbols).
   py::dict SaveAot(const std::string& dir, const std::string& target,
                    const std::optional<std::string>& name,
                    const std::optional<std::string>& runtime_archive) const {
     CompileOptions options = options_;
     options.emit_llvm_path.clear();
-    auto runtime_file = ConfigureAotTarget(target, &options);
-    if (!runtime_file.ok()) Raise(runtime_file.status());
     AotOptions aot;
     aot.out_dir = dir;
     aot.name = name.value_or(name_);
-    aot.runtime_archive = runtime_archive.value_or(
-        (std::filesystem::path(CUVIL_AOT_RUNTIME_DIR) / *runtime_file).string());
+    aot.runtime_archive = runtime_archive.value_or("");
     aot.source = source_.bytes.empty() ? source_.path : "<in-memory ONNX model>";
-    aot.target_triple = options.target_triple;
     AotReport report;
     absl::Status status;
     {
       py::gil_scoped_release release;
-      if (options.target_triple.empty()) {
-        status = WriteAotLibrary(loaded_->model(), aot, &report);
-      } else {
-        auto compiled = source_.bytes.empty() ? CompileOnnxFile(source_.path, options)
-                                              : CompileOnnxBytes(source_.bytes, options);
-        status = compiled.ok() ? WriteAotLibrary(*compiled, aot, &report) : compiled.status();
-      }
+      status = CompileAotLibrary(AotSource{source_.path, source_.bytes}, options, aot, target,
+                                 CUVIL_AOT_RUNTIME_DIR, &report);
     }
     if (!status.ok()) Raise(status);
     py::dict out;

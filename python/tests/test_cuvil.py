@@ -297,6 +297,13 @@ class AotTest(unittest.TestCase):
             self.assertGreater(report["code_bytes"], 0)
             self.assertEqual(os.path.getsize(report["library"]), report["library_bytes"])
             self.check_library(d, "model", b"ELF")
+            if cuvil.host_arch() == "x86_64":
+                # As cuvilc writes it: one body per x86-64 level, chosen at run time (model_tier()
+                # names the CPU of each).
+                with open(report["library"], "rb") as f:
+                    data = f.read()
+                for level in (b"x86-64-v4", b"x86-64-v3", b"x86-64\0"):
+                    self.assertIn(level, data)
             report = model.save_aot(os.path.join(d, "arm"), target="aarch64", name="mlp_arm")
             self.check_library(os.path.join(d, "arm"), "mlp_arm", b"ELF")
             with open(report["library"], "rb") as f:

@@ -210,7 +210,8 @@ int Test(const std::vector<std::string>& args) {
   return failed == 0 ? 0 : 1;
 }
 
-// A runtime archive installed beside cuvilc: BIN/../lib/FILE.
+// Where runtime archives are installed beside cuvilc: BIN/../lib/FILE (FILE alone when the
+// executable's path is unknown).
 std::string DefaultAotRuntime(const std::string& file) {
   std::error_code ec;
   std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
@@ -221,44 +222,26 @@ std::string DefaultAotRuntime(const std::string& file) {
 // cuvilc compile MODEL --aot DIR: an ahead-of-time library instead of a JIT load.
 int CompileAot(const std::string& model_path, CompileOptions options, AotOptions aot,
                const std::string& target) {
-  // An x86-64 library holds one body per CPU level unless --cpu names one CPU ("host": this one).
-  const bool dispatch = (target.empty() || target == AotHostArch()) &&
-                        std::string(AotHostArch()) == "x86_64" && options.target_cpu.empty();
-  if (options.target_cpu == "host") options.target_cpu.clear();
-  auto runtime = ConfigureAotTarget(target, &options);
-  if (!runtime.ok()) {
-    if (runtime.status().code() == absl::StatusCode::kInvalidArgument) {
-      return Usage(absl::StrCat("--", runtime.status().message()));  // "--target: one of …"
+  {
+    CompileOptions probe = options;  // A bad --target is a usage error, before any compile.
+    auto runtime = ConfigureAotTarget(target, &probe);
+    if (!runtime.ok()) {
+      if (runtime.status().code() == absl::StatusCode::kInvalidArgument) {
+        return Usage(absl::StrCat("--", runtime.status().message()));  // "--target: one of …"
+      }
+      return Fail(runtime.status());
     }
-    return Fail(runtime.status());
   }
   if (aot.name.empty()) aot.name = std::filesystem::path(model_path).stem().string();
-  if (aot.runtime_archive.empty()) aot.runtime_archive = DefaultAotRuntime(*runtime);
   aot.source = model_path;
-  aot.target_triple = options.target_triple;
-  std::vector<AotTier> tiers =
-      dispatch ? AotX86Tiers() : std::vector<AotTier>{AotTier{"", 0, nullptr}};
-  std::vector<CompiledModel> bodies;
-  bodies.reserve(tiers.size());  // tier.model points into it
-  for (AotTier& tier : tiers) {
-    CompileOptions body_options = options;
-    if (dispatch) {
-      body_options.target_cpu = tier.cpu;
-      if (auto s = ConfigureAotTarget(target, &body_options); !s.ok()) return Fail(s.status());
-      aot.target_triple = body_options.target_triple;
-    } else {
-      tier.cpu = !options.target_cpu.empty()     ? options.target_cpu
-                 : options.target_triple.empty() ? "host"
-                                                 : "generic";
-    }
-    auto compiled = CompileOnnxFile(model_path, body_options);
-    if (!compiled.ok()) return Fail(compiled.status());
-    bodies.push_back(std::move(*compiled));
-    tier.model = &bodies.back();
-  }
   AotReport report;
-  if (auto s = WriteAotLibrary(tiers, aot, &report); !s.ok()) return Fail(s);
-  const CompiledModel* compiled = &bodies.front();
+  CompiledModel first;
+  if (auto s = CompileAotLibrary(AotSource{model_path, ""}, options, aot, target,
+                                 DefaultAotRuntime(""), &report, &first);
+      !s.ok()) {
+    return Fail(s);
+  }
+  const CompiledModel* compiled = &first;
   std::printf("wrote %s (%lld bytes: code %lld, weights %lld, runtime %lld) and %s\n",
               report.library_path.c_str(), static_cast<long long>(report.library_bytes),
               static_cast<long long>(report.code_bytes),

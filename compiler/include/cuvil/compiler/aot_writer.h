@@ -61,6 +61,24 @@ absl::Status WriteAotLibrary(const CompiledModel& model, const AotOptions& optio
 absl::Status WriteAotLibrary(const std::vector<AotTier>& tiers, const AotOptions& options,
                              AotReport* report);
 
+// An ONNX model to compile into an AOT library: its bytes when `bytes` is not empty, else the
+// file at `path`. Plain data.
+struct AotSource {
+  std::string path;
+  std::string bytes;
+};
+
+// Compiles `source` for `target` (see ConfigureAotTarget) and writes its library, the one path
+// behind `cuvilc compile --aot` and Python's save_aot. For this host on x86-64 with no
+// options.target_cpu the library holds one body per AotX86Tiers level (it runs on any x86-64 CPU
+// at its best tier); otherwise one body, for options.target_cpu ("host": this CPU). An empty
+// aot.runtime_archive becomes runtime_dir/<the target's runtime archive>. `first_body` (may be
+// null) receives the first body. Errors: ConfigureAotTarget's, the compile's, WriteAotLibrary's
+// (the name is checked before anything compiles). Thread-safe.
+absl::Status CompileAotLibrary(const AotSource& source, CompileOptions options, AotOptions aot,
+                               const std::string& target, const std::string& runtime_dir,
+                               AotReport* report, CompiledModel* first_body = nullptr);
+
 // The architecture this build of Cuvil runs on: "x86_64", "aarch64" or "unknown". Thread-safe.
 const char* AotHostArch();
 
