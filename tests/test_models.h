@@ -45,6 +45,62 @@ inline std::string BinaryWithConstant(const std::string& op, int64_t width, floa
   return model.SerializeAsString();
 }
 
+// A dim of a value's type: a named free dimension or a fixed size.
+struct TestDim {
+  TestDim(const char* param) : param(param) {}  // NOLINT(google-explicit-constructor)
+  TestDim(int64_t value) : value(value) {}      // NOLINT(google-explicit-constructor)
+  std::string param;
+  int64_t value = 0;
+};
+
+// `info` names a float32 value of shape `dims`.
+inline void SetFloatValue(onnx::ValueInfoProto* info, const std::string& name,
+                          const std::vector<TestDim>& dims) {
+  info->set_name(name);
+  auto* tt = info->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(onnx::TensorProto::FLOAT);
+  for (const TestDim& d : dims) {
+    auto* dim = tt->mutable_shape()->add_dim();
+    if (d.param.empty()) {
+      dim->set_dim_value(d.value);
+    } else {
+      dim->set_dim_param(d.param);
+    }
+  }
+}
+
+// Appends node `op` (named after its output) reading `inputs` ("" for an omitted one).
+inline onnx::NodeProto* AddNode(onnx::GraphProto* g, const std::string& op,
+                                const std::vector<std::string>& inputs, const std::string& output) {
+  onnx::NodeProto* n = g->add_node();
+  n->set_op_type(op);
+  n->set_name(output + "_node");
+  for (const auto& i : inputs) n->add_input(i);
+  n->add_output(output);
+  return n;
+}
+
+inline void AddIntAttr(onnx::NodeProto* n, const std::string& name, int64_t v) {
+  onnx::AttributeProto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(v);
+}
+
+inline void AddIntsAttr(onnx::NodeProto* n, const std::string& name, std::vector<int64_t> v) {
+  onnx::AttributeProto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INTS);
+  for (int64_t x : v) a->add_ints(x);
+}
+
+inline void AddStringAttr(onnx::NodeProto* n, const std::string& name, const std::string& v) {
+  onnx::AttributeProto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::STRING);
+  a->set_s(v);
+}
+
 // z = Concat((x + y) * (x + y), x, axis 1) where x and y are float32[batch, seq]: two free
 // dimensions, intermediates sized batch*seq, an output of [batch, 2*seq].
 inline std::string TwoSymbolModel() {
@@ -53,30 +109,12 @@ inline std::string TwoSymbolModel() {
   model.add_opset_import()->set_version(13);
   onnx::GraphProto* g = model.mutable_graph();
   g->set_name("two_symbols");
-  auto set = [](onnx::ValueInfoProto* info, const std::string& name, const std::string& seq) {
-    info->set_name(name);
-    auto* tt = info->mutable_type()->mutable_tensor_type();
-    tt->set_elem_type(onnx::TensorProto::FLOAT);
-    tt->mutable_shape()->add_dim()->set_dim_param("batch");
-    tt->mutable_shape()->add_dim()->set_dim_param(seq);
-  };
-  set(g->add_input(), "x", "seq");
-  set(g->add_input(), "y", "seq");
-  set(g->add_output(), "z", "seq2");
-  auto node = [&](const std::string& op, std::vector<std::string> in, const std::string& out) {
-    onnx::NodeProto* n = g->add_node();
-    n->set_op_type(op);
-    n->set_name(out + "_node");
-    for (const auto& i : in) n->add_input(i);
-    n->add_output(out);
-    return n;
-  };
-  node("Add", {"x", "y"}, "s");
-  node("Mul", {"s", "s"}, "t");
-  onnx::AttributeProto* axis = node("Concat", {"t", "x"}, "z")->add_attribute();
-  axis->set_name("axis");
-  axis->set_type(onnx::AttributeProto::INT);
-  axis->set_i(1);
+  SetFloatValue(g->add_input(), "x", {"batch", "seq"});
+  SetFloatValue(g->add_input(), "y", {"batch", "seq"});
+  SetFloatValue(g->add_output(), "z", {"batch", "seq2"});
+  AddNode(g, "Add", {"x", "y"}, "s");
+  AddNode(g, "Mul", {"s", "s"}, "t");
+  AddIntAttr(AddNode(g, "Concat", {"t", "x"}, "z"), "axis", 1);
   return model.SerializeAsString();
 }
 
@@ -88,57 +126,20 @@ inline std::string PoolUpsampleConcatModel() {
   model.add_opset_import()->set_version(13);
   onnx::GraphProto* g = model.mutable_graph();
   g->set_name("pool_upsample_concat");
-  auto set = [](onnx::ValueInfoProto* info, const std::string& name, int64_t channels) {
-    info->set_name(name);
-    auto* tt = info->mutable_type()->mutable_tensor_type();
-    tt->set_elem_type(onnx::TensorProto::FLOAT);
-    tt->mutable_shape()->add_dim()->set_dim_param("batch");
-    tt->mutable_shape()->add_dim()->set_dim_value(channels);
-    tt->mutable_shape()->add_dim()->set_dim_param("height");
-    tt->mutable_shape()->add_dim()->set_dim_param("width");
-  };
-  set(g->add_input(), "x", 1);
-  set(g->add_output(), "y", 2);
+  SetFloatValue(g->add_input(), "x", {"batch", 1, "height", "width"});
+  SetFloatValue(g->add_output(), "y", {"batch", 2, "height", "width"});
   onnx::TensorProto* scales = g->add_initializer();
   scales->set_name("scales");
   scales->set_data_type(onnx::TensorProto::FLOAT);
   scales->add_dims(4);
   for (float v : {1.0f, 1.0f, 2.0f, 2.0f}) scales->add_float_data(v);
-  auto ints = [](onnx::NodeProto* n, const std::string& name, std::vector<int64_t> v) {
-    onnx::AttributeProto* a = n->add_attribute();
-    a->set_name(name);
-    a->set_type(onnx::AttributeProto::INTS);
-    for (int64_t x : v) a->add_ints(x);
-  };
-  onnx::NodeProto* pool = g->add_node();
-  pool->set_op_type("MaxPool");
-  pool->add_input("x");
-  pool->add_output("p");
-  ints(pool, "kernel_shape", {2, 2});
-  ints(pool, "strides", {2, 2});
-  onnx::NodeProto* up = g->add_node();
-  up->set_op_type("Resize");
-  up->add_input("p");
-  up->add_input("");
-  up->add_input("scales");
-  up->add_output("u");
-  onnx::AttributeProto* mode = up->add_attribute();
-  mode->set_name("mode");
-  mode->set_type(onnx::AttributeProto::STRING);
-  mode->set_s("nearest");
-  onnx::AttributeProto* ctm = up->add_attribute();
-  ctm->set_name("coordinate_transformation_mode");
-  ctm->set_type(onnx::AttributeProto::STRING);
-  ctm->set_s("asymmetric");
-  onnx::NodeProto* cat = g->add_node();
-  cat->set_op_type("Concat");
-  cat->add_input("x");
-  cat->add_input("u");
-  cat->add_output("y");
-  onnx::AttributeProto* axis = cat->add_attribute();
-  axis->set_name("axis");
-  axis->set_type(onnx::AttributeProto::INT);
-  axis->set_i(1);
+  onnx::NodeProto* pool = AddNode(g, "MaxPool", {"x"}, "p");
+  AddIntsAttr(pool, "kernel_shape", {2, 2});
+  AddIntsAttr(pool, "strides", {2, 2});
+  onnx::NodeProto* up = AddNode(g, "Resize", {"p", "", "scales"}, "u");
+  AddStringAttr(up, "mode", "nearest");
+  AddStringAttr(up, "coordinate_transformation_mode", "asymmetric");
+  AddIntAttr(AddNode(g, "Concat", {"x", "u"}, "y"), "axis", 1);
   return model.SerializeAsString();
 }
 

@@ -98,6 +98,46 @@ std::shared_future<absl::Status> FillInBackground(std::shared_ptr<WeightsFill> s
   }
 }
 
+// The run-time checks of model->dim_constraints: every symbolic dim of an input or a node's
+// output not provably >= 0 must be, and every equality shape inference assumed must hold
+// (InvalidArgument for one that never can).
+absl::Status CollectDimConstraints(const ir::Graph& graph, CompiledModel* model) {
+  if (!graph.symbols.empty()) {
+    std::vector<DimExpr> seen;
+    auto note = [&](const ir::Value* v) {
+      for (size_t d = 0; v != nullptr && d < v->type.shape.size(); ++d) {
+        const DimExpr& e = v->type.shape[d].expr();
+        if (e.IsStatic() || e.IsProvablyNonNegative() ||
+            std::find(seen.begin(), seen.end(), e) != seen.end()) {
+          continue;
+        }
+        seen.push_back(e);
+        model->dim_constraints.push_back({v->name, static_cast<int32_t>(d), EncodeDimExpr(e)});
+      }
+    };
+    for (const ir::Value* in : graph.inputs) note(in);
+    for (const auto& n : graph.nodes()) {
+      for (const ir::Value* out : n->outputs) note(out);
+    }
+  }
+  std::vector<DimExpr> assumed;
+  for (const ir::Graph::DimAssumption& a : graph.assumptions) {
+    auto diff = DimSub(a.lhs, a.rhs);
+    if (!diff) return absl::InvalidArgumentError("an assumed dimension equality is too large");
+    if (diff->IsStatic()) {
+      if (*diff->AsConstant() == 0) continue;
+      return absl::InvalidArgumentError(absl::StrCat("dim ", a.dim, " of '", a.value,
+                                                     "': ", a.lhs.ToString(), " never equals ",
+                                                     a.rhs.ToString()));
+    }
+    if (std::find(assumed.begin(), assumed.end(), *diff) != assumed.end()) continue;
+    assumed.push_back(*diff);
+    model->dim_constraints.push_back({a.value, a.dim, EncodeDimExpr(*diff), /*equal=*/true,
+                                      absl::StrCat(a.lhs.ToString(), " == ", a.rhs.ToString())});
+  }
+  return absl::OkStatus();
+}
+
 // Runs the passes and the memory plan on `impl->graph`, filling the rest of `impl`.
 absl::Status Prepare(const CompileOptions& options, PreparedModel::Impl* impl) {
   ir::Graph& graph = *impl->graph;
@@ -121,39 +161,7 @@ absl::Status Prepare(const CompileOptions& options, PreparedModel::Impl* impl) {
     model.outputs.push_back(SignatureOf(graph.outputs[i], graph.output_names[i]));
   }
 
-  if (!graph.symbols.empty()) {
-    std::vector<DimExpr> seen;
-    auto note = [&](const ir::Value* v) {
-      for (size_t d = 0; v != nullptr && d < v->type.shape.size(); ++d) {
-        const DimExpr& e = v->type.shape[d].expr();
-        if (e.IsStatic() || e.IsProvablyNonNegative() ||
-            std::find(seen.begin(), seen.end(), e) != seen.end()) {
-          continue;
-        }
-        seen.push_back(e);
-        model.dim_constraints.push_back({v->name, static_cast<int32_t>(d), EncodeDimExpr(e)});
-      }
-    };
-    for (const ir::Value* in : graph.inputs) note(in);
-    for (const auto& n : graph.nodes()) {
-      for (const ir::Value* out : n->outputs) note(out);
-    }
-  }
-  std::vector<DimExpr> assumed;
-  for (const ir::Graph::DimAssumption& a : graph.assumptions) {
-    auto diff = DimSub(a.lhs, a.rhs);
-    if (!diff) return absl::InvalidArgumentError("an assumed dimension equality is too large");
-    if (diff->IsStatic()) {
-      if (*diff->AsConstant() == 0) continue;
-      return absl::InvalidArgumentError(absl::StrCat("dim ", a.dim, " of '", a.value,
-                                                     "': ", a.lhs.ToString(), " never equals ",
-                                                     a.rhs.ToString()));
-    }
-    if (std::find(assumed.begin(), assumed.end(), *diff) != assumed.end()) continue;
-    assumed.push_back(*diff);
-    model.dim_constraints.push_back({a.value, a.dim, EncodeDimExpr(*diff), /*equal=*/true,
-                                     absl::StrCat(a.lhs.ToString(), " == ", a.rhs.ToString())});
-  }
+  if (auto s = CollectDimConstraints(graph, &model); !s.ok()) return s;
   t0 = std::chrono::steady_clock::now();
   std::unique_ptr<WeightsFill> fill;
   auto plan = PlanMemoryDeferringWeights(graph, &images, &fill);

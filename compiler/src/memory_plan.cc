@@ -55,7 +55,7 @@ int64_t PlaceIntervals(std::vector<Interval>& items) {
   return total;
 }
 
-// Blobs this large are mapped for transparent huge pages (see WeightsFill::ProbeHugePages).
+// Blobs this large are mapped for transparent huge pages (see WeightsFill::Prefault).
 constexpr size_t kHugePage = size_t{2} << 20;
 constexpr size_t kHugeBlobBytes = 2 * kHugePage;
 
@@ -96,8 +96,7 @@ WeightsFill::WeightsFill(std::shared_ptr<const void> owner, uint8_t* blob, size_
         return std::move(items);
       }()) {}
 
-bool WeightsFill::Write(const Item& item, std::unique_ptr<uint8_t[]>* scratch,
-                        size_t* scratch_bytes) {
+bool WeightsFill::Write(const Item& item, ReadBuffer* buffer) {
   uint8_t* dst = blob_ + item.offset;
   // Each item faults its own pages in, so the threads sharing the fill share that cost too.
   Prefault(dst, static_cast<size_t>(item.bytes));
@@ -109,12 +108,9 @@ bool WeightsFill::Write(const Item& item, std::unique_ptr<uint8_t[]>* scratch,
   }
   // Read into this thread's buffer, reused by its later items (the largest come first), so a
   // deferred tensor never takes fresh memory of its own.
-  if (*scratch_bytes < t.byte_size()) {
-    scratch->reset(new uint8_t[t.byte_size()]);
-    *scratch_bytes = t.byte_size();
-  }
-  if (!t.CopyTo(scratch->get())) return false;
-  item.write(scratch->get(), dst);
+  uint8_t* src = buffer->Get(t.byte_size());
+  if (!t.CopyTo(src)) return false;
+  item.write(src, dst);
   return true;
 }
 
@@ -143,12 +139,11 @@ void WeightsFill::Prefault(uint8_t* dst, size_t bytes) {
 
 void WeightsFill::Help() {
   if (items_.empty()) Seal();
-  std::unique_ptr<uint8_t[]> scratch;
-  size_t scratch_bytes = 0;
+  ReadBuffer buffer;
   for (size_t i = next_.fetch_add(1, std::memory_order_relaxed); i < items_.size();
        i = next_.fetch_add(1, std::memory_order_relaxed)) {
     const Item& item = items_[i];
-    if (!Write(item, &scratch, &scratch_bytes)) {
+    if (!Write(item, &buffer)) {
       absl::MutexLock lock(&mu_);
       if (unreadable_.empty()) unreadable_ = item.name;
     }

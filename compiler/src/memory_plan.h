@@ -93,9 +93,20 @@ class WeightsFill {
   // the rest of the blob takes small pages.
   void Prefault(uint8_t* dst, size_t bytes);
   void Seal();
-  // Writes one item; false when its deferred tensor could not be read. `scratch` is the calling
-  // thread's buffer for a deferred tensor an image reads.
-  bool Write(const Item& item, std::unique_ptr<uint8_t[]>* scratch, size_t* scratch_bytes);
+  // A thread's buffer for the deferred tensors its images read: grown to the largest, reused.
+  struct ReadBuffer {
+    std::unique_ptr<uint8_t[]> data;
+    size_t bytes = 0;
+    uint8_t* Get(size_t n) {
+      if (bytes < n) {
+        data.reset(new uint8_t[n]);
+        bytes = n;
+      }
+      return data.get();
+    }
+  };
+  // Writes one item; false when its deferred tensor could not be read.
+  bool Write(const Item& item, ReadBuffer* buffer);
 
   std::shared_ptr<const void> owner_;  // Keeps the mapping alive while it is filled.
   uint8_t* const blob_;

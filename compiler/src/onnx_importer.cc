@@ -390,6 +390,20 @@ absl::StatusOr<std::unique_ptr<ir::Graph>> ImportParsed(
   return graph;
 }
 
+// Raw data moved out of a model held in memory (the caller's bytes, alive while it imports).
+class MemoryBytes : public DeferredBytes {
+ public:
+  explicit MemoryBytes(std::string_view bytes) : bytes_(bytes) {}
+  bool Read(uint8_t* dst) const override {
+    std::memcpy(dst, bytes_.data(), bytes_.size());
+    return true;
+  }
+  bool failed() const override { return false; }
+
+ private:
+  const std::string_view bytes_;
+};
+
 absl::StatusOr<std::unique_ptr<ir::Graph>> ImportModel(const uint8_t* data, size_t size,
                                                        const std::string& model_dir,
                                                        const ImportOptions& options) {
@@ -403,12 +417,7 @@ absl::StatusOr<std::unique_ptr<ir::Graph>> ImportModel(const uint8_t* data, size
         raw.emplace_back();
         continue;
       }
-      raw.push_back(MovedRawData{r.size(),
-                                 [r](uint8_t* dst) {
-                                   std::memcpy(dst, r.data(), r.size());
-                                   return true;
-                                 },
-                                 nullptr});
+      raw.push_back(MovedRawData{r.size(), std::make_shared<MemoryBytes>(r)});
     }
   } else {
     if (auto s = ParseModel(data, size, &model); !s.ok()) return s;
@@ -423,9 +432,9 @@ absl::StatusOr<std::unique_ptr<ir::Graph>> ImportOnnxFile(const std::string& pat
   std::string dir = std::filesystem::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
   // The model file is never mapped: a mapping raises SIGBUS (and kills the server) when the file
-  // is truncated in place while it is touched. The skeleton is read through a small window and
-  // each large raw_data straight into its tensor; a file that changes meanwhile reads short,
-  // which is an error.
+  // is truncated in place while it is touched. The skeleton is read through a small window; each
+  // large raw_data stays in the file until read with pread (model_file_bytes.h), and a file that
+  // changes meanwhile is an error.
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     return absl::NotFoundError(
@@ -458,9 +467,7 @@ absl::StatusOr<std::unique_ptr<ir::Graph>> ImportOnnxFile(const std::string& pat
         raw.emplace_back();
         continue;
       }
-      raw.push_back(MovedRawData{
-          r.length, [&window, r](uint8_t* dst) { return window.Read(r.offset, r.length, dst); },
-          (*file)->Range(r.offset, r.length)});
+      raw.push_back(MovedRawData{r.length, (*file)->Range(r.offset, r.length), /*defer=*/true});
     }
     g = ImportParsed(&model, dir, options, raw);
   } else {

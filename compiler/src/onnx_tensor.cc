@@ -160,9 +160,9 @@ absl::StatusOr<HostTensor> TensorFromProto(const onnx::TensorProto& proto,
   if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
     return ReadExternal(proto, model_dir, dtype, shape, bytes);
   }
-  if (moved != nullptr && moved->deferred != nullptr && proto.has_raw_data() &&
+  if (moved != nullptr && moved->defer && proto.has_raw_data() &&
       raw_size == static_cast<uint64_t>(bytes)) {
-    return HostTensor::Deferred(dtype, std::move(shape), moved->deferred);
+    return HostTensor::Deferred(dtype, std::move(shape), moved->bytes);
   }
   HostTensor t(dtype, shape);
   if (proto.has_raw_data()) {
@@ -173,7 +173,7 @@ absl::StatusOr<HostTensor> TensorFromProto(const onnx::TensorProto& proto,
     }
     if (moved == nullptr) {
       std::memcpy(t.data(), proto.raw_data().data(), t.byte_size());
-    } else if (!moved->read(t.data())) {
+    } else if (!moved->bytes->Read(t.data())) {
       return absl::InvalidArgumentError(absl::StrCat("cannot read the raw data of tensor '",
                                                      proto.name(), "' (the model file changed?)"));
     }

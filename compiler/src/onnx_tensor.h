@@ -3,7 +3,6 @@
 #define CUVIL_COMPILER_SRC_ONNX_TENSOR_H_
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -15,14 +14,13 @@
 namespace cuvil {
 
 // A raw_data field moved out of its proto (which then holds a placeholder: see
-// initializer_data.h): its size, and how to copy its bytes to a destination of that size (false
-// when they can no longer be read, e.g. from a model file truncated meanwhile).
-// With `deferred` set (bytes left in a model file), the tensor is deferred instead: its bytes are
-// read when first used (see HostTensor::Deferred), `read` is not called.
+// initializer_data.h): its size and where its bytes are read from. With `defer` (bytes left in a
+// model file) the tensor keeps `bytes` as its source and reads them when first used (see
+// HostTensor::Deferred); otherwise they are copied into the tensor at once.
 struct MovedRawData {
   uint64_t size = 0;
-  std::function<bool(uint8_t* dst)> read;
-  std::shared_ptr<const DeferredBytes> deferred;
+  std::shared_ptr<const DeferredBytes> bytes;
+  bool defer = false;
 };
 
 // Converts a TensorProto; `model_dir` resolves external data locations (empty: none allowed).

@@ -384,13 +384,9 @@ absl::StatusOr<std::vector<HostTensor>> LoadedModel::RunImpl(
     outputs.emplace_back(sig.dtype, *EvalShape(sig.shape, *syms));
   }
   for (HostTensor& t : outputs) out_ptrs.push_back(t.data());
-  const std::optional<int64_t> arena_bytes = model_.arena.CheckedBytesForSymbols(*syms);
-  if (!arena_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(model_.symbol.empty() ? "batch" : model_.symbol, "=", batch,
-                     " needs more scratch memory than this model can address"));
-  }
-  AlignedBuffer arena = AlignedAlloc(static_cast<size_t>(*arena_bytes));
+  // ResolveSymbols checked that the arena is sizable too.
+  AlignedBuffer arena =
+      AlignedAlloc(static_cast<size_t>(*model_.arena.CheckedBytesForSymbols(*syms)));
   int32_t rc = patch == nullptr
                    ? Execute(in_ptrs.data(), out_ptrs.data(), batch, arena.get(), syms->data())
                    : jitcache_internal::ExecuteSplit(*split_, entry_with_table_, in_ptrs.data(),

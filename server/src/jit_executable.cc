@@ -67,13 +67,10 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> JitExecutable::OutputDims(
   if (!syms.ok()) return syms.status();
   std::vector<std::vector<int64_t>> out;
   for (size_t o = 0; o < m.outputs.size(); ++o) {
-    auto shape = EvalShape(m.outputs[o].shape, *syms);
-    if (!shape) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("output '", m.outputs[o].name, "' cannot be sized for these inputs"));
-    }
-    if (outputs_[o].batched && !shape->empty()) shape->erase(shape->begin());
-    out.push_back(*std::move(shape));
+    // ResolveSymbols checked that every output shape evaluates.
+    std::vector<int64_t> shape = *EvalShape(m.outputs[o].shape, *syms);
+    if (outputs_[o].batched && !shape.empty()) shape.erase(shape.begin());
+    out.push_back(std::move(shape));
   }
   return out;
 }

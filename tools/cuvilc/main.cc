@@ -210,13 +210,13 @@ int Test(const std::vector<std::string>& args) {
   return failed == 0 ? 0 : 1;
 }
 
-// Where runtime archives are installed beside cuvilc: BIN/../lib/FILE (FILE alone when the
+// Where runtime archives are installed beside cuvilc: BIN/../lib (the working directory when the
 // executable's path is unknown).
-std::string DefaultAotRuntime(const std::string& file) {
+std::string AotRuntimeDir() {
   std::error_code ec;
   std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return file;
-  return (exe.parent_path().parent_path() / "lib" / file).string();
+  if (ec) return "";
+  return (exe.parent_path().parent_path() / "lib").string();
 }
 
 // cuvilc compile MODEL --aot DIR: an ahead-of-time library instead of a JIT load.
@@ -236,8 +236,8 @@ int CompileAot(const std::string& model_path, CompileOptions options, AotOptions
   aot.source = model_path;
   AotReport report;
   CompiledModel first;
-  if (auto s = CompileAotLibrary(AotSource{model_path, ""}, options, aot, target,
-                                 DefaultAotRuntime(""), &report, &first);
+  if (auto s = CompileAotLibrary(AotSource{model_path, ""}, options, aot, target, AotRuntimeDir(),
+                                 &report, &first);
       !s.ok()) {
     return Fail(s);
   }

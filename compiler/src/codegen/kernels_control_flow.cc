@@ -40,8 +40,7 @@ struct LoweredSubgraph {
 
 llvm::Value* ByteSize(llvm::IRBuilder<>& b, const ir::TensorType& t, llvm::Value* batch,
                       llvm::Value* syms) {
-  SymDim bytes = SymMul(SymNumElements(t.shape), SymDim::Const(DTypeSize(t.dtype)));
-  return EmitDim(b, bytes, batch, syms);
+  return EmitDim(b, t.ByteSize(), batch, syms);
 }
 
 // Lowers `g` (already optimised by shape inference) into `k`'s module as described above.
@@ -192,12 +191,11 @@ llvm::Value* AllocArena(KernelContext& k, const LoweredSubgraph& s) {
 
 // A tensor's byte size inside a kernel (symbols through the kernel's args).
 llvm::Value* KernelByteSize(KernelContext& k, const ir::TensorType& t) {
-  return k.Dim(SymMul(SymNumElements(t.shape), SymDim::Const(DTypeSize(t.dtype))));
+  return k.Dim(t.ByteSize());
 }
 
 llvm::Value* Heap(KernelContext& k, const ir::TensorType& t) {
-  SymDim bytes = SymMul(SymNumElements(t.shape), SymDim::Const(DTypeSize(t.dtype)));
-  return k.AllocHeap(k.b().CreateAdd(k.Dim(bytes), k.I64(64)));
+  return k.AllocHeap(k.b().CreateAdd(KernelByteSize(k, t), k.I64(64)));
 }
 
 // Calls `s` and forwards a failure code into the kernel's status; returns the i1 "it failed".

@@ -269,8 +269,7 @@ class ModuleBuilder {
       if (loc.kind == BufferLocation::Kind::kOutput && loc.index == static_cast<int>(i)) continue;
       llvm::Value* src = Address(b, v, inputs, outputs, batch, arena, *syms);
       llvm::Value* dst = b.CreateLoad(ptr, b.CreateConstGEP1_64(ptr, outputs, i));
-      SymDim bytes = SymMul(SymNumElements(v->type.shape), SymDim::Const(DTypeSize(v->type.dtype)));
-      llvm::Value* n = EmitDim(b, bytes, batch, *syms);
+      llvm::Value* n = EmitDim(b, v->type.ByteSize(), batch, *syms);
       b.CreateMemCpy(dst, llvm::MaybeAlign(1), src, llvm::MaybeAlign(1), n);
     }
     b.CreateRet(b.getInt32(0));

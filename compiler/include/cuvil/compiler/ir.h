@@ -30,6 +30,8 @@ struct TensorType {
   bool shape_known = false;
 
   int rank() const { return static_cast<int>(shape.size()); }
+  // Bytes of a tensor of this type (saturating, see SymMul).
+  SymDim ByteSize() const { return SymMul(SymNumElements(shape), SymDim::Const(DTypeSize(dtype))); }
   std::string ToString(const std::string& symbol = "batch") const;
 };
 
