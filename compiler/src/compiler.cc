@@ -104,20 +104,31 @@ std::shared_future<absl::Status> FillInBackground(std::shared_ptr<WeightsFill> s
 absl::Status CollectDimConstraints(const ir::Graph& graph, CompiledModel* model) {
   if (!graph.symbols.empty()) {
     std::vector<DimExpr> seen;
-    auto note = [&](const ir::Value* v) {
+    auto note = [&](const ir::Value* v) -> absl::Status {
       for (size_t d = 0; v != nullptr && d < v->type.shape.size(); ++d) {
         const DimExpr& e = v->type.shape[d].expr();
         if (e.IsStatic() || e.IsProvablyNonNegative() ||
             std::find(seen.begin(), seen.end(), e) != seen.end()) {
           continue;
         }
+        if (graph.IsDataDependent(e)) {
+          // Checked before the run, when the data has not decided the value yet.
+          return absl::UnimplementedError(absl::StrCat(
+              "dim ", d, " of '", v->name, "' (", e.ToString(),
+              ") depends on the data and may be negative; Cuvil cannot check it before the run"));
+        }
         seen.push_back(e);
         model->dim_constraints.push_back({v->name, static_cast<int32_t>(d), EncodeDimExpr(e)});
       }
+      return absl::OkStatus();
     };
-    for (const ir::Value* in : graph.inputs) note(in);
+    for (const ir::Value* in : graph.inputs) {
+      if (auto s = note(in); !s.ok()) return s;
+    }
     for (const auto& n : graph.nodes()) {
-      for (const ir::Value* out : n->outputs) note(out);
+      for (const ir::Value* out : n->outputs) {
+        if (auto s = note(out); !s.ok()) return s;
+      }
     }
   }
   std::vector<DimExpr> assumed;
@@ -131,6 +142,11 @@ absl::Status CollectDimConstraints(const ir::Graph& graph, CompiledModel* model)
                                                      a.rhs.ToString()));
     }
     if (std::find(assumed.begin(), assumed.end(), *diff) != assumed.end()) continue;
+    if (graph.IsDataDependent(*diff)) {
+      return absl::UnimplementedError(absl::StrCat(
+          "dim ", a.dim, " of '", a.value, "' needs ", a.lhs.ToString(), " == ", a.rhs.ToString(),
+          ", which depends on the data; Cuvil cannot check it before the run"));
+    }
     assumed.push_back(*diff);
     model->dim_constraints.push_back({a.value, a.dim, EncodeDimExpr(*diff), /*equal=*/true,
                                       absl::StrCat(a.lhs.ToString(), " == ", a.rhs.ToString())});
@@ -144,9 +160,13 @@ absl::Status Prepare(const CompileOptions& options, PreparedModel::Impl* impl) {
   CompiledModel& model = impl->base;
   model.name = graph.name;
   model.symbol = graph.symbol;
-  model.symbols = graph.symbols;
   auto t0 = std::chrono::steady_clock::now();
   if (auto s = OptimizeGraph(graph, options.needs_binding, options.integer_qdq); !s.ok()) return s;
+  // Shape inference may add data-dependent symbols.
+  model.symbols = graph.symbols;
+  for (const ir::Graph::DataDependentSymbol& d : graph.data_dependent) {
+    model.data_dependent_dims.push_back({d.id, EncodeDimExpr(d.upper_bound), d.producer});
+  }
   // Before fusion: the analysis knows the ONNX ops, and fusion keeps their meaning.
   const BatchSeparability separability = AnalyseBatchSeparability(graph);
   if (auto s = FusePatterns(graph); !s.ok()) return s;  // LayerNorm, GELU, bias epilogues

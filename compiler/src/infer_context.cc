@@ -49,6 +49,28 @@ absl::StatusOr<const HostTensor*> InferContext::ConstantInput(size_t i, const ch
       absl::StrCat(node_.Describe(), ": ", role, " input '", v->name, "' must be a constant"));
 }
 
+absl::StatusOr<SymDim> InferContext::DataDependentDim(const std::string& what,
+                                                      const SymDim& upper_bound) {
+  if (!graph_.allow_assumptions) {
+    return absl::UnimplementedError(
+        absl::StrCat(node_.Describe(),
+                     ": its output size depends on the data, which an If/Loop/Scan body "
+                     "cannot have (the body's buffers are planned before it runs)"));
+  }
+  auto bound = graph_.UpperBound(upper_bound);
+  if (!bound) return Error("the upper bound of its output size is too large");
+  // Symbol 0 is the batch even in a model without one (it is then 1), so the count is id >= 1.
+  if (graph_.symbols.empty()) graph_.symbols.push_back("batch");
+  const auto id = static_cast<int32_t>(graph_.symbols.size());
+  std::string name = absl::StrCat(node_.name.empty() ? node_.op_type : node_.name, "_", what);
+  while (std::find(graph_.symbols.begin(), graph_.symbols.end(), name) != graph_.symbols.end()) {
+    absl::StrAppend(&name, "_");
+  }
+  graph_.symbols.push_back(name);
+  graph_.data_dependent.push_back({id, bound->expr(), node_.Describe()});
+  return SymDim::Symbol(id, name);
+}
+
 void InferContext::RequestBindings(const Value* v) {
   if (needs_binding_ == nullptr) return;
   // A graph input itself, or the graph inputs it is computed from by ops folded on the host.

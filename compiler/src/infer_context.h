@@ -55,6 +55,11 @@ class InferContext {
   // True when binding graph inputs to constants would make `v` a constant (it is a graph input,
   // or computed from some by ops folded on the host).
   bool CouldBeBound(const Value* v) const;
+  // A fresh symbol for a dimension the node computes from the data at run time (its kernel
+  // writes the value; see Graph::data_dependent), at most `upper_bound`, which sizes the buffers.
+  // `what` names it after the node ("<node>_count"). Unimplemented inside If/Loop/Scan bodies,
+  // whose buffers are planned before the body runs.
+  absl::StatusOr<SymDim> DataDependentDim(const std::string& what, const SymDim& upper_bound);
   // Drops inputs from index i on (after their values were folded into attributes).
   void TruncateInputs(size_t i);
 

@@ -128,6 +128,26 @@ absl::Status ValidateTensorType(const TensorType& type, const std::string& what,
   return absl::OkStatus();
 }
 
+std::optional<SymDim> Graph::UpperBound(const SymDim& d) const {
+  DimExpr e = d.expr();
+  for (const DataDependentSymbol& s : data_dependent) {
+    auto replaced = DimSubstitute(e, s.id, s.upper_bound);
+    if (!replaced) return std::nullopt;
+    e = *std::move(replaced);
+  }
+  if (auto mono = ToSymDim(e)) return mono;  // Keeps the batch-monomial form plans rely on.
+  return SymDim(std::move(e));
+}
+
+bool Graph::IsDataDependent(const DimExpr& e) const {
+  for (int32_t id : e.Symbols()) {
+    for (const DataDependentSymbol& s : data_dependent) {
+      if (s.id == id) return true;
+    }
+  }
+  return false;
+}
+
 absl::StatusOr<std::vector<int64_t>> StaticValues(const std::vector<SymDim>& values) {
   std::vector<int64_t> out;
   out.reserve(values.size());

@@ -265,8 +265,10 @@ absl::StatusOr<MemoryPlan> PlanMemoryDeferringWeights(const ir::Graph& graph,
   for (int i = 0; i < static_cast<int>(nodes.size()); ++i) {
     for (const ir::Value* out : nodes[i]->outputs) {
       if (out == nullptr || plan.locations.count(out)) continue;
-      auto bytes =
+      // A size the data decides (NonZero's count) is planned at its upper bound.
+      std::optional<SymDim> bytes =
           SymMulChecked(SymNumElements(out->type.shape), SymDim::Const(DTypeSize(out->type.dtype)));
+      if (bytes) bytes = graph.UpperBound(*bytes);
       if (!bytes) {
         return absl::InvalidArgumentError(absl::StrCat("value '", out->name, "' is too large"));
       }

@@ -28,6 +28,7 @@ constexpr OpFamily kFamilies[] = {
     {ir::RegisterSamplingShapes, codegen::RegisterSamplingKernels},
     {ir::RegisterTextShapes, codegen::RegisterTextKernels},
     {ir::RegisterTrainingShapes, codegen::RegisterTrainingKernels},
+    {ir::RegisterSelectionShapes, codegen::RegisterSelectionKernels},
 };
 
 }  // namespace

@@ -81,6 +81,7 @@ void RegisterEinsumShapes(OpTable& t);
 void RegisterSamplingShapes(OpTable& t);
 void RegisterTextShapes(OpTable& t);
 void RegisterTrainingShapes(OpTable& t);
+void RegisterSelectionShapes(OpTable& t);
 }  // namespace ir
 namespace codegen {
 void RegisterElementwiseKernels(OpTable& t);
@@ -99,6 +100,7 @@ void RegisterEinsumKernels(OpTable& t);
 void RegisterSamplingKernels(OpTable& t);
 void RegisterTextKernels(OpTable& t);
 void RegisterTrainingKernels(OpTable& t);
+void RegisterSelectionKernels(OpTable& t);
 }  // namespace codegen
 
 }  // namespace cuvil

@@ -103,7 +103,7 @@ BatchSplitPlan MakeBatchSplitPlan(const CompiledModel& model) {
 
 int32_t ExecuteSplit(const BatchSplitPlan& plan, EntryWithTable entry, const void* const* inputs,
                      void* const* outputs, int64_t batch, void* arena, void* const* table,
-                     const int64_t* syms) {
+                     int64_t* syms) {
   const int threads = IntraOpThreads();
   const int64_t parts = std::min<int64_t>({threads, batch, plan.max_shards});
   if (plan.max_shards <= 1 || batch <= 1 || (parts <= 1 && batch <= plan.items_per_call)) {

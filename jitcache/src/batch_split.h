@@ -12,7 +12,7 @@
 namespace cuvil::jitcache_internal {
 
 using EntryWithTable = int32_t (*)(const void* const* inputs, void* const* outputs, int64_t batch,
-                                   void* arena, void* const* table, const int64_t* syms);
+                                   void* arena, void* const* table, int64_t* syms);
 
 // How to address one batch item of every input and output. Thread-compatible value type.
 struct BatchSplitPlan {
@@ -38,7 +38,7 @@ BatchSplitPlan MakeBatchSplitPlan(const CompiledModel& model);
 // else 0. Reentrant.
 int32_t ExecuteSplit(const BatchSplitPlan& plan, EntryWithTable entry, const void* const* inputs,
                      void* const* outputs, int64_t batch, void* arena, void* const* table,
-                     const int64_t* syms);
+                     int64_t* syms);
 
 }  // namespace cuvil::jitcache_internal
 

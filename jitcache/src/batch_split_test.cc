@@ -24,7 +24,7 @@ float failing_item = -1;  // The fake fails (code 3) on the call that holds this
 
 // y[i][j] = x[i][j] * scale[0] + 1 for `batch` items; touches its whole arena region.
 int32_t FakeEntry(const void* const* inputs, void* const* outputs, int64_t batch, void* arena,
-                  void* const* table, const int64_t* syms) {
+                  void* const* table, int64_t* syms) {
   const float* x = static_cast<const float*>(inputs[0]);
   const float* scale = static_cast<const float*>(inputs[1]);
   float* y = static_cast<float*>(outputs[0]);

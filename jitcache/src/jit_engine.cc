@@ -238,7 +238,8 @@ LoadedModel::~LoadedModel() {
 absl::StatusOr<std::vector<int64_t>> LoadedModel::ResolveSymbols(
     absl::Span<const std::vector<int64_t>> input_shapes) const {
   absl::StatusOr<std::vector<int64_t>> syms;
-  if (model_.symbols.size() <= 1) {
+  const size_t bound_count = model_.InputSymbolCount();
+  if (bound_count <= 1) {
     auto batch = ResolveBatch(input_shapes);
     if (!batch.ok()) return batch.status();
     syms = std::vector<int64_t>{*batch};
@@ -250,8 +251,17 @@ absl::StatusOr<std::vector<int64_t>> LoadedModel::ResolveSymbols(
       for (const SymDim& d : sig.shape) dims.dims.push_back(d.expr());
       signature.push_back(std::move(dims));
     }
-    syms = BindSymbols(signature, input_shapes, static_cast<int32_t>(model_.symbols.size()));
+    syms = BindSymbols(signature, input_shapes, static_cast<int32_t>(bound_count));
     if (!syms.ok()) return syms.status();
+  }
+  // Data-dependent symbols start at their upper bounds, for which buffers are sized.
+  for (const DataDependentDim& d : model_.data_dependent_dims) {
+    const std::optional<int64_t> bound = EvalDimProgram(d.upper_bound, *syms);
+    if (!bound || *bound < 0 || static_cast<size_t>(d.symbol) != syms->size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "these input shapes give no valid upper bound for the output size of ", d.producer));
+    }
+    syms->push_back(*bound);
   }
   for (const DimConstraint& c : model_.dim_constraints) {
     const std::optional<int64_t> v = EvalDimProgram(c.program, *syms);
@@ -285,7 +295,7 @@ absl::StatusOr<std::vector<int64_t>> LoadedModel::ResolveSymbols(
 
 absl::StatusOr<int64_t> LoadedModel::ResolveBatch(
     absl::Span<const std::vector<int64_t>> input_shapes) const {
-  if (model_.symbols.size() > 1) {
+  if (model_.InputSymbolCount() > 1) {
     auto syms = ResolveSymbols(input_shapes);
     if (!syms.ok()) return syms.status();
     return (*syms)[0];
@@ -393,11 +403,36 @@ absl::StatusOr<std::vector<HostTensor>> LoadedModel::RunImpl(
                                                      out_ptrs.data(), batch, arena.get(),
                                                      patch->table.get(), syms->data());
   if (rc != 0) return EntryStatus(rc);
+  if (model_.data_dependent_dims.empty()) return outputs;
+  // The run decided some output sizes: keep the leading elements it wrote.
+  std::vector<std::vector<int64_t>> shapes_after = OutputShapesAfterRun(*syms);
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    if (shapes_after[o] == outputs[o].shape()) continue;
+    HostTensor exact(outputs[o].dtype(), shapes_after[o]);
+    if (exact.byte_size() > outputs[o].byte_size()) {
+      return absl::InternalError(absl::StrCat("output '", model_.outputs[o].name,
+                                              "' came back larger than its upper bound"));
+    }
+    std::memcpy(exact.data(), outputs[o].data(), exact.byte_size());
+    outputs[o] = std::move(exact);
+  }
   return outputs;
 }
 
+std::vector<std::vector<int64_t>> LoadedModel::OutputShapesAfterRun(
+    absl::Span<const int64_t> syms) const {
+  std::vector<std::vector<int64_t>> shapes;
+  shapes.reserve(model_.outputs.size());
+  for (const TensorSignature& sig : model_.outputs) {
+    // A kernel writes a data-dependent value within [0, its upper bound].
+    std::optional<std::vector<int64_t>> shape = EvalShape(sig.shape, syms);
+    shapes.push_back(shape.value_or(std::vector<int64_t>(sig.shape.size(), 0)));
+  }
+  return shapes;
+}
+
 int32_t LoadedModel::Execute(const void* const* inputs, void* const* outputs, int64_t batch,
-                             void* arena, const int64_t* syms) const {
+                             void* arena, int64_t* syms) const {
   // Enter: count ourselves in the current epoch's parity; retry if the epoch moved meanwhile, so
   // a waiter that flipped the epoch either sees us counted or we see its newer table.
   uint64_t e;

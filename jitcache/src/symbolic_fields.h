@@ -49,6 +49,12 @@ void SymbolicFieldsToProto(const CompiledModel& m, ModelProto* p) {
     pc->set_equal(c.equal);
     pc->set_description(c.description);
   }
+  for (const DataDependentDim& d : m.data_dependent_dims) {
+    auto* pd = p->add_data_dependent_dims();
+    pd->set_symbol(d.symbol);
+    for (int64_t w : d.upper_bound) pd->add_upper_bound(w);
+    pd->set_producer(d.producer);
+  }
 }
 
 // Reads what SymbolicFieldsToProto wrote into `m`, checking every program decodes. DataLoss
@@ -75,6 +81,18 @@ absl::Status SymbolicFieldsFromProto(const ModelProto& p, CompiledModel* m) {
                     pc.description()};
     if (auto s = check(c.program, "dim constraint"); !s.ok()) return s;
     m->dim_constraints.push_back(std::move(c));
+  }
+  // Data-dependent symbols are the last ones, in order.
+  const size_t dd_count = static_cast<size_t>(p.data_dependent_dims_size());
+  for (const auto& pd : p.data_dependent_dims()) {
+    DataDependentDim d{
+        pd.symbol(), {pd.upper_bound().begin(), pd.upper_bound().end()}, pd.producer()};
+    const size_t expected = m->symbols.size() - dd_count + m->data_dependent_dims.size();
+    if (dd_count >= m->symbols.size() || static_cast<size_t>(d.symbol) != expected) {
+      return absl::DataLossError("bad data-dependent dim: not one of the last symbols");
+    }
+    if (auto s = check(d.upper_bound, "data-dependent dim bound"); !s.ok()) return s;
+    m->data_dependent_dims.push_back(std::move(d));
   }
   return absl::OkStatus();
 }

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -302,6 +303,18 @@ class PyCompiledModel {
       arenas_.Give(std::move(arena));
     }
     if (rc != 0) Raise(EntryStatus(rc));
+    if (!m.data_dependent_dims.empty()) {
+      // The run decided some output sizes: keep the leading elements it wrote.
+      std::vector<std::vector<int64_t>> exact = loaded_->OutputShapesAfterRun(*syms);
+      for (size_t i = 0; i < outputs.size(); ++i) {
+        const std::vector<int64_t> had(outputs[i].shape(), outputs[i].shape() + outputs[i].ndim());
+        if (exact[i] == had) continue;
+        py::array trimmed(output_dtypes_[i], exact[i]);
+        std::memcpy(trimmed.mutable_data(), outputs[i].data(),
+                    std::min<size_t>(trimmed.nbytes(), outputs[i].nbytes()));
+        outputs[i] = std::move(trimmed);
+      }
+    }
     py::list result(outputs.size());
     if (torch_io) {
       py::object from_numpy = py::module_::import("torch").attr("from_numpy");

@@ -29,7 +29,7 @@ struct cuvil_aot_model {
   int64_t arena_per_batch;  // arena bytes = arena_per_batch * batch + arena_fixed
   int64_t arena_fixed;
   int32_t (*entry)(const void* const* inputs, void* const* outputs, int64_t batch, void* arena,
-                   const int64_t* syms);
+                   int64_t* syms);
   int32_t num_inputs;
   int32_t num_outputs;
   const cuvil_aot_tensor* inputs;

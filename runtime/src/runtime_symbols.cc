@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "cuvil/runtime/parallel.h"
+#include "cuvil/runtime/selection_ops.h"
 #include "cuvil/runtime/ukernels.h"
 #include "kernels.h"
 
@@ -17,6 +18,8 @@ const std::vector<RuntimeSymbol>& RuntimeSymbols() {
       // clang-format off
       CUVIL_RT_SYMBOL(cuvil_rt_alloc),
       CUVIL_RT_SYMBOL(cuvil_rt_free),
+      CUVIL_RT_SYMBOL(cuvil_rt_nms),
+      CUVIL_RT_SYMBOL(cuvil_rt_unique),
       CUVIL_RT_SYMBOL(cuvil_rt_parallel_for),
       CUVIL_RT_SYMBOL(cuvil_uk_conv2d),
       CUVIL_RT_SYMBOL(cuvil_uk_matmul_nbits),

@@ -162,6 +162,10 @@ llvm::Value* KernelContext::Symbol(int32_t id) {
   return v;
 }
 
+void KernelContext::StoreSymbol(int32_t id, llvm::Value* value) {
+  builder_.CreateStore(value, builder_.CreateConstGEP1_64(I64Ty(), LoadSymbolArray(), id));
+}
+
 llvm::Value* KernelContext::LoadSymbolArray() {
   if (syms_ != nullptr) return syms_;
   llvm::Instruction* term = entry_block_->getTerminator();

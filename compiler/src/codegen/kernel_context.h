@@ -81,6 +81,10 @@ class KernelContext {
   // kernel, in the entry block so it dominates every use) through the args symbols slot. Null in
   // an outlined context, which has neither (capture the dims a ParallelFor body needs).
   llvm::Value* Symbol(int32_t id);
+  // Writes the i64 `value` into syms[id]: how the kernel producing a data-dependent symbol
+  // (ir::Graph::data_dependent) hands its value to the kernels after it and to the caller. The
+  // kernel itself must not read Symbol(id).
+  void StoreSymbol(int32_t id, llvm::Value* value);
   // The execution's symbol values array (the args symbols slot), loaded once in the entry block:
   // what a control-flow kernel hands its subgraphs. Null in an outlined context.
   llvm::Value* SymbolArray() { return batch_ == nullptr ? nullptr : LoadSymbolArray(); }

@@ -3,10 +3,11 @@
 // A CompiledModel is a plain value: it holds no LLVM state, can be cached on disk and loaded into
 // any JIT namespace. Generated code exports:
 //   int32_t cuvil_entry(const void* const* inputs, void* const* outputs, int64_t batch, void*
-//   arena, const int64_t* syms)
+//   arena, int64_t* syms)
 //                              0 on success, else an EntryError (the outputs are then unspecified);
 //                              syms[id] is the value of symbol id (syms[0] == batch), read only
-//                              by models with symbols beyond the batch (may be null otherwise)
+//                              by models with symbols beyond the batch (may be null otherwise);
+//                              the run writes data-dependent symbols (DataDependentDim) into it
 //   int32_t cuvil_entry_table(inputs, outputs, batch, arena, void* const* table, syms)
 //                              the same, calling kernel i through table[i]
 //   void*   cuvil_fn_table[]   one pointer per kernel (the compiled kernels)
@@ -179,6 +180,16 @@ struct DimConstraint {
   std::string description;       // For `equal`: "H == 2*floor(H / 2)".
 };
 
+// A free dimension the model computes from the data (NonZero's count of non-zeros, Unique's
+// count of distinct values): not bound from the inputs. Before a run syms[symbol] holds its upper
+// bound, for which every buffer is sized (so outputs are allocated at it); the run writes the
+// actual value there, and outputs are then that long (their leading elements, row-major).
+struct DataDependentDim {
+  int32_t symbol = 0;
+  std::vector<int64_t> upper_bound;  // Encoded DimExpr (dim_expr_codec.h) in the input symbols.
+  std::string producer;              // The node that computes it, for messages.
+};
+
 // Thread-compatible value type.
 struct CompiledModel {
   std::string name;
@@ -186,6 +197,8 @@ struct CompiledModel {
   // Every free dimension's name by symbol id (symbols[0] == symbol); empty for static models.
   // cuvil_entry's syms argument holds one value per name.
   std::vector<std::string> symbols;
+  // The last symbols, computed by the run (see DataDependentDim); symbol order.
+  std::vector<DataDependentDim> data_dependent_dims;
   // One per distinct symbolic dim of the graph's values that is not provably non-negative, and
   // one per equality shape inference assumed.
   std::vector<DimConstraint> dim_constraints;
@@ -199,6 +212,12 @@ struct CompiledModel {
   std::string cpu;  // Host CPU name the code was generated for.
   // "separable" when executions may split the batch (arena.max_shards > 1), else why not.
   std::string batch_split_note;
+
+  // Symbols bound from the input shapes: every symbol but the data-dependent ones (at least 1:
+  // symbol 0, the batch, is 1 for a model without one).
+  size_t InputSymbolCount() const {
+    return std::max<size_t>(symbols.size() - data_dependent_dims.size(), 1);
+  }
 };
 
 }  // namespace cuvil

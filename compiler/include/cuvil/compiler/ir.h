@@ -123,8 +123,22 @@ class Graph {
   };
   std::vector<DimAssumption> assumptions;
   // False for If/Loop/Scan bodies: their assumptions could not be checked before the entry runs,
-  // so shape inference refuses unproven equalities there.
+  // so shape inference refuses unproven equalities there (and data-dependent sizes).
   bool allow_assumptions = true;
+  // Symbols a node computes from the data at run time (NonZero's count of non-zeros), the last
+  // entries of `symbols`, in creation order. Buffers are sized for `upper_bound`, an expression
+  // in the symbols bound from the inputs; the producing kernel writes the value into syms[id].
+  struct DataDependentSymbol {
+    int32_t id = 0;
+    DimExpr upper_bound;
+    std::string producer;  // The node, for messages.
+  };
+  std::vector<DataDependentSymbol> data_dependent;
+  // `d` with every data-dependent symbol replaced by its upper bound (what sizes its buffer);
+  // nullopt when the result grows past DimExpr's caps.
+  std::optional<SymDim> UpperBound(const SymDim& d) const;
+  // True when `e` mentions a data-dependent symbol.
+  bool IsDataDependent(const DimExpr& e) const;
 
  private:
   std::vector<std::unique_ptr<Value>> values_;

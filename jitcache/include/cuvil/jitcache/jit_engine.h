@@ -27,11 +27,11 @@ struct BatchSplitPlan;
 
 // Signature of the generated entry point (see compiled_model.h).
 using EntryFn = int32_t (*)(const void* const* inputs, void* const* outputs, int64_t batch,
-                            void* arena, const int64_t* syms);
+                            void* arena, int64_t* syms);
 
 // Signature of cuvil_entry_table: the entry point with an explicit kernel table.
 using EntryWithTableFn = int32_t (*)(const void* const* inputs, void* const* outputs, int64_t batch,
-                                     void* arena, void* const* table, const int64_t* syms);
+                                     void* arena, void* const* table, int64_t* syms);
 
 // Patch kinds (PatchRecord::kind).
 inline constexpr char kPatchKindIr[] = "ir";
@@ -110,10 +110,11 @@ class LoadedModel {
   // the calling thread's intra-op threads (see model().arena.max_shards); `arena` holds
   // model().arena.CheckedBytesForSymbols(syms) bytes. `syms` holds the value of every symbol
   // (syms[0] == batch; see ResolveSymbols) and may be null for a model whose only symbol is the
-  // batch. Lock-free and allocation-free (for models with at most 8 inputs and 8 outputs);
+  // batch; the run writes the data-dependent ones (model().data_dependent_dims), and the outputs
+  // then have the dims OutputShapesAfterRun gives. Lock-free and allocation-free (for models with at most 8 inputs and 8 outputs);
   // returns cuvil_entry's code (the first failing part's).
   int32_t Execute(const void* const* inputs, void* const* outputs, int64_t batch, void* arena,
-                  const int64_t* syms = nullptr) const;
+                  int64_t* syms = nullptr) const;
 
   // Compiles `ir_text` (LLVM IR defining kernels with their exact names and the kernel signature
   // `i32 (ptr, i64)`; other definitions become private to the patch) into a new layer of this
@@ -195,9 +196,15 @@ class LoadedModel {
   // Every symbol's value (model().symbols order, at least one element: the batch, 1 for a
   // static model) from `input_shapes`, with every input shape checked against them, the model's
   // dim constraints (CompiledModel::dim_constraints) holding, and the arena and every output
-  // sizable (so EvalShape of an output succeeds). InvalidArgument naming the tensor and dim.
+  // sizable (so EvalShape of an output succeeds). A data-dependent symbol holds its upper bound
+  // (the run overwrites it). InvalidArgument naming the tensor and dim.
   absl::StatusOr<std::vector<int64_t>> ResolveSymbols(
       absl::Span<const std::vector<int64_t>> input_shapes) const;
+
+  // Each output's shape once a run with `syms` (from ResolveSymbols, written by the run) has
+  // returned: what ResolveSymbols sized them for, except along data-dependent dims, which the run
+  // set (an output then holds that many elements, at the start of its buffer).
+  std::vector<std::vector<int64_t>> OutputShapesAfterRun(absl::Span<const int64_t> syms) const;
 
   // Checks that `input_shapes` (signature order) are exactly the shapes the compiled code reads at
   // `batch`. The last check before generated code touches caller buffers; allocation-free when
