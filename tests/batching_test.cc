@@ -13,6 +13,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "server_test_util.h"
+#include "test_models.h"
 
 namespace cuvil {
 namespace {
@@ -106,6 +107,71 @@ TEST(BatchingTest, MixedBatchSizesMatchUnbatchedResultsWithOneCompile) {
   EXPECT_EQ(s.compilation_count(), 1u);
   EXPECT_EQ(TotalCompilations(), compilations_before)
       << "serving a batch size recompiled the model";
+}
+
+// A model whose output sizes the data decides (NonZero) serves concurrent requests: each response
+// holds exactly the elements its own data selects, and a bad request fails alone.
+TEST(BatchingTest, OutputsSizedByTheDataServeConcurrentRequests) {
+  std::string repo = testing::MakeRepository("positive_repo");
+  fs::path dir = fs::path(repo) / "positive";
+  fs::create_directories(dir / "1");
+  std::ofstream(dir / "1/model.onnx", std::ios::binary) << testing::PositiveValuesModel(3);
+  std::ofstream(dir / "config.pbtxt") << "max_batch_size: 0\n";
+  auto server = testing::StartServer(repo);
+  ASSERT_NE(server, nullptr);
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server->grpc_port()),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = inference::GRPCInferenceService::NewStub(channel);
+  auto infer = [&](const std::vector<float>& x, inference::ModelInferResponse* r) {
+    inference::ModelInferRequest q;
+    q.set_model_name("positive");
+    auto* in = q.add_inputs();
+    in->set_name("x");
+    in->set_datatype("FP32");
+    in->add_shape(static_cast<int64_t>(x.size() / 4));
+    in->add_shape(4);
+    q.add_raw_input_contents()->assign(reinterpret_cast<const char*>(x.data()), x.size() * 4);
+    grpc::ClientContext ctx;
+    return stub->ModelInfer(&ctx, q, r);
+  };
+  constexpr int kThreads = 4, kPerThread = 12;
+  std::atomic<int> mismatches{0}, failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(200 + t);
+      for (int i = 0; i < kPerThread; ++i) {
+        std::vector<float> x(12);
+        for (float& v : x) v = static_cast<float>(static_cast<int>(rng() % 7) - 3);
+        std::vector<float> want;
+        for (float v : x) {
+          if (v > 0) want.push_back(2 * v);
+        }
+        inference::ModelInferResponse r;
+        if (!infer(x, &r).ok() || r.outputs_size() != 2 || r.raw_output_contents_size() != 2) {
+          ++failures;
+          continue;
+        }
+        const auto count = static_cast<int64_t>(want.size());
+        const std::string& y = r.raw_output_contents(1);
+        if (r.outputs(0).shape_size() != 2 || r.outputs(0).shape(0) != count ||
+            r.outputs(1).shape_size() != 1 || r.outputs(1).shape(0) != count ||
+            r.raw_output_contents(0).size() != static_cast<size_t>(count) * 16 ||
+            y.size() != want.size() * 4 || std::memcmp(y.data(), want.data(), y.size()) != 0) {
+          ++mismatches;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(mismatches.load(), 0);
+  // A request of the wrong shape fails alone; the model keeps serving.
+  inference::ModelInferResponse r;
+  EXPECT_EQ(infer(std::vector<float>(8, 1.0f), &r).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  ASSERT_TRUE(infer(std::vector<float>(12, 1.0f), &r).ok());
+  EXPECT_EQ(r.outputs(1).shape(0), 12);
 }
 
 // A text encoder with a free sequence length behind the dynamic batcher: concurrent requests of

@@ -116,6 +116,47 @@ TEST(JitEngineTest, FreeDimsBreakingTheGraphsAssumptionFailWithAClearError) {
   EXPECT_TRUE(again.ok()) << again.status();
 }
 
+// NonZero's count is a symbol the run sets: one compile serves every count (none, some, all),
+// the kernels after NonZero read it, and outputs come back exactly that long.
+TEST(JitEngineTest, OutputSizesTheDataDecidesComeBackExact) {
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok());
+  auto loaded = (*engine)->Load("positive/1", MustCompile(testing::PositiveValuesModel()));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const CompiledModel& m = (*loaded)->model();
+  ASSERT_EQ(m.data_dependent_dims.size(), 1u);
+  EXPECT_EQ(m.symbols.size(), 2u);
+  EXPECT_EQ(m.InputSymbolCount(), 1u);
+  // Before a run the count holds its upper bound, batch * 4.
+  auto syms = (*loaded)->ResolveSymbols({{3, 4}});
+  ASSERT_TRUE(syms.ok()) << syms.status();
+  EXPECT_EQ(*syms, (std::vector<int64_t>{3, 12}));
+  const std::vector<std::vector<float>> cases = {
+      {-1, 0, -2, 0}, {1, 2, 3, 4}, {0, 5, -1, 7, 2, 0, 0, -3, 0, 0, 0, 9}, {}};
+  for (const std::vector<float>& values : cases) {
+    const auto batch = static_cast<int64_t>(values.size() / 4);
+    HostTensor x(DType::kFloat32, {batch, 4});
+    std::copy(values.begin(), values.end(), x.data_as<float>());
+    auto out = (*loaded)->Run({x});
+    ASSERT_TRUE(out.ok()) << out.status();
+    std::vector<int64_t> want_idx;
+    std::vector<float> want_y;
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (values[i] <= 0) continue;
+      want_idx.insert(want_idx.end(), {static_cast<int64_t>(i / 4), static_cast<int64_t>(i % 4)});
+      want_y.push_back(2 * values[i]);
+    }
+    const auto count = static_cast<int64_t>(want_y.size());
+    ASSERT_EQ((*out)[0].shape(), (std::vector<int64_t>{count, 2}));
+    ASSERT_EQ((*out)[1].shape(), (std::vector<int64_t>{count}));
+    EXPECT_EQ(std::vector<int64_t>((*out)[0].data_as<int64_t>(),
+                                   (*out)[0].data_as<int64_t>() + 2 * count),
+              want_idx);
+    EXPECT_EQ(std::vector<float>((*out)[1].data_as<float>(), (*out)[1].data_as<float>() + count),
+              want_y);
+  }
+}
+
 // Mappings of this process that are writable and executable at once ("rwxp" in /proc/self/maps).
 std::vector<std::string> WritableExecutableMappings() {
   std::ifstream maps("/proc/self/maps");

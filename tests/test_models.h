@@ -215,6 +215,35 @@ inline std::string GatherTableModel(int64_t rows, int64_t cols,
   return model.SerializeAsString();
 }
 
+// The positive elements of x (float32[rows, 4]), found with NonZero, whose count the data
+// decides: idx = Transpose(NonZero(x > 0)) (int64[count, 2], row-major order) and
+// y = GatherND(x, idx) * 2 (float32[count]), so kernels after NonZero read the count too.
+inline std::string PositiveValuesModel(TestDim rows = "batch") {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(13);
+  onnx::GraphProto* g = model.mutable_graph();
+  g->set_name("positive_values");
+  SetFloatValue(g->add_input(), "x", {rows, 4});
+  for (const char* name : {"zero", "two"}) {
+    onnx::TensorProto* c = g->add_initializer();
+    c->set_name(name);
+    c->set_data_type(onnx::TensorProto::FLOAT);
+    c->add_float_data(name[0] == 'z' ? 0.0f : 2.0f);
+  }
+  AddNode(g, "Greater", {"x", "zero"}, "mask");
+  AddNode(g, "NonZero", {"mask"}, "where");
+  AddIntsAttr(AddNode(g, "Transpose", {"where"}, "idx"), "perm", {1, 0});
+  AddNode(g, "GatherND", {"x", "idx"}, "picked");
+  AddNode(g, "Mul", {"picked", "two"}, "y");
+  // Declared as an exporter writes them: the count is a dim_param of its own.
+  SetFloatValue(g->add_output(), "idx", {"count", 2});
+  g->mutable_output(0)->mutable_type()->mutable_tensor_type()->set_elem_type(
+      onnx::TensorProto::INT64);
+  SetFloatValue(g->add_output(), "y", {"count"});
+  return model.SerializeAsString();
+}
+
 }  // namespace cuvil::testing
 
 #endif  // CUVIL_TESTS_TEST_MODELS_H_

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -134,7 +135,9 @@ TEST_F(DigestMemoTest, ConcurrentWritersNeverTearARecord) {
   }
   std::set<std::string> seen;
   int found = 0;
-  for (int i = 0; i < 3000; ++i) {
+  // Under load the writers may not have run yet after 3000 reads: keep reading until one shows.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (int i = 0; i < 3000 || (found == 0 && std::chrono::steady_clock::now() < deadline); ++i) {
     auto r = memo.Find(stamp);
     if (!r.has_value()) continue;
     ++found;

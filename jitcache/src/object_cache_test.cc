@@ -157,6 +157,38 @@ TEST_F(ObjectCacheTest, DiskHitKeepsSymbolicDimsAndArena) {
   EXPECT_FLOAT_EQ((*out)[0].data_as<float>()[4], 1.0f);  // x[0][1]
 }
 
+// A count the data decides (NonZero's) keeps its symbol and upper bound through an entry on disk,
+// and the model read back sizes its outputs by the run.
+TEST_F(ObjectCacheTest, DiskHitKeepsDataDependentDims) {
+  const std::string bytes = testing::PositiveValuesModel();
+  auto cache = MakeCache();
+  CacheLookup lookup;
+  auto made = cache->Compile("", bytes, {}, &lookup);
+  ASSERT_TRUE(made.ok()) << made.status();
+  ASSERT_EQ(made->data_dependent_dims.size(), 1u);
+  auto other = MakeCache();
+  auto read = other->Compile("", bytes, {}, &lookup);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(lookup.outcome, CacheOutcome::kDiskHit);
+  EXPECT_EQ(read->symbols, made->symbols);
+  ASSERT_EQ(read->data_dependent_dims.size(), 1u);
+  EXPECT_EQ(read->data_dependent_dims[0].symbol, made->data_dependent_dims[0].symbol);
+  EXPECT_EQ(read->data_dependent_dims[0].upper_bound, made->data_dependent_dims[0].upper_bound);
+  EXPECT_EQ(read->data_dependent_dims[0].producer, made->data_dependent_dims[0].producer);
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok());
+  auto loaded = (*engine)->Load("positive/1", *std::move(read));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  HostTensor x(DType::kFloat32, {1, 4});
+  const float values[] = {3, -1, 0, 5};
+  std::copy(values, values + 4, x.data_as<float>());
+  auto out = (*loaded)->Run({x});
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ((*out)[1].shape(), (std::vector<int64_t>{2}));
+  EXPECT_FLOAT_EQ((*out)[1].data_as<float>()[0], 6.0f);
+  EXPECT_FLOAT_EQ((*out)[1].data_as<float>()[1], 10.0f);
+}
+
 // Subgraph kernels keep their parent through an entry on disk (the profiler and cuvil-bench rely
 // on it to count a nested kernel's time once).
 TEST_F(ObjectCacheTest, DiskHitKeepsSubgraphKernelParents) {

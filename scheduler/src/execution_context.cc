@@ -113,9 +113,11 @@ ExecutionContext::Result ExecutionContext::Execute(std::vector<QueuedRequest>& b
       output_ptrs_[o] = outputs_[o].Reserve(output_row_bytes_[o] * rows);
     }
   }
-  result.status =
-      executable_->Run(input_ptrs_.data(), run_shapes_, output_ptrs_.data(), result.rows,
-                       [this](size_t bytes) { return arena_.Reserve(bytes); });
+  const bool sized_by_run = executable_->outputs_sized_by_run();
+  result.status = executable_->Run(
+      input_ptrs_.data(), run_shapes_, output_ptrs_.data(), result.rows,
+      [this](size_t bytes) { return arena_.Reserve(bytes); },
+      sized_by_run ? &written_dims_ : nullptr);
   const Clock::time_point ran = clock_->Now();
   result.infer_ns = NanosBetween(gathered, ran);
   if (!result.status.ok()) {
@@ -123,6 +125,28 @@ ExecutionContext::Result ExecutionContext::Execute(std::vector<QueuedRequest>& b
     return result;
   }
 
+  if (sized_by_run && alone) {
+    // The run decided some output sizes: keep the leading elements it wrote (such requests
+    // never share an execution, see ModelLayout::CanShareBatch).
+    size_t next = 0;
+    for (size_t o = 0; o < num_outputs; ++o) {
+      if (!Requested(first, o)) continue;
+      HostTensor& had = responses[0].outputs[next++].tensor;
+      const std::vector<int64_t>& dims = written_dims_[o];
+      std::vector<int64_t> shape;
+      if (layout_->output_batched(o)) shape.push_back(result.rows);
+      shape.insert(shape.end(), dims.begin(), dims.end());
+      if (shape == had.shape()) continue;
+      HostTensor exact(had.dtype(), shape);
+      if (exact.byte_size() > had.byte_size()) {
+        result.status = absl::InternalError("an output came back larger than its upper bound");
+        responses[0].outputs.clear();
+        return result;
+      }
+      if (exact.byte_size() > 0) std::memcpy(exact.data(), had.data(), exact.byte_size());
+      had = std::move(exact);
+    }
+  }
   // Split: each request gets its own rows of every output it asked for.
   if (!alone) {
     size_t row_offset = 0;

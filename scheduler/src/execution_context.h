@@ -54,6 +54,7 @@ class ExecutionContext {
   std::vector<size_t> output_row_bytes_;
   std::vector<std::vector<int64_t>> run_shapes_;  // Shapes of the batch being executed.
   std::vector<std::vector<int64_t>> varying_dims_;
+  std::vector<std::vector<int64_t>> written_dims_;  // Output dims a run reports (sized by run).
   const std::vector<std::vector<int64_t>>* output_dims_ = nullptr;
 };
 

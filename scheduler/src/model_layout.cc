@@ -66,6 +66,7 @@ absl::StatusOr<int64_t> ModelLayout::Validate(const InferenceRequest& request) c
 }
 
 bool ModelLayout::CanShareBatch(const InferenceRequest& a, const InferenceRequest& b) const {
+  if (executable_.outputs_sized_by_run()) return false;
   for (size_t i : varying_inputs_) {
     if (a.inputs[i].shape != b.inputs[i].shape) {
       // Dim 0 is each request's own row count; only the rest must agree.

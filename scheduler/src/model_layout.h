@@ -28,7 +28,7 @@ class ModelLayout {
   // Checks `request` against the specs (so later copies stay in bounds) and returns its rows.
   absl::StatusOr<int64_t> Validate(const InferenceRequest& request) const;
   // Whether `a` and `b` may run in one execution: equal non-batch dims for inputs with varying
-  // dims, identical unbatched inputs.
+  // dims, identical unbatched inputs, and outputs whose sizes the data does not decide.
   bool CanShareBatch(const InferenceRequest& a, const InferenceRequest& b) const;
   // Row dims of every output (batch dim excluded) when no output has a -1 dim.
   bool outputs_vary() const { return outputs_vary_; }

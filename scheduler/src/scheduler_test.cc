@@ -47,7 +47,8 @@ class FakeExecutable : public Executable {
   static int64_t ArenaBytes(int64_t batch) { return 64 * batch; }
 
   absl::Status Run(const void* const* inputs, absl::Span<const std::vector<int64_t>> input_shapes,
-                   void* const* outputs, int64_t batch, ArenaReserve reserve) const override {
+                   void* const* outputs, int64_t batch, ArenaReserve reserve,
+                   std::vector<std::vector<int64_t>>* /*written_dims*/) const override {
     // The scheduler hands over the executed batch's shape: [batch, D] (D of the first request),
     // or [D] for a model without a batch dimension.
     const std::vector<int64_t>& shape = input_shapes.size() == 1 ? input_shapes[0] : dims_none_;

@@ -77,7 +77,8 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> JitExecutable::OutputDims(
 
 absl::Status JitExecutable::Run(const void* const* inputs,
                                 absl::Span<const std::vector<int64_t>> input_shapes,
-                                void* const* outputs, int64_t batch, ArenaReserve arena) const {
+                                void* const* outputs, int64_t batch, ArenaReserve arena,
+                                std::vector<std::vector<int64_t>>* written_dims) const {
   const CompiledModel& m = model_->model();
   if (m.symbols.size() > 1 || !m.dim_constraints.empty()) {
     // Binding the symbols checks every input dim, the model's constraints and the arena size.
@@ -88,7 +89,16 @@ absl::Status JitExecutable::Run(const void* const* inputs,
           absl::StrCat("the inputs hold ", (*syms)[0], " rows, the execution ", batch));
     }
     const auto bytes = static_cast<size_t>(*m.arena.CheckedBytesForSymbols(*syms));
-    return EntryStatus(model_->Execute(inputs, outputs, batch, arena(bytes), syms->data()));
+    absl::Status s =
+        EntryStatus(model_->Execute(inputs, outputs, batch, arena(bytes), syms->data()));
+    if (s.ok() && written_dims != nullptr && outputs_sized_by_run()) {
+      *written_dims = model_->OutputShapesAfterRun(*syms);
+      for (size_t o = 0; o < outputs_.size(); ++o) {
+        auto& dims = (*written_dims)[o];
+        if (outputs_[o].batched && !dims.empty()) dims.erase(dims.begin());
+      }
+    }
+    return s;
   }
   if (auto s = model_->CheckInputShapes(input_shapes, batch); !s.ok()) return s;
   // A nonzero result is the request's data at fault (e.g. an index out of bounds).

@@ -26,7 +26,11 @@ class JitExecutable : public Executable {
   // Binds the model's symbols from `input_shapes` once (checking every dim), reserves the scratch
   // they need and runs the entry point.
   absl::Status Run(const void* const* inputs, absl::Span<const std::vector<int64_t>> input_shapes,
-                   void* const* outputs, int64_t batch, ArenaReserve arena) const override;
+                   void* const* outputs, int64_t batch, ArenaReserve arena,
+                   std::vector<std::vector<int64_t>>* written_dims) const override;
+  bool outputs_sized_by_run() const override {
+    return !model_->model().data_dependent_dims.empty();
+  }
   // Output dims from the symbols the input dims bind (models with free dims beyond the batch).
   absl::StatusOr<std::vector<std::vector<int64_t>>> OutputDims(
       const std::vector<std::vector<int64_t>>& input_dims) const override;

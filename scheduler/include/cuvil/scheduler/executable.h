@@ -39,10 +39,17 @@ class Executable {
   // `batch` rows each, in inputs()/outputs() order; input_shapes[i] is input i's full shape (batch
   // dim included when batched). Implementations check the shapes against what their code reads
   // and fail with InvalidArgument rather than run on buffers of the wrong size; the scratch they
-  // then reserve may depend on the shapes (free dimensions beyond the batch).
+  // then reserve may depend on the shapes (free dimensions beyond the batch). When
+  // outputs_sized_by_run(), `written_dims` (same convention as OutputDims) receives the dims each
+  // output was written with: a prefix of the buffer OutputDims sized.
   virtual absl::Status Run(const void* const* inputs,
                            absl::Span<const std::vector<int64_t>> input_shapes,
-                           void* const* outputs, int64_t batch, ArenaReserve arena) const = 0;
+                           void* const* outputs, int64_t batch, ArenaReserve arena,
+                           std::vector<std::vector<int64_t>>* written_dims) const = 0;
+  // True when the data decides some output sizes (NonZero, Unique, ...): OutputDims then gives
+  // upper bounds, Run reports what it wrote, and requests never share an execution (their rows
+  // of such an output could not be told apart).
+  virtual bool outputs_sized_by_run() const { return false; }
   // Dims of each output (batch dim excluded when batched) for inputs shaped `input_dims` (same
   // convention, inputs() order). Executables with -1 output dims must override it; the default
   // returns outputs()' dims and fails with Unimplemented on a -1.
