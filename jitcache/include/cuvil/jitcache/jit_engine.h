@@ -111,8 +111,8 @@ class LoadedModel {
   // model().arena.CheckedBytesForSymbols(syms) bytes. `syms` holds the value of every symbol
   // (syms[0] == batch; see ResolveSymbols) and may be null for a model whose only symbol is the
   // batch; the run writes the data-dependent ones (model().data_dependent_dims), and the outputs
-  // then have the dims OutputShapesAfterRun gives. Lock-free and allocation-free (for models with at most 8 inputs and 8 outputs);
-  // returns cuvil_entry's code (the first failing part's).
+  // then have the dims OutputShapesAfterRun gives. Lock-free and allocation-free (for models with
+  // at most 8 inputs and 8 outputs); returns cuvil_entry's code (the first failing part's).
   int32_t Execute(const void* const* inputs, void* const* outputs, int64_t batch, void* arena,
                   int64_t* syms = nullptr) const;
 
