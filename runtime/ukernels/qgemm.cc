@@ -354,22 +354,123 @@ __attribute__((target("avx512f,avx512bw"))) void StoreRowAvx512(const cuvil_uk_q
     }
   }
 }
+
+// StoreRowAvx512's epilogue on the 16 accumulators of `a` (lanes past `mask` untouched), for one
+// output channel: the same operations in the same order.
+__attribute__((target("avx512f,avx512bw"))) inline void Epilogue16(int64_t out_type, __m512i a,
+                                                                   __mmask16 mask, __m512i c,
+                                                                   __m512 mv, __m512 bv, __m512 lov,
+                                                                   __m512 hiv,
+                                                                   const float* residual, void* y) {
+  __m512 v = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(a, c)), mv), bv);
+  if (out_type == CUVIL_UK_QOUT_FLOAT) {
+    if (residual != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, residual));
+    v = _mm512_min_ps(_mm512_max_ps(v, lov), hiv);
+    _mm512_mask_storeu_ps(static_cast<float*>(y), mask, v);
+    return;
+  }
+  const __m512i q = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(v, lov), hiv));
+  if (out_type == CUVIL_UK_QOUT_U8) {
+    _mm512_mask_cvtusepi32_storeu_epi8(static_cast<uint8_t*>(y), mask, q);
+  } else {
+    _mm512_mask_cvtsepi32_storeu_epi8(static_cast<int8_t*>(y), mask, q);
+  }
+}
+
+// TileVnniW with the epilogue applied from registers: no int32 tile in memory and no call per
+// row, which is what small-K (pointwise) convolutions spend most of their time on otherwise. The
+// lanes of each 16-column vector fall into runs of consecutive output positions (one run, or
+// several where a vector crosses the end of a padded row); each run is one masked store whose
+// base is shifted so that lane L lands on its position.
+template <int W>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void TileStoreVnniW(
+    int64_t kq, const int8_t* a, const uint8_t* b, int64_t ldb, int64_t n, int64_t rows,
+    const QEpilogue& e) {
+  __m512i acc[kQMR][W];
+  for (int r = 0; r < kQMR; ++r) {
+    for (int v = 0; v < W; ++v) acc[r][v] = _mm512_setzero_si512();
+  }
+  for (int64_t kk = 0; kk < kq; ++kk) {
+    const uint8_t* bk = b + kk * ldb * 4;
+    __m512i bv[W];
+    for (int v = 0; v < W; ++v) bv[v] = _mm512_loadu_si512(bk + v * 64);
+    const int8_t* ak = a + kk * kQMR * 4;
+    for (int r = 0; r < kQMR; ++r) {
+      int32_t quad;
+      std::memcpy(&quad, ak + r * 4, 4);
+      const __m512i wv = _mm512_set1_epi32(quad);
+      for (int v = 0; v < W; ++v) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], bv[v], wv);
+    }
+  }
+  // Runs of lanes: lane L of vector v is position L + shift.
+  struct Run {
+    __mmask16 mask;
+    int64_t shift;
+    int v;
+  };
+  Run runs[W * 16];
+  int count = 0;
+  for (int v = 0; v < W; ++v) {
+    const int64_t base = e.q0 + v * 16, end = e.q0 + std::min<int64_t>(n, (v + 1) * 16);
+    for (int64_t q = base; q < end;) {
+      const int64_t row = q / e.wr, col = q % e.wr;
+      if (col >= e.ow) {
+        q = (row + 1) * e.wr;
+        continue;
+      }
+      const int64_t stop = std::min(end, row * e.wr + e.ow);
+      const auto first = static_cast<uint32_t>(q - base), last = static_cast<uint32_t>(stop - base);
+      const uint32_t bits = (last >= 16 ? 0xFFFFu : (1u << last) - 1) & ~((1u << first) - 1);
+      runs[count++] = {static_cast<__mmask16>(bits), row * e.ow + col - (q - base), v};
+      q = stop;
+    }
+  }
+  const int64_t out_type = e.params->out_type;
+  const size_t out_bytes = out_type == CUVIL_UK_QOUT_FLOAT ? 4 : 1;
+  const __m512 lov = _mm512_set1_ps(e.lo), hiv = _mm512_set1_ps(e.hi);
+  const auto y0 = reinterpret_cast<uintptr_t>(e.y);
+  const auto res0 = reinterpret_cast<uintptr_t>(e.residual);
+  for (int r = 0; r < kQMR && r < rows; ++r) {
+    const __m512i c = _mm512_set1_epi32(e.comp[r]);
+    const __m512 mv = _mm512_set1_ps(e.mult[r]), bias = _mm512_set1_ps(e.bias[r]);
+    const int64_t row = r * e.channel_stride;
+    for (int i = 0; i < count; ++i) {
+      // Integer addresses: the shifted base may lie before the buffer; masked lanes never touch it.
+      const int64_t at = row + runs[i].shift;
+      Epilogue16(out_type, acc[r][runs[i].v], runs[i].mask, c, mv, bias, lov, hiv,
+                 e.residual != nullptr
+                     ? reinterpret_cast<const float*>(res0 + static_cast<uintptr_t>(at * 4))
+                     : nullptr,
+                 reinterpret_cast<void*>(y0 + static_cast<uintptr_t>(at) * out_bytes));
+    }
+  }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void TileStoreVnni(
+    int64_t kq, const int8_t* a, const uint8_t* b, int64_t ldb, int64_t nr, int64_t n, int64_t rows,
+    const QEpilogue& e) {
+  if (nr > 16) {
+    TileStoreVnniW<2>(kq, a, b, ldb, n, rows, e);
+  } else {
+    TileStoreVnniW<1>(kq, a, b, ldb, n, rows, e);
+  }
+}
 #endif
 
 }  // namespace
 
 const QTable& QGenericTable() {
-  static const QTable table = {"generic", 16, TileGeneric, StoreRow};
+  static const QTable table = {"generic", 16, TileGeneric, StoreRow, nullptr};
   return table;
 }
 
 #if defined(__x86_64__)
 const QTable* QAvx2Table() {
-  static const QTable table = {"avx2", 16, TileAvx2, StoreRow};
+  static const QTable table = {"avx2", 16, TileAvx2, StoreRow, nullptr};
   return &table;
 }
 const QTable* QVnniTable() {
-  static const QTable table = {"avx512_vnni", 32, TileVnni, StoreRowAvx512};
+  static const QTable table = {"avx512_vnni", 32, TileVnni, StoreRowAvx512, TileStoreVnni};
   return &table;
 }
 #else
@@ -464,8 +565,26 @@ void QConv2d(const QTable& t, const cuvil_uk_qconv_params& qp, const void* x, co
         const int64_t rows_here = std::min(kQMR, m - pp * kQMR);
         for (int64_t j = 0; j < ldb; j += t.nr) {
           const int64_t nr = std::min(t.nr, ldb - j);
-          t.tile(kq, a, b + j * 4, ldb, tile, t.nr, nr);
           const int64_t n = std::min(nr, cols - j);
+          if (t.tile_store != nullptr) {
+            const int64_t ch = pp * kQMR;
+            const int64_t at = img * out_plane + ch * oh * ow + oy0 * ow;
+            const QEpilogue e{&qp,
+                              comp + ch,
+                              mult + ch,
+                              bias + ch,
+                              residual != nullptr ? residual + at : nullptr,
+                              static_cast<uint8_t*>(y) + at * out_bytes,
+                              oh * ow,
+                              j,
+                              wr,
+                              ow,
+                              lo,
+                              hi};
+            if (n > 0) t.tile_store(kq, a, b + j * 4, ldb, nr, n, rows_here, e);
+            continue;
+          }
+          t.tile(kq, a, b + j * 4, ldb, tile, t.nr, nr);
           for (int64_t r = 0; r < rows_here; ++r) {
             const int64_t ch = pp * kQMR + r;
             const int64_t row0 = img * out_plane + ch * oh * ow + oy0 * ow;

@@ -83,6 +83,28 @@ struct QTable {
   // reading residual, both offset to the row's first element; the same values on every tier.
   void (*store)(const cuvil_uk_qconv_params& p, const int32_t* acc, int64_t n, int32_t comp,
                 float mult, float bias, const float* residual, void* y, float lo, float hi);
+  // Optional (null: tile, then store per row): both in one, the epilogue applied to the
+  // accumulators in registers, for the tile's n <= nr leading columns of each of its `rows`
+  // channels (see QEpilogue for where they go). Writes exactly what tile + store would.
+  void (*tile_store)(int64_t kq, const int8_t* a, const uint8_t* b, int64_t ldb, int64_t nr,
+                     int64_t n, int64_t rows, const struct QEpilogue& e);
+};
+
+// Where tile_store's results go. Row r is channel r of the panel (comp, mult and bias start at
+// the panel's first channel). Column q of the block (the tile's columns are q0, q0 + 1, ...) is
+// output position (q / wr) * ow + q % wr of the block, written only when q % wr < ow (columns
+// past a row's end belong to the padded copy); position i of row r is y + r * channel_stride + i
+// elements (residual likewise).
+struct QEpilogue {
+  const cuvil_uk_qconv_params* params;
+  const int32_t* comp;
+  const float* mult;
+  const float* bias;
+  const float* residual;  // Null, or at the block's first output of row 0.
+  void* y;                // The block's first output of row 0.
+  int64_t channel_stride;
+  int64_t q0, wr, ow;
+  float lo, hi;
 };
 
 const QTable& QGenericTable();
