@@ -736,6 +736,11 @@ absl::Status WriteAotLibrary(const std::vector<AotTier>& tiers, const AotOptions
   if (tiers.empty()) return absl::InvalidArgumentError("an AOT library needs at least one body");
   for (const AotTier& t : tiers) {
     if (t.model == nullptr) return absl::InvalidArgumentError("an AOT body has no model");
+    if (!t.model->data_dependent_dims.empty()) {
+      return absl::UnimplementedError(
+          absl::StrCat("AOT libraries need output sizes known from the input shapes; ",
+                       t.model->data_dependent_dims[0].producer, " decides one from the data"));
+    }
     if (t.model->symbols.size() > 1 || t.model->arena.symbolic()) {
       return absl::UnimplementedError(absl::StrCat(
           "AOT libraries take one free dimension (the batch); this model has ",

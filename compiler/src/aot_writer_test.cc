@@ -129,6 +129,13 @@ TEST_F(AotWriterTest, BadBodyListsAreRefusedAndWriteNothing) {
   wasm.target_triple = "wasm32-unknown-wasi";
   auto cross = WriteAotLibrary({{"a", 4, &v4}, {"b", 1, &v4}}, wasm, &report);
   EXPECT_EQ(cross.code(), absl::StatusCode::kInvalidArgument);
+  // Output sizes the data decides (NonZero's count) cannot be sized by NAME_arena_bytes.
+  CompiledModel counted = v4;
+  counted.symbols.push_back("count");
+  counted.data_dependent_dims.push_back({1, {}, "NonZero 'nz' (opset 13)"});
+  auto data_sized = WriteAotLibrary(counted, Options(dir_), &report);
+  EXPECT_EQ(data_sized.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(data_sized.message().find("NonZero 'nz'"), std::string::npos) << data_sized;
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/libtiny.a"));
 }
 

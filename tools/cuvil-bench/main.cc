@@ -231,6 +231,12 @@ int Main(int argc, char** argv) {
     compile_ms = full_compile_ms;
   }
 
+  if (!model.data_dependent_dims.empty()) {
+    return Fail(absl::UnimplementedError(
+        absl::StrCat(model.data_dependent_dims[0].producer,
+                     " decides an output size from the data; cuvil-bench times models whose "
+                     "sizes follow from the batch")));
+  }
   if (model.symbols.size() > 1) {
     return Fail(absl::UnimplementedError(absl::StrCat(
         "the model has free dimensions besides the batch (", absl::StrJoin(model.symbols, ", "),
