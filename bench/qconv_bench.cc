@@ -24,6 +24,8 @@ constexpr Shape kShapes[] = {
     {64, 56, 64, 3, 1},    // resnet18 layer1
     {128, 28, 128, 3, 1},  // resnet18 layer2
     {64, 56, 128, 3, 2},   // resnet18 layer2 downsample path
+    {3, 224, 64, 7, 2},    // resnet18 stem (conv1)
+    {512, 7, 512, 3, 1},   // resnet18 layer4
 };
 
 void BM_QConv(benchmark::State& state) {
@@ -67,7 +69,7 @@ void BM_QConv(benchmark::State& state) {
                          benchmark::Counter::kIsIterationInvariantRate);
 }
 
-BENCHMARK(BM_QConv)->ArgsProduct({{0, 1, 2, 3, 4, 5}, {0, 1}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_QConv)->ArgsProduct({{0, 1, 2, 3, 4, 5, 6, 7}, {0, 1}})->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace cuvil

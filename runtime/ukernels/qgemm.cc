@@ -245,8 +245,9 @@ void FillBlockDirect(const cuvil_uk_conv_params& p, const uint8_t* x, uint8_t fl
 
 // One block: output rows [oy0, oy1) of image x (uint8 view; `flip` = 0x80 for int8 inputs).
 // Fills b ([kq][ldb][4]) with the block's im2col; columns past the block's read `pad`.
-void FillBlock(const cuvil_uk_conv_params& p, const uint8_t* x, uint8_t flip, uint8_t pad,
-               int64_t oy0, int64_t oy1, int64_t kq, int64_t ldb, uint8_t* b, uint8_t* rows) {
+void FillBlock(const QTable& table, const cuvil_uk_conv_params& p, const uint8_t* x, uint8_t flip,
+               uint8_t pad, int64_t oy0, int64_t oy1, int64_t kq, int64_t ldb, uint8_t* b,
+               uint8_t* rows) {
   const int64_t k = p.channels * p.kernel_h * p.kernel_w;
   const int64_t ow = p.out_width;
   const int64_t cols = (oy1 - oy0) * ow;
@@ -279,6 +280,8 @@ void FillBlock(const cuvil_uk_conv_params& p, const uint8_t* x, uint8_t flip, ui
         if (p.stride_w == 1) {
           const uint8_t* s = src + off;
           for (int64_t ox = ox0; ox < ox1; ++ox) row[ox] = s[ox] ^ flip;
+        } else if (p.stride_w == 2 && table.gather_even != nullptr && ox1 > ox0) {
+          table.gather_even(src + ox0 * 2 + off, ox1 - ox0, flip, row + ox0);
         } else {
           for (int64_t ox = ox0; ox < ox1; ++ox) row[ox] = src[ox * p.stride_w + off] ^ flip;
         }
@@ -377,6 +380,20 @@ __attribute__((target("avx512f,avx512bw"))) inline void Epilogue16(int64_t out_t
   }
 }
 
+// QTable::gather_even: 64 bytes are 32 pairs whose even bytes are the low halves of 16-bit lanes;
+// the load leaves out the 64th byte, which the last pair may not have.
+__attribute__((target("avx512f,avx512bw"))) void GatherEvenAvx512(const uint8_t* src, int64_t n,
+                                                                  uint8_t flip, uint8_t* dst) {
+  const __m256i f = _mm256_set1_epi8(static_cast<char>(flip));
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512i pairs = _mm512_maskz_loadu_epi8(~(__mmask64{1} << 63), src + 2 * i);
+    const __m256i even = _mm512_cvtepi16_epi8(pairs);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm256_xor_si256(even, f));
+  }
+  for (; i < n; ++i) dst[i] = src[2 * i] ^ flip;
+}
+
 // TileVnniW with the epilogue applied from registers: no int32 tile in memory and no call per
 // row, which is what small-K (pointwise) convolutions spend most of their time on otherwise. The
 // lanes of each 16-column vector fall into runs of consecutive output positions (one run, or
@@ -460,17 +477,18 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void TileStoreVnni(
 }  // namespace
 
 const QTable& QGenericTable() {
-  static const QTable table = {"generic", 16, TileGeneric, StoreRow, nullptr};
+  static const QTable table = {"generic", 16, TileGeneric, StoreRow, nullptr, nullptr};
   return table;
 }
 
 #if defined(__x86_64__)
 const QTable* QAvx2Table() {
-  static const QTable table = {"avx2", 16, TileAvx2, StoreRow, nullptr};
+  static const QTable table = {"avx2", 16, TileAvx2, StoreRow, nullptr, nullptr};
   return &table;
 }
 const QTable* QVnniTable() {
-  static const QTable table = {"avx512_vnni", 32, TileVnni, StoreRowAvx512, TileStoreVnni};
+  static const QTable table = {"avx512_vnni",   32, TileVnni, StoreRowAvx512, TileStoreVnni,
+                               GatherEvenAvx512};
   return &table;
 }
 #else
@@ -558,7 +576,7 @@ void QConv2d(const QTable& t, const cuvil_uk_qconv_params& qp, const void* x, co
         FillBlockPadded(p, xi, flip, pad, oy0, oy1, plane_rows, wp, kq, ldb, b, rows,
                         rows + padded_bytes);
       } else {
-        FillBlock(p, xi, flip, pad, oy0, oy1, kq, ldb, b, rows);
+        FillBlock(t, p, xi, flip, pad, oy0, oy1, kq, ldb, b, rows);
       }
       for (int64_t pp = 0; pp < panels; ++pp) {
         const int8_t* a = w + pp * kq * kQMR * 4;

@@ -210,6 +210,10 @@ TEST(QConvTest, WideRowsSpanSeveralBlocks) {
   CheckCase({64, 40, 40, 64, 3, 3, 1, 1, 1, false, CUVIL_UK_QOUT_U8}, Fill::kRandom, 1);
   // 1x1 stride 1 (B read from x's planes), int8 inputs, whole quads and a ragged one.
   CheckCase({22, 4, 9, 11, 1, 1, 1, 0, 1, true, CUVIL_UK_QOUT_S8}, Fill::kRandom);
+  // Stride 2 with output rows of 40 and 70 (the vector gather of even columns and its tail), int8
+  // inputs (flipped) and uint8, the input's last column read by the last output.
+  CheckCase({3, 80, 80, 8, 7, 7, 2, 3, 1, true, CUVIL_UK_QOUT_U8}, Fill::kRandom, 1);
+  CheckCase({2, 9, 139, 5, 3, 3, 2, 1, 1, false, CUVIL_UK_QOUT_FLOAT}, Fill::kRandom, 1);
   // 1x1 with 130 channels, 7x7 (the late ResNet layers' spatial size).
   CheckCase({130, 7, 7, 33, 1, 1, 1, 0, 1, false, CUVIL_UK_QOUT_FLOAT}, Fill::kRandom);
 }

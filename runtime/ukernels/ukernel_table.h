@@ -88,6 +88,9 @@ struct QTable {
   // channels (see QEpilogue for where they go). Writes exactly what tile + store would.
   void (*tile_store)(int64_t kq, const int8_t* a, const uint8_t* b, int64_t ldb, int64_t nr,
                      int64_t n, int64_t rows, const struct QEpilogue& e);
+  // Optional (null: a scalar loop): dst[i] = src[2 i] ^ flip for i < n, reading no byte past
+  // src[2 (n - 1)]; the stride-2 im2col rows (a ResNet stem's) spend most of their time here.
+  void (*gather_even)(const uint8_t* src, int64_t n, uint8_t flip, uint8_t* dst);
 };
 
 // Where tile_store's results go. Row r is channel r of the panel (comp, mult and bias start at
