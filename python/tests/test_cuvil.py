@@ -150,6 +150,24 @@ class ApiTest(unittest.TestCase):
         for r in range(3):
             np.testing.assert_allclose(y3[r:r + 1], expected, rtol=TOL, atol=TOL)
 
+    def test_output_sizes_the_data_decides(self):
+        """NonZero and Unique: one compile, each output exactly as long as the data makes it."""
+        from onnx import TensorProto, helper
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 5])
+        nz = helper.make_tensor_value_info("nz", TensorProto.INT64, [2, "n"])
+        u = helper.make_tensor_value_info("u", TensorProto.FLOAT, ["m"])
+        graph = helper.make_graph(
+            [helper.make_node("NonZero", ["x"], ["nz"]),
+             helper.make_node("Unique", ["x"], ["u"], sorted=1)], "data_sized", [x], [nz, u])
+        proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        proto.ir_version = 8
+        model = cuvil.compile(proto)
+        for data in ([[0, 1, 0, 2, 2]], [[0, 0, 0, 0, 0], [3, 3, 0, 1, 0]], [[1, 2, 3, 4, 5]]):
+            a = np.array(data, np.float32)
+            got_nz, got_u = model(a)
+            np.testing.assert_array_equal(got_nz, np.array(np.nonzero(a)))
+            np.testing.assert_array_equal(got_u, np.unique(a))
+
     def test_non_contiguous_and_lists_are_copied(self):
         inputs, expected = self.sets[0]
         x = inputs[0]
