@@ -52,13 +52,10 @@ void TileGeneric(int64_t kq, const int8_t* a, const uint8_t* b, int64_t ldb, int
 
 #if defined(__x86_64__)
 
-// AVX-512 VNNI: one zmm holds 16 output positions; vpdpbusd adds the four uint8 x int8 products of
-// each lane's quad into its int32 lane. W vectors of 16 columns, all CUVIL_UK_QMR rows.
+// The VNNI tile's accumulation: acc[r][v] = the int32 sums of rows r, columns 16 v .. 16 v + 15.
 template <int W>
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) void TileVnniW(int64_t kq, const int8_t* a,
-                                                                      const uint8_t* b, int64_t ldb,
-                                                                      int32_t* c, int64_t ldc) {
-  __m512i acc[kQMR][W];
+__attribute__((target("avx512f,avx512bw,avx512vnni"), always_inline)) inline void AccumulateVnni(
+    int64_t kq, const int8_t* a, const uint8_t* b, int64_t ldb, __m512i (&acc)[kQMR][W]) {
   for (int r = 0; r < kQMR; ++r) {
     for (int v = 0; v < W; ++v) acc[r][v] = _mm512_setzero_si512();
   }
@@ -74,6 +71,16 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void TileVnniW(int64_t kq
       for (int v = 0; v < W; ++v) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], bv[v], wv);
     }
   }
+}
+
+// AVX-512 VNNI: one zmm holds 16 output positions; vpdpbusd adds the four uint8 x int8 products of
+// each lane's quad into its int32 lane. W vectors of 16 columns, all CUVIL_UK_QMR rows.
+template <int W>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void TileVnniW(int64_t kq, const int8_t* a,
+                                                                      const uint8_t* b, int64_t ldb,
+                                                                      int32_t* c, int64_t ldc) {
+  __m512i acc[kQMR][W];
+  AccumulateVnni<W>(kq, a, b, ldb, acc);
   for (int r = 0; r < kQMR; ++r) {
     for (int v = 0; v < W; ++v) _mm512_storeu_si512(c + r * ldc + v * 16, acc[r][v]);
   }
@@ -404,21 +411,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void TileStoreVnniW(
     int64_t kq, const int8_t* a, const uint8_t* b, int64_t ldb, int64_t n, int64_t rows,
     const QEpilogue& e) {
   __m512i acc[kQMR][W];
-  for (int r = 0; r < kQMR; ++r) {
-    for (int v = 0; v < W; ++v) acc[r][v] = _mm512_setzero_si512();
-  }
-  for (int64_t kk = 0; kk < kq; ++kk) {
-    const uint8_t* bk = b + kk * ldb * 4;
-    __m512i bv[W];
-    for (int v = 0; v < W; ++v) bv[v] = _mm512_loadu_si512(bk + v * 64);
-    const int8_t* ak = a + kk * kQMR * 4;
-    for (int r = 0; r < kQMR; ++r) {
-      int32_t quad;
-      std::memcpy(&quad, ak + r * 4, 4);
-      const __m512i wv = _mm512_set1_epi32(quad);
-      for (int v = 0; v < W; ++v) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], bv[v], wv);
-    }
-  }
+  AccumulateVnni<W>(kq, a, b, ldb, acc);
   // Runs of lanes: lane L of vector v is position L + shift.
   struct Run {
     __mmask16 mask;

@@ -23,6 +23,27 @@ llvm::Value* NotZero(KernelContext& k, size_t input, llvm::Value* i) {
   return k.b().CreateNot(k.Equal(d, k.Load(d, k.in(input), i), k.Const(d, 0)));
 }
 
+// Input 0 viewed as [outer, extent, inner] along the node's "axis" (flattened, [1, n, 1],
+// without one), and the data-dependent symbol that dim of output 0 is.
+struct AxisView {
+  llvm::Value* outer;
+  llvm::Value* extent;
+  llvm::Value* inner;
+  int32_t count_symbol;
+};
+
+absl::StatusOr<AxisView> ViewAlongAxis(KernelContext& k) {
+  const bool has_axis = k.node().has_attr("axis");
+  const size_t axis = has_axis ? static_cast<size_t>(k.node().attr_int("axis", 0)) : 0;
+  auto id = CountSymbol(k, 0, axis);
+  if (!id.ok()) return id.status();
+  const SymShape& shape = k.in_shape(0);
+  SymShape before(shape.begin(), shape.begin() + (has_axis ? axis : 0));
+  SymShape after(shape.begin() + (has_axis ? axis + 1 : shape.size()), shape.end());
+  return AxisView{k.NumElements(before), has_axis ? k.Dim(shape[axis]) : k.NumElements(shape),
+                  k.NumElements(after), *id};
+}
+
 absl::Status EmitNonZero(KernelContext& k) {
   auto id = CountSymbol(k, 0, 1);
   if (!id.ok()) return id.status();
@@ -52,19 +73,11 @@ absl::Status EmitNonZero(KernelContext& k) {
 }
 
 absl::Status EmitCompress(KernelContext& k) {
-  const bool has_axis = k.node().has_attr("axis");
-  const size_t axis = has_axis ? static_cast<size_t>(k.node().attr_int("axis", 0)) : 0;
-  auto id = CountSymbol(k, 0, axis);
-  if (!id.ok()) return id.status();
+  auto view = ViewAlongAxis(k);
+  if (!view.ok()) return view.status();
   auto& b = k.b();
   const DType d = k.in_dtype(0);
-  const SymShape& shape = k.in_shape(0);
-  // The input as [outer, extent, inner] along the axis (flattened without one).
-  SymShape before(shape.begin(), shape.begin() + (has_axis ? axis : 0));
-  SymShape after(shape.begin() + (has_axis ? axis + 1 : shape.size()), shape.end());
-  llvm::Value* outer = k.NumElements(before);
-  llvm::Value* extent = has_axis ? k.Dim(shape[axis]) : k.NumElements(shape);
-  llvm::Value* inner = k.NumElements(after);
+  llvm::Value *outer = view->outer, *extent = view->extent, *inner = view->inner;
   // Condition entries past the extent select nothing.
   llvm::Value* len = k.Dim(k.in_shape(1)[0]);
   llvm::Value* used = b.CreateSelect(b.CreateICmpSLT(len, extent), len, extent);
@@ -73,7 +86,7 @@ absl::Status EmitCompress(KernelContext& k) {
     count.set(b.CreateAdd(count.get(), b.CreateZExt(NotZero(k, 1, j), k.I64Ty())));
   });
   llvm::Value* total = count.get();
-  k.StoreSymbol(*id, total);
+  k.StoreSymbol(view->count_symbol, total);
   k.For(k.I64(0), outer, [&](llvm::Value* o) {
     ScalarVar next(k, k.I64(0));
     k.For(k.I64(0), used, [&](llvm::Value* j) {
@@ -98,23 +111,18 @@ llvm::Value* OptionalOut(KernelContext& k, size_t i) {
 }
 
 absl::Status EmitUnique(KernelContext& k) {
-  const bool has_axis = k.node().has_attr("axis");
-  const size_t axis = has_axis ? static_cast<size_t>(k.node().attr_int("axis", 0)) : 0;
-  auto id = CountSymbol(k, 0, axis);
-  if (!id.ok()) return id.status();
+  auto view = ViewAlongAxis(k);
+  if (!view.ok()) return view.status();
   auto& b = k.b();
-  const SymShape& shape = k.in_shape(0);
-  SymShape before(shape.begin(), shape.begin() + (has_axis ? axis : 0));
-  SymShape after(shape.begin() + (has_axis ? axis + 1 : shape.size()), shape.end());
-  llvm::Value* extent = has_axis ? k.Dim(shape[axis]) : k.NumElements(shape);
-  llvm::Value* count = k.CallC(
-      "cuvil_rt_unique", k.I64Ty(),
-      {k.in(0), b.getInt32(static_cast<uint32_t>(k.in_dtype(0))), k.NumElements(before), extent,
-       k.NumElements(after), b.getInt32(static_cast<uint32_t>(k.node().attr_int("sorted", 1))),
-       k.out(0), OptionalOut(k, 1), OptionalOut(k, 2), OptionalOut(k, 3)});
+  llvm::Value* count =
+      k.CallC("cuvil_rt_unique", k.I64Ty(),
+              {k.in(0), b.getInt32(static_cast<uint32_t>(k.in_dtype(0))), view->outer, view->extent,
+               view->inner, b.getInt32(static_cast<uint32_t>(k.node().attr_int("sorted", 1))),
+               k.out(0), OptionalOut(k, 1), OptionalOut(k, 2), OptionalOut(k, 3)});
   // Shape inference admits only the dtypes the runtime sorts, so -1 cannot come back; clamp
   // anyway so a size is never negative.
-  k.StoreSymbol(*id, b.CreateSelect(b.CreateICmpSLT(count, k.I64(0)), k.I64(0), count));
+  k.StoreSymbol(view->count_symbol,
+                b.CreateSelect(b.CreateICmpSLT(count, k.I64(0)), k.I64(0), count));
   return absl::OkStatus();
 }
 
