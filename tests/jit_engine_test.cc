@@ -3,6 +3,7 @@
 #include "cuvil/jitcache/jit_engine.h"
 
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "cuvil/compiler/compiler.h"
@@ -155,6 +156,62 @@ TEST(JitEngineTest, OutputSizesTheDataDecidesComeBackExact) {
     EXPECT_EQ(std::vector<float>((*out)[1].data_as<float>(), (*out)[1].data_as<float>() + count),
               want_y);
   }
+}
+
+TEST(JitEngineTest, StringsAreMadeFilteredAndReadBack) {
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok());
+  auto loaded = (*engine)->Load("strings/1", MustCompile(testing::StringRoundTripModel()));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE((*loaded)->model().makes_strings);
+  HostTensor x(DType::kFloat32, {2, 3});
+  const float values[] = {1.5f, 0.0f, -2.0f, 1e20f, std::numeric_limits<float>::infinity(), 0.25f};
+  std::copy(std::begin(values), std::end(values), x.data_as<float>());
+  auto out = (*loaded)->Run({x});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].strings(), (std::vector<std::string>{"1.5", "-2", "1E+20", "INF", "0.25"}));
+  ASSERT_EQ((*out)[1].shape(), (std::vector<int64_t>{5}));
+  EXPECT_EQ(
+      std::vector<float>((*out)[1].data_as<float>(), (*out)[1].data_as<float>() + 5),
+      (std::vector<float>{1.5f, -2.0f, 1e20f, std::numeric_limits<float>::infinity(), 0.25f}));
+  // Every word a stopword: one empty word, which Cast cannot read; the request fails alone.
+  HostTensor zeros(DType::kFloat32, {1, 3});
+  auto bad = (*loaded)->Run({zeros});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), ::testing::HasSubstr("not a number"));
+  auto again = (*loaded)->Run({x});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)[0].strings(), (*out)[0].strings());
+  // A caller without a heap gets an error code, not a crash.
+  // Symbols: batch, then the word count at its bound 2 * 3 + 1, then the heap's slot.
+  HostTensor words(DType::kString, {7}), back(DType::kFloat32, {7});
+  const void* in[] = {x.data()};
+  void* outs[] = {words.data(), back.data()};
+  std::vector<uint8_t> arena(
+      static_cast<size_t>(*(*loaded)->model().arena.CheckedBytesForSymbols({2, 7})) + 64);
+  EXPECT_EQ((*loaded)->Execute(in, outs, 2, arena.data(), nullptr), kEntryNoStringHeap);
+  int64_t no_heap[] = {2, 7, 0};
+  EXPECT_EQ((*loaded)->Execute(in, outs, 2, arena.data(), no_heap), kEntryNoStringHeap);
+}
+
+TEST(JitEngineTest, OpsThatTakeNoStringsRefuseThemAtCompileTime) {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(13);
+  onnx::GraphProto* g = model.mutable_graph();
+  g->set_name("string_add");
+  testing::SetFloatValue(g->add_input(), "s", {2});
+  g->mutable_input(0)->mutable_type()->mutable_tensor_type()->set_elem_type(
+      onnx::TensorProto::STRING);
+  testing::AddNode(g, "Add", {"s", "s"}, "y");
+  testing::SetFloatValue(g->add_output(), "y", {2});
+  g->mutable_output(0)->mutable_type()->mutable_tensor_type()->set_elem_type(
+      onnx::TensorProto::STRING);
+  auto compiled = CompileOnnxBytes(model.SerializeAsString(), {});
+  ASSERT_FALSE(compiled.ok());
+  EXPECT_EQ(compiled.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(compiled.status().message(),
+              ::testing::HasSubstr("string tensors are not supported by this op"));
 }
 
 // Mappings of this process that are writable and executable at once ("rwxp" in /proc/self/maps).

@@ -149,6 +149,10 @@ class Analysis {
 
   BatchSeparability Run() {
     if (graph_.symbol.empty()) return Fail("the model has no symbolic batch dimension");
+    // The strings an execution makes live in its one heap, which parts cannot share.
+    for (const auto& v : graph_.values()) {
+      if (v->type.dtype == DType::kString) return Fail("the model has string tensors");
+    }
     for (const ir::Value* in : graph_.inputs) {
       if (IsStaticShape(in->type.shape)) {
         states_[in] = State{};

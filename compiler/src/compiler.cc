@@ -164,6 +164,15 @@ absl::Status Prepare(const CompileOptions& options, PreparedModel::Impl* impl) {
   if (auto s = OptimizeGraph(graph, options.needs_binding, options.integer_qdq); !s.ok()) return s;
   // Shape inference may add data-dependent symbols.
   model.symbols = graph.symbols;
+  model.makes_strings = graph.MakesStrings();
+  for (const auto& v : graph.values()) {
+    // Weights are bytes copied into the object; string views would point into this process.
+    if (v->constant.has_value() && v->type.dtype == DType::kString) {
+      return absl::UnimplementedError(
+          absl::StrCat("constant '", v->name, "' is a string tensor; string constants are not ",
+                       "supported (string tensors must come from the inputs)"));
+    }
+  }
   for (const ir::Graph::DataDependentSymbol& d : graph.data_dependent) {
     model.data_dependent_dims.push_back({d.id, EncodeDimExpr(d.upper_bound), d.producer});
   }
@@ -259,6 +268,12 @@ absl::Status EntryStatus(int32_t rc) {
           "dimension) reaches past its input for these shapes");
     case kEntryTopKTooLarge:
       return absl::InvalidArgumentError("TopK's K is larger than its axis at this batch size");
+    case kEntryStringNotANumber:
+      return absl::InvalidArgumentError(
+          "Cast from STRING: a string is not a number of the requested type");
+    case kEntryNoStringHeap:
+      return absl::FailedPreconditionError(
+          "this model makes strings, and the caller gave no storage for them");
     default:
       return absl::InternalError(absl::StrCat("compiled model returned error code ", rc));
   }

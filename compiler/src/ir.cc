@@ -184,4 +184,13 @@ std::map<const Value*, int> UseCounts(const Graph& graph) {
   return uses;
 }
 
+bool Graph::MakesStrings() const {
+  for (const auto& n : nodes_) {
+    for (const Value* v : n->outputs) {
+      if (v != nullptr && v->type.dtype == DType::kString) return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace cuvil::ir

@@ -121,6 +121,17 @@ absl::StatusOr<HostTensor> TensorFromProto(const onnx::TensorProto& proto,
     n *= d;
   }
   DType dtype = *dtype_or;
+  if (dtype == DType::kString) {  // string_data holds each element's bytes.
+    if (proto.data_location() == onnx::TensorProto::EXTERNAL || proto.has_raw_data() ||
+        proto.string_data_size() != n) {
+      return absl::InvalidArgumentError(absl::StrCat("string tensor '", proto.name(), "' holds ",
+                                                     proto.string_data_size(),
+                                                     " strings, its shape needs ", n));
+    }
+    return HostTensor::Strings(
+        std::move(shape),
+        std::vector<std::string>(proto.string_data().begin(), proto.string_data().end()));
+  }
   if (n * DTypeSize(dtype) > kMaxTensorBytes) {
     return absl::InvalidArgumentError(absl::StrCat("tensor '", proto.name(), "' is too large"));
   }
@@ -225,6 +236,12 @@ absl::StatusOr<HostTensor> TensorFromProto(const onnx::TensorProto& proto,
 void TensorToProto(const HostTensor& tensor, onnx::TensorProto* proto) {
   proto->set_data_type(static_cast<int32_t>(tensor.dtype()));
   for (int64_t d : tensor.shape()) proto->add_dims(d);
+  if (tensor.dtype() == DType::kString) {
+    for (int64_t i = 0; i < tensor.num_elements(); ++i) {
+      proto->add_string_data(std::string(tensor.string_at(i)));
+    }
+    return;
+  }
   proto->set_raw_data(tensor.data(), tensor.byte_size());
 }
 

@@ -29,6 +29,7 @@ constexpr OpFamily kFamilies[] = {
     {ir::RegisterTextShapes, codegen::RegisterTextKernels},
     {ir::RegisterTrainingShapes, codegen::RegisterTrainingKernels},
     {ir::RegisterSelectionShapes, codegen::RegisterSelectionKernels},
+    {ir::RegisterStringShapes, codegen::RegisterStringKernels},
 };
 
 }  // namespace
@@ -61,6 +62,12 @@ void OpTable::DefineRewrite(const std::string& op_type, ir::InferFn infer,
                             const std::string& target) {
   DefineShape(op_type, std::move(infer));
   rows_[op_type].rewrites_to = target;
+}
+
+void OpTable::AllowStrings(const std::string& op_type) {
+  OpDef& row = rows_[op_type];
+  row.op_type = op_type;
+  row.takes_strings = true;
 }
 
 const OpDef* OpTable::Find(const std::string& op_type) const {

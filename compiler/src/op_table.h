@@ -32,6 +32,9 @@ struct OpDef {
   // Instead of an emitter: the op type the shape function rewrites the node into (CastLike →
   // Cast), whose row supplies the code generator.
   std::string rewrites_to;
+  // The op accepts string tensors (DType::kString); every other op's shape inference refuses them
+  // before its shape function runs.
+  bool takes_strings = false;
 };
 
 // Thread-safe after construction (read-only); built once by Get().
@@ -47,6 +50,8 @@ class OpTable {
   // Sets op_type's shape function, which rewrites the node into `target` (an op with its own
   // complete row) instead of op_type having an emitter.
   void DefineRewrite(const std::string& op_type, ir::InferFn infer, const std::string& target);
+  // Marks op_type as accepting string tensors (OpDef::takes_strings).
+  void AllowStrings(const std::string& op_type);
 
   // op_type's row when it has a shape function and a code generator (its own or, for a rewrite,
   // its target's), else nullptr.
@@ -82,6 +87,7 @@ void RegisterSamplingShapes(OpTable& t);
 void RegisterTextShapes(OpTable& t);
 void RegisterTrainingShapes(OpTable& t);
 void RegisterSelectionShapes(OpTable& t);
+void RegisterStringShapes(OpTable& t);
 }  // namespace ir
 namespace codegen {
 void RegisterElementwiseKernels(OpTable& t);
@@ -101,6 +107,7 @@ void RegisterSamplingKernels(OpTable& t);
 void RegisterTextKernels(OpTable& t);
 void RegisterTrainingKernels(OpTable& t);
 void RegisterSelectionKernels(OpTable& t);
+void RegisterStringKernels(OpTable& t);
 }  // namespace codegen
 
 }  // namespace cuvil

@@ -64,6 +64,15 @@ absl::Status InferAndFold(ir::Graph& graph, std::vector<std::string>* needs_bind
             node.Describe(), ": input ", i, " ('", node.inputs[i]->name, "') has unknown shape"));
       }
     }
+    if (!op->takes_strings) {
+      for (const ir::Value* in : node.inputs) {
+        if (in != nullptr && in->type.dtype == DType::kString) {
+          return absl::UnimplementedError(absl::StrCat(
+              node.Describe(), ": string tensors are not supported by this op (strings reach ",
+              "Cast, CastLike, StringNormalizer and the reshaping ops)"));
+        }
+      }
+    }
     ir::InferContext ctx(graph, node, needs_binding);
     absl::Status s = op->infer(ctx);
     if (!s.ok()) {

@@ -21,6 +21,7 @@
 #include "batch_split.h"
 #include "cuvil/runtime/dim_expr_codec.h"
 #include "cuvil/runtime/runtime_symbols.h"
+#include "cuvil/runtime/string_ops.h"
 #include "cuvil/runtime/symbol_binding.h"
 #include "cuvil/runtime/tensor_size.h"
 #include "kernel_profiler.h"
@@ -235,6 +236,18 @@ LoadedModel::~LoadedModel() {
   if (weights_ != nullptr) munmap(weights_, weights_mapped_bytes_);
 }
 
+namespace {
+
+// String outputs hold views into the run's heap or its inputs: give each its own copies.
+std::vector<HostTensor> OwnStrings(std::vector<HostTensor> outputs) {
+  for (HostTensor& t : outputs) {
+    if (t.dtype() == DType::kString) t = HostTensor::Strings(t.shape(), t.strings());
+  }
+  return outputs;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<int64_t>> LoadedModel::ResolveSymbols(
     absl::Span<const std::vector<int64_t>> input_shapes) const {
   absl::StatusOr<std::vector<int64_t>> syms;
@@ -263,6 +276,8 @@ absl::StatusOr<std::vector<int64_t>> LoadedModel::ResolveSymbols(
     }
     syms->push_back(*bound);
   }
+  // The string heap's slot: the caller stores the address (0: none, the run then fails cleanly).
+  if (model_.makes_strings) syms->resize(model_.StringHeapSlot() + 1, 0);
   for (const DimConstraint& c : model_.dim_constraints) {
     const std::optional<int64_t> v = EvalDimProgram(c.program, *syms);
     if (!v || (c.equal ? *v != 0 : *v < 0)) {
@@ -397,13 +412,17 @@ absl::StatusOr<std::vector<HostTensor>> LoadedModel::RunImpl(
   // ResolveSymbols checked that the arena is sizable too.
   AlignedBuffer arena =
       AlignedAlloc(static_cast<size_t>(*model_.arena.CheckedBytesForSymbols(*syms)));
+  StringHeap strings;  // Holds the strings the run makes until the outputs own copies.
+  if (model_.makes_strings) {
+    (*syms)[model_.StringHeapSlot()] = static_cast<int64_t>(reinterpret_cast<intptr_t>(&strings));
+  }
   int32_t rc = patch == nullptr
                    ? Execute(in_ptrs.data(), out_ptrs.data(), batch, arena.get(), syms->data())
                    : jitcache_internal::ExecuteSplit(*split_, entry_with_table_, in_ptrs.data(),
                                                      out_ptrs.data(), batch, arena.get(),
                                                      patch->table.get(), syms->data());
   if (rc != 0) return EntryStatus(rc);
-  if (model_.data_dependent_dims.empty()) return outputs;
+  if (model_.data_dependent_dims.empty()) return OwnStrings(std::move(outputs));
   // The run decided some output sizes: keep the leading elements it wrote.
   std::vector<std::vector<int64_t>> shapes_after = OutputShapesAfterRun(*syms);
   for (size_t o = 0; o < outputs.size(); ++o) {
@@ -416,7 +435,7 @@ absl::StatusOr<std::vector<HostTensor>> LoadedModel::RunImpl(
     std::memcpy(exact.data(), outputs[o].data(), exact.byte_size());
     outputs[o] = std::move(exact);
   }
-  return outputs;
+  return OwnStrings(std::move(outputs));
 }
 
 std::vector<std::vector<int64_t>> LoadedModel::OutputShapesAfterRun(

@@ -189,6 +189,28 @@ TEST_F(ObjectCacheTest, DiskHitKeepsDataDependentDims) {
   EXPECT_FLOAT_EQ((*out)[1].data_as<float>()[1], 10.0f);
 }
 
+TEST_F(ObjectCacheTest, DiskHitKeepsTheStringHeapFlag) {
+  const std::string bytes = testing::StringRoundTripModel();
+  auto cache = MakeCache();
+  CacheLookup lookup;
+  auto made = cache->Compile("", bytes, {}, &lookup);
+  ASSERT_TRUE(made.ok()) << made.status();
+  ASSERT_TRUE(made->makes_strings);
+  auto read = MakeCache()->Compile("", bytes, {}, &lookup);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(lookup.outcome, CacheOutcome::kDiskHit);
+  EXPECT_TRUE(read->makes_strings);
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok());
+  auto loaded = (*engine)->Load("strings/1", *std::move(read));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  HostTensor x(DType::kFloat32, {1, 3});
+  x.data_as<float>()[0] = 7;
+  auto out = (*loaded)->Run({x});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].strings(), std::vector<std::string>{"7"});
+}
+
 // Subgraph kernels keep their parent through an entry on disk (the profiler and cuvil-bench rely
 // on it to count a nested kernel's time once).
 TEST_F(ObjectCacheTest, DiskHitKeepsSubgraphKernelParents) {

@@ -55,6 +55,7 @@ void SymbolicFieldsToProto(const CompiledModel& m, ModelProto* p) {
     for (int64_t w : d.upper_bound) pd->add_upper_bound(w);
     pd->set_producer(d.producer);
   }
+  p->set_makes_strings(m.makes_strings);
 }
 
 // Reads what SymbolicFieldsToProto wrote into `m`, checking every program decodes. DataLoss
@@ -94,6 +95,7 @@ absl::Status SymbolicFieldsFromProto(const ModelProto& p, CompiledModel* m) {
     if (auto s = check(d.upper_bound, "data-dependent dim bound"); !s.ok()) return s;
     m->data_dependent_dims.push_back(std::move(d));
   }
+  m->makes_strings = p.makes_strings();
   return absl::OkStatus();
 }
 

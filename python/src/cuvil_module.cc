@@ -89,6 +89,7 @@ py::dtype NumpyDType(DType dtype) {
       return py::dtype("uint64");
     case DType::kBool:
       return py::dtype("bool");
+    case DType::kString:  // Refused when the model compiles.
     case DType::kUndefined:
       break;
   }
@@ -474,6 +475,14 @@ class PyCompiledModel {
     auto compiled = source_.bytes.empty() ? CompileOnnxFile(source_.path, options_)
                                           : CompileOnnxBytes(source_.bytes, options_);
     if (!compiled.ok()) return compiled.status();
+    bool strings = compiled->makes_strings;
+    for (const auto* sigs : {&compiled->inputs, &compiled->outputs}) {
+      for (const TensorSignature& sig : *sigs) strings |= sig.dtype == DType::kString;
+    }
+    if (strings) {
+      return absl::UnimplementedError(
+          "the model has string tensors, which cuvil.compile does not take yet (cuvilc runs them)");
+    }
     static std::atomic<uint64_t> next_id{1};
     auto t0 = std::chrono::steady_clock::now();
     auto engine = SharedEngine();

@@ -19,7 +19,7 @@ constexpr DTypeInfo kInfos[] = {
     {DType::kInt64, 8, "int64", "INT64"},      {DType::kBool, 1, "bool", "BOOL"},
     {DType::kFloat64, 8, "float64", "FP64"},   {DType::kUInt32, 4, "uint32", "UINT32"},
     {DType::kUInt64, 8, "uint64", "UINT64"},   {DType::kFloat16, 2, "float16", "FP16"},
-    {DType::kBFloat16, 2, "bfloat16", "BF16"},
+    {DType::kBFloat16, 2, "bfloat16", "BF16"}, {DType::kString, 16, "string", "BYTES"},
 };
 
 const DTypeInfo* Find(DType d) {
@@ -48,7 +48,8 @@ const char* DTypeKServeName(DType dtype) {
 
 absl::StatusOr<DType> DTypeFromKServeName(const std::string& name) {
   for (const auto& info : kInfos) {
-    if (name == info.kserve) return info.dtype;
+    // Strings travel length-prefixed on the wire, not as the views compiled code reads.
+    if (name == info.kserve && info.dtype != DType::kString) return info.dtype;
   }
   return absl::InvalidArgumentError(absl::StrCat("unsupported datatype '", name, "'"));
 }

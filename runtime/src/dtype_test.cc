@@ -25,7 +25,9 @@ TEST(DTypeTest, KServeRoundTrip) {
 
 TEST(DTypeTest, OnnxUnsupportedTypeIsError) {
   EXPECT_EQ(*DTypeFromOnnx(10), DType::kFloat16);
-  EXPECT_FALSE(DTypeFromOnnx(8).ok());  // string
+  EXPECT_EQ(*DTypeFromOnnx(8), DType::kString);
+  EXPECT_FALSE(DTypeFromOnnx(14).ok());             // complex64
+  EXPECT_FALSE(DTypeFromKServeName("BYTES").ok());  // Not decoded from the wire.
   EXPECT_EQ(*DTypeFromOnnx(1), DType::kFloat32);
 }
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "cuvil/runtime/half.h"
 #include "cuvil/runtime/prefault.h"
+#include "cuvil/runtime/string_ops.h"
 
 namespace cuvil {
 
@@ -36,6 +37,30 @@ HostTensor HostTensor::Deferred(DType dtype, std::vector<int64_t> shape,
   t.deferred_->source = std::move(source);
   t.deferred_->bytes = t.byte_size();
   return t;
+}
+
+HostTensor HostTensor::Strings(std::vector<int64_t> shape, std::vector<std::string> values) {
+  HostTensor t(DType::kString, std::move(shape));
+  if (static_cast<int64_t>(values.size()) != t.num_elements()) std::abort();  // Contract.
+  auto owned = std::make_shared<const std::vector<std::string>>(std::move(values));
+  auto* views = t.data_as<CuvilString>();
+  for (size_t i = 0; i < owned->size(); ++i) {
+    views[i] = CuvilString{(*owned)[i].data(), static_cast<int64_t>((*owned)[i].size())};
+  }
+  t.strings_ = std::move(owned);
+  return t;
+}
+
+std::string_view HostTensor::string_at(int64_t i) const {
+  const CuvilString& s = data_as<CuvilString>()[i];
+  return s.size <= 0 ? std::string_view() : std::string_view(s.data, static_cast<size_t>(s.size));
+}
+
+std::vector<std::string> HostTensor::strings() const {
+  std::vector<std::string> out;
+  if (dtype_ != DType::kString) return out;
+  for (int64_t i = 0; i < num_elements(); ++i) out.emplace_back(string_at(i));
+  return out;
 }
 
 const uint8_t* HostTensor::Deferral::Get() {
@@ -69,7 +94,10 @@ bool HostTensor::CopyTo(uint8_t* dst) const {
 }
 
 HostTensor::HostTensor(const HostTensor& other)
-    : dtype_(other.dtype_), shape_(other.shape_), deferred_(other.deferred_) {
+    : dtype_(other.dtype_),
+      shape_(other.shape_),
+      deferred_(other.deferred_),
+      strings_(other.strings_) {
   if (deferred_ != nullptr) return;  // Copies share the bytes, read once.
   data_ = AlignedAlloc(other.byte_size());
   if (other.data_) std::memcpy(data_.get(), other.data_.get(), byte_size());
@@ -115,6 +143,7 @@ double HostTensor::GetAsDouble(int64_t i) const {
       return HalfToFloat(reinterpret_cast<const uint16_t*>(p)[i]);
     case DType::kBFloat16:
       return BFloat16ToFloat(reinterpret_cast<const uint16_t*>(p)[i]);
+    case DType::kString:
     case DType::kUndefined:
       return 0;
   }
@@ -163,6 +192,7 @@ void HostTensor::SetFromInt64(int64_t i, int64_t v) {
     case DType::kBFloat16:
       reinterpret_cast<uint16_t*>(p)[i] = FloatToBFloat16(static_cast<float>(v));
       break;
+    case DType::kString:
     case DType::kUndefined:
       break;
   }

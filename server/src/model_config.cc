@@ -361,6 +361,20 @@ absl::Status CompleteModelConfig(const CompiledModel& model, ModelConfig* config
     }
   }
 
+  // BYTES tensors are not served yet: the wire format (length-prefixed strings) is not decoded.
+  if (model.makes_strings) {
+    return fail(absl::UnimplementedError(
+        "the model makes string tensors; the server does not serve string (BYTES) models yet"));
+  }
+  for (const auto* sigs : {&model.inputs, &model.outputs}) {
+    for (const TensorSignature& sig : *sigs) {
+      if (sig.dtype == DType::kString) {
+        return fail(absl::UnimplementedError(absl::StrCat(
+            "tensor ", Quote(sig.name),
+            " is a string tensor; the server does not serve string (BYTES) models yet")));
+      }
+    }
+  }
   if (auto s = ReconcileTensors("input", model.inputs, config->max_batch_size(),
                                 /*require_all=*/true, config->mutable_input());
       !s.ok()) {
@@ -493,6 +507,7 @@ DataType ConfigFromDType(DType dtype) {
       return inference::TYPE_FP16;
     case DType::kBFloat16:
       return inference::TYPE_BF16;
+    case DType::kString:  // Refused before a config is filled (not served).
     case DType::kUndefined:
       break;
   }

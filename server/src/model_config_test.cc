@@ -272,6 +272,20 @@ TEST(CompleteModelConfigTest, FillsEmptyConfigFromModel) {
   EXPECT_EQ(again.SerializeAsString(), config.SerializeAsString());
 }
 
+TEST(CompleteModelConfigTest, StringModelsAreRefusedWithAClearError) {
+  CompiledModel in_strings = Mlp();
+  in_strings.inputs[0].dtype = DType::kString;
+  absl::Status s = Complete(in_strings, "");
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("\"input\" is a string tensor"));
+  // Strings made inside (no string input or output) would need a heap the server does not give.
+  CompiledModel makes = Mlp();
+  makes.makes_strings = true;
+  s = Complete(makes, "");
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("makes string tensors"));
+}
+
 TEST(CompleteModelConfigTest, SymbolicNonBatchDimsBecomeMinusOne) {
   inference::ModelConfig config;
   ASSERT_TRUE(CompleteModelConfig(TwoInputs(), &config).ok());

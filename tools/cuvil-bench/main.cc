@@ -231,6 +231,9 @@ int Main(int argc, char** argv) {
     compile_ms = full_compile_ms;
   }
 
+  if (model.makes_strings) {
+    return Fail(absl::UnimplementedError("cuvil-bench does not time models that make strings"));
+  }
   if (!model.data_dependent_dims.empty()) {
     return Fail(absl::UnimplementedError(
         absl::StrCat(model.data_dependent_dims[0].producer,

@@ -215,6 +215,16 @@ absl::Status CompareTensors(const HostTensor& got, const HostTensor& want, const
     return absl::InternalError(
         absl::StrCat("shape ", got.TypeString(), ", expected ", want.TypeString()));
   }
+  if (want.dtype() == DType::kString) {
+    for (int64_t i = 0; i < want.num_elements(); ++i) {
+      if (got.string_at(i) != want.string_at(i)) {
+        return absl::InternalError(absl::StrCat("element ", i, " is \"",
+                                                std::string(got.string_at(i)), "\", expected \"",
+                                                std::string(want.string_at(i)), "\""));
+      }
+    }
+    return absl::OkStatus();
+  }
   bool exact = !IsFloat(want.dtype());
   for (int64_t i = 0; i < want.num_elements(); ++i) {
     double g = got.GetAsDouble(i), w = want.GetAsDouble(i);

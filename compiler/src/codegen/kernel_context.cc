@@ -114,6 +114,8 @@ llvm::Type* KernelContext::ElemType(DType dtype) {
     case DType::kInt64:
     case DType::kUInt64:
       return builder_.getInt64Ty();
+    case DType::kString:  // A CuvilString view: moved, never computed on.
+      return builder_.getInt128Ty();
     case DType::kUndefined:
       break;
   }
@@ -164,6 +166,11 @@ llvm::Value* KernelContext::Symbol(int32_t id) {
 
 void KernelContext::StoreSymbol(int32_t id, llvm::Value* value) {
   builder_.CreateStore(value, builder_.CreateConstGEP1_64(I64Ty(), LoadSymbolArray(), id));
+}
+
+llvm::Value* KernelContext::StringHeap() {
+  if (string_heap_slot_ < 0 || batch_ == nullptr) return nullptr;
+  return builder_.CreateIntToPtr(Symbol(string_heap_slot_), builder_.getPtrTy(), "string_heap");
 }
 
 llvm::Value* KernelContext::LoadSymbolArray() {
@@ -229,8 +236,17 @@ absl::StatusOr<llvm::Value*> EmitSymbolValues(llvm::IRBuilder<>& b, const ir::Gr
     return absl::UnimplementedError(absl::StrCat(
         "graph '", g.name, "' has ", count, " symbols but its entry receives no symbol values"));
   }
-  llvm::Value* syms = b.CreateAlloca(b.getInt64Ty(), b.getInt64(count), "syms");
+  // A model that makes strings also reads its heap's address from the caller's array (BuildEntry
+  // checked that there is one).
+  const int32_t slots = g.MakesStrings() ? g.StringHeapSlot() + 1 : count;
+  llvm::Value* syms = b.CreateAlloca(b.getInt64Ty(), b.getInt64(slots), "syms");
   b.CreateStore(batch, syms);
+  if (slots > count) {
+    const int32_t heap = g.StringHeapSlot();
+    b.CreateStore(
+        b.CreateLoad(b.getInt64Ty(), b.CreateConstGEP1_64(b.getInt64Ty(), caller_syms, heap)),
+        b.CreateConstGEP1_64(b.getInt64Ty(), syms, heap));
+  }
   return syms;
 }
 

@@ -92,6 +92,12 @@ class KernelContext {
   // control-flow kernel hands its subgraphs so their kernels run from the same table. Null in an
   // outlined context.
   llvm::Value* FunctionTable();
+  // The execution's StringHeap (a pointer; null at run time when the caller gave none), for
+  // kernels that make strings; nullptr when this context has none (a subgraph's kernels, an
+  // outlined body): the emitter then refuses the node.
+  llvm::Value* StringHeap();
+  // The syms entry holding the heap's address (ir::Graph::StringHeapSlot), or -1: none.
+  void set_string_heap_slot(int32_t slot) { string_heap_slot_ = slot; }
   // Where a control-flow kernel registers its subgraphs' kernels (null: none, they are then
   // called directly and are not patchable), and this kernel's own slot in it.
   KernelRegistry* registry() const { return registry_; }
@@ -212,6 +218,7 @@ class KernelContext {
   llvm::Value* table_ = nullptr;             // The table slot's pointer, loaded on first use.
   KernelRegistry* registry_ = nullptr;
   int kernel_index_ = -1;
+  int32_t string_heap_slot_ = -1;
   llvm::Value* status_ = nullptr;  // i32 alloca; null in outlined contexts.
   std::vector<llvm::Value*> inputs_;
   std::vector<llvm::Value*> outputs_;

@@ -4,6 +4,7 @@
 
 #include "codegen/elementwise.h"
 #include "codegen/kernel_context.h"
+#include "codegen/kernels_string.h"
 
 namespace cuvil::codegen {
 
@@ -470,6 +471,7 @@ void RegisterElementwiseKernels(OpTable& r) {
   r.DefineEmitter("Clip", EmitClip);
   r.DefineEmitter("Cast", [](KernelContext& k) -> absl::Status {
     DType from = k.in_dtype(0), to = k.out_dtype(0);
+    if (from == DType::kString || to == DType::kString) return EmitStringCast(k);
     EmitBroadcastElementwise(k, {0}, [=](KernelContext& kk, const std::vector<llvm::Value*>& v) {
       return kk.Convert(v[0], from, to);
     });

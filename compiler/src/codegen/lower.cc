@@ -122,6 +122,7 @@ class ModuleBuilder {
     llvm::FunctionType* kernel_ty =
         llvm::FunctionType::get(llvm::Type::getInt32Ty(context_), {ptr, i64}, false);
     const OpTable& ops = OpTable::Get();
+    const bool makes_strings = graph_.MakesStrings();
     KernelRegistry registry(graph_.symbol);
     for (const auto& node : graph_.nodes()) {
       const OpDef* op = ops.Find(node->op_type);
@@ -139,6 +140,7 @@ class ModuleBuilder {
       node_slots_.push_back(index);
       KernelContext kc(*module_, fn, *node);
       kc.set_registry(&registry, index);
+      if (makes_strings) kc.set_string_heap_slot(graph_.StringHeapSlot());
       if (auto s = op->emit(kc); !s.ok()) return s;
       kc.b().CreateRet(kc.Status());
     }
@@ -228,6 +230,14 @@ class ModuleBuilder {
     for (const auto& n : graph_.nodes())
       max_args = std::max(max_args, n->inputs.size() + n->outputs.size() + 2);
     llvm::Value* args = b.CreateAlloca(ptr, b.getInt64(max_args), "args");
+    if (graph_.MakesStrings()) {  // The strings' heap comes in the caller's syms.
+      llvm::BasicBlock* none = llvm::BasicBlock::Create(context_, "no_string_heap", entry);
+      llvm::BasicBlock* run = llvm::BasicBlock::Create(context_, "run", entry);
+      b.CreateCondBr(b.CreateIsNull(caller_syms), none, run, unlikely_);
+      b.SetInsertPoint(none);
+      b.CreateRet(b.getInt32(kEntryNoStringHeap));
+      b.SetInsertPoint(run);
+    }
     auto syms = EmitSymbolValues(b, graph_, batch, caller_syms);
     if (!syms.ok()) return syms.status();
     size_t node_index = 0;

@@ -53,6 +53,10 @@ enum EntryError : int32_t {
   kEntrySliceOutOfBounds = 2,
   // TopK's K exceeds its (batch-dependent) axis at this batch size.
   kEntryTopKTooLarge = 3,
+  // Cast from STRING met a string that is not a number of the target type.
+  kEntryStringNotANumber = 4,
+  // The model makes strings but the caller gave no StringHeap (see CompiledModel::makes_strings).
+  kEntryNoStringHeap = 5,
 };
 
 // Maps a cuvil_entry result to a status: OK for 0, InvalidArgument describing the failure
@@ -212,12 +216,17 @@ struct CompiledModel {
   std::string cpu;  // Host CPU name the code was generated for.
   // "separable" when executions may split the batch (arena.max_shards > 1), else why not.
   std::string batch_split_note;
+  // Kernels make string tensors: each execution needs a StringHeap (string_ops.h) whose address
+  // the caller stores in syms[StringHeapSlot()], and which outlives its reading of the outputs.
+  bool makes_strings = false;
 
   // Symbols bound from the input shapes: every symbol but the data-dependent ones (at least 1:
   // symbol 0, the batch, is 1 for a model without one).
   size_t InputSymbolCount() const {
     return std::max<size_t>(symbols.size() - data_dependent_dims.size(), 1);
   }
+  // The syms entry after every symbol, where a model that makes strings finds its heap.
+  size_t StringHeapSlot() const { return std::max<size_t>(symbols.size(), 1); }
 };
 
 }  // namespace cuvil

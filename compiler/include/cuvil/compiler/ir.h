@@ -6,6 +6,7 @@
 #ifndef CUVIL_COMPILER_IR_H_
 #define CUVIL_COMPILER_IR_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -139,6 +140,13 @@ class Graph {
   std::optional<SymDim> UpperBound(const SymDim& d) const;
   // True when `e` mentions a data-dependent symbol.
   bool IsDataDependent(const DimExpr& e) const;
+  // True when a node outputs a string tensor: the execution then needs a StringHeap for the
+  // strings its kernels make, whose address the caller stores in syms[StringHeapSlot()].
+  bool MakesStrings() const;
+  // The syms entry after every symbol (1 for a static model).
+  int32_t StringHeapSlot() const {
+    return std::max<int32_t>(static_cast<int32_t>(symbols.size()), 1);
+  }
 
  private:
   std::vector<std::unique_ptr<Value>> values_;

@@ -19,6 +19,7 @@ enum class DType : int32_t {
   kInt16 = 5,
   kInt32 = 6,
   kInt64 = 7,
+  kString = 8,  // Elements are CuvilString views (string_ops.h); no arithmetic.
   kBool = 9,
   kFloat16 = 10,
   kFloat64 = 11,
@@ -52,7 +53,7 @@ inline bool IsSigned(DType d) {
   return d == DType::kInt8 || d == DType::kInt16 || d == DType::kInt32 || d == DType::kInt64;
 }
 inline bool IsInteger(DType d) {
-  return !IsFloat(d) && d != DType::kBool && d != DType::kUndefined;
+  return !IsFloat(d) && d != DType::kBool && d != DType::kString && d != DType::kUndefined;
 }
 
 }  // namespace cuvil

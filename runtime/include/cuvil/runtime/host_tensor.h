@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cuvil/runtime/dtype.h"
@@ -46,6 +47,9 @@ class HostTensor {
   // read fails; source->failed() then tells), CopyTo copies them without keeping a copy.
   static HostTensor Deferred(DType dtype, std::vector<int64_t> shape,
                              std::shared_ptr<const DeferredBytes> source);
+  // A string tensor (DType::kString) owning `values` (one per element, row-major): its bytes are
+  // CuvilString views (string_ops.h) of them, which copies of the tensor share.
+  static HostTensor Strings(std::vector<int64_t> shape, std::vector<std::string> values);
 
   HostTensor(HostTensor&&) = default;
   HostTensor& operator=(HostTensor&&) = default;
@@ -77,7 +81,12 @@ class HostTensor {
   // True when a deferred tensor's bytes could not be read (data() then holds zeros).
   bool read_failed() const { return deferred_ != nullptr && deferred_->source->failed(); }
 
-  // Element i converted to double (bool as 0/1); for comparisons and printing.
+  // Element i of a string tensor (empty for a zero-filled one); i must be in range.
+  std::string_view string_at(int64_t i) const;
+  // A string tensor's elements copied out (empty for other dtypes).
+  std::vector<std::string> strings() const;
+
+  // Element i converted to double (bool as 0/1, strings 0); for comparisons and printing.
   double GetAsDouble(int64_t i) const;
   // Stores `v` as element i, converted like static_cast (bool: v != 0). i must be in range.
   void SetFromInt64(int64_t i, int64_t v);
@@ -101,6 +110,8 @@ class HostTensor {
   std::vector<int64_t> shape_;
   AlignedBuffer data_;
   std::shared_ptr<Deferral> deferred_;  // Set for a deferred tensor (data_ is then null).
+  // A string tensor's own strings, which the views in data_ point into (immutable, shared).
+  std::shared_ptr<const std::vector<std::string>> strings_;
 };
 
 }  // namespace cuvil
