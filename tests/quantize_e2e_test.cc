@@ -99,13 +99,14 @@ TEST_P(QuantizeE2eTest, QdqModelMatchesTheFloatReference) {
 // One QDQ Conv block as cuvil-quantize writes it: x -> QuantizeLinear -> DequantizeLinear ->
 // Conv(DequantizeLinear(int8 per-channel W), DequantizeLinear(int32 bias)) [-> Add x] ->
 // Relu/Clip [-> QuantizeLinear -> DequantizeLinear] -> y. Inputs [N, 8, 9, 9]; 16 output
-// channels with the residual variant using 8.
+// channels with the residual variant using 8, the depthwise one 8 groups of one.
 struct BlockSpec {
   bool x_signed = false;
   bool clip = false;         // Clip(0, 6) instead of Relu
   bool residual = false;     // Add x before the activation (float output)
   bool quantize_out = true;  // QuantizeLinear -> DequantizeLinear after the activation
   int64_t kernel = 3;
+  bool depthwise = false;  // group = channels = 8
 };
 
 onnx::TensorProto Initializer(const std::string& name, int type, std::vector<int64_t> dims) {
@@ -118,7 +119,8 @@ onnx::TensorProto Initializer(const std::string& name, int type, std::vector<int
 
 std::string QdqBlock(const BlockSpec& b, float* y_scale) {
   constexpr int64_t kC = 8;
-  const int64_t m = b.residual ? kC : 16;
+  const int64_t m = b.residual || b.depthwise ? kC : 16;
+  const int64_t cg = b.depthwise ? 1 : kC;  // Input channels per group.
   onnx::ModelProto model;
   model.set_ir_version(8);
   model.add_opset_import()->set_version(13);
@@ -151,8 +153,8 @@ std::string QdqBlock(const BlockSpec& b, float* y_scale) {
   scalar("sy", sy);
   zero("zy", qtype, b.x_signed ? -128 : 0);
   std::mt19937 rng(7);
-  const int64_t k = kC * b.kernel * b.kernel;
-  auto w = Initializer("wq", onnx::TensorProto::INT8, {m, kC, b.kernel, b.kernel});
+  const int64_t k = cg * b.kernel * b.kernel;
+  auto w = Initializer("wq", onnx::TensorProto::INT8, {m, cg, b.kernel, b.kernel});
   auto ws = Initializer("ws", onnx::TensorProto::FLOAT, {m});
   auto wz = Initializer("wz", onnx::TensorProto::INT8, {m});
   auto bq = Initializer("bq", onnx::TensorProto::INT32, {m});
@@ -189,6 +191,12 @@ std::string QdqBlock(const BlockSpec& b, float* y_scale) {
   pads->set_name("pads");
   pads->set_type(onnx::AttributeProto::INTS);
   for (int i = 0; i < 4; ++i) pads->add_ints(b.kernel / 2);
+  if (b.depthwise) {
+    onnx::AttributeProto* group = conv->add_attribute();
+    group->set_name("group");
+    group->set_type(onnx::AttributeProto::INT);
+    group->set_i(kC);
+  }
   std::string cur = "conv";
   if (b.residual) cur = node("Add", {cur, "x"}, "sum")->output(0);
   if (b.clip) {
@@ -208,10 +216,11 @@ std::string QdqBlock(const BlockSpec& b, float* y_scale) {
   return bytes;
 }
 
-// Compiles `bytes` with or without the integer QDQ path; returns whether the code calls the
-// integer convolution and the output for `x`.
+// Compiles `bytes` with or without the integer QDQ path; returns whether the code calls
+// `callee` (the integer convolution) and the output for `x`.
 std::pair<bool, HostTensor> RunBlock(JitEngine& engine, const std::string& bytes, bool integer,
-                                     const HostTensor& x, const std::string& name) {
+                                     const HostTensor& x, const std::string& name,
+                                     const std::string& callee = "cuvil_uk_qconv2d") {
   CompileOptions options;
   options.integer_qdq = integer;
   options.emit_llvm_path = ::testing::TempDir() + "/" + name + ".ll";
@@ -221,10 +230,13 @@ std::pair<bool, HostTensor> RunBlock(JitEngine& engine, const std::string& bytes
   std::ifstream ll(options.emit_llvm_path);
   std::stringstream ir;
   ir << ll.rdbuf();
-  const bool calls = ir.str().find("call void @cuvil_uk_qconv2d") != std::string::npos;
+  const bool calls = ir.str().find("call void @" + callee) != std::string::npos;
   // The operators' listing says int8 exactly when the integer kernel runs.
-  EXPECT_EQ((" " + PrecisionSummary(compiled->kernels)).find(" int8:") != std::string::npos, calls)
-      << PrecisionSummary(compiled->kernels);
+  if (callee == "cuvil_uk_qconv2d") {
+    EXPECT_EQ((" " + PrecisionSummary(compiled->kernels)).find(" int8:") != std::string::npos,
+              calls)
+        << PrecisionSummary(compiled->kernels);
+  }
   auto loaded = engine.Load("qdq/" + name, std::move(*compiled));
   EXPECT_TRUE(loaded.ok()) << loaded.status();
   if (!loaded.ok()) return {calls, HostTensor()};
@@ -274,6 +286,43 @@ TEST(QdqFusionTest, IntegerConvMatchesTheFloatQdqGraphWithinOneStep) {
           }
           EXPECT_GT(max_abs, 0.5);  // the block computes something
         }
+      }
+    }
+  }
+}
+
+// DequantizeLinear -> depthwise Conv -> Clip/Relu -> QuantizeLinear reads and writes 8-bit tensors
+// in one kernel (cuvil_uk_qdepthwise2d) and gives exactly the float QDQ graph's values.
+TEST(QdqFusionTest, DepthwiseBetweenEightBitTensorsIsExact) {
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  HostTensor x(DType::kFloat32, {2, 8, 9, 9});
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> xd(-0.2f, 3.8f);
+  for (int64_t i = 0; i < x.num_elements(); ++i) x.data_as<float>()[i] = xd(rng);
+  int variant = 0;
+  for (bool x_signed : {false, true}) {
+    for (bool clip : {false, true}) {
+      for (bool quantize_out : {true, false}) {
+        BlockSpec b{x_signed, clip, false, quantize_out, 3, /*depthwise=*/true};
+        SCOPED_TRACE(::testing::Message() << "signed " << x_signed << " clip " << clip
+                                          << " quantized out " << quantize_out);
+        float sy = 0;
+        const std::string bytes = QdqBlock(b, &sy);
+        const std::string name = "dw" + std::to_string(variant++);
+        auto [fused, yi] = RunBlock(**engine, bytes, true, x, name + "i", "cuvil_uk_qdepthwise2d");
+        auto [unfused, yf] =
+            RunBlock(**engine, bytes, false, x, name + "f", "cuvil_uk_qdepthwise2d");
+        // Without a QuantizeLinear after it the depthwise Conv stays float.
+        EXPECT_EQ(fused, quantize_out);
+        EXPECT_FALSE(unfused);
+        ASSERT_EQ(yi.shape(), yf.shape());
+        double max_abs = 0;
+        for (int64_t i = 0; i < yi.num_elements(); ++i) {
+          ASSERT_EQ(yi.data_as<float>()[i], yf.data_as<float>()[i]) << "element " << i;
+          max_abs = std::max(max_abs, std::fabs(static_cast<double>(yf.data_as<float>()[i])));
+        }
+        EXPECT_GT(max_abs, 0.5);  // the block computes something
       }
     }
   }

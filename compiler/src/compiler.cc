@@ -14,6 +14,7 @@
 #include "cuvil/runtime/dim_expr_codec.h"
 #include "fuse_conv.h"
 #include "fuse_patterns.h"
+#include "fuse_qdq.h"
 #include "memory_plan.h"
 
 namespace cuvil {
@@ -182,6 +183,7 @@ absl::Status Prepare(const CompileOptions& options, PreparedModel::Impl* impl) {
   // Packed convolution weights are written straight into the weights blob (no tensor of them).
   ConstantImages images;
   if (auto s = FuseConvolutions(graph, &images); !s.ok()) return s;
+  if (options.integer_qdq) FuseQdqDepthwiseConvs(graph);  // Needs the prepared depthwise Convs.
   model.timings.push_back({"optimize_graph", MsSince(t0)});
   if (auto s = CheckDeferredReads(graph); !s.ok()) return s;
 

@@ -298,4 +298,38 @@ int FuseQdqConvs(ir::Graph& graph) {
   return fused;
 }
 
+int FuseQdqDepthwiseConvs(ir::Graph& graph) {
+  int fused = 0;
+  std::vector<ir::Node*> dead;
+  auto uses = ir::UseCounts(graph);
+  for (auto& node : graph.mutable_nodes()) {
+    ir::Node* conv = node.get();
+    if (conv->op_type != "Conv" || conv->attr_int("ukernel", 0) != 2 || conv->inputs.size() > 3 ||
+        conv->has_attr("q_x_scale") || conv->outputs.size() != 1 || !conv->has_input(0)) {
+      continue;
+    }
+    ir::Node* dq = conv->inputs[0]->producer;
+    auto xq = ScalarParams(dq, "DequantizeLinear");
+
+    ir::Node* q = SoleConsumer(graph, conv->outputs[0], uses);
+    auto yq = ScalarParams(q, "QuantizeLinear");
+    if (!xq || !yq || q->inputs[0] != conv->outputs[0]) continue;
+    conv->attrs["q_x_scale"] = xq->scale;
+    conv->attrs["q_x_zero"] = xq->zero;
+    conv->attrs["q_x_signed"] = int64_t{xq->data->type.dtype == DType::kInt8 ? 1 : 0};
+    conv->attrs["q_y_scale"] = yq->scale;
+    conv->attrs["q_y_zero"] = yq->zero;
+    conv->attrs["q_y_signed"] = int64_t{q->outputs[0]->type.dtype == DType::kInt8 ? 1 : 0};
+    ir::Value* dq_out = conv->inputs[0];
+    conv->inputs[0] = xq->data;
+    conv->outputs[0] = q->outputs[0];
+    conv->outputs[0]->producer = conv;
+    dead.push_back(q);
+    if (--uses[dq_out] == 0 && !dq_out->is_graph_output) dead.push_back(dq);
+    ++fused;
+  }
+  graph.EraseNodes(dead);
+  return fused;
+}
+
 }  // namespace cuvil

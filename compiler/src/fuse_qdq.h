@@ -24,6 +24,15 @@ std::unordered_set<const ir::Value*> QdqWeightCandidates(const ir::Graph& graph)
 // number of Convs rewritten. Not thread-safe on the same graph.
 int FuseQdqConvs(ir::Graph& graph);
 
+// Rewrites DequantizeLinear(x) -> depthwise Conv prepared for the microkernel (FuseConvolutions:
+// "ukernel" 2, any fused activation, no residual) -> QuantizeLinear, with constant scalar scales
+// and zero points, into that Conv reading x and writing the 8-bit output itself
+// (cuvil_uk_qdepthwise2d; attributes q_x_scale, q_x_zero, q_x_signed, q_y_scale, q_y_zero,
+// q_y_signed), so neither float tensor goes through memory. The results are the same bits. Fires
+// only when the Conv's float output has no other consumer; the DequantizeLinear stays while
+// something else reads it. Returns the number of Convs rewritten. Not thread-safe on the graph.
+int FuseQdqDepthwiseConvs(ir::Graph& graph);
+
 }  // namespace cuvil
 
 #endif  // CUVIL_COMPILER_SRC_FUSE_QDQ_H_

@@ -26,7 +26,7 @@
 namespace cuvil::uk {
 namespace {
 
-enum Slot { kSlotPhases, kSlotTile, kSlotPlane, kNumSlots };
+enum Slot { kSlotPhases, kSlotTile, kSlotPlane, kSlotQuantIn, kSlotQuantOut, kNumSlots };
 
 float* ThreadScratch(Slot slot, size_t floats) {
   thread_local ThreadBuffer buffers[kNumSlots];
@@ -348,49 +348,89 @@ void ConvGemm(const Table& t, const cuvil_uk_conv_params& p, const float* x, con
   });
 }
 
-// Depthwise: the tier's plane kernel reads each (image, channel) plane as it is; without one (or
-// for geometry it does not take) the plane is padded into per-thread phase planes and every output
-// row is one vectorised pass over the taps.
+// One (image, channel) plane of a depthwise conv at a time: the tier's plane kernel reads it as it
+// is; without one (or for geometry it does not take) the plane is padded into per-thread phase
+// planes and every output row is one vectorised pass over the taps. Thread-compatible: one per
+// task loop.
+class DepthwisePlanes {
+ public:
+  DepthwisePlanes(const Table& t, const cuvil_uk_conv_params& p, const Epilogue& ep)
+      : t_(t), ep_(ep), one_(p) {
+    one_.channels = one_.out_channels = one_.groups = 1;
+  }
+
+  // y = act(depthwise(x, w) + b + res) for one plane; res may be null.
+  void Run(const float* x, const float* w, float b, const float* res, float* y) {
+    const int64_t taps = one_.kernel_h * one_.kernel_w;
+    if (t_.depthwise_plane != nullptr && t_.depthwise_plane(one_, x, w, b, res, y, ep_)) return;
+    if (planes_ == nullptr) {
+      // Depthwise always copies its plane (a 1x1 one too), so there is one code path.
+      pp_ = PlanPhases(one_, t_.nr);
+      pp_.direct = false;
+      pp_.slack = pp_.ws + 2 * t_.nr;
+      off_ = TapOffsets(one_, pp_, 1);
+      planes_ = ThreadScratch(kSlotPlane, static_cast<size_t>(pp_.channel + pp_.slack));
+      std::memset(planes_ + pp_.channel, 0, pp_.slack * sizeof(float));
+    }
+    FillPhases(t_, one_, pp_, x, planes_);
+    for (int64_t oy = 0; oy < one_.out_height; ++oy) {
+      const int64_t at = oy * one_.out_width;
+      t_.depthwise_row(y + at, planes_ + oy * pp_.ws, off_.data(), w, taps, one_.out_width, b,
+                       res != nullptr ? res + at : nullptr, ep_);
+    }
+  }
+
+ private:
+  const Table& t_;
+  const Epilogue& ep_;
+  cuvil_uk_conv_params one_;
+  float* planes_ = nullptr;
+  Phases pp_{};
+  std::vector<int64_t> off_;
+};
+
 void ConvDepthwise(const Table& t, const cuvil_uk_conv_params& p, const float* x, const float* w,
                    const float* bias, const float* residual, float* y, int64_t batch, float alpha,
                    float beta) {
-  cuvil_uk_conv_params one = p;
-  one.channels = one.out_channels = one.groups = 1;
   const int64_t taps = p.kernel_h * p.kernel_w;
   const int64_t in_plane = p.height * p.width, out_plane = p.out_height * p.out_width;
   const Epilogue ep = MakeEpilogue(p, alpha, beta);
   ParallelTasks(batch * p.channels, out_plane * taps * kDepthwiseCostScale, [&](auto& next) {
-    float* planes = nullptr;
-    Phases pp{};
-    std::vector<int64_t> off;
+    DepthwisePlanes planes(t, p, ep);
     for (int64_t i = next(); i >= 0; i = next()) {
       const int64_t c = i % p.channels;
-      const float b = bias != nullptr ? bias[c] : 0.0f;
-      const float* res = residual != nullptr ? residual + i * out_plane : nullptr;
-      if (t.depthwise_plane != nullptr &&
-          t.depthwise_plane(one, x + i * in_plane, w + c * taps, b, res, y + i * out_plane, ep)) {
-        continue;
-      }
-      if (planes == nullptr) {
-        // Depthwise always copies its plane (a 1x1 one too), so there is one code path.
-        pp = PlanPhases(one, t.nr);
-        pp.direct = false;
-        pp.slack = pp.ws + 2 * t.nr;
-        off = TapOffsets(one, pp, 1);
-        planes = ThreadScratch(kSlotPlane, static_cast<size_t>(pp.channel + pp.slack));
-        std::memset(planes + pp.channel, 0, pp.slack * sizeof(float));
-      }
-      FillPhases(t, one, pp, x + i * in_plane, planes);
-      for (int64_t oy = 0; oy < p.out_height; ++oy) {
-        int64_t out_idx = i * out_plane + oy * p.out_width;
-        t.depthwise_row(y + out_idx, planes + oy * pp.ws, off.data(), w + c * taps, taps,
-                        p.out_width, b, residual != nullptr ? residual + out_idx : nullptr, ep);
-      }
+      planes.Run(x + i * in_plane, w + c * taps, bias != nullptr ? bias[c] : 0.0f,
+                 residual != nullptr ? residual + i * out_plane : nullptr, y + i * out_plane);
     }
   });
 }
 
 }  // namespace
+
+void QDepthwise2d(const Table& t, const cuvil_uk_conv_params& p, const void* x, bool x_signed,
+                  float x_scale, int32_t x_zero, const float* w, const float* bias, void* y,
+                  bool y_signed, float y_scale, int32_t y_zero, int64_t batch, float alpha,
+                  float beta) {
+  if (batch <= 0) return;
+  const int64_t taps = p.kernel_h * p.kernel_w;
+  const int64_t in_plane = p.height * p.width, out_plane = p.out_height * p.out_width;
+  const Epilogue ep = MakeEpilogue(p, alpha, beta);
+  // Each plane is widened and narrowed in per-thread scratch, so only the 8-bit tensors travel
+  // through memory.
+  ParallelTasks(batch * p.channels, out_plane * taps * kDepthwiseCostScale, [&](auto& next) {
+    DepthwisePlanes planes(t, p, ep);
+    float* in = ThreadScratch(kSlotQuantIn, static_cast<size_t>(in_plane));
+    float* out = ThreadScratch(kSlotQuantOut, static_cast<size_t>(out_plane));
+    for (int64_t i = next(); i >= 0; i = next()) {
+      const int64_t c = i % p.channels;
+      t.dequantize_row(static_cast<const int8_t*>(x) + i * in_plane, x_signed, in_plane, x_scale,
+                       x_zero, in);
+      planes.Run(in, w + c * taps, bias != nullptr ? bias[c] : 0.0f, nullptr, out);
+      t.quantize_row(out, out_plane, y_scale, y_zero, y_signed,
+                     static_cast<int8_t*>(y) + i * out_plane);
+    }
+  });
+}
 
 std::vector<const Table*> SupportedTables() {
   std::vector<const Table*> out;
@@ -449,6 +489,14 @@ void cuvil_uk_conv2d(const cuvil_uk_conv_params* p, const float* x, const float*
                      const float* bias, const float* residual, float* y, int64_t batch, float alpha,
                      float beta) {
   cuvil::uk::Conv2d(cuvil::uk::ActiveTable(), *p, x, w, bias, residual, y, batch, alpha, beta);
+}
+
+void cuvil_uk_qdepthwise2d(const cuvil_uk_conv_params* p, const void* x, int32_t x_signed,
+                           float x_scale, int32_t x_zero, const float* w, const float* bias,
+                           void* y, int32_t y_signed, float y_scale, int32_t y_zero, int64_t batch,
+                           float alpha, float beta) {
+  cuvil::uk::QDepthwise2d(cuvil::uk::ActiveTable(), *p, x, x_signed != 0, x_scale, x_zero, w, bias,
+                          y, y_signed != 0, y_scale, y_zero, batch, alpha, beta);
 }
 
 int64_t cuvil_uk_packed_conv_weights_size(int64_t groups, int64_t mg, int64_t k) {

@@ -10,6 +10,7 @@
 #include "activate_avx2.h"
 #include "cuvil/runtime/ukernels.h"
 #include "depthwise_avx2.h"
+#include "quantize_rows.h"
 #include "ukernel_table.h"
 
 namespace cuvil::uk {
@@ -365,8 +366,9 @@ bool DepthwisePlane(const cuvil_uk_conv_params& p, const float* x, const float* 
 }  // namespace
 
 const Table* Avx2Table() {
-  static const Table table = {"avx2_fma",     kNR,           GemmTile, EpilogueRow, DepthwiseRow,
-                              PadRowPortable, DepthwisePlane};
+  static const Table table = {"avx2_fma",     kNR,           GemmTile,
+                              EpilogueRow,    DepthwiseRow,  PadRowPortable,
+                              DepthwisePlane, DequantizeRow, QuantizeRow};
   return &table;
 }
 

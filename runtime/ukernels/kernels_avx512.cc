@@ -11,6 +11,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "quantize_rows.h"
+
 // GCC 12's _mm512_max_ps/_mm512_min_ps pass _mm512_undefined_ps() and warn about it.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -462,8 +464,8 @@ void PadRow(float* dst, int64_t n, const float* src, int64_t j0, int64_t j1, int
 }  // namespace
 
 const Table* Avx512Table() {
-  static const Table table = {"avx512",     kNR512, GemmTile,      EpilogueRow,
-                              DepthwiseRow, PadRow, DepthwisePlane};
+  static const Table table = {"avx512", kNR512,         GemmTile,      EpilogueRow, DepthwiseRow,
+                              PadRow,   DepthwisePlane, DequantizeRow, QuantizeRow};
   return &table;
 }
 

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "cuvil/runtime/ukernels.h"
+#include "quantize_rows.h"
 #include "ukernel_table.h"
 
 namespace cuvil::uk {
@@ -85,8 +86,8 @@ void PadRowPortable(float* dst, int64_t n, const float* src, int64_t j0, int64_t
 }
 
 const Table& GenericTable() {
-  static const Table table = {"generic",      kNR,    GemmTile, EpilogueRow, DepthwiseRow,
-                              PadRowPortable, nullptr};
+  static const Table table = {"generic",      kNR,     GemmTile,      EpilogueRow, DepthwiseRow,
+                              PadRowPortable, nullptr, DequantizeRow, QuantizeRow};
   return table;
 }
 

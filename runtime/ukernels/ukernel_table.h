@@ -46,6 +46,13 @@ struct Table {
   // geometry it does not handle (the driver then pads a copy and uses depthwise_row). May be null.
   bool (*depthwise_plane)(const cuvil_uk_conv_params& p, const float* x, const float* wt,
                           float bias, const float* residual, float* y, const Epilogue& ep);
+  // out[i] = (x[i] - zero) * scale for i < n; x holds uint8, or int8 when is_signed.
+  void (*dequantize_row)(const void* x, bool is_signed, int64_t n, float scale, int32_t zero,
+                         float* out);
+  // out[i] = saturate(round_half_even(v[i] / scale) + zero) as uint8, or int8 when is_signed (NaN
+  // gives the lowest value).
+  void (*quantize_row)(const float* v, int64_t n, float scale, int32_t zero, bool is_signed,
+                       void* out);
 };
 
 const Table& GenericTable();
@@ -68,6 +75,11 @@ const Table& ActiveTable();
 void Conv2d(const Table& t, const cuvil_uk_conv_params& p, const float* x, const float* w,
             const float* bias, const float* residual, float* y, int64_t batch, float alpha,
             float beta);
+// cuvil_uk_qdepthwise2d on a given table (tests compare the tiers with it). Reentrant.
+void QDepthwise2d(const Table& t, const cuvil_uk_conv_params& p, const void* x, bool x_signed,
+                  float x_scale, int32_t x_zero, const float* w, const float* bias, void* y,
+                  bool y_signed, float y_scale, int32_t y_zero, int64_t batch, float alpha,
+                  float beta);
 
 // The quantized GEMM tile (qgemm.cc). Thread-safe: tables are immutable.
 struct QTable {

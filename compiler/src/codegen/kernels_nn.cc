@@ -290,6 +290,17 @@ absl::Status EmitConvUkernel(KernelContext& k) {
   llvm::Value* params = ParamsBlock(k, words, ".conv_params");
   llvm::Value* null = llvm::ConstantPointerNull::get(k.b().getPtrTy());
   auto in_or_null = [&](size_t i) { return k.has_input(i) ? k.in(i) : null; };
+  if (n.has_attr("q_x_scale")) {  // Depthwise between 8-bit tensors (fuse_qdq.h).
+    auto i32 = [&](const char* attr) {
+      return k.b().getInt32(static_cast<uint32_t>(n.attr_int(attr, 0)));
+    };
+    k.CallC("cuvil_uk_qdepthwise2d", k.b().getVoidTy(),
+            {params, k.in(0), i32("q_x_signed"), k.F32(n.attr_float("q_x_scale", 1.0f)),
+             i32("q_x_zero"), k.in(1), in_or_null(2), k.out(0), i32("q_y_signed"),
+             k.F32(n.attr_float("q_y_scale", 1.0f)), i32("q_y_zero"), k.Dim(k.in_shape(0)[0]),
+             k.F32(n.attr_float("fused_alpha", 0.0f)), k.F32(n.attr_float("fused_beta", 0.0f))});
+    return absl::OkStatus();
+  }
   k.CallC(
       "cuvil_uk_conv2d", k.b().getVoidTy(),
       {params, k.in(0), k.in(1), in_or_null(2), in_or_null(3), k.out(0), k.Dim(k.in_shape(0)[0]),

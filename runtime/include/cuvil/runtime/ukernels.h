@@ -50,6 +50,16 @@ void cuvil_uk_conv2d(const cuvil_uk_conv_params* p, const float* x, const float*
                      const float* bias, const float* residual, float* y, int64_t batch, float alpha,
                      float beta);
 
+// A depthwise cuvil_uk_conv2d (CUVIL_UK_CONV_DEPTHWISE, no residual) between 8-bit tensors: x
+// holds uint8 (x_signed 0) or int8 values read as (x - x_zero) * x_scale, and y receives
+// saturate(round_half_even(conv / y_scale) + y_zero) as uint8 (y_signed 0) or int8 — exactly what
+// DequantizeLinear -> Conv -> QuantizeLinear computes, without the float tensors in memory.
+// Reentrant; splits the work like cuvil_uk_conv2d.
+void cuvil_uk_qdepthwise2d(const cuvil_uk_conv_params* p, const void* x, int32_t x_signed,
+                           float x_scale, int32_t x_zero, const float* w, const float* bias,
+                           void* y, int32_t y_signed, float y_scale, int32_t y_zero, int64_t batch,
+                           float alpha, float beta);
+
 // Floats that cuvil_uk_pack_conv_weights writes for `groups` groups of `mg` output channels
 // with `k` = (C/groups) * KH * KW weights each; -1 on overflow.
 int64_t cuvil_uk_packed_conv_weights_size(int64_t groups, int64_t mg, int64_t k);
