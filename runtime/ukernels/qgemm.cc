@@ -422,6 +422,13 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void TileStoreVnniW(
   int count = 0;
   for (int v = 0; v < W; ++v) {
     const int64_t base = e.q0 + v * 16, end = e.q0 + std::min<int64_t>(n, (v + 1) * 16);
+    if (e.wr == e.ow) {  // No dropped columns: position q is output q, one run, no division.
+      if (end > base) {
+        const auto last = static_cast<uint32_t>(end - base);
+        runs[count++] = {static_cast<__mmask16>(last >= 16 ? 0xFFFFu : (1u << last) - 1), base, v};
+      }
+      continue;
+    }
     for (int64_t q = base; q < end;) {
       const int64_t row = q / e.wr, col = q % e.wr;
       if (col >= e.ow) {
