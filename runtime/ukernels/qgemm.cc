@@ -53,23 +53,57 @@ void TileGeneric(int64_t kq, const int8_t* a, const uint8_t* b, int64_t ldb, int
 #if defined(__x86_64__)
 
 // The VNNI tile's accumulation: acc[r][v] = the int32 sums of rows r, columns 16 v .. 16 v + 15.
+// The accumulators are named variables, not an array: GCC 12 otherwise copies the array's
+// registers around every reduction step (a vmovdqa per vpdpbusd).
 template <int W>
 __attribute__((target("avx512f,avx512bw,avx512vnni"), always_inline)) inline void AccumulateVnni(
     int64_t kq, const int8_t* a, const uint8_t* b, int64_t ldb, __m512i (&acc)[kQMR][W]) {
-  for (int r = 0; r < kQMR; ++r) {
-    for (int v = 0; v < W; ++v) acc[r][v] = _mm512_setzero_si512();
-  }
+  static_assert(kQMR == 8 && (W == 1 || W == 2));
+  const __m512i zero = _mm512_setzero_si512();
+  __m512i c00 = zero, c10 = zero, c20 = zero, c30 = zero, c40 = zero, c50 = zero, c60 = zero,
+          c70 = zero;
+  __m512i c01 = zero, c11 = zero, c21 = zero, c31 = zero, c41 = zero, c51 = zero, c61 = zero,
+          c71 = zero;
   for (int64_t kk = 0; kk < kq; ++kk) {
     const uint8_t* bk = b + kk * ldb * 4;
-    __m512i bv[W];
-    for (int v = 0; v < W; ++v) bv[v] = _mm512_loadu_si512(bk + v * 64);
+    const __m512i b0 = _mm512_loadu_si512(bk);
+    const __m512i b1 = W > 1 ? _mm512_loadu_si512(bk + 64) : zero;
     const int8_t* ak = a + kk * kQMR * 4;
-    for (int r = 0; r < kQMR; ++r) {
-      int32_t quad;
-      std::memcpy(&quad, ak + r * 4, 4);
-      const __m512i wv = _mm512_set1_epi32(quad);
-      for (int v = 0; v < W; ++v) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], bv[v], wv);
-    }
+#define CUVIL_VNNI_ROW(r)                                                \
+  {                                                                      \
+    int32_t quad;                                                        \
+    std::memcpy(&quad, ak + (r) * 4, 4);                                 \
+    const __m512i wv = _mm512_set1_epi32(quad);                          \
+    c##r##0 = _mm512_dpbusd_epi32(c##r##0, b0, wv);                      \
+    if constexpr (W > 1) c##r##1 = _mm512_dpbusd_epi32(c##r##1, b1, wv); \
+  }
+    CUVIL_VNNI_ROW(0)
+    CUVIL_VNNI_ROW(1)
+    CUVIL_VNNI_ROW(2)
+    CUVIL_VNNI_ROW(3)
+    CUVIL_VNNI_ROW(4)
+    CUVIL_VNNI_ROW(5)
+    CUVIL_VNNI_ROW(6)
+    CUVIL_VNNI_ROW(7)
+#undef CUVIL_VNNI_ROW
+  }
+  acc[0][0] = c00;
+  acc[1][0] = c10;
+  acc[2][0] = c20;
+  acc[3][0] = c30;
+  acc[4][0] = c40;
+  acc[5][0] = c50;
+  acc[6][0] = c60;
+  acc[7][0] = c70;
+  if constexpr (W > 1) {
+    acc[0][1] = c01;
+    acc[1][1] = c11;
+    acc[2][1] = c21;
+    acc[3][1] = c31;
+    acc[4][1] = c41;
+    acc[5][1] = c51;
+    acc[6][1] = c61;
+    acc[7][1] = c71;
   }
 }
 
