@@ -741,11 +741,7 @@ absl::Status WriteAotLibrary(const std::vector<AotTier>& tiers, const AotOptions
           absl::StrCat("AOT libraries need output sizes known from the input shapes; ",
                        t.model->data_dependent_dims[0].producer, " decides one from the data"));
     }
-    bool strings = t.model->makes_strings;
-    for (const auto* sigs : {&t.model->inputs, &t.model->outputs}) {
-      for (const TensorSignature& sig : *sigs) strings |= sig.dtype == DType::kString;
-    }
-    if (strings) {
+    if (t.model->HasStringTensors()) {
       return absl::UnimplementedError("AOT libraries do not take models with string tensors");
     }
     if (t.model->symbols.size() > 1 || t.model->arena.symbolic()) {

@@ -475,11 +475,7 @@ class PyCompiledModel {
     auto compiled = source_.bytes.empty() ? CompileOnnxFile(source_.path, options_)
                                           : CompileOnnxBytes(source_.bytes, options_);
     if (!compiled.ok()) return compiled.status();
-    bool strings = compiled->makes_strings;
-    for (const auto* sigs : {&compiled->inputs, &compiled->outputs}) {
-      for (const TensorSignature& sig : *sigs) strings |= sig.dtype == DType::kString;
-    }
-    if (strings) {
+    if (compiled->HasStringTensors()) {
       return absl::UnimplementedError(
           "the model has string tensors, which cuvil.compile does not take yet (cuvilc runs them)");
     }

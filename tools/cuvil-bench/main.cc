@@ -231,8 +231,8 @@ int Main(int argc, char** argv) {
     compile_ms = full_compile_ms;
   }
 
-  if (model.makes_strings) {
-    return Fail(absl::UnimplementedError("cuvil-bench does not time models that make strings"));
+  if (model.HasStringTensors()) {
+    return Fail(absl::UnimplementedError("cuvil-bench does not time models with string tensors"));
   }
   if (!model.data_dependent_dims.empty()) {
     return Fail(absl::UnimplementedError(

@@ -227,6 +227,14 @@ struct CompiledModel {
   }
   // The syms entry after every symbol, where a model that makes strings finds its heap.
   size_t StringHeapSlot() const { return std::max<size_t>(symbols.size(), 1); }
+  // True when the model makes strings or takes or returns a string tensor.
+  bool HasStringTensors() const {
+    auto strings = [](const std::vector<TensorSignature>& sigs) {
+      return std::any_of(sigs.begin(), sigs.end(),
+                         [](const TensorSignature& s) { return s.dtype == DType::kString; });
+    };
+    return makes_strings || strings(inputs) || strings(outputs);
+  }
 };
 
 }  // namespace cuvil
