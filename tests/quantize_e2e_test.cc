@@ -220,7 +220,8 @@ std::string QdqBlock(const BlockSpec& b, float* y_scale) {
 // `callee` (the integer convolution) and the output for `x`.
 std::pair<bool, HostTensor> RunBlock(JitEngine& engine, const std::string& bytes, bool integer,
                                      const HostTensor& x, const std::string& name,
-                                     const std::string& callee = "cuvil_uk_qconv2d") {
+                                     const std::string& callee = "cuvil_uk_qconv2d",
+                                     bool qdq_graph = true) {
   CompileOptions options;
   options.integer_qdq = integer;
   options.emit_llvm_path = ::testing::TempDir() + "/" + name + ".ll";
@@ -231,8 +232,8 @@ std::pair<bool, HostTensor> RunBlock(JitEngine& engine, const std::string& bytes
   std::stringstream ir;
   ir << ll.rdbuf();
   const bool calls = ir.str().find("call void @" + callee) != std::string::npos;
-  // The operators' listing says int8 exactly when the integer kernel runs.
-  if (callee == "cuvil_uk_qconv2d") {
+  // In a QDQ graph the operators' listing says int8 exactly when the integer kernel runs.
+  if (qdq_graph && callee == "cuvil_uk_qconv2d") {
     EXPECT_EQ((" " + PrecisionSummary(compiled->kernels)).find(" int8:") != std::string::npos,
               calls)
         << PrecisionSummary(compiled->kernels);
@@ -326,6 +327,83 @@ TEST(QdqFusionTest, DepthwiseBetweenEightBitTensorsIsExact) {
       }
     }
   }
+}
+
+// QLinearConv(uint8 x [N, 8, 9, 9], int8 per-channel weights [16, 8, 3, 3], int32 bias) with
+// constant parameters, y uint8.
+std::string QLinearConvModel() {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(13);
+  onnx::GraphProto* g = model.mutable_graph();
+  g->set_name("qlinearconv");
+  auto value_info = [](onnx::ValueInfoProto* v, const std::string& name, int64_t c) {
+    v->set_name(name);
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(onnx::TensorProto::UINT8);
+    t->mutable_shape()->add_dim()->set_dim_param("batch");
+    for (int64_t d : {c, int64_t{9}, int64_t{9}}) t->mutable_shape()->add_dim()->set_dim_value(d);
+  };
+  value_info(g->add_input(), "x", 8);
+  value_info(g->add_output(), "y", 16);
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> wd(-127, 127), bd(-3000, 3000);
+  auto w = Initializer("w", onnx::TensorProto::INT8, {16, 8, 3, 3});
+  for (int i = 0; i < 16 * 72; ++i) w.add_int32_data(wd(rng));
+  auto ws = Initializer("ws", onnx::TensorProto::FLOAT, {16});
+  auto wz = Initializer("wz", onnx::TensorProto::INT8, {16});
+  auto bias = Initializer("b", onnx::TensorProto::INT32, {16});
+  for (int o = 0; o < 16; ++o) {
+    ws.add_float_data(0.002f + 0.0001f * static_cast<float>(o));
+    wz.add_int32_data(0);
+    bias.add_int32_data(bd(rng));
+  }
+  auto xs = Initializer("xs", onnx::TensorProto::FLOAT, {});
+  xs.add_float_data(0.02f);
+  auto xz = Initializer("xz", onnx::TensorProto::UINT8, {});
+  xz.add_int32_data(100);
+  auto ys = Initializer("ys", onnx::TensorProto::FLOAT, {});
+  ys.add_float_data(0.05f);
+  auto yz = Initializer("yz", onnx::TensorProto::UINT8, {});
+  yz.add_int32_data(128);
+  for (auto* t : {&w, &ws, &wz, &bias, &xs, &xz, &ys, &yz}) *g->add_initializer() = *t;
+  onnx::NodeProto* n = g->add_node();
+  n->set_op_type("QLinearConv");
+  n->set_name("qconv");
+  for (const char* i : {"x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"}) n->add_input(i);
+  n->add_output("y");
+  onnx::AttributeProto* pads = n->add_attribute();
+  pads->set_name("pads");
+  pads->set_type(onnx::AttributeProto::INTS);
+  for (int i = 0; i < 4; ++i) pads->add_ints(1);
+  return model.SerializeAsString();
+}
+
+// A QLinearConv with constant parameters runs on the integer convolution kernel, within one
+// quantisation step of its reference kernel and equal on almost every element.
+TEST(QdqFusionTest, QLinearConvRunsOnTheIntegerKernel) {
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  HostTensor x(DType::kUInt8, {2, 8, 9, 9});
+  std::mt19937 rng(17);
+  for (int64_t i = 0; i < x.num_elements(); ++i) x.data_as<uint8_t>()[i] = rng() & 0xff;
+  const std::string bytes = QLinearConvModel();
+  // (Its reference kernel is an int8 one too, so the precision listing cannot tell them apart.)
+  auto [fused, yi] = RunBlock(**engine, bytes, true, x, "qlinear_i", "cuvil_uk_qconv2d", false);
+  auto [unfused, yr] = RunBlock(**engine, bytes, false, x, "qlinear_r", "cuvil_uk_qconv2d", false);
+  EXPECT_TRUE(fused);
+  EXPECT_FALSE(unfused);
+  ASSERT_EQ(yi.dtype(), DType::kUInt8);
+  ASSERT_EQ(yi.shape(), yr.shape());
+  int64_t exact = 0, saturated = 0;
+  for (int64_t i = 0; i < yi.num_elements(); ++i) {
+    const int d = yi.data_as<uint8_t>()[i] - yr.data_as<uint8_t>()[i];
+    ASSERT_LE(std::abs(d), 1) << "element " << i;
+    exact += d == 0;
+    saturated += yr.data_as<uint8_t>()[i] == 0 || yr.data_as<uint8_t>()[i] == 255;
+  }
+  EXPECT_GE(exact, yi.num_elements() * 95 / 100);
+  EXPECT_LT(saturated, yi.num_elements() / 2);  // the values are not all clipped
 }
 
 INSTANTIATE_TEST_SUITE_P(Zoo, QuantizeE2eTest, ::testing::Values("resnet18", "mobilenet_v2"));

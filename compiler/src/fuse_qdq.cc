@@ -298,6 +298,90 @@ int FuseQdqConvs(ir::Graph& graph) {
   return fused;
 }
 
+int ExpandQLinearConvs(ir::Graph& graph) {
+  int expanded = 0;
+  std::vector<std::unique_ptr<ir::Node>>& nodes = graph.mutable_nodes();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    ir::Node* q = nodes[i].get();
+    if (q->op_type != "QLinearConv" || q->inputs.size() < 8 || q->outputs.size() != 1 ||
+        q->attr_int("group", 1) != 1) {
+      continue;
+    }
+    auto in = [&](size_t k) { return k < q->inputs.size() ? q->inputs[k] : nullptr; };
+    ir::Value *x = in(0), *xs = in(1), *xz = in(2), *w = in(3), *ws = in(4), *wz = in(5),
+              *ys = in(6), *yz = in(7), *b = in(8);
+    ir::Value* y = q->outputs[0];
+    const DType xdt = x->type.dtype, ydt = y->type.dtype;
+    if (!Static4d(x) || !Static4d(y) || !IsConstScalar(xs, DType::kFloat32) ||
+        !IsConstScalar(xz, xdt) || !IsConstScalar(ys, DType::kFloat32) || !IsConstScalar(yz, ydt) ||
+        w == nullptr || !w->is_constant() || w->constant->dtype() != DType::kInt8 ||
+        w->constant->shape().size() != 4 || ws == nullptr || !ws->is_constant() ||
+        ws->constant->dtype() != DType::kFloat32) {
+      continue;
+    }
+    const int64_t m = w->constant->shape()[0], nscale = ws->constant->num_elements();
+    if (nscale != 1 && nscale != m) continue;
+    bool zero_w = wz == nullptr || (wz->is_constant() && wz->constant->num_elements() == nscale);
+    for (int64_t k = 0; zero_w && wz != nullptr && k < nscale; ++k) {
+      zero_w = IntAt(*wz->constant, k) == 0;
+    }
+    if (!zero_w || (b != nullptr && (!b->is_constant() || b->constant->dtype() != DType::kInt32 ||
+                                     b->constant->num_elements() != m))) {
+      continue;
+    }
+    // The float graph the spec defines: B is in units of x_scale * w_scale.
+    const float sx = xs->constant->data_as<float>()[0];
+    const float* sw = ws->constant->data_as<float>();
+    HostTensor bias(DType::kFloat32, {m});
+    for (int64_t o = 0; o < m; ++o) {
+      const double bo = b != nullptr ? b->constant->data_as<int32_t>()[o] : 0;
+      bias.data_as<float>()[o] = static_cast<float>(bo * sx * sw[nscale == 1 ? 0 : o]);
+    }
+    const std::string base = q->name.empty() ? y->name : q->name;
+    auto float_value = [&](const std::string& name, const ir::TensorType& like) {
+      ir::Value* v = graph.NewValue(name);
+      v->type = like;
+      v->type.dtype = DType::kFloat32;
+      return v;
+    };
+    ir::Value* xd = float_value(base + "/x_dequantized", x->type);
+    ir::Value* wd = float_value(base + "/w_dequantized", w->type);
+    ir::Value* yf = float_value(base + "/y_float", y->type);
+    ir::Value* bf = NewConstant(graph, base + "/bias_float", std::move(bias));
+    ir::Node* dqx = graph.NewNode("DequantizeLinear", base + "/dequantize_x");
+    dqx->inputs = {x, xs, xz};
+    dqx->outputs = {xd};
+    ir::Node* dqw = graph.NewNode("DequantizeLinear", base + "/dequantize_w");
+    dqw->inputs = {w, ws};
+    if (wz != nullptr) dqw->inputs.push_back(wz);
+    dqw->attrs["axis"] = int64_t{0};
+    dqw->outputs = {wd};
+    ir::Node* conv = graph.NewNode("Conv", base + "/conv");
+    conv->attrs = q->attrs;
+    conv->inputs = {xd, wd, bf};
+    conv->outputs = {yf};
+    ir::Node* qy = graph.NewNode("QuantizeLinear", base + "/quantize_y");
+    qy->inputs = {yf, ys, yz};
+    qy->outputs = {y};
+    for (ir::Node* n : {dqx, dqw, conv, qy}) {
+      for (ir::Value* out : n->outputs) out->producer = n;
+    }
+    // The four new nodes (appended by NewNode) take the QLinearConv's place, in order.
+    std::vector<std::unique_ptr<ir::Node>> made;
+    for (int k = 0; k < 4; ++k) {
+      made.push_back(std::move(nodes.back()));
+      nodes.pop_back();
+    }
+    std::reverse(made.begin(), made.end());
+    nodes.erase(nodes.begin() + static_cast<std::ptrdiff_t>(i));
+    nodes.insert(nodes.begin() + static_cast<std::ptrdiff_t>(i),
+                 std::make_move_iterator(made.begin()), std::make_move_iterator(made.end()));
+    i += 3;
+    ++expanded;
+  }
+  return expanded;
+}
+
 int FuseQdqDepthwiseConvs(ir::Graph& graph) {
   int fused = 0;
   std::vector<ir::Node*> dead;

@@ -24,6 +24,13 @@ std::unordered_set<const ir::Value*> QdqWeightCandidates(const ir::Graph& graph)
 // number of Convs rewritten. Not thread-safe on the same graph.
 int FuseQdqConvs(ir::Graph& graph);
 
+// Rewrites each QLinearConv that FuseQdqConvs can run on the integer kernel — x, y and weight
+// scales and zero points constant (weight zero points 0), int8 constant weights, an int32 constant
+// or no bias, 2-D, one group, static non-batch dims — into the equivalent DequantizeLinear ->
+// Conv -> QuantizeLinear (bias pre-scaled by x_scale * w_scale), for FuseQdqConvs to fuse. Others
+// keep their reference kernel. Needs inferred shapes. Returns the number rewritten.
+int ExpandQLinearConvs(ir::Graph& graph);
+
 // Rewrites DequantizeLinear(x) -> depthwise Conv prepared for the microkernel (FuseConvolutions:
 // "ukernel" 2, any fused activation, no residual) -> QuantizeLinear, with constant scalar scales
 // and zero points, into that Conv reading x and writing the 8-bit output itself

@@ -126,6 +126,7 @@ bool IsUsed(const ir::Graph& graph, const ir::Value* v);
 // QDQ Convs become integer CuvilQConv nodes; the weight DequantizeLinear nodes InferAndFold kept
 // for them are then folded where a float node still reads them.
 void FuseQdq(ir::Graph& graph) {
+  ExpandQLinearConvs(graph);
   FuseQdqConvs(graph);
   std::vector<ir::Node*> folded;
   for (auto& node : graph.mutable_nodes()) {
