@@ -282,7 +282,8 @@ absl::StatusOr<std::vector<int64_t>> LoadedModel::ResolveSymbols(
     const std::optional<int64_t> v = EvalDimProgram(c.program, *syms);
     if (!v || (c.equal ? *v != 0 : *v < 0)) {
       std::vector<std::string> bound;
-      for (size_t i = 0; i < syms->size(); ++i) {
+      // Symbols only: a model that makes strings has one more entry, the heap's slot.
+      for (size_t i = 0; i < std::min(syms->size(), model_.symbols.size()); ++i) {
         bound.push_back(absl::StrCat(model_.symbols[i], "=", (*syms)[i]));
       }
       const std::string what =

@@ -197,7 +197,9 @@ class LoadedModel {
   // static model) from `input_shapes`, with every input shape checked against them, the model's
   // dim constraints (CompiledModel::dim_constraints) holding, and the arena and every output
   // sizable (so EvalShape of an output succeeds). A data-dependent symbol holds its upper bound
-  // (the run overwrites it). InvalidArgument naming the tensor and dim.
+  // (the run overwrites it). A model that makes strings gets one more entry, 0, at
+  // model().StringHeapSlot(), where the caller stores its StringHeap's address (string_ops.h).
+  // InvalidArgument naming the tensor and dim.
   absl::StatusOr<std::vector<int64_t>> ResolveSymbols(
       absl::Span<const std::vector<int64_t>> input_shapes) const;
 
