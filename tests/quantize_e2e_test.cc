@@ -117,6 +117,15 @@ onnx::TensorProto Initializer(const std::string& name, int type, std::vector<int
   return t;
 }
 
+// `v` is a [batch, c, 9, 9] tensor of ONNX element type `elem_type`.
+void ImageInfo(onnx::ValueInfoProto* v, const std::string& name, int elem_type, int64_t c) {
+  v->set_name(name);
+  auto* t = v->mutable_type()->mutable_tensor_type();
+  t->set_elem_type(elem_type);
+  t->mutable_shape()->add_dim()->set_dim_param("batch");
+  for (int64_t d : {c, int64_t{9}, int64_t{9}}) t->mutable_shape()->add_dim()->set_dim_value(d);
+}
+
 std::string QdqBlock(const BlockSpec& b, float* y_scale) {
   constexpr int64_t kC = 8;
   const int64_t m = b.residual || b.depthwise ? kC : 16;
@@ -126,15 +135,8 @@ std::string QdqBlock(const BlockSpec& b, float* y_scale) {
   model.add_opset_import()->set_version(13);
   onnx::GraphProto* g = model.mutable_graph();
   g->set_name("qdq_block");
-  auto value_info = [](onnx::ValueInfoProto* v, const std::string& name, int64_t c) {
-    v->set_name(name);
-    auto* t = v->mutable_type()->mutable_tensor_type();
-    t->set_elem_type(onnx::TensorProto::FLOAT);
-    t->mutable_shape()->add_dim()->set_dim_param("batch");
-    for (int64_t d : {c, int64_t{9}, int64_t{9}}) t->mutable_shape()->add_dim()->set_dim_value(d);
-  };
-  value_info(g->add_input(), "x", kC);
-  value_info(g->add_output(), "y", m);
+  ImageInfo(g->add_input(), "x", onnx::TensorProto::FLOAT, kC);
+  ImageInfo(g->add_output(), "y", onnx::TensorProto::FLOAT, m);
   const int qtype = b.x_signed ? onnx::TensorProto::INT8 : onnx::TensorProto::UINT8;
   const float sx = 4.0f / 255, sy = 6.0f / 255;
   *y_scale = sy;
@@ -337,15 +339,8 @@ std::string QLinearConvModel() {
   model.add_opset_import()->set_version(13);
   onnx::GraphProto* g = model.mutable_graph();
   g->set_name("qlinearconv");
-  auto value_info = [](onnx::ValueInfoProto* v, const std::string& name, int64_t c) {
-    v->set_name(name);
-    auto* t = v->mutable_type()->mutable_tensor_type();
-    t->set_elem_type(onnx::TensorProto::UINT8);
-    t->mutable_shape()->add_dim()->set_dim_param("batch");
-    for (int64_t d : {c, int64_t{9}, int64_t{9}}) t->mutable_shape()->add_dim()->set_dim_value(d);
-  };
-  value_info(g->add_input(), "x", 8);
-  value_info(g->add_output(), "y", 16);
+  ImageInfo(g->add_input(), "x", onnx::TensorProto::UINT8, 8);
+  ImageInfo(g->add_output(), "y", onnx::TensorProto::UINT8, 16);
   std::mt19937 rng(3);
   std::uniform_int_distribution<int> wd(-127, 127), bd(-3000, 3000);
   auto w = Initializer("w", onnx::TensorProto::INT8, {16, 8, 3, 3});

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cuvil/runtime/dtype.h"
+#include "numeric_dtype.h"
 
 namespace cuvil {
 namespace {
@@ -113,29 +114,12 @@ bool Suppresses(const Box& a, const Box& b, float threshold) {
 extern "C" int64_t cuvil_rt_unique(const void* x, int32_t dtype, int64_t outer, int64_t n,
                                    int64_t inner, int32_t sorted, void* y, int64_t* first,
                                    int64_t* inverse, int64_t* counts) {
-  using cuvil::DType;
-  using cuvil::Unique;
   const bool s = sorted != 0;
-#define CUVIL_UNIQUE_CASE(dt, T)                                                           \
-  case DType::dt:                                                                          \
-    return Unique(static_cast<const T*>(x), outer, n, inner, s, static_cast<T*>(y), first, \
-                  inverse, counts)
-  switch (static_cast<DType>(dtype)) {
-    CUVIL_UNIQUE_CASE(kFloat32, float);
-    CUVIL_UNIQUE_CASE(kFloat64, double);
-    CUVIL_UNIQUE_CASE(kInt8, int8_t);
-    CUVIL_UNIQUE_CASE(kInt16, int16_t);
-    CUVIL_UNIQUE_CASE(kInt32, int32_t);
-    CUVIL_UNIQUE_CASE(kInt64, int64_t);
-    CUVIL_UNIQUE_CASE(kUInt8, uint8_t);
-    CUVIL_UNIQUE_CASE(kUInt16, uint16_t);
-    CUVIL_UNIQUE_CASE(kUInt32, uint32_t);
-    CUVIL_UNIQUE_CASE(kUInt64, uint64_t);
-    CUVIL_UNIQUE_CASE(kBool, uint8_t);
-    default:
-      return -1;
-  }
-#undef CUVIL_UNIQUE_CASE
+  return cuvil::VisitNumericDType(static_cast<cuvil::DType>(dtype), int64_t{-1}, [&](auto tag) {
+    using T = decltype(tag);
+    return cuvil::Unique(static_cast<const T*>(x), outer, n, inner, s, static_cast<T*>(y), first,
+                         inverse, counts);
+  });
 }
 
 extern "C" int64_t cuvil_rt_nms(const float* boxes, const float* scores, int64_t batches,

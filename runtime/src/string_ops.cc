@@ -14,6 +14,7 @@
 
 #include "cuvil/runtime/dtype.h"
 #include "cuvil/runtime/half.h"
+#include "numeric_dtype.h"
 
 namespace cuvil {
 
@@ -112,7 +113,7 @@ int64_t ParseAll(const CuvilString* src, int64_t n, T* dst) {
   return 0;
 }
 
-template <typename T>
+// Reads floats and stores them converted to a 16-bit float type.
 int64_t ParseConverted(const CuvilString* src, int64_t n, uint16_t* dst,
                        uint16_t (*convert)(float)) {
   for (int64_t i = 0; i < n; ++i) {
@@ -201,107 +202,60 @@ extern "C" int32_t cuvil_rt_format_strings(const void* src, int32_t dtype, int64
   using cuvil::DType;
   if (heap_ptr == nullptr) return -1;
   auto& heap = *static_cast<cuvil::StringHeap*>(heap_ptr);
-  switch (static_cast<DType>(dtype)) {
-    case DType::kFloat32:
-      cuvil::FormatAll(static_cast<const float*>(src), n, dst, heap);
-      return 0;
-    case DType::kFloat64:
-      cuvil::FormatAll(static_cast<const double*>(src), n, dst, heap);
-      return 0;
-    case DType::kFloat16:
-    case DType::kBFloat16: {
-      const bool bf = static_cast<DType>(dtype) == DType::kBFloat16;
-      const auto* p = static_cast<const uint16_t*>(src);
-      char buf[48];
-      for (int64_t i = 0; i < n; ++i) {
-        const float v = bf ? cuvil::BFloat16ToFloat(p[i]) : cuvil::HalfToFloat(p[i]);
-        dst[i] = cuvil::Store(heap, std::string_view(buf, cuvil::FormatNumber(v, buf)));
-      }
-      return 0;
+  const auto d = static_cast<DType>(dtype);
+  if (d == DType::kFloat16 || d == DType::kBFloat16) {
+    const auto* p = static_cast<const uint16_t*>(src);
+    char buf[48];
+    for (int64_t i = 0; i < n; ++i) {
+      const float v =
+          d == DType::kBFloat16 ? cuvil::BFloat16ToFloat(p[i]) : cuvil::HalfToFloat(p[i]);
+      dst[i] = cuvil::Store(heap, std::string_view(buf, cuvil::FormatNumber(v, buf)));
     }
-    case DType::kInt8:
-      cuvil::FormatAll(static_cast<const int8_t*>(src), n, dst, heap);
-      return 0;
-    case DType::kUInt8:
-      cuvil::FormatAll(static_cast<const uint8_t*>(src), n, dst, heap);
-      return 0;
-    case DType::kInt16:
-      cuvil::FormatAll(static_cast<const int16_t*>(src), n, dst, heap);
-      return 0;
-    case DType::kUInt16:
-      cuvil::FormatAll(static_cast<const uint16_t*>(src), n, dst, heap);
-      return 0;
-    case DType::kInt32:
-      cuvil::FormatAll(static_cast<const int32_t*>(src), n, dst, heap);
-      return 0;
-    case DType::kUInt32:
-      cuvil::FormatAll(static_cast<const uint32_t*>(src), n, dst, heap);
-      return 0;
-    case DType::kInt64:
-      cuvil::FormatAll(static_cast<const int64_t*>(src), n, dst, heap);
-      return 0;
-    case DType::kUInt64:
-      cuvil::FormatAll(static_cast<const uint64_t*>(src), n, dst, heap);
-      return 0;
-    case DType::kBool: {
-      const auto* p = static_cast<const uint8_t*>(src);
-      for (int64_t i = 0; i < n; ++i) dst[i] = cuvil::Store(heap, p[i] != 0 ? "1" : "0");
-      return 0;
-    }
-    default:
-      return -1;
+    return 0;
   }
+  if (d == DType::kBool) {
+    const auto* p = static_cast<const uint8_t*>(src);
+    for (int64_t i = 0; i < n; ++i) dst[i] = cuvil::Store(heap, p[i] != 0 ? "1" : "0");
+    return 0;
+  }
+  return cuvil::VisitNumericDType(d, int32_t{-1}, [&](auto tag) {
+    using T = decltype(tag);
+    cuvil::FormatAll(static_cast<const T*>(src), n, dst, heap);
+    return int32_t{0};
+  });
 }
 
 extern "C" int64_t cuvil_rt_parse_strings(const CuvilString* src, int64_t n, int32_t dtype,
                                           void* dst) {
   using cuvil::DType;
-  switch (static_cast<DType>(dtype)) {
-    case DType::kFloat32:
-      return cuvil::ParseAll(src, n, static_cast<float*>(dst));
-    case DType::kFloat64:
-      return cuvil::ParseAll(src, n, static_cast<double*>(dst));
-    case DType::kFloat16:
-      return cuvil::ParseConverted<float>(src, n, static_cast<uint16_t*>(dst), cuvil::FloatToHalf);
-    case DType::kBFloat16:
-      return cuvil::ParseConverted<float>(src, n, static_cast<uint16_t*>(dst),
-                                          cuvil::FloatToBFloat16);
-    case DType::kInt8:
-      return cuvil::ParseAll(src, n, static_cast<int8_t*>(dst));
-    case DType::kUInt8:
-      return cuvil::ParseAll(src, n, static_cast<uint8_t*>(dst));
-    case DType::kInt16:
-      return cuvil::ParseAll(src, n, static_cast<int16_t*>(dst));
-    case DType::kUInt16:
-      return cuvil::ParseAll(src, n, static_cast<uint16_t*>(dst));
-    case DType::kInt32:
-      return cuvil::ParseAll(src, n, static_cast<int32_t*>(dst));
-    case DType::kUInt32:
-      return cuvil::ParseAll(src, n, static_cast<uint32_t*>(dst));
-    case DType::kInt64:
-      return cuvil::ParseAll(src, n, static_cast<int64_t*>(dst));
-    case DType::kUInt64:
-      return cuvil::ParseAll(src, n, static_cast<uint64_t*>(dst));
-    case DType::kBool: {
-      auto* out = static_cast<uint8_t*>(dst);
-      for (int64_t i = 0; i < n; ++i) {
-        const std::string_view s = cuvil::Trim(cuvil::View(src[i]));
-        double v;
-        if (cuvil::EqualsIgnoreCase(s, "true")) {
-          out[i] = 1;
-        } else if (cuvil::EqualsIgnoreCase(s, "false")) {
-          out[i] = 0;
-        } else if (cuvil::ParseNumber(s, &v)) {
-          out[i] = v != 0;
-        } else {
-          return i + 1;
-        }
-      }
-      return 0;
-    }
-    default:
-      return -1;
+  const auto d = static_cast<DType>(dtype);
+  if (d == DType::kFloat16) {
+    return cuvil::ParseConverted(src, n, static_cast<uint16_t*>(dst), cuvil::FloatToHalf);
   }
+  if (d == DType::kBFloat16) {
+    return cuvil::ParseConverted(src, n, static_cast<uint16_t*>(dst), cuvil::FloatToBFloat16);
+  }
+  if (d == DType::kBool) {
+    auto* out = static_cast<uint8_t*>(dst);
+    for (int64_t i = 0; i < n; ++i) {
+      const std::string_view s = cuvil::Trim(cuvil::View(src[i]));
+      double v;
+      if (cuvil::EqualsIgnoreCase(s, "true")) {
+        out[i] = 1;
+      } else if (cuvil::EqualsIgnoreCase(s, "false")) {
+        out[i] = 0;
+      } else if (cuvil::ParseNumber(s, &v)) {
+        out[i] = v != 0;
+      } else {
+        return i + 1;
+      }
+    }
+    return 0;
+  }
+  return cuvil::VisitNumericDType(d, int64_t{-1}, [&](auto tag) {
+    using T = decltype(tag);
+    return cuvil::ParseAll(src, n, static_cast<T*>(dst));
+  });
 }
 
 extern "C" int64_t cuvil_rt_normalize_strings(const CuvilString* src, int64_t n,

@@ -87,24 +87,18 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"), always_inline)) inline voi
     CUVIL_VNNI_ROW(7)
 #undef CUVIL_VNNI_ROW
   }
-  acc[0][0] = c00;
-  acc[1][0] = c10;
-  acc[2][0] = c20;
-  acc[3][0] = c30;
-  acc[4][0] = c40;
-  acc[5][0] = c50;
-  acc[6][0] = c60;
-  acc[7][0] = c70;
-  if constexpr (W > 1) {
-    acc[0][1] = c01;
-    acc[1][1] = c11;
-    acc[2][1] = c21;
-    acc[3][1] = c31;
-    acc[4][1] = c41;
-    acc[5][1] = c51;
-    acc[6][1] = c61;
-    acc[7][1] = c71;
-  }
+#define CUVIL_VNNI_OUT(r) \
+  acc[r][0] = c##r##0;    \
+  if constexpr (W > 1) acc[r][1] = c##r##1;
+  CUVIL_VNNI_OUT(0)
+  CUVIL_VNNI_OUT(1)
+  CUVIL_VNNI_OUT(2)
+  CUVIL_VNNI_OUT(3)
+  CUVIL_VNNI_OUT(4)
+  CUVIL_VNNI_OUT(5)
+  CUVIL_VNNI_OUT(6)
+  CUVIL_VNNI_OUT(7)
+#undef CUVIL_VNNI_OUT
 }
 
 // AVX-512 VNNI: one zmm holds 16 output positions; vpdpbusd adds the four uint8 x int8 products of
