@@ -61,7 +61,7 @@ absl::StatusOr<std::unique_ptr<InferenceRequest>> Build(
   request->id = std::move(wire.id);
   request->inputs.resize(specs.size());
   std::vector<bool> seen(specs.size(), false);
-  std::vector<AlignedBuffer> realigned;
+  std::vector<std::shared_ptr<uint8_t>> realigned;  // Copies the request's inputs point into.
   uint64_t shared_memory_bytes = 0;  // Copied in from regions so far, over all inputs.
   int64_t batch = -1;
   for (WireInput& in : wire.inputs) {
@@ -112,7 +112,8 @@ absl::StatusOr<std::unique_ptr<InferenceRequest>> Build(
                          " bytes (max_request_bytes)"));
       }
       shared_memory_bytes += ref.byte_size;
-      AlignedBuffer copy = AlignedAlloc(in.byte_size);
+      RecycledBuffers::Buffer copy =
+          RecycledBuffers::Acquire(shared_memory->input_buffers(), in.byte_size);
       if (auto s = (*region)->Read(ref.offset, ref.byte_size, copy.get(), in.name); !s.ok())
         return s;
       in.data = copy.get();
@@ -168,7 +169,7 @@ absl::StatusOr<std::unique_ptr<InferenceRequest>> Build(
   } else {
     struct Holder {
       std::shared_ptr<const void> wire;
-      std::vector<AlignedBuffer> copies;
+      std::vector<std::shared_ptr<uint8_t>> copies;
     };
     request->holder =
         std::make_shared<Holder>(Holder{std::move(wire.holder), std::move(realigned)});

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "bus_error_guard.h"
 
 namespace cuvil {
 namespace {
@@ -21,7 +22,10 @@ bool CheckedAdd(uint64_t a, uint64_t b, uint64_t* sum) {
 
 }  // namespace
 
-SharedMemoryRegion::~SharedMemoryRegion() { ::close(fd_); }
+SharedMemoryRegion::~SharedMemoryRegion() {
+  if (mapping_ != nullptr) ::munmap(mapping_, mapping_bytes_);
+  ::close(fd_);
+}
 
 absl::Status SharedMemoryRegion::CheckRange(uint64_t offset, uint64_t size,
                                             const std::string& tensor) const {
@@ -54,19 +58,10 @@ absl::Status SharedMemoryRegion::Read(uint64_t offset, uint64_t size, void* dst,
                                       const std::string& tensor) const {
   if (absl::Status s = CheckRange(offset, size, tensor); !s.ok()) return s;
   if (absl::Status s = CheckObjectCovers(tensor); !s.ok()) return s;
-  auto* out = static_cast<char*>(dst);
-  uint64_t done = 0;
-  while (done < size) {
-    ssize_t n =
-        ::pread(fd_, out + done, size - done, static_cast<off_t>(status_.offset + offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", tensor, "': reading shared memory region '", status_.name, "' stopped after ",
-          done, " of ", size, " bytes", n < 0 ? absl::StrCat(": ", std::strerror(errno)) : "",
-          n == 0 ? " (the object was truncated)" : ""));
-    }
-    done += static_cast<uint64_t>(n);
+  if (size != 0 && !CopyCatchingBusErrors(dst, window_ + offset, size)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", tensor, "': reading shared memory region '", status_.name,
+                     "' failed: ", status_.key, " was truncated during the copy"));
   }
   return absl::OkStatus();
 }
@@ -75,21 +70,17 @@ absl::Status SharedMemoryRegion::Write(uint64_t offset, const void* src, uint64_
                                        const std::string& tensor) const {
   if (absl::Status s = CheckRange(offset, size, tensor); !s.ok()) return s;
   if (absl::Status s = CheckObjectCovers(tensor); !s.ok()) return s;
-  const auto* in = static_cast<const char*>(src);
-  uint64_t done = 0;
-  while (done < size) {
-    ssize_t n =
-        ::pwrite(fd_, in + done, size - done, static_cast<off_t>(status_.offset + offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", tensor, "': writing shared memory region '", status_.name, "' stopped after ",
-          done, " of ", size, " bytes", n < 0 ? absl::StrCat(": ", std::strerror(errno)) : ""));
-    }
-    done += static_cast<uint64_t>(n);
+  if (size != 0 && !CopyCatchingBusErrors(window_ + offset, src, size)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", tensor, "': writing shared memory region '", status_.name,
+                     "' failed: ", status_.key, " was truncated during the copy"));
   }
   return absl::OkStatus();
 }
+
+SharedMemoryRegistry::SharedMemoryRegistry(SharedMemoryLimits limits)
+    : limits_(limits),
+      input_buffers_(std::make_shared<RecycledBuffers>(8, limits.max_request_input_bytes)) {}
 
 absl::Status SharedMemoryRegistry::Register(const std::string& name, const std::string& key,
                                             uint64_t offset, uint64_t byte_size) {
@@ -118,7 +109,7 @@ absl::Status SharedMemoryRegistry::Register(const std::string& name, const std::
                                                    "' for region '", name,
                                                    "': ", std::strerror(errno)));
   }
-  auto region = std::shared_ptr<const SharedMemoryRegion>(
+  auto region = std::shared_ptr<SharedMemoryRegion>(
       new SharedMemoryRegion(SharedMemoryRegionStatus{name, key, offset, byte_size}, fd));
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -129,6 +120,20 @@ absl::Status SharedMemoryRegistry::Register(const std::string& name, const std::
     return absl::InvalidArgumentError(
         absl::StrCat("shared memory region '", name, "': offset ", offset, " + byte_size ",
                      byte_size, " exceeds the ", st.st_size, " bytes of '", key, "'"));
+  }
+  if (byte_size != 0) {
+    const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    const uint64_t start = offset / page * page;
+    region->mapping_bytes_ = static_cast<size_t>(end - start);
+    void* mapping = ::mmap(nullptr, region->mapping_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                           static_cast<off_t>(start));
+    if (mapping == MAP_FAILED) {
+      return absl::InvalidArgumentError(absl::StrCat("unable to map shared memory key '", key,
+                                                     "' for region '", name,
+                                                     "': ", std::strerror(errno)));
+    }
+    region->mapping_ = mapping;
+    region->window_ = static_cast<uint8_t*>(mapping) + (offset - start);
   }
   absl::MutexLock lock(&mu_);
   if (regions_.size() >= limits_.max_regions) {

@@ -1,12 +1,12 @@
 // Private: Triton's system shared memory extension — the regions clients register (a window of a
 // POSIX shared memory object) and the bounds-checked copies inference makes in and out of them.
 //
-// Copies go through pread/pwrite on the object's descriptor, never through a mapping: a client
-// may ftruncate the object after registering it, and a read of a mapping beyond the object's end
-// raises SIGBUS in the server. A file read or write past the end is just short, which is reported
-// as an error, so no interleaving of client truncations and server copies can crash the server.
-// (A write racing a truncation may grow the object back to the window's end; the client sees
-// zeros or the output, never a server crash.)
+// A region is mapped once, at registration, and copies are memcpy through the mapping. A client may
+// ftruncate the object after registering it, and an access to a mapping beyond the object's end
+// raises SIGBUS, so every copy first checks the object still covers the window (fstat) and then
+// runs under CopyCatchingBusErrors, which turns a truncation racing the copy into an error: no
+// interleaving of client truncations and server copies can crash the server. (pread/pwrite, used
+// before, were as safe but cost 3 ms for a 4.8 MB input, several times a memcpy.)
 #ifndef CUVIL_SERVER_SRC_SHARED_MEMORY_REGISTRY_H_
 #define CUVIL_SERVER_SRC_SHARED_MEMORY_REGISTRY_H_
 
@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "recycled_buffers.h"
 
 namespace cuvil {
 
@@ -31,9 +32,9 @@ struct SharedMemoryRegionStatus {
   uint64_t byte_size = 0;
 };
 
-// One registered region: an open descriptor on the object and the window of it. Immutable and
-// thread-safe; the descriptor closes when the last holder (registry or in-flight request) lets go,
-// so unregistering never pulls the object from under a request that is using it.
+// One registered region: an open descriptor on the object and a mapping of the window of it.
+// Immutable and thread-safe; the mapping and descriptor go when the last holder (registry or
+// in-flight request) lets go, so unregistering never pulls the object from under a request.
 class SharedMemoryRegion {
  public:
   ~SharedMemoryRegion();
@@ -64,6 +65,10 @@ class SharedMemoryRegion {
 
   const SharedMemoryRegionStatus status_;
   const int fd_;
+  // The mapping, from the page holding the window's first byte; null for an empty window.
+  void* mapping_ = nullptr;
+  size_t mapping_bytes_ = 0;
+  uint8_t* window_ = nullptr;  // The window's first byte within the mapping.
 };
 
 // Bounds that keep one client from exhausting the server through shared memory.
@@ -78,10 +83,14 @@ struct SharedMemoryLimits {
 // The server's registered regions by name. Thread-safe.
 class SharedMemoryRegistry {
  public:
-  SharedMemoryRegistry() = default;
-  explicit SharedMemoryRegistry(SharedMemoryLimits limits) : limits_(limits) {}
+  SharedMemoryRegistry() : SharedMemoryRegistry(SharedMemoryLimits{}) {}
+  explicit SharedMemoryRegistry(SharedMemoryLimits limits);
 
   const SharedMemoryLimits& limits() const { return limits_; }
+
+  // Where requests take the buffers they copy inputs from shared memory into: up to 8 idle
+  // buffers of limits().max_request_input_bytes in all stay for the next requests.
+  const std::shared_ptr<RecycledBuffers>& input_buffers() const { return input_buffers_; }
 
   // Opens the POSIX shared memory object `key` (shm_open, read-write) and registers the window
   // [offset, offset + byte_size) of it as `name`. InvalidArgument for an empty name or key, a key
@@ -104,6 +113,7 @@ class SharedMemoryRegistry {
 
  private:
   const SharedMemoryLimits limits_;
+  const std::shared_ptr<RecycledBuffers> input_buffers_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<const SharedMemoryRegion>> regions_ ABSL_GUARDED_BY(mu_);
 };
