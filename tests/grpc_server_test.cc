@@ -221,6 +221,34 @@ TEST_F(GrpcServerTest, BadRequestsAreRejectedAndChangeNothing) {
 
 // gRPC refuses a message over --max-request-bytes itself, with RESOURCE_EXHAUSTED (this test
 // expected INVALID_ARGUMENT from the handler before the receive limit was set to the request cap).
+// A second server on a port the first listens on fails to start on each listener (gRPC and
+// httplib would otherwise share the port through SO_REUSEPORT, the kernel splitting connections
+// between two servers), and the first keeps serving.
+TEST_F(GrpcServerTest, ASecondServerOnAPortInUseFailsToStart) {
+  const std::string repo = testing::MakeRepository("grpc_port_in_use_repo");
+  for (const char* listener : {"grpc", "http", "metrics"}) {
+    ServerOptions options;
+    options.model_repositories = {repo};
+    options.grpc_port = 0;
+    options.http_port = 0;
+    options.metrics_port = 0;
+    options.exit_timeout_secs = 5;
+    const std::string which = listener;
+    if (which == "grpc") options.grpc_port = server_->grpc_port();
+    if (which == "http") options.http_port = server_->http_port();
+    if (which == "metrics") options.metrics_port = server_->metrics_port();
+    auto second = CuvilServer::Start(options);
+    ASSERT_FALSE(second.ok()) << listener;
+    EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable) << second.status();
+    EXPECT_THAT(second.status().message(), HasSubstr("bind")) << second.status();
+  }
+  grpc::ClientContext ctx;
+  inference::ServerLiveRequest req;
+  inference::ServerLiveResponse res;
+  ASSERT_TRUE(stub_->ServerLive(&ctx, req, &res).ok());
+  EXPECT_TRUE(res.live());
+}
+
 TEST(GrpcServerLimitsTest, OversizedRequestIsResourceExhausted) {
   ServerOptions options;
   options.max_request_bytes = 1000;

@@ -630,6 +630,9 @@ class GrpcServiceImpl final : public GrpcService {
     }
     builder.AddListeningPort(absl::StrCat(options.bind_address, ":", options.port), credentials,
                              &port_);
+    // gRPC sets SO_REUSEPORT by default: a second server on a port in use would share it (see
+    // exclusive_listener.h) instead of failing to start.
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     // gRPC refuses larger messages itself with RESOURCE_EXHAUSTED before any handler runs.
     const int max_bytes =
         static_cast<int>(std::clamp<int64_t>(options.max_request_bytes, 1, INT_MAX));

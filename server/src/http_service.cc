@@ -24,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "cuvil/server/infer_request_builder.h"
 #include "cuvil/server/model_config.h"
+#include "exclusive_listener.h"
 #include "front_end_security.h"
 #include "http_admin_routes.h"
 #include "http_infer_decode.h"
@@ -202,6 +203,7 @@ absl::Status HttpServiceImpl::Start() {
     SetError(res, 500, "internal error");
   });
 
+  server_->set_socket_options(SetExclusiveListenerOptions);
   if (options_.port == 0) {
     port_ = server_->bind_to_any_port(options_.bind_address);
     if (port_ < 0) port_ = 0;

@@ -13,6 +13,7 @@
 #include "admin_operations.h"
 #include "cuvil/observability/server_metrics.h"
 #include "cuvil/server/model_config.h"
+#include "exclusive_listener.h"
 #include "front_end_security.h"
 #include "grpc_service.h"
 #include "http_service.h"
@@ -177,6 +178,7 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
     observability::RenderedMetrics rendered = s.RenderMetrics(req.get_header_value("Accept"));
     res.set_content(rendered.body, rendered.content_type.c_str());
   });
+  s.metrics.set_socket_options(SetExclusiveListenerOptions);
   s.metrics_port = options.metrics_port == 0
                        ? s.metrics.bind_to_any_port(options.bind_address)
                        : (s.metrics.bind_to_port(options.bind_address, options.metrics_port)

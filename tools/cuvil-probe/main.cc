@@ -318,6 +318,12 @@ int Run(const Options& opt) {
   server.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("<html><body><a href=\"/metrics\">/metrics</a></body></html>\n", "text/html");
   });
+  // SO_REUSEADDR only: httplib's default SO_REUSEPORT would let a second exporter share the port
+  // (the kernel splitting scrapes between the two) instead of failing to bind.
+  server.set_socket_options([](int sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   int port = opt.metrics_port;
   if (port == 0) {
     port = server.bind_to_any_port(opt.metrics_host);
