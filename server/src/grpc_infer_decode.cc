@@ -133,7 +133,8 @@ absl::StatusOr<std::optional<SharedMemoryRef>> SharedMemoryParams(
 
 }  // namespace
 
-absl::StatusOr<WireRequest> DecodeModelInferRequest(const inference::ModelInferRequest& q) {
+absl::StatusOr<WireRequest> DecodeModelInferRequest(const inference::ModelInferRequest& q,
+                                                    const std::vector<RawBytes>* raw_contents) {
   // Raw contents belong, in order, to the inputs not in shared memory.
   std::vector<std::optional<SharedMemoryRef>> shm(q.inputs_size());
   int in_messages = 0;
@@ -143,11 +144,18 @@ absl::StatusOr<WireRequest> DecodeModelInferRequest(const inference::ModelInferR
     shm[i] = *std::move(ref);
     if (!shm[i].has_value()) ++in_messages;
   }
-  bool raw = q.raw_input_contents_size() > 0;
-  if (raw && q.raw_input_contents_size() != in_messages) {
-    return absl::InvalidArgumentError(absl::StrCat("expected ", in_messages,
-                                                   " raw_input_contents entries, got ",
-                                                   q.raw_input_contents_size()));
+  std::vector<RawBytes> from_message;
+  if (raw_contents == nullptr) {
+    from_message.reserve(static_cast<size_t>(q.raw_input_contents_size()));
+    for (const std::string& bytes : q.raw_input_contents()) {
+      from_message.push_back({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+    }
+    raw_contents = &from_message;
+  }
+  const bool raw = !raw_contents->empty();
+  if (raw && raw_contents->size() != static_cast<size_t>(in_messages)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expected ", in_messages, " raw_input_contents entries, got ", raw_contents->size()));
   }
   int next_raw = 0;
   // Typed contents are converted into buffers owned with the request.
@@ -168,9 +176,9 @@ absl::StatusOr<WireRequest> DecodeModelInferRequest(const inference::ModelInferR
         return absl::InvalidArgumentError(
             absl::StrCat("input '", in.name(), "' has both contents and raw data"));
       }
-      const std::string& bytes = q.raw_input_contents(next_raw++);
-      w.data = reinterpret_cast<const uint8_t*>(bytes.data());
-      w.byte_size = bytes.size();
+      const RawBytes& bytes = (*raw_contents)[next_raw++];
+      w.data = bytes.data;
+      w.byte_size = bytes.size;
     } else {
       auto dtype = DTypeFromKServeName(in.datatype());
       if (!dtype.ok())

@@ -17,6 +17,7 @@
 #include "grpc_call_util.h"
 #include "grpc_cq_driver.h"
 #include "grpc_infer_decode.h"
+#include "grpc_infer_wire.h"
 #include "grpc_service.grpc.pb.h"
 #include "grpc_unary_call.h"
 #include "grpcpp/grpcpp.h"
@@ -100,9 +101,24 @@ class InferenceHandlers {
   // inline when validation or admission refuses the request. `*model` is set to the version
   // serving the request before it is queued; the caller keeps it (and `ctx`, `q`, `r`) alive
   // until `done` has run, and drops it off the scheduler's threads.
+  //
+  // A call that reads and writes ModelInfer's bytes itself (grpc_infer_wire.h) passes the raw
+  // inputs it read as `raw_inputs` (q then has none) and gets the raw outputs in `*raw_outputs`
+  // instead of in `r`'s raw_output_contents: views of the response's tensors, which its holder
+  // owns. Both may be null (the streaming call).
+  struct RawOutputs {
+    std::vector<RawBytes> entries;
+    std::shared_ptr<const void> holder;
+  };
   void StartInfer(grpc::ServerContextBase* ctx, const inference::ModelInferRequest& q,
-                  inference::ModelInferResponse* r, std::shared_ptr<ModelVersion>* model,
+                  const std::vector<RawBytes>* raw_inputs, inference::ModelInferResponse* r,
+                  RawOutputs* raw_outputs, std::shared_ptr<ModelVersion>* model,
                   std::function<void(absl::Status)> done);
+
+  // Where raw inputs read from the wire are copied.
+  const std::shared_ptr<RecycledBuffers>& input_buffers() const {
+    return shared_memory_->input_buffers();
+  }
 
   grpc::Status ModelConfig(grpc::ServerContext*, const inference::ModelConfigRequest* q,
                            inference::ModelConfigResponse* r) {
@@ -304,7 +320,8 @@ class InferenceHandlers {
   // Shared memory outputs go to `*shm_outputs`.
   absl::StatusOr<std::unique_ptr<InferenceRequest>> Prepare(
       grpc::ServerContextBase* ctx, const inference::ModelInferRequest& q,
-      std::shared_ptr<ModelVersion>* model, std::vector<SharedMemoryOutput>* shm_outputs) {
+      const std::vector<RawBytes>* raw_inputs, std::shared_ptr<ModelVersion>* model,
+      std::vector<SharedMemoryOutput>* shm_outputs) {
     // gRPC's own receive limit catches this first; a re-serialised size can still differ.
     if (static_cast<int64_t>(q.ByteSizeLong()) > max_request_bytes_) {
       return absl::ResourceExhaustedError(absl::StrCat("request of ", q.ByteSizeLong(),
@@ -314,7 +331,7 @@ class InferenceHandlers {
     auto routed = models_->Route(q.model_name(), q.model_version());
     if (!routed.ok()) return routed.status();
     *model = *std::move(routed);
-    absl::StatusOr<WireRequest> wire = DecodeModelInferRequest(q);
+    absl::StatusOr<WireRequest> wire = DecodeModelInferRequest(q, raw_inputs);
     if (!wire.ok()) return wire.status();
     auto request = BuildInferenceRequest(**model, *std::move(wire), shared_memory_, shm_outputs);
     if (!request.ok()) return request.status();
@@ -329,11 +346,12 @@ class InferenceHandlers {
 
   // Outputs in `shm_outputs` carry their shared memory parameters and no data: none at all when
   // every output is in shared memory, else an empty raw_output_contents entry each so the entries
-  // stay aligned with `outputs` for clients that index them together.
+  // stay aligned with `outputs` for clients that index them together. With `raw_outputs` the
+  // entries go there, and the response's tensors move into its holder.
   static void FillResponse(const inference::ModelInferRequest& q, const ModelVersion& model,
                            InferenceResponse& response,
                            const std::vector<SharedMemoryOutput>& shm_outputs,
-                           inference::ModelInferResponse* r) {
+                           inference::ModelInferResponse* r, RawOutputs* raw_outputs) {
     r->set_model_name(q.model_name());
     r->set_model_version(model.version_string());
     r->set_id(q.id());
@@ -351,11 +369,21 @@ class InferenceHandlers {
         params["shared_memory_region"].set_string_param(o->ref.region);
         params["shared_memory_byte_size"].set_uint64_param(out.tensor.byte_size());
         if (o->ref.offset != 0) params["shared_memory_offset"].set_uint64_param(o->ref.offset);
-        if (any_raw) r->add_raw_output_contents();
+        if (any_raw && raw_outputs != nullptr) raw_outputs->entries.push_back({});
+        if (any_raw && raw_outputs == nullptr) r->add_raw_output_contents();
         continue;
       }
-      r->add_raw_output_contents()->assign(reinterpret_cast<const char*>(out.tensor.data()),
-                                           out.tensor.byte_size());
+      if (raw_outputs != nullptr) {
+        raw_outputs->entries.push_back({out.tensor.data(), out.tensor.byte_size()});
+      } else {
+        r->add_raw_output_contents()->assign(reinterpret_cast<const char*>(out.tensor.data()),
+                                             out.tensor.byte_size());
+      }
+    }
+    if (raw_outputs != nullptr) {
+      // Moving the tensors keeps their buffers where the entries point.
+      raw_outputs->holder =
+          std::make_shared<std::vector<OutputTensor>>(std::move(response.outputs));
     }
   }
 
@@ -368,25 +396,33 @@ class InferenceHandlers {
 
 void InferenceHandlers::StartInfer(grpc::ServerContextBase* ctx,
                                    const inference::ModelInferRequest& q,
-                                   inference::ModelInferResponse* r,
+                                   const std::vector<RawBytes>* raw_inputs,
+                                   inference::ModelInferResponse* r, RawOutputs* raw_outputs,
                                    std::shared_ptr<ModelVersion>* model,
                                    std::function<void(absl::Status)> done) {
   std::vector<SharedMemoryOutput> shm_outputs;
-  absl::StatusOr<std::unique_ptr<InferenceRequest>> request = Prepare(ctx, q, model, &shm_outputs);
+  absl::StatusOr<std::unique_ptr<InferenceRequest>> request =
+      Prepare(ctx, q, raw_inputs, model, &shm_outputs);
   if (!request.ok()) return done(request.status());
   ModelVersion* version = model->get();
   InferAsync(*version, *std::move(request),
-             [&q, version, r, shm_outputs = std::move(shm_outputs),
+             [&q, version, r, raw_outputs, shm_outputs = std::move(shm_outputs),
               done = std::move(done)](InferenceResponse response) {
                if (response.status.ok()) {
                  response.status = WriteSharedMemoryOutputs(shm_outputs, response);
                }
-               if (response.status.ok()) FillResponse(q, *version, response, shm_outputs, r);
+               if (response.status.ok()) {
+                 FillResponse(q, *version, response, shm_outputs, r, raw_outputs);
+               }
                done(response.status);
              });
 }
 
 using InferenceService = inference::GRPCInferenceService::AsyncService;
+// ModelInfer's request and response travel as bytes the call reads and writes itself
+// (grpc_infer_wire.h); every other method as gRPC's generated messages.
+using InferenceServiceWithRawInfer =
+    inference::GRPCInferenceService::WithRawMethod_ModelInfer<InferenceService>;
 
 // ModelInfer: validates and queues the request on the polling thread that received it (where a
 // small model on an idle instance also executes it, see the scheduler's inline execution), and
@@ -395,7 +431,8 @@ using InferenceService = inference::GRPCInferenceService::AsyncService;
 // thread that completes the call must not destroy the version).
 class InferMethod final : public ArmedMethod {
  public:
-  InferMethod(const CallContext& context, InferenceService* service, InferenceHandlers* handlers)
+  InferMethod(const CallContext& context, InferenceServiceWithRawInfer* service,
+              InferenceHandlers* handlers)
       : context_(context), service_(service), handlers_(handlers) {}
 
   void Arm() override {
@@ -411,7 +448,7 @@ class InferMethod final : public ArmedMethod {
     // Asks gRPC for the next call of the method, to arrive on request_tag_.
     void AwaitClient() {
       ctx_.AsyncNotifyWhenDone(done_tag());
-      method_->service_->RequestModelInfer(&ctx_, &request_, &responder_, method_->context_.cq,
+      method_->service_->RequestModelInfer(&ctx_, &request_wire_, &responder_, method_->context_.cq,
                                            method_->context_.cq,
                                            static_cast<CqTag*>(&request_tag_));
     }
@@ -425,14 +462,21 @@ class InferMethod final : public ArmedMethod {
       method_->Arm();
       slot_.emplace(method_->context_.limiter);
       if (!slot_->ok()) return Respond(method_->context_.limiter->Busy());
-      method_->handlers_->StartInfer(&ctx_, request_, &response_, &model_,
+      absl::Status read =
+          ReadModelInferRequest(request_wire_, method_->handlers_->input_buffers(), &request_);
+      request_wire_.Clear();  // gRPC's receive slices are not needed any more.
+      if (!read.ok()) return Respond(ToGrpc(read));
+      method_->handlers_->StartInfer(&ctx_, request_.header, &request_.raw, &response_,
+                                     &raw_outputs_, &model_,
                                      [this](absl::Status s) { Respond(ToGrpc(s)); });
     }
 
     void Respond(const grpc::Status& status) {
       slot_->Release();
       if (status.ok()) {
-        responder_.Finish(response_, status, finish_tag());
+        WriteModelInferResponse(response_, raw_outputs_.entries, std::move(raw_outputs_.holder),
+                                &response_wire_);
+        responder_.Finish(response_wire_, status, finish_tag());
       } else {
         responder_.FinishWithError(status, finish_tag());
       }
@@ -440,16 +484,19 @@ class InferMethod final : public ArmedMethod {
 
     InferMethod* method_;
     grpc::ServerContext ctx_;
-    inference::ModelInferRequest request_;
-    inference::ModelInferResponse response_;
-    grpc::ServerAsyncResponseWriter<inference::ModelInferResponse> responder_{&ctx_};
+    grpc::ByteBuffer request_wire_;
+    SplitInferRequest request_;
+    inference::ModelInferResponse response_;  // Without its raw outputs, which are in raw_outputs_.
+    InferenceHandlers::RawOutputs raw_outputs_;
+    grpc::ByteBuffer response_wire_;
+    grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> responder_{&ctx_};
     std::optional<CallLimiter::Slot> slot_;
     std::shared_ptr<ModelVersion> model_;
     CallStep<Call> request_tag_{this, &Call::OnRequest};
   };
 
   const CallContext context_;
-  InferenceService* service_;
+  InferenceServiceWithRawInfer* service_;
   InferenceHandlers* handlers_;
 };
 
@@ -499,7 +546,8 @@ class StreamInferMethod final : public ArmedMethod {
       // The previous request's version is dropped here, on a polling thread.
       model_.reset();
       method_->handlers_->StartInfer(
-          &ctx_, request_, response_.mutable_infer_response(), &model_, [this](absl::Status s) {
+          &ctx_, request_, nullptr, response_.mutable_infer_response(), nullptr, &model_,
+          [this](absl::Status s) {
             if (!s.ok()) {
               response_.set_error_message(std::string(s.message()));
               response_.mutable_infer_response()->set_id(request_.id());
@@ -538,7 +586,7 @@ class StreamInferMethod final : public ArmedMethod {
 };
 
 // Appends every method of inference.GRPCInferenceService to `methods`.
-void AddInferenceMethods(const CallContext& context, InferenceService* service,
+void AddInferenceMethods(const CallContext& context, InferenceServiceWithRawInfer* service,
                          InferenceHandlers* h, std::vector<std::unique_ptr<ArmedMethod>>* methods) {
   using S = InferenceService;
   auto add = [&](std::unique_ptr<ArmedMethod> method) { methods->push_back(std::move(method)); };
@@ -688,7 +736,7 @@ class GrpcServiceImpl final : public GrpcService {
   const ServerInfo* info_;
   CallLimiter limiter_;
   InferenceHandlers inference_;
-  InferenceService inference_service_;
+  InferenceServiceWithRawInfer inference_service_;
   grpc::health::v1::Health::AsyncService health_service_;
   cuvil::admin::v1::ModelAdmin::AsyncService admin_service_;
   LiveCallCounter live_calls_;
