@@ -8,6 +8,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "calibration_data.h"
@@ -288,6 +289,146 @@ TEST(QdqFusionTest, IntegerConvMatchesTheFloatQdqGraphWithinOneStep) {
             EXPECT_LE(max_diff, 1e-4 * std::max(1.0, max_abs));
           }
           EXPECT_GT(max_abs, 0.5);  // the block computes something
+        }
+      }
+    }
+  }
+}
+
+// A QDQ fully connected layer: x [batch, 67] -> QuantizeLinear -> DequantizeLinear -> MatMul with
+// DequantizeLinear(int8 [67, 40]) then Add(bias), or Gemm (transB: weights [40, 67]) with C ->
+// Relu [-> QuantizeLinear -> DequantizeLinear] -> y [batch, 40]; weight scales per column or per
+// tensor.
+std::string QdqFullyConnected(bool gemm, bool x_signed, bool per_column, bool quantize_out,
+                              float* y_scale) {
+  constexpr int64_t kK = 67, kN = 40;
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(13);
+  onnx::GraphProto* g = model.mutable_graph();
+  g->set_name("qdq_fc");
+  for (auto [v, name, width] : {std::tuple{g->add_input(), "x", kK}, {g->add_output(), "y", kN}}) {
+    v->set_name(name);
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(onnx::TensorProto::FLOAT);
+    t->mutable_shape()->add_dim()->set_dim_param("batch");
+    t->mutable_shape()->add_dim()->set_dim_value(width);
+  }
+  const int qtype = x_signed ? onnx::TensorProto::INT8 : onnx::TensorProto::UINT8;
+  const float sx = 4.0f / 255, sy = 3.0f / 255;
+  *y_scale = sy;
+  auto add = [&](onnx::TensorProto t) { *g->add_initializer() = std::move(t); };
+  auto scalar_f = Initializer("sx", onnx::TensorProto::FLOAT, {});
+  scalar_f.add_float_data(sx);
+  add(scalar_f);
+  auto sy_t = Initializer("sy", onnx::TensorProto::FLOAT, {});
+  sy_t.add_float_data(sy);
+  add(sy_t);
+  auto zx = Initializer("zx", qtype, {});
+  zx.add_int32_data(x_signed ? -9 : 117);
+  add(zx);
+  auto zy = Initializer("zy", qtype, {});
+  zy.add_int32_data(x_signed ? -128 : 0);
+  add(zy);
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> wd(-127, 127);
+  std::uniform_real_distribution<float> bd(-0.5f, 0.5f);
+  auto w = Initializer("wq", onnx::TensorProto::INT8,
+                       gemm ? std::vector<int64_t>{kN, kK} : std::vector<int64_t>{kK, kN});
+  for (int64_t i = 0; i < kK * kN; ++i) w.add_int32_data(wd(rng));
+  add(w);
+  auto ws = Initializer("ws", onnx::TensorProto::FLOAT,
+                        per_column ? std::vector<int64_t>{kN} : std::vector<int64_t>{});
+  for (int64_t j = 0; j < (per_column ? kN : 1); ++j) {
+    ws.add_float_data((0.6f + 0.03f * static_cast<float>(j)) / 127 / kK * 4);
+  }
+  add(ws);
+  auto bias = Initializer("b", onnx::TensorProto::FLOAT, {kN});
+  for (int64_t j = 0; j < kN; ++j) bias.add_float_data(bd(rng));
+  add(bias);
+  auto node = [&](const std::string& op, std::vector<std::string> in, const std::string& out) {
+    onnx::NodeProto* n = g->add_node();
+    n->set_op_type(op);
+    n->set_name(out + "_node");
+    for (const auto& i : in) n->add_input(i);
+    n->add_output(out);
+    return n;
+  };
+  auto int_attr = [](onnx::NodeProto* n, const char* name, int64_t v) {
+    onnx::AttributeProto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INT);
+    a->set_i(v);
+  };
+  node("QuantizeLinear", {"x", "sx", "zx"}, "xq");
+  node("DequantizeLinear", {"xq", "sx", "zx"}, "xd");
+  onnx::NodeProto* wdq = node("DequantizeLinear", {"wq", "ws"}, "wd");
+  if (per_column) int_attr(wdq, "axis", gemm ? 0 : 1);
+  std::string cur;
+  if (gemm) {
+    int_attr(node("Gemm", {"xd", "wd", "b"}, "fc"), "transB", 1);
+    cur = "fc";
+  } else {
+    node("MatMul", {"xd", "wd"}, "mm");
+    cur = node("Add", {"mm", "b"}, "fc")->output(0);
+  }
+  cur = node("Relu", {cur}, "act")->output(0);
+  if (quantize_out) {
+    node("QuantizeLinear", {cur, "sy", "zy"}, "yq");
+    cur = node("DequantizeLinear", {"yq", "sy", "zy"}, "yd")->output(0);
+  }
+  node("Identity", {cur}, "y");
+  std::string bytes;
+  EXPECT_TRUE(model.SerializeToString(&bytes));
+  return bytes;
+}
+
+// The QDQ MatMul and Gemm run on the integer matrix product (cuvil_uk_qmatmul) and agree with the
+// float QDQ graph as the integer convolution does: within one step, most elements equal.
+TEST(QdqFusionTest, MatMulAndGemmRunOnTheIntegerKernel) {
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  int variant = 0;
+  for (int64_t batch : {int64_t{1}, int64_t{13}}) {
+    HostTensor x(DType::kFloat32, {batch, 67});
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> xd(-0.3f, 3.7f);
+    for (int64_t i = 0; i < x.num_elements(); ++i) x.data_as<float>()[i] = xd(rng);
+    for (bool gemm : {false, true}) {
+      for (bool x_signed : {false, true}) {
+        for (bool per_column : {false, true}) {
+          for (bool quantize_out : {true, false}) {
+            SCOPED_TRACE(::testing::Message()
+                         << "batch " << batch << " gemm " << gemm << " signed " << x_signed
+                         << " per_column " << per_column << " quantized out " << quantize_out);
+            float sy = 0;
+            const std::string bytes =
+                QdqFullyConnected(gemm, x_signed, per_column, quantize_out, &sy);
+            const std::string name = "fc" + std::to_string(variant++);
+            auto [fused, yi] =
+                RunBlock(**engine, bytes, true, x, name + "i", "cuvil_uk_qmatmul", false);
+            auto [unfused, yf] =
+                RunBlock(**engine, bytes, false, x, name + "f", "cuvil_uk_qmatmul", false);
+            EXPECT_TRUE(fused);
+            EXPECT_FALSE(unfused);
+            ASSERT_EQ(yi.shape(), yf.shape());
+            ASSERT_EQ(yi.shape(), (std::vector<int64_t>{batch, 40}));
+            double max_diff = 0, max_abs = 0;
+            int64_t exact = 0;
+            for (int64_t i = 0; i < yi.num_elements(); ++i) {
+              const double d = std::fabs(yi.data_as<float>()[i] - yf.data_as<float>()[i]);
+              max_diff = std::max(max_diff, d);
+              max_abs = std::max(max_abs, std::fabs(static_cast<double>(yf.data_as<float>()[i])));
+              exact += d == 0;
+            }
+            if (quantize_out) {
+              EXPECT_LE(max_diff, sy * 1.001);
+              EXPECT_GE(exact, yi.num_elements() * 90 / 100);
+            } else {
+              EXPECT_LE(max_diff, 1e-4 * std::max(1.0, max_abs));
+            }
+            EXPECT_GT(max_abs, 0.5);
+          }
         }
       }
     }

@@ -108,6 +108,163 @@ ir::Value* NewConstant(ir::Graph& graph, const std::string& name, HostTensor t) 
   return v;
 }
 
+// What follows an integer kernel's float result: [Add of a residual computed earlier] ->
+// [Relu | Clip] -> [QuantizeLinear], each the sole consumer of the value before it.
+struct Epilogue {
+  std::vector<ir::Node*> dead;  // The nodes the kernel absorbs.
+  ir::Value* out = nullptr;     // The last absorbed node's output (the kernel's new output).
+  ir::Value* residual = nullptr;
+  float act_lo = -kInf, act_hi = kInf;
+  std::optional<PerTensorQ> yq;
+  DType ydt = DType::kFloat32;
+};
+
+// The epilogue after `start` (the output of `anchor`); a residual only with `allow_residual`.
+Epilogue FollowEpilogue(const ir::Graph& graph, ir::Value* start, const ir::Node* anchor,
+                        const std::map<const ir::Value*, int>& uses,
+                        const std::map<const ir::Node*, size_t>& order, bool allow_residual) {
+  Epilogue e;
+  ir::Value* cur = start;
+  ir::Node* next = SoleConsumer(graph, cur, uses);
+  if (allow_residual && next != nullptr && next->op_type == "Add" && next->inputs.size() == 2 &&
+      next->outputs.size() == 1) {
+    ir::Value* other = next->inputs[0] == cur ? next->inputs[1] : next->inputs[0];
+    const bool before =
+        other != nullptr && other != cur &&
+        (other->producer == nullptr || order.at(other->producer) < order.at(anchor));
+    if (before && other->type.dtype == DType::kFloat32 && other->type.shape == cur->type.shape &&
+        next->outputs[0]->type.shape == cur->type.shape) {
+      e.residual = other;
+      e.dead.push_back(next);
+      cur = next->outputs[0];
+      next = SoleConsumer(graph, cur, uses);
+    }
+  }
+  if (next != nullptr && next->outputs.size() == 1 && !next->inputs.empty() &&
+      next->inputs[0] == cur) {
+    bool has_act = false;
+    if (next->op_type == "Relu") {
+      e.act_lo = 0;
+      has_act = true;
+    } else if (next->op_type == "Clip") {
+      if (auto b = ClipBounds(*next)) {
+        e.act_lo = b->first;
+        e.act_hi = b->second;
+        has_act = true;
+      }
+    }
+    if (has_act) {
+      e.dead.push_back(next);
+      cur = next->outputs[0];
+      next = SoleConsumer(graph, cur, uses);
+    }
+  }
+  if (e.residual == nullptr && next != nullptr && next->inputs[0] == cur) {
+    e.yq = ScalarParams(next, "QuantizeLinear");
+    if (e.yq) {
+      e.ydt = next->outputs[0]->type.dtype;
+      e.dead.push_back(next);
+      cur = next->outputs[0];
+    }
+  }
+  e.out = cur;
+  return e;
+}
+
+// The constant inputs and clamp of the shared epilogue (cuvil_uk_qconv2d's formula) for m output
+// channels: comp = x's zero point (uint8 domain) * the channel's weight sum, mult and bias with
+// the scales folded in; nullopt when a compensation overflows int32 or the clamp is empty.
+struct Requantisation {
+  HostTensor comp, mult, bias;
+  float lo, hi;
+  int64_t out_type;
+};
+
+std::optional<Requantisation> Requantise(const PerTensorQ& xq, const std::vector<int32_t>& sums,
+                                         const float* w_scale, int64_t nscale, const float* bias,
+                                         const Epilogue& e) {
+  const int64_t m = static_cast<int64_t>(sums.size());
+  const int64_t zero_u8 = xq.zero + (xq.data->type.dtype == DType::kInt8 ? 128 : 0);
+  Requantisation r{HostTensor(DType::kInt32, {m}),
+                   HostTensor(DType::kFloat32, {m}),
+                   HostTensor(DType::kFloat32, {m}),
+                   e.act_lo,
+                   e.act_hi,
+                   CUVIL_UK_QOUT_FLOAT};
+  for (int64_t o = 0; o < m; ++o) {
+    const int64_t c = zero_u8 * sums[o];
+    if (c < std::numeric_limits<int32_t>::min() || c > std::numeric_limits<int32_t>::max()) {
+      return std::nullopt;
+    }
+    r.comp.data_as<int32_t>()[o] = static_cast<int32_t>(c);
+    const double scale = static_cast<double>(xq.scale) * w_scale[nscale == 1 ? 0 : o];
+    const double bo = bias != nullptr ? bias[o] : 0.0;
+    if (e.yq) {
+      r.mult.data_as<float>()[o] = static_cast<float>(scale / e.yq->scale);
+      r.bias.data_as<float>()[o] = static_cast<float>(bo / e.yq->scale + e.yq->zero);
+    } else {
+      r.mult.data_as<float>()[o] = static_cast<float>(scale);
+      r.bias.data_as<float>()[o] = static_cast<float>(bo);
+    }
+  }
+  if (e.yq) {
+    const float qmin = e.ydt == DType::kUInt8 ? 0 : -128, qmax = e.ydt == DType::kUInt8 ? 255 : 127;
+    // QuantizeLinear is monotonic: Q(clamp(y, a, b)) = clamp(Q(y), Q(a), Q(b)).
+    auto quantize = [&](float v) {
+      return std::isinf(v) ? v : std::nearbyint(v / e.yq->scale) + static_cast<float>(e.yq->zero);
+    };
+    r.lo = std::clamp(quantize(e.act_lo), qmin, qmax);
+    r.hi = std::clamp(quantize(e.act_hi), qmin, qmax);
+    if (r.lo > r.hi) return std::nullopt;
+    r.out_type = e.ydt == DType::kUInt8 ? CUVIL_UK_QOUT_U8 : CUVIL_UK_QOUT_S8;
+  }
+  return r;
+}
+
+// A DequantizeLinear of constant int8 weights with `rank` dims, a constant float scale per tensor
+// or per entry of `channel_axis`, and zero points 0: the weights and scales.
+struct QuantWeights {
+  const ir::Value* q;
+  const ir::Value* scale;
+  int64_t nscale;
+};
+
+std::optional<QuantWeights> ConstantWeights(const ir::Value* wf, size_t rank,
+                                            int64_t channel_axis) {
+  const ir::Node* wdq = wf != nullptr ? wf->producer : nullptr;
+  if (wdq == nullptr || wdq->op_type != "DequantizeLinear" || wdq->inputs.size() < 2) {
+    return std::nullopt;
+  }
+  const ir::Value* wq = wdq->inputs[0];
+  const ir::Value* ws = wdq->inputs[1];
+  const ir::Value* wz = wdq->has_input(2) ? wdq->inputs[2] : nullptr;
+  if (wq == nullptr || !wq->is_constant() || wq->constant->dtype() != DType::kInt8 ||
+      wq->constant->shape().size() != rank || ws == nullptr || !ws->is_constant() ||
+      ws->constant->dtype() != DType::kFloat32) {
+    return std::nullopt;
+  }
+  const int64_t channels = wq->constant->shape()[static_cast<size_t>(channel_axis)];
+  const int64_t nscale = ws->constant->num_elements();
+  int64_t axis = wdq->attr_int("axis", 1);
+  if (axis < 0) axis += static_cast<int64_t>(rank);
+  if (nscale != 1 && (nscale != channels || axis != channel_axis)) {
+    return std::nullopt;
+  }
+  if (wz != nullptr) {
+    if (!wz->is_constant() || wz->constant->num_elements() != nscale) return std::nullopt;
+    for (int64_t i = 0; i < nscale; ++i) {
+      if (IntAt(*wz->constant, i) != 0) return std::nullopt;
+    }
+  }
+  return QuantWeights{wq, ws, nscale};
+}
+
+// A constant float bias of n values ([n] or [1, n]).
+bool IsBiasOf(const ir::Value* b, int64_t n) {
+  return b != nullptr && b->is_constant() && b->constant->dtype() == DType::kFloat32 &&
+         b->constant->num_elements() == n && b->constant->shape().back() == n;
+}
+
 // Fuses the pattern at `conv` if it matches; returns the nodes it made dead (empty if not).
 std::vector<ir::Node*> TryFuse(ir::Graph& graph, ir::Node* conv,
                                const std::map<const ir::Value*, int>& uses,
@@ -122,143 +279,116 @@ std::vector<ir::Node*> TryFuse(ir::Graph& graph, ir::Node* conv,
   auto xq = ScalarParams(xf->producer, "DequantizeLinear");
   if (!xq) return {};
   // Weights: constant int8 [M, C, KH, KW], scale per tensor or per output channel, zero points 0.
-  const ir::Node* wdq = wf->producer;
-  if (wdq == nullptr || wdq->op_type != "DequantizeLinear" || wdq->inputs.size() < 2) return {};
-  const ir::Value* wq = wdq->inputs[0];
-  const ir::Value* ws = wdq->inputs[1];
-  const ir::Value* wz = wdq->has_input(2) ? wdq->inputs[2] : nullptr;
-  if (wq == nullptr || !wq->is_constant() || wq->constant->dtype() != DType::kInt8 ||
-      wq->constant->shape().size() != 4 || ws == nullptr || !ws->is_constant() ||
-      ws->constant->dtype() != DType::kFloat32) {
-    return {};
-  }
-  const std::vector<int64_t>& wshape = wq->constant->shape();
+  auto weights = ConstantWeights(wf, 4, 0);
+  if (!weights) return {};
+  const std::vector<int64_t>& wshape = weights->q->constant->shape();
   const int64_t m = wshape[0], k = wshape[1] * wshape[2] * wshape[3];
-  const int64_t nscale = ws->constant->num_elements();
-  if (m <= 0 || k <= 0 || (nscale != 1 && (nscale != m || wdq->attr_int("axis", 1) != 0))) {
-    return {};
-  }
-  if (wz != nullptr) {
-    if (!wz->is_constant() || wz->constant->num_elements() != nscale) return {};
-    for (int64_t i = 0; i < nscale; ++i) {
-      if (IntAt(*wz->constant, i) != 0) return {};
-    }
-  }
+  if (m <= 0 || k <= 0) return {};
   const ir::Value* bias = conv->has_input(2) ? conv->inputs[2] : nullptr;
-  if (bias != nullptr && (!bias->is_constant() || bias->constant->dtype() != DType::kFloat32 ||
-                          bias->constant->num_elements() != m)) {
-    return {};
-  }
+  if (bias != nullptr && !IsBiasOf(bias, m)) return {};
 
-  // The epilogue chain.
-  std::vector<ir::Node*> dead;
-  ir::Value* cur = conv->outputs[0];
-  ir::Value* residual = nullptr;
-  float act_lo = -kInf, act_hi = kInf;
-  bool has_act = false;
-  ir::Node* next = SoleConsumer(graph, cur, uses);
-  if (next != nullptr && next->op_type == "Add" && next->inputs.size() == 2 &&
-      next->outputs.size() == 1) {
-    ir::Value* other = next->inputs[0] == cur ? next->inputs[1] : next->inputs[0];
-    const bool before = other != nullptr && other != cur &&
-                        (other->producer == nullptr || order.at(other->producer) < order.at(conv));
-    if (before && other->type.dtype == DType::kFloat32 && other->type.shape == cur->type.shape &&
-        next->outputs[0]->type.shape == cur->type.shape) {
-      residual = other;
-      dead.push_back(next);
-      cur = next->outputs[0];
-      next = SoleConsumer(graph, cur, uses);
-    }
-  }
-  if (next != nullptr && next->outputs.size() == 1 && !next->inputs.empty() &&
-      next->inputs[0] == cur) {
-    if (next->op_type == "Relu") {
-      act_lo = 0;
-      has_act = true;
-    } else if (next->op_type == "Clip") {
-      if (auto b = ClipBounds(*next)) {
-        act_lo = b->first;
-        act_hi = b->second;
-        has_act = true;
-      }
-    }
-    if (has_act) {
-      dead.push_back(next);
-      cur = next->outputs[0];
-      next = SoleConsumer(graph, cur, uses);
-    }
-  }
-  std::optional<PerTensorQ> yq;
-  DType ydt = DType::kFloat32;
-  if (residual == nullptr && next != nullptr && next->inputs[0] == cur) {
-    yq = ScalarParams(next, "QuantizeLinear");
-    if (yq) {
-      ydt = next->outputs[0]->type.dtype;
-      dead.push_back(next);
-      cur = next->outputs[0];
-    }
-  }
-
-  // Parameters.
-  const bool x_signed = xq->data->type.dtype == DType::kInt8;
-  const int64_t zero_u8 = xq->zero + (x_signed ? 128 : 0);
+  Epilogue e = FollowEpilogue(graph, conv->outputs[0], conv, uses, order, /*allow_residual=*/true);
   const int64_t wbytes = cuvil_uk_qconv_weights_size(m, k);
   if (wbytes < 0 || wbytes > ir::kMaxTensorBytes) return {};
   HostTensor packed(DType::kInt8, {wbytes});
-  HostTensor comp(DType::kInt32, {m}), mult(DType::kFloat32, {m}), bvec(DType::kFloat32, {m});
   std::vector<int32_t> sums(m);
-  cuvil_uk_pack_qconv_weights(wq->constant->data_as<int8_t>(), m, k, packed.data_as<int8_t>(),
-                              sums.data());
-  const float* sw = ws->constant->data_as<float>();
-  const float* b = bias != nullptr ? bias->constant->data_as<float>() : nullptr;
-  for (int64_t o = 0; o < m; ++o) {
-    const int64_t c = zero_u8 * sums[o];
-    if (c < std::numeric_limits<int32_t>::min() || c > std::numeric_limits<int32_t>::max()) {
-      return {};
-    }
-    comp.data_as<int32_t>()[o] = static_cast<int32_t>(c);
-    const double scale = static_cast<double>(xq->scale) * sw[nscale == 1 ? 0 : o];
-    const double bo = b != nullptr ? b[o] : 0.0;
-    if (yq) {
-      mult.data_as<float>()[o] = static_cast<float>(scale / yq->scale);
-      bvec.data_as<float>()[o] = static_cast<float>(bo / yq->scale + yq->zero);
-    } else {
-      mult.data_as<float>()[o] = static_cast<float>(scale);
-      bvec.data_as<float>()[o] = static_cast<float>(bo);
-    }
-  }
-  float lo = act_lo, hi = act_hi;
-  int64_t out_type = CUVIL_UK_QOUT_FLOAT;
-  if (yq) {
-    const float qmin = ydt == DType::kUInt8 ? 0 : -128, qmax = ydt == DType::kUInt8 ? 255 : 127;
-    // QuantizeLinear is monotonic: Q(clamp(y, a, b)) = clamp(Q(y), Q(a), Q(b)).
-    auto quantize = [&](float v) {
-      return std::isinf(v) ? v : std::nearbyint(v / yq->scale) + static_cast<float>(yq->zero);
-    };
-    lo = std::clamp(quantize(act_lo), qmin, qmax);
-    hi = std::clamp(quantize(act_hi), qmin, qmax);
-    if (lo > hi) return {};
-    out_type = ydt == DType::kUInt8 ? CUVIL_UK_QOUT_U8 : CUVIL_UK_QOUT_S8;
-  }
+  cuvil_uk_pack_qconv_weights(weights->q->constant->data_as<int8_t>(), m, k,
+                              packed.data_as<int8_t>(), sums.data());
+  auto r = Requantise(*xq, sums, weights->scale->constant->data_as<float>(), weights->nscale,
+                      bias != nullptr ? bias->constant->data_as<float>() : nullptr, e);
+  if (!r) return {};
 
   // Rewrite the Conv in place.
-  const std::string base = conv->name.empty() ? wq->name : conv->name;
+  const std::string base = conv->name.empty() ? weights->q->name : conv->name;
   std::vector<ir::Value*> inputs = {xq->data,
                                     NewConstant(graph, base + ".qweights", std::move(packed)),
-                                    NewConstant(graph, base + ".qcomp", std::move(comp)),
-                                    NewConstant(graph, base + ".qmult", std::move(mult)),
-                                    NewConstant(graph, base + ".qbias", std::move(bvec))};
-  if (residual != nullptr) inputs.push_back(residual);
+                                    NewConstant(graph, base + ".qcomp", std::move(r->comp)),
+                                    NewConstant(graph, base + ".qmult", std::move(r->mult)),
+                                    NewConstant(graph, base + ".qbias", std::move(r->bias))};
+  if (e.residual != nullptr) inputs.push_back(e.residual);
   conv->op_type = "CuvilQConv";
   conv->inputs = inputs;
   conv->attrs.erase("group");
   conv->attrs["out_channels"] = m;
   conv->attrs["x_zero"] = xq->zero;
-  conv->attrs["out_type"] = out_type;
-  conv->attrs["q_lo"] = lo;
-  conv->attrs["q_hi"] = hi;
-  conv->outputs[0] = cur;
-  cur->producer = conv;
+  conv->attrs["out_type"] = r->out_type;
+  conv->attrs["q_lo"] = r->lo;
+  conv->attrs["q_hi"] = r->hi;
+  conv->outputs[0] = e.out;
+  e.out->producer = conv;
+  return e.dead;
+}
+
+// Fuses DequantizeLinear(x [M, K]) -> MatMul(x, DequantizeLinear(int8 [K, N])) [-> Add(bias)] or
+// -> Gemm (alpha 1, beta 1, no transA, any transB) with its C, then the epilogue without residual,
+// into one CuvilQMatMul; returns the nodes it made dead (empty if it does not match).
+std::vector<ir::Node*> TryFuseMatMul(ir::Graph& graph, ir::Node* mm,
+                                     const std::map<const ir::Value*, int>& uses,
+                                     const std::map<const ir::Node*, size_t>& order) {
+  const bool gemm = mm->op_type == "Gemm";
+  if ((mm->op_type != "MatMul" && !gemm) || mm->inputs.size() < 2 ||
+      mm->inputs.size() > (gemm ? 3u : 2u) || mm->outputs.size() != 1) {
+    return {};
+  }
+  if (gemm && (mm->attr_int("transA", 0) != 0 || mm->attr_float("alpha", 1.0f) != 1.0f ||
+               (mm->has_input(2) && mm->attr_float("beta", 1.0f) != 1.0f))) {
+    return {};
+  }
+  const bool trans_b = gemm && mm->attr_int("transB", 0) != 0;
+  ir::Value* xf = mm->inputs[0];
+  ir::Value* y = mm->outputs[0];
+  if (xf == nullptr || xf->type.rank() != 2 || !xf->type.shape[1].IsStatic() ||
+      y->type.rank() != 2 || !y->type.shape[1].IsStatic()) {
+    return {};
+  }
+  auto xq = ScalarParams(xf->producer, "DequantizeLinear");
+  if (!xq) return {};
+  const int64_t k = xf->type.shape[1].coef(), n = y->type.shape[1].coef();
+  // Per-column scales run along N: axis 1 of [K, N], axis 0 of a transposed [N, K].
+  auto weights = ConstantWeights(mm->inputs[1], 2, trans_b ? 0 : 1);
+  if (!weights || k <= 0 || n <= 0) return {};
+  const std::vector<int64_t>& wshape = weights->q->constant->shape();
+  if (wshape != (trans_b ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n})) return {};
+  std::vector<ir::Node*> dead;
+  const ir::Value* bias = gemm && mm->has_input(2) ? mm->inputs[2] : nullptr;
+  ir::Value* start = y;
+  if (bias != nullptr && !IsBiasOf(bias, n)) return {};
+  if (!gemm) {  // MatMul then Add of a constant bias: PyTorch's Linear as exported.
+    ir::Node* add = SoleConsumer(graph, y, uses);
+    if (add != nullptr && add->op_type == "Add" && add->inputs.size() == 2 &&
+        add->outputs.size() == 1) {
+      const ir::Value* other = add->inputs[0] == y ? add->inputs[1] : add->inputs[0];
+      if (other != y && IsBiasOf(other, n) && add->outputs[0]->type.shape == y->type.shape) {
+        bias = other;
+        dead.push_back(add);
+        start = add->outputs[0];
+      }
+    }
+  }
+  Epilogue e = FollowEpilogue(graph, start, mm, uses, order, /*allow_residual=*/false);
+  const int64_t wbytes = cuvil_uk_qmatmul_weights_size(k, n);
+  if (wbytes < 0 || wbytes > ir::kMaxTensorBytes) return {};
+  HostTensor packed(DType::kInt8, {wbytes});
+  std::vector<int32_t> sums(n);
+  cuvil_uk_pack_qmatmul_weights(weights->q->constant->data_as<int8_t>(), k, n, trans_b ? 1 : 0,
+                                packed.data_as<int8_t>(), sums.data());
+  auto r = Requantise(*xq, sums, weights->scale->constant->data_as<float>(), weights->nscale,
+                      bias != nullptr ? bias->constant->data_as<float>() : nullptr, e);
+  if (!r) return {};
+  const std::string base = mm->name.empty() ? weights->q->name : mm->name;
+  mm->op_type = "CuvilQMatMul";
+  mm->inputs = {xq->data, NewConstant(graph, base + ".qweights", std::move(packed)),
+                NewConstant(graph, base + ".qcomp", std::move(r->comp)),
+                NewConstant(graph, base + ".qmult", std::move(r->mult)),
+                NewConstant(graph, base + ".qbias", std::move(r->bias))};
+  mm->attrs.clear();
+  mm->attrs["out_columns"] = n;
+  mm->attrs["out_type"] = r->out_type;
+  mm->attrs["q_lo"] = r->lo;
+  mm->attrs["q_hi"] = r->hi;
+  mm->outputs[0] = e.out;
+  e.out->producer = mm;
+  dead.insert(dead.end(), e.dead.begin(), e.dead.end());
   return dead;
 }
 
@@ -267,7 +397,10 @@ std::vector<ir::Node*> TryFuse(ir::Graph& graph, ir::Node* conv,
 std::unordered_set<const ir::Value*> QdqWeightCandidates(const ir::Graph& graph) {
   std::unordered_set<const ir::Value*> out;
   for (const auto& n : graph.nodes()) {
-    if (n->op_type != "Conv" || !n->has_input(1) || !n->has_input(0)) continue;
+    if ((n->op_type != "Conv" && n->op_type != "MatMul" && n->op_type != "Gemm") ||
+        !n->has_input(1) || !n->has_input(0)) {
+      continue;
+    }
     const ir::Node* w = n->inputs[1]->producer;
     const ir::Node* x = n->inputs[0]->producer;
     if (w != nullptr && w->op_type == "DequantizeLinear" && x != nullptr &&
@@ -287,9 +420,16 @@ int FuseQdqConvs(ir::Graph& graph) {
   for (size_t i = 0; i < graph.nodes().size(); ++i) {
     ir::Node* n = graph.mutable_nodes()[i].get();
     if (std::find(dead.begin(), dead.end(), n) != dead.end()) continue;
-    if (n->op_type != "Conv") continue;
-    std::vector<ir::Node*> d = TryFuse(graph, n, uses, order);
-    if (n->op_type != "CuvilQConv") continue;  // not rewritten
+    std::vector<ir::Node*> d;
+    if (n->op_type == "Conv") {
+      d = TryFuse(graph, n, uses, order);
+      if (n->op_type != "CuvilQConv") continue;  // not rewritten
+    } else if (n->op_type == "MatMul" || n->op_type == "Gemm") {
+      d = TryFuseMatMul(graph, n, uses, order);
+      if (n->op_type != "CuvilQMatMul") continue;
+    } else {
+      continue;
+    }
     ++fused;
     dead.insert(dead.end(), d.begin(), d.end());
     uses = ir::UseCounts(graph);

@@ -13,8 +13,8 @@ namespace cuvil {
 namespace {
 
 // Ops whose kernels multiply 8-bit integers (u8/s8 x u8/s8, int32 accumulation).
-constexpr std::string_view kInt8Ops[] = {"CuvilQConv", "QLinearConv", "QLinearMatMul",
-                                         "ConvInteger", "MatMulInteger"};
+constexpr std::string_view kInt8Ops[] = {"CuvilQConv",    "CuvilQMatMul", "QLinearConv",
+                                         "QLinearMatMul", "ConvInteger",  "MatMulInteger"};
 
 // Ops whose weights stay 4-bit in memory (widened to float32 in registers).
 constexpr std::string_view kInt4Ops[] = {"MatMulNBits"};

@@ -29,6 +29,7 @@ const std::vector<RuntimeSymbol>& RuntimeSymbols() {
       CUVIL_RT_SYMBOL(cuvil_uk_matmul_nbits),
       CUVIL_RT_SYMBOL(cuvil_uk_maxpool2d),
       CUVIL_RT_SYMBOL(cuvil_uk_qconv2d),
+      CUVIL_RT_SYMBOL(cuvil_uk_qmatmul),
       CUVIL_RT_SYMBOL(cuvil_uk_qdepthwise2d),
       // clang-format on
   };

@@ -136,6 +136,40 @@ void QConv2d(const QTable& t, const cuvil_uk_qconv_params& p, const void* x, con
              const int32_t* comp, const float* mult, const float* bias, const float* residual,
              void* y, int64_t batch, float lo, float hi);
 
+// One call of a quantized matrix product tier (qmatmul.cc): rows [0, rows) (at most 8) of x
+// against the weight panels [panel_begin, panel_end), into y; x and y start at the block's first
+// row, w, comp, mult and bias at column 0. Plain data; thread-compatible.
+struct QMatMulBlock {
+  const cuvil_uk_qmatmul_params* params;
+  const uint8_t* x;
+  const int8_t* w;
+  const int32_t* comp;
+  const float* mult;
+  const float* bias;
+  void* y;
+  int64_t rows, panel_begin, panel_end;
+  float lo, hi;
+};
+
+// The quantized matrix product tiers. Thread-safe: tables are immutable.
+struct QMatMulTable {
+  const char* name;
+  void (*block)(const QMatMulBlock& b);  // The same values on every tier.
+};
+
+const QMatMulTable& QMatMulGenericTable();
+// Null when this build or CPU has no such tier.
+const QMatMulTable* QMatMulVnniTable();
+// The tiers this CPU can run, best first (always ends with the generic one).
+std::vector<const QMatMulTable*> SupportedQMatMulTables();
+// The tier cuvil_uk_qmatmul uses: the best supported one; CUVIL_UK_TIER=avx2 or generic picks the
+// generic one. Chosen once per process.
+const QMatMulTable& ActiveQMatMulTable();
+// cuvil_uk_qmatmul on a given table (tests compare the tiers with it). Reentrant.
+void QMatMul(const QMatMulTable& t, const cuvil_uk_qmatmul_params& p, const void* x,
+             const int8_t* w, const int32_t* comp, const float* mult, const float* bias, void* y,
+             int64_t rows, float lo, float hi);
+
 // The 4-bit block-quantized products of one column group (matmul_nbits.cc). Thread-safe: tables
 // are immutable.
 struct NbitsTable {

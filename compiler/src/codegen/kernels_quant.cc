@@ -316,6 +316,29 @@ absl::Status QConvFused(KernelContext& k) {
   return absl::OkStatus();
 }
 
+// CuvilQMatMul (fuse_qdq.cc): one call into cuvil_uk_qmatmul with the shape and types as a
+// constant cuvil_uk_qmatmul_params; the row count is x's first dim at run time.
+absl::Status QMatMulFused(KernelContext& k) {
+  const ir::Node& n = k.node();
+  cuvil_uk_qmatmul_params p{};
+  p.k = k.in_shape(0)[1].coef();
+  p.n = n.attr_int("out_columns", 0);
+  p.x_signed = k.in_dtype(0) == DType::kInt8 ? 1 : 0;
+  p.out_type = n.attr_int("out_type", CUVIL_UK_QOUT_FLOAT);
+  const std::vector<uint64_t> words = {static_cast<uint64_t>(p.k), static_cast<uint64_t>(p.n),
+                                       static_cast<uint64_t>(p.x_signed),
+                                       static_cast<uint64_t>(p.out_type)};
+  static_assert(sizeof(cuvil_uk_qmatmul_params) == 4 * sizeof(int64_t));
+  auto* init = llvm::ConstantDataArray::get(k.llvm_context(), words);
+  auto* params = new llvm::GlobalVariable(k.module(), init->getType(), /*isConstant=*/true,
+                                          llvm::GlobalValue::PrivateLinkage, init,
+                                          k.function()->getName() + ".qmatmul_params");
+  k.CallC("cuvil_uk_qmatmul", k.b().getVoidTy(),
+          {params, k.in(0), k.in(1), k.in(2), k.in(3), k.in(4), k.out(0), k.Dim(k.in_shape(0)[0]),
+           k.F32(n.attr_float("q_lo", 0.0f)), k.F32(n.attr_float("q_hi", 0.0f))});
+  return absl::OkStatus();
+}
+
 // MatMulNBits in its canonical form (ops/shape_quant.cc): one call into cuvil_uk_matmul_nbits,
 // every leading dim of A folded into its rows.
 absl::Status MatMulNBits(KernelContext& k) {
@@ -341,6 +364,7 @@ void RegisterQuantKernels(OpTable& r) {
   r.DefineEmitter("ConvInteger", ConvInteger);
   r.DefineEmitter("QLinearConv", QLinearConv);
   r.DefineEmitter("CuvilQConv", QConvFused);
+  r.DefineEmitter("CuvilQMatMul", QMatMulFused);
   r.DefineEmitter("MatMulNBits", MatMulNBits);
 }
 

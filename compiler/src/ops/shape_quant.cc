@@ -249,6 +249,24 @@ absl::Status QConvFused(InferContext& c) {
   return absl::OkStatus();
 }
 
+// CuvilQMatMul(x, packed_w, comp, mult, bias): the integer matrix product that the QDQ fusion
+// (fuse_qdq.cc) makes of DequantizeLinear -> MatMul [-> Add] | Gemm (-> Relu/Clip)
+// (-> QuantizeLinear); attributes out_columns, out_type (cuvil_uk_qout) and the clamp lo/hi.
+// x: (u)int8 [M, K]. Output: float32, uint8 or int8 [M, out_columns].
+absl::Status QMatMulFused(InferContext& c) {
+  if (auto s = c.ExpectInputs(5, 5); !s.ok()) return s;
+  const Node& n = c.node();
+  if (!IsQuantType(c.in_dtype(0)) || c.in_rank(0) != 2 || !c.in_shape(0)[1].IsStatic()) {
+    return c.Error("x must be 2-D (u)int8 with a static row length");
+  }
+  const int64_t cols = n.attr_int("out_columns", 0);
+  if (cols <= 0) return c.Error("out_columns must be positive");
+  const int64_t type = n.attr_int("out_type", 0);
+  const DType dt = type == 1 ? DType::kUInt8 : type == 2 ? DType::kInt8 : DType::kFloat32;
+  c.SetOutput(0, dt, {c.in_shape(0)[0], SymDim::Const(cols)});
+  return absl::OkStatus();
+}
+
 // MatMulNBits (com.microsoft; ONNX Runtime's block-quantized weights, bits = 4):
 // (A [..., K] float32, B uint8 [N, blocks, block / 2], scales [N * blocks], zero_points?, g_idx?,
 // bias? [N]) -> [..., N] float32. B, scales and zero points must be constants. Canonical form
@@ -362,6 +380,7 @@ void RegisterQuantShapes(OpTable& r) {
   r.DefineShape("ConvInteger", ConvInteger);
   r.DefineShape("QLinearConv", QLinearConv);
   r.DefineShape("CuvilQConv", QConvFused);
+  r.DefineShape("CuvilQMatMul", QMatMulFused);
   r.DefineShape("MatMulNBits", MatMulNBits);
 }
 

@@ -131,6 +131,35 @@ void cuvil_uk_qconv2d(const cuvil_uk_qconv_params* p, const void* x, const int8_
                       const int32_t* comp, const float* mult, const float* bias,
                       const float* residual, void* y, int64_t batch, float lo, float hi);
 
+// Quantized matrix product (QDQ MatMul/Gemm; compiler/src/fuse_qdq.cc): uint8 or int8 activation
+// rows, int8 weights, int32 accumulation, then cuvil_uk_qconv2d's epilogue per output column.
+// Shape and types; generated code stores it as a constant array of int64. Thread-compatible.
+struct cuvil_uk_qmatmul_params {
+  int64_t k;         // reduction length (x's row length)
+  int64_t n;         // output columns (y's row length)
+  int64_t x_signed;  // 1: x is int8 (read as x + 128 in uint8), 0: x is uint8
+  int64_t out_type;  // cuvil_uk_qout
+};
+
+// Bytes that cuvil_uk_pack_qmatmul_weights writes for [k][n] weights; -1 on overflow.
+int64_t cuvil_uk_qmatmul_weights_size(int64_t k, int64_t n);
+
+// Packs int8 weights w[k][n] (row-major; with `transposed`, stored as [n][k]) for
+// cuvil_uk_qmatmul: panels of CUVIL_UK_QMM_NR output columns, each [ceil(k / 4)][QMM_NR][4] (four
+// consecutive k of one column per 32-bit lane), zero padded; one layout for every CPU tier. With
+// non-null `sums`, also writes sums[j] = the sum of column j's weights. Reentrant.
+void cuvil_uk_pack_qmatmul_weights(const int8_t* w, int64_t k, int64_t n, int64_t transposed,
+                                   int8_t* packed, int32_t* sums);
+
+// For r < rows and j < p->n: acc = sum_k x'[r][k] * w[k][j] in int32 (x' as in cuvil_uk_qconv2d),
+// v = (acc - comp[j]) * mult[j] + bias[j] in float32, and y[r][j] per p->out_type (clamped to
+// [lo, hi]; quantized outputs rounded half to even). x is [rows][k], y [rows][n], row-major; w is
+// packed by cuvil_uk_pack_qmatmul_weights; y must not overlap the inputs. Splits the column
+// panels over the calling thread's intra-op threads. Reentrant.
+void cuvil_uk_qmatmul(const cuvil_uk_qmatmul_params* p, const void* x, const int8_t* w,
+                      const int32_t* comp, const float* mult, const float* bias, void* y,
+                      int64_t rows, float lo, float hi);
+
 // 4-bit block-quantized matrix product (MatMulNBits, compiler/src/ops/shape_quant.cc) on weights
 // packed by cuvil_uk_nbits_pack:
 //   y[r][n] = bias[n] + sum_k a[r][k] * w[n][k]   for r < rows, n < n_dim,
@@ -163,6 +192,8 @@ const char* cuvil_uk_nbits_tier();
 
 // Output channels per packed quantized weight panel.
 inline constexpr int64_t CUVIL_UK_QMR = 8;
+// Output columns per packed weight panel of cuvil_uk_qmatmul (one AVX-512 vector of int32).
+inline constexpr int64_t CUVIL_UK_QMM_NR = 16;
 
 // The name of the quantized GEMM body in use ("avx512_vnni", "avx2" or "generic").
 const char* cuvil_uk_qtier();

@@ -1,0 +1,271 @@
+// Quantized matrix product: uint8/int8 activation rows times int8 weights, int32 accumulation, and
+// the per-output-column requantisation epilogue of cuvil_uk_qconv2d (the same formula and float
+// operations, so a QDQ MatMul rounds as a QDQ Conv does).
+//
+// Weights are packed once at compile time into panels of 16 output columns, [ceil(k / 4)][16][4]
+// (four consecutive k of one column per 32-bit lane), so the vector lanes run along the output
+// columns and each activation quad is broadcast: a row of y is written contiguously, and one row
+// (batch 1, a GEMV) uses whole vectors. Tiers: AVX-512 VNNI (vpdpbusd) and generic (also what
+// AVX2-only CPUs run: no AVX2 tier yet).
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "cuvil/runtime/parallel.h"
+#include "cuvil/runtime/ukernels.h"
+#include "ukernel_table.h"
+
+namespace cuvil::uk {
+namespace {
+
+constexpr int64_t kLanes = CUVIL_UK_QMM_NR;  // Output columns per panel.
+constexpr int64_t kRowBlock = 8;             // Activation rows one panel pass serves.
+
+// The activation quad of `row` at k-quad kk in x's uint8 domain (int8 x shifted by 128); a quad
+// past k reads zeros from a copy instead of memory past the row (its weights are zero).
+inline uint32_t Quad(const uint8_t* row, int64_t kk, int64_t k, uint32_t flip) {
+  uint32_t q = 0;
+  const int64_t at = kk * 4;
+  std::memcpy(&q, row + at, static_cast<size_t>(std::min<int64_t>(4, k - at)));
+  return q ^ flip;
+}
+
+// v clamped to [lo, hi] and rounded half to even (as qgemm.cc's ClampRound).
+inline float ClampRound(float v, float lo, float hi) {
+  constexpr float kMagic = 12582912.0f;
+  v = std::min(std::max(v, lo), hi);
+  return (v + kMagic) - kMagic;
+}
+
+void BlockGeneric(const QMatMulBlock& b) {
+  const cuvil_uk_qmatmul_params& p = *b.params;
+  const int64_t kq = (p.k + 3) / 4;
+  const uint32_t flip = p.x_signed ? 0x80808080u : 0;
+  for (int64_t pp = b.panel_begin; pp < b.panel_end; ++pp) {
+    const int8_t* wp = b.w + pp * kq * kLanes * 4;
+    const int64_t n0 = pp * kLanes, cols = std::min(kLanes, p.n - n0);
+    for (int64_t r = 0; r < b.rows; ++r) {
+      const uint8_t* xr = b.x + r * p.k;
+      int32_t acc[kLanes] = {};
+      for (int64_t kk = 0; kk < kq; ++kk) {
+        const uint32_t q = Quad(xr, kk, p.k, flip);
+        const int32_t x0 = q & 0xff, x1 = (q >> 8) & 0xff, x2 = (q >> 16) & 0xff, x3 = q >> 24;
+        const int8_t* wk = wp + kk * kLanes * 4;
+        for (int64_t j = 0; j < kLanes; ++j) {
+          acc[j] += x0 * wk[j * 4] + x1 * wk[j * 4 + 1] + x2 * wk[j * 4 + 2] + x3 * wk[j * 4 + 3];
+        }
+      }
+      for (int64_t j = 0; j < cols; ++j) {
+        const int64_t c = n0 + j;
+        const float v = static_cast<float>(acc[j] - b.comp[c]) * b.mult[c] + b.bias[c];
+        const int64_t at = r * p.n + c;
+        if (p.out_type == CUVIL_UK_QOUT_FLOAT) {
+          static_cast<float*>(b.y)[at] = std::min(std::max(v, b.lo), b.hi);
+        } else if (p.out_type == CUVIL_UK_QOUT_U8) {
+          static_cast<uint8_t*>(b.y)[at] =
+              static_cast<uint8_t>(static_cast<int32_t>(ClampRound(v, b.lo, b.hi)));
+        } else {
+          static_cast<int8_t*>(b.y)[at] =
+              static_cast<int8_t>(static_cast<int32_t>(ClampRound(v, b.lo, b.hi)));
+        }
+      }
+    }
+  }
+}
+
+#if defined(__x86_64__)
+
+// R rows (R <= kRowBlock) of one panel: R accumulators of 16 columns, then the epilogue from
+// registers with the operations of qgemm.cc's StoreRowAvx512 in the same order.
+template <int R>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void PanelVnni(const QMatMulBlock& b,
+                                                                      int64_t pp) {
+  const cuvil_uk_qmatmul_params& p = *b.params;
+  const int64_t kq = (p.k + 3) / 4, kfull = p.k / 4;
+  const uint32_t flip = p.x_signed ? 0x80808080u : 0;
+  const int8_t* wp = b.w + pp * kq * kLanes * 4;
+  __m512i acc[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_si512();
+  for (int64_t kk = 0; kk < kfull; ++kk) {
+    const __m512i wv = _mm512_loadu_si512(wp + kk * kLanes * 4);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      uint32_t q;
+      std::memcpy(&q, b.x + r * p.k + kk * 4, 4);
+      acc[r] = _mm512_dpbusd_epi32(acc[r], _mm512_set1_epi32(static_cast<int>(q ^ flip)), wv);
+    }
+  }
+  if (kfull < kq) {
+    const __m512i wv = _mm512_loadu_si512(wp + kfull * kLanes * 4);
+    for (int r = 0; r < R; ++r) {
+      const uint32_t q = Quad(b.x + r * p.k, kfull, p.k, flip);
+      acc[r] = _mm512_dpbusd_epi32(acc[r], _mm512_set1_epi32(static_cast<int>(q)), wv);
+    }
+  }
+  const int64_t n0 = pp * kLanes, cols = std::min(kLanes, p.n - n0);
+  const __mmask16 mask = cols >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << cols) - 1);
+  const __m512i c = _mm512_maskz_loadu_epi32(mask, b.comp + n0);
+  const __m512 mv = _mm512_maskz_loadu_ps(mask, b.mult + n0);
+  const __m512 bv = _mm512_maskz_loadu_ps(mask, b.bias + n0);
+  const __m512 lov = _mm512_set1_ps(b.lo), hiv = _mm512_set1_ps(b.hi);
+  for (int r = 0; r < R; ++r) {
+    // The _round_ forms (current rounding mode) keep GCC from contracting the pair into an FMA,
+    // whose single rounding would differ from the generic tier's in the last bit.
+    constexpr int kRound = _MM_FROUND_CUR_DIRECTION;
+    __m512 v = _mm512_add_round_ps(
+        _mm512_mul_round_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r], c)), mv, kRound), bv,
+        kRound);
+    v = _mm512_min_ps(_mm512_max_ps(v, lov), hiv);
+    const int64_t at = r * p.n + n0;
+    if (p.out_type == CUVIL_UK_QOUT_FLOAT) {
+      _mm512_mask_storeu_ps(static_cast<float*>(b.y) + at, mask, v);
+    } else if (p.out_type == CUVIL_UK_QOUT_U8) {
+      _mm512_mask_cvtusepi32_storeu_epi8(static_cast<uint8_t*>(b.y) + at, mask,
+                                         _mm512_cvtps_epi32(v));
+    } else {
+      _mm512_mask_cvtsepi32_storeu_epi8(static_cast<int8_t*>(b.y) + at, mask,
+                                        _mm512_cvtps_epi32(v));
+    }
+  }
+}
+
+template <int R>
+void PanelsVnni(const QMatMulBlock& b) {
+  for (int64_t pp = b.panel_begin; pp < b.panel_end; ++pp) PanelVnni<R>(b, pp);
+}
+
+void BlockVnni(const QMatMulBlock& b) {
+  static constexpr void (*kByRows[kRowBlock + 1])(const QMatMulBlock&) = {
+      nullptr,       PanelsVnni<1>, PanelsVnni<2>, PanelsVnni<3>, PanelsVnni<4>,
+      PanelsVnni<5>, PanelsVnni<6>, PanelsVnni<7>, PanelsVnni<8>};
+  kByRows[b.rows](b);
+}
+
+#endif  // __x86_64__
+
+}  // namespace
+
+const QMatMulTable& QMatMulGenericTable() {
+  static const QMatMulTable table = {"generic", BlockGeneric};
+  return table;
+}
+
+#if defined(__x86_64__)
+const QMatMulTable* QMatMulVnniTable() {
+  static const QMatMulTable table = {"avx512_vnni", BlockVnni};
+  return &table;
+}
+#else
+const QMatMulTable* QMatMulVnniTable() { return nullptr; }
+#endif
+
+std::vector<const QMatMulTable*> SupportedQMatMulTables() {
+  std::vector<const QMatMulTable*> out;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vnni")) {
+    out.push_back(QMatMulVnniTable());
+  }
+#endif
+  out.push_back(&QMatMulGenericTable());
+  return out;
+}
+
+const QMatMulTable& ActiveQMatMulTable() {
+  static const QMatMulTable* table = [] {
+    const std::vector<const QMatMulTable*> tables = SupportedQMatMulTables();
+    const char* forced = std::getenv("CUVIL_UK_TIER");
+    // Any forced tier below AVX-512 (avx2, generic) runs the generic one: there is no AVX2 tier.
+    if (forced != nullptr && (std::string_view(forced) == "generic" ||
+                              std::string_view(forced).substr(0, 4) == "avx2")) {
+      return &QMatMulGenericTable();
+    }
+    return tables.front();
+  }();
+  return *table;
+}
+
+void QMatMul(const QMatMulTable& t, const cuvil_uk_qmatmul_params& p, const void* x,
+             const int8_t* w, const int32_t* comp, const float* mult, const float* bias, void* y,
+             int64_t rows, float lo, float hi) {
+  if (rows <= 0 || p.n <= 0) return;
+  const int64_t panels = (p.n + kLanes - 1) / kLanes;
+  const int64_t out_bytes = p.out_type == CUVIL_UK_QOUT_FLOAT ? 4 : 1;
+  auto body = [&](int64_t begin, int64_t end) {
+    for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
+      QMatMulBlock b;
+      b.params = &p;
+      b.x = static_cast<const uint8_t*>(x) + r0 * p.k;
+      b.w = w;
+      b.comp = comp;
+      b.mult = mult;
+      b.bias = bias;
+      b.y = static_cast<uint8_t*>(y) + r0 * p.n * out_bytes;
+      b.rows = std::min(kRowBlock, rows - r0);
+      b.panel_begin = begin;
+      b.panel_end = end;
+      b.lo = lo;
+      b.hi = hi;
+      t.block(b);
+    }
+  };
+  using Body = decltype(body);
+  cuvil_rt_parallel_for(
+      panels, rows * p.k * kLanes,
+      [](void* ctx, int64_t begin, int64_t end) { (*static_cast<Body*>(ctx))(begin, end); }, &body);
+}
+
+}  // namespace cuvil::uk
+
+extern "C" {
+
+int64_t cuvil_uk_qmatmul_weights_size(int64_t k, int64_t n) {
+  if (k < 0 || n < 0) return -1;
+  const int64_t panels = (n + CUVIL_UK_QMM_NR - 1) / CUVIL_UK_QMM_NR, quads = (k + 3) / 4;
+  int64_t out = 0;
+  if (__builtin_mul_overflow(panels, quads, &out) ||
+      __builtin_mul_overflow(out, CUVIL_UK_QMM_NR * 4, &out)) {
+    return -1;
+  }
+  return out;
+}
+
+void cuvil_uk_pack_qmatmul_weights(const int8_t* w, int64_t k, int64_t n, int64_t transposed,
+                                   int8_t* packed, int32_t* sums) {
+  const int64_t panels = (n + CUVIL_UK_QMM_NR - 1) / CUVIL_UK_QMM_NR, quads = (k + 3) / 4;
+  auto at = [&](int64_t kk, int64_t col) { return transposed ? w[col * k + kk] : w[kk * n + col]; };
+  for (int64_t pp = 0; pp < panels; ++pp) {
+    int8_t* dst = packed + pp * quads * CUVIL_UK_QMM_NR * 4;
+    for (int64_t kk = 0; kk < quads; ++kk) {
+      for (int64_t j = 0; j < CUVIL_UK_QMM_NR; ++j) {
+        for (int64_t t = 0; t < 4; ++t) {
+          const int64_t col = pp * CUVIL_UK_QMM_NR + j, row = kk * 4 + t;
+          dst[(kk * CUVIL_UK_QMM_NR + j) * 4 + t] = col < n && row < k ? at(row, col) : 0;
+        }
+      }
+    }
+  }
+  if (sums != nullptr) {
+    for (int64_t col = 0; col < n; ++col) {
+      int32_t s = 0;
+      for (int64_t row = 0; row < k; ++row) s += at(row, col);
+      sums[col] = s;
+    }
+  }
+}
+
+void cuvil_uk_qmatmul(const cuvil_uk_qmatmul_params* p, const void* x, const int8_t* w,
+                      const int32_t* comp, const float* mult, const float* bias, void* y,
+                      int64_t rows, float lo, float hi) {
+  cuvil::uk::QMatMul(cuvil::uk::ActiveQMatMulTable(), *p, x, w, comp, mult, bias, y, rows, lo, hi);
+}
+
+}  // extern "C"
