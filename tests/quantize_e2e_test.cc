@@ -472,6 +472,22 @@ TEST(QdqFusionTest, DepthwiseBetweenEightBitTensorsIsExact) {
   }
 }
 
+// uint8 outputs of the integer kernel (`yi`) and a reference kernel (`yr`): every element within
+// one step, at least 95% equal, and not mostly saturated (the test computes something).
+void ExpectWithinOneStep(const HostTensor& yi, const HostTensor& yr) {
+  ASSERT_EQ(yi.dtype(), DType::kUInt8);
+  ASSERT_EQ(yi.shape(), yr.shape());
+  int64_t exact = 0, saturated = 0;
+  for (int64_t i = 0; i < yi.num_elements(); ++i) {
+    const int d = yi.data_as<uint8_t>()[i] - yr.data_as<uint8_t>()[i];
+    ASSERT_LE(std::abs(d), 1) << "element " << i;
+    exact += d == 0;
+    saturated += yr.data_as<uint8_t>()[i] == 0 || yr.data_as<uint8_t>()[i] == 255;
+  }
+  EXPECT_GE(exact, yi.num_elements() * 95 / 100);
+  EXPECT_LT(saturated, yi.num_elements() / 2);
+}
+
 // QLinearConv(uint8 x [N, 8, 9, 9], int8 per-channel weights [16, 8, 3, 3], int32 bias) with
 // constant parameters, y uint8.
 std::string QLinearConvModel() {
@@ -529,17 +545,65 @@ TEST(QdqFusionTest, QLinearConvRunsOnTheIntegerKernel) {
   auto [unfused, yr] = RunBlock(**engine, bytes, false, x, "qlinear_r", "cuvil_uk_qconv2d", false);
   EXPECT_TRUE(fused);
   EXPECT_FALSE(unfused);
-  ASSERT_EQ(yi.dtype(), DType::kUInt8);
-  ASSERT_EQ(yi.shape(), yr.shape());
-  int64_t exact = 0, saturated = 0;
-  for (int64_t i = 0; i < yi.num_elements(); ++i) {
-    const int d = yi.data_as<uint8_t>()[i] - yr.data_as<uint8_t>()[i];
-    ASSERT_LE(std::abs(d), 1) << "element " << i;
-    exact += d == 0;
-    saturated += yr.data_as<uint8_t>()[i] == 0 || yr.data_as<uint8_t>()[i] == 255;
+  ExpectWithinOneStep(yi, yr);
+}
+
+// QLinearMatMul(uint8 x [N, 67], int8 [67, 40] weights with per-column scales) with constant
+// parameters, y uint8.
+std::string QLinearMatMulModel() {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(13);
+  onnx::GraphProto* g = model.mutable_graph();
+  g->set_name("qlinearmatmul");
+  for (auto [v, name, width] : {std::tuple{g->add_input(), "x", 67}, {g->add_output(), "y", 40}}) {
+    v->set_name(name);
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(onnx::TensorProto::UINT8);
+    t->mutable_shape()->add_dim()->set_dim_param("batch");
+    t->mutable_shape()->add_dim()->set_dim_value(width);
   }
-  EXPECT_GE(exact, yi.num_elements() * 95 / 100);
-  EXPECT_LT(saturated, yi.num_elements() / 2);  // the values are not all clipped
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int> wd(-127, 127);
+  auto w = Initializer("w", onnx::TensorProto::INT8, {67, 40});
+  for (int i = 0; i < 67 * 40; ++i) w.add_int32_data(wd(rng));
+  auto ws = Initializer("ws", onnx::TensorProto::FLOAT, {40});
+  auto wz = Initializer("wz", onnx::TensorProto::INT8, {40});
+  for (int o = 0; o < 40; ++o) {
+    ws.add_float_data(0.003f + 0.0001f * static_cast<float>(o));
+    wz.add_int32_data(0);
+  }
+  auto xs = Initializer("xs", onnx::TensorProto::FLOAT, {});
+  xs.add_float_data(0.02f);
+  auto xz = Initializer("xz", onnx::TensorProto::UINT8, {});
+  xz.add_int32_data(100);
+  auto ys = Initializer("ys", onnx::TensorProto::FLOAT, {});
+  ys.add_float_data(0.05f);
+  auto yz = Initializer("yz", onnx::TensorProto::UINT8, {});
+  yz.add_int32_data(128);
+  for (auto* t : {&w, &ws, &wz, &xs, &xz, &ys, &yz}) *g->add_initializer() = *t;
+  onnx::NodeProto* n = g->add_node();
+  n->set_op_type("QLinearMatMul");
+  n->set_name("qmatmul");
+  for (const char* i : {"x", "xs", "xz", "w", "ws", "wz", "ys", "yz"}) n->add_input(i);
+  n->add_output("y");
+  return model.SerializeAsString();
+}
+
+// A QLinearMatMul with constant weights and parameters runs on the integer matrix product, within
+// one quantisation step of its reference kernel.
+TEST(QdqFusionTest, QLinearMatMulRunsOnTheIntegerKernel) {
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  HostTensor x(DType::kUInt8, {5, 67});
+  std::mt19937 rng(19);
+  for (int64_t i = 0; i < x.num_elements(); ++i) x.data_as<uint8_t>()[i] = rng() & 0xff;
+  const std::string bytes = QLinearMatMulModel();
+  auto [fused, yi] = RunBlock(**engine, bytes, true, x, "qlmm_i", "cuvil_uk_qmatmul", false);
+  auto [unfused, yr] = RunBlock(**engine, bytes, false, x, "qlmm_r", "cuvil_uk_qmatmul", false);
+  EXPECT_TRUE(fused);
+  EXPECT_FALSE(unfused);
+  ExpectWithinOneStep(yi, yr);
 }
 
 INSTANTIATE_TEST_SUITE_P(Zoo, QuantizeE2eTest, ::testing::Values("resnet18", "mobilenet_v2"));

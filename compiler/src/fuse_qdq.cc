@@ -392,6 +392,79 @@ std::vector<ir::Node*> TryFuseMatMul(ir::Graph& graph, ir::Node* mm,
   return dead;
 }
 
+// The QLinear op at nodes[i] and its operands, as DequantizeLinear(x), DequantizeLinear(w) along
+// `w_axis` -> `op` (with `attrs`, and `bias` when set) -> QuantizeLinear -> y, in its place.
+struct QdqOperands {
+  ir::Value *x, *xs, *xz, *w, *ws, *wz;
+  int64_t w_axis;
+  ir::Value* bias;
+  ir::Value *ys, *yz;
+};
+
+void ReplaceWithQdq(ir::Graph& graph, size_t i, const QdqOperands& o, const std::string& op,
+                    const std::map<std::string, ir::Attribute>& attrs) {
+  std::vector<std::unique_ptr<ir::Node>>& nodes = graph.mutable_nodes();
+  ir::Node* q = nodes[i].get();
+  ir::Value* y = q->outputs[0];
+  const std::string base = q->name.empty() ? y->name : q->name;
+  auto float_value = [&](const std::string& name, const ir::TensorType& like) {
+    ir::Value* v = graph.NewValue(name);
+    v->type = like;
+    v->type.dtype = DType::kFloat32;
+    return v;
+  };
+  ir::Value* xd = float_value(base + "/x_dequantized", o.x->type);
+  ir::Value* wd = float_value(base + "/w_dequantized", o.w->type);
+  ir::Value* yf = float_value(base + "/y_float", y->type);
+  ir::Node* dqx = graph.NewNode("DequantizeLinear", base + "/dequantize_x");
+  dqx->inputs = {o.x, o.xs, o.xz};
+  dqx->outputs = {xd};
+  ir::Node* dqw = graph.NewNode("DequantizeLinear", base + "/dequantize_w");
+  dqw->inputs = {o.w, o.ws};
+  if (o.wz != nullptr) dqw->inputs.push_back(o.wz);
+  dqw->attrs["axis"] = o.w_axis;
+  dqw->outputs = {wd};
+  ir::Node* main = graph.NewNode(op, base + "/" + op);
+  main->attrs = attrs;
+  main->inputs = {xd, wd};
+  if (o.bias != nullptr) main->inputs.push_back(o.bias);
+  main->outputs = {yf};
+  ir::Node* qy = graph.NewNode("QuantizeLinear", base + "/quantize_y");
+  qy->inputs = {yf, o.ys, o.yz};
+  qy->outputs = {y};
+  for (ir::Node* n : {dqx, dqw, main, qy}) {
+    for (ir::Value* out : n->outputs) out->producer = n;
+  }
+  // The four new nodes (appended by NewNode) take the QLinear op's place, in order.
+  std::vector<std::unique_ptr<ir::Node>> made;
+  for (int k = 0; k < 4; ++k) {
+    made.push_back(std::move(nodes.back()));
+    nodes.pop_back();
+  }
+  std::reverse(made.begin(), made.end());
+  nodes.erase(nodes.begin() + static_cast<std::ptrdiff_t>(i));
+  nodes.insert(nodes.begin() + static_cast<std::ptrdiff_t>(i),
+               std::make_move_iterator(made.begin()), std::make_move_iterator(made.end()));
+}
+
+// Constant int8 weights `w` with constant float scales `ws` per tensor or `channels` of them, and
+// zero points `wz` absent or all 0.
+bool ZeroPointWeights(const ir::Value* w, const ir::Value* ws, const ir::Value* wz,
+                      int64_t channels) {
+  if (w == nullptr || !w->is_constant() || w->constant->dtype() != DType::kInt8 || ws == nullptr ||
+      !ws->is_constant() || ws->constant->dtype() != DType::kFloat32) {
+    return false;
+  }
+  const int64_t nscale = ws->constant->num_elements();
+  if (nscale != 1 && nscale != channels) return false;
+  if (wz == nullptr) return true;
+  if (!wz->is_constant() || wz->constant->num_elements() != nscale) return false;
+  for (int64_t k = 0; k < nscale; ++k) {
+    if (IntAt(*wz->constant, k) != 0) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 std::unordered_set<const ir::Value*> QdqWeightCandidates(const ir::Graph& graph) {
@@ -454,68 +527,51 @@ int ExpandQLinearConvs(ir::Graph& graph) {
     const DType xdt = x->type.dtype, ydt = y->type.dtype;
     if (!Static4d(x) || !Static4d(y) || !IsConstScalar(xs, DType::kFloat32) ||
         !IsConstScalar(xz, xdt) || !IsConstScalar(ys, DType::kFloat32) || !IsConstScalar(yz, ydt) ||
-        w == nullptr || !w->is_constant() || w->constant->dtype() != DType::kInt8 ||
-        w->constant->shape().size() != 4 || ws == nullptr || !ws->is_constant() ||
-        ws->constant->dtype() != DType::kFloat32) {
+        w == nullptr || !w->is_constant() || w->constant->shape().size() != 4) {
       continue;
     }
-    const int64_t m = w->constant->shape()[0], nscale = ws->constant->num_elements();
-    if (nscale != 1 && nscale != m) continue;
-    bool zero_w = wz == nullptr || (wz->is_constant() && wz->constant->num_elements() == nscale);
-    for (int64_t k = 0; zero_w && wz != nullptr && k < nscale; ++k) {
-      zero_w = IntAt(*wz->constant, k) == 0;
-    }
-    if (!zero_w || (b != nullptr && (!b->is_constant() || b->constant->dtype() != DType::kInt32 ||
-                                     b->constant->num_elements() != m))) {
+    const int64_t m = w->constant->shape()[0];
+    if (!ZeroPointWeights(w, ws, wz, m) ||
+        (b != nullptr && (!b->is_constant() || b->constant->dtype() != DType::kInt32 ||
+                          b->constant->num_elements() != m))) {
       continue;
     }
     // The float graph the spec defines: B is in units of x_scale * w_scale.
     const float sx = xs->constant->data_as<float>()[0];
     const float* sw = ws->constant->data_as<float>();
+    const int64_t nscale = ws->constant->num_elements();
     HostTensor bias(DType::kFloat32, {m});
     for (int64_t o = 0; o < m; ++o) {
       const double bo = b != nullptr ? b->constant->data_as<int32_t>()[o] : 0;
       bias.data_as<float>()[o] = static_cast<float>(bo * sx * sw[nscale == 1 ? 0 : o]);
     }
     const std::string base = q->name.empty() ? y->name : q->name;
-    auto float_value = [&](const std::string& name, const ir::TensorType& like) {
-      ir::Value* v = graph.NewValue(name);
-      v->type = like;
-      v->type.dtype = DType::kFloat32;
-      return v;
-    };
-    ir::Value* xd = float_value(base + "/x_dequantized", x->type);
-    ir::Value* wd = float_value(base + "/w_dequantized", w->type);
-    ir::Value* yf = float_value(base + "/y_float", y->type);
     ir::Value* bf = NewConstant(graph, base + "/bias_float", std::move(bias));
-    ir::Node* dqx = graph.NewNode("DequantizeLinear", base + "/dequantize_x");
-    dqx->inputs = {x, xs, xz};
-    dqx->outputs = {xd};
-    ir::Node* dqw = graph.NewNode("DequantizeLinear", base + "/dequantize_w");
-    dqw->inputs = {w, ws};
-    if (wz != nullptr) dqw->inputs.push_back(wz);
-    dqw->attrs["axis"] = int64_t{0};
-    dqw->outputs = {wd};
-    ir::Node* conv = graph.NewNode("Conv", base + "/conv");
-    conv->attrs = q->attrs;
-    conv->inputs = {xd, wd, bf};
-    conv->outputs = {yf};
-    ir::Node* qy = graph.NewNode("QuantizeLinear", base + "/quantize_y");
-    qy->inputs = {yf, ys, yz};
-    qy->outputs = {y};
-    for (ir::Node* n : {dqx, dqw, conv, qy}) {
-      for (ir::Value* out : n->outputs) out->producer = n;
+    ReplaceWithQdq(graph, i, QdqOperands{x, xs, xz, w, ws, wz, 0, bf, ys, yz}, "Conv", q->attrs);
+    i += 3;
+    ++expanded;
+  }
+  return expanded;
+}
+
+int ExpandQLinearMatMuls(ir::Graph& graph) {
+  int expanded = 0;
+  std::vector<std::unique_ptr<ir::Node>>& nodes = graph.mutable_nodes();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    ir::Node* q = nodes[i].get();
+    if (q->op_type != "QLinearMatMul" || q->inputs.size() != 8 || q->outputs.size() != 1) continue;
+    ir::Value *a = q->inputs[0], *as = q->inputs[1], *az = q->inputs[2], *w = q->inputs[3],
+              *ws = q->inputs[4], *wz = q->inputs[5], *ys = q->inputs[6], *yz = q->inputs[7];
+    ir::Value* y = q->outputs[0];
+    if (a == nullptr || a->type.rank() != 2 || !a->type.shape[1].IsStatic() ||
+        !IsConstScalar(as, DType::kFloat32) || !IsConstScalar(az, a->type.dtype) ||
+        !IsConstScalar(ys, DType::kFloat32) || !IsConstScalar(yz, y->type.dtype) || w == nullptr ||
+        !w->is_constant() || w->constant->shape().size() != 2 ||
+        !ZeroPointWeights(w, ws, wz, w->constant->shape()[1])) {
+      continue;
     }
-    // The four new nodes (appended by NewNode) take the QLinearConv's place, in order.
-    std::vector<std::unique_ptr<ir::Node>> made;
-    for (int k = 0; k < 4; ++k) {
-      made.push_back(std::move(nodes.back()));
-      nodes.pop_back();
-    }
-    std::reverse(made.begin(), made.end());
-    nodes.erase(nodes.begin() + static_cast<std::ptrdiff_t>(i));
-    nodes.insert(nodes.begin() + static_cast<std::ptrdiff_t>(i),
-                 std::make_move_iterator(made.begin()), std::make_move_iterator(made.end()));
+    // Per-column scales of [K, N] weights run along axis 1.
+    ReplaceWithQdq(graph, i, QdqOperands{a, as, az, w, ws, wz, 1, nullptr, ys, yz}, "MatMul", {});
     i += 3;
     ++expanded;
   }

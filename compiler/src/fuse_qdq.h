@@ -31,6 +31,12 @@ int FuseQdqConvs(ir::Graph& graph);
 // keep their reference kernel. Needs inferred shapes. Returns the number rewritten.
 int ExpandQLinearConvs(ir::Graph& graph);
 
+// Likewise each QLinearMatMul with a 2-D activation (static row length), constant scalar scales
+// and zero points for it and y, and constant int8 [K, N] weights with zero points 0 and scales per
+// tensor or per column: DequantizeLinear -> MatMul -> QuantizeLinear, which FuseQdqConvs runs on
+// the integer matrix product. Others keep their reference kernel. Returns the number rewritten.
+int ExpandQLinearMatMuls(ir::Graph& graph);
+
 // Rewrites DequantizeLinear(x) -> depthwise Conv prepared for the microkernel (FuseConvolutions:
 // "ukernel" 2, any fused activation, no residual) -> QuantizeLinear, with constant scalar scales
 // and zero points, into that Conv reading x and writing the 8-bit output itself

@@ -127,6 +127,7 @@ bool IsUsed(const ir::Graph& graph, const ir::Value* v);
 // for them are then folded where a float node still reads them.
 void FuseQdq(ir::Graph& graph) {
   ExpandQLinearConvs(graph);
+  ExpandQLinearMatMuls(graph);
   FuseQdqConvs(graph);
   std::vector<ir::Node*> folded;
   for (auto& node : graph.mutable_nodes()) {
