@@ -5,8 +5,8 @@
 // Weights are packed once at compile time into panels of 16 output columns, [ceil(k / 4)][16][4]
 // (four consecutive k of one column per 32-bit lane), so the vector lanes run along the output
 // columns and each activation quad is broadcast: a row of y is written contiguously, and one row
-// (batch 1, a GEMV) uses whole vectors. Tiers: AVX-512 VNNI (vpdpbusd) and generic (also what
-// AVX2-only CPUs run: no AVX2 tier yet).
+// (batch 1, a GEMV) uses whole vectors. Tiers: AVX-512 VNNI (vpdpbusd), AVX2 (widened to int16
+// and vpmaddwd) and generic; all write the same bits.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -32,7 +32,11 @@ constexpr int64_t kRowBlock = 8;             // Activation rows one panel pass s
 inline uint32_t Quad(const uint8_t* row, int64_t kk, int64_t k, uint32_t flip) {
   uint32_t q = 0;
   const int64_t at = kk * 4;
-  std::memcpy(&q, row + at, static_cast<size_t>(std::min<int64_t>(4, k - at)));
+  if (at + 4 <= k) {
+    std::memcpy(&q, row + at, 4);  // The common case, one load.
+  } else {
+    std::memcpy(&q, row + at, static_cast<size_t>(k - at));
+  }
   return q ^ flip;
 }
 
@@ -43,13 +47,33 @@ inline float ClampRound(float v, float lo, float hi) {
   return (v + kMagic) - kMagic;
 }
 
+// Row r's epilogue for the `cols` columns from n0 (acc[j] is column n0 + j): what every tier but
+// the VNNI one writes from its int32 accumulators.
+void StoreColumns(const QMatMulBlock& b, int64_t r, int64_t n0, int64_t cols, const int32_t* acc) {
+  const cuvil_uk_qmatmul_params& p = *b.params;
+  for (int64_t j = 0; j < cols; ++j) {
+    const int64_t c = n0 + j;
+    const float v = static_cast<float>(acc[j] - b.comp[c]) * b.mult[c] + b.bias[c];
+    const int64_t at = r * p.n + c;
+    if (p.out_type == CUVIL_UK_QOUT_FLOAT) {
+      static_cast<float*>(b.y)[at] = std::min(std::max(v, b.lo), b.hi);
+    } else if (p.out_type == CUVIL_UK_QOUT_U8) {
+      static_cast<uint8_t*>(b.y)[at] =
+          static_cast<uint8_t>(static_cast<int32_t>(ClampRound(v, b.lo, b.hi)));
+    } else {
+      static_cast<int8_t*>(b.y)[at] =
+          static_cast<int8_t>(static_cast<int32_t>(ClampRound(v, b.lo, b.hi)));
+    }
+  }
+}
+
 void BlockGeneric(const QMatMulBlock& b) {
   const cuvil_uk_qmatmul_params& p = *b.params;
   const int64_t kq = (p.k + 3) / 4;
   const uint32_t flip = p.x_signed ? 0x80808080u : 0;
   for (int64_t pp = b.panel_begin; pp < b.panel_end; ++pp) {
     const int8_t* wp = b.w + pp * kq * kLanes * 4;
-    const int64_t n0 = pp * kLanes, cols = std::min(kLanes, p.n - n0);
+    const int64_t n0 = pp * kLanes;
     for (int64_t r = 0; r < b.rows; ++r) {
       const uint8_t* xr = b.x + r * p.k;
       int32_t acc[kLanes] = {};
@@ -61,20 +85,7 @@ void BlockGeneric(const QMatMulBlock& b) {
           acc[j] += x0 * wk[j * 4] + x1 * wk[j * 4 + 1] + x2 * wk[j * 4 + 2] + x3 * wk[j * 4 + 3];
         }
       }
-      for (int64_t j = 0; j < cols; ++j) {
-        const int64_t c = n0 + j;
-        const float v = static_cast<float>(acc[j] - b.comp[c]) * b.mult[c] + b.bias[c];
-        const int64_t at = r * p.n + c;
-        if (p.out_type == CUVIL_UK_QOUT_FLOAT) {
-          static_cast<float*>(b.y)[at] = std::min(std::max(v, b.lo), b.hi);
-        } else if (p.out_type == CUVIL_UK_QOUT_U8) {
-          static_cast<uint8_t*>(b.y)[at] =
-              static_cast<uint8_t>(static_cast<int32_t>(ClampRound(v, b.lo, b.hi)));
-        } else {
-          static_cast<int8_t*>(b.y)[at] =
-              static_cast<int8_t>(static_cast<int32_t>(ClampRound(v, b.lo, b.hi)));
-        }
-      }
+      StoreColumns(b, r, n0, std::min(kLanes, p.n - n0), acc);
     }
   }
 }
@@ -148,6 +159,63 @@ void BlockVnni(const QMatMulBlock& b) {
   kByRows[b.rows](b);
 }
 
+// AVX2 without VNNI: the widening sequence. Four columns' weight quads are sign-extended to 16
+// int16 (vpmovsxbw) and the activation quad zero-extended and repeated; vpmaddwd then sums pairs
+// into int32 without the int16 saturation vpmaddubsw would risk (255 * 127 * 2 > 32767). Each
+// column ends up in two adjacent int32 lanes, added at the end. R rows (R <= 2) of one panel.
+template <int R>
+__attribute__((target("avx2"))) void PanelAvx2(const QMatMulBlock& b, int64_t pp) {
+  const cuvil_uk_qmatmul_params& p = *b.params;
+  const int64_t kq = (p.k + 3) / 4;
+  const uint32_t flip = p.x_signed ? 0x80808080u : 0;
+  const int8_t* wp = b.w + pp * kq * kLanes * 4;
+  __m256i acc[R][4];
+  for (int r = 0; r < R; ++r) {
+    for (int g = 0; g < 4; ++g) acc[r][g] = _mm256_setzero_si256();
+  }
+  for (int64_t kk = 0; kk < kq; ++kk) {
+    const int8_t* wk = wp + kk * kLanes * 4;
+    __m256i w16[4];
+    for (int g = 0; g < 4; ++g) {
+      w16[g] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wk + 16 * g)));
+    }
+    for (int r = 0; r < R; ++r) {
+      const uint32_t q = Quad(b.x + r * p.k, kk, p.k, flip);
+      const __m256i x16 = _mm256_cvtepu8_epi16(_mm_set1_epi32(static_cast<int>(q)));
+      for (int g = 0; g < 4; ++g) {
+        acc[r][g] = _mm256_add_epi32(acc[r][g], _mm256_madd_epi16(x16, w16[g]));
+      }
+    }
+  }
+  const int64_t n0 = pp * kLanes;
+  for (int r = 0; r < R; ++r) {
+    alignas(32) int32_t sums[kLanes];
+    for (int h = 0; h < 2; ++h) {
+      // hadd leaves [c0 c1 c4 c5 | c2 c3 c6 c7] of the two groups; the permute puts them in order.
+      const __m256i pairs = _mm256_hadd_epi32(acc[r][2 * h], acc[r][2 * h + 1]);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(sums + 8 * h),
+                         _mm256_permute4x64_epi64(pairs, 0xD8));
+    }
+    StoreColumns(b, r, n0, std::min(kLanes, p.n - n0), sums);
+  }
+}
+
+void BlockAvx2(const QMatMulBlock& b) {
+  QMatMulBlock pair = b;
+  for (int64_t r0 = 0; r0 < b.rows; r0 += 2) {
+    pair.x = b.x + r0 * b.params->k;
+    pair.y = static_cast<uint8_t*>(b.y) +
+             r0 * b.params->n * (b.params->out_type == CUVIL_UK_QOUT_FLOAT ? 4 : 1);
+    for (int64_t pp = b.panel_begin; pp < b.panel_end; ++pp) {
+      if (b.rows - r0 >= 2) {
+        PanelAvx2<2>(pair, pp);
+      } else {
+        PanelAvx2<1>(pair, pp);
+      }
+    }
+  }
+}
+
 #endif  // __x86_64__
 
 }  // namespace
@@ -158,11 +226,16 @@ const QMatMulTable& QMatMulGenericTable() {
 }
 
 #if defined(__x86_64__)
+const QMatMulTable* QMatMulAvx2Table() {
+  static const QMatMulTable table = {"avx2", BlockAvx2};
+  return &table;
+}
 const QMatMulTable* QMatMulVnniTable() {
   static const QMatMulTable table = {"avx512_vnni", BlockVnni};
   return &table;
 }
 #else
+const QMatMulTable* QMatMulAvx2Table() { return nullptr; }
 const QMatMulTable* QMatMulVnniTable() { return nullptr; }
 #endif
 
@@ -174,6 +247,7 @@ std::vector<const QMatMulTable*> SupportedQMatMulTables() {
       __builtin_cpu_supports("avx512vnni")) {
     out.push_back(QMatMulVnniTable());
   }
+  if (__builtin_cpu_supports("avx2")) out.push_back(QMatMulAvx2Table());
 #endif
   out.push_back(&QMatMulGenericTable());
   return out;
@@ -183,10 +257,12 @@ const QMatMulTable& ActiveQMatMulTable() {
   static const QMatMulTable* table = [] {
     const std::vector<const QMatMulTable*> tables = SupportedQMatMulTables();
     const char* forced = std::getenv("CUVIL_UK_TIER");
-    // Any forced tier below AVX-512 (avx2, generic) runs the generic one: there is no AVX2 tier.
-    if (forced != nullptr && (std::string_view(forced) == "generic" ||
-                              std::string_view(forced).substr(0, 4) == "avx2")) {
-      return &QMatMulGenericTable();
+    std::string_view want = forced != nullptr ? forced : "";
+    if (want == "avx2_fma") want = "avx2";
+    if (want == "avx2" || want == "generic") {
+      for (const QMatMulTable* t : tables) {
+        if (want == t->name) return t;
+      }
     }
     return tables.front();
   }();

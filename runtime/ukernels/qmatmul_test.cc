@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string_view>
 #include <vector>
 
 #include "cuvil/runtime/ukernels.h"
@@ -51,6 +52,14 @@ std::vector<uint8_t> Reference(const Case& t, const std::vector<uint8_t>& x,
 }
 
 TEST(QMatMulTest, EveryTierMatchesTheReferenceExactly) {
+#if defined(__x86_64__)
+  // The tiers this CPU can run are all compared below: make sure they are offered.
+  bool has_avx2 = false;
+  for (const uk::QMatMulTable* t : uk::SupportedQMatMulTables()) {
+    has_avx2 = has_avx2 || std::string_view(t->name) == "avx2";
+  }
+  EXPECT_EQ(has_avx2, __builtin_cpu_supports("avx2") != 0);
+#endif
   std::mt19937 rng(7);
   std::vector<Case> cases;
   for (int64_t out_type : {CUVIL_UK_QOUT_FLOAT, CUVIL_UK_QOUT_U8, CUVIL_UK_QOUT_S8}) {

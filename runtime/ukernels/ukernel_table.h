@@ -158,12 +158,13 @@ struct QMatMulTable {
 };
 
 const QMatMulTable& QMatMulGenericTable();
-// Null when this build or CPU has no such tier.
+// Null when this build has no such tier (not x86-64).
+const QMatMulTable* QMatMulAvx2Table();
 const QMatMulTable* QMatMulVnniTable();
 // The tiers this CPU can run, best first (always ends with the generic one).
 std::vector<const QMatMulTable*> SupportedQMatMulTables();
-// The tier cuvil_uk_qmatmul uses: the best supported one; CUVIL_UK_TIER=avx2 or generic picks the
-// generic one. Chosen once per process.
+// The tier cuvil_uk_qmatmul uses: the best supported one, limited by CUVIL_UK_TIER as
+// ActiveQTable is. Chosen once per process.
 const QMatMulTable& ActiveQMatMulTable();
 // cuvil_uk_qmatmul on a given table (tests compare the tiers with it). Reentrant.
 void QMatMul(const QMatMulTable& t, const cuvil_uk_qmatmul_params& p, const void* x,
