@@ -606,6 +606,85 @@ TEST(QdqFusionTest, QLinearMatMulRunsOnTheIntegerKernel) {
   ExpectWithinOneStep(yi, yr);
 }
 
+// One integer product with constant int8 weights: MatMulInteger(int8 A [batch, 37], W [37, 21],
+// a_zero_point -5) or ConvInteger(uint8 x [batch, 5, 7, 7], W [6, 5, 3, 3], x_zero_point 131,
+// pads 1, w_zero_point 0); int32 output.
+std::string IntegerProductModel(bool conv) {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(13);
+  onnx::GraphProto* g = model.mutable_graph();
+  g->set_name(conv ? "convinteger" : "matmulinteger");
+  auto info = [](onnx::ValueInfoProto* v, const char* name, int type, std::vector<int64_t> dims) {
+    v->set_name(name);
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(type);
+    t->mutable_shape()->add_dim()->set_dim_param("batch");
+    for (int64_t d : dims) t->mutable_shape()->add_dim()->set_dim_value(d);
+  };
+  const int xtype = conv ? onnx::TensorProto::UINT8 : onnx::TensorProto::INT8;
+  info(g->add_input(), "x", xtype, conv ? std::vector<int64_t>{5, 7, 7} : std::vector<int64_t>{37});
+  info(g->add_output(), "y", onnx::TensorProto::INT32,
+       conv ? std::vector<int64_t>{6, 7, 7} : std::vector<int64_t>{21});
+  std::mt19937 rng(23);
+  std::uniform_int_distribution<int> wd(-128, 127);
+  const std::vector<int64_t> wdims =
+      conv ? std::vector<int64_t>{6, 5, 3, 3} : std::vector<int64_t>{37, 21};
+  auto w = Initializer("w", onnx::TensorProto::INT8, wdims);
+  int64_t count = 1;
+  for (int64_t d : wdims) count *= d;
+  for (int64_t i = 0; i < count; ++i) w.add_int32_data(wd(rng));
+  auto xz = Initializer("xz", xtype, {});
+  xz.add_int32_data(conv ? 131 : -5);
+  auto wz = Initializer("wz", onnx::TensorProto::INT8, {});
+  wz.add_int32_data(0);
+  for (auto* t : {&w, &xz, &wz}) *g->add_initializer() = *t;
+  onnx::NodeProto* n = g->add_node();
+  n->set_op_type(conv ? "ConvInteger" : "MatMulInteger");
+  n->set_name("product");
+  for (const char* i : {"x", "w", "xz", "wz"}) n->add_input(i);
+  n->add_output("y");
+  if (conv) {
+    onnx::AttributeProto* pads = n->add_attribute();
+    pads->set_name("pads");
+    pads->set_type(onnx::AttributeProto::INTS);
+    for (int i = 0; i < 4; ++i) pads->add_ints(1);
+  }
+  return model.SerializeAsString();
+}
+
+// MatMulInteger and ConvInteger with constant weights run on the integer matrix product and
+// convolution, and give exactly their reference kernels' int32 sums.
+TEST(QdqFusionTest, IntegerProductsRunOnTheIntegerKernelsExactly) {
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  for (bool conv : {false, true}) {
+    SCOPED_TRACE(conv ? "ConvInteger" : "MatMulInteger");
+    HostTensor x(conv ? DType::kUInt8 : DType::kInt8,
+                 conv ? std::vector<int64_t>{3, 5, 7, 7} : std::vector<int64_t>{9, 37});
+    std::mt19937 rng(29);
+    for (int64_t i = 0; i < x.num_elements(); ++i) {
+      // Both ends of the type too.
+      x.data_as<uint8_t>()[i] = i % 17 == 0 ? 0 : i % 19 == 0 ? 255 : static_cast<uint8_t>(rng());
+    }
+    const std::string bytes = IntegerProductModel(conv);
+    const std::string callee = conv ? "cuvil_uk_qconv2d" : "cuvil_uk_qmatmul";
+    const std::string name = conv ? "convint" : "matmulint";
+    auto [fused, yi] = RunBlock(**engine, bytes, true, x, name + "_i", callee, false);
+    auto [unfused, yr] = RunBlock(**engine, bytes, false, x, name + "_r", callee, false);
+    EXPECT_TRUE(fused);
+    EXPECT_FALSE(unfused);
+    ASSERT_EQ(yi.dtype(), DType::kInt32);
+    ASSERT_EQ(yi.shape(), yr.shape());
+    int64_t nonzero = 0;
+    for (int64_t i = 0; i < yi.num_elements(); ++i) {
+      ASSERT_EQ(yi.data_as<int32_t>()[i], yr.data_as<int32_t>()[i]) << "element " << i;
+      nonzero += yr.data_as<int32_t>()[i] != 0;
+    }
+    EXPECT_GT(nonzero, yi.num_elements() / 2);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Zoo, QuantizeE2eTest, ::testing::Values("resnet18", "mobilenet_v2"));
 
 }  // namespace

@@ -578,6 +578,81 @@ int ExpandQLinearMatMuls(ir::Graph& graph) {
   return expanded;
 }
 
+int LowerIntegerProducts(ir::Graph& graph) {
+  int lowered = 0;
+  for (auto& node : graph.mutable_nodes()) {
+    ir::Node* n = node.get();
+    const bool conv = n->op_type == "ConvInteger";
+    if ((!conv && n->op_type != "MatMulInteger") || n->inputs.size() < 2 ||
+        n->outputs.size() != 1 || (conv && n->attr_int("group", 1) != 1)) {
+      continue;
+    }
+    ir::Value* x = n->inputs[0];
+    const ir::Value* w = n->inputs[1];
+    const ir::Value* xz = n->has_input(2) ? n->inputs[2] : nullptr;
+    const ir::Value* wz = n->has_input(3) ? n->inputs[3] : nullptr;
+    if (x == nullptr || !IsQuantType(x->type.dtype) || w == nullptr || !w->is_constant() ||
+        w->constant->dtype() != DType::kInt8 ||
+        (xz != nullptr && !IsConstScalar(xz, x->type.dtype))) {
+      continue;
+    }
+    const std::vector<int64_t>& wshape = w->constant->shape();
+    bool shapes_fit = false;
+    int64_t rows = 0, k = 0;  // Output channels (columns) and reduction length.
+    if (conv) {
+      shapes_fit = Static4d(x) && Static4d(n->outputs[0]) && wshape.size() == 4;
+      if (shapes_fit) rows = wshape[0], k = wshape[1] * wshape[2] * wshape[3];
+    } else {
+      shapes_fit = x->type.rank() == 2 && x->type.shape[1].IsStatic() && wshape.size() == 2 &&
+                   wshape[0] == x->type.shape[1].coef();
+      if (shapes_fit) k = wshape[0], rows = wshape[1];
+    }
+    if (!shapes_fit || rows <= 0 || k <= 0) continue;
+    bool zero_w = wz == nullptr || wz->is_constant();
+    for (int64_t i = 0; zero_w && wz != nullptr && i < wz->constant->num_elements(); ++i) {
+      zero_w = IntAt(*wz->constant, i) == 0;
+    }
+    if (!zero_w) continue;
+    const int64_t wbytes =
+        conv ? cuvil_uk_qconv_weights_size(rows, k) : cuvil_uk_qmatmul_weights_size(k, rows);
+    if (wbytes < 0 || wbytes > ir::kMaxTensorBytes) continue;
+    HostTensor packed(DType::kInt8, {wbytes});
+    std::vector<int32_t> sums(rows);
+    if (conv) {
+      cuvil_uk_pack_qconv_weights(w->constant->data_as<int8_t>(), rows, k, packed.data_as<int8_t>(),
+                                  sums.data());
+    } else {
+      cuvil_uk_pack_qmatmul_weights(w->constant->data_as<int8_t>(), k, rows, 0,
+                                    packed.data_as<int8_t>(), sums.data());
+    }
+    // The exact int32 result is acc - comp (CUVIL_UK_QOUT_S32); mult and bias go unread.
+    const PerTensorQ xq{x, 1.0f, xz != nullptr ? IntAt(*xz->constant, 0) : 0};
+    static const float kUnitScale = 1.0f;
+    auto r = Requantise(xq, sums, &kUnitScale, 1, nullptr, Epilogue{});
+    if (!r) continue;
+    const std::string base = n->name.empty() ? n->outputs[0]->name : n->name;
+    n->inputs = {x, NewConstant(graph, base + ".qweights", std::move(packed)),
+                 NewConstant(graph, base + ".qcomp", std::move(r->comp)),
+                 NewConstant(graph, base + ".qmult", std::move(r->mult)),
+                 NewConstant(graph, base + ".qbias", std::move(r->bias))};
+    if (conv) {
+      n->op_type = "CuvilQConv";
+      n->attrs.erase("group");
+      n->attrs["out_channels"] = rows;
+      n->attrs["x_zero"] = xq.zero;
+    } else {
+      n->op_type = "CuvilQMatMul";
+      n->attrs.clear();
+      n->attrs["out_columns"] = rows;
+    }
+    n->attrs["out_type"] = int64_t{CUVIL_UK_QOUT_S32};
+    n->attrs["q_lo"] = 0.0f;
+    n->attrs["q_hi"] = 0.0f;
+    ++lowered;
+  }
+  return lowered;
+}
+
 int FuseQdqDepthwiseConvs(ir::Graph& graph) {
   int fused = 0;
   std::vector<ir::Node*> dead;

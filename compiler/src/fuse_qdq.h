@@ -37,6 +37,13 @@ int ExpandQLinearConvs(ir::Graph& graph);
 // the integer matrix product. Others keep their reference kernel. Returns the number rewritten.
 int ExpandQLinearMatMuls(ir::Graph& graph);
 
+// Rewrites each MatMulInteger (2-D activation with a static row length) and ConvInteger (2-D,
+// one group, static non-batch dims) whose weights are constant int8 with zero points 0 (absent or
+// constant) and whose activation zero point is absent or a constant scalar into the integer
+// matrix product or convolution with the exact int32 output (CUVIL_UK_QOUT_S32). Others keep
+// their reference kernels. Needs inferred shapes. Returns the number rewritten.
+int LowerIntegerProducts(ir::Graph& graph);
+
 // Rewrites DequantizeLinear(x) -> depthwise Conv prepared for the microkernel (FuseConvolutions:
 // "ukernel" 2, any fused activation, no residual) -> QuantizeLinear, with constant scalar scales
 // and zero points, into that Conv reading x and writing the 8-bit output itself

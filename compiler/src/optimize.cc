@@ -128,6 +128,7 @@ bool IsUsed(const ir::Graph& graph, const ir::Value* v);
 void FuseQdq(ir::Graph& graph) {
   ExpandQLinearConvs(graph);
   ExpandQLinearMatMuls(graph);
+  LowerIntegerProducts(graph);
   FuseQdqConvs(graph);
   std::vector<ir::Node*> folded;
   for (auto& node : graph.mutable_nodes()) {

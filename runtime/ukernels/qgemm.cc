@@ -341,7 +341,10 @@ inline float ClampRound(float v, float lo, float hi) {
 // offset to the row's first element.
 void StoreRow(const cuvil_uk_qconv_params& qp, const int32_t* acc, int64_t n, int32_t comp,
               float mult, float bias, const float* residual, void* y, float lo, float hi) {
-  if (qp.out_type == CUVIL_UK_QOUT_FLOAT) {
+  if (qp.out_type == CUVIL_UK_QOUT_S32) {
+    int32_t* dst = static_cast<int32_t*>(y);
+    for (int64_t j = 0; j < n; ++j) dst[j] = acc[j] - comp;
+  } else if (qp.out_type == CUVIL_UK_QOUT_FLOAT) {
     float* dst = static_cast<float*>(y);
     for (int64_t j = 0; j < n; ++j) {
       float v = static_cast<float>(acc[j] - comp) * mult + bias;
@@ -377,6 +380,10 @@ __attribute__((target("avx512f,avx512bw"))) void StoreRowAvx512(const cuvil_uk_q
   for (int64_t j = 0; j < n; j += 16) {
     const __mmask16 mask = n - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
     const __m512i a = _mm512_maskz_loadu_epi32(mask, acc + j);
+    if (qp.out_type == CUVIL_UK_QOUT_S32) {
+      _mm512_mask_storeu_epi32(static_cast<int32_t*>(y) + j, mask, _mm512_sub_epi32(a, c));
+      continue;
+    }
     __m512 v = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(a, c)), mv), bv);
     if (qp.out_type == CUVIL_UK_QOUT_FLOAT) {
       if (residual != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, residual + j));
@@ -400,6 +407,10 @@ __attribute__((target("avx512f,avx512bw"))) inline void Epilogue16(int64_t out_t
                                                                    __m512 mv, __m512 bv, __m512 lov,
                                                                    __m512 hiv,
                                                                    const float* residual, void* y) {
+  if (out_type == CUVIL_UK_QOUT_S32) {
+    _mm512_mask_storeu_epi32(static_cast<int32_t*>(y), mask, _mm512_sub_epi32(a, c));
+    return;
+  }
   __m512 v = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(a, c)), mv), bv);
   if (out_type == CUVIL_UK_QOUT_FLOAT) {
     if (residual != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, residual));
@@ -471,7 +482,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void TileStoreVnniW(
     }
   }
   const int64_t out_type = e.params->out_type;
-  const size_t out_bytes = out_type == CUVIL_UK_QOUT_FLOAT ? 4 : 1;
+  const size_t out_bytes = out_type == CUVIL_UK_QOUT_FLOAT || out_type == CUVIL_UK_QOUT_S32 ? 4 : 1;
   const __m512 lov = _mm512_set1_ps(e.lo), hiv = _mm512_set1_ps(e.hi);
   const auto y0 = reinterpret_cast<uintptr_t>(e.y);
   const auto res0 = reinterpret_cast<uintptr_t>(e.residual);
@@ -585,7 +596,8 @@ void QConv2d(const QTable& t, const cuvil_uk_qconv_params& qp, const void* x, co
   // the last channel's ragged tail (up to 16 columns past the block and kx * DW).
   const int64_t plane_rows = rows_per_block + halo;
   const int64_t padded_bytes = padded ? p.channels * plane_rows * wp + wp + 64 : 0;
-  const size_t out_bytes = qp.out_type == CUVIL_UK_QOUT_FLOAT ? 4 : 1;
+  const size_t out_bytes =
+      qp.out_type == CUVIL_UK_QOUT_FLOAT || qp.out_type == CUVIL_UK_QOUT_S32 ? 4 : 1;
   ParallelFor(batch * blocks, cost, [&](int64_t begin, int64_t end) {
     uint8_t* b = Scratch(kSlotB, static_cast<size_t>(kq * max_ldb * 4));
     uint8_t* rows =

@@ -123,13 +123,22 @@ void CheckCase(const Case& t, Fill fill, int64_t batch = 2) {
     SCOPED_TRACE(table->name);
     std::vector<float> yf(acc.size(), -1.0f);
     std::vector<uint8_t> yq(acc.size(), 0xAB);
-    void* y = t.out_type == CUVIL_UK_QOUT_FLOAT ? static_cast<void*>(yf.data()) : yq.data();
+    std::vector<int32_t> yi(acc.size(), -7);
+    void* y = t.out_type == CUVIL_UK_QOUT_FLOAT ? static_cast<void*>(yf.data())
+              : t.out_type == CUVIL_UK_QOUT_S32 ? static_cast<void*>(yi.data())
+                                                : yq.data();
     uk::QConv2d(*table, qp, xbytes.data(), packed.data(), comp.data(), mult.data(), bias.data(),
                 nullptr, y, batch, lo, hi);
     int64_t bad = 0;
     for (size_t i = 0; i < acc.size() && bad < 5; ++i) {
       const int64_t m = static_cast<int64_t>(i) / plane % t.m;
-      if (t.out_type == CUVIL_UK_QOUT_FLOAT) {
+      if (t.out_type == CUVIL_UK_QOUT_S32) {
+        // ConvInteger's exact sum of (x - x_zero) * w.
+        if (yi[i] != acc[i]) {
+          ++bad;
+          ADD_FAILURE() << "y[" << i << "] = " << yi[i] << ", want " << acc[i];
+        }
+      } else if (t.out_type == CUVIL_UK_QOUT_FLOAT) {
         // mult = 1: the float value is the exact accumulator plus the bias.
         const float want = static_cast<float>(acc[i]) + bias[m];
         if (yf[i] != want) {
@@ -190,7 +199,7 @@ TEST(QConvTest, SaturationEdges) {
 }
 
 TEST(QConvTest, OddSizesEveryOutputType) {
-  for (int64_t out : {CUVIL_UK_QOUT_FLOAT, CUVIL_UK_QOUT_U8, CUVIL_UK_QOUT_S8}) {
+  for (int64_t out : {CUVIL_UK_QOUT_FLOAT, CUVIL_UK_QOUT_U8, CUVIL_UK_QOUT_S8, CUVIL_UK_QOUT_S32}) {
     for (bool s : {false, true}) {
       // k = 3 (not a multiple of 4), m = 7, 13 positions.
       CheckCase({3, 1, 13, 7, 1, 1, 1, 0, 1, s, out}, Fill::kRandom);

@@ -40,6 +40,11 @@ inline uint32_t Quad(const uint8_t* row, int64_t kk, int64_t k, uint32_t flip) {
   return q ^ flip;
 }
 
+// Bytes of one output element of `out_type` (cuvil_uk_qout).
+inline int64_t OutBytes(int64_t out_type) {
+  return out_type == CUVIL_UK_QOUT_FLOAT || out_type == CUVIL_UK_QOUT_S32 ? 4 : 1;
+}
+
 // v clamped to [lo, hi] and rounded half to even (as qgemm.cc's ClampRound).
 inline float ClampRound(float v, float lo, float hi) {
   constexpr float kMagic = 12582912.0f;
@@ -55,7 +60,9 @@ void StoreColumns(const QMatMulBlock& b, int64_t r, int64_t n0, int64_t cols, co
     const int64_t c = n0 + j;
     const float v = static_cast<float>(acc[j] - b.comp[c]) * b.mult[c] + b.bias[c];
     const int64_t at = r * p.n + c;
-    if (p.out_type == CUVIL_UK_QOUT_FLOAT) {
+    if (p.out_type == CUVIL_UK_QOUT_S32) {
+      static_cast<int32_t*>(b.y)[at] = acc[j] - b.comp[c];
+    } else if (p.out_type == CUVIL_UK_QOUT_FLOAT) {
       static_cast<float*>(b.y)[at] = std::min(std::max(v, b.lo), b.hi);
     } else if (p.out_type == CUVIL_UK_QOUT_U8) {
       static_cast<uint8_t*>(b.y)[at] =
@@ -127,6 +134,11 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void PanelVnni(const QMat
   const __m512 bv = _mm512_maskz_loadu_ps(mask, b.bias + n0);
   const __m512 lov = _mm512_set1_ps(b.lo), hiv = _mm512_set1_ps(b.hi);
   for (int r = 0; r < R; ++r) {
+    if (p.out_type == CUVIL_UK_QOUT_S32) {
+      _mm512_mask_storeu_epi32(static_cast<int32_t*>(b.y) + r * p.n + n0, mask,
+                               _mm512_sub_epi32(acc[r], c));
+      continue;
+    }
     // The _round_ forms (current rounding mode) keep GCC from contracting the pair into an FMA,
     // whose single rounding would differ from the generic tier's in the last bit.
     constexpr int kRound = _MM_FROUND_CUR_DIRECTION;
@@ -204,8 +216,7 @@ void BlockAvx2(const QMatMulBlock& b) {
   QMatMulBlock pair = b;
   for (int64_t r0 = 0; r0 < b.rows; r0 += 2) {
     pair.x = b.x + r0 * b.params->k;
-    pair.y = static_cast<uint8_t*>(b.y) +
-             r0 * b.params->n * (b.params->out_type == CUVIL_UK_QOUT_FLOAT ? 4 : 1);
+    pair.y = static_cast<uint8_t*>(b.y) + r0 * b.params->n * OutBytes(b.params->out_type);
     for (int64_t pp = b.panel_begin; pp < b.panel_end; ++pp) {
       if (b.rows - r0 >= 2) {
         PanelAvx2<2>(pair, pp);
@@ -274,7 +285,7 @@ void QMatMul(const QMatMulTable& t, const cuvil_uk_qmatmul_params& p, const void
              int64_t rows, float lo, float hi) {
   if (rows <= 0 || p.n <= 0) return;
   const int64_t panels = (p.n + kLanes - 1) / kLanes;
-  const int64_t out_bytes = p.out_type == CUVIL_UK_QOUT_FLOAT ? 4 : 1;
+  const int64_t out_bytes = OutBytes(p.out_type);
   auto body = [&](int64_t begin, int64_t end) {
     for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
       QMatMulBlock b;

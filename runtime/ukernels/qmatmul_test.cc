@@ -28,7 +28,8 @@ std::vector<uint8_t> Reference(const Case& t, const std::vector<uint8_t>& x,
                                const std::vector<int8_t>& w, const std::vector<int32_t>& comp,
                                const std::vector<float>& mult, const std::vector<float>& bias,
                                float lo, float hi) {
-  const int64_t out_bytes = t.out_type == CUVIL_UK_QOUT_FLOAT ? 4 : 1;
+  const int64_t out_bytes =
+      t.out_type == CUVIL_UK_QOUT_FLOAT || t.out_type == CUVIL_UK_QOUT_S32 ? 4 : 1;
   std::vector<uint8_t> y(static_cast<size_t>(t.rows * t.n * out_bytes));
   for (int64_t r = 0; r < t.rows; ++r) {
     for (int64_t j = 0; j < t.n; ++j) {
@@ -37,6 +38,11 @@ std::vector<uint8_t> Reference(const Case& t, const std::vector<uint8_t>& x,
         const int64_t xv =
             t.x_signed ? static_cast<int8_t>(x[r * t.k + kk]) + 128 : x[r * t.k + kk];
         acc += xv * (t.transposed ? w[j * t.k + kk] : w[kk * t.n + j]);
+      }
+      if (t.out_type == CUVIL_UK_QOUT_S32) {
+        const int32_t exact = static_cast<int32_t>(acc) - comp[j];
+        std::memcpy(&y[(r * t.n + j) * 4], &exact, 4);
+        continue;
       }
       float v = static_cast<float>(static_cast<int32_t>(acc) - comp[j]) * mult[j] + bias[j];
       v = std::min(std::max(v, lo), hi);
@@ -62,7 +68,8 @@ TEST(QMatMulTest, EveryTierMatchesTheReferenceExactly) {
 #endif
   std::mt19937 rng(7);
   std::vector<Case> cases;
-  for (int64_t out_type : {CUVIL_UK_QOUT_FLOAT, CUVIL_UK_QOUT_U8, CUVIL_UK_QOUT_S8}) {
+  for (int64_t out_type :
+       {CUVIL_UK_QOUT_FLOAT, CUVIL_UK_QOUT_U8, CUVIL_UK_QOUT_S8, CUVIL_UK_QOUT_S32}) {
     for (bool x_signed : {false, true}) {
       cases.push_back({1, 512, 1000, x_signed, true, out_type});  // A classifier's FC at batch 1.
       cases.push_back({9, 5, 17, x_signed, false, out_type});

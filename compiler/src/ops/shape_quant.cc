@@ -222,10 +222,25 @@ absl::Status QLinearConv(InferContext& c) {
   return absl::OkStatus();
 }
 
+// The element type of a cuvil_uk_qout.
+DType QOutDType(int64_t out_type) {
+  switch (out_type) {
+    case 1:
+      return DType::kUInt8;
+    case 2:
+      return DType::kInt8;
+    case 3:
+      return DType::kInt32;
+    default:
+      return DType::kFloat32;
+  }
+}
+
 // CuvilQConv(x, packed_w, comp, mult, bias, residual?): the integer convolution that the QDQ
 // fusion (fuse_qdq.cc) makes of DequantizeLinear -> Conv (-> Add) (-> Relu/Clip)
 // (-> QuantizeLinear); its attributes are the Conv's canonical ones plus out_channels, x_zero,
-// out_type (cuvil_uk_qout) and the clamp lo/hi. Output: float32, uint8 or int8 [N, M, OH, OW].
+// out_type (cuvil_uk_qout) and the clamp lo/hi. Output: float32, uint8, int8 or int32 (ConvInteger)
+// [N, M, OH, OW].
 absl::Status QConvFused(InferContext& c) {
   if (auto s = c.ExpectInputs(5, 6); !s.ok()) return s;
   const Node& n = c.node();
@@ -244,7 +259,7 @@ absl::Status QConvFused(InferContext& c) {
     out.push_back(SymDim::Const(span / st[j] + 1));
   }
   const int64_t type = n.attr_int("out_type", 0);
-  const DType dt = type == 1 ? DType::kUInt8 : type == 2 ? DType::kInt8 : DType::kFloat32;
+  const DType dt = QOutDType(type);
   c.SetOutput(0, dt, out);
   return absl::OkStatus();
 }
@@ -252,7 +267,7 @@ absl::Status QConvFused(InferContext& c) {
 // CuvilQMatMul(x, packed_w, comp, mult, bias): the integer matrix product that the QDQ fusion
 // (fuse_qdq.cc) makes of DequantizeLinear -> MatMul [-> Add] | Gemm (-> Relu/Clip)
 // (-> QuantizeLinear); attributes out_columns, out_type (cuvil_uk_qout) and the clamp lo/hi.
-// x: (u)int8 [M, K]. Output: float32, uint8 or int8 [M, out_columns].
+// x: (u)int8 [M, K]. Output: float32, uint8, int8 or int32 (MatMulInteger) [M, out_columns].
 absl::Status QMatMulFused(InferContext& c) {
   if (auto s = c.ExpectInputs(5, 5); !s.ok()) return s;
   const Node& n = c.node();
@@ -262,7 +277,7 @@ absl::Status QMatMulFused(InferContext& c) {
   const int64_t cols = n.attr_int("out_columns", 0);
   if (cols <= 0) return c.Error("out_columns must be positive");
   const int64_t type = n.attr_int("out_type", 0);
-  const DType dt = type == 1 ? DType::kUInt8 : type == 2 ? DType::kInt8 : DType::kFloat32;
+  const DType dt = QOutDType(type);
   c.SetOutput(0, dt, {c.in_shape(0)[0], SymDim::Const(cols)});
   return absl::OkStatus();
 }

@@ -98,6 +98,8 @@ enum cuvil_uk_qout : int64_t {
   CUVIL_UK_QOUT_FLOAT = 0,  // float32: v (+ residual), clamped to [lo, hi]
   CUVIL_UK_QOUT_U8 = 1,     // uint8: round-half-even(v) clamped to [lo, hi] (integers in range)
   CUVIL_UK_QOUT_S8 = 2,     // int8: likewise
+  CUVIL_UK_QOUT_S32 = 3,    // int32: acc - comp, exact (ConvInteger, MatMulInteger); mult, bias,
+                            // residual, lo and hi are not read
 };
 
 // Geometry and types of one quantized convolution; generated code stores it as a constant array
