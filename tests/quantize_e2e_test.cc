@@ -300,8 +300,8 @@ TEST(QdqFusionTest, IntegerConvMatchesTheFloatQdqGraphWithinOneStep) {
 // Relu [-> QuantizeLinear -> DequantizeLinear] -> y [batch, 40]; weight scales per column or per
 // tensor.
 std::string QdqFullyConnected(bool gemm, bool x_signed, bool per_column, bool quantize_out,
-                              float* y_scale) {
-  constexpr int64_t kK = 67, kN = 40;
+                              float* y_scale, int64_t kN = 40, bool scalar_bias = false) {
+  constexpr int64_t kK = 67;
   onnx::ModelProto model;
   model.set_ir_version(8);
   model.add_opset_import()->set_version(13);
@@ -343,8 +343,9 @@ std::string QdqFullyConnected(bool gemm, bool x_signed, bool per_column, bool qu
     ws.add_float_data((0.6f + 0.03f * static_cast<float>(j)) / 127 / kK * 4);
   }
   add(ws);
-  auto bias = Initializer("b", onnx::TensorProto::FLOAT, {kN});
-  for (int64_t j = 0; j < kN; ++j) bias.add_float_data(bd(rng));
+  auto bias = Initializer("b", onnx::TensorProto::FLOAT,
+                          scalar_bias ? std::vector<int64_t>{} : std::vector<int64_t>{kN});
+  for (int64_t j = 0; j < (scalar_bias ? 1 : kN); ++j) bias.add_float_data(bd(rng));
   add(bias);
   auto node = [&](const std::string& op, std::vector<std::string> in, const std::string& out) {
     onnx::NodeProto* n = g->add_node();
@@ -529,6 +530,25 @@ std::string QLinearConvModel() {
   pads->set_type(onnx::AttributeProto::INTS);
   for (int i = 0; i < 4; ++i) pads->add_ints(1);
   return model.SerializeAsString();
+}
+
+// A Gemm with one output column and a scalar C (broadcast, not an [N] bias) is left to the float
+// path instead of being read as a bias (its shape has no last dim), and computes what the float
+// QDQ graph does.
+TEST(QdqFusionTest, GemmWithAScalarCStaysFloat) {
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  HostTensor x(DType::kFloat32, {3, 67});
+  for (int64_t i = 0; i < x.num_elements(); ++i) x.data_as<float>()[i] = 0.05f * (i % 41);
+  float sy = 0;
+  const std::string bytes = QdqFullyConnected(true, false, false, false, &sy, 1, true);
+  auto [fused, yi] = RunBlock(**engine, bytes, true, x, "scalar_c_i", "cuvil_uk_qmatmul", false);
+  auto [unfused, yf] = RunBlock(**engine, bytes, false, x, "scalar_c_f", "cuvil_uk_qmatmul", false);
+  EXPECT_FALSE(fused);
+  ASSERT_EQ(yi.shape(), (std::vector<int64_t>{3, 1}));
+  // (The weight's DequantizeLinear folds at a different step on the two paths: the last bits may
+  // differ.)
+  for (int64_t i = 0; i < 3; ++i) EXPECT_NEAR(yi.data_as<float>()[i], yf.data_as<float>()[i], 1e-5);
 }
 
 // A QLinearConv with constant parameters runs on the integer convolution kernel, within one

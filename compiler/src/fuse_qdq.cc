@@ -262,7 +262,8 @@ std::optional<QuantWeights> ConstantWeights(const ir::Value* wf, size_t rank,
 // A constant float bias of n values ([n] or [1, n]).
 bool IsBiasOf(const ir::Value* b, int64_t n) {
   return b != nullptr && b->is_constant() && b->constant->dtype() == DType::kFloat32 &&
-         b->constant->num_elements() == n && b->constant->shape().back() == n;
+         b->constant->num_elements() == n && !b->constant->shape().empty() &&
+         b->constant->shape().back() == n;
 }
 
 // Fuses the pattern at `conv` if it matches; returns the nodes it made dead (empty if not).

@@ -55,12 +55,9 @@ absl::Status ReadModelInferRequest(grpc::ByteBuffer& wire,
                                    const std::shared_ptr<RecycledBuffers>& buffers,
                                    SplitInferRequest* out) {
   const size_t total = wire.Length();
-  std::string header;
-  // Where each raw entry starts in the wire, found first so one buffer can hold them all.
-  struct Entry {
-    size_t size;
-  };
-  std::vector<Entry> entries;
+  std::string header;  // Every field but the raw entries, re-encoded for protobuf.
+  // The first pass counts and sizes the raw entries so one buffer can hold them all.
+  size_t entries = 0;
   size_t raw_bytes = 0;
   RecycledBuffers::Buffer storage;
   for (int pass = 0; pass < 2; ++pass) {
@@ -80,7 +77,7 @@ absl::Status ReadModelInferRequest(grpc::ByteBuffer& wire,
           return Malformed("raw_input_contents entry longer than the message");
         }
         if (pass == 0) {
-          entries.push_back({len});
+          ++entries;
           raw_bytes += AlignedSize(len);
           if (!in.Skip(static_cast<int>(len))) return Malformed("truncated raw_input_contents");
         } else {
@@ -153,9 +150,9 @@ absl::Status ReadModelInferRequest(grpc::ByteBuffer& wire,
     }
     if (pass == 0) {
       if (!out->header.ParseFromString(header)) return Malformed("fields do not parse");
-      if (entries.empty()) break;
+      if (entries == 0) break;
       storage = RecycledBuffers::Acquire(buffers, raw_bytes);
-      out->raw.assign(entries.size(), RawBytes{});
+      out->raw.assign(entries, RawBytes{});
     }
   }
   out->holder = std::shared_ptr<uint8_t>(std::move(storage));
