@@ -2,11 +2,12 @@
 # Ahead-of-time libraries end to end: for each named zoo model, `cuvilc compile --aot` writes
 # libNAME.a + NAME.h once, examples/aot/run_model.c is built against them with the system C
 # compiler (no Cuvil, LLVM or absl on the link line: only -lm), and every test_data_set_* is run
-# and compared with its reference outputs (atol = rtol = 1e-3).
+# and compared with its reference outputs (atol = rtol = 1e-3 unless ATOL / RTOL say otherwise).
 # usage: [AOT_TARGET=aarch64 CC=aarch64-linux-gnu-gcc RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu"]
 #        [AOT_CPU=x86-64 (an LLVM CPU name: a portable library)]
 #        [CROSS_CFLAGS="--target=wasm32-wasi ..."]
 #        [EXPECT_BODY=x86-64-v3 (the body NAME_tier() must name on every run)]
+#        [ATOL=1e-3 RTOL=1e-3 (the tolerance against the reference outputs)]
 #        [NO_SIMD_OBJDUMP=llvm-objdump (a wasm program must disassemble without any v128 op)]
 #        aot_models.sh CUVILC SOURCE_DIR MODELS_DIR WORK_DIR MODEL...
 # (a cross target: the C compiler for it, its extra flags, and the emulator or runtime that runs
@@ -39,7 +40,7 @@ for m in "$@"; do
     fi
   fi
   for d in "$models/$m"/test_data_set_*; do
-    if result=$("${runner[@]}" "$out/run_model" "$d" --atol 1e-3 --rtol 1e-3) &&
+    if result=$("${runner[@]}" "$out/run_model" "$d" --atol "${ATOL:-1e-3}" --rtol "${RTOL:-1e-3}") &&
         [[ -z ${EXPECT_BODY:-} || $result == *"body ${EXPECT_BODY})"* ]]; then
       echo "$result"; echo "PASS $m/$(basename "$d")"; passed=$((passed + 1))
     else
