@@ -8,7 +8,6 @@
 #include <random>
 #include <sstream>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "calibration_data.h"
@@ -118,24 +117,61 @@ onnx::TensorProto Initializer(const std::string& name, int type, std::vector<int
   return t;
 }
 
-// `v` is a [batch, c, 9, 9] tensor of ONNX element type `elem_type`.
-void ImageInfo(onnx::ValueInfoProto* v, const std::string& name, int elem_type, int64_t c) {
+// `v` is a [batch, dims...] tensor of ONNX element type `elem_type`.
+void BatchedInfo(onnx::ValueInfoProto* v, const std::string& name, int elem_type,
+                 const std::vector<int64_t>& dims) {
   v->set_name(name);
   auto* t = v->mutable_type()->mutable_tensor_type();
   t->set_elem_type(elem_type);
   t->mutable_shape()->add_dim()->set_dim_param("batch");
-  for (int64_t d : {c, int64_t{9}, int64_t{9}}) t->mutable_shape()->add_dim()->set_dim_value(d);
+  for (int64_t d : dims) t->mutable_shape()->add_dim()->set_dim_value(d);
+}
+
+// `v` is a [batch, c, 9, 9] tensor of ONNX element type `elem_type`.
+void ImageInfo(onnx::ValueInfoProto* v, const std::string& name, int elem_type, int64_t c) {
+  BatchedInfo(v, name, elem_type, {c, 9, 9});
+}
+
+// An opset-13 model whose graph is called `name`; the graph is model->mutable_graph().
+onnx::ModelProto NewModel(const std::string& name) {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(13);
+  model.mutable_graph()->set_name(name);
+  return model;
+}
+
+// Appends node `op`(inputs) -> output to `g`, named after its output.
+onnx::NodeProto* AddNode(onnx::GraphProto* g, const std::string& op,
+                         const std::vector<std::string>& inputs, const std::string& output) {
+  onnx::NodeProto* n = g->add_node();
+  n->set_op_type(op);
+  n->set_name(output + "_node");
+  for (const auto& i : inputs) n->add_input(i);
+  n->add_output(output);
+  return n;
+}
+
+void IntAttr(onnx::NodeProto* n, const std::string& name, int64_t v) {
+  onnx::AttributeProto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(v);
+}
+
+void IntsAttr(onnx::NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
+  onnx::AttributeProto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INTS);
+  for (int64_t x : v) a->add_ints(x);
 }
 
 std::string QdqBlock(const BlockSpec& b, float* y_scale) {
   constexpr int64_t kC = 8;
   const int64_t m = b.residual || b.depthwise ? kC : 16;
   const int64_t cg = b.depthwise ? 1 : kC;  // Input channels per group.
-  onnx::ModelProto model;
-  model.set_ir_version(8);
-  model.add_opset_import()->set_version(13);
+  onnx::ModelProto model = NewModel("qdq_block");
   onnx::GraphProto* g = model.mutable_graph();
-  g->set_name("qdq_block");
   ImageInfo(g->add_input(), "x", onnx::TensorProto::FLOAT, kC);
   ImageInfo(g->add_output(), "y", onnx::TensorProto::FLOAT, m);
   const int qtype = b.x_signed ? onnx::TensorProto::INT8 : onnx::TensorProto::UINT8;
@@ -172,34 +208,17 @@ std::string QdqBlock(const BlockSpec& b, float* y_scale) {
     bs.add_float_data(sx * s);
   }
   for (auto* t : {&w, &ws, &wz, &bq, &bs}) *g->add_initializer() = *t;
-  auto node = [&](const std::string& op, std::vector<std::string> in, const std::string& out) {
-    onnx::NodeProto* n = g->add_node();
-    n->set_op_type(op);
-    n->set_name(out + "_node");
-    for (const auto& i : in) n->add_input(i);
-    n->add_output(out);
-    return n;
-  };
+  auto node = [g](const std::string& op, const std::vector<std::string>& in,
+                  const std::string& out) { return AddNode(g, op, in, out); };
   node("QuantizeLinear", {"x", "sx", "zx"}, "xq");
   node("DequantizeLinear", {"xq", "sx", "zx"}, "xd");
   for (auto [in, out] : {std::pair<std::vector<std::string>, std::string>{{"wq", "ws", "wz"}, "wd"},
                          {{"bq", "bs"}, "bd"}}) {
-    onnx::AttributeProto* axis = node("DequantizeLinear", in, out)->add_attribute();
-    axis->set_name("axis");
-    axis->set_type(onnx::AttributeProto::INT);
-    axis->set_i(0);
+    IntAttr(node("DequantizeLinear", in, out), "axis", 0);
   }
   onnx::NodeProto* conv = node("Conv", {"xd", "wd", "bd"}, "conv");
-  onnx::AttributeProto* pads = conv->add_attribute();
-  pads->set_name("pads");
-  pads->set_type(onnx::AttributeProto::INTS);
-  for (int i = 0; i < 4; ++i) pads->add_ints(b.kernel / 2);
-  if (b.depthwise) {
-    onnx::AttributeProto* group = conv->add_attribute();
-    group->set_name("group");
-    group->set_type(onnx::AttributeProto::INT);
-    group->set_i(kC);
-  }
+  IntsAttr(conv, "pads", std::vector<int64_t>(4, b.kernel / 2));
+  if (b.depthwise) IntAttr(conv, "group", kC);
   std::string cur = "conv";
   if (b.residual) cur = node("Add", {cur, "x"}, "sum")->output(0);
   if (b.clip) {
@@ -302,18 +321,10 @@ TEST(QdqFusionTest, IntegerConvMatchesTheFloatQdqGraphWithinOneStep) {
 std::string QdqFullyConnected(bool gemm, bool x_signed, bool per_column, bool quantize_out,
                               float* y_scale, int64_t kN = 40, bool scalar_bias = false) {
   constexpr int64_t kK = 67;
-  onnx::ModelProto model;
-  model.set_ir_version(8);
-  model.add_opset_import()->set_version(13);
+  onnx::ModelProto model = NewModel("qdq_fc");
   onnx::GraphProto* g = model.mutable_graph();
-  g->set_name("qdq_fc");
-  for (auto [v, name, width] : {std::tuple{g->add_input(), "x", kK}, {g->add_output(), "y", kN}}) {
-    v->set_name(name);
-    auto* t = v->mutable_type()->mutable_tensor_type();
-    t->set_elem_type(onnx::TensorProto::FLOAT);
-    t->mutable_shape()->add_dim()->set_dim_param("batch");
-    t->mutable_shape()->add_dim()->set_dim_value(width);
-  }
+  BatchedInfo(g->add_input(), "x", onnx::TensorProto::FLOAT, {kK});
+  BatchedInfo(g->add_output(), "y", onnx::TensorProto::FLOAT, {kN});
   const int qtype = x_signed ? onnx::TensorProto::INT8 : onnx::TensorProto::UINT8;
   const float sx = 4.0f / 255, sy = 3.0f / 255;
   *y_scale = sy;
@@ -347,27 +358,15 @@ std::string QdqFullyConnected(bool gemm, bool x_signed, bool per_column, bool qu
                           scalar_bias ? std::vector<int64_t>{} : std::vector<int64_t>{kN});
   for (int64_t j = 0; j < (scalar_bias ? 1 : kN); ++j) bias.add_float_data(bd(rng));
   add(bias);
-  auto node = [&](const std::string& op, std::vector<std::string> in, const std::string& out) {
-    onnx::NodeProto* n = g->add_node();
-    n->set_op_type(op);
-    n->set_name(out + "_node");
-    for (const auto& i : in) n->add_input(i);
-    n->add_output(out);
-    return n;
-  };
-  auto int_attr = [](onnx::NodeProto* n, const char* name, int64_t v) {
-    onnx::AttributeProto* a = n->add_attribute();
-    a->set_name(name);
-    a->set_type(onnx::AttributeProto::INT);
-    a->set_i(v);
-  };
+  auto node = [g](const std::string& op, const std::vector<std::string>& in,
+                  const std::string& out) { return AddNode(g, op, in, out); };
   node("QuantizeLinear", {"x", "sx", "zx"}, "xq");
   node("DequantizeLinear", {"xq", "sx", "zx"}, "xd");
   onnx::NodeProto* wdq = node("DequantizeLinear", {"wq", "ws"}, "wd");
-  if (per_column) int_attr(wdq, "axis", gemm ? 0 : 1);
+  if (per_column) IntAttr(wdq, "axis", gemm ? 0 : 1);
   std::string cur;
   if (gemm) {
-    int_attr(node("Gemm", {"xd", "wd", "b"}, "fc"), "transB", 1);
+    IntAttr(node("Gemm", {"xd", "wd", "b"}, "fc"), "transB", 1);
     cur = "fc";
   } else {
     node("MatMul", {"xd", "wd"}, "mm");
@@ -492,11 +491,8 @@ void ExpectWithinOneStep(const HostTensor& yi, const HostTensor& yr) {
 // QLinearConv(uint8 x [N, 8, 9, 9], int8 per-channel weights [16, 8, 3, 3], int32 bias) with
 // constant parameters, y uint8.
 std::string QLinearConvModel() {
-  onnx::ModelProto model;
-  model.set_ir_version(8);
-  model.add_opset_import()->set_version(13);
+  onnx::ModelProto model = NewModel("qlinearconv");
   onnx::GraphProto* g = model.mutable_graph();
-  g->set_name("qlinearconv");
   ImageInfo(g->add_input(), "x", onnx::TensorProto::UINT8, 8);
   ImageInfo(g->add_output(), "y", onnx::TensorProto::UINT8, 16);
   std::mt19937 rng(3);
@@ -520,15 +516,8 @@ std::string QLinearConvModel() {
   auto yz = Initializer("yz", onnx::TensorProto::UINT8, {});
   yz.add_int32_data(128);
   for (auto* t : {&w, &ws, &wz, &bias, &xs, &xz, &ys, &yz}) *g->add_initializer() = *t;
-  onnx::NodeProto* n = g->add_node();
-  n->set_op_type("QLinearConv");
-  n->set_name("qconv");
-  for (const char* i : {"x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"}) n->add_input(i);
-  n->add_output("y");
-  onnx::AttributeProto* pads = n->add_attribute();
-  pads->set_name("pads");
-  pads->set_type(onnx::AttributeProto::INTS);
-  for (int i = 0; i < 4; ++i) pads->add_ints(1);
+  IntsAttr(AddNode(g, "QLinearConv", {"x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"}, "y"),
+           "pads", {1, 1, 1, 1});
   return model.SerializeAsString();
 }
 
@@ -571,18 +560,10 @@ TEST(QdqFusionTest, QLinearConvRunsOnTheIntegerKernel) {
 // QLinearMatMul(uint8 x [N, 67], int8 [67, 40] weights with per-column scales) with constant
 // parameters, y uint8.
 std::string QLinearMatMulModel() {
-  onnx::ModelProto model;
-  model.set_ir_version(8);
-  model.add_opset_import()->set_version(13);
+  onnx::ModelProto model = NewModel("qlinearmatmul");
   onnx::GraphProto* g = model.mutable_graph();
-  g->set_name("qlinearmatmul");
-  for (auto [v, name, width] : {std::tuple{g->add_input(), "x", 67}, {g->add_output(), "y", 40}}) {
-    v->set_name(name);
-    auto* t = v->mutable_type()->mutable_tensor_type();
-    t->set_elem_type(onnx::TensorProto::UINT8);
-    t->mutable_shape()->add_dim()->set_dim_param("batch");
-    t->mutable_shape()->add_dim()->set_dim_value(width);
-  }
+  BatchedInfo(g->add_input(), "x", onnx::TensorProto::UINT8, {67});
+  BatchedInfo(g->add_output(), "y", onnx::TensorProto::UINT8, {40});
   std::mt19937 rng(9);
   std::uniform_int_distribution<int> wd(-127, 127);
   auto w = Initializer("w", onnx::TensorProto::INT8, {67, 40});
@@ -602,11 +583,7 @@ std::string QLinearMatMulModel() {
   auto yz = Initializer("yz", onnx::TensorProto::UINT8, {});
   yz.add_int32_data(128);
   for (auto* t : {&w, &ws, &wz, &xs, &xz, &ys, &yz}) *g->add_initializer() = *t;
-  onnx::NodeProto* n = g->add_node();
-  n->set_op_type("QLinearMatMul");
-  n->set_name("qmatmul");
-  for (const char* i : {"x", "xs", "xz", "w", "ws", "wz", "ys", "yz"}) n->add_input(i);
-  n->add_output("y");
+  AddNode(g, "QLinearMatMul", {"x", "xs", "xz", "w", "ws", "wz", "ys", "yz"}, "y");
   return model.SerializeAsString();
 }
 
@@ -630,22 +607,13 @@ TEST(QdqFusionTest, QLinearMatMulRunsOnTheIntegerKernel) {
 // a_zero_point -5) or ConvInteger(uint8 x [batch, 5, 7, 7], W [6, 5, 3, 3], x_zero_point 131,
 // pads 1, w_zero_point 0); int32 output.
 std::string IntegerProductModel(bool conv) {
-  onnx::ModelProto model;
-  model.set_ir_version(8);
-  model.add_opset_import()->set_version(13);
+  onnx::ModelProto model = NewModel(conv ? "convinteger" : "matmulinteger");
   onnx::GraphProto* g = model.mutable_graph();
-  g->set_name(conv ? "convinteger" : "matmulinteger");
-  auto info = [](onnx::ValueInfoProto* v, const char* name, int type, std::vector<int64_t> dims) {
-    v->set_name(name);
-    auto* t = v->mutable_type()->mutable_tensor_type();
-    t->set_elem_type(type);
-    t->mutable_shape()->add_dim()->set_dim_param("batch");
-    for (int64_t d : dims) t->mutable_shape()->add_dim()->set_dim_value(d);
-  };
   const int xtype = conv ? onnx::TensorProto::UINT8 : onnx::TensorProto::INT8;
-  info(g->add_input(), "x", xtype, conv ? std::vector<int64_t>{5, 7, 7} : std::vector<int64_t>{37});
-  info(g->add_output(), "y", onnx::TensorProto::INT32,
-       conv ? std::vector<int64_t>{6, 7, 7} : std::vector<int64_t>{21});
+  BatchedInfo(g->add_input(), "x", xtype,
+              conv ? std::vector<int64_t>{5, 7, 7} : std::vector<int64_t>{37});
+  BatchedInfo(g->add_output(), "y", onnx::TensorProto::INT32,
+              conv ? std::vector<int64_t>{6, 7, 7} : std::vector<int64_t>{21});
   std::mt19937 rng(23);
   std::uniform_int_distribution<int> wd(-128, 127);
   const std::vector<int64_t> wdims =
@@ -659,17 +627,9 @@ std::string IntegerProductModel(bool conv) {
   auto wz = Initializer("wz", onnx::TensorProto::INT8, {});
   wz.add_int32_data(0);
   for (auto* t : {&w, &xz, &wz}) *g->add_initializer() = *t;
-  onnx::NodeProto* n = g->add_node();
-  n->set_op_type(conv ? "ConvInteger" : "MatMulInteger");
-  n->set_name("product");
-  for (const char* i : {"x", "w", "xz", "wz"}) n->add_input(i);
-  n->add_output("y");
-  if (conv) {
-    onnx::AttributeProto* pads = n->add_attribute();
-    pads->set_name("pads");
-    pads->set_type(onnx::AttributeProto::INTS);
-    for (int i = 0; i < 4; ++i) pads->add_ints(1);
-  }
+  onnx::NodeProto* n =
+      AddNode(g, conv ? "ConvInteger" : "MatMulInteger", {"x", "w", "xz", "wz"}, "y");
+  if (conv) IntsAttr(n, "pads", {1, 1, 1, 1});
   return model.SerializeAsString();
 }
 

@@ -40,6 +40,17 @@ int64_t IntAt(const HostTensor& t, int64_t i) {
   }
 }
 
+// True when the zero points `zp` are absent, or constant, `count` of them (any number when
+// count < 0) and all 0.
+bool AllZero(const ir::Value* zp, int64_t count) {
+  if (zp == nullptr) return true;
+  if (!zp->is_constant() || (count >= 0 && zp->constant->num_elements() != count)) return false;
+  for (int64_t i = 0; i < zp->constant->num_elements(); ++i) {
+    if (IntAt(*zp->constant, i) != 0) return false;
+  }
+  return true;
+}
+
 bool IsConstScalar(const ir::Value* v, DType dt) {
   return v != nullptr && v->is_constant() && v->constant->dtype() == dt &&
          v->constant->num_elements() == 1;
@@ -180,23 +191,35 @@ struct Requantisation {
   int64_t out_type;
 };
 
+// comp[o] = x's zero point in the kernel's uint8 domain times output channel o's weight sum;
+// nullopt when one overflows int32.
+std::optional<HostTensor> Compensation(const PerTensorQ& xq, const std::vector<int32_t>& sums) {
+  const int64_t m = static_cast<int64_t>(sums.size());
+  const int64_t zero_u8 = xq.zero + (xq.data->type.dtype == DType::kInt8 ? 128 : 0);
+  HostTensor comp(DType::kInt32, {m});
+  for (int64_t o = 0; o < m; ++o) {
+    const int64_t c = zero_u8 * sums[o];
+    if (c < std::numeric_limits<int32_t>::min() || c > std::numeric_limits<int32_t>::max()) {
+      return std::nullopt;
+    }
+    comp.data_as<int32_t>()[o] = static_cast<int32_t>(c);
+  }
+  return comp;
+}
+
 std::optional<Requantisation> Requantise(const PerTensorQ& xq, const std::vector<int32_t>& sums,
                                          const float* w_scale, int64_t nscale, const float* bias,
                                          const Epilogue& e) {
   const int64_t m = static_cast<int64_t>(sums.size());
-  const int64_t zero_u8 = xq.zero + (xq.data->type.dtype == DType::kInt8 ? 128 : 0);
-  Requantisation r{HostTensor(DType::kInt32, {m}),
+  std::optional<HostTensor> comp = Compensation(xq, sums);
+  if (!comp) return std::nullopt;
+  Requantisation r{*std::move(comp),
                    HostTensor(DType::kFloat32, {m}),
                    HostTensor(DType::kFloat32, {m}),
                    e.act_lo,
                    e.act_hi,
                    CUVIL_UK_QOUT_FLOAT};
   for (int64_t o = 0; o < m; ++o) {
-    const int64_t c = zero_u8 * sums[o];
-    if (c < std::numeric_limits<int32_t>::min() || c > std::numeric_limits<int32_t>::max()) {
-      return std::nullopt;
-    }
-    r.comp.data_as<int32_t>()[o] = static_cast<int32_t>(c);
     const double scale = static_cast<double>(xq.scale) * w_scale[nscale == 1 ? 0 : o];
     const double bo = bias != nullptr ? bias[o] : 0.0;
     if (e.yq) {
@@ -250,12 +273,7 @@ std::optional<QuantWeights> ConstantWeights(const ir::Value* wf, size_t rank,
   if (nscale != 1 && (nscale != channels || axis != channel_axis)) {
     return std::nullopt;
   }
-  if (wz != nullptr) {
-    if (!wz->is_constant() || wz->constant->num_elements() != nscale) return std::nullopt;
-    for (int64_t i = 0; i < nscale; ++i) {
-      if (IntAt(*wz->constant, i) != 0) return std::nullopt;
-    }
-  }
+  if (!AllZero(wz, nscale)) return std::nullopt;
   return QuantWeights{wq, ws, nscale};
 }
 
@@ -393,8 +411,7 @@ std::vector<ir::Node*> TryFuseMatMul(ir::Graph& graph, ir::Node* mm,
   return dead;
 }
 
-// The QLinear op at nodes[i] and its operands, as DequantizeLinear(x), DequantizeLinear(w) along
-// `w_axis` -> `op` (with `attrs`, and `bias` when set) -> QuantizeLinear -> y, in its place.
+// A QLinear op's operands, its bias already float (or null), and its weights' channel axis.
 struct QdqOperands {
   ir::Value *x, *xs, *xz, *w, *ws, *wz;
   int64_t w_axis;
@@ -402,8 +419,11 @@ struct QdqOperands {
   ir::Value *ys, *yz;
 };
 
-void ReplaceWithQdq(ir::Graph& graph, size_t i, const QdqOperands& o, const std::string& op,
-                    const std::map<std::string, ir::Attribute>& attrs) {
+// Replaces the QLinear op at nodes[i] by DequantizeLinear(x), DequantizeLinear(w) along `w_axis`
+// -> `op` (with `attrs`, and the bias when set) -> QuantizeLinear -> y, in its place; returns the
+// index of the last of the four new nodes.
+size_t ReplaceWithQdq(ir::Graph& graph, size_t i, const QdqOperands& o, const std::string& op,
+                      const std::map<std::string, ir::Attribute>& attrs) {
   std::vector<std::unique_ptr<ir::Node>>& nodes = graph.mutable_nodes();
   ir::Node* q = nodes[i].get();
   ir::Value* y = q->outputs[0];
@@ -446,6 +466,7 @@ void ReplaceWithQdq(ir::Graph& graph, size_t i, const QdqOperands& o, const std:
   nodes.erase(nodes.begin() + static_cast<std::ptrdiff_t>(i));
   nodes.insert(nodes.begin() + static_cast<std::ptrdiff_t>(i),
                std::make_move_iterator(made.begin()), std::make_move_iterator(made.end()));
+  return i + made.size() - 1;
 }
 
 // Constant int8 weights `w` with constant float scales `ws` per tensor or `channels` of them, and
@@ -457,13 +478,7 @@ bool ZeroPointWeights(const ir::Value* w, const ir::Value* ws, const ir::Value* 
     return false;
   }
   const int64_t nscale = ws->constant->num_elements();
-  if (nscale != 1 && nscale != channels) return false;
-  if (wz == nullptr) return true;
-  if (!wz->is_constant() || wz->constant->num_elements() != nscale) return false;
-  for (int64_t k = 0; k < nscale; ++k) {
-    if (IntAt(*wz->constant, k) != 0) return false;
-  }
-  return true;
+  return (nscale == 1 || nscale == channels) && AllZero(wz, nscale);
 }
 
 }  // namespace
@@ -548,8 +563,8 @@ int ExpandQLinearConvs(ir::Graph& graph) {
     }
     const std::string base = q->name.empty() ? y->name : q->name;
     ir::Value* bf = NewConstant(graph, base + "/bias_float", std::move(bias));
-    ReplaceWithQdq(graph, i, QdqOperands{x, xs, xz, w, ws, wz, 0, bf, ys, yz}, "Conv", q->attrs);
-    i += 3;
+    i = ReplaceWithQdq(graph, i, QdqOperands{x, xs, xz, w, ws, wz, 0, bf, ys, yz}, "Conv",
+                       q->attrs);
     ++expanded;
   }
   return expanded;
@@ -572,8 +587,8 @@ int ExpandQLinearMatMuls(ir::Graph& graph) {
       continue;
     }
     // Per-column scales of [K, N] weights run along axis 1.
-    ReplaceWithQdq(graph, i, QdqOperands{a, as, az, w, ws, wz, 1, nullptr, ys, yz}, "MatMul", {});
-    i += 3;
+    i = ReplaceWithQdq(graph, i, QdqOperands{a, as, az, w, ws, wz, 1, nullptr, ys, yz}, "MatMul",
+                       {});
     ++expanded;
   }
   return expanded;
@@ -609,11 +624,7 @@ int LowerIntegerProducts(ir::Graph& graph) {
       if (shapes_fit) k = wshape[0], rows = wshape[1];
     }
     if (!shapes_fit || rows <= 0 || k <= 0) continue;
-    bool zero_w = wz == nullptr || wz->is_constant();
-    for (int64_t i = 0; zero_w && wz != nullptr && i < wz->constant->num_elements(); ++i) {
-      zero_w = IntAt(*wz->constant, i) == 0;
-    }
-    if (!zero_w) continue;
+    if (!AllZero(wz, -1)) continue;
     const int64_t wbytes =
         conv ? cuvil_uk_qconv_weights_size(rows, k) : cuvil_uk_qmatmul_weights_size(k, rows);
     if (wbytes < 0 || wbytes > ir::kMaxTensorBytes) continue;
@@ -628,14 +639,13 @@ int LowerIntegerProducts(ir::Graph& graph) {
     }
     // The exact int32 result is acc - comp (CUVIL_UK_QOUT_S32); mult and bias go unread.
     const PerTensorQ xq{x, 1.0f, xz != nullptr ? IntAt(*xz->constant, 0) : 0};
-    static const float kUnitScale = 1.0f;
-    auto r = Requantise(xq, sums, &kUnitScale, 1, nullptr, Epilogue{});
-    if (!r) continue;
+    std::optional<HostTensor> comp = Compensation(xq, sums);
+    if (!comp) continue;
     const std::string base = n->name.empty() ? n->outputs[0]->name : n->name;
     n->inputs = {x, NewConstant(graph, base + ".qweights", std::move(packed)),
-                 NewConstant(graph, base + ".qcomp", std::move(r->comp)),
-                 NewConstant(graph, base + ".qmult", std::move(r->mult)),
-                 NewConstant(graph, base + ".qbias", std::move(r->bias))};
+                 NewConstant(graph, base + ".qcomp", *std::move(comp)),
+                 NewConstant(graph, base + ".qmult", HostTensor(DType::kFloat32, {rows})),
+                 NewConstant(graph, base + ".qbias", HostTensor(DType::kFloat32, {rows}))};
     if (conv) {
       n->op_type = "CuvilQConv";
       n->attrs.erase("group");

@@ -122,13 +122,6 @@ std::vector<int64_t> TapOffsets(const cuvil_uk_conv_params& p, const Phases& ph,
   return off;
 }
 
-template <typename F>
-void ParallelFor(int64_t count, int64_t cost, F&& f) {
-  cuvil_rt_parallel_for(
-      count, cost,
-      [](void* ctx, int64_t begin, int64_t end) { (*static_cast<F*>(ctx))(begin, end); }, &f);
-}
-
 // Multiply-adds below which a second thread does not pay: waking a pool thread costs tens of
 // microseconds here, far above the runtime's generic kMinParallelWork. 2M (~100 us on one Zen 3
 // core) splits MobileNet's 7x7 and 14x14 layers too (1.3-1.7x each at 2 threads), and a pool

@@ -162,13 +162,6 @@ __attribute__((target("avx2"))) void TileAvx2(int64_t kq, const int8_t* a, const
 
 #endif  // __x86_64__
 
-template <typename F>
-void ParallelFor(int64_t count, int64_t cost, F&& f) {
-  cuvil_rt_parallel_for(
-      count, cost,
-      [](void* ctx, int64_t begin, int64_t end) { (*static_cast<F*>(ctx))(begin, end); }, &f);
-}
-
 // Bytes of im2col B kept per block (with the weights streaming, about an L2's share).
 constexpr int64_t kBlockBytes = 192 * 1024;
 // Multiply-adds below which a second thread does not pay (as conv.cc's).

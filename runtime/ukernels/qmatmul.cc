@@ -8,7 +8,6 @@
 // (batch 1, a GEMV) uses whole vectors. Tiers: AVX-512 VNNI (vpdpbusd), AVX2 (widened to int16
 // and vpmaddwd) and generic; all write the same bits.
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <string_view>
 #include <vector>
@@ -251,31 +250,23 @@ const QMatMulTable* QMatMulVnniTable() { return nullptr; }
 #endif
 
 std::vector<const QMatMulTable*> SupportedQMatMulTables() {
+  // The integer convolution's tiers need the same instructions: offer the same ones.
   std::vector<const QMatMulTable*> out;
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vnni")) {
-    out.push_back(QMatMulVnniTable());
+  for (const QTable* conv : SupportedQTables()) {
+    for (const QMatMulTable* t : {QMatMulVnniTable(), QMatMulAvx2Table(), &QMatMulGenericTable()}) {
+      if (t != nullptr && std::string_view(t->name) == conv->name) out.push_back(t);
+    }
   }
-  if (__builtin_cpu_supports("avx2")) out.push_back(QMatMulAvx2Table());
-#endif
-  out.push_back(&QMatMulGenericTable());
   return out;
 }
 
 const QMatMulTable& ActiveQMatMulTable() {
+  // The integer convolution's choice (the CPU, bounded by CUVIL_UK_TIER) decides this one too.
   static const QMatMulTable* table = [] {
-    const std::vector<const QMatMulTable*> tables = SupportedQMatMulTables();
-    const char* forced = std::getenv("CUVIL_UK_TIER");
-    std::string_view want = forced != nullptr ? forced : "";
-    if (want == "avx2_fma") want = "avx2";
-    if (want == "avx2" || want == "generic") {
-      for (const QMatMulTable* t : tables) {
-        if (want == t->name) return t;
-      }
+    for (const QMatMulTable* t : SupportedQMatMulTables()) {
+      if (std::string_view(t->name) == ActiveQTable().name) return t;
     }
-    return tables.front();
+    return &QMatMulGenericTable();
   }();
   return *table;
 }
@@ -304,10 +295,7 @@ void QMatMul(const QMatMulTable& t, const cuvil_uk_qmatmul_params& p, const void
       t.block(b);
     }
   };
-  using Body = decltype(body);
-  cuvil_rt_parallel_for(
-      panels, rows * p.k * kLanes,
-      [](void* ctx, int64_t begin, int64_t end) { (*static_cast<Body*>(ctx))(begin, end); }, &body);
+  ParallelFor(panels, rows * p.k * kLanes, body);
 }
 
 }  // namespace cuvil::uk

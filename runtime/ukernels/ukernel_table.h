@@ -3,11 +3,24 @@
 #define CUVIL_RUNTIME_UKERNELS_UKERNEL_TABLE_H_
 
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
+#include "cuvil/runtime/parallel.h"
 #include "cuvil/runtime/ukernels.h"
 
 namespace cuvil::uk {
+
+// cuvil_rt_parallel_for over a callable f(begin, end) (the microkernels' lambdas). Reentrant.
+template <typename F>
+void ParallelFor(int64_t count, int64_t cost, F&& f) {
+  cuvil_rt_parallel_for(
+      count, cost,
+      [](void* ctx, int64_t begin, int64_t end) {
+        (*static_cast<std::remove_reference_t<F>*>(ctx))(begin, end);
+      },
+      &f);
+}
 
 // Rows of the GEMM tile (output channels); the packed weight panels have this height on every
 // tier. The tile's width (output positions) is per tier: Table::nr.
@@ -161,10 +174,9 @@ const QMatMulTable& QMatMulGenericTable();
 // Null when this build has no such tier (not x86-64).
 const QMatMulTable* QMatMulAvx2Table();
 const QMatMulTable* QMatMulVnniTable();
-// The tiers this CPU can run, best first (always ends with the generic one).
+// The tiers this CPU can run (those of SupportedQTables), best first, ending with the generic one.
 std::vector<const QMatMulTable*> SupportedQMatMulTables();
-// The tier cuvil_uk_qmatmul uses: the best supported one, limited by CUVIL_UK_TIER as
-// ActiveQTable is. Chosen once per process.
+// The tier cuvil_uk_qmatmul uses: the one named as ActiveQTable(). Chosen once per process.
 const QMatMulTable& ActiveQMatMulTable();
 // cuvil_uk_qmatmul on a given table (tests compare the tiers with it). Reentrant.
 void QMatMul(const QMatMulTable& t, const cuvil_uk_qmatmul_params& p, const void* x,
