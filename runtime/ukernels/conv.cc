@@ -408,19 +408,31 @@ void QDepthwise2d(const Table& t, const cuvil_uk_conv_params& p, const void* x, 
   const int64_t taps = p.kernel_h * p.kernel_w;
   const int64_t in_plane = p.height * p.width, out_plane = p.out_height * p.out_width;
   const Epilogue ep = MakeEpilogue(p, alpha, beta);
-  // Each plane is widened and narrowed in per-thread scratch, so only the 8-bit tensors travel
-  // through memory.
+  const QuantizedPlane q{x_signed, x_scale, x_zero, y_signed, y_scale, y_zero};
+  cuvil_uk_conv_params one = p;
+  one.channels = one.out_channels = one.groups = 1;
+  // The tier's 8-bit plane kernel converts in registers; otherwise each plane is widened and
+  // narrowed in per-thread scratch. Either way only the 8-bit tensors travel through memory.
   ParallelTasks(batch * p.channels, out_plane * taps * kDepthwiseCostScale, [&](auto& next) {
     DepthwisePlanes planes(t, p, ep);
-    float* in = ThreadScratch(kSlotQuantIn, static_cast<size_t>(in_plane));
-    float* out = ThreadScratch(kSlotQuantOut, static_cast<size_t>(out_plane));
+    float* in = nullptr;
+    float* out = nullptr;
     for (int64_t i = next(); i >= 0; i = next()) {
       const int64_t c = i % p.channels;
-      t.dequantize_row(static_cast<const int8_t*>(x) + i * in_plane, x_signed, in_plane, x_scale,
-                       x_zero, in);
-      planes.Run(in, w + c * taps, bias != nullptr ? bias[c] : 0.0f, nullptr, out);
-      t.quantize_row(out, out_plane, y_scale, y_zero, y_signed,
-                     static_cast<int8_t*>(y) + i * out_plane);
+      const float b = bias != nullptr ? bias[c] : 0.0f;
+      const void* xi = static_cast<const int8_t*>(x) + i * in_plane;
+      void* yi = static_cast<int8_t*>(y) + i * out_plane;
+      if (t.qdepthwise_plane != nullptr &&
+          t.qdepthwise_plane(one, xi, w + c * taps, b, yi, q, ep)) {
+        continue;
+      }
+      if (in == nullptr) {
+        in = ThreadScratch(kSlotQuantIn, static_cast<size_t>(in_plane));
+        out = ThreadScratch(kSlotQuantOut, static_cast<size_t>(out_plane));
+      }
+      t.dequantize_row(xi, x_signed, in_plane, x_scale, x_zero, in);
+      planes.Run(in, w + c * taps, b, nullptr, out);
+      t.quantize_row(out, out_plane, y_scale, y_zero, y_signed, yi);
     }
   });
 }

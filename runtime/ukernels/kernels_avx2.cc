@@ -366,9 +366,9 @@ bool DepthwisePlane(const cuvil_uk_conv_params& p, const float* x, const float* 
 }  // namespace
 
 const Table* Avx2Table() {
-  static const Table table = {"avx2_fma",     kNR,           GemmTile,
-                              EpilogueRow,    DepthwiseRow,  PadRowPortable,
-                              DepthwisePlane, DequantizeRow, QuantizeRow};
+  static const Table table = {
+      "avx2_fma",     kNR,           GemmTile,    EpilogueRow, DepthwiseRow, PadRowPortable,
+      DepthwisePlane, DequantizeRow, QuantizeRow, nullptr};
   return &table;
 }
 

@@ -10,6 +10,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <type_traits>
 
 #include "quantize_rows.h"
 
@@ -350,14 +352,115 @@ void DepthwiseItems(const cuvil_uk_conv_params& p, const float* x, const float* 
   StoreItems(p, acc, residual, y, ep, oy0, count, ox0);
 }
 
+// The float input of a depthwise plane: 16 columns `ix + SW * l` of row iy.
+struct FloatRows {
+  const float* x;
+  int64_t width;
+
+  template <int SW>
+  __m512 Load(int64_t iy, int64_t ix, uint32_t m) const {
+    // The address may lie before the row; the mask keeps every lane read inside it.
+    const float* at = reinterpret_cast<const float*>(reinterpret_cast<uintptr_t>(x + iy * width) +
+                                                     ix * int64_t{sizeof(float)});
+    return LoadColumns<SW>(at, m);
+  }
+};
+
+// The float output of a depthwise plane: bias + conv (+ residual), then the epilogue.
+struct FloatOutput {
+  const cuvil_uk_conv_params& p;
+  const float* residual;
+  float* y;
+  const Epilogue& ep;
+
+  void Store(const __m512 (&acc)[kItems], int64_t oy0, int64_t count, int64_t ox0) const {
+    StoreItems(p, acc, residual, y, ep, oy0, count, ox0);
+  }
+};
+
+// An 8-bit input plane (Q is uint8_t or int8_t) dequantised in registers exactly as
+// DequantizeRow does: (x - zero) * scale. Lanes outside the mask load the zero point, so they
+// become 0.0f like the float path's masked lanes.
+template <typename Q>
+struct QuantizedRows {
+  const Q* x;
+  int64_t width;
+  __m512i zero;
+  __m512 scale;
+  __m128i fill16;
+  __m256i fill32;
+
+  QuantizedRows(const Q* x_in, int64_t w, float s, int32_t z)
+      : x(x_in),
+        width(w),
+        zero(_mm512_set1_epi32(z)),
+        scale(_mm512_set1_ps(s)),
+        fill16(_mm_set1_epi8(static_cast<char>(z))),
+        fill32(_mm256_set1_epi8(static_cast<char>(z))) {}
+
+  template <int SW>
+  __m512 Load(int64_t iy, int64_t ix, uint32_t m) const {
+    constexpr bool kSigned = std::is_signed_v<Q>;
+    const Q* at =
+        reinterpret_cast<const Q*>(reinterpret_cast<uintptr_t>(x + iy * width) + ix * int64_t{1});
+    __m512i q;
+    if constexpr (SW == 1) {
+      const __m128i b = _mm_mask_loadu_epi8(fill16, static_cast<__mmask16>(m), at);
+      q = kSigned ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
+    } else {
+      // 32 columns widened to 16-bit lanes; each 32-bit lane's low half is an even column.
+      const __m256i b = _mm256_mask_loadu_epi8(fill32, static_cast<__mmask32>(m), at);
+      const __m512i h = kSigned ? _mm512_cvtepi8_epi16(b) : _mm512_cvtepu8_epi16(b);
+      q = kSigned ? _mm512_srai_epi32(_mm512_slli_epi32(h, 16), 16)
+                  : _mm512_and_si512(h, _mm512_set1_epi32(0xFFFF));
+    }
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(q, zero)), scale);
+  }
+};
+
+// An 8-bit output plane: the epilogue, then saturate(round_half_even(v / scale) + zero) exactly as
+// QuantizeRow computes it (the division, the clamp before rounding, NaN to the lowest value).
+template <typename Q>
+struct QuantizedOutput {
+  const cuvil_uk_conv_params& p;
+  Q* y;
+  const Epilogue& ep;
+  __m512 scale, lo, hi;
+  __m512i zero;
+
+  QuantizedOutput(const cuvil_uk_conv_params& params, Q* y_out, const Epilogue& e, float s,
+                  int32_t z)
+      : p(params),
+        y(y_out),
+        ep(e),
+        scale(_mm512_set1_ps(s)),
+        lo(_mm512_set1_ps(static_cast<float>(std::numeric_limits<Q>::min() - z))),
+        hi(_mm512_set1_ps(static_cast<float>(std::numeric_limits<Q>::max() - z))),
+        zero(_mm512_set1_epi32(z)) {}
+
+  void Store(const __m512 (&acc)[kItems], int64_t oy0, int64_t count, int64_t ox0) const {
+    const __mmask16 store = Mask(p.out_width - ox0);
+#pragma GCC unroll 8
+    for (int n = 0; n < kItems; ++n) {
+      if (n >= count) break;
+      __m512 a = _mm512_div_ps(Activate(acc[n], ep), scale);
+      a = _mm512_min_ps(_mm512_max_ps(a, lo), hi);  // max(NaN, lo) is lo
+      const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(a), zero);
+      _mm_mask_storeu_epi8(y + (oy0 + n) * p.out_width + ox0, store, _mm512_cvtepi32_epi8(q));
+    }
+  }
+};
+
 // 3x3, dilation 1, stride SW on both axes (MobileNet's depthwise layers): output rows
 // [oy0, oy0 + count) of the column block at ox0. Each input row the block reads is loaded once
 // (three column vectors, masked as in DepthwiseItems) and multiplied into the up to three output
 // rows it feeds, with the nine weights in registers: 3 loads per 9 FMAs instead of 9.
-template <int SW>
-void Depthwise3x3Items(const cuvil_uk_conv_params& p, const float* x, const __m512 (&w)[9],
-                       __m512 bias, const float* residual, float* y, const Epilogue& ep,
-                       int64_t oy0, int64_t count, int64_t ox0, const uint32_t* col_mask) {
+// kInterior: count == kItems and every input row the block reads lies inside the plane, so the
+// unrolled row loop has no bounds checks.
+template <int SW, bool kInterior, class Rows, class Output>
+void Depthwise3x3Items(const cuvil_uk_conv_params& p, const Rows& x, const __m512 (&w)[9],
+                       __m512 bias, const Output& out, int64_t oy0, int64_t count, int64_t ox0,
+                       const uint32_t* col_mask) {
   constexpr int kRows = (kItems - 1) * SW + 3;  // input rows of kItems output rows
   __m512 acc[kItems];
 #pragma GCC unroll 8
@@ -369,14 +472,13 @@ void Depthwise3x3Items(const cuvil_uk_conv_params& p, const float* x, const __m5
 #pragma GCC unroll 32
   for (int j = 0; j < kRows; ++j) {
     const int64_t iy = iy0 + j;
-    if (j >= rows) break;
-    if (iy < 0 || iy >= p.height) continue;  // a padding row adds nothing
-    // The address may lie before the row; the masks keep every lane read inside it.
-    const float* at = reinterpret_cast<const float*>(reinterpret_cast<uintptr_t>(x + iy * p.width) +
-                                                     ix0 * int64_t{sizeof(float)});
-    const __m512 v0 = LoadColumns<SW>(at, m0);
-    const __m512 v1 = LoadColumns<SW>(at + 1, m1);
-    const __m512 v2 = LoadColumns<SW>(at + 2, m2);
+    if constexpr (!kInterior) {
+      if (j >= rows) break;
+      if (iy < 0 || iy >= p.height) continue;  // a padding row adds nothing
+    }
+    const __m512 v0 = x.template Load<SW>(iy, ix0, m0);
+    const __m512 v1 = x.template Load<SW>(iy, ix0 + 1, m1);
+    const __m512 v2 = x.template Load<SW>(iy, ix0 + 2, m2);
 #pragma GCC unroll 3
     for (int ky = 0; ky < 3; ++ky) {
       const int d = j - ky;  // output row n reads input row n * SW + ky
@@ -387,12 +489,12 @@ void Depthwise3x3Items(const cuvil_uk_conv_params& p, const float* x, const __m5
       acc[n] = _mm512_fmadd_ps(w[3 * ky + 2], v2, acc[n]);
     }
   }
-  StoreItems(p, acc, residual, y, ep, oy0, count, ox0);
+  out.Store(acc, oy0, count, ox0);
 }
 
-template <int SW>
-void Depthwise3x3Plane(const cuvil_uk_conv_params& p, const float* x, const float* wt, float bias,
-                       const float* residual, float* y, const Epilogue& ep) {
+template <int SW, class Rows, class Output>
+void Depthwise3x3Plane(const cuvil_uk_conv_params& p, const Rows& x, const float* wt, float bias,
+                       const Output& out) {
   __m512 w[9];
 #pragma GCC unroll 9
   for (int t = 0; t < 9; ++t) w[t] = _mm512_set1_ps(wt[t]);
@@ -405,9 +507,49 @@ void Depthwise3x3Plane(const cuvil_uk_conv_params& p, const float* x, const floa
     }
     for (int64_t oy0 = 0; oy0 < p.out_height; oy0 += kItems) {
       const int64_t count = p.out_height - oy0 < kItems ? p.out_height - oy0 : kItems;
-      Depthwise3x3Items<SW>(p, x, w, b, residual, y, ep, oy0, count, ox0, col_mask);
+      const int64_t iy0 = oy0 * SW - p.pad_top;
+      if (count == kItems && iy0 >= 0 && iy0 + (kItems - 1) * SW + 3 <= p.height) {
+        Depthwise3x3Items<SW, true>(p, x, w, b, out, oy0, count, ox0, col_mask);
+      } else {
+        Depthwise3x3Items<SW, false>(p, x, w, b, out, oy0, count, ox0, col_mask);
+      }
     }
   }
+}
+
+// The geometry Depthwise3x3Plane computes.
+bool IsDepthwise3x3(const cuvil_uk_conv_params& p) {
+  return p.kernel_h == 3 && p.kernel_w == 3 && p.dilation_h == 1 && p.dilation_w == 1 &&
+         p.stride_h == p.stride_w && (p.stride_w == 1 || p.stride_w == 2);
+}
+
+template <class Rows, class Output>
+void Depthwise3x3(const cuvil_uk_conv_params& p, const Rows& x, const float* wt, float bias,
+                  const Output& out) {
+  if (p.stride_w == 1) {
+    Depthwise3x3Plane<1>(p, x, wt, bias, out);
+  } else {
+    Depthwise3x3Plane<2>(p, x, wt, bias, out);
+  }
+}
+
+template <typename QX, typename QY>
+void QuantizedDepthwise3x3(const cuvil_uk_conv_params& p, const void* x, const float* wt,
+                           float bias, void* y, const QuantizedPlane& q, const Epilogue& ep) {
+  Depthwise3x3(p, QuantizedRows<QX>(static_cast<const QX*>(x), p.width, q.x_scale, q.x_zero), wt,
+               bias, QuantizedOutput<QY>(p, static_cast<QY*>(y), ep, q.y_scale, q.y_zero));
+}
+
+// Sigmoid runs after the plane is stored (SigmoidInPlace), so an 8-bit plane cannot take it.
+bool QDepthwisePlane(const cuvil_uk_conv_params& p, const void* x, const float* wt, float bias,
+                     void* y, const QuantizedPlane& q, const Epilogue& ep) {
+  if (!IsDepthwise3x3(p) || ep.activation == CUVIL_UK_ACT_SIGMOID) return false;
+  if (q.x_signed) {
+    if (q.y_signed) return QuantizedDepthwise3x3<int8_t, int8_t>(p, x, wt, bias, y, q, ep), true;
+    return QuantizedDepthwise3x3<int8_t, uint8_t>(p, x, wt, bias, y, q, ep), true;
+  }
+  if (q.y_signed) return QuantizedDepthwise3x3<uint8_t, int8_t>(p, x, wt, bias, y, q, ep), true;
+  return QuantizedDepthwise3x3<uint8_t, uint8_t>(p, x, wt, bias, y, q, ep), true;
 }
 
 bool DepthwisePlane(const cuvil_uk_conv_params& p, const float* x, const float* wt, float bias,
@@ -415,13 +557,8 @@ bool DepthwisePlane(const cuvil_uk_conv_params& p, const float* x, const float* 
   if ((p.stride_w != 1 && p.stride_w != 2) || p.kernel_w > kMaxKernelW || p.width > kZeroRow) {
     return false;
   }
-  if (p.kernel_h == 3 && p.kernel_w == 3 && p.dilation_h == 1 && p.dilation_w == 1 &&
-      p.stride_h == p.stride_w) {
-    if (p.stride_w == 1) {
-      Depthwise3x3Plane<1>(p, x, wt, bias, residual, y, ep);
-    } else {
-      Depthwise3x3Plane<2>(p, x, wt, bias, residual, y, ep);
-    }
+  if (IsDepthwise3x3(p)) {
+    Depthwise3x3(p, FloatRows{x, p.width}, wt, bias, FloatOutput{p, residual, y, ep});
     if (ep.activation == CUVIL_UK_ACT_SIGMOID) SigmoidInPlace(y, p.out_height * p.out_width);
     return true;
   }
@@ -464,8 +601,9 @@ void PadRow(float* dst, int64_t n, const float* src, int64_t j0, int64_t j1, int
 }  // namespace
 
 const Table* Avx512Table() {
-  static const Table table = {"avx512", kNR512,         GemmTile,      EpilogueRow, DepthwiseRow,
-                              PadRow,   DepthwisePlane, DequantizeRow, QuantizeRow};
+  static const Table table = {"avx512",     kNR512,         GemmTile,       EpilogueRow,
+                              DepthwiseRow, PadRow,         DepthwisePlane, DequantizeRow,
+                              QuantizeRow,  QDepthwisePlane};
   return &table;
 }
 

@@ -35,6 +35,16 @@ struct Epilogue {
   float alpha, beta;
 };
 
+// The 8-bit sides of a quantized depthwise plane: x and y hold uint8, or int8 when signed.
+struct QuantizedPlane {
+  bool x_signed;
+  float x_scale;
+  int32_t x_zero;
+  bool y_signed;
+  float y_scale;
+  int32_t y_zero;
+};
+
 // Thread-safe: tables are immutable.
 struct Table {
   const char* name;
@@ -66,6 +76,11 @@ struct Table {
   // gives the lowest value).
   void (*quantize_row)(const float* v, int64_t n, float scale, int32_t zero, bool is_signed,
                        void* out);
+  // depthwise_plane between 8-bit planes, dequantising x and quantising y in registers with
+  // exactly dequantize_row's and quantize_row's arithmetic (no residual). False, before touching
+  // anything, for geometry or an activation it does not handle. May be null.
+  bool (*qdepthwise_plane)(const cuvil_uk_conv_params& p, const void* x, const float* wt,
+                           float bias, void* y, const QuantizedPlane& q, const Epilogue& ep);
 };
 
 const Table& GenericTable();

@@ -473,62 +473,66 @@ TEST(UkernelsTest, QuantizeRowEveryTierTiesSaturationAndNaN) {
 
 // The fused 8-bit depthwise conv equals dequantize -> float depthwise conv -> quantize on every
 // tier, bit for bit: uint8 and int8 on each side, both strides, an activation, outputs that
-// saturate at both ends.
+// saturate at both ends; planes with only border row blocks, with interior ones (41 rows) and
+// with several column blocks (37, 64 columns).
 TEST(UkernelsTest, QuantizedDepthwiseEqualsDequantizeConvQuantize) {
   std::mt19937 rng(5);
-  const int64_t batch = 2, c = 6, h = 13, w = 17;
-  for (const int64_t stride : {1, 2}) {
-    const int64_t oh = (h + 2 - 3) / stride + 1, ow = (w + 2 - 3) / stride + 1;
-    cuvil_uk_conv_params p{c,
-                           h,
-                           w,
-                           c,
-                           oh,
-                           ow,
-                           3,
-                           3,
-                           stride,
-                           stride,
-                           1,
-                           1,
-                           1,
-                           1,
-                           c,
-                           CUVIL_UK_ACT_CLIP,
-                           CUVIL_UK_CONV_DEPTHWISE};
-    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-    std::vector<float> wt(c * 9), bias(c);
-    for (float& x : wt) x = dist(rng);
-    for (float& x : bias) x = dist(rng);
-    for (const bool x_signed : {false, true}) {
-      for (const bool y_signed : {false, true}) {
-        SCOPED_TRACE(testing::Message() << "stride=" << stride << " x_signed=" << x_signed
-                                        << " y_signed=" << y_signed);
-        std::vector<uint8_t> x(batch * c * h * w);
-        for (uint8_t& b : x) b = static_cast<uint8_t>(rng());
-        const float x_scale = 0.05f, y_scale = 0.01f;  // Outputs beyond +-1.28 saturate.
-        const int32_t x_zero = x_signed ? -3 : 130, y_zero = y_signed ? 5 : 120;
-        std::vector<float> xf(x.size());
-        for (size_t i = 0; i < x.size(); ++i) {
-          const int32_t q = x_signed ? static_cast<int8_t>(x[i]) : x[i];
-          xf[i] = static_cast<float>(q - x_zero) * x_scale;
-        }
-        for (const uk::Table* t : uk::SupportedTables()) {
-          SCOPED_TRACE(t->name);
-          std::vector<float> yf(batch * c * oh * ow);
-          uk::Conv2d(*t, p, xf.data(), wt.data(), bias.data(), nullptr, yf.data(), batch, -1.5f,
-                     1.5f);
-          std::vector<uint8_t> got(yf.size(), 77);
-          uk::QDepthwise2d(*t, p, x.data(), x_signed, x_scale, x_zero, wt.data(), bias.data(),
-                           got.data(), y_signed, y_scale, y_zero, batch, -1.5f, 1.5f);
-          int saturated = 0;
-          for (size_t i = 0; i < yf.size(); ++i) {
-            const int32_t want = ReferenceQuantize(yf[i], y_scale, y_zero, y_signed);
-            const int32_t g = y_signed ? static_cast<int8_t>(got[i]) : got[i];
-            ASSERT_EQ(g, want) << "element " << i << " float " << yf[i];
-            saturated += want == (y_signed ? -128 : 0) || want == (y_signed ? 127 : 255);
+  const int64_t batch = 2, c = 6;
+  const std::pair<int64_t, int64_t> sizes[] = {{13, 17}, {41, 37}, {20, 64}};
+  for (const auto& [h, w] : sizes) {
+    for (const int64_t stride : {1, 2}) {
+      const int64_t oh = (h + 2 - 3) / stride + 1, ow = (w + 2 - 3) / stride + 1;
+      cuvil_uk_conv_params p{c,
+                             h,
+                             w,
+                             c,
+                             oh,
+                             ow,
+                             3,
+                             3,
+                             stride,
+                             stride,
+                             1,
+                             1,
+                             1,
+                             1,
+                             c,
+                             CUVIL_UK_ACT_CLIP,
+                             CUVIL_UK_CONV_DEPTHWISE};
+      std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+      std::vector<float> wt(c * 9), bias(c);
+      for (float& x : wt) x = dist(rng);
+      for (float& x : bias) x = dist(rng);
+      for (const bool x_signed : {false, true}) {
+        for (const bool y_signed : {false, true}) {
+          SCOPED_TRACE(testing::Message() << "h=" << h << " w=" << w << " stride=" << stride
+                                          << " x_signed=" << x_signed << " y_signed=" << y_signed);
+          std::vector<uint8_t> x(batch * c * h * w);
+          for (uint8_t& b : x) b = static_cast<uint8_t>(rng());
+          const float x_scale = 0.05f, y_scale = 0.01f;  // Outputs beyond +-1.28 saturate.
+          const int32_t x_zero = x_signed ? -3 : 130, y_zero = y_signed ? 5 : 120;
+          std::vector<float> xf(x.size());
+          for (size_t i = 0; i < x.size(); ++i) {
+            const int32_t q = x_signed ? static_cast<int8_t>(x[i]) : x[i];
+            xf[i] = static_cast<float>(q - x_zero) * x_scale;
           }
-          EXPECT_GT(saturated, 0);
+          for (const uk::Table* t : uk::SupportedTables()) {
+            SCOPED_TRACE(t->name);
+            std::vector<float> yf(batch * c * oh * ow);
+            uk::Conv2d(*t, p, xf.data(), wt.data(), bias.data(), nullptr, yf.data(), batch, -1.5f,
+                       1.5f);
+            std::vector<uint8_t> got(yf.size(), 77);
+            uk::QDepthwise2d(*t, p, x.data(), x_signed, x_scale, x_zero, wt.data(), bias.data(),
+                             got.data(), y_signed, y_scale, y_zero, batch, -1.5f, 1.5f);
+            int saturated = 0;
+            for (size_t i = 0; i < yf.size(); ++i) {
+              const int32_t want = ReferenceQuantize(yf[i], y_scale, y_zero, y_signed);
+              const int32_t g = y_signed ? static_cast<int8_t>(got[i]) : got[i];
+              ASSERT_EQ(g, want) << "element " << i << " float " << yf[i];
+              saturated += want == (y_signed ? -128 : 0) || want == (y_signed ? 127 : 255);
+            }
+            EXPECT_GT(saturated, 0);
+          }
         }
       }
     }
