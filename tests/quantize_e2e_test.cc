@@ -488,23 +488,65 @@ void ExpectWithinOneStep(const HostTensor& yi, const HostTensor& yr) {
   EXPECT_LT(saturated, yi.num_elements() / 2);
 }
 
-// QLinearConv(uint8 x [N, 8, 9, 9], int8 per-channel weights [16, 8, 3, 3], int32 bias) with
-// constant parameters, y uint8.
-std::string QLinearConvModel() {
+// How a test model's 8-bit weights are stored: int8 with zero points 0; uint8 with non-zero
+// per-channel zero points, every weight within int8 range of its zero point (the integer kernels
+// take them centred); or uint8 around zero point 60 with a few at 255 (they cannot).
+enum class WeightForm { kInt8, kUInt8Centred, kUInt8Wide };
+
+// Fills `w` (count values, output channel of value i: (i / inner) % channels) and the zero points
+// `wz` (one per channel, or one for kUInt8Wide) in `form`.
+void FillWeights(WeightForm form, int64_t count, int64_t inner, int64_t channels, std::mt19937& rng,
+                 onnx::TensorProto* w, onnx::TensorProto* wz) {
+  std::uniform_int_distribution<int> d8(-128, 127), d100(-100, 100), d50(-50, 50);
+  const int type = form == WeightForm::kInt8 ? onnx::TensorProto::INT8 : onnx::TensorProto::UINT8;
+  w->set_data_type(type);
+  wz->set_data_type(type);
+  wz->clear_dims();
+  wz->clear_int32_data();
+  if (form == WeightForm::kUInt8Wide) {
+    wz->add_int32_data(60);
+  } else {
+    wz->add_dims(channels);
+    for (int64_t c = 0; c < channels; ++c) {
+      wz->add_int32_data(form == WeightForm::kInt8 ? 0 : static_cast<int>(110 + (c * 7) % 40));
+    }
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t c = (i / inner) % channels;
+    switch (form) {
+      case WeightForm::kInt8:
+        w->add_int32_data(d8(rng));
+        break;
+      case WeightForm::kUInt8Centred:
+        w->add_int32_data(wz->int32_data(static_cast<int>(c)) + d100(rng));
+        break;
+      case WeightForm::kUInt8Wide:
+        w->add_int32_data(i % 50 == 7 ? 255 : 60 + d50(rng));
+        break;
+    }
+  }
+}
+
+const char* FormName(WeightForm form) {
+  return form == WeightForm::kInt8 ? "int8" : form == WeightForm::kUInt8Centred ? "uint8" : "wide";
+}
+
+// QLinearConv(uint8 x [N, 8, 9, 9], 8-bit per-channel weights [16, 8, 3, 3] in `form`, int32
+// bias) with constant parameters, y uint8.
+std::string QLinearConvModel(WeightForm form) {
   onnx::ModelProto model = NewModel("qlinearconv");
   onnx::GraphProto* g = model.mutable_graph();
   ImageInfo(g->add_input(), "x", onnx::TensorProto::UINT8, 8);
   ImageInfo(g->add_output(), "y", onnx::TensorProto::UINT8, 16);
   std::mt19937 rng(3);
-  std::uniform_int_distribution<int> wd(-127, 127), bd(-3000, 3000);
+  std::uniform_int_distribution<int> bd(-3000, 3000);
   auto w = Initializer("w", onnx::TensorProto::INT8, {16, 8, 3, 3});
-  for (int i = 0; i < 16 * 72; ++i) w.add_int32_data(wd(rng));
-  auto ws = Initializer("ws", onnx::TensorProto::FLOAT, {16});
   auto wz = Initializer("wz", onnx::TensorProto::INT8, {16});
+  FillWeights(form, 16 * 72, 72, 16, rng, &w, &wz);
+  auto ws = Initializer("ws", onnx::TensorProto::FLOAT, {16});
   auto bias = Initializer("b", onnx::TensorProto::INT32, {16});
   for (int o = 0; o < 16; ++o) {
     ws.add_float_data(0.002f + 0.0001f * static_cast<float>(o));
-    wz.add_int32_data(0);
     bias.add_int32_data(bd(rng));
   }
   auto xs = Initializer("xs", onnx::TensorProto::FLOAT, {});
@@ -541,39 +583,42 @@ TEST(QdqFusionTest, GemmWithAScalarCStaysFloat) {
 }
 
 // A QLinearConv with constant parameters runs on the integer convolution kernel, within one
-// quantisation step of its reference kernel and equal on almost every element.
+// quantisation step of its reference kernel and equal on almost every element: int8 weights, and
+// uint8 weights within int8 range of their per-channel zero points; uint8 weights that are not
+// stay on the reference kernel.
 TEST(QdqFusionTest, QLinearConvRunsOnTheIntegerKernel) {
   auto engine = JitEngine::Create();
   ASSERT_TRUE(engine.ok()) << engine.status();
   HostTensor x(DType::kUInt8, {2, 8, 9, 9});
   std::mt19937 rng(17);
   for (int64_t i = 0; i < x.num_elements(); ++i) x.data_as<uint8_t>()[i] = rng() & 0xff;
-  const std::string bytes = QLinearConvModel();
-  // (Its reference kernel is an int8 one too, so the precision listing cannot tell them apart.)
-  auto [fused, yi] = RunBlock(**engine, bytes, true, x, "qlinear_i", "cuvil_uk_qconv2d", false);
-  auto [unfused, yr] = RunBlock(**engine, bytes, false, x, "qlinear_r", "cuvil_uk_qconv2d", false);
-  EXPECT_TRUE(fused);
-  EXPECT_FALSE(unfused);
-  ExpectWithinOneStep(yi, yr);
+  for (WeightForm form : {WeightForm::kInt8, WeightForm::kUInt8Centred, WeightForm::kUInt8Wide}) {
+    SCOPED_TRACE(FormName(form));
+    const std::string bytes = QLinearConvModel(form);
+    const std::string name = std::string("qlinear_") + FormName(form);
+    // (Its reference kernel is an int8 one too, so the precision listing cannot tell them apart.)
+    auto [fused, yi] = RunBlock(**engine, bytes, true, x, name + "_i", "cuvil_uk_qconv2d", false);
+    auto [unfused, yr] =
+        RunBlock(**engine, bytes, false, x, name + "_r", "cuvil_uk_qconv2d", false);
+    EXPECT_EQ(fused, form != WeightForm::kUInt8Wide);
+    EXPECT_FALSE(unfused);
+    ExpectWithinOneStep(yi, yr);
+  }
 }
 
-// QLinearMatMul(uint8 x [N, 67], int8 [67, 40] weights with per-column scales) with constant
-// parameters, y uint8.
-std::string QLinearMatMulModel() {
+// QLinearMatMul(uint8 x [N, 67], 8-bit [67, 40] weights in `form` with per-column scales) with
+// constant parameters, y uint8.
+std::string QLinearMatMulModel(WeightForm form) {
   onnx::ModelProto model = NewModel("qlinearmatmul");
   onnx::GraphProto* g = model.mutable_graph();
   BatchedInfo(g->add_input(), "x", onnx::TensorProto::UINT8, {67});
   BatchedInfo(g->add_output(), "y", onnx::TensorProto::UINT8, {40});
   std::mt19937 rng(9);
-  std::uniform_int_distribution<int> wd(-127, 127);
   auto w = Initializer("w", onnx::TensorProto::INT8, {67, 40});
-  for (int i = 0; i < 67 * 40; ++i) w.add_int32_data(wd(rng));
-  auto ws = Initializer("ws", onnx::TensorProto::FLOAT, {40});
   auto wz = Initializer("wz", onnx::TensorProto::INT8, {40});
-  for (int o = 0; o < 40; ++o) {
-    ws.add_float_data(0.003f + 0.0001f * static_cast<float>(o));
-    wz.add_int32_data(0);
-  }
+  FillWeights(form, 67 * 40, 1, 40, rng, &w, &wz);
+  auto ws = Initializer("ws", onnx::TensorProto::FLOAT, {40});
+  for (int o = 0; o < 40; ++o) ws.add_float_data(0.003f + 0.0001f * static_cast<float>(o));
   auto xs = Initializer("xs", onnx::TensorProto::FLOAT, {});
   xs.add_float_data(0.02f);
   auto xz = Initializer("xz", onnx::TensorProto::UINT8, {});
@@ -588,25 +633,30 @@ std::string QLinearMatMulModel() {
 }
 
 // A QLinearMatMul with constant weights and parameters runs on the integer matrix product, within
-// one quantisation step of its reference kernel.
+// one quantisation step of its reference kernel (weight forms as for QLinearConv).
 TEST(QdqFusionTest, QLinearMatMulRunsOnTheIntegerKernel) {
   auto engine = JitEngine::Create();
   ASSERT_TRUE(engine.ok()) << engine.status();
   HostTensor x(DType::kUInt8, {5, 67});
   std::mt19937 rng(19);
   for (int64_t i = 0; i < x.num_elements(); ++i) x.data_as<uint8_t>()[i] = rng() & 0xff;
-  const std::string bytes = QLinearMatMulModel();
-  auto [fused, yi] = RunBlock(**engine, bytes, true, x, "qlmm_i", "cuvil_uk_qmatmul", false);
-  auto [unfused, yr] = RunBlock(**engine, bytes, false, x, "qlmm_r", "cuvil_uk_qmatmul", false);
-  EXPECT_TRUE(fused);
-  EXPECT_FALSE(unfused);
-  ExpectWithinOneStep(yi, yr);
+  for (WeightForm form : {WeightForm::kInt8, WeightForm::kUInt8Centred, WeightForm::kUInt8Wide}) {
+    SCOPED_TRACE(FormName(form));
+    const std::string bytes = QLinearMatMulModel(form);
+    const std::string name = std::string("qlmm_") + FormName(form);
+    auto [fused, yi] = RunBlock(**engine, bytes, true, x, name + "_i", "cuvil_uk_qmatmul", false);
+    auto [unfused, yr] =
+        RunBlock(**engine, bytes, false, x, name + "_r", "cuvil_uk_qmatmul", false);
+    EXPECT_EQ(fused, form != WeightForm::kUInt8Wide);
+    EXPECT_FALSE(unfused);
+    ExpectWithinOneStep(yi, yr);
+  }
 }
 
-// One integer product with constant int8 weights: MatMulInteger(int8 A [batch, 37], W [37, 21],
-// a_zero_point -5) or ConvInteger(uint8 x [batch, 5, 7, 7], W [6, 5, 3, 3], x_zero_point 131,
-// pads 1, w_zero_point 0); int32 output.
-std::string IntegerProductModel(bool conv) {
+// One integer product with constant 8-bit weights in `form`: MatMulInteger(int8 A [batch, 37],
+// W [37, 21], a_zero_point -5) or ConvInteger(uint8 x [batch, 5, 7, 7], W [6, 5, 3, 3],
+// x_zero_point 131, pads 1); int32 output.
+std::string IntegerProductModel(bool conv, WeightForm form) {
   onnx::ModelProto model = NewModel(conv ? "convinteger" : "matmulinteger");
   onnx::GraphProto* g = model.mutable_graph();
   const int xtype = conv ? onnx::TensorProto::UINT8 : onnx::TensorProto::INT8;
@@ -615,17 +665,17 @@ std::string IntegerProductModel(bool conv) {
   BatchedInfo(g->add_output(), "y", onnx::TensorProto::INT32,
               conv ? std::vector<int64_t>{6, 7, 7} : std::vector<int64_t>{21});
   std::mt19937 rng(23);
-  std::uniform_int_distribution<int> wd(-128, 127);
   const std::vector<int64_t> wdims =
       conv ? std::vector<int64_t>{6, 5, 3, 3} : std::vector<int64_t>{37, 21};
   auto w = Initializer("w", onnx::TensorProto::INT8, wdims);
-  int64_t count = 1;
-  for (int64_t d : wdims) count *= d;
-  for (int64_t i = 0; i < count; ++i) w.add_int32_data(wd(rng));
+  auto wz = Initializer("wz", onnx::TensorProto::INT8, {});
+  if (conv) {
+    FillWeights(form, 6 * 45, 45, 6, rng, &w, &wz);
+  } else {
+    FillWeights(form, 37 * 21, 1, 21, rng, &w, &wz);
+  }
   auto xz = Initializer("xz", xtype, {});
   xz.add_int32_data(conv ? 131 : -5);
-  auto wz = Initializer("wz", onnx::TensorProto::INT8, {});
-  wz.add_int32_data(0);
   for (auto* t : {&w, &xz, &wz}) *g->add_initializer() = *t;
   onnx::NodeProto* n =
       AddNode(g, conv ? "ConvInteger" : "MatMulInteger", {"x", "w", "xz", "wz"}, "y");
@@ -634,7 +684,9 @@ std::string IntegerProductModel(bool conv) {
 }
 
 // MatMulInteger and ConvInteger with constant weights run on the integer matrix product and
-// convolution, and give exactly their reference kernels' int32 sums.
+// convolution, and give exactly their reference kernels' int32 sums: int8 weights, and uint8
+// weights within int8 range of their per-channel zero points; wider uint8 weights stay on the
+// reference kernels.
 TEST(QdqFusionTest, IntegerProductsRunOnTheIntegerKernelsExactly) {
   auto engine = JitEngine::Create();
   ASSERT_TRUE(engine.ok()) << engine.status();
@@ -647,21 +699,24 @@ TEST(QdqFusionTest, IntegerProductsRunOnTheIntegerKernelsExactly) {
       // Both ends of the type too.
       x.data_as<uint8_t>()[i] = i % 17 == 0 ? 0 : i % 19 == 0 ? 255 : static_cast<uint8_t>(rng());
     }
-    const std::string bytes = IntegerProductModel(conv);
-    const std::string callee = conv ? "cuvil_uk_qconv2d" : "cuvil_uk_qmatmul";
-    const std::string name = conv ? "convint" : "matmulint";
-    auto [fused, yi] = RunBlock(**engine, bytes, true, x, name + "_i", callee, false);
-    auto [unfused, yr] = RunBlock(**engine, bytes, false, x, name + "_r", callee, false);
-    EXPECT_TRUE(fused);
-    EXPECT_FALSE(unfused);
-    ASSERT_EQ(yi.dtype(), DType::kInt32);
-    ASSERT_EQ(yi.shape(), yr.shape());
-    int64_t nonzero = 0;
-    for (int64_t i = 0; i < yi.num_elements(); ++i) {
-      ASSERT_EQ(yi.data_as<int32_t>()[i], yr.data_as<int32_t>()[i]) << "element " << i;
-      nonzero += yr.data_as<int32_t>()[i] != 0;
+    for (WeightForm form : {WeightForm::kInt8, WeightForm::kUInt8Centred, WeightForm::kUInt8Wide}) {
+      SCOPED_TRACE(FormName(form));
+      const std::string bytes = IntegerProductModel(conv, form);
+      const std::string callee = conv ? "cuvil_uk_qconv2d" : "cuvil_uk_qmatmul";
+      const std::string name = std::string(conv ? "convint_" : "matmulint_") + FormName(form);
+      auto [fused, yi] = RunBlock(**engine, bytes, true, x, name + "_i", callee, false);
+      auto [unfused, yr] = RunBlock(**engine, bytes, false, x, name + "_r", callee, false);
+      EXPECT_EQ(fused, form != WeightForm::kUInt8Wide);
+      EXPECT_FALSE(unfused);
+      ASSERT_EQ(yi.dtype(), DType::kInt32);
+      ASSERT_EQ(yi.shape(), yr.shape());
+      int64_t nonzero = 0;
+      for (int64_t i = 0; i < yi.num_elements(); ++i) {
+        ASSERT_EQ(yi.data_as<int32_t>()[i], yr.data_as<int32_t>()[i]) << "element " << i;
+        nonzero += yr.data_as<int32_t>()[i] != 0;
+      }
+      EXPECT_GT(nonzero, yi.num_elements() / 2);
     }
-    EXPECT_GT(nonzero, yi.num_elements() / 2);
   }
 }
 

@@ -40,15 +40,33 @@ int64_t IntAt(const HostTensor& t, int64_t i) {
   }
 }
 
-// True when the zero points `zp` are absent, or constant, `count` of them (any number when
-// count < 0) and all 0.
-bool AllZero(const ir::Value* zp, int64_t count) {
-  if (zp == nullptr) return true;
-  if (!zp->is_constant() || (count >= 0 && zp->constant->num_elements() != count)) return false;
-  for (int64_t i = 0; i < zp->constant->num_elements(); ++i) {
-    if (IntAt(*zp->constant, i) != 0) return false;
+// Constant 8-bit weights `w` (int8 or uint8) minus their zero points `zp` (absent, one, or one per
+// index of `channel_axis`, of w's type) as int8 weights with zero point 0, when every difference
+// fits in int8 (then the integer kernels compute exactly the same products); else nullopt.
+std::optional<HostTensor> CenteredWeights(const ir::Value* w, const ir::Value* zp,
+                                          int64_t channel_axis) {
+  if (w == nullptr || !w->is_constant() || !IsQuantType(w->constant->dtype())) return std::nullopt;
+  const HostTensor& wt = *w->constant;
+  const std::vector<int64_t>& shape = wt.shape();
+  if (channel_axis < 0 || channel_axis >= static_cast<int64_t>(shape.size())) return std::nullopt;
+  const int64_t channels = shape[static_cast<size_t>(channel_axis)];
+  int64_t inner = 1;
+  for (size_t d = static_cast<size_t>(channel_axis) + 1; d < shape.size(); ++d) inner *= shape[d];
+  const HostTensor* z = zp != nullptr && zp->is_constant() ? &*zp->constant : nullptr;
+  if (zp != nullptr && (z == nullptr || z->dtype() != wt.dtype() ||
+                        (z->num_elements() != 1 && z->num_elements() != channels))) {
+    return std::nullopt;
   }
-  return true;
+  HostTensor out(DType::kInt8, shape);
+  int8_t* o = out.data_as<int8_t>();
+  for (int64_t i = 0; i < wt.num_elements(); ++i) {
+    const int64_t c = inner > 0 && channels > 0 ? (i / inner) % channels : 0;
+    const int64_t zero = z == nullptr ? 0 : IntAt(*z, z->num_elements() == 1 ? 0 : c);
+    const int64_t d = IntAt(wt, i) - zero;
+    if (d < -128 || d > 127) return std::nullopt;
+    o[i] = static_cast<int8_t>(d);
+  }
+  return out;
 }
 
 bool IsConstScalar(const ir::Value* v, DType dt) {
@@ -244,12 +262,14 @@ std::optional<Requantisation> Requantise(const PerTensorQ& xq, const std::vector
   return r;
 }
 
-// A DequantizeLinear of constant int8 weights with `rank` dims, a constant float scale per tensor
-// or per entry of `channel_axis`, and zero points 0: the weights and scales.
+// A DequantizeLinear of constant 8-bit weights with `rank` dims, a constant float scale per tensor
+// or per entry of `channel_axis`, and zero points that CenteredWeights removes: the centered
+// int8 weights and the scales.
 struct QuantWeights {
-  const ir::Value* q;
+  HostTensor q;
   const ir::Value* scale;
   int64_t nscale;
+  std::string name;
 };
 
 std::optional<QuantWeights> ConstantWeights(const ir::Value* wf, size_t rank,
@@ -261,9 +281,8 @@ std::optional<QuantWeights> ConstantWeights(const ir::Value* wf, size_t rank,
   const ir::Value* wq = wdq->inputs[0];
   const ir::Value* ws = wdq->inputs[1];
   const ir::Value* wz = wdq->has_input(2) ? wdq->inputs[2] : nullptr;
-  if (wq == nullptr || !wq->is_constant() || wq->constant->dtype() != DType::kInt8 ||
-      wq->constant->shape().size() != rank || ws == nullptr || !ws->is_constant() ||
-      ws->constant->dtype() != DType::kFloat32) {
+  if (wq == nullptr || !wq->is_constant() || wq->constant->shape().size() != rank ||
+      ws == nullptr || !ws->is_constant() || ws->constant->dtype() != DType::kFloat32) {
     return std::nullopt;
   }
   const int64_t channels = wq->constant->shape()[static_cast<size_t>(channel_axis)];
@@ -273,8 +292,12 @@ std::optional<QuantWeights> ConstantWeights(const ir::Value* wf, size_t rank,
   if (nscale != 1 && (nscale != channels || axis != channel_axis)) {
     return std::nullopt;
   }
-  if (!AllZero(wz, nscale)) return std::nullopt;
-  return QuantWeights{wq, ws, nscale};
+  if (wz != nullptr && (!wz->is_constant() || wz->constant->num_elements() != nscale)) {
+    return std::nullopt;
+  }
+  std::optional<HostTensor> centered = CenteredWeights(wq, wz, channel_axis);
+  if (!centered) return std::nullopt;
+  return QuantWeights{*std::move(centered), ws, nscale, wq->name};
 }
 
 // A constant float bias of n values ([n] or [1, n]).
@@ -300,7 +323,7 @@ std::vector<ir::Node*> TryFuse(ir::Graph& graph, ir::Node* conv,
   // Weights: constant int8 [M, C, KH, KW], scale per tensor or per output channel, zero points 0.
   auto weights = ConstantWeights(wf, 4, 0);
   if (!weights) return {};
-  const std::vector<int64_t>& wshape = weights->q->constant->shape();
+  const std::vector<int64_t>& wshape = weights->q.shape();
   const int64_t m = wshape[0], k = wshape[1] * wshape[2] * wshape[3];
   if (m <= 0 || k <= 0) return {};
   const ir::Value* bias = conv->has_input(2) ? conv->inputs[2] : nullptr;
@@ -311,14 +334,14 @@ std::vector<ir::Node*> TryFuse(ir::Graph& graph, ir::Node* conv,
   if (wbytes < 0 || wbytes > ir::kMaxTensorBytes) return {};
   HostTensor packed(DType::kInt8, {wbytes});
   std::vector<int32_t> sums(m);
-  cuvil_uk_pack_qconv_weights(weights->q->constant->data_as<int8_t>(), m, k,
-                              packed.data_as<int8_t>(), sums.data());
+  cuvil_uk_pack_qconv_weights(weights->q.data_as<int8_t>(), m, k, packed.data_as<int8_t>(),
+                              sums.data());
   auto r = Requantise(*xq, sums, weights->scale->constant->data_as<float>(), weights->nscale,
                       bias != nullptr ? bias->constant->data_as<float>() : nullptr, e);
   if (!r) return {};
 
   // Rewrite the Conv in place.
-  const std::string base = conv->name.empty() ? weights->q->name : conv->name;
+  const std::string base = conv->name.empty() ? weights->name : conv->name;
   std::vector<ir::Value*> inputs = {xq->data,
                                     NewConstant(graph, base + ".qweights", std::move(packed)),
                                     NewConstant(graph, base + ".qcomp", std::move(r->comp)),
@@ -366,7 +389,7 @@ std::vector<ir::Node*> TryFuseMatMul(ir::Graph& graph, ir::Node* mm,
   // Per-column scales run along N: axis 1 of [K, N], axis 0 of a transposed [N, K].
   auto weights = ConstantWeights(mm->inputs[1], 2, trans_b ? 0 : 1);
   if (!weights || k <= 0 || n <= 0) return {};
-  const std::vector<int64_t>& wshape = weights->q->constant->shape();
+  const std::vector<int64_t>& wshape = weights->q.shape();
   if (wshape != (trans_b ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n})) return {};
   std::vector<ir::Node*> dead;
   const ir::Value* bias = gemm && mm->has_input(2) ? mm->inputs[2] : nullptr;
@@ -389,12 +412,12 @@ std::vector<ir::Node*> TryFuseMatMul(ir::Graph& graph, ir::Node* mm,
   if (wbytes < 0 || wbytes > ir::kMaxTensorBytes) return {};
   HostTensor packed(DType::kInt8, {wbytes});
   std::vector<int32_t> sums(n);
-  cuvil_uk_pack_qmatmul_weights(weights->q->constant->data_as<int8_t>(), k, n, trans_b ? 1 : 0,
+  cuvil_uk_pack_qmatmul_weights(weights->q.data_as<int8_t>(), k, n, trans_b ? 1 : 0,
                                 packed.data_as<int8_t>(), sums.data());
   auto r = Requantise(*xq, sums, weights->scale->constant->data_as<float>(), weights->nscale,
                       bias != nullptr ? bias->constant->data_as<float>() : nullptr, e);
   if (!r) return {};
-  const std::string base = mm->name.empty() ? weights->q->name : mm->name;
+  const std::string base = mm->name.empty() ? weights->name : mm->name;
   mm->op_type = "CuvilQMatMul";
   mm->inputs = {xq->data, NewConstant(graph, base + ".qweights", std::move(packed)),
                 NewConstant(graph, base + ".qcomp", std::move(r->comp)),
@@ -469,16 +492,20 @@ size_t ReplaceWithQdq(ir::Graph& graph, size_t i, const QdqOperands& o, const st
   return i + made.size() - 1;
 }
 
-// Constant int8 weights `w` with constant float scales `ws` per tensor or `channels` of them, and
-// zero points `wz` absent or all 0.
-bool ZeroPointWeights(const ir::Value* w, const ir::Value* ws, const ir::Value* wz,
-                      int64_t channels) {
-  if (w == nullptr || !w->is_constant() || w->constant->dtype() != DType::kInt8 || ws == nullptr ||
-      !ws->is_constant() || ws->constant->dtype() != DType::kFloat32) {
+// Constant 8-bit weights `w` with constant float scales `ws` per tensor or per index of
+// `channel_axis`, and zero points `wz` that CenteredWeights removes.
+bool CenterableWeights(const ir::Value* w, const ir::Value* ws, const ir::Value* wz,
+                       int64_t channel_axis) {
+  if (w == nullptr || !w->is_constant() || ws == nullptr || !ws->is_constant() ||
+      ws->constant->dtype() != DType::kFloat32 ||
+      channel_axis >= static_cast<int64_t>(w->constant->shape().size())) {
     return false;
   }
   const int64_t nscale = ws->constant->num_elements();
-  return (nscale == 1 || nscale == channels) && AllZero(wz, nscale);
+  const int64_t channels = w->constant->shape()[static_cast<size_t>(channel_axis)];
+  return (nscale == 1 || nscale == channels) &&
+         (wz == nullptr || (wz->is_constant() && wz->constant->num_elements() == nscale)) &&
+         CenteredWeights(w, wz, channel_axis).has_value();
 }
 
 }  // namespace
@@ -547,7 +574,7 @@ int ExpandQLinearConvs(ir::Graph& graph) {
       continue;
     }
     const int64_t m = w->constant->shape()[0];
-    if (!ZeroPointWeights(w, ws, wz, m) ||
+    if (!CenterableWeights(w, ws, wz, 0) ||
         (b != nullptr && (!b->is_constant() || b->constant->dtype() != DType::kInt32 ||
                           b->constant->num_elements() != m))) {
       continue;
@@ -582,8 +609,7 @@ int ExpandQLinearMatMuls(ir::Graph& graph) {
     if (a == nullptr || a->type.rank() != 2 || !a->type.shape[1].IsStatic() ||
         !IsConstScalar(as, DType::kFloat32) || !IsConstScalar(az, a->type.dtype) ||
         !IsConstScalar(ys, DType::kFloat32) || !IsConstScalar(yz, y->type.dtype) || w == nullptr ||
-        !w->is_constant() || w->constant->shape().size() != 2 ||
-        !ZeroPointWeights(w, ws, wz, w->constant->shape()[1])) {
+        !w->is_constant() || w->constant->shape().size() != 2 || !CenterableWeights(w, ws, wz, 1)) {
       continue;
     }
     // Per-column scales of [K, N] weights run along axis 1.
@@ -608,7 +634,6 @@ int LowerIntegerProducts(ir::Graph& graph) {
     const ir::Value* xz = n->has_input(2) ? n->inputs[2] : nullptr;
     const ir::Value* wz = n->has_input(3) ? n->inputs[3] : nullptr;
     if (x == nullptr || !IsQuantType(x->type.dtype) || w == nullptr || !w->is_constant() ||
-        w->constant->dtype() != DType::kInt8 ||
         (xz != nullptr && !IsConstScalar(xz, x->type.dtype))) {
       continue;
     }
@@ -624,17 +649,19 @@ int LowerIntegerProducts(ir::Graph& graph) {
       if (shapes_fit) k = wshape[0], rows = wshape[1];
     }
     if (!shapes_fit || rows <= 0 || k <= 0) continue;
-    if (!AllZero(wz, -1)) continue;
+    // Weight zero points: scalar, or one per output channel (ConvInteger's M, MatMulInteger's N).
+    std::optional<HostTensor> centered = CenteredWeights(w, wz, conv ? 0 : 1);
+    if (!centered) continue;
     const int64_t wbytes =
         conv ? cuvil_uk_qconv_weights_size(rows, k) : cuvil_uk_qmatmul_weights_size(k, rows);
     if (wbytes < 0 || wbytes > ir::kMaxTensorBytes) continue;
     HostTensor packed(DType::kInt8, {wbytes});
     std::vector<int32_t> sums(rows);
     if (conv) {
-      cuvil_uk_pack_qconv_weights(w->constant->data_as<int8_t>(), rows, k, packed.data_as<int8_t>(),
+      cuvil_uk_pack_qconv_weights(centered->data_as<int8_t>(), rows, k, packed.data_as<int8_t>(),
                                   sums.data());
     } else {
-      cuvil_uk_pack_qmatmul_weights(w->constant->data_as<int8_t>(), k, rows, 0,
+      cuvil_uk_pack_qmatmul_weights(centered->data_as<int8_t>(), k, rows, 0,
                                     packed.data_as<int8_t>(), sums.data());
     }
     // The exact int32 result is acc - comp (CUVIL_UK_QOUT_S32); mult and bias go unread.
