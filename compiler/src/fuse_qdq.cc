@@ -69,6 +69,24 @@ std::optional<HostTensor> CenteredWeights(const ir::Value* w, const ir::Value* z
   return out;
 }
 
+// Constant 8-bit weights `w` with constant float scales `ws` per tensor or per index of
+// `channel_axis` and as many zero points `wz` (or none): the weights CenteredWeights makes.
+std::optional<HostTensor> CenteredScaledWeights(const ir::Value* w, const ir::Value* ws,
+                                                const ir::Value* wz, int64_t channel_axis) {
+  if (w == nullptr || !w->is_constant() || ws == nullptr || !ws->is_constant() ||
+      ws->constant->dtype() != DType::kFloat32 || channel_axis < 0 ||
+      channel_axis >= static_cast<int64_t>(w->constant->shape().size())) {
+    return std::nullopt;
+  }
+  const int64_t nscale = ws->constant->num_elements();
+  const int64_t channels = w->constant->shape()[static_cast<size_t>(channel_axis)];
+  if ((nscale != 1 && nscale != channels) ||
+      (wz != nullptr && (!wz->is_constant() || wz->constant->num_elements() != nscale))) {
+    return std::nullopt;
+  }
+  return CenteredWeights(w, wz, channel_axis);
+}
+
 bool IsConstScalar(const ir::Value* v, DType dt) {
   return v != nullptr && v->is_constant() && v->constant->dtype() == dt &&
          v->constant->num_elements() == 1;
@@ -282,20 +300,14 @@ std::optional<QuantWeights> ConstantWeights(const ir::Value* wf, size_t rank,
   const ir::Value* ws = wdq->inputs[1];
   const ir::Value* wz = wdq->has_input(2) ? wdq->inputs[2] : nullptr;
   if (wq == nullptr || !wq->is_constant() || wq->constant->shape().size() != rank ||
-      ws == nullptr || !ws->is_constant() || ws->constant->dtype() != DType::kFloat32) {
+      ws == nullptr || !ws->is_constant()) {
     return std::nullopt;
   }
-  const int64_t channels = wq->constant->shape()[static_cast<size_t>(channel_axis)];
   const int64_t nscale = ws->constant->num_elements();
   int64_t axis = wdq->attr_int("axis", 1);
   if (axis < 0) axis += static_cast<int64_t>(rank);
-  if (nscale != 1 && (nscale != channels || axis != channel_axis)) {
-    return std::nullopt;
-  }
-  if (wz != nullptr && (!wz->is_constant() || wz->constant->num_elements() != nscale)) {
-    return std::nullopt;
-  }
-  std::optional<HostTensor> centered = CenteredWeights(wq, wz, channel_axis);
+  if (nscale != 1 && axis != channel_axis) return std::nullopt;
+  std::optional<HostTensor> centered = CenteredScaledWeights(wq, ws, wz, channel_axis);
   if (!centered) return std::nullopt;
   return QuantWeights{*std::move(centered), ws, nscale, wq->name};
 }
@@ -320,7 +332,8 @@ std::vector<ir::Node*> TryFuse(ir::Graph& graph, ir::Node* conv,
   if (!Static4d(xf) || !Static4d(conv->outputs[0]) || wf == nullptr) return {};
   auto xq = ScalarParams(xf->producer, "DequantizeLinear");
   if (!xq) return {};
-  // Weights: constant int8 [M, C, KH, KW], scale per tensor or per output channel, zero points 0.
+  // Weights: constant 8-bit [M, C, KH, KW], scale per tensor or per output channel, zero points
+  // that centre them in int8.
   auto weights = ConstantWeights(wf, 4, 0);
   if (!weights) return {};
   const std::vector<int64_t>& wshape = weights->q.shape();
@@ -492,22 +505,6 @@ size_t ReplaceWithQdq(ir::Graph& graph, size_t i, const QdqOperands& o, const st
   return i + made.size() - 1;
 }
 
-// Constant 8-bit weights `w` with constant float scales `ws` per tensor or per index of
-// `channel_axis`, and zero points `wz` that CenteredWeights removes.
-bool CenterableWeights(const ir::Value* w, const ir::Value* ws, const ir::Value* wz,
-                       int64_t channel_axis) {
-  if (w == nullptr || !w->is_constant() || ws == nullptr || !ws->is_constant() ||
-      ws->constant->dtype() != DType::kFloat32 ||
-      channel_axis >= static_cast<int64_t>(w->constant->shape().size())) {
-    return false;
-  }
-  const int64_t nscale = ws->constant->num_elements();
-  const int64_t channels = w->constant->shape()[static_cast<size_t>(channel_axis)];
-  return (nscale == 1 || nscale == channels) &&
-         (wz == nullptr || (wz->is_constant() && wz->constant->num_elements() == nscale)) &&
-         CenteredWeights(w, wz, channel_axis).has_value();
-}
-
 }  // namespace
 
 std::unordered_set<const ir::Value*> QdqWeightCandidates(const ir::Graph& graph) {
@@ -574,7 +571,7 @@ int ExpandQLinearConvs(ir::Graph& graph) {
       continue;
     }
     const int64_t m = w->constant->shape()[0];
-    if (!CenterableWeights(w, ws, wz, 0) ||
+    if (!CenteredScaledWeights(w, ws, wz, 0) ||
         (b != nullptr && (!b->is_constant() || b->constant->dtype() != DType::kInt32 ||
                           b->constant->num_elements() != m))) {
       continue;
@@ -609,7 +606,8 @@ int ExpandQLinearMatMuls(ir::Graph& graph) {
     if (a == nullptr || a->type.rank() != 2 || !a->type.shape[1].IsStatic() ||
         !IsConstScalar(as, DType::kFloat32) || !IsConstScalar(az, a->type.dtype) ||
         !IsConstScalar(ys, DType::kFloat32) || !IsConstScalar(yz, y->type.dtype) || w == nullptr ||
-        !w->is_constant() || w->constant->shape().size() != 2 || !CenterableWeights(w, ws, wz, 1)) {
+        !w->is_constant() || w->constant->shape().size() != 2 ||
+        !CenteredScaledWeights(w, ws, wz, 1)) {
       continue;
     }
     // Per-column scales of [K, N] weights run along axis 1.
