@@ -10,10 +10,12 @@ namespace {
 // caller's pointer keeps 64-byte alignment.
 constexpr size_t kHeader = 64;
 
-// Bytes of blocks allocated and not yet freed, and the most of them seen. Compiler builtins, not
-// <atomic>: the AOT runtime's cross builds have no C++ library headers to lean on.
+// Bytes of blocks allocated and not yet freed, the most of them seen, and the bytes of freed
+// blocks that threads keep for reuse. Compiler builtins, not <atomic>: the AOT runtime's cross
+// builds have no C++ library headers to lean on.
 int64_t live_bytes = 0;
 int64_t peak_bytes = 0;
+int64_t cached_bytes = 0;
 
 void RaisePeak(int64_t live) {
   int64_t seen = __atomic_load_n(&peak_bytes, __ATOMIC_RELAXED);
@@ -22,30 +24,120 @@ void RaisePeak(int64_t live) {
   }
 }
 
+size_t SizeOf(char* block) { return *reinterpret_cast<size_t*>(block); }
+
+void CountCached(size_t bytes, bool added) {
+  __atomic_add_fetch(&cached_bytes,
+                     added ? static_cast<int64_t>(bytes) : -static_cast<int64_t>(bytes),
+                     __ATOMIC_RELAXED);
+}
+
+// A kernel allocates the same blocks every execution, so each thread keeps the few it freed last
+// and hands them out again: a warm execution allocates nothing. Thread-compatible: one per
+// thread; its blocks go back to the system with the thread.
+class BlockCache {
+ public:
+  BlockCache() = default;
+  BlockCache(const BlockCache&) = delete;
+  BlockCache& operator=(const BlockCache&) = delete;
+  ~BlockCache() {
+    for (char*& b : blocks_) Release(b);
+  }
+
+  // The smallest kept block of at least `bytes` (its header's size), or null.
+  char* Take(size_t bytes) {
+    char** best = nullptr;
+    for (char*& b : blocks_) {
+      if (b != nullptr && SizeOf(b) >= bytes && (best == nullptr || SizeOf(b) < SizeOf(*best))) {
+        best = &b;
+      }
+    }
+    if (best == nullptr) return nullptr;
+    char* out = *best;
+    *best = nullptr;
+    CountCached(SizeOf(out), false);
+    return out;
+  }
+
+  // Keeps `block` in place of an empty slot or of a smaller kept block (which is released), or
+  // releases it.
+  void Keep(char* block) {
+    if (SizeOf(block) > kMaxKeptBytes) return std::free(block);
+    char** slot = nullptr;
+    for (char*& b : blocks_) {
+      if (b == nullptr) {
+        slot = &b;
+        break;
+      }
+      if (SizeOf(b) < SizeOf(block) && (slot == nullptr || SizeOf(b) < SizeOf(*slot))) slot = &b;
+    }
+    if (slot == nullptr) return std::free(block);
+    Release(*slot);
+    *slot = block;
+    CountCached(SizeOf(block), true);
+  }
+
+ private:
+  // At most 8 blocks of at most 16 MiB each per thread: larger blocks (big batches) go back to
+  // the system at once.
+  static constexpr int kSlots = 8;
+  static constexpr size_t kMaxKeptBytes = size_t{16} << 20;
+
+  static void Release(char*& block) {
+    if (block == nullptr) return;
+    CountCached(SizeOf(block), false);
+    std::free(block);
+    block = nullptr;
+  }
+
+  char* blocks_[kSlots] = {};
+};
+
+BlockCache& ThisThreadsCache() {
+  thread_local BlockCache cache;
+  return cache;
+}
+
+// Under AddressSanitizer every block goes back at once, so that a kernel reading a freed block
+// is still caught.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kKeepFreedBlocks = false;
+#else
+constexpr bool kKeepFreedBlocks = true;
+#endif
+
 }  // namespace
 
 extern "C" {
 
 void* cuvil_rt_alloc(int64_t bytes) {
   const size_t rounded = (static_cast<size_t>(bytes > 0 ? bytes : 1) + 63) / 64 * 64;
-  char* block = static_cast<char*>(std::aligned_alloc(64, rounded + kHeader));
-  if (block == nullptr) return nullptr;
-  *reinterpret_cast<size_t*>(block) = rounded;
-  RaisePeak(__atomic_add_fetch(&live_bytes, static_cast<int64_t>(rounded), __ATOMIC_RELAXED));
+  char* block = kKeepFreedBlocks ? ThisThreadsCache().Take(rounded) : nullptr;
+  if (block == nullptr) {
+    block = static_cast<char*>(std::aligned_alloc(64, rounded + kHeader));
+    if (block == nullptr) return nullptr;
+    *reinterpret_cast<size_t*>(block) = rounded;
+  }
+  RaisePeak(__atomic_add_fetch(&live_bytes, static_cast<int64_t>(SizeOf(block)), __ATOMIC_RELAXED));
   return block + kHeader;
 }
 
 void cuvil_rt_free(void* p) {
   if (p == nullptr) return;
   char* block = static_cast<char*>(p) - kHeader;
-  __atomic_sub_fetch(&live_bytes, static_cast<int64_t>(*reinterpret_cast<size_t*>(block)),
-                     __ATOMIC_RELAXED);
-  std::free(block);
+  __atomic_sub_fetch(&live_bytes, static_cast<int64_t>(SizeOf(block)), __ATOMIC_RELAXED);
+  if (kKeepFreedBlocks) {
+    ThisThreadsCache().Keep(block);
+  } else {
+    std::free(block);
+  }
 }
 
 int64_t cuvil_rt_heap_live_bytes() { return __atomic_load_n(&live_bytes, __ATOMIC_RELAXED); }
 
 int64_t cuvil_rt_heap_peak_bytes() { return __atomic_load_n(&peak_bytes, __ATOMIC_RELAXED); }
+
+int64_t cuvil_rt_heap_cached_bytes() { return __atomic_load_n(&cached_bytes, __ATOMIC_RELAXED); }
 
 void cuvil_rt_heap_reset_peak() {
   __atomic_store_n(&peak_bytes, cuvil_rt_heap_live_bytes(), __ATOMIC_RELAXED);

@@ -10,6 +10,7 @@ ScratchUsage ReadScratchUsage() {
   u.thread_buffer_bytes = uk::ThreadBufferBytes();
   u.heap_live_bytes = cuvil_rt_heap_live_bytes();
   u.heap_peak_bytes = cuvil_rt_heap_peak_bytes();
+  u.heap_cached_bytes = cuvil_rt_heap_cached_bytes();
   return u;
 }
 

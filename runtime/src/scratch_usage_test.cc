@@ -30,6 +30,34 @@ TEST(ScratchUsageTest, HeapBlocksAreCountedUntilFreedAndThePeakKept) {
   EXPECT_EQ(ReadScratchUsage().heap_peak_bytes, after.heap_live_bytes);
 }
 
+// A thread hands the blocks it freed out again (the smallest that fits), so a warm execution
+// allocates nothing; they count as cached while kept and go back with their thread.
+TEST(ScratchUsageTest, FreedBlocksAreReusedByTheirThreadAndReleasedWithIt) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer builds free every block at once (heap.cc)";
+#endif
+  const int64_t before = ReadScratchUsage().heap_cached_bytes;
+  std::thread([&] {
+    void* small = cuvil_rt_alloc(100);  // 128
+    void* big = cuvil_rt_alloc(1000);   // 1024
+    cuvil_rt_free(small);
+    cuvil_rt_free(big);
+    EXPECT_EQ(ReadScratchUsage().heap_cached_bytes - before, 128 + 1024);
+    void* again = cuvil_rt_alloc(900);  // The 1024 block, not a new one.
+    EXPECT_EQ(again, big);
+    EXPECT_EQ(ReadScratchUsage().heap_cached_bytes - before, 128);
+    void* larger = cuvil_rt_alloc(2000);  // Nothing kept fits: a new block.
+    EXPECT_NE(larger, small);
+    EXPECT_NE(larger, big);
+    void* tiny = cuvil_rt_alloc(1);  // The 128 block.
+    EXPECT_EQ(tiny, small);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(tiny) % 64, 0u);
+    for (void* p : {again, larger, tiny}) cuvil_rt_free(p);
+    EXPECT_EQ(ReadScratchUsage().heap_cached_bytes - before, 128 + 1024 + 2048);
+  }).join();
+  EXPECT_EQ(ReadScratchUsage().heap_cached_bytes, before);
+}
+
 TEST(ScratchUsageTest, ThreadBuffersCountWhatTheyHoldAndReleaseItWithTheirThread) {
   const int64_t before = ReadScratchUsage().thread_buffer_bytes;
   int64_t while_held = 0;

@@ -33,7 +33,46 @@ float* ThreadScratch(Slot slot, size_t floats) {
   return buffers[slot].Get(floats);
 }
 
+// Per-thread tap offsets: of a GEMM conv (read by every thread of its parallel region) and of one
+// thread's depthwise planes. Kept between calls, so a conv allocates nothing once warm.
+enum IndexSlot { kIndexGemmTaps, kIndexPlaneTaps, kNumIndexSlots };
+
+int64_t* ThreadIndices(IndexSlot slot, size_t count) {
+  thread_local ThreadBuffer buffers[kNumIndexSlots];
+  return buffers[slot].GetIndices(count);
+}
+
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Whether some kernel row lands on phase row py (PhaseColUsed: some kernel column on phase
+// column px).
+bool PhaseRowUsed(const cuvil_uk_conv_params& p, int64_t py) {
+  for (int64_t ky = 0; ky < p.kernel_h; ++ky) {
+    if (ky * p.dilation_h % p.stride_h == py) return true;
+  }
+  return false;
+}
+bool PhaseColUsed(const cuvil_uk_conv_params& p, int64_t px) {
+  for (int64_t kx = 0; kx < p.kernel_w; ++kx) {
+    if (kx * p.dilation_w % p.stride_w == px) return true;
+  }
+  return false;
+}
+
+// The index of phase (py, px)'s plane within a channel, or -1 when no tap reads it: the planes
+// some tap reads are stored in row-major phase order (computed, not stored, so that planning a
+// conv allocates nothing).
+int64_t PhaseSlot(const cuvil_uk_conv_params& p, int64_t py, int64_t px) {
+  if (!PhaseRowUsed(p, py) || !PhaseColUsed(p, px)) return -1;
+  int64_t rows_before = 0, cols_before = 0, cols = 0;
+  for (int64_t r = 0; r < py; ++r) rows_before += PhaseRowUsed(p, r) ? 1 : 0;
+  for (int64_t c = 0; c < p.stride_w; ++c) {
+    const int64_t used = PhaseColUsed(p, c) ? 1 : 0;
+    cols += used;
+    if (c < px) cols_before += used;
+  }
+  return rows_before * cols + cols_before;
+}
 
 // Stride-phase planes of one channel: plane (py, px) row i column j holds the zero-padded input
 // at padded coordinates (i * SH + py, j * SW + px).
@@ -43,8 +82,6 @@ struct Phases {
   int64_t channel;  // floats per channel (every stored phase plane)
   int64_t slack;    // zero floats after the last channel (reads past the last valid column)
   bool direct;      // 1x1, stride 1, no padding: read X itself
-  // Per phase py * SW + px: its plane's index within a channel, or -1 when no tap reads it.
-  std::vector<int64_t> slot;
 };
 
 Phases PlanPhases(const cuvil_uk_conv_params& p, int64_t nr) {
@@ -57,25 +94,16 @@ Phases PlanPhases(const cuvil_uk_conv_params& p, int64_t nr) {
     ph.ws = p.width;
     ph.channel = p.height * p.width;
     ph.slack = 0;
-    ph.slot = {0};
     return ph;
   }
   int64_t hpad = (p.out_height - 1) * p.stride_h + (p.kernel_h - 1) * p.dilation_h + 1;
   int64_t wpad = (p.out_width - 1) * p.stride_w + (p.kernel_w - 1) * p.dilation_w + 1;
   ph.hs = CeilDiv(hpad, p.stride_h);
   ph.ws = CeilDiv(wpad, p.stride_w);
-  // Phase rows (columns) that some kernel row (column) lands on.
-  std::vector<bool> row_used(p.stride_h, false), col_used(p.stride_w, false);
-  for (int64_t ky = 0; ky < p.kernel_h; ++ky) row_used[ky * p.dilation_h % p.stride_h] = true;
-  for (int64_t kx = 0; kx < p.kernel_w; ++kx) col_used[kx * p.dilation_w % p.stride_w] = true;
-  int64_t planes = 0;
-  ph.slot.assign(p.stride_h * p.stride_w, -1);
-  for (int64_t py = 0; py < p.stride_h; ++py) {
-    for (int64_t px = 0; px < p.stride_w; ++px) {
-      if (row_used[py] && col_used[px]) ph.slot[py * p.stride_w + px] = planes++;
-    }
-  }
-  ph.channel = planes * ph.hs * ph.ws;
+  int64_t rows = 0, cols = 0;
+  for (int64_t py = 0; py < p.stride_h; ++py) rows += PhaseRowUsed(p, py) ? 1 : 0;
+  for (int64_t px = 0; px < p.stride_w; ++px) cols += PhaseColUsed(p, px) ? 1 : 0;
+  ph.channel = rows * cols * ph.hs * ph.ws;
   ph.slack = ph.ws + 2 * nr;
   return ph;
 }
@@ -85,7 +113,7 @@ void FillPhases(const Table& t, const cuvil_uk_conv_params& p, const Phases& ph,
                 float* dst) {
   for (int64_t py = 0; py < p.stride_h; ++py) {
     for (int64_t px = 0; px < p.stride_w; ++px) {
-      const int64_t slot = ph.slot[py * p.stride_w + px];
+      const int64_t slot = PhaseSlot(p, py, px);
       if (slot < 0) continue;
       float* plane = dst + slot * ph.hs * ph.ws;
       // Columns j whose input column j * SW + px - PL lies in [0, W).
@@ -105,21 +133,18 @@ void FillPhases(const Table& t, const cuvil_uk_conv_params& p, const Phases& ph,
   }
 }
 
-// Offset of reduction row r = (c, ky, kx) inside one image group's phase buffer.
-std::vector<int64_t> TapOffsets(const cuvil_uk_conv_params& p, const Phases& ph, int64_t cg) {
-  std::vector<int64_t> off;
-  off.reserve(cg * p.kernel_h * p.kernel_w);
-  for (int64_t c = 0; c < cg; ++c) {
-    for (int64_t ky = 0; ky < p.kernel_h; ++ky) {
-      for (int64_t kx = 0; kx < p.kernel_w; ++kx) {
-        int64_t dy = ky * p.dilation_h, dx = kx * p.dilation_w;
-        int64_t phase = (dy % p.stride_h) * p.stride_w + dx % p.stride_w;
-        off.push_back(c * ph.channel + ph.slot[phase] * ph.hs * ph.ws + (dy / p.stride_h) * ph.ws +
-                      dx / p.stride_w);
-      }
+// off[r] = the offset of reduction row r = (c, ky, kx) inside one image group's phase buffer,
+// for r < cg * KH * KW.
+void TapOffsets(const cuvil_uk_conv_params& p, const Phases& ph, int64_t cg, int64_t* off) {
+  const int64_t taps = p.kernel_h * p.kernel_w;
+  for (int64_t ky = 0; ky < p.kernel_h; ++ky) {
+    for (int64_t kx = 0; kx < p.kernel_w; ++kx) {
+      const int64_t dy = ky * p.dilation_h, dx = kx * p.dilation_w;
+      const int64_t tap = PhaseSlot(p, dy % p.stride_h, dx % p.stride_w) * ph.hs * ph.ws +
+                          (dy / p.stride_h) * ph.ws + dx / p.stride_w;
+      for (int64_t c = 0; c < cg; ++c) off[c * taps + ky * p.kernel_w + kx] = c * ph.channel + tap;
     }
   }
-  return off;
 }
 
 // Multiply-adds below which a second thread does not pay: waking a pool thread costs tens of
@@ -222,7 +247,8 @@ void ConvGemm(const Table& t, const cuvil_uk_conv_params& p, const float* x, con
     }
     return;
   }
-  const std::vector<int64_t> off = TapOffsets(p, ph, cg);
+  int64_t* off = ThreadIndices(kIndexGemmTaps, static_cast<size_t>(k_dim));
+  TapOffsets(p, ph, cg, off);
 
   // The B source of every image (phase planes, or X itself). The planes are filled inside the
   // GEMM's parallel region (below), one input channel per fill item.
@@ -315,7 +341,7 @@ void ConvGemm(const Table& t, const cuvil_uk_conv_params& p, const float* x, con
                                 : nullptr;
               epp = &ep;
             }
-            t.gemm_tile(kc, a, b_img + q, off.data() + kp, c, ldc, mr, nr, kp > 0, epp);
+            t.gemm_tile(kc, a, b_img + q, off + kp, c, ldc, mr, nr, kp > 0, epp);
           }
         }
       }
@@ -361,14 +387,15 @@ class DepthwisePlanes {
       pp_ = PlanPhases(one_, t_.nr);
       pp_.direct = false;
       pp_.slack = pp_.ws + 2 * t_.nr;
-      off_ = TapOffsets(one_, pp_, 1);
+      off_ = ThreadIndices(kIndexPlaneTaps, static_cast<size_t>(taps));
+      TapOffsets(one_, pp_, 1, off_);
       planes_ = ThreadScratch(kSlotPlane, static_cast<size_t>(pp_.channel + pp_.slack));
       std::memset(planes_ + pp_.channel, 0, pp_.slack * sizeof(float));
     }
     FillPhases(t_, one_, pp_, x, planes_);
     for (int64_t oy = 0; oy < one_.out_height; ++oy) {
       const int64_t at = oy * one_.out_width;
-      t_.depthwise_row(y + at, planes_ + oy * pp_.ws, off_.data(), w, taps, one_.out_width, b,
+      t_.depthwise_row(y + at, planes_ + oy * pp_.ws, off_, w, taps, one_.out_width, b,
                        res != nullptr ? res + at : nullptr, ep_);
     }
   }
@@ -379,7 +406,7 @@ class DepthwisePlanes {
   cuvil_uk_conv_params one_;
   float* planes_ = nullptr;
   Phases pp_{};
-  std::vector<int64_t> off_;
+  int64_t* off_ = nullptr;
 };
 
 void ConvDepthwise(const Table& t, const cuvil_uk_conv_params& p, const float* x, const float* w,

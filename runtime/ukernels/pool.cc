@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
-#include <vector>
 
 #include "cuvil/runtime/parallel.h"
 #include "cuvil/runtime/ukernels.h"
+#include "thread_buffer.h"
 
 namespace cuvil::uk {
 namespace {
@@ -105,10 +105,11 @@ struct PoolJob {
 void PoolPlanes(void* ctx, int64_t begin, int64_t end) {
   const PoolJob& job = *static_cast<const PoolJob*>(ctx);
   const cuvil_uk_pool_params& p = *job.p;
-  std::vector<float> rows(2 * static_cast<size_t>(p.width));
+  thread_local ThreadBuffer buffer;  // kept between calls: a warm pool allocates nothing
+  float* rows = buffer.Get(2 * static_cast<size_t>(p.width));
   for (int64_t i = begin; i < end; ++i) {
-    PoolPlane(p, job.x + i * p.height * p.width, job.y + i * p.out_height * p.out_width,
-              rows.data(), rows.data() + p.width);
+    PoolPlane(p, job.x + i * p.height * p.width, job.y + i * p.out_height * p.out_width, rows,
+              rows + p.width);
   }
 }
 

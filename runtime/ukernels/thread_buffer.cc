@@ -31,6 +31,12 @@ float* ThreadBuffer::Get(size_t floats) {
   return data_;
 }
 
+int64_t* ThreadBuffer::GetIndices(size_t count) {
+  static_assert(sizeof(int64_t) == 2 * sizeof(float));
+  // The block comes from aligned_alloc and is only ever read as int64 while it serves indices.
+  return reinterpret_cast<int64_t*>(Get(2 * count));
+}
+
 int64_t ThreadBufferBytes() { return __atomic_load_n(&held_bytes, __ATOMIC_RELAXED); }
 
 }  // namespace cuvil::uk

@@ -21,6 +21,8 @@ class ThreadBuffer {
   // At least `floats` floats; earlier contents are lost when it grows. Aborts when out of memory:
   // generated code has nothing to unwind to.
   float* Get(size_t floats);
+  // At least `count` int64 values (the same storage as Get; a buffer holds one kind at a time).
+  int64_t* GetIndices(size_t count);
 
  private:
   float* data_ = nullptr;

@@ -18,7 +18,6 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <vector>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -40,6 +39,12 @@ enum Slot { kSlotV, kSlotM, kSlotRows, kNumSlots };
 float* Scratch(Slot slot, size_t floats) {
   thread_local ThreadBuffer buffers[kNumSlots];
   return buffers[slot].Get(floats);
+}
+
+// The calling thread's per-channel offsets of a chunk's GEMM (kept between calls).
+int64_t* ChannelOffsets(size_t count) {
+  thread_local ThreadBuffer buffer;
+  return buffer.GetIndices(count);
 }
 
 void CpuRelax() {
@@ -240,7 +245,7 @@ void ConvWinograd(const Table& tb, const cuvil_uk_conv_params& p, const float* x
   const int64_t chunks = CeilDiv(rows_total, chunk_rows);
   const int64_t rows_per_chunk = CeilDiv(rows_total, chunks);
   // One chunk's three phases; `off` is the caller's c_dim offsets buffer.
-  auto run_chunk = [&](int64_t r0, std::vector<int64_t>& off) {
+  auto run_chunk = [&](int64_t r0, int64_t* off) {
     const int64_t rows = std::min(rows_per_chunk, rows_total - r0);
     const int64_t q_dim = rows * tl.tx;  // tile columns of this chunk
     const int64_t ld = q_dim;
@@ -288,8 +293,7 @@ void ConvWinograd(const Table& tb, const cuvil_uk_conv_params& p, const float* x
           for (int64_t pp = p0; pp < p1; ++pp) {
             const int64_t m = pp * kMR, mr = std::min(kMR, m_dim - m);
             const float* a = u + ((t * panels + pp) * c_dim + kp) * kMR;
-            tb.gemm_tile(kc, a, vt + q, off.data() + kp, mt + m * ld + q, ld, mr, nr, kp > 0,
-                         nullptr);
+            tb.gemm_tile(kc, a, vt + q, off + kp, mt + m * ld + q, ld, mr, nr, kp > 0, nullptr);
           }
         }
       }
@@ -327,7 +331,7 @@ void ConvWinograd(const Table& tb, const cuvil_uk_conv_params& p, const float* x
   const bool by_chunk =
       threads > 1 && chunks >= 2 * threads && (chunks % threads == 0 || chunks >= 4 * threads);
   if (!by_chunk) {
-    std::vector<int64_t> off(c_dim);
+    int64_t* off = ChannelOffsets(static_cast<size_t>(c_dim));
     for (int64_t r0 = 0; r0 < rows_total; r0 += rows_per_chunk) run_chunk(r0, off);
     return;
   }
@@ -342,7 +346,7 @@ void ConvWinograd(const Table& tb, const cuvil_uk_conv_params& p, const float* x
         auto* j = static_cast<ChunkJob*>(ctx);
         const int saved = cuvil::IntraOpThreads();
         cuvil::SetIntraOpThreads(1);  // This thread's chunks run their phases by themselves.
-        std::vector<int64_t> off(j->c_dim);
+        int64_t* off = ChannelOffsets(static_cast<size_t>(j->c_dim));
         for (int64_t c = begin; c < end; ++c) (*j->run)(c * j->rows_per_chunk, off);
         cuvil::SetIntraOpThreads(saved);
       },

@@ -8,6 +8,8 @@
 #        [CROSS_CFLAGS="--target=wasm32-wasi ..."]
 #        [EXPECT_BODY=x86-64-v3 (the body NAME_tier() must name on every run)]
 #        [ATOL=1e-3 RTOL=1e-3 (the tolerance against the reference outputs)]
+#        [WARM_CALLS_ALLOCATE_NOTHING=1 (count heap allocations with tests/aot/alloc_count.c: a
+#         program calling NAME_run 4 times must allocate exactly as often as one calling it once)]
 #        [NO_SIMD_OBJDUMP=llvm-objdump (a wasm program must disassemble without any v128 op)]
 #        aot_models.sh CUVILC SOURCE_DIR MODELS_DIR WORK_DIR MODEL...
 # (a cross target: the C compiler for it, its extra flags, and the emulator or runtime that runs
@@ -21,6 +23,8 @@ target_args=()
 [[ -n ${AOT_CPU:-} ]] && target_args+=(--cpu "$AOT_CPU")
 read -r -a runner <<< "${RUNNER:-}"
 read -r -a cross_cflags <<< "${CROSS_CFLAGS:-}"
+count_src=()
+[[ -n ${WARM_CALLS_ALLOCATE_NOTHING:-} ]] && count_src=("$src/tests/aot/alloc_count.c")
 passed=0 failed=0
 for m in "$@"; do
   out=$work/$m
@@ -29,7 +33,8 @@ for m in "$@"; do
     echo "FAIL $m: cuvilc compile --aot"; failed=$((failed + 1)); continue
   fi
   if ! "$cc" "${cross_cflags[@]}" -O2 -Wall -Wextra -Werror -I"$out" -DMODEL="$m" \
-      "$src/examples/aot/run_model.c" "$src/examples/aot/tensor_proto.c" "$out/lib$m.a" -lm \
+      "$src/examples/aot/run_model.c" "$src/examples/aot/tensor_proto.c" "${count_src[@]}" \
+      "$out/lib$m.a" -lm \
       -o "$out/run_model"; then
     echo "FAIL $m: building run_model.c"; failed=$((failed + 1)); continue
   fi
@@ -42,7 +47,18 @@ for m in "$@"; do
   for d in "$models/$m"/test_data_set_*; do
     if result=$("${runner[@]}" "$out/run_model" "$d" --atol "${ATOL:-1e-3}" --rtol "${RTOL:-1e-3}") &&
         [[ -z ${EXPECT_BODY:-} || $result == *"body ${EXPECT_BODY})"* ]]; then
-      echo "$result"; echo "PASS $m/$(basename "$d")"; passed=$((passed + 1))
+      echo "$result"
+      if [[ -n ${WARM_CALLS_ALLOCATE_NOTHING:-} ]]; then
+        once=$("$out/run_model" "$d" --atol 1 --rtol 1 2>&1 >/dev/null | grep -o 'allocations=.*')
+        four=$("$out/run_model" "$d" --repeat 4 --atol 1 --rtol 1 2>&1 >/dev/null |
+          grep -o 'allocations=.*')
+        echo "one call: $once, four calls: $four"
+        if [[ -z $once || $once != "$four" ]]; then
+          echo "FAIL $m/$(basename "$d"): warm calls of ${m}_run allocate"; failed=$((failed + 1))
+          continue
+        fi
+      fi
+      echo "PASS $m/$(basename "$d")"; passed=$((passed + 1))
     else
       echo "$result"; echo "FAIL $m/$(basename "$d")"; failed=$((failed + 1))
     fi

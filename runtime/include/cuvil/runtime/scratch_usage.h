@@ -12,6 +12,7 @@ struct ScratchUsage {
   int64_t thread_buffer_bytes = 0;  // Held by every thread's microkernel buffers now.
   int64_t heap_live_bytes = 0;      // Generated code's heap blocks not yet freed.
   int64_t heap_peak_bytes = 0;      // Most heap block bytes live at once since the last reset.
+  int64_t heap_cached_bytes = 0;    // Freed heap blocks threads keep to hand out again.
 };
 
 // The figures now. Thread-safe (each field is read atomically; together they are a snapshot
