@@ -632,9 +632,8 @@ std::string HeaderText(const std::vector<AotTier>& tiers, const std::string& nam
       " * calling thread only (no threads of its own). The model's intermediates live in the\n"
       " * caller's arena. Kernel scratch (microkernel buffers; blocks for sorting, recurrent and\n"
       " * control-flow ops and GEMM packing) comes from malloc on a thread's first call and is\n"
-      " * kept by the thread (heap blocks up to 16 MiB), so its later calls allocate nothing "
-      "unless\n"
-      " * they need more (a larger batch). Kept memory is freed when the thread exits.\n"
+      " * kept by the thread (heap blocks: up to 16 MiB), so its later calls allocate nothing\n"
+      " * unless they need more (a larger batch). Kept memory is freed when the thread exits.\n"
       " */\n"
       "#ifndef ",
       upper, "_H_\n#define ", upper,

@@ -55,42 +55,53 @@ class BlockCache {
     if (best == nullptr) return nullptr;
     char* out = *best;
     *best = nullptr;
+    kept_ -= SizeOf(out);
     CountCached(SizeOf(out), false);
     return out;
   }
 
-  // Keeps `block` in place of an empty slot or of a smaller kept block (which is released), or
-  // releases it.
+  // Keeps `block`, releasing smaller kept blocks while the thread would keep more than
+  // kMaxKeptBytes or has no free slot; releases `block` itself when it still does not fit.
   void Keep(char* block) {
-    if (SizeOf(block) > kMaxKeptBytes) return std::free(block);
-    char** slot = nullptr;
-    for (char*& b : blocks_) {
-      if (b == nullptr) {
-        slot = &b;
-        break;
+    const size_t size = SizeOf(block);
+    if (size > kMaxKeptBytes) return std::free(block);
+    for (;;) {
+      char** smallest = nullptr;
+      char** empty = nullptr;
+      for (char*& b : blocks_) {
+        if (b == nullptr) {
+          empty = &b;
+        } else if (smallest == nullptr || SizeOf(b) < SizeOf(*smallest)) {
+          smallest = &b;
+        }
       }
-      if (SizeOf(b) < SizeOf(block) && (slot == nullptr || SizeOf(b) < SizeOf(*slot))) slot = &b;
+      if (empty != nullptr && kept_ + size <= kMaxKeptBytes) {
+        *empty = block;
+        kept_ += size;
+        CountCached(size, true);
+        return;
+      }
+      if (smallest == nullptr || SizeOf(*smallest) >= size) return std::free(block);
+      Release(*smallest);
     }
-    if (slot == nullptr) return std::free(block);
-    Release(*slot);
-    *slot = block;
-    CountCached(SizeOf(block), true);
   }
 
  private:
-  // At most 8 blocks of at most 16 MiB each per thread: larger blocks (big batches) go back to
-  // the system at once.
+  // At most 8 blocks and 16 MiB per thread: a server's pool threads keep little, and blocks of
+  // big batches go back to the system at once.
   static constexpr int kSlots = 8;
   static constexpr size_t kMaxKeptBytes = size_t{16} << 20;
 
-  static void Release(char*& block) {
+  void Release(char*& block) {
     if (block == nullptr) return;
+    kept_ -= SizeOf(block);
     CountCached(SizeOf(block), false);
     std::free(block);
     block = nullptr;
   }
 
   char* blocks_[kSlots] = {};
+  size_t kept_ = 0;
 };
 
 BlockCache& ThisThreadsCache() {

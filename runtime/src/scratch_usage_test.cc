@@ -54,6 +54,17 @@ TEST(ScratchUsageTest, FreedBlocksAreReusedByTheirThreadAndReleasedWithIt) {
     EXPECT_EQ(reinterpret_cast<uintptr_t>(tiny) % 64, 0u);
     for (void* p : {again, larger, tiny}) cuvil_rt_free(p);
     EXPECT_EQ(ReadScratchUsage().heap_cached_bytes - before, 128 + 1024 + 2048);
+    // A thread keeps at most 16 MiB: of two 10 MiB blocks one is kept (the small ones make room
+    // for it), and a 20 MiB block is not kept at all.
+    const int64_t mib = int64_t{1} << 20;
+    void* first = cuvil_rt_alloc(10 * mib);
+    void* second = cuvil_rt_alloc(10 * mib);
+    cuvil_rt_free(first);
+    cuvil_rt_free(second);
+    EXPECT_EQ(ReadScratchUsage().heap_cached_bytes - before, 10 * mib);
+    void* huge = cuvil_rt_alloc(20 * mib);
+    cuvil_rt_free(huge);
+    EXPECT_EQ(ReadScratchUsage().heap_cached_bytes - before, 10 * mib);
   }).join();
   EXPECT_EQ(ReadScratchUsage().heap_cached_bytes, before);
 }
