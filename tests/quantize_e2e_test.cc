@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "output_error.h"
 #include "quantizer.h"
+#include "test_models.h"
 
 namespace cuvil::quantize {
 namespace {
@@ -141,30 +142,9 @@ onnx::ModelProto NewModel(const std::string& name) {
   return model;
 }
 
-// Appends node `op`(inputs) -> output to `g`, named after its output.
-onnx::NodeProto* AddNode(onnx::GraphProto* g, const std::string& op,
-                         const std::vector<std::string>& inputs, const std::string& output) {
-  onnx::NodeProto* n = g->add_node();
-  n->set_op_type(op);
-  n->set_name(output + "_node");
-  for (const auto& i : inputs) n->add_input(i);
-  n->add_output(output);
-  return n;
-}
-
-void IntAttr(onnx::NodeProto* n, const std::string& name, int64_t v) {
-  onnx::AttributeProto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::INT);
-  a->set_i(v);
-}
-
-void IntsAttr(onnx::NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
-  onnx::AttributeProto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::INTS);
-  for (int64_t x : v) a->add_ints(x);
-}
+using testing::AddIntAttr;
+using testing::AddIntsAttr;
+using testing::AddNode;
 
 std::string QdqBlock(const BlockSpec& b, float* y_scale) {
   constexpr int64_t kC = 8;
@@ -214,11 +194,11 @@ std::string QdqBlock(const BlockSpec& b, float* y_scale) {
   node("DequantizeLinear", {"xq", "sx", "zx"}, "xd");
   for (auto [in, out] : {std::pair<std::vector<std::string>, std::string>{{"wq", "ws", "wz"}, "wd"},
                          {{"bq", "bs"}, "bd"}}) {
-    IntAttr(node("DequantizeLinear", in, out), "axis", 0);
+    AddIntAttr(node("DequantizeLinear", in, out), "axis", 0);
   }
   onnx::NodeProto* conv = node("Conv", {"xd", "wd", "bd"}, "conv");
-  IntsAttr(conv, "pads", std::vector<int64_t>(4, b.kernel / 2));
-  if (b.depthwise) IntAttr(conv, "group", kC);
+  AddIntsAttr(conv, "pads", std::vector<int64_t>(4, b.kernel / 2));
+  if (b.depthwise) AddIntAttr(conv, "group", kC);
   std::string cur = "conv";
   if (b.residual) cur = node("Add", {cur, "x"}, "sum")->output(0);
   if (b.clip) {
@@ -363,10 +343,10 @@ std::string QdqFullyConnected(bool gemm, bool x_signed, bool per_column, bool qu
   node("QuantizeLinear", {"x", "sx", "zx"}, "xq");
   node("DequantizeLinear", {"xq", "sx", "zx"}, "xd");
   onnx::NodeProto* wdq = node("DequantizeLinear", {"wq", "ws"}, "wd");
-  if (per_column) IntAttr(wdq, "axis", gemm ? 0 : 1);
+  if (per_column) AddIntAttr(wdq, "axis", gemm ? 0 : 1);
   std::string cur;
   if (gemm) {
-    IntAttr(node("Gemm", {"xd", "wd", "b"}, "fc"), "transB", 1);
+    AddIntAttr(node("Gemm", {"xd", "wd", "b"}, "fc"), "transB", 1);
     cur = "fc";
   } else {
     node("MatMul", {"xd", "wd"}, "mm");
@@ -531,6 +511,40 @@ const char* FormName(WeightForm form) {
   return form == WeightForm::kInt8 ? "int8" : form == WeightForm::kUInt8Centred ? "uint8" : "wide";
 }
 
+// The QLinear test models' uint8 activation parameters: xs 0.02, xz 100, ys 0.05, yz 128.
+void AddQLinearScalars(onnx::GraphProto* g) {
+  const std::pair<const char*, float> scales[] = {{"xs", 0.02f}, {"ys", 0.05f}};
+  const std::pair<const char*, int> zeros[] = {{"xz", 100}, {"yz", 128}};
+  for (const auto& [name, v] : scales) {
+    auto t = Initializer(name, onnx::TensorProto::FLOAT, {});
+    t.add_float_data(v);
+    *g->add_initializer() = t;
+  }
+  for (const auto& [name, v] : zeros) {
+    auto t = Initializer(name, onnx::TensorProto::UINT8, {});
+    t.add_int32_data(v);
+    *g->add_initializer() = t;
+  }
+}
+
+// Runs the QLinear model `make(form)` for every weight form with and without the integer kernels
+// (`callee`): within one step of the reference kernel, and on the integer kernel unless the
+// weights cannot be centred.
+void ExpectQLinearOnTheIntegerKernel(JitEngine& engine, const HostTensor& x,
+                                     std::string (*make)(WeightForm), const std::string& prefix,
+                                     const std::string& callee) {
+  for (WeightForm form : {WeightForm::kInt8, WeightForm::kUInt8Centred, WeightForm::kUInt8Wide}) {
+    SCOPED_TRACE(FormName(form));
+    const std::string bytes = make(form);
+    const std::string name = prefix + FormName(form);
+    auto [fused, yi] = RunBlock(engine, bytes, true, x, name + "_i", callee, false);
+    auto [unfused, yr] = RunBlock(engine, bytes, false, x, name + "_r", callee, false);
+    EXPECT_EQ(fused, form != WeightForm::kUInt8Wide);
+    EXPECT_FALSE(unfused);
+    ExpectWithinOneStep(yi, yr);
+  }
+}
+
 // QLinearConv(uint8 x [N, 8, 9, 9], 8-bit per-channel weights [16, 8, 3, 3] in `form`, int32
 // bias) with constant parameters, y uint8.
 std::string QLinearConvModel(WeightForm form) {
@@ -549,17 +563,10 @@ std::string QLinearConvModel(WeightForm form) {
     ws.add_float_data(0.002f + 0.0001f * static_cast<float>(o));
     bias.add_int32_data(bd(rng));
   }
-  auto xs = Initializer("xs", onnx::TensorProto::FLOAT, {});
-  xs.add_float_data(0.02f);
-  auto xz = Initializer("xz", onnx::TensorProto::UINT8, {});
-  xz.add_int32_data(100);
-  auto ys = Initializer("ys", onnx::TensorProto::FLOAT, {});
-  ys.add_float_data(0.05f);
-  auto yz = Initializer("yz", onnx::TensorProto::UINT8, {});
-  yz.add_int32_data(128);
-  for (auto* t : {&w, &ws, &wz, &bias, &xs, &xz, &ys, &yz}) *g->add_initializer() = *t;
-  IntsAttr(AddNode(g, "QLinearConv", {"x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"}, "y"),
-           "pads", {1, 1, 1, 1});
+  for (auto* t : {&w, &ws, &wz, &bias}) *g->add_initializer() = *t;
+  AddQLinearScalars(g);
+  AddIntsAttr(AddNode(g, "QLinearConv", {"x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"}, "y"),
+              "pads", {1, 1, 1, 1});
   return model.SerializeAsString();
 }
 
@@ -592,18 +599,8 @@ TEST(QdqFusionTest, QLinearConvRunsOnTheIntegerKernel) {
   HostTensor x(DType::kUInt8, {2, 8, 9, 9});
   std::mt19937 rng(17);
   for (int64_t i = 0; i < x.num_elements(); ++i) x.data_as<uint8_t>()[i] = rng() & 0xff;
-  for (WeightForm form : {WeightForm::kInt8, WeightForm::kUInt8Centred, WeightForm::kUInt8Wide}) {
-    SCOPED_TRACE(FormName(form));
-    const std::string bytes = QLinearConvModel(form);
-    const std::string name = std::string("qlinear_") + FormName(form);
-    // (Its reference kernel is an int8 one too, so the precision listing cannot tell them apart.)
-    auto [fused, yi] = RunBlock(**engine, bytes, true, x, name + "_i", "cuvil_uk_qconv2d", false);
-    auto [unfused, yr] =
-        RunBlock(**engine, bytes, false, x, name + "_r", "cuvil_uk_qconv2d", false);
-    EXPECT_EQ(fused, form != WeightForm::kUInt8Wide);
-    EXPECT_FALSE(unfused);
-    ExpectWithinOneStep(yi, yr);
-  }
+  // (Its reference kernel is an int8 one too, so the precision listing cannot tell them apart.)
+  ExpectQLinearOnTheIntegerKernel(**engine, x, QLinearConvModel, "qlinear_", "cuvil_uk_qconv2d");
 }
 
 // QLinearMatMul(uint8 x [N, 67], 8-bit [67, 40] weights in `form` with per-column scales) with
@@ -619,15 +616,8 @@ std::string QLinearMatMulModel(WeightForm form) {
   FillWeights(form, 67 * 40, 1, 40, rng, &w, &wz);
   auto ws = Initializer("ws", onnx::TensorProto::FLOAT, {40});
   for (int o = 0; o < 40; ++o) ws.add_float_data(0.003f + 0.0001f * static_cast<float>(o));
-  auto xs = Initializer("xs", onnx::TensorProto::FLOAT, {});
-  xs.add_float_data(0.02f);
-  auto xz = Initializer("xz", onnx::TensorProto::UINT8, {});
-  xz.add_int32_data(100);
-  auto ys = Initializer("ys", onnx::TensorProto::FLOAT, {});
-  ys.add_float_data(0.05f);
-  auto yz = Initializer("yz", onnx::TensorProto::UINT8, {});
-  yz.add_int32_data(128);
-  for (auto* t : {&w, &ws, &wz, &xs, &xz, &ys, &yz}) *g->add_initializer() = *t;
+  for (auto* t : {&w, &ws, &wz}) *g->add_initializer() = *t;
+  AddQLinearScalars(g);
   AddNode(g, "QLinearMatMul", {"x", "xs", "xz", "w", "ws", "wz", "ys", "yz"}, "y");
   return model.SerializeAsString();
 }
@@ -640,17 +630,7 @@ TEST(QdqFusionTest, QLinearMatMulRunsOnTheIntegerKernel) {
   HostTensor x(DType::kUInt8, {5, 67});
   std::mt19937 rng(19);
   for (int64_t i = 0; i < x.num_elements(); ++i) x.data_as<uint8_t>()[i] = rng() & 0xff;
-  for (WeightForm form : {WeightForm::kInt8, WeightForm::kUInt8Centred, WeightForm::kUInt8Wide}) {
-    SCOPED_TRACE(FormName(form));
-    const std::string bytes = QLinearMatMulModel(form);
-    const std::string name = std::string("qlmm_") + FormName(form);
-    auto [fused, yi] = RunBlock(**engine, bytes, true, x, name + "_i", "cuvil_uk_qmatmul", false);
-    auto [unfused, yr] =
-        RunBlock(**engine, bytes, false, x, name + "_r", "cuvil_uk_qmatmul", false);
-    EXPECT_EQ(fused, form != WeightForm::kUInt8Wide);
-    EXPECT_FALSE(unfused);
-    ExpectWithinOneStep(yi, yr);
-  }
+  ExpectQLinearOnTheIntegerKernel(**engine, x, QLinearMatMulModel, "qlmm_", "cuvil_uk_qmatmul");
 }
 
 // One integer product with constant 8-bit weights in `form`: MatMulInteger(int8 A [batch, 37],
@@ -679,7 +659,7 @@ std::string IntegerProductModel(bool conv, WeightForm form) {
   for (auto* t : {&w, &xz, &wz}) *g->add_initializer() = *t;
   onnx::NodeProto* n =
       AddNode(g, conv ? "ConvInteger" : "MatMulInteger", {"x", "w", "xz", "wz"}, "y");
-  if (conv) IntsAttr(n, "pads", {1, 1, 1, 1});
+  if (conv) AddIntsAttr(n, "pads", {1, 1, 1, 1});
   return model.SerializeAsString();
 }
 

@@ -378,6 +378,9 @@ class DepthwisePlanes {
     one_.channels = one_.out_channels = one_.groups = 1;
   }
 
+  // The conv's geometry for one plane (one channel, one group).
+  const cuvil_uk_conv_params& plane() const { return one_; }
+
   // y = act(depthwise(x, w) + b + res) for one plane; res may be null.
   void Run(const float* x, const float* w, float b, const float* res, float* y) {
     const int64_t taps = one_.kernel_h * one_.kernel_w;
@@ -436,8 +439,6 @@ void QDepthwise2d(const Table& t, const cuvil_uk_conv_params& p, const void* x, 
   const int64_t in_plane = p.height * p.width, out_plane = p.out_height * p.out_width;
   const Epilogue ep = MakeEpilogue(p, alpha, beta);
   const QuantizedPlane q{x_signed, x_scale, x_zero, y_signed, y_scale, y_zero};
-  cuvil_uk_conv_params one = p;
-  one.channels = one.out_channels = one.groups = 1;
   // The tier's 8-bit plane kernel converts in registers; otherwise each plane is widened and
   // narrowed in per-thread scratch. Either way only the 8-bit tensors travel through memory.
   ParallelTasks(batch * p.channels, out_plane * taps * kDepthwiseCostScale, [&](auto& next) {
@@ -450,7 +451,7 @@ void QDepthwise2d(const Table& t, const cuvil_uk_conv_params& p, const void* x, 
       const void* xi = static_cast<const int8_t*>(x) + i * in_plane;
       void* yi = static_cast<int8_t*>(y) + i * out_plane;
       if (t.qdepthwise_plane != nullptr &&
-          t.qdepthwise_plane(one, xi, w + c * taps, b, yi, q, ep)) {
+          t.qdepthwise_plane(planes.plane(), xi, w + c * taps, b, yi, q, ep)) {
         continue;
       }
       if (in == nullptr) {

@@ -387,16 +387,14 @@ struct QuantizedRows {
   int64_t width;
   __m512i zero;
   __m512 scale;
-  __m128i fill16;
-  __m256i fill32;
+  __m256i fill;  // the zero point in every byte
 
   QuantizedRows(const Q* x_in, int64_t w, float s, int32_t z)
       : x(x_in),
         width(w),
         zero(_mm512_set1_epi32(z)),
         scale(_mm512_set1_ps(s)),
-        fill16(_mm_set1_epi8(static_cast<char>(z))),
-        fill32(_mm256_set1_epi8(static_cast<char>(z))) {}
+        fill(_mm256_set1_epi8(static_cast<char>(z))) {}
 
   template <int SW>
   __m512 Load(int64_t iy, int64_t ix, uint32_t m) const {
@@ -405,11 +403,12 @@ struct QuantizedRows {
         reinterpret_cast<const Q*>(reinterpret_cast<uintptr_t>(x + iy * width) + ix * int64_t{1});
     __m512i q;
     if constexpr (SW == 1) {
-      const __m128i b = _mm_mask_loadu_epi8(fill16, static_cast<__mmask16>(m), at);
+      const __m128i b =
+          _mm_mask_loadu_epi8(_mm256_castsi256_si128(fill), static_cast<__mmask16>(m), at);
       q = kSigned ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
     } else {
       // 32 columns widened to 16-bit lanes; each 32-bit lane's low half is an even column.
-      const __m256i b = _mm256_mask_loadu_epi8(fill32, static_cast<__mmask32>(m), at);
+      const __m256i b = _mm256_mask_loadu_epi8(fill, static_cast<__mmask32>(m), at);
       const __m512i h = kSigned ? _mm512_cvtepi8_epi16(b) : _mm512_cvtepu8_epi16(b);
       q = kSigned ? _mm512_srai_epi32(_mm512_slli_epi32(h, 16), 16)
                   : _mm512_and_si512(h, _mm512_set1_epi32(0xFFFF));
