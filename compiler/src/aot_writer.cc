@@ -59,6 +59,19 @@ std::set<std::string> ApiSymbols(const std::string& name) {
           name + "_outputs"};
 }
 
+// Whether every word of `s` is a constant or a monomial in the batch (what the library evaluates).
+bool MonomialWords(const ScratchSite& s) {
+  return std::all_of(s.words.begin(), s.words.end(),
+                     [](const SymDim& d) { return d.IsMonomial(); });
+}
+
+// Whether NAME_run of `model` takes all its scratch from the arena: no site is unbounded or left
+// out of the library's table.
+bool ScratchIsBounded(const CompiledModel& model) {
+  return !model.unbounded_scratch &&
+         std::all_of(model.scratch_sites.begin(), model.scratch_sites.end(), MonomialWords);
+}
+
 // One object file going into the archive.
 struct Member {
   std::string name;
@@ -104,8 +117,14 @@ absl::StatusOr<std::string> EmitGlue(const std::vector<AotTier>& tiers,
   llvm::Type* size_ty = dl.getIntPtrType(ctx);
   auto* dim_ty = llvm::StructType::create(ctx, {i64, i32}, "cuvil_aot_dim");
   auto* tensor_ty = llvm::StructType::create(ctx, {ptr, i32, i32, i32, ptr}, "cuvil_aot_tensor");
-  auto* model_ty =
-      llvm::StructType::create(ctx, {i64, i64, ptr, i32, i32, ptr, ptr}, "cuvil_aot_model");
+  auto* model_ty = llvm::StructType::create(ctx, {i64, i64, ptr, i32, i32, ptr, ptr, i32, ptr},
+                                            "cuvil_aot_model");
+  auto* site_ty = llvm::StructType::create(ctx, {i32, i32, i32, ptr}, "cuvil_aot_scratch_site");
+  auto dim_constant = [&](const SymDim& d) {
+    return llvm::ConstantStruct::get(dim_ty,
+                                     {llvm::ConstantInt::get(i64, d.coef()),
+                                      llvm::ConstantInt::get(i32, d.IsStatic() ? 0 : d.power())});
+  };
 
   // The weights, 64-byte aligned like the JIT engine's page-aligned copy needs at least.
   for (size_t t = 0; t < tiers.size(); ++t) {
@@ -129,11 +148,7 @@ absl::StatusOr<std::string> EmitGlue(const std::vector<AotTier>& tiers,
     for (size_t i = 0; i < sigs.size(); ++i) {
       const TensorSignature& s = sigs[i];
       std::vector<llvm::Constant*> dims;
-      for (const SymDim& d : s.shape) {
-        dims.push_back(llvm::ConstantStruct::get(
-            dim_ty, {llvm::ConstantInt::get(i64, d.coef()),
-                     llvm::ConstantInt::get(i32, d.IsStatic() ? 0 : d.power())}));
-      }
+      for (const SymDim& d : s.shape) dims.push_back(dim_constant(d));
       auto* dims_ty = llvm::ArrayType::get(dim_ty, dims.size());
       auto* dims_gv = new llvm::GlobalVariable(
           module, dims_ty, true, llvm::GlobalValue::PrivateLinkage,
@@ -155,10 +170,41 @@ absl::StatusOr<std::string> EmitGlue(const std::vector<AotTier>& tiers,
   llvm::GlobalVariable* inputs = tensors(model.inputs, "inputs");
   llvm::GlobalVariable* outputs = tensors(model.outputs, "outputs");
 
+  // A body's scratch sites (see cuvil_aot_scratch_site) grouped by kernel, and their count. A
+  // site whose size is no monomial in the batch is left out (ScratchIsBounded says so).
+  auto scratch_sites = [&](const CompiledModel& body, size_t t) {
+    std::vector<ScratchSite> sites;
+    for (const ScratchSite& s : body.scratch_sites) {
+      if (MonomialWords(s)) sites.push_back(s);
+    }
+    std::stable_sort(sites.begin(), sites.end(), [](const ScratchSite& a, const ScratchSite& b) {
+      return a.kernel < b.kernel;
+    });
+    std::vector<llvm::Constant*> entries;
+    for (size_t i = 0; i < sites.size(); ++i) {
+      std::vector<llvm::Constant*> words;
+      for (const SymDim& d : sites[i].words) words.push_back(dim_constant(d));
+      auto* words_ty = llvm::ArrayType::get(dim_ty, words.size());
+      auto* words_gv = new llvm::GlobalVariable(
+          module, words_ty, true, llvm::GlobalValue::PrivateLinkage,
+          llvm::ConstantArray::get(words_ty, words), absl::StrCat(name, "_scratch", t, "_", i));
+      entries.push_back(llvm::ConstantStruct::get(
+          site_ty,
+          {llvm::ConstantInt::get(i32, sites[i].kind), llvm::ConstantInt::get(i32, sites[i].kernel),
+           llvm::ConstantInt::get(i32, static_cast<int32_t>(words.size())), words_gv}));
+    }
+    auto* arr_ty = llvm::ArrayType::get(site_ty, entries.size());
+    auto* table = new llvm::GlobalVariable(module, arr_ty, true, llvm::GlobalValue::PrivateLinkage,
+                                           llvm::ConstantArray::get(arr_ty, entries),
+                                           absl::StrCat(name, "_scratch_sites", t));
+    return std::pair<llvm::Constant*, int32_t>(table, static_cast<int32_t>(entries.size()));
+  };
+
   auto* entry_ty = llvm::FunctionType::get(i32, {ptr, ptr, i64, ptr, ptr}, false);
   std::vector<llvm::Constant*> descs, tier_names;
   for (size_t t = 0; t < tiers.size(); ++t) {
     const CompiledModel& body = *tiers[t].model;
+    const auto [sites, num_sites] = scratch_sites(body, t);
     llvm::Function* entry = llvm::Function::Create(
         entry_ty, llvm::GlobalValue::ExternalLinkage,
         several ? TierSymbol(kEntrySymbol, t) : std::string(kEntrySymbol), module);
@@ -169,7 +215,7 @@ absl::StatusOr<std::string> EmitGlue(const std::vector<AotTier>& tiers,
                        llvm::ConstantInt::get(i64, body.arena.fixed_bytes), entry,
                        llvm::ConstantInt::get(i32, static_cast<int32_t>(body.inputs.size())),
                        llvm::ConstantInt::get(i32, static_cast<int32_t>(body.outputs.size())),
-                       inputs, outputs}),
+                       inputs, outputs, llvm::ConstantInt::get(i32, num_sites), sites}),
         absl::StrCat(name, "_model", t)));
     llvm::Constant* str = llvm::ConstantDataArray::getString(ctx, tiers[t].cpu);
     tier_names.push_back(new llvm::GlobalVariable(module, str->getType(), true,
@@ -586,7 +632,9 @@ std::string HeaderText(const std::vector<AotTier>& tiers, const std::string& nam
   const CompiledModel& model = *tiers[0].model;
   int64_t per_batch = 0, fixed = 0;  // The largest body's arena, so one size fits every CPU.
   std::vector<std::string> cpus;
+  bool bounded = true;
   for (const AotTier& t : tiers) {
+    bounded = bounded && ScratchIsBounded(*t.model);
     per_batch = std::max(per_batch, t.model->arena.per_batch_bytes);
     fixed = std::max(fixed, t.model->arena.fixed_bytes);
     cpus.push_back(absl::StrCat(CommentSafe(t.cpu), t.min_level > 1 ? " (x86-64 level " : "",
@@ -629,11 +677,14 @@ std::string HeaderText(const std::vector<AotTier>& tiers, const std::string& nam
       name,
       "_run may be\n"
       " * called from any number of threads at once, each with its own arena. A call runs on the\n"
-      " * calling thread only (no threads of its own). The model's intermediates live in the\n"
-      " * caller's arena. Kernel scratch (microkernel buffers; blocks for sorting, recurrent and\n"
-      " * control-flow ops and GEMM packing) comes from malloc on a thread's first call and is\n"
-      " * kept by the thread (heap blocks: up to 16 MiB), so its later calls allocate nothing\n"
-      " * unless they need more (a larger batch). Kept memory is freed when the thread exits.\n"
+      " * calling thread only (no threads of its own). The model's intermediates and its kernels'\n"
+      " * scratch (microkernel buffers; blocks for sorting, recurrent ops and GEMM packing) live "
+      "in\n"
+      " * the caller's arena, ",
+      bounded ? "and a call allocates nothing.\n"
+              : "but this model's control-flow ops (If, Loop, Scan) size some buffers by\n"
+                " * the data: those come from malloc (a thread keeps up to 16 MiB of freed blocks\n"
+                " * for its next calls and frees them when it exits).\n",
       " */\n"
       "#ifndef ",
       upper, "_H_\n#define ", upper,
@@ -687,10 +738,13 @@ std::string HeaderText(const std::vector<AotTier>& tiers, const std::string& nam
       "extern const cuvil_aot_tensor ",
       name, "_inputs[];\nextern const cuvil_aot_tensor ", name,
       "_outputs[];\n\n"
-      "/* Bytes of scratch (arena) one call at `batch` needs: at most ",
+      "/* Bytes of arena one call at `batch` needs: the memory plan (at most ",
       per_batch, " * batch + ", fixed,
-      ".\n"
-      " * SIZE_MAX when batch < 1 or the size overflows. */\n"
+      ")\n"
+      " * and, 64-byte aligned after it, the scratch of the kernel that needs the most (it "
+      "depends\n"
+      " * on the CPU's microkernel tier; some kernels' grows with the batch). SIZE_MAX when\n"
+      " * batch < 1 or the size overflows. */\n"
       "size_t ",
       name,
       "_arena_bytes(int64_t batch);\n\n"

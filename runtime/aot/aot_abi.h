@@ -24,16 +24,27 @@ struct cuvil_aot_tensor {
   const cuvil_aot_dim* dims;
 };
 
+// Scratch one kernel takes outside the memory plan: a cuvil_scratch_kind and its words as dims
+// (cuvil/runtime/ukernel_scratch.h). Plain data, immutable in a library.
+struct cuvil_aot_scratch_site {
+  int32_t kind;
+  int32_t kernel;  // the sites of one kernel are adjacent and live at once
+  int32_t num_words;
+  const cuvil_aot_dim* words;
+};
+
 // Everything cuvil_aot_run needs about one model. Immutable (a constant in the library).
 struct cuvil_aot_model {
-  int64_t arena_per_batch;  // arena bytes = arena_per_batch * batch + arena_fixed
-  int64_t arena_fixed;
+  int64_t arena_per_batch;  // the memory plan = arena_per_batch * batch + arena_fixed bytes,
+  int64_t arena_fixed;      // then (64-byte aligned) the scratch region the sites need
   int32_t (*entry)(const void* const* inputs, void* const* outputs, int64_t batch, void* arena,
                    int64_t* syms);
   int32_t num_inputs;
   int32_t num_outputs;
   const cuvil_aot_tensor* inputs;
   const cuvil_aot_tensor* outputs;
+  int32_t num_scratch_sites;
+  const cuvil_aot_scratch_site* scratch_sites;
 };
 
 enum : int32_t {
@@ -46,7 +57,8 @@ enum : int32_t {
 
 inline constexpr size_t CUVIL_AOT_ARENA_ALIGN = 64;
 
-// Arena bytes for `batch`; SIZE_MAX when batch < 1 or the size overflows. Reentrant.
+// Arena bytes for `batch`: the memory plan and the scratch region (the kernel whose sites need the
+// most); SIZE_MAX when batch < 1 or the size overflows. Reentrant.
 size_t cuvil_aot_arena_bytes(const cuvil_aot_model* m, int64_t batch);
 
 // The x86-64 micro-architecture level this CPU reaches (4: x86-64-v4, AVX-512; 3: x86-64-v3,
@@ -55,9 +67,10 @@ size_t cuvil_aot_arena_bytes(const cuvil_aot_model* m, int64_t batch);
 // first whose level this reaches. Computed once. Thread-safe.
 int32_t cuvil_aot_cpu_level(void);
 
-// Validates the arguments, then runs the model once (single-threaded, on the calling thread).
-// Returns CUVIL_AOT_OK, a negative CUVIL_AOT_* code (nothing ran) or the generated code's
-// EntryError (outputs unspecified). Reentrant: concurrent calls need distinct arenas.
+// Validates the arguments, then runs the model once (single-threaded, on the calling thread),
+// lending the arena's scratch region to the microkernels and heap blocks for the call. Returns
+// CUVIL_AOT_OK, a negative CUVIL_AOT_* code (nothing ran) or the generated code's EntryError
+// (outputs unspecified). Reentrant: concurrent calls need distinct arenas.
 int32_t cuvil_aot_run(const cuvil_aot_model* m, const void* const* inputs, void* const* outputs,
                       int64_t batch, void* arena);
 }

@@ -3,18 +3,57 @@
 #include <string.h>
 
 #include "aot_abi.h"
+#include "call_scratch.h"
+#include "cuvil/runtime/ukernel_scratch.h"
 
 namespace {
+
+// coef * batch^power, or false on overflow.
+bool DimValue(const cuvil_aot_dim& d, int64_t batch, int64_t* out) {
+  int64_t v = d.coef;
+  for (int32_t p = 0; p < d.power; ++p) {
+    if (__builtin_mul_overflow(v, batch, &v)) return false;
+  }
+  *out = v;
+  return true;
+}
+
+// Bytes of the memory plan at `batch`, rounded up to the arena alignment; -1 on overflow.
+int64_t PlanBytes(const cuvil_aot_model* m, int64_t batch) {
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(m->arena_per_batch, batch, &bytes) ||
+      __builtin_add_overflow(bytes, m->arena_fixed, &bytes) || bytes < 0 ||
+      __builtin_add_overflow(bytes, int64_t{CUVIL_AOT_ARENA_ALIGN - 1}, &bytes)) {
+    return -1;
+  }
+  return bytes / int64_t{CUVIL_AOT_ARENA_ALIGN} * int64_t{CUVIL_AOT_ARENA_ALIGN};
+}
+
+// The scratch region at `batch`: the most any one kernel's sites take together; -1 on overflow.
+int64_t ScratchBytes(const cuvil_aot_model* m, int64_t batch) {
+  constexpr int32_t kMaxWords = 32;
+  int64_t most = 0, kernel_total = 0;
+  for (int32_t i = 0; i < m->num_scratch_sites; ++i) {
+    const cuvil_aot_scratch_site& s = m->scratch_sites[i];
+    if (i > 0 && s.kernel != m->scratch_sites[i - 1].kernel) kernel_total = 0;
+    int64_t words[kMaxWords];
+    if (s.num_words > kMaxWords) return -1;
+    for (int32_t w = 0; w < s.num_words; ++w) {
+      if (!DimValue(s.words[w], batch, &words[w])) return -1;
+    }
+    const int64_t bytes = cuvil_uk_scratch_bytes(s.kind, words, s.num_words);
+    if (bytes < 0 || __builtin_add_overflow(kernel_total, bytes, &kernel_total)) return -1;
+    if (kernel_total > most) most = kernel_total;
+  }
+  return most;
+}
 
 // Elements of `t` at `batch` times its element size, or false on overflow.
 bool TensorBytes(const cuvil_aot_tensor& t, int64_t batch, int64_t* bytes) {
   int64_t n = t.elem_size;
   for (int32_t i = 0; i < t.rank; ++i) {
-    int64_t d = t.dims[i].coef;
-    for (int32_t p = 0; p < t.dims[i].power; ++p) {
-      if (__builtin_mul_overflow(d, batch, &d)) return false;
-    }
-    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return false;
+    int64_t d = 0;
+    if (!DimValue(t.dims[i], batch, &d) || d < 0 || __builtin_mul_overflow(n, d, &n)) return false;
   }
   *bytes = n;
   return true;
@@ -44,10 +83,11 @@ int32_t cuvil_aot_cpu_level(void) {
 }
 
 size_t cuvil_aot_arena_bytes(const cuvil_aot_model* m, int64_t batch) {
+  if (batch < 1) return SIZE_MAX;
+  const int64_t plan = PlanBytes(m, batch), scratch = ScratchBytes(m, batch);
   int64_t bytes = 0;
-  if (batch < 1 || __builtin_mul_overflow(m->arena_per_batch, batch, &bytes) ||
-      __builtin_add_overflow(bytes, m->arena_fixed, &bytes) || bytes < 0 ||
-      static_cast<uint64_t>(bytes) > SIZE_MAX) {
+  if (plan < 0 || scratch < 0 || __builtin_add_overflow(plan, scratch, &bytes) ||
+      static_cast<uint64_t>(bytes) >= SIZE_MAX) {
     return SIZE_MAX;
   }
   return static_cast<size_t>(bytes);
@@ -77,6 +117,11 @@ int32_t cuvil_aot_run(const cuvil_aot_model* m, const void* const* inputs, void*
   if (reinterpret_cast<uintptr_t>(arena) % CUVIL_AOT_ARENA_ALIGN != 0) {
     return CUVIL_AOT_MISALIGNED_ARENA;
   }
+  // The plan fits (arena_bytes did not overflow); the scratch region is the rest.
+  const size_t plan = static_cast<size_t>(PlanBytes(m, batch));
+  cuvil::uk::CallScratch region(arena_bytes > plan ? static_cast<char*>(arena) + plan : nullptr,
+                                arena_bytes - plan);
+  cuvil::uk::CallScratchScope scope(&region);
   return m->entry(inputs, outputs, batch, arena, nullptr);
 }
 

@@ -2,6 +2,7 @@
 // JIT's runtime (registered by runtime_symbols.cc) and the AOT runtime (runtime/aot/).
 #include <cstdlib>
 
+#include "call_scratch.h"
 #include "kernels.h"
 
 namespace {
@@ -122,6 +123,12 @@ constexpr bool kKeepFreedBlocks = true;
 extern "C" {
 
 void* cuvil_rt_alloc(int64_t bytes) {
+  // An ahead-of-time call's scratch region serves first (see call_scratch.h).
+  if (cuvil::uk::CallScratch* region = cuvil::uk::ActiveCallScratch(); region != nullptr) {
+    if (void* p = region->Allocate(static_cast<size_t>(bytes > 0 ? bytes : 1)); p != nullptr) {
+      return p;
+    }
+  }
   const size_t rounded = (static_cast<size_t>(bytes > 0 ? bytes : 1) + 63) / 64 * 64;
   char* block = kKeepFreedBlocks ? ThisThreadsCache().Take(rounded) : nullptr;
   if (block == nullptr) {
@@ -135,6 +142,10 @@ void* cuvil_rt_alloc(int64_t bytes) {
 
 void cuvil_rt_free(void* p) {
   if (p == nullptr) return;
+  if (cuvil::uk::CallScratch* region = cuvil::uk::ActiveCallScratch();
+      region != nullptr && region->Owns(p)) {
+    return region->Free(p);
+  }
   char* block = static_cast<char*>(p) - kHeader;
   __atomic_sub_fetch(&live_bytes, static_cast<int64_t>(SizeOf(block)), __ATOMIC_RELAXED);
   if (kKeepFreedBlocks) {

@@ -73,10 +73,10 @@ TEST(ScratchUsageTest, ThreadBuffersCountWhatTheyHoldAndReleaseItWithTheirThread
   const int64_t before = ReadScratchUsage().thread_buffer_bytes;
   int64_t while_held = 0;
   std::thread([&] {
-    uk::ThreadBuffer buffer;
-    buffer.Get(10);    // Rounded to 16 floats.
-    buffer.Get(8);     // Fits: no change.
-    buffer.Get(1000);  // Grows to 1008 floats, the 16 released.
+    thread_local uk::ThreadBuffer buffer;  // ThreadBuffers live as long as their thread
+    buffer.Get(10);                        // Rounded to 16 floats.
+    buffer.Get(8);                         // Fits: no change.
+    buffer.Get(1000);                      // Grows to 1008 floats, the 16 released.
     while_held = ReadScratchUsage().thread_buffer_bytes;
   }).join();
   EXPECT_EQ(while_held - before, 1008 * 4);

@@ -17,8 +17,10 @@
 #include <immintrin.h>
 #endif
 
+#include "call_scratch.h"
 #include "cuvil/runtime/parallel.h"
 #include "cuvil/runtime/ukernels.h"
+#include "scratch_sizes.h"
 #include "thread_buffer.h"
 #include "ukernel_table.h"
 #include "winograd.h"
@@ -224,6 +226,56 @@ int64_t ReductionBlock(int64_t nr) { return std::max<int64_t>(128, 4096 / nr); }
 constexpr int64_t kPanelsPerTask = 16;
 constexpr int64_t kColumnsPerTask = 192;
 
+// How ConvGemm splits one conv into tasks: blocks of whole tiles (16 or 32 output columns) and of
+// kMR-row panels of output channels.
+struct GemmTasks {
+  int64_t tiles, panels;  // per (image, group)
+  int64_t tiles_per_task, panels_per_task;
+  int64_t q_blocks, m_blocks;
+  int64_t tasks;
+};
+
+// The split for `batch` images of `g_count` groups of `mg` output channels over `nq` flat output
+// columns, at the calling thread's intra-op threads.
+GemmTasks PlanGemmTasks(int64_t batch, int64_t g_count, int64_t mg, int64_t nq, int64_t tile_w) {
+  GemmTasks g;
+  g.tiles = CeilDiv(nq, tile_w);
+  g.panels = CeilDiv(mg, kMR);
+  // Even blocks (a short last block would leave a thread idle), and at least a few tasks per
+  // intra-op thread while panel blocks stay tall enough to reuse each B tile.
+  int64_t q_blocks = CeilDiv(g.tiles, CeilDiv(kColumnsPerTask, tile_w));
+  int64_t m_blocks = CeilDiv(g.panels, kPanelsPerTask);
+  const int64_t want_tasks = 4 * static_cast<int64_t>(cuvil::IntraOpThreads());
+  while (batch * g_count * m_blocks * q_blocks < want_tasks && m_blocks * 4 < g.panels) ++m_blocks;
+  // With several threads, more (narrower) column blocks: a thread that starts late or is slowed
+  // by another process then leaves a short tail, not a whole task (7x7 and 14x14 layers have
+  // few tiles, so they split by output channels above instead).
+  const int64_t balance_tasks = 2 * want_tasks;
+  if (cuvil::IntraOpThreads() > 1) {
+    while (batch * g_count * m_blocks * q_blocks < balance_tasks && q_blocks < g.tiles) ++q_blocks;
+  }
+  g.tiles_per_task = CeilDiv(g.tiles, q_blocks);
+  g.panels_per_task = CeilDiv(g.panels, m_blocks);
+  g.q_blocks = CeilDiv(g.tiles, g.tiles_per_task);
+  g.m_blocks = CeilDiv(g.panels, g.panels_per_task);
+  g.tasks = batch * g_count * g.m_blocks * g.q_blocks;
+  return g;
+}
+
+// Region bytes ConvGemm takes for `batch` images (see cuvil_uk_scratch_bytes).
+int64_t ConvGemmScratchBytes(const Table& t, const cuvil_uk_conv_params& p, int64_t batch) {
+  const int64_t cg = p.channels / p.groups, mg = p.out_channels / p.groups;
+  const Phases ph = PlanPhases(p, t.nr);
+  ScratchTally s;
+  s.AddIndices(cg * p.kernel_h * p.kernel_w);
+  if (!ph.direct) {  // one image at a time: its phase planes and its tasks' tiles
+    s.AddFloats(p.channels * ph.channel + ph.slack);
+    const GemmTasks g = PlanGemmTasks(1, p.groups, mg, p.out_height * ph.ws, t.nr);
+    s.AddFloats(g.panels_per_task * kMR * g.tiles_per_task * t.nr);
+  }
+  return s.bytes();
+}
+
 void ConvGemm(const Table& t, const cuvil_uk_conv_params& p, const float* x, const float* w,
               const float* bias, const float* residual, float* y, int64_t batch, float alpha,
               float beta) {
@@ -274,25 +326,10 @@ void ConvGemm(const Table& t, const cuvil_uk_conv_params& p, const float* x, con
 
   // Flat output columns per (image, group): OH rows of Ws (direct: exactly OH * OW).
   const int64_t nq = p.out_height * ph.ws;
-  const int64_t tiles = CeilDiv(nq, tile_w), panels = CeilDiv(mg, kMR);
-  // Even blocks (a short last block would leave a thread idle), and at least a few tasks per
-  // intra-op thread while panel blocks stay tall enough to reuse each B tile.
-  int64_t q_blocks = CeilDiv(tiles, CeilDiv(kColumnsPerTask, tile_w));
-  int64_t m_blocks = CeilDiv(panels, kPanelsPerTask);
-  const int64_t want_tasks = 4 * static_cast<int64_t>(cuvil::IntraOpThreads());
-  while (batch * g_count * m_blocks * q_blocks < want_tasks && m_blocks * 4 < panels) ++m_blocks;
-  // With several threads, more (narrower) column blocks: a thread that starts late or is slowed
-  // by another process then leaves a short tail, not a whole task (7x7 and 14x14 layers have
-  // few tiles, so they split by output channels above instead).
-  const int64_t balance_tasks = 2 * want_tasks;
-  if (cuvil::IntraOpThreads() > 1) {
-    while (batch * g_count * m_blocks * q_blocks < balance_tasks && q_blocks < tiles) ++q_blocks;
-  }
-  const int64_t tiles_per_task = CeilDiv(tiles, q_blocks);
-  const int64_t panels_per_task = CeilDiv(panels, m_blocks);
-  q_blocks = CeilDiv(tiles, tiles_per_task);
-  m_blocks = CeilDiv(panels, panels_per_task);
-  const int64_t tasks = batch * g_count * m_blocks * q_blocks;
+  const GemmTasks split = PlanGemmTasks(batch, g_count, mg, nq, tile_w);
+  const int64_t tiles = split.tiles, panels = split.panels;
+  const int64_t tiles_per_task = split.tiles_per_task, panels_per_task = split.panels_per_task;
+  const int64_t q_blocks = split.q_blocks, m_blocks = split.m_blocks, tasks = split.tasks;
   const int64_t task_cost = panels_per_task * kMR * tiles_per_task * tile_w * k_dim;
   const Epilogue base_ep = MakeEpilogue(p, alpha, beta);
 
@@ -381,15 +418,26 @@ class DepthwisePlanes {
   // The conv's geometry for one plane (one channel, one group).
   const cuvil_uk_conv_params& plane() const { return one_; }
 
+  // Region bytes Run takes at most for the planes of `p` (see cuvil_uk_scratch_bytes).
+  static int64_t ScratchBytes(const Table& t, const cuvil_uk_conv_params& p) {
+    cuvil_uk_conv_params one = p;
+    one.channels = one.out_channels = one.groups = 1;
+    const Phases pp = PaddedPhases(t, one);
+    ScratchTally s;
+    s.AddIndices(one.kernel_h * one.kernel_w);
+    s.AddFloats(pp.channel + pp.slack);
+    if (t.depthwise_plane_scratch_floats != nullptr) {
+      s.AddFloats(t.depthwise_plane_scratch_floats(one));
+    }
+    return s.bytes();
+  }
+
   // y = act(depthwise(x, w) + b + res) for one plane; res may be null.
   void Run(const float* x, const float* w, float b, const float* res, float* y) {
     const int64_t taps = one_.kernel_h * one_.kernel_w;
     if (t_.depthwise_plane != nullptr && t_.depthwise_plane(one_, x, w, b, res, y, ep_)) return;
     if (planes_ == nullptr) {
-      // Depthwise always copies its plane (a 1x1 one too), so there is one code path.
-      pp_ = PlanPhases(one_, t_.nr);
-      pp_.direct = false;
-      pp_.slack = pp_.ws + 2 * t_.nr;
+      pp_ = PaddedPhases(t_, one_);
       off_ = ThreadIndices(kIndexPlaneTaps, static_cast<size_t>(taps));
       TapOffsets(one_, pp_, 1, off_);
       planes_ = ThreadScratch(kSlotPlane, static_cast<size_t>(pp_.channel + pp_.slack));
@@ -404,6 +452,15 @@ class DepthwisePlanes {
   }
 
  private:
+  // The phase planes of plane `one`: always a padded copy (a 1x1 plane too), so there is one code
+  // path.
+  static Phases PaddedPhases(const Table& t, const cuvil_uk_conv_params& one) {
+    Phases pp = PlanPhases(one, t.nr);
+    pp.direct = false;
+    pp.slack = pp.ws + 2 * t.nr;
+    return pp;
+  }
+
   const Table& t_;
   const Epilogue& ep_;
   cuvil_uk_conv_params one_;
@@ -465,8 +522,8 @@ void QDepthwise2d(const Table& t, const cuvil_uk_conv_params& p, const void* x, 
   });
 }
 
-std::vector<const Table*> SupportedTables() {
-  std::vector<const Table*> out;
+TierList<Table> SupportedTables() {
+  TierList<Table> out;
 #if defined(__x86_64__)
   __builtin_cpu_init();
   const Table* avx512 = Avx512Table();
@@ -486,7 +543,7 @@ std::vector<const Table*> SupportedTables() {
 
 const Table& ActiveTable() {
   static const Table* table = [] {
-    const std::vector<const Table*> tables = SupportedTables();
+    const TierList<Table> tables = SupportedTables();
     // A forced tier that this CPU cannot run falls back to the best one it can.
     const char* forced = std::getenv("CUVIL_UK_TIER");
     if (forced != nullptr && *forced != '\0') {
@@ -499,6 +556,23 @@ const Table& ActiveTable() {
     return tables.front();
   }();
   return *table;
+}
+
+int64_t Conv2dScratchBytes(const Table& t, const cuvil_uk_conv_params& p, int64_t batch) {
+  if (batch <= 0) return batch < 0 ? -1 : 0;
+  if ((p.flags & CUVIL_UK_CONV_WINOGRAD) != 0) return WinogradScratchBytes(t, p, batch);
+  if ((p.flags & CUVIL_UK_CONV_DEPTHWISE) != 0) return DepthwisePlanes::ScratchBytes(t, p);
+  return ConvGemmScratchBytes(t, p, batch);
+}
+
+int64_t QDepthwise2dScratchBytes(const Table& t, const cuvil_uk_conv_params& p) {
+  ScratchTally s;
+  s.AddFloats(p.height * p.width);
+  s.AddFloats(p.out_height * p.out_width);
+  const int64_t planes = DepthwisePlanes::ScratchBytes(t, p);
+  if (planes < 0 || s.bytes() < 0) return -1;
+  int64_t out = 0;
+  return __builtin_add_overflow(s.bytes(), planes, &out) ? -1 : out;
 }
 
 void Conv2d(const Table& t, const cuvil_uk_conv_params& p, const float* x, const float* w,
@@ -521,6 +595,7 @@ extern "C" {
 void cuvil_uk_conv2d(const cuvil_uk_conv_params* p, const float* x, const float* w,
                      const float* bias, const float* residual, float* y, int64_t batch, float alpha,
                      float beta) {
+  cuvil::uk::MicrokernelScratchScope scratch;
   cuvil::uk::Conv2d(cuvil::uk::ActiveTable(), *p, x, w, bias, residual, y, batch, alpha, beta);
 }
 
@@ -528,6 +603,7 @@ void cuvil_uk_qdepthwise2d(const cuvil_uk_conv_params* p, const void* x, int32_t
                            float x_scale, int32_t x_zero, const float* w, const float* bias,
                            void* y, int32_t y_signed, float y_scale, int32_t y_zero, int64_t batch,
                            float alpha, float beta) {
+  cuvil::uk::MicrokernelScratchScope scratch;
   cuvil::uk::QDepthwise2d(cuvil::uk::ActiveTable(), *p, x, x_signed != 0, x_scale, x_zero, w, bias,
                           y, y_signed != 0, y_scale, y_zero, batch, alpha, beta);
 }

@@ -41,26 +41,27 @@ struct Layout {
   int64_t Floats() const { return stride * stride * plane; }
 };
 
-// Per-thread padded planes. They are zeroed whenever the geometry changes; a plane's copy then
-// writes the same (data) positions every time, so the padding stays zero. Thread-compatible (one
-// instance per thread).
+// Per-thread padded planes. They are zeroed whenever the geometry or the block changes; a plane's
+// copy then writes the same (data) positions every time, so the padding stays zero.
+// Thread-compatible (one instance per thread).
 class PlaneScratch {
  public:
   float* Get(const cuvil_uk_conv_params& p, const Layout& l) {
     const int64_t key[kKey] = {p.height,   p.width,   p.out_height, p.out_width,
                                p.stride_h, p.pad_top, p.pad_left,   l.ld};
-    if (data_ != nullptr && std::equal(key, key + kKey, key_)) return data_;
     const size_t floats = static_cast<size_t>(l.Floats());
-    data_ = buffer_.Get(floats);
-    std::memset(data_, 0, floats * sizeof(float));
-    std::copy(key, key + kKey, key_);
-    return data_;
+    bool fresh = false;
+    float* data = buffer_.Get(floats, &fresh);
+    if (fresh || !std::equal(key, key + kKey, key_)) {
+      std::memset(data, 0, floats * sizeof(float));
+      std::copy(key, key + kKey, key_);
+    }
+    return data;
   }
 
  private:
   static constexpr int kKey = 8;
   ThreadBuffer buffer_;
-  float* data_ = nullptr;
   int64_t key_[kKey] = {};
 };
 
@@ -258,10 +259,8 @@ void Plane(const PlaneArgs& a) {
   }
 }
 
-}  // namespace
-
-bool Depthwise3x3Avx2(const cuvil_uk_conv_params& p, const float* x, const float* wt, float bias,
-                      const float* residual, float* y, const Epilogue& ep) {
+// The padded planes' layout for plane p; false when the kernel does not take p.
+bool PlanLayout(const cuvil_uk_conv_params& p, Layout* out) {
   const int64_t s = p.stride_h;
   if (p.kernel_h != 3 || p.kernel_w != 3 || p.dilation_h != 1 || p.dilation_w != 1 ||
       p.stride_w != s || (s != 1 && s != 2) || p.pad_top < 0 || p.pad_top > 2 || p.pad_left < 0 ||
@@ -279,6 +278,23 @@ bool Depthwise3x3Avx2(const cuvil_uk_conv_params& p, const float* x, const float
   if (l.hs > kMaxScratch / l.ld) return false;
   l.plane = l.hs * l.ld;
   if (l.Floats() > kMaxScratch) return false;
+  *out = l;
+  return true;
+}
+
+}  // namespace
+
+int64_t Depthwise3x3Avx2ScratchFloats(const cuvil_uk_conv_params& p) {
+  Layout l;
+  return PlanLayout(p, &l) ? l.Floats() : 0;
+}
+
+bool Depthwise3x3Avx2(const cuvil_uk_conv_params& p, const float* x, const float* wt, float bias,
+                      const float* residual, float* y, const Epilogue& ep) {
+  Layout l;
+  if (!PlanLayout(p, &l)) return false;
+  const int64_t s = l.stride;
+  const int64_t vectors = p.out_width > kLanes ? 2 : 1;
 
   thread_local PlaneScratch scratch;
   float* buf = scratch.Get(p, l);

@@ -17,6 +17,10 @@ namespace cuvil::uk {
 bool Depthwise3x3Avx2(const cuvil_uk_conv_params& p, const float* x, const float* wt, float bias,
                       const float* residual, float* y, const Epilogue& ep);
 
+// Floats of per-thread scratch Depthwise3x3Avx2 takes for plane p (0 when it declines p). Call
+// only on a CPU with AVX2 and FMA (the file is built for them). Reentrant.
+int64_t Depthwise3x3Avx2ScratchFloats(const cuvil_uk_conv_params& p);
+
 }  // namespace cuvil::uk
 
 #endif  // CUVIL_RUNTIME_UKERNELS_DEPTHWISE_AVX2_H_

@@ -366,9 +366,17 @@ bool DepthwisePlane(const cuvil_uk_conv_params& p, const float* x, const float* 
 }  // namespace
 
 const Table* Avx2Table() {
-  static const Table table = {
-      "avx2_fma",     kNR,           GemmTile,    EpilogueRow, DepthwiseRow, PadRowPortable,
-      DepthwisePlane, DequantizeRow, QuantizeRow, nullptr};
+  static const Table table = {"avx2_fma",
+                              kNR,
+                              GemmTile,
+                              EpilogueRow,
+                              DepthwiseRow,
+                              PadRowPortable,
+                              DepthwisePlane,
+                              DequantizeRow,
+                              QuantizeRow,
+                              nullptr,
+                              Depthwise3x3Avx2ScratchFloats};
   return &table;
 }
 

@@ -600,9 +600,9 @@ void PadRow(float* dst, int64_t n, const float* src, int64_t j0, int64_t j1, int
 }  // namespace
 
 const Table* Avx512Table() {
-  static const Table table = {"avx512",     kNR512,         GemmTile,       EpilogueRow,
-                              DepthwiseRow, PadRow,         DepthwisePlane, DequantizeRow,
-                              QuantizeRow,  QDepthwisePlane};
+  static const Table table = {"avx512",     kNR512,          GemmTile,       EpilogueRow,
+                              DepthwiseRow, PadRow,          DepthwisePlane, DequantizeRow,
+                              QuantizeRow,  QDepthwisePlane, nullptr};
   return &table;
 }
 

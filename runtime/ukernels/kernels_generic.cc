@@ -87,7 +87,8 @@ void PadRowPortable(float* dst, int64_t n, const float* src, int64_t j0, int64_t
 
 const Table& GenericTable() {
   static const Table table = {"generic",      kNR,     GemmTile,      EpilogueRow, DepthwiseRow,
-                              PadRowPortable, nullptr, DequantizeRow, QuantizeRow, nullptr};
+                              PadRowPortable, nullptr, DequantizeRow, QuantizeRow, nullptr,
+                              nullptr};
   return table;
 }
 

@@ -16,8 +16,10 @@
 #include <immintrin.h>
 #endif
 
+#include "call_scratch.h"
 #include "cuvil/runtime/parallel.h"
 #include "cuvil/runtime/ukernels.h"
+#include "scratch_sizes.h"
 #include "thread_buffer.h"
 #include "ukernel_table.h"
 
@@ -225,8 +227,8 @@ const NbitsTable* NbitsAvx2Table() { return nullptr; }
 const NbitsTable* NbitsAvx512Table() { return nullptr; }
 #endif
 
-std::vector<const NbitsTable*> SupportedNbitsTables() {
-  std::vector<const NbitsTable*> out;
+TierList<NbitsTable> SupportedNbitsTables() {
+  TierList<NbitsTable> out;
 #if defined(__x86_64__)
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -243,7 +245,7 @@ std::vector<const NbitsTable*> SupportedNbitsTables() {
 
 const NbitsTable& ActiveNbitsTable() {
   static const NbitsTable* table = [] {
-    const std::vector<const NbitsTable*> tables = SupportedNbitsTables();
+    const TierList<NbitsTable> tables = SupportedNbitsTables();
     // The float tier's choice bounds this one (CUVIL_UK_TIER=avx2 rules out AVX-512 here too).
     const std::string_view active = ActiveTable().name;
     for (const NbitsTable* t : tables) {
@@ -255,6 +257,22 @@ const NbitsTable& ActiveNbitsTable() {
     return tables.back();
   }();
   return *table;
+}
+
+int64_t MatMulNbitsScratchBytes(int64_t rows, int64_t k_dim, int64_t block) {
+  if (rows <= 0) return 0;
+  if (block <= 0 || k_dim < 0) return -1;
+  const int64_t blocks = (k_dim + block - 1) / block;
+  int64_t padded = 0, sums = 0;
+  if (__builtin_mul_overflow(blocks, block, &padded) ||
+      __builtin_mul_overflow(rows, padded, &padded) ||
+      __builtin_mul_overflow(rows, blocks, &sums)) {
+    return -1;
+  }
+  ScratchTally s;
+  s.AddFloats(padded);
+  s.AddFloats(sums);
+  return s.bytes();
 }
 
 void MatMulNbits(const NbitsTable& t, const float* a, int64_t rows, int64_t k_dim,
@@ -297,6 +315,7 @@ extern "C" {
 void cuvil_uk_matmul_nbits(const float* a, int64_t rows, int64_t k_dim, const uint8_t* q4_packed,
                            const float* scale_packed, const float* offset_packed, const float* bias,
                            int64_t n_dim, int64_t block, float* y) {
+  cuvil::uk::MicrokernelScratchScope scratch;
   cuvil::uk::MatMulNbits(cuvil::uk::ActiveNbitsTable(), a, rows, k_dim, q4_packed, scale_packed,
                          offset_packed, bias, n_dim, block, y);
 }

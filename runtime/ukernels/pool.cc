@@ -5,8 +5,10 @@
 #include <cstdlib>
 #include <limits>
 
+#include "call_scratch.h"
 #include "cuvil/runtime/parallel.h"
 #include "cuvil/runtime/ukernels.h"
+#include "scratch_sizes.h"
 #include "thread_buffer.h"
 
 namespace cuvil::uk {
@@ -96,6 +98,16 @@ void PoolPlane(const cuvil_uk_pool_params& p, const float* x, float* y, float* r
   }
 }
 
+}  // namespace
+
+int64_t MaxPool2dScratchBytes(const cuvil_uk_pool_params& p) {
+  ScratchTally s;
+  s.AddFloats(2 * p.width);
+  return s.bytes();
+}
+
+namespace {
+
 struct PoolJob {
   const cuvil_uk_pool_params* p;
   const float* x;
@@ -119,6 +131,7 @@ void PoolPlanes(void* ctx, int64_t begin, int64_t end) {
 extern "C" void cuvil_uk_maxpool2d(const cuvil_uk_pool_params* p, const float* x, float* y,
                                    int64_t planes) {
   if (planes <= 0 || p->out_height <= 0 || p->out_width <= 0) return;
+  cuvil::uk::MicrokernelScratchScope scratch;
   cuvil::uk::PoolJob job{p, x, y};
   // Cost per plane in the runtime's units (about one multiply-add per compare).
   const int64_t cost = p->out_height * p->out_width * p->kernel_h * p->kernel_w;

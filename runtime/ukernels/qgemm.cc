@@ -19,8 +19,10 @@
 #include <immintrin.h>
 #endif
 
+#include "call_scratch.h"
 #include "cuvil/runtime/parallel.h"
 #include "cuvil/runtime/ukernels.h"
+#include "scratch_sizes.h"
 #include "thread_buffer.h"
 #include "ukernel_table.h"
 
@@ -528,8 +530,8 @@ const QTable* QAvx2Table() { return nullptr; }
 const QTable* QVnniTable() { return nullptr; }
 #endif
 
-std::vector<const QTable*> SupportedQTables() {
-  std::vector<const QTable*> out;
+TierList<QTable> SupportedQTables() {
+  TierList<QTable> out;
 #if defined(__x86_64__)
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -544,7 +546,7 @@ std::vector<const QTable*> SupportedQTables() {
 
 const QTable& ActiveQTable() {
   static const QTable* table = [] {
-    const std::vector<const QTable*> tables = SupportedQTables();
+    const TierList<QTable> tables = SupportedQTables();
     const char* forced = std::getenv("CUVIL_UK_TIER");
     std::string_view want = forced != nullptr ? forced : "";
     if (want == "avx2" || want == "avx2_fma") want = "avx2";
@@ -558,45 +560,85 @@ const QTable& ActiveQTable() {
   return *table;
 }
 
+namespace {
+
+// How QConv2d blocks one image: output rows per block and the B layout of a block.
+struct QConvBlocks {
+  int64_t k, kq;        // reduction rows, and quads of them
+  bool direct, padded;  // see QConv2d
+  int64_t wp, wr;       // padded row width; B's row width (wp or ow)
+  int64_t rows_per_block, blocks, plane_rows;
+  int64_t max_ldb;       // B columns of the widest block
+  int64_t padded_bytes;  // the padded copy (0 unless padded)
+  // The per-thread scratch: B, the row (or padded copy) buffer and the int32 tile.
+  int64_t b_bytes() const { return kq * max_ldb * 4; }
+  int64_t row_bytes(int64_t ow) const { return std::max(4 * ow, padded_bytes + max_ldb); }
+  static int64_t tile_bytes(const QTable& t) { return kQMR * t.nr * 4; }
+};
+
+QConvBlocks PlanQConvBlocks(const QTable& t, const cuvil_uk_conv_params& p) {
+  QConvBlocks b;
+  b.k = p.channels * p.kernel_h * p.kernel_w;
+  b.kq = CeilDiv(b.k, 4);
+  const int64_t ow = p.out_width, oh = p.out_height;
+  b.direct = p.kernel_h == 1 && p.kernel_w == 1 && p.stride_h == 1 && p.stride_w == 1 &&
+             p.pad_top == 0 && p.pad_left == 0 && oh == p.height && ow == p.width;
+  // Stride 1: B's columns are laid out with the padded input's row width wp >= ow, so every
+  // reduction row of a block is one contiguous run of a zero-padded copy of the input rows it
+  // reads (columns ox >= ow are computed and dropped). Otherwise columns are (oy, ox), ow wide.
+  b.padded = !b.direct && p.stride_h == 1 && p.stride_w == 1;
+  b.wp = (ow - 1) + (p.kernel_w - 1) * p.dilation_w + 1;
+  const int64_t halo = (p.kernel_h - 1) * p.dilation_h;  // extra padded rows a block reads
+  b.wr = b.padded ? b.wp : ow;
+  // Output rows per block: as many as fit kBlockBytes of B, at least one.
+  const int64_t want_cols = std::max<int64_t>(t.nr, kBlockBytes / std::max<int64_t>(b.kq * 4, 1));
+  b.rows_per_block = std::clamp<int64_t>(want_cols / b.wr, 1, oh);
+  b.blocks = CeilDiv(oh, b.rows_per_block);
+  b.max_ldb = CeilDiv(b.rows_per_block * b.wr, 16) * 16;
+  // The padded copy: per channel (rows_per_block + halo) rows of wp, then slack for the reads of
+  // the last channel's ragged tail (up to 16 columns past the block and kx * DW).
+  b.plane_rows = b.rows_per_block + halo;
+  b.padded_bytes = b.padded ? p.channels * b.plane_rows * b.wp + b.wp + 64 : 0;
+  return b;
+}
+
+}  // namespace
+
+int64_t QConv2dScratchBytes(const QTable& t, const cuvil_uk_qconv_params& qp) {
+  const cuvil_uk_conv_params& p = qp.conv;
+  if (p.out_height <= 0 || p.out_width <= 0 || p.out_channels <= 0) return 0;
+  const QConvBlocks b = PlanQConvBlocks(t, p);
+  ScratchTally s;  // Scratch() rounds each request up to whole floats
+  s.AddFloats((b.b_bytes() + 3) / 4);
+  s.AddFloats((b.row_bytes(p.out_width) + 3) / 4);
+  s.AddFloats((QConvBlocks::tile_bytes(t) + 3) / 4);
+  return s.bytes();
+}
+
 void QConv2d(const QTable& t, const cuvil_uk_qconv_params& qp, const void* x, const int8_t* w,
              const int32_t* comp, const float* mult, const float* bias, const float* residual,
              void* y, int64_t batch, float lo, float hi) {
   const cuvil_uk_conv_params& p = qp.conv;
   if (batch <= 0 || p.out_height <= 0 || p.out_width <= 0 || p.out_channels <= 0) return;
-  const int64_t k = p.channels * p.kernel_h * p.kernel_w;
-  const int64_t kq = CeilDiv(k, 4);
+  const QConvBlocks plan = PlanQConvBlocks(t, p);
+  const int64_t k = plan.k, kq = plan.kq;
   const int64_t ow = p.out_width, oh = p.out_height, m = p.out_channels;
   const int64_t panels = CeilDiv(m, kQMR);
-  const bool direct = p.kernel_h == 1 && p.kernel_w == 1 && p.stride_h == 1 && p.stride_w == 1 &&
-                      p.pad_top == 0 && p.pad_left == 0 && oh == p.height && ow == p.width;
-  // Stride 1: B's columns are laid out with the padded input's row width wp >= ow, so every
-  // reduction row of a block is one contiguous run of a zero-padded copy of the input rows it
-  // reads (columns ox >= ow are computed and dropped). Otherwise columns are (oy, ox), ow wide.
-  const bool padded = !direct && p.stride_h == 1 && p.stride_w == 1;
-  const int64_t wp = (ow - 1) + (p.kernel_w - 1) * p.dilation_w + 1;
-  const int64_t halo = (p.kernel_h - 1) * p.dilation_h;  // extra padded rows a block reads
-  const int64_t wr = padded ? wp : ow;
-  // Output rows per block: as many as fit kBlockBytes of B, at least one.
-  const int64_t want_cols = std::max<int64_t>(t.nr, kBlockBytes / std::max<int64_t>(kq * 4, 1));
-  const int64_t rows_per_block = std::clamp<int64_t>(want_cols / wr, 1, oh);
-  const int64_t blocks = CeilDiv(oh, rows_per_block);
+  const bool direct = plan.direct, padded = plan.padded;
+  const int64_t wp = plan.wp, wr = plan.wr;
+  const int64_t rows_per_block = plan.rows_per_block, blocks = plan.blocks;
   const int64_t in_plane = p.channels * p.height * p.width, out_plane = m * oh * ow;
   const uint8_t flip = qp.x_signed != 0 ? 0x80 : 0;
   const uint8_t pad = static_cast<uint8_t>(static_cast<uint8_t>(qp.x_zero) ^ flip);
   const int64_t cost = std::max<int64_t>(1, rows_per_block * ow * k * m / kMinWorkPerThread);
-  const int64_t max_ldb = CeilDiv(rows_per_block * wr, 16) * 16;
-  // The padded copy: per channel (rows_per_block + halo) rows of wp, then slack for the reads of
-  // the last channel's ragged tail (up to 16 columns past the block and kx * DW).
-  const int64_t plane_rows = rows_per_block + halo;
-  const int64_t padded_bytes = padded ? p.channels * plane_rows * wp + wp + 64 : 0;
+  const int64_t plane_rows = plan.plane_rows, padded_bytes = plan.padded_bytes;
   const size_t out_bytes =
       qp.out_type == CUVIL_UK_QOUT_FLOAT || qp.out_type == CUVIL_UK_QOUT_S32 ? 4 : 1;
   ParallelFor(batch * blocks, cost, [&](int64_t begin, int64_t end) {
-    uint8_t* b = Scratch(kSlotB, static_cast<size_t>(kq * max_ldb * 4));
-    uint8_t* rows =
-        Scratch(kSlotRow, static_cast<size_t>(std::max(4 * ow, padded_bytes + max_ldb)));
-    int32_t* tile =
-        reinterpret_cast<int32_t*>(Scratch(kSlotTile, static_cast<size_t>(kQMR * t.nr * 4)));
+    uint8_t* b = Scratch(kSlotB, static_cast<size_t>(plan.b_bytes()));
+    uint8_t* rows = Scratch(kSlotRow, static_cast<size_t>(plan.row_bytes(ow)));
+    int32_t* tile = reinterpret_cast<int32_t*>(
+        Scratch(kSlotTile, static_cast<size_t>(QConvBlocks::tile_bytes(t))));
     for (int64_t item = begin; item < end; ++item) {
       const int64_t img = item / blocks, blk = item % blocks;
       const int64_t oy0 = blk * rows_per_block, oy1 = std::min(oh, oy0 + rows_per_block);
@@ -699,6 +741,7 @@ void cuvil_uk_pack_qconv_weights(const int8_t* w, int64_t m, int64_t k, int8_t* 
 void cuvil_uk_qconv2d(const cuvil_uk_qconv_params* p, const void* x, const int8_t* w,
                       const int32_t* comp, const float* mult, const float* bias,
                       const float* residual, void* y, int64_t batch, float lo, float hi) {
+  cuvil::uk::MicrokernelScratchScope scratch;
   cuvil::uk::QConv2d(cuvil::uk::ActiveQTable(), *p, x, w, comp, mult, bias, residual, y, batch, lo,
                      hi);
 }

@@ -161,8 +161,8 @@ void CheckCase(const Case& t, Fill fill, int64_t batch = 2) {
 }
 
 TEST(QConvTest, TiersAreNamed) {
-  const std::vector<const uk::QTable*> tables = uk::SupportedQTables();
-  ASSERT_FALSE(tables.empty());
+  const uk::TierList<uk::QTable> tables = uk::SupportedQTables();
+  ASSERT_GT(tables.size(), 0);
   EXPECT_STREQ(tables.back()->name, "generic");
   EXPECT_NE(cuvil_uk_qtier(), nullptr);
 }

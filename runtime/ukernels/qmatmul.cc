@@ -249,9 +249,9 @@ const QMatMulTable* QMatMulAvx2Table() { return nullptr; }
 const QMatMulTable* QMatMulVnniTable() { return nullptr; }
 #endif
 
-std::vector<const QMatMulTable*> SupportedQMatMulTables() {
+TierList<QMatMulTable> SupportedQMatMulTables() {
   // The integer convolution's tiers need the same instructions: offer the same ones.
-  std::vector<const QMatMulTable*> out;
+  TierList<QMatMulTable> out;
   for (const QTable* conv : SupportedQTables()) {
     for (const QMatMulTable* t : {QMatMulVnniTable(), QMatMulAvx2Table(), &QMatMulGenericTable()}) {
       if (t != nullptr && std::string_view(t->name) == conv->name) out.push_back(t);

@@ -11,6 +11,26 @@
 
 namespace cuvil::uk {
 
+// The tiers of one kernel family that a CPU can run, best first. A fixed array, so that choosing
+// a tier on a library's first call allocates nothing. Thread-compatible value type.
+template <typename T>
+class TierList {
+ public:
+  void push_back(const T* t) {
+    if (count_ < kMaxTiers) items_[count_++] = t;
+  }
+  const T* const* begin() const { return items_; }
+  const T* const* end() const { return items_ + count_; }
+  const T* front() const { return items_[0]; }
+  const T* back() const { return items_[count_ - 1]; }
+  int size() const { return count_; }
+
+ private:
+  static constexpr int kMaxTiers = 4;
+  const T* items_[kMaxTiers] = {};
+  int count_ = 0;
+};
+
 // cuvil_rt_parallel_for over a callable f(begin, end) (the microkernels' lambdas). Reentrant.
 template <typename F>
 void ParallelFor(int64_t count, int64_t cost, F&& f) {
@@ -81,6 +101,9 @@ struct Table {
   // anything, for geometry or an activation it does not handle. May be null.
   bool (*qdepthwise_plane)(const cuvil_uk_conv_params& p, const void* x, const float* wt,
                            float bias, void* y, const QuantizedPlane& q, const Epilogue& ep);
+  // Floats of per-thread scratch depthwise_plane may take for plane p (an upper bound). Null when
+  // it takes none.
+  int64_t (*depthwise_plane_scratch_floats)(const cuvil_uk_conv_params& p);
 };
 
 const Table& GenericTable();
@@ -93,7 +116,7 @@ const Table* Avx2Table();
 const Table* Avx512Table();
 
 // The tiers this CPU can run, best first (always ends with the generic one).
-std::vector<const Table*> SupportedTables();
+TierList<Table> SupportedTables();
 
 // The table cuvil_uk_conv2d uses: the best supported tier, or a lower one named by the
 // CUVIL_UK_TIER environment variable (avx512, avx2 or generic). Chosen once per process.
@@ -155,7 +178,7 @@ const QTable& QGenericTable();
 const QTable* QAvx2Table();
 const QTable* QVnniTable();
 // The quantized tiers this CPU can run, best first (always ends with the generic one).
-std::vector<const QTable*> SupportedQTables();
+TierList<QTable> SupportedQTables();
 // The tier cuvil_uk_qconv2d uses: the best supported one, limited by CUVIL_UK_TIER as
 // ActiveTable is (avx2: no VNNI; generic: generic). Chosen once per process.
 const QTable& ActiveQTable();
@@ -190,7 +213,7 @@ const QMatMulTable& QMatMulGenericTable();
 const QMatMulTable* QMatMulAvx2Table();
 const QMatMulTable* QMatMulVnniTable();
 // The tiers this CPU can run (those of SupportedQTables), best first, ending with the generic one.
-std::vector<const QMatMulTable*> SupportedQMatMulTables();
+TierList<QMatMulTable> SupportedQMatMulTables();
 // The tier cuvil_uk_qmatmul uses: the one named as ActiveQTable(). Chosen once per process.
 const QMatMulTable& ActiveQMatMulTable();
 // cuvil_uk_qmatmul on a given table (tests compare the tiers with it). Reentrant.
@@ -218,7 +241,7 @@ const NbitsTable& NbitsGenericTable();
 const NbitsTable* NbitsAvx2Table();
 const NbitsTable* NbitsAvx512Table();
 // The 4-bit tiers this CPU can run, best first (always ends with the generic one).
-std::vector<const NbitsTable*> SupportedNbitsTables();
+TierList<NbitsTable> SupportedNbitsTables();
 // The tier cuvil_uk_matmul_nbits uses: the best supported one, limited by CUVIL_UK_TIER as
 // ActiveTable is. Chosen once per process.
 const NbitsTable& ActiveNbitsTable();

@@ -23,6 +23,7 @@
 #include <immintrin.h>
 #endif
 
+#include "call_scratch.h"
 #include "cuvil/runtime/parallel.h"
 #include "cuvil/runtime/ukernels.h"
 #include "thread_buffer.h"
@@ -225,6 +226,37 @@ bool WinogradEligible(const cuvil_uk_conv_params& p) {
          p.out_width >= 1 && p.pad_top >= 0 && p.pad_left >= 0;
 }
 
+namespace {
+
+// Tile rows (over all images) per chunk for `rows_total` rows: V and M of a chunk take about
+// kChunkFloats, but at least kMinChunkTiles tiles so that the GEMM tiles stay full; chunks are
+// equal (a short last one would pay a parallel hand-off for little work).
+int64_t RowsPerChunk(const cuvil_uk_conv_params& p, const Tiling& tl, int64_t rows_total) {
+  const int64_t per_row = kTaps * (p.channels + p.out_channels) * tl.tx;
+  const int64_t chunk_rows = std::clamp<int64_t>(
+      std::max(kChunkFloats / std::max<int64_t>(per_row, 1), CeilDiv(kMinChunkTiles, tl.tx)), 1,
+      rows_total);
+  return CeilDiv(rows_total, CeilDiv(rows_total, chunk_rows));
+}
+
+}  // namespace
+
+int64_t WinogradScratchBytes(const Table& tb, const cuvil_uk_conv_params& p, int64_t batch) {
+  const Tiling tl = PlanTiling(p);
+  int64_t rows_total = 0;
+  if (batch < 1 || __builtin_mul_overflow(batch, tl.ty, &rows_total)) return -1;
+  const int64_t ld = RowsPerChunk(p, tl, rows_total) * tl.tx;
+  ScratchTally s;
+  s.AddIndices(p.channels);
+  s.AddFloats(kTaps * p.channels * ld);
+  s.AddFloats(kTaps * p.out_channels * ld);
+  // The rows slot serves the input rows, then the output rows (two blocks when the second is
+  // larger).
+  s.AddFloats(8 * tl.phase_w);
+  s.AddFloats(6 * tl.tx + 2);
+  return s.bytes();
+}
+
 void ConvWinograd(const Table& tb, const cuvil_uk_conv_params& p, const float* x, const float* u,
                   const float* bias, const float* residual, float* y, int64_t batch, float alpha,
                   float beta) {
@@ -234,16 +266,9 @@ void ConvWinograd(const Table& tb, const cuvil_uk_conv_params& p, const float* x
   const int64_t in_plane = p.height * p.width, out_plane = p.out_height * p.out_width;
   const Epilogue base_ep{nullptr, nullptr, p.activation, alpha, beta};
   const int64_t k_block = CeilDiv(c_dim, CeilDiv(c_dim, kReduction));
-  // Tile rows (over all images) per chunk: V and M of a chunk take about kChunkFloats, but at
-  // least kMinChunkTiles tiles so that the GEMM tiles stay full.
   const int64_t rows_total = batch * tl.ty;
-  const int64_t per_row = kTaps * (c_dim + m_dim) * tl.tx;
-  const int64_t chunk_rows = std::clamp<int64_t>(
-      std::max(kChunkFloats / std::max<int64_t>(per_row, 1), CeilDiv(kMinChunkTiles, tl.tx)), 1,
-      rows_total);
-  // Equal chunks: a short last one would pay a parallel hand-off for little work.
-  const int64_t chunks = CeilDiv(rows_total, chunk_rows);
-  const int64_t rows_per_chunk = CeilDiv(rows_total, chunks);
+  const int64_t rows_per_chunk = RowsPerChunk(p, tl, rows_total);
+  const int64_t chunks = CeilDiv(rows_total, rows_per_chunk);
   // One chunk's three phases; `off` is the caller's c_dim offsets buffer.
   auto run_chunk = [&](int64_t r0, int64_t* off) {
     const int64_t rows = std::min(rows_per_chunk, rows_total - r0);

@@ -7,6 +7,10 @@
 
 namespace cuvil::uk {
 
+// Region bytes ConvWinograd takes for `batch` images on the calling thread (see
+// cuvil_uk_scratch_bytes); -1 on overflow. Reentrant.
+int64_t WinogradScratchBytes(const Table& t, const cuvil_uk_conv_params& p, int64_t batch);
+
 // True for the geometry ConvWinograd computes: 3x3, stride 1, dilation 1, one group.
 bool WinogradEligible(const cuvil_uk_conv_params& p);
 

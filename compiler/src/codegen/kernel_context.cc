@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "codegen/dim_expr_emit.h"
+#include "cuvil/runtime/ukernel_scratch.h"
 #include "llvm/IR/Constants.h"
 #include "llvm/IR/Function.h"
 #include "memory_plan.h"
@@ -70,6 +71,7 @@ void KernelContext::ParallelFor(
   outlined->copyAttributesFrom(fn_);
   {
     KernelContext inner(module_, outlined, node_, Outlined{});
+    inner.set_registry(registry_, kernel_index_);  // its scratch is the kernel's
     llvm::Value* ctx = outlined->getArg(0);
     Idx values;
     for (size_t i = 0; i < captures.size(); ++i) {
@@ -394,8 +396,15 @@ llvm::Value* KernelContext::Scratch(llvm::Type* type, int64_t count) {
   return entry.CreateAlloca(type, I64(count));
 }
 
-llvm::Value* KernelContext::AllocHeap(llvm::Value* bytes) {
+llvm::Value* KernelContext::AllocHeap(llvm::Value* bytes,
+                                      std::optional<std::vector<SymDim>> bound) {
+  if (registry_ != nullptr)
+    registry_->NoteScratch(kernel_index_, CUVIL_SCRATCH_HEAP, std::move(bound));
   return CallC("cuvil_rt_alloc", builder_.getPtrTy(), {bytes});
+}
+
+void KernelContext::NoteScratch(int32_t kind, std::vector<SymDim> words) {
+  if (registry_ != nullptr) registry_->NoteScratch(kernel_index_, kind, std::move(words));
 }
 
 void KernelContext::FreeHeap(llvm::Value* ptr) {

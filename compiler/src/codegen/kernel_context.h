@@ -16,6 +16,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -140,8 +141,13 @@ class KernelContext {
           const std::function<void()>& else_body = nullptr);
   // Stack scratch holding `count` values of `type`, allocated in the entry block.
   llvm::Value* Scratch(llvm::Type* type, int64_t count = 1);
-  // Heap scratch (freed with FreeHeap) for buffers whose size depends on the batch.
-  llvm::Value* AllocHeap(llvm::Value* bytes);
+  // Heap scratch (freed with FreeHeap) for buffers whose size depends on the batch. `bound`:
+  // dims that add up to at least `bytes` (an ahead-of-time library sizes its scratch region from
+  // them), or nullopt when no shape bounds the size.
+  llvm::Value* AllocHeap(llvm::Value* bytes, std::optional<std::vector<SymDim>> bound);
+  // Records that a microkernel call of this kernel takes scratch: `kind` a cuvil_scratch_kind,
+  // `words` what sizes it (cuvil/runtime/ukernel_scratch.h). Nothing without a registry.
+  void NoteScratch(int32_t kind, std::vector<SymDim> words);
   void FreeHeap(llvm::Value* ptr);
 
   // Converts between element types with ONNX Cast semantics (float→int truncates, →bool is != 0).

@@ -14,6 +14,15 @@ int KernelRegistry::Add(llvm::Function* fn, const ir::Node& node, int parent) {
   return index;
 }
 
+void KernelRegistry::NoteScratch(int kernel, int32_t kind,
+                                 std::optional<std::vector<SymDim>> words) {
+  if (!words.has_value()) {
+    unbounded_scratch_ = true;
+    return;
+  }
+  scratch_sites_.push_back(ScratchSite{kernel, kind, *std::move(words)});
+}
+
 std::string SignatureOf(const ir::Node& node, const std::string& symbol) {
   auto render = [&](const std::vector<ir::Value*>& values) {
     std::vector<std::string> parts;

@@ -2,6 +2,7 @@
 #ifndef CUVIL_COMPILER_SRC_CODEGEN_KERNEL_REGISTRY_H_
 #define CUVIL_COMPILER_SRC_CODEGEN_KERNEL_REGISTRY_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,10 +32,19 @@ class KernelRegistry {
   // What CompiledModel::kernels lists, one per slot.
   std::vector<KernelFunction>& kernels() { return kernels_; }
 
+  // Records scratch the kernel in slot `kernel` takes outside the arena plan (see ScratchSite);
+  // `words` is nullopt when no shape bounds it.
+  void NoteScratch(int kernel, int32_t kind, std::optional<std::vector<SymDim>> words);
+  // What CompiledModel::scratch_sites and unbounded_scratch hold.
+  std::vector<ScratchSite>& scratch_sites() { return scratch_sites_; }
+  bool unbounded_scratch() const { return unbounded_scratch_; }
+
  private:
   std::string symbol_;
   std::vector<llvm::Constant*> table_;
   std::vector<KernelFunction> kernels_;
+  std::vector<ScratchSite> scratch_sites_;
+  bool unbounded_scratch_ = false;
 };
 
 // "(float32[batch,784], float32[512,784]) -> (float32[batch,512])" for `node`, dims named after

@@ -186,7 +186,7 @@ llvm::Value* AllocArena(KernelContext& k, const LoweredSubgraph& s) {
   llvm::Value* bytes = s.arena_bytes ? k.Dim(*s.arena_bytes)
                                      : b.CreateAdd(b.CreateMul(k.batch(), k.I64(s.per_batch_bytes)),
                                                    k.I64(s.fixed_bytes));
-  return k.AllocHeap(b.CreateAdd(bytes, k.I64(64)));
+  return k.AllocHeap(b.CreateAdd(bytes, k.I64(64)), std::nullopt);  // per iteration, unbounded
 }
 
 // A tensor's byte size inside a kernel (symbols through the kernel's args).
@@ -195,7 +195,7 @@ llvm::Value* KernelByteSize(KernelContext& k, const ir::TensorType& t) {
 }
 
 llvm::Value* Heap(KernelContext& k, const ir::TensorType& t) {
-  return k.AllocHeap(k.b().CreateAdd(KernelByteSize(k, t), k.I64(64)));
+  return k.AllocHeap(k.b().CreateAdd(KernelByteSize(k, t), k.I64(64)), std::nullopt);
 }
 
 // Calls `s` and forwards a failure code into the kernel's status; returns the i1 "it failed".

@@ -383,6 +383,9 @@ absl::Status MatMul(KernelContext& k) {
     const int64_t width = TargetPanel();
     llvm::Value* panels = bl.CreateUDiv(bl.CreateAdd(n_dim, k.I64(width - 1)), k.I64(width));
     llvm::Value* packed_elems = bl.CreateMul(bl.CreateMul(panels, k_dim), k.I64(width));
+    // At most 4 * (n + width - 1) * k bytes.
+    const std::vector<SymDim> packed_bound = {SymMul(SymMul(b.back(), a.back()), SymDim::Const(4)),
+                                              SymMul(a.back(), SymDim::Const(4 * (width - 1)))};
     // Packs matrix `idx` of the batch and multiplies it; `packed` is zeroed once so the padding
     // columns of the last panel stay zero for every matrix.
     auto one_matrix = [&, width](KernelContext& o, llvm::Value* a_in, llvm::Value* b_in,
@@ -413,7 +416,7 @@ absl::Status MatMul(KernelContext& k) {
     for (const SymDim& dim : out_batch) several |= !(dim == SymDim::Const(1));
     if (!several) {
       // One matrix: its column panels are what the threads split.
-      llvm::Value* packed = k.AllocHeap(bl.CreateMul(packed_elems, k.I64(4)));
+      llvm::Value* packed = k.AllocHeap(bl.CreateMul(packed_elems, k.I64(4)), packed_bound);
       k.Memset0(packed, packed_elems, d);
       Idx zeros(out_batch.size(), k.I64(0));
       one_matrix(k, k.in(0), k.in(1), k.out(0), packed, m_dim, n_dim, k_dim, panels, zeros,
@@ -437,7 +440,7 @@ absl::Status MatMul(KernelContext& k) {
                       return Idx(v.begin() + 8 + g * rank, v.begin() + 8 + (g + 1) * rank);
                     };
                     Idx dims = group(0), as = group(1), bs = group(2), os = group(3);
-                    llvm::Value* packed = o.AllocHeap(ob.CreateMul(v[7], o.I64(4)));
+                    llvm::Value* packed = o.AllocHeap(ob.CreateMul(v[7], o.I64(4)), packed_bound);
                     o.Memset0(packed, v[7], d);
                     o.For(begin, end, [&](llvm::Value* flat) {
                       // Row-major multi-index of matrix `flat` within the batch dims.

@@ -9,6 +9,7 @@
 
 #include "codegen/kernel_context.h"
 #include "codegen/lower.h"
+#include "cuvil/runtime/ukernel_scratch.h"
 #include "cuvil/runtime/ukernels.h"
 #include "llvm/IR/MDBuilder.h"
 
@@ -288,6 +289,17 @@ absl::Status EmitConvUkernel(KernelContext& k) {
   words[out_height] = out[0];
   words[out_height + 1] = out[1];
   llvm::Value* params = ParamsBlock(k, words, ".conv_params");
+  // The same words as dims, then the batch: what sizes the call's scratch.
+  std::vector<SymDim> scratch_words;
+  for (int i = 0; i < 17; ++i) scratch_words.push_back(SymDim::Const(fields[i]));
+  const SymShape in_hw = Spatial(k.in_shape(0)), out_hw = Spatial(k.out_shape(0));
+  scratch_words[height] = in_hw[0];
+  scratch_words[height + 1] = in_hw[1];
+  scratch_words[out_height] = out_hw[0];
+  scratch_words[out_height + 1] = out_hw[1];
+  scratch_words.push_back(k.in_shape(0)[0]);
+  k.NoteScratch(n.has_attr("q_x_scale") ? CUVIL_SCRATCH_QDEPTHWISE2D : CUVIL_SCRATCH_CONV2D,
+                std::move(scratch_words));
   llvm::Value* null = llvm::ConstantPointerNull::get(k.b().getPtrTy());
   auto in_or_null = [&](size_t i) { return k.has_input(i) ? k.in(i) : null; };
   if (n.has_attr("q_x_scale")) {  // Depthwise between 8-bit tensors (fuse_qdq.h).
@@ -317,7 +329,9 @@ absl::Status EmitConv(KernelContext& k) {
   const ConvPlan c = PlanConv(k);
   DType dt = c.dt;
   int64_t tiles = (c.rows + c.tile_rows - 1) / c.tile_rows;
-  llvm::Value* col = c.pointwise ? nullptr : k.AllocHeap(k.I64(c.Rb * c.T * DTypeSize(dt)));
+  const int64_t col_bytes = c.Rb * c.T * DTypeSize(dt);
+  llvm::Value* col =
+      c.pointwise ? nullptr : k.AllocHeap(k.I64(col_bytes), {{SymDim::Const(col_bytes)}});
   DisjointBuffers mem(k, {k.out(0), k.in(0), k.in(1), col});
   k.For(k.I64(0), k.Dim(k.in_shape(0)[0]), [&](llvm::Value* n) {
     k.For(k.I64(0), k.I64(c.group), [&](llvm::Value* g) {
@@ -464,6 +478,14 @@ absl::Status EmitPool(KernelContext& k, bool is_max) {
                      k.I64(w.dilations[1]), k.I64(w.pads[0]), k.I64(w.pads[1])},
                     ".pool_params");
     llvm::Value* planes = b.CreateMul(k.Dim(k.in_shape(0)[0]), k.Dim(k.in_shape(0)[1]));
+    const SymShape in_hw = Spatial(k.in_shape(0)), out_hw = Spatial(k.out_shape(0));
+    std::vector<SymDim> scratch_words = {in_hw[0], in_hw[1], out_hw[0], out_hw[1]};
+    for (int64_t v : {w.kernel[0], w.kernel[1], w.strides[0], w.strides[1], w.dilations[0],
+                      w.dilations[1], w.pads[0], w.pads[1]}) {
+      scratch_words.push_back(SymDim::Const(v));
+    }
+    scratch_words.push_back(SymMul(k.in_shape(0)[0], k.in_shape(0)[1]));
+    k.NoteScratch(CUVIL_SCRATCH_MAXPOOL2D, std::move(scratch_words));
     k.CallC("cuvil_uk_maxpool2d", b.getVoidTy(), {params, k.in(0), k.out(0), planes});
     return absl::OkStatus();
   }

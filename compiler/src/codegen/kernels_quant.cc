@@ -2,6 +2,7 @@
 // computed in float32; integer MatMul/Conv subtract zero points and accumulate in int32, and the
 // QLinear variants requantize the accumulator with scale = in_scale * w_scale / y_scale.
 #include "codegen/kernel_context.h"
+#include "cuvil/runtime/ukernel_scratch.h"
 #include "cuvil/runtime/ukernels.h"
 
 namespace cuvil::codegen {
@@ -303,6 +304,10 @@ absl::Status QConvFused(KernelContext& k) {
   static_assert(kWords == 20);
   const int64_t* fields = &p.conv.channels;
   std::vector<uint64_t> words(fields, fields + kWords);
+  std::vector<SymDim> scratch_words;
+  for (size_t i = 0; i < kWords; ++i) scratch_words.push_back(SymDim::Const(fields[i]));
+  scratch_words.push_back(k.in_shape(0)[0]);
+  k.NoteScratch(CUVIL_SCRATCH_QCONV2D, std::move(scratch_words));
   auto* init = llvm::ConstantDataArray::get(k.llvm_context(), words);
   auto* params = new llvm::GlobalVariable(k.module(), init->getType(), /*isConstant=*/true,
                                           llvm::GlobalValue::PrivateLinkage, init,
@@ -344,8 +349,14 @@ absl::Status QMatMulFused(KernelContext& k) {
 absl::Status MatMulNBits(KernelContext& k) {
   const ir::Node& n = k.node();
   llvm::Value* rows = k.I64(1);
+  SymDim row_dim = SymDim::Const(1);
   const SymShape& a = k.in_shape(0);
-  for (size_t i = 0; i + 1 < a.size(); ++i) rows = k.b().CreateMul(rows, k.Dim(a[i]));
+  for (size_t i = 0; i + 1 < a.size(); ++i) {
+    rows = k.b().CreateMul(rows, k.Dim(a[i]));
+    row_dim = SymMul(row_dim, a[i]);
+  }
+  k.NoteScratch(CUVIL_SCRATCH_MATMUL_NBITS, {row_dim, SymDim::Const(n.attr_int("K", 0)),
+                                             SymDim::Const(n.attr_int("block_size", 0))});
   llvm::Value* bias = k.has_input(4) ? k.in(4) : llvm::ConstantPointerNull::get(k.b().getPtrTy());
   k.CallC("cuvil_uk_matmul_nbits", k.b().getVoidTy(),
           {k.in(0), rows, k.I64(n.attr_int("K", 0)), k.in(1), k.in(2), k.in(3), bias,

@@ -562,7 +562,13 @@ absl::Status RecurrentEmitter::Emit() {
     llvm::Value* rounded = b_.CreateAnd(b_.CreateAdd(n, I64(15)), I64(~int64_t{15}));
     total = b_.CreateAdd(total, rounded);
   }
-  llvm::Value* block = k_.AllocHeap(b_.CreateMul(total, I64(4)));
+  // The same pieces in dims (4 bytes per float, up to 15 floats of rounding each).
+  const SymDim seq_dim = layout_ == 0 ? x[0] : x[1], batch_dim = layout_ == 0 ? x[1] : x[0];
+  const std::vector<SymDim> bound = {
+      SymMul(SymMul(seq_dim, batch_dim), SymDim::Const(4 * gh_)),
+      SymDim::Const(4 * (input_ * gh_ + hidden_ * gh_ + gh_ + 15 * int64_t{9})),
+      SymMul(batch_dim, SymDim::Const(4 * (4 * hidden_ + gh_)))};
+  llvm::Value* block = k_.AllocHeap(b_.CreateMul(total, I64(4)), bound);
   std::vector<llvm::Value*> ptrs;
   for (llvm::Value* off : offsets) ptrs.push_back(k_.ElemPtr(kF32, block, off));
   proj_ = ptrs[0], wt_ = ptrs[1], rt_ = ptrs[2], bias_ = ptrs[3], h_ = ptrs[4], c_ = ptrs[5];

@@ -467,7 +467,8 @@ absl::Status EmitTopK(KernelContext& k) {
   llvm::Value* fits = b.CreateICmpSLE(count, n);
   k.FailIf(b.CreateNot(fits), kEntryTopKTooLarge);
   outer = b.CreateSelect(fits, outer, k.I64(0));
-  llvm::Value* order = k.AllocHeap(b.CreateMul(n, k.I64(8)));
+  llvm::Value* order =
+      k.AllocHeap(b.CreateMul(n, k.I64(8)), {{SymMul(shape[axis], SymDim::Const(8))}});
   k.ForNest({outer, inner}, [&](const Idx& idx) {
     llvm::Value* in_base = b.CreateAdd(b.CreateMul(b.CreateMul(idx[0], n), inner), idx[1]);
     llvm::Value* out_base = b.CreateAdd(b.CreateMul(b.CreateMul(idx[0], count), inner), idx[1]);

@@ -146,6 +146,8 @@ class ModuleBuilder {
     }
     const std::vector<llvm::Constant*>& table = registry.table();
     model->kernels = std::move(registry.kernels());
+    model->scratch_sites = std::move(registry.scratch_sites());
+    model->unbounded_scratch = registry.unbounded_scratch();
     auto* table_ty = llvm::ArrayType::get(ptr, table.size());
     table_ = new llvm::GlobalVariable(
         *module_, table_ty, /*isConstant=*/false, llvm::GlobalValue::ExternalLinkage,

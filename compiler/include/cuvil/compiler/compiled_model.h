@@ -82,6 +82,16 @@ struct KernelFunction {
   int parent = -1;
 };
 
+// Scratch one kernel takes outside the arena plan while it runs: a microkernel call's per-call
+// buffers or a heap block of generated code (cuvil/runtime/ukernel_scratch.h says what the words
+// of each kind are). An ahead-of-time library sizes its scratch region from these; the JIT engine
+// does not read them, and its cache entries and snapshots do not keep them. Plain data.
+struct ScratchSite {
+  int kernel = 0;    // KernelFunction::index of the kernel that takes it
+  int32_t kind = 0;  // cuvil_scratch_kind
+  std::vector<SymDim> words;
+};
+
 // Most parts an execution may split a batch-separable model's batch into (see ArenaPlan).
 inline constexpr int32_t kMaxBatchShards = 16;
 // Alignment of each batch part's region of the arena.
@@ -212,6 +222,10 @@ struct CompiledModel {
   WeightsBlob weights;      // Addressed by cuvil_weights; shared, never copied.
   ArenaPlan arena;
   std::vector<KernelFunction> kernels;
+  std::vector<ScratchSite> scratch_sites;
+  // Some kernel takes scratch that no shape bounds (a control-flow op's buffers): an
+  // ahead-of-time run of this model may allocate.
+  bool unbounded_scratch = false;
   std::vector<PhaseTiming> timings;
   std::string cpu;  // Host CPU name the code was generated for.
   // "separable" when executions may split the batch (arena.max_shards > 1), else why not.
