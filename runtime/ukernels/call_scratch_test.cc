@@ -165,11 +165,14 @@ RegionRun RunInRegion(size_t bytes, const std::function<std::vector<float>()>& k
   return run;
 }
 
-// The kernel fits a region of `bound` bytes with nothing left over to the heap and computes what it
+// The kernel fits a region of size() bytes with nothing left over to the heap and computes what it
 // computes on the heap; a region too small for it makes it miss, yet the outputs stay the same.
-void ExpectFitsItsBound(int64_t bound, const std::function<std::vector<float>()>& kernel) {
-  ASSERT_GT(bound, 0);
+// The sizing runs at the same (one) intra-op thread as the kernel.
+void ExpectFitsItsBound(const std::function<int64_t()>& size,
+                        const std::function<std::vector<float>()>& kernel) {
   SetIntraOpThreads(1);
+  const int64_t bound = size();
+  ASSERT_GT(bound, 0);
   const std::vector<float> on_heap = kernel();
   const RegionRun exact = RunInRegion(static_cast<size_t>(bound), kernel);
   EXPECT_EQ(exact.misses, 0) << "bound " << bound;
@@ -232,11 +235,14 @@ TEST(ScratchSizingTest, ConvsFitTheirSizedRegionOnEveryTier) {
         SCOPED_TRACE(testing::Message()
                      << t->name << " c=" << s.c << " h=" << s.h << " m=" << s.m << " k=" << s.k
                      << " flags=" << s.flags << " batch=" << batch);
-        ExpectFitsItsBound(uk::Conv2dScratchBytes(*t, p, batch), [&] {
-          std::vector<float> y(static_cast<size_t>(batch * s.m * p.out_height * p.out_width));
-          uk::Conv2d(*t, p, x.data(), packed.data(), bias.data(), nullptr, y.data(), batch, 0, 0);
-          return y;
-        });
+        ExpectFitsItsBound(
+            [&] { return uk::Conv2dScratchBytes(*t, p, batch); },
+            [&] {
+              std::vector<float> y(static_cast<size_t>(batch * s.m * p.out_height * p.out_width));
+              uk::Conv2d(*t, p, x.data(), packed.data(), bias.data(), nullptr, y.data(), batch, 0,
+                         0);
+              return y;
+            });
       }
     }
   }
@@ -253,13 +259,15 @@ TEST(ScratchSizingTest, EightBitDepthwiseFitsItsSizedRegion) {
     for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<uint8_t>(i * 37 % 251);
     for (const uk::Table* t : uk::SupportedTables()) {
       SCOPED_TRACE(testing::Message() << t->name << " k=" << s.k);
-      ExpectFitsItsBound(uk::QDepthwise2dScratchBytes(*t, p), [&] {
-        const size_t n = static_cast<size_t>(2 * s.c * p.out_height * p.out_width);
-        std::vector<uint8_t> y(n);
-        uk::QDepthwise2d(*t, p, x.data(), false, 0.02f, 128, w.data(), bias.data(), y.data(), false,
-                         0.05f, 120, 2, 0, 0);
-        return std::vector<float>(y.begin(), y.end());
-      });
+      ExpectFitsItsBound([&] { return uk::QDepthwise2dScratchBytes(*t, p); },
+                         [&] {
+                           const size_t n =
+                               static_cast<size_t>(2 * s.c * p.out_height * p.out_width);
+                           std::vector<uint8_t> y(n);
+                           uk::QDepthwise2d(*t, p, x.data(), false, 0.02f, 128, w.data(),
+                                            bias.data(), y.data(), false, 0.05f, 120, 2, 0, 0);
+                           return std::vector<float>(y.begin(), y.end());
+                         });
     }
   }
 }
@@ -283,12 +291,14 @@ TEST(ScratchSizingTest, QuantizedConvsFitTheirSizedRegion) {
     for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<uint8_t>(i * 29 % 253);
     for (const uk::QTable* t : uk::SupportedQTables()) {
       SCOPED_TRACE(testing::Message() << t->name << " k=" << s.k << " stride=" << s.stride);
-      ExpectFitsItsBound(uk::QConv2dScratchBytes(*t, qp), [&] {
-        std::vector<float> y(static_cast<size_t>(2 * s.m * qp.conv.out_height * qp.conv.out_width));
-        uk::QConv2d(*t, qp, x.data(), packed.data(), comp.data(), mult.data(), bias.data(), nullptr,
-                    y.data(), 2, -1e30f, 1e30f);
-        return y;
-      });
+      ExpectFitsItsBound([&] { return uk::QConv2dScratchBytes(*t, qp); },
+                         [&] {
+                           std::vector<float> y(static_cast<size_t>(2 * s.m * qp.conv.out_height *
+                                                                    qp.conv.out_width));
+                           uk::QConv2d(*t, qp, x.data(), packed.data(), comp.data(), mult.data(),
+                                       bias.data(), nullptr, y.data(), 2, -1e30f, 1e30f);
+                           return y;
+                         });
     }
   }
 }
@@ -309,22 +319,25 @@ TEST(ScratchSizingTest, FourBitMatMulAndMaxPoolFitTheirSizedRegion) {
     const std::vector<float> a = Random(rows * k, 9);
     for (const uk::NbitsTable* t : uk::SupportedNbitsTables()) {
       SCOPED_TRACE(testing::Message() << t->name << " rows=" << rows);
-      ExpectFitsItsBound(uk::MatMulNbitsScratchBytes(rows, k, block), [&] {
-        std::vector<float> y(static_cast<size_t>(rows * n));
-        uk::MatMulNbits(*t, a.data(), rows, k, q4_packed.data(), scale_packed.data(),
-                        offset_packed.data(), nullptr, n, block, y.data());
-        return y;
-      });
+      ExpectFitsItsBound([&] { return uk::MatMulNbitsScratchBytes(rows, k, block); },
+                         [&] {
+                           std::vector<float> y(static_cast<size_t>(rows * n));
+                           uk::MatMulNbits(*t, a.data(), rows, k, q4_packed.data(),
+                                           scale_packed.data(), offset_packed.data(), nullptr, n,
+                                           block, y.data());
+                           return y;
+                         });
     }
   }
 
   const cuvil_uk_pool_params pool{17, 23, 8, 11, 3, 3, 2, 2, 1, 1, 1, 1};
   const std::vector<float> x = Random(3 * 17 * 23, 10);
-  ExpectFitsItsBound(uk::MaxPool2dScratchBytes(pool), [&] {
-    std::vector<float> y(3 * 8 * 11);
-    cuvil_uk_maxpool2d(&pool, x.data(), y.data(), 3);
-    return y;
-  });
+  ExpectFitsItsBound([&] { return uk::MaxPool2dScratchBytes(pool); },
+                     [&] {
+                       std::vector<float> y(3 * 8 * 11);
+                       cuvil_uk_maxpool2d(&pool, x.data(), y.data(), 3);
+                       return y;
+                     });
 }
 
 }  // namespace
