@@ -52,7 +52,7 @@ for m in "$@"; do
         # The outputs of the run without a call are garbage: only the count is read.
         counts=()
         for calls in 0 1 4; do
-          counts+=("$("$out/run_model" "$d" --repeat "$calls" --atol 1 --rtol 1 2>&1 >/dev/null |
+          counts+=("$("${runner[@]}" "$out/run_model" "$d" --repeat "$calls" --atol 1 --rtol 1 2>&1 >/dev/null |
             grep -o 'allocations=.*')")
         done
         echo "no call: ${counts[0]}, one call: ${counts[1]}, four calls: ${counts[2]}"
