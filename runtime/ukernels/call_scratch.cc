@@ -95,9 +95,12 @@ int64_t ScratchTally::Mul(int64_t a, int64_t b) {
   return a < 0 || __builtin_mul_overflow(a, b, &out) ? -1 : out;
 }
 
-void ScratchTally::AddBytes(int64_t bytes) {
-  const int64_t block = CallScratchBlockBytes(bytes);
-  if (bytes_ < 0 || block < 0 || __builtin_add_overflow(bytes_, block, &bytes_)) bytes_ = -1;
+void ScratchTally::AddBytes(int64_t bytes) { AddSized(CallScratchBlockBytes(bytes)); }
+
+void ScratchTally::AddSized(int64_t region_bytes) {
+  if (bytes_ < 0 || region_bytes < 0 || __builtin_add_overflow(bytes_, region_bytes, &bytes_)) {
+    bytes_ = -1;
+  }
 }
 
 }  // namespace cuvil::uk

@@ -99,6 +99,8 @@ class ScratchTally {
   void AddBytes(int64_t bytes);
   void AddFloats(int64_t floats) { AddBytes(Mul(floats, 4)); }
   void AddIndices(int64_t count) { AddBytes(Mul(count, 8)); }
+  // Adds region bytes sized already (another sizing function's result; -1 propagates).
+  void AddSized(int64_t region_bytes);
   // The sum, or -1 after an overflow or a negative request.
   int64_t bytes() const { return bytes_; }
 

@@ -262,13 +262,14 @@ GemmTasks PlanGemmTasks(int64_t batch, int64_t g_count, int64_t mg, int64_t nq, 
   return g;
 }
 
-// Region bytes ConvGemm takes for `batch` images (see cuvil_uk_scratch_bytes).
-int64_t ConvGemmScratchBytes(const Table& t, const cuvil_uk_conv_params& p, int64_t batch) {
+// Region bytes ConvGemm takes for any batch (see cuvil_uk_scratch_bytes): a conv that reads X in
+// place takes its tap offsets only, any other runs one image at a time.
+int64_t ConvGemmScratchBytes(const Table& t, const cuvil_uk_conv_params& p) {
   const int64_t cg = p.channels / p.groups, mg = p.out_channels / p.groups;
   const Phases ph = PlanPhases(p, t.nr);
   ScratchTally s;
   s.AddIndices(cg * p.kernel_h * p.kernel_w);
-  if (!ph.direct) {  // one image at a time: its phase planes and its tasks' tiles
+  if (!ph.direct) {  // the image's phase planes and its tasks' tiles
     s.AddFloats(p.channels * ph.channel + ph.slack);
     const GemmTasks g = PlanGemmTasks(1, p.groups, mg, p.out_height * ph.ws, t.nr);
     s.AddFloats(g.panels_per_task * kMR * g.tiles_per_task * t.nr);
@@ -562,17 +563,15 @@ int64_t Conv2dScratchBytes(const Table& t, const cuvil_uk_conv_params& p, int64_
   if (batch <= 0) return batch < 0 ? -1 : 0;
   if ((p.flags & CUVIL_UK_CONV_WINOGRAD) != 0) return WinogradScratchBytes(t, p, batch);
   if ((p.flags & CUVIL_UK_CONV_DEPTHWISE) != 0) return DepthwisePlanes::ScratchBytes(t, p);
-  return ConvGemmScratchBytes(t, p, batch);
+  return ConvGemmScratchBytes(t, p);
 }
 
 int64_t QDepthwise2dScratchBytes(const Table& t, const cuvil_uk_conv_params& p) {
   ScratchTally s;
-  s.AddFloats(p.height * p.width);
+  s.AddFloats(p.height * p.width);  // the plane widened, and its output before narrowing
   s.AddFloats(p.out_height * p.out_width);
-  const int64_t planes = DepthwisePlanes::ScratchBytes(t, p);
-  if (planes < 0 || s.bytes() < 0) return -1;
-  int64_t out = 0;
-  return __builtin_add_overflow(s.bytes(), planes, &out) ? -1 : out;
+  s.AddSized(DepthwisePlanes::ScratchBytes(t, p));
+  return s.bytes();
 }
 
 void Conv2d(const Table& t, const cuvil_uk_conv_params& p, const float* x, const float* w,

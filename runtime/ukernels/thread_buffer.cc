@@ -1,5 +1,6 @@
 #include "thread_buffer.h"
 
+#include <cstdint>
 #include <cstdlib>
 
 #include "call_scratch.h"
@@ -28,6 +29,7 @@ thread_local HeapBuffers heap_buffers;
 }  // namespace
 
 float* ThreadBuffer::Get(size_t floats, bool* fresh) {
+  if (floats > SIZE_MAX / sizeof(float) - 16) std::abort();  // no memory holds it
   if (CallScratch* region = ActiveCallScratch(); region != nullptr) {
     const uint64_t generation = CallScratchGeneration();
     const bool valid = region_data_ != nullptr && region_generation_ == generation;
