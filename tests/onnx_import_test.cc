@@ -184,6 +184,20 @@ TEST(OnnxImportTest, TruncatedModelIsInvalidArgument) {
   }
 }
 
+// A Constant node without an output is the model's error. The importer runs beside the ONNX
+// checker, so it sees the model unchecked: the fuzzer found it reading the missing output (a null
+// dereference; fuzz/regressions/fuzz_onnx_compile). Whichever refuses first names the error.
+TEST(OnnxImportTest, ConstantWithoutAnOutputIsInvalidArgument) {
+  const std::string path = std::string(std::getenv("CUVIL_SOURCE_DIR")) +
+                           "/fuzz/regressions/fuzz_onnx_compile/constant-without-output.onnx";
+  std::ifstream file(path, std::ios::binary);
+  ASSERT_TRUE(file.good()) << path;
+  const std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  auto compiled = CompileOnnxBytes(bytes);
+  ASSERT_FALSE(compiled.ok());
+  EXPECT_EQ(compiled.status().code(), absl::StatusCode::kInvalidArgument) << compiled.status();
+}
+
 // Both tiers lower one preparation: one weights blob, same results.
 TEST(OnnxImportTest, PreparedModelLowersEveryTierFromOneWeightsBlob) {
   constexpr int64_t kWidth = 4096;

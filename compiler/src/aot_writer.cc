@@ -682,9 +682,9 @@ std::string HeaderText(const std::vector<AotTier>& tiers, const std::string& nam
       "in\n"
       " * the caller's arena, ",
       bounded ? "and a call allocates nothing.\n"
-              : "but this model's control-flow ops (If, Loop, Scan) size some buffers by\n"
-                " * the data: those come from malloc (a thread keeps up to 16 MiB of freed blocks\n"
-                " * for its next calls and frees them when it exits).\n",
+              : "but some of this model's buffers are sized at run time (those of control-flow\n"
+                " * ops: If, Loop, Scan): they come from malloc (a thread keeps up to 16 MiB of\n"
+                " * freed blocks for its next calls and frees them when it exits).\n",
       " */\n"
       "#ifndef ",
       upper, "_H_\n#define ", upper,
@@ -743,8 +743,9 @@ std::string HeaderText(const std::vector<AotTier>& tiers, const std::string& nam
       ")\n"
       " * and, 64-byte aligned after it, the scratch of the kernel that needs the most (it "
       "depends\n"
-      " * on the CPU's microkernel tier; some kernels' grows with the batch). SIZE_MAX when\n"
-      " * batch < 1 or the size overflows. */\n"
+      " * on the CPU's microkernel tier). Never decreases as the batch grows, so an arena sized\n"
+      " * for the largest batch serves every smaller one. SIZE_MAX when batch < 1 or the size\n"
+      " * overflows. */\n"
       "size_t ",
       name,
       "_arena_bytes(int64_t batch);\n\n"

@@ -332,6 +332,10 @@ class Importer {
       node->outputs.push_back(v);
     }
     if (node->op_type == "Constant") {
+      if (node->outputs.size() != 1 || node->outputs[0] == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(node->Describe(), ": Constant must have exactly one named output"));
+      }
       auto t = ConstantNodeValue(*node);
       if (!t.ok()) return t.status();
       graph_->MakeConstant(node->outputs[0], std::move(*t));

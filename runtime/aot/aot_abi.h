@@ -58,7 +58,8 @@ enum : int32_t {
 inline constexpr size_t CUVIL_AOT_ARENA_ALIGN = 64;
 
 // Arena bytes for `batch`: the memory plan and the scratch region (the kernel whose sites need the
-// most); SIZE_MAX when batch < 1 or the size overflows. Reentrant.
+// most); never decreases as the batch grows. SIZE_MAX when batch < 1 or the size overflows.
+// Reentrant.
 size_t cuvil_aot_arena_bytes(const cuvil_aot_model* m, int64_t batch);
 
 // The x86-64 micro-architecture level this CPU reaches (4: x86-64-v4, AVX-512; 3: x86-64-v3,

@@ -32,6 +32,9 @@ int64_t PlanBytes(const cuvil_aot_model* m, int64_t batch) {
 // The scratch region at `batch`: the most any one kernel's sites take together; -1 on overflow.
 int64_t ScratchBytes(const cuvil_aot_model* m, int64_t batch) {
   constexpr int32_t kMaxWords = 32;
+  // A sizing word past this (a dim of 2^40) would stand for tensors no arena holds; refusing it
+  // keeps the sizing arithmetic far from int64 overflow.
+  constexpr int64_t kMaxWord = int64_t{1} << 40;
   int64_t most = 0, kernel_total = 0;
   for (int32_t i = 0; i < m->num_scratch_sites; ++i) {
     const cuvil_aot_scratch_site& s = m->scratch_sites[i];
@@ -39,7 +42,7 @@ int64_t ScratchBytes(const cuvil_aot_model* m, int64_t batch) {
     int64_t words[kMaxWords];
     if (s.num_words > kMaxWords) return -1;
     for (int32_t w = 0; w < s.num_words; ++w) {
-      if (!DimValue(s.words[w], batch, &words[w])) return -1;
+      if (!DimValue(s.words[w], batch, &words[w]) || words[w] > kMaxWord) return -1;
     }
     const int64_t bytes = cuvil_uk_scratch_bytes(s.kind, words, s.num_words);
     if (bytes < 0 || __builtin_add_overflow(kernel_total, bytes, &kernel_total)) return -1;
@@ -84,9 +87,11 @@ int32_t cuvil_aot_cpu_level(void) {
 
 size_t cuvil_aot_arena_bytes(const cuvil_aot_model* m, int64_t batch) {
   if (batch < 1) return SIZE_MAX;
-  const int64_t plan = PlanBytes(m, batch), scratch = ScratchBytes(m, batch);
+  const int64_t plan = PlanBytes(m, batch);
+  if (plan < 0) return SIZE_MAX;
+  const int64_t scratch = ScratchBytes(m, batch);
   int64_t bytes = 0;
-  if (plan < 0 || scratch < 0 || __builtin_add_overflow(plan, scratch, &bytes) ||
+  if (scratch < 0 || __builtin_add_overflow(plan, scratch, &bytes) ||
       static_cast<uint64_t>(bytes) >= SIZE_MAX) {
     return SIZE_MAX;
   }

@@ -1,5 +1,6 @@
 // The heap helpers generated code calls (cuvil_rt_alloc / cuvil_rt_free): one definition for the
 // JIT's runtime (registered by runtime_symbols.cc) and the AOT runtime (runtime/aot/).
+#include <cstdint>
 #include <cstdlib>
 
 #include "call_scratch.h"
@@ -123,6 +124,8 @@ constexpr bool kKeepFreedBlocks = true;
 extern "C" {
 
 void* cuvil_rt_alloc(int64_t bytes) {
+  // A size this address space cannot hold (32-bit targets) must not wrap into a small block.
+  if (bytes > 0 && static_cast<uint64_t>(bytes) > SIZE_MAX - 2 * kHeader) return nullptr;
   // An ahead-of-time call's scratch region serves first (see call_scratch.h).
   if (cuvil::uk::CallScratch* region = cuvil::uk::ActiveCallScratch(); region != nullptr) {
     if (void* p = region->Allocate(static_cast<size_t>(bytes > 0 ? bytes : 1)); p != nullptr) {

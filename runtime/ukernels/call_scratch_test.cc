@@ -248,6 +248,33 @@ TEST(ScratchSizingTest, ConvsFitTheirSizedRegionOnEveryTier) {
   }
 }
 
+// An arena sized for a batch must serve every smaller one: no sizing may shrink as the batch
+// grows (Winograd's equal chunks do shrink: 4 rows of a 7x7 layer are one chunk, 5 are two).
+TEST(ScratchSizingTest, SizesNeverShrinkAsTheBatchGrows) {
+  SetIntraOpThreads(1);
+  const ConvShape shapes[] = {{512, 7, 7, 512, 3, 1, 1, 1, CUVIL_UK_CONV_WINOGRAD},
+                              {64, 56, 56, 64, 3, 1, 1, 1, CUVIL_UK_CONV_WINOGRAD},
+                              {16, 20, 20, 16, 3, 1, 1, 16, CUVIL_UK_CONV_DEPTHWISE},
+                              {3, 40, 40, 16, 7, 2, 3, 1, CUVIL_UK_CONV_PACKED}};
+  for (const ConvShape& s : shapes) {
+    const cuvil_uk_conv_params p = ParamsOf(s);
+    for (const uk::Table* t : uk::SupportedTables()) {
+      int64_t last = 0;
+      for (int64_t batch = 1; batch <= 64; ++batch) {
+        const int64_t bytes = uk::Conv2dScratchBytes(*t, p, batch);
+        ASSERT_GE(bytes, last) << t->name << " c=" << s.c << " batch=" << batch;
+        last = bytes;
+      }
+    }
+  }
+  int64_t last = 0;
+  for (int64_t rows = 1; rows <= 64; ++rows) {
+    const int64_t bytes = uk::MatMulNbitsScratchBytes(rows, 100, 32);
+    ASSERT_GE(bytes, last) << rows;
+    last = bytes;
+  }
+}
+
 TEST(ScratchSizingTest, EightBitDepthwiseFitsItsSizedRegion) {
   const ConvShape shapes[] = {{8, 20, 37, 8, 3, 1, 1, 8, CUVIL_UK_CONV_DEPTHWISE},
                               {6, 9, 9, 6, 5, 2, 2, 6, CUVIL_UK_CONV_DEPTHWISE}};

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <type_traits>
 
 #include "call_scratch.h"
 
@@ -27,6 +28,9 @@ struct HeapBuffers {
 thread_local HeapBuffers heap_buffers;
 
 }  // namespace
+
+static_assert(std::is_trivially_destructible_v<ThreadBuffer>,
+              "a thread_local ThreadBuffer must not register a destructor (it would allocate)");
 
 float* ThreadBuffer::Get(size_t floats, bool* fresh) {
   if (floats > SIZE_MAX / sizeof(float) - 16) std::abort();  // no memory holds it

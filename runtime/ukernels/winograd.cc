@@ -228,15 +228,20 @@ bool WinogradEligible(const cuvil_uk_conv_params& p) {
 
 namespace {
 
-// Tile rows (over all images) per chunk for `rows_total` rows: V and M of a chunk take about
-// kChunkFloats, but at least kMinChunkTiles tiles so that the GEMM tiles stay full; chunks are
-// equal (a short last one would pay a parallel hand-off for little work).
-int64_t RowsPerChunk(const cuvil_uk_conv_params& p, const Tiling& tl, int64_t rows_total) {
+// The most tile rows (over all images) a chunk of `rows_total` rows takes: V and M of a chunk take
+// about kChunkFloats, but at least kMinChunkTiles tiles so that the GEMM tiles stay full. Never
+// decreases as rows_total grows.
+int64_t MaxChunkRows(const cuvil_uk_conv_params& p, const Tiling& tl, int64_t rows_total) {
   const int64_t per_row = kTaps * (p.channels + p.out_channels) * tl.tx;
-  const int64_t chunk_rows = std::clamp<int64_t>(
+  return std::clamp<int64_t>(
       std::max(kChunkFloats / std::max<int64_t>(per_row, 1), CeilDiv(kMinChunkTiles, tl.tx)), 1,
       rows_total);
-  return CeilDiv(rows_total, CeilDiv(rows_total, chunk_rows));
+}
+
+// Tile rows per chunk: at most MaxChunkRows, in equal chunks (a short last one would pay a
+// parallel hand-off for little work).
+int64_t RowsPerChunk(const cuvil_uk_conv_params& p, const Tiling& tl, int64_t rows_total) {
+  return CeilDiv(rows_total, CeilDiv(rows_total, MaxChunkRows(p, tl, rows_total)));
 }
 
 }  // namespace
@@ -245,7 +250,9 @@ int64_t WinogradScratchBytes(const Table& tb, const cuvil_uk_conv_params& p, int
   const Tiling tl = PlanTiling(p);
   int64_t rows_total = 0;
   if (batch < 1 || __builtin_mul_overflow(batch, tl.ty, &rows_total)) return -1;
-  const int64_t ld = RowsPerChunk(p, tl, rows_total) * tl.tx;
+  // MaxChunkRows, not RowsPerChunk: the size then never shrinks as the batch grows, so an arena
+  // sized for a batch serves every smaller one.
+  const int64_t ld = MaxChunkRows(p, tl, rows_total) * tl.tx;
   ScratchTally s;
   s.AddIndices(p.channels);
   s.AddFloats(kTaps * p.channels * ld);
