@@ -51,6 +51,22 @@ int64_t ScratchBytes(const cuvil_aot_model* m, int64_t batch) {
   return most;
 }
 
+// The arena at `batch`: the plan's bytes (aligned) and the total with the scratch region after
+// it; false when batch < 1 or a size overflows.
+bool ArenaLayout(const cuvil_aot_model* m, int64_t batch, int64_t* plan, size_t* total) {
+  if (batch < 1) return false;
+  *plan = PlanBytes(m, batch);
+  if (*plan < 0) return false;
+  const int64_t scratch = ScratchBytes(m, batch);
+  int64_t bytes = 0;
+  if (scratch < 0 || __builtin_add_overflow(*plan, scratch, &bytes) ||
+      static_cast<uint64_t>(bytes) >= SIZE_MAX) {
+    return false;
+  }
+  *total = static_cast<size_t>(bytes);
+  return true;
+}
+
 // Elements of `t` at `batch` times its element size, or false on overflow.
 bool TensorBytes(const cuvil_aot_tensor& t, int64_t batch, int64_t* bytes) {
   int64_t n = t.elem_size;
@@ -86,22 +102,16 @@ int32_t cuvil_aot_cpu_level(void) {
 }
 
 size_t cuvil_aot_arena_bytes(const cuvil_aot_model* m, int64_t batch) {
-  if (batch < 1) return SIZE_MAX;
-  const int64_t plan = PlanBytes(m, batch);
-  if (plan < 0) return SIZE_MAX;
-  const int64_t scratch = ScratchBytes(m, batch);
-  int64_t bytes = 0;
-  if (scratch < 0 || __builtin_add_overflow(plan, scratch, &bytes) ||
-      static_cast<uint64_t>(bytes) >= SIZE_MAX) {
-    return SIZE_MAX;
-  }
-  return static_cast<size_t>(bytes);
+  int64_t plan = 0;
+  size_t total = 0;
+  return ArenaLayout(m, batch, &plan, &total) ? total : SIZE_MAX;
 }
 
 int32_t cuvil_aot_run(const cuvil_aot_model* m, const void* const* inputs, void* const* outputs,
                       int64_t batch, void* arena) {
-  const size_t arena_bytes = cuvil_aot_arena_bytes(m, batch);
-  if (arena_bytes == SIZE_MAX) return CUVIL_AOT_BAD_BATCH;
+  int64_t plan_bytes = 0;
+  size_t arena_bytes = 0;
+  if (!ArenaLayout(m, batch, &plan_bytes, &arena_bytes)) return CUVIL_AOT_BAD_BATCH;
   int64_t bytes = 0;
   for (int32_t i = 0; i < m->num_inputs; ++i) {
     if (!TensorBytes(m->inputs[i], batch, &bytes)) return CUVIL_AOT_BAD_BATCH;
@@ -122,8 +132,8 @@ int32_t cuvil_aot_run(const cuvil_aot_model* m, const void* const* inputs, void*
   if (reinterpret_cast<uintptr_t>(arena) % CUVIL_AOT_ARENA_ALIGN != 0) {
     return CUVIL_AOT_MISALIGNED_ARENA;
   }
-  // The plan fits (arena_bytes did not overflow); the scratch region is the rest.
-  const size_t plan = static_cast<size_t>(PlanBytes(m, batch));
+  // The scratch region is the arena after the plan.
+  const size_t plan = static_cast<size_t>(plan_bytes);
   cuvil::uk::CallScratch region(arena_bytes > plan ? static_cast<char*>(arena) + plan : nullptr,
                                 arena_bytes - plan);
   cuvil::uk::CallScratchScope scope(&region);

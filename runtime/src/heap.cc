@@ -126,13 +126,12 @@ extern "C" {
 void* cuvil_rt_alloc(int64_t bytes) {
   // A size this address space cannot hold (32-bit targets) must not wrap into a small block.
   if (bytes > 0 && static_cast<uint64_t>(bytes) > SIZE_MAX - 2 * kHeader) return nullptr;
+  const size_t want = static_cast<size_t>(bytes > 0 ? bytes : 1);
   // An ahead-of-time call's scratch region serves first (see call_scratch.h).
   if (cuvil::uk::CallScratch* region = cuvil::uk::ActiveCallScratch(); region != nullptr) {
-    if (void* p = region->Allocate(static_cast<size_t>(bytes > 0 ? bytes : 1)); p != nullptr) {
-      return p;
-    }
+    if (void* p = region->Allocate(want); p != nullptr) return p;
   }
-  const size_t rounded = (static_cast<size_t>(bytes > 0 ? bytes : 1) + 63) / 64 * 64;
+  const size_t rounded = (want + 63) / 64 * 64;
   char* block = kKeepFreedBlocks ? ThisThreadsCache().Take(rounded) : nullptr;
   if (block == nullptr) {
     block = static_cast<char*>(std::aligned_alloc(64, rounded + kHeader));

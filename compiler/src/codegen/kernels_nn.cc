@@ -278,28 +278,21 @@ absl::Status EmitConvUkernel(KernelContext& k) {
                         : CUVIL_UK_CONV_PACKED;
   static_assert(sizeof(cuvil_uk_conv_params) == 17 * sizeof(int64_t));
   const int64_t* fields = &p.channels;
-  std::vector<llvm::Value*> words;
-  for (int i = 0; i < 17; ++i) words.push_back(k.I64(fields[i]));
+  std::vector<SymDim> dims;
+  for (int i = 0; i < 17; ++i) dims.push_back(SymDim::Const(fields[i]));
   // height, width, out_height, out_width: run-time values where the dims are symbolic.
-  const Idx in = k.Dims(Spatial(k.in_shape(0))), out = k.Dims(Spatial(k.out_shape(0)));
+  const SymShape in_hw = Spatial(k.in_shape(0)), out_hw = Spatial(k.out_shape(0));
   const size_t height = offsetof(cuvil_uk_conv_params, height) / sizeof(int64_t);
   const size_t out_height = offsetof(cuvil_uk_conv_params, out_height) / sizeof(int64_t);
-  words[height] = in[0];
-  words[height + 1] = in[1];
-  words[out_height] = out[0];
-  words[out_height + 1] = out[1];
-  llvm::Value* params = ParamsBlock(k, words, ".conv_params");
-  // The same words as dims, then the batch: what sizes the call's scratch.
-  std::vector<SymDim> scratch_words;
-  for (int i = 0; i < 17; ++i) scratch_words.push_back(SymDim::Const(fields[i]));
-  const SymShape in_hw = Spatial(k.in_shape(0)), out_hw = Spatial(k.out_shape(0));
-  scratch_words[height] = in_hw[0];
-  scratch_words[height + 1] = in_hw[1];
-  scratch_words[out_height] = out_hw[0];
-  scratch_words[out_height + 1] = out_hw[1];
-  scratch_words.push_back(k.in_shape(0)[0]);
+  dims[height] = in_hw[0];
+  dims[height + 1] = in_hw[1];
+  dims[out_height] = out_hw[0];
+  dims[out_height + 1] = out_hw[1];
+  llvm::Value* params = ParamsBlock(k, k.Dims(dims), ".conv_params");
+  // The same words, then the batch: what sizes the call's scratch.
+  dims.push_back(k.in_shape(0)[0]);
   k.NoteScratch(n.has_attr("q_x_scale") ? CUVIL_SCRATCH_QDEPTHWISE2D : CUVIL_SCRATCH_CONV2D,
-                std::move(scratch_words));
+                std::move(dims));
   llvm::Value* null = llvm::ConstantPointerNull::get(k.b().getPtrTy());
   auto in_or_null = [&](size_t i) { return k.has_input(i) ? k.in(i) : null; };
   if (n.has_attr("q_x_scale")) {  // Depthwise between 8-bit tensors (fuse_qdq.h).
@@ -470,22 +463,17 @@ absl::Status EmitPool(KernelContext& k, bool is_max) {
   // bounds check inside the input, planes split over the intra-op threads).
   if (is_max && !want_indices && dt == DType::kFloat32 && r == 2) {
     static_assert(sizeof(cuvil_uk_pool_params) == 12 * sizeof(int64_t));
-    const Idx in = k.Dims(Spatial(k.in_shape(0))), out = k.Dims(Spatial(k.out_shape(0)));
-    llvm::Value* params =
-        ParamsBlock(k,
-                    {in[0], in[1], out[0], out[1], k.I64(w.kernel[0]), k.I64(w.kernel[1]),
-                     k.I64(w.strides[0]), k.I64(w.strides[1]), k.I64(w.dilations[0]),
-                     k.I64(w.dilations[1]), k.I64(w.pads[0]), k.I64(w.pads[1])},
-                    ".pool_params");
-    llvm::Value* planes = b.CreateMul(k.Dim(k.in_shape(0)[0]), k.Dim(k.in_shape(0)[1]));
     const SymShape in_hw = Spatial(k.in_shape(0)), out_hw = Spatial(k.out_shape(0));
-    std::vector<SymDim> scratch_words = {in_hw[0], in_hw[1], out_hw[0], out_hw[1]};
+    std::vector<SymDim> dims = {in_hw[0], in_hw[1], out_hw[0], out_hw[1]};
     for (int64_t v : {w.kernel[0], w.kernel[1], w.strides[0], w.strides[1], w.dilations[0],
                       w.dilations[1], w.pads[0], w.pads[1]}) {
-      scratch_words.push_back(SymDim::Const(v));
+      dims.push_back(SymDim::Const(v));
     }
-    scratch_words.push_back(SymMul(k.in_shape(0)[0], k.in_shape(0)[1]));
-    k.NoteScratch(CUVIL_SCRATCH_MAXPOOL2D, std::move(scratch_words));
+    llvm::Value* params = ParamsBlock(k, k.Dims(dims), ".pool_params");
+    llvm::Value* planes = b.CreateMul(k.Dim(k.in_shape(0)[0]), k.Dim(k.in_shape(0)[1]));
+    // The same words, then the planes: what sizes the call's scratch.
+    dims.push_back(SymMul(k.in_shape(0)[0], k.in_shape(0)[1]));
+    k.NoteScratch(CUVIL_SCRATCH_MAXPOOL2D, std::move(dims));
     k.CallC("cuvil_uk_maxpool2d", b.getVoidTy(), {params, k.in(0), k.out(0), planes});
     return absl::OkStatus();
   }
