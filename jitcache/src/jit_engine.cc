@@ -36,6 +36,7 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
+#include "patch_sandbox.h"
 
 namespace cuvil {
 namespace {
@@ -55,6 +56,9 @@ struct JitEngine::Impl {
   mutable absl::Mutex mu;
   std::set<std::string> live ABSL_GUARDED_BY(mu);
   std::atomic<uint64_t> next_patch_id{1};  // Unique across namespaces: symbols embed it.
+  // LLJIT's compile layer compiles on the calling thread: one IR compile at a time (patches are
+  // prepared from several admin threads).
+  absl::Mutex compile_mu;
 };
 
 // The code and table of one prepared or committed patch.
@@ -76,6 +80,7 @@ class PreparedPatch {
   std::shared_ptr<KernelProfiler> profiler;  // Profile patches.
   double profile_seconds = 0;
   std::string object_code;  // Recompile patches: what they link (for snapshots).
+  double sandbox_ms = 0;    // IR patches: the sandbox child's time (fork to exit).
   PatchRecord record;
 };
 
@@ -232,6 +237,10 @@ LoadedModel::~LoadedModel() {
     absl::MutexLock lock(&patch_mu_);
     for (auto& layer : layers_) layer->patch->tracker = nullptr;
   }
+  {
+    absl::MutexLock lock(&retire_mu_);
+    for (auto& patch : retained_) patch->tracker = nullptr;
+  }
   if (engine_ != nullptr) engine_->Unload(this);
   if (weights_ != nullptr) munmap(weights_, weights_mapped_bytes_);
 }
@@ -387,8 +396,18 @@ absl::StatusOr<std::vector<HostTensor>> LoadedModel::Run(
   return RunImpl(nullptr, inputs);
 }
 
-absl::StatusOr<std::vector<HostTensor>> LoadedModel::RunImpl(
-    const PreparedPatch* patch, const std::vector<HostTensor>& inputs) const {
+struct LoadedModel::RunState {
+  std::vector<int64_t> syms;
+  int64_t batch = 0;
+  std::vector<const void*> in_ptrs;
+  std::vector<HostTensor> outputs;
+  std::vector<void*> out_ptrs;
+  AlignedBuffer arena;
+  StringHeap strings;  // Holds the strings the run makes until the outputs own copies.
+};
+
+absl::StatusOr<std::unique_ptr<LoadedModel::RunState>> LoadedModel::PrepareRun(
+    const std::vector<HostTensor>& inputs) const {
   std::vector<std::vector<int64_t>> shapes;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (i < model_.inputs.size() && inputs[i].dtype() != model_.inputs[i].dtype) {
@@ -400,32 +419,53 @@ absl::StatusOr<std::vector<HostTensor>> LoadedModel::RunImpl(
   }
   auto syms = ResolveSymbols(shapes);
   if (!syms.ok()) return syms.status();
-  const int64_t batch = (*syms)[0];
-  std::vector<const void*> in_ptrs;
-  for (const HostTensor& t : inputs) in_ptrs.push_back(t.data());
-  std::vector<HostTensor> outputs;
-  std::vector<void*> out_ptrs;
+  auto run = std::make_unique<RunState>();
+  run->syms = *std::move(syms);
+  run->batch = run->syms[0];
+  for (const HostTensor& t : inputs) run->in_ptrs.push_back(t.data());
   for (const TensorSignature& sig : model_.outputs) {
     // ResolveSymbols checked that every output shape evaluates.
-    outputs.emplace_back(sig.dtype, *EvalShape(sig.shape, *syms));
+    run->outputs.emplace_back(sig.dtype, *EvalShape(sig.shape, run->syms));
   }
-  for (HostTensor& t : outputs) out_ptrs.push_back(t.data());
+  for (HostTensor& t : run->outputs) run->out_ptrs.push_back(t.data());
   // ResolveSymbols checked that the arena is sizable too.
-  AlignedBuffer arena =
-      AlignedAlloc(static_cast<size_t>(*model_.arena.CheckedBytesForSymbols(*syms)));
-  StringHeap strings;  // Holds the strings the run makes until the outputs own copies.
+  run->arena = AlignedAlloc(static_cast<size_t>(*model_.arena.CheckedBytesForSymbols(run->syms)));
   if (model_.makes_strings) {
-    (*syms)[model_.StringHeapSlot()] = static_cast<int64_t>(reinterpret_cast<intptr_t>(&strings));
+    run->syms[model_.StringHeapSlot()] =
+        static_cast<int64_t>(reinterpret_cast<intptr_t>(&run->strings));
   }
-  int32_t rc = patch == nullptr
-                   ? Execute(in_ptrs.data(), out_ptrs.data(), batch, arena.get(), syms->data())
-                   : jitcache_internal::ExecuteSplit(*split_, entry_with_table_, in_ptrs.data(),
-                                                     out_ptrs.data(), batch, arena.get(),
-                                                     patch->table.get(), syms->data());
+  return run;
+}
+
+absl::StatusOr<std::vector<HostTensor>> LoadedModel::RunImpl(
+    const PreparedPatch* patch, const std::vector<HostTensor>& inputs) const {
+  auto run = PrepareRun(inputs);
+  if (!run.ok()) return run.status();
+  RunState& r = **run;
+  int32_t rc = 0;
+  if (patch == nullptr) {
+    rc = Execute(r.in_ptrs.data(), r.out_ptrs.data(), r.batch, r.arena.get(), r.syms.data());
+  } else {
+    // Inside the guard like any execution: a rollback waits for this run before it frees code
+    // the patch's table calls. A table prepared before the latest publish may name code already
+    // freed: refuse to run it (the generation is read after entering, see EnterExecution).
+    const uint64_t parity = EnterExecution();
+    if (published_generation_.load(std::memory_order_seq_cst) != patch->base_generation) {
+      LeaveExecution(parity);
+      return absl::AbortedError(
+          "the version was patched or rolled back while this patch was prepared; prepare it "
+          "again");
+    }
+    rc = jitcache_internal::ExecuteSplit(*split_, entry_with_table_, r.in_ptrs.data(),
+                                         r.out_ptrs.data(), r.batch, r.arena.get(),
+                                         patch->table.get(), r.syms.data());
+    LeaveExecution(parity);
+  }
   if (rc != 0) return EntryStatus(rc);
+  std::vector<HostTensor> outputs = std::move(r.outputs);
   if (model_.data_dependent_dims.empty()) return OwnStrings(std::move(outputs));
   // The run decided some output sizes: keep the leading elements it wrote.
-  std::vector<std::vector<int64_t>> shapes_after = OutputShapesAfterRun(*syms);
+  std::vector<std::vector<int64_t>> shapes_after = OutputShapesAfterRun(r.syms);
   for (size_t o = 0; o < outputs.size(); ++o) {
     if (shapes_after[o] == outputs[o].shape()) continue;
     HostTensor exact(outputs[o].dtype(), shapes_after[o]);
@@ -451,10 +491,9 @@ std::vector<std::vector<int64_t>> LoadedModel::OutputShapesAfterRun(
   return shapes;
 }
 
-int32_t LoadedModel::Execute(const void* const* inputs, void* const* outputs, int64_t batch,
-                             void* arena, int64_t* syms) const {
-  // Enter: count ourselves in the current epoch's parity; retry if the epoch moved meanwhile, so
-  // a waiter that flipped the epoch either sees us counted or we see its newer table.
+uint64_t LoadedModel::EnterExecution() const {
+  // Count ourselves in the current epoch's parity; retry if the epoch moved meanwhile, so a
+  // waiter that flipped the epoch either sees us counted or we see its newer table.
   uint64_t e;
   for (;;) {
     e = epoch_.load(std::memory_order_seq_cst);
@@ -462,25 +501,43 @@ int32_t LoadedModel::Execute(const void* const* inputs, void* const* outputs, in
     if (epoch_.load(std::memory_order_seq_cst) == e) break;
     active_[e & 1].fetch_sub(1, std::memory_order_release);
   }
+  return e & 1;
+}
+
+void LoadedModel::LeaveExecution(uint64_t parity) const {
+  active_[parity].fetch_sub(1, std::memory_order_release);
+}
+
+int32_t LoadedModel::Execute(const void* const* inputs, void* const* outputs, int64_t batch,
+                             void* arena, int64_t* syms) const {
+  const uint64_t parity = EnterExecution();
   void* const* table = current_table_.load(std::memory_order_seq_cst);
   int32_t rc = jitcache_internal::ExecuteSplit(*split_, entry_with_table_, inputs, outputs, batch,
                                                arena, table, syms);
-  active_[e & 1].fetch_sub(1, std::memory_order_release);
+  LeaveExecution(parity);
   return rc;
 }
 
-void LoadedModel::WaitForExecutions() const {
+int64_t LoadedModel::running_executions() const {
+  return active_[0].load(std::memory_order_acquire) + active_[1].load(std::memory_order_acquire);
+}
+
+bool LoadedModel::WaitForExecutions(double seconds) const {
   // Executions counted under the old parity may hold the old table; ones that enter later read
   // the epoch after the flip and therefore the newer table (both seq_cst).
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6));
   const uint64_t old = epoch_.fetch_add(1, std::memory_order_seq_cst);
   int spins = 0;
-  while (active_[old & 1].load(std::memory_order_acquire) != 0) {
+  while (active_[old & 1].load(std::memory_order_seq_cst) != 0) {
     if (++spins < 64) {
       std::this_thread::yield();
     } else {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
+  return true;
 }
 
 void LoadedModel::Publish(void* const* table) {
@@ -502,14 +559,17 @@ struct LoadedModel::ProfileTimer {
 };
 
 absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareIrPatch(
-    const std::string& ir_text, const std::vector<std::string>& functions) {
+    const std::string& ir_text, const std::vector<std::string>& functions,
+    const std::vector<HostTensor>& probe_inputs, const PatchSandboxLimits& sandbox) {
+  if (absl::Status s = CheckPatchIr(ir_text); !s.ok()) return s;
   return PrepareIrLayer(ir_text, functions, engine_->impl_->next_patch_id.fetch_add(1),
-                        kPatchKindIr, nullptr);
+                        kPatchKindIr, nullptr, &probe_inputs, sandbox);
 }
 
 absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareIrLayer(
     const std::string& ir_text, const std::vector<std::string>& functions, uint64_t id,
-    const char* kind, void* profile_thunk) {
+    const char* kind, void* profile_thunk, const std::vector<HostTensor>* probe_inputs,
+    const PatchSandboxLimits& sandbox) {
   auto ctx = std::make_unique<llvm::LLVMContext>();
   llvm::SMDiagnostic diag;
   std::unique_ptr<llvm::Module> module = llvm::parseAssemblyString(ir_text, diag, *ctx);
@@ -592,17 +652,78 @@ absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareIrLayer(
           absl::StrCat("cannot define the profile thunk: ", ToString(std::move(err))));
     }
   }
-  if (auto err = jit.addIRModule(patch->tracker,
-                                 llvm::orc::ThreadSafeModule(std::move(module), std::move(ctx)))) {
-    return absl::InternalError(absl::StrCat("cannot add the patch: ", ToString(std::move(err))));
-  }
-  for (const auto& [slot, unique] : replaced) {
-    auto addr = jit.lookup(*handle_->dylib, unique);  // Compiles the patch (off the request path).
-    if (!addr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("patch does not compile or link: ", ToString(addr.takeError())));
+  if (sandbox.enabled) {
+    // Code generation and the first run happen in a child process; only its object code is
+    // linked here (patch_sandbox.h).
+    jitcache_internal::SandboxJob job;
+    {
+      std::string text;
+      llvm::raw_string_ostream os(text);
+      module->print(os, nullptr);
+      job.ir = std::move(os.str());
     }
-    patch->slots.emplace_back(slot, addr->toPtr<void*>());
+    for (const auto& [slot, unique] : replaced) {
+      job.symbols.push_back(unique);
+      job.slots.push_back(slot);
+    }
+    {
+      absl::MutexLock lock(&patch_mu_);
+      std::unique_ptr<void*[]> table = BuildTable(layers_.size());
+      job.table.assign(table.get(), table.get() + std::max<size_t>(model_.kernels.size(), 1));
+    }
+    job.weights_symbol = kWeightsSymbol;
+    job.weights = weights_data();
+    job.timeout_seconds = sandbox.timeout_seconds;
+    std::unique_ptr<RunState> probe;
+    if (probe_inputs != nullptr && !probe_inputs->empty()) {
+      auto prepared = PrepareRun(*probe_inputs);
+      if (!prepared.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the patch's probe input does not fit the "
+                         "model: ",
+                         prepared.status().message()));
+      }
+      probe = *std::move(prepared);
+      RunState* r = probe.get();
+      job.probe = [this, r](void* const* table) {
+        return jitcache_internal::ExecuteSplit(*split_, entry_with_table_, r->in_ptrs.data(),
+                                               r->out_ptrs.data(), r->batch, r->arena.get(), table,
+                                               r->syms.data());
+      };
+    }
+    auto result = jitcache_internal::RunInSandbox(job);
+    if (!result.ok()) return result.status();
+    patch->sandbox_ms = result->child_ms;
+    if (auto err = jit.addObjectFile(
+            patch->tracker,
+            llvm::MemoryBuffer::getMemBufferCopy(result->object_code,
+                                                 absl::StrCat(namespace_name_, "/patch", id)))) {
+      return absl::InternalError(
+          absl::StrCat("cannot add the patch's object code: ", ToString(std::move(err))));
+    }
+    for (const auto& [slot, unique] : replaced) {
+      auto addr = jit.lookup(*handle_->dylib, unique);  // Links it (no code generation).
+      if (!addr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("patch does not link: ", ToString(addr.takeError())));
+      }
+      patch->slots.emplace_back(slot, addr->toPtr<void*>());
+    }
+  } else {
+    absl::MutexLock compile_lock(&engine_->impl_->compile_mu);
+    if (auto err = jit.addIRModule(
+            patch->tracker, llvm::orc::ThreadSafeModule(std::move(module), std::move(ctx)))) {
+      return absl::InternalError(absl::StrCat("cannot add the patch: ", ToString(std::move(err))));
+    }
+    for (const auto& [slot, unique] : replaced) {
+      auto addr =
+          jit.lookup(*handle_->dylib, unique);  // Compiles the patch (off the request path).
+      if (!addr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("patch does not compile or link: ", ToString(addr.takeError())));
+      }
+      patch->slots.emplace_back(slot, addr->toPtr<void*>());
+    }
   }
   absl::MutexLock lock(&patch_mu_);
   patch->base_generation = table_generation_;
@@ -735,7 +856,8 @@ absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareProfilePatch(
   auto profiler = std::make_shared<KernelProfiler>(wrapped);
   const uint64_t id = engine_->impl_->next_patch_id.fetch_add(1);
   auto patch = PrepareIrLayer(profiler->WrapperIr(absl::StrCat("cuvil_profile_call.p", id)), {}, id,
-                              kPatchKindProfile, KernelProfiler::Thunk());
+                              kPatchKindProfile, KernelProfiler::Thunk(), nullptr,
+                              PatchSandboxLimits{0, /*enabled=*/false});
   if (!patch.ok()) return patch.status();
   if ((*patch)->base_generation != generation) {
     // The wrappers call the code of an older table.
@@ -764,22 +886,56 @@ absl::StatusOr<std::vector<HostTensor>> LoadedModel::RunWith(
   return RunImpl(patch, inputs);
 }
 
-absl::StatusOr<uint64_t> LoadedModel::CommitLocked(std::shared_ptr<PreparedPatch> patch) {
+void LoadedModel::RebuildFrom(size_t from, std::vector<std::unique_ptr<void*[]>>* retired) {
+  for (size_t j = from; j < layers_.size(); ++j) {
+    if (layers_[j]->patch->table != nullptr)
+      retired->push_back(std::move(layers_[j]->patch->table));
+    layers_[j]->patch->table = BuildTable(j + 1);
+  }
+  Publish(layers_.empty() ? function_table_ : layers_.back()->patch->table.get());
+  ++table_generation_;
+  published_generation_.store(table_generation_, std::memory_order_seq_cst);
+}
+
+absl::StatusOr<uint64_t> LoadedModel::CommitLocked(std::shared_ptr<PreparedPatch> patch,
+                                                   size_t at) {
+  if (frozen_) {
+    return absl::AbortedError(absl::StrCat(
+        namespace_name_, " takes no more patches: ", frozen_reason_, "; apply the patch again"));
+  }
   if (patch->base_generation != table_generation_) {
-    return absl::FailedPreconditionError(
+    return absl::AbortedError(
         "the version was patched or rolled back while this patch was prepared; prepare it again");
   }
   patch->record.active = true;
   // Validation ran the wrappers before the commit; executions see them only from here on (the
   // seq_cst publish orders the zeroing before any of their counts).
   if (patch->profiler != nullptr) patch->profiler->Reset();
-  Publish(patch->table.get());
-  ++table_generation_;
-  history_.push_back(patch->record);
+  const uint64_t id = patch->id;
   auto layer = std::make_unique<Layer>();
   layer->patch = std::move(patch);
-  const uint64_t id = layer->patch->id;
-  layers_.push_back(std::move(layer));
+  at = std::min(at, layers_.size());
+  // The history lists active patches in stack order: a base patch goes before the others.
+  auto rec = history_.end();
+  if (at < layers_.size()) {
+    const uint64_t above = layers_[at]->patch->id;
+    rec = std::find_if(history_.begin(), history_.end(),
+                       [&](const PatchRecord& r) { return r.id == above; });
+  }
+  history_.insert(rec, layer->patch->record);
+  std::vector<std::unique_ptr<void*[]>> retired;
+  if (at == layers_.size()) {
+    layers_.push_back(std::move(layer));
+    Publish(layers_.back()->patch->table.get());
+    ++table_generation_;
+    published_generation_.store(table_generation_, std::memory_order_seq_cst);
+  } else {
+    layers_.insert(layers_.begin() + static_cast<std::ptrdiff_t>(at), std::move(layer));
+    RebuildFrom(at, &retired);
+    // Tables of layers above were rebuilt; executions may still read the old ones.
+    retired_tables_.insert(retired_tables_.end(), std::make_move_iterator(retired.begin()),
+                           std::make_move_iterator(retired.end()));
+  }
   change_count_.fetch_add(1, std::memory_order_relaxed);
   return id;
 }
@@ -793,12 +949,52 @@ absl::StatusOr<uint64_t> LoadedModel::CommitPatch(std::shared_ptr<PreparedPatch>
     absl::MutexLock lock(&patch_mu_);
     patch->record.author = std::move(author);
     patch->record.unix_ms = NowUnixMs();
-    id = CommitLocked(std::move(patch));
+    id = CommitLocked(std::move(patch), layers_.size());
   }
   if (!id.ok()) return id;
   if (seconds > 0) StartProfileTimer(*id, seconds);
   NotifyChange();
   return id;
+}
+
+absl::StatusOr<uint64_t> LoadedModel::CommitBasePatch(std::shared_ptr<PreparedPatch> patch,
+                                                      std::string author) {
+  if (patch == nullptr) return absl::InvalidArgumentError("no patch");
+  if (patch->profiler != nullptr || patch->slots.size() != model_.kernels.size()) {
+    return absl::InvalidArgumentError("a base patch must replace every kernel");
+  }
+  absl::StatusOr<uint64_t> id;
+  {
+    absl::MutexLock lock(&patch_mu_);
+    patch->record.author = std::move(author);
+    patch->record.unix_ms = NowUnixMs();
+    // Beneath every layer except profile wrappers' bases: a profile's wrappers call the code of
+    // the table it was prepared on, so the base goes beneath the lowest profile too (its wrappers
+    // keep calling the old code, alive in the version's namespace, until the window ends).
+    id = CommitLocked(std::move(patch), 0);
+  }
+  if (!id.ok()) return id;
+  NotifyChange();
+  return id;
+}
+
+std::vector<PatchRecord> LoadedModel::Freeze(std::string reason) {
+  absl::MutexLock lock(&patch_mu_);
+  frozen_ = true;
+  frozen_reason_ = std::move(reason);
+  std::vector<PatchRecord> active;
+  for (const auto& layer : layers_) {
+    for (const PatchRecord& r : history_) {
+      if (r.id == layer->patch->id) active.push_back(r);
+    }
+  }
+  return active;
+}
+
+void LoadedModel::Unfreeze() {
+  absl::MutexLock lock(&patch_mu_);
+  frozen_ = false;
+  frozen_reason_.clear();
 }
 
 absl::StatusOr<uint64_t> LoadedModel::CommitRestoredPatch(std::shared_ptr<PreparedPatch> patch,
@@ -817,7 +1013,7 @@ absl::StatusOr<uint64_t> LoadedModel::CommitRestoredPatch(std::shared_ptr<Prepar
     patch->record.id = original.id;
     patch->record.unix_ms = original.unix_ms;
     patch->record.author = original.author;
-    id = CommitLocked(std::move(patch));
+    id = CommitLocked(std::move(patch), layers_.size());
   }
   if (!id.ok()) return id;
   // Later patches must not reuse a restored id (ids name symbols and history entries).
@@ -829,7 +1025,10 @@ absl::StatusOr<uint64_t> LoadedModel::CommitRestoredPatch(std::shared_ptr<Prepar
   return id;
 }
 
-absl::Status LoadedModel::Rollback(uint64_t id) {
+absl::Status LoadedModel::Rollback(uint64_t id, double drain_seconds) {
+  // One rollback drains at a time (the epoch's two parities serve one waiter); the patch lock is
+  // held only while the table changes, never while waiting for executions.
+  absl::MutexLock retire_lock(&retire_mu_);
   std::shared_ptr<PreparedPatch> victim;
   std::vector<std::unique_ptr<void*[]>> retired;  // Tables executions may still be reading.
   {
@@ -856,12 +1055,10 @@ absl::Status LoadedModel::Rollback(uint64_t id) {
     victim = std::move(layers_[k]->patch);
     layers_.erase(layers_.begin() + static_cast<std::ptrdiff_t>(k));
     // Layers above the victim get tables without it; their old tables retire.
-    for (size_t j = k; j < layers_.size(); ++j) {
-      retired.push_back(std::move(layers_[j]->patch->table));
-      layers_[j]->patch->table = BuildTable(j + 1);
-    }
-    Publish(layers_.empty() ? function_table_ : layers_.back()->patch->table.get());
-    ++table_generation_;
+    RebuildFrom(k, &retired);
+    retired.insert(retired.end(), std::make_move_iterator(retired_tables_.begin()),
+                   std::make_move_iterator(retired_tables_.end()));
+    retired_tables_.clear();
     rec->active = false;
     rec->rolled_back_unix_ms = NowUnixMs();
     if (victim->profiler != nullptr) rec->profile = victim->profiler->Report();
@@ -871,13 +1068,40 @@ absl::Status LoadedModel::Rollback(uint64_t id) {
       profile_timer_->deadlines.erase(id);
       profile_timer_->cv.Signal();
     }
-    // Nothing may free the victim's code while an execution can still be inside it.
-    WaitForExecutions();
   }
-  victim.reset();  // Removes its code and table.
+  // Nothing may free the victim's code while an execution can still be inside it.
+  absl::Status result = absl::OkStatus();
+  const auto t0 = std::chrono::steady_clock::now();
+  bool drained = WaitForExecutions(drain_seconds);
+  if (drained && !retained_.empty()) {
+    // Code kept by an earlier timed-out drain: executions of that time counted in the other
+    // parity, which a second drain covers.
+    const double spent =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (WaitForExecutions(std::max(0.0, drain_seconds - spent))) {
+      retained_.clear();
+    } else {
+      drained = false;
+    }
+  }
+  if (!drained) {
+    const int64_t stuck = running_executions();
+    retained_.push_back(std::move(victim));
+    for (auto& t : retired) {
+      auto holder = std::make_shared<PreparedPatch>();
+      holder->table = std::move(t);
+      retained_.push_back(std::move(holder));
+    }
+    retired.clear();
+    result = absl::DeadlineExceededError(
+        absl::StrCat("patch ", id, " is rolled back (new executions no longer run it), but ", stuck,
+                     " execution(s) of ", namespace_name_, " are still running after ",
+                     drain_seconds, " s; its code is kept until they return"));
+  }
+  victim.reset();  // Removes its code and table (when drained).
   retired.clear();
   NotifyChange();
-  return absl::OkStatus();
+  return result;
 }
 
 std::vector<PatchRecord> LoadedModel::Patches() const {

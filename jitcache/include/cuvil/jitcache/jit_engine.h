@@ -85,6 +85,18 @@ struct CodeSource {
 // unpublished frees its code. Thread-compatible.
 class PreparedPatch;
 
+// Limits of the sandbox child that compiles and first runs an IR patch (patch_sandbox.h).
+struct PatchSandboxLimits {
+  double timeout_seconds = 10;  // Compile plus first run; the child is killed after it.
+  bool enabled = true;          // False: compile in-process (tests of the engine itself only).
+};
+
+// Checks patch IR before anything compiles it: no module-level or inline asm, no call through a
+// constant address, and every external function it declares is a Cuvil runtime ABI symbol, a
+// libm/libc math or memory function on the allow-list, or an LLVM intrinsic; no external global
+// variables. InvalidArgument naming the first refused construct. Thread-safe.
+absl::Status CheckPatchIr(const std::string& ir_text);
+
 // A compiled model version living in its own JIT namespace. Destroying it removes the namespace's
 // code and frees its memory; it must outlive every execution that uses it.
 // Thread-safe: Run/Execute may be called concurrently (each call uses its own arena) with each
@@ -119,19 +131,41 @@ class LoadedModel {
   // Compiles `ir_text` (LLVM IR defining kernels with their exact names and the kernel signature
   // `i32 (ptr, i64)`; other definitions become private to the patch) into a new layer of this
   // namespace. `functions`, when not empty, must be exactly the kernels the IR defines.
-  // InvalidArgument (naming the line or function) for a syntax error, an unknown kernel, a wrong
-  // signature or an invalid module; Internal when LLVM cannot compile or link it. Nothing is
-  // visible to executions until CommitPatch.
+  // The IR is checked before anything compiles it (CheckPatchIr: no inline or module asm, calls
+  // only to the Cuvil runtime ABI, libm and LLVM intrinsics, no other external symbols); then a
+  // sandbox child process (patch_sandbox.h) compiles it and runs it once on `probe_inputs` (when
+  // not empty; the model's signature order) with `sandbox` limits: a crash, an LLVM fatal error
+  // or a timeout there refuses the patch (FailedPrecondition naming the reason) and only the
+  // object code the child produced is linked here. InvalidArgument (naming the line or function)
+  // for a syntax error, an unknown kernel, a wrong signature, a refused construct or an invalid
+  // module; Internal when the code cannot be linked. Nothing is visible to executions until
+  // CommitPatch.
   absl::StatusOr<std::shared_ptr<PreparedPatch>> PrepareIrPatch(
-      const std::string& ir_text, const std::vector<std::string>& functions);
+      const std::string& ir_text, const std::vector<std::string>& functions,
+      const std::vector<HostTensor>& probe_inputs = {}, const PatchSandboxLimits& sandbox = {});
   // Like Run, but with `patch`'s kernel table (validation before a commit); null: the current one.
+  // Runs inside the execution guard like Execute, so no rollback frees code under it; Aborted
+  // when the version was patched or rolled back since `patch` was prepared (its table may name
+  // code that is gone: prepare it again).
   absl::StatusOr<std::vector<HostTensor>> RunWith(const PreparedPatch* patch,
                                                   const std::vector<HostTensor>& inputs) const;
   // Publishes `patch` (prepared on this model against the current table): executions that start
   // afterwards use it, executions already running finish on the old table. Never waits for
-  // executions. FailedPrecondition if another patch was committed or rolled back since `patch`
-  // was prepared. Returns the patch id.
+  // executions. Aborted if another patch was committed or rolled back since `patch` was prepared
+  // (prepare it again), or while the version is frozen (Freeze). Returns the patch id.
   absl::StatusOr<uint64_t> CommitPatch(std::shared_ptr<PreparedPatch> patch, std::string author);
+  // Commits a recompile patch of every kernel (`patch`, from PrepareRecompilePatch with no
+  // functions named) as the new *base* of the stack: it goes beneath every active layer, whose
+  // kernels keep overriding it (a tier swap must not mask user patches). Its record is listed
+  // first among the active patches. Aborted as CommitPatch; InvalidArgument when `patch` does
+  // not replace every kernel.
+  absl::StatusOr<uint64_t> CommitBasePatch(std::shared_ptr<PreparedPatch> patch,
+                                           std::string author);
+  // Stops commits (CommitPatch and CommitBasePatch then fail with Aborted, naming `reason`) and
+  // returns the active patches, oldest first: a reload copies them onto its new version, and no
+  // patch can land on this one after the copy. Unfreeze undoes it (the reload failed).
+  std::vector<PatchRecord> Freeze(std::string reason);
+  void Unfreeze();
   // Links the kernels `functions` (every kernel when empty) of `recompiled` — this version's
   // model compiled again with other options (`options_text` is recorded) — into a new layer.
   // InvalidArgument when `recompiled` is not the same model (kernels, signatures, weights) or a
@@ -150,9 +184,16 @@ class LoadedModel {
   // Restores the table without patch `id` (any active patch: the table is rebuilt from the base
   // code and the remaining layers, in order). NotFound for an unknown id; FailedPrecondition when
   // it is already rolled back or an active profile patch above it wraps its code (roll that back
-  // first). Returns once no execution can still be inside the removed code (at most one
-  // execution's length), then frees it.
-  absl::Status Rollback(uint64_t id);
+  // first). Then waits, without holding the patch lock (ListPatches, other versions and snapshots
+  // go on), until no execution can still be inside the removed code, and frees it. When
+  // executions are still inside after `drain_seconds` (a kernel that never returns), the rollback
+  // stays done (new executions never see the code) but its code is kept until a later rollback
+  // sees every execution of that time gone (or the version is destroyed); the result is then
+  // DeadlineExceeded naming how many executions are stuck. Rollbacks of one version are
+  // serialised with each other.
+  absl::Status Rollback(uint64_t id, double drain_seconds = 10);
+  // Executions running now (requests and validation runs).
+  int64_t running_executions() const;
   // Every patch committed to this version, oldest first (profile tables as of now).
   std::vector<PatchRecord> Patches() const;
   // The per-kernel table of profile patch `id` so far (final once it rolled back), largest share
@@ -228,8 +269,14 @@ class LoadedModel {
   void* weights_ = nullptr;  // Our read-only copy of the weights; null when used in place.
   size_t weights_mapped_bytes_ = 0;
   // Waits until every execution that may have read the table published before this call has
-  // returned. Called with patch_mu_ held, off the request path.
-  void WaitForExecutions() const;
+  // returned, or `seconds` pass (false then). Serialised by retire_mu_; never under patch_mu_.
+  bool WaitForExecutions(double seconds) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(retire_mu_);
+  // Counts an execution in the current epoch (see Execute); returns the parity to leave with.
+  uint64_t EnterExecution() const;
+  void LeaveExecution(uint64_t parity) const;
+  // The buffers of one run of `inputs` (outputs, arena, symbols), checked against the signature.
+  struct RunState;
+  absl::StatusOr<std::unique_ptr<RunState>> PrepareRun(const std::vector<HostTensor>& inputs) const;
   absl::StatusOr<std::vector<HostTensor>> RunImpl(const PreparedPatch* patch,
                                                   const std::vector<HostTensor>& inputs) const;
   void Publish(void* const* table);
@@ -237,11 +284,17 @@ class LoadedModel {
   // to "<kernel>.patch<id>", links it into a new layer and builds the layer's table.
   absl::StatusOr<std::shared_ptr<PreparedPatch>> PrepareIrLayer(
       const std::string& ir_text, const std::vector<std::string>& functions, uint64_t id,
-      const char* kind, void* profile_thunk);
+      const char* kind, void* profile_thunk, const std::vector<HostTensor>* probe_inputs,
+      const PatchSandboxLimits& sandbox);
   // A table: the base kernels with every layer's slots applied in order (patch_mu_ held).
   std::unique_ptr<void*[]> BuildTable(size_t layer_count) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(patch_mu_);
-  absl::StatusOr<uint64_t> CommitLocked(std::shared_ptr<PreparedPatch> patch)
+  // Commits `patch` at layer position `at` (layers_.size(): on top).
+  absl::StatusOr<uint64_t> CommitLocked(std::shared_ptr<PreparedPatch> patch, size_t at)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(patch_mu_);
+  // Rebuilds the tables of layers [from, end) and publishes the top one (patch_mu_ held); the
+  // tables they replace go to `retired`.
+  void RebuildFrom(size_t from, std::vector<std::unique_ptr<void*[]>>* retired)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(patch_mu_);
   void NotifyChange();
   // True while patch `id` is in the history and not rolled back.
@@ -265,7 +318,19 @@ class LoadedModel {
   mutable std::atomic<int64_t> active_[2] = {0, 0};
   std::atomic<void* const*> current_table_{nullptr};
 
+  // Generation of the published table (table_generation_ as of the last publish), readable
+  // without patch_mu_: validation runs compare it inside the guard.
+  std::atomic<uint64_t> published_generation_{0};
+  // Serialises the drains of rollbacks (never held with patch_mu_ acquired after it).
+  mutable absl::Mutex retire_mu_;
+  // Code of rollbacks whose drain timed out: freed once a drain sees every execution that
+  // started before them gone (two consecutive drains of both parities).
+  std::vector<std::shared_ptr<PreparedPatch>> retained_ ABSL_GUARDED_BY(retire_mu_);
   mutable absl::Mutex patch_mu_;
+  bool frozen_ ABSL_GUARDED_BY(patch_mu_) = false;
+  // Tables a base commit replaced; freed by the next rollback's drain.
+  std::vector<std::unique_ptr<void*[]>> retired_tables_ ABSL_GUARDED_BY(patch_mu_);
+  std::string frozen_reason_ ABSL_GUARDED_BY(patch_mu_);
   struct Layer;
   std::vector<std::unique_ptr<Layer>> layers_ ABSL_GUARDED_BY(patch_mu_);  // Active, oldest first.
   std::vector<PatchRecord> history_ ABSL_GUARDED_BY(patch_mu_);
