@@ -8,6 +8,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "cuvil/compiler/external_data.h"
 #include "cuvil/compiler/tensor_file.h"
 #include "onnx/onnx-data_pb.h"
 
@@ -50,49 +51,23 @@ absl::StatusOr<HostTensor> ReadExternal(const onnx::TensorProto& proto,
     }
   }
   if (location.empty()) return absl::InvalidArgumentError("external data without location");
-  if (location.find("..") != std::string::npos || location[0] == '/') {
-    return absl::InvalidArgumentError(
-        absl::StrCat("external data location '", location, "' escapes the model directory"));
-  }
-  if (model_dir.empty()) {
-    return absl::InvalidArgumentError("external data is not allowed for in-memory models");
-  }
-  std::string path = absl::StrCat(model_dir, "/", location);
-  // A symlink inside the folder must not lead out of it either (location "w.bin" -> /etc/passwd).
-  {
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    const fs::path root = fs::weakly_canonical(fs::path(model_dir), ec);
-    const fs::path resolved = ec ? fs::path() : fs::weakly_canonical(fs::path(path), ec);
-    if (ec) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("external data location '", location, "': ", ec.message()));
-    }
-    auto [r, _] = std::mismatch(root.begin(), root.end(), resolved.begin(), resolved.end());
-    if (r != root.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("external data location '", location,
-                                                     "' escapes the model directory (resolves to ",
-                                                     resolved.string(), ")"));
-    }
-  }
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return absl::NotFoundError(absl::StrCat("cannot open external data file ", path));
   if (length >= 0 && length != want) {
     return absl::InvalidArgumentError(absl::StrCat("external data for '", proto.name(), "' has ",
                                                    length, " bytes, shape needs ", want));
   }
-  file.seekg(0, std::ios::end);
-  const int64_t file_size = static_cast<int64_t>(file.tellg());
+  // The same rules as the JIT cache key's hash of the file (cuvil/compiler/external_data.h).
+  auto file = OpenExternalDataFile(model_dir, location);
+  if (!file.ok()) return file.status();
+  const std::string& path = file->path();
+  const int64_t file_size = static_cast<int64_t>(file->size());
   int64_t end = 0;
-  if (file_size < 0 || __builtin_add_overflow(offset, want, &end) || end > file_size) {
+  if (__builtin_add_overflow(offset, want, &end) || end > file_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("external data for '", proto.name(), "': offset ", offset, " + length ", want,
                      " lies beyond the end of ", path, " (", file_size, " bytes)"));
   }
   HostTensor out(dtype, shape);
-  file.seekg(offset);
-  file.read(reinterpret_cast<char*>(out.data()), want);
-  if (file.gcount() != want) {
+  if (!file->ReadAt(static_cast<uint64_t>(offset), static_cast<uint64_t>(want), out.data())) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot read external data for '", proto.name(), "' from ", path));
   }

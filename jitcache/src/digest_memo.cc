@@ -1,6 +1,7 @@
 #include "digest_memo.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -74,8 +75,13 @@ std::string DigestMemo::PathOf(const FileStamp& stamp) const {
 }
 
 std::optional<MemoRecord> DigestMemo::Find(const FileStamp& stamp) const {
-  const int fd = open(PathOf(stamp).c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = open(PathOf(stamp).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return std::nullopt;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return std::nullopt;
+  }
   char buf[kRecordBytes + 1];
   size_t have = 0;
   while (have < sizeof buf) {
@@ -84,12 +90,15 @@ std::optional<MemoRecord> DigestMemo::Find(const FileStamp& stamp) const {
     if (n <= 0) break;
     have += static_cast<size_t>(n);
   }
-  close(fd);
-  if (have != kRecordBytes) return std::nullopt;  // Short, long or unreadable.
+  if (have != kRecordBytes) {  // Short, long or unreadable.
+    close(fd);
+    return std::nullopt;
+  }
   char sum[16];
   Checksum(buf, kBodyBytes, sum);
   if (std::memcmp(buf, kMagic, sizeof kMagic) != 0 || Get(buf + 16, 4) != kMemoVersion ||
       std::memcmp(sum, buf + kBodyBytes, sizeof sum) != 0) {
+    close(fd);
     return std::nullopt;
   }
   FileStamp recorded;
@@ -98,7 +107,13 @@ std::optional<MemoRecord> DigestMemo::Find(const FileStamp& stamp) const {
   recorded.size = Get(buf + 40, 8);
   recorded.mtime_ns = static_cast<int64_t>(Get(buf + 48, 8));
   recorded.ctime_ns = static_cast<int64_t>(Get(buf + 56, 8));
-  if (!(recorded == stamp)) return std::nullopt;
+  if (!(recorded == stamp)) {
+    close(fd);
+    return std::nullopt;
+  }
+  // In use: the cache's eviction keeps records used since the newest entry it evicts.
+  futimens(fd, nullptr);
+  close(fd);
   MemoRecord r;
   r.digest.assign(buf + 64, kDigestBytes);
   r.no_external_data = (Get(buf + 20, 4) & kFlagNoExternalData) != 0;
@@ -126,7 +141,8 @@ bool DigestMemo::Store(const FileStamp& stamp, const MemoRecord& record) const {
   const std::string path = PathOf(stamp);
   const std::string tmp =
       absl::StrCat(dir_, "/", kTempPrefix, "memo-", getpid(), "-", rng() % 1000000);
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  // 0600: the record names a model file and its digest; never through a symlink.
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return false;
   bool ok = pwrite(fd, buf, sizeof buf, 0) == static_cast<ssize_t>(sizeof buf);
   ok = close(fd) == 0 && ok;

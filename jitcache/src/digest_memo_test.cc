@@ -1,6 +1,8 @@
 // The model digest memo: exact-stamp lookups, the settle rule, corrupt records, concurrent writers.
 #include "digest_memo.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -157,6 +159,28 @@ TEST_F(DigestMemoTest, ConcurrentWritersNeverTearARecord) {
     EXPECT_EQ(e.path().filename().string().rfind(".tmp-", 0), std::string::npos) << e.path();
   }
   EXPECT_EQ(files, 1);
+}
+
+// Issue 38 part 7: a record names a model file and its digest: only its owner reads it; a find
+// refreshes its mtime (the cache's eviction keeps records in use); a symlink is not a record.
+TEST_F(DigestMemoTest, RecordsArePrivateRefreshedOnUseAndNeverFollowedThroughSymlinks) {
+  DigestMemo memo(dir_.string(), std::chrono::milliseconds(2000));
+  const FileStamp stamp = OldStamp();
+  ASSERT_TRUE(memo.Store(stamp, Record('a')));
+  const std::string path = memo.PathOf(stamp);
+  struct stat st;
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  const struct timespec old_times[2] = {{1000, 0}, {1000, 0}};
+  ASSERT_EQ(utimensat(AT_FDCWD, path.c_str(), old_times, 0), 0);
+  ASSERT_TRUE(memo.Find(stamp).has_value());
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_GT(st.st_mtim.tv_sec, 1000) << "a find leaves the record looking unused";
+  // A record planted as a symlink to a valid record elsewhere is ignored.
+  const fs::path elsewhere = dir_ / "elsewhere.cjm";
+  fs::rename(path, elsewhere);
+  fs::create_symlink(elsewhere, path);
+  EXPECT_FALSE(memo.Find(stamp).has_value());
 }
 
 }  // namespace

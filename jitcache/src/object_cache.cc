@@ -1,9 +1,6 @@
 #include "cuvil/jitcache/object_cache.h"
 
-#include <dlfcn.h>
-#include <elf.h>
 #include <fcntl.h>
-#include <link.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -24,13 +21,17 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <system_error>
 #include <thread>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "cuvil/compiler/compiler.h"
+#include "cuvil/compiler/external_data.h"
+#include "cuvil/jitcache/private_dir.h"
 #include "cuvil/runtime/file_window.h"
 #include "cuvil/runtime/tensor_size.h"
 #include "digest_memo.h"
@@ -38,7 +39,6 @@
 #include "jit_cache.pb.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringRef.h"
-#include "llvm/Config/llvm-config.h"
 #include "llvm/TargetParser/Host.h"
 #include "onnx/onnx_pb.h"
 #include "spdlog/spdlog.h"
@@ -110,82 +110,8 @@ const jitcache_internal::HostIdentity& Host() {
   return jitcache_internal::HostIdentityOfThisProcess();
 }
 
-// The GNU build ID (the linker's hash of the output) of the loaded object holding `addr`, as hex;
-// empty when the object has none.
-std::string BuildIdOf(const void* addr) {
-  struct Search {
-    uintptr_t addr;
-    std::string id;
-  } search{reinterpret_cast<uintptr_t>(addr), ""};
-  dl_iterate_phdr(
-      [](dl_phdr_info* info, size_t, void* arg) {
-        auto* s = static_cast<Search*>(arg);
-        bool mine = false;
-        for (int i = 0; i < info->dlpi_phnum && !mine; ++i) {
-          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
-          const uintptr_t start = info->dlpi_addr + ph.p_vaddr;
-          mine = ph.p_type == PT_LOAD && s->addr >= start && s->addr < start + ph.p_memsz;
-        }
-        if (!mine) return 0;
-        for (int i = 0; i < info->dlpi_phnum; ++i) {
-          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
-          if (ph.p_type != PT_NOTE) continue;
-          const auto* p = reinterpret_cast<const uint8_t*>(info->dlpi_addr + ph.p_vaddr);
-          const uint8_t* end = p + ph.p_memsz;
-          while (p + sizeof(ElfW(Nhdr)) <= end) {
-            const auto* note = reinterpret_cast<const ElfW(Nhdr)*>(p);
-            const uint8_t* name = p + sizeof(ElfW(Nhdr));
-            const uint8_t* desc = name + ((note->n_namesz + 3) & ~3u);
-            if (desc + note->n_descsz > end) break;
-            if (note->n_type == NT_GNU_BUILD_ID && note->n_namesz == 4 &&
-                std::memcmp(name, "GNU", 4) == 0) {
-              for (uint32_t b = 0; b < note->n_descsz; ++b) {
-                absl::StrAppend(&s->id, absl::Hex(desc[b], absl::kZeroPad2));
-              }
-              return 1;
-            }
-            p = desc + ((note->n_descsz + 3) & ~3u);
-          }
-        }
-        return 1;  // The object holding `addr`, without a build ID.
-      },
-      &search);
-  return search.id;
-}
-
-// The compiler's version plus the identity of the binary that holds the compiler code (kernels
-// change daily; a rebuilt compiler must not serve code an older one generated) and the LLVM
-// version. The identity is the binary's GNU build ID (a hash of its contents the linker already
-// computed), else the XXH3-128 of the file.
-const std::string& CompilerIdentity() {
-  static const std::string* id = [] {
-    std::string build = BuildIdOf(reinterpret_cast<const void*>(&CompileGraph));
-    if (!build.empty()) {
-      build = absl::StrCat("gnu-build-id:", build);
-    } else {
-      build = "unknown";
-      Dl_info info;
-      if (dladdr(reinterpret_cast<void*>(&CompileGraph), &info) != 0 && info.dli_fname != nullptr) {
-        std::string path = info.dli_fname;
-        if (path.empty() || path.find('/') == std::string::npos) path = "/proc/self/exe";
-        int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd >= 0) {
-          Hasher h;
-          std::vector<char> buf(1 << 16);
-          ssize_t n;
-          while ((n = read(fd, buf.data(), buf.size())) > 0 || (n < 0 && errno == EINTR)) {
-            if (n > 0) h.Raw(buf.data(), static_cast<size_t>(n));
-          }
-          close(fd);
-          if (n == 0) build = h.Hex();
-        }
-      }
-    }
-    return new std::string(
-        absl::StrCat(kCompilerVersion, "+llvm", LLVM_VERSION_STRING, "+", build));
-  }();
-  return *id;
-}
+// The compiler's build identity (host_identity.h): part of every key and entry header.
+const std::string& CompilerIdentity() { return jitcache_internal::CompilerBuildIdentity(); }
 
 void CollectLocations(const onnx::TensorProto& t, std::set<std::string>* out) {
   if (t.data_location() != onnx::TensorProto::EXTERNAL) return;
@@ -310,15 +236,21 @@ std::optional<bool> RefersToExternalData(Bytes& bytes, uint64_t p, uint64_t end,
   return false;
 }
 
-// Hashes every external data file the model refers to (by its location and contents).
-void HashExternalData(const char* bytes, size_t size, const std::string& model_dir, Hasher* h) {
+// Hashes every external data file the model refers to (by its location and contents), opened
+// by the importer's own rules (OpenExternalDataFile): a location the importer refuses is an error
+// here too, before a byte of it is read. A missing file is hashed as missing (the compile reports
+// it).
+absl::Status HashExternalData(const char* bytes, size_t size, const std::string& model_dir,
+                              Hasher* h) {
   MemoryBytes data{reinterpret_cast<const uint8_t*>(bytes)};
   // Parsing a large model costs more than the rest of a cache hit: only parse one that refers
   // to external data (or that the walk cannot read; the compile then reports the error).
-  if (RefersToExternalData(data, 0, size, OnnxMsg::kModel, 0) == false) return;
-  if (size > static_cast<size_t>(INT_MAX)) return;  // Not a ModelProto; the compile says so.
+  if (RefersToExternalData(data, 0, size, OnnxMsg::kModel, 0) == false) return absl::OkStatus();
+  // Not a ModelProto; the compile says so.
+  if (size > static_cast<size_t>(INT_MAX)) return absl::OkStatus();
   onnx::ModelProto model;
-  if (!model.ParseFromArray(bytes, static_cast<int>(size))) return;  // The compile reports it.
+  // The compile reports a model that does not parse.
+  if (!model.ParseFromArray(bytes, static_cast<int>(size))) return absl::OkStatus();
   std::set<std::string> locations;
   CollectLocations(model.graph(), &locations);
   for (const auto& f : model.functions()) {
@@ -326,22 +258,28 @@ void HashExternalData(const char* bytes, size_t size, const std::string& model_d
       for (const auto& a : n.attribute()) CollectLocations(a, &locations);
     }
   }
+  std::vector<char> buf;
   for (const std::string& loc : locations) {
     h->Str(loc);
-    std::ifstream f(absl::StrCat(model_dir, "/", loc), std::ios::binary);
-    if (!f) {
+    absl::StatusOr<ExternalDataFile> f = OpenExternalDataFile(model_dir, loc);
+    if (absl::IsNotFound(f.status())) {
       h->Str("<missing>");
       continue;
     }
-    char buf[1 << 16];
-    int64_t total = 0;
-    while (f) {
-      f.read(buf, sizeof buf);
-      h->Raw(buf, static_cast<size_t>(f.gcount()));
-      total += f.gcount();
+    if (!f.ok()) return f.status();
+    buf.resize(1 << 18);
+    for (uint64_t at = 0; at < f->size();) {
+      const uint64_t n = std::min<uint64_t>(buf.size(), f->size() - at);
+      if (!f->ReadAt(at, n, buf.data())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("cannot read external data file ", f->path(), " (it changed?)"));
+      }
+      h->Raw(buf.data(), static_cast<size_t>(n));
+      at += n;
     }
-    h->Int(total);
+    h->Int(static_cast<int64_t>(f->size()));
   }
+  return absl::OkStatus();
 }
 
 void HashOptions(const CompileOptions& o, Hasher* h) {
@@ -535,6 +473,18 @@ bool ReadChunks(int fd, uint64_t offset, uint64_t size, Sink&& sink) {
   return true;
 }
 
+// A thread running `fn`, or an unjoinable one when no thread can be created (the caller then
+// runs `fn` itself): a failed std::thread must not escape as an exception.
+template <typename Fn>
+std::thread TryThread(Fn&& fn) {
+  try {
+    return std::thread(std::forward<Fn>(fn));
+  } catch (const std::system_error& e) {
+    spdlog::debug("JIT cache: no helper thread ({}); hashing on one", e.what());
+    return std::thread();
+  }
+}
+
 // Split point of TreeDigest: half the size rounded down to 1 MiB (0 below 2 MiB: one part).
 uint64_t TreeSplit(uint64_t size) { return size / 2 / (1 << 20) * (1 << 20); }
 
@@ -545,11 +495,8 @@ std::string TreeDigestOf(const char* data, uint64_t size) {
   const uint64_t mid = TreeSplit(size);
   std::string second;
   std::thread helper;
-  if (mid >= (4u << 20)) {
-    helper = std::thread([&] { second = ChecksumOf(data + mid, size - mid); });
-  } else {
-    second = ChecksumOf(data + mid, size - mid);
-  }
+  if (mid >= (4u << 20)) helper = TryThread([&] { second = ChecksumOf(data + mid, size - mid); });
+  if (!helper.joinable()) second = ChecksumOf(data + mid, size - mid);
   std::string both = ChecksumOf(data, mid);
   if (helper.joinable()) helper.join();
   both += second;
@@ -570,10 +517,9 @@ std::optional<std::string> TreeDigestOfFile(int fd, uint64_t offset, uint64_t si
   bool second_ok = false;
   std::thread helper;
   if (mid >= (4u << 20)) {
-    helper = std::thread([&] { second_ok = digest(offset + mid, size - mid, &second); });
-  } else {
-    second_ok = digest(offset + mid, size - mid, &second);
+    helper = TryThread([&] { second_ok = digest(offset + mid, size - mid, &second); });
   }
+  if (!helper.joinable()) second_ok = digest(offset + mid, size - mid, &second);
   const bool first_ok = digest(offset, mid, &first);
   if (helper.joinable()) helper.join();
   if (!first_ok || !second_ok) return std::nullopt;
@@ -664,6 +610,33 @@ struct ObjectCache::Impl {
   std::set<uint64_t> memory_model_sizes ABSL_GUARDED_BY(mu);
   // Keys being compiled by some thread; others with the same key wait instead of compiling.
   std::set<std::string> inflight ABSL_GUARDED_BY(mu);
+  // Owns one key of `inflight`: removes it (which wakes its waiters: they Await on mu) on every
+  // way out of the owning call, an early return or an exception included.
+  class InflightGuard {
+   public:
+    // Under impl->mu: adds `key`.
+    InflightGuard(Impl* impl, std::string key) ABSL_NO_THREAD_SAFETY_ANALYSIS
+        : impl_(impl),
+          key_(std::move(key)) {
+      impl_->inflight.insert(key_);
+    }
+    ~InflightGuard() {
+      if (impl_ == nullptr) return;
+      absl::MutexLock lock(&impl_->mu);
+      impl_->inflight.erase(key_);
+    }
+    InflightGuard(const InflightGuard&) = delete;
+    InflightGuard& operator=(const InflightGuard&) = delete;
+    // Under mu: removes the key now (the destructor then does nothing).
+    void EraseLocked() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      impl_->inflight.erase(key_);
+      impl_ = nullptr;
+    }
+
+   private:
+    Impl* impl_;
+    std::string key_;
+  };
   ObjectCacheStats stats ABSL_GUARDED_BY(mu);
   // Model digests by file identity; null without a directory or with the memo off.
   std::unique_ptr<const jitcache_internal::DigestMemo> memo;
@@ -681,11 +654,10 @@ ObjectCache::~ObjectCache() = default;
 
 absl::StatusOr<std::unique_ptr<ObjectCache>> ObjectCache::Create(ObjectCacheOptions options) {
   if (!options.dir.empty()) {
-    std::error_code ec;
-    fs::create_directories(options.dir, ec);
-    if (ec || !fs::is_directory(options.dir)) {
-      return absl::InvalidArgumentError(absl::StrCat("JIT cache directory ", options.dir, ": ",
-                                                     ec ? ec.message() : "not a directory"));
+    if (absl::Status s = EnsurePrivateDir(options.dir, options.insecure_dir, "JIT cache directory",
+                                          "--insecure-cache-dir");
+        !s.ok()) {
+      return s;
     }
     if (access(options.dir.c_str(), W_OK | R_OK | X_OK) != 0) {
       return absl::InvalidArgumentError(
@@ -746,8 +718,13 @@ absl::StatusOr<std::string> ObjectCache::Key(const std::string& path, const std:
       std::string contents(size, '\0');
       FileWindow window(fd, size);
       std::string dir = fs::path(path).parent_path().string();
+      absl::Status hashed = absl::OkStatus();
       if (window.Read(0, size, contents.data())) {
-        HashExternalData(contents.data(), size, dir.empty() ? "." : dir, &h);
+        hashed = HashExternalData(contents.data(), size, dir.empty() ? "." : dir, &h);
+      }
+      if (!hashed.ok()) {
+        close(fd);
+        return absl::Status(hashed.code(), absl::StrCat("model ", path, ": ", hashed.message()));
       }
     }
     close(fd);
@@ -789,8 +766,11 @@ namespace {
 absl::StatusOr<CompiledModel> ReadEntry(const std::string& file, const std::string& key,
                                         std::vector<PhaseTiming>* timings) {
   Laps laps(timings);
-  int fd = open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::NotFoundError("no entry");
+  int fd = open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) {
+    if (errno == ELOOP) return absl::DataLossError("a symlink, not an entry");
+    return absl::NotFoundError("no entry");
+  }
   struct Closer {
     int fd;
     ~Closer() { close(fd); }
@@ -929,7 +909,7 @@ absl::StatusOr<WeightsBlob> WriteEntry(const std::string& dir, const std::string
 
   thread_local std::mt19937_64 rng(std::random_device{}());
   std::string tmp = absl::StrCat(dir, "/", kTempPrefix, key, "-", getpid(), "-", rng() % 1000000);
-  int fd = open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  int fd = open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, kPrivateFileMode);
   if (fd < 0)
     return absl::InternalError(absl::StrCat("cannot create ", tmp, ": ", strerror(errno)));
   auto put = [&](std::string_view bytes, uint64_t offset) {
@@ -978,9 +958,17 @@ std::string SizeMarkerPath(const std::string& dir, uint64_t size) {
   return absl::StrCat(dir, "/size-", size, ".cjs");
 }
 
+// Whether `name` ends with `suffix`.
+bool EndsWith(const std::string& name, std::string_view suffix) {
+  return name.size() > suffix.size() &&
+         name.compare(name.size() - suffix.size(), std::string::npos, suffix) == 0;
+}
+
 // Removes least recently used entries (by mtime, which a hit refreshes) until the folder holds at
-// most `max_bytes`; `keep` (the entry just written) goes last. Also drops stale temporary files of
-// writers that died. Returns the number of entries removed.
+// most `max_bytes`; `keep` (the entry just written) goes last. Digest records and size markers go
+// with them: those last used no later than the newest entry evicted (a use refreshes their mtime,
+// before the entry's) are removed too, so neither kind outlives the entries it served for ever.
+// Also drops stale temporary files of writers that died. Returns the number of entries removed.
 uint64_t Evict(const std::string& dir, uint64_t max_bytes, const std::string& keep) {
   struct File {
     std::string path;
@@ -988,23 +976,26 @@ uint64_t Evict(const std::string& dir, uint64_t max_bytes, const std::string& ke
     fs::file_time_type mtime;
   };
   std::vector<File> files;
+  std::vector<File> side_files;  // Digest records and size markers.
   uint64_t total = 0;
   std::error_code ec;
   const auto now = fs::file_time_type::clock::now();
   for (const auto& de : fs::directory_iterator(dir, ec)) {
     std::string name = de.path().filename().string();
     std::error_code e2;
-    if (!de.is_regular_file(e2)) continue;
+    if (!de.is_regular_file(e2) || de.is_symlink(e2)) continue;
     auto mtime = de.last_write_time(e2);
     if (e2) continue;
     if (name.rfind(kTempPrefix, 0) == 0) {
       if (now - mtime > std::chrono::hours(1)) fs::remove(de.path(), e2);
       continue;
     }
-    if (name.size() <= strlen(kEntrySuffix) ||
-        name.compare(name.size() - strlen(kEntrySuffix), std::string::npos, kEntrySuffix) != 0) {
+    if ((name.rfind("memo-", 0) == 0 && EndsWith(name, ".cjm")) ||
+        (name.rfind("size-", 0) == 0 && EndsWith(name, ".cjs"))) {
+      side_files.push_back({de.path().string(), 0, mtime});
       continue;
     }
+    if (!EndsWith(name, kEntrySuffix)) continue;
     uint64_t bytes = de.file_size(e2);
     if (e2) continue;
     files.push_back({de.path().string(), bytes, mtime});
@@ -1017,13 +1008,44 @@ uint64_t Evict(const std::string& dir, uint64_t max_bytes, const std::string& ke
     return a.mtime < b.mtime;
   });
   uint64_t removed = 0;
+  std::optional<fs::file_time_type> newest_evicted;
   for (const File& f : files) {
     if (total <= max_bytes) break;
     std::error_code e2;
     if (fs::remove(f.path, e2)) ++removed;  // Another process may have removed it already.
     total -= f.bytes;
+    if (!newest_evicted.has_value() || f.mtime > *newest_evicted) newest_evicted = f.mtime;
+  }
+  if (newest_evicted.has_value()) {
+    for (const File& f : side_files) {
+      std::error_code e2;
+      if (f.mtime <= *newest_evicted) fs::remove(f.path, e2);
+    }
   }
   return removed;
+}
+
+// Creates (or refreshes the mtime of) the size marker for `size`: 0600, never through a symlink.
+// Best effort: without it a tiered start of this model only skips its first lookup.
+void TouchSizeMarker(const std::string& dir, uint64_t size) {
+  int fd = open(SizeMarkerPath(dir, size).c_str(),
+                O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, kPrivateFileMode);
+  if (fd < 0) return;
+  futimens(fd, nullptr);
+  close(fd);
+}
+
+// Runs `fn` (returning a StatusOr), turning an exception into Internal: none may leave the cache
+// (its callers run on loader threads and thread pools, where one is std::terminate).
+template <typename Fn>
+auto Catching(const char* what, Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(what, " failed: ", e.what()));
+  } catch (...) {
+    return absl::InternalError(absl::StrCat(what, " failed: unknown exception"));
+  }
 }
 
 }  // namespace
@@ -1044,20 +1066,24 @@ absl::StatusOr<CompiledModel> ObjectCache::Compile(const std::string& path,
                                                    const std::string& bytes,
                                                    const CompileOptions& options,
                                                    CacheLookup* lookup) {
-  return Get(path, bytes, options, lookup, /*compile_on_miss=*/true);
+  return Catching("JIT cache compile",
+                  [&] { return Get(path, bytes, options, lookup, /*compile_on_miss=*/true); });
 }
 
 absl::StatusOr<CompiledModel> ObjectCache::CompileWith(
     const std::string& path, const std::string& bytes, const CompileOptions& options,
     const std::function<absl::StatusOr<CompiledModel>()>& compile, CacheLookup* lookup,
     bool write_disk) {
-  return Get(path, bytes, options, lookup, /*compile_on_miss=*/true, &compile, write_disk);
+  return Catching("JIT cache compile", [&] {
+    return Get(path, bytes, options, lookup, /*compile_on_miss=*/true, &compile, write_disk);
+  });
 }
 
 absl::StatusOr<CompiledModel> ObjectCache::Lookup(const std::string& path, const std::string& bytes,
                                                   const CompileOptions& options,
                                                   CacheLookup* lookup) {
-  return Get(path, bytes, options, lookup, /*compile_on_miss=*/false);
+  return Catching("JIT cache lookup",
+                  [&] { return Get(path, bytes, options, lookup, /*compile_on_miss=*/false); });
 }
 
 absl::StatusOr<CompiledModel> ObjectCache::Get(
@@ -1068,13 +1094,18 @@ absl::StatusOr<CompiledModel> ObjectCache::Get(
   if (lookup == nullptr) lookup = &local;
   *lookup = CacheLookup();
   auto compile = [&]() -> absl::StatusOr<CompiledModel> {
-    if (compile_fn != nullptr) return (*compile_fn)();
-    return bytes.empty() ? CompileOnnxFile(path, options) : CompileOnnxBytes(bytes, options);
+    return Catching("compile", [&]() -> absl::StatusOr<CompiledModel> {
+      if (compile_fn != nullptr) return (*compile_fn)();
+      return bytes.empty() ? CompileOnnxFile(path, options) : CompileOnnxBytes(bytes, options);
+    });
   };
   Laps laps(&lookup->timings);
   auto key = Key(path, bytes, options);
   laps.Lap("cache_key");
-  if (!key.ok()) {  // Let the compiler report the unreadable model.
+  if (!key.ok()) {
+    // A refused external-data file: the importer refuses it too, so say why without compiling.
+    if (absl::IsInvalidArgument(key.status())) return key.status();
+    // Let the compiler report the unreadable model.
     return compile_on_miss ? compile() : key.status();
   }
   lookup->key = *key;
@@ -1082,6 +1113,7 @@ absl::StatusOr<CompiledModel> ObjectCache::Get(
 
   // Memory first; wait while another thread compiles the same key.
   std::shared_ptr<const CompiledModel> in_memory;
+  std::optional<Impl::InflightGuard> inflight;  // Set once this call owns the key.
   {
     absl::MutexLock lock(&impl_->mu);
     auto not_inflight = [&]() ABSL_SHARED_LOCKS_REQUIRED(impl_->mu) {
@@ -1095,18 +1127,24 @@ absl::StatusOr<CompiledModel> ObjectCache::Get(
       lookup->outcome = CacheOutcome::kMemoryHit;
       in_memory = it->second.model;
     } else {
-      impl_->inflight.insert(*key);
+      inflight.emplace(impl_.get(), *key);
     }
   }
   if (in_memory != nullptr) return CompiledModel(*in_memory);  // Copied outside the lock.
   const std::string file = EntryPath(*key);
+  // For MayHold: the marker of a stored entry, the size set of a model kept in memory.
+  const std::optional<uint64_t> model_size = ModelSizeOf(path, bytes);
   absl::StatusOr<CompiledModel> result = absl::UnknownError("unset");
   bool from_disk = false;
   if (!file.empty() && !emit) {
-    result = ReadEntry(file, *key, &lookup->timings);
+    result = Catching("reading a JIT cache entry",
+                      [&] { return ReadEntry(file, *key, &lookup->timings); });
     if (result.ok()) {
       from_disk = true;
-      utimensat(AT_FDCWD, file.c_str(), nullptr, 0);  // A hit makes the entry recently used.
+      // A hit makes the entry and its size marker recently used; the marker first, so it is
+      // never newer than its entry (Evict removes side files no newer than an evicted entry).
+      if (model_size.has_value()) TouchSizeMarker(options_.dir, *model_size);
+      utimensat(AT_FDCWD, file.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);
     } else if (absl::IsDataLoss(result.status())) {
       lookup->refused_entry = true;
       spdlog::warn("JIT cache: refusing entry {} ({}); recompiling", file,
@@ -1116,22 +1154,17 @@ absl::StatusOr<CompiledModel> ObjectCache::Get(
   }
   uint64_t evicted = 0;
   bool stored = false;
-  // For MayHold: the marker of a stored entry, the size set of a model kept in memory.
-  const std::optional<uint64_t> model_size = ModelSizeOf(path, bytes);
   if (!from_disk && !compile_on_miss) {
     result = absl::NotFoundError(absl::StrCat("JIT cache has no entry ", *key));
   } else if (!from_disk) {
     result = compile();
     if (result.ok() && !file.empty() && write_disk) {
+      // Before the entry, so it is not newer than the entry (see above); a marker of a store that
+      // then fails only costs a tiered start of a model this size one lookup.
+      if (model_size.has_value()) TouchSizeMarker(options_.dir, *model_size);
       if (auto mapped = WriteEntry(options_.dir, file, *key, *result); mapped.ok()) {
         result->weights = std::move(*mapped);  // Frees the compiler's heap copy.
         stored = true;
-        if (model_size.has_value()) {
-          // Best effort: without it a tiered start of this model only skips its first lookup.
-          int fd = open(SizeMarkerPath(options_.dir, *model_size).c_str(),
-                        O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-          if (fd >= 0) close(fd);
-        }
         evicted = Evict(options_.dir, options_.max_bytes, file);
       } else {
         lookup->store_failed = true;
@@ -1140,7 +1173,7 @@ absl::StatusOr<CompiledModel> ObjectCache::Get(
     }
   }
   absl::MutexLock lock(&impl_->mu);
-  impl_->inflight.erase(*key);
+  inflight->EraseLocked();
   if (lookup->refused_entry) ++impl_->stats.corrupt;
   if (stored) ++impl_->stats.stores;
   if (lookup->store_failed) ++impl_->stats.store_failures;

@@ -5,10 +5,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 #include <thread>
 
 #include "cuvil/jitcache/jit_engine.h"
@@ -687,6 +691,234 @@ TEST(ObjectCacheDirTest, UnwritableDirIsRefused) {
   ObjectCacheOptions options;
   options.dir = "/proc/cuvil-cannot-exist";
   EXPECT_FALSE(ObjectCache::Create(options).ok());
+}
+
+// Runs `fn` on a thread and fails the test (ending the process: the thread cannot be stopped)
+// when it has not finished within `seconds`.
+template <typename Fn>
+void FinishesWithin(int seconds, const char* what, Fn&& fn) {
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread t([done, fn = std::forward<Fn>(fn)]() mutable {
+    fn();
+    done->store(true);
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (!done->load() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!done->load()) {
+    ADD_FAILURE() << what << " did not finish within " << seconds << " s";
+    std::fprintf(stderr, "%s hangs: giving up\n", what);
+    std::_Exit(1);
+  }
+  t.join();
+}
+
+// Issue 38 part 6: a compile that throws must neither escape the cache nor leave its key in
+// flight (every later lookup of the model blocked for ever).
+TEST_F(ObjectCacheTest, AThrowingCompileReturnsAnErrorAndDoesNotWedgeItsKey) {
+  auto cache = MakeCache();
+  const std::string bytes = testing::BinaryWithConstant("Add", 8, 0.25f);
+  absl::StatusOr<CompiledModel> thrown = absl::UnknownError("unset");
+  bool escaped = false;
+  try {
+    thrown = cache->CompileWith("", bytes, {}, []() -> absl::StatusOr<CompiledModel> {
+      throw std::runtime_error("compiler exploded");
+    });
+  } catch (...) {
+    escaped = true;
+  }
+  EXPECT_FALSE(escaped) << "the exception left ObjectCache::CompileWith";
+  ASSERT_FALSE(thrown.ok());
+  EXPECT_EQ(thrown.status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(thrown.status().message().find("compiler exploded"), std::string::npos);
+  FinishesWithin(60, "the next compile of the same model", [&] {
+    EXPECT_EQ(CompileAndCheck(*cache, bytes, 0.25f).outcome, CacheOutcome::kMiss);
+  });
+}
+
+// Writes `dir`/model.onnx: y = x + w with w float32[4] read from external data at `location`.
+std::string WriteExternalDataModel(const fs::path& dir, const std::string& location) {
+  fs::create_directories(dir);
+  onnx::ModelProto model;
+  EXPECT_TRUE(model.ParseFromString(testing::BinaryWithConstant("Add", 4, 0.0f)));
+  onnx::TensorProto* c = model.mutable_graph()->mutable_initializer(0);
+  c->clear_float_data();
+  c->set_data_location(onnx::TensorProto::EXTERNAL);
+  auto* e = c->add_external_data();
+  e->set_key("location");
+  e->set_value(location);
+  const std::string path = (dir / "model.onnx").string();
+  std::ofstream(path, std::ios::binary) << model.SerializeAsString();
+  return path;
+}
+
+// Issue 38 part 5: the key read external data the importer refuses (`../../dev/zero`: for ever).
+TEST_F(ObjectCacheTest, ExternalDataTheImporterRefusesIsNeverReadForTheKey) {
+  auto cache = MakeCache();
+  const fs::path model_dir = dir_ / "models" / "zero";
+  const std::string dotdot =
+      WriteExternalDataModel(model_dir / "dotdot", "../../../../../../../../dev/zero");
+  const std::string linked = WriteExternalDataModel(model_dir / "linked", "w.bin");
+  fs::create_symlink("/dev/zero", model_dir / "linked" / "w.bin");
+  for (const std::string& path : {dotdot, linked}) {
+    FinishesWithin(20, "the cache key of a model with a refused external-data file", [&] {
+      auto key = cache->Key(path, "", {});
+      ASSERT_FALSE(key.ok()) << path;
+      EXPECT_EQ(key.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_NE(key.status().message().find("escapes the model directory"), std::string::npos)
+          << key.status();
+      auto compiled = cache->Compile(path, "", {});
+      ASSERT_FALSE(compiled.ok());
+      EXPECT_NE(compiled.status().message().find("escapes the model directory"), std::string::npos)
+          << compiled.status();
+    });
+  }
+  // A FIFO inside the folder: refused, not waited on.
+  const std::string fifo = WriteExternalDataModel(model_dir / "fifo", "w.bin");
+  ASSERT_EQ(mkfifo((model_dir / "fifo" / "w.bin").c_str(), 0600), 0);
+  FinishesWithin(20, "the cache key of a model whose external data is a FIFO", [&] {
+    auto key = cache->Key(fifo, "", {});
+    ASSERT_FALSE(key.ok());
+    EXPECT_NE(key.status().message().find("not a regular file"), std::string::npos) << key.status();
+  });
+}
+
+// Issue 38 part 7: entries, digest records and size markers are the server's own (0600, in a
+// 0700 folder it created).
+TEST_F(ObjectCacheTest, FilesAreWrittenPrivate) {
+  ObjectCacheOptions options;
+  options.dir = dir_.string();
+  options.digest_memo_settle_ms = 0;
+  auto cache = ObjectCache::Create(options);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  const fs::path model = dir_ / "model.onnx";
+  Overwrite(model.string(), testing::BinaryWithConstant("Add", 8, 0.5f));
+  CacheLookup lookup;
+  ASSERT_TRUE((*cache)->Compile(model.string(), "", {}, &lookup).ok());
+  auto mode = [](const fs::path& p) {
+    struct stat st;
+    EXPECT_EQ(lstat(p.c_str(), &st), 0) << p;
+    return st.st_mode & 07777;
+  };
+  EXPECT_EQ(mode(dir_), 0700u);
+  int entries = 0, memos = 0, markers = 0;
+  for (const auto& de : fs::directory_iterator(dir_)) {
+    const std::string name = de.path().filename().string();
+    if (name == "model.onnx") continue;
+    entries += name.ends_with(".cjc");
+    memos += name.ends_with(".cjm");
+    markers += name.ends_with(".cjs");
+    EXPECT_EQ(mode(de.path()), 0600u) << name;
+  }
+  EXPECT_EQ(entries, 1);
+  EXPECT_EQ(memos, 1);
+  EXPECT_EQ(markers, 1);
+}
+
+// A size marker planted as a symlink is not followed (it used to create or touch its target).
+TEST_F(ObjectCacheTest, ASizeMarkerSymlinkIsNotFollowed) {
+  auto cache = MakeCache();
+  const std::string bytes = testing::BinaryWithConstant("Add", 8, 0.5f);
+  const fs::path victim = dir_.parent_path() / (dir_.filename().string() + "-victim");
+  fs::remove(victim);
+  fs::create_symlink(victim, dir_ / ("size-" + std::to_string(bytes.size()) + ".cjs"));
+  CompileAndCheck(*cache, bytes, 0.5f);
+  EXPECT_FALSE(fs::exists(victim));
+  fs::remove(victim);
+}
+
+// Issue 38 part 7: digest records and size markers are evicted with their entries.
+TEST_F(ObjectCacheTest, EvictionRemovesTheDigestRecordsAndMarkersOfEvictedEntries) {
+  std::vector<std::string> paths;
+  fs::create_directories(dir_.string() + "-models");
+  for (int i = 0; i < 3; ++i) {
+    // Different widths: different model sizes, so one marker each.
+    paths.push_back(dir_.string() + "-models/m" + std::to_string(i) + ".onnx");
+    Overwrite(paths.back(), testing::BinaryWithConstant("Add", 8 << i, 1.0f));
+  }
+  std::vector<uint64_t> entry_bytes;
+  {
+    auto probe = MakeCache();
+    for (const std::string& p : paths) {
+      CacheLookup l;
+      ASSERT_TRUE(probe->Compile(p, "", {}, &l).ok());
+      entry_bytes.push_back(fs::file_size(probe->EntryPath(l.key)));
+    }
+    fs::remove_all(dir_);
+  }
+  ObjectCacheOptions options;
+  options.dir = dir_.string();
+  // Room for the last two entries, not for all three.
+  options.max_bytes = entry_bytes[1] + entry_bytes[2] + entry_bytes[0] / 2;
+  options.digest_memo_settle_ms = 0;
+  auto cache = ObjectCache::Create(options);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  auto count = [&](const char* suffix) {
+    int n = 0;
+    for (const auto& de : fs::directory_iterator(dir_)) n += de.path().string().ends_with(suffix);
+    return n;
+  };
+  std::vector<std::string> keys;
+  for (const std::string& p : paths) {
+    CacheLookup l;
+    ASSERT_TRUE((*cache)->Compile(p, "", {}, &l).ok());
+    keys.push_back(l.key);
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // Distinct mtimes.
+  }
+  EXPECT_EQ((*cache)->stats().evictions, 1u);
+  EXPECT_FALSE(fs::exists((*cache)->EntryPath(keys[0])));
+  EXPECT_EQ(count(".cjc"), 2);
+  EXPECT_EQ(count(".cjm"), 2) << "the evicted model's digest record stays";
+  EXPECT_EQ(count(".cjs"), 2) << "the evicted model's size marker stays";
+  // A new process (nothing in memory) knows from the markers left.
+  auto fresh = ObjectCache::Create(options);
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_FALSE((*fresh)->MayHold(paths[0], ""));
+  EXPECT_TRUE((*fresh)->MayHold(paths[1], ""));
+  EXPECT_TRUE((*fresh)->MayHold(paths[2], ""));
+  fs::remove_all(dir_.string() + "-models");
+}
+
+TEST(ObjectCacheDirTest, AFolderOthersCanWriteIsRefusedUnlessAllowed) {
+  const fs::path dir = testing::FreshTestDir("cuvil_object_cache_dir_test");
+  fs::create_directories(dir);
+  ASSERT_EQ(chmod(dir.c_str(), 0777), 0);
+  ObjectCacheOptions options;
+  options.dir = dir.string();
+  auto refused = ObjectCache::Create(options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  for (const std::string& part :
+       {dir.string(), std::string("0777"), std::string("--insecure-cache-dir")}) {
+    EXPECT_NE(refused.status().message().find(part), std::string::npos) << refused.status();
+  }
+  ASSERT_EQ(chmod(dir.c_str(), 0770), 0);  // Group-writable: refused too.
+  EXPECT_FALSE(ObjectCache::Create(options).ok());
+  options.insecure_dir = true;
+  EXPECT_TRUE(ObjectCache::Create(options).ok());
+  ASSERT_EQ(chmod(dir.c_str(), 0755), 0);  // Readable by others is the owner's choice.
+  options.insecure_dir = false;
+  EXPECT_TRUE(ObjectCache::Create(options).ok());
+  fs::remove_all(dir);
+}
+
+TEST(ObjectCacheDirTest, AFolderOfAnotherUserIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to give a folder to another user";
+  const fs::path dir = testing::FreshTestDir("cuvil_object_cache_owner_test");
+  fs::create_directories(dir);
+  ASSERT_EQ(chmod(dir.c_str(), 0700), 0);
+  ASSERT_EQ(chown(dir.c_str(), 12345, 12345), 0);
+  ObjectCacheOptions options;
+  options.dir = dir.string();
+  auto refused = ObjectCache::Create(options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("owned by uid 12345"), std::string::npos)
+      << refused.status();
+  options.insecure_dir = true;
+  EXPECT_TRUE(ObjectCache::Create(options).ok());
+  fs::remove_all(dir);
 }
 
 }  // namespace

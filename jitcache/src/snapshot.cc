@@ -7,7 +7,9 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <sstream>
+#include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -119,6 +121,7 @@ absl::StatusOr<std::string> EncodeSnapshot(const LoadedModel& loaded, const std:
   b.set_config_text(config_text);
   b.set_opt_level(source.options.opt_level);
   b.set_compiler_version(kCompilerVersion);
+  b.set_build_identity(jitcache_internal::CodeIdentity());
   b.set_target_triple(Host().triple);
   b.set_cpu(Host().cpu);
   b.set_cpu_features(Host().features);
@@ -198,25 +201,93 @@ absl::StatusOr<std::string> EncodeSnapshot(const LoadedModel& loaded, const std:
   return out;
 }
 
-absl::StatusOr<VersionSnapshot> DecodeSnapshot(std::string_view bytes) {
-  pb::SnapshotArtifact artifact;
+namespace {
+
+// The fields of a serialized SnapshotArtifact, the body a view into the artifact's own bytes (a
+// parse into the message would copy the whole body, weights and source, once more).
+struct ArtifactView {
+  std::string_view magic;
+  uint64_t format_version = 0;
+  std::string_view body;
+  std::string_view checksum;
+};
+
+// Walks the artifact's wire format (snapshot.proto: fields 1, 3, 4 length-delimited, 2 a varint;
+// others skipped). False when it is not well formed.
+bool ParseArtifact(std::string_view bytes, ArtifactView* out) {
+  size_t p = 0;
+  auto varint = [&](uint64_t* v) {
+    *v = 0;
+    for (int shift = 0; shift < 64 && p < bytes.size(); shift += 7) {
+      const auto b = static_cast<uint8_t>(bytes[p++]);
+      *v |= uint64_t{b & 0x7fu} << shift;
+      if ((b & 0x80) == 0) return true;
+    }
+    return false;
+  };
+  while (p < bytes.size()) {
+    uint64_t tag, v;
+    if (!varint(&tag) || (tag >> 3) == 0) return false;
+    switch (tag & 7) {
+      case 0:
+        if (!varint(&v)) return false;
+        if ((tag >> 3) == 2) out->format_version = v;
+        break;
+      case 1:
+        if (bytes.size() - p < 8) return false;
+        p += 8;
+        break;
+      case 5:
+        if (bytes.size() - p < 4) return false;
+        p += 4;
+        break;
+      case 2: {
+        if (!varint(&v) || v > bytes.size() - p) return false;
+        const std::string_view field = bytes.substr(p, v);
+        if ((tag >> 3) == 1) out->magic = field;
+        if ((tag >> 3) == 3) out->body = field;
+        if ((tag >> 3) == 4) out->checksum = field;
+        p += v;
+        break;
+      }
+      default:
+        return false;
+    }
+  }
+  return true;
+}
+
+absl::StatusOr<VersionSnapshot> DecodeSnapshotOrThrow(std::string_view bytes, uint64_t max_bytes) {
   if (bytes.empty()) return Refuse("the artifact is empty");
-  if (!artifact.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+  if (bytes.size() > kMaxSnapshotBytesLimit) {
+    return Refuse(absl::StrCat("it is ", bytes.size(), " bytes; no snapshot may exceed ",
+                               kMaxSnapshotBytesLimit, " bytes"));
+  }
+  if (bytes.size() > max_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("the snapshot is ", bytes.size(),
+                                                     " bytes, larger than the server's limit of ",
+                                                     max_bytes, " bytes (--max-snapshot-bytes)"));
+  }
+  ArtifactView artifact;
+  if (!ParseArtifact(bytes, &artifact)) {
     return Refuse("the artifact does not parse (truncated or not a snapshot)");
   }
-  if (artifact.magic() != kSnapshotMagic) {
+  if (artifact.magic != kSnapshotMagic) {
     return Refuse("wrong magic (not a snapshot, or damaged)");
   }
-  if (artifact.format_version() != kSnapshotFormatVersion) {
-    return Refuse(absl::StrCat("format version ", artifact.format_version(),
+  if (artifact.format_version != kSnapshotFormatVersion) {
+    return Refuse(absl::StrCat("format version ", artifact.format_version,
                                " is not supported (this server reads version ",
                                kSnapshotFormatVersion, ")"));
   }
-  if (artifact.checksum() != Digest(artifact.body())) {
+  if (artifact.checksum != Digest(artifact.body)) {
     return Refuse("checksum mismatch (the artifact is damaged or truncated)");
   }
   pb::SnapshotBody b;
-  if (!b.ParseFromString(artifact.body())) return Refuse("the body does not parse");
+  // The body is at most the artifact's size, itself at most INT_MAX: no int wrap.
+  if (!b.ParseFromArray(artifact.body.data(), static_cast<int>(artifact.body.size()))) {
+    return Refuse("the body does not parse");
+  }
   if (b.model_name().empty() || b.version() <= 0) return Refuse("no model name or version");
   if (b.object_code().empty() || b.onnx_model().empty()) return Refuse("no code or source");
   if (b.model_hash() != Digest(b.onnx_model())) return Refuse("model hash mismatch");
@@ -230,12 +301,21 @@ absl::StatusOr<VersionSnapshot> DecodeSnapshot(std::string_view bytes) {
   s.created_unix_ms = b.created_unix_ms();
   s.config_text = b.config_text();
   s.opt_level = b.opt_level();
-  s.onnx_model = b.onnx_model();
+  s.onnx_model = std::move(*b.mutable_onnx_model());
   s.model_hash = absl::BytesToHexString(b.model_hash());
   s.ir_digest = absl::BytesToHexString(b.ir_digest());
   s.code_hash = absl::BytesToHexString(b.code_hash());
-  s.host_matches = b.compiler_version() == kCompilerVersion && b.target_triple() == Host().triple &&
-                   b.cpu() == Host().cpu && b.cpu_features() == Host().features;
+  if (b.compiler_version() != kCompilerVersion || b.build_identity().empty()) {
+    s.host_mismatch = absl::StrCat("written by an older compiler (", b.compiler_version(),
+                                   b.build_identity().empty() ? ", no build identity" : "", ")");
+  } else if (b.build_identity() != jitcache_internal::CodeIdentity()) {
+    s.host_mismatch = absl::StrCat("written by another build (", b.build_identity(), ")");
+  } else if (b.target_triple() != Host().triple || b.cpu() != Host().cpu) {
+    s.host_mismatch = absl::StrCat("written for ", b.target_triple(), " ", b.cpu());
+  } else if (b.cpu_features() != Host().features) {
+    s.host_mismatch = "written for other CPU features";
+  }
+  s.host_matches = s.host_mismatch.empty();
   CompiledModel& m = s.compiled;
   m.name = b.name();
   m.symbol = b.symbol();
@@ -259,10 +339,11 @@ absl::StatusOr<VersionSnapshot> DecodeSnapshot(std::string_view bytes) {
   m.arena.live_fixed_bytes = b.arena_live_fixed_bytes();
   m.arena.max_shards = std::clamp(b.arena_max_shards(), 1, kMaxBatchShards);
   m.batch_split_note = b.batch_split_note();
-  m.object_code = b.object_code();
-  HostTensor weights(DType::kUInt8, {static_cast<int64_t>(b.weights().size())});
-  if (!b.weights().empty()) std::memcpy(weights.data(), b.weights().data(), b.weights().size());
-  m.weights = std::move(weights);
+  m.object_code = std::move(*b.mutable_object_code());
+  // The parsed bytes themselves, moved (a copy into a tensor would be one more copy of them all).
+  auto weights = std::make_shared<const std::string>(std::move(*b.mutable_weights()));
+  m.weights = WeightsBlob(weights, reinterpret_cast<const uint8_t*>(weights->data()),
+                          weights->size(), /*read_only=*/false);
   m.cpu = b.compiled_cpu();
   for (const pb::SnapshotFunction& f : b.functions()) {
     if (f.index() != static_cast<int32_t>(m.kernels.size())) return Refuse("function table order");
@@ -294,10 +375,22 @@ absl::StatusOr<VersionSnapshot> DecodeSnapshot(std::string_view bytes) {
       k.mean_ns = k.calls ? static_cast<double>(k.total_ns) / static_cast<double>(k.calls) : 0;
       r.profile.push_back(std::move(k));
     }
-    if (!p.object_code().empty()) s.patch_objects[r.id] = p.object_code();
+    if (!p.object_code().empty()) s.patch_objects[r.id] = p.object_code();  // Small.
     s.patches.push_back(std::move(r));
   }
   return s;
+}
+
+}  // namespace
+
+absl::StatusOr<VersionSnapshot> DecodeSnapshot(std::string_view bytes, uint64_t max_bytes) {
+  try {
+    return DecodeSnapshotOrThrow(bytes, max_bytes);
+  } catch (const std::exception& e) {  // Protobuf's FatalException, bad_alloc: never terminate.
+    return Refuse(absl::StrCat("decoding failed: ", e.what()));
+  } catch (...) {
+    return Refuse("decoding failed");
+  }
 }
 
 absl::StatusOr<CompiledModel> SnapshotCode(const VersionSnapshot& snapshot, bool* recompiled) {
@@ -308,7 +401,12 @@ absl::StatusOr<CompiledModel> SnapshotCode(const VersionSnapshot& snapshot, bool
   if (recompiled != nullptr) *recompiled = true;
   CompileOptions options;
   options.opt_level = snapshot.opt_level;
-  auto compiled = CompileOnnxBytes(snapshot.onnx_model, options);
+  absl::StatusOr<CompiledModel> compiled;
+  try {
+    compiled = CompileOnnxBytes(snapshot.onnx_model, options);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("compiling the snapshot's model: ", e.what()));
+  }
   if (!compiled.ok()) return compiled.status();
   if (compiled->kernels.size() != snapshot.compiled.kernels.size()) {
     return absl::FailedPreconditionError(

@@ -2,8 +2,13 @@
 // under the same ids; damaged, truncated or foreign artifacts are refused.
 #include "cuvil/jitcache/snapshot.h"
 
+#include <sys/mman.h>
+#include <xxhash.h>
+
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "cuvil/compiler/compiler.h"
@@ -275,5 +280,99 @@ TEST_F(SnapshotTest, DamagedTruncatedAndForeignArtifactsAreRefused) {
   refused(future.SerializeAsString(), "foreign magic");
 }
 
+// Issue 38 part 4: an artifact of 2-4 GiB wrapped to a negative int before parsing, and protobuf's
+// FatalException then killed the server. Sizes are checked before a byte is read (this one is
+// never touched: a reserved, unbacked mapping).
+TEST(SnapshotSizeTest, ArtifactsAboveTheLimitsAreRefusedBeforeParsing) {
+  const size_t huge = (size_t{5} << 29);  // 2.5 GiB.
+  void* p = mmap(nullptr, huge, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  const std::string_view view(static_cast<const char*>(p), huge);
+  for (uint64_t max : {kDefaultMaxSnapshotBytes, ~uint64_t{0}}) {
+    auto s = DecodeSnapshot(view, max);
+    ASSERT_FALSE(s.ok());
+    EXPECT_TRUE(absl::IsInvalidArgument(s.status())) << s.status();
+    EXPECT_NE(s.status().message().find("no snapshot may exceed"), std::string::npos) << s.status();
+  }
+  // Within INT_MAX but above the server's limit: ResourceExhausted naming the flag.
+  auto s = DecodeSnapshot(view.substr(0, (size_t{1} << 30) + 1));
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(s.status())) << s.status();
+  EXPECT_NE(s.status().message().find("--max-snapshot-bytes"), std::string::npos);
+  munmap(p, huge);
+}
+
+TEST_F(SnapshotTest, TheLimitIsTheCallers) {
+  uint64_t ir_id = 0;
+  const std::string artifact = PatchedArtifact(&ir_id);
+  EXPECT_TRUE(DecodeSnapshot(artifact, artifact.size()).ok());
+  auto s = DecodeSnapshot(artifact, artifact.size() - 1);
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(s.status())) << s.status();
+}
+
+// `artifact` with its body changed by `edit` and its checksum made right again.
+std::string Rewritten(const std::string& artifact,
+                      const std::function<void(cuvil::jitcache::v1::SnapshotBody*)>& edit) {
+  cuvil::jitcache::v1::SnapshotArtifact a;
+  EXPECT_TRUE(a.ParseFromString(artifact));
+  cuvil::jitcache::v1::SnapshotBody b;
+  EXPECT_TRUE(b.ParseFromString(a.body()));
+  edit(&b);
+  a.set_body(b.SerializeAsString());
+  XXH128_canonical_t c;
+  XXH128_canonicalFromHash(&c, XXH3_128bits(a.body().data(), a.body().size()));
+  a.set_checksum(std::string(reinterpret_cast<const char*>(c.digest), sizeof c.digest));
+  return a.SerializeAsString();
+}
+
+// Issue 37 finding 6: a snapshot of an older build (same kCompilerVersion, another compiler build
+// or runtime ABI) loaded its object code into the new build. Now only this build's code loads;
+// any other is compiled again from the recorded ONNX source and its patches re-applied.
+TEST_F(SnapshotTest, ObjectCodeOfAnotherBuildIsNeverLoaded) {
+  uint64_t ir_id = 0;
+  const std::string artifact = PatchedArtifact(&ir_id);
+  auto same = DecodeSnapshot(artifact);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_TRUE(same->host_matches) << same->host_mismatch;
+  const std::vector<float> want = Outputs(*model_);
+  struct Case {
+    const char* what;
+    std::function<void(cuvil::jitcache::v1::SnapshotBody*)> edit;
+    const char* reason;
+  };
+  const Case cases[] = {
+      {"another compiler build",
+       [](auto* b) { b->set_build_identity(b->build_identity() + "-older"); }, "another build"},
+      {"another runtime ABI",
+       [](auto* b) {
+         std::string id = b->build_identity();
+         const size_t at = id.find("+abi");
+         ASSERT_NE(at, std::string::npos) << id;
+         id.insert(at + 4, "9");
+         b->set_build_identity(id);
+       },
+       "another build"},
+      {"an older writer (no build identity)", [](auto* b) { b->clear_build_identity(); },
+       "older compiler"},
+      {"other CPU features", [](auto* b) { b->set_cpu_features(b->cpu_features() + ",+fake"); },
+       "CPU features"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    auto snapshot = DecodeSnapshot(Rewritten(artifact, c.edit));
+    ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+    EXPECT_FALSE(snapshot->host_matches);
+    EXPECT_NE(snapshot->host_mismatch.find(c.reason), std::string::npos) << snapshot->host_mismatch;
+    bool recompiled = false;
+    auto code = SnapshotCode(*snapshot, &recompiled);
+    ASSERT_TRUE(code.ok()) << code.status();
+    EXPECT_TRUE(recompiled);
+    auto restored = engine_->Load(absl::StrCat("mul_add/1#", c.reason), *std::move(code));
+    ASSERT_TRUE(restored.ok()) << restored.status();
+    ASSERT_TRUE(RestorePatches(**restored, *snapshot).ok());
+    EXPECT_EQ(Outputs(**restored), want);
+  }
+}
 }  // namespace
 }  // namespace cuvil

@@ -1,11 +1,42 @@
 #include "cuvil/jitcache/tiered_start.h"
 
+#include <functional>
+#include <system_error>
+#include <thread>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 
 namespace cuvil {
+namespace {
+
+// Runs `fn` (returning a StatusOr), turning an exception into Internal: the lookup and the quick
+// compile run on threads of their own, where an escaping exception is std::terminate.
+template <typename Fn>
+auto Catching(const char* what, Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(what, " failed: ", e.what()));
+  } catch (...) {
+    return absl::InternalError(absl::StrCat(what, " failed: unknown exception"));
+  }
+}
+
+// A thread running `fn`, or an unjoinable one when none can be created (the caller then runs
+// `fn` itself).
+template <typename Fn>
+std::thread TryThread(Fn&& fn) {
+  try {
+    return std::thread(std::forward<Fn>(fn));
+  } catch (const std::system_error&) {
+    return std::thread();
+  }
+}
+
+}  // namespace
 
 // Shared by the caller and the helper threads; every field a helper writes is guarded by `mu`.
 struct TieredStart::State {
@@ -26,23 +57,32 @@ struct TieredStart::State {
 
   State(ObjectCache* c, TieredSource s) : cache(c), source(std::move(s)) {}
 
-  // The full tier's cache lookup (hashes the model unless its digest is remembered).
+  // The full tier's cache lookup (hashes the model unless its digest is remembered). Never throws:
+  // it runs on a helper thread.
   void RunLookup() {
     CacheLookup l;
-    absl::StatusOr<CompiledModel> r =
-        cache->Lookup(source.path, source.bytes, source.full_options, &l);
+    absl::StatusOr<CompiledModel> r = Catching("the full tier's cache lookup", [&] {
+      return cache->Lookup(source.path, source.bytes, source.full_options, &l);
+    });
     absl::MutexLock lock(&mu);
     lookup_result = std::move(r);
     lookup = std::move(l);
     lookup_done = true;
   }
 
-  // The quick tier, straight from the compiler: no cache key, no cache entry.
+  // The quick tier, straight from the compiler: no cache key, no cache entry. Never throws: it
+  // runs on a helper thread.
   void RunQuick() {
-    auto p = source.bytes.empty() ? PrepareOnnxFile(source.path, source.quick_options)
-                                  : PrepareOnnxBytes(source.bytes, source.quick_options);
+    absl::StatusOr<std::shared_ptr<const PreparedModel>> p =
+        Catching("preparing the quick tier", [&] {
+          if (source.test_before_quick) source.test_before_quick();
+          return source.bytes.empty() ? PrepareOnnxFile(source.path, source.quick_options)
+                                      : PrepareOnnxBytes(source.bytes, source.quick_options);
+        });
     absl::StatusOr<CompiledModel> r =
-        p.ok() ? (*p)->Lower(source.quick_options) : absl::StatusOr<CompiledModel>(p.status());
+        p.ok() ? Catching("compiling the quick tier",
+                          [&] { return (*p)->Lower(source.quick_options); })
+               : absl::StatusOr<CompiledModel>(p.status());
     absl::MutexLock lock(&mu);
     if (p.ok()) prepared = *std::move(p);
     quick_result = std::move(r);
@@ -74,8 +114,12 @@ std::unique_ptr<TieredStart> TieredStart::Begin(ObjectCache* cache, TieredSource
       // the quick tier for the cores; the tier-up computes the key (and would still find an entry
       // another process stored meanwhile) and stores the full tier.
     } else {
-      start->lookup_thread_ = std::thread([s] { s->RunLookup(); });
-      lookup_pending = true;
+      start->lookup_thread_ = TryThread([s] { s->RunLookup(); });
+      if (start->lookup_thread_.joinable()) {
+        lookup_pending = true;
+      } else {
+        s->RunLookup();  // No thread to race it on.
+      }
     }
   }
   bool hit;
@@ -84,7 +128,8 @@ std::unique_ptr<TieredStart> TieredStart::Begin(ObjectCache* cache, TieredSource
     hit = s->LookupHit();
   }
   if (!hit && lookup_pending) {
-    start->quick_thread_ = std::thread([s] { s->RunQuick(); });
+    start->quick_thread_ = TryThread([s] { s->RunQuick(); });
+    if (!start->quick_thread_.joinable()) s->RunQuick();
     absl::MutexLock lock(&s->mu);
     auto can_serve = [s]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
       // A failed quick tier waits for the lookup, whose hit would serve all the same.
@@ -133,7 +178,7 @@ absl::StatusOr<CompiledModel> TieredStart::TierUp(CacheLookup* lookup, CacheLook
   };
   if (s->cache == nullptr) {
     if (lookup != nullptr) *lookup = CacheLookup();
-    return compile();
+    return Catching("compiling the full tier", compile);
   }
   // The key is computed again: from the digest memo the lookup recorded, unless the model file
   // changed too recently to be remembered (then hashed again, on the tier-up's thread).

@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 
 #include "cuvil/jitcache/jit_engine.h"
 #include "gtest/gtest.h"
@@ -301,5 +302,37 @@ TEST_F(TieredStartTest, AnUnreadableModelReportsTheCompilersError) {
   EXPECT_FALSE(start->TakeReady().ok());
 }
 
+// Issue 38 part 6: the quick compile runs on a bare thread when it races the full tier's lookup;
+// an exception there was std::terminate. Now it is the quick tier's error, and the full tier that
+// the lookup found still serves.
+TEST_F(TieredStartTest, AQuickCompileThatThrowsOnItsThreadIsAnErrorNotACrash) {
+  auto cache = MakeCache(/*digest_memo=*/false);  // Not remembered: the lookup races.
+  ASSERT_TRUE(cache->Compile(model_, "", CompileOptions()).ok());  // The full tier is cached.
+  cache->ClearMemory();
+  TieredSource source = Source();
+  source.test_before_quick = [] { throw std::runtime_error("quick compile exploded"); };
+  std::unique_ptr<TieredStart> start;
+  ASSERT_NO_THROW(start = TieredStart::Begin(cache.get(), source));
+  EXPECT_TRUE(start->full_tier());
+  ExpectComputes(start->TakeReady());
+  start.reset();  // Joins the quick thread, which threw.
+}
+
+// The same throw on the calling thread (no cache: nothing to race) is the ready tier's error.
+TEST_F(TieredStartTest, AQuickCompileThatThrowsInlineIsTheReadyError) {
+  TieredSource source = Source();
+  source.test_before_quick = [] { throw std::runtime_error("quick compile exploded"); };
+  std::unique_ptr<TieredStart> start;
+  ASSERT_NO_THROW(start = TieredStart::Begin(nullptr, source));
+  ASSERT_FALSE(start->full_tier());
+  absl::StatusOr<CompiledModel> ready = start->TakeReady();
+  ASSERT_FALSE(ready.ok());
+  EXPECT_EQ(ready.status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(ready.status().message().find("quick compile exploded"), std::string::npos)
+      << ready.status();
+  // The tier-up still compiles the full tier (the source itself is fine).
+  CacheLookup lookup;
+  ExpectComputes(start->TierUp(&lookup));
+}
 }  // namespace
 }  // namespace cuvil

@@ -29,6 +29,11 @@ namespace cuvil {
 
 // Bumped whenever generated code or the CompiledModel contract changes meaning; part of the key.
 inline constexpr char kCompilerVersion[] = "cuvil-compiler-2";
+// Version of the contract between generated code and the runtime (cuvil_entry's arguments, the
+// runtime helpers it calls, the weights and arena layout). Bumped with any change to it; part of
+// the build identity that cache keys, cache entries and snapshots check, so code generated
+// against another ABI is never loaded.
+inline constexpr uint32_t kRuntimeAbiVersion = 1;
 // Version of the on-disk entry format; entries of another version are refused (and replaced).
 inline constexpr uint32_t kCacheFormatVersion = 3;
 
@@ -47,6 +52,9 @@ struct ObjectCacheOptions {
   // A model file changed less than this long ago is hashed but not remembered: a second change
   // within the same timestamp tick would not show in its stat.
   uint32_t digest_memo_settle_ms = 2000;
+  // Use `dir` even when another user owns it or group/others may write it (see private_dir.h);
+  // by default Create refuses such a folder (--insecure-cache-dir).
+  bool insecure_dir = false;
 };
 
 // Tiered compilation: which code a model version gets.
@@ -101,8 +109,10 @@ absl::StatusOr<std::string> DefaultJitCacheDir();
 // Thread-safe; several processes may share one directory.
 class ObjectCache {
  public:
-  // Creates the directory if needed. InvalidArgument/Internal when it cannot be created or is not
-  // writable.
+  // Creates the directory (0700) if needed. InvalidArgument when it cannot be created or is not
+  // writable; FailedPrecondition when it is owned by another user or writable by group or others
+  // (unless options.insecure_dir; see EnsurePrivateDir). Entries, digest records and size markers
+  // are written 0600, never through a symlink.
   static absl::StatusOr<std::unique_ptr<ObjectCache>> Create(ObjectCacheOptions options);
   ~ObjectCache();
   ObjectCache(const ObjectCache&) = delete;
@@ -134,7 +144,10 @@ class ObjectCache {
                                        const CompileOptions& options,
                                        CacheLookup* lookup = nullptr);
 
-  // The cache key (32 hex digits) Compile would use. NotFound when the model cannot be read.
+  // The cache key (32 hex digits) Compile would use. NotFound when the model cannot be read;
+  // InvalidArgument when an external-data file it refers to is one the importer refuses
+  // (OpenExternalDataFile: outside the model folder, not a regular file, too large); then Compile
+  // returns the importer's error, never reading such a file.
   absl::StatusOr<std::string> Key(const std::string& path, const std::string& bytes,
                                   const CompileOptions& options) const;
   // Whether Key(path, bytes, ...) would read only small files, not the model's contents: `bytes`
@@ -144,7 +157,8 @@ class ObjectCache {
   bool DigestIsRemembered(const std::string& path, const std::string& bytes) const;
   // Whether a lookup of this model could hit: the memory has held a model of the same size, or
   // the folder has stored one (each stored entry leaves an empty `size-<bytes>.cjs`
-  // marker; markers outlive evicted entries). False: certain to miss (a fresh folder, or one
+  // marker; markers outlive evicted entries until the eviction that finds them older than every
+  // entry left). False: certain to miss (a fresh folder, or one
   // holding only models of other sizes), which lets a tiered start skip its full tier's lookup,
   // whose key hashes the model. One stat of the model and one of the marker.
   bool MayHold(const std::string& path, const std::string& bytes) const;

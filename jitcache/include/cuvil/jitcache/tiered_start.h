@@ -19,6 +19,7 @@
 #ifndef CUVIL_JITCACHE_TIERED_START_H_
 #define CUVIL_JITCACHE_TIERED_START_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -37,6 +38,9 @@ struct TieredSource {
   std::string bytes;
   CompileOptions full_options;
   CompileOptions quick_options;
+  // Tests only: runs where the quick tier's compile starts (on its helper thread when it races a
+  // lookup), so a test can make it throw. Empty in production.
+  std::function<void()> test_before_quick;
 };
 
 // Thread-compatible: one thread at a time calls its methods (a loader thread may hand it to a
