@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "allocator_policy.h"
 #include "cuvil/jitcache/object_cache.h"
+#include "cuvil/jitcache/snapshot.h"
 #include "cuvil/observability/logging.h"
 #include "cuvil/server/server.h"
 #include "model_name.h"
@@ -41,8 +42,9 @@ constexpr char kHelp[] =
     "                              (admin and repository calls then need no token)\n"
     "  --max-request-bytes N       largest HTTP body or gRPC message, also the largest gRPC\n"
     "                              response (default 67108864)\n"
-    "  --max-snapshot-bytes N      largest snapshot artifact the admin API restores; it\n"
-    "                              travels in 1 MiB chunks (default 4294967296)\n"
+    "  --max-snapshot-bytes N      largest snapshot artifact the admin API or --snapshot-dir\n"
+    "                              restores; it travels in 1 MiB chunks (default 1073741824,\n"
+    "                              at most 2147483647)\n"
     "  --grpc-max-concurrent-calls N  gRPC calls in progress at once; more get\n"
     "                              RESOURCE_EXHAUSTED (default 512)\n"
     "  --exit-timeout-secs N       drain time on SIGTERM/SIGINT (default 30)\n"
@@ -60,6 +62,9 @@ constexpr char kHelp[] =
     "  --jit-cache-max-bytes N     evict least recently used cache entries above N bytes\n"
     "                              (default 4 GiB; 0: unlimited)\n"
     "  --no-jit-cache              compile every model (no disk or in-memory cache)\n"
+    "  --insecure-cache-dir        use a --jit-cache-dir or --snapshot-dir that another user\n"
+    "                              owns or group/others may write (refused by default: their\n"
+    "                              files run as native code); files there are written 0600\n"
     "  --compile-tier TIER         full (default): one compile at full optimisation; fast: one\n"
     "                              quick compile; tiered: READY after the quick compile, the\n"
     "                              full tier compiled in the background and swapped in at a\n"
@@ -99,6 +104,10 @@ int main(int argc, char** argv) {
     }
     if (flag == "--no-jit-cache") {
       options.jit_cache = false;
+      continue;
+    }
+    if (flag == "--insecure-cache-dir") {  // A switch: takes no value.
+      options.insecure_cache_dir = true;
       continue;
     }
     std::string value;
@@ -171,7 +180,8 @@ int main(int argc, char** argv) {
     } else if (name == "--max-request-bytes") {
       ok = int_flag(&options.max_request_bytes) && options.max_request_bytes > 0;
     } else if (name == "--max-snapshot-bytes") {
-      ok = int_flag(&options.max_snapshot_bytes) && options.max_snapshot_bytes > 0;
+      ok = int_flag(&options.max_snapshot_bytes) && options.max_snapshot_bytes > 0 &&
+           static_cast<uint64_t>(options.max_snapshot_bytes) <= cuvil::kMaxSnapshotBytesLimit;
     } else if (name == "--exit-timeout-secs") {
       ok = int_flag(&options.exit_timeout_secs);
     } else if (name == "--grpc-max-concurrent-calls") {

@@ -117,6 +117,7 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
     ObjectCacheOptions cache_options;
     cache_options.dir = options.jit_cache_dir;
     cache_options.max_bytes = options.jit_cache_max_bytes;
+    cache_options.insecure_dir = options.insecure_cache_dir;
     auto cache = ObjectCache::Create(cache_options);
     if (!cache.ok()) return cache.status();
     s.cache = std::move(*cache);
@@ -134,7 +135,10 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
   s.admin = std::make_unique<AdminOperations>(s.models.get(), options.admin_token,
                                               s.metrics_registry.get());
   if (!options.snapshot_dir.empty()) {
-    auto store = SnapshotStore::Create(options.snapshot_dir, s.models.get());
+    auto store = SnapshotStore::Create(
+        options.snapshot_dir, s.models.get(), options.insecure_cache_dir,
+        std::min<uint64_t>(static_cast<uint64_t>(std::max<int64_t>(options.max_snapshot_bytes, 0)),
+                           kMaxSnapshotBytesLimit));
     if (!store.ok()) return store.status();
     s.snapshots = std::move(*store);
     s.admin->set_snapshot_store(s.snapshots.get());

@@ -1,6 +1,7 @@
 #include "snapshot_store.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,6 +12,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "cuvil/jitcache/private_dir.h"
 #include "cuvil/jitcache/snapshot.h"
 #include "google/protobuf/text_format.h"
 #include "model_name.h"
@@ -22,10 +24,16 @@ namespace {
 namespace fs = std::filesystem;
 constexpr char kSuffix[] = ".cuvilsnap";
 
-// Writes `bytes` to `path` through a temporary file in the same folder, synced, then renamed.
+// Writes `bytes` to `path` through a temporary file in the same folder (created 0600, never
+// through a symlink), synced, then renamed.
 absl::Status WriteAtomically(const std::string& path, const std::string& bytes) {
   const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW;
+  int fd = open(tmp.c_str(), kFlags, kPrivateFileMode);
+  if (fd < 0 && errno == EEXIST) {  // Left by a crash of this pid's predecessor: replace it.
+    unlink(tmp.c_str());
+    fd = open(tmp.c_str(), kFlags, kPrivateFileMode);
+  }
   if (fd < 0)
     return absl::InternalError(absl::StrCat("cannot create ", tmp, ": ", strerror(errno)));
   size_t done = 0;
@@ -60,30 +68,25 @@ absl::StatusOr<std::string> SnapshotVersion(const ModelVersion& version) {
   return EncodeSnapshot(version.loaded(), version.name(), version.version(), config_text);
 }
 
-absl::StatusOr<std::vector<cuvil::admin::v1::RestoreSnapshotResponse>> RestoreSnapshots(
-    ModelManager* models, const std::vector<std::string_view>& artifacts) {
-  if (artifacts.empty()) return absl::InvalidArgumentError("no snapshot given");
-  // Everything is decoded and checked before anything is loaded.
-  std::vector<std::shared_ptr<const VersionSnapshot>> snapshots;
-  for (std::string_view bytes : artifacts) {
-    auto snapshot = DecodeSnapshot(bytes);
-    if (!snapshot.ok()) return snapshot.status();
-    if (absl::Status s = ValidateModelName(snapshot->model_name); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("snapshot: ", s.message()));
-    }
-    if (!snapshots.empty() && snapshot->model_name != snapshots[0]->model_name) {
-      return absl::InvalidArgumentError(absl::StrCat("snapshots of models '",
-                                                     snapshots[0]->model_name, "' and '",
-                                                     snapshot->model_name, "' in one restore"));
-    }
-    snapshots.push_back(std::make_shared<const VersionSnapshot>(*std::move(snapshot)));
-  }
+namespace {
+
+using Snapshots = std::vector<std::shared_ptr<const VersionSnapshot>>;
+
+// Loads decoded `snapshots` (all of one model) as its versions; see RestoreSnapshots.
+absl::StatusOr<std::vector<cuvil::admin::v1::RestoreSnapshotResponse>> RestoreDecoded(
+    ModelManager* models, const Snapshots& snapshots) {
   LoadRequest request;
   request.name = snapshots[0]->model_name;
   request.config_pbtxt = snapshots.back()->config_text;
   request.wait = true;
   std::vector<cuvil::admin::v1::RestoreSnapshotResponse> responses;
   for (const auto& snapshot : snapshots) {
+    if (!snapshot->host_matches) {
+      spdlog::warn(
+          "snapshot of model '{}' version {}: {}; its object code is not loaded, the version is "
+          "compiled again from its ONNX source",
+          snapshot->model_name, snapshot->version, snapshot->host_mismatch);
+    }
     bool recompiled = false;
     auto code = SnapshotCode(*snapshot, &recompiled);
     if (!code.ok()) return code.status();
@@ -110,15 +113,96 @@ absl::StatusOr<std::vector<cuvil::admin::v1::RestoreSnapshotResponse>> RestoreSn
   return responses;
 }
 
-absl::StatusOr<std::unique_ptr<SnapshotStore>> SnapshotStore::Create(std::string dir,
-                                                                     ModelManager* models) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--snapshot-dir ", dir, ": cannot create it: ", ec.message()));
+// RestoreDecoded, with an exception (bad_alloc, a library's) turned into Internal: restores run
+// on the admin blocking pool and at start-up, where one would be std::terminate.
+absl::StatusOr<std::vector<cuvil::admin::v1::RestoreSnapshotResponse>> RestoreDecodedCatching(
+    ModelManager* models, const Snapshots& snapshots) {
+  try {
+    return RestoreDecoded(models, snapshots);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("restoring a snapshot failed: ", e.what()));
+  } catch (...) {
+    return absl::InternalError("restoring a snapshot failed: unknown exception");
   }
-  return std::unique_ptr<SnapshotStore>(new SnapshotStore(std::move(dir), models));
+}
+
+// Checks a decoded snapshot against those of the same restore; InvalidArgument when it does not
+// belong with them.
+absl::Status CheckBelongs(const VersionSnapshot& snapshot, const Snapshots& others) {
+  if (absl::Status s = ValidateModelName(snapshot.model_name); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("snapshot: ", s.message()));
+  }
+  if (!others.empty() && snapshot.model_name != others[0]->model_name) {
+    return absl::InvalidArgumentError(absl::StrCat("snapshots of models '", others[0]->model_name,
+                                                   "' and '", snapshot.model_name,
+                                                   "' in one restore"));
+  }
+  return absl::OkStatus();
+}
+
+// Reads the snapshot file at `path` after checking its size: a regular file, never followed
+// through a symlink, at most `max_bytes`. ResourceExhausted/InvalidArgument otherwise.
+absl::StatusOr<std::string> ReadSnapshotFile(const std::string& path, uint64_t max_bytes) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot open it: ", strerror(errno)));
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{fd};
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError("not a regular file");
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size > kMaxSnapshotBytesLimit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "it is ", size, " bytes; no snapshot may exceed ", kMaxSnapshotBytesLimit, " bytes"));
+  }
+  if (size > max_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("it is ", size,
+                                                     " bytes, larger than the server's limit of ",
+                                                     max_bytes, " bytes (--max-snapshot-bytes)"));
+  }
+  std::string bytes(size, '\0');  // Read straight into its one buffer.
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = pread(fd, bytes.data() + done, size - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return absl::InvalidArgumentError("cannot read it (it changed?)");
+    done += static_cast<size_t>(n);
+  }
+  return bytes;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<cuvil::admin::v1::RestoreSnapshotResponse>> RestoreSnapshots(
+    ModelManager* models, const std::vector<std::string_view>& artifacts, uint64_t max_bytes) {
+  if (artifacts.empty()) return absl::InvalidArgumentError("no snapshot given");
+  // Everything is decoded and checked before anything is loaded.
+  Snapshots snapshots;
+  for (std::string_view bytes : artifacts) {
+    auto snapshot = DecodeSnapshot(bytes, max_bytes);
+    if (!snapshot.ok()) return snapshot.status();
+    if (absl::Status s = CheckBelongs(*snapshot, snapshots); !s.ok()) return s;
+    snapshots.push_back(std::make_shared<const VersionSnapshot>(*std::move(snapshot)));
+  }
+  return RestoreDecodedCatching(models, snapshots);
+}
+
+absl::StatusOr<std::unique_ptr<SnapshotStore>> SnapshotStore::Create(std::string dir,
+                                                                     ModelManager* models,
+                                                                     bool insecure_dir,
+                                                                     uint64_t max_snapshot_bytes) {
+  if (absl::Status s =
+          EnsurePrivateDir(dir, insecure_dir, "--snapshot-dir", "--insecure-cache-dir");
+      !s.ok()) {
+    return s;
+  }
+  return std::unique_ptr<SnapshotStore>(
+      new SnapshotStore(std::move(dir), models, max_snapshot_bytes));
 }
 
 SnapshotStore::~SnapshotStore() {
@@ -131,27 +215,30 @@ std::string SnapshotStore::PathFor(const std::string& name, int64_t version) con
 }
 
 void SnapshotStore::RestoreAll() {
-  // Files by model: one restore per model keeps its versions together.
-  std::map<std::string, std::vector<std::pair<std::string, std::string>>> by_model;
+  // Decoded snapshots by model: one restore per model keeps its versions together. Each file is
+  // dropped as soon as it is decoded (the snapshot holds what the restore needs).
+  std::map<std::string, Snapshots> by_model;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir_, ec)) {
     const std::string path = entry.path().string();
-    if (!entry.is_regular_file() || !path.ends_with(kSuffix)) continue;
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    std::string bytes = ss.str();
-    auto snapshot = DecodeSnapshot(bytes);
-    if (!snapshot.ok()) {
-      spdlog::error("snapshot {} refused: {}", path, std::string(snapshot.status().message()));
+    std::error_code e2;
+    if (entry.is_symlink(e2) || !entry.is_regular_file(e2) || !path.ends_with(kSuffix)) continue;
+    absl::StatusOr<VersionSnapshot> snapshot = absl::UnknownError("unread");
+    {
+      absl::StatusOr<std::string> bytes = ReadSnapshotFile(path, max_snapshot_bytes_);
+      snapshot = bytes.ok() ? DecodeSnapshot(*bytes, max_snapshot_bytes_) : bytes.status();
+    }
+    Snapshots& group = by_model[snapshot.ok() ? snapshot->model_name : ""];
+    absl::Status s = snapshot.ok() ? CheckBelongs(*snapshot, group) : snapshot.status();
+    if (!s.ok()) {
+      spdlog::error("snapshot {} refused: {}", path, std::string(s.message()));
       continue;
     }
-    by_model[snapshot->model_name].emplace_back(path, std::move(bytes));
+    group.push_back(std::make_shared<const VersionSnapshot>(*std::move(snapshot)));
   }
-  for (const auto& [name, files] : by_model) {
-    std::vector<std::string_view> artifacts;
-    for (const auto& [path, bytes] : files) artifacts.push_back(bytes);
-    auto restored = RestoreSnapshots(models_, artifacts);
+  for (const auto& [name, snapshots] : by_model) {
+    if (snapshots.empty()) continue;
+    auto restored = RestoreDecodedCatching(models_, snapshots);
     if (!restored.ok()) {
       spdlog::error("restoring model '{}' from {}: {}", name, dir_,
                     std::string(restored.status().message()));

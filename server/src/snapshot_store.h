@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "admin.pb.h"
+#include "cuvil/jitcache/snapshot.h"
 #include "cuvil/server/model_manager.h"
 
 namespace cuvil {
@@ -28,20 +29,29 @@ absl::StatusOr<std::string> SnapshotVersion(const ModelVersion& version);
 // Decodes `artifacts` (all versions of one model; InvalidArgument before anything changes when
 // one is damaged, unknown or truncated, or they name different models) and loads them as that
 // model's versions with their code and active patches, waiting until they serve. Like an inline
-// load, versions of the model not among them are unloaded once these are READY.
+// load, versions of the model not among them are unloaded once these are READY. An artifact above
+// `max_bytes` is ResourceExhausted, one above kMaxSnapshotBytesLimit InvalidArgument, before it
+// is parsed. Object code of another build or host is never loaded (compiled again from the
+// snapshot's ONNX source; see DecodeSnapshot). Never throws (an exception is Internal).
 absl::StatusOr<std::vector<cuvil::admin::v1::RestoreSnapshotResponse>> RestoreSnapshots(
-    ModelManager* models, const std::vector<std::string_view>& artifacts);
+    ModelManager* models, const std::vector<std::string_view>& artifacts,
+    uint64_t max_bytes = kMaxSnapshotBytesLimit);
 
 // Thread-safe.
 class SnapshotStore {
  public:
-  // Creates `dir` if needed; InvalidArgument when it cannot be created.
-  static absl::StatusOr<std::unique_ptr<SnapshotStore>> Create(std::string dir,
-                                                               ModelManager* models);
+  // Creates `dir` (0700) if needed; InvalidArgument when it cannot be created, FailedPrecondition
+  // when another user owns it or group/others may write it, unless `insecure_dir`
+  // (EnsurePrivateDir). Snapshot files are written 0600; files above `max_snapshot_bytes` are
+  // refused by RestoreAll before they are read.
+  static absl::StatusOr<std::unique_ptr<SnapshotStore>> Create(
+      std::string dir, ModelManager* models, bool insecure_dir = false,
+      uint64_t max_snapshot_bytes = kDefaultMaxSnapshotBytes);
   ~SnapshotStore();  // Stops the watcher.
 
-  // Restores every snapshot file in the folder, one model at a time. A file that is refused is
-  // logged and left alone (never deleted). Call before StartWatching.
+  // Restores every snapshot file in the folder, one model at a time. A file that is refused (too
+  // large, damaged, a symlink) is logged and left alone (never deleted). Call before
+  // StartWatching.
   void RestoreAll();
   // Writes the snapshot of `version` if its code changed since the last write (temporary file,
   // fsync, rename: a crash leaves the old file or the new one, never a mix).
@@ -56,11 +66,13 @@ class SnapshotStore {
   const std::string& dir() const { return dir_; }
 
  private:
-  SnapshotStore(std::string dir, ModelManager* models) : dir_(std::move(dir)), models_(models) {}
+  SnapshotStore(std::string dir, ModelManager* models, uint64_t max_snapshot_bytes)
+      : dir_(std::move(dir)), models_(models), max_snapshot_bytes_(max_snapshot_bytes) {}
   std::string PathFor(const std::string& name, int64_t version) const;
 
   const std::string dir_;
   ModelManager* const models_;
+  const uint64_t max_snapshot_bytes_;
   absl::Mutex mu_;  // Serialises writes; held across one file write.
   // File -> (namespace, change count) of the code it holds.
   std::map<std::string, std::pair<std::string, uint64_t>> written_ ABSL_GUARDED_BY(mu_);

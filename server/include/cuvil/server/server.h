@@ -28,8 +28,9 @@ struct ServerOptions {
   // the largest gRPC response.
   int64_t max_request_bytes = 64 << 20;
   // Largest snapshot artifact the admin API restores (gRPC RestoreSnapshotStream, in chunks that
-  // each obey max_request_bytes); bounds the memory one restore call may take.
-  int64_t max_snapshot_bytes = int64_t{4} << 30;
+  // each obey max_request_bytes); bounds the memory one restore call may take. Also the largest
+  // file snapshot_dir restores. At most 2^31-1 (protobuf's limit): larger artifacts are refused.
+  int64_t max_snapshot_bytes = int64_t{1} << 30;
   // gRPC calls in progress at once (an open stream counts as one); more get RESOURCE_EXHAUSTED.
   int grpc_max_concurrent_calls = 512;
   // TLS for gRPC and HTTP (PEM files): both cert and key, or neither. With tls_client_ca, clients
@@ -46,6 +47,9 @@ struct ServerOptions {
   // --jit-cache-dir defaults to $XDG_CACHE_HOME/cuvil). jit_cache false turns the cache off.
   std::string jit_cache_dir;
   bool jit_cache = true;
+  // Use jit_cache_dir and snapshot_dir even when another user owns them or group/others may write
+  // them (by default the server refuses to start: their files are run as native code).
+  bool insecure_cache_dir = false;
   // LRU eviction above it (0: unlimited). Bounded by default: every rebuild of the compiler keys
   // new entries, so an unbounded directory would only grow.
   uint64_t jit_cache_max_bytes = uint64_t{4} << 30;
