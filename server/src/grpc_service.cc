@@ -22,6 +22,7 @@
 #include "grpc_unary_call.h"
 #include "grpcpp/grpcpp.h"
 #include "health.grpc.pb.h"
+#include "inflight_budget.h"
 #include "load_parameters.h"
 #include "model_name.h"
 #include "shared_memory_registry.h"
@@ -56,12 +57,14 @@ LoadParametersInput LoadInput(const inference::RepositoryModelLoadRequest& q) {
 class InferenceHandlers {
  public:
   InferenceHandlers(ModelManager* models, AdminOperations* admin, const ServerInfo* info,
-                    SharedMemoryRegistry* shared_memory, int64_t max_request_bytes)
+                    SharedMemoryRegistry* shared_memory, int64_t max_request_bytes,
+                    InflightBudget* inflight_budget)
       : models_(models),
         admin_(admin),
         info_(info),
         shared_memory_(shared_memory),
-        max_request_bytes_(max_request_bytes) {}
+        max_request_bytes_(max_request_bytes),
+        inflight_budget_(inflight_budget) {}
 
   // Liveness and readiness probes skip the call limit: they are quick, and a busy server must
   // not look dead to its orchestrator.
@@ -99,7 +102,8 @@ class InferenceHandlers {
   // Validates `q` and queues it on its model's scheduler without waiting. `done` runs exactly
   // once: with the status of the call, after `r` is filled on success; on a scheduler thread, or
   // inline when validation or admission refuses the request. `*model` is set to the version
-  // serving the request before it is queued; the caller keeps it (and `ctx`, `q`, `r`) alive
+  // serving the request before it is queued (when it is set already, as WireLimits sets it, that
+  // version serves the request); the caller keeps it (and `ctx`, `q`, `r`) alive
   // until `done` has run, and drops it off the scheduler's threads.
   //
   // A call that reads and writes ModelInfer's bytes itself (grpc_infer_wire.h) passes the raw
@@ -118,6 +122,26 @@ class InferenceHandlers {
   // Where raw inputs read from the wire are copied.
   const std::shared_ptr<RecycledBuffers>& input_buffers() const {
     return shared_memory_->input_buffers();
+  }
+
+  // The server-wide budget a ModelInfer's bytes are reserved against (null: unlimited).
+  InflightBudget* inflight_budget() const { return inflight_budget_; }
+
+  // The wire reader's limits for a ModelInfer: routes the model the request names (its error,
+  // e.g. NotFound, refuses the request before anything else of it is parsed) into `*model`, for
+  // StartInfer, and allows as many inputs, raw entries and requested outputs as it has, and
+  // declared input tensors up to --max-request-bytes.
+  absl::StatusOr<InferWireLimits> WireLimits(const InferWireCounts& counts,
+                                             std::shared_ptr<ModelVersion>* model) const {
+    auto routed = models_->Route(counts.model_name, counts.model_version);
+    if (!routed.ok()) return routed.status();
+    *model = *std::move(routed);
+    InferWireLimits limits;
+    limits.max_inputs = (*model)->executable().inputs().size();
+    limits.max_outputs = (*model)->executable().outputs().size();
+    limits.max_declared_bytes = static_cast<uint64_t>(max_request_bytes_);
+    limits.what = absl::StrCat("model '", counts.model_name, "'");
+    return limits;
   }
 
   grpc::Status ModelConfig(grpc::ServerContext*, const inference::ModelConfigRequest* q,
@@ -316,8 +340,8 @@ class InferenceHandlers {
     out->mutable_inference_stats()->mutable_fail()->set_count(total);
   }
 
-  // Validates `q` into a request for `model`. The request's raw inputs view `q`.
-  // Shared memory outputs go to `*shm_outputs`.
+  // Validates `q` into a request for `model` (routed here unless the caller already did). The
+  // request's raw inputs view `q`. Shared memory outputs go to `*shm_outputs`.
   absl::StatusOr<std::unique_ptr<InferenceRequest>> Prepare(
       grpc::ServerContextBase* ctx, const inference::ModelInferRequest& q,
       const std::vector<RawBytes>* raw_inputs, std::shared_ptr<ModelVersion>* model,
@@ -328,9 +352,11 @@ class InferenceHandlers {
                                                        " bytes exceeds --max-request-bytes ",
                                                        max_request_bytes_));
     }
-    auto routed = models_->Route(q.model_name(), q.model_version());
-    if (!routed.ok()) return routed.status();
-    *model = *std::move(routed);
+    if (*model == nullptr) {
+      auto routed = models_->Route(q.model_name(), q.model_version());
+      if (!routed.ok()) return routed.status();
+      *model = *std::move(routed);
+    }
     absl::StatusOr<WireRequest> wire = DecodeModelInferRequest(q, raw_inputs);
     if (!wire.ok()) return wire.status();
     auto request = BuildInferenceRequest(**model, *std::move(wire), shared_memory_, shm_outputs);
@@ -392,6 +418,7 @@ class InferenceHandlers {
   const ServerInfo* info_;
   SharedMemoryRegistry* shared_memory_;
   int64_t max_request_bytes_;
+  InflightBudget* inflight_budget_;
 };
 
 void InferenceHandlers::StartInfer(grpc::ServerContextBase* ctx,
@@ -428,7 +455,10 @@ using InferenceServiceWithRawInfer =
 // small model on an idle instance also executes it, see the scheduler's inline execution), and
 // answers with Finish from whichever thread completes it. A call holds its slot until it sends
 // its status, and the model version until it is deleted on a polling thread (the scheduler's
-// thread that completes the call must not destroy the version).
+// thread that completes the call must not destroy the version). Its message's bytes are reserved
+// against the server's in-flight budget until the call is deleted, after its response has gone
+// out; the wire reader routes the model first and checks the request against it before parsing
+// or copying anything in proportion to the message.
 class InferMethod final : public ArmedMethod {
  public:
   InferMethod(const CallContext& context, InferenceServiceWithRawInfer* service,
@@ -461,9 +491,24 @@ class InferMethod final : public ArmedMethod {
       }
       method_->Arm();
       slot_.emplace(method_->context_.limiter);
-      if (!slot_->ok()) return Respond(method_->context_.limiter->Busy());
+      if (!slot_->ok()) {
+        request_wire_.Clear();
+        return Respond(method_->context_.limiter->Busy());
+      }
+      if (InflightBudget* budget = method_->handlers_->inflight_budget(); budget != nullptr) {
+        absl::StatusOr<InflightBudget::Reservation> reserved =
+            budget->Reserve(request_wire_.Length(), "a gRPC ModelInfer request");
+        if (!reserved.ok()) {
+          request_wire_.Clear();
+          return Respond(ToGrpc(reserved.status()));
+        }
+        reservation_ = *std::move(reserved);
+      }
       absl::Status read =
-          ReadModelInferRequest(request_wire_, method_->handlers_->input_buffers(), &request_);
+          ReadModelInferRequest(request_wire_, method_->handlers_->input_buffers(), &request_,
+                                [this](const InferWireCounts& counts) {
+                                  return method_->handlers_->WireLimits(counts, &model_);
+                                });
       request_wire_.Clear();  // gRPC's receive slices are not needed any more.
       if (!read.ok()) return Respond(ToGrpc(read));
       method_->handlers_->StartInfer(&ctx_, request_.header, &request_.raw, &response_,
@@ -491,6 +536,7 @@ class InferMethod final : public ArmedMethod {
     grpc::ByteBuffer response_wire_;
     grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> responder_{&ctx_};
     std::optional<CallLimiter::Slot> slot_;
+    InflightBudget::Reservation reservation_;  // Released when the call is deleted.
     std::shared_ptr<ModelVersion> model_;
     CallStep<Call> request_tag_{this, &Call::OnRequest};
   };
@@ -662,7 +708,8 @@ class GrpcServiceImpl final : public GrpcService {
       : admin_(admin),
         info_(info),
         limiter_(options.max_concurrent_calls),
-        inference_(models, admin, info, shared_memory, options.max_request_bytes) {}
+        inference_(models, admin, info, shared_memory, options.max_request_bytes,
+                   options.inflight_budget) {}
 
   absl::Status Start(const GrpcServiceOptions& options) {
     grpc::ServerBuilder builder;
@@ -686,6 +733,15 @@ class GrpcServiceImpl final : public GrpcService {
         static_cast<int>(std::clamp<int64_t>(options.max_request_bytes, 1, INT_MAX));
     builder.SetMaxReceiveMessageSize(max_bytes);
     builder.SetMaxSendMessageSize(max_bytes);
+    // gRPC reads a whole message before any handler sees it, so the in-flight budget alone
+    // would come too late for many large messages arriving at once: gRPC's own buffers obey the
+    // same budget as a resource quota (past it, the transport sheds streams and shrinks windows).
+    if (options.inflight_budget != nullptr && options.inflight_budget->limit() != 0) {
+      grpc::ResourceQuota quota("cuvil-grpc");
+      quota.Resize(
+          static_cast<size_t>(std::min<uint64_t>(options.inflight_budget->limit(), SIZE_MAX)));
+      builder.SetResourceQuota(quota);
+    }
     // Every method is asynchronous: gRPC starts no synchronous-server or callback threads, so the
     // queue's own polling threads are the only ones reading the network.
     builder.RegisterService(&inference_service_);

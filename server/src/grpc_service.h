@@ -13,6 +13,7 @@
 
 namespace cuvil {
 
+class InflightBudget;
 class SharedMemoryRegistry;
 
 struct GrpcServiceOptions {
@@ -24,6 +25,10 @@ struct GrpcServiceOptions {
   int64_t max_snapshot_bytes = int64_t{4} << 30;
   // Calls in progress at once (a stream counts while open); more get RESOURCE_EXHAUSTED.
   int max_concurrent_calls = 512;
+  // The server-wide budget of request bytes in flight (outliving the service; null: unlimited).
+  // A ModelInfer reserves its message's bytes before reading them and holds them until its
+  // response has gone out; a call that would cross the budget gets RESOURCE_EXHAUSTED at once.
+  InflightBudget* inflight_budget = nullptr;
   // Threads polling the completion queue every method is served on (ThreadBudget's
   // grpc_threads); each runs the calls it reads, so no call takes a thread of its own.
   int threads = 2;

@@ -47,6 +47,10 @@ constexpr char kHelp[] =
     "                              at most 2147483647)\n"
     "  --grpc-max-concurrent-calls N  gRPC calls in progress at once; more get\n"
     "                              RESOURCE_EXHAUSTED (default 512)\n"
+    "  --max-inflight-bytes N      bytes all requests in flight may hold together (a gRPC\n"
+    "                              ModelInfer reserves its message's bytes until answered);\n"
+    "                              a request past it gets RESOURCE_EXHAUSTED at once\n"
+    "                              (default a quarter of physical memory; 0: unlimited)\n"
     "  --exit-timeout-secs N       drain time on SIGTERM/SIGINT (default 30)\n"
     "  --http-threads N            HTTP handler threads; each open keep-alive connection\n"
     "                              holds one (default 32). Thread sizes are logged at start\n"
@@ -184,6 +188,8 @@ int main(int argc, char** argv) {
            static_cast<uint64_t>(options.max_snapshot_bytes) <= cuvil::kMaxSnapshotBytesLimit;
     } else if (name == "--exit-timeout-secs") {
       ok = int_flag(&options.exit_timeout_secs);
+    } else if (name == "--max-inflight-bytes") {
+      ok = int_flag(&options.max_inflight_bytes);
     } else if (name == "--grpc-max-concurrent-calls") {
       ok = int_flag(&options.grpc_max_concurrent_calls) && options.grpc_max_concurrent_calls > 0;
     } else if (name == "--http-threads") {

@@ -40,6 +40,7 @@ RecycledBuffers::Buffer RecycledBuffers::Acquire(const std::shared_ptr<RecycledB
       return Buffer(found.data, Return(pool, found.capacity));
     }
   }
+  pool->allocated_bytes_.fetch_add(rounded, std::memory_order_relaxed);
   void* p = std::aligned_alloc(64, rounded);
   if (p == nullptr) std::abort();  // Out of memory is not recoverable here.
   // Fresh pages: one call faults them in instead of a trap per page during the copy.

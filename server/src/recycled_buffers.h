@@ -2,6 +2,7 @@
 #ifndef CUVIL_SERVER_SRC_RECYCLED_BUFFERS_H_
 #define CUVIL_SERVER_SRC_RECYCLED_BUFFERS_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -42,6 +43,8 @@ class RecycledBuffers {
   // Idle buffers and their total capacity (for tests).
   size_t idle_buffers() const;
   size_t idle_bytes() const;
+  // Bytes of every buffer Acquire has allocated fresh (not recycled) so far (for tests).
+  size_t allocated_bytes() const { return allocated_bytes_.load(std::memory_order_relaxed); }
 
   ~RecycledBuffers();
 
@@ -58,6 +61,7 @@ class RecycledBuffers {
   mutable absl::Mutex mu_;
   std::vector<Idle> idle_ ABSL_GUARDED_BY(mu_);
   size_t idle_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<size_t> allocated_bytes_{0};
 };
 
 }  // namespace cuvil

@@ -17,6 +17,7 @@
 #include "front_end_security.h"
 #include "grpc_service.h"
 #include "http_service.h"
+#include "inflight_budget.h"
 #include "server_info.h"
 #include "shared_memory_registry.h"
 #include "snapshot_store.h"
@@ -37,6 +38,9 @@ struct CuvilServer::Impl {
   std::unique_ptr<SnapshotStore> snapshots;  // --snapshot-dir; stopped before the models unload.
   // Outlives the front ends (declared before them); made when the options are known.
   std::unique_ptr<SharedMemoryRegistry> shared_memory;
+  // Requests' bytes in flight, shared by the front ends (gRPC ModelInfer so far). Declared
+  // before the services so it outlives their calls.
+  std::unique_ptr<InflightBudget> inflight_budget;
   std::unique_ptr<GrpcService> grpc;
   std::unique_ptr<HttpService> http;
   httplib::Server metrics;
@@ -151,6 +155,12 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
   grpc_options.max_request_bytes = options.max_request_bytes;
   grpc_options.max_snapshot_bytes = options.max_snapshot_bytes;
   grpc_options.max_concurrent_calls = options.grpc_max_concurrent_calls;
+  s.inflight_budget = std::make_unique<InflightBudget>(
+      options.max_inflight_bytes < 0 ? InflightBudget::DefaultLimit()
+                                     : static_cast<uint64_t>(options.max_inflight_bytes));
+  grpc_options.inflight_budget = s.inflight_budget.get();
+  spdlog::info("requests in flight may hold {} bytes{}", s.inflight_budget->limit(),
+               s.inflight_budget->limit() == 0 ? " (unlimited)" : " (--max-inflight-bytes)");
   const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const ThreadBudget budget = ComputeThreadBudget(cores, options.http_threads);
   grpc_options.threads = budget.grpc_threads;

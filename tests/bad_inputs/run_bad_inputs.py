@@ -20,7 +20,9 @@ and per action:
               Inference-Header-Content-Length of the JSON's length unless headers set one),
               "chunked": true, "no_host": true; "HOSTPORT" in a header value is the server's
               HTTP host:port
-  grpc_infer  req: ModelInferRequest as JSON (json_format), raw: [byte counts of zero tensors]
+  grpc_infer  req: ModelInferRequest as JSON (json_format), raw: [byte counts of zero tensors],
+              optional raw_repeat: [count, bytes] (that many more zero entries), inputs_repeat: n
+              (n more empty inputs), outputs_repeat: n (n more outputs named "output")
   grpc_load   name, params: {key: {"string": S} | {"bytes": content} | {"int": N} | {"bool": B}}
   grpc_unload name
 Content values anywhere may be {"$model": MODEL_SPEC} (bytes; base64 text inside JSON bodies),
@@ -391,6 +393,14 @@ class Runner:
         req = json_format.ParseDict(c.get("req", {}), pb.ModelInferRequest())
         for n in c.get("raw", []):
             req.raw_input_contents.append(b"\0" * n)
+        # Amplifying requests (issue 38): many entries that each cost a few wire bytes.
+        if "raw_repeat" in c:
+            count, size = c["raw_repeat"]
+            req.raw_input_contents.extend([b"\0" * size] * count)
+        for _ in range(c.get("inputs_repeat", 0)):
+            req.inputs.add()
+        for _ in range(c.get("outputs_repeat", 0)):
+            req.outputs.add(name="output")
         return req
 
     def do_grpc_infer(self, c):

@@ -1,0 +1,106 @@
+#include "inflight_budget.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace cuvil {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(InflightBudgetTest, RefusesAtOnceAboveTheLimitAndFreesOnRelease) {
+  InflightBudget budget(100);
+  absl::StatusOr<InflightBudget::Reservation> a = budget.Reserve(60, "request");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(budget.in_flight(), 60u);
+  absl::StatusOr<InflightBudget::Reservation> b = budget.Reserve(41, "request");
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(b.status().message(), HasSubstr("--max-inflight-bytes"));
+  EXPECT_THAT(b.status().message(), HasSubstr("60 bytes of requests already in flight"));
+  EXPECT_EQ(budget.in_flight(), 60u);  // A refusal holds nothing.
+  absl::StatusOr<InflightBudget::Reservation> c = budget.Reserve(40, "request");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(budget.in_flight(), 100u);
+  a->Release();
+  a->Release();  // Idempotent.
+  EXPECT_EQ(budget.in_flight(), 40u);
+  {
+    InflightBudget::Reservation moved = *std::move(c);
+    EXPECT_EQ(moved.bytes(), 40u);
+    EXPECT_EQ(budget.in_flight(), 40u);
+  }
+  EXPECT_EQ(budget.in_flight(), 0u);
+}
+
+TEST(InflightBudgetTest, ARequestLargerThanTheLimitIsAlwaysRefused) {
+  InflightBudget budget(100);
+  absl::StatusOr<InflightBudget::Reservation> r = budget.Reserve(101, "gRPC ModelInfer");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(r.status().message(), HasSubstr("gRPC ModelInfer of 101 bytes is larger than"));
+  // Huge values do not wrap around.
+  EXPECT_FALSE(budget.Reserve(UINT64_MAX, "request").ok());
+  EXPECT_EQ(budget.in_flight(), 0u);
+}
+
+TEST(InflightBudgetTest, ZeroIsUnlimited) {
+  InflightBudget budget(0);
+  auto a = budget.Reserve(uint64_t{1} << 62, "request");
+  auto b = budget.Reserve(uint64_t{1} << 62, "request");
+  EXPECT_TRUE(a.ok());
+  EXPECT_TRUE(b.ok());
+}
+
+TEST(InflightBudgetTest, MoveAssignmentReleasesWhatItReplaces) {
+  InflightBudget budget(100);
+  InflightBudget::Reservation r = *budget.Reserve(30, "request");
+  r = *budget.Reserve(20, "request");
+  EXPECT_EQ(budget.in_flight(), 20u);
+  r = InflightBudget::Reservation();
+  EXPECT_EQ(budget.in_flight(), 0u);
+}
+
+// Concurrent reservations never exceed the limit together, and all come back.
+TEST(InflightBudgetTest, ConcurrentReservationsStayWithinTheLimit) {
+  InflightBudget budget(1000);
+  std::atomic<uint64_t> peak{0};
+  std::atomic<int> refused{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 20000; ++i) {
+        auto r = budget.Reserve(300, "request");
+        if (!r.ok()) {
+          refused.fetch_add(1);
+          continue;
+        }
+        uint64_t now = budget.in_flight();
+        uint64_t seen = peak.load();
+        while (now > seen && !peak.compare_exchange_weak(seen, now)) {
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_LE(peak.load(), 1000u);
+  EXPECT_EQ(budget.in_flight(), 0u);
+}
+
+TEST(InflightBudgetTest, TheDefaultIsAQuarterOfPhysicalMemory) {
+  const uint64_t limit = InflightBudget::DefaultLimit();
+  EXPECT_GT(limit, uint64_t{0});
+  const uint64_t phys =
+      static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  EXPECT_EQ(limit, phys / 4);
+}
+
+}  // namespace
+}  // namespace cuvil
