@@ -1,7 +1,16 @@
 // End-to-end tests of the HTTP/REST front end with a real HTTP client on ephemeral ports.
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <nlohmann/json.hpp>
+#include <string_view>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "gmock/gmock.h"
@@ -360,6 +369,230 @@ TEST(ServerStartTest, NonLoopbackBindNeedsATokenOrInsecureAdmin) {
   EXPECT_EQ(client.Get("/v2/admin/models", headers)->status, 401);
   headers.emplace("Authorization", "Bearer tok");
   EXPECT_EQ(client.Get("/v2/admin/models", headers)->status, 200);
+}
+
+// ---- Issue 38 (a): slow, idle and numerous clients ----
+
+using SteadyClock = std::chrono::steady_clock;
+
+// A raw blocking loopback connection to `port`, from `source` (any 127.x.y.z works on Linux);
+// -1 on failure.
+int ConnectFrom(int port, const char* source = "127.0.0.1") {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  inet_pton(AF_INET, source, &from.sin_addr);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0 ||
+      ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool SendText(int fd, std::string_view text) {
+  return ::send(fd, text.data(), text.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(text.size());
+}
+
+// Reads one response with an empty or Content-Length body; "" on timeout or close.
+std::string ReadResponse(int fd, std::chrono::milliseconds timeout) {
+  std::string got;
+  auto deadline = SteadyClock::now() + timeout;
+  while (SteadyClock::now() < deadline) {
+    size_t end = got.find("\r\n\r\n");
+    if (end != std::string::npos) {
+      size_t length = 0;
+      size_t at = got.find("Content-Length: ");
+      if (at != std::string::npos && at < end) length = std::stoul(got.substr(at + 16));
+      if (got.size() >= end + 4 + length) return got;
+    }
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 50) <= 0) continue;
+    char buf[4096];
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) return "";
+    got.append(buf, static_cast<size_t>(n));
+  }
+  return "";
+}
+
+// True when the server has closed `fd` (EOF or reset); drains anything it sent before.
+bool ServerClosed(int fd) {
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n == 0) return true;
+    if (n < 0) return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+  }
+}
+
+class HttpSlowClientTest : public ::testing::Test {
+ protected:
+  void Start(ServerOptions options) {
+    server_ = testing::StartServer(testing::MakeRepository("http_slow_repo"), options);
+    ASSERT_NE(server_, nullptr);
+  }
+  void TearDown() override {
+    for (int fd : fds_) ::close(fd);
+  }
+  int Open(const char* source = "127.0.0.1") {
+    int fd = ConnectFrom(server_->http_port(), source);
+    EXPECT_GE(fd, 0);
+    if (fd >= 0) fds_.push_back(fd);
+    return fd;
+  }
+
+  std::unique_ptr<CuvilServer> server_;
+  std::vector<int> fds_;
+};
+
+// The finding: connections that send a request line and a header, then trickle, used to hold
+// every HTTP thread, so health checks and inference timed out. Now neither slow headers, slow
+// bodies nor idle keep-alive connections hold a handler thread, and the slow ones are cut at the
+// header deadline however they trickle.
+TEST_F(HttpSlowClientTest, SlowAndIdleClientsDoNotStopHealthOrInference) {
+  ServerOptions options;
+  options.http_threads = 4;
+  options.http_header_timeout_secs = 2;
+  options.http_idle_timeout_secs = 60;
+  Start(options);
+  const int port = server_->http_port();
+  const auto opened = SteadyClock::now();
+  std::vector<int> slow;
+  for (int i = 0; i < 64; ++i) {
+    int fd = Open();
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(SendText(fd, "GET /v2/health/ready HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: a"));
+    slow.push_back(fd);
+  }
+  // Bodies that never arrive: each is on a handler thread until the minimum rate cuts it.
+  std::vector<int> slow_body;
+  for (int i = 0; i < 2; ++i) {
+    int fd = Open();
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(SendText(fd,
+                         "POST /v2/models/mlp/infer HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                         "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"));
+    slow_body.push_back(fd);
+  }
+  std::vector<int> idle;
+  for (int i = 0; i < 64; ++i) {
+    int fd = Open();
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(SendText(fd, "GET /v2/health/live HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+    ASSERT_THAT(ReadResponse(fd, std::chrono::seconds(5)), HasSubstr("200 OK")) << "idle " << i;
+    idle.push_back(fd);
+  }
+
+  // A new client is answered at once (generous bound: CI machines are loaded).
+  httplib::Client fresh("127.0.0.1", port);
+  fresh.set_connection_timeout(std::chrono::seconds(1));
+  fresh.set_read_timeout(std::chrono::seconds(1));
+  auto t0 = SteadyClock::now();
+  auto ready = fresh.Get("/v2/health/ready");
+  ASSERT_TRUE(ready) << "no answer to /v2/health/ready";
+  EXPECT_EQ(ready->status, 200);
+  EXPECT_LT(SteadyClock::now() - t0, std::chrono::seconds(1));
+  auto live = fresh.Get("/v2/health/live");
+  ASSERT_TRUE(live);
+  EXPECT_EQ(live->status, 200);
+  auto model_ready = fresh.Get("/v2/models/mlp/ready");
+  ASSERT_TRUE(model_ready);
+  EXPECT_EQ(model_ready->status, 200);
+  HostTensor input = testing::ReadReference("mlp", 0, "input");
+  json data = json::array();
+  for (int64_t i = 0; i < input.num_elements(); ++i) data.push_back(input.data_as<float>()[i]);
+  json body = {
+      {"inputs",
+       {{{"name", "input"}, {"datatype", "FP32"}, {"shape", input.shape()}, {"data", data}}}}};
+  fresh.set_read_timeout(std::chrono::seconds(10));
+  auto infer = fresh.Post("/v2/models/mlp/infer", body.dump(), "application/json");
+  ASSERT_TRUE(infer) << "no answer to an infer";
+  EXPECT_EQ(infer->status, 200) << infer->body;
+
+  // The slow clients keep trickling a header byte every 250 ms (so no single read ever times
+  // out), yet the server closes each at its 2 s header deadline; the slow bodies go too.
+  std::vector<bool> closed(slow.size(), false);
+  std::vector<bool> body_closed(slow_body.size(), false);
+  size_t open_left = slow.size() + slow_body.size();
+  while (open_left > 0 && SteadyClock::now() - opened < std::chrono::seconds(15)) {
+    for (size_t i = 0; i < slow.size(); ++i) {
+      if (closed[i]) continue;
+      if (ServerClosed(slow[i]) || !SendText(slow[i], "a")) {
+        closed[i] = true;
+        --open_left;
+      }
+    }
+    for (size_t i = 0; i < slow_body.size(); ++i) {
+      if (!body_closed[i] && ServerClosed(slow_body[i])) {
+        body_closed[i] = true;
+        --open_left;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  const auto all_closed = SteadyClock::now() - opened;
+  EXPECT_EQ(open_left, 0u) << "slow connections still open after 15 s";
+  // 2 s deadline (the bodies: 2 s grace plus their rate) plus generous scheduling slack.
+  EXPECT_LT(all_closed, std::chrono::seconds(12));
+
+  // Idle keep-alive connections were never cut (60 s idle timeout) and still serve.
+  for (int fd : {idle.front(), idle.back()}) {
+    ASSERT_TRUE(SendText(fd, "GET /v2/models/mlp/ready HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+    EXPECT_THAT(ReadResponse(fd, std::chrono::seconds(5)), HasSubstr("200 OK"));
+  }
+}
+
+TEST_F(HttpSlowClientTest, ConnectionCapsPerAddressAndInAll) {
+  ServerOptions options;
+  options.http_threads = 2;
+  options.http_max_connections = 24;
+  options.http_max_connections_per_address = 8;
+  Start(options);
+  // 8 idle connections from 127.0.0.2; the 9th from there is refused with 503.
+  std::vector<int> from_two;
+  for (int i = 0; i < 8; ++i) {
+    int fd = Open("127.0.0.2");
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(SendText(fd, "GET /v2/health/live HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+    ASSERT_THAT(ReadResponse(fd, std::chrono::seconds(5)), HasSubstr("200 OK"));
+    from_two.push_back(fd);
+  }
+  int ninth = Open("127.0.0.2");
+  ASSERT_GE(ninth, 0);
+  SendText(ninth, "GET /v2/health/live HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  std::string refused = ReadResponse(ninth, std::chrono::seconds(5));
+  EXPECT_THAT(refused, HasSubstr("503"));
+  EXPECT_THAT(refused, HasSubstr("too many connections from this address"));
+  // Another address is not affected.
+  int other = Open("127.0.0.3");
+  ASSERT_GE(other, 0);
+  ASSERT_TRUE(SendText(other, "GET /v2/health/ready HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+  EXPECT_THAT(ReadResponse(other, std::chrono::seconds(5)), HasSubstr("200 OK"));
+
+  // Fill the server to its cap of 24 with idle connections from other addresses: a new client
+  // still gets in (the connection idle longest, the first from 127.0.0.2, makes room).
+  const char* sources[] = {"127.0.0.4", "127.0.0.5"};
+  for (int i = 0; i < 15; ++i) {
+    int fd = Open(sources[i % 2]);
+    ASSERT_GE(fd, 0);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  httplib::Client fresh("127.0.0.1", server_->http_port());
+  fresh.set_read_timeout(std::chrono::seconds(2));
+  auto ready = fresh.Get("/v2/health/ready");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 200);
+  auto t0 = SteadyClock::now();
+  while (!ServerClosed(from_two.front()) && SteadyClock::now() - t0 < std::chrono::seconds(5)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(ServerClosed(from_two.front())) << "the oldest idle connection was not evicted";
 }
 
 }  // namespace

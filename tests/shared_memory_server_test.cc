@@ -475,5 +475,98 @@ TEST_F(HttpSharedMemoryTest, ErrorsNameTheTensorAndRegion) {
   EXPECT_EQ(client_->Get("/v2/health/live")->status, 200);
 }
 
+// Issue 38 (b): a web page (foreign Host or Origin, a "simple" Content-Type) must not register,
+// list or use shared memory: those routes get the admin routes' browser defences, and so does an
+// inference that names a region.
+TEST_F(HttpSharedMemoryTest, BrowsersCannotRegisterListOrUseRegions) {
+  HostTensor input = testing::ReadReference("mlp", 0, "input");
+  HostTensor expected = testing::ReadReference("mlp", 0, "output");
+  const size_t in_bytes = input.byte_size();
+  const size_t out_bytes = expected.byte_size();
+  ClientShm victim(in_bytes + out_bytes);
+  std::memcpy(victim.at(0), input.data(), in_bytes);
+  const std::string body =
+      json{{"key", victim.key()}, {"offset", 0}, {"byte_size", in_bytes + out_bytes}}.dump();
+  const std::string self = "127.0.0.1:" + std::to_string(server_->http_port());
+  auto error = [](const httplib::Result& res) {
+    return res ? json::parse(res->body).value("error", std::string()) : std::string("no answer");
+  };
+
+  // The finding's request: foreign Host and Origin, text/plain.
+  httplib::Headers evil = {{"Host", "evil.example"}, {"Origin", "http://evil.example"}};
+  auto reg = client_->Post("/v2/systemsharedmemory/region/v/register", evil, body, "text/plain");
+  ASSERT_TRUE(reg);
+  EXPECT_EQ(reg->status, 403) << reg->body;
+  EXPECT_THAT(error(reg), HasSubstr("not a loopback name"));
+  // A foreign page on a loopback Host (DNS rebinding aside): the Origin check.
+  httplib::Headers foreign = {{"Host", self}, {"Origin", "http://evil.example"}};
+  reg =
+      client_->Post("/v2/systemsharedmemory/region/v/register", foreign, body, "application/json");
+  EXPECT_EQ(reg->status, 403) << reg->body;
+  EXPECT_THAT(error(reg), HasSubstr("cross-origin"));
+  // A same-origin "simple" request (no preflight): the Content-Type check.
+  httplib::Headers same = {{"Origin", "http://" + self}};
+  reg = client_->Post("/v2/systemsharedmemory/region/v/register", same, body, "text/plain");
+  EXPECT_EQ(reg->status, 415) << reg->body;
+  auto status = client_->Get("/v2/systemsharedmemory/status", foreign);
+  EXPECT_EQ(status->status, 403) << status->body;
+  EXPECT_EQ(
+      client_->Post("/v2/systemsharedmemory/unregister", foreign, "", "application/json")->status,
+      403);
+  EXPECT_EQ(json::parse(client_->Get("/v2/systemsharedmemory/status")->body), json::array());
+
+  // Registered by a real client, a region still cannot be read or written from a foreign page.
+  ASSERT_EQ(Register("in", victim.key(), 0, in_bytes)->status, 200);
+  ASSERT_EQ(Register("out", victim.key(), in_bytes, out_bytes)->status, 200);
+  const std::string infer = ShmInferBody(input, in_bytes, 0, out_bytes).dump();
+  auto res = client_->Post("/v2/models/mlp/infer", foreign, infer, "application/json");
+  EXPECT_EQ(res->status, 403) << res->body;
+  EXPECT_THAT(error(res), HasSubstr("cross-origin"));
+  res = client_->Post("/v2/models/mlp/infer", evil, infer, "text/plain");
+  EXPECT_EQ(res->status, 403) << res->body;
+  for (size_t i = 0; i < out_bytes; ++i) ASSERT_EQ(victim.at(in_bytes)[i], 0) << "byte " << i;
+  // Same origin (or no browser at all) is served.
+  res = client_->Post("/v2/models/mlp/infer", same, infer, "application/octet-stream");
+  ASSERT_EQ(res->status, 200) << res->body;
+  testing::ExpectClose(victim.at(in_bytes), expected);
+  // Inference without shared memory keeps answering any origin.
+  json plain = ShmInferBody(input, in_bytes, 0, out_bytes);
+  json data = json::array();
+  for (int64_t i = 0; i < input.num_elements(); ++i) data.push_back(input.data_as<float>()[i]);
+  plain["inputs"][0].erase("parameters");
+  plain["inputs"][0]["data"] = data;
+  plain.erase("outputs");
+  EXPECT_EQ(client_->Post("/v2/models/mlp/infer", foreign, plain.dump(), "text/plain")->status,
+            200);
+}
+
+// With an admin token, the shared-memory routes (status included: it lists every region's key)
+// need it, as admin routes do.
+TEST(HttpSharedMemoryTokenTest, SharedMemoryRoutesNeedTheAdminToken) {
+  ServerOptions options;
+  options.admin_token = "tok";
+  auto server = testing::StartServer(testing::MakeRepository("http_shm_token_repo"), options);
+  ASSERT_NE(server, nullptr);
+  httplib::Client client("127.0.0.1", server->http_port());
+  ClientShm shm(64);
+  const std::string body = json{{"key", shm.key()}, {"byte_size", 64}}.dump();
+  auto status = client.Get("/v2/systemsharedmemory/status");
+  EXPECT_EQ(status->status, 401) << status->body;
+  EXPECT_EQ(
+      client.Post("/v2/systemsharedmemory/region/r/register", body, "application/json")->status,
+      401);
+  EXPECT_EQ(client.Post("/v2/systemsharedmemory/unregister", "", "application/json")->status, 401);
+  httplib::Headers auth = {{"Authorization", "Bearer tok"}};
+  EXPECT_EQ(client.Post("/v2/systemsharedmemory/region/r/register", auth, body, "application/json")
+                ->status,
+            200);
+  status = client.Get("/v2/systemsharedmemory/status", auth);
+  ASSERT_EQ(status->status, 200);
+  EXPECT_EQ(json::parse(status->body).size(), 1u);
+  // Health, metadata and inference stay open.
+  EXPECT_EQ(client.Get("/v2/health/ready")->status, 200);
+  EXPECT_EQ(client.Get("/v2/models/mlp")->status, 200);
+}
+
 }  // namespace
 }  // namespace cuvil

@@ -126,9 +126,10 @@ std::optional<RouteRejection> CheckAdminRoute(const AdminRouteRequest& request,
     }
     if (loopback_bound && !IsLoopbackHost(host->host)) {
       return RouteRejection{
-          403, absl::StrCat("Host '", Shown(*request.host),
-                            "' is not a loopback name; this server is bound to loopback and "
-                            "answers admin and repository calls for localhost only")};
+          403,
+          absl::StrCat("Host '", Shown(*request.host),
+                       "' is not a loopback name; this server is bound to loopback and "
+                       "answers admin, repository and shared-memory calls for localhost only")};
     }
   }
   if (request.origin != nullptr) {
@@ -136,8 +137,9 @@ std::optional<RouteRejection> CheckAdminRoute(const AdminRouteRequest& request,
     if (!origin.has_value() || !host.has_value() || origin->host != host->host ||
         origin->port != host->port) {
       return RouteRejection{
-          403, absl::StrCat("cross-origin admin and repository calls are refused (Origin '",
-                            Shown(*request.origin), "')")};
+          403, absl::StrCat(
+                   "cross-origin admin, repository and shared-memory calls are refused (Origin '",
+                   Shown(*request.origin), "')")};
     }
   }
   // Browsers send Origin with every POST, so a POST with neither Origin nor Content-Type comes
@@ -147,12 +149,12 @@ std::optional<RouteRejection> CheckAdminRoute(const AdminRouteRequest& request,
     if (request.content_type == nullptr ||
         !absl::EqualsIgnoreCase(MediaType(*request.content_type), kJsonMediaType)) {
       return RouteRejection{
-          415,
-          absl::StrCat("admin and repository calls need 'Content-Type: application/json' (got ",
-                       request.content_type == nullptr
-                           ? std::string("none")
-                           : absl::StrCat("'", Shown(*request.content_type), "'"),
-                       ")")};
+          415, absl::StrCat("admin, repository and shared-memory calls need 'Content-Type: "
+                            "application/json' (got ",
+                            request.content_type == nullptr
+                                ? std::string("none")
+                                : absl::StrCat("'", Shown(*request.content_type), "'"),
+                            ")")};
     }
   }
   return std::nullopt;

@@ -26,9 +26,11 @@ bool IsLoopbackHost(absl::string_view host);
 absl::Status CheckAdminExposure(absl::string_view bind_address, bool has_admin_token,
                                 bool insecure_admin);
 
-// What the browser defences need of one HTTP request to an admin or repository route. Each
-// pointer is null when the header is absent.
+// What the browser defences need of one HTTP request to an admin, repository or shared-memory
+// route (or an inference naming a shared-memory region). Each pointer is null when the header is
+// absent.
 struct AdminRouteRequest {
+  // A POST whose Content-Type is checked; false skips the Content-Type rule.
   bool is_post = false;
   const std::string* host = nullptr;
   const std::string* origin = nullptr;

@@ -12,6 +12,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -27,9 +28,11 @@
 #include "exclusive_listener.h"
 #include "front_end_security.h"
 #include "http_admin_routes.h"
+#include "http_connection_reactor.h"
 #include "http_infer_decode.h"
 #include "http_json.h"
 #include "http_response.h"
+#include "http_routes.h"
 #include "http_stats_json.h"
 #include "load_parameters.h"
 #include "model_name.h"
@@ -77,6 +80,18 @@ json TensorMetadataJson(const std::vector<TensorSpec>& specs, bool batching) {
   return list;
 }
 
+// httplib's request handling (parsing, routing, responses) over a stream the connection reactor
+// hands it: httplib's own accept and keep-alive loop hold a thread per connection.
+class StreamServer final : public httplib::Server {
+ public:
+  // Serves one request; true when the connection may carry another.
+  bool ServeOne(httplib::Stream& stream) {
+    bool closed = false;
+    const bool ok = process_request(stream, /*close_connection=*/false, closed, nullptr);
+    return ok && !closed;
+  }
+};
+
 class HttpServiceImpl final : public HttpService {
  public:
   HttpServiceImpl(const HttpServiceOptions& options, ModelManager* models, AdminOperations* admin,
@@ -94,6 +109,7 @@ class HttpServiceImpl final : public HttpService {
   int port() const override { return port_; }
   void Stop() override {
     std::call_once(stop_once_, [this] {
+      if (reactor_ != nullptr) return reactor_->Stop();
       // httplib's stop() is a no-op until listen has begun: wait for it, or a Stop() right after
       // Start() would leave the listener running and join() would hang.
       if (server_ == nullptr) return;
@@ -121,13 +137,18 @@ class HttpServiceImpl final : public HttpService {
   }
 
   bool ReadBody(const Request& req, Response& res, const ContentReader& reader, std::string* body);
-  // The browser defences (Host, Origin, Content-Type) for admin and repository routes; false
-  // after answering 403 or 415.
-  bool AdminRouteAllowed(const Request& req, Response& res);
+  // The checks `policy` asks for (browser defences, then the admin token); false after
+  // answering 403, 415 or 401.
+  bool Admitted(const Request& req, Response& res, const TrustPolicy& policy);
   bool Authorized(const Request& req, Response& res);
+  // Health and readiness answered on the connection thread (see HttpConnectionReactor): the
+  // status for GET `path`, or nullopt for any other route.
+  std::optional<int> ProbeStatus(std::string_view path);
 
   void HandleGet(const Request& req, Response& res);
   void HandlePost(const Request& req, Response& res, const ContentReader& reader);
+  // Matches the route, applies its class's trust policy and runs its handler.
+  void Route(const Request& req, Response& res, std::shared_ptr<std::string> body);
 
   void ModelMetadata(Response& res, const std::string& name, const std::string& version);
   void ModelStats(Response& res, const std::string& name, const std::string& version);
@@ -136,9 +157,8 @@ class HttpServiceImpl final : public HttpService {
              const std::string& name, const std::string& version);
   absl::Status InferInner(const Request& req, Response& res, std::shared_ptr<std::string> body,
                           const std::string& name, const std::string& version);
-  // systemsharedmemory[/region/{name}]/(status|register|unregister) and cudasharedmemory/...;
-  // false when `p` (after v2) is not such a route.
-  bool SharedMemoryRoute(const Request& req, Response& res, const std::vector<std::string>& p,
+  // systemsharedmemory[/region/{name}]/(status|register|unregister) for `region` ("" for all).
+  void SharedMemoryRoute(Response& res, HttpRouteId id, const std::string& region,
                          const std::string& body);
   void RepositoryIndex(Response& res, const std::string& body);
   void RepositoryLoad(Response& res, const std::string& body, const std::string& name);
@@ -149,7 +169,10 @@ class HttpServiceImpl final : public HttpService {
   const ServerInfo* info_;
   SharedMemoryRegistry* shared_memory_;
   HttpAdminRoutes admin_routes_;
-  std::unique_ptr<httplib::Server> server_;  // An httplib::SSLServer with TLS.
+  std::unique_ptr<httplib::Server> server_;  // A StreamServer, or an httplib::SSLServer with TLS.
+  // Plaintext HTTP: accepts, reads headers and waits out keep-alive for server_. With TLS,
+  // httplib's own loop serves (thread_) and only its per-read timeouts apply.
+  std::unique_ptr<HttpConnectionReactor> reactor_;
   std::thread thread_;
   int port_ = 0;
   bool loopback_bound_ = false;  // Admin routes then answer loopback Host names only.
@@ -160,7 +183,7 @@ class HttpServiceImpl final : public HttpService {
 absl::Status HttpServiceImpl::Start() {
   loopback_bound_ = IsLoopbackBindAddress(options_.bind_address);
   if (options_.tls_cert_file.empty()) {
-    server_ = std::make_unique<httplib::Server>();
+    server_ = std::make_unique<StreamServer>();
   } else {
     auto tls = std::make_unique<httplib::SSLServer>(
         options_.tls_cert_file.c_str(), options_.tls_key_file.c_str(),
@@ -177,7 +200,12 @@ absl::Status HttpServiceImpl::Start() {
   server_->set_tcp_nodelay(true);
   // httplib's default of 5 requests per connection would make clients reconnect constantly.
   server_->set_keep_alive_max_count(100000);
-  server_->set_keep_alive_timeout(5);
+  const HttpConnectionLimits& limits = options_.limits;
+  server_->set_keep_alive_timeout(std::max<time_t>(1, limits.idle_timeout_ms / 1000));
+  server_->set_read_timeout(
+      std::chrono::milliseconds(std::max<int64_t>(1, limits.header_timeout_ms)));
+  server_->set_write_timeout(
+      std::chrono::milliseconds(std::max<int64_t>(1, limits.header_timeout_ms)));
   server_->set_payload_max_length(static_cast<size_t>(options_.max_request_bytes));
 
   server_->Get(".*", [this](const Request& req, Response& res) {
@@ -203,6 +231,17 @@ absl::Status HttpServiceImpl::Start() {
     SetError(res, 500, "internal error");
   });
 
+  if (options_.tls_cert_file.empty()) {
+    auto* stream_server = static_cast<StreamServer*>(server_.get());
+    absl::StatusOr<std::unique_ptr<HttpConnectionReactor>> reactor = HttpConnectionReactor::Start(
+        options_.bind_address, options_.port, limits, static_cast<int>(threads),
+        [stream_server](httplib::Stream& stream) { return stream_server->ServeOne(stream); },
+        [this](std::string_view path) { return ProbeStatus(path); });
+    if (!reactor.ok()) return reactor.status();
+    reactor_ = *std::move(reactor);
+    port_ = reactor_->port();
+    return absl::OkStatus();
+  }
   server_->set_socket_options(SetExclusiveListenerOptions);
   if (options_.port == 0) {
     port_ = server_->bind_to_any_port(options_.bind_address);
@@ -263,20 +302,44 @@ bool HttpServiceImpl::ReadBody(const Request& req, Response& res, const ContentR
   return true;
 }
 
-bool HttpServiceImpl::AdminRouteAllowed(const Request& req, Response& res) {
-  auto header = [&req](const char* key) -> const std::string* {
-    auto it = req.headers.find(key);  // httplib compares header names case-insensitively.
-    return it == req.headers.end() ? nullptr : &it->second;
-  };
-  AdminRouteRequest check;
-  check.is_post = req.method == "POST";
-  check.host = header("Host");
-  check.origin = header("Origin");
-  check.content_type = header("Content-Type");
-  std::optional<RouteRejection> rejected = CheckAdminRoute(check, loopback_bound_);
-  if (!rejected.has_value()) return true;
-  SetError(res, rejected->http_status, rejected->message);
-  return false;
+bool HttpServiceImpl::Admitted(const Request& req, Response& res, const TrustPolicy& policy) {
+  if (policy.host_and_origin) {
+    auto header = [&req](const char* key) -> const std::string* {
+      auto it = req.headers.find(key);  // httplib compares header names case-insensitively.
+      return it == req.headers.end() ? nullptr : &it->second;
+    };
+    AdminRouteRequest check;
+    check.is_post = policy.json_content_type && req.method == "POST";
+    check.host = header("Host");
+    check.origin = header("Origin");
+    check.content_type = header("Content-Type");
+    if (std::optional<RouteRejection> rejected = CheckAdminRoute(check, loopback_bound_)) {
+      SetError(res, rejected->http_status, rejected->message);
+      return false;
+    }
+  }
+  return !policy.admin_token || Authorized(req, res);
+}
+
+std::optional<int> HttpServiceImpl::ProbeStatus(std::string_view path) {
+  // Percent-encoded names are decoded by httplib on a handler thread.
+  if (path.find('%') != std::string_view::npos) return std::nullopt;
+  std::vector<std::string> p =
+      absl::StrSplit(absl::string_view(path.data(), path.size()), '/', absl::SkipEmpty());
+  if (p.empty() || p[0] != "v2") return std::nullopt;
+  p.erase(p.begin());
+  std::optional<HttpRouteMatch> match = MatchHttpRoute("GET", p);
+  if (!match.has_value()) return std::nullopt;
+  switch (match->route->id) {
+    case HttpRouteId::kHealthLive:
+      return 200;
+    case HttpRouteId::kHealthReady:
+      return info_->ready.load() ? 200 : 400;
+    case HttpRouteId::kModelReady:
+      return models_->Get(match->Capture("model"), match->Capture("version")).ok() ? 200 : 400;
+    default:
+      return std::nullopt;
+  }
 }
 
 bool HttpServiceImpl::Authorized(const Request& req, Response& res) {
@@ -288,109 +351,81 @@ bool HttpServiceImpl::Authorized(const Request& req, Response& res) {
 }
 
 void HttpServiceImpl::HandleGet(const Request& req, Response& res) {
-  std::vector<std::string> p = SplitPath(req.path);
-  if (p.empty() || p[0] != "v2") return SetError(res, 404, "not found: " + req.path);
-  p.erase(p.begin());
-  const size_t n = p.size();
-
-  if (n == 0) {
-    SetJson(
-        res, 200,
-        json{
-            {"name", info_->name}, {"version", info_->version}, {"extensions", info_->extensions}});
-    return;
-  }
-  if (n == 2 && p[0] == "health") {
-    if (p[1] == "live") {
-      res.status = 200;
-      return;
-    }
-    if (p[1] == "ready") {
-      res.status = info_->ready.load() ? 200 : 400;
-      return;
-    }
-  }
-  if (p[0] == "models") {
-    if (n == 2 && p[1] == "stats") return AllStats(res);
-    // models/{m}[/versions/{v}][/op]
-    if (n >= 2) {
-      std::string name(p[1]);
-      std::string version;
-      size_t next = 2;
-      if (n >= 4 && p[2] == "versions") {
-        version = std::string(p[3]);
-        next = 4;
-      }
-      if (next == n) return ModelMetadata(res, name, version);
-      if (next + 1 == n) {
-        const std::string& op = p[next];
-        if (op == "ready") {
-          res.status = models_->Get(name, version).ok() ? 200 : 400;
-          return;
-        }
-        if (op == "stats") return ModelStats(res, name, version);
-        if (op == "config") {
-          absl::StatusOr<std::shared_ptr<ModelVersion>> model = models_->Get(name, version);
-          if (!model.ok()) return SetError(res, model.status());
-          return SetJson(res, 200, ModelConfigToJson((*model)->config()));
-        }
-      }
-    }
-  }
-  if (SharedMemoryRoute(req, res, p, "")) return;
-  if (p[0] == "admin" || p[0] == "repository") {
-    if (!AdminRouteAllowed(req, res)) return;
-  }
-  if (p[0] == "admin" && n >= 2 && p[1] == "models") {
-    if (!Authorized(req, res)) return;
-    if (admin_routes_.HandleGet(p, res)) return;
-  }
-  SetError(res, 404, "not found: GET " + req.path);
+  Route(req, res, std::make_shared<std::string>());
 }
 
 void HttpServiceImpl::HandlePost(const Request& req, Response& res, const ContentReader& reader) {
   auto body = std::make_shared<std::string>();
   if (!ReadBody(req, res, reader, body.get())) return;
+  Route(req, res, std::move(body));
+}
 
+void HttpServiceImpl::Route(const Request& req, Response& res, std::shared_ptr<std::string> body) {
   std::vector<std::string> p = SplitPath(req.path);
   if (p.empty() || p[0] != "v2") return SetError(res, 404, "not found: " + req.path);
   p.erase(p.begin());
-  const size_t n = p.size();
-
-  // models/{m}[/versions/{v}]/infer: the hot path, matched first.
-  if (n >= 3 && p[0] == "models" && p[n - 1] == "infer") {
-    if (n == 3) return Infer(req, res, std::move(body), std::string(p[1]), "");
-    if (n == 5 && p[2] == "versions") {
-      return Infer(req, res, std::move(body), std::string(p[1]), std::string(p[3]));
+  std::optional<HttpRouteMatch> match = MatchHttpRoute(req.method, p);
+  if (!match.has_value())
+    return SetError(res, 404, absl::StrCat("not found: ", req.method, " ", req.path));
+  // The one place a route's class turns into checks.
+  if (!Admitted(req, res, PolicyFor(match->route->route_class))) return;
+  const std::string model = match->Capture("model");
+  const std::string version = match->Capture("version");
+  switch (match->route->id) {
+    case HttpRouteId::kServerMetadata:
+      return SetJson(res, 200,
+                     json{{"name", info_->name},
+                          {"version", info_->version},
+                          {"extensions", info_->extensions}});
+    case HttpRouteId::kHealthLive:
+      res.status = 200;
+      return;
+    case HttpRouteId::kHealthReady:
+      res.status = info_->ready.load() ? 200 : 400;
+      return;
+    case HttpRouteId::kModelReady:
+      res.status = models_->Get(model, version).ok() ? 200 : 400;
+      return;
+    case HttpRouteId::kAllStats:
+      return AllStats(res);
+    case HttpRouteId::kModelMetadata:
+      return ModelMetadata(res, model, version);
+    case HttpRouteId::kModelStats:
+      return ModelStats(res, model, version);
+    case HttpRouteId::kModelConfig: {
+      absl::StatusOr<std::shared_ptr<ModelVersion>> got = models_->Get(model, version);
+      if (!got.ok()) return SetError(res, got.status());
+      return SetJson(res, 200, ModelConfigToJson((*got)->config()));
     }
-  }
-  if (SharedMemoryRoute(req, res, p, *body)) return;
-  if (n >= 1 && (p[0] == "admin" || p[0] == "repository")) {
-    if (!AdminRouteAllowed(req, res)) return;
-  }
-  // repository[/{repo}]/index and repository[/{repo}]/models/{m}/(load|unload).
-  if (n >= 2 && p[0] == "repository") {
-    if (!Authorized(req, res)) return;
-    if ((n == 2 || n == 3) && p[n - 1] == "index") return RepositoryIndex(res, *body);
-    if ((n == 4 || n == 5) && p[n - 3] == "models") {
-      std::string name(p[n - 2]);
-      if (p[n - 1] == "load") return RepositoryLoad(res, *body, name);
-      if (p[n - 1] == "unload") {
-        absl::StatusOr<json> parsed = ParseBody(*body);
-        if (!parsed.ok()) return SetError(res, parsed.status());
-        if (absl::Status s = ValidateModelName(name); !s.ok()) return SetError(res, s);
-        absl::Status s = models_->Unload(name);
-        if (!s.ok()) return SetError(res, s);
-        res.status = 200;
-        return;
-      }
+    case HttpRouteId::kInfer:
+      return Infer(req, res, std::move(body), model, version);
+    case HttpRouteId::kSharedMemoryStatus:
+    case HttpRouteId::kSharedMemoryRegister:
+    case HttpRouteId::kSharedMemoryUnregister:
+      return SharedMemoryRoute(res, match->route->id, match->Capture("region"), *body);
+    case HttpRouteId::kCudaSharedMemory:
+      return SetError(res, 501, "CUDA shared memory is not supported: this server runs on the CPU");
+    case HttpRouteId::kRepositoryIndex:
+      return RepositoryIndex(res, *body);
+    case HttpRouteId::kRepositoryLoad:
+      return RepositoryLoad(res, *body, model);
+    case HttpRouteId::kRepositoryUnload: {
+      absl::StatusOr<json> parsed = ParseBody(*body);
+      if (!parsed.ok()) return SetError(res, parsed.status());
+      if (absl::Status s = ValidateModelName(model); !s.ok()) return SetError(res, s);
+      absl::Status s = models_->Unload(model);
+      if (!s.ok()) return SetError(res, s);
+      res.status = 200;
+      return;
     }
+    case HttpRouteId::kAdminGet:
+      if (admin_routes_.HandleGet(p, res)) return;
+      break;
+    case HttpRouteId::kAdminPost:
+      if (admin_routes_.HandlePost(p, *body, res)) return;
+      break;
   }
-  if (n >= 3 && p[0] == "admin") {
-    if (!Authorized(req, res)) return;
-    if (admin_routes_.HandlePost(p, *body, res)) return;
-  }
-  SetError(res, 404, "not found: POST " + req.path);
+  SetError(res, 404, absl::StrCat("not found: ", req.method, " ", req.path));
 }
 
 void HttpServiceImpl::ModelMetadata(Response& res, const std::string& name,
@@ -470,6 +505,10 @@ absl::Status HttpServiceImpl::InferInner(const Request& req, Response& res,
 
   absl::StatusOr<http_request::DecodedInfer> decoded = DecodeInferBody(doc, body, json_size);
   if (!decoded.ok()) return decoded.status();
+  // Reading or writing a region gets the shared-memory routes' browser defences.
+  bool names_region = !decoded->wire.shared_memory_outputs.empty();
+  for (const WireInput& in : decoded->wire.inputs) names_region |= in.shared_memory.has_value();
+  if (names_region && !Admitted(req, res, SharedMemoryInferencePolicy())) return absl::OkStatus();
   const bool binary_output = decoded->binary_output;
   const std::vector<OutputRequest>& outputs = decoded->outputs;
   const std::string id = decoded->wire.id;
@@ -566,53 +605,24 @@ absl::Status HttpServiceImpl::InferInner(const Request& req, Response& res,
   return absl::OkStatus();
 }
 
-bool HttpServiceImpl::SharedMemoryRoute(const Request& req, Response& res,
-                                        const std::vector<std::string>& p,
+void HttpServiceImpl::SharedMemoryRoute(Response& res, HttpRouteId id, const std::string& name,
                                         const std::string& body) {
-  const size_t n = p.size();
-  if (n == 0 || (p[0] != "systemsharedmemory" && p[0] != "cudasharedmemory")) return false;
-  // {kind}/op or {kind}/region/{name}/op.
-  std::string name;
-  if (n == 4 && p[1] == "region") {
-    name = p[2];
-  } else if (n != 2) {
-    return false;
-  }
-  const std::string& op = p[n - 1];
-  const bool is_post = req.method == "POST";
-  if (!(op == "status" && !is_post) && !((op == "register" || op == "unregister") && is_post)) {
-    return false;
-  }
-  if (op == "register" && name.empty()) return false;
-  if (p[0] == "cudasharedmemory") {
-    SetError(res, 501, "CUDA shared memory is not supported: this server runs on the CPU");
-    return true;
-  }
-  if (op == "status") {
+  if (id == HttpRouteId::kSharedMemoryStatus) {
     auto regions = shared_memory_->Status(name);
-    if (!regions.ok()) {
-      SetError(res, regions.status());
-      return true;
-    }
+    if (!regions.ok()) return SetError(res, regions.status());
     json list = json::array();
     for (const SharedMemoryRegionStatus& r : *regions) {
       list.push_back(
           {{"name", r.name}, {"key", r.key}, {"offset", r.offset}, {"byte_size", r.byte_size}});
     }
-    SetJson(res, 200, list);
-    return true;
+    return SetJson(res, 200, list);
   }
-  // The server opens the objects clients name: the admin token guards this when one is set.
-  if (!Authorized(req, res)) return true;
   absl::StatusOr<json> parsed = ParseBody(body);
-  if (!parsed.ok()) {
-    SetError(res, parsed.status());
-    return true;
-  }
-  if (op == "unregister") {
+  if (!parsed.ok()) return SetError(res, parsed.status());
+  if (id == HttpRouteId::kSharedMemoryUnregister) {
     shared_memory_->Unregister(name);
     res.status = 200;
-    return true;
+    return;
   }
   absl::StatusOr<std::string> key = StringField(*parsed, "key");
   absl::StatusOr<int64_t> offset = IntField(*parsed, "offset", 0);
@@ -630,12 +640,8 @@ bool HttpServiceImpl::SharedMemoryRoute(const Request& req, Response& res,
     s = shared_memory_->Register(name, *key, static_cast<uint64_t>(*offset),
                                  static_cast<uint64_t>(*byte_size));
   }
-  if (!s.ok()) {
-    SetError(res, s);
-    return true;
-  }
+  if (!s.ok()) return SetError(res, s);
   res.status = 200;
-  return true;
 }
 
 void HttpServiceImpl::RepositoryIndex(Response& res, const std::string& body) {

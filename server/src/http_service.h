@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "admin_operations.h"
 #include "cuvil/server/model_manager.h"
+#include "http_connection_reactor.h"
 #include "server_info.h"
 
 namespace cuvil {
@@ -19,6 +20,9 @@ struct HttpServiceOptions {
   int port = 8000;  // 0: pick a free port.
   int64_t max_request_bytes = 64 << 20;
   int threads = 8;
+  // Deadlines and connection caps for slow, idle and numerous clients (plaintext HTTP; with TLS
+  // only the header timeout applies, as httplib's per-read and write timeouts).
+  HttpConnectionLimits limits;
   // PEM file paths; empty cert: plaintext HTTP. With client_ca_file, clients must present a
   // certificate that CA signed (mutual TLS).
   std::string tls_cert_file;

@@ -52,13 +52,26 @@ constexpr char kHelp[] =
     "                              a request past it gets RESOURCE_EXHAUSTED at once\n"
     "                              (default a quarter of physical memory; 0: unlimited)\n"
     "  --exit-timeout-secs N       drain time on SIGTERM/SIGINT (default 30)\n"
-    "  --http-threads N            HTTP handler threads; each open keep-alive connection\n"
-    "                              holds one (default 32). Thread sizes are logged at start\n"
+    "  --http-threads N            HTTP handler threads; a request holds one while its body\n"
+    "                              is read and it is served (idle and slow connections hold\n"
+    "                              none; over TLS each keep-alive connection holds one)\n"
+    "                              (default 32). Thread sizes are logged at start\n"
     "                              (docs/serving.md, \"Thread budget\"): every gRPC method\n"
     "                              runs on one completion-queue thread per core (loads,\n"
     "                              unloads, patches and snapshots on 4 threads of their own),\n"
     "                              a model's execution uses instances x intra-op threads <=\n"
     "                              cores by default\n"
+    "  --http-header-timeout-secs N  an HTTP request's whole header block must arrive\n"
+    "                              within N seconds, else the connection is closed; also the\n"
+    "                              grace before the body rate applies (default 10)\n"
+    "  --http-idle-timeout-secs N  close kept-alive HTTP connections idle this long (default 30)\n"
+    "  --http-body-min-rate N      after the grace, HTTP bodies must arrive at N bytes/s on\n"
+    "                              average (default 16384; 0: only N idle seconds per read)\n"
+    "  --http-max-connections N    open HTTP connections in all; at the cap the longest idle\n"
+    "                              or slowest one is closed for the new one (default 4096,\n"
+    "                              lowered to fit `ulimit -n`)\n"
+    "  --http-max-connections-per-address N  open HTTP connections from one client address;\n"
+    "                              more are refused with 503 (default 512; 0: no cap)\n"
     "  --log-level LEVEL           trace | debug | info | warn | error (default info)\n"
     "  --log-format FORMAT         text | json (default text; one line per event on stderr)\n"
     "  --jit-cache-dir DIR         persistent JIT cache (default $XDG_CACHE_HOME/cuvil or\n"
@@ -194,6 +207,18 @@ int main(int argc, char** argv) {
       ok = int_flag(&options.grpc_max_concurrent_calls) && options.grpc_max_concurrent_calls > 0;
     } else if (name == "--http-threads") {
       ok = int_flag(&options.http_threads) && options.http_threads > 0;
+    } else if (name == "--http-header-timeout-secs") {
+      ok = int_flag(&options.http_header_timeout_secs) && options.http_header_timeout_secs > 0;
+    } else if (name == "--http-idle-timeout-secs") {
+      ok = int_flag(&options.http_idle_timeout_secs) && options.http_idle_timeout_secs > 0;
+    } else if (name == "--http-body-min-rate") {
+      ok = int_flag(&options.http_body_min_bytes_per_sec) &&
+           options.http_body_min_bytes_per_sec >= 0;
+    } else if (name == "--http-max-connections") {
+      ok = int_flag(&options.http_max_connections) && options.http_max_connections > 0;
+    } else if (name == "--http-max-connections-per-address") {
+      ok = int_flag(&options.http_max_connections_per_address) &&
+           options.http_max_connections_per_address >= 0;
     } else if (name == "--log-level") {
       log_level = value;
     } else if (name == "--log-format") {

@@ -181,6 +181,11 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
   http_options.port = options.http_port;
   http_options.max_request_bytes = options.max_request_bytes;
   http_options.threads = budget.http_threads;
+  http_options.limits.header_timeout_ms = int64_t{options.http_header_timeout_secs} * 1000;
+  http_options.limits.idle_timeout_ms = int64_t{options.http_idle_timeout_secs} * 1000;
+  http_options.limits.body_min_bytes_per_second = options.http_body_min_bytes_per_sec;
+  http_options.limits.max_connections = options.http_max_connections;
+  http_options.limits.max_connections_per_address = options.http_max_connections_per_address;
   http_options.tls_cert_file = options.tls_cert_file;
   http_options.tls_key_file = options.tls_key_file;
   http_options.tls_client_ca_file = options.tls_client_ca_file;

@@ -45,8 +45,18 @@ struct ServerOptions {
   int exit_timeout_secs = 30;
   int poll_interval_secs = 15;
   int loader_threads = 1;
-  // HTTP handler threads; a keep-alive connection holds one while it is open.
+  // HTTP handler threads; a request holds one while its body is read and it is served (idle and
+  // slow connections hold none over plaintext; over TLS a keep-alive connection holds one).
   int http_threads = 32;
+  // HTTP slow- and idle-client limits (see HttpConnectionLimits): the whole header block within
+  // http_header_timeout_secs, bodies at http_body_min_bytes_per_sec after that, kept-alive
+  // connections closed after http_idle_timeout_secs, and caps on open connections in all and per
+  // client address (0: no cap).
+  int http_header_timeout_secs = 10;
+  int http_idle_timeout_secs = 30;
+  int64_t http_body_min_bytes_per_sec = 16 << 10;
+  int http_max_connections = 4096;
+  int http_max_connections_per_address = 512;
   // Persistent JIT cache folder; empty keeps compiled models in memory only (cuvil-server's
   // --jit-cache-dir defaults to $XDG_CACHE_HOME/cuvil). jit_cache false turns the cache off.
   std::string jit_cache_dir;
