@@ -11,9 +11,11 @@
 #include "absl/strings/str_join.h"
 #include "cuvil/compiler/compiler.h"
 #include "cuvil/compiler/kernel_precision.h"
+#include "cuvil/server/model_config.h"
 #include "load_parameters.h"
 #include "model_name.h"
 #include "patch_event.h"
+#include "patch_validation.h"
 #include "spdlog/spdlog.h"
 
 namespace cuvil {
@@ -125,37 +127,6 @@ absl::StatusOr<cuvil::admin::v1::ListFunctionsResponse> AdminOperations::ListFun
 
 namespace {
 
-// The input a patch is validated on: the version's first warm-up sample where its config has one
-// with generated data (zero_data: zeros; random_data or a data file: the deterministic values
-// below) at its batch size, else a batch-1 input of deterministic values (floats in [-1, 1),
-// integers 0: a valid index).
-std::vector<HostTensor> ValidationInputs(const CompiledModel& model,
-                                         const inference::ModelConfig& config) {
-  const inference::ModelWarmup* warmup =
-      config.model_warmup_size() > 0 ? &config.model_warmup(0) : nullptr;
-  const int64_t batch = warmup != nullptr && warmup->batch_size() > 0 ? warmup->batch_size() : 1;
-  std::vector<HostTensor> inputs;
-  uint32_t state = 12345;
-  for (const TensorSignature& sig : model.inputs) {
-    HostTensor t(sig.dtype, EvalShape(sig.shape, batch));
-    std::memset(t.data(), 0, t.byte_size());
-    bool zeros = false;
-    if (warmup != nullptr) {
-      auto it = warmup->inputs().find(sig.name);
-      zeros = it != warmup->inputs().end() && it->second.zero_data();
-    }
-    if (sig.dtype == DType::kFloat32 && !zeros) {
-      float* v = t.data_as<float>();
-      for (int64_t i = 0; i < t.num_elements(); ++i) {
-        state = state * 1664525u + 1013904223u;
-        v[i] = static_cast<float>(state >> 8) / static_cast<float>(1 << 23) - 1.0f;
-      }
-    }
-    inputs.push_back(std::move(t));
-  }
-  return inputs;
-}
-
 absl::StatusOr<uint64_t> ParsePatchId(const std::string& text) {
   uint64_t id = 0;
   if (!absl::SimpleAtoi(text, &id) || id == 0) {
@@ -180,29 +151,18 @@ void FillProfile(const std::vector<KernelProfile>& table,
   }
 }
 
-// Compiles the patch a request asks for into a new, unpublished layer of `loaded`.
+// Compiles the patch a request asks for into a new, unpublished layer of `loaded`; an IR patch
+// is compiled and first run on `probe` in the sandbox.
 absl::StatusOr<std::shared_ptr<PreparedPatch>> PreparePatch(
     LoadedModel& loaded, const std::string& kind,
     const cuvil::admin::v1::PatchFunctionRequest& request,
-    const std::vector<std::string>& functions) {
+    const std::vector<std::string>& functions, const std::vector<HostTensor>& probe) {
   if (kind == kPatchKindProfile) {
     return loaded.PrepareProfilePatch(request.profile_seconds(), functions);
   }
-  if (kind == kPatchKindIr) return loaded.PrepareIrPatch(request.body(), functions);
-  auto options =
-      ParseRecompileOptions(request.options().empty() ? request.body() : request.options());
-  if (!options.ok()) return options.status();
-  // The version's own model and options, with the requested changes.
-  const CodeSource& source = loaded.source();
-  if (source.onnx_bytes.empty() && source.onnx_path.empty()) {
-    return absl::FailedPreconditionError("the version's model source is unknown");
-  }
-  CompileOptions compile = source.options;
-  compile.opt_level = options->opt_level;
-  auto recompiled = source.onnx_bytes.empty() ? CompileOnnxFile(source.onnx_path, compile)
-                                              : CompileOnnxBytes(source.onnx_bytes, compile);
-  if (!recompiled.ok()) return recompiled.status();
-  return loaded.PrepareRecompilePatch(*recompiled, functions, RecompileOptionsText(*options));
+  if (kind == kPatchKindIr) return loaded.PrepareIrPatch(request.body(), functions, probe);
+  return PrepareRecompileFromSource(
+      loaded, request.options().empty() ? request.body() : request.options(), functions);
 }
 
 // With --snapshot-dir, records the version's new state now (the watcher would a moment later).
@@ -235,55 +195,43 @@ absl::StatusOr<cuvil::admin::v1::PatchFunctionResponse> AdminOperations::PatchFu
   std::vector<std::string> functions(request.functions().begin(), request.functions().end());
   if (!request.function().empty()) functions.push_back(request.function());
 
-  auto t0 = std::chrono::steady_clock::now();
-  auto patch = PreparePatch(loaded, kind, request, functions);
-  if (!patch.ok()) return patch.status();
+  PatchValidationOptions validation;
+  validation.rtol = request.has_rtol() ? request.rtol() : 1e-3;
+  validation.atol = request.has_atol() ? request.atol() : 1e-5;
+  validation.exact = request.exact();
+  validation.intra_op_threads = SchedulerOptionsFromConfig((*model)->config()).intra_op_threads;
+  const std::vector<std::vector<HostTensor>> inputs =
+      PatchValidationInputs(loaded.model(), (*model)->config());
   cuvil::admin::v1::PatchFunctionResponse response;
-  response.set_compile_ms(MsSince(t0));
-  event.ExcludeMs(response.compile_ms());
-
-  if (!request.has_validate() || request.validate()) {
-    const double rtol = request.rtol() > 0 ? request.rtol() : 1e-3;
-    const double atol = request.atol() > 0 ? request.atol() : 1e-5;
-    std::vector<HostTensor> inputs = ValidationInputs(loaded.model(), (*model)->config());
-    auto current = loaded.RunWith(nullptr, inputs);
-    auto patched = loaded.RunWith(patch->get(), inputs);
-    if (!current.ok()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("validation: the current code fails on the validation input: ",
-                       current.status().message()));
-    }
-    if (!patched.ok()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("validation: the patched code fails where the current code succeeds: ",
-                       patched.status().message()));
-    }
-    std::string first_mismatch;
-    double max_diff = 0;
-    for (size_t o = 0; o < current->size(); ++o) {
-      const HostTensor& a = (*current)[o];
-      const HostTensor& b = (*patched)[o];
-      for (int64_t i = 0; i < a.num_elements(); ++i) {
-        const double old_v = a.GetAsDouble(i), new_v = b.GetAsDouble(i);
-        const double diff = std::fabs(new_v - old_v);
-        const bool nan_mismatch = std::isnan(old_v) != std::isnan(new_v);
-        if (!std::isnan(diff)) max_diff = std::max(max_diff, diff);
-        if ((nan_mismatch || diff > atol + rtol * std::fabs(old_v)) && first_mismatch.empty()) {
-          first_mismatch = absl::StrCat("output '", loaded.model().outputs[o].name, "' element ", i,
-                                        ": patched ", new_v, ", current ", old_v);
-        }
+  absl::StatusOr<uint64_t> id = absl::AbortedError("not committed");
+  // A commit, rollback or tier swap between preparing and committing moves the table on
+  // (Aborted): prepare against the new one, a few times.
+  for (int attempt = 0; attempt < 3 && absl::IsAborted(id.status()); ++attempt) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto patch = PreparePatch(loaded, kind, request, functions, inputs.front());
+    if (!patch.ok()) return patch.status();
+    response.set_compile_ms(MsSince(t0));
+    event.ExcludeMs(response.compile_ms());
+    if (!request.has_validate() || request.validate()) {
+      auto checked = ValidatePatch(loaded, patch->get(), inputs, validation);
+      if (absl::IsAborted(checked.status())) {
+        id = checked.status();
+        continue;
+      }
+      if (!checked.ok()) return checked.status();
+      response.set_max_abs_diff(checked->max_abs_diff);
+      if (!checked->first_mismatch.empty() && !request.force()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "validation: the patched code computes other outputs (", checked->first_mismatch,
+            validation.exact ? ", exact"
+                             : absl::StrCat(", rtol ", validation.rtol, ", atol ", validation.atol),
+            "); set force to apply it anyway"));
       }
     }
-    response.set_max_abs_diff(max_diff);
-    if (!first_mismatch.empty() && !request.force()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("validation: the patched code computes other outputs (", first_mismatch,
-                       ", rtol ", rtol, ", atol ", atol, "); set force to apply it anyway"));
-    }
+    t0 = std::chrono::steady_clock::now();
+    id = loaded.CommitPatch(*patch, request.author());
+    response.set_switch_us(MsSince(t0) * 1000);
   }
-  t0 = std::chrono::steady_clock::now();
-  auto id = loaded.CommitPatch(*patch, request.author());
-  response.set_switch_us(MsSince(t0) * 1000);
   if (!id.ok()) {
     event.Fail(id.status());
     return id.status();
@@ -320,6 +268,8 @@ absl::StatusOr<cuvil::admin::v1::RollbackResponse> AdminOperations::Rollback(
   auto t0 = std::chrono::steady_clock::now();
   if (absl::Status s = (*model)->mutable_loaded().Rollback(*id); !s.ok()) {
     event.Fail(s);
+    // Stuck executions keep the code alive, but the rollback itself took effect: record it.
+    if (absl::IsDeadlineExceeded(s)) SyncSnapshot(snapshots_, **model);
     return s;
   }
   cuvil::admin::v1::RollbackResponse response;

@@ -22,6 +22,7 @@
 #include "model_name.h"
 #include "model_warmup.h"
 #include "patch_event.h"
+#include "patch_validation.h"
 #include "spdlog/spdlog.h"
 
 namespace cuvil {
@@ -85,10 +86,11 @@ struct ModelManager::Impl {
   absl::StatusOr<std::shared_ptr<ModelVersion>> BuildVersionNoThrow(
       const std::string& name, int64_t version, inference::ModelConfig config,
       const std::string& path, const std::string& bytes, uint64_t load_index,
-      const std::string& model_dir, const VersionSeed* seed) {
+      const std::string& model_dir, const VersionSeed* seed,
+      const std::shared_ptr<ModelVersion>& predecessor) {
     try {
       return BuildVersion(name, version, std::move(config), path, bytes, load_index, model_dir,
-                          seed);
+                          seed, predecessor);
     } catch (const std::exception& e) {
       return absl::InternalError(absl::StrCat("load failed: ", e.what()));
     } catch (...) {
@@ -96,11 +98,15 @@ struct ModelManager::Impl {
     }
   }
 
-  // Compiles, links, schedules and warms up one version. Runs on a loader thread.
+  // Compiles, links, schedules and warms up one version. Runs on a loader thread. A
+  // `predecessor` (the build of this version serving now: a reload) is frozen once the new code
+  // is linked and its active patches are re-applied to the new build, so patches belong to the
+  // version, not to one build of it; the caller unfreezes it when this build does not replace it.
   absl::StatusOr<std::shared_ptr<ModelVersion>> BuildVersion(
       const std::string& name, int64_t version, inference::ModelConfig config,
       const std::string& path, const std::string& bytes, uint64_t load_index,
-      const std::string& model_dir, const VersionSeed* seed) {
+      const std::string& model_dir, const VersionSeed* seed,
+      const std::shared_ptr<ModelVersion>& predecessor) {
     auto t0 = std::chrono::steady_clock::now();
     CUVIL_PROBE_JIT_COMPILE_START(name.c_str());
     const CompileOptions full_options;
@@ -227,6 +233,18 @@ struct ModelManager::Impl {
         });
     if (seed != nullptr && seed->before_serving) {
       if (auto s = seed->before_serving(**loaded); !s.ok()) return s;
+    } else if (predecessor != nullptr) {
+      // No patch can land on the old build after this copy (a racing one fails with Aborted).
+      const std::vector<PatchRecord> stack =
+          predecessor->mutable_loaded().Freeze("the version is being reloaded");
+      if (!stack.empty()) {
+        PatchValidationOptions validation;
+        validation.intra_op_threads = SchedulerOptionsFromConfig(config).intra_op_threads;
+        for (const std::string& refused : ReapplyPatches(
+                 **loaded, stack, PatchValidationInputs((*loaded)->model(), config), validation)) {
+          spdlog::warn("model '{}' version {}: {}", name, version, refused);
+        }
+      }
     }
     auto created = JitExecutable::Create(loaded->get(), InputSpecs(config), OutputSpecs(config));
     if (!created.ok()) return created.status();
@@ -281,7 +299,8 @@ struct ModelManager::Impl {
   }
 
   // Compiles the full tier of a version serving its quick tier and swaps its kernels in at a safe
-  // point (a recompile patch: every execution runs entirely on one tier). Skipped once the
+  // point (a recompile patch committed as the stack's base: every execution runs entirely on one
+  // tier, and patches committed meanwhile keep overriding it). Skipped once the
   // version is gone or the server shuts down; on failure the quick tier keeps serving (logged).
   // `start` is the version's tiered start: a full tier its lookup found is swapped in as cached,
   // else the quick tier's preparation is lowered again (and stored in the JIT cache).
@@ -344,11 +363,12 @@ struct ModelManager::Impl {
         break;
       }
       auto t1 = std::chrono::steady_clock::now();
-      auto id = loaded.CommitPatch(*std::move(patch), "tiered-compilation");
+      // The full tier replaces the base only: patches committed on the quick tier stay on top.
+      auto id = loaded.CommitBasePatch(*std::move(patch), kTierSwapAuthor);
       switch_us =
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t1).count();
       status = id.status();
-      if (!absl::IsFailedPrecondition(status)) break;
+      if (!absl::IsAborted(status)) break;
     }
     if (!status.ok()) {
       event.set_detail("full tier not swapped in; the quick tier serves");
@@ -495,8 +515,13 @@ absl::Status ModelManager::Load(const LoadRequest& request) {
                                               remaining, finish, first_error, error_mu] {
       spdlog::info("loading model {} version {}", name, p.version);
       auto load_start = std::chrono::steady_clock::now();
+      std::shared_ptr<ModelVersion> predecessor;
+      {
+        absl::MutexLock lock(&impl_->mu);
+        predecessor = impl_->models[name][p.version].model;
+      }
       auto built = impl_->BuildVersionNoThrow(name, p.version, config, path, bytes, p.load_index,
-                                              model_dir, seed.get());
+                                              model_dir, seed.get(), predecessor);
       std::shared_ptr<ModelVersion> old;
       {
         absl::MutexLock lock(&impl_->mu);
@@ -533,6 +558,8 @@ absl::Status ModelManager::Load(const LoadRequest& request) {
         absl::MutexLock lock(error_mu.get());
         if (first_error->ok()) *first_error = built.status();
       }
+      // A build that did not replace its predecessor leaves it taking patches again.
+      if (predecessor != nullptr && predecessor != old) predecessor->mutable_loaded().Unfreeze();
       if (old) old->RetireTo(built.ok() ? *built : nullptr);
       old.reset();
       if (--*remaining == 0) finish();

@@ -187,10 +187,16 @@ def main():
         if len(table) != 1 or table[0]["function"] != adds[0] or table[0]["calls"] < 1 or \
                 abs(table[0]["share"] - 1.0) > 1e-9 or table[0]["total_ns"] <= 0:
             fail(f"profile table {table}")
-        # A recompile patch of every kernel lies over the IR patch: the Add computes x + 1 again
-        # until the recompile patch is rolled back (a middle-of-history rollback works too).
+        # A recompile of every kernel leaves kernels an IR patch replaces alone (issue 37): here
+        # that is every kernel, so there is nothing to recompile.
         status, body = server.post("/v2/admin/models/adder/versions/1/patch", {
             "kind": "recompile", "options": "opt_level=1", "force": True})
+        if status == 200 or "nothing to recompile" not in body or server.infer() != doubled:
+            fail(f"a recompile of all kernels should leave the IR patch alone: {status} {body}")
+        # A recompile that names the kernel lies over the IR patch: the Add computes x + 1 again
+        # until the recompile patch is rolled back (a middle-of-history rollback works too).
+        status, body = server.post("/v2/admin/models/adder/versions/1/patch", {
+            "kind": "recompile", "options": "opt_level=1", "function": adds[0], "force": True})
         if status != 200:
             fail(f"recompile: {status} {body}")
         recompile_id = json.loads(body)["patch_id"]

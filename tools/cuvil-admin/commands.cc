@@ -158,8 +158,8 @@ absl::Status RunCommand(const AdminArgs& args, std::string* out) {
       q.set_author(args.author);
       q.set_force(args.force);
       q.set_validate(args.validate);
-      q.set_rtol(args.rtol);
-      q.set_atol(args.atol);
+      if (args.rtol > 0) q.set_rtol(args.rtol);  // 0: the server's default.
+      if (args.atol > 0) q.set_atol(args.atol);
       av1::PatchFunctionResponse r;
       auto s = FromGrpc(admin->PatchFunction(call.ctx(), q, &r), "PatchFunction", args.url);
       if (!s.ok()) return s;

@@ -1,0 +1,238 @@
+#!/usr/bin/python3
+"""Hot patching against a real cuvil-server process cannot crash it or lose a patch (issue 37).
+
+usage: patch_trust_server_test.py SERVER_BINARY MODEL_REPOSITORY SHARED_MODELS
+
+1. A profile window that ends while an IR patch's validation still runs (the SIGSEGV of issue 37,
+   three times): the server lives, the patch is applied or refused with a reason.
+2. Hostile patches (inline asm, a call to system(), a store to address 0, an endless loop, code
+   LLVM cannot select) are refused with their reason; system() never runs; the server lives and
+   answers correctly after each.
+3. Tier-up keeps user patches: with --compile-tier tiered, a patch committed on the quick tier
+   (its tier-up held back behind a bigger model's) is still in effect after the tier swap, which
+   goes beneath it in the history.
+4. A reload of the same version carries its patches (same id, still in effect), and a restart on
+   --snapshot-dir after the reload comes back patched.
+"""
+import base64
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "snapshot_restart"))
+from snapshot_restart_test import Server, adder_model, doubled_add_ir, fail  # noqa: E402
+
+PLAIN = [1.0, 2.0, 3.0, 4.0]
+DOUBLED = [2.0, 4.0, 6.0, 8.0]
+LOAD = {"name": "adder", "config_pbtxt": 'name: "adder" max_batch_size: 8',
+        "onnx_model_base64": base64.b64encode(adder_model()).decode(), "wait": True}
+
+
+def kernel_ir(symbol, body, prelude=""):
+    return f"{prelude}\ndefine i32 @{symbol}(ptr %args, i64 %batch) {{\nentry:\n{body}\n}}\n"
+
+
+def slow_doubled_ir(symbol, iterations):
+    """The doubled Add, spinning first: its validation takes about a second."""
+    return doubled_add_ir(symbol).replace(
+        "entry:\n",
+        "entry:\n  br label %spin\nspin:\n  %k = phi i64 [ 0, %entry ], [ %k1, %spin ]\n"
+        "  %vv = load volatile ptr, ptr %args\n  %k1 = add i64 %k, 1\n"
+        f"  %more = icmp ult i64 %k1, {iterations}\n  br i1 %more, label %spin, label %body\n"
+        "body:\n").replace("[ 0, %entry ], [ %i1", "[ 0, %body ], [ %i1")
+
+
+def load_adder(server):
+    status, body = server.post("/v2/admin/models/load", LOAD)
+    if status != 200:
+        fail(f"load: {status} {body}")
+
+
+def add_symbol(server):
+    status, body = server.get("/v2/admin/models/adder/versions/1/functions")
+    adds = [f["symbol"] for f in json.loads(body)["functions"] if f["op_type"] == "Add"]
+    if status != 200 or len(adds) != 1:
+        fail(f"functions: {status} {body}")
+    return adds[0]
+
+
+def patches(server):
+    status, body = server.get("/v2/admin/models/adder/versions/1/patches")
+    if status != 200:
+        fail(f"patches: {status} {body}")
+    return json.loads(body)["patches"]
+
+
+def patch(server, body):
+    return server.post("/v2/admin/models/adder/versions/1/patch", body)
+
+
+def alive(server, want):
+    if server.proc.poll() is not None:
+        fail("the server died:\n" + "".join(server.log[-40:]))
+    out = server.infer()
+    if out != want:
+        fail(f"output {out}, expected {want}; server log:\n" + "".join(server.log[-30:]))
+
+
+def profile_ending_during_validation(server, symbol):
+    for attempt in range(3):
+        results = {}
+        prof = threading.Thread(target=lambda: results.update(prof=patch(server, {
+            "kind": "profile", "profile_seconds": 0.5, "author": "trust-test"})))
+        prof.start()
+        time.sleep(0.05)
+        status, body = patch(server, {"ir": slow_doubled_ir(symbol, 1_500_000_000),
+                                      "force": True, "author": "trust-test"})
+        prof.join()
+        if status not in (200, 400, 409):
+            fail(f"slow patch during a profile window: {status} {body}")
+        time.sleep(0.6)  # The window has ended.
+        if status == 200:
+            alive(server, DOUBLED)
+            status, body = server.post("/v2/admin/models/adder/versions/1/rollback",
+                                       {"patch_id": json.loads(body)["patch_id"]})
+            if status != 200:
+                fail(f"rollback: {status} {body}")
+        alive(server, PLAIN)
+    print("ok: a profile window ending during validation, 3 times: the server lives")
+
+
+def hostile_patches(server, symbol, work):
+    marker = os.path.join(work, "system-ran")
+    cases = [
+        ("inline asm", kernel_ir(symbol, '  call void asm sideeffect "nop", ""()\n  ret i32 0'),
+         "asm"),
+        ("system()", kernel_ir(symbol, f"  %r = call i32 @system(ptr @cmd)\n  ret i32 0",
+                               f'@cmd = private constant [{len("touch " + marker) + 1} x i8] '
+                               f'c"touch {marker}\\00"\ndeclare i32 @system(ptr)'),
+         "'system'"),
+        ("store to 0", kernel_ir(symbol, "  store volatile i32 1, ptr null\n  ret i32 0"),
+         "signal 11"),
+        ("llvm fatal error",
+         kernel_ir(symbol, "  %f = call i64 @llvm.aarch64.get.fpcr()\n  %t = trunc i64 %f to i32\n"
+                           "  ret i32 %t", "declare i64 @llvm.aarch64.get.fpcr()"),
+         "LLVM ERROR"),
+        ("endless loop",
+         kernel_ir(symbol, "  br label %l\nl:\n  %v = load volatile ptr, ptr %args\n  br label %l"),
+         "longer than"),
+    ]
+    for what, ir, reason in cases:
+        for validate in (True, False):
+            status, body = patch(server, {"ir": ir, "force": True, "validate": validate,
+                                          "author": "hostile"})
+            if status == 200 or reason not in body:
+                fail(f"{what} (validate {validate}): expected a refusal naming '{reason}', got "
+                     f"{status} {body}")
+            alive(server, PLAIN)
+    if os.path.exists(marker):
+        fail("a patch's call to system() ran")
+    if [p for p in patches(server) if p["author"] == "hostile"]:
+        fail("a refused patch is in the history")
+    print("ok: hostile patches refused with their reasons; the server lives")
+
+
+def tier_up_keeps_patches(binary, repo, shared, work):
+    # A bigger model first: the single tier-up thread compiles its full tier while the adder's
+    # tier-up waits, so the adder's patch lands on the quick tier.
+    big_repo = os.path.join(work, "tiered-repo")
+    os.makedirs(os.path.join(big_repo, "mobilenet_v2", "1"))
+    shutil.copyfile(os.path.join(shared, "mobilenet_v2", "model.onnx"),
+               os.path.join(big_repo, "mobilenet_v2", "1", "model.onnx"))
+    server = Server(binary, big_repo, os.path.join(work, "snap-tiered"),
+                    os.path.join(work, "cache-tiered"))
+    server.args += ["--compile-tier", "tiered"]
+    server.start()
+    try:
+        status, body = server.post("/v2/repository/models/mobilenet_v2/load", {})
+        if status != 200:
+            fail(f"mobilenet_v2 load: {status} {body}")
+        load_adder(server)
+        symbol = add_symbol(server)
+        status, body = patch(server, {"ir": doubled_add_ir(symbol), "force": True,
+                                      "author": "user"})
+        if status != 200:
+            fail(f"patch: {status} {body}")
+        user_id = json.loads(body)["patch_id"]
+        deadline = time.time() + 240
+        while time.time() < deadline:
+            swaps = [p for p in patches(server) if p["author"] == "tiered-compilation"]
+            if swaps:
+                break
+            time.sleep(0.2)
+        else:
+            fail("no tier swap within 240 s:\n" + "".join(server.log[-40:]))
+        history = patches(server)
+        user = [p for p in history if p["patch_id"] == user_id][0]
+        if not user["active"]:
+            fail(f"the user's patch is no longer active: {history}")
+        if user["unix_ms"] > swaps[0]["unix_ms"]:
+            fail("the tier swap came before the patch; the test did not hold the tier-up back")
+        if [p["author"] for p in history] != ["tiered-compilation", "user"]:
+            fail(f"the tier swap should sit beneath the user's patch: {history}")
+        alive(server, DOUBLED)
+        time.sleep(1)
+        alive(server, DOUBLED)
+        print("ok: the tier swap went beneath a patch committed on the quick tier")
+    finally:
+        server.stop()
+
+
+def reload_keeps_patches(binary, repo, work):
+    snap = os.path.join(work, "snap-reload")
+    server = Server(binary, repo, snap, os.path.join(work, "cache-reload"))
+    server.start()
+    try:
+        load_adder(server)
+        symbol = add_symbol(server)
+        status, body = patch(server, {"ir": doubled_add_ir(symbol), "force": True,
+                                      "author": "user"})
+        if status != 200:
+            fail(f"patch: {status} {body}")
+        patch_id = json.loads(body)["patch_id"]
+        alive(server, DOUBLED)
+        load_adder(server)  # The same version again.
+        alive(server, DOUBLED)
+        active = [(p["patch_id"], p["author"]) for p in patches(server) if p["active"]]
+        if active != [(patch_id, "user")]:
+            fail(f"after the reload the active patches are {active}")
+    finally:
+        server.stop()
+    server = Server(binary, repo, snap, os.path.join(work, "cache-reload"))
+    server.start()
+    try:
+        alive(server, DOUBLED)
+        print("ok: a reload keeps the version's patches, and the snapshot after it too")
+    finally:
+        server.stop()
+
+
+def main():
+    if len(sys.argv) != 4:
+        fail(__doc__)
+    binary, repo, shared = sys.argv[1:]
+    work = tempfile.mkdtemp(prefix="cuvil-patch-trust-")
+    try:
+        server = Server(binary, repo, os.path.join(work, "snap"), os.path.join(work, "cache"))
+        server.start()
+        try:
+            load_adder(server)
+            alive(server, PLAIN)
+            symbol = add_symbol(server)
+            profile_ending_during_validation(server, symbol)
+            hostile_patches(server, symbol, work)
+        finally:
+            server.stop()
+        reload_keeps_patches(binary, repo, work)
+        tier_up_keeps_patches(binary, repo, shared, work)
+        print("PASS")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
