@@ -140,8 +140,8 @@ absl::StatusOr<std::string> EncodeSnapshot(const LoadedModel& loaded, const std:
   b.set_object_code(m.object_code);
   b.set_weights(static_cast<const char*>(loaded.weights_data()), loaded.weights_bytes());
   b.set_compiled_cpu(m.cpu);
-  b.set_onnx_model(onnx);
   b.set_model_hash(Digest(onnx));
+  b.set_onnx_model(std::move(onnx));
   b.set_code_hash(Digest(m.object_code));
 
   // The table executions use now: every active patch's functions over the version's own code.
@@ -189,15 +189,38 @@ absl::StatusOr<std::string> EncodeSnapshot(const LoadedModel& loaded, const std:
       row->set_total_ns(k.total_ns);
     }
   }
-  pb::SnapshotArtifact artifact;
-  artifact.set_magic(kSnapshotMagic);
-  artifact.set_format_version(kSnapshotFormatVersion);
-  if (!b.SerializeToString(artifact.mutable_body())) {
-    return absl::InternalError("cannot serialise the snapshot (larger than 2 GiB?)");
+  // The SnapshotArtifact's wire format written around the body serialized in place: a message
+  // holding the body would be one more copy of the weights and source, and its serialization
+  // another.
+  const size_t body_size = b.ByteSizeLong();
+  if (body_size > kMaxSnapshotBytesLimit - 1024) {
+    return absl::InternalError(
+        absl::StrCat("the snapshot would be ", body_size, " bytes, more than any reader accepts"));
   }
-  artifact.set_checksum(Digest(artifact.body()));
+  pb::SnapshotArtifact head;
+  head.set_magic(kSnapshotMagic);
+  head.set_format_version(kSnapshotFormatVersion);
   std::string out;
-  if (!artifact.SerializeToString(&out)) return absl::InternalError("cannot serialise snapshot");
+  out.reserve(body_size + 128);
+  if (!head.AppendToString(&out)) return absl::InternalError("cannot serialise the snapshot");
+  auto append_varint = [&out](uint64_t v) {
+    while (v >= 0x80) {
+      out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+      v >>= 7;
+    }
+    out.push_back(static_cast<char>(v));
+  };
+  append_varint((3 << 3) | 2);  // body, length-delimited.
+  append_varint(body_size);
+  const size_t body_at = out.size();
+  if (!b.AppendToString(&out) || out.size() - body_at != body_size) {
+    return absl::InternalError("cannot serialise the snapshot");
+  }
+  b.Clear();
+  const std::string checksum = Digest(std::string_view(out).substr(body_at));
+  append_varint((4 << 3) | 2);  // checksum.
+  append_varint(checksum.size());
+  out += checksum;
   return out;
 }
 

@@ -218,6 +218,7 @@ void SnapshotStore::RestoreAll() {
   // Decoded snapshots by model: one restore per model keeps its versions together. Each file is
   // dropped as soon as it is decoded (the snapshot holds what the restore needs).
   std::map<std::string, Snapshots> by_model;
+  std::map<const VersionSnapshot*, std::string> paths;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir_, ec)) {
     const std::string path = entry.path().string();
@@ -235,6 +236,7 @@ void SnapshotStore::RestoreAll() {
       continue;
     }
     group.push_back(std::make_shared<const VersionSnapshot>(*std::move(snapshot)));
+    paths[group.back().get()] = path;
   }
   for (const auto& [name, snapshots] : by_model) {
     if (snapshots.empty()) continue;
@@ -244,10 +246,20 @@ void SnapshotStore::RestoreAll() {
                     std::string(restored.status().message()));
       continue;
     }
-    for (const auto& r : *restored) {
-      if (auto v = models_->Get(r.name(), absl::StrCat(r.version())); v.ok()) {
-        if (auto s = Sync(**v); !s.ok()) spdlog::warn("{}", std::string(s.message()));
+    for (const auto& snapshot : snapshots) {
+      auto v = models_->Get(snapshot->model_name, absl::StrCat(snapshot->version));
+      if (!v.ok()) continue;
+      const std::string path = PathFor(snapshot->model_name, snapshot->version);
+      if (snapshot->host_matches && paths[snapshot.get()] == path) {
+        // The file holds the version as it now is: remembered as written instead of encoded
+        // again (which would briefly hold a few more copies of the model's weights).
+        const LoadedModel& loaded = (*v)->loaded();
+        absl::MutexLock lock(&mu_);
+        written_[path] = {loaded.namespace_name(), loaded.change_count()};
+        continue;
       }
+      // Code compiled again here, or a file under another name: written in this build's form.
+      if (auto s = Sync(**v); !s.ok()) spdlog::warn("{}", std::string(s.message()));
     }
   }
 }
