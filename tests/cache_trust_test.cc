@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <atomic>
 #include <chrono>
@@ -19,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
 #include "server_test_util.h"
+#include "snapshot.pb.h"
 #include "test_models.h"
 
 namespace cuvil {
@@ -182,5 +184,55 @@ TEST_F(CacheTrustTest, FoldersOthersCanWriteAreRefusedUnlessAllowed) {
   }
 }
 
+// Issue 37 finding 6: with --snapshot-dir, the first start after an upgrade loaded the object
+// code the older build had written (only kCompilerVersion, never bumped, was compared). A file of
+// another build is now compiled again from its ONNX source, serves, and is rewritten by this
+// build.
+TEST_F(CacheTrustTest, ASnapshotOfAnotherBuildIsCompiledAgainAndRewritten) {
+  const fs::path snapshots = scratch_ / "snapshots";
+  const fs::path file = snapshots / "mlp.1.cuvilsnap";
+  {
+    ServerOptions options;
+    options.snapshot_dir = snapshots.string();
+    auto server = testing::StartServer(repo_, options);
+    ASSERT_NE(server, nullptr);
+    server->Shutdown();
+  }
+  ASSERT_TRUE(fs::exists(file));
+  auto read = [&] {
+    std::ifstream f(file, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  // As an older build would have left it: another build identity (checksum made right again).
+  cuvil::jitcache::v1::SnapshotArtifact artifact;
+  ASSERT_TRUE(artifact.ParseFromString(read()));
+  cuvil::jitcache::v1::SnapshotBody body;
+  ASSERT_TRUE(body.ParseFromString(artifact.body()));
+  const std::string ours = body.build_identity();
+  ASSERT_FALSE(ours.empty());
+  body.set_build_identity(ours + "-older-build");
+  artifact.set_body(body.SerializeAsString());
+  XXH128_canonical_t c;
+  XXH128_canonicalFromHash(&c, XXH3_128bits(artifact.body().data(), artifact.body().size()));
+  artifact.set_checksum(std::string(reinterpret_cast<const char*>(c.digest), sizeof c.digest));
+  {
+    std::ofstream out(file, std::ios::binary | std::ios::trunc);
+    out << artifact.SerializeAsString();
+  }
+  const fs::path empty = scratch_ / "empty-repository";
+  fs::create_directories(empty);
+  ServerOptions options;
+  options.snapshot_dir = snapshots.string();
+  auto server = testing::StartServer(empty.string(), options);
+  ASSERT_NE(server, nullptr);
+  const VersionStatus* mlp = Find(server->models()->Index(), "mlp");
+  ASSERT_NE(mlp, nullptr);
+  ASSERT_EQ(mlp->state, ModelState::kReady) << mlp->reason;
+  ExpectMlpServes(*server);
+  // Rewritten in this build's form: the next start loads its code as it is.
+  ASSERT_TRUE(artifact.ParseFromString(read()));
+  ASSERT_TRUE(body.ParseFromString(artifact.body()));
+  EXPECT_EQ(body.build_identity(), ours);
+}
 }  // namespace
 }  // namespace cuvil
