@@ -47,6 +47,12 @@ inline std::unique_ptr<CuvilServer> StartServer(const std::string& repo,
   options.http_port = 0;
   options.metrics_port = 0;
   options.exit_timeout_secs = 5;
+  // In-process tests patch and snapshot without a token: the development mode. The default (IR
+  // patches and snapshots refused without a token) is tested against a real server process
+  // (tests/patch_trust).
+  if (options.admin_token.empty() && options.bind_address == "127.0.0.1") {
+    options.insecure_admin = true;
+  }
   auto server = CuvilServer::Start(options);
   EXPECT_TRUE(server.ok()) << server.status();
   return server.ok() ? std::move(*server) : nullptr;

@@ -45,6 +45,15 @@ absl::Status AdminOperations::Authorize(const std::string& authorization) const 
   return absl::OkStatus();
 }
 
+absl::Status AdminOperations::AuthorizeNativeCode(const char* what) const {
+  if (!token_.empty() || insecure_admin_) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      what,
+      " runs or reveals native code in the server, which any local user could then do: start "
+      "the server with --admin-token-file (and send 'authorization: Bearer <token>'), or with "
+      "--insecure-admin on a development machine"));
+}
+
 absl::StatusOr<cuvil::admin::v1::LoadModelResponse> AdminOperations::LoadModel(
     const cuvil::admin::v1::LoadModelRequest& request) {
   if (request.version() < 0) {
@@ -187,6 +196,9 @@ absl::StatusOr<cuvil::admin::v1::PatchFunctionResponse> AdminOperations::PatchFu
   if (kind == kPatchKindIr && request.body().empty()) {
     return absl::InvalidArgumentError("the patch body is empty");
   }
+  if (kind == kPatchKindIr) {
+    if (absl::Status s = AuthorizeNativeCode("an IR patch"); !s.ok()) return s;
+  }
   auto model =
       models_->Get(request.name(), request.version() > 0 ? absl::StrCat(request.version()) : "");
   if (!model.ok()) return model.status();
@@ -305,6 +317,7 @@ absl::StatusOr<cuvil::admin::v1::SnapshotResponse> AdminOperations::Snapshot(
     const cuvil::admin::v1::SnapshotRequest& request) {
   PatchEvent event(metrics_, observability::PatchKind::kSnapshot, request.name());
   if (absl::Status s = ValidateModelName(request.name()); !s.ok()) return s;
+  if (absl::Status s = AuthorizeNativeCode("a snapshot"); !s.ok()) return s;
   auto model =
       models_->Get(request.name(), request.version() > 0 ? absl::StrCat(request.version()) : "");
   if (!model.ok()) return model.status();
@@ -325,6 +338,7 @@ absl::StatusOr<cuvil::admin::v1::SnapshotResponse> AdminOperations::Snapshot(
 absl::StatusOr<cuvil::admin::v1::RestoreSnapshotResponse> AdminOperations::RestoreSnapshot(
     const cuvil::admin::v1::RestoreSnapshotRequest& request) {
   PatchEvent event(metrics_, observability::PatchKind::kRestore, "");
+  if (absl::Status s = AuthorizeNativeCode("a snapshot restore"); !s.ok()) return s;
   auto restored = RestoreSnapshots(models_, {request.snapshot()});
   if (!restored.ok()) {
     event.Fail(restored.status());

@@ -15,14 +15,24 @@ namespace cuvil {
 // Thread-safe.
 class AdminOperations {
  public:
-  // `metrics` (optional) counts patches and rollbacks.
+  // `metrics` (optional) counts patches and rollbacks. Without `admin_token`, calls that run or
+  // reveal native code (IR patches, snapshots, restores) are refused unless `insecure_admin`
+  // (see AuthorizeNativeCode).
   AdminOperations(ModelManager* models, std::string admin_token,
-                  observability::ServerMetrics* metrics = nullptr)
-      : models_(models), token_(std::move(admin_token)), metrics_(metrics) {}
+                  observability::ServerMetrics* metrics = nullptr, bool insecure_admin = false)
+      : models_(models),
+        token_(std::move(admin_token)),
+        metrics_(metrics),
+        insecure_admin_(insecure_admin) {}
 
   // OK when no token is configured or `authorization` is "Bearer <token>" (constant-time compare);
   // Unauthenticated otherwise.
   absl::Status Authorize(const std::string& authorization) const;
+  // Calls that load native code into the server or hand out its code and weights (kind "ir"
+  // patches, Snapshot, RestoreSnapshot) need authority beyond being on the same host: a
+  // configured admin token (which Authorize checked) or the operator's explicit
+  // --insecure-admin. PermissionDenied naming `what` and the flags otherwise.
+  absl::Status AuthorizeNativeCode(const char* what) const;
 
   // Loads `request.name` from the repository, or inline from its ONNX bytes (as version
   // `request.version`, 1 when 0) and config_pbtxt. The name and the inline model pass the same
@@ -70,6 +80,7 @@ class AdminOperations {
   ModelManager* models_;
   std::string token_;
   observability::ServerMetrics* metrics_;
+  bool insecure_admin_;
   SnapshotStore* snapshots_ = nullptr;
 };
 

@@ -137,7 +137,7 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
   manager_options.compile_tier = options.compile_tier;
   s.models = std::make_unique<ModelManager>(s.engine.get(), s.repository.get(), manager_options);
   s.admin = std::make_unique<AdminOperations>(s.models.get(), options.admin_token,
-                                              s.metrics_registry.get());
+                                              s.metrics_registry.get(), options.insecure_admin);
   if (!options.snapshot_dir.empty()) {
     auto store = SnapshotStore::Create(
         options.snapshot_dir, s.models.get(), options.insecure_cache_dir,

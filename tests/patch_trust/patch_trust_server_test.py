@@ -13,6 +13,7 @@ usage: patch_trust_server_test.py SERVER_BINARY MODEL_REPOSITORY SHARED_MODELS
    goes beneath it in the history.
 4. A reload of the same version carries its patches (same id, still in effect), and a restart on
    --snapshot-dir after the reload comes back patched.
+5. Without a token or --insecure-admin, IR patches, snapshots and restores are refused (403).
 """
 import base64
 import json
@@ -211,6 +212,34 @@ def reload_keeps_patches(binary, repo, work):
         server.stop()
 
 
+def native_code_needs_authority(binary, repo, work):
+    """Without a token and without --insecure-admin, IR patches and snapshots are refused even on
+    loopback (any local user could otherwise run code as the server); other admin calls work."""
+    server = Server(binary, repo, os.path.join(work, "snap-secure"),
+                    os.path.join(work, "cache-secure"))
+    server.args.remove("--insecure-admin")
+    server.start()
+    try:
+        load_adder(server)
+        symbol = add_symbol(server)
+        status, body = patch(server, {"ir": doubled_add_ir(symbol), "force": True})
+        if status != 403 or "--admin-token-file" not in body:
+            fail(f"IR patch without authority: expected 403, got {status} {body}")
+        status, body = server.post("/v2/admin/models/adder/versions/1/snapshot", {})
+        if status != 403:
+            fail(f"snapshot without authority: expected 403, got {status} {body}")
+        status, body = server.post("/v2/admin/snapshots/restore", {"snapshot": ""})
+        if status != 403:
+            fail(f"restore without authority: expected 403, got {status} {body}")
+        status, body = patch(server, {"kind": "recompile", "options": "opt_level=1"})
+        if status != 200:
+            fail(f"a recompile patch needs no token: {status} {body}")
+        alive(server, PLAIN)
+        print("ok: IR patches, snapshots and restores need a token or --insecure-admin")
+    finally:
+        server.stop()
+
+
 def main():
     if len(sys.argv) != 4:
         fail(__doc__)
@@ -227,6 +256,7 @@ def main():
             hostile_patches(server, symbol, work)
         finally:
             server.stop()
+        native_code_needs_authority(binary, repo, work)
         reload_keeps_patches(binary, repo, work)
         tier_up_keeps_patches(binary, repo, shared, work)
         print("PASS")

@@ -79,7 +79,7 @@ class Server:
         self.args = [binary, "--model-repository", repo, "--model-control-mode", "explicit",
                      "--grpc-port", "0", "--http-port", "0", "--metrics-port", "0",
                      "--exit-timeout-secs", "10", "--snapshot-dir", snapshot_dir,
-                     "--jit-cache-dir", cache_dir]
+                     "--jit-cache-dir", cache_dir, "--insecure-admin"]
         self.log = []
 
     def start(self):

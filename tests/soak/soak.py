@@ -147,7 +147,7 @@ class Soak:
         self.proc = subprocess.Popen(
             [self.server, "--model-repository", self.repo, "--model-control-mode", "explicit",
              "--grpc-port", "0", "--http-port", "0", "--metrics-port", "0",
-             "--exit-timeout-secs", "10"] +
+             "--exit-timeout-secs", "10", "--insecure-admin"] +
             sum((["--load-model", m] for m in self.models), []),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
         deadline = time.time() + 300

@@ -22,7 +22,9 @@ struct ServerOptions {
   ControlMode control_mode = ControlMode::kNone;
   std::vector<std::string> load_models;  // Explicit mode: models loaded at start.
   std::string admin_token;               // Empty: admin calls need no token.
-  // Allows a non-loopback bind_address without an admin token (admin calls open to the network).
+  // Allows a non-loopback bind_address without an admin token (admin calls open to the network),
+  // and, without a token, the admin calls that run or reveal native code (IR patches, snapshots,
+  // restores), which are otherwise refused even on loopback: any local user could make them.
   bool insecure_admin = false;
   // Largest HTTP body or gRPC message accepted (HTTP 413 / RESOURCE_EXHAUSTED above it); also
   // the largest gRPC response.
