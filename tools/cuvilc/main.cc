@@ -40,6 +40,8 @@ constexpr char kUsage[] =
     "  cuvilc compile MODEL.onnx [--emit-llvm FILE.ll] [--timings] [--jit-cache-dir DIR]\n"
     "                 [--jit-cache-max-bytes N] [--no-jit-cache] [--compile-tier T]\n"
     "      with --jit-cache-dir, a compiled model is stored in (or loaded from) the JIT cache\n"
+    "      (a folder of your own that group and others cannot write; --insecure-cache-dir\n"
+    "      allows another)\n"
     "      --compile-tier full (default): one compile at full optimisation; fast: one quick\n"
     "      compile; tiered: load the quick compile (total_ms is its time to ready), then compile\n"
     "      the full tier and swap its kernels in (tier_up_ms, tier_swap_us); a cached full\n"
@@ -290,6 +292,8 @@ int Compile(const std::vector<std::string>& args) {
       }
     } else if (args[i] == "--no-jit-cache") {
       no_cache = true;
+    } else if (args[i] == "--insecure-cache-dir") {
+      cache_options.insecure_dir = true;
     } else if (args[i] == "--compile-tier" && i + 1 < args.size()) {
       auto parsed = ParseCompileTier(args[++i]);
       if (!parsed.ok()) return Usage(std::string(parsed.status().message()));
