@@ -90,6 +90,11 @@ struct LoadedModel::Layer {
 
 namespace {
 
+// Records a version keeps in its patch history (the active ones always stay).
+constexpr size_t kMaxPatchHistory = 256;
+// Largest patch id a restored snapshot may bring (ids count up from it).
+constexpr uint64_t kMaxPatchId = uint64_t{1} << 62;
+
 int64_t NowUnixMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -220,6 +225,7 @@ void JitEngine::Unload(LoadedModel* model) {
       llvm::consumeError(std::move(err));
     }
     model->handle_->dylib = nullptr;
+    es.getSymbolStringPool()->clearDeadEntries();
   }
   absl::MutexLock lock(&impl_->mu);
   impl_->live.erase(model->namespace_name_);
@@ -923,6 +929,10 @@ absl::StatusOr<uint64_t> LoadedModel::CommitLocked(std::shared_ptr<PreparedPatch
                        [&](const PatchRecord& r) { return r.id == above; });
   }
   history_.insert(rec, layer->patch->record);
+  // Bounded history: the oldest rolled-back records (and their IR text) go first.
+  for (auto it = history_.begin(); history_.size() > kMaxPatchHistory && it != history_.end();) {
+    it = it->active ? std::next(it) : history_.erase(it);
+  }
   std::vector<std::unique_ptr<void*[]>> retired;
   if (at == layers_.size()) {
     layers_.push_back(std::move(layer));
@@ -1000,6 +1010,11 @@ void LoadedModel::Unfreeze() {
 absl::StatusOr<uint64_t> LoadedModel::CommitRestoredPatch(std::shared_ptr<PreparedPatch> patch,
                                                           const PatchRecord& original) {
   if (patch == nullptr) return absl::InvalidArgumentError("no patch");
+  if (original.id == 0 || original.id > kMaxPatchId) {
+    // Later ids continue after it: one near 2^64 would wrap the counter.
+    return absl::InvalidArgumentError(
+        absl::StrCat("patch id ", original.id, " is out of range (1..", kMaxPatchId, ")"));
+  }
   absl::StatusOr<uint64_t> id;
   {
     absl::MutexLock lock(&patch_mu_);
@@ -1100,6 +1115,8 @@ absl::Status LoadedModel::Rollback(uint64_t id, double drain_seconds) {
   }
   victim.reset();  // Removes its code and table (when drained).
   retired.clear();
+  // The removed code's symbol names stay interned until dead entries are cleared.
+  engine_->impl_->jit->getExecutionSession().getSymbolStringPool()->clearDeadEntries();
   NotifyChange();
   return result;
 }

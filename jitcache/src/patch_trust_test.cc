@@ -284,5 +284,42 @@ TEST_F(PatchTrustTest, ARollbackNeverBlocksOnAStuckKernelNorHoldsThePatchLock) {
   EXPECT_TRUE(model_->Rollback(*pid).ok());
 }
 
+TEST_F(PatchTrustTest, ARestoredPatchIdNearTwoToTheSixtyFourIsRefused) {
+  auto patch = model_->PrepareIrPatch(ScaledAddIr(k1_, 2.0f), {});
+  ASSERT_TRUE(patch.ok());
+  PatchRecord original;
+  original.id = ~uint64_t{0};
+  original.author = "snapshot";
+  auto id = model_->CommitRestoredPatch(*patch, original);
+  EXPECT_TRUE(absl::IsInvalidArgument(id.status())) << id.status();
+  original.id = 7;
+  ASSERT_TRUE(model_->CommitRestoredPatch(*patch, original).ok());
+  auto next = model_->PrepareIrPatch(ScaledAddIr(k0_, 2.0f), {});
+  ASSERT_TRUE(next.ok());
+  auto next_id = model_->CommitPatch(*next, "after");
+  ASSERT_TRUE(next_id.ok());
+  EXPECT_GT(*next_id, 7u);
+}
+
+TEST_F(PatchTrustTest, ThePatchHistoryIsBoundedAndKeepsActivePatches) {
+  auto kept = model_->PrepareIrPatch(ScaledAddIr(k1_, 2.0f), {});
+  ASSERT_TRUE(kept.ok());
+  auto kept_id = model_->CommitPatch(*kept, "kept");
+  ASSERT_TRUE(kept_id.ok());
+  // Profile patches are cheap to cycle (no sandbox): 300 commits and rollbacks.
+  for (int i = 0; i < 300; ++i) {
+    auto p = model_->PrepareProfilePatch(0, {k0_});
+    ASSERT_TRUE(p.ok()) << p.status();
+    auto id = model_->CommitPatch(*p, "cycle");
+    ASSERT_TRUE(id.ok());
+    ASSERT_TRUE(model_->Rollback(*id).ok());
+  }
+  std::vector<PatchRecord> records = model_->Patches();
+  EXPECT_EQ(records.size(), 256u);
+  EXPECT_EQ(records.front().id, *kept_id);  // The active patch stays; old inactive ones went.
+  EXPECT_TRUE(records.front().active);
+  EXPECT_EQ(*Run(), 22.0f);
+}
+
 }  // namespace
 }  // namespace cuvil

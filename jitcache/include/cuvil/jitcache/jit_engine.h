@@ -194,7 +194,9 @@ class LoadedModel {
   absl::Status Rollback(uint64_t id, double drain_seconds = 10);
   // Executions running now (requests and validation runs).
   int64_t running_executions() const;
-  // Every patch committed to this version, oldest first (profile tables as of now).
+  // The patches committed to this version, oldest first (active ones in stack order: a base
+  // patch comes before the layers above it), profile tables as of now. At most 256 records:
+  // beyond that the oldest rolled-back ones are dropped (active ones always stay).
   std::vector<PatchRecord> Patches() const;
   // The per-kernel table of profile patch `id` so far (final once it rolled back), largest share
   // first. NotFound when `id` is not a profile patch of this version.
@@ -206,7 +208,8 @@ class LoadedModel {
   // seconds pass; true if it is inactive.
   bool WaitForProfileEnd(uint64_t id, double timeout_seconds) const;
   // Commits `patch` with the identity of `original` (id, time, author) instead of new ones: a
-  // restored snapshot keeps its patch ids. AlreadyExists if that id is already in the history.
+  // restored snapshot keeps its patch ids. AlreadyExists if that id is already in the history;
+  // InvalidArgument for an id of 0 or above 2^62 (later ids count up from it).
   absl::StatusOr<uint64_t> CommitRestoredPatch(std::shared_ptr<PreparedPatch> patch,
                                                const PatchRecord& original);
   // Called (from the committing or rolling-back thread, no lock held) after every commit and
