@@ -899,7 +899,14 @@ TEST(ObjectCacheDirTest, AFolderOthersCanWriteIsRefusedUnlessAllowed) {
   EXPECT_TRUE(ObjectCache::Create(options).ok());
   ASSERT_EQ(chmod(dir.c_str(), 0755), 0);  // Readable by others is the owner's choice.
   options.insecure_dir = false;
+  // An entry an older version wrote 0644 is made private when the cache opens the folder.
+  const fs::path old_entry = dir / "0123456789abcdef0123456789abcdef.cjc";
+  std::ofstream(old_entry) << "x";
+  ASSERT_EQ(chmod(old_entry.c_str(), 0644), 0);
   EXPECT_TRUE(ObjectCache::Create(options).ok());
+  struct stat st;
+  ASSERT_EQ(stat(old_entry.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
   fs::remove_all(dir);
 }
 

@@ -1,5 +1,6 @@
 #include "cuvil/jitcache/private_dir.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +15,27 @@
 namespace cuvil {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// Makes every regular file of this user directly in `dir` 0600 (files an older version wrote
+// 0644 stay readable by others until they are rewritten otherwise). Never follows a symlink;
+// best effort.
+void TightenFileModes(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& de : fs::directory_iterator(dir, ec)) {
+    const int fd = open(de.path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) continue;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+        (st.st_mode & 077) != 0) {
+      fchmod(fd, kPrivateFileMode);
+    }
+    close(fd);
+  }
+}
+
+}  // namespace
 
 absl::Status EnsurePrivateDir(const std::string& dir, bool allow_insecure, const std::string& what,
                               const std::string& flag) {
@@ -47,7 +69,10 @@ absl::Status EnsurePrivateDir(const std::string& dir, bool allow_insecure, const
     why = absl::StrCat("is writable by ", (st.st_mode & S_IWOTH) != 0 ? "others" : "group",
                        " (mode ", mode, ")");
   }
-  if (why.empty()) return absl::OkStatus();
+  if (why.empty()) {
+    TightenFileModes(dir);
+    return absl::OkStatus();
+  }
   const std::string message = absl::StrCat(
       what, " ", dir, " ", why,
       ": another user could plant code the server would run. Use a folder of your own with mode "

@@ -19,7 +19,8 @@ inline constexpr unsigned kPrivateDirMode = 0700;
 
 // Creates `dir` (missing parents with the default mode, `dir` itself 0700) when it does not exist,
 // then checks that it is a directory owned by this process's effective user and not writable by
-// group or others. With `allow_insecure` a failed owner/mode check is only logged. `what` names
+// group or others; then makes this user's files in it 0600 (an older version wrote them 0644).
+// With `allow_insecure` a failed owner/mode check is only logged. `what` names
 // the folder in messages ("JIT cache directory") and `flag` the option that allows it
 // ("--insecure-cache-dir"). FailedPrecondition naming the folder, its owner, its mode and `flag`
 // when it is not trusted; InvalidArgument when it cannot be created or is not a directory.
