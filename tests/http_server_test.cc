@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string_view>
 #include <thread>
@@ -399,9 +400,12 @@ bool SendText(int fd, std::string_view text) {
   return ::send(fd, text.data(), text.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(text.size());
 }
 
-// Reads one response with an empty or Content-Length body; "" on timeout or close.
+// Reads one response with an empty or Content-Length body; "" on timeout or close. Bytes of
+// the next response (pipelining) are kept for the next call on `fd`.
 std::string ReadResponse(int fd, std::chrono::milliseconds timeout) {
-  std::string got;
+  static std::map<int, std::string> carried;
+  std::string got = std::move(carried[fd]);
+  carried.erase(fd);
   auto deadline = SteadyClock::now() + timeout;
   while (SteadyClock::now() < deadline) {
     size_t end = got.find("\r\n\r\n");
@@ -409,7 +413,11 @@ std::string ReadResponse(int fd, std::chrono::milliseconds timeout) {
       size_t length = 0;
       size_t at = got.find("Content-Length: ");
       if (at != std::string::npos && at < end) length = std::stoul(got.substr(at + 16));
-      if (got.size() >= end + 4 + length) return got;
+      if (got.size() >= end + 4 + length) {
+        if (got.size() > end + 4 + length) carried[fd] = got.substr(end + 4 + length);
+        got.resize(end + 4 + length);
+        return got;
+      }
     }
     pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, 50) <= 0) continue;
@@ -593,6 +601,60 @@ TEST_F(HttpSlowClientTest, ConnectionCapsPerAddressAndInAll) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_TRUE(ServerClosed(from_two.front())) << "the oldest idle connection was not evicted";
+}
+
+// A connection goes back to the connection thread after each request: keep-alive and pipelined
+// requests through handlers still work, and a body a handler leaves unread ends the connection
+// instead of being parsed as the next request.
+TEST_F(HttpSlowClientTest, KeepAliveAndPipelinedRequests) {
+  ServerOptions options;
+  options.http_header_timeout_secs = 2;  // httplib drains an oversized body until reads stall.
+  Start(options);
+  httplib::Client client("127.0.0.1", server_->http_port());
+  client.set_keep_alive(true);
+  HostTensor input = testing::ReadReference("mlp", 0, "input");
+  json data = json::array();
+  for (int64_t i = 0; i < input.num_elements(); ++i) data.push_back(input.data_as<float>()[i]);
+  const std::string body =
+      json{{"inputs",
+            {{{"name", "input"}, {"datatype", "FP32"}, {"shape", input.shape()}, {"data", data}}}}}
+          .dump();
+  for (int i = 0; i < 5; ++i) {
+    auto res = client.Post("/v2/models/mlp/infer", body, "application/json");
+    ASSERT_TRUE(res) << i;
+    EXPECT_EQ(res->status, 200) << res->body;
+    EXPECT_EQ(client.Get("/v2/models/mlp")->status, 200);
+  }
+  // Two requests in one write: an infer (handler) then metadata (handler) then a probe.
+  int fd = Open();
+  ASSERT_GE(fd, 0);
+  std::string two =
+      "POST /v2/models/mlp/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+      "application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body +
+      "GET /v2/models/mlp HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+      "GET /v2/health/ready HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  ASSERT_TRUE(SendText(fd, two));
+  std::string first = ReadResponse(fd, std::chrono::seconds(10));
+  EXPECT_THAT(first, HasSubstr("200 OK"));
+  EXPECT_THAT(first, HasSubstr("\"outputs\""));
+  std::string second = ReadResponse(fd, std::chrono::seconds(10));
+  EXPECT_THAT(second, HasSubstr("200 OK"));
+  EXPECT_THAT(second, HasSubstr("\"platform\""));
+  EXPECT_THAT(ReadResponse(fd, std::chrono::seconds(10)), HasSubstr("200 OK"));
+  // An oversized body is refused (httplib first drains what arrives until a read stalls): the
+  // server answers 413 and closes, so the rest of the body is never taken for a request.
+  int big = Open();
+  ASSERT_GE(big, 0);
+  ASSERT_TRUE(SendText(big,
+                       "POST /v2/models/mlp/infer HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                       "Content-Length: 999999999999\r\n\r\nGET /v2/health/live HTTP/1.1\r\n\r\n"));
+  EXPECT_THAT(ReadResponse(big, std::chrono::seconds(10)), HasSubstr("413"));
+  auto t0 = SteadyClock::now();
+  while (!ServerClosed(big) && SteadyClock::now() - t0 < std::chrono::seconds(10)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(ServerClosed(big));
 }
 
 }  // namespace
