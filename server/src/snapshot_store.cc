@@ -183,11 +183,15 @@ absl::StatusOr<std::vector<cuvil::admin::v1::RestoreSnapshotResponse>> RestoreSn
   if (artifacts.empty()) return absl::InvalidArgumentError("no snapshot given");
   // Everything is decoded and checked before anything is loaded.
   Snapshots snapshots;
-  for (std::string_view bytes : artifacts) {
-    auto snapshot = DecodeSnapshot(bytes, max_bytes);
-    if (!snapshot.ok()) return snapshot.status();
-    if (absl::Status s = CheckBelongs(*snapshot, snapshots); !s.ok()) return s;
-    snapshots.push_back(std::make_shared<const VersionSnapshot>(*std::move(snapshot)));
+  try {  // Runs on the admin blocking pool: nothing may escape.
+    for (std::string_view bytes : artifacts) {
+      auto snapshot = DecodeSnapshot(bytes, max_bytes);
+      if (!snapshot.ok()) return snapshot.status();
+      if (absl::Status s = CheckBelongs(*snapshot, snapshots); !s.ok()) return s;
+      snapshots.push_back(std::make_shared<const VersionSnapshot>(*std::move(snapshot)));
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("decoding a snapshot failed: ", e.what()));
   }
   return RestoreDecodedCatching(models, snapshots);
 }
