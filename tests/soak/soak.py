@@ -15,7 +15,9 @@ usage: soak.py SERVER_BINARY PERF_BINARY EXAMPLE_REPO DURATION_SECS [--with-resn
   one of its Relu kernels with hand-written LLVM IR computing the same Relu (or, when the Relus are
   fused into the Gemms, recompiles its kernels at opt_level=2; validated against the current
   outputs either way, so responses stay correct), keeps it under load through the lenet reloads,
-  then rolls it back. A refused patch or rollback counts as a failure.
+  then rolls it back. A refused patch or rollback counts as a failure. Each cycle also runs a
+  0.01 s profile window and one hostile IR patch (a store to address 0, an endless loop, inline
+  asm, a call to system(), in turn) that must be refused with its reason (issue 37).
 - Every 5 s it samples VmRSS of the server from /proc. Growth = mean RSS of the last 20% of the run
   over the mean of the 20% after the warm-up (default: the first 25% of the run, at least 30 s).
 Exits 1 if any request failed, a reload, patch or rollback failed, the server died, or RSS grew by 5% or more
@@ -132,6 +134,7 @@ class Soak:
         self.reload_failures = []
         self.patching = False   # set once the server lists mlp's functions
         self.patches = self.rollbacks = 0
+        self.profiles = self.hostile_refused = 0
         self.patch_failures = []
         self.patch_switch_us = []
         self.patch_max_abs_diff = 0.0  # validation's old-vs-patched difference: 0 for a true identity
@@ -242,6 +245,9 @@ class Soak:
             b = load("mlp", "mlp -> v1")
             # Patch v1 now so the patched kernel serves mlp's load through the lenet steps.
             patch_id = self.patch() if self.patching else None
+            if self.patching:
+                self.profile_window()
+                self.hostile_patch(cycle)
             c = load("lenet", "lenet in place")
             status, body = http_post(self.http, "/v2/repository/models/lenet_churn/unload")
             if status != 200:
@@ -286,6 +292,41 @@ class Soak:
         self.patch_switch_us.append(out.get("switch_us", 0))
         self.patch_max_abs_diff = max(self.patch_max_abs_diff, out.get("max_abs_diff", 0))
         return out["patch_id"]
+
+    def profile_window(self):
+        """A 0.01 s profile window over mlp under load: it rolls itself back."""
+        status, body = http_post(self.http, "/v2/admin/models/mlp/versions/1/patch", json.dumps(
+            {"kind": "profile", "profile_seconds": 0.01, "wait": True, "author": "soak"}).encode())
+        if status != 200:
+            self.patch_failures.append(f"profile: {status} {body[:200]}")
+        else:
+            self.profiles += 1
+
+    HOSTILE = [
+        ("segfault", "  store volatile i32 1, ptr null\n  ret i32 0", "", "signal 11"),
+        ("endless loop", "  br label %l\nl:\n  %v = load volatile ptr, ptr %args\n  br label %l", "",
+         "longer than"),
+        ("inline asm", '  call void asm sideeffect "nop", ""()\n  ret i32 0', "", "asm"),
+        ("system()", "  %r = call i32 @system(ptr null)\n  ret i32 0", "declare i32 @system(ptr)",
+         "'system'"),
+    ]
+
+    def hostile_patch(self, cycle):
+        """One hostile IR patch (rotating kinds) on a kernel of mlp: it must be refused with its
+        reason while the server keeps serving."""
+        status, body = http_get(self.http, "/v2/admin/models/mlp/versions/1/functions")
+        if status != 200:
+            return
+        symbol = json.loads(body)["functions"][0]["symbol"]
+        what, code, prelude, reason = self.HOSTILE[cycle % len(self.HOSTILE)]
+        ir = f"{prelude}\ndefine i32 @{symbol}(ptr %args, i64 %batch) {{\nentry:\n{code}\n}}\n"
+        status, body = http_post(self.http, "/v2/admin/models/mlp/versions/1/patch", json.dumps(
+            {"ir": ir, "function": symbol, "force": True, "author": "soak-hostile"}).encode())
+        if status == 200 or reason not in body:
+            self.patch_failures.append(f"hostile {what}: {status} {body[:200]}")
+            self.note(f"HOSTILE PATCH NOT REFUSED ({what}): {status} {body[:200]}")
+        else:
+            self.hostile_refused += 1
 
     def rollback(self, patch_id):
         status, body = http_post(self.http, "/v2/admin/models/mlp/versions/1/rollback",
@@ -386,6 +427,8 @@ class Soak:
               f"{len(self.reload_failures)} failed reloads, server {'alive' if alive else 'DEAD'}")
         if self.patching:
             sw = sorted(self.patch_switch_us) or [0]
+            print(f"profile windows: {self.profiles}; hostile patches refused with their reason: "
+                  f"{self.hostile_refused}")
             print(f"hot patching: {self.patches} patches applied, {self.rollbacks} rolled back, "
                   f"{len(self.patch_failures)} failed; switch max {sw[-1]:.0f} us, validation max abs diff "
                   f"{self.patch_max_abs_diff:g}")
