@@ -438,34 +438,42 @@ absl::StatusOr<CompiledModel> SnapshotCode(const VersionSnapshot& snapshot, bool
   return compiled;
 }
 
-absl::Status RestorePatches(LoadedModel& loaded, const VersionSnapshot& snapshot) {
+absl::Status RestorePatches(LoadedModel& loaded, const VersionSnapshot& snapshot,
+                            const std::vector<HostTensor>& probe,
+                            std::vector<std::string>* refused) {
   for (const PatchRecord& r : snapshot.patches) {
     if (!r.active || r.kind == kPatchKindProfile) continue;
     absl::StatusOr<std::shared_ptr<PreparedPatch>> patch;
     if (r.kind == kPatchKindIr) {
-      patch = loaded.PrepareIrPatch(r.source, r.functions);
+      // Checked, compiled and first run on `probe` in the sandbox like a new patch.
+      patch = loaded.PrepareIrPatch(r.source, r.functions, probe);
     } else {
       auto options = ParseRecompileOptions(r.source);
-      if (!options.ok()) return options.status();
-      absl::StatusOr<CompiledModel> recompiled;
-      if (auto code = snapshot.patch_objects.find(r.id);
-          snapshot.host_matches && code != snapshot.patch_objects.end()) {
-        recompiled = snapshot.compiled;  // The same model: only the code differs.
-        recompiled->object_code = code->second;
+      absl::StatusOr<CompiledModel> recompiled = absl::UnknownError("not compiled");
+      if (!options.ok()) {
+        recompiled = options.status();
       } else {
-        CompileOptions compile;
-        compile.opt_level = options->opt_level;
-        recompiled = CompileOnnxBytes(snapshot.onnx_model, compile);
+        if (auto code = snapshot.patch_objects.find(r.id);
+            snapshot.host_matches && code != snapshot.patch_objects.end()) {
+          recompiled = snapshot.compiled;  // The same model: only the code differs.
+          recompiled->object_code = code->second;
+        } else {
+          CompileOptions compile;
+          compile.opt_level = options->opt_level;
+          recompiled = CompileOnnxBytes(snapshot.onnx_model, compile);
+        }
       }
-      if (!recompiled.ok()) return recompiled.status();
-      patch = loaded.PrepareRecompilePatch(*recompiled, r.functions, r.source);
+      patch = recompiled.ok() ? loaded.PrepareRecompilePatch(*recompiled, r.functions, r.source)
+                              : absl::StatusOr<std::shared_ptr<PreparedPatch>>(recompiled.status());
     }
-    if (!patch.ok()) {
-      return absl::Status(patch.status().code(),
-                          absl::StrCat("restoring patch ", r.id, ": ", patch.status().message()));
-    }
-    auto id = loaded.CommitRestoredPatch(*std::move(patch), r);
-    if (!id.ok()) return id.status();
+    absl::Status status = patch.status();
+    if (status.ok()) status = loaded.CommitRestoredPatch(*std::move(patch), r).status();
+    if (status.ok()) continue;
+    status =
+        absl::Status(status.code(), absl::StrCat("restoring patch ", r.id, " (", r.kind,
+                                                 ", author '", r.author, "'): ", status.message()));
+    if (refused == nullptr) return status;
+    refused->push_back(std::string(status.message()));
   }
   return absl::OkStatus();
 }

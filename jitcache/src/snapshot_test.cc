@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "cuvil/compiler/compiler.h"
 #include "cuvil/jitcache/jit_engine.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "patch_test_models.h"
 #include "snapshot.pb.h"
@@ -134,6 +135,48 @@ TEST_F(SnapshotTest, RestoreEqualsOriginalIncludingPatches) {
   ASSERT_TRUE((*restored)->Rollback(ir_id).ok());
   ASSERT_TRUE((*restored)->Rollback(*more_id).ok());
   EXPECT_EQ(Outputs(**restored), plain);
+}
+
+using ::testing::HasSubstr;
+
+TEST_F(SnapshotTest, APatchTheSandboxRefusesIsLeftOutAndTheRestGoOn) {
+  uint64_t ir_id = 0;
+  const std::string artifact = PatchedArtifact(&ir_id);
+  const std::vector<float> patched = Outputs(*model_);
+  auto snapshot = DecodeSnapshot(artifact);
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  // A snapshot written before the sandbox existed, holding a patch that crashes on first run.
+  PatchRecord hostile;
+  hostile.id = ir_id + 1000;
+  hostile.kind = kPatchKindIr;
+  hostile.author = "mallory";
+  hostile.functions = {add_};
+  hostile.source = absl::StrCat("define i32 @", add_,
+                                "(ptr %args, i64 %batch) {\n  store volatile i32 1, ptr null\n"
+                                "  ret i32 0\n}\n");
+  snapshot->patches.insert(snapshot->patches.begin(), hostile);
+  HostTensor x(DType::kFloat32, {1, kWidth});
+  std::memset(x.data(), 0, x.byte_size());
+  const std::vector<HostTensor> probe = {x};
+  {
+    auto code = SnapshotCode(*snapshot, nullptr);
+    ASSERT_TRUE(code.ok());
+    auto restored = engine_->Load("mul_add/strict", *std::move(code));
+    ASSERT_TRUE(restored.ok());
+    absl::Status s = RestorePatches(**restored, *snapshot, probe);
+    EXPECT_THAT(s.message(), HasSubstr("mallory"));  // Without `refused`: the first error.
+  }
+  auto code = SnapshotCode(*snapshot, nullptr);
+  ASSERT_TRUE(code.ok());
+  auto restored = engine_->Load("mul_add/lenient", *std::move(code));
+  ASSERT_TRUE(restored.ok());
+  std::vector<std::string> refused;
+  ASSERT_TRUE(RestorePatches(**restored, *snapshot, probe, &refused).ok());
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_THAT(refused[0], HasSubstr("signal 11"));
+  EXPECT_EQ(Outputs(**restored), patched);  // The good patch is back.
+  ASSERT_EQ((*restored)->Patches().size(), 1u);
+  EXPECT_EQ((*restored)->Patches()[0].id, ir_id);
 }
 
 // An active recompile patch travels with its code: restoring it on the same CPU compiles nothing.

@@ -339,7 +339,7 @@ absl::StatusOr<cuvil::admin::v1::RestoreSnapshotResponse> AdminOperations::Resto
     const cuvil::admin::v1::RestoreSnapshotRequest& request) {
   PatchEvent event(metrics_, observability::PatchKind::kRestore, "");
   if (absl::Status s = AuthorizeNativeCode("a snapshot restore"); !s.ok()) return s;
-  auto restored = RestoreSnapshots(models_, {request.snapshot()});
+  auto restored = RestoreSnapshots(models_, {request.snapshot()}, max_snapshot_bytes_);
   if (!restored.ok()) {
     event.Fail(restored.status());
     return restored.status();

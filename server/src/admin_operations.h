@@ -75,6 +75,8 @@ class AdminOperations {
   // With --snapshot-dir: versions are snapshotted there after every patch, rollback and restore.
   // Set once before serving.
   void set_snapshot_store(SnapshotStore* store) { snapshots_ = store; }
+  // The largest snapshot RestoreSnapshot decodes (--max-snapshot-bytes); set once before serving.
+  void set_max_snapshot_bytes(uint64_t bytes) { max_snapshot_bytes_ = bytes; }
 
  private:
   ModelManager* models_;
@@ -82,6 +84,7 @@ class AdminOperations {
   observability::ServerMetrics* metrics_;
   bool insecure_admin_;
   SnapshotStore* snapshots_ = nullptr;
+  uint64_t max_snapshot_bytes_ = kMaxSnapshotBytesLimit;
 };
 
 }  // namespace cuvil

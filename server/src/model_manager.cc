@@ -289,7 +289,16 @@ struct ModelManager::Impl {
     if (tier_up) {
       std::weak_ptr<ModelVersion> weak = model;
       tier_ups.Schedule([this, weak, name, version, start = std::move(start), lookup_pending] {
-        TierUp(weak, name, version, start.get(), lookup_pending);
+        // Nothing may escape the tier-up thread: on a throw the quick tier keeps serving.
+        try {
+          TierUp(weak, name, version, start.get(), lookup_pending);
+        } catch (const std::exception& e) {
+          spdlog::error("model '{}' version {}: tier-up failed: {}; the quick tier serves", name,
+                        version, e.what());
+        } catch (...) {
+          spdlog::error("model '{}' version {}: tier-up failed; the quick tier serves", name,
+                        version);
+        }
       });
     } else if (start != nullptr) {
       // Joins a quick compile that lost the race, off the ready path.

@@ -138,11 +138,13 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
   s.models = std::make_unique<ModelManager>(s.engine.get(), s.repository.get(), manager_options);
   s.admin = std::make_unique<AdminOperations>(s.models.get(), options.admin_token,
                                               s.metrics_registry.get(), options.insecure_admin);
+  const uint64_t max_snapshot_bytes =
+      std::min<uint64_t>(static_cast<uint64_t>(std::max<int64_t>(options.max_snapshot_bytes, 0)),
+                         kMaxSnapshotBytesLimit);
+  s.admin->set_max_snapshot_bytes(max_snapshot_bytes);
   if (!options.snapshot_dir.empty()) {
-    auto store = SnapshotStore::Create(
-        options.snapshot_dir, s.models.get(), options.insecure_cache_dir,
-        std::min<uint64_t>(static_cast<uint64_t>(std::max<int64_t>(options.max_snapshot_bytes, 0)),
-                           kMaxSnapshotBytesLimit));
+    auto store = SnapshotStore::Create(options.snapshot_dir, s.models.get(),
+                                       options.insecure_cache_dir, max_snapshot_bytes);
     if (!store.ok()) return store.status();
     s.snapshots = std::move(*store);
     s.admin->set_snapshot_store(s.snapshots.get());

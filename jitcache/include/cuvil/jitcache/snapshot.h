@@ -70,9 +70,13 @@ absl::StatusOr<CompiledModel> SnapshotCode(const VersionSnapshot& snapshot, bool
 // Re-applies the snapshot's active patches to `loaded` (a fresh load of SnapshotCode), oldest
 // first, keeping their ids, times and authors: IR patches from their IR, recompile patches from
 // their recorded code on a matching host (else compiled again with their options). Profile
-// patches are transient and are not restored. Stops at the first patch that does not apply and
-// returns its error.
-absl::Status RestorePatches(LoadedModel& loaded, const VersionSnapshot& snapshot);
+// patches are transient and are not restored. IR patches go through the IR check and the sandbox
+// (run once on `probe` when it is not empty) like new ones. Without `refused`, stops at the
+// first patch that does not apply and returns its error; with it, leaves such a patch out,
+// appends why, and goes on (the version then serves without it).
+absl::Status RestorePatches(LoadedModel& loaded, const VersionSnapshot& snapshot,
+                            const std::vector<HostTensor>& probe = {},
+                            std::vector<std::string>* refused = nullptr);
 
 }  // namespace cuvil
 
