@@ -1,12 +1,18 @@
 // TLS and mutual TLS on both protocols, with certificates made by the openssl tool for the test.
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "cuvil/server/server.h"
 #include "gmock/gmock.h"
@@ -71,9 +77,8 @@ class TlsTest : public ::testing::Test {
   static void SetUpTestSuite() { certs_ = new Certificates(); }
   static void TearDownTestSuite() { delete certs_; }
 
-  void StartServer(bool mutual) {
+  void StartServer(bool mutual, ServerOptions options = {}) {
     ASSERT_TRUE(certs_->ok()) << "openssl failed; see " << certs_->path("openssl.log");
-    ServerOptions options;
     options.tls_cert_file = certs_->path("server.pem");
     options.tls_key_file = certs_->path("server.key");
     if (mutual) options.tls_client_ca_file = certs_->path("ca.pem");
@@ -144,6 +149,46 @@ TEST_F(TlsTest, MutualTlsRequiresAClientCertificate) {
   EXPECT_FALSE(GrpcLive(Tls(false)));
   EXPECT_EQ(HttpsReady(true), 200);
   EXPECT_NE(HttpsReady(false), 200);
+}
+
+// Issue 38 (a) over TLS: connections that never finish the handshake, or finish it and then
+// trickle a header block, hold no handler thread and are cut at the header deadline, while a new
+// client's health check is answered.
+TEST_F(TlsTest, SlowTlsClientsDoNotStopHealth) {
+  ServerOptions options;
+  options.http_threads = 2;
+  options.http_header_timeout_secs = 2;
+  StartServer(/*mutual=*/false, options);
+  std::vector<int> slow;
+  for (int i = 0; i < 16; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(static_cast<uint16_t>(server_->http_port()));
+    inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0);
+    // The start of a TLS record header (a ClientHello that never completes), or nothing.
+    if (i % 2 == 0) ASSERT_EQ(::send(fd, "\x16\x03\x01", 3, MSG_NOSIGNAL), 3);
+    slow.push_back(fd);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(HttpsReady(false), 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  // Every slow connection is closed by the server by its 2 s deadline (generous slack).
+  for (int fd : slow) {
+    pollfd p{fd, POLLIN, 0};
+    bool closed = false;
+    while (!closed && std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
+      if (::poll(&p, 1, 100) > 0) {
+        char buf[256];
+        closed = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT) <= 0;
+      }
+    }
+    EXPECT_TRUE(closed);
+    ::close(fd);
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(8));
+  EXPECT_EQ(HttpsReady(false), 200);
 }
 
 TEST_F(TlsTest, BadTlsSettingsFailTheStart) {

@@ -5,6 +5,8 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -16,6 +18,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstring>
 #include <exception>
 #include <mutex>
@@ -54,6 +57,8 @@ struct Connection {
   size_t start = 0;    // Consumed prefix of `buf`.
   size_t scanned = 0;  // `buf` positions (from `start`) already searched for the header end.
   State state = State::kHeaders;
+  SSL* ssl = nullptr;  // TLS: owned; handshaken once SSL_accept has completed.
+  bool handshaken = false;
   Clock::time_point deadline;
   Clock::time_point since;  // When the current state began: eviction picks the oldest.
 
@@ -129,6 +134,58 @@ RequestHead ParseHead(absl::string_view block) {
   return head;
 }
 
+// One non-blocking transfer on a plaintext or TLS connection: bytes moved (> 0), 0 at the end
+// of the stream (reads), kWouldBlock (wait for `*want` on the socket) or kIoError.
+constexpr ssize_t kWouldBlock = -1;
+constexpr ssize_t kIoError = -2;
+
+ssize_t TlsResult(SSL* ssl, int r, short* want) {
+  if (r > 0) return r;
+  switch (SSL_get_error(ssl, r)) {
+    case SSL_ERROR_WANT_READ:
+      *want = POLLIN;
+      return kWouldBlock;
+    case SSL_ERROR_WANT_WRITE:
+      *want = POLLOUT;
+      return kWouldBlock;
+    case SSL_ERROR_ZERO_RETURN:
+      return 0;
+    default:
+      return kIoError;
+  }
+}
+
+ssize_t IoRead(Connection& c, char* data, size_t size, short* want) {
+  if (c.ssl != nullptr) {
+    ERR_clear_error();
+    return TlsResult(
+        c.ssl, SSL_read(c.ssl, data, static_cast<int>(std::min<size_t>(size, INT_MAX))), want);
+  }
+  for (;;) {
+    ssize_t n = ::recv(c.fd, data, size, 0);
+    if (n >= 0) return n;
+    if (errno == EINTR) continue;
+    *want = POLLIN;
+    return errno == EAGAIN || errno == EWOULDBLOCK ? kWouldBlock : kIoError;
+  }
+}
+
+ssize_t IoWrite(Connection& c, const char* data, size_t size, short* want) {
+  if (c.ssl != nullptr) {
+    ERR_clear_error();
+    ssize_t n = TlsResult(
+        c.ssl, SSL_write(c.ssl, data, static_cast<int>(std::min<size_t>(size, INT_MAX))), want);
+    return n == 0 ? kIoError : n;
+  }
+  for (;;) {
+    ssize_t n = ::send(c.fd, data, size, MSG_NOSIGNAL);
+    if (n >= 0) return n;
+    if (errno == EINTR) continue;
+    *want = POLLOUT;
+    return errno == EAGAIN || errno == EWOULDBLOCK ? kWouldBlock : kIoError;
+  }
+}
+
 void AddressText(const sockaddr_storage& addr, std::string* ip, int* port) {
   char host[NI_MAXHOST] = "";
   char serv[NI_MAXSERV] = "";
@@ -155,22 +212,22 @@ const char* ReasonPhrase(int status) {
 }
 
 // Best effort on a non-blocking socket: a response that does not fit is dropped.
-bool SendAll(int fd, absl::string_view data) {
+bool SendAll(Connection& c, absl::string_view data) {
   while (!data.empty()) {
-    ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
+    short want = 0;
+    ssize_t n = IoWrite(c, data.data(), data.size(), &want);
     if (n <= 0) return false;
     data.remove_prefix(static_cast<size_t>(n));
   }
   return true;
 }
 
-void SendStatus(int fd, int status, bool close, absl::string_view body = {}) {
+void SendStatus(Connection& c, int status, bool close, absl::string_view body = {}) {
   std::string out = absl::StrCat("HTTP/1.1 ", status, " ", ReasonPhrase(status),
                                  "\r\nContent-Length: ", body.size(), "\r\n",
                                  body.empty() ? "" : "Content-Type: application/json\r\n",
                                  close ? "Connection: close\r\n" : "", "\r\n", body);
-  SendAll(fd, out);
+  SendAll(c, out);
 }
 
 // Waits until `fd` has `events` or `deadline`; false at the deadline, or when `stopping` is set
@@ -197,7 +254,8 @@ class ReactorStream final : public httplib::Stream {
       : c_(c), limits_(limits), stopping_(stopping), begin_(Clock::now()) {}
 
   bool is_readable() const override {
-    return !c_.pending().empty() || WaitFor(c_.fd, POLLIN, ReadDeadline(), stopping_, true);
+    return !c_.pending().empty() || (c_.ssl != nullptr && SSL_pending(c_.ssl) > 0) ||
+           WaitFor(c_.fd, POLLIN, ReadDeadline(), stopping_, true);
   }
   bool is_writable() const override {
     return WaitFor(c_.fd, POLLOUT, Clock::now() + milliseconds(limits_.header_timeout_ms),
@@ -219,7 +277,8 @@ class ReactorStream final : public httplib::Stream {
           into = c_.buf.data();
           room = kReadChunk;
         }
-        ssize_t n = ::recv(c_.fd, into, room, 0);
+        short want = POLLIN;
+        ssize_t n = IoRead(c_, into, room, &want);
         if (n > 0) {
           received_ += n;
           if (direct) {
@@ -231,12 +290,11 @@ class ReactorStream final : public httplib::Stream {
         }
         if (!direct) c_.buf.clear();
         if (n == 0) return 0;
-        if (errno == EINTR) continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        if (n == kIoError) {
           failed_ = true;
           return -1;
         }
-        if (!WaitFor(c_.fd, POLLIN, ReadDeadline(), stopping_, true)) {
+        if (!WaitFor(c_.fd, want, ReadDeadline(), stopping_, true)) {
           failed_ = true;  // Too slow (or stopping): the connection is closed after this request.
           return -1;
         }
@@ -251,10 +309,12 @@ class ReactorStream final : public httplib::Stream {
 
   ssize_t write(const char* ptr, size_t size) override {
     for (;;) {
-      ssize_t n = ::send(c_.fd, ptr, size, MSG_NOSIGNAL);
-      if (n >= 0) return n;
-      if (errno == EINTR) continue;
-      if ((errno != EAGAIN && errno != EWOULDBLOCK) || !is_writable()) {
+      short want = POLLOUT;
+      ssize_t n = IoWrite(c_, ptr, size, &want);
+      if (n > 0) return n;
+      if (n == kIoError ||
+          !WaitFor(c_.fd, want, Clock::now() + milliseconds(limits_.header_timeout_ms), stopping_,
+                   false)) {
         failed_ = true;
         return -1;
       }
@@ -302,8 +362,13 @@ class HttpConnectionReactor::Impl {
   Impl(const HttpConnectionLimits& limits, int threads, ServeFn serve, ProbeFn probe)
       : limits_(limits), threads_(threads), serve_(std::move(serve)), probe_(std::move(probe)) {}
 
-  ~Impl() { Stop(); }
+  ~Impl() {
+    Stop();
+    if (ssl_ctx_ != nullptr) SSL_CTX_free(ssl_ctx_);
+  }
 
+  // Loads the certificate, key and (mutual TLS) client CA; InvalidArgument when unusable.
+  absl::Status UseTls(const HttpTlsFiles& tls);
   absl::StatusOr<int> Bind(const std::string& address, int port);
   void Run();
   void Stop();
@@ -325,6 +390,12 @@ class HttpConnectionReactor::Impl {
   void Sweep(Clock::time_point now);
   bool EvictOldest();
   void Close(Connection* c);
+  static void FreeTls(Connection* c) {
+    if (c->ssl == nullptr) return;
+    if (c->handshaken) SSL_shutdown(c->ssl);  // Best effort close_notify; never waits.
+    SSL_free(c->ssl);
+    c->ssl = nullptr;
+  }
   void SetIdle(Connection* c, Clock::time_point now) {
     c->state = Connection::State::kIdle;
     c->since = now;
@@ -340,6 +411,7 @@ class HttpConnectionReactor::Impl {
   const int threads_;
   ServeFn serve_;
   ProbeFn probe_;
+  SSL_CTX* ssl_ctx_ = nullptr;  // TLS when set.
   int listen_fd_ = -1;
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
@@ -359,6 +431,36 @@ class HttpConnectionReactor::Impl {
 
   friend class HttpConnectionReactor;
 };
+
+absl::Status HttpConnectionReactor::Impl::UseTls(const HttpTlsFiles& tls) {
+  ssl_ctx_ = SSL_CTX_new(TLS_server_method());
+  if (ssl_ctx_ == nullptr) return absl::InternalError("HTTP: cannot create a TLS context");
+  SSL_CTX_set_min_proto_version(ssl_ctx_, TLS1_2_VERSION);
+  SSL_CTX_set_options(ssl_ctx_,
+                      SSL_OP_NO_COMPRESSION | SSL_OP_NO_SESSION_RESUMPTION_ON_RENEGOTIATION);
+  SSL_CTX_set_mode(ssl_ctx_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  if (SSL_CTX_use_certificate_chain_file(ssl_ctx_, tls.cert_file.c_str()) != 1 ||
+      SSL_CTX_use_PrivateKey_file(ssl_ctx_, tls.key_file.c_str(), SSL_FILETYPE_PEM) != 1 ||
+      SSL_CTX_check_private_key(ssl_ctx_) != 1) {
+    ERR_clear_error();
+    return absl::InvalidArgumentError(absl::StrCat("HTTP: cannot use TLS certificate ",
+                                                   tls.cert_file, " and key ", tls.key_file,
+                                                   " (unreadable, mismatched or not PEM)"));
+  }
+  if (!tls.client_ca_file.empty()) {
+    STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(tls.client_ca_file.c_str());
+    if (names == nullptr ||
+        SSL_CTX_load_verify_locations(ssl_ctx_, tls.client_ca_file.c_str(), nullptr) != 1) {
+      if (names != nullptr) sk_X509_NAME_pop_free(names, X509_NAME_free);
+      ERR_clear_error();
+      return absl::InvalidArgumentError(
+          absl::StrCat("HTTP: cannot use TLS client CA ", tls.client_ca_file));
+    }
+    SSL_CTX_set_client_CA_list(ssl_ctx_, names);
+    SSL_CTX_set_verify(ssl_ctx_, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<int> HttpConnectionReactor::Impl::Bind(const std::string& address, int port) {
   addrinfo hints{};
@@ -500,15 +602,17 @@ void HttpConnectionReactor::Impl::Accept() {
     const int from_peer = peer_count == per_address_.end() ? 0 : peer_count->second;
     if (limits_.max_connections_per_address > 0 &&
         from_peer >= limits_.max_connections_per_address) {
-      SendStatus(fd, 503, true,
-                 absl::StrCat("{\"error\":\"too many connections from this address (limit ",
-                              limits_.max_connections_per_address, ")\"}"));
+      if (ssl_ctx_ == nullptr) {
+        SendStatus(*c, 503, true,
+                   absl::StrCat("{\"error\":\"too many connections from this address (limit ",
+                                limits_.max_connections_per_address, ")\"}"));
+      }
       ::close(fd);
       continue;
     }
     if (limits_.max_connections > 0 &&
         static_cast<int>(connections_.size()) >= limits_.max_connections && !EvictOldest()) {
-      SendStatus(fd, 503, true, "{\"error\":\"too many connections\"}");
+      if (ssl_ctx_ == nullptr) SendStatus(*c, 503, true, "{\"error\":\"too many connections\"}");
       ::close(fd);
       continue;
     }
@@ -520,12 +624,22 @@ void HttpConnectionReactor::Impl::Accept() {
     }
     int yes = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
-    SetHeaders(c.get(), Clock::now());
+    if (ssl_ctx_ != nullptr) {
+      c->ssl = SSL_new(ssl_ctx_);
+      if (c->ssl == nullptr || SSL_set_fd(c->ssl, fd) != 1) {
+        if (c->ssl != nullptr) SSL_free(c->ssl);
+        ::close(fd);
+        continue;
+      }
+      SSL_set_accept_state(c->ssl);
+    }
+    SetHeaders(c.get(), Clock::now());  // The TLS handshake counts against the header deadline.
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.fd = fd;
     if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
       --per_address_[c->peer_ip];
+      if (c->ssl != nullptr) SSL_free(c->ssl);
       ::close(fd);
       continue;
     }
@@ -535,6 +649,18 @@ void HttpConnectionReactor::Impl::Accept() {
 
 void HttpConnectionReactor::Impl::OnReadable(Connection* c) {
   const size_t cap = static_cast<size_t>(std::max<int64_t>(1024, limits_.max_header_bytes));
+  if (c->ssl != nullptr && !c->handshaken) {
+    ERR_clear_error();
+    const int r = SSL_accept(c->ssl);
+    if (r != 1) {
+      const int e = SSL_get_error(c->ssl, r);
+      // Waiting for the client (a server flight that cannot be written at once waits too: the
+      // header deadline ends a handshake that never completes).
+      if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) return;
+      return Close(c);
+    }
+    c->handshaken = true;
+  }
   bool eof = false;
   for (;;) {
     size_t have = c->pending().size();
@@ -542,17 +668,18 @@ void HttpConnectionReactor::Impl::OnReadable(Connection* c) {
     size_t old = c->buf.size();
     size_t room = std::min(kReadChunk, cap - have);
     c->buf.resize(old + room);
-    ssize_t n = ::recv(c->fd, c->buf.data() + old, room, 0);
+    short want = POLLIN;
+    ssize_t n = IoRead(*c, c->buf.data() + old, room, &want);
     if (n > 0) {
       c->buf.resize(old + static_cast<size_t>(n));
       if (c->state == Connection::State::kIdle) SetHeaders(c, Clock::now());
-      if (static_cast<size_t>(n) < room) break;
+      // TLS may hold decrypted bytes the socket no longer signals: read until it would block.
+      if (c->ssl == nullptr && static_cast<size_t>(n) < room) break;
       continue;
     }
     c->buf.resize(old);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-    if (n < 0) return Close(c);
+    if (n == kWouldBlock) break;
+    if (n == kIoError) return Close(c);
     eof = true;  // The client half-closed: answer what it sent, then close.
     break;
   }
@@ -567,7 +694,7 @@ bool HttpConnectionReactor::Impl::Process(Connection* c) {
     if (end == std::string_view::npos) {
       c->scanned = data.size();
       if (data.size() >= cap) {
-        SendStatus(c->fd, 431, true, "{\"error\":\"request header block too large\"}");
+        SendStatus(*c, 431, true, "{\"error\":\"request header block too large\"}");
         Close(c);
         return false;
       }
@@ -583,7 +710,7 @@ bool HttpConnectionReactor::Impl::Process(Connection* c) {
       Dispatch(c, head, end);
       return true;
     }
-    SendStatus(c->fd, *status, head.close);
+    SendStatus(*c, *status, head.close);
     c->Consume(end);
     if (head.close) {
       Close(c);
@@ -651,7 +778,11 @@ void HttpConnectionReactor::Impl::TakeReturned() {
       Close(c);
       continue;
     }
-    if (!c->pending().empty()) Process(c);
+    if (c->ssl != nullptr && SSL_pending(c->ssl) > 0) {
+      OnReadable(c);  // Decrypted bytes epoll cannot see.
+    } else if (!c->pending().empty()) {
+      Process(c);
+    }
   }
 }
 
@@ -689,6 +820,7 @@ void HttpConnectionReactor::Impl::Close(Connection* c) {
   if (auto it = per_address_.find(c->peer_ip); it != per_address_.end() && --it->second <= 0) {
     per_address_.erase(it);
   }
+  FreeTls(c);
   ::close(fd);
   connections_.erase(fd);  // Destroys *c.
 }
@@ -703,7 +835,10 @@ void HttpConnectionReactor::Impl::Stop() {
     if (thread_.joinable()) thread_.join();
     // Handlers in progress finish (bodies still arriving are cut); then every connection closes.
     if (pool_) pool_->shutdown();
-    for (auto& [fd, c] : connections_) ::close(fd);
+    for (auto& [fd, c] : connections_) {
+      FreeTls(c.get());
+      ::close(fd);
+    }
     connections_.clear();
     if (listen_fd_ >= 0) ::close(listen_fd_);
     if (epoll_fd_ >= 0) ::close(epoll_fd_);
@@ -714,9 +849,12 @@ void HttpConnectionReactor::Impl::Stop() {
 
 absl::StatusOr<std::unique_ptr<HttpConnectionReactor>> HttpConnectionReactor::Start(
     const std::string& bind_address, int port, const HttpConnectionLimits& limits, int threads,
-    ServeFn serve, ProbeFn probe) {
+    ServeFn serve, ProbeFn probe, const HttpTlsFiles* tls) {
   std::unique_ptr<HttpConnectionReactor> reactor(new HttpConnectionReactor());
   reactor->impl_ = std::make_unique<Impl>(limits, threads, std::move(serve), std::move(probe));
+  if (tls != nullptr) {
+    if (absl::Status s = reactor->impl_->UseTls(*tls); !s.ok()) return s;
+  }
   absl::StatusOr<int> bound = reactor->impl_->Bind(bind_address, port);
   if (!bound.ok()) return bound.status();
   reactor->port_ = *bound;

@@ -1,8 +1,8 @@
-// Private: the plaintext HTTP front end's connection stage. One epoll thread accepts connections,
-// enforces the connection caps, reads each request's header block under a deadline and waits out
-// keep-alive idle time, so that no handler thread is held by a client that has not yet sent a
-// complete request; health probes are answered on that thread, without a handler thread at all.
-// A request whose header block is complete goes to a handler thread as an httplib::Stream that
+// Private: the HTTP front end's connection stage (plaintext or TLS). One epoll thread accepts
+// connections, enforces the connection caps, reads each request's header block under a deadline and
+// waits out keep-alive idle time, so that no handler thread is held by a client that has not yet
+// sent a complete request; health probes are answered on that thread, without a handler thread at
+// all. A request whose header block is complete goes to a handler thread as an httplib::Stream that
 // replays the buffered bytes and reads the body under a minimum transfer rate.
 #ifndef CUVIL_SERVER_SRC_HTTP_CONNECTION_REACTOR_H_
 #define CUVIL_SERVER_SRC_HTTP_CONNECTION_REACTOR_H_
@@ -40,6 +40,14 @@ struct HttpConnectionLimits {
   int64_t max_header_bytes = 64 << 10;
 };
 
+// PEM files for TLS: a certificate chain and its key; with client_ca_file, clients must present
+// a certificate that CA signed (mutual TLS).
+struct HttpTlsFiles {
+  std::string cert_file;
+  std::string key_file;
+  std::string client_ca_file;
+};
+
 class HttpConnectionReactor {
  public:
   // Serves one request from `stream` (its header block is buffered) on a handler thread; true
@@ -51,10 +59,12 @@ class HttpConnectionReactor {
   using ProbeFn = std::function<std::optional<int>(std::string_view path)>;
 
   // Binds `bind_address`:`port` (0: any free port) and starts the connection thread and
-  // `threads` handler threads. Unavailable when the address cannot be bound.
+  // `threads` handler threads; with `tls`, connections are TLS (the handshake counts against the
+  // header deadline). Unavailable when the address cannot be bound; InvalidArgument when the TLS
+  // files cannot be used.
   static absl::StatusOr<std::unique_ptr<HttpConnectionReactor>> Start(
       const std::string& bind_address, int port, const HttpConnectionLimits& limits, int threads,
-      ServeFn serve, ProbeFn probe);
+      ServeFn serve, ProbeFn probe, const HttpTlsFiles* tls = nullptr);
 
   HttpConnectionReactor(const HttpConnectionReactor&) = delete;
   HttpConnectionReactor& operator=(const HttpConnectionReactor&) = delete;

@@ -25,7 +25,6 @@
 #include "absl/strings/str_split.h"
 #include "cuvil/server/infer_request_builder.h"
 #include "cuvil/server/model_config.h"
-#include "exclusive_listener.h"
 #include "front_end_security.h"
 #include "http_admin_routes.h"
 #include "http_connection_reactor.h"
@@ -108,17 +107,7 @@ class HttpServiceImpl final : public HttpService {
   absl::Status Start();
   int port() const override { return port_; }
   void Stop() override {
-    std::call_once(stop_once_, [this] {
-      if (reactor_ != nullptr) return reactor_->Stop();
-      // httplib's stop() is a no-op until listen has begun: wait for it, or a Stop() right after
-      // Start() would leave the listener running and join() would hang.
-      if (server_ == nullptr) return;
-      while (thread_.joinable() && !listen_done_.load() && !server_->is_running()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-      server_->stop();
-      if (thread_.joinable()) thread_.join();
-    });
+    if (reactor_ != nullptr) reactor_->Stop();
   }
 
  private:
@@ -169,43 +158,23 @@ class HttpServiceImpl final : public HttpService {
   const ServerInfo* info_;
   SharedMemoryRegistry* shared_memory_;
   HttpAdminRoutes admin_routes_;
-  std::unique_ptr<httplib::Server> server_;  // A StreamServer, or an httplib::SSLServer with TLS.
-  // Plaintext HTTP: accepts, reads headers and waits out keep-alive for server_. With TLS,
-  // httplib's own loop serves (thread_) and only its per-read timeouts apply.
+  // httplib parses, routes and answers; the reactor accepts, reads header blocks and waits out
+  // keep-alive (plaintext or TLS), so idle and slow clients hold no handler thread.
+  std::unique_ptr<StreamServer> server_;
   std::unique_ptr<HttpConnectionReactor> reactor_;
-  std::thread thread_;
   int port_ = 0;
   bool loopback_bound_ = false;  // Admin routes then answer loopback Host names only.
-  std::atomic<bool> listen_done_{false};
-  std::once_flag stop_once_;
 };
 
 absl::Status HttpServiceImpl::Start() {
   loopback_bound_ = IsLoopbackBindAddress(options_.bind_address);
-  if (options_.tls_cert_file.empty()) {
-    server_ = std::make_unique<StreamServer>();
-  } else {
-    auto tls = std::make_unique<httplib::SSLServer>(
-        options_.tls_cert_file.c_str(), options_.tls_key_file.c_str(),
-        options_.tls_client_ca_file.empty() ? nullptr : options_.tls_client_ca_file.c_str());
-    if (!tls->is_valid()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("HTTP: cannot use TLS certificate ", options_.tls_cert_file, " and key ",
-                       options_.tls_key_file, " (unreadable, mismatched or not PEM)"));
-    }
-    server_ = std::move(tls);
-  }
+  server_ = std::make_unique<StreamServer>();
   const size_t threads = static_cast<size_t>(std::max(1, options_.threads));
-  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  server_->set_tcp_nodelay(true);
   // httplib's default of 5 requests per connection would make clients reconnect constantly.
   server_->set_keep_alive_max_count(100000);
   const HttpConnectionLimits& limits = options_.limits;
+  // Advertised in the Keep-Alive header; the reactor enforces it.
   server_->set_keep_alive_timeout(std::max<time_t>(1, limits.idle_timeout_ms / 1000));
-  server_->set_read_timeout(
-      std::chrono::milliseconds(std::max<int64_t>(1, limits.header_timeout_ms)));
-  server_->set_write_timeout(
-      std::chrono::milliseconds(std::max<int64_t>(1, limits.header_timeout_ms)));
   server_->set_payload_max_length(static_cast<size_t>(options_.max_request_bytes));
 
   server_->Get(".*", [this](const Request& req, Response& res) {
@@ -231,33 +200,16 @@ absl::Status HttpServiceImpl::Start() {
     SetError(res, 500, "internal error");
   });
 
-  if (options_.tls_cert_file.empty()) {
-    auto* stream_server = static_cast<StreamServer*>(server_.get());
-    absl::StatusOr<std::unique_ptr<HttpConnectionReactor>> reactor = HttpConnectionReactor::Start(
-        options_.bind_address, options_.port, limits, static_cast<int>(threads),
-        [stream_server](httplib::Stream& stream) { return stream_server->ServeOne(stream); },
-        [this](std::string_view path) { return ProbeStatus(path); });
-    if (!reactor.ok()) return reactor.status();
-    reactor_ = *std::move(reactor);
-    port_ = reactor_->port();
-    return absl::OkStatus();
-  }
-  server_->set_socket_options(SetExclusiveListenerOptions);
-  if (options_.port == 0) {
-    port_ = server_->bind_to_any_port(options_.bind_address);
-    if (port_ < 0) port_ = 0;
-  } else if (server_->bind_to_port(options_.bind_address, options_.port)) {
-    port_ = options_.port;
-  }
-  if (port_ <= 0) {
-    return absl::UnavailableError(
-        absl::StrCat("HTTP: cannot bind ", options_.bind_address, ":", options_.port));
-  }
-  // The socket is already listening, so connections made before this thread runs just queue.
-  thread_ = std::thread([this] {
-    server_->listen_after_bind();
-    listen_done_.store(true);
-  });
+  HttpTlsFiles tls{options_.tls_cert_file, options_.tls_key_file, options_.tls_client_ca_file};
+  StreamServer* stream_server = server_.get();
+  absl::StatusOr<std::unique_ptr<HttpConnectionReactor>> reactor = HttpConnectionReactor::Start(
+      options_.bind_address, options_.port, limits, static_cast<int>(threads),
+      [stream_server](httplib::Stream& stream) { return stream_server->ServeOne(stream); },
+      [this](std::string_view path) { return ProbeStatus(path); },
+      options_.tls_cert_file.empty() ? nullptr : &tls);
+  if (!reactor.ok()) return reactor.status();
+  reactor_ = *std::move(reactor);
+  port_ = reactor_->port();
   return absl::OkStatus();
 }
 

@@ -20,8 +20,7 @@ struct HttpServiceOptions {
   int port = 8000;  // 0: pick a free port.
   int64_t max_request_bytes = 64 << 20;
   int threads = 8;
-  // Deadlines and connection caps for slow, idle and numerous clients (plaintext HTTP; with TLS
-  // only the header timeout applies, as httplib's per-read and write timeouts).
+  // Deadlines and connection caps for slow, idle and numerous clients.
   HttpConnectionLimits limits;
   // PEM file paths; empty cert: plaintext HTTP. With client_ca_file, clients must present a
   // certificate that CA signed (mutual TLS).

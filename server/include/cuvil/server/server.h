@@ -48,7 +48,7 @@ struct ServerOptions {
   int poll_interval_secs = 15;
   int loader_threads = 1;
   // HTTP handler threads; a request holds one while its body is read and it is served (idle and
-  // slow connections hold none over plaintext; over TLS a keep-alive connection holds one).
+  // slow connections hold none).
   int http_threads = 32;
   // HTTP slow- and idle-client limits (see HttpConnectionLimits): the whole header block within
   // http_header_timeout_secs, bodies at http_body_min_bytes_per_sec after that, kept-alive
