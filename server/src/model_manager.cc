@@ -303,6 +303,19 @@ struct ModelManager::Impl {
     } else if (start != nullptr) {
       // Joins a quick compile that lost the race, off the ready path.
       tier_ups.Schedule([start = std::move(start)] {});
+    } else if (seeded && seed->tier_up && compile_tier != CompileTier::kFast) {
+      std::weak_ptr<ModelVersion> weak = model;
+      tier_ups.Schedule([this, weak, name, version, bytes] {
+        try {
+          TierUpRestored(weak, name, version, bytes);
+        } catch (const std::exception& e) {
+          spdlog::error("model '{}' version {}: tier-up failed: {}; the quick tier serves", name,
+                        version, e.what());
+        } catch (...) {
+          spdlog::error("model '{}' version {}: tier-up failed; the quick tier serves", name,
+                        version);
+        }
+      });
     }
     return model;
   }
@@ -350,6 +363,32 @@ struct ModelManager::Impl {
     }
     // The full tier is swapped in even when its entry could not be written (logged by the cache).
     if (lookup.store_failed && metrics != nullptr) metrics->RecordCacheStoreFailure(name);
+    SwapInFullTier(weak, name, version, std::move(full), compile_ms, lookup);
+  }
+
+  // A restored snapshot taken while its version served the quick tier: compiles the full tier
+  // from the snapshot's ONNX source and swaps it in like a tier-up.
+  void TierUpRestored(const std::weak_ptr<ModelVersion>& weak, const std::string& name,
+                      int64_t version, const std::string& onnx_bytes) {
+    {
+      absl::MutexLock lock(&mu);
+      if (shutting_down) return;
+    }
+    if (weak.expired()) return;
+    auto t0 = std::chrono::steady_clock::now();
+    CacheLookup lookup;
+    absl::StatusOr<CompiledModel> full =
+        cache != nullptr ? cache->Compile("", onnx_bytes, CompileOptions(), &lookup)
+                         : CompileOnnxBytes(onnx_bytes, CompileOptions());
+    const double compile_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    SwapInFullTier(weak, name, version, std::move(full), compile_ms, lookup);
+  }
+
+  // Commits `full` beneath the patch stack of the version `weak` names (see TierUp).
+  void SwapInFullTier(const std::weak_ptr<ModelVersion>& weak, const std::string& name,
+                      int64_t version, absl::StatusOr<CompiledModel> full, double compile_ms,
+                      const CacheLookup& lookup) {
     std::shared_ptr<ModelVersion> model = weak.lock();
     if (model == nullptr) return;
     // Observed as a patch event of kind tier_swap; its clock starts after the full-tier compile.

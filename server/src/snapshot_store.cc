@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -94,6 +95,12 @@ absl::StatusOr<std::vector<cuvil::admin::v1::RestoreSnapshotResponse>> RestoreDe
     request.model_bytes[snapshot->version] = snapshot->onnx_model;
     VersionSeed& seed = request.seeds[snapshot->version];
     seed.compiled = std::make_shared<const CompiledModel>(*std::move(code));
+    // Taken on the quick tier before its tier-up: the restored version tiers up too.
+    seed.tier_up =
+        snapshot->opt_level < CompileOptions().opt_level &&
+        std::none_of(
+            snapshot->patches.begin(), snapshot->patches.end(),
+            [](const PatchRecord& r) { return r.active && r.author == kTierSwapAuthor; });
     seed.before_serving = [snapshot](LoadedModel& loaded) {
       // A patch that no longer passes (the sandbox refuses it, its kernels changed) is left out:
       // the version serves unpatched rather than not at all, and never crashes at each start.

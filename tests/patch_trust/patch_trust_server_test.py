@@ -13,6 +13,7 @@ usage: patch_trust_server_test.py SERVER_BINARY MODEL_REPOSITORY SHARED_MODELS
    goes beneath it in the history.
 4. A reload of the same version carries its patches (same id, still in effect), and a restart on
    --snapshot-dir after the reload comes back patched.
+   A snapshot taken on the quick tier, restored, tiers up too (beneath its patch).
 5. Without a token or --insecure-admin, IR patches, snapshots and restores are refused (403).
 """
 import base64
@@ -159,6 +160,10 @@ def tier_up_keeps_patches(binary, repo, shared, work):
         if status != 200:
             fail(f"patch: {status} {body}")
         user_id = json.loads(body)["patch_id"]
+        # The snapshot the patch wrote, taken on the quick tier (restored below).
+        quick_snap = os.path.join(work, "snap-quick")
+        os.makedirs(quick_snap)
+        shutil.copy2(os.path.join(work, "snap-tiered", "adder.1.cuvilsnap"), quick_snap)
         deadline = time.time() + 240
         while time.time() < deadline:
             swaps = [p for p in patches(server) if p["author"] == "tiered-compilation"]
@@ -179,6 +184,25 @@ def tier_up_keeps_patches(binary, repo, shared, work):
         time.sleep(1)
         alive(server, DOUBLED)
         print("ok: the tier swap went beneath a patch committed on the quick tier")
+    finally:
+        server.stop()
+    # A restore of the quick-tier snapshot tiers up too, beneath its patch.
+    server = Server(binary, repo, quick_snap, os.path.join(work, "cache-quick"))
+    server.start()
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            history = patches(server)
+            if [p for p in history if p["author"] == "tiered-compilation"]:
+                break
+            time.sleep(0.2)
+        else:
+            fail(f"the restored quick-tier version never tiered up: {patches(server)}")
+        if [(p["author"], p["active"]) for p in history] != [("tiered-compilation", True),
+                                                            ("user", True)]:
+            fail(f"after the restored version's tier-up: {history}")
+        alive(server, DOUBLED)
+        print("ok: a snapshot taken on the quick tier tiers up after its restore")
     finally:
         server.stop()
 

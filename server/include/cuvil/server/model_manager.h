@@ -98,6 +98,9 @@ struct VersionStatus {
 struct VersionSeed {
   std::shared_ptr<const CompiledModel> compiled;
   std::function<absl::Status(LoadedModel&)> before_serving;
+  // The code is a quick tier that was never swapped for the full one (a snapshot taken before
+  // its tier-up): the full tier is compiled from the load's ONNX bytes once it serves.
+  bool tier_up = false;
 };
 
 // Overrides for a load (Triton's load parameters, or the admin API's inline load).
