@@ -168,7 +168,9 @@ TEST_F(TlsTest, SlowTlsClientsDoNotStopHealth) {
     inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
     ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0);
     // The start of a TLS record header (a ClientHello that never completes), or nothing.
-    if (i % 2 == 0) ASSERT_EQ(::send(fd, "\x16\x03\x01", 3, MSG_NOSIGNAL), 3);
+    if (i % 2 == 0) {
+      ASSERT_EQ(::send(fd, "\x16\x03\x01", 3, MSG_NOSIGNAL), 3);
+    }
     slow.push_back(fd);
   }
   const auto start = std::chrono::steady_clock::now();

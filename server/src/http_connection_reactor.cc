@@ -222,12 +222,12 @@ bool SendAll(Connection& c, absl::string_view data) {
   return true;
 }
 
-void SendStatus(Connection& c, int status, bool close, absl::string_view body = {}) {
+bool SendStatus(Connection& c, int status, bool close, absl::string_view body = {}) {
   std::string out = absl::StrCat("HTTP/1.1 ", status, " ", ReasonPhrase(status),
                                  "\r\nContent-Length: ", body.size(), "\r\n",
                                  body.empty() ? "" : "Content-Type: application/json\r\n",
                                  close ? "Connection: close\r\n" : "", "\r\n", body);
-  SendAll(c, out);
+  return SendAll(c, out);
 }
 
 // Waits until `fd` has `events` or `deadline`; false at the deadline, or when `stopping` is set
@@ -710,9 +710,9 @@ bool HttpConnectionReactor::Impl::Process(Connection* c) {
       Dispatch(c, head, end);
       return true;
     }
-    SendStatus(*c, *status, head.close);
+    const bool sent = SendStatus(*c, *status, head.close);
     c->Consume(end);
-    if (head.close) {
+    if (head.close || !sent) {  // A client that does not read its answers is not kept.
       Close(c);
       return false;
     }
