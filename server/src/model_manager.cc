@@ -289,16 +289,8 @@ struct ModelManager::Impl {
     if (tier_up) {
       std::weak_ptr<ModelVersion> weak = model;
       tier_ups.Schedule([this, weak, name, version, start = std::move(start), lookup_pending] {
-        // Nothing may escape the tier-up thread: on a throw the quick tier keeps serving.
-        try {
-          TierUp(weak, name, version, start.get(), lookup_pending);
-        } catch (const std::exception& e) {
-          spdlog::error("model '{}' version {}: tier-up failed: {}; the quick tier serves", name,
-                        version, e.what());
-        } catch (...) {
-          spdlog::error("model '{}' version {}: tier-up failed; the quick tier serves", name,
-                        version);
-        }
+        NoThrowTierUp(name, version,
+                      [&] { TierUp(weak, name, version, start.get(), lookup_pending); });
       });
     } else if (start != nullptr) {
       // Joins a quick compile that lost the race, off the ready path.
@@ -306,18 +298,24 @@ struct ModelManager::Impl {
     } else if (seeded && seed->tier_up && compile_tier != CompileTier::kFast) {
       std::weak_ptr<ModelVersion> weak = model;
       tier_ups.Schedule([this, weak, name, version, bytes] {
-        try {
-          TierUpRestored(weak, name, version, bytes);
-        } catch (const std::exception& e) {
-          spdlog::error("model '{}' version {}: tier-up failed: {}; the quick tier serves", name,
-                        version, e.what());
-        } catch (...) {
-          spdlog::error("model '{}' version {}: tier-up failed; the quick tier serves", name,
-                        version);
-        }
+        NoThrowTierUp(name, version, [&] { TierUpRestored(weak, name, version, bytes); });
       });
     }
     return model;
+  }
+
+  // Runs a tier-up task on the tier-up thread: nothing may escape it, and on a throw the quick
+  // tier keeps serving (logged).
+  static void NoThrowTierUp(const std::string& name, int64_t version,
+                            const std::function<void()>& task) {
+    try {
+      task();
+    } catch (const std::exception& e) {
+      spdlog::error("model '{}' version {}: tier-up failed: {}; the quick tier serves", name,
+                    version, e.what());
+    } catch (...) {
+      spdlog::error("model '{}' version {}: tier-up failed; the quick tier serves", name, version);
+    }
   }
 
   // Compiles the full tier of a version serving its quick tier and swaps its kernels in at a safe

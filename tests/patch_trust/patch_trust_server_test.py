@@ -69,6 +69,15 @@ def patches(server):
     return json.loads(body)["patches"]
 
 
+def wait_for_tier_swap(server, seconds):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if [p for p in patches(server) if p["author"] == "tiered-compilation"]:
+            return
+        time.sleep(0.2)
+    fail(f"no tier swap within {seconds} s: {patches(server)}\n" + "".join(server.log[-40:]))
+
+
 def patch(server, body):
     return server.post("/v2/admin/models/adder/versions/1/patch", body)
 
@@ -164,15 +173,9 @@ def tier_up_keeps_patches(binary, repo, shared, work):
         quick_snap = os.path.join(work, "snap-quick")
         os.makedirs(quick_snap)
         shutil.copy2(os.path.join(work, "snap-tiered", "adder.1.cuvilsnap"), quick_snap)
-        deadline = time.time() + 240
-        while time.time() < deadline:
-            swaps = [p for p in patches(server) if p["author"] == "tiered-compilation"]
-            if swaps:
-                break
-            time.sleep(0.2)
-        else:
-            fail("no tier swap within 240 s:\n" + "".join(server.log[-40:]))
+        wait_for_tier_swap(server, 240)
         history = patches(server)
+        swaps = [p for p in history if p["author"] == "tiered-compilation"]
         user = [p for p in history if p["patch_id"] == user_id][0]
         if not user["active"]:
             fail(f"the user's patch is no longer active: {history}")
@@ -190,14 +193,8 @@ def tier_up_keeps_patches(binary, repo, shared, work):
     server = Server(binary, repo, quick_snap, os.path.join(work, "cache-quick"))
     server.start()
     try:
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            history = patches(server)
-            if [p for p in history if p["author"] == "tiered-compilation"]:
-                break
-            time.sleep(0.2)
-        else:
-            fail(f"the restored quick-tier version never tiered up: {patches(server)}")
+        wait_for_tier_swap(server, 120)
+        history = patches(server)
         if [(p["author"], p["active"]) for p in history] != [("tiered-compilation", True),
                                                             ("user", True)]:
             fail(f"after the restored version's tier-up: {history}")

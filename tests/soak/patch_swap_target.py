@@ -74,7 +74,7 @@ def main():
     mlp = os.path.join(repo, "mlp")
     result = {}
     try:
-        with CuvilProcess(a.server, repo, ["--load-model", "mlp"]) as s:
+        with CuvilProcess(a.server, repo, ["--load-model", "mlp", "--insecure-admin"]) as s:
             stub = pb_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(s.grpc))
             probe = pb.ModelInferRequest(model_name="mlp")
             t = probe.inputs.add(name="input", datatype="FP32", shape=[1, 784])
