@@ -672,10 +672,12 @@ absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareIrLayer(
       job.symbols.push_back(unique);
       job.slots.push_back(slot);
     }
+    uint64_t sandbox_generation = 0;
     {
       absl::MutexLock lock(&patch_mu_);
       std::unique_ptr<void*[]> table = BuildTable(layers_.size());
       job.table.assign(table.get(), table.get() + std::max<size_t>(model_.kernels.size(), 1));
+      sandbox_generation = table_generation_;
     }
     job.weights_symbol = kWeightsSymbol;
     job.weights = weights_data();
@@ -698,6 +700,16 @@ absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareIrLayer(
       };
     }
     auto result = jitcache_internal::RunInSandbox(job);
+    {
+      // A commit or rollback before the fork may have freed code the child's table named: its
+      // verdict (even a crash) says nothing about this patch. Prepare again.
+      absl::MutexLock lock(&patch_mu_);
+      if (table_generation_ != sandbox_generation) {
+        return absl::AbortedError(
+            "the version was patched or rolled back while the patch ran in the sandbox; prepare "
+            "it again");
+      }
+    }
     if (!result.ok()) return result.status();
     patch->sandbox_ms = result->child_ms;
     if (auto err = jit.addObjectFile(

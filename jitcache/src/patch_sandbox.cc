@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,6 +26,7 @@
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
+#include "llvm/Support/ErrorHandling.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
@@ -67,10 +69,23 @@ bool WriteAll(int fd, const void* data, size_t n) {
 
 std::string LlvmMessage(llvm::Error err) { return llvm::toString(std::move(err)); }
 
+// LLVM's fatal errors end the child at once (no atexit handlers or static destructors of the
+// server's image run in it), with LLVM's message on the child's stderr.
+void ChildFatalError(void*, const char* reason, bool) {
+  const std::string text = absl::StrCat("LLVM ERROR: ", reason, "\n");
+  (void)!write(2, text.data(), text.size());
+  _exit(3);
+}
+
+void ChildBadAlloc(void*, const char* reason, bool) {
+  const char text[] = "out of memory in the patch sandbox\n";
+  (void)!write(2, text, sizeof(text) - 1);
+  (void)reason;
+  _exit(3);
+}
+
 // The child: compile, link, probe, reply. Never returns.
-[[noreturn]] void ChildMain(const SandboxJob& job, int fd) {
-  for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTERM, SIGINT}) signal(sig, SIG_DFL);
-  SetIntraOpThreads(1);
+[[noreturn]] void ChildWork(const SandboxJob& job, int fd) {
   llvm::LLVMContext ctx;
   llvm::SMDiagnostic diag;
   std::unique_ptr<llvm::Module> module = llvm::parseAssemblyString(job.ir, diag, ctx);
@@ -123,6 +138,31 @@ std::string LlvmMessage(llvm::Error err) { return llvm::toString(std::move(err))
     probe_code = job.probe(table.data());
   }
   ChildReply(fd, true, probe_code, code);
+}
+
+// The child's entry: it owns nothing of the server's (no descriptors but the reply pipe and
+// stdio, no signal handlers), dies with its parent, and no exception ever unwinds into the
+// server's frames above the fork.
+[[noreturn]] void ChildMain(const SandboxJob& job, int fd, pid_t parent) noexcept {
+  for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTERM, SIGINT, SIGPIPE}) {
+    signal(sig, SIG_DFL);
+  }
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(6);  // The server died before the line above.
+  // Listening sockets, client connections, epoll: a child holding them would keep ports bound
+  // and connections open.
+  if (fd > 3) close_range(3, static_cast<unsigned>(fd) - 1, 0);
+  close_range(static_cast<unsigned>(fd) + 1, ~0U, 0);
+  llvm::install_fatal_error_handler(ChildFatalError, nullptr);
+  llvm::install_bad_alloc_error_handler(ChildBadAlloc, nullptr);
+  SetIntraOpThreads(1);
+  try {
+    ChildWork(job, fd);
+  } catch (...) {
+    const char text[] = "the patch sandbox child threw an exception\n";
+    (void)!write(2, text, sizeof(text) - 1);
+  }
+  _exit(5);
 }
 
 // Reads exactly n bytes before `deadline`; false on EOF, error or timeout (`*timed_out` set).
@@ -191,6 +231,7 @@ absl::StatusOr<SandboxResult> RunInSandbox(const SandboxJob& job) {
   }
   int err_fd = memfd_create("cuvil-patch-sandbox", MFD_CLOEXEC);
   const rlim_t as_limit = ChildAddressSpaceLimit();
+  const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     const int e = errno;
@@ -207,7 +248,7 @@ absl::StatusOr<SandboxResult> RunInSandbox(const SandboxJob& job) {
     setrlimit(RLIMIT_AS, &as);
     rlimit core{0, 0};  // A crashing patch must not write the server's memory to disk.
     setrlimit(RLIMIT_CORE, &core);
-    ChildMain(job, fds[1]);
+    ChildMain(job, fds[1], parent);
   }
   close(fds[1]);
   const auto deadline =

@@ -221,6 +221,10 @@ absl::StatusOr<cuvil::admin::v1::PatchFunctionResponse> AdminOperations::PatchFu
   for (int attempt = 0; attempt < 3 && absl::IsAborted(id.status()); ++attempt) {
     auto t0 = std::chrono::steady_clock::now();
     auto patch = PreparePatch(loaded, kind, request, functions, inputs.front());
+    if (absl::IsAborted(patch.status())) {
+      id = patch.status();
+      continue;
+    }
     if (!patch.ok()) return patch.status();
     response.set_compile_ms(MsSince(t0));
     event.ExcludeMs(response.compile_ms());

@@ -121,7 +121,8 @@ RequestHead ParseHead(absl::string_view block) {
       if (absl::StrContains(lower, "keep-alive")) keep_alive = true;
     } else if (absl::EqualsIgnoreCase(name, "Content-Length")) {
       int64_t n = 0;
-      if (!absl::SimpleAtoi(value, &n) || n < 0) return head;
+      // Bounded so that header size + length cannot overflow (no body is ever that large).
+      if (!absl::SimpleAtoi(value, &n) || n < 0 || n > (int64_t{1} << 62)) return head;
       head.content_length = n;
       if (n > 0) head.has_body = true;
     } else if (absl::EqualsIgnoreCase(name, "Transfer-Encoding")) {
@@ -627,6 +628,7 @@ void HttpConnectionReactor::Impl::Accept() {
     if (ssl_ctx_ != nullptr) {
       c->ssl = SSL_new(ssl_ctx_);
       if (c->ssl == nullptr || SSL_set_fd(c->ssl, fd) != 1) {
+        --per_address_[c->peer_ip];
         if (c->ssl != nullptr) SSL_free(c->ssl);
         ::close(fd);
         continue;

@@ -128,7 +128,7 @@ struct ModelManager::Impl {
     } else if (compile_tier == CompileTier::kTiered) {
       CompileOptions quick_options = full_options;
       quick_options.opt_level = kFastTierOptLevel;
-      start = TieredStart::Begin(cache, {path, bytes, full_options, quick_options});
+      start = TieredStart::Begin(cache, {path, bytes, full_options, quick_options, {}});
       tier_up = !start->full_tier();
       if (tier_up) options = quick_options;
       // Still running: the tier-up reports the lookup (hit, miss, refused entry) once known.

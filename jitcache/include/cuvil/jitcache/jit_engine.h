@@ -138,7 +138,8 @@ class LoadedModel {
   // or a timeout there refuses the patch (FailedPrecondition naming the reason) and only the
   // object code the child produced is linked here. InvalidArgument (naming the line or function)
   // for a syntax error, an unknown kernel, a wrong signature, a refused construct or an invalid
-  // module; Internal when the code cannot be linked. Nothing is visible to executions until
+  // module; Aborted when the version was patched or rolled back while the sandbox ran (prepare
+  // again); Internal when the code cannot be linked. Nothing is visible to executions until
   // CommitPatch.
   absl::StatusOr<std::shared_ptr<PreparedPatch>> PrepareIrPatch(
       const std::string& ir_text, const std::vector<std::string>& functions,
