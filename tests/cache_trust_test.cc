@@ -225,7 +225,8 @@ TEST_F(CacheTrustTest, ASnapshotOfAnotherBuildIsCompiledAgainAndRewritten) {
   options.snapshot_dir = snapshots.string();
   auto server = testing::StartServer(empty.string(), options);
   ASSERT_NE(server, nullptr);
-  const VersionStatus* mlp = Find(server->models()->Index(), "mlp");
+  const std::vector<VersionStatus> index = server->models()->Index();  // Outlives `mlp`.
+  const VersionStatus* mlp = Find(index, "mlp");
   ASSERT_NE(mlp, nullptr);
   ASSERT_EQ(mlp->state, ModelState::kReady) << mlp->reason;
   ExpectMlpServes(*server);
