@@ -69,6 +69,16 @@ def patches(server):
     return json.loads(body)["patches"]
 
 
+def load_and_double(server):
+    """Loads the adder and patches its Add to double (author "user"); returns the patch id."""
+    load_adder(server)
+    status, body = patch(server, {"ir": doubled_add_ir(add_symbol(server)), "force": True,
+                                  "author": "user"})
+    if status != 200:
+        fail(f"patch: {status} {body}")
+    return json.loads(body)["patch_id"]
+
+
 def wait_for_tier_swap(server, seconds):
     deadline = time.time() + seconds
     while time.time() < deadline:
@@ -118,7 +128,7 @@ def hostile_patches(server, symbol, work):
     cases = [
         ("inline asm", kernel_ir(symbol, '  call void asm sideeffect "nop", ""()\n  ret i32 0'),
          "asm"),
-        ("system()", kernel_ir(symbol, f"  %r = call i32 @system(ptr @cmd)\n  ret i32 0",
+        ("system()", kernel_ir(symbol, "  %r = call i32 @system(ptr @cmd)\n  ret i32 0",
                                f'@cmd = private constant [{len("touch " + marker) + 1} x i8] '
                                f'c"touch {marker}\\00"\ndeclare i32 @system(ptr)'),
          "'system'"),
@@ -162,13 +172,7 @@ def tier_up_keeps_patches(binary, repo, shared, work):
         status, body = server.post("/v2/repository/models/mobilenet_v2/load", {})
         if status != 200:
             fail(f"mobilenet_v2 load: {status} {body}")
-        load_adder(server)
-        symbol = add_symbol(server)
-        status, body = patch(server, {"ir": doubled_add_ir(symbol), "force": True,
-                                      "author": "user"})
-        if status != 200:
-            fail(f"patch: {status} {body}")
-        user_id = json.loads(body)["patch_id"]
+        user_id = load_and_double(server)
         # The snapshot the patch wrote, taken on the quick tier (restored below).
         quick_snap = os.path.join(work, "snap-quick")
         os.makedirs(quick_snap)
@@ -209,13 +213,7 @@ def reload_keeps_patches(binary, repo, work):
     server = Server(binary, repo, snap, os.path.join(work, "cache-reload"))
     server.start()
     try:
-        load_adder(server)
-        symbol = add_symbol(server)
-        status, body = patch(server, {"ir": doubled_add_ir(symbol), "force": True,
-                                      "author": "user"})
-        if status != 200:
-            fail(f"patch: {status} {body}")
-        patch_id = json.loads(body)["patch_id"]
+        patch_id = load_and_double(server)
         alive(server, DOUBLED)
         load_adder(server)  # The same version again.
         alive(server, DOUBLED)
