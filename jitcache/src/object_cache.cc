@@ -29,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "catching.h"
 #include "cuvil/compiler/compiler.h"
 #include "cuvil/compiler/external_data.h"
 #include "cuvil/jitcache/private_dir.h"
@@ -1035,18 +1036,7 @@ void TouchSizeMarker(const std::string& dir, uint64_t size) {
   close(fd);
 }
 
-// Runs `fn` (returning a StatusOr), turning an exception into Internal: none may leave the cache
-// (its callers run on loader threads and thread pools, where one is std::terminate).
-template <typename Fn>
-auto Catching(const char* what, Fn&& fn) -> decltype(fn()) {
-  try {
-    return fn();
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat(what, " failed: ", e.what()));
-  } catch (...) {
-    return absl::InternalError(absl::StrCat(what, " failed: unknown exception"));
-  }
-}
+using jitcache_internal::Catching;  // No exception may leave a jitcache thread.
 
 }  // namespace
 

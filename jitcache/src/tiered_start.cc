@@ -8,22 +8,12 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "catching.h"
 
 namespace cuvil {
 namespace {
 
-// Runs `fn` (returning a StatusOr), turning an exception into Internal: the lookup and the quick
-// compile run on threads of their own, where an escaping exception is std::terminate.
-template <typename Fn>
-auto Catching(const char* what, Fn&& fn) -> decltype(fn()) {
-  try {
-    return fn();
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat(what, " failed: ", e.what()));
-  } catch (...) {
-    return absl::InternalError(absl::StrCat(what, " failed: unknown exception"));
-  }
-}
+using jitcache_internal::Catching;  // No exception may leave a jitcache thread.
 
 // A thread running `fn`, or an unjoinable one when none can be created (the caller then runs
 // `fn` itself).
