@@ -213,7 +213,7 @@ absl::StatusOr<cuvil::admin::v1::PatchFunctionResponse> AdminOperations::PatchFu
   validation.exact = request.exact();
   validation.intra_op_threads = SchedulerOptionsFromConfig((*model)->config()).intra_op_threads;
   const std::vector<std::vector<HostTensor>> inputs =
-      PatchValidationInputs(loaded.model(), (*model)->config());
+      PatchValidationInputs(loaded, (*model)->config());
   cuvil::admin::v1::PatchFunctionResponse response;
   absl::StatusOr<uint64_t> id = absl::AbortedError("not committed");
   // A commit, rollback or tier swap between preparing and committing moves the table on

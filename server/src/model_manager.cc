@@ -240,8 +240,8 @@ struct ModelManager::Impl {
       if (!stack.empty()) {
         PatchValidationOptions validation;
         validation.intra_op_threads = SchedulerOptionsFromConfig(config).intra_op_threads;
-        for (const std::string& refused : ReapplyPatches(
-                 **loaded, stack, PatchValidationInputs((*loaded)->model(), config), validation)) {
+        for (const std::string& refused :
+             ReapplyPatches(**loaded, stack, PatchValidationInputs(**loaded, config), validation)) {
           spdlog::warn("model '{}' version {}: {}", name, version, refused);
         }
       }

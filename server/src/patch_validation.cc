@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -26,16 +27,40 @@ float NextFloat(uint32_t* state) {
   return static_cast<float>(*state >> 8) / static_cast<float>(1 << 23) - 1.0f;
 }
 
+// The input shapes a generated set has: the batch, and every other free dim (an image's height
+// and width, a sequence length) at the first of a few sizes the model accepts (its constraints
+// hold and its scratch is sizable), largest first; the batch alone when none fits.
+std::vector<std::vector<int64_t>> GeneratedShapes(const LoadedModel& loaded, int64_t batch) {
+  const CompiledModel& model = loaded.model();
+  std::vector<std::vector<int64_t>> fallback;
+  for (const TensorSignature& sig : model.inputs) fallback.push_back(EvalShape(sig.shape, batch));
+  if (model.InputSymbolCount() <= 1) return fallback;
+  for (int64_t free_dim : {224, 128, 64, 32, 16, 8, 4, 2, 1}) {
+    std::vector<int64_t> syms(model.InputSymbolCount(), free_dim);
+    syms[0] = batch;
+    std::vector<std::vector<int64_t>> shapes;
+    for (const TensorSignature& sig : model.inputs) {
+      std::optional<std::vector<int64_t>> shape = EvalShape(sig.shape, syms);
+      if (!shape) break;
+      shapes.push_back(*std::move(shape));
+    }
+    if (shapes.size() == model.inputs.size() && loaded.ResolveSymbols(shapes).ok()) return shapes;
+  }
+  return fallback;
+}
+
 // One generated set (see PatchValidationInputs): `variant` 0, 1 or 2.
-std::vector<HostTensor> GeneratedSet(const CompiledModel& model,
+std::vector<HostTensor> GeneratedSet(const LoadedModel& loaded,
                                      const inference::ModelConfig& config, int variant) {
   const inference::ModelWarmup* warmup =
       config.model_warmup_size() > 0 ? &config.model_warmup(0) : nullptr;
   const int64_t batch = warmup != nullptr && warmup->batch_size() > 0 ? warmup->batch_size() : 1;
+  const std::vector<std::vector<int64_t>> shapes = GeneratedShapes(loaded, batch);
   std::vector<HostTensor> inputs;
   uint32_t state = 12345u + 7919u * static_cast<uint32_t>(variant);
-  for (const TensorSignature& sig : model.inputs) {
-    const std::vector<int64_t> shape = EvalShape(sig.shape, batch);
+  for (size_t n = 0; n < loaded.model().inputs.size(); ++n) {
+    const TensorSignature& sig = loaded.model().inputs[n];
+    const std::vector<int64_t>& shape = shapes[n];
     if (sig.dtype == DType::kString) {
       int64_t n = 1;
       for (int64_t d : shape) n *= d;
@@ -78,11 +103,12 @@ bool SameBits(const HostTensor& a, const HostTensor& b) {
 
 }  // namespace
 
-std::vector<std::vector<HostTensor>> PatchValidationInputs(const CompiledModel& model,
+std::vector<std::vector<HostTensor>> PatchValidationInputs(const LoadedModel& loaded,
                                                            const inference::ModelConfig& config) {
   std::vector<std::vector<HostTensor>> sets;
-  for (int variant = 0; variant < 3; ++variant)
-    sets.push_back(GeneratedSet(model, config, variant));
+  for (int variant = 0; variant < 3; ++variant) {
+    sets.push_back(GeneratedSet(loaded, config, variant));
+  }
   return sets;
 }
 

@@ -32,12 +32,13 @@ struct PatchValidationResult {
 // The input sets a patch of `model` is validated on, each in signature order:
 // 1. the version's first warm-up sample where its config has one with generated data (zero_data:
 //    zeros; random_data or a data file: deterministic values) at its batch size, else a batch-1
-//    input of deterministic floats in [-1, 1), integers 0 and bools false;
+//    input of deterministic floats in [-1, 1), integers 0 and bools false; free dims other than
+//    the batch (height, width, sequence) at the largest of 224, 128, ..., 1 the model accepts;
 // 2. floats from another seed, integers 1 and bools true (an If takes its other branch, a Loop
 //    with a trip count runs its body once);
 // 3. floats from a third seed, integers in [0, 3] and mixed bools.
 // Strings are "a", "bb", ... Thread-safe.
-std::vector<std::vector<HostTensor>> PatchValidationInputs(const CompiledModel& model,
+std::vector<std::vector<HostTensor>> PatchValidationInputs(const LoadedModel& loaded,
                                                            const inference::ModelConfig& config);
 
 // Runs the current code and `patch`'s table of `loaded` on every set of `inputs` on which the

@@ -5,6 +5,7 @@
 #include "cuvil/compiler/compiler.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "onnx/onnx_pb.h"
 #include "patch_test_models.h"
 
 namespace cuvil {
@@ -27,7 +28,7 @@ class PatchValidationTest : public ::testing::Test {
       (k.symbol.find("then") != std::string::npos ? then_add_ : else_add_) = k.symbol;
     }
     ASSERT_FALSE(then_add_.empty());
-    inputs_ = PatchValidationInputs(model_->model(), inference::ModelConfig());
+    inputs_ = PatchValidationInputs(*model_, inference::ModelConfig());
   }
 
   std::unique_ptr<LoadedModel> Load(const std::string& ns) {
@@ -145,6 +146,47 @@ TEST_F(PatchValidationTest, ReapplyCarriesTheStackOntoANewBuild) {
   ASSERT_EQ(refused.size(), 1u);
   EXPECT_THAT(refused[0], HasSubstr("was not re-applied"));
   EXPECT_EQ(next->Patches().size(), 1u);
+}
+
+// y = x + 1 with x float32[batch, n]: a free dim besides the batch.
+std::string AddOneOverFreeDim() {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(13);
+  onnx::GraphProto* g = model.mutable_graph();
+  g->set_name("free_dim");
+  for (auto* info : {g->add_input(), g->add_output()}) {
+    info->set_name(info == &g->input(0) ? "x" : "y");
+    auto* tt = info->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(onnx::TensorProto::FLOAT);
+    tt->mutable_shape()->add_dim()->set_dim_param("batch");
+    tt->mutable_shape()->add_dim()->set_dim_param("n");
+  }
+  onnx::TensorProto* one = g->add_initializer();
+  one->set_name("one");
+  one->set_data_type(onnx::TensorProto::FLOAT);
+  one->add_float_data(1.0f);
+  onnx::NodeProto* n = g->add_node();
+  n->set_op_type("Add");
+  n->add_input("x");
+  n->add_input("one");
+  n->add_output("y");
+  return model.SerializeAsString();
+}
+
+TEST(PatchValidationInputsTest, FreeDimsBesidesTheBatchGetARealisticSize) {
+  // An image model's height and width at 1 pass no strided convolution (mobilenet_v3_large's
+  // validation failed on every input that way): free dims take the largest size that fits.
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok());
+  auto compiled = CompileOnnxBytes(AddOneOverFreeDim());
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  auto loaded = (*engine)->Load("free/1", std::move(*compiled));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  auto sets = PatchValidationInputs(**loaded, inference::ModelConfig());
+  ASSERT_EQ(sets.size(), 3u);
+  EXPECT_EQ(sets[0][0].shape(), (std::vector<int64_t>{1, 224}));
+  EXPECT_TRUE((*loaded)->Run(sets[0]).ok());
 }
 
 }  // namespace

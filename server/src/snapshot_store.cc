@@ -105,9 +105,9 @@ absl::StatusOr<std::vector<cuvil::admin::v1::RestoreSnapshotResponse>> RestoreDe
       // A patch that no longer passes (the sandbox refuses it, its kernels changed) is left out:
       // the version serves unpatched rather than not at all, and never crashes at each start.
       std::vector<std::string> refused;
-      absl::Status s = RestorePatches(
-          loaded, *snapshot,
-          PatchValidationInputs(loaded.model(), inference::ModelConfig()).front(), &refused);
+      absl::Status s =
+          RestorePatches(loaded, *snapshot,
+                         PatchValidationInputs(loaded, inference::ModelConfig()).front(), &refused);
       for (const std::string& why : refused) {
         spdlog::warn("model '{}' version {}: {}; the version serves without it",
                      snapshot->model_name, snapshot->version, why);
