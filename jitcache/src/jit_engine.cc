@@ -36,7 +36,9 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
+#include "model_header.h"
 #include "patch_sandbox.h"
+#include "patch_sandbox.pb.h"
 
 namespace cuvil {
 namespace {
@@ -79,8 +81,11 @@ class PreparedPatch {
   std::vector<std::pair<int, void*>> slots;  // What this layer replaces: (slot, code).
   std::shared_ptr<KernelProfiler> profiler;  // Profile patches.
   double profile_seconds = 0;
-  std::string object_code;  // Recompile patches: what they link (for snapshots).
-  double sandbox_ms = 0;    // IR patches: the sandbox child's time (fork to exit).
+  // Recompile patches: what they link (for snapshots); sandboxed IR patches: the object code the
+  // sandbox produced (a later sandbox child links it again to rebuild the stack).
+  std::string object_code;
+  std::vector<std::pair<int, std::string>> slot_symbols;  // IR patches from object code.
+  double sandbox_ms = 0;  // IR patches: the sandbox child's time (start to exit).
   PatchRecord record;
 };
 
@@ -564,6 +569,51 @@ struct LoadedModel::ProfileTimer {
   std::thread thread;  // Started with the first profile patch.
 };
 
+absl::Status LoadedModel::LinkPatchObject(PreparedPatch* patch, std::string object_code,
+                                          const std::vector<std::pair<int, std::string>>& symbols) {
+  auto& jit = *engine_->impl_->jit;
+  if (auto err = jit.addObjectFile(
+          patch->tracker, llvm::MemoryBuffer::getMemBufferCopy(
+                              object_code, absl::StrCat(namespace_name_, "/patch", patch->id)))) {
+    return absl::InternalError(
+        absl::StrCat("cannot add the patch's object code: ", ToString(std::move(err))));
+  }
+  for (const auto& [slot, unique] : symbols) {
+    if (slot < 0 || static_cast<size_t>(slot) >= model_.kernels.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("kernel slot ", slot, " is out of range"));
+    }
+    auto addr = jit.lookup(*handle_->dylib, unique);  // Links it (no code generation).
+    if (!addr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("patch does not link: ", ToString(addr.takeError())));
+    }
+    patch->slots.emplace_back(slot, addr->toPtr<void*>());
+  }
+  patch->slot_symbols = symbols;
+  patch->object_code = std::move(object_code);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareObjectPatch(
+    std::string object_code, const std::vector<std::pair<int, std::string>>& symbols) {
+  auto patch = std::make_shared<PreparedPatch>();
+  patch->id = engine_->impl_->next_patch_id.fetch_add(1);
+  patch->tracker = handle_->dylib->createResourceTracker();
+  if (absl::Status s = LinkPatchObject(patch.get(), std::move(object_code), symbols); !s.ok()) {
+    return s;
+  }
+  std::vector<std::string> names;
+  for (const auto& [slot, unique] : symbols) names.push_back(model_.kernels[slot].symbol);
+  absl::MutexLock lock(&patch_mu_);
+  patch->base_generation = table_generation_;
+  patch->table = BuildTable(layers_.size());
+  for (const auto& [slot, code] : patch->slots) patch->table[slot] = code;
+  patch->record.id = patch->id;
+  patch->record.kind = kPatchKindIr;
+  patch->record.functions = std::move(names);
+  return patch;
+}
+
 absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareIrPatch(
     const std::string& ir_text, const std::vector<std::string>& functions,
     const std::vector<HostTensor>& probe_inputs, const PatchSandboxLimits& sandbox) {
@@ -661,48 +711,74 @@ absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareIrLayer(
   if (sandbox.enabled) {
     // Code generation and the first run happen in a child process; only its object code is
     // linked here (patch_sandbox.h).
-    jitcache_internal::SandboxJob job;
+    jitcache::v1::SandboxJob job;
     {
       std::string text;
       llvm::raw_string_ostream os(text);
       module->print(os, nullptr);
-      job.ir = std::move(os.str());
+      job.set_patch_ir(std::move(os.str()));
     }
     for (const auto& [slot, unique] : replaced) {
-      job.symbols.push_back(unique);
-      job.slots.push_back(slot);
+      auto* s = job.add_patch_slots();
+      s->set_slot(slot);
+      s->set_symbol(unique);
     }
+    if (probe_inputs != nullptr && !probe_inputs->empty()) {
+      if (auto prepared = PrepareRun(*probe_inputs); !prepared.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the patch's probe input does not fit the model: ", prepared.status().message()));
+      }
+      for (const HostTensor& t : *probe_inputs) {
+        auto* pt = job.add_probe();
+        pt->set_dtype(static_cast<int32_t>(t.dtype()));
+        for (int64_t d : t.shape()) pt->add_shape(d);
+        if (t.dtype() == DType::kString) {
+          for (const auto& v : t.strings()) pt->add_strings(std::string(v));
+        } else {
+          pt->set_data(t.data(), t.byte_size());
+        }
+      }
+    }
+    *job.mutable_model() = jitcache_internal::ModelHeader(model_);
+    job.set_object_code(model_.object_code);
+    job.set_weights_bytes(weights_mapped_bytes_);
     uint64_t sandbox_generation = 0;
     {
+      // The stack as it stands: the child rebuilds this very table.
       absl::MutexLock lock(&patch_mu_);
-      std::unique_ptr<void*[]> table = BuildTable(layers_.size());
-      job.table.assign(table.get(), table.get() + std::max<size_t>(model_.kernels.size(), 1));
+      for (const auto& layer : layers_) {
+        const PreparedPatch& p = *layer->patch;
+        if (p.record.kind == kPatchKindProfile) continue;
+        auto* pl = job.add_layers();
+        if (p.record.kind == kPatchKindRecompile) {
+          pl->set_kind(jitcache::v1::SandboxLayer::RECOMPILE);
+          pl->set_code(p.object_code);
+          for (const std::string& f : p.record.functions) pl->add_functions(f);
+        } else if (!p.object_code.empty()) {
+          pl->set_kind(jitcache::v1::SandboxLayer::OBJECT);
+          pl->set_code(p.object_code);
+          for (const auto& [slot, symbol] : p.slot_symbols) {
+            auto* s = pl->add_slots();
+            s->set_slot(slot);
+            s->set_symbol(symbol);
+          }
+        } else {
+          pl->set_kind(jitcache::v1::SandboxLayer::IR);
+          pl->set_code(p.record.source);
+        }
+      }
       sandbox_generation = table_generation_;
     }
-    job.weights_symbol = kWeightsSymbol;
-    job.weights = weights_data();
-    job.timeout_seconds = sandbox.timeout_seconds;
-    std::unique_ptr<RunState> probe;
-    if (probe_inputs != nullptr && !probe_inputs->empty()) {
-      auto prepared = PrepareRun(*probe_inputs);
-      if (!prepared.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("the patch's probe input does not fit the "
-                         "model: ",
-                         prepared.status().message()));
-      }
-      probe = *std::move(prepared);
-      RunState* r = probe.get();
-      job.probe = [this, r](void* const* table) {
-        return jitcache_internal::ExecuteSplit(*split_, entry_with_table_, r->in_ptrs.data(),
-                                               r->out_ptrs.data(), r->batch, r->arena.get(), table,
-                                               r->syms.data());
-      };
-    }
-    auto result = jitcache_internal::RunInSandbox(job);
+    jitcache_internal::SandboxJob sandbox_job;
+    sandbox_job.job = job.SerializeAsString();
+    job.Clear();
+    sandbox_job.weights = weights_data();
+    sandbox_job.weights_bytes = weights_mapped_bytes_;
+    sandbox_job.timeout_seconds = sandbox.timeout_seconds;
+    auto result = jitcache_internal::RunInSandbox(sandbox_job);
     {
-      // A commit or rollback before the fork may have freed code the child's table named: its
-      // verdict (even a crash) says nothing about this patch. Prepare again.
+      // The child ran the stack as it was: a commit or rollback since then means its verdict was
+      // about another table. Prepare again.
       absl::MutexLock lock(&patch_mu_);
       if (table_generation_ != sandbox_generation) {
         return absl::AbortedError(
@@ -712,20 +788,9 @@ absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareIrLayer(
     }
     if (!result.ok()) return result.status();
     patch->sandbox_ms = result->child_ms;
-    if (auto err = jit.addObjectFile(
-            patch->tracker,
-            llvm::MemoryBuffer::getMemBufferCopy(result->object_code,
-                                                 absl::StrCat(namespace_name_, "/patch", id)))) {
-      return absl::InternalError(
-          absl::StrCat("cannot add the patch's object code: ", ToString(std::move(err))));
-    }
-    for (const auto& [slot, unique] : replaced) {
-      auto addr = jit.lookup(*handle_->dylib, unique);  // Links it (no code generation).
-      if (!addr) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("patch does not link: ", ToString(addr.takeError())));
-      }
-      patch->slots.emplace_back(slot, addr->toPtr<void*>());
+    if (absl::Status s = LinkPatchObject(patch.get(), std::move(result->object_code), replaced);
+        !s.ok()) {
+      return s;
     }
   } else {
     absl::MutexLock compile_lock(&engine_->impl_->compile_mu);

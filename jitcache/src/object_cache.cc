@@ -41,6 +41,7 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/TargetParser/Host.h"
+#include "model_header.h"
 #include "onnx/onnx_pb.h"
 #include "spdlog/spdlog.h"
 #include "symbolic_fields.h"
@@ -1191,5 +1192,16 @@ absl::StatusOr<CompiledModel> ObjectCache::Get(
   }
   return result;
 }
+
+namespace jitcache_internal {
+
+pb::CacheHeader ModelHeader(const CompiledModel& model) { return HeaderOf(model, std::string()); }
+
+absl::StatusOr<CompiledModel> ModelFromHeader(const pb::CacheHeader& header,
+                                              std::string_view object_code, WeightsBlob weights) {
+  return ModelOf(header, object_code, std::move(weights));
+}
+
+}  // namespace jitcache_internal
 
 }  // namespace cuvil

@@ -1,42 +1,57 @@
 #include "patch_sandbox.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
-#include "cuvil/runtime/parallel.h"
-#include "cuvil/runtime/runtime_symbols.h"
+#include "absl/strings/strip.h"
+#include "cuvil/jitcache/jit_engine.h"
 #include "llvm/AsmParser/Parser.h"
 #include "llvm/ExecutionEngine/Orc/CompileUtils.h"
-#include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
-#include "llvm/ExecutionEngine/Orc/LLJIT.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
 #include "llvm/Support/ErrorHandling.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
+#include "model_header.h"
+#include "patch_sandbox.pb.h"
+
+extern char** environ;
 
 namespace cuvil::jitcache_internal {
 namespace {
 
+namespace pb = ::cuvil::jitcache::v1;
+
 constexpr uint32_t kMagic = 0x53565543;  // "CUVS"
 constexpr uint64_t kMaxObjectBytes = uint64_t{256} << 20;
 constexpr size_t kMaxStderrBytes = 4096;
+// The child's descriptors.
+constexpr int kJobFd = 3;
+constexpr int kWeightsFd = 4;
+constexpr int kReplyFd = 5;
 
 struct Header {
   uint32_t magic = kMagic;
@@ -56,113 +71,6 @@ bool WriteAll(int fd, const void* data, size_t n) {
     n -= static_cast<size_t>(w);
   }
   return true;
-}
-
-[[noreturn]] void ChildReply(int fd, bool ok, int32_t probe_code, const std::string& payload) {
-  Header h;
-  h.ok = ok ? 1 : 0;
-  h.probe_code = probe_code;
-  h.payload_bytes = payload.size();
-  bool sent = WriteAll(fd, &h, sizeof(h)) && WriteAll(fd, payload.data(), payload.size());
-  _exit(sent ? 0 : 4);
-}
-
-std::string LlvmMessage(llvm::Error err) { return llvm::toString(std::move(err)); }
-
-// LLVM's fatal errors end the child at once (no atexit handlers or static destructors of the
-// server's image run in it), with LLVM's message on the child's stderr.
-void ChildFatalError(void*, const char* reason, bool) {
-  const std::string text = absl::StrCat("LLVM ERROR: ", reason, "\n");
-  (void)!write(2, text.data(), text.size());
-  _exit(3);
-}
-
-void ChildBadAlloc(void*, const char* reason, bool) {
-  const char text[] = "out of memory in the patch sandbox\n";
-  (void)!write(2, text, sizeof(text) - 1);
-  (void)reason;
-  _exit(3);
-}
-
-// The child: compile, link, probe, reply. Never returns.
-[[noreturn]] void ChildWork(const SandboxJob& job, int fd) {
-  llvm::LLVMContext ctx;
-  llvm::SMDiagnostic diag;
-  std::unique_ptr<llvm::Module> module = llvm::parseAssemblyString(job.ir, diag, ctx);
-  if (!module) {
-    std::string msg;
-    llvm::raw_string_ostream os(msg);
-    diag.print("patch", os, /*ShowColors=*/false);
-    ChildReply(fd, false, 0, absl::StrCat("does not parse: ", os.str()));
-  }
-  auto jtmb = llvm::orc::JITTargetMachineBuilder::detectHost();
-  if (!jtmb) ChildReply(fd, false, 0, LlvmMessage(jtmb.takeError()));
-  auto tm = jtmb->createTargetMachine();
-  if (!tm) ChildReply(fd, false, 0, LlvmMessage(tm.takeError()));
-  module->setDataLayout((*tm)->createDataLayout());
-  module->setTargetTriple((*tm)->getTargetTriple().str());
-  llvm::orc::SimpleCompiler compile(**tm);
-  auto object = compile(*module);
-  if (!object) ChildReply(fd, false, 0, LlvmMessage(object.takeError()));
-  std::string code((*object)->getBufferStart(), (*object)->getBufferSize());
-  int32_t probe_code = 0;
-  if (job.probe) {
-    auto jit = llvm::orc::LLJITBuilder().create();
-    if (!jit) ChildReply(fd, false, 0, LlvmMessage(jit.takeError()));
-    auto& es = (*jit)->getExecutionSession();
-    llvm::orc::JITDylib& jd = (*jit)->getMainJITDylib();
-    llvm::orc::SymbolMap symbols;
-    for (const RuntimeSymbol& s : RuntimeSymbols()) {
-      symbols[es.intern(s.name)] = {
-          llvm::orc::ExecutorAddr::fromPtr(s.address),
-          llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable};
-    }
-    symbols[es.intern(job.weights_symbol)] = {llvm::orc::ExecutorAddr::fromPtr(job.weights),
-                                              llvm::JITSymbolFlags::Exported};
-    if (auto err = jd.define(llvm::orc::absoluteSymbols(std::move(symbols)))) {
-      ChildReply(fd, false, 0, LlvmMessage(std::move(err)));
-    }
-    auto process = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
-        (*jit)->getDataLayout().getGlobalPrefix());
-    if (!process) ChildReply(fd, false, 0, LlvmMessage(process.takeError()));
-    jd.addGenerator(std::move(*process));
-    if (auto err = (*jit)->addObjectFile(jd, llvm::MemoryBuffer::getMemBufferCopy(code, "patch"))) {
-      ChildReply(fd, false, 0, LlvmMessage(std::move(err)));
-    }
-    std::vector<void*> table = job.table;
-    for (size_t i = 0; i < job.symbols.size(); ++i) {
-      auto addr = (*jit)->lookup(jd, job.symbols[i]);
-      if (!addr) ChildReply(fd, false, 0, LlvmMessage(addr.takeError()));
-      table[static_cast<size_t>(job.slots[i])] = addr->toPtr<void*>();
-    }
-    probe_code = job.probe(table.data());
-  }
-  ChildReply(fd, true, probe_code, code);
-}
-
-// The child's entry: it owns nothing of the server's (no descriptors but the reply pipe and
-// stdio, no signal handlers), dies with its parent, and no exception ever unwinds into the
-// server's frames above the fork.
-[[noreturn]] void ChildMain(const SandboxJob& job, int fd, pid_t parent) noexcept {
-  for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTERM, SIGINT, SIGPIPE}) {
-    signal(sig, SIG_DFL);
-  }
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != parent) _exit(6);  // The server died before the line above.
-  // Listening sockets, client connections, epoll: a child holding them would keep ports bound
-  // and connections open.
-  if (fd > 3) close_range(3, static_cast<unsigned>(fd) - 1, 0);
-  close_range(static_cast<unsigned>(fd) + 1, ~0U, 0);
-  llvm::install_fatal_error_handler(ChildFatalError, nullptr);
-  llvm::install_bad_alloc_error_handler(ChildBadAlloc, nullptr);
-  SetIntraOpThreads(1);
-  try {
-    ChildWork(job, fd);
-  } catch (...) {
-    const char text[] = "the patch sandbox child threw an exception\n";
-    (void)!write(2, text, sizeof(text) - 1);
-  }
-  _exit(5);
 }
 
 // Reads exactly n bytes before `deadline`; false on EOF, error or timeout (`*timed_out` set).
@@ -203,66 +111,203 @@ std::string StderrTail(int fd) {
   return text;
 }
 
-// The address space the child may use: what the server maps now plus 1 GiB.
-rlim_t ChildAddressSpaceLimit() {
-  FILE* f = std::fopen("/proc/self/statm", "r");
-  unsigned long pages = 0;
-  if (f != nullptr) {
-    if (std::fscanf(f, "%lu", &pages) != 1) pages = 0;
-    std::fclose(f);
+// A memfd holding `n` bytes of `data`, at descriptor 10 or above (so that the child's dup2 onto
+// 0..5 never overwrites another source), close-on-exec. -1 with errno on failure.
+int MemfdWith(const char* name, const void* data, size_t n) {
+  int raw = memfd_create(name, MFD_CLOEXEC);
+  if (raw < 0) return -1;
+  int fd = fcntl(raw, F_DUPFD_CLOEXEC, 10);
+  close(raw);
+  if (fd < 0) return -1;
+  if (n > 0 && !WriteAll(fd, data, n)) {
+    const int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
   }
-  if (pages == 0) return RLIM_INFINITY;
-  return static_cast<rlim_t>(pages) * static_cast<rlim_t>(sysconf(_SC_PAGESIZE)) +
-         (rlim_t{1} << 30);
+  return fd;
 }
 
-// One child at a time: a child must not inherit another sandbox's pipe.
-absl::Mutex sandbox_mu;
+int HighFd(int fd) {
+  if (fd < 0) return fd;
+  int high = fcntl(fd, F_DUPFD_CLOEXEC, 10);
+  close(fd);
+  return high;
+}
+
+struct Fds {
+  std::vector<int> fds;
+  ~Fds() {
+    for (int fd : fds) {
+      if (fd >= 0) close(fd);
+    }
+  }
+};
+
+bool Executable(const std::string& path) {
+  return !path.empty() && access(path.c_str(), X_OK) == 0;
+}
+
+// ---- The child ----
+
+[[noreturn]] void ChildReply(bool ok, int32_t probe_code, const std::string& payload) {
+  Header h;
+  h.ok = ok ? 1 : 0;
+  h.probe_code = probe_code;
+  h.payload_bytes = payload.size();
+  bool sent =
+      WriteAll(kReplyFd, &h, sizeof(h)) && WriteAll(kReplyFd, payload.data(), payload.size());
+  _exit(sent ? 0 : 4);
+}
+
+[[noreturn]] void ChildFail(const std::string& what, const absl::Status& status) {
+  ChildReply(false, 0, absl::StrCat(what, ": ", status.message()));
+}
+
+// LLVM's fatal errors end the child at once, with LLVM's message on its stderr.
+void ChildFatalError(void*, const char* reason, bool) {
+  const std::string text = absl::StrCat("LLVM ERROR: ", reason, "\n");
+  (void)!write(2, text.data(), text.size());
+  _exit(3);
+}
+
+void ChildBadAlloc(void*, const char*, bool) {
+  const char text[] = "out of memory in the patch sandbox\n";
+  (void)!write(2, text, sizeof(text) - 1);
+  _exit(3);
+}
+
+bool ReadWholeFd(int fd, std::string* out) {
+  struct stat st;
+  if (fstat(fd, &st) != 0 || st.st_size < 0) return false;
+  out->resize(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  while (done < out->size()) {
+    ssize_t n = pread(fd, out->data() + done, out->size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// Object code of the patch IR for this host. Exits the child on an error.
+std::string CompilePatch(const std::string& ir) {
+  llvm::LLVMContext ctx;
+  llvm::SMDiagnostic diag;
+  std::unique_ptr<llvm::Module> module = llvm::parseAssemblyString(ir, diag, ctx);
+  if (!module) {
+    std::string msg;
+    llvm::raw_string_ostream os(msg);
+    diag.print("patch", os, /*ShowColors=*/false);
+    ChildReply(false, 0, absl::StrCat("does not parse: ", os.str()));
+  }
+  auto jtmb = llvm::orc::JITTargetMachineBuilder::detectHost();
+  if (!jtmb) ChildReply(false, 0, llvm::toString(jtmb.takeError()));
+  auto tm = jtmb->createTargetMachine();
+  if (!tm) ChildReply(false, 0, llvm::toString(tm.takeError()));
+  module->setDataLayout((*tm)->createDataLayout());
+  module->setTargetTriple((*tm)->getTargetTriple().str());
+  llvm::orc::SimpleCompiler compile(**tm);
+  auto object = compile(*module);
+  if (!object) ChildReply(false, 0, llvm::toString(object.takeError()));
+  return std::string((*object)->getBufferStart(), (*object)->getBufferSize());
+}
+
+std::vector<std::pair<int, std::string>> SlotsOf(
+    const google::protobuf::RepeatedPtrField<pb::SandboxSlot>& slots) {
+  std::vector<std::pair<int, std::string>> out;
+  for (const auto& s : slots) out.emplace_back(s.slot(), s.symbol());
+  return out;
+}
 
 }  // namespace
 
+std::string SandboxProgram() {
+  if (const char* env = std::getenv("CUVIL_PATCH_SANDBOX"); env != nullptr && *env != '\0') {
+    return Executable(env) ? std::string(env) : std::string();
+  }
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    self[n] = '\0';
+    std::string dir(self);
+    dir.resize(dir.rfind('/') == std::string::npos ? 0 : dir.rfind('/'));
+    std::string beside = absl::StrCat(dir, "/cuvil-patch-sandbox");
+    if (Executable(beside)) return beside;
+  }
+#ifdef CUVIL_PATCH_SANDBOX_BUILD_PATH
+  if (Executable(CUVIL_PATCH_SANDBOX_BUILD_PATH)) return CUVIL_PATCH_SANDBOX_BUILD_PATH;
+#endif
+  return std::string();
+}
+
 absl::StatusOr<SandboxResult> RunInSandbox(const SandboxJob& job) {
-  absl::MutexLock lock(&sandbox_mu);
   const auto start = std::chrono::steady_clock::now();
+  const std::string program = SandboxProgram();
+  if (program.empty()) {
+    return absl::FailedPreconditionError(
+        "patch refused: the patch sandbox program cuvil-patch-sandbox is not beside this "
+        "executable (install it there, or set CUVIL_PATCH_SANDBOX to its path)");
+  }
+  Fds owned;
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {
     return absl::UnavailableError(
         absl::StrCat("patch sandbox: cannot create a pipe: ", std::strerror(errno)));
   }
-  int err_fd = memfd_create("cuvil-patch-sandbox", MFD_CLOEXEC);
-  const rlim_t as_limit = ChildAddressSpaceLimit();
-  const pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid < 0) {
-    const int e = errno;
-    close(fds[0]);
-    close(fds[1]);
-    if (err_fd >= 0) close(err_fd);
+  const int reply_r = HighFd(fds[0]);
+  const int reply_w = HighFd(fds[1]);
+  owned.fds = {reply_r, reply_w};
+  const int err_fd = MemfdWith("cuvil-patch-sandbox-stderr", nullptr, 0);
+  const int job_fd = MemfdWith("cuvil-patch-sandbox-job", job.job.data(), job.job.size());
+  const int weights_fd = MemfdWith("cuvil-patch-sandbox-weights", job.weights, job.weights_bytes);
+  owned.fds.insert(owned.fds.end(), {err_fd, job_fd, weights_fd});
+  if (reply_r < 0 || reply_w < 0 || err_fd < 0 || job_fd < 0 || weights_fd < 0) {
     return absl::UnavailableError(
-        absl::StrCat("patch sandbox: cannot start the child: ", std::strerror(e)));
+        absl::StrCat("patch sandbox: cannot pass the job to the child: ", std::strerror(errno)));
   }
-  if (pid == 0) {
-    close(fds[0]);
-    if (err_fd >= 0) dup2(err_fd, 2);
-    rlimit as{as_limit, as_limit};
-    setrlimit(RLIMIT_AS, &as);
-    rlimit core{0, 0};  // A crashing patch must not write the server's memory to disk.
-    setrlimit(RLIMIT_CORE, &core);
-    ChildMain(job, fds[1], parent);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, err_fd, 1);
+  posix_spawn_file_actions_adddup2(&actions, err_fd, 2);
+  posix_spawn_file_actions_adddup2(&actions, job_fd, kJobFd);
+  posix_spawn_file_actions_adddup2(&actions, weights_fd, kWeightsFd);
+  posix_spawn_file_actions_adddup2(&actions, reply_w, kReplyFd);
+  posix_spawn_file_actions_addclosefrom_np(&actions, kReplyFd + 1);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);    // The server may block signals in its threads.
+  posix_spawnattr_setsigdefault(&attr, &all);  // No handler of the server's survives the exec.
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  const std::string parent_arg = absl::StrCat("--parent=", getpid());
+  std::vector<char*> argv = {const_cast<char*>(program.c_str()),
+                             const_cast<char*>(parent_arg.c_str()), nullptr};
+  pid_t pid = -1;
+  const int spawned = posix_spawn(&pid, program.c_str(), &actions, &attr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (spawned != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("patch sandbox: cannot start ", program, ": ", std::strerror(spawned)));
   }
-  close(fds[1]);
+  close(reply_w);
+  owned.fds[1] = -1;
   const auto deadline =
       start + std::chrono::milliseconds(static_cast<int64_t>(job.timeout_seconds * 1000));
   bool timed_out = false;
   Header h;
   std::string payload;
-  bool got = ReadAll(fds[0], &h, sizeof(h), deadline, &timed_out) && h.magic == kMagic &&
+  bool got = ReadAll(reply_r, &h, sizeof(h), deadline, &timed_out) && h.magic == kMagic &&
              h.payload_bytes <= kMaxObjectBytes;
   if (got) {
     payload.resize(h.payload_bytes);
-    got = ReadAll(fds[0], payload.data(), payload.size(), deadline, &timed_out);
+    got = ReadAll(reply_r, payload.data(), payload.size(), deadline, &timed_out);
   }
-  close(fds[0]);
   // Reap the child: it exits right after its reply; a child that sent none is killed at the
   // deadline.
   int status = 0;
@@ -273,13 +318,13 @@ absl::StatusOr<SandboxResult> RunInSandbox(const SandboxJob& job) {
     if (std::chrono::steady_clock::now() >= deadline) {
       timed_out = timed_out || !got;
       kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
+      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
       break;
     }
     usleep(1000);
   }
-  const std::string diagnostics = err_fd >= 0 ? StderrTail(err_fd) : std::string();
-  if (err_fd >= 0) close(err_fd);
+  const std::string diagnostics = StderrTail(err_fd);
   const std::string tail = diagnostics.empty() ? "" : absl::StrCat(": ", diagnostics);
   SandboxResult result;
   result.child_ms =
@@ -306,6 +351,112 @@ absl::StatusOr<SandboxResult> RunInSandbox(const SandboxJob& job) {
   return absl::FailedPreconditionError(
       absl::StrCat("patch refused by the sandbox: the child exited with status ",
                    WIFEXITED(status) ? WEXITSTATUS(status) : -1, tail));
+}
+
+int SandboxChild::Main(int argc, char** argv) {
+  int64_t parent = 0;
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (!absl::ConsumePrefix(&arg, "--parent=") || !absl::SimpleAtoi(arg, &parent)) parent = 0;
+  }
+  if (parent <= 0) {
+    std::fprintf(stderr,
+                 "cuvil-patch-sandbox: started by cuvil-server to compile and first run a hot "
+                 "patch; not for use by hand (usage: cuvil-patch-sandbox --parent=PID with the "
+                 "job on descriptors 3 and 4)\n");
+    return 2;
+  }
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != static_cast<pid_t>(parent)) _exit(6);  // The server died before the line above.
+  rlimit core{0, 0};  // A crashing patch must not write the version's weights to disk.
+  setrlimit(RLIMIT_CORE, &core);
+  llvm::install_fatal_error_handler(ChildFatalError, nullptr);
+  llvm::install_bad_alloc_error_handler(ChildBadAlloc, nullptr);
+  try {
+    std::string bytes;
+    pb::SandboxJob job;
+    if (!ReadWholeFd(kJobFd, &bytes) || !job.ParseFromString(bytes)) {
+      ChildReply(false, 0, "the sandbox could not read its job");
+    }
+    bytes.clear();
+    bytes.shrink_to_fit();
+    struct stat st;
+    if (fstat(kWeightsFd, &st) != 0 || static_cast<uint64_t>(st.st_size) != job.weights_bytes()) {
+      ChildReply(false, 0, "the sandbox could not read the version's weights");
+    }
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+    {
+      // LLVM and one run of the version need far less; a patch that allocates without bound
+      // fails here instead of taking the host's memory.
+      const rlim_t limit = (rlim_t{2} << 30) + job.ByteSizeLong() + job.weights_bytes();
+      rlimit as{limit, limit};
+      setrlimit(RLIMIT_AS, &as);
+    }
+#endif
+    WeightsBlob weights;
+    if (job.weights_bytes() > 0) {
+      void* p = mmap(nullptr, job.weights_bytes(), PROT_READ, MAP_PRIVATE, kWeightsFd, 0);
+      if (p == MAP_FAILED) ChildReply(false, 0, "the sandbox could not map the weights");
+      const size_t n = job.weights_bytes();
+      std::shared_ptr<const void> owner(p, [n](const void* q) { munmap(const_cast<void*>(q), n); });
+      weights = WeightsBlob(owner, static_cast<const uint8_t*>(p), n, /*read_only=*/true);
+    }
+    auto model = ModelFromHeader(job.model(), job.object_code(), weights);
+    if (!model.ok()) ChildFail("the sandbox's job is damaged", model.status());
+    job.clear_object_code();
+    auto engine = JitEngine::Create();
+    if (!engine.ok()) ChildFail("the sandbox cannot start a JIT", engine.status());
+    const CompiledModel base = *model;  // Shares the weights; recompile layers copy it.
+    auto loaded = (*engine)->Load("sandbox", *std::move(model));
+    if (!loaded.ok()) ChildFail("the sandbox cannot load the version", loaded.status());
+    LoadedModel& version = **loaded;
+    // The stack as the server has it, oldest layer first.
+    for (const pb::SandboxLayer& layer : job.layers()) {
+      absl::StatusOr<std::shared_ptr<PreparedPatch>> prepared;
+      if (layer.kind() == pb::SandboxLayer::RECOMPILE) {
+        CompiledModel recompiled = base;
+        recompiled.object_code = layer.code();
+        prepared = version.PrepareRecompilePatch(
+            recompiled, {layer.functions().begin(), layer.functions().end()}, "");
+      } else if (layer.kind() == pb::SandboxLayer::OBJECT) {
+        prepared = version.PrepareObjectPatch(layer.code(), SlotsOf(layer.slots()));
+      } else {
+        prepared = version.PrepareIrPatch(layer.code(), {}, {}, PatchSandboxLimits{0, false});
+      }
+      if (!prepared.ok()) ChildFail("cannot rebuild the version's patch stack", prepared.status());
+      auto id = version.CommitPatch(*std::move(prepared), "sandbox");
+      if (!id.ok()) ChildFail("cannot rebuild the version's patch stack", id.status());
+    }
+    std::string object = CompilePatch(job.patch_ir());
+    auto patch = version.PrepareObjectPatch(object, SlotsOf(job.patch_slots()));
+    if (!patch.ok()) ChildFail("the patch does not link", patch.status());
+    int32_t probe_code = 0;
+    if (job.probe_size() > 0) {
+      std::vector<HostTensor> inputs;
+      for (const pb::SandboxTensor& t : job.probe()) {
+        std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+        const auto dtype = static_cast<DType>(t.dtype());
+        if (dtype == DType::kString) {
+          inputs.push_back(
+              HostTensor::Strings(std::move(shape), {t.strings().begin(), t.strings().end()}));
+          continue;
+        }
+        HostTensor h(dtype, std::move(shape));
+        if (h.byte_size() != t.data().size()) {
+          ChildReply(false, 0, "the sandbox's probe input is damaged");
+        }
+        if (h.byte_size() > 0) std::memcpy(h.data(), t.data().data(), h.byte_size());
+        inputs.push_back(std::move(h));
+      }
+      auto outputs = version.RunWith(patch->get(), inputs);  // One thread, inside the guard.
+      probe_code = outputs.ok() ? 0 : 1;
+    }
+    ChildReply(true, probe_code, object);
+  } catch (...) {
+    const char text[] = "the patch sandbox threw an exception\n";
+    (void)!write(2, text, sizeof(text) - 1);
+  }
+  _exit(5);
 }
 
 }  // namespace cuvil::jitcache_internal

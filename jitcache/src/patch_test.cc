@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
@@ -383,9 +384,14 @@ TEST_F(PatchTest, AllPatchKindsUnderConcurrentExecutions) {
       }
     });
   }
+  // A failed assertion below returns early: the workers must still stop and be joined.
+  absl::Cleanup join = [&] {
+    stop = true;
+    for (auto& w : workers) w.join();
+  };
   for (int cycle = 0; cycle < 10; ++cycle) {
     auto ir = model_->PrepareIrPatch(ScaledAddIr(k1_, 2.0f), {});
-    ASSERT_TRUE(ir.ok());
+    ASSERT_TRUE(ir.ok()) << ir.status();
     auto ir_id = model_->CommitPatch(*ir, "ir");
     ASSERT_TRUE(ir_id.ok());
     auto re = model_->PrepareRecompilePatch(*recompiled, {k0_}, "opt_level=1");
@@ -402,8 +408,7 @@ TEST_F(PatchTest, AllPatchKindsUnderConcurrentExecutions) {
     auto report = model_->ProfileReport(*prof_id);
     ASSERT_TRUE(report.ok());
   }
-  stop = true;
-  for (auto& w : workers) w.join();
+  std::move(join).Invoke();
   EXPECT_EQ(bad.load(), 0);
   EXPECT_EQ(RunOnce(), 11.0f);
 }

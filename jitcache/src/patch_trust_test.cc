@@ -198,6 +198,69 @@ TEST_F(PatchTrustTest, TheSandboxRunsThePatchOnceAndOnlyItsObjectCodeIsLinked) {
   EXPECT_EQ(*Run(), 22.0f);
 }
 
+// Patch B of k1 crashes unless k0's output is 2 — what layer A (k0 times 2) makes. The sandbox
+// program rebuilds the version's stack as it is, so B's probe run sees A and passes.
+TEST_F(PatchTrustTest, TheSandboxRunsThePatchOnTheVersionsCurrentStack) {
+  auto a = model_->PrepareIrPatch(ScaledAddIr(k0_, 2.0f), {k0_}, Input());
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(model_->CommitPatch(*a, "a").ok());
+  const std::string crash_unless_two =
+      KernelIr(k1_,
+               "  %a = load ptr, ptr %args\n  %v = load float, ptr %a\n"
+               "  %two = fcmp oeq float %v, 2.0\n  br i1 %two, label %ok, label %bad\n"
+               "bad:\n  store volatile i32 1, ptr null\n  ret i32 1\n"
+               "ok:\n  %op = getelementptr ptr, ptr %args, i64 2\n  %o = load ptr, ptr %op\n"
+               "  store float 7.0, ptr %o\n  ret i32 0");
+  auto b = model_->PrepareIrPatch(crash_unless_two, {k1_}, Input());
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(*Run(b->get()), 7.0f);
+  // Without A beneath it, the same patch crashes the sandbox (and only the sandbox).
+  ASSERT_TRUE(model_->Rollback(model_->Patches().back().id).ok());
+  auto alone = model_->PrepareIrPatch(crash_unless_two, {k1_}, Input());
+  ASSERT_FALSE(alone.ok());
+  EXPECT_THAT(alone.status().message(), HasSubstr("signal " + std::to_string(SIGSEGV)));
+  EXPECT_EQ(*Run(), 11.0f);
+}
+
+// The sandbox is a program started afresh, not a fork of this process: a fork's child inherits
+// every lock another thread holds at that moment, and LLVM's JIT in the child then waits for ever
+// on the unwinder's lock when it registers the patch's unwind tables (the CI hang of 2026-12-05).
+// Here a thread holds that lock most of the time while patches are prepared.
+extern "C" void __register_frame_info(const void* begin, void* object);
+extern "C" void* __deregister_frame_info(const void* begin);
+TEST_F(PatchTrustTest, ASandboxChildNeverInheritsALockAnotherThreadHolds) {
+  // Unwind tables of one CIE (no FDE) and the terminator: valid and empty. With 400 of them
+  // registered, deregistering scans the list under the lock, so it is held most of the time
+  // (a forked child hung in 6 of 8 tries on this host).
+  struct alignas(8) Frame {
+    uint32_t words[5] = {12, 0, 0x78010001u, 0x10, 0};
+  };
+  struct alignas(8) Object {
+    char bytes[128];
+  };
+  constexpr int kTables = 400;
+  std::vector<Frame> frames(kTables);
+  std::vector<Object> objects(kTables);
+  std::atomic<bool> stop{false};
+  std::thread holder([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      for (int i = 0; i < kTables; ++i) __register_frame_info(frames[i].words, objects[i].bytes);
+      for (int i = 0; i < kTables; ++i) __deregister_frame_info(frames[i].words);
+    }
+  });
+  PatchSandboxLimits limits;
+  limits.timeout_seconds = 5;
+  int ok = 0;
+  for (int i = 0; i < 8; ++i) {
+    auto patch = model_->PrepareIrPatch(ScaledAddIr(k1_, 2.0f), {k1_}, Input(), limits);
+    EXPECT_TRUE(patch.ok()) << patch.status();
+    ok += patch.ok() ? 1 : 0;
+  }
+  stop = true;
+  holder.join();
+  EXPECT_EQ(ok, 8);
+}
+
 TEST_F(PatchTrustTest, ABasePatchGoesBeneathUserPatches) {
   auto ir = model_->PrepareIrPatch(ScaledAddIr(k1_, 2.0f), {});
   ASSERT_TRUE(ir.ok()) << ir.status();

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -23,6 +24,7 @@ namespace cuvil {
 class JitEngine;
 namespace jitcache_internal {
 struct BatchSplitPlan;
+class SandboxChild;
 }  // namespace jitcache_internal
 
 // Signature of the generated entry point (see compiled_model.h).
@@ -290,6 +292,15 @@ class LoadedModel {
       const std::string& ir_text, const std::vector<std::string>& functions, uint64_t id,
       const char* kind, void* profile_thunk, const std::vector<HostTensor>* probe_inputs,
       const PatchSandboxLimits& sandbox);
+  // Links `object_code` (defining each (slot, symbol) of `symbols`) under `patch`'s tracker and
+  // records it in `patch` (slots, slot_symbols, object_code). No code generation.
+  absl::Status LinkPatchObject(PreparedPatch* patch, std::string object_code,
+                               const std::vector<std::pair<int, std::string>>& symbols);
+  // An IR patch layer from object code a sandbox produced (the sandbox child rebuilds a stack
+  // with it). Nothing is visible until CommitPatch.
+  friend class jitcache_internal::SandboxChild;
+  absl::StatusOr<std::shared_ptr<PreparedPatch>> PrepareObjectPatch(
+      std::string object_code, const std::vector<std::pair<int, std::string>>& symbols);
   // A table: the base kernels with every layer's slots applied in order (patch_mu_ held).
   std::unique_ptr<void*[]> BuildTable(size_t layer_count) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(patch_mu_);
