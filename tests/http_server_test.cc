@@ -657,5 +657,128 @@ TEST_F(HttpSlowClientTest, KeepAliveAndPipelinedRequests) {
   EXPECT_TRUE(ServerClosed(big));
 }
 
+// Issue 38: HTTP request bodies, and the JSON they parse into, are counted in the server-wide
+// in-flight budget gRPC uses (--max-inflight-bytes) before they are buffered: a request past it
+// gets 503 with Retry-After at once (413 when it alone is larger than the budget), and a
+// request's reservation ends with it, also when its client goes away mid-body.
+TEST(HttpBudgetTest, BodiesAndParsedJsonAreCountedInTheInflightBudget) {
+  ServerOptions options;
+  options.max_inflight_bytes = 1 << 20;
+  options.http_threads = 4;
+  options.http_body_min_bytes_per_sec = 0;  // The held body below must not be cut.
+  auto server = testing::StartServer(testing::MakeRepository("http_budget_repo"), options);
+  ASSERT_NE(server, nullptr);
+  const int port = server->http_port();
+  httplib::Client client("127.0.0.1", port);
+  auto error_of = [](const httplib::Result& res) {
+    return json::parse(res->body)["error"].get<std::string>();
+  };
+  // A body of spaces inside {}: admitted, it gets 400 for its missing 'inputs'.
+  auto blank_body = [](size_t n) {
+    std::string body(n, ' ');
+    body.front() = '{';
+    body.back() = '}';
+    return body;
+  };
+
+  // One body larger than the whole budget: 413 before a byte of it is read.
+  auto res = client.Post("/v2/models/mlp/infer", blank_body(1536 << 10), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 413);
+  EXPECT_THAT(error_of(res), HasSubstr("an HTTP request body of 1572864 bytes is larger than the "
+                                       "1048576 bytes all requests in flight may hold"));
+  // So is a GET's, which httplib would read before any handler.
+  {
+    int fd = ConnectFrom(port);
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(SendText(fd,
+                         "GET /v2/models/mlp HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                         "Content-Length: 1572864\r\n\r\n"));
+    std::string answer = ReadResponse(fd, std::chrono::seconds(30));
+    EXPECT_THAT(answer, ::testing::StartsWith("HTTP/1.1 413")) << answer;
+    ::close(fd);
+  }
+
+  // A small body of many tiny values parses into far more: reserved before parsing.
+  std::string zeros;
+  for (int i = 0; i < 100000; ++i) zeros += i ? ",0" : "0";
+  res = client.Post(
+      "/v2/models/mlp/infer",
+      R"({"inputs":[{"name":"input","datatype":"FP32","shape":[1,784],"data":[)" + zeros + "]}]}",
+      "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 413) << res->body;
+  EXPECT_THAT(error_of(res), HasSubstr("an HTTP request's parsed JSON of"));
+
+  // A client holds 700 KiB of the budget: it declared the body, sent 10 bytes and waits.
+  int holder = ConnectFrom(port);
+  ASSERT_GE(holder, 0);
+  ASSERT_TRUE(
+      SendText(holder,
+               "POST /v2/models/mlp/infer HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+               "Content-Type: application/json\r\nContent-Length: 716800\r\n\r\n{        "));
+  // Another 700 KiB body does not fit beside it (once the holder's request reached a handler).
+  bool refused = false;
+  for (int i = 0; i < 200 && !refused; ++i) {
+    res = client.Post("/v2/models/mlp/infer", blank_body(700 << 10), "application/json");
+    ASSERT_TRUE(res);
+    refused = res->status == 503;
+    if (!refused) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(refused) << "never refused: " << res->status << " " << res->body;
+  EXPECT_EQ(res->get_header_value("Retry-After"), "1");
+  EXPECT_THAT(error_of(res), HasSubstr("server is busy: an HTTP request body of 716800 bytes"));
+  EXPECT_THAT(error_of(res), HasSubstr("--max-inflight-bytes"));
+  // The refused body was drained: the same connection serves the next request.
+  EXPECT_EQ(client.Get("/v2/models/mlp")->status, 200);
+  // Chunked bodies are counted as their chunks arrive.
+  const std::string chunked_body = blank_body(700 << 10);
+  res = client.Post(
+      "/v2/models/mlp/infer",
+      [&chunked_body](size_t offset, httplib::DataSink& sink) {
+        if (offset < chunked_body.size()) {
+          sink.write(chunked_body.data() + offset,
+                     std::min<size_t>(64 << 10, chunked_body.size() - offset));
+        } else {
+          sink.done();
+        }
+        return true;
+      },
+      "application/json");
+  // The server answers and closes while the client may still be sending chunks; the client may
+  // then see the reset instead of the answer. Either way the body is not taken.
+  if (res) {
+    EXPECT_EQ(res->status, 503) << res->body;
+    EXPECT_THAT(error_of(res), HasSubstr("server is busy"));
+  }
+
+  // The holder goes away mid-body: its reservation ends with its request.
+  ::close(holder);
+  httplib::Client fresh("127.0.0.1", port);
+  bool admitted = false;
+  for (int i = 0; i < 200 && !admitted; ++i) {
+    res = fresh.Post("/v2/models/mlp/infer", blank_body(700 << 10), "application/json");
+    ASSERT_TRUE(res);
+    admitted = res->status != 503;
+    if (!admitted) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(admitted) << "the disconnected client's bytes were never released";
+  EXPECT_EQ(res->status, 400);
+  EXPECT_THAT(error_of(res), HasSubstr("'inputs'"));
+
+  // Ordinary JSON inference fits well within the budget.
+  HostTensor input = testing::ReadReference("mlp", 0, "input");
+  json data = json::array();
+  for (int64_t i = 0; i < input.num_elements(); ++i) data.push_back(input.data_as<float>()[i]);
+  json body = {
+      {"inputs",
+       {{{"name", "input"}, {"datatype", "FP32"}, {"shape", input.shape()}, {"data", data}}}}};
+  res = fresh.Post("/v2/models/mlp/infer", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  std::vector<float> got = json::parse(res->body)["outputs"][0]["data"].get<std::vector<float>>();
+  testing::ExpectClose(got.data(), testing::ReadReference("mlp", 0, "output"));
+}
+
 }  // namespace
 }  // namespace cuvil

@@ -59,6 +59,67 @@ inline absl::Status CheckJsonNesting(std::string_view text, int max_depth = kMax
   return absl::OkStatus();
 }
 
+// An upper bound, in bytes, of the memory parsing `text` into a json tree and decoding its
+// tensors may take: per value a tree node in an array grown by doubling (32 bytes) and a tensor
+// element of up to 8 bytes, plus 64 per array or object, 96 per object member (a map node with
+// its key) and, per string, its text twice (the tree's copy, a BYTES tensor's) and 48 of
+// overhead. One linear pass, no allocation; it does not validate the JSON. A small body of many
+// tiny values ("0,0,0,...") costs about 20 times its size once parsed: the server reserves this
+// against its in-flight budget before parsing.
+inline uint64_t JsonDecodeCostBytes(std::string_view text) {
+  constexpr uint64_t kValue = 32 + 8;
+  constexpr uint64_t kContainer = 64;
+  constexpr uint64_t kMember = 96;
+  constexpr uint64_t kString = 48;
+  uint64_t cost = 0;
+  bool in_string = false;
+  bool escaped = false;
+  bool in_scalar = false;  // Inside a number or literal (true, false, null).
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+        continue;
+      }
+      cost += 2;
+      continue;
+    }
+    switch (c) {
+      case '"':
+        in_string = true;
+        in_scalar = false;
+        cost += kValue + kString;
+        break;
+      case '[':
+      case '{':
+        in_scalar = false;
+        cost += kValue + kContainer;
+        break;
+      case ':':
+        in_scalar = false;
+        cost += kMember;
+        break;
+      case ',':
+      case ']':
+      case '}':
+      case ' ':
+      case '\t':
+      case '\r':
+      case '\n':
+        in_scalar = false;
+        break;
+      default:
+        if (!in_scalar) cost += kValue;
+        in_scalar = true;
+    }
+  }
+  return cost;
+}
+
 // Elements a shape holds; InvalidArgument for negative dims or an overflowing product.
 inline absl::StatusOr<int64_t> ElementCount(const std::vector<int64_t>& shape,
                                             const std::string& tensor) {
@@ -112,48 +173,63 @@ absl::Status ConvertScalar(const nlohmann::json& v, T* out) {
   }
 }
 
-// Appends `v` (a scalar or nested arrays of scalars) to `out`.
+// The scalars in `v` (a scalar or nested arrays of scalars), counted without allocating.
+inline absl::StatusOr<int64_t> CountScalars(const nlohmann::json& v, int depth) {
+  if (!v.is_array()) return 1;
+  // Deeply nested input is malformed and would otherwise recurse without bound.
+  if (depth > 64) return absl::InvalidArgumentError("data is nested too deeply");
+  int64_t n = 0;
+  for (const auto& e : v) {
+    absl::StatusOr<int64_t> inner = CountScalars(e, depth + 1);
+    if (!inner.ok()) return inner.status();
+    n += *inner;
+  }
+  return n;
+}
+
+// Converts the scalars of `v` into `out` (as T) from element `*next` on; `out` has room for all.
 template <typename T>
-absl::Status Flatten(const nlohmann::json& v, std::vector<T>* out, int depth) {
+absl::Status Flatten(const nlohmann::json& v, uint8_t* out, size_t* next) {
   if (v.is_array()) {
-    // Deeply nested input is malformed and would otherwise recurse without bound.
-    if (depth > 64) return absl::InvalidArgumentError("data is nested too deeply");
     for (const auto& e : v) {
-      absl::Status s = Flatten(e, out, depth + 1);
+      absl::Status s = Flatten<T>(e, out, next);
       if (!s.ok()) return s;
     }
     return absl::OkStatus();
   }
   T x{};
   absl::Status s = ConvertScalar(v, &x);
-  if (!s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("element ", out->size(), ": ", s.message()));
+  if (!s.ok())
+    return absl::InvalidArgumentError(absl::StrCat("element ", *next, ": ", s.message()));
+  if constexpr (std::is_same_v<T, bool>) {
+    out[(*next)++] = x ? 1 : 0;
+  } else {
+    std::memcpy(out + (*next)++ * sizeof(T), &x, sizeof(T));
   }
-  out->push_back(x);
   return absl::OkStatus();
 }
 
 template <typename T>
 absl::Status DecodeTyped(const nlohmann::json& data, int64_t expected, const std::string& tensor,
                          const std::string& datatype, std::vector<uint8_t>* out) {
-  std::vector<T> values;
-  // `expected` comes from the client's shape: cap the reservation so a lying shape cannot force
-  // a huge allocation before the data is seen.
-  values.reserve(static_cast<size_t>(std::min<int64_t>(expected, 1 << 20)));
-  absl::Status s = Flatten(data, &values, 0);
+  // `expected` comes from the client's shape: the data is counted first, so nothing is allocated
+  // for a shape the data does not fill, and the tensor is never larger than the data's values.
+  absl::StatusOr<int64_t> count = CountScalars(data, 0);
+  if (!count.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input '", tensor, "' (", datatype, "): ", count.status().message()));
+  }
+  if (*count != expected) {
+    return absl::InvalidArgumentError(absl::StrCat("input '", tensor, "': shape needs ", expected,
+                                                   " elements, data has ", *count));
+  }
+  out->resize(static_cast<size_t>(expected) * sizeof(T));
+  size_t next = 0;
+  absl::Status s = Flatten<T>(data, out->data(), &next);
   if (!s.ok()) {
+    out->clear();
     return absl::InvalidArgumentError(
         absl::StrCat("input '", tensor, "' (", datatype, "): ", s.message()));
-  }
-  if (static_cast<int64_t>(values.size()) != expected) {
-    return absl::InvalidArgumentError(absl::StrCat("input '", tensor, "': shape needs ", expected,
-                                                   " elements, data has ", values.size()));
-  }
-  out->resize(values.size() * sizeof(T));
-  if constexpr (std::is_same_v<T, bool>) {
-    for (size_t i = 0; i < values.size(); ++i) (*out)[i] = values[i] ? 1 : 0;
-  } else if (!values.empty()) {
-    std::memcpy(out->data(), values.data(), out->size());
   }
   return absl::OkStatus();
 }

@@ -57,6 +57,35 @@ TEST(HttpJsonTest, RejectsBadData) {
   EXPECT_FALSE(DecodeTensorData(json::parse(deep), "FP32", 1, "x", &out).ok());
 }
 
+TEST(HttpJsonTest, DecodeCostBoundsWhatParsingTakes) {
+  // Many tiny values cost far more parsed than their bytes: the estimate says so up front.
+  std::string zeros = "[";
+  for (int i = 0; i < 100000; ++i) zeros += i ? ",0" : "0";
+  zeros += "]";
+  const uint64_t cost = JsonDecodeCostBytes(zeros);
+  EXPECT_GE(cost, 100000u * (sizeof(json) + 8));  // A tree node and a tensor element each.
+  EXPECT_GE(cost, 15 * zeros.size());
+  // Numbers count once however long; brackets, strings (escapes included) and members add up.
+  EXPECT_EQ(JsonDecodeCostBytes("[123456789, -1.5e10]"), JsonDecodeCostBytes("[1,2]"));
+  EXPECT_EQ(JsonDecodeCostBytes("[1,2]"), 3 * 40 + 64);
+  EXPECT_EQ(JsonDecodeCostBytes(R"({"a":"b\"c"})"), 40 + 64 + (40 + 48 + 2) + 96 + (40 + 48 + 8));
+  EXPECT_EQ(JsonDecodeCostBytes(""), 0u);
+  EXPECT_EQ(JsonDecodeCostBytes("  \n"), 0u);
+}
+
+TEST(HttpJsonTest, DataIsCountedBeforeTheTensorIsAllocated) {
+  std::vector<uint8_t> out = {7};
+  // A shape of 2^40 elements with one value: refused from the count, nothing allocated.
+  absl::Status s = DecodeTensorData(json::parse("[1]"), "FP64", int64_t{1} << 40, "x", &out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("shape needs 1099511627776 elements, data has 1"), std::string::npos)
+      << s;
+  // A bad element after the count matched leaves no half-decoded tensor.
+  s = DecodeTensorData(json::parse(R"([[1, 2], [3, "x"]])"), "INT64", 4, "x", &out);
+  EXPECT_NE(s.message().find("element 3"), std::string::npos) << s;
+  EXPECT_TRUE(out.empty());
+}
+
 TEST(HttpJsonTest, NestingIsBoundedBeforeParsing) {
   EXPECT_TRUE(CheckJsonNesting(R"({"inputs":[{"data":[[1,2],[3,4]]}]})").ok());
   std::string at_limit = std::string(kMaxJsonNesting, '[') + std::string(kMaxJsonNesting, ']');

@@ -33,6 +33,7 @@
 #include "http_response.h"
 #include "http_routes.h"
 #include "http_stats_json.h"
+#include "inflight_budget.h"
 #include "load_parameters.h"
 #include "model_name.h"
 #include "nlohmann/json.hpp"
@@ -79,17 +80,44 @@ json TensorMetadataJson(const std::vector<TensorSpec>& specs, bool batching) {
   return list;
 }
 
+// The in-flight budget reservation of the request the calling handler thread serves (null
+// outside StreamServer::ServeOne). A handler thread serves one request at a time, from its header
+// block to its last response byte, and httplib gives handlers no per-request slot of our own, so
+// the reservation is the thread's while ServeOne runs: handlers extend it as they learn what the
+// request holds, and ServeOne releases it once the response has gone out or the connection
+// failed, whichever way the request ended.
+thread_local InflightBudget::Reservation* current_reservation = nullptr;
+
 // httplib's request handling (parsing, routing, responses) over a stream the connection reactor
 // hands it: httplib's own accept and keep-alive loop hold a thread per connection.
 class StreamServer final : public httplib::Server {
  public:
-  // Serves one request; true when the connection may carry another.
+  // Serves one request; true when the connection may carry another. The request's in-flight
+  // reservation (current_reservation) lives exactly as long as this call.
   bool ServeOne(httplib::Stream& stream) {
+    InflightBudget::Reservation reservation;
+    struct Scope {
+      explicit Scope(InflightBudget::Reservation* r) { current_reservation = r; }
+      ~Scope() { current_reservation = nullptr; }
+    } scope(&reservation);
     bool closed = false;
     const bool ok = process_request(stream, /*close_connection=*/false, closed, nullptr);
     return ok && !closed;
   }
 };
+
+// Why a request could not reserve its bytes: 503 (retry later) or 413 (larger than the budget).
+struct BudgetRefusal {
+  int status;
+  std::string message;
+};
+
+void SetRefusal(Response& res, const BudgetRefusal& refusal) {
+  SetError(res, refusal.status, refusal.message);
+  // The budget frees as requests in flight finish: worth a retry soon, as gRPC clients retry
+  // RESOURCE_EXHAUSTED.
+  if (refusal.status == 503) res.set_header("Retry-After", "1");
+}
 
 class HttpServiceImpl final : public HttpService {
  public:
@@ -126,6 +154,12 @@ class HttpServiceImpl final : public HttpService {
   }
 
   bool ReadBody(const Request& req, Response& res, const ContentReader& reader, std::string* body);
+  // Adds `bytes` (what `what` holds) to the current request's in-flight reservation; the refusal
+  // when the budget cannot take them (nothing more is then held).
+  std::optional<BudgetRefusal> Reserve(uint64_t bytes, const char* what);
+  // Reserves what parsing the JSON `text` may take (http_json::JsonDecodeCostBytes); false
+  // after answering the refusal.
+  bool ReserveJson(std::string_view text, Response& res);
   // The checks `policy` asks for (browser defences, then the admin token); false after
   // answering 403, 415 or 401.
   bool Admitted(const Request& req, Response& res, const TrustPolicy& policy);
@@ -176,6 +210,25 @@ absl::Status HttpServiceImpl::Start() {
   // Advertised in the Keep-Alive header; the reactor enforces it.
   server_->set_keep_alive_timeout(std::max<time_t>(1, limits.idle_timeout_ms / 1000));
   server_->set_payload_max_length(static_cast<size_t>(options_.max_request_bytes));
+  // httplib reads the body of a request other than a POST itself, before any handler: its
+  // declared length is reserved here first; a chunked one, which could not be, is refused.
+  server_->set_pre_routing_handler([this](const Request& req, Response& res) {
+    if (req.method == "POST") return httplib::Server::HandlerResponse::Unhandled;
+    if (req.has_header("Transfer-Encoding")) {
+      SetError(
+          res, 400,
+          absl::StrCat("a chunked request body is accepted on POST only, not on ", req.method));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    const uint64_t length = req.get_header_value<uint64_t>("Content-Length");
+    if (length > 0 && length <= static_cast<uint64_t>(options_.max_request_bytes)) {
+      if (std::optional<BudgetRefusal> refused = Reserve(length, "an HTTP request body")) {
+        SetRefusal(res, *refused);
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
 
   server_->Get(".*", [this](const Request& req, Response& res) {
     Guard(res, [&] { HandleGet(req, res); });
@@ -223,24 +276,51 @@ bool HttpServiceImpl::ReadBody(const Request& req, Response& res, const ContentR
     SetError(res, 400, "multipart request bodies are not supported");
     return false;
   }
+  // The bytes of `*body`'s buffer reserved against the in-flight budget: all of a declared length
+  // before any of it is read, a chunked body's as its buffer grows.
+  size_t reserved = 0;
   if (req.has_header("Content-Length")) {
     uint64_t length = req.get_header_value<uint64_t>("Content-Length");
-    if (length <= max) body->reserve(length);
+    if (length <= max) {
+      if (std::optional<BudgetRefusal> refused = Reserve(length, "an HTTP request body")) {
+        // Read and drop the body (nothing is kept) so the answer reaches the client and the
+        // connection stays usable for its retry.
+        reader([](const char*, size_t) { return true; });
+        SetRefusal(res, *refused);
+        return false;
+      }
+      reserved = static_cast<size_t>(length);
+      body->reserve(reserved);
+    }
   } else if (!req.has_header("Transfer-Encoding")) {
     // No length and not chunked: HTTP/1.1 says there is no body (`curl -X POST` sends this);
     // httplib would otherwise wait for the connection to close.
     return true;
   }
   bool too_large = false;
+  std::optional<BudgetRefusal> refused;
   // Chunked bodies have no Content-Length for httplib to check, so the receiver enforces the cap.
   bool ok = reader([&](const char* data, size_t n) {
     if (body->size() + n > max) {
       too_large = true;
       return false;
     }
+    if (body->size() + n > reserved) {
+      // Grow the buffer (and its reservation) geometrically, as std::string would.
+      const size_t want =
+          std::max(body->size() + n, std::min(max, std::max<size_t>(2 * reserved, 64 << 10)));
+      refused = Reserve(want - reserved, "an HTTP request body");
+      if (refused.has_value()) return false;
+      reserved = want;
+      body->reserve(reserved);
+    }
     body->append(data, n);
     return true;
   });
+  if (refused.has_value()) {
+    SetRefusal(res, *refused);  // httplib set 400 for the interrupted read.
+    return false;
+  }
   if (!ok || too_large) {
     if (too_large || res.status == 413) {
       SetError(res, 413,
@@ -252,6 +332,24 @@ bool HttpServiceImpl::ReadBody(const Request& req, Response& res, const ContentR
     return false;
   }
   return true;
+}
+
+std::optional<BudgetRefusal> HttpServiceImpl::Reserve(uint64_t bytes, const char* what) {
+  InflightBudget* budget = options_.inflight_budget;
+  InflightBudget::Reservation* held = current_reservation;
+  if (budget == nullptr || held == nullptr || bytes == 0) return std::nullopt;
+  absl::Status s = budget->Extend(held, bytes, what);
+  if (s.ok()) return std::nullopt;
+  const bool alone_too_large =
+      budget->limit() != 0 && (bytes > budget->limit() || held->bytes() > budget->limit() - bytes);
+  return BudgetRefusal{alone_too_large ? 413 : 503, std::string(s.message())};
+}
+
+bool HttpServiceImpl::ReserveJson(std::string_view text, Response& res) {
+  std::optional<BudgetRefusal> refused =
+      Reserve(http_json::JsonDecodeCostBytes(text), "an HTTP request's parsed JSON");
+  if (refused.has_value()) SetRefusal(res, *refused);
+  return !refused.has_value();
 }
 
 bool HttpServiceImpl::Admitted(const Request& req, Response& res, const TrustPolicy& policy) {
@@ -321,6 +419,9 @@ void HttpServiceImpl::Route(const Request& req, Response& res, std::shared_ptr<s
     return SetError(res, 404, absl::StrCat("not found: ", req.method, " ", req.path));
   // The one place a route's class turns into checks.
   if (!Admitted(req, res, PolicyFor(match->route->route_class))) return;
+  // Every route but inference parses its whole body as JSON (inference reserves for its JSON
+  // header alone, see InferInner).
+  if (match->route->id != HttpRouteId::kInfer && !body->empty() && !ReserveJson(*body, res)) return;
   const std::string model = match->Capture("model");
   const std::string version = match->Capture("version");
   switch (match->route->id) {
@@ -447,6 +548,8 @@ absl::Status HttpServiceImpl::InferInner(const Request& req, Response& res,
       JsonHeaderSize(req.has_header(kHeaderLength) ? &header_value : nullptr, body->size());
   if (!header_size.ok()) return header_size.status();
   const size_t json_size = *header_size;
+  // The parsed header and the tensors decoded from its "data" may take many times its bytes.
+  if (!ReserveJson(std::string_view(*body).substr(0, json_size), res)) return absl::OkStatus();
   absl::StatusOr<json> parsed = ParseBody(std::string_view(*body).substr(0, json_size));
   if (!parsed.ok()) return parsed.status();
   const json& doc = *parsed;

@@ -13,12 +13,19 @@
 
 namespace cuvil {
 
+class InflightBudget;
 class SharedMemoryRegistry;
 
 struct HttpServiceOptions {
   std::string bind_address = "127.0.0.1";
   int port = 8000;  // 0: pick a free port.
   int64_t max_request_bytes = 64 << 20;
+  // The server-wide budget of request bytes in flight, shared with gRPC (outliving the service;
+  // null: unlimited). A request reserves its body (the declared Content-Length before a byte of
+  // it is read, a chunked body as its chunks arrive) and what parsing its JSON may take, and
+  // holds them until its response has gone out; past the budget it gets 503 with Retry-After at
+  // once (413 when it alone is larger than the budget), as gRPC gets RESOURCE_EXHAUSTED.
+  InflightBudget* inflight_budget = nullptr;
   int threads = 8;
   // Deadlines and connection caps for slow, idle and numerous clients.
   HttpConnectionLimits limits;

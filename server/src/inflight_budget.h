@@ -47,6 +47,12 @@ class InflightBudget {
   // own is always refused.
   absl::StatusOr<Reservation> Reserve(uint64_t bytes, const char* what);
 
+  // Adds `bytes` to `*reservation` (empty, or taken from this budget), for a request whose size
+  // is learnt as it arrives (a chunked HTTP body, the JSON it parses into). On refusal, the
+  // ResourceExhausted of Reserve() (naming the whole `reservation->bytes() + bytes`) and
+  // `*reservation` unchanged. Never blocks.
+  absl::Status Extend(Reservation* reservation, uint64_t bytes, const char* what);
+
   uint64_t limit() const { return limit_; }
   // Bytes reserved now (a snapshot; for tests and metrics).
   uint64_t in_flight() const { return in_flight_.load(std::memory_order_relaxed); }

@@ -51,6 +51,34 @@ TEST(InflightBudgetTest, ARequestLargerThanTheLimitIsAlwaysRefused) {
   EXPECT_EQ(budget.in_flight(), 0u);
 }
 
+TEST(InflightBudgetTest, ExtendGrowsAReservationOrLeavesItAsItWas) {
+  InflightBudget budget(100);
+  InflightBudget::Reservation r;  // Empty: Extend takes it from the budget.
+  ASSERT_TRUE(budget.Extend(&r, 30, "an HTTP request body").ok());
+  ASSERT_TRUE(budget.Extend(&r, 30, "an HTTP request body").ok());
+  EXPECT_EQ(r.bytes(), 60u);
+  EXPECT_EQ(budget.in_flight(), 60u);
+  absl::StatusOr<InflightBudget::Reservation> other = budget.Reserve(30, "request");
+  ASSERT_TRUE(other.ok());
+  // 60 + 20 with 30 of another request: over the limit, refused as busy, nothing more held.
+  absl::Status busy = budget.Extend(&r, 20, "an HTTP request body");
+  EXPECT_EQ(busy.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(busy.message(), HasSubstr("server is busy: an HTTP request body of 80 bytes with 30 "
+                                        "bytes of other requests already in flight"));
+  EXPECT_EQ(r.bytes(), 60u);
+  EXPECT_EQ(budget.in_flight(), 90u);
+  // On its own larger than the limit: refused whatever else is in flight.
+  absl::Status alone = budget.Extend(&r, 41, "an HTTP request body");
+  EXPECT_THAT(alone.message(), HasSubstr("an HTTP request body of 101 bytes is larger than the "
+                                         "100 bytes all requests in flight may hold"));
+  EXPECT_FALSE(budget.Extend(&r, UINT64_MAX, "x").ok());  // No wrap-around.
+  other->Release();
+  ASSERT_TRUE(budget.Extend(&r, 40, "x").ok());
+  EXPECT_EQ(budget.in_flight(), 100u);
+  r.Release();
+  EXPECT_EQ(budget.in_flight(), 0u);
+}
+
 TEST(InflightBudgetTest, ZeroIsUnlimited) {
   InflightBudget budget(0);
   auto a = budget.Reserve(uint64_t{1} << 62, "request");

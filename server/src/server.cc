@@ -182,6 +182,7 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
   http_options.bind_address = options.bind_address;
   http_options.port = options.http_port;
   http_options.max_request_bytes = options.max_request_bytes;
+  http_options.inflight_budget = s.inflight_budget.get();
   http_options.threads = budget.http_threads;
   http_options.limits.header_timeout_ms = int64_t{options.http_header_timeout_secs} * 1000;
   http_options.limits.idle_timeout_ms = int64_t{options.http_idle_timeout_secs} * 1000;
