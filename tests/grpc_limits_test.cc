@@ -259,6 +259,113 @@ TEST(GrpcLimitsTest, ConcurrentAmplifyingMessagesAreRefusedWithinAMemoryBound) {
   ExpectMlpStillAnswers(server.address());
 }
 
+// A ModelStreamInfer stream driven with raw messages (one operation at a time), so a test can
+// send ~60 MiB amplifying messages without building them as protobuf objects in the client.
+class RawInferStream {
+ public:
+  RawInferStream(grpc::GenericStub& stub, const std::string& method) {
+    ctx_.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(5));
+    rw_ = stub.PrepareCall(&ctx_, method, &cq_);
+    rw_->StartCall(Tag(1));
+    started_ = Await(1);
+  }
+  ~RawInferStream() {
+    cq_.Shutdown();
+    void* tag;
+    bool ok;
+    while (cq_.Next(&tag, &ok)) {
+    }
+  }
+  bool started() const { return started_; }
+  bool Write(const grpc::Slice& message) {
+    grpc::ByteBuffer buffer(&message, 1);
+    rw_->Write(buffer, Tag(2));
+    return Await(2);
+  }
+  bool Read(inference::ModelStreamInferResponse* response) {
+    grpc::ByteBuffer buffer;
+    rw_->Read(&buffer, Tag(3));
+    if (!Await(3)) return false;
+    return grpc::SerializationTraits<inference::ModelStreamInferResponse>::Deserialize(&buffer,
+                                                                                       response)
+        .ok();
+  }
+  grpc::Status Finish() {
+    rw_->WritesDone(Tag(4));
+    Await(4);
+    grpc::Status status;
+    rw_->Finish(&status, Tag(5));
+    Await(5);
+    return status;
+  }
+
+ private:
+  static void* Tag(intptr_t n) { return reinterpret_cast<void*>(n); }
+  bool Await(intptr_t n) {
+    void* tag = nullptr;
+    bool ok = false;
+    return cq_.Next(&tag, &ok) && ok && tag == Tag(n);
+  }
+  grpc::CompletionQueue cq_;
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> rw_;
+  bool started_ = false;
+};
+
+// Issue 38: a ModelStreamInfer message gets ModelInfer's checks — counted and checked against
+// the model it names before protobuf or anything proportional to it sees the message — instead
+// of being parsed whole (1.7 GB for 60 MiB of 1-byte raw entries, 6.8 GB for 60 MiB of empty
+// inputs). Each refused message is answered on the stream, which goes on serving.
+TEST(GrpcLimitsTest, StreamMessagesAreCheckedBeforeTheyAreParsed) {
+  ServerProcess server({"--max-inflight-bytes", std::to_string(size_t{128} << 20)});
+  ASSERT_FALSE(server.address().empty()) << "the server did not start";
+  const size_t rss_before = StatusBytes(server.pid(), "VmRSS");
+  ASSERT_GT(rss_before, 0u);
+  auto channel = Channel(server.address());
+  grpc::GenericStub stub(channel);
+  RawInferStream stream(stub, "/inference.GRPCInferenceService/ModelStreamInfer");
+  ASSERT_TRUE(stream.started());
+
+  inference::ModelStreamInferResponse r;
+  ASSERT_TRUE(stream.Write(OneByteRawEntriesToMlp()));
+  ASSERT_TRUE(stream.Read(&r));
+  EXPECT_THAT(r.error_message(), HasSubstr("raw_input_contents entries"));
+
+  ASSERT_TRUE(stream.Write(EmptyInputsToUnknownModel()));
+  ASSERT_TRUE(stream.Read(&r));
+  EXPECT_THAT(r.error_message(), HasSubstr("more than 4096 inputs"));
+
+  // Within the hard caps, an unknown model is refused before the header is parsed.
+  std::string unknown("\x0a\x0bno_such_mod", 13);
+  for (int i = 0; i < 4000; ++i) unknown.append("\x2a\x00", 2);
+  ASSERT_TRUE(stream.Write(grpc::Slice(unknown)));
+  ASSERT_TRUE(stream.Read(&r));
+  EXPECT_THAT(r.error_message(), HasSubstr("no_such_mod"));
+  EXPECT_EQ(r.infer_response().model_name(), "no_such_mod");
+
+  // The same stream still serves a good request.
+  HostTensor input = testing::ReadReference("mlp", 0, "input");
+  ASSERT_TRUE(
+      stream.Write(grpc::Slice(testing::RawInferRequest("mlp", input).SerializeAsString())));
+  ASSERT_TRUE(stream.Read(&r));
+  EXPECT_EQ(r.error_message(), "");
+  ASSERT_EQ(r.infer_response().raw_output_contents_size(), 1);
+  testing::ExpectClose(r.infer_response().raw_output_contents(0).data(),
+                       testing::ReadReference("mlp", 0, "output"));
+  EXPECT_TRUE(stream.Finish().ok());
+
+  const size_t peak = StatusBytes(server.pid(), "VmHWM");
+  std::printf("server RSS before %zu MB, peak over the stream %zu MB (+%zu MB)\n", rss_before >> 20,
+              peak >> 20, (peak - rss_before) >> 20);
+#if defined(__SANITIZE_ADDRESS__)
+  constexpr size_t kBound = size_t{1} << 30;
+#else
+  constexpr size_t kBound = size_t{400} << 20;
+#endif
+  EXPECT_LT(peak - rss_before, kBound);
+  ExpectMlpStillAnswers(server.address());
+}
+
 // The measurement above at scale; skipped unless CUVIL_GRPC_FLOOD_CALLS is set (see the top).
 TEST(GrpcLimitsTest, FloodReport) {
   const char* calls_env = std::getenv("CUVIL_GRPC_FLOOD_CALLS");

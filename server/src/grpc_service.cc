@@ -446,10 +446,11 @@ void InferenceHandlers::StartInfer(grpc::ServerContextBase* ctx,
 }
 
 using InferenceService = inference::GRPCInferenceService::AsyncService;
-// ModelInfer's request and response travel as bytes the call reads and writes itself
-// (grpc_infer_wire.h); every other method as gRPC's generated messages.
+// ModelInfer's and ModelStreamInfer's requests and responses travel as bytes the calls read and
+// write themselves (grpc_infer_wire.h); every other method as gRPC's generated messages.
 using InferenceServiceWithRawInfer =
-    inference::GRPCInferenceService::WithRawMethod_ModelInfer<InferenceService>;
+    inference::GRPCInferenceService::WithRawMethod_ModelStreamInfer<
+        inference::GRPCInferenceService::WithRawMethod_ModelInfer<InferenceService>>;
 
 // ModelInfer: validates and queues the request on the polling thread that received it (where a
 // small model on an idle instance also executes it, see the scheduler's inline execution), and
@@ -550,9 +551,15 @@ class InferMethod final : public ArmedMethod {
 // is answered with its error_message and the stream goes on. Ends with OK when the client
 // finishes writing or a write fails. Only one of read, inference and write is outstanding at a
 // time, so the steps never run concurrently. A stream holds one call slot while it is open.
+//
+// Each message is read as ModelInfer's are (grpc_infer_wire.h), never by protobuf: its bytes are
+// reserved against the in-flight budget until its response has been written, and the wire reader
+// routes the model it names and checks its counts and declared sizes before anything in
+// proportion to it is parsed or copied. A message refused there is answered with the error and
+// the stream goes on.
 class StreamInferMethod final : public ArmedMethod {
  public:
-  StreamInferMethod(const CallContext& context, InferenceService* service,
+  StreamInferMethod(const CallContext& context, InferenceServiceWithRawInfer* service,
                     InferenceHandlers* handlers)
       : context_(context), service_(service), handlers_(handlers) {}
 
@@ -583,29 +590,61 @@ class StreamInferMethod final : public ArmedMethod {
       method_->Arm();
       slot_.emplace(method_->context_.limiter);
       if (!slot_->ok()) return End(method_->context_.limiter->Busy());
-      stream_.Read(&request_, static_cast<CqTag*>(&read_tag_));
+      stream_.Read(&request_wire_, static_cast<CqTag*>(&read_tag_));
     }
 
     void OnRead(bool ok) {
       if (!ok) return End(grpc::Status::OK);
       response_.Clear();
+      request_ = SplitInferRequest{};
       // The previous request's version is dropped here, on a polling thread.
       model_.reset();
-      method_->handlers_->StartInfer(
-          &ctx_, request_, nullptr, response_.mutable_infer_response(), nullptr, &model_,
-          [this](absl::Status s) {
-            if (!s.ok()) {
-              response_.set_error_message(std::string(s.message()));
-              response_.mutable_infer_response()->set_id(request_.id());
-              response_.mutable_infer_response()->set_model_name(request_.model_name());
-            }
-            stream_.Write(response_, static_cast<CqTag*>(&write_tag_));
-          });
+      InferenceHandlers* handlers = method_->handlers_;
+      if (InflightBudget* budget = handlers->inflight_budget(); budget != nullptr) {
+        absl::StatusOr<InflightBudget::Reservation> reserved =
+            budget->Reserve(request_wire_.Length(), "a gRPC ModelStreamInfer request");
+        if (!reserved.ok()) {
+          request_wire_.Clear();
+          return Answer(reserved.status());
+        }
+        reservation_ = *std::move(reserved);
+      }
+      absl::Status read = ReadModelInferRequest(request_wire_, handlers->input_buffers(), &request_,
+                                                [this, handlers](const InferWireCounts& counts) {
+                                                  // Named in an error answer even when the header
+                                                  // is never parsed.
+                                                  request_.header.set_model_name(counts.model_name);
+                                                  return handlers->WireLimits(counts, &model_);
+                                                });
+      request_wire_.Clear();  // gRPC's receive slices are not needed any more.
+      if (!read.ok()) return Answer(read);
+      handlers->StartInfer(&ctx_, request_.header, &request_.raw,
+                           response_.mutable_infer_response(), nullptr, &model_,
+                           [this](absl::Status s) { Answer(s); });
+    }
+
+    // Writes the response to the current request, or its error.
+    void Answer(const absl::Status& s) {
+      if (!s.ok()) {
+        response_.set_error_message(std::string(s.message()));
+        response_.mutable_infer_response()->set_id(request_.header.id());
+        response_.mutable_infer_response()->set_model_name(request_.header.model_name());
+      }
+      bool own = false;
+      grpc::Status serialized =
+          grpc::SerializationTraits<inference::ModelStreamInferResponse>::Serialize(
+              response_, &response_wire_, &own);
+      if (!serialized.ok()) return End(serialized);
+      stream_.Write(response_wire_, static_cast<CqTag*>(&write_tag_));
     }
 
     void OnWrite(bool ok) {
+      // The request and its bytes are done with once its response is out.
+      reservation_.Release();
+      request_ = SplitInferRequest{};
+      response_wire_.Clear();
       if (!ok) return End(grpc::Status::OK);
-      stream_.Read(&request_, static_cast<CqTag*>(&read_tag_));
+      stream_.Read(&request_wire_, static_cast<CqTag*>(&read_tag_));
     }
 
     void End(const grpc::Status& status) {
@@ -615,11 +654,13 @@ class StreamInferMethod final : public ArmedMethod {
 
     StreamInferMethod* method_;
     grpc::ServerContext ctx_;
-    grpc::ServerAsyncReaderWriter<inference::ModelStreamInferResponse, inference::ModelInferRequest>
-        stream_{&ctx_};
+    grpc::ServerAsyncReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer> stream_{&ctx_};
     std::optional<CallLimiter::Slot> slot_;
-    inference::ModelInferRequest request_;
+    grpc::ByteBuffer request_wire_;
+    SplitInferRequest request_;
+    InflightBudget::Reservation reservation_;  // The current message's bytes.
     inference::ModelStreamInferResponse response_;
+    grpc::ByteBuffer response_wire_;
     std::shared_ptr<ModelVersion> model_;
     CallStep<Call> request_tag_{this, &Call::OnRequest};
     CallStep<Call> read_tag_{this, &Call::OnRead};
@@ -627,7 +668,7 @@ class StreamInferMethod final : public ArmedMethod {
   };
 
   const CallContext context_;
-  InferenceService* service_;
+  InferenceServiceWithRawInfer* service_;
   InferenceHandlers* handlers_;
 };
 

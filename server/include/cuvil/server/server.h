@@ -35,9 +35,12 @@ struct ServerOptions {
   int64_t max_snapshot_bytes = int64_t{1} << 30;
   // gRPC calls in progress at once (an open stream counts as one); more get RESOURCE_EXHAUSTED.
   int grpc_max_concurrent_calls = 512;
-  // Bytes all requests in flight may hold together: a gRPC ModelInfer reserves its message's
-  // bytes before reading it and holds them until its response has gone out; past the budget a
-  // call gets RESOURCE_EXHAUSTED at once. -1: a quarter of physical memory; 0: unlimited.
+  // Bytes all requests in flight may hold together: a gRPC ModelInfer (or ModelStreamInfer
+  // message) reserves its message's bytes before reading it, an HTTP request its body before
+  // buffering it (a chunked one as it arrives) and what its JSON may take once parsed, and each
+  // holds them until its response has gone out; past the budget a call gets RESOURCE_EXHAUSTED,
+  // an HTTP request 503 with Retry-After, at once (413 when it alone is larger than the budget).
+  // -1: a quarter of physical memory; 0: unlimited.
   int64_t max_inflight_bytes = -1;
   // TLS for gRPC and HTTP (PEM files): both cert and key, or neither. With tls_client_ca, clients
   // must present a certificate that CA signed (mutual TLS). The metrics port stays plaintext.
