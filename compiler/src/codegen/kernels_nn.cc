@@ -1,9 +1,10 @@
 // Code generation for the nn op family: Conv, ConvTranspose and the pooling ops.
 //
 // Shape inference has canonicalised every windowed op to explicit kernel_shape / strides /
-// dilations / pads attributes, so the window itself is known here at compile time. Spatial dims
-// are static except on the paths that take them at run time (the float32 2-D Conv and MaxPool
-// microkernels, ConvTranspose), where they are symbolic expressions (an image's H and W).
+// dilations / pads attributes (ops/shape_nn.cc), so the window itself is known here at compile
+// time. Spatial extents may be symbolic expressions (an image's H and W), and so may the pads of
+// a SAME-padded window over them (NodeWindowPads): every kernel here reads those at run time, and
+// folds them to constants where they are static.
 #include <algorithm>
 #include <cstddef>
 
@@ -12,6 +13,7 @@
 #include "cuvil/runtime/ukernel_scratch.h"
 #include "cuvil/runtime/ukernels.h"
 #include "llvm/IR/MDBuilder.h"
+#include "window_dims.h"
 
 namespace cuvil::codegen {
 namespace {
@@ -36,12 +38,6 @@ int64_t LargestDivisor(int64_t n, int64_t limit) {
     if (n % d == 0) return d;
   }
   return 1;
-}
-
-Ints StaticSpatial(const SymShape& shape) {
-  Ints out;
-  for (size_t d = 2; d < shape.size(); ++d) out.push_back(shape[d].coef());
-  return out;
 }
 
 // The spatial dims of `shape` (everything after N and C).
@@ -101,9 +97,16 @@ llvm::Value* Coord(KernelContext& k, llvm::Value* flat, const Ints& strides, con
   return b.CreateURem(b.CreateUDiv(flat, k.I64(strides[j])), k.I64(dims[j]));
 }
 
+// As above, with run-time strides and dims.
+llvm::Value* Coord(KernelContext& k, llvm::Value* flat, const Idx& strides, const Idx& dims,
+                   size_t j) {
+  auto& b = k.b();
+  return b.CreateURem(b.CreateUDiv(flat, strides[j]), dims[j]);
+}
+
 // True (i1) when 0 <= pos < size; one unsigned compare covers both bounds.
-llvm::Value* InRange(KernelContext& k, llvm::Value* pos, int64_t size) {
-  return k.b().CreateICmpULT(pos, k.I64(size));
+llvm::Value* InRange(KernelContext& k, llvm::Value* pos, llvm::Value* size) {
+  return k.b().CreateICmpULT(pos, size);
 }
 
 // Alias scopes stating that the listed buffers are pairwise disjoint (the memory plan never places
@@ -147,23 +150,64 @@ class DisjointBuffers {
   std::map<llvm::Value*, std::pair<llvm::MDNode*, llvm::MDNode*>> tags_;
 };
 
-// Window geometry over the spatial dims; pads is [begin..., end...].
+// Window geometry over the spatial dims: the window (kernel, strides, dilations) is static; the
+// extents and pads may be symbolic, and are then read at run time.
 struct Window {
-  Ints in, out, kernel, strides, dilations, pads;
+  SymShape in, out;
+  Ints kernel, strides, dilations;
+  std::vector<WindowPad> pads;
+  Idx in_v, out_v;  // the extents as values (constants where static)
+  Idx neg_begin;    // -begin pad per dim, as values
 
   size_t rank() const { return in.size(); }
+  // True when every extent and pad is a compile-time constant.
+  bool IsStatic() const {
+    bool fixed = IsStaticShape(in) && IsStaticShape(out);
+    for (const WindowPad& p : pads) fixed = fixed && p.begin.IsStatic() && p.end.IsStatic();
+    return fixed;
+  }
   // Input coordinate of output coordinate o and kernel tap kk along dim j. ConvTranspose uses the
   // same map with the roles of input and output swapped.
   llvm::Value* InputPos(KernelContext& k, size_t j, llvm::Value* o, llvm::Value* kk) const {
-    return Affine(k, o, strides[j], Affine(k, kk, dilations[j], k.I64(-pads[j])));
+    return Affine(k, o, strides[j], Affine(k, kk, dilations[j], neg_begin[j]));
   }
 };
 
-Window ReadWindow(KernelContext& k) {
+// The values of static dims (IsStatic() shapes only).
+Ints StaticDims(const SymShape& dims) {
+  Ints out;
+  for (const SymDim& d : dims) out.push_back(d.AsConstant().value_or(0));
+  return out;
+}
+
+// Reads the canonical window of the node (ops/shape_nn.cc) and emits its extents and pads.
+absl::StatusOr<Window> ReadWindow(KernelContext& k) {
   const ir::Node& n = k.node();
-  return Window{StaticSpatial(k.in_shape(0)), StaticSpatial(k.out_shape(0)),
-                n.attr_ints("kernel_shape"),  n.attr_ints("strides"),
-                n.attr_ints("dilations"),     n.attr_ints("pads")};
+  Window w{Spatial(k.in_shape(0)),
+           Spatial(k.out_shape(0)),
+           n.attr_ints("kernel_shape"),
+           n.attr_ints("strides"),
+           n.attr_ints("dilations"),
+           {},
+           {},
+           {},
+           {}};
+  auto pads = NodeWindowPads(n, w.in);
+  if (!pads.ok()) return pads.status();
+  w.pads = *std::move(pads);
+  const size_t r = w.rank();
+  if (w.out.size() != r || w.kernel.size() != r || w.strides.size() != r ||
+      w.dilations.size() != r) {
+    return k.Error("window attributes do not match the spatial rank");
+  }
+  w.in_v = k.Dims(w.in);
+  w.out_v = k.Dims(w.out);
+  for (const WindowPad& p : w.pads) {
+    auto neg = SymSub(SymDim::Const(0), p.begin);
+    if (!neg) return k.Error("pad expression is too large");
+    w.neg_begin.push_back(k.Dim(*neg));
+  }
+  return w;
 }
 
 // Tuning: output positions per tile (a y tile stays in L1), bytes of the gathered input tile (stays
@@ -180,17 +224,23 @@ struct ConvPlan {
   Window w;
   DType dt;
   int64_t group, C, M, Cg, Mg;
-  int64_t K, R;         // kernel taps, reduction rows (Cg * K)
-  int64_t P, OW, rows;  // output positions = rows * OW (rows: all but the last spatial dim)
-  int64_t in_plane;
-  bool pointwise;        // 1x1, stride 1, no padding: B is X
-  int64_t tile_rows, T;  // output rows / positions per tile
-  int64_t U, Rb;         // rows unrolled per pass, rows per im2col block (U | Rb | R)
+  int64_t K, R;    // kernel taps, reduction rows (Cg * K)
+  bool pointwise;  // 1x1, stride 1, no padding: B is X
+  int64_t U, Rb;   // rows unrolled per pass, rows per im2col block (U | Rb | R)
+  // Output positions P = rows * OW (rows: all but the last spatial dim), the input plane, output
+  // rows and positions per tile and the tile count: constants when the spatial dims are static,
+  // else computed at the kernel's start from the run-time extents.
+  llvm::Value *P, *OW, *rows, *in_plane, *tile_rows, *T, *tiles;
+  Idx in_strides, outer, outer_strides;  // input strides; output dims but the last, their strides
+  int64_t col_bytes_per_position;        // im2col bytes per tile position (Rb * element size)
 };
 
-ConvPlan PlanConv(KernelContext& k) {
+absl::StatusOr<ConvPlan> PlanConv(KernelContext& k) {
+  auto& b = k.b();
   ConvPlan c;
-  c.w = ReadWindow(k);
+  auto w = ReadWindow(k);
+  if (!w.ok()) return w.status();
+  c.w = *std::move(w);
   c.dt = k.in_dtype(0);
   c.group = k.node().attr_int("group", 1);
   c.C = k.in_shape(0)[1].coef();
@@ -199,19 +249,50 @@ ConvPlan PlanConv(KernelContext& k) {
   c.Mg = c.M / c.group;
   c.K = Product(c.w.kernel);
   c.R = c.Cg * c.K;
-  c.P = Product(c.w.out);
-  c.OW = c.w.out.back();
-  c.rows = c.P / c.OW;
-  c.in_plane = Product(c.w.in);
   auto all = [](const Ints& v, int64_t x) {
     return std::count(v.begin(), v.end(), x) == std::ssize(v);
   };
-  c.pointwise = all(c.w.kernel, 1) && all(c.w.strides, 1) && all(c.w.pads, 0);
-  c.tile_rows = std::clamp<int64_t>(kTilePositions / c.OW, 1, c.rows);
-  c.T = c.tile_rows * c.OW;
+  bool no_pads = true;
+  for (const WindowPad& p : c.w.pads) {
+    no_pads = no_pads && p.begin.AsConstant() == 0 && p.end.AsConstant() == 0;
+  }
+  c.pointwise = all(c.w.kernel, 1) && all(c.w.strides, 1) && no_pads;
   c.U = LargestDivisor(c.R, kUnroll);
-  int64_t col_rows = std::max<int64_t>(1, kColBytes / (c.T * DTypeSize(c.dt) * c.U));
+  const SymShape outer(c.w.out.begin(), c.w.out.end() - 1);
+  c.outer = k.Dims(outer);
+  c.outer_strides = k.Strides(outer);
+  c.in_strides = k.Strides(c.w.in);
+  // Tiles of whole output rows, about kTilePositions positions each.
+  int64_t T_plan = kTilePositions;  // the im2col block is sized for this many positions
+  if (IsStaticShape(c.w.out) && IsStaticShape(c.w.in)) {
+    const Ints out = StaticDims(c.w.out);
+    const int64_t P = Product(out), OW = out.back(), rows = P / OW;
+    const int64_t tile_rows = std::clamp<int64_t>(kTilePositions / OW, 1, rows);
+    T_plan = tile_rows * OW;
+    c.P = k.I64(P);
+    c.OW = k.I64(OW);
+    c.rows = k.I64(rows);
+    c.in_plane = k.I64(Product(StaticDims(c.w.in)));
+    c.tile_rows = k.I64(tile_rows);
+    c.T = k.I64(T_plan);
+    c.tiles = k.I64((rows + tile_rows - 1) / tile_rows);
+  } else {
+    // tile_rows = clamp(kTilePositions / OW, 1, rows), so T <= max(kTilePositions, OW).
+    c.OW = c.w.out_v.back();
+    c.rows = k.NumElements(outer);
+    c.P = b.CreateMul(c.rows, c.OW);
+    c.in_plane = k.NumElements(c.w.in);
+    llvm::Value* per_row = b.CreateUDiv(
+        k.I64(kTilePositions), b.CreateBinaryIntrinsic(llvm::Intrinsic::smax, c.OW, k.I64(1)));
+    c.tile_rows = b.CreateBinaryIntrinsic(
+        llvm::Intrinsic::smax, b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, per_row, c.rows),
+        k.I64(1));
+    c.T = b.CreateMul(c.tile_rows, c.OW);
+    c.tiles = b.CreateUDiv(b.CreateAdd(c.rows, b.CreateSub(c.tile_rows, k.I64(1))), c.tile_rows);
+  }
+  int64_t col_rows = std::max<int64_t>(1, kColBytes / (T_plan * DTypeSize(c.dt) * c.U));
   c.Rb = c.pointwise ? c.R : c.U * LargestDivisor(c.R / c.U, col_rows);
+  c.col_bytes_per_position = c.Rb * DTypeSize(c.dt);
   return c;
 }
 
@@ -222,13 +303,12 @@ void EmitIm2Col(KernelContext& k, DisjointBuffers& mem, const ConvPlan& c, llvm:
   auto& b = k.b();
   const Window& w = c.w;
   size_t last = w.rank() - 1;
-  Ints k_strides = RowMajorStrides(w.kernel), in_strides = RowMajorStrides(w.in);
-  Ints outer(w.out.begin(), w.out.end() - 1);
-  Ints outer_strides = RowMajorStrides(outer);
+  Ints k_strides = RowMajorStrides(w.kernel);
   k.For(k.I64(0), k.I64(c.Rb), [&](llvm::Value* rr) {
     llvm::Value* r = b.CreateAdd(r0, rr);
     llvm::Value* tap = b.CreateURem(r, k.I64(c.K));
-    llvm::Value* x_plane = Affine(k, b.CreateUDiv(r, k.I64(c.K)), c.in_plane, x_group);
+    llvm::Value* x_plane =
+        b.CreateAdd(b.CreateMul(b.CreateUDiv(r, k.I64(c.K)), c.in_plane), x_group);
     Idx kk;
     for (size_t j = 0; j <= last; ++j) kk.push_back(Coord(k, tap, k_strides, w.kernel, j));
     k.For(k.I64(0), tr, [&](llvm::Value* qq) {
@@ -236,14 +316,14 @@ void EmitIm2Col(KernelContext& k, DisjointBuffers& mem, const ConvPlan& c, llvm:
       llvm::Value* row_inside = b.getTrue();
       llvm::Value* x_row = x_plane;
       for (size_t j = 0; j < last; ++j) {
-        llvm::Value* pos = w.InputPos(k, j, Coord(k, q, outer_strides, outer, j), kk[j]);
-        row_inside = b.CreateAnd(row_inside, InRange(k, pos, w.in[j]));
-        x_row = Affine(k, pos, in_strides[j], x_row);
+        llvm::Value* pos = w.InputPos(k, j, Coord(k, q, c.outer_strides, c.outer, j), kk[j]);
+        row_inside = b.CreateAnd(row_inside, InRange(k, pos, w.in_v[j]));
+        x_row = b.CreateAdd(b.CreateMul(pos, c.in_strides[j]), x_row);
       }
-      llvm::Value* col_row = Affine(k, rr, c.T, b.CreateMul(qq, k.I64(c.OW)));
-      k.For(k.I64(0), k.I64(c.OW), [&](llvm::Value* ow) {
+      llvm::Value* col_row = b.CreateAdd(b.CreateMul(rr, c.T), b.CreateMul(qq, c.OW));
+      k.For(k.I64(0), c.OW, [&](llvm::Value* ow) {
         llvm::Value* pos = w.InputPos(k, last, ow, kk[last]);
-        llvm::Value* inside = b.CreateAnd(row_inside, InRange(k, pos, w.in[last]));
+        llvm::Value* inside = b.CreateAnd(row_inside, InRange(k, pos, w.in_v[last]));
         // Padding reads a safe dummy element and selects zero: branch-free, so it vectorises.
         llvm::Value* v =
             mem.Load(c.dt, k.in(0), b.CreateSelect(inside, b.CreateAdd(x_row, pos), k.I64(0)));
@@ -254,10 +334,13 @@ void EmitIm2Col(KernelContext& k, DisjointBuffers& mem, const ConvPlan& c, llvm:
 }
 
 // A Conv prepared by the fusion pass (fuse_conv.cc): one call into the runtime microkernel with
-// the geometry as a constant cuvil_uk_conv_params, the batch and the fused epilogue.
+// the geometry as a cuvil_uk_conv_params (constant, or filled at run time where the spatial dims
+// or SAME pads are symbolic), the batch and the fused epilogue.
 absl::Status EmitConvUkernel(KernelContext& k) {
   const ir::Node& n = k.node();
-  const Window w = ReadWindow(k);
+  auto read = ReadWindow(k);
+  if (!read.ok()) return read.status();
+  const Window& w = *read;
   if (w.rank() != 2) return k.Error("microkernel Conv must be 2-D");
   const int64_t kind = n.attr_int("ukernel", 0);
   cuvil_uk_conv_params p{};
@@ -269,8 +352,6 @@ absl::Status EmitConvUkernel(KernelContext& k) {
   p.stride_w = w.strides[1];
   p.dilation_h = w.dilations[0];
   p.dilation_w = w.dilations[1];
-  p.pad_top = w.pads[0];
-  p.pad_left = w.pads[1];
   p.groups = n.attr_int("group", 1);
   p.activation = n.attr_int("fused_act", CUVIL_UK_ACT_NONE);
   p.flags = kind == 2   ? CUVIL_UK_CONV_DEPTHWISE
@@ -280,14 +361,17 @@ absl::Status EmitConvUkernel(KernelContext& k) {
   const int64_t* fields = &p.channels;
   std::vector<SymDim> dims;
   for (int i = 0; i < 17; ++i) dims.push_back(SymDim::Const(fields[i]));
-  // height, width, out_height, out_width: run-time values where the dims are symbolic.
-  const SymShape in_hw = Spatial(k.in_shape(0)), out_hw = Spatial(k.out_shape(0));
+  // height, width, out_height, out_width, pad_top, pad_left: run-time values where symbolic.
   const size_t height = offsetof(cuvil_uk_conv_params, height) / sizeof(int64_t);
   const size_t out_height = offsetof(cuvil_uk_conv_params, out_height) / sizeof(int64_t);
-  dims[height] = in_hw[0];
-  dims[height + 1] = in_hw[1];
-  dims[out_height] = out_hw[0];
-  dims[out_height + 1] = out_hw[1];
+  const size_t pad_top = offsetof(cuvil_uk_conv_params, pad_top) / sizeof(int64_t);
+  const size_t pad_left = offsetof(cuvil_uk_conv_params, pad_left) / sizeof(int64_t);
+  dims[height] = w.in[0];
+  dims[height + 1] = w.in[1];
+  dims[out_height] = w.out[0];
+  dims[out_height + 1] = w.out[1];
+  dims[pad_top] = w.pads[0].begin;
+  dims[pad_left] = w.pads[1].begin;
   llvm::Value* params = ParamsBlock(k, k.Dims(dims), ".conv_params");
   // The same words, then the batch: what sizes the call's scratch.
   dims.push_back(k.in_shape(0)[0]);
@@ -313,33 +397,40 @@ absl::Status EmitConvUkernel(KernelContext& k) {
   return absl::OkStatus();
 }
 
+// Any other Conv (1-D, 3-D, other float types, no microkernel), over static or symbolic spatial
+// dims: per tile of output rows, im2col then a vectorised multiply-add pass per reduction chunk.
 absl::Status EmitConv(KernelContext& k) {
   if (k.node().has_attr("ukernel")) return EmitConvUkernel(k);
-  if (!IsStaticShape(Spatial(k.in_shape(0))) || !IsStaticShape(Spatial(k.out_shape(0)))) {
-    return k.Unsupported("symbolic spatial dims outside the float32 2-D microkernel");
-  }
   auto& b = k.b();
-  const ConvPlan c = PlanConv(k);
+  auto plan = PlanConv(k);
+  if (!plan.ok()) return plan.status();
+  const ConvPlan& c = *plan;
   DType dt = c.dt;
-  int64_t tiles = (c.rows + c.tile_rows - 1) / c.tile_rows;
-  const int64_t col_bytes = c.Rb * c.T * DTypeSize(dt);
-  llvm::Value* col =
-      c.pointwise ? nullptr : k.AllocHeap(k.I64(col_bytes), {{SymDim::Const(col_bytes)}});
+  llvm::Value* col = nullptr;
+  if (!c.pointwise) {
+    // T * Rb elements; T <= max(kTilePositions, OW) bounds it for every binding.
+    llvm::Value* bytes = b.CreateMul(c.T, k.I64(c.col_bytes_per_position));
+    std::vector<SymDim> bound = {SymDim::Const(kTilePositions * c.col_bytes_per_position)};
+    if (!c.w.out.back().IsStatic()) {
+      bound.push_back(SymMul(c.w.out.back(), SymDim::Const(c.col_bytes_per_position)));
+    }
+    col = k.AllocHeap(bytes, std::move(bound));
+  }
   DisjointBuffers mem(k, {k.out(0), k.in(0), k.in(1), col});
   k.For(k.I64(0), k.Dim(k.in_shape(0)[0]), [&](llvm::Value* n) {
     k.For(k.I64(0), k.I64(c.group), [&](llvm::Value* g) {
       llvm::Value* x_group =
-          b.CreateMul(Affine(k, n, c.C, b.CreateMul(g, k.I64(c.Cg))), k.I64(c.in_plane));
-      k.For(k.I64(0), k.I64(tiles), [&](llvm::Value* tile) {
-        llvm::Value* q0 = b.CreateMul(tile, k.I64(c.tile_rows));
-        llvm::Value* tr = b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, k.I64(c.tile_rows),
-                                                  b.CreateSub(k.I64(c.rows), q0));
-        llvm::Value* p0 = b.CreateMul(q0, k.I64(c.OW));
-        llvm::Value* pt = b.CreateMul(tr, k.I64(c.OW));
+          b.CreateMul(Affine(k, n, c.C, b.CreateMul(g, k.I64(c.Cg))), c.in_plane);
+      k.For(k.I64(0), c.tiles, [&](llvm::Value* tile) {
+        llvm::Value* q0 = b.CreateMul(tile, c.tile_rows);
+        llvm::Value* tr =
+            b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, c.tile_rows, b.CreateSub(c.rows, q0));
+        llvm::Value* p0 = b.CreateMul(q0, c.OW);
+        llvm::Value* pt = b.CreateMul(tr, c.OW);
         // Output channel m of this group, and the index of its tile's first y element.
         auto channel = [&](llvm::Value* mm) { return Affine(k, g, c.Mg, mm); };
         auto y_tile = [&](llvm::Value* mm) {
-          return Affine(k, Affine(k, n, c.M, channel(mm)), c.P, p0);
+          return b.CreateAdd(b.CreateMul(Affine(k, n, c.M, channel(mm)), c.P), p0);
         };
         k.For(k.I64(0), k.I64(c.Mg), [&](llvm::Value* mm) {
           llvm::Value* y0 = y_tile(mm);
@@ -360,10 +451,11 @@ absl::Status EmitConv(KernelContext& k) {
                 llvm::Value* rr = Affine(k, chunk, c.U, k.I64(u));
                 wv.push_back(mem.Load(dt, k.in(1), b.CreateAdd(w_row, rr)));
                 // Pointwise: row r of B is input plane r of the group, from the tile start.
-                llvm::Value* x_row = Affine(k, b.CreateAdd(r0, rr), c.P, b.CreateAdd(x_group, p0));
+                llvm::Value* x_row =
+                    b.CreateAdd(b.CreateMul(b.CreateAdd(r0, rr), c.P), b.CreateAdd(x_group, p0));
                 llvm::Value* buffer = c.pointwise ? k.in(0) : col;
                 src.push_back(c.pointwise ? k.ElemPtr(dt, k.in(0), x_row)
-                                          : k.ElemPtr(dt, col, b.CreateMul(rr, k.I64(c.T))));
+                                          : k.ElemPtr(dt, col, b.CreateMul(rr, c.T)));
                 mem.Derive(src.back(), buffer);
               }
               k.For(k.I64(0), pt, [&](llvm::Value* p) {
@@ -389,7 +481,9 @@ absl::Status EmitConv(KernelContext& k) {
 absl::Status EmitConvTranspose(KernelContext& k) {
   DType dt = k.in_dtype(0);
   auto& b = k.b();
-  Window w = ReadWindow(k);
+  auto read = ReadWindow(k);
+  if (!read.ok()) return read.status();
+  const Window& w = *read;
   size_t r = w.rank();
   int64_t group = k.node().attr_int("group", 1);
   int64_t C = k.in_shape(0)[1].coef(), M = k.out_shape(0)[1].coef();
@@ -442,33 +536,28 @@ absl::Status EmitConvTranspose(KernelContext& k) {
 
 // MaxPool (with optional Indices) and AveragePool: one accumulator per output element, the
 // kernel window walked with a bounds check per tap (pools are cheap next to convolutions).
+// Extents and pads may be symbolic (read at run time); so may the output's ceil_mode overhang.
 absl::Status EmitPool(KernelContext& k, bool is_max) {
   DType dt = k.in_dtype(0);
   if (!is_max && !IsFloat(dt)) return k.Unsupported("AveragePool on integer tensors");
   auto& b = k.b();
-  Window w = ReadWindow(k);
+  auto read = ReadWindow(k);
+  if (!read.ok()) return read.status();
+  const Window& w = *read;
   size_t r = w.rank();
   bool include_pad = !is_max && k.node().attr_int("count_include_pad", 0) != 0;
   bool want_indices = is_max && k.has_output(1);
-  // Indices are flat offsets into X; storage_order 1 means column-major spatial dims.
-  Ints idx_strides = RowMajorStrides(w.in);
-  if (k.node().attr_int("storage_order", 0) != 0) {
-    Ints rev(w.in.rbegin(), w.in.rend());
-    idx_strides = RowMajorStrides(rev);
-    std::reverse(idx_strides.begin(), idx_strides.end());
-  }
-  int64_t in_plane = Product(w.in), out_plane = Product(w.out);
-  Ints in_strides = RowMajorStrides(w.in), out_strides = RowMajorStrides(w.out);
   // Float32 2-D max pooling without Indices: the runtime kernel (vectorised rows, no per-tap
   // bounds check inside the input, planes split over the intra-op threads).
   if (is_max && !want_indices && dt == DType::kFloat32 && r == 2) {
     static_assert(sizeof(cuvil_uk_pool_params) == 12 * sizeof(int64_t));
-    const SymShape in_hw = Spatial(k.in_shape(0)), out_hw = Spatial(k.out_shape(0));
-    std::vector<SymDim> dims = {in_hw[0], in_hw[1], out_hw[0], out_hw[1]};
-    for (int64_t v : {w.kernel[0], w.kernel[1], w.strides[0], w.strides[1], w.dilations[0],
-                      w.dilations[1], w.pads[0], w.pads[1]}) {
+    std::vector<SymDim> dims = {w.in[0], w.in[1], w.out[0], w.out[1]};
+    for (int64_t v :
+         {w.kernel[0], w.kernel[1], w.strides[0], w.strides[1], w.dilations[0], w.dilations[1]}) {
       dims.push_back(SymDim::Const(v));
     }
+    dims.push_back(w.pads[0].begin);
+    dims.push_back(w.pads[1].begin);
     llvm::Value* params = ParamsBlock(k, k.Dims(dims), ".pool_params");
     llvm::Value* planes = b.CreateMul(k.Dim(k.in_shape(0)[0]), k.Dim(k.in_shape(0)[1]));
     // The same words, then the planes: what sizes the call's scratch.
@@ -477,8 +566,15 @@ absl::Status EmitPool(KernelContext& k, bool is_max) {
     k.CallC("cuvil_uk_maxpool2d", b.getVoidTy(), {params, k.in(0), k.out(0), planes});
     return absl::OkStatus();
   }
-  if (!IsStaticShape(Spatial(k.in_shape(0))) || !IsStaticShape(Spatial(k.out_shape(0)))) {
-    return k.Unsupported("symbolic spatial dims outside float32 2-D MaxPool without Indices");
+  // Extents, strides and planes as values (constants when static, so the IR folds as before).
+  const Idx in_strides = k.Strides(w.in), out_strides = k.Strides(w.out);
+  llvm::Value* in_plane = k.NumElements(w.in);
+  llvm::Value* out_plane = k.NumElements(w.out);
+  // Indices are flat offsets into X; storage_order 1 means column-major spatial dims.
+  Idx idx_strides = in_strides;
+  if (k.node().attr_int("storage_order", 0) != 0) {
+    idx_strides = k.Strides(SymShape(w.in.rbegin(), w.in.rend()));
+    std::reverse(idx_strides.begin(), idx_strides.end());
   }
   llvm::Value* acc = k.Scratch(k.ElemType(dt));
   llvm::Value* count = k.Scratch(k.I64Ty());
@@ -487,18 +583,22 @@ absl::Status EmitPool(KernelContext& k, bool is_max) {
 
   // Max pooling whose every window lies inside the input (no padding, no overhang) and has at
   // most 64 taps: no bounds check or control flow per tap, so the output loop vectorises.
-  bool all_inside = is_max && !want_indices && Product(w.kernel) <= 64;
+  bool all_inside = is_max && !want_indices && Product(w.kernel) <= 64 && w.IsStatic();
+  const Ints in_s = StaticDims(w.in), out_s = StaticDims(w.out);
   for (size_t j = 0; j < r && all_inside; ++j) {
-    all_inside = w.pads[j] == 0 && w.pads[j + r] == 0 &&
-                 (w.out[j] - 1) * w.strides[j] + (w.kernel[j] - 1) * w.dilations[j] < w.in[j];
+    all_inside = w.pads[j].begin.AsConstant() == 0 && w.pads[j].end.AsConstant() == 0 &&
+                 (out_s[j] - 1) * w.strides[j] + (w.kernel[j] - 1) * w.dilations[j] < in_s[j];
   }
   if (all_inside) {
+    const Ints static_in_strides = RowMajorStrides(in_s),
+               static_out_strides = RowMajorStrides(out_s);
+    const int64_t static_in_plane = Product(in_s), static_out_plane = Product(out_s);
     // Float32 rows are taken up to a target vector of outputs at a time: per tap, one load of the
     // input span the lanes read, de-interleaved by the stride with a shuffle.
     const size_t last = r - 1;
     const int64_t stride = w.strides[last];
     const int64_t lanes = dt == DType::kFloat32 && stride <= 4 ? TargetVectorBits() / 32 : 0;
-    Ints outer_out(w.out.begin(), w.out.begin() + static_cast<std::ptrdiff_t>(last));
+    Ints outer_out(out_s.begin(), out_s.begin() + static_cast<std::ptrdiff_t>(last));
     // max over the window of output `o` (whose last coordinate is the first of the lanes).
     auto window_max = [&](llvm::Value* x_plane, const Idx& o, int64_t width) {
       llvm::Value* m = k.Lowest(dt);
@@ -514,7 +614,7 @@ absl::Status EmitPool(KernelContext& k, bool is_max) {
       for (bool more = true; more;) {
         Idx pos;
         for (size_t j = 0; j < r; ++j) pos.push_back(w.InputPos(k, j, o[j], k.I64(tap[j])));
-        llvm::Value* at = Linear(k, x_plane, pos, in_strides);
+        llvm::Value* at = Linear(k, x_plane, pos, static_in_strides);
         llvm::Value* v;
         if (width > 1) {
           v = b.CreateShuffleVector(
@@ -535,36 +635,46 @@ absl::Status EmitPool(KernelContext& k, bool is_max) {
       return m;
     };
     k.For(k.I64(0), planes, [&](llvm::Value* p) {
-      llvm::Value* x_plane = b.CreateMul(p, k.I64(in_plane));
-      llvm::Value* y_plane = b.CreateMul(p, k.I64(out_plane));
+      llvm::Value* x_plane = b.CreateMul(p, k.I64(static_in_plane));
+      llvm::Value* y_plane = b.CreateMul(p, k.I64(static_out_plane));
       k.ForNest(Consts(k, outer_out), [&](const Idx& outer) {
         auto emit = [&](llvm::Value* x, int64_t width) {
           Idx o = outer;
           o.push_back(x);
           llvm::Value* m = window_max(x_plane, o, width);
-          llvm::Value* y = k.ElemPtr(dt, k.out(0), Linear(k, y_plane, o, out_strides));
+          llvm::Value* y = k.ElemPtr(dt, k.out(0), Linear(k, y_plane, o, static_out_strides));
           b.CreateAlignedStore(m, y, llvm::Align(4));
         };
         // Full vectors, then halves down to 4 lanes (a 12-wide row is 8 + 4), then scalars.
         int64_t x0 = 0;
         for (int64_t width = lanes; width >= 4; width /= 2) {
-          int64_t n = (w.out[last] - x0) / width;
+          int64_t n = (out_s[last] - x0) / width;
           if (n == 0) continue;
           k.For(k.I64(0), k.I64(n), [&](llvm::Value* c) {
             emit(b.CreateAdd(k.I64(x0), b.CreateMul(c, k.I64(width))), width);
           });
           x0 += n * width;
         }
-        k.For(k.I64(x0), k.I64(w.out[last]), [&](llvm::Value* x) { emit(x, 1); });
+        k.For(k.I64(x0), k.I64(out_s[last]), [&](llvm::Value* x) { emit(x, 1); });
       });
     });
     return absl::OkStatus();
   }
 
+  // count_include_pad counts the taps inside [-begin, in + end) (not a ceil_mode overhang past
+  // the end pad), as ONNX Runtime does.
+  Idx begin_v, padded_v;
+  for (size_t j = 0; j < r && include_pad; ++j) {
+    auto with_begin = SymAdd(w.in[j], w.pads[j].begin);
+    auto padded = with_begin ? SymAdd(*with_begin, w.pads[j].end) : std::nullopt;
+    if (!padded) return k.Error("padded extent is too large an expression");
+    begin_v.push_back(k.Dim(w.pads[j].begin));
+    padded_v.push_back(k.Dim(*padded));
+  }
   k.For(k.I64(0), planes, [&](llvm::Value* p) {
-    llvm::Value* x_plane = b.CreateMul(p, k.I64(in_plane));
-    llvm::Value* y_plane = b.CreateMul(p, k.I64(out_plane));
-    k.ForNest(Consts(k, w.out), [&](const Idx& o) {
+    llvm::Value* x_plane = b.CreateMul(p, in_plane);
+    llvm::Value* y_plane = b.CreateMul(p, out_plane);
+    k.ForNest(w.out_v, [&](const Idx& o) {
       b.CreateStore(is_max ? k.Lowest(dt) : k.Const(dt, 0), acc);
       b.CreateStore(k.I64(0), count);
       b.CreateStore(x_plane, argmax);
@@ -574,9 +684,10 @@ absl::Status EmitPool(KernelContext& k, bool is_max) {
         Idx pos;
         for (size_t j = 0; j < r; ++j) {
           pos.push_back(w.InputPos(k, j, o[j], kk[j]));
-          inside = b.CreateAnd(inside, InRange(k, pos[j], w.in[j]));
-          padded = b.CreateAnd(padded, InRange(k, b.CreateAdd(pos[j], k.I64(w.pads[j])),
-                                               w.pads[j] + w.in[j] + w.pads[j + r]));
+          inside = b.CreateAnd(inside, InRange(k, pos[j], w.in_v[j]));
+          if (include_pad) {
+            padded = b.CreateAnd(padded, InRange(k, b.CreateAdd(pos[j], begin_v[j]), padded_v[j]));
+          }
         }
         auto bump = [&] {
           b.CreateStore(b.CreateAdd(b.CreateLoad(k.I64Ty(), count), k.I64(1)), count);

@@ -2,9 +2,12 @@
 //
 // Every windowed op is canonicalised to explicit per-dimension attributes, so code generation
 // never sees auto_pad, output_shape or output_padding: `kernel_shape`, `strides`, `dilations` and
-// `pads` ([begin..., end...]) are always present and auto_pad is removed. Spatial dims must be
-// static; the batch dim may be symbolic.
+// `pads` ([begin..., end...]) are always present and auto_pad is removed, except that a Conv or
+// pool with symbolic spatial dims keeps auto_pad SAME_UPPER / SAME_LOWER (its pads depend on the
+// input size; NodeWindowPads gives them as expressions). Spatial dims may be symbolic: output
+// extents are then dim expressions (floor or ceil division of the padded span by the stride).
 #include "infer_context.h"
+#include "window_dims.h"
 
 namespace cuvil::ir {
 namespace {
@@ -38,23 +41,11 @@ absl::Status CheckWindowAttr(InferContext& c, const char* name, const Ints& v) {
 int64_t FloorDiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
 int64_t CeilDiv(int64_t a, int64_t b) { return -FloorDiv(-a, b); }
 
-// The spatial dims (everything after N and C) of input i; symbolic ones (an image's H and W)
-// only where the op can compute them at run time (2-D, explicit or VALID padding, floor mode).
+// The spatial dims (everything after N and C) of input i, static or symbolic.
 absl::StatusOr<SymShape> SpatialDims(InferContext& c, size_t i) {
   const SymShape& s = c.in_shape(i);
   if (s.size() < 3) return c.Error("expects an input of rank >= 3 (N, C, spatial...)");
-  SymShape out(s.begin() + 2, s.end());
-  if (IsStaticShape(out)) return out;
-  const std::string auto_pad = c.node().attr_string("auto_pad", "NOTSET");
-  const bool explicit_pads = auto_pad == "NOTSET" || auto_pad.empty() || auto_pad == "VALID";
-  if (out.size() != 2 || !explicit_pads || c.node().attr_int("ceil_mode", 0) != 0 ||
-      c.node().has_attr("output_shape")) {
-    return absl::UnimplementedError(absl::StrCat(
-        c.node().Describe(),
-        ": symbolic spatial dimensions need a 2-D window with explicit or VALID padding, no "
-        "ceil_mode and no output_shape"));
-  }
-  return out;
+  return SymShape(s.begin() + 2, s.end());
 }
 
 // Reads an optional per-spatial-dimension attribute, checking its length.
@@ -93,6 +84,7 @@ absl::StatusOr<SymShape> WindowOutput(InferContext& c, const SymShape& in, const
     if (auto st = CheckWindowAttr(c, name, *v); !st.ok()) return st;
   }
   SymShape out(r);
+  bool symbolic_same = false;
   for (size_t i = 0; i < r; ++i) {
     int64_t s = (*strides)[i];
     if (s <= 0 || (*dilations)[i] <= 0 || kernel[i] <= 0) {
@@ -105,15 +97,29 @@ absl::StatusOr<SymShape> WindowOutput(InferContext& c, const SymShape& in, const
     int64_t& begin = (*pads)[i];
     int64_t& end = (*pads)[i + r];
     if (!in[i].IsStatic()) {
-      // floor((in + begin + end - extent) / s) + 1, for every value of the symbol (SpatialDims
-      // admits only explicit or VALID padding in floor mode here). Requests that make it
-      // negative are refused before the code runs (CompiledModel::dim_constraints).
-      if (auto_pad == "VALID") begin = end = 0;
-      auto span = SymAdd(in[i], SymDim::Const(begin + end - extent));
-      auto q = span ? SymFloorDiv(*span, SymDim::Const(s)) : std::nullopt;
-      auto o = q ? SymAdd(*q, SymDim::Const(1)) : std::nullopt;
+      // Output extents as expressions in the input's symbols. Requests that make one negative
+      // are refused before the code runs (CompiledModel::dim_constraints).
+      std::optional<SymDim> o;
+      if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+        // ceil(in / s); the pads depend on in mod s, so the node keeps auto_pad (below) and
+        // code generation takes them from NodeWindowPads.
+        auto up = SymAdd(in[i], SymDim::Const(s - 1));
+        o = up ? SymFloorDiv(*up, SymDim::Const(s)) : std::nullopt;
+        begin = end = 0;
+      } else if (auto_pad == "VALID" || auto_pad == "NOTSET" || auto_pad.empty()) {
+        if (auto_pad == "VALID") begin = end = 0;
+        if (ceil_mode && end >= extent) {
+          return absl::UnimplementedError(absl::StrCat(
+              c.node().Describe(),
+              ": ceil_mode over a symbolic spatial dim needs its end pad smaller than the window"));
+        }
+        o = WindowOutputExtent(in[i], begin, end, extent, s, ceil_mode);
+      } else {
+        return c.Error(absl::StrCat("unknown auto_pad '", auto_pad, "'"));
+      }
       if (!o) return c.Error("window output extent is too large an expression");
       out[i] = *o;
+      symbolic_same = auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER";
       continue;
     }
     const int64_t in_i = *in[i].AsConstant();
@@ -138,6 +144,8 @@ absl::StatusOr<SymShape> WindowOutput(InferContext& c, const SymShape& in, const
     out[i] = SymDim::Const(out_i);
   }
   SetWindowAttrs(c.node(), kernel, *strides, *dilations, *pads);
+  // Pads that depend on a symbolic input size stay SAME_* (static dims' pads are in `pads` too).
+  if (symbolic_same) c.node().attrs["auto_pad"] = auto_pad;
   // ceil_mode only applies to explicit pads; drop it so re-inference gives the same shape.
   if (auto_pad != "NOTSET" && !auto_pad.empty()) c.node().attrs.erase("ceil_mode");
   return out;
@@ -249,11 +257,21 @@ absl::Status ConvTranspose(InferContext& c) {
     }
     auto checked_extent = WindowExtent(kernel[i], (*dilations)[i]);
     if (!in->at(i).IsStatic()) {
-      // stride * (in - 1) + output_padding + extent - begin - end (SpatialDims admits neither
-      // output_shape nor SAME padding here).
+      // stride * (in - 1) + output_padding + extent - begin - end; SAME makes it in * stride,
+      // whose pads (output_padding + extent - stride in all) do not depend on in.
+      if (!output_shape.empty()) {
+        return absl::UnimplementedError(
+            absl::StrCat(c.node().Describe(),
+                         ": output_shape over symbolic spatial dimensions is not supported"));
+      }
       if (!checked_extent) return c.Error("kernel_shape * dilations is too large");
       int64_t& begin = (*pads)[i];
       int64_t& end = (*pads)[i + r];
+      if (same) {
+        const int64_t total = (*output_padding)[i] + *checked_extent - (*strides)[i];
+        begin = auto_pad == "SAME_UPPER" ? FloorDiv(total, 2) : total - FloorDiv(total, 2);
+        end = total - begin;
+      }
       auto reach =
           SymSub(SymMul(in->at(i), SymDim::Const((*strides)[i])), SymDim::Const((*strides)[i]));
       auto o = reach ? SymAdd(*reach,
