@@ -366,6 +366,9 @@ int SandboxChild::Main(int argc, char** argv) {
                  "job on descriptors 3 and 4)\n");
     return 2;
   }
+  // A crash of the patch must end the child by its signal, which the server names; sanitizer
+  // runtimes install handlers that would turn it into an exit status instead.
+  for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) signal(sig, SIG_DFL);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != static_cast<pid_t>(parent)) _exit(6);  // The server died before the line above.
   rlimit core{0, 0};  // A crashing patch must not write the version's weights to disk.

@@ -188,7 +188,7 @@ json ProfileJson(const google::protobuf::RepeatedPtrField<cuvil::admin::v1::Kern
 // POST .../versions/{v}/patch {"kind"?: "ir"|"recompile"|"profile", "ir": TEXT (ir),
 // "options"?: "opt_level=N" (recompile), "profile_seconds"?: x, "wait"?: bool (profile),
 // "function"?: SYMBOL, "functions"?: [..], "validate"?: bool, "force"?: bool, "rtol"?: x,
-// "atol"?: x, "author"?: NAME}
+// "atol"?: x, "exact"?: bool, "author"?: NAME}
 void HttpAdminRoutes::Patch(Response& res, const std::string& body, const std::string& name,
                             int64_t version) {
   absl::StatusOr<json> parsed = ParseBody(body);
@@ -201,9 +201,10 @@ void HttpAdminRoutes::Patch(Response& res, const std::string& body, const std::s
   absl::StatusOr<bool> force = BoolField(*parsed, "force", false);
   absl::StatusOr<std::string> options = StringField(*parsed, "options");
   absl::StatusOr<bool> wait = BoolField(*parsed, "wait", false);
+  absl::StatusOr<bool> exact = BoolField(*parsed, "exact", false);
   for (const absl::Status& s :
        {ir.status(), function.status(), author.status(), kind.status(), validate.status(),
-        force.status(), options.status(), wait.status()}) {
+        force.status(), options.status(), wait.status(), exact.status()}) {
     if (!s.ok()) return SetError(res, s);
   }
   cuvil::admin::v1::PatchFunctionRequest request;
@@ -217,6 +218,7 @@ void HttpAdminRoutes::Patch(Response& res, const std::string& body, const std::s
   request.set_force(*force);
   request.set_options(*options);
   request.set_wait(*wait);
+  request.set_exact(*exact);
   if (parsed->contains("profile_seconds")) {
     const json& x = (*parsed)["profile_seconds"];
     if (!x.is_number() || x.get<double>() < 0) {

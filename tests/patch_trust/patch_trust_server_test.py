@@ -15,6 +15,8 @@ usage: patch_trust_server_test.py SERVER_BINARY MODEL_REPOSITORY SHARED_MODELS
    --snapshot-dir after the reload comes back patched.
    A snapshot taken on the quick tier, restored, tiers up too (beneath its patch).
 5. Without a token or --insecure-admin, IR patches, snapshots and restores are refused (403).
+6. `exact: true` over HTTP refuses a one-ulp difference; without its sandbox program the server
+   refuses IR patches naming it, and lives.
 """
 import base64
 import json
@@ -157,6 +159,47 @@ def hostile_patches(server, symbol, work):
     print("ok: hostile patches refused with their reasons; the server lives")
 
 
+def exact_over_http(server, symbol):
+    # Times (1 + 2^-23): within the default tolerance, but not bit for bit.
+    nearly = doubled_add_ir(symbol).replace("fmul float %s, 2.0", "fmul float %s, 0x3FF0000020000000")
+    status, body = patch(server, {"ir": nearly, "exact": True, "author": "exact"})
+    if status == 200:
+        fail(f"a patch that changes outputs by one ulp was accepted with exact: true: {body}")
+    alive(server, PLAIN)
+    status, body = patch(server, {"ir": nearly, "exact": "yes"})
+    if status != 400 or "exact" not in body:
+        fail(f"'exact': \"yes\" should be refused naming the field, got {status} {body}")
+    status, body = patch(server, {"ir": nearly, "author": "exact"})
+    if status != 200:
+        fail(f"the same patch within the default tolerance: {status} {body}")
+    status, body = server.post("/v2/admin/models/adder/versions/1/rollback",
+                               {"patch_id": json.loads(body)["patch_id"]})
+    if status != 200:
+        fail(f"rollback: {status} {body}")
+    alive(server, PLAIN)
+    print("ok: exact: true over HTTP refuses a one-ulp difference the default tolerance accepts")
+
+
+def missing_sandbox_program(binary, repo, work):
+    os.environ["CUVIL_PATCH_SANDBOX"] = os.path.join(work, "no-such-sandbox")
+    try:
+        server = Server(binary, repo, os.path.join(work, "snap-nosandbox"),
+                        os.path.join(work, "cache"))
+        server.start()
+    finally:
+        del os.environ["CUVIL_PATCH_SANDBOX"]
+    try:
+        load_adder(server)
+        status, body = patch(server, {"ir": doubled_add_ir(add_symbol(server)), "force": True})
+        if status == 200 or "cuvil-patch-sandbox" not in body:
+            fail(f"without its sandbox program an IR patch must be refused naming it: {status} "
+                 f"{body}")
+        alive(server, PLAIN)
+    finally:
+        server.stop()
+    print("ok: without the sandbox program IR patches are refused, naming it")
+
+
 def tier_up_keeps_patches(binary, repo, shared, work):
     # A bigger model first: the single tier-up thread compiles its full tier while the adder's
     # tier-up waits, so the adder's patch lands on the quick tier.
@@ -273,9 +316,11 @@ def main():
             symbol = add_symbol(server)
             profile_ending_during_validation(server, symbol)
             hostile_patches(server, symbol, work)
+            exact_over_http(server, symbol)
         finally:
             server.stop()
         native_code_needs_authority(binary, repo, work)
+        missing_sandbox_program(binary, repo, work)
         reload_keeps_patches(binary, repo, work)
         tier_up_keeps_patches(binary, repo, shared, work)
         print("PASS")
