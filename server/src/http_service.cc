@@ -157,8 +157,8 @@ class HttpServiceImpl final : public HttpService {
   // Adds `bytes` (what `what` holds) to the current request's in-flight reservation; the refusal
   // when the budget cannot take them (nothing more is then held).
   std::optional<BudgetRefusal> Reserve(uint64_t bytes, const char* what);
-  // Reserves what parsing the JSON `text` may take (http_json::JsonDecodeCostBytes); false
-  // after answering the refusal.
+  // Refuses `text` nested too deep (400), then reserves what parsing it may take
+  // (http_json::JsonDecodeCostBytes); false after answering either refusal.
   bool ReserveJson(std::string_view text, Response& res);
   // The checks `policy` asks for (browser defences, then the admin token); false after
   // answering 403, 415 or 401.
@@ -210,22 +210,18 @@ absl::Status HttpServiceImpl::Start() {
   // Advertised in the Keep-Alive header; the reactor enforces it.
   server_->set_keep_alive_timeout(std::max<time_t>(1, limits.idle_timeout_ms / 1000));
   server_->set_payload_max_length(static_cast<size_t>(options_.max_request_bytes));
-  // httplib reads the body of a request other than a POST itself, before any handler: its
-  // declared length is reserved here first; a chunked one, which could not be, is refused.
-  server_->set_pre_routing_handler([this](const Request& req, Response& res) {
-    if (req.method == "POST") return httplib::Server::HandlerResponse::Unhandled;
-    if (req.has_header("Transfer-Encoding")) {
+  // httplib reads the body of a PUT, PATCH or DELETE into memory itself before it finds that no
+  // route takes it: such requests are refused before their body is read. (It never reads a GET's
+  // or HEAD's body: the reactor closes a connection that leaves one unread. A POST's body is read
+  // by ReadBody, within the in-flight budget.)
+  server_->set_pre_routing_handler([](const Request& req, Response& res) {
+    if (req.method == "PUT" || req.method == "PATCH" || req.method == "DELETE" ||
+        req.method == "PRI") {
       SetError(
-          res, 400,
-          absl::StrCat("a chunked request body is accepted on POST only, not on ", req.method));
+          res, 405,
+          absl::StrCat("method ", req.method, " is not allowed: every route takes GET or POST"));
+      res.set_header("Allow", "GET, POST");
       return httplib::Server::HandlerResponse::Handled;
-    }
-    const uint64_t length = req.get_header_value<uint64_t>("Content-Length");
-    if (length > 0 && length <= static_cast<uint64_t>(options_.max_request_bytes)) {
-      if (std::optional<BudgetRefusal> refused = Reserve(length, "an HTTP request body")) {
-        SetRefusal(res, *refused);
-        return httplib::Server::HandlerResponse::Handled;
-      }
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });
@@ -346,6 +342,11 @@ std::optional<BudgetRefusal> HttpServiceImpl::Reserve(uint64_t bytes, const char
 }
 
 bool HttpServiceImpl::ReserveJson(std::string_view text, Response& res) {
+  // Too deep a body is refused for what it is (400) before anything is reserved for it.
+  if (absl::Status s = http_json::CheckJsonNesting(text); !s.ok()) {
+    SetError(res, s);
+    return false;
+  }
   std::optional<BudgetRefusal> refused =
       Reserve(http_json::JsonDecodeCostBytes(text), "an HTTP request's parsed JSON");
   if (refused.has_value()) SetRefusal(res, *refused);
