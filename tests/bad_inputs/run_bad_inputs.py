@@ -9,7 +9,7 @@ usage: run_bad_inputs.py SERVER_BINARY PY_STUB_DIR EXAMPLE_REPO SHARED_MODELS [C
 
 Case file: one JSON object per line ('#' lines are comments). Keys:
   id      unique name
-  do      http | grpc_infer | grpc_stream | grpc_load | grpc_unload | grpc_metadata
+  do      http | http_raw | grpc_infer | grpc_stream | grpc_load | grpc_unload | grpc_metadata
   expect  {"http": 400} or {"grpc": "INVALID_ARGUMENT"} ({"grpc": "OK"} for success)
   msg     substring the error message must contain ("" = any)
   files   optional {repo-relative path: content} placed in the temp repository first
@@ -19,10 +19,17 @@ and per action:
               {"zeros": n}, optional "binary": n (zero bytes after the JSON, with an
               Inference-Header-Content-Length of the JSON's length unless headers set one),
               "chunked": true, "no_host": true; "HOSTPORT" in a header value is the server's
-              HTTP host:port
+              HTTP host:port; body {"infer_zeros": [n, shape]} is an mlp-style JSON infer body
+              whose one FP32 input "input" of `shape` has n zeros as data
+  http_raw    raw: the request's bytes as text ("HOSTPORT" replaced, "REPEAT" replaced by
+              repeat: [text, count] repeated), optional zeros: n (zero bytes appended)
   grpc_infer  req: ModelInferRequest as JSON (json_format), raw: [byte counts of zero tensors],
               optional raw_repeat: [count, bytes] (that many more zero entries), inputs_repeat: n
-              (n more empty inputs), outputs_repeat: n (n more outputs named "output")
+              (n more empty inputs), outputs_repeat: n (n more outputs named "output"),
+              params_repeat: n (n more request parameters), input_params_repeat: n (n more
+              parameters on the first input), shape_repeat: n (n more dims of 1 on the first
+              input), wire_append: [hex, count] (bytes appended to the serialised message, which
+              is then sent as it is); grpc_stream takes the same keys
   grpc_load   name, params: {key: {"string": S} | {"bytes": content} | {"int": N} | {"bool": B}}
   grpc_unload name
 Content values anywhere may be {"$model": MODEL_SPEC} (bytes; base64 text inside JSON bodies),
@@ -49,6 +56,9 @@ from google.protobuf import json_format
 from onnx import TensorProto, helper, numpy_helper
 
 MAX_REQUEST_BYTES = 4 << 20  # The server runs with this limit, so oversized bodies stay cheap.
+# And with this in-flight budget (--max-inflight-bytes), so what a body may expand into is
+# refused at a size the corpus can send.
+MAX_INFLIGHT_BYTES = 16 << 20
 
 
 # ---------------------------------------------------------------------------------------------
@@ -274,6 +284,34 @@ def http_request(addr, method, path, headers=None, body=b"", chunked=False, no_h
     return status, rest, headers
 
 
+def raw_request(addr, payload):
+    """Sends `payload` on a fresh connection; returns (status, body bytes) of the answer."""
+    host, port = addr.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        try:
+            s.sendall(payload)
+            s.shutdown(socket.SHUT_WR)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        data = b""
+        try:
+            while True:
+                chunk = s.recv(1 << 16)
+                if not chunk:
+                    break
+                data += chunk
+        except (ConnectionResetError, socket.timeout):
+            pass
+    if not data:
+        return None, b""
+    head, _, rest = data.partition(b"\r\n\r\n")
+    status = int(head.split(b"\r\n")[0].split()[1])
+    while 100 <= status < 200 and rest:  # An interim answer (100 Continue): the final one follows.
+        head, _, rest = rest.partition(b"\r\n\r\n")
+        status = int(head.split(b"\r\n")[0].split()[1])
+    return status, rest
+
+
 def error_text(body):
     try:
         return str(json.loads(body).get("error", body.decode(errors="replace")))
@@ -297,7 +335,8 @@ class Runner:
         self.proc = subprocess.Popen(
             [server, "--model-repository", self.repo, "--model-control-mode", "explicit",
              "--grpc-port", "0", "--http-port", "0", "--metrics-port", "0",
-             "--max-request-bytes", str(MAX_REQUEST_BYTES), "--exit-timeout-secs", "5"],
+             "--max-request-bytes", str(MAX_REQUEST_BYTES),
+             "--max-inflight-bytes", str(MAX_INFLIGHT_BYTES), "--exit-timeout-secs", "5"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
         deadline = time.time() + 60
         self.grpc_addr = self.http_addr = None
@@ -371,6 +410,11 @@ class Runner:
                 body = b'{"inputs":' + body + b"}"
         elif "zeros" in b:
             body = b"\0" * b["zeros"]
+        elif "infer_zeros" in b:
+            n, shape = b["infer_zeros"]
+            body = (json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": shape,
+                                            "data": []}]})[:-4] + ",".join(["0"] * n) + "]}]}")
+            body = body.encode()
         else:
             body = b""
         headers = {k: v.replace("HOSTPORT", self.http_addr) for k, v in c.get("headers", {}).items()}
@@ -380,6 +424,15 @@ class Runner:
         status, out, _ = http_request(self.http_addr, c.get("method", "POST"), c["path"], headers,
                                       body, chunked=c.get("chunked", False),
                                       no_host=c.get("no_host", False))
+        return status, error_text(out) if status != 200 else out.decode(errors="replace")
+
+    def do_http_raw(self, c):
+        text = c["raw"].replace("HOSTPORT", self.http_addr)
+        if "repeat" in c:
+            piece, count = c["repeat"]
+            text = text.replace("REPEAT", piece * count)
+        payload = text.encode("latin-1") + b"\0" * c.get("zeros", 0)
+        status, out = raw_request(self.http_addr, payload)
         return status, error_text(out) if status != 200 else out.decode(errors="replace")
 
     def _grpc(self, fn, *args, **kw):
@@ -401,16 +454,37 @@ class Runner:
             req.inputs.add()
         for _ in range(c.get("outputs_repeat", 0)):
             req.outputs.add(name="output")
+        for i in range(c.get("params_repeat", 0)):
+            req.parameters[f"p{i}"].int64_param = i
+        for i in range(c.get("input_params_repeat", 0)):
+            req.inputs[0].parameters[f"p{i}"].int64_param = i
+        for _ in range(c.get("shape_repeat", 0)):
+            req.inputs[0].shape.append(1)
         return req
 
+    def build_wire(self, c):
+        """The serialised request, with wire_append's bytes after it."""
+        data = self.build_infer(c).SerializeToString()
+        if "wire_append" in c:
+            hexbytes, count = c["wire_append"]
+            data += bytes.fromhex(hexbytes) * count
+        return data
+
     def do_grpc_infer(self, c):
+        if "wire_append" in c:
+            call = self.channel.unary_unary("/inference.GRPCInferenceService/ModelInfer",
+                                            request_serializer=lambda b: b,
+                                            response_deserializer=lambda b: b)
+            return self._grpc(call, self.build_wire(c))
         return self._grpc(self.stub.ModelInfer, self.build_infer(c))
 
     def do_grpc_stream(self, c):
         """A bad request on a stream: the error arrives as error_message, the stream stays up."""
-        reqs = [self.build_infer(c)]
+        call = self.channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer",
+                                          request_serializer=lambda b: b,
+                                          response_deserializer=pb.ModelStreamInferResponse.FromString)
         try:
-            for r in self.stub.ModelStreamInfer(iter(reqs), timeout=60):
+            for r in call(iter([self.build_wire(c)]), timeout=60):
                 if r.error_message:
                     return "STREAM_ERROR", r.error_message
                 return "OK", ""
