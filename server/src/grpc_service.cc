@@ -775,12 +775,15 @@ class GrpcServiceImpl final : public GrpcService {
     builder.SetMaxReceiveMessageSize(max_bytes);
     builder.SetMaxSendMessageSize(max_bytes);
     // gRPC reads a whole message before any handler sees it, so the in-flight budget alone
-    // would come too late for many large messages arriving at once: gRPC's own buffers obey the
-    // same budget as a resource quota (past it, the transport sheds streams and shrinks windows).
+    // would come too late for many large messages arriving at once: gRPC's own buffers obey a
+    // resource quota too (past it, the transport sheds streams and shrinks windows). The quota
+    // is soft — the transport reclaims after the fact — and a burst overshoots it: 512 calls of
+    // 60 MiB at once peaked at 1.65-1.75 times the quota above the idle RSS (quotas of 256 MiB
+    // to 1 GiB; README, "Security"). Half the budget keeps such a burst within the budget itself.
     if (options.inflight_budget != nullptr && options.inflight_budget->limit() != 0) {
       grpc::ResourceQuota quota("cuvil-grpc");
       quota.Resize(
-          static_cast<size_t>(std::min<uint64_t>(options.inflight_budget->limit(), SIZE_MAX)));
+          static_cast<size_t>(std::min<uint64_t>(options.inflight_budget->limit() / 2, SIZE_MAX)));
       builder.SetResourceQuota(quota);
     }
     // Every method is asynchronous: gRPC starts no synchronous-server or callback threads, so the
