@@ -410,8 +410,11 @@ absl::Status EmitConv(KernelContext& k) {
   if (!c.pointwise) {
     // T * Rb elements; T <= max(kTilePositions, OW) bounds it for every binding.
     llvm::Value* bytes = b.CreateMul(c.T, k.I64(c.col_bytes_per_position));
-    std::vector<SymDim> bound = {SymDim::Const(kTilePositions * c.col_bytes_per_position)};
-    if (!c.w.out.back().IsStatic()) {
+    std::vector<SymDim> bound;
+    if (auto* fixed = llvm::dyn_cast<llvm::ConstantInt>(c.T)) {
+      bound.push_back(SymDim::Const(fixed->getSExtValue() * c.col_bytes_per_position));
+    } else {
+      bound.push_back(SymDim::Const(kTilePositions * c.col_bytes_per_position));
       bound.push_back(SymMul(c.w.out.back(), SymDim::Const(c.col_bytes_per_position)));
     }
     col = k.AllocHeap(bytes, std::move(bound));
