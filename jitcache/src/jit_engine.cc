@@ -86,6 +86,8 @@ class PreparedPatch {
   std::string object_code;
   std::vector<std::pair<int, std::string>> slot_symbols;  // IR patches from object code.
   double sandbox_ms = 0;  // IR patches: the sandbox child's time (start to exit).
+  // IR patches run on probe sets: each kernel the patch replaces and its calls over the sets.
+  std::vector<std::pair<std::string, uint64_t>> probe_calls;
   PatchRecord record;
 };
 
@@ -111,6 +113,8 @@ int64_t NowUnixMs() {
 JitEngine::JitEngine() : impl_(std::make_unique<Impl>()) {}
 
 JitEngine::~JitEngine() = default;
+
+void JitEngine::StartPatchIdsAt(uint64_t next) { impl_->next_patch_id.store(next); }
 
 absl::StatusOr<std::unique_ptr<JitEngine>> JitEngine::Create() {
   static std::once_flag once;
@@ -594,6 +598,10 @@ absl::Status LoadedModel::LinkPatchObject(PreparedPatch* patch, std::string obje
   return absl::OkStatus();
 }
 
+std::vector<std::pair<std::string, uint64_t>> LoadedModel::ProbeCalls(const PreparedPatch& patch) {
+  return patch.probe_calls;
+}
+
 absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareObjectPatch(
     std::string object_code, const std::vector<std::pair<int, std::string>>& symbols) {
   auto patch = std::make_shared<PreparedPatch>();
@@ -617,14 +625,22 @@ absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareObjectPatch(
 absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareIrPatch(
     const std::string& ir_text, const std::vector<std::string>& functions,
     const std::vector<HostTensor>& probe_inputs, const PatchSandboxLimits& sandbox) {
+  std::vector<std::vector<HostTensor>> sets;
+  if (!probe_inputs.empty()) sets.push_back(probe_inputs);
+  return PrepareIrPatchOnSets(ir_text, functions, sets, sandbox);
+}
+
+absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareIrPatchOnSets(
+    const std::string& ir_text, const std::vector<std::string>& functions,
+    const std::vector<std::vector<HostTensor>>& probe_sets, const PatchSandboxLimits& sandbox) {
   if (absl::Status s = CheckPatchIr(ir_text); !s.ok()) return s;
   return PrepareIrLayer(ir_text, functions, engine_->impl_->next_patch_id.fetch_add(1),
-                        kPatchKindIr, nullptr, &probe_inputs, sandbox);
+                        kPatchKindIr, nullptr, &probe_sets, sandbox);
 }
 
 absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareIrLayer(
     const std::string& ir_text, const std::vector<std::string>& functions, uint64_t id,
-    const char* kind, void* profile_thunk, const std::vector<HostTensor>* probe_inputs,
+    const char* kind, void* profile_thunk, const std::vector<std::vector<HostTensor>>* probe_sets,
     const PatchSandboxLimits& sandbox) {
   auto ctx = std::make_unique<llvm::LLVMContext>();
   llvm::SMDiagnostic diag;
@@ -723,19 +739,23 @@ absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareIrLayer(
       s->set_slot(slot);
       s->set_symbol(unique);
     }
-    if (probe_inputs != nullptr && !probe_inputs->empty()) {
-      if (auto prepared = PrepareRun(*probe_inputs); !prepared.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "the patch's probe input does not fit the model: ", prepared.status().message()));
-      }
-      for (const HostTensor& t : *probe_inputs) {
-        auto* pt = job.add_probe();
-        pt->set_dtype(static_cast<int32_t>(t.dtype()));
-        for (int64_t d : t.shape()) pt->add_shape(d);
-        if (t.dtype() == DType::kString) {
-          for (const auto& v : t.strings()) pt->add_strings(std::string(v));
-        } else {
-          pt->set_data(t.data(), t.byte_size());
+    if (probe_sets != nullptr) {
+      for (const std::vector<HostTensor>& set : *probe_sets) {
+        if (set.empty()) continue;
+        if (auto prepared = PrepareRun(set); !prepared.ok()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "the patch's probe input does not fit the model: ", prepared.status().message()));
+        }
+        auto* ps = job.add_probe_sets();
+        for (const HostTensor& t : set) {
+          auto* pt = ps->add_tensors();
+          pt->set_dtype(static_cast<int32_t>(t.dtype()));
+          for (int64_t d : t.shape()) pt->add_shape(d);
+          if (t.dtype() == DType::kString) {
+            for (const auto& v : t.strings()) pt->add_strings(std::string(v));
+          } else {
+            pt->set_data(t.data(), t.byte_size());
+          }
         }
       }
     }
@@ -769,6 +789,7 @@ absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareIrLayer(
       }
       sandbox_generation = table_generation_;
     }
+    const bool job_had_probes = job.probe_sets_size() > 0;
     jitcache_internal::SandboxJob sandbox_job;
     sandbox_job.job = job.SerializeAsString();
     job.Clear();
@@ -788,6 +809,13 @@ absl::StatusOr<std::shared_ptr<PreparedPatch>> LoadedModel::PrepareIrLayer(
     }
     if (!result.ok()) return result.status();
     patch->sandbox_ms = result->child_ms;
+    if (job_had_probes) {
+      for (size_t i = 0; i < replaced.size(); ++i) {
+        patch->probe_calls.emplace_back(
+            model_.kernels[replaced[i].first].symbol,
+            i < result->kernel_calls.size() ? result->kernel_calls[i] : 0);
+      }
+    }
     if (absl::Status s = LinkPatchObject(patch.get(), std::move(result->object_code), replaced);
         !s.ok()) {
       return s;

@@ -57,9 +57,10 @@ struct Header {
   uint32_t magic = kMagic;
   int32_t ok = 0;  // 1: payload is the object code; 0: payload is an error message.
   int32_t probe_code = 0;
-  uint32_t reserved = 0;
+  uint32_t call_counts = 0;  // uint64 counts that follow the payload.
   uint64_t payload_bytes = 0;
 };
+constexpr uint32_t kMaxCallCounts = 1 << 20;
 
 bool WriteAll(int fd, const void* data, size_t n) {
   const char* p = static_cast<const char*>(data);
@@ -150,13 +151,16 @@ bool Executable(const std::string& path) {
 
 // ---- The child ----
 
-[[noreturn]] void ChildReply(bool ok, int32_t probe_code, const std::string& payload) {
+[[noreturn]] void ChildReply(bool ok, int32_t probe_code, const std::string& payload,
+                             const std::vector<uint64_t>& calls = {}) {
   Header h;
   h.ok = ok ? 1 : 0;
   h.probe_code = probe_code;
+  h.call_counts = static_cast<uint32_t>(calls.size());
   h.payload_bytes = payload.size();
-  bool sent =
-      WriteAll(kReplyFd, &h, sizeof(h)) && WriteAll(kReplyFd, payload.data(), payload.size());
+  bool sent = WriteAll(kReplyFd, &h, sizeof(h)) &&
+              WriteAll(kReplyFd, payload.data(), payload.size()) &&
+              WriteAll(kReplyFd, calls.data(), calls.size() * sizeof(uint64_t));
   _exit(sent ? 0 : 4);
 }
 
@@ -302,11 +306,14 @@ absl::StatusOr<SandboxResult> RunInSandbox(const SandboxJob& job) {
   bool timed_out = false;
   Header h;
   std::string payload;
+  std::vector<uint64_t> calls;
   bool got = ReadAll(reply_r, &h, sizeof(h), deadline, &timed_out) && h.magic == kMagic &&
-             h.payload_bytes <= kMaxObjectBytes;
+             h.payload_bytes <= kMaxObjectBytes && h.call_counts <= kMaxCallCounts;
   if (got) {
     payload.resize(h.payload_bytes);
-    got = ReadAll(reply_r, payload.data(), payload.size(), deadline, &timed_out);
+    calls.resize(h.call_counts);
+    got = ReadAll(reply_r, payload.data(), payload.size(), deadline, &timed_out) &&
+          ReadAll(reply_r, calls.data(), calls.size() * sizeof(uint64_t), deadline, &timed_out);
   }
   // Reap the child: it exits right after its reply; a child that sent none is killed at the
   // deadline.
@@ -332,6 +339,7 @@ absl::StatusOr<SandboxResult> RunInSandbox(const SandboxJob& job) {
   if (got && h.ok == 1) {
     result.object_code = std::move(payload);
     result.probe_code = h.probe_code;
+    result.kernel_calls = std::move(calls);
     return result;
   }
   if (got) {
@@ -409,6 +417,9 @@ int SandboxChild::Main(int argc, char** argv) {
     job.clear_object_code();
     auto engine = JitEngine::Create();
     if (!engine.ok()) ChildFail("the sandbox cannot start a JIT", engine.status());
+    // The server's layer symbols ("<kernel>.patch<id>") arrive in the job: the child's own
+    // layers (the call counters) take ids the server never reaches.
+    (*engine)->StartPatchIdsAt(uint64_t{1} << 63);
     const CompiledModel base = *model;  // Shares the weights; recompile layers copy it.
     auto loaded = (*engine)->Load("sandbox", *std::move(model));
     if (!loaded.ok()) ChildFail("the sandbox cannot load the version", loaded.status());
@@ -434,27 +445,54 @@ int SandboxChild::Main(int argc, char** argv) {
     auto patch = version.PrepareObjectPatch(object, SlotsOf(job.patch_slots()));
     if (!patch.ok()) ChildFail("the patch does not link", patch.status());
     int32_t probe_code = 0;
-    if (job.probe_size() > 0) {
-      std::vector<HostTensor> inputs;
-      for (const pb::SandboxTensor& t : job.probe()) {
-        std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
-        const auto dtype = static_cast<DType>(t.dtype());
-        if (dtype == DType::kString) {
-          inputs.push_back(
-              HostTensor::Strings(std::move(shape), {t.strings().begin(), t.strings().end()}));
-          continue;
+    std::vector<uint64_t> calls;
+    if (job.probe_sets_size() > 0) {
+      // The patch goes on top, timing wrappers on its kernels above it: each set runs the
+      // patched code once (one thread) and the wrappers count its calls.
+      std::vector<std::string> kernels;
+      for (const pb::SandboxSlot& s : job.patch_slots()) {
+        if (s.slot() < 0 || static_cast<size_t>(s.slot()) >= version.model().kernels.size()) {
+          ChildReply(false, 0, "the sandbox's job names a kernel slot out of range");
         }
-        HostTensor h(dtype, std::move(shape));
-        if (h.byte_size() != t.data().size()) {
-          ChildReply(false, 0, "the sandbox's probe input is damaged");
-        }
-        if (h.byte_size() > 0) std::memcpy(h.data(), t.data().data(), h.byte_size());
-        inputs.push_back(std::move(h));
+        kernels.push_back(version.model().kernels[s.slot()].symbol);
       }
-      auto outputs = version.RunWith(patch->get(), inputs);  // One thread, inside the guard.
-      probe_code = outputs.ok() ? 0 : 1;
+      if (auto id = version.CommitPatch(*patch, "sandbox"); !id.ok()) {
+        ChildFail("cannot apply the patch in the sandbox", id.status());
+      }
+      auto counting = version.PrepareProfilePatch(0, kernels);
+      if (!counting.ok()) ChildFail("cannot count the patch's calls", counting.status());
+      auto counting_id = version.CommitPatch(*counting, "sandbox");
+      if (!counting_id.ok()) ChildFail("cannot count the patch's calls", counting_id.status());
+      for (const pb::SandboxInputSet& set : job.probe_sets()) {
+        std::vector<HostTensor> inputs;
+        for (const pb::SandboxTensor& t : set.tensors()) {
+          std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+          const auto dtype = static_cast<DType>(t.dtype());
+          if (dtype == DType::kString) {
+            inputs.push_back(
+                HostTensor::Strings(std::move(shape), {t.strings().begin(), t.strings().end()}));
+            continue;
+          }
+          HostTensor h(dtype, std::move(shape));
+          if (h.byte_size() != t.data().size()) {
+            ChildReply(false, 0, "the sandbox's probe input is damaged");
+          }
+          if (h.byte_size() > 0) std::memcpy(h.data(), t.data().data(), h.byte_size());
+          inputs.push_back(std::move(h));
+        }
+        if (!version.Run(inputs).ok()) probe_code = 1;
+      }
+      auto report = version.ProfileReport(*counting_id);
+      if (!report.ok()) ChildFail("cannot count the patch's calls", report.status());
+      for (const std::string& k : kernels) {
+        uint64_t n = 0;
+        for (const KernelProfile& p : *report) {
+          if (p.function == k) n = p.calls;
+        }
+        calls.push_back(n);
+      }
     }
-    ChildReply(true, probe_code, object);
+    ChildReply(true, probe_code, object, calls);
   } catch (...) {
     const char text[] = "the patch sandbox threw an exception\n";
     (void)!write(2, text, sizeof(text) - 1);

@@ -7,9 +7,9 @@
 // the job on descriptor 3 (a serialized SandboxJob, patch_sandbox.proto: the version's
 // description, base object code, its active layers' code and the patch IR) and the version's
 // weights on descriptor 4, rebuilds the version's current kernel table in a JIT of its own,
-// compiles the patch, links it, runs the probe inputs once on one thread, and writes the object
-// code to descriptor 5. The server links only that object code: no LLVM code generation of patch
-// IR ever runs in the server process.
+// compiles the patch, links it, runs each probe set once on one thread (counting the calls of
+// the patched kernels), and writes the object code and the counts to descriptor 5. The server links
+// only that object code: no LLVM code generation of patch IR ever runs in the server process.
 //
 // Limits: the child is killed after `timeout_seconds`, dies with the server (PR_SET_PDEATHSIG),
 // inherits no descriptor but its five, writes no core file, and its address space is capped
@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -35,8 +36,11 @@ struct SandboxJob {
 // What the child produced: object code defining the patch's symbols.
 struct SandboxResult {
   std::string object_code;
-  int32_t probe_code = 0;  // 0: the probe ran and succeeded (or there was none).
-  double child_ms = 0;     // Start to exit.
+  int32_t probe_code = 0;  // 0: every probe set ran and succeeded (or there was none).
+  // Calls of each patched kernel over the probe sets (the job's patch_slots order); empty when
+  // no probe ran.
+  std::vector<uint64_t> kernel_calls;
+  double child_ms = 0;  // Start to exit.
 };
 
 // Runs `job` in a `cuvil-patch-sandbox` child and waits for it. FailedPrecondition naming the

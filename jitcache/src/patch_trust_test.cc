@@ -261,6 +261,44 @@ TEST_F(PatchTrustTest, ASandboxChildNeverInheritsALockAnotherThreadHolds) {
   EXPECT_EQ(ok, 8);
 }
 
+// The sandbox counts the calls of each patched kernel over the probe sets: a branch no set
+// takes shows 0 (validation then refuses the patch: it compared nothing).
+TEST(PatchProbeCallsTest, ABranchNoProbeSetTakesCountsZeroCalls) {
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto compiled = CompileOnnxBytes(testing::IfOfTwoAdds(kWidth, 1.0f, 10.0f));
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  auto loaded = (*engine)->Load("if/1", std::move(*compiled));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  LoadedModel& model = **loaded;
+  std::string then_add;
+  for (const KernelFunction& k : model.model().kernels) {
+    if (k.symbol.find("then") != std::string::npos) then_add = k.symbol;
+  }
+  ASSERT_FALSE(then_add.empty());
+  auto set = [](bool cond, int batch) {
+    HostTensor x(DType::kFloat32, {batch, kWidth});
+    std::memset(x.data(), 0, x.byte_size());
+    HostTensor c(DType::kBool, {});
+    c.data()[0] = cond ? 1 : 0;
+    return std::vector<HostTensor>{x, c};
+  };
+  const std::string ir = testing::ScaledAddIr(then_add, kWidth, 3.0f);
+  auto never = model.PrepareIrPatchOnSets(ir, {then_add}, {set(false, 1), set(false, 2)});
+  ASSERT_TRUE(never.ok()) << never.status();
+  EXPECT_THAT(LoadedModel::ProbeCalls(**never),
+              ::testing::ElementsAre(::testing::Pair(then_add, 0u)));
+  auto twice =
+      model.PrepareIrPatchOnSets(ir, {then_add}, {set(true, 1), set(false, 1), set(true, 2)});
+  ASSERT_TRUE(twice.ok()) << twice.status();
+  EXPECT_THAT(LoadedModel::ProbeCalls(**twice),
+              ::testing::ElementsAre(::testing::Pair(then_add, 2u)));
+  // No probe, no count.
+  auto unprobed = model.PrepareIrPatch(ir, {then_add});
+  ASSERT_TRUE(unprobed.ok()) << unprobed.status();
+  EXPECT_TRUE(LoadedModel::ProbeCalls(**unprobed).empty());
+}
+
 TEST_F(PatchTrustTest, ABasePatchGoesBeneathUserPatches) {
   auto ir = model_->PrepareIrPatch(ScaledAddIr(k1_, 2.0f), {});
   ASSERT_TRUE(ir.ok()) << ir.status();

@@ -161,15 +161,15 @@ void FillProfile(const std::vector<KernelProfile>& table,
 }
 
 // Compiles the patch a request asks for into a new, unpublished layer of `loaded`; an IR patch
-// is compiled and first run on `probe` in the sandbox.
+// is compiled and first run on each set of `probes` in the sandbox.
 absl::StatusOr<std::shared_ptr<PreparedPatch>> PreparePatch(
     LoadedModel& loaded, const std::string& kind,
     const cuvil::admin::v1::PatchFunctionRequest& request,
-    const std::vector<std::string>& functions, const std::vector<HostTensor>& probe) {
+    const std::vector<std::string>& functions, const std::vector<std::vector<HostTensor>>& probes) {
   if (kind == kPatchKindProfile) {
     return loaded.PrepareProfilePatch(request.profile_seconds(), functions);
   }
-  if (kind == kPatchKindIr) return loaded.PrepareIrPatch(request.body(), functions, probe);
+  if (kind == kPatchKindIr) return loaded.PrepareIrPatchOnSets(request.body(), functions, probes);
   return PrepareRecompileFromSource(
       loaded, request.options().empty() ? request.body() : request.options(), functions);
 }
@@ -220,7 +220,7 @@ absl::StatusOr<cuvil::admin::v1::PatchFunctionResponse> AdminOperations::PatchFu
   // (Aborted): prepare against the new one, a few times.
   for (int attempt = 0; attempt < 3 && absl::IsAborted(id.status()); ++attempt) {
     auto t0 = std::chrono::steady_clock::now();
-    auto patch = PreparePatch(loaded, kind, request, functions, inputs.front());
+    auto patch = PreparePatch(loaded, kind, request, functions, inputs);
     if (absl::IsAborted(patch.status())) {
       id = patch.status();
       continue;
@@ -242,6 +242,17 @@ absl::StatusOr<cuvil::admin::v1::PatchFunctionResponse> AdminOperations::PatchFu
             validation.exact ? ", exact"
                              : absl::StrCat(", rtol ", validation.rtol, ", atol ", validation.atol),
             "); set force to apply it anyway"));
+      }
+      // Equal outputs say nothing about a kernel that never ran (a branch no input takes).
+      std::vector<std::string> idle;
+      for (const auto& [kernel, calls] : LoadedModel::ProbeCalls(**patch)) {
+        if (calls == 0) idle.push_back(kernel);
+      }
+      if (!idle.empty() && !request.force()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "validation: the patched kernel", idle.size() > 1 ? "s " : " ",
+            absl::StrJoin(idle, ", "), " never ran", " on the ", inputs.size(),
+            " validation input sets, so nothing checked it; set force to apply it anyway"));
       }
     }
     t0 = std::chrono::steady_clock::now();

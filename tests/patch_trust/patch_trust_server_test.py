@@ -16,7 +16,8 @@ usage: patch_trust_server_test.py SERVER_BINARY MODEL_REPOSITORY SHARED_MODELS
    A snapshot taken on the quick tier, restored, tiers up too (beneath its patch).
 5. Without a token or --insecure-admin, IR patches, snapshots and restores are refused (403).
 6. `exact: true` over HTTP refuses a one-ulp difference; without its sandbox program the server
-   refuses IR patches naming it, and lives.
+   refuses IR patches naming it, and lives; a patch of a kernel no validation input runs (an If
+   branch) is refused as unchecked unless forced.
 """
 import base64
 import json
@@ -28,7 +29,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "snapshot_restart"))
-from snapshot_restart_test import Server, adder_model, doubled_add_ir, fail  # noqa: E402
+from snapshot_restart_test import WIDTH, Server, adder_model, doubled_add_ir, fail  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
 
 PLAIN = [1.0, 2.0, 3.0, 4.0]
 DOUBLED = [2.0, 4.0, 6.0, 8.0]
@@ -180,6 +182,54 @@ def exact_over_http(server, symbol):
     print("ok: exact: true over HTTP refuses a one-ulp difference the default tolerance accepts")
 
 
+def branchy_model():
+    """y = If(sum(x) > 1e9, then: x + 100, else: x + 1): no validation input takes the then
+    branch."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", WIDTH])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", WIDTH])
+
+    def branch(name, value):
+        out = helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, ["batch", WIDTH])
+        c = helper.make_tensor(f"{name}_c", TensorProto.FLOAT, [WIDTH], [value] * WIDTH)
+        add = helper.make_node("Add", ["x", f"{name}_c"], [f"{name}_y"], name=f"{name}_add")
+        return helper.make_graph([add], name, [], [out], initializer=[c])
+
+    big = helper.make_tensor("big", TensorProto.FLOAT, [], [1e9])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0, name="sum"),
+             helper.make_node("Greater", ["s", "big"], ["cond"], name="gt"),
+             helper.make_node("If", ["cond"], ["y"], name="if",
+                              then_branch=branch("then", 100.0),
+                              else_branch=branch("else", 1.0))]
+    graph = helper.make_graph(nodes, "branchy", [x], [y], initializer=[big])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def a_kernel_no_input_runs_is_not_validated(server):
+    status, body = server.post("/v2/admin/models/load", {
+        "name": "branchy", "config_pbtxt": 'name: "branchy" max_batch_size: 8',
+        "onnx_model_base64": base64.b64encode(branchy_model()).decode(), "wait": True})
+    if status != 200:
+        fail(f"load branchy: {status} {body}")
+    status, body = server.get("/v2/admin/models/branchy/versions/1/functions")
+    then_adds = [f["symbol"] for f in json.loads(body)["functions"]
+                 if f["op_type"] == "Add" and "then" in f["symbol"]]
+    if status != 200 or len(then_adds) != 1:
+        fail(f"branchy functions: {status} {body}")
+    url = "/v2/admin/models/branchy/versions/1/patch"
+    status, body = server.post(url, {"ir": doubled_add_ir(then_adds[0])})
+    if status == 200 or "never ran" not in body:
+        fail(f"a patch of a kernel no validation input runs must be refused as unchecked, got "
+             f"{status} {body}")
+    status, body = server.post(url, {"ir": doubled_add_ir(then_adds[0]), "force": True})
+    if status != 200:
+        fail(f"the same patch with force: {status} {body}")
+    if server.proc.poll() is not None:
+        fail("the server died")
+    print("ok: a patch whose kernel no validation input runs is refused unless forced")
+
+
 def missing_sandbox_program(binary, repo, work):
     os.environ["CUVIL_PATCH_SANDBOX"] = os.path.join(work, "no-such-sandbox")
     try:
@@ -317,6 +367,7 @@ def main():
             profile_ending_during_validation(server, symbol)
             hostile_patches(server, symbol, work)
             exact_over_http(server, symbol)
+            a_kernel_no_input_runs_is_not_validated(server)
         finally:
             server.stop()
         native_code_needs_authority(binary, repo, work)

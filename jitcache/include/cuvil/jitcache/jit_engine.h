@@ -146,6 +146,17 @@ class LoadedModel {
   absl::StatusOr<std::shared_ptr<PreparedPatch>> PrepareIrPatch(
       const std::string& ir_text, const std::vector<std::string>& functions,
       const std::vector<HostTensor>& probe_inputs = {}, const PatchSandboxLimits& sandbox = {});
+  // PrepareIrPatch with several probe sets: the sandbox runs the patch once on each (a set the
+  // version cannot run is no refusal; a crash or a timeout is), counting the calls of each kernel
+  // the patch replaces (ProbeCalls). InvalidArgument when a set does not fit the model.
+  absl::StatusOr<std::shared_ptr<PreparedPatch>> PrepareIrPatchOnSets(
+      const std::string& ir_text, const std::vector<std::string>& functions,
+      const std::vector<std::vector<HostTensor>>& probe_sets,
+      const PatchSandboxLimits& sandbox = {});
+  // Each kernel an IR patch replaces with the number of times the sandbox's probe runs called
+  // it; empty when no probe ran (or `patch` is not an IR patch). Validation refuses a patch whose
+  // kernels never ran: it would have compared nothing.
+  static std::vector<std::pair<std::string, uint64_t>> ProbeCalls(const PreparedPatch& patch);
   // Like Run, but with `patch`'s kernel table (validation before a commit); null: the current one.
   // Runs inside the execution guard like Execute, so no rollback frees code under it; Aborted
   // when the version was patched or rolled back since `patch` was prepared (its table may name
@@ -290,7 +301,7 @@ class LoadedModel {
   // to "<kernel>.patch<id>", links it into a new layer and builds the layer's table.
   absl::StatusOr<std::shared_ptr<PreparedPatch>> PrepareIrLayer(
       const std::string& ir_text, const std::vector<std::string>& functions, uint64_t id,
-      const char* kind, void* profile_thunk, const std::vector<HostTensor>* probe_inputs,
+      const char* kind, void* profile_thunk, const std::vector<std::vector<HostTensor>>* probe_sets,
       const PatchSandboxLimits& sandbox);
   // Links `object_code` (defining each (slot, symbol) of `symbols`) under `patch`'s tracker and
   // records it in `patch` (slots, slot_symbols, object_code). No code generation.
@@ -378,7 +389,10 @@ class JitEngine {
 
  private:
   friend class LoadedModel;
+  friend class jitcache_internal::SandboxChild;  // Numbers its layers apart from the server's.
   JitEngine();
+  // Patch ids (and the layer symbols that embed them) continue from `next`.
+  void StartPatchIdsAt(uint64_t next);
   void Unload(LoadedModel* model);
   struct Impl;
   std::unique_ptr<Impl> impl_;
