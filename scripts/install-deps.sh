@@ -13,7 +13,8 @@ PACKAGES=(
   libcpp-httplib-dev nlohmann-json3-dev libssl-dev
   libbpf-dev bpftool systemtap-sdt-dev
   prometheus python3 python3-onnx python3-numpy python3-grpcio python3-grpc-tools python3-protobuf python3-prometheus-client
-  pybind11-dev python3-pybind11 python3-torch
+  pybind11-dev python3-pybind11 python3-dev python3-torch python3-torchvision
+  nodejs
   curl
   g++-aarch64-linux-gnu qemu-user
   wasi-libc libclang-rt-19-dev-wasm32
