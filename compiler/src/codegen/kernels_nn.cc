@@ -674,49 +674,124 @@ absl::Status EmitPool(KernelContext& k, bool is_max) {
     begin_v.push_back(k.Dim(w.pads[j].begin));
     padded_v.push_back(k.Dim(*padded));
   }
+  // One output with every tap bounds-checked: the edges, and every output with Indices.
+  auto checked = [&](llvm::Value* x_plane, llvm::Value* y_plane, const Idx& o) {
+    b.CreateStore(is_max ? k.Lowest(dt) : k.Const(dt, 0), acc);
+    b.CreateStore(k.I64(0), count);
+    b.CreateStore(x_plane, argmax);
+    k.ForNest(Consts(k, w.kernel), [&](const Idx& kk) {
+      llvm::Value* inside = b.getTrue();
+      llvm::Value* padded = b.getTrue();  // inside the input or its explicit padding
+      Idx pos;
+      for (size_t j = 0; j < r; ++j) {
+        pos.push_back(w.InputPos(k, j, o[j], kk[j]));
+        inside = b.CreateAnd(inside, InRange(k, pos[j], w.in_v[j]));
+        if (include_pad) {
+          padded = b.CreateAnd(padded, InRange(k, b.CreateAdd(pos[j], begin_v[j]), padded_v[j]));
+        }
+      }
+      auto bump = [&] {
+        b.CreateStore(b.CreateAdd(b.CreateLoad(k.I64Ty(), count), k.I64(1)), count);
+      };
+      if (include_pad) k.If(padded, bump);
+      k.If(inside, [&] {
+        llvm::Value* v = k.Load(dt, k.in(0), Linear(k, x_plane, pos, in_strides));
+        llvm::Value* cur = b.CreateLoad(k.ElemType(dt), acc);
+        if (want_indices) {
+          k.If(k.Greater(dt, v, cur), [&] {
+            b.CreateStore(v, acc);
+            b.CreateStore(Linear(k, x_plane, pos, idx_strides), argmax);
+          });
+        } else {
+          b.CreateStore(is_max ? k.Max(dt, cur, v) : k.Add(dt, cur, v), acc);
+          if (!is_max && !include_pad) bump();
+        }
+      });
+    });
+    llvm::Value* y_off = Linear(k, y_plane, o, out_strides);
+    llvm::Value* result = b.CreateLoad(k.ElemType(dt), acc);
+    if (!is_max) {
+      result = k.Div(dt, result, k.Convert(b.CreateLoad(k.I64Ty(), count), DType::kInt64, dt));
+    }
+    k.Store(dt, k.out(0), y_off, result);
+    if (want_indices) k.Store(DType::kInt64, k.out(1), y_off, b.CreateLoad(k.I64Ty(), argmax));
+  };
+  // One output whose whole window lies inside the input: the taps unrolled without checks and
+  // the count known, so the loop over the last output dim vectorises. The taps are summed in the
+  // same order as `checked` sums them, so both give the same bits.
+  const int64_t taps = Product(w.kernel);
+  auto unchecked = [&](llvm::Value* x_plane, llvm::Value* y_plane, const Idx& o) {
+    llvm::Value* base = x_plane;
+    for (size_t j = 0; j < r; ++j) {
+      llvm::Value* start = Affine(k, o[j], w.strides[j], w.neg_begin[j]);
+      base = b.CreateAdd(b.CreateMul(start, in_strides[j]), base);
+    }
+    llvm::Value* m = is_max ? k.Lowest(dt) : k.Const(dt, 0);
+    Ints tap(r, 0);
+    for (bool more = true; more;) {
+      llvm::Value* at = base;
+      for (size_t j = 0; j < r; ++j) {
+        at = b.CreateAdd(b.CreateMul(k.I64(tap[j] * w.dilations[j]), in_strides[j]), at);
+      }
+      llvm::Value* v = k.Load(dt, k.in(0), at);
+      m = is_max ? k.Max(dt, m, v) : k.Add(dt, m, v);
+      more = false;
+      for (size_t j = r; j-- > 0;) {
+        if (++tap[j] < w.kernel[j]) {
+          more = true;
+          break;
+        }
+        tap[j] = 0;
+      }
+    }
+    if (!is_max) m = k.Div(dt, m, k.Const(dt, static_cast<double>(taps)));
+    k.Store(dt, k.out(0), Linear(k, y_plane, o, out_strides), m);
+  };
+  // Outputs along the last dim whose windows lie inside the input there: [x_lo, x_hi), from
+  // ox * stride - begin >= 0 and ox * stride - begin + extent <= in (the same for every row).
+  const bool split = !want_indices && taps <= 64;
+  const size_t last = r - 1;
+  llvm::Value *x_lo = nullptr, *x_hi = nullptr;
+  if (split) {
+    const int64_t s = w.strides[last];
+    const int64_t extent = (w.kernel[last] - 1) * w.dilations[last] + 1;
+    llvm::Value* begin = k.Dim(w.pads[last].begin);  // pool pads are >= 0
+    llvm::Value* out_last = w.out_v[last];
+    x_lo = b.CreateBinaryIntrinsic(
+        llvm::Intrinsic::smin, b.CreateUDiv(b.CreateAdd(begin, k.I64(s - 1)), k.I64(s)), out_last);
+    llvm::Value* reach = b.CreateSub(b.CreateAdd(w.in_v[last], begin), k.I64(extent));
+    llvm::Value* hi = b.CreateSelect(b.CreateICmpSLT(reach, k.I64(0)), k.I64(0),
+                                     b.CreateAdd(b.CreateSDiv(reach, k.I64(s)), k.I64(1)));
+    hi = b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, hi, out_last);
+    x_hi = b.CreateBinaryIntrinsic(llvm::Intrinsic::smax, hi, x_lo);
+  }
   k.For(k.I64(0), planes, [&](llvm::Value* p) {
     llvm::Value* x_plane = b.CreateMul(p, in_plane);
     llvm::Value* y_plane = b.CreateMul(p, out_plane);
-    k.ForNest(w.out_v, [&](const Idx& o) {
-      b.CreateStore(is_max ? k.Lowest(dt) : k.Const(dt, 0), acc);
-      b.CreateStore(k.I64(0), count);
-      b.CreateStore(x_plane, argmax);
-      k.ForNest(Consts(k, w.kernel), [&](const Idx& kk) {
-        llvm::Value* inside = b.getTrue();
-        llvm::Value* padded = b.getTrue();  // inside the input or its explicit padding
-        Idx pos;
-        for (size_t j = 0; j < r; ++j) {
-          pos.push_back(w.InputPos(k, j, o[j], kk[j]));
-          inside = b.CreateAnd(inside, InRange(k, pos[j], w.in_v[j]));
-          if (include_pad) {
-            padded = b.CreateAnd(padded, InRange(k, b.CreateAdd(pos[j], begin_v[j]), padded_v[j]));
-          }
-        }
-        auto bump = [&] {
-          b.CreateStore(b.CreateAdd(b.CreateLoad(k.I64Ty(), count), k.I64(1)), count);
-        };
-        if (include_pad) k.If(padded, bump);
-        k.If(inside, [&] {
-          llvm::Value* v = k.Load(dt, k.in(0), Linear(k, x_plane, pos, in_strides));
-          llvm::Value* cur = b.CreateLoad(k.ElemType(dt), acc);
-          if (want_indices) {
-            k.If(k.Greater(dt, v, cur), [&] {
-              b.CreateStore(v, acc);
-              b.CreateStore(Linear(k, x_plane, pos, idx_strides), argmax);
-            });
-          } else {
-            b.CreateStore(is_max ? k.Max(dt, cur, v) : k.Add(dt, cur, v), acc);
-            if (!is_max && !include_pad) bump();
-          }
-        });
-      });
-      llvm::Value* y_off = Linear(k, y_plane, o, out_strides);
-      llvm::Value* result = b.CreateLoad(k.ElemType(dt), acc);
-      if (!is_max) {
-        result = k.Div(dt, result, k.Convert(b.CreateLoad(k.I64Ty(), count), DType::kInt64, dt));
+    if (!split) {
+      k.ForNest(w.out_v, [&](const Idx& o) { checked(x_plane, y_plane, o); });
+      return;
+    }
+    const Idx outer_out(w.out_v.begin(), w.out_v.end() - 1);
+    k.ForNest(outer_out, [&](const Idx& outer) {
+      // The window's rows (all dims but the last) inside the input, or no interior at all.
+      llvm::Value* rows_inside = b.getTrue();
+      for (size_t j = 0; j < last; ++j) {
+        llvm::Value* start = Affine(k, outer[j], w.strides[j], w.neg_begin[j]);
+        llvm::Value* extent = k.I64((w.kernel[j] - 1) * w.dilations[j] + 1);
+        rows_inside = b.CreateAnd(rows_inside, b.CreateICmpSGE(start, k.I64(0)));
+        rows_inside =
+            b.CreateAnd(rows_inside, b.CreateICmpSLE(b.CreateAdd(start, extent), w.in_v[j]));
       }
-      k.Store(dt, k.out(0), y_off, result);
-      if (want_indices) k.Store(DType::kInt64, k.out(1), y_off, b.CreateLoad(k.I64Ty(), argmax));
+      llvm::Value* row_hi = b.CreateSelect(rows_inside, x_hi, x_lo);
+      auto at = [&](llvm::Value* ox) {
+        Idx o = outer;
+        o.push_back(ox);
+        return o;
+      };
+      k.For(k.I64(0), x_lo, [&](llvm::Value* ox) { checked(x_plane, y_plane, at(ox)); });
+      k.For(x_lo, row_hi, [&](llvm::Value* ox) { unchecked(x_plane, y_plane, at(ox)); });
+      k.For(row_hi, w.out_v[last], [&](llvm::Value* ox) { checked(x_plane, y_plane, at(ox)); });
     });
   });
   return absl::OkStatus();
