@@ -1,9 +1,11 @@
 // /metrics of a live server: exact counts after N requests, and promtool accepts the exposition.
 #include <httplib.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <regex>
+#include <thread>
 
 #include "gmock/gmock.h"
 #include "grpc_service.grpc.pb.h"
@@ -82,6 +84,44 @@ TEST(MetricsServerTest, CountsAreExactAndPromtoolAcceptsTheScrape) {
   auto om = client.Get("/metrics", {{"Accept", "application/openmetrics-text;version=1.0.0"}});
   EXPECT_THAT(om->get_header_value("Content-Type"), ::testing::HasSubstr("openmetrics"));
   EXPECT_THAT(om->body, ::testing::EndsWith("# EOF\n"));
+}
+
+// An unloaded version's series leave the exposition (loads and unloads of new versions would
+// otherwise grow it for ever); loaded again, it is exported again.
+TEST(MetricsServerTest, AnUnloadedVersionsSeriesLeaveTheScrape) {
+  auto server = testing::StartServer(testing::MakeRepository("metrics_unload_repo"));
+  ASSERT_NE(server, nullptr);
+  auto stub = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(server->grpc_port()), grpc::InsecureChannelCredentials()));
+  httplib::Client client("127.0.0.1", server->metrics_port());
+  const std::string lenet = "model=\"lenet\",version=\"1\"";
+  ASSERT_EQ(Sample(client.Get("/metrics")->body, "cuvil_model_ready{" + lenet), 1);
+  for (int cycle = 0; cycle < 3; ++cycle) {
+    {
+      grpc::ClientContext ctx;
+      inference::RepositoryModelUnloadRequest q;
+      q.set_model_name("lenet");
+      inference::RepositoryModelUnloadResponse r;
+      ASSERT_TRUE(stub->RepositoryModelUnload(&ctx, q, &r).ok());
+    }
+    // The version object goes once its last request and its scheduler are done.
+    std::string body;
+    for (int i = 0; i < 100; ++i) {
+      body = client.Get("/metrics")->body;
+      if (body.find(lenet) == std::string::npos) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_THAT(body, ::testing::Not(::testing::HasSubstr(lenet)));
+    EXPECT_EQ(Sample(body, "cuvil_model_ready{model=\"mlp\",version=\"1\""), 1);
+    {
+      grpc::ClientContext ctx;
+      inference::RepositoryModelLoadRequest q;
+      q.set_model_name("lenet");
+      inference::RepositoryModelLoadResponse r;
+      ASSERT_TRUE(stub->RepositoryModelLoad(&ctx, q, &r).ok());
+    }
+    EXPECT_EQ(Sample(client.Get("/metrics")->body, "cuvil_model_ready{" + lenet), 1);
+  }
 }
 
 }  // namespace

@@ -251,8 +251,35 @@ ServerMetrics::ServerMetrics(ServerMetricsOptions options) : options_(std::move(
 std::shared_ptr<ModelMetrics> ServerMetrics::ForModel(std::string_view model,
                                                       std::string_view version) {
   absl::MutexLock lock(&mu_);
-  auto& slot = models_[std::make_pair(std::string(model), std::string(version))];
-  if (slot != nullptr) return slot;
+  Leased& entry = models_[std::make_pair(std::string(model), std::string(version))];
+  if (entry.metrics == nullptr) entry.metrics = NewModelMetricsLocked(model, version);
+  ++entry.leases;
+  // The handle keeps the metrics alive; its last copy gives the lease back.
+  struct Lease {
+    ServerMetrics* owner;
+    std::string model, version;
+    std::shared_ptr<ModelMetrics> metrics;
+    ~Lease() { owner->Release(model, version, metrics.get()); }
+  };
+  // Built in place: a moved-from temporary's destructor would give a lease back under mu_.
+  std::shared_ptr<Lease> lease(
+      new Lease{this, std::string(model), std::string(version), entry.metrics});
+  ModelMetrics* raw = lease->metrics.get();
+  return std::shared_ptr<ModelMetrics>(std::move(lease), raw);
+}
+
+void ServerMetrics::Release(const std::string& model, const std::string& version,
+                            const ModelMetrics* metrics) {
+  absl::MutexLock lock(&mu_);
+  auto it = models_.find(std::make_pair(model, version));
+  if (it == models_.end() || it->second.metrics.get() != metrics) return;  // Removed meanwhile.
+  if (--it->second.leases > 0) return;
+  models_.erase(it);
+  RemoveSeriesLocked(model, version);
+}
+
+std::shared_ptr<ModelMetrics> ServerMetrics::NewModelMetricsLocked(std::string_view model,
+                                                                   std::string_view version) {
   auto m = std::shared_ptr<ModelMetrics>(new ModelMetrics());
   m->success_ = requests_->WithLabels({model, version, "success", ""});
   for (FailureReason reason : kAllReasons) {
@@ -285,15 +312,18 @@ std::shared_ptr<ModelMetrics> ServerMetrics::ForModel(std::string_view model,
     m->nv_infer_us_ = nv_infer_us_->WithLabels({model, version});
     m->nv_output_us_ = nv_output_us_->WithLabels({model, version});
   }
-  slot = std::move(m);
-  return slot;
+  return m;
 }
 
 void ServerMetrics::Remove(std::string_view model, std::string_view version) {
-  {
-    absl::MutexLock lock(&mu_);
-    models_.erase(std::make_pair(std::string(model), std::string(version)));
-  }
+  absl::MutexLock lock(&mu_);
+  models_.erase(std::make_pair(std::string(model), std::string(version)));
+  RemoveSeriesLocked(model, version);
+}
+
+// Under mu_, so that a ForModel of the same (model, version) cannot pick up a series this is
+// about to remove.
+void ServerMetrics::RemoveSeriesLocked(std::string_view model, std::string_view version) {
   requests_->Remove({model, version, "success", ""});
   for (FailureReason reason : kAllReasons) {
     requests_->Remove({model, version, "failure", FailureReasonName(reason)});

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <thread>
 #include <vector>
@@ -100,6 +101,43 @@ TEST(ServerMetricsTest, CountsEveryRecordedRequest) {
   EXPECT_EQ(SampleValue(body, "cuvil_build_info{version=\"0.1.0\",llvm=\"19.1.7\"}"), 1);
   // No Triton names unless asked for.
   EXPECT_THAT(body, Not(HasSubstr("nv_inference")));
+}
+
+// A version's series live while a handle of it does: a reload of the same version keeps them
+// (and their counts); once every handle is gone (unloaded, replaced) they leave the exposition,
+// so loading ever new versions does not grow it.
+TEST(ServerMetricsTest, SeriesOfAVersionLeaveWithItsLastHandle) {
+  ServerMetrics metrics(Options("v", "l", /*triton=*/true));
+  const std::string ready = "cuvil_model_ready{model=\"m\",version=\"1\"}";
+  const std::string nv = "nv_inference_count{model=\"m\",version=\"1\"}";
+  auto first = metrics.ForModel("m", "1");
+  first->SetReady(true);
+  first->RecordSuccess(3, 1000, 100, 10, 800, 90);
+  auto reload = metrics.ForModel("m", "1");  // The same version loaded again.
+  EXPECT_EQ(reload.get(), first.get());
+  first.reset();  // The old copy retires.
+  std::string body = metrics.Render("").body;
+  EXPECT_EQ(SampleValue(body, ready), 1);
+  EXPECT_EQ(SampleValue(body, nv), 3);  // Counting goes on where it was.
+  auto copy = reload;                   // Copies (callbacks) hold it too.
+  reload.reset();
+  EXPECT_EQ(SampleValue(metrics.Render("").body, ready), 1);
+  copy.reset();  // Unloaded: nothing of (m, 1) is exported any more.
+  body = metrics.Render("").body;
+  EXPECT_THAT(body, Not(HasSubstr("version=\"1\"")));
+  // A thousand versions loaded and unloaded leave nothing behind.
+  for (int v = 2; v < 1002; ++v) {
+    auto h = metrics.ForModel("m", absl::StrCat(v));
+    h->SetReady(true);
+    h->RecordExecution(1);
+  }
+  EXPECT_THAT(metrics.Render("").body, Not(HasSubstr("model=\"m\"")));
+  // Loaded again later, the version starts afresh.
+  auto again = metrics.ForModel("m", "1");
+  again->SetReady(true);
+  EXPECT_EQ(SampleValue(metrics.Render("").body, ready), 1);
+  EXPECT_TRUE(std::isnan(SampleValue(metrics.Render("").body, nv)) ||
+              SampleValue(metrics.Render("").body, nv) == 0);
 }
 
 TEST(ServerMetricsTest, ColdPathFamilies) {
@@ -218,6 +256,8 @@ TEST(ServerMetricsTest, RemoveStopsExportingButHandleStaysValid) {
 
 TEST(ServerMetricsTest, ConcurrentRecordingSumsExactly) {
   ServerMetrics metrics(Options("v", "l", true));
+  // The version's own handle: its series live while it does.
+  const auto version = metrics.ForModel("shared", "1");
   constexpr int kThreads = 4;
   constexpr int kPerThread = 20000;
   std::vector<std::thread> threads;

@@ -112,10 +112,14 @@ class ServerMetrics {
   ServerMetrics& operator=(const ServerMetrics&) = delete;
 
   // The recording handle for (model, version), created on first call; later calls return the
-  // same object. Keep it for the version's lifetime; it stays valid after Remove.
+  // same object (a reload of a version keeps counting where it was). Each call is a lease: once
+  // every copy of every handle returned for (model, version) is gone (the versions were unloaded
+  // or replaced), its series stop being exported, so loads and unloads of ever new versions do
+  // not grow the exposition. The ServerMetrics must outlive the handles. A handle stays valid
+  // (recording into nothing exported) after Remove.
   std::shared_ptr<ModelMetrics> ForModel(std::string_view model, std::string_view version);
-  // Stops exporting every series of (model, version) (on unload). Cache and compile series are
-  // per model and kept.
+  // Stops exporting every series of (model, version) now, leases or not. Cache and compile series
+  // are per model and kept.
   void Remove(std::string_view model, std::string_view version);
 
   void RecordCompile(std::string_view model, double seconds);
@@ -180,9 +184,21 @@ class ServerMetrics {
   Family<Counter>* nv_infer_us_ = nullptr;
   Family<Counter>* nv_output_us_ = nullptr;
 
+  // Gives back one lease of ForModel; the last one removes the series (if `metrics` is still
+  // the handle registered for them).
+  void Release(const std::string& model, const std::string& version, const ModelMetrics* metrics);
+  void RemoveSeriesLocked(std::string_view model, std::string_view version)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::shared_ptr<ModelMetrics> NewModelMetricsLocked(std::string_view model,
+                                                      std::string_view version)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  struct Leased {
+    std::shared_ptr<ModelMetrics> metrics;
+    int64_t leases = 0;
+  };
   absl::Mutex mu_;
-  absl::flat_hash_map<std::pair<std::string, std::string>, std::shared_ptr<ModelMetrics>> models_
-      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::pair<std::string, std::string>, Leased> models_ ABSL_GUARDED_BY(mu_);
 };
 
 // Collector of process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds and
