@@ -43,6 +43,39 @@ absl::StatusOr<std::vector<WindowPad>> NodeWindowPads(const ir::Node& n, const S
   const size_t r = in.size();
   const std::string auto_pad = n.attr_string("auto_pad", "NOTSET");
   std::vector<WindowPad> out(r);
+  if (n.op_type == "ConvTranspose" && n.has_attr("output_shape")) {
+    // total = stride * (in - 1) + output_padding + extent - output_shape, split as the ONNX
+    // reference does (the odd pad at the end for SAME_UPPER, at the begin otherwise); the end
+    // pad then gives back output_padding, as ops/shape_nn.cc stores static pads.
+    const std::vector<int64_t> kernel = n.attr_ints("kernel_shape");
+    const std::vector<int64_t> strides = n.attr_ints("strides");
+    const std::vector<int64_t> dilations = n.attr_ints("dilations");
+    const std::vector<int64_t> output_shape = n.attr_ints("output_shape");
+    const std::vector<int64_t> output_padding =
+        n.attr_ints("output_padding", std::vector<int64_t>(r, 0));
+    if (kernel.size() != r || strides.size() != r || dilations.size() != r ||
+        output_shape.size() != r || output_padding.size() != r) {
+      return absl::InternalError(absl::StrCat(n.Describe(), ": transposed window attributes of ",
+                                              "the wrong rank for ", r, " spatial dims"));
+    }
+    for (size_t i = 0; i < r; ++i) {
+      const int64_t extent = (kernel[i] - 1) * dilations[i] + 1;
+      auto reach = DimMul(in[i].expr(), strides[i]);
+      auto total = reach ? DimAdd(*reach, output_padding[i] + extent - strides[i] - output_shape[i])
+                         : std::nullopt;
+      auto half = total ? DimFloorDiv(*total, 2) : std::nullopt;
+      auto rest = half ? DimSub(*total, *half) : std::nullopt;
+      auto begin = auto_pad == "SAME_UPPER" ? half : rest;
+      auto end = begin ? DimSub(*total, *begin) : std::nullopt;
+      auto end_pad = end ? DimSub(*end, output_padding[i]) : std::nullopt;
+      if (!end_pad) {
+        return absl::InvalidArgumentError(absl::StrCat(n.Describe(), ": the pads of spatial dim ",
+                                                       i, " are too large an expression"));
+      }
+      out[i] = {SymDim(*begin), SymDim(*end_pad)};
+    }
+    return out;
+  }
   if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
     const std::vector<int64_t> kernel = n.attr_ints("kernel_shape");
     const std::vector<int64_t> strides = n.attr_ints("strides");

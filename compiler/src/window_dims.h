@@ -35,10 +35,12 @@ std::optional<WindowPad> SameWindowPad(const SymDim& in, int64_t stride, int64_t
 std::optional<SymDim> WindowOutputExtent(const SymDim& in, int64_t begin, int64_t end,
                                          int64_t extent, int64_t stride, bool ceil_mode);
 
-// The pads of every spatial dim of a windowed node (Conv, MaxPool, AveragePool) whose attributes
-// shape inference canonicalised, over input spatial dims `in`: its `pads` attribute as
-// constants, or, when it kept auto_pad SAME_UPPER / SAME_LOWER (symbolic spatial dims, whose
-// pads depend on the input size), the expressions SameWindowPad gives. Errors name the node.
+// The pads of every spatial dim of a windowed node (Conv, ConvTranspose, MaxPool, AveragePool)
+// whose attributes shape inference canonicalised, over input spatial dims `in`: its `pads`
+// attribute as constants, or, where it kept what they follow from because they depend on a
+// symbolic input size, expressions: auto_pad SAME_UPPER / SAME_LOWER as SameWindowPad gives
+// them, a ConvTranspose's output_shape as the ONNX reference splits its total padding (the end
+// pad less output_padding, as static ConvTranspose pads are stored). Errors name the node.
 absl::StatusOr<std::vector<WindowPad>> NodeWindowPads(const ir::Node& n, const SymShape& in);
 
 }  // namespace cuvil

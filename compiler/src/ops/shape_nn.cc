@@ -2,9 +2,10 @@
 //
 // Every windowed op is canonicalised to explicit per-dimension attributes, so code generation
 // never sees auto_pad, output_shape or output_padding: `kernel_shape`, `strides`, `dilations` and
-// `pads` ([begin..., end...]) are always present and auto_pad is removed, except that a Conv or
-// pool with symbolic spatial dims keeps auto_pad SAME_UPPER / SAME_LOWER (its pads depend on the
-// input size; NodeWindowPads gives them as expressions). Spatial dims may be symbolic: output
+// `pads` ([begin..., end...]) are always present and auto_pad is removed, except where pads
+// depend on a symbolic input size: a Conv or pool keeps auto_pad SAME_UPPER / SAME_LOWER, a
+// ConvTranspose its output_shape (with output_padding and auto_pad), and NodeWindowPads gives
+// the pads as expressions. Spatial dims may be symbolic: output
 // extents are then dim expressions (floor or ceil division of the padded span by the stride).
 #include "infer_context.h"
 #include "window_dims.h"
@@ -251,6 +252,7 @@ absl::Status ConvTranspose(InferContext& c) {
     if (auto st = CheckWindowAttr(c, name, *v); !st.ok()) return st;
   }
   SymShape out(r);
+  bool symbolic_output_shape = false;
   for (size_t i = 0; i < r; ++i) {
     if ((*strides)[i] <= 0 || (*dilations)[i] <= 0 || kernel[i] <= 0) {
       return c.Error("kernel_shape, strides and dilations must be positive");
@@ -259,14 +261,18 @@ absl::Status ConvTranspose(InferContext& c) {
     if (!in->at(i).IsStatic()) {
       // stride * (in - 1) + output_padding + extent - begin - end; SAME makes it in * stride,
       // whose pads (output_padding + extent - stride in all) do not depend on in.
-      if (!output_shape.empty()) {
-        return absl::UnimplementedError(
-            absl::StrCat(c.node().Describe(),
-                         ": output_shape over symbolic spatial dimensions is not supported"));
-      }
       if (!checked_extent) return c.Error("kernel_shape * dilations is too large");
       int64_t& begin = (*pads)[i];
       int64_t& end = (*pads)[i + r];
+      if (!output_shape.empty()) {
+        // A fixed output from a symbolic input: the pads depend on the input size, so the node
+        // keeps output_shape and output_padding (below) and NodeWindowPads computes them.
+        if (output_shape[i] <= 0) return c.Error("output size is not positive");
+        out[i] = SymDim::Const(output_shape[i]);
+        begin = end = 0;
+        symbolic_output_shape = true;
+        continue;
+      }
       if (same) {
         const int64_t total = (*output_padding)[i] + *checked_extent - (*strides)[i];
         begin = auto_pad == "SAME_UPPER" ? FloorDiv(total, 2) : total - FloorDiv(total, 2);
@@ -309,8 +315,15 @@ absl::Status ConvTranspose(InferContext& c) {
   Node& n = c.node();
   SetWindowAttrs(n, kernel, *strides, *dilations, *pads);
   n.attrs["group"] = group;
-  n.attrs.erase("output_shape");
-  n.attrs.erase("output_padding");
+  if (symbolic_output_shape) {
+    // NodeWindowPads derives every dim's pads from these (static dims' are in `pads` too).
+    n.attrs["output_shape"] = output_shape;
+    n.attrs["output_padding"] = *output_padding;
+    if (same) n.attrs["auto_pad"] = auto_pad;
+  } else {
+    n.attrs.erase("output_shape");
+    n.attrs.erase("output_padding");
+  }
   c.SetOutput(0, c.in_dtype(0), WithSpatial(c.in_shape(0)[0], SymDim::Const(out_channels), out));
   return absl::OkStatus();
 }
