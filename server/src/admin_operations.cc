@@ -212,8 +212,11 @@ absl::StatusOr<cuvil::admin::v1::PatchFunctionResponse> AdminOperations::PatchFu
   validation.atol = request.has_atol() ? request.atol() : 1e-5;
   validation.exact = request.exact();
   validation.intra_op_threads = SchedulerOptionsFromConfig((*model)->config()).intra_op_threads;
-  const std::vector<std::vector<HostTensor>> inputs =
-      PatchValidationInputs(loaded, (*model)->config());
+  // Generated sets first, then requests the version served (branches real data takes).
+  std::vector<std::vector<HostTensor>> inputs = PatchValidationInputs(loaded, (*model)->config());
+  for (std::vector<HostTensor>& served : (*model)->RecentRequests()) {
+    inputs.push_back(std::move(served));
+  }
   cuvil::admin::v1::PatchFunctionResponse response;
   absl::StatusOr<uint64_t> id = absl::AbortedError("not committed");
   // A commit, rollback or tier swap between preparing and committing moves the table on

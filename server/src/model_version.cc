@@ -5,8 +5,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "cuvil/server/model_manager.h"
+#include "request_sampler.h"
 
 namespace cuvil {
 
@@ -39,7 +41,26 @@ ModelVersion::ModelVersion(std::string name, int64_t version, inference::ModelCo
       executable_(std::move(executable)),
       scheduler_(std::move(scheduler)),
       compile_ms_(compile_ms),
-      compilations_(compilations) {}
+      compilations_(compilations) {
+  RequestSamplerOptions options;
+  if (auto it = config_.parameters().find("cuvil.validation_samples");
+      it != config_.parameters().end()) {
+    int64_t n = 0;
+    options.capacity =
+        absl::SimpleAtoi(it->second.string_value(), &n) && n >= 0 ? static_cast<size_t>(n) : 0;
+  }
+  std::vector<std::string> signature;
+  if (loaded_ != nullptr) {
+    for (const TensorSignature& sig : loaded_->model().inputs) signature.push_back(sig.name);
+  }
+  if (executable_ != nullptr) {
+    sampler_ = std::make_unique<RequestSampler>(executable_->inputs(), signature, options);
+  }
+}
+
+std::vector<std::vector<HostTensor>> ModelVersion::RecentRequests() const {
+  return sampler_ != nullptr ? sampler_->Recent() : std::vector<std::vector<HostTensor>>{};
+}
 
 ModelVersion::~ModelVersion() {
   // Workers must stop before the JIT code they call is removed.
@@ -64,7 +85,10 @@ void ModelVersion::Submit(std::unique_ptr<InferenceRequest> request) {
   std::shared_ptr<ModelVersion> next;
   {
     absl::ReaderMutexLock lock(&retire_mu_);
-    if (successor_ == nullptr) return scheduler_->Submit(std::move(request));
+    if (successor_ == nullptr) {
+      if (sampler_ != nullptr) sampler_->Record(*request);
+      return scheduler_->Submit(std::move(request));
+    }
     next = successor_;
   }
   next->Submit(std::move(request));

@@ -17,7 +17,8 @@ usage: patch_trust_server_test.py SERVER_BINARY MODEL_REPOSITORY SHARED_MODELS
 5. Without a token or --insecure-admin, IR patches, snapshots and restores are refused (403).
 6. `exact: true` over HTTP refuses a one-ulp difference; without its sandbox program the server
    refuses IR patches naming it, and lives; a patch of a kernel no validation input runs (an If
-   branch) is refused as unchecked unless forced.
+   branch) is refused as unchecked unless forced, and once served requests take that branch,
+   validation compares the patch on them.
 """
 import base64
 import json
@@ -183,8 +184,8 @@ def exact_over_http(server, symbol):
 
 
 def branchy_model():
-    """y = If(sum(x) > 1e9, then: x + 100, else: x + 1): no validation input takes the then
-    branch."""
+    """y = If(sum(x) > 1000, then: x + 100, else: x + 1): no generated validation input (floats
+    in [-1, 1)) takes the then branch."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", WIDTH])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", WIDTH])
 
@@ -194,7 +195,7 @@ def branchy_model():
         add = helper.make_node("Add", ["x", f"{name}_c"], [f"{name}_y"], name=f"{name}_add")
         return helper.make_graph([add], name, [], [out], initializer=[c])
 
-    big = helper.make_tensor("big", TensorProto.FLOAT, [], [1e9])
+    big = helper.make_tensor("big", TensorProto.FLOAT, [], [1000.0])
     nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0, name="sum"),
              helper.make_node("Greater", ["s", "big"], ["cond"], name="gt"),
              helper.make_node("If", ["cond"], ["y"], name="if",
@@ -222,12 +223,25 @@ def a_kernel_no_input_runs_is_not_validated(server):
     if status == 200 or "never ran" not in body:
         fail(f"a patch of a kernel no validation input runs must be refused as unchecked, got "
              f"{status} {body}")
+    # Served requests are validation inputs too: once traffic took the branch, the same patch is
+    # compared there, and its doubled outputs are refused as different.
+    big = [500.0] * WIDTH
+    for _ in range(17):  # Every 16th request is kept, whatever the warm-up counted.
+        status, body = server.post("/v2/models/branchy/infer", {"inputs": [
+            {"name": "x", "shape": [1, WIDTH], "datatype": "FP32", "data": big}]})
+        if status != 200 or json.loads(body)["outputs"][0]["data"] != [600.0] * WIDTH:
+            fail(f"branchy infer: {status} {body}")
+    status, body = server.post(url, {"ir": doubled_add_ir(then_adds[0])})
+    if status == 200 or "other outputs" not in body:
+        fail(f"after traffic took the branch, the doubling patch must be refused as computing "
+             f"other outputs, got {status} {body}")
     status, body = server.post(url, {"ir": doubled_add_ir(then_adds[0]), "force": True})
     if status != 200:
         fail(f"the same patch with force: {status} {body}")
     if server.proc.poll() is not None:
         fail("the server died")
-    print("ok: a patch whose kernel no validation input runs is refused unless forced")
+    print("ok: a patch whose kernel no validation input runs is refused unless forced; served "
+          "requests that take the branch validate it")
 
 
 def missing_sandbox_program(binary, repo, work):

@@ -26,6 +26,8 @@ namespace cuvil {
 using observability::ModelMetrics;
 using observability::ServerMetrics;
 
+class RequestSampler;
+
 enum class ModelState { kLoading, kReady, kUnloading, kUnavailable, kFailed };
 const char* ModelStateName(ModelState state);  // "READY", "LOADING", ...
 
@@ -65,6 +67,11 @@ class ModelVersion {
   // Drain, for a version replaced by `successor`: later submissions go to the successor when its
   // tensors and batching match this version's (a reload), else fail as after Drain.
   void RetireTo(std::shared_ptr<ModelVersion> successor);
+  // A few requests this version served (every 16th from the first, the newest 4, 16 MiB at
+  // most; none with string inputs), each in the compiled model's input order: hot patches are
+  // validated on them too. The config parameter "cuvil.validation_samples" sets how many are
+  // kept ("0": none — for data that must not stay in memory).
+  std::vector<std::vector<HostTensor>> RecentRequests() const;
 
  private:
   std::string name_;
@@ -82,6 +89,7 @@ class ModelVersion {
   // every request either reaches this scheduler before its drain or goes to the successor.
   absl::Mutex retire_mu_;
   std::shared_ptr<ModelVersion> successor_ ABSL_GUARDED_BY(retire_mu_);
+  std::unique_ptr<RequestSampler> sampler_;  // Set by the constructor.
 };
 
 // What ListModels / RepositoryIndex report for one version.
