@@ -112,6 +112,14 @@ struct BudgetRefusal {
   std::string message;
 };
 
+// A body refused for the budget is read and dropped (keeping the connection, and letting clients
+// that write their whole body before reading see the answer) up to this size; larger ones are
+// not read: the answer goes out and the connection closes (such a client may see a reset).
+constexpr uint64_t kDrainRefusedBodyBytes = uint64_t{4} << 20;
+// The same for a body refused because the budget is busy (a flood of large bodies must not keep
+// the workers reading them).
+constexpr uint64_t kDrainBusyBodyBytes = uint64_t{1} << 20;
+
 void SetRefusal(Response& res, const BudgetRefusal& refusal) {
   SetError(res, refusal.status, refusal.message);
   // The budget frees as requests in flight finish: worth a retry soon, as gRPC clients retry
@@ -279,9 +287,17 @@ bool HttpServiceImpl::ReadBody(const Request& req, Response& res, const ContentR
     uint64_t length = req.get_header_value<uint64_t>("Content-Length");
     if (length <= max) {
       if (std::optional<BudgetRefusal> refused = Reserve(length, "an HTTP request body")) {
-        // Read and drop the body (nothing is kept) so the answer reaches the client and the
-        // connection stays usable for its retry.
-        reader([](const char*, size_t) { return true; });
+        // A client whose body can never fit gets its 413 even if it writes all of a moderately
+        // large body before reading; a busy server (503, a flood) reads less.
+        if (length <= (refused->status == 413 ? kDrainRefusedBodyBytes : kDrainBusyBodyBytes)) {
+          // Read and drop a small body (nothing is kept) so the answer reaches the client and
+          // the connection stays usable for its retry.
+          reader([](const char*, size_t) { return true; });
+        } else {
+          // Reading all of a large refused body would hold a worker for as long as the client
+          // takes to send it (a flood of them starved every other request): answer and close.
+          res.set_header("Connection", "close");
+        }
         SetRefusal(res, *refused);
         return false;
       }
