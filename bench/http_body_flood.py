@@ -34,6 +34,15 @@ def status_bytes(pid, field):
     return 0
 
 
+def read_to_close(sock):
+    data = b""
+    while True:
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            return data
+        data += chunk
+
+
 def post(addr, body_head, zeros, out, i):
     host, port = addr.rsplit(":", 1)
     head = (f"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: {addr}\r\n"
@@ -44,12 +53,7 @@ def post(addr, body_head, zeros, out, i):
         with socket.create_connection((host, int(port)), timeout=600) as s:
             s.sendall(head.encode() + body_head)
             s.sendall(zeros)
-            data = b""
-            while True:
-                chunk = s.recv(1 << 16)
-                if not chunk:
-                    break
-                data += chunk
+            data = read_to_close(s)
         out[i] = data.split(b"\r\n", 1)[0].decode(errors="replace")
     except OSError as e:
         out[i] = f"error {type(e).__name__}"
@@ -65,12 +69,7 @@ def infer_ms(addr, body):
     try:
         with socket.create_connection((host, int(port)), timeout=30) as s:
             s.sendall(head + body)
-            data = b""
-            while True:
-                chunk = s.recv(1 << 16)
-                if not chunk:
-                    break
-                data += chunk
+            data = read_to_close(s)
     except OSError:
         return None
     if not data.startswith(b"HTTP/1.1 200"):
