@@ -6,6 +6,7 @@
 #include <benchmark/benchmark.h>
 
 #include <memory>
+#include <vector>
 
 #include "cuvil/observability/server_metrics.h"
 
@@ -61,7 +62,9 @@ BENCHMARK(BM_CounterIncrement)->Threads(1)->Threads(2)->UseRealTime();
 
 void BM_Render(benchmark::State& state) {
   ServerMetrics& metrics = Metrics(true);
-  for (int i = 0; i < 10; ++i) metrics.ForModel("model" + std::to_string(i), "1");
+  std::vector<std::shared_ptr<ModelMetrics>> versions;  // Exported while held, as versions do.
+  for (int i = 0; i < 10; ++i)
+    versions.push_back(metrics.ForModel("model" + std::to_string(i), "1"));
   for (auto _ : state) benchmark::DoNotOptimize(metrics.Render(""));
 }
 BENCHMARK(BM_Render)->Unit(benchmark::kMicrosecond);

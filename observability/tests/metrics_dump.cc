@@ -1,7 +1,9 @@
 // Writes the exposition of a populated ServerMetrics to stdout, for promtool.
 // Usage: cuvil-metrics-dump [--triton] [--openmetrics]
 #include <cstdio>
+#include <memory>
 #include <string_view>
+#include <vector>
 
 #include "cuvil/observability/server_metrics.h"
 
@@ -24,8 +26,11 @@ int main(int argc, char** argv) {
   options.llvm = "19.1.7";
   options.triton_compat = triton;
   ServerMetrics metrics(options);
+  // Held like loaded versions hold theirs: a version's series are exported while it lives.
+  std::vector<std::shared_ptr<ModelMetrics>> versions;
   for (const char* model : {"resnet50", "bert \"base\"\\v2\n"}) {
     auto m = metrics.ForModel(model, "1");
+    versions.push_back(m);
     m->SetReady(true);
     m->SetMemoryBytes(123456789);
     m->SetPending(3);

@@ -130,6 +130,16 @@ def main():
             last_end, last_state = time.monotonic(), "base"
             version = 1
             swaps_done = 0
+            ok_patches = {}    # version -> IR patches that answered 200 on it
+            ok_rollbacks = {}  # version -> rollbacks that answered 200 on it
+            count_mismatches = []
+
+            def version_counts(text, v):
+                counts = metric_samples(text, "cuvil_patches_total")
+                mine = {k: n for k, n in counts.items() if f'version="{v}"' in k}
+                return (sum(n for k, n in mine.items() if 'kind="ir"' in k and 'result="ok"' in k),
+                        sum(n for k, n in mine.items()
+                            if 'kind="rollback"' in k and 'result="ok"' in k))
             t_start = time.monotonic()
             for i in range(a.patches):
                 c0 = time.monotonic()
@@ -142,6 +152,7 @@ def main():
                     last_end, last_state = t1, "unknown"
                     continue
                 out = json.loads(body)
+                ok_patches[version] = ok_patches.get(version, 0) + 1
                 switch_us.append(out.get("switch_us", 0))
                 last_end, last_state = t1, "doubled"
                 time.sleep(cycle_s * 0.45)
@@ -155,8 +166,16 @@ def main():
                     last_end, last_state = t1, "unknown"
                     continue
                 switch_us.append(json.loads(body).get("switch_us", 0))
+                ok_rollbacks[version] = ok_rollbacks.get(version, 0) + 1
                 last_end, last_state = t1, "base"
                 if swap_every and (i + 1) % swap_every == 0 and swaps_done < a.swaps:
+                    # The retiring version's series, read before they leave the exposition.
+                    got = version_counts(s.metrics_text(), version)
+                    want = (ok_patches.get(version, 0), ok_rollbacks.get(version, 0))
+                    # Version 1 also took the identity patch validated before the loop.
+                    if got[0] < want[0] or got[1] < want[1] or got[0] > want[0] + 1 or \
+                            got[1] > want[1] + 1:
+                        count_mismatches.append(f"version {version}: metrics {got}, answered {want}")
                     version += 1
                     shutil.copytree(os.path.join(mlp, "1"), os.path.join(mlp, str(version)))
                     try:
@@ -233,12 +252,24 @@ def main():
                   f"{p99['rollback']:.3f} ms; histogram interpolation)"
                   f"{f' < {a.p99_limit_ms} ms' if gate else ' (reported, not checked)'}; "
                   f"table publish alone p99 {table_p99:.1f} us, max {sw[-1] if sw else 0:.1f} us")
-            counts = metric_samples(metrics_after, "cuvil_patches_total")
-            ok_ir = sum(v for key, v in counts.items() if 'kind="ir"' in key and 'result="ok"' in key)
-            ok_rb = sum(v for key, v in counts.items()
-                        if 'kind="rollback"' in key and 'result="ok"' in key)
-            check(ok_ir >= a.patches + 1 and ok_rb >= a.patches + 1,
-                  f"cuvil_patches_total: {ok_ir:.0f} ir ok, {ok_rb:.0f} rollback ok")
+            # Each version's cuvil_patches_total counted what it answered (read before its swap;
+            # the last one now); a swapped-out version's series then leave the exposition.
+            got = version_counts(metrics_after, version)
+            want = (ok_patches.get(version, 0), ok_rollbacks.get(version, 0))
+            if got[0] < want[0] or got[1] < want[1] or got[0] > want[0] + 1 or got[1] > want[1] + 1:
+                count_mismatches.append(f"version {version}: metrics {got}, answered {want}")
+            check(not count_mismatches,
+                  f"cuvil_patches_total per version matches the answered patches and rollbacks "
+                  f"({sum(ok_patches.values())} + {sum(ok_rollbacks.values())}) {count_mismatches}")
+            left = None
+            for _ in range(50):
+                text = s.metrics_text()
+                left = sorted({v for v in range(1, version)
+                               if f'model="mlp",version="{v}"' in text})
+                if not left:
+                    break
+                time.sleep(0.1)
+            check(not left, f"no series of the {version - 1} swapped-out versions left: {left}")
             rejected = metric_samples(metrics_after, "cuvil_requests_rejected_total")
             check(not any(v for v in rejected.values()), f"no request rejected: {rejected}")
             check(s.alive(), "server alive")
