@@ -49,7 +49,7 @@ step() {  # step NAME COMMAND...: runs it, records its time and outcome, stops o
 }
 print_summary() {
   echo
-  echo "fresh-machine-test summary (HEAD $(git -C "$root" rev-parse --short HEAD), $(date -u +%FT%TZ)):"
+  echo "fresh-machine-test summary (HEAD ${cloned:-not cloned yet}, $(date -u +%FT%TZ)):"
   for line in "${summary[@]}"; do echo "  $line"; done
 }
 
@@ -90,6 +90,7 @@ done
 inside=$root
 mkdir -p "$chroot_dir$(dirname "$inside")"
 git clone -q --no-local "$root" "$chroot_dir$inside"
+cloned=$(git -C "$chroot_dir$inside" rev-parse --short HEAD)
 if [[ -d $shared ]]; then
   mkdir -p "$chroot_dir$shared"
   mount --bind -o ro "$shared" "$chroot_dir$shared"
