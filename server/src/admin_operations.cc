@@ -5,10 +5,13 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "cuvil/compiler/compiler.h"
 #include "cuvil/compiler/kernel_precision.h"
 #include "cuvil/server/model_config.h"
@@ -160,6 +163,11 @@ void FillProfile(const std::vector<KernelProfile>& table,
   }
 }
 
+// How long a patch call waits for an earlier patch of the same version to finish, and how many
+// times it prepares again when a rollback or tier swap moved the table on under it.
+constexpr std::chrono::seconds kPatchQueueWait{60};
+constexpr int kPatchAttempts = 8;
+
 // Compiles the patch a request asks for into a new, unpublished layer of `loaded`; an IR patch
 // is compiled and first run on each set of `probes` in the sandbox.
 absl::StatusOr<std::shared_ptr<PreparedPatch>> PreparePatch(
@@ -218,10 +226,27 @@ absl::StatusOr<cuvil::admin::v1::PatchFunctionResponse> AdminOperations::PatchFu
     inputs.push_back(std::move(served));
   }
   cuvil::admin::v1::PatchFunctionResponse response;
+  // Patches of one version queue here rather than race each other to commit.
+  absl::Mutex& queue = (*model)->patch_operation_mu();
+  const auto queue_deadline = std::chrono::steady_clock::now() + kPatchQueueWait;
+  while (!queue.TryLock()) {
+    if (std::chrono::steady_clock::now() >= queue_deadline) {
+      absl::Status busy = absl::AbortedError(absl::StrCat(
+          "another patch of ", request.name(), " version ", (*model)->version_string(),
+          " has been preparing for more than ", kPatchQueueWait.count(), " s; try again"));
+      event.Fail(busy);
+      return busy;
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  bool queue_held = true;
+  absl::Cleanup leave_queue = [&queue, &queue_held] {
+    if (queue_held) queue.Unlock();
+  };
   absl::StatusOr<uint64_t> id = absl::AbortedError("not committed");
-  // A commit, rollback or tier swap between preparing and committing moves the table on
-  // (Aborted): prepare against the new one, a few times.
-  for (int attempt = 0; attempt < 3 && absl::IsAborted(id.status()); ++attempt) {
+  // A rollback, a profile window's end or a tier swap between preparing and committing moves
+  // the table on (Aborted): prepare against the new one, a few times.
+  for (int attempt = 0; attempt < kPatchAttempts && absl::IsAborted(id.status()); ++attempt) {
     auto t0 = std::chrono::steady_clock::now();
     auto patch = PreparePatch(loaded, kind, request, functions, inputs);
     if (absl::IsAborted(patch.status())) {
@@ -276,6 +301,8 @@ absl::StatusOr<cuvil::admin::v1::PatchFunctionResponse> AdminOperations::PatchFu
                                 "', compile ", response.compile_ms(), " ms"));
   event.Done(absl::StrJoin(response.functions(), ","));
   SyncSnapshot(snapshots_, **model);
+  queue.Unlock();  // The next patch may prepare while this one's profile window runs.
+  queue_held = false;
   if (kind == kPatchKindProfile && request.wait()) {
     // The window plus slack: the timer rolls the patch back at the end of it.
     loaded.WaitForProfileEnd(*id, request.profile_seconds() + 30);

@@ -255,6 +255,8 @@ int HttpStatusFor(const absl::Status& status) {
       return 401;
     case absl::StatusCode::kPermissionDenied:
       return 403;
+    case absl::StatusCode::kAborted:  // A conflicting change won the race: try again.
+      return 409;
     default:
       return 400;
   }

@@ -15,7 +15,9 @@ usage: patch_trust_server_test.py SERVER_BINARY MODEL_REPOSITORY SHARED_MODELS
    --snapshot-dir after the reload comes back patched.
    A snapshot taken on the quick tier, restored, tiers up too (beneath its patch).
 5. Without a token or --insecure-admin, IR patches, snapshots and restores are refused (403).
-6. `exact: true` over HTTP refuses a one-ulp difference; without its sandbox program the server
+6. Six patches of one kernel sent at once all land (they queue instead of invalidating each
+   other's prepared table), each with its own id; rolling all back restores the output.
+7. `exact: true` over HTTP refuses a one-ulp difference; without its sandbox program the server
    refuses IR patches naming it, and lives; a patch of a kernel no validation input runs (an If
    branch) is refused as unchecked unless forced, and once served requests take that branch,
    validation compares the patch on them.
@@ -366,6 +368,34 @@ def native_code_needs_authority(binary, repo, work):
         server.stop()
 
 
+def concurrent_patches_queue(server, symbol):
+    results = [None] * 6
+
+    def send(i):
+        results[i] = patch(server, {"ir": doubled_add_ir(symbol), "force": True,
+                                    "author": f"queue-{i}"})
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(results))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    refused = [(s, b) for s, b in results if s != 200]
+    if refused:
+        fail(f"{len(refused)} of {len(results)} concurrent patches refused: {refused}")
+    ids = {json.loads(b)["patch_id"] for _, b in results}
+    active = [p for p in patches(server) if p["active"] and p["author"].startswith("queue-")]
+    if len(ids) != len(results) or {p["patch_id"] for p in active} != ids:
+        fail(f"concurrent patches: ids {sorted(ids)}, active {active}")
+    alive(server, DOUBLED)
+    for pid in sorted(ids, key=int):
+        status, body = server.post("/v2/admin/models/adder/versions/1/rollback", {"patch_id": pid})
+        if status != 200:
+            fail(f"rollback {pid}: {status} {body}")
+    alive(server, PLAIN)
+    print(f"ok: {len(results)} concurrent patches of one kernel all landed, then rolled back")
+
+
 def main():
     if len(sys.argv) != 4:
         fail(__doc__)
@@ -379,6 +409,7 @@ def main():
             alive(server, PLAIN)
             symbol = add_symbol(server)
             profile_ending_during_validation(server, symbol)
+            concurrent_patches_queue(server, symbol)
             hostile_patches(server, symbol, work)
             exact_over_http(server, symbol)
             a_kernel_no_input_runs_is_not_validated(server)

@@ -98,7 +98,8 @@ void InferAsync(ModelVersion& model, std::unique_ptr<InferenceRequest> request,
 // Runs `request` on `model` and waits for the response (the caller's thread blocks).
 InferenceResponse InferBlocking(ModelVersion& model, std::unique_ptr<InferenceRequest> request);
 
-// Triton's HTTP status for a status code (400 / 404 / 500 / 501 / 503).
+// Triton's HTTP status for a status code (400 / 401 / 403 / 404 / 409 for Aborted: a conflicting
+// change won, try again / 500 / 501 / 503).
 int HttpStatusFor(const absl::Status& status);
 
 }  // namespace cuvil

@@ -72,6 +72,10 @@ class ModelVersion {
   // validated on them too. The config parameter "cuvil.validation_samples" sets how many are
   // kept ("0": none — for data that must not stay in memory).
   std::vector<std::vector<HostTensor>> RecentRequests() const;
+  // Held by an admin patch call from preparing its layer to committing it: patches of one
+  // version queue behind each other instead of invalidating each other's prepared table (the
+  // loser would get Aborted). Rollbacks and tier swaps do not take it.
+  absl::Mutex& patch_operation_mu() { return patch_operation_mu_; }
 
  private:
   std::string name_;
@@ -90,6 +94,7 @@ class ModelVersion {
   absl::Mutex retire_mu_;
   std::shared_ptr<ModelVersion> successor_ ABSL_GUARDED_BY(retire_mu_);
   std::unique_ptr<RequestSampler> sampler_;  // Set by the constructor.
+  absl::Mutex patch_operation_mu_;
 };
 
 // What ListModels / RepositoryIndex report for one version.
