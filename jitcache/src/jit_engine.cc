@@ -1056,7 +1056,7 @@ absl::StatusOr<uint64_t> LoadedModel::CommitLocked(std::shared_ptr<PreparedPatch
 }
 
 absl::StatusOr<uint64_t> LoadedModel::CommitPatch(std::shared_ptr<PreparedPatch> patch,
-                                                  std::string author) {
+                                                  std::string author, PatchCheck check) {
   if (patch == nullptr) return absl::InvalidArgumentError("no patch");
   const double seconds = patch->profiler != nullptr ? patch->profile_seconds : 0;
   absl::StatusOr<uint64_t> id;
@@ -1064,6 +1064,7 @@ absl::StatusOr<uint64_t> LoadedModel::CommitPatch(std::shared_ptr<PreparedPatch>
     absl::MutexLock lock(&patch_mu_);
     patch->record.author = std::move(author);
     patch->record.unix_ms = NowUnixMs();
+    patch->record.check = check;
     id = CommitLocked(std::move(patch), layers_.size());
   }
   if (!id.ok()) return id;
@@ -1133,6 +1134,7 @@ absl::StatusOr<uint64_t> LoadedModel::CommitRestoredPatch(std::shared_ptr<Prepar
     patch->record.id = original.id;
     patch->record.unix_ms = original.unix_ms;
     patch->record.author = original.author;
+    patch->record.check = original.check;
     id = CommitLocked(std::move(patch), layers_.size());
   }
   if (!id.ok()) return id;
@@ -1145,7 +1147,49 @@ absl::StatusOr<uint64_t> LoadedModel::CommitRestoredPatch(std::shared_ptr<Prepar
   return id;
 }
 
-absl::Status LoadedModel::Rollback(uint64_t id, double drain_seconds) {
+absl::StatusOr<size_t> LoadedModel::RollbackLayer(uint64_t id) const {
+  auto rec = std::find_if(history_.begin(), history_.end(),
+                          [&](const PatchRecord& r) { return r.id == id; });
+  if (rec == history_.end()) {
+    return absl::NotFoundError(absl::StrCat("no patch ", id, " on ", namespace_name_));
+  }
+  if (!rec->active)
+    return absl::FailedPreconditionError(absl::StrCat("patch ", id, " is already rolled back"));
+  size_t k = 0;
+  while (k < layers_.size() && layers_[k]->patch->id != id) ++k;
+  if (k == layers_.size()) return absl::InternalError(absl::StrCat("patch ", id, " has no layer"));
+  for (size_t j = k + 1; j < layers_.size(); ++j) {
+    // Its wrappers call the code of the table it was prepared on, which includes this patch.
+    if (layers_[j]->patch->profiler != nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("profile patch ", layers_[j]->patch->id, " wraps patch ", id,
+                       "; roll the profile back (or wait for it to end) first"));
+    }
+  }
+  return k;
+}
+
+absl::StatusOr<LoadedModel::RollbackTrial> LoadedModel::TryRollback(uint64_t id) const {
+  absl::MutexLock lock(&patch_mu_);
+  absl::StatusOr<size_t> k = RollbackLayer(id);
+  if (!k.ok()) return k.status();
+  RollbackTrial trial;
+  trial.before = std::make_shared<PreparedPatch>();
+  trial.before->base_generation = table_generation_;
+  trial.before->table = BuildTable(*k);
+  trial.without = std::make_shared<PreparedPatch>();
+  trial.without->base_generation = table_generation_;
+  trial.without->table = BuildTable(*k);
+  for (size_t j = *k + 1; j < layers_.size(); ++j) {
+    for (const auto& [slot, code] : layers_[j]->patch->slots) trial.without->table[slot] = code;
+    for (const PatchRecord& r : history_) {
+      if (r.id == layers_[j]->patch->id) trial.above.push_back(r);
+    }
+  }
+  return trial;
+}
+
+absl::Status LoadedModel::Rollback(uint64_t id, double drain_seconds, const RollbackTrial* trial) {
   // One rollback drains at a time (the epoch's two parities serve one waiter); the patch lock is
   // held only while the table changes, never while waiting for executions.
   absl::MutexLock retire_lock(&retire_mu_);
@@ -1153,25 +1197,17 @@ absl::Status LoadedModel::Rollback(uint64_t id, double drain_seconds) {
   std::vector<std::unique_ptr<void*[]>> retired;  // Tables executions may still be reading.
   {
     absl::MutexLock lock(&patch_mu_);
+    absl::StatusOr<size_t> layer = RollbackLayer(id);
+    if (!layer.ok()) return layer.status();
+    if (trial != nullptr &&
+        (trial->without == nullptr || trial->without->base_generation != table_generation_)) {
+      return absl::AbortedError(
+          absl::StrCat("the version was patched or rolled back since the rollback of patch ", id,
+                       " was tried; try again"));
+    }
+    const size_t k = *layer;
     auto rec = std::find_if(history_.begin(), history_.end(),
                             [&](const PatchRecord& r) { return r.id == id; });
-    if (rec == history_.end()) {
-      return absl::NotFoundError(absl::StrCat("no patch ", id, " on ", namespace_name_));
-    }
-    if (!rec->active)
-      return absl::FailedPreconditionError(absl::StrCat("patch ", id, " is already rolled back"));
-    size_t k = 0;
-    while (k < layers_.size() && layers_[k]->patch->id != id) ++k;
-    if (k == layers_.size())
-      return absl::InternalError(absl::StrCat("patch ", id, " has no layer"));
-    for (size_t j = k + 1; j < layers_.size(); ++j) {
-      // Its wrappers call the code of the table it was prepared on, which includes this patch.
-      if (layers_[j]->patch->profiler != nullptr) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("profile patch ", layers_[j]->patch->id, " wraps patch ", id,
-                         "; roll the profile back (or wait for it to end) first"));
-      }
-    }
     victim = std::move(layers_[k]->patch);
     layers_.erase(layers_.begin() + static_cast<std::ptrdiff_t>(k));
     // Layers above the victim get tables without it; their old tables retire.

@@ -245,6 +245,49 @@ TEST_F(PatchTest, RollbackOfAMiddlePatchKeepsTheOthers) {
   for (const PatchRecord& r : patches) EXPECT_FALSE(r.active);
 }
 
+TEST_F(PatchTest, TryRollbackRunsTheTablesAMiddleRollbackWouldPublishAndReplace) {
+  PatchCheck checked;
+  checked.validated = true;
+  checked.rtol = 1e-3;
+  auto p1 = model_->PrepareIrPatch(ScaledAddIr(k0_, 2.0f), {});
+  ASSERT_TRUE(p1.ok()) << p1.status();
+  auto id1 = model_->CommitPatch(*p1, "a");
+  ASSERT_TRUE(id1.ok());
+  auto p2 = model_->PrepareIrPatch(ScaledAddIr(k1_, 3.0f), {});
+  ASSERT_TRUE(p2.ok()) << p2.status();
+  auto id2 = model_->CommitPatch(*p2, "b", checked);
+  ASSERT_TRUE(id2.ok());
+  EXPECT_EQ(RunOnce(), 36.0f);  // 3 * (2*(0+1) + 10)
+  // Nothing above the top patch: the trial names no patch above it.
+  auto top = model_->TryRollback(*id2);
+  ASSERT_TRUE(top.ok()) << top.status();
+  EXPECT_TRUE(top->above.empty());
+  EXPECT_EQ(RunOnce(top->without.get()), 12.0f);
+  auto trial = model_->TryRollback(*id1);
+  ASSERT_TRUE(trial.ok()) << trial.status();
+  ASSERT_EQ(trial->above.size(), 1u);
+  EXPECT_EQ(trial->above[0].id, *id2);
+  EXPECT_TRUE(trial->above[0].check.validated);     // CommitPatch's check is kept.
+  EXPECT_EQ(RunOnce(trial->without.get()), 33.0f);  // 3 * (1 + 10): patch 2 alone.
+  EXPECT_EQ(RunOnce(trial->before.get()), 11.0f);   // The table before patch 1.
+  EXPECT_EQ(RunOnce(), 36.0f);                      // Trials publish nothing.
+  // A commit after the trial: its tables are stale and the rollback with it refuses.
+  auto p3 = model_->PrepareIrPatch(ScaledAddIr(k0_, 5.0f), {});
+  ASSERT_TRUE(p3.ok()) << p3.status();
+  ASSERT_TRUE(model_->CommitPatch(*p3, "c").ok());
+  HostTensor x(DType::kFloat32, {2, kWidth});
+  std::memset(x.data(), 0, x.byte_size());
+  EXPECT_TRUE(absl::IsAborted(model_->RunWith(trial->without.get(), {x}).status()));
+  EXPECT_TRUE(absl::IsAborted(model_->Rollback(*id1, 10, &*trial)));
+  EXPECT_EQ(RunOnce(), 45.0f);  // Unchanged: 3 * (5 + 10).
+  auto again = model_->TryRollback(*id1);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->above.size(), 2u);
+  ASSERT_TRUE(model_->Rollback(*id1, 10, &*again).ok());
+  EXPECT_EQ(RunOnce(), 45.0f);  // Patch 1 was masked by patch 3 on k0.
+  EXPECT_TRUE(absl::IsNotFound(model_->TryRollback(999).status()));
+}
+
 TEST_F(PatchTest, RecompilePatchSwapsInOtherCodeWithTheSameResults) {
   auto recompiled = CompileOnnxBytes(TwoAdds(1.0f, 10.0f), OptLevel(0));
   ASSERT_TRUE(recompiled.ok()) << recompiled.status();

@@ -178,6 +178,10 @@ absl::StatusOr<std::string> EncodeSnapshot(const LoadedModel& loaded, const std:
     p->set_active(r.active);
     p->set_rolled_back_unix_ms(r.rolled_back_unix_ms);
     p->set_source(r.source);
+    p->mutable_check()->set_validated(r.check.validated);
+    p->mutable_check()->set_exact(r.check.exact);
+    p->mutable_check()->set_rtol(r.check.rtol);
+    p->mutable_check()->set_atol(r.check.atol);
     if (r.active && r.kind == kPatchKindRecompile) {
       auto code = loaded.PatchObjectCode(r.id);
       if (code.ok()) p->set_object_code(*std::move(code));
@@ -386,6 +390,10 @@ absl::StatusOr<VersionSnapshot> DecodeSnapshotOrThrow(std::string_view bytes, ui
     r.active = p.active();
     r.rolled_back_unix_ms = p.rolled_back_unix_ms();
     r.source = p.source();
+    r.check.validated = p.check().validated();
+    r.check.exact = p.check().exact();
+    r.check.rtol = p.check().rtol();
+    r.check.atol = p.check().atol();
     if (r.id == 0 ||
         (r.kind != kPatchKindIr && r.kind != kPatchKindRecompile && r.kind != kPatchKindProfile)) {
       return Refuse(absl::StrCat("patch ", r.id, " has unknown kind '", r.kind, "'"));

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
@@ -256,6 +257,7 @@ absl::StatusOr<cuvil::admin::v1::PatchFunctionResponse> AdminOperations::PatchFu
     if (!patch.ok()) return patch.status();
     response.set_compile_ms(MsSince(t0));
     event.ExcludeMs(response.compile_ms());
+    PatchCheck check;
     if (!request.has_validate() || request.validate()) {
       auto checked = ValidatePatch(loaded, patch->get(), inputs, validation);
       if (absl::IsAborted(checked.status())) {
@@ -282,9 +284,13 @@ absl::StatusOr<cuvil::admin::v1::PatchFunctionResponse> AdminOperations::PatchFu
             absl::StrJoin(idle, ", "), " never ran", " on the ", inputs.size(),
             " validation input sets, so nothing checked it; set force to apply it anyway"));
       }
+      check.validated = checked->first_mismatch.empty() && idle.empty();
+      check.exact = validation.exact;
+      check.rtol = validation.exact ? 0 : validation.rtol;
+      check.atol = validation.exact ? 0 : validation.atol;
     }
     t0 = std::chrono::steady_clock::now();
-    id = loaded.CommitPatch(*patch, request.author());
+    id = loaded.CommitPatch(*patch, request.author(), check);
     response.set_switch_us(MsSince(t0) * 1000);
   }
   if (!id.ok()) {
@@ -322,15 +328,52 @@ absl::StatusOr<cuvil::admin::v1::RollbackResponse> AdminOperations::Rollback(
       models_->Get(request.name(), request.version() > 0 ? absl::StrCat(request.version()) : "");
   if (!model.ok()) return model.status();
   event.set_version((*model)->version_string());
-  auto t0 = std::chrono::steady_clock::now();
-  if (absl::Status s = (*model)->mutable_loaded().Rollback(*id); !s.ok()) {
-    event.Fail(s);
-    // Stuck executions keep the code alive, but the rollback itself took effect: record it.
-    if (absl::IsDeadlineExceeded(s)) SyncSnapshot(snapshots_, **model);
-    return s;
-  }
+  LoadedModel& loaded = (*model)->mutable_loaded();
   cuvil::admin::v1::RollbackResponse response;
-  response.set_switch_us(MsSince(t0) * 1000);
+  absl::Status rolled = absl::AbortedError("not rolled back");
+  // A patch committed or rolled back between the trial and the rollback moves the table on
+  // (Aborted): try the new one, a few times.
+  for (int attempt = 0; attempt < kPatchAttempts && absl::IsAborted(rolled); ++attempt) {
+    std::optional<LoadedModel::RollbackTrial> trial;
+    if (!request.force()) {
+      auto tried = loaded.TryRollback(*id);
+      if (!tried.ok()) {
+        event.Fail(tried.status());
+        return tried.status();
+      }
+      if (!tried->above.empty()) {
+        // The layers above it never ran on the table beneath it without it.
+        std::vector<std::vector<HostTensor>> inputs =
+            PatchValidationInputs(loaded, (*model)->config());
+        for (std::vector<HostTensor>& served : (*model)->RecentRequests()) {
+          inputs.push_back(std::move(served));
+        }
+        auto checked =
+            ValidateRollback(loaded, *tried, inputs,
+                             SchedulerOptionsFromConfig((*model)->config()).intra_op_threads);
+        if (absl::IsAborted(checked.status())) {
+          rolled = checked.status();
+          continue;
+        }
+        if (!checked.ok()) {
+          event.Fail(checked.status());
+          return checked.status();
+        }
+        response.set_validated_sets(checked->input_sets);
+        response.set_max_abs_diff(checked->max_abs_diff);
+      }
+      trial = *std::move(tried);
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    rolled = loaded.Rollback(*id, 10, trial ? &*trial : nullptr);
+    response.set_switch_us(MsSince(t0) * 1000);
+  }
+  if (!rolled.ok()) {
+    event.Fail(rolled);
+    // Stuck executions keep the code alive, but the rollback itself took effect: record it.
+    if (absl::IsDeadlineExceeded(rolled)) SyncSnapshot(snapshots_, **model);
+    return rolled;
+  }
   event.set_detail(absl::StrCat("patch ", *id));
   event.Done(PatchFunctions((*model)->loaded(), *id));
   SyncSnapshot(snapshots_, **model);
@@ -352,6 +395,7 @@ absl::StatusOr<cuvil::admin::v1::ListPatchesResponse> AdminOperations::ListPatch
     p->set_author(r.author);
     p->set_active(r.active);
     p->set_rolled_back_unix_ms(r.rolled_back_unix_ms);
+    p->set_validated(r.check.validated);
     if (r.kind != kPatchKindIr) p->set_options(r.source);
     FillProfile(r.profile, p->mutable_profile());
   }

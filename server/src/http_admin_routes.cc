@@ -259,20 +259,26 @@ void HttpAdminRoutes::Patch(Response& res, const std::string& body, const std::s
                {"profile", ProfileJson(out->profile())}});
 }
 
-// POST .../versions/{v}/rollback {"patch_id": ID}
+// POST .../versions/{v}/rollback {"patch_id": ID, "force"?: bool}
 void HttpAdminRoutes::Rollback(Response& res, const std::string& body, const std::string& name,
                                int64_t version) {
   absl::StatusOr<json> parsed = ParseBody(body);
   if (!parsed.ok()) return SetError(res, parsed.status());
   absl::StatusOr<std::string> id = StringField(*parsed, "patch_id");
   if (!id.ok()) return SetError(res, id.status());
+  absl::StatusOr<bool> force = BoolField(*parsed, "force", false);
+  if (!force.ok()) return SetError(res, force.status());
   cuvil::admin::v1::RollbackRequest request;
   request.set_name(name);
   request.set_version(version);
   request.set_patch_id(*id);
+  request.set_force(*force);
   auto out = admin_->Rollback(request);
   if (!out.ok()) return SetError(res, out.status());
-  SetJson(res, 200, json{{"switch_us", out->switch_us()}});
+  SetJson(res, 200,
+          json{{"switch_us", out->switch_us()},
+               {"validated_sets", out->validated_sets()},
+               {"max_abs_diff", out->max_abs_diff()}});
 }
 
 void HttpAdminRoutes::ListPatches(Response& res, const std::string& name, int64_t version) {
@@ -292,6 +298,7 @@ void HttpAdminRoutes::ListPatches(Response& res, const std::string& name, int64_
                        {"author", p.author()},
                        {"active", p.active()},
                        {"rolled_back_unix_ms", p.rolled_back_unix_ms()},
+                       {"validated", p.validated()},
                        {"options", p.options()},
                        {"profile", ProfileJson(p.profile())}});
   }

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "cuvil/compiler/compiler.h"
 #include "cuvil/runtime/parallel.h"
 
@@ -112,32 +113,38 @@ std::vector<std::vector<HostTensor>> PatchValidationInputs(const LoadedModel& lo
   return sets;
 }
 
-absl::StatusOr<PatchValidationResult> ValidatePatch(
-    const LoadedModel& loaded, const PreparedPatch* patch,
-    const std::vector<std::vector<HostTensor>>& inputs, const PatchValidationOptions& options) {
+namespace {
+
+// Runs `reference` and `candidate` (null: the current table) on every set of `inputs` on which
+// the reference succeeds and compares (see ValidatePatch). `what` names the candidate in
+// messages ("the patched code"), `reference_what` the reference ("the current code").
+absl::StatusOr<PatchValidationResult> CompareTables(
+    const LoadedModel& loaded, const PreparedPatch* reference, const PreparedPatch* candidate,
+    const std::vector<std::vector<HostTensor>>& inputs, const PatchValidationOptions& options,
+    const char* what, const char* reference_what) {
   IntraOpScope threads(options.intra_op_threads);
   PatchValidationResult result;
   absl::Status first_current_error = absl::OkStatus();
   const auto& outputs_sig = loaded.model().outputs;
   for (size_t set = 0; set < inputs.size(); ++set) {
-    auto current = loaded.RunWith(nullptr, inputs[set]);
+    auto current = loaded.RunWith(reference, inputs[set]);
+    if (absl::IsAborted(current.status())) return current.status();
     if (!current.ok()) {
       if (first_current_error.ok()) first_current_error = current.status();
       continue;  // Not an input this model takes.
     }
-    auto patched = loaded.RunWith(patch, inputs[set]);
+    auto patched = loaded.RunWith(candidate, inputs[set]);
     if (absl::IsAborted(patched.status())) return patched.status();
     if (!patched.ok()) {
       return absl::FailedPreconditionError(
-          absl::StrCat("validation: the patched code fails where the current code succeeds (input "
-                       "set ",
-                       set + 1, "): ", patched.status().message()));
+          absl::StrCat("validation: ", what, " fails where ", reference_what,
+                       " succeeds (input set ", set + 1, "): ", patched.status().message()));
     }
     ++result.input_sets;
     if (patched->size() != current->size()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("validation: the patched code returns ", patched->size(),
-                       " outputs, the current code ", current->size()));
+      return absl::FailedPreconditionError(absl::StrCat("validation: ", what, " returns ",
+                                                        patched->size(), " outputs, ",
+                                                        reference_what, " ", current->size()));
     }
     for (size_t o = 0; o < current->size(); ++o) {
       const HostTensor& a = (*current)[o];
@@ -145,8 +152,8 @@ absl::StatusOr<PatchValidationResult> ValidatePatch(
       const std::string name = o < outputs_sig.size() ? outputs_sig[o].name : absl::StrCat(o);
       if (a.dtype() != b.dtype() || a.shape() != b.shape()) {
         return absl::FailedPreconditionError(absl::StrCat(
-            "validation: output '", name, "' is ", b.TypeString(), " with the patch and ",
-            a.TypeString(), " without it (input set ", set + 1, ")"));
+            "validation: output '", name, "' is ", b.TypeString(), " from ", what, " and ",
+            a.TypeString(), " from ", reference_what, " (input set ", set + 1, ")"));
       }
       if (a.dtype() == DType::kString || options.exact) {
         if (!SameBits(a, b) && result.first_mismatch.empty()) {
@@ -164,18 +171,66 @@ absl::StatusOr<PatchValidationResult> ValidatePatch(
             (nan_mismatch || diff > options.atol + options.rtol * std::fabs(old_v)) &&
             result.first_mismatch.empty()) {
           result.first_mismatch =
-              absl::StrCat("output '", name, "' element ", i, ": patched ", new_v, ", current ",
-                           old_v, " (input set ", set + 1, ")");
+              absl::StrCat("output '", name, "' element ", i, ": ", new_v, " from ", what, ", ",
+                           old_v, " from ", reference_what, " (input set ", set + 1, ")");
         }
       }
     }
   }
   if (result.input_sets == 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat("validation: the current code fails on every validation input: ",
-                     first_current_error.message()));
+        absl::StrCat("validation: ", reference_what,
+                     " fails on every validation input: ", first_current_error.message()));
   }
   return result;
+}
+
+}  // namespace
+
+absl::StatusOr<PatchValidationResult> ValidatePatch(
+    const LoadedModel& loaded, const PreparedPatch* patch,
+    const std::vector<std::vector<HostTensor>>& inputs, const PatchValidationOptions& options) {
+  return CompareTables(loaded, nullptr, patch, inputs, options, "the patched code",
+                       "the current code");
+}
+
+absl::StatusOr<PatchValidationResult> ValidateRollback(
+    const LoadedModel& loaded, const LoadedModel::RollbackTrial& trial,
+    const std::vector<std::vector<HostTensor>>& inputs, int intra_op_threads) {
+  PatchValidationResult none;
+  if (trial.above.empty()) return none;  // The table that served before the patch, as it was.
+  PatchValidationOptions options;
+  options.intra_op_threads = intra_op_threads;
+  options.exact = true;
+  std::vector<std::string> unchecked;
+  for (const PatchRecord& r : trial.above) {
+    if (r.kind == kPatchKindProfile) continue;  // Timing wrappers compute nothing of their own.
+    if (!r.check.validated) {
+      unchecked.push_back(absl::StrCat(r.id));
+      continue;
+    }
+    // Each layer above agreed with the table beneath it within its own tolerance; removing one
+    // beneath them may add those differences up.
+    options.exact = options.exact && r.check.exact;
+    options.rtol += r.check.rtol;
+    options.atol += r.check.atol;
+  }
+  if (!unchecked.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "patch", unchecked.size() > 1 ? "es " : " ", absl::StrJoin(unchecked, ", "), " above it ",
+        unchecked.size() > 1 ? "were" : "was",
+        " never validated (forced, or validation off), so nothing says what the stack without it "
+        "should compute; roll back from the top, or set force"));
+  }
+  auto compared = CompareTables(loaded, trial.before.get(), trial.without.get(), inputs, options,
+                                "the stack without the patch", "the stack before the patch");
+  if (!compared.ok() || compared->first_mismatch.empty()) return compared;
+  return absl::FailedPreconditionError(absl::StrCat(
+      "rolling back this patch leaves the patches above it computing other outputs than the "
+      "version did before it (",
+      compared->first_mismatch,
+      options.exact ? ", exact" : absl::StrCat(", rtol ", options.rtol, ", atol ", options.atol),
+      "); roll back from the top, or set force"));
 }
 
 absl::StatusOr<std::shared_ptr<PreparedPatch>> PrepareRecompileFromSource(

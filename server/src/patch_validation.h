@@ -53,6 +53,17 @@ absl::StatusOr<PatchValidationResult> ValidatePatch(
     const LoadedModel& loaded, const PreparedPatch* patch,
     const std::vector<std::vector<HostTensor>>& inputs, const PatchValidationOptions& options);
 
+// Checks the table a middle rollback would publish (`trial`, from LoadedModel::TryRollback):
+// with no active patch above the rolled-back one there is nothing to check (the table that served
+// before it returns). Otherwise every patch above must have been validated (PatchCheck), and
+// the stack without the patch must compute, on every set of `inputs`, what the stack before the
+// patch computed, within the sum of those patches' tolerances (exact when all were exact).
+// FailedPrecondition naming the unvalidated patches or the first mismatch (the caller may force);
+// errors of ValidatePatch otherwise (Aborted when the version changed since the trial).
+absl::StatusOr<PatchValidationResult> ValidateRollback(
+    const LoadedModel& loaded, const LoadedModel::RollbackTrial& trial,
+    const std::vector<std::vector<HostTensor>>& inputs, int intra_op_threads);
+
 // Prepares a recompile patch of `loaded`: its model compiled again from its recorded source with
 // `options_text` ("opt_level=N") for `functions` (empty: every kernel that no active IR patch
 // replaces, so a recompile never masks an IR patch beneath it). InvalidArgument for bad options

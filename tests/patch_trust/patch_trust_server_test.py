@@ -17,7 +17,10 @@ usage: patch_trust_server_test.py SERVER_BINARY MODEL_REPOSITORY SHARED_MODELS
 5. Without a token or --insecure-admin, IR patches, snapshots and restores are refused (403).
 6. Six patches of one kernel sent at once all land (they queue instead of invalidating each
    other's prepared table), each with its own id; rolling all back restores the output.
-7. `exact: true` over HTTP refuses a one-ulp difference; without its sandbox program the server
+7. Rolling back a patch with patches above it checks the combination left: refused (400, naming
+   why) when a patch above was never validated or when the stack without it computes other
+   outputs than the version did before it; applied when it computes the same; force skips it.
+8. `exact: true` over HTTP refuses a one-ulp difference; without its sandbox program the server
    refuses IR patches naming it, and lives; a patch of a kernel no validation input runs (an If
    branch) is refused as unchecked unless forced, and once served requests take that branch,
    validation compares the patch on them.
@@ -388,12 +391,66 @@ def concurrent_patches_queue(server, symbol):
     if len(ids) != len(results) or {p["patch_id"] for p in active} != ids:
         fail(f"concurrent patches: ids {sorted(ids)}, active {active}")
     alive(server, DOUBLED)
-    for pid in sorted(ids, key=int):
+    for pid in sorted(ids, key=int, reverse=True):  # From the top (see the middle rollbacks).
         status, body = server.post("/v2/admin/models/adder/versions/1/rollback", {"patch_id": pid})
         if status != 200:
             fail(f"rollback {pid}: {status} {body}")
     alive(server, PLAIN)
     print(f"ok: {len(results)} concurrent patches of one kernel all landed, then rolled back")
+
+
+def middle_rollbacks_are_checked(server, symbol):
+    same_ir = doubled_add_ir(symbol).replace("fmul float %s, 2.0", "fmul float %s, 1.0")
+
+    def apply(ir, force, author):
+        status, body = patch(server, {"ir": ir, "force": force, "author": author})
+        if status != 200:
+            fail(f"patch {author}: {status} {body}")
+        return json.loads(body)["patch_id"]
+
+    def rollback(pid, force=False):
+        return server.post("/v2/admin/models/adder/versions/1/rollback",
+                           {"patch_id": pid, "force": force})
+
+    def validated(pid):
+        return [p["validated"] for p in patches(server) if p["patch_id"] == pid][0]
+
+    # A forced change, then a validated patch that agrees with it: without the first, the second
+    # still doubles, which the version never did before the first.
+    forced = apply(doubled_add_ir(symbol), True, "middle-forced")
+    agreeing = apply(doubled_add_ir(symbol), False, "middle-agreeing")
+    if validated(forced) or not validated(agreeing):
+        fail(f"validated flags: {patches(server)}")
+    status, body = rollback(forced)
+    if status != 400 or "other outputs than the version did before it" not in body:
+        fail(f"a middle rollback leaving a doubling patch: {status} {body}")
+    alive(server, DOUBLED)
+    for pid in (agreeing, forced):  # From the top: each restores a table that once served.
+        status, body = rollback(pid)
+        if status != 200 or json.loads(body)["validated_sets"] != 0:
+            fail(f"rollback from the top {pid}: {status} {body}")
+    alive(server, PLAIN)
+    # Two validated patches that compute what the version did: the middle one goes, checked.
+    lower = apply(same_ir, False, "middle-lower")
+    upper = apply(same_ir, False, "middle-upper")
+    status, body = rollback(lower)
+    if status != 200 or json.loads(body)["validated_sets"] < 1:
+        fail(f"a checked middle rollback: {status} {body}")
+    alive(server, PLAIN)
+    # An unvalidated patch above: refused, naming it; force rolls back anyway.
+    forced_above = apply(doubled_add_ir(symbol), True, "middle-forced-above")
+    status, body = rollback(upper)
+    if status != 400 or f"patch {forced_above} above it was never validated" not in body:
+        fail(f"a middle rollback under an unvalidated patch: {status} {body}")
+    status, body = rollback(upper, force=True)
+    if status != 200:
+        fail(f"a forced middle rollback: {status} {body}")
+    alive(server, DOUBLED)
+    status, body = rollback(forced_above)
+    if status != 200:
+        fail(f"rollback {forced_above}: {status} {body}")
+    alive(server, PLAIN)
+    print("ok: middle rollbacks are checked (refused twice with the reason, applied once, forced)")
 
 
 def main():
@@ -410,6 +467,7 @@ def main():
             symbol = add_symbol(server)
             profile_ending_during_validation(server, symbol)
             concurrent_patches_queue(server, symbol)
+            middle_rollbacks_are_checked(server, symbol)
             hostile_patches(server, symbol, work)
             exact_over_http(server, symbol)
             a_kernel_no_input_runs_is_not_validated(server)

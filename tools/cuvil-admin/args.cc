@@ -83,9 +83,12 @@ std::string VerbUsage(Verb verb) {
           "  --no-validate           skip validation\n"
           "  --rtol X, --atol Y      validation tolerance (server defaults 1e-3, 1e-5)\n");
     case Verb::kRollback:
-      return absl::StrCat("usage: cuvil-admin rollback MODEL PATCH_ID [-v N]\n",
-                          "Restores the kernels from before patch PATCH_ID (the latest active).\n",
-                          kVersionFlag);
+      return absl::StrCat(
+          "usage: cuvil-admin rollback MODEL PATCH_ID [-v N] [--force]\n",
+          "Removes patch PATCH_ID from the version's stack. When patches above it stay, the\n"
+          "server first checks that the stack without it computes what the version did before\n"
+          "it (within those patches' validation tolerances).\n",
+          kVersionFlag, "  --force                 roll back without that check\n");
     case Verb::kPatches:
       return absl::StrCat("usage: cuvil-admin patches MODEL [-v N]\n",
                           "The patch history of a version, oldest first.\n", kVersionFlag);
@@ -126,7 +129,7 @@ const std::map<std::string, std::set<Verb>>& VerbFlags() {
       {"--profile", {Verb::kPatch}},
       {"--function", {Verb::kPatch}},
       {"--author", {Verb::kPatch}},
-      {"--force", {Verb::kPatch}},
+      {"--force", {Verb::kPatch, Verb::kRollback}},
       {"--no-validate", {Verb::kPatch}},
       {"--rtol", {Verb::kPatch}},
       {"--atol", {Verb::kPatch}},

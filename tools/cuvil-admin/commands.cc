@@ -171,11 +171,16 @@ absl::Status RunCommand(const AdminArgs& args, std::string* out) {
       q.set_name(args.model);
       q.set_version(args.version);
       q.set_patch_id(args.patch_id);
+      q.set_force(args.force);
       av1::RollbackResponse r;
       auto s = FromGrpc(admin->Rollback(call.ctx(), q, &r), "Rollback", args.url);
       if (!s.ok()) return s;
-      render(r, absl::StrCat("patch ", args.patch_id, " rolled back (switch ", r.switch_us(),
-                             " us)\n"));
+      render(r, absl::StrCat("patch ", args.patch_id, " rolled back (switch ", r.switch_us(), " us",
+                             r.validated_sets() > 0
+                                 ? absl::StrCat("; the stack left checked on ", r.validated_sets(),
+                                                " input sets, max abs diff ", r.max_abs_diff())
+                                 : "",
+                             ")\n"));
       return absl::OkStatus();
     }
     case Verb::kPatches: {

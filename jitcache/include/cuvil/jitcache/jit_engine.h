@@ -49,6 +49,16 @@ struct KernelProfile {
   double share = 0;  // total_ns / the sum over every kernel (0..1).
 };
 
+// How a patch was checked before its commit (PatchRecord::check).
+struct PatchCheck {
+  // True when validation compared the patched outputs with the table beneath the patch and they
+  // agreed within the tolerance below; false when it was forced, not validated, or is unknown.
+  bool validated = false;
+  bool exact = false;  // Bit equality was required.
+  double rtol = 0;
+  double atol = 0;
+};
+
 // One hot patch of a version, as ListPatches reports it.
 struct PatchRecord {
   uint64_t id = 0;
@@ -62,6 +72,7 @@ struct PatchRecord {
   std::string source;
   // Profile patches: the per-kernel table (live while active, final once rolled back).
   std::vector<KernelProfile> profile;
+  PatchCheck check;  // What CommitPatch was told (kept through reloads and snapshots).
 };
 
 // Options of a recompile patch: what CompileOptions exposes that leaves the kernel set, the
@@ -167,7 +178,9 @@ class LoadedModel {
   // afterwards use it, executions already running finish on the old table. Never waits for
   // executions. Aborted if another patch was committed or rolled back since `patch` was prepared
   // (prepare it again), or while the version is frozen (Freeze). Returns the patch id.
-  absl::StatusOr<uint64_t> CommitPatch(std::shared_ptr<PreparedPatch> patch, std::string author);
+  // `check` says how the caller validated it (a middle rollback later relies on it).
+  absl::StatusOr<uint64_t> CommitPatch(std::shared_ptr<PreparedPatch> patch, std::string author,
+                                       PatchCheck check = {});
   // Commits a recompile patch of every kernel (`patch`, from PrepareRecompilePatch with no
   // functions named) as the new *base* of the stack: it goes beneath every active layer, whose
   // kernels keep overriding it (a tier swap must not mask user patches). Its record is listed
@@ -205,7 +218,24 @@ class LoadedModel {
   // sees every execution of that time gone (or the version is destroyed); the result is then
   // DeadlineExceeded naming how many executions are stuck. Rollbacks of one version are
   // serialised with each other.
-  absl::Status Rollback(uint64_t id, double drain_seconds = 10);
+  //
+  // With `trial` (from TryRollback), the rollback publishes exactly the table tried: Aborted
+  // when the version was patched or rolled back since (try again).
+  struct RollbackTrial;
+  absl::Status Rollback(uint64_t id, double drain_seconds = 10,
+                        const RollbackTrial* trial = nullptr);
+  // What rolling back patch `id` would publish, to be checked before it is: `without` is that
+  // table (every active layer but `id`) and `before` the table that served before `id` was
+  // committed (only the layers beneath it); RunWith runs either inside the execution guard
+  // (Aborted once the version changes). `above` lists the active patches above `id`: when it is
+  // not empty, `without` is a combination of layers that never ran together. NotFound and
+  // FailedPrecondition as Rollback. Thread-safe.
+  struct RollbackTrial {
+    std::shared_ptr<PreparedPatch> without;
+    std::shared_ptr<PreparedPatch> before;
+    std::vector<PatchRecord> above;
+  };
+  absl::StatusOr<RollbackTrial> TryRollback(uint64_t id) const;
   // Executions running now (requests and validation runs).
   int64_t running_executions() const;
   // The patches committed to this version, oldest first (active ones in stack order: a base
@@ -315,6 +345,8 @@ class LoadedModel {
   // A table: the base kernels with every layer's slots applied in order (patch_mu_ held).
   std::unique_ptr<void*[]> BuildTable(size_t layer_count) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(patch_mu_);
+  // The layer index of active patch `id` with Rollback's checks (patch_mu_ held).
+  absl::StatusOr<size_t> RollbackLayer(uint64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(patch_mu_);
   // Commits `patch` at layer position `at` (layers_.size(): on top).
   absl::StatusOr<uint64_t> CommitLocked(std::shared_ptr<PreparedPatch> patch, size_t at)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(patch_mu_);
