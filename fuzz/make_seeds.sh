@@ -7,7 +7,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:?usage: make_seeds.sh OUT_DIR}
 node_dir=${CUVIL_ONNX_NODE_DIR:-/usr/share/libonnx-testdata/data/node}
 rm -rf "$out"
-mkdir -p "$out"/{fuzz_onnx_compile,fuzz_model_config,fuzz_grpc_infer,fuzz_http_infer,fuzz_admin}
+mkdir -p "$out"/{fuzz_onnx_compile,fuzz_model_config,fuzz_grpc_infer,fuzz_http_infer,fuzz_admin,fuzz_patch_sandbox}
 
 # ONNX: the first core conformance case of each op family (test_add, test_add_bcast -> add), so
 # a short run covers every op without spending its time on the 490 cases' initial pass.
@@ -117,4 +117,51 @@ name: "abs" version: 2 onnx_model: "$abs_escaped"
 config_pbtxt: "max_batch_size: 0"
 PB
 fi
+# Patch sandbox: a mode byte (see fuzz_patch_sandbox.cc) then a reply or a job.
+sbx=$out/fuzz_patch_sandbox
+le() {  # le BYTES VALUE: VALUE as BYTES little-endian bytes, as printf escapes
+  local i
+  for ((i = 0; i < $1; i++)); do printf '\\x%02x' $((($2 >> (8 * i)) & 255)); done
+}
+reply() {  # reply OUT MODE_BYTE OK PAYLOAD [COUNT...]: a reply (jitcache/src/patch_sandbox.h)
+  local file=$1 mode=$2 ok=$3 payload=$4
+  shift 4
+  {
+    printf "\\x$mode$(le 4 0x53565543)$(le 4 "$ok")$(le 4 0)$(le 4 $#)$(le 8 ${#payload})"
+    printf '%s' "$payload"
+    for c in "$@"; do printf "$(le 8 "$c")"; done
+  } > "$file"
+}
+reply "$sbx/reply_ok" 04 1 $'\x7f''ELF patch object code' 3 0  # Two probed kernels: mode 2 << 1.
+reply "$sbx/reply_ok_unprobed" 00 1 $'\x7f''ELF patch object code'
+reply "$sbx/reply_refusal" 00 0 "does not parse: patch:1:1: error: expected top-level entity"
+job() {  # job OUT MODE_BYTE < text: a serialized cuvil.jitcache.v1.SandboxJob after the mode byte
+  local tmp
+  tmp=$(mktemp)
+  protoc --encode=cuvil.jitcache.v1.SandboxJob --proto_path="$root/jitcache/proto" \
+    "$root/jitcache/proto/patch_sandbox.proto" > "$tmp"
+  { printf "\\x$2"; cat "$tmp"; } > "$1"
+  rm -f "$tmp"
+}
+floats=$(head -c 32 /dev/zero | od -An -v -tx1 | tr -d ' \n' | sed 's/../\\x&/g')
+job "$sbx/job" 01 <<PB
+model {
+  name: "two_adds" symbol: "two_adds"
+  inputs { name: "x" dtype: 1 shape { coef: 1 power: 1 } shape { coef: 8 } }
+  outputs { name: "y" dtype: 1 shape { coef: 1 power: 1 } shape { coef: 8 } }
+  kernels { index: 0 symbol: "two_adds_k0" op_type: "Add" }
+  kernels { index: 1 symbol: "two_adds_k1" op_type: "Add" }
+  arena_per_batch_bytes: 64
+}
+object_code: "\x7f\x45LF base object code"
+weights_bytes: 64
+layers { kind: OBJECT code: "\x7f\x45LF layer" slots { slot: 0 symbol: "two_adds_k0.patch1" } }
+layers { kind: RECOMPILE code: "\x7f\x45LF recompiled" functions: "two_adds_k0" }
+layers { kind: IR code: "define i32 @two_adds_k0(ptr %a, i64 %b) {\n  ret i32 0\n}\n" }
+patch_ir: "define i32 @two_adds_k1.patch2(ptr %args, i64 %batch) {\n  ret i32 0\n}\n"
+patch_slots { slot: 1 symbol: "two_adds_k1.patch2" }
+probe_sets { tensors { dtype: 1 shape: [1, 8] data: "$floats" } }
+probe_sets { tensors { dtype: 8 shape: [2] strings: ["a", "bc"] } tensors { dtype: 7 data: "\x01\x00\x00\x00\x00\x00\x00\x00" } }
+PB
+job "$sbx/job_weights_off" 03 < <(printf 'object_code: "x" weights_bytes: 1\n')
 echo "make_seeds: $(find "$out" -type f | wc -l) seeds in $out"

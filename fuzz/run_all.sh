@@ -9,7 +9,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 seconds=${1:?usage: run_all.sh SECONDS [FUZZER...]}
 shift
 fuzzers=("$@")
-((${#fuzzers[@]})) || fuzzers=(fuzz_onnx_compile fuzz_model_config fuzz_grpc_infer fuzz_http_infer fuzz_admin)
+((${#fuzzers[@]})) || fuzzers=(fuzz_onnx_compile fuzz_model_config fuzz_grpc_infer fuzz_http_infer fuzz_admin
+                              fuzz_patch_sandbox)
 build=${BUILD_DIR:-$root/build-fuzz}
 
 start=$SECONDS
