@@ -1262,6 +1262,11 @@ absl::Status LoadedModel::Rollback(uint64_t id, double drain_seconds, const Roll
   return result;
 }
 
+bool LoadedModel::has_stuck_code() const {
+  absl::MutexLock lock(&retire_mu_);
+  return !retained_.empty();
+}
+
 std::vector<PatchRecord> LoadedModel::Patches() const {
   absl::MutexLock lock(&patch_mu_);
   std::vector<PatchRecord> records = history_;

@@ -31,7 +31,7 @@ class BatchingScheduler final : public Scheduler {
         stats_(layout_.max_rows()),
         queue_(options, &layout_) {}
 
-  ~BatchingScheduler() override { Drain(); }
+  ~BatchingScheduler() override { Drain(absl::InfiniteDuration()); }
 
   void Start() {
     clock_->AddWaker(this, [this] {
@@ -46,15 +46,41 @@ class BatchingScheduler final : public Scheduler {
       absl::MutexLock l(&mu_);
       for (auto& context : contexts_) idle_contexts_.push_back(context.get());
     }
+    {
+      absl::MutexLock l(&mu_);
+      live_workers_ = options_.instance_count;
+    }
     for (int i = 0; i < options_.instance_count; ++i) {
-      workers_.emplace_back([this] { WorkerLoop(); });
+      workers_.emplace_back([this] {
+        WorkerLoop();
+        absl::MutexLock l(&mu_);
+        --live_workers_;  // Last touch of `this`: Drain may join the thread now.
+      });
     }
   }
 
   void Submit(std::unique_ptr<InferenceRequest> request) override {
-    if (request == nullptr) return;
+    SubmitImpl(std::move(request), /*hand_back=*/false);
+  }
+
+  std::unique_ptr<InferenceRequest> SubmitUnlessDraining(
+      std::unique_ptr<InferenceRequest> request) override {
+    return SubmitImpl(std::move(request), /*hand_back=*/true);
+  }
+
+ private:
+  std::unique_ptr<InferenceRequest> SubmitImpl(std::unique_ptr<InferenceRequest> request,
+                                               bool hand_back) {
+    if (request == nullptr) return nullptr;
+    {
+      absl::MutexLock l(&mu_);
+      if (hand_back && draining_) return request;
+    }
     absl::StatusOr<int64_t> rows = layout_.Validate(*request);
-    if (!rows.ok()) return Reject(std::move(request), rows.status());
+    if (!rows.ok()) {
+      Reject(std::move(request), rows.status());
+      return nullptr;
+    }
     QueuedRequest queued;
     queued.request = std::move(request);
     queued.rows = *rows;
@@ -76,34 +102,44 @@ class BatchingScheduler final : public Scheduler {
       }
       if (status.ok() && inline_context == nullptr) cv_.Signal();
     }
-    if (inline_context != nullptr) return RunInline(*inline_context, std::move(queued));
+    if (inline_context != nullptr) {
+      RunInline(*inline_context, std::move(queued));
+      return nullptr;
+    }
+    if (draining && hand_back) return std::move(queued.request);
     if (!status.ok()) {
       stats_.RecordRejection(/*queue_full=*/!draining);
       if (options_.on_reject) options_.on_reject(!draining);
       Reject(std::move(queued.request), status);
     }
+    return nullptr;
   }
 
-  void Drain() override {
+ public:
+  using Scheduler::Drain;
+  bool Drain(absl::Duration timeout) override {
     absl::MutexLock drain_lock(&drain_mu_);
-    if (drained_) return;
+    if (drained_) return true;
     {
       absl::MutexLock l(&mu_);
       draining_ = true;
       cv_.SignalAll();
+      // Workers leave once the queue is empty; inline executions run on their callers'
+      // threads: wait for both.
+      const bool idle =
+          mu_.AwaitWithTimeout(absl::Condition(
+                                   +[](BatchingScheduler* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+                                     return s->live_workers_ == 0 && s->inline_calls_ == 0;
+                                   },
+                                   this),
+                               timeout);
+      if (!idle) return false;
     }
     for (std::thread& worker : workers_) worker.join();
-    {
-      // Inline executions run on their callers' threads; wait for those still inside.
-      absl::MutexLock l(&mu_);
-      mu_.Await(absl::Condition(
-          +[](BatchingScheduler* s)
-               ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return s->inline_calls_ == 0; },
-          this));
-    }
     workers_.clear();
     clock_->RemoveWaker(this);
     drained_ = true;
+    return true;
   }
 
   SchedulerStats Stats() const override {
@@ -332,6 +368,7 @@ class BatchingScheduler final : public Scheduler {
   std::vector<ExecutionContext*> idle_contexts_ ABSL_GUARDED_BY(mu_);
   uint64_t recent_execution_ns_ ABSL_GUARDED_BY(mu_) = 0;  // Moving average; 0 until one ran.
   int inline_calls_ ABSL_GUARDED_BY(mu_) = 0;  // RunInline calls not yet returned (Drain waits).
+  int live_workers_ ABSL_GUARDED_BY(mu_) = 0;  // Worker threads not yet past WorkerLoop.
 
   absl::Mutex drain_mu_;  // Serialises Drain(), which the destructor also calls.
   bool drained_ ABSL_GUARDED_BY(drain_mu_) = false;

@@ -16,6 +16,7 @@
 #include "cuvil/compiler/compiler.h"
 #include "cuvil/compiler/kernel_precision.h"
 #include "cuvil/server/model_config.h"
+#include "google/protobuf/text_format.h"
 #include "load_parameters.h"
 #include "model_name.h"
 #include "patch_event.h"
@@ -318,6 +319,22 @@ absl::StatusOr<cuvil::admin::v1::PatchFunctionResponse> AdminOperations::PatchFu
   return response;
 }
 
+absl::Status AdminOperations::ReloadVersion(const ModelVersion& version) {
+  LoadRequest request;
+  request.name = version.name();
+  request.wait = true;
+  const CodeSource& source = version.loaded().source();
+  if (!source.onnx_bytes.empty()) {
+    // An inline model: its bytes and completed config; a repository model reloads from its
+    // folder.
+    request.model_bytes[version.version()] = source.onnx_bytes;
+    if (!google::protobuf::TextFormat::PrintToString(version.config(), &request.config_pbtxt)) {
+      return absl::InternalError("cannot print the version's config");
+    }
+  }
+  return models_->Load(request);
+}
+
 absl::StatusOr<cuvil::admin::v1::RollbackResponse> AdminOperations::Rollback(
     const cuvil::admin::v1::RollbackRequest& request) {
   PatchEvent event(metrics_, observability::PatchKind::kRollback, request.name());
@@ -368,7 +385,33 @@ absl::StatusOr<cuvil::admin::v1::RollbackResponse> AdminOperations::Rollback(
     rolled = loaded.Rollback(*id, 10, trial ? &*trial : nullptr);
     response.set_switch_us(MsSince(t0) * 1000);
   }
+  const bool stuck = absl::IsDeadlineExceeded(rolled) ||
+                     (absl::IsFailedPrecondition(rolled) && loaded.has_stuck_code());
+  if (stuck && request.force()) {
+    // Executions stuck in the code: serve from a fresh build of the version (its remaining
+    // patches come along); the old build stays alive for the stuck executions only.
+    SyncSnapshot(snapshots_, **model);
+    absl::Status reloaded = ReloadVersion(**model);
+    if (!reloaded.ok()) {
+      absl::Status failed = absl::Status(
+          reloaded.code(),
+          absl::StrCat(rolled.message(), "; retiring the version failed: ", reloaded.message()));
+      event.Fail(failed);
+      return failed;
+    }
+    spdlog::warn("model '{}' version {}: {}; the version was retired and loaded again",
+                 request.name(), (*model)->version_string(), std::string(rolled.message()));
+    response.set_retired(true);
+    rolled = absl::OkStatus();
+  }
   if (!rolled.ok()) {
+    if (stuck) {
+      rolled =
+          absl::Status(rolled.code(),
+                       absl::StrCat(rolled.message(),
+                                    "; roll it back again with force to retire the version (a "
+                                    "fresh build serves; the stuck executions keep the old one)"));
+    }
     event.Fail(rolled);
     // Stuck executions keep the code alive, but the rollback itself took effect: record it.
     if (absl::IsDeadlineExceeded(rolled)) SyncSnapshot(snapshots_, **model);

@@ -79,6 +79,10 @@ class AdminOperations {
   void set_max_snapshot_bytes(uint64_t bytes) { max_snapshot_bytes_ = bytes; }
 
  private:
+  // Loads `version` again (same version number, its remaining patches carried): every later
+  // request goes to the new build; the old one stays for requests still running in it.
+  absl::Status ReloadVersion(const ModelVersion& version);
+
   ModelManager* models_;
   std::string token_;
   observability::ServerMetrics* metrics_;

@@ -278,7 +278,8 @@ void HttpAdminRoutes::Rollback(Response& res, const std::string& body, const std
   SetJson(res, 200,
           json{{"switch_us", out->switch_us()},
                {"validated_sets", out->validated_sets()},
-               {"max_abs_diff", out->max_abs_diff()}});
+               {"max_abs_diff", out->max_abs_diff()},
+               {"retired", out->retired()}});
 }
 
 void HttpAdminRoutes::ListPatches(Response& res, const std::string& name, int64_t version) {

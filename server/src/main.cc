@@ -2,10 +2,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -274,6 +276,25 @@ int main(int argc, char** argv) {
   int sig = 0;
   sigwait(&signals, &sig);
   spdlog::info("received signal {}, draining (up to {} s)", sig, options.exit_timeout_secs);
+  // Shutdown waits for requests, connections and versions with the exit timeout each; a thread
+  // stuck in a kernel that never returns must not keep the process from exiting.
+  const int watchdog_secs = 2 * std::max(1, options.exit_timeout_secs) + 10;
+  std::thread([watchdog_secs] {
+    std::this_thread::sleep_for(std::chrono::seconds(watchdog_secs));
+    spdlog::error(
+        "shutdown still not finished after {} s (an execution that never returns?); "
+        "exiting now",
+        watchdog_secs);
+    spdlog::shutdown();
+    _exit(1);
+  }).detach();
   (*server)->Shutdown();
+  if (const size_t stuck = (*server)->models()->StuckVersions(); stuck > 0) {
+    // Their threads may still run generated code, which destructors would unmap under them.
+    spdlog::warn("{} model version(s) still have requests running; exiting without unloading them",
+                 stuck);
+    spdlog::shutdown();
+    _exit(0);
+  }
   return 0;
 }

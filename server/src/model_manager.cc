@@ -5,6 +5,7 @@
 #include <chrono>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -77,9 +78,24 @@ struct ModelManager::Impl {
         metrics(options.metrics),
         max_request_bytes(options.max_request_bytes),
         cache(options.cache),
-        compile_tier(options.compile_tier) {}
+        compile_tier(options.compile_tier),
+        drain_timeout(options.drain_timeout) {}
 
   absl::Status UnloadModel(const std::string& name, bool by_operator);
+
+  // Retires `m` (to `successor`, null for an unload) waiting at most drain_timeout; a version
+  // whose requests still run then is parked: kept alive and drained again by the reaper.
+  void Retire(const std::shared_ptr<ModelVersion>& m,
+              const std::shared_ptr<ModelVersion>& successor);
+  void Park(const std::shared_ptr<ModelVersion>& m);
+  void ReaperLoop();
+  void StopReaper();
+
+  absl::Duration drain_timeout;
+  mutable absl::Mutex parked_mu;
+  std::vector<std::shared_ptr<ModelVersion>> parked ABSL_GUARDED_BY(parked_mu);
+  bool stop_reaper ABSL_GUARDED_BY(parked_mu) = false;
+  std::thread reaper;  // Started by the first Park.
 
   // BuildVersion, with anything thrown (bad_alloc from a size a model controls, a library
   // throwing) turned into a failed load of this version instead of std::terminate.
@@ -436,6 +452,66 @@ struct ModelManager::Impl {
   ThreadPool tier_ups{1};
 };
 
+void ModelManager::Impl::Retire(const std::shared_ptr<ModelVersion>& m,
+                                const std::shared_ptr<ModelVersion>& successor) {
+  if (m->RetireTo(successor, drain_timeout)) return;
+  spdlog::error(
+      "model '{}' version {}: requests still running after {} s (a kernel that does not "
+      "return?); the version is retired without waiting for them, and its code and memory are "
+      "kept until they return",
+      m->name(), m->version_string(), absl::ToDoubleSeconds(drain_timeout));
+  Park(m);
+}
+
+void ModelManager::Impl::Park(const std::shared_ptr<ModelVersion>& m) {
+  absl::MutexLock lock(&parked_mu);
+  parked.push_back(m);
+  if (!reaper.joinable() && !stop_reaper) reaper = std::thread([this] { ReaperLoop(); });
+}
+
+void ModelManager::Impl::ReaperLoop() {
+  for (;;) {
+    std::vector<std::shared_ptr<ModelVersion>> check;
+    {
+      absl::MutexLock lock(&parked_mu);
+      parked_mu.AwaitWithTimeout(absl::Condition(&stop_reaper), absl::Seconds(1));
+      if (stop_reaper) return;
+      check = parked;
+    }
+    std::vector<ModelVersion*> done;
+    for (const auto& m : check) {
+      if (m->Drain(absl::ZeroDuration())) {
+        spdlog::info("model '{}' version {}: its last stuck request returned; its memory is freed",
+                     m->name(), m->version_string());
+        done.push_back(m.get());
+      }
+    }
+    absl::MutexLock lock(&parked_mu);
+    // The last reference goes here, on the reaper's thread, never on a worker of the version.
+    std::erase_if(parked, [&](const std::shared_ptr<ModelVersion>& m) {
+      return std::find(done.begin(), done.end(), m.get()) != done.end();
+    });
+  }
+}
+
+void ModelManager::Impl::StopReaper() {
+  {
+    absl::MutexLock lock(&parked_mu);
+    stop_reaper = true;
+  }
+  if (reaper.joinable()) reaper.join();
+  absl::MutexLock lock(&parked_mu);
+  if (parked.empty()) return;
+  // Their threads may still run generated code: never destroy them (the process exits soon).
+  static auto* const kept = new std::vector<std::shared_ptr<ModelVersion>>();
+  for (auto& m : parked) kept->push_back(m);
+}
+
+size_t ModelManager::StuckVersions() const {
+  absl::MutexLock lock(&impl_->parked_mu);
+  return impl_->parked.size();
+}
+
 ModelManager::ModelManager(JitEngine* engine, const ModelRepository* repository,
                            ModelManagerOptions options)
     : impl_(std::make_unique<Impl>(engine, repository, options)) {}
@@ -539,7 +615,7 @@ absl::Status ModelManager::Load(const LoadRequest& request) {
       }
     }
     for (auto& m : retired) {
-      m->RetireTo(successor);
+      impl_->Retire(m, successor);
       if (m->metrics()) m->metrics()->SetReady(false);
     }
     done->Notify();
@@ -606,7 +682,7 @@ absl::Status ModelManager::Load(const LoadRequest& request) {
       }
       // A build that did not replace its predecessor leaves it taking patches again.
       if (predecessor != nullptr && predecessor != old) predecessor->mutable_loaded().Unfreeze();
-      if (old) old->RetireTo(built.ok() ? *built : nullptr);
+      if (old) impl_->Retire(old, built.ok() ? *built : nullptr);
       old.reset();
       if (--*remaining == 0) finish();
     });
@@ -644,7 +720,7 @@ absl::Status ModelManager::Impl::UnloadModel(const std::string& name, bool by_op
     }
   }
   for (auto& m : unloading) {
-    m->Drain();  // In-flight requests finish; later ones see UNAVAILABLE.
+    Retire(m, nullptr);  // In-flight requests finish; later ones see UNAVAILABLE.
     if (m->metrics()) m->metrics()->SetReady(false);
     CUVIL_PROBE_MODEL_UNLOAD(name.c_str(), absl::StrCat(m->version()).c_str());
   }
@@ -797,7 +873,8 @@ void ModelManager::Shutdown() {
       }
     }
   }
-  for (auto& m : all) m->Drain();
+  for (auto& m : all) impl_->Retire(m, nullptr);
+  impl_->StopReaper();
 }
 
 }  // namespace cuvil

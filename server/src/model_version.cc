@@ -81,20 +81,27 @@ bool SameTensors(const std::vector<TensorSpec>& a, const std::vector<TensorSpec>
 
 }  // namespace
 
+std::shared_ptr<ModelVersion> ModelVersion::Successor() {
+  absl::MutexLock lock(&retire_mu_);
+  return successor_;
+}
+
 void ModelVersion::Submit(std::unique_ptr<InferenceRequest> request) {
-  std::shared_ptr<ModelVersion> next;
-  {
-    absl::ReaderMutexLock lock(&retire_mu_);
-    if (successor_ == nullptr) {
-      if (sampler_ != nullptr) sampler_->Record(*request);
-      return scheduler_->Submit(std::move(request));
-    }
-    next = successor_;
+  // No lock is held across the scheduler's Submit, which may run the request inline: a reload
+  // must never wait for an execution to name the successor.
+  std::shared_ptr<ModelVersion> next = Successor();
+  if (next == nullptr) {
+    if (sampler_ != nullptr) sampler_->Record(*request);
+    request = scheduler_->SubmitUnlessDraining(std::move(request));
+    if (request == nullptr) return;
+    // Draining: RetireTo named the successor (if any) before the drain began.
+    next = Successor();
+    if (next == nullptr) return scheduler_->Submit(std::move(request));  // UNAVAILABLE.
   }
   next->Submit(std::move(request));
 }
 
-void ModelVersion::RetireTo(std::shared_ptr<ModelVersion> successor) {
+bool ModelVersion::RetireTo(std::shared_ptr<ModelVersion> successor, absl::Duration timeout) {
   const bool compatible = successor != nullptr && successor.get() != this &&
                           successor->config().max_batch_size() == config_.max_batch_size() &&
                           SameTensors(successor->executable().inputs(), executable_->inputs()) &&
@@ -103,7 +110,7 @@ void ModelVersion::RetireTo(std::shared_ptr<ModelVersion> successor) {
     absl::MutexLock lock(&retire_mu_);
     successor_ = std::move(successor);
   }
-  Drain();
+  return Drain(timeout);
 }
 
 namespace {

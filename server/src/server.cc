@@ -133,6 +133,9 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
   manager_options.loader_threads = options.loader_threads;
   manager_options.metrics = s.metrics_registry.get();
   manager_options.max_request_bytes = static_cast<uint64_t>(options.max_request_bytes);
+  // A version still running after the exit timeout is retired without waiting (see
+  // drain_timeout): an unload, a reload or SIGTERM never waits for ever on a stuck kernel.
+  manager_options.drain_timeout = absl::Seconds(std::max(1, options.exit_timeout_secs));
   manager_options.cache = s.cache.get();
   manager_options.compile_tier = options.compile_tier;
   s.models = std::make_unique<ModelManager>(s.engine.get(), s.repository.get(), manager_options);

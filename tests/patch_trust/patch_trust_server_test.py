@@ -20,7 +20,11 @@ usage: patch_trust_server_test.py SERVER_BINARY MODEL_REPOSITORY SHARED_MODELS
 7. Rolling back a patch with patches above it checks the combination left: refused (400, naming
    why) when a patch above was never validated or when the stack without it computes other
    outputs than the version did before it; applied when it computes the same; force skips it.
-8. `exact: true` over HTTP refuses a one-ulp difference; without its sandbox program the server
+8. A kernel that never returns (a forced patch spinning on one input value): its rollback answers
+   after 10 s naming the stuck execution; a forced rollback retires the version (a fresh build
+   serves again); reload and unload answer within the drain timeout; SIGTERM ends the process
+   within twice the exit timeout plus 10 s.
+9. `exact: true` over HTTP refuses a one-ulp difference; without its sandbox program the server
    refuses IR patches naming it, and lives; a patch of a kernel no validation input runs (an If
    branch) is refused as unchecked unless forced, and once served requests take that branch,
    validation compares the patch on them.
@@ -29,6 +33,8 @@ import base64
 import json
 import os
 import shutil
+import subprocess
+import signal
 import sys
 import tempfile
 import threading
@@ -453,6 +459,66 @@ def middle_rollbacks_are_checked(server, symbol):
     print("ok: middle rollbacks are checked (refused twice with the reason, applied once, forced)")
 
 
+def spinning_ir(symbol):
+    """The doubled Add, spinning for ever when the first input element is 42."""
+    return doubled_add_ir(symbol).replace("[ 0, %entry ]", "[ 0, %go ]").replace(
+        "entry:\n",
+        "entry:\n  %a0p = load ptr, ptr %args\n  %a0 = load volatile float, ptr %a0p\n"
+        "  %is42 = fcmp oeq float %a0, 42.0\n  br i1 %is42, label %spin, label %go\n"
+        "spin:\n  %v = load volatile float, ptr %a0p\n  br label %spin\ngo:\n", 1)
+
+
+def stuck_kernel_retires_the_version(binary, repo, work):
+    server = Server(binary, repo, os.path.join(work, "snap-stuck"), os.path.join(work, "cache"))
+    server.start()
+    try:
+        load_adder(server)
+        status, body = patch(server, {"ir": spinning_ir(add_symbol(server)), "force": True,
+                                      "author": "spinner"})
+        if status != 200:
+            fail(f"spinning patch: {status} {body}")
+        pid = json.loads(body)["patch_id"]
+        stuck = threading.Thread(target=lambda: server.post("/v2/models/adder/infer", {
+            "inputs": [{"name": "x", "shape": [1, WIDTH], "datatype": "FP32",
+                        "data": [42.0, 1.0, 2.0, 3.0]}]}), daemon=True)
+        stuck.start()
+        time.sleep(1)
+        t0 = time.time()
+        status, body = server.post("/v2/admin/models/adder/versions/1/rollback", {"patch_id": pid})
+        if status == 200 or "still running" not in body or "with force" not in body:
+            fail(f"rollback with a stuck execution: {status} {body}")
+        status, body = server.post("/v2/admin/models/adder/versions/1/rollback",
+                                   {"patch_id": pid, "force": True})
+        if status != 200 or not json.loads(body)["retired"]:
+            fail(f"forced rollback with a stuck execution: {status} {body}")
+        if time.time() - t0 > 40:
+            fail(f"the rollbacks took {time.time() - t0:.0f} s")
+        alive(server, PLAIN)  # The fresh build serves; the stuck one still spins.
+        t0 = time.time()
+        status, body = server.post("/v2/admin/models/load", LOAD)
+        if status != 200:
+            fail(f"reload after a retirement: {status} {body}")
+        alive(server, PLAIN)
+        status, body = server.post("/v2/repository/models/adder/unload", {})
+        if status != 200 or time.time() - t0 > 30:
+            fail(f"reload and unload: {status} {body} after {time.time() - t0:.0f} s")
+        if server.get("/v2/health/ready")[0] != 200:
+            fail("not ready after a retirement")
+        t0 = time.time()
+        server.proc.send_signal(signal.SIGTERM)
+        try:
+            server.proc.wait(timeout=2 * 10 + 10 + 15)
+        except subprocess.TimeoutExpired:
+            server.proc.kill()
+            fail("SIGTERM with a stuck execution: the server did not exit")
+        print(f"ok: a stuck kernel: rollback refused naming it, forced rollback retired the "
+              f"version, reload/unload bounded, SIGTERM exit in {time.time() - t0:.0f} s "
+              f"(status {server.proc.returncode})")
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+
+
 def main():
     if len(sys.argv) != 4:
         fail(__doc__)
@@ -477,6 +543,7 @@ def main():
         missing_sandbox_program(binary, repo, work)
         reload_keeps_patches(binary, repo, work)
         tier_up_keeps_patches(binary, repo, shared, work)
+        stuck_kernel_retires_the_version(binary, repo, work)
         print("PASS")
     finally:
         shutil.rmtree(work, ignore_errors=True)

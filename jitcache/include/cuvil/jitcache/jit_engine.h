@@ -238,6 +238,9 @@ class LoadedModel {
   absl::StatusOr<RollbackTrial> TryRollback(uint64_t id) const;
   // Executions running now (requests and validation runs).
   int64_t running_executions() const;
+  // True while code of a rollback whose drain timed out is kept for executions still inside it
+  // (see Rollback). Blocks while another rollback drains.
+  bool has_stuck_code() const;
   // The patches committed to this version, oldest first (active ones in stack order: a base
   // patch comes before the layers above it), profile tables as of now. At most 256 records:
   // beyond that the oldest rolled-back ones are dropped (active ones always stay).

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "cuvil/scheduler/executable.h"
 #include "cuvil/scheduler/inference_request.h"
 
@@ -87,8 +88,17 @@ class Scheduler {
   // an inline execution (see SchedulerOptions::inline_execution_max_us). The caller must not hold
   // a lock its on_complete takes.
   virtual void Submit(std::unique_ptr<InferenceRequest> request) = 0;
+  // Submit, except that a scheduler already draining hands `request` back (its on_complete not
+  // run) instead of rejecting it, so the caller can route it elsewhere; null otherwise.
+  virtual std::unique_ptr<InferenceRequest> SubmitUnlessDraining(
+      std::unique_ptr<InferenceRequest> request) = 0;
   // Stops accepting, waits for queued and running requests, then stops the workers.
-  virtual void Drain() = 0;
+  void Drain() { Drain(absl::InfiniteDuration()); }
+  // Drain waiting at most `timeout` for running requests: false when some still run then (a
+  // kernel that does not return); the scheduler keeps draining, and a later Drain (or the
+  // destructor, which waits for ever) finishes the job once they return. Requests still queued
+  // run (a worker that finishes picks them up) before the workers stop.
+  virtual bool Drain(absl::Duration timeout) = 0;
   virtual SchedulerStats Stats() const = 0;
 };
 

@@ -62,11 +62,16 @@ class ModelVersion {
   SchedulerStats Stats() const;
   // Makes the statistics so far the baseline Stats() subtracts. Called once, after warmup.
   void ResetStatsBaseline() { baseline_ = scheduler_->Stats(); }
-  // Finishes queued and running requests; later submissions fail with UNAVAILABLE.
-  void Drain() { scheduler_->Drain(); }
+  // Finishes queued and running requests; later submissions fail with UNAVAILABLE. False when
+  // requests still run after `timeout` (a kernel that does not return): the version keeps
+  // draining, and must stay alive (its code may be running) until a later Drain returns true.
+  bool Drain(absl::Duration timeout = absl::InfiniteDuration()) {
+    return scheduler_->Drain(timeout);
+  }
   // Drain, for a version replaced by `successor`: later submissions go to the successor when its
   // tensors and batching match this version's (a reload), else fail as after Drain.
-  void RetireTo(std::shared_ptr<ModelVersion> successor);
+  bool RetireTo(std::shared_ptr<ModelVersion> successor,
+                absl::Duration timeout = absl::InfiniteDuration());
   // A few requests this version served (every 16th from the first, the newest 4, 16 MiB at
   // most; none with string inputs), each in the compiled model's input order: hot patches are
   // validated on them too. The config parameter "cuvil.validation_samples" sets how many are
@@ -89,8 +94,10 @@ class ModelVersion {
   uint64_t compilations_;
   SchedulerStats baseline_;                // Written once before the version is published.
   std::shared_ptr<ModelMetrics> metrics_;  // Set once before the version is published.
-  // Submit holds it shared while enqueuing, RetireTo exclusively while naming the successor, so
-  // every request either reaches this scheduler before its drain or goes to the successor.
+  // Guards successor_, which RetireTo names before the drain starts: a Submit the draining
+  // scheduler hands back then finds it, so every request either reaches this scheduler before
+  // its drain or goes to the successor. Never held across an execution.
+  std::shared_ptr<ModelVersion> Successor();
   absl::Mutex retire_mu_;
   std::shared_ptr<ModelVersion> successor_ ABSL_GUARDED_BY(retire_mu_);
   std::unique_ptr<RequestSampler> sampler_;  // Set by the constructor.
@@ -137,6 +144,10 @@ struct ModelManagerOptions {
   // so a small limit does not stop ordinary models loading) fails the load instead of being
   // allocated: a model whose smallest request could never arrive is refused, not an abort.
   uint64_t max_request_bytes = uint64_t{1} << 30;
+  // How long an unload, a reload's retirement of the old build, or Shutdown waits for a
+  // version's running requests. A version still running then (a kernel that does not return) is
+  // retired anyway: its code stays alive and it is drained again every second until it finishes.
+  absl::Duration drain_timeout = absl::Seconds(30);
 };
 
 // Thread-safe.
@@ -174,8 +185,12 @@ class ModelManager {
   // Versions of `name` with their states (empty if unknown).
   std::vector<VersionStatus> Versions(const std::string& name) const;
 
-  // Stops loading, drains and unloads everything.
+  // Stops loading, drains and unloads everything (each version for at most drain_timeout).
   void Shutdown();
+  // Versions retired or unloaded whose requests have still not returned (see drain_timeout).
+  // After Shutdown, nonzero means threads may still run generated code: the process must not
+  // unload it (exit without running destructors).
+  size_t StuckVersions() const;
 
  private:
   struct Impl;
