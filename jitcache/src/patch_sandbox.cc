@@ -357,8 +357,13 @@ absl::StatusOr<SandboxResult> DecodeSandboxReply(std::string_view bytes,
       return absl::DataLossError(
           absl::StrCat("the sandbox's refusal carries ", h.call_counts, " call counts"));
     }
+    // The reason goes into an admin response and the log: LLVM's diagnostics fit in far less.
+    constexpr size_t kMaxReasonBytes = 16 << 10;
+    const bool cut = payload.size() > kMaxReasonBytes;
     return absl::FailedPreconditionError(absl::StrCat(
-        "patch refused by the sandbox: ", absl::string_view(payload.data(), payload.size())));
+        "patch refused by the sandbox: ",
+        absl::string_view(payload.data(), std::min(payload.size(), kMaxReasonBytes)),
+        cut ? absl::StrCat(" ... (", payload.size() - kMaxReasonBytes, " more bytes)") : ""));
   }
   if (payload.empty()) return absl::DataLossError("the sandbox's reply has no object code");
   if (h.call_counts != expected_call_counts) {

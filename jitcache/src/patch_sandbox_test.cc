@@ -68,7 +68,12 @@ TEST(PatchSandboxReplyTest, ARefusalIsTheChildsMessage) {
   EXPECT_EQ(result.status().message(), "patch refused by the sandbox: does not parse: oops");
   // A refusal carries no counts.
   auto counted = DecodeSandboxReply(EncodeSandboxReply(false, 0, "no", {1}), 1);
-  EXPECT_TRUE(absl::IsDataLoss(counted.status())) << counted.status();
+  EXPECT_TRUE(absl::IsDataLoss(counted.status()))
+      << counted.status();  // A huge reason is cut to what a response and a log line can carry.
+  auto huge = DecodeSandboxReply(EncodeSandboxReply(false, 0, std::string(1 << 20, 'x')), 0);
+  EXPECT_TRUE(absl::IsFailedPrecondition(huge.status())) << huge.status().code();
+  EXPECT_LT(huge.status().message().size(), 17u << 10);
+  EXPECT_THAT(std::string(huge.status().message()), ::testing::HasSubstr("more bytes)"));
 }
 
 TEST(PatchSandboxReplyTest, ATruncatedHeaderIsDamaged) {
