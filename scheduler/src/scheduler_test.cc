@@ -527,6 +527,25 @@ TEST_F(SchedulerTest, DrainWaitsForInlineExecutions) {
   EXPECT_EQ(scheduler->Stats().execution_count, 2u);
 }
 
+TEST_F(SchedulerTest, DrainWithATimeoutGivesUpOnAStuckExecutionAndFinishesLater) {
+  auto scheduler = Make(Unbatched(4));
+  exe_->Hold(100);
+  Outcome& stuck = Submit(*scheduler, 1, 100);  // A worker runs it and stays inside Run.
+  ASSERT_TRUE(exe_->AwaitEntered(1));
+  Outcome& queued = Submit(*scheduler, 1, 200);
+  EXPECT_FALSE(scheduler->Drain(absl::Milliseconds(50)));  // Still inside: gives up.
+  EXPECT_FALSE(stuck.done.HasBeenNotified());
+  // A draining scheduler hands new requests back instead of running or rejecting them.
+  auto request = std::make_unique<InferenceRequest>();
+  EXPECT_NE(scheduler->SubmitUnlessDraining(std::move(request)), nullptr);
+  exe_->Release(100);
+  EXPECT_TRUE(scheduler->Drain(absl::Seconds(30)));  // Queued work ran, then the workers left.
+  ASSERT_TRUE(stuck.Wait());
+  ASSERT_TRUE(queued.Wait());
+  EXPECT_TRUE(stuck.response.status.ok()) << stuck.response.status;
+  EXPECT_TRUE(queued.response.status.ok()) << queued.response.status;
+}
+
 TEST_F(SchedulerTest, FullBatchDoesNotWaitForTheDelay) {
   SchedulerOptions options = Batching(4);
   options.batching.max_queue_delay_us = 1'000'000;
