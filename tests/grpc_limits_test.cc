@@ -215,7 +215,9 @@ void ExpectMlpStillAnswers(const std::string& address) {
 }
 
 TEST(GrpcLimitsTest, ConcurrentAmplifyingMessagesAreRefusedWithinAMemoryBound) {
-  ServerProcess server({"--max-inflight-bytes", std::to_string(size_t{128} << 20)});
+  // At least 10 times --max-request-bytes, so gRPC takes the 60 MiB messages (InflightBudgetSplit:
+  // a fifth of the budget is gRPC's resource quota, and messages above half of it are refused).
+  ServerProcess server({"--max-inflight-bytes", std::to_string(size_t{650} << 20)});
   ASSERT_GT(server.pid(), 0);
   ASSERT_FALSE(server.address().empty()) << "the server did not start";
   const size_t rss_before = StatusBytes(server.pid(), "VmRSS");
@@ -317,9 +319,9 @@ class RawInferStream {
 // of being parsed whole (1.7 GB for 60 MiB of 1-byte raw entries, 6.8 GB for 60 MiB of empty
 // inputs). Each refused message is answered on the stream, which goes on serving.
 TEST(GrpcLimitsTest, StreamMessagesAreCheckedBeforeTheyAreParsed) {
-  // gRPC's resource quota (half the budget) must take a whole 60 MiB message with room to spare:
-  // near it, the transport resets the stream (RST_STREAM 11) before any handler sees it.
-  ServerProcess server({"--max-inflight-bytes", std::to_string(size_t{512} << 20)});
+  // gRPC's resource quota (a fifth of the budget) must take a whole 60 MiB message with room to
+  // spare: near it, the transport resets the stream (RST_STREAM 11) before any handler sees it.
+  ServerProcess server({"--max-inflight-bytes", std::to_string(size_t{1} << 30)});
   ASSERT_FALSE(server.address().empty()) << "the server did not start";
   const size_t rss_before = StatusBytes(server.pid(), "VmRSS");
   ASSERT_GT(rss_before, 0u);

@@ -321,7 +321,10 @@ int ProcessThreads() {
 }
 
 TEST(GrpcServerAsyncTest, OpenStreamsTakeNoThreadEach) {
-  auto server = testing::StartServer(testing::MakeRepository("async_repo"), ServerOptions{});
+  ServerOptions options;
+  // All 48 streams on one connection (the default cap follows the in-flight budget).
+  options.grpc_max_streams_per_connection = 64;
+  auto server = testing::StartServer(testing::MakeRepository("async_repo"), options);
   ASSERT_NE(server, nullptr);
   auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server->grpc_port()),
                                      grpc::InsecureChannelCredentials());

@@ -663,7 +663,8 @@ TEST_F(HttpSlowClientTest, KeepAliveAndPipelinedRequests) {
 // request's reservation ends with it, also when its client goes away mid-body.
 TEST(HttpBudgetTest, BodiesAndParsedJsonAreCountedInTheInflightBudget) {
   ServerOptions options;
-  options.max_inflight_bytes = 1 << 20;
+  // 1 MiB for requests; the other half is set aside for gRPC's receive buffers.
+  options.max_inflight_bytes = 2 << 20;
   options.http_threads = 4;
   options.http_body_min_bytes_per_sec = 0;  // The held body below must not be cut.
   auto server = testing::StartServer(testing::MakeRepository("http_budget_repo"), options);
@@ -686,7 +687,9 @@ TEST(HttpBudgetTest, BodiesAndParsedJsonAreCountedInTheInflightBudget) {
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 413);
   EXPECT_THAT(error_of(res), HasSubstr("an HTTP request body of 1572864 bytes is larger than the "
-                                       "1048576 bytes all requests in flight may hold"));
+                                       "1048576 bytes all requests in flight may hold "
+                                       "(--max-inflight-bytes 2097152 less 1048576 set aside for "
+                                       "gRPC's receive buffers)"));
   // A PUT's body, which httplib would read before finding no route, is refused unread.
   {
     int fd = ConnectFrom(port);
@@ -789,7 +792,7 @@ TEST(HttpBudgetTest, BodiesAndParsedJsonAreCountedInTheInflightBudget) {
 // requests: mlp's p99 was 700x its idle p99).
 TEST(HttpBudgetTest, ALargeRefusedBodyIsAnsweredUnreadAndTheConnectionCloses) {
   ServerOptions options;
-  options.max_inflight_bytes = 16 << 20;
+  options.max_inflight_bytes = 32 << 20;  // 16 MiB for requests.
   options.http_threads = 4;
   options.http_body_min_bytes_per_sec = 0;  // Nothing here is cut for being slow.
   auto server = testing::StartServer(testing::MakeRepository("http_budget_close_repo"), options);

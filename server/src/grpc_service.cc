@@ -770,21 +770,27 @@ class GrpcServiceImpl final : public GrpcService {
     // exclusive_listener.h) instead of failing to start.
     builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     // gRPC refuses larger messages itself with RESOURCE_EXHAUSTED before any handler runs.
-    const int max_bytes =
-        static_cast<int>(std::clamp<int64_t>(options.max_request_bytes, 1, INT_MAX));
-    builder.SetMaxReceiveMessageSize(max_bytes);
-    builder.SetMaxSendMessageSize(max_bytes);
+    const int64_t max_receive =
+        options.max_receive_bytes > 0 ? options.max_receive_bytes : options.max_request_bytes;
+    builder.SetMaxReceiveMessageSize(
+        static_cast<int>(std::clamp<int64_t>(max_receive, 1, INT_MAX)));
+    builder.SetMaxSendMessageSize(
+        static_cast<int>(std::clamp<int64_t>(options.max_request_bytes, 1, INT_MAX)));
     // gRPC reads a whole message before any handler sees it, so the in-flight budget alone
     // would come too late for many large messages arriving at once: gRPC's own buffers obey a
-    // resource quota too (past it, the transport sheds streams and shrinks windows). The quota
-    // is soft — the transport reclaims after the fact — and a burst overshoots it: 512 calls of
-    // 60 MiB at once peaked at 1.65-1.75 times the quota above the idle RSS (quotas of 256 MiB
-    // to 1 GiB; README, "Security"). Half the budget keeps such a burst within the budget itself.
-    if (options.inflight_budget != nullptr && options.inflight_budget->limit() != 0) {
+    // resource quota (past it, the transport sheds streams and shrinks windows), a share of
+    // --max-inflight-bytes the budget leaves out (InflightBudgetSplit, in inflight_budget.h,
+    // says how much and why).
+    if (options.resource_quota_bytes != 0) {
       grpc::ResourceQuota quota("cuvil-grpc");
-      quota.Resize(
-          static_cast<size_t>(std::min<uint64_t>(options.inflight_budget->limit() / 2, SIZE_MAX)));
+      quota.Resize(static_cast<size_t>(std::min<uint64_t>(options.resource_quota_bytes, SIZE_MAX)));
       builder.SetResourceQuota(quota);
+    }
+    // gRPC reads every ModelInfer message whole as soon as its stream opens, and the quota sheds
+    // only after the fact: a connection's streams are what one client can make it buffer.
+    if (options.max_streams_per_connection > 0) {
+      builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                                 options.max_streams_per_connection);
     }
     // Every method is asynchronous: gRPC starts no synchronous-server or callback threads, so the
     // queue's own polling threads are the only ones reading the network.

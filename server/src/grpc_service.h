@@ -25,10 +25,19 @@ struct GrpcServiceOptions {
   int64_t max_snapshot_bytes = int64_t{4} << 30;
   // Calls in progress at once (a stream counts while open); more get RESOURCE_EXHAUSTED.
   int max_concurrent_calls = 512;
+  // Largest message received, when below max_request_bytes (0: max_request_bytes): a message
+  // near the resource quota may be reset by the transport (InflightBudgetSplit).
+  int64_t max_receive_bytes = 0;
   // The server-wide budget of request bytes in flight (outliving the service; null: unlimited).
-  // A ModelInfer reserves its message's bytes before reading them and holds them until its
+  // A ModelInfer reserves its message's bytes once gRPC has read it and holds them until its
   // response has gone out; a call that would cross the budget gets RESOURCE_EXHAUSTED at once.
   InflightBudget* inflight_budget = nullptr;
+  // gRPC's own receive buffers obey a resource quota of this many bytes (0: none); the budget
+  // above does not count them (InflightBudgetSplit).
+  uint64_t resource_quota_bytes = 0;
+  // Streams one HTTP/2 connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS; 0:
+  // gRPC's default, no limit); a client's further calls wait for one to finish.
+  int max_streams_per_connection = 0;
   // Threads polling the completion queue every method is served on (ThreadBudget's
   // grpc_threads); each runs the calls it reads, so no call takes a thread of its own.
   int threads = 2;

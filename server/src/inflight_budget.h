@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 
@@ -17,7 +19,10 @@ namespace cuvil {
 // Thread-safe; must outlive its reservations.
 class InflightBudget {
  public:
-  explicit InflightBudget(uint64_t limit_bytes) : limit_(limit_bytes) {}
+  // `limit_source` says where the limit comes from, in refusals' messages ("--max-inflight-bytes",
+  // or the share of it InflightBudgetSplit leaves the requests).
+  explicit InflightBudget(uint64_t limit_bytes, std::string limit_source = "--max-inflight-bytes")
+      : limit_(limit_bytes), limit_source_(std::move(limit_source)) {}
   InflightBudget(const InflightBudget&) = delete;
   InflightBudget& operator=(const InflightBudget&) = delete;
 
@@ -62,8 +67,55 @@ class InflightBudget {
 
  private:
   const uint64_t limit_;
+  const std::string limit_source_;
   std::atomic<uint64_t> in_flight_{0};
 };
+
+// How --max-inflight-bytes, one total, is shared out. gRPC reads a whole message into buffers of
+// its own before any handler sees it, so those buffers cannot be charged to an InflightBudget:
+// they obey a grpc::ResourceQuota instead, and the InflightBudget takes what is left. The quota is
+// soft — the transport reclaims after the fact — and a burst of large messages overshoots it:
+// 512 ModelInfer calls of 60 MiB at once peaked at 1.7-2.5 times the quota above the idle RSS
+// (quotas of 128 MiB to 512 MiB, on 2 contended vCPUs; the smaller the quota, the larger the
+// factor). So half the total is set aside for gRPC's receive buffers, with a quota of a fifth of
+// the total (2.5 times the quota set aside), and the other half goes to the requests' own bytes
+// (decoded gRPC messages, HTTP bodies and their parsed JSON, the responses): a gRPC flood and an
+// HTTP flood at once stay within the total. (With the quota at half the total and the
+// InflightBudget the whole of it, both floods together reached 1.9 times the total.) gRPC
+// messages are limited to half the quota, a tenth of the total: a message nearer the quota is
+// sometimes reset by the transport (RST_STREAM 11) even when it arrives alone.
+//
+// The quota alone does not hold a flood on one connection while other connections are busy:
+// gRPC reads every ModelInfer message whole as soon as its stream opens, and each of the quota's
+// reclamation sweeps cancels one stream of one connection, in turn, so sweeps spent on the small
+// calls of other clients let the flood's streams pile up (512 calls of 60 MiB on one connection,
+// with health checks and mlp calls on another: 1.0-1.5 GB above the idle RSS at a 1 GiB total).
+// So a connection may have only as many streams open as fill half the set-aside with messages
+// of the largest size, at least 4 and at most 128 (4 at 1 GiB and 64 MiB messages: that flood
+// then peaked 0.3 GB above idle; 8 streams: 0.63 GB); --grpc-max-streams-per-connection
+// overrides it, for clients that keep many streams open on one connection. Plain data.
+struct InflightBudgetSplit {
+  uint64_t total = 0;  // --max-inflight-bytes; 0: unlimited (no quota, no limit).
+  // gRPC's receive buffers: its ResourceQuota (total / 5), and the bytes set aside for them
+  // (total / 2).
+  uint64_t grpc_quota = 0;
+  uint64_t grpc_set_aside = 0;
+  // The InflightBudget's limit: total - grpc_set_aside (0 with total 0: unlimited).
+  uint64_t requests = 0;
+  // The largest gRPC message the server takes: --max-request-bytes, lowered to half the quota
+  // when that is smaller (grpc_message_lowered then says so).
+  uint64_t grpc_max_message = 0;
+  bool grpc_message_lowered = false;
+  // Streams one gRPC connection may have open at once (0 with total 0: gRPC's default).
+  int grpc_streams_per_connection = 0;
+  // HTTP bodies (and gRPC messages) above `requests` can never be admitted: true when
+  // --max-request-bytes allows such requests.
+  bool requests_below_max_request = false;
+};
+
+// Shares `total` (--max-inflight-bytes; 0: unlimited) out for requests of at most
+// `max_request_bytes` (--max-request-bytes).
+InflightBudgetSplit SplitInflightBudget(uint64_t total, uint64_t max_request_bytes);
 
 }  // namespace cuvil
 

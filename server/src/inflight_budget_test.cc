@@ -130,5 +130,43 @@ TEST(InflightBudgetTest, TheDefaultIsAQuarterOfPhysicalMemory) {
   EXPECT_EQ(limit, phys / 4);
 }
 
+// --max-inflight-bytes is one total: gRPC's receive buffers (a soft quota a burst overshoots up
+// to 2.5 times) and the requests' own bytes together stay within it.
+TEST(InflightBudgetTest, TheSplitKeepsGrpcsQuotaAndTheRequestsWithinTheTotal) {
+  const uint64_t total = uint64_t{1} << 30;
+  InflightBudgetSplit split = SplitInflightBudget(total, uint64_t{64} << 20);
+  EXPECT_EQ(split.total, total);
+  EXPECT_EQ(split.grpc_quota, total / 5);
+  EXPECT_EQ(split.grpc_set_aside, total / 2);
+  EXPECT_EQ(split.requests, total / 2);
+  EXPECT_LE(split.grpc_quota * 5 / 2 + split.requests, total);
+  EXPECT_EQ(split.grpc_max_message, uint64_t{64} << 20);
+  EXPECT_FALSE(split.grpc_message_lowered);
+  EXPECT_FALSE(split.requests_below_max_request);
+  // A connection's streams fill half the set-aside with messages of the largest size.
+  EXPECT_EQ(split.grpc_streams_per_connection, 4);
+  EXPECT_EQ(SplitInflightBudget(uint64_t{16} << 30, uint64_t{64} << 20).grpc_streams_per_connection,
+            64);
+  EXPECT_EQ(SplitInflightBudget(total, 1 << 20).grpc_streams_per_connection, 128);
+  // Messages up to a tenth of the total (half the quota): a larger --max-request-bytes is lowered
+  // for gRPC, and HTTP bodies above the requests' share are refused whatever it says.
+  split = SplitInflightBudget(total, uint64_t{200} << 20);
+  EXPECT_EQ(split.grpc_max_message, total / 10);
+  EXPECT_TRUE(split.grpc_message_lowered);
+  EXPECT_FALSE(split.requests_below_max_request);
+  split = SplitInflightBudget(total, uint64_t{600} << 20);
+  EXPECT_TRUE(split.requests_below_max_request);
+  // 0: unlimited, nothing set aside.
+  split = SplitInflightBudget(0, uint64_t{64} << 20);
+  EXPECT_EQ(split.grpc_quota, 0u);
+  EXPECT_EQ(split.requests, 0u);
+  EXPECT_FALSE(split.grpc_message_lowered);
+  // The refusals name where their limit comes from.
+  InflightBudget budget(100, "--max-inflight-bytes 200 less 100 set aside");
+  EXPECT_THAT(budget.Reserve(101, "x").status().message(),
+              HasSubstr("100 bytes all requests in flight may hold (--max-inflight-bytes 200 less "
+                        "100 set aside)"));
+}
+
 }  // namespace
 }  // namespace cuvil

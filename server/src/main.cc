@@ -50,11 +50,22 @@ constexpr char kHelp[] =
     "                              at most 2147483647)\n"
     "  --grpc-max-concurrent-calls N  gRPC calls in progress at once; more get\n"
     "                              RESOURCE_EXHAUSTED (default 512)\n"
-    "  --max-inflight-bytes N      bytes all requests in flight may hold together (a gRPC\n"
-    "                              ModelInfer or stream message its bytes, an HTTP request\n"
-    "                              its body and parsed JSON, until answered); a request past\n"
-    "                              it gets RESOURCE_EXHAUSTED / HTTP 503 + Retry-After at\n"
-    "                              once (default a quarter of physical memory; 0: unlimited)\n"
+    "  --grpc-max-streams-per-connection N  streams one gRPC connection may have open at\n"
+    "                              once (its client's further calls wait); more lets one\n"
+    "                              client make gRPC buffer more messages (default: see\n"
+    "                              --max-inflight-bytes)\n"
+    "  --max-inflight-bytes N      bytes all requests in flight may hold together, gRPC's\n"
+    "                              receive buffers included: half of N is set aside for those\n"
+    "                              (a resource quota of N/5, which bursts overshoot), the rest\n"
+    "                              is reserved by requests (a gRPC ModelInfer or stream\n"
+    "                              message its bytes, an HTTP request its body and parsed\n"
+    "                              JSON, until answered); a request past it gets\n"
+    "                              RESOURCE_EXHAUSTED / HTTP 503 +\n"
+    "                              Retry-After at once. gRPC messages above N/10 are refused\n"
+    "                              (keep N at least 10 x --max-request-bytes), and a gRPC\n"
+    "                              connection may open N/4 / --max-request-bytes streams at\n"
+    "                              once (4 to 128) (default a quarter of physical memory;\n"
+    "                              0: unlimited)\n"
     "  --exit-timeout-secs N       drain time on SIGTERM/SIGINT (default 30)\n"
     "  --http-threads N            HTTP handler threads; a request holds one while its body\n"
     "                              is read and it is served (idle and slow connections hold\n"
@@ -208,6 +219,9 @@ int main(int argc, char** argv) {
       ok = int_flag(&options.max_inflight_bytes);
     } else if (name == "--grpc-max-concurrent-calls") {
       ok = int_flag(&options.grpc_max_concurrent_calls) && options.grpc_max_concurrent_calls > 0;
+    } else if (name == "--grpc-max-streams-per-connection") {
+      ok = int_flag(&options.grpc_max_streams_per_connection) &&
+           options.grpc_max_streams_per_connection > 0;
     } else if (name == "--http-threads") {
       ok = int_flag(&options.http_threads) && options.http_threads > 0;
     } else if (name == "--http-header-timeout-secs") {

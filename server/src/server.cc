@@ -160,12 +160,48 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
   grpc_options.max_request_bytes = options.max_request_bytes;
   grpc_options.max_snapshot_bytes = options.max_snapshot_bytes;
   grpc_options.max_concurrent_calls = options.grpc_max_concurrent_calls;
-  s.inflight_budget = std::make_unique<InflightBudget>(
+  // --max-inflight-bytes is one total: gRPC's receive buffers get a share of it as their
+  // resource quota, the requests' own bytes the rest (InflightBudgetSplit says why).
+  const InflightBudgetSplit split = SplitInflightBudget(
       options.max_inflight_bytes < 0 ? InflightBudget::DefaultLimit()
-                                     : static_cast<uint64_t>(options.max_inflight_bytes));
+                                     : static_cast<uint64_t>(options.max_inflight_bytes),
+      static_cast<uint64_t>(options.max_request_bytes));
+  s.inflight_budget = std::make_unique<InflightBudget>(
+      split.requests, split.total == 0 ? std::string("--max-inflight-bytes")
+                                       : absl::StrCat("--max-inflight-bytes ", split.total,
+                                                      " less ", split.grpc_set_aside,
+                                                      " set aside for gRPC's receive buffers"));
   grpc_options.inflight_budget = s.inflight_budget.get();
-  spdlog::info("requests in flight may hold {} bytes{}", s.inflight_budget->limit(),
-               s.inflight_budget->limit() == 0 ? " (unlimited)" : " (--max-inflight-bytes)");
+  grpc_options.resource_quota_bytes = split.grpc_quota;
+  grpc_options.max_streams_per_connection = options.grpc_max_streams_per_connection > 0
+                                                ? options.grpc_max_streams_per_connection
+                                                : split.grpc_streams_per_connection;
+  if (split.total == 0) {
+    spdlog::info("requests in flight may hold any number of bytes (--max-inflight-bytes 0)");
+  } else {
+    spdlog::info(
+        "requests in flight may hold {} bytes (--max-inflight-bytes): {} for requests and their "
+        "responses, {} set aside for gRPC's receive buffers (a resource quota of {}, which a "
+        "burst overshoots; {} streams per connection)",
+        split.total, split.requests, split.grpc_set_aside, split.grpc_quota,
+        grpc_options.max_streams_per_connection);
+  }
+  if (split.grpc_message_lowered) {
+    grpc_options.max_receive_bytes = static_cast<int64_t>(split.grpc_max_message);
+    spdlog::warn(
+        "gRPC messages are limited to {} bytes, not --max-request-bytes {}: gRPC's receive "
+        "buffers get a quota of {} (a fifth of --max-inflight-bytes {}), and a message above "
+        "half of it may be reset by the transport; give --max-inflight-bytes at least 10 times "
+        "--max-request-bytes to take messages of that size",
+        split.grpc_max_message, options.max_request_bytes, split.grpc_quota, split.total);
+  }
+  if (split.requests_below_max_request) {
+    spdlog::warn(
+        "requests above {} bytes will be refused (HTTP 413, RESOURCE_EXHAUSTED) although "
+        "--max-request-bytes is {}: that is all --max-inflight-bytes {} leaves requests beside "
+        "gRPC's receive buffers",
+        split.requests, options.max_request_bytes, split.total);
+  }
   const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const ThreadBudget budget = ComputeThreadBudget(cores, options.http_threads);
   grpc_options.threads = budget.grpc_threads;

@@ -58,7 +58,9 @@ from onnx import TensorProto, helper, numpy_helper
 MAX_REQUEST_BYTES = 4 << 20  # The server runs with this limit, so oversized bodies stay cheap.
 # And with this in-flight budget (--max-inflight-bytes), so what a body may expand into is
 # refused at a size the corpus can send.
-MAX_INFLIGHT_BYTES = 16 << 20
+# Half of it is for requests, the other half set aside for gRPC's receive buffers; at least 10
+# times MAX_REQUEST_BYTES, so gRPC takes messages of that size.
+MAX_INFLIGHT_BYTES = 40 << 20
 
 
 # ---------------------------------------------------------------------------------------------

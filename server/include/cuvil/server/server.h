@@ -35,12 +35,19 @@ struct ServerOptions {
   int64_t max_snapshot_bytes = int64_t{1} << 30;
   // gRPC calls in progress at once (an open stream counts as one); more get RESOURCE_EXHAUSTED.
   int grpc_max_concurrent_calls = 512;
-  // Bytes all requests in flight may hold together: a gRPC ModelInfer (or ModelStreamInfer
-  // message) reserves its message's bytes before reading it, an HTTP request its body before
-  // buffering it (a chunked one as it arrives) and what its JSON may take once parsed, and each
-  // holds them until its response has gone out; past the budget a call gets RESOURCE_EXHAUSTED,
-  // an HTTP request 503 with Retry-After, at once (413 when it alone is larger than the budget).
-  // -1: a quarter of physical memory; 0: unlimited.
+  // Streams one gRPC connection may have open at once; further calls of its client wait. 0: as
+  // many as fill a quarter of max_inflight_bytes with messages of max_request_bytes, 4 to 128
+  // (InflightBudgetSplit). More streams a connection means more messages gRPC may buffer for it.
+  int grpc_max_streams_per_connection = 0;
+  // Bytes all requests in flight may hold together, gRPC's own receive buffers included: half of
+  // it is set aside for those (a resource quota of a fifth, which bursts overshoot up to 2.5
+  // times), gRPC messages above a tenth are refused and a gRPC connection may have a quarter of it
+  // divided by max_request_bytes streams open (4 to 128; InflightBudgetSplit). Against the rest,
+  // a gRPC ModelInfer (or ModelStreamInfer message) reserves its message's bytes once gRPC has
+  // read it, an HTTP request its body before buffering it (a chunked one as it arrives) and what
+  // its JSON may take once parsed, and each holds them until its response has gone out; past the
+  // budget a call gets RESOURCE_EXHAUSTED, an HTTP request 503 with Retry-After, at once (413
+  // when it alone is larger than the budget). -1: a quarter of physical memory; 0: unlimited.
   int64_t max_inflight_bytes = -1;
   // TLS for gRPC and HTTP (PEM files): both cert and key, or neither. With tls_client_ca, clients
   // must present a certificate that CA signed (mutual TLS). The metrics port stays plaintext.
