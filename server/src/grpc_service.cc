@@ -110,6 +110,12 @@ class InferenceHandlers {
   // inputs it read as `raw_inputs` (q then has none) and gets the raw outputs in `*raw_outputs`
   // instead of in `r`'s raw_output_contents: views of the response's tensors, which its holder
   // owns. Both may be null (the streaming call).
+  //
+  // Before the request is built and queued, `*reservation` (the call's, taken from
+  // inflight_budget(); null: nothing is charged) grows by the inputs the request copies (out of
+  // shared memory) and by what its response will hold, from the output shapes resolved for its
+  // inputs: the tensors, and with no `raw_outputs` the copies the response message and its
+  // serialised bytes take. Past the budget `done` gets RESOURCE_EXHAUSTED naming `what`.
   struct RawOutputs {
     std::vector<RawBytes> entries;
     std::shared_ptr<const void> holder;
@@ -117,6 +123,7 @@ class InferenceHandlers {
   void StartInfer(grpc::ServerContextBase* ctx, const inference::ModelInferRequest& q,
                   const std::vector<RawBytes>* raw_inputs, inference::ModelInferResponse* r,
                   RawOutputs* raw_outputs, std::shared_ptr<ModelVersion>* model,
+                  InflightBudget::Reservation* reservation, const char* what,
                   std::function<void(absl::Status)> done);
 
   // Where raw inputs read from the wire are copied.
@@ -340,12 +347,49 @@ class InferenceHandlers {
     out->mutable_inference_stats()->mutable_fail()->set_count(total);
   }
 
-  // Validates `q` into a request for `model` (routed here unless the caller already did). The
-  // request's raw inputs view `q`. Shared memory outputs go to `*shm_outputs`.
+  // Adds `bytes` to `*reservation` (null: nothing to charge); ResourceExhausted past the budget.
+  absl::Status Charge(InflightBudget::Reservation* reservation, uint64_t bytes, const char* what) {
+    if (reservation == nullptr || inflight_budget_ == nullptr || inflight_budget_->limit() == 0) {
+      return absl::OkStatus();
+    }
+    return inflight_budget_->Extend(reservation, bytes, what);
+  }
+
+  // What the response to `request` will hold: its requested outputs' tensors, which the
+  // scheduler allocates, and with `copied` (a response built as a message, the streaming call's)
+  // twice more the bytes of those not written into shared memory: the message's copy and its
+  // serialised bytes. ModelInfer's raw response refers to the tensors. 0 when the shapes cannot
+  // be resolved: the scheduler then fails the request before allocating any output.
+  static uint64_t ResponseBytes(const ModelVersion& model, const InferenceRequest& request,
+                                const std::vector<SharedMemoryOutput>& shm_outputs, bool copied) {
+    absl::StatusOr<std::vector<std::vector<int64_t>>> shapes = ResolveOutputShapes(model, request);
+    if (!shapes.ok()) return 0;
+    const std::vector<TensorSpec>& specs = model.executable().outputs();
+    uint64_t bytes = 0;
+    auto add = [&bytes](uint64_t more) {
+      bytes = more > UINT64_MAX - bytes ? UINT64_MAX : bytes + more;
+    };
+    for (size_t o = 0; o < specs.size() && o < shapes->size(); ++o) {
+      if (o < request.output_requested.size() && !request.output_requested[o]) continue;
+      const uint64_t tensor =
+          SaturatingTensorBytes((*shapes)[o], static_cast<uint64_t>(DTypeSize(specs[o].dtype)));
+      add(tensor);
+      if (copied && FindSharedMemoryOutput(shm_outputs, specs[o].name) == nullptr) {
+        add(tensor);
+        add(tensor);
+      }
+    }
+    return bytes;
+  }
+
+  // Validates `q` into a request for `model` (routed here unless the caller already did), and
+  // charges `*reservation` with what it copies and what its response holds (see StartInfer).
+  // The request's raw inputs view `q`. Shared memory outputs go to `*shm_outputs`.
   absl::StatusOr<std::unique_ptr<InferenceRequest>> Prepare(
       grpc::ServerContextBase* ctx, const inference::ModelInferRequest& q,
       const std::vector<RawBytes>* raw_inputs, std::shared_ptr<ModelVersion>* model,
-      std::vector<SharedMemoryOutput>* shm_outputs) {
+      std::vector<SharedMemoryOutput>* shm_outputs, bool copied_response,
+      InflightBudget::Reservation* reservation, const char* what) {
     // gRPC's own receive limit catches this first; a re-serialised size can still differ.
     if (static_cast<int64_t>(q.ByteSizeLong()) > max_request_bytes_) {
       return absl::ResourceExhaustedError(absl::StrCat("request of ", q.ByteSizeLong(),
@@ -359,8 +403,14 @@ class InferenceHandlers {
     }
     absl::StatusOr<WireRequest> wire = DecodeModelInferRequest(q, raw_inputs);
     if (!wire.ok()) return wire.status();
+    if (absl::Status s = Charge(reservation, CopiedInputBytes(*wire), what); !s.ok()) return s;
     auto request = BuildInferenceRequest(**model, *std::move(wire), shared_memory_, shm_outputs);
     if (!request.ok()) return request.status();
+    // The outputs are allocated as the request runs: charged before it is queued.
+    if (reservation != nullptr) {
+      const uint64_t response = ResponseBytes(**model, **request, *shm_outputs, copied_response);
+      if (absl::Status s = Charge(reservation, response, what); !s.ok()) return s;
+    }
     (*request)->is_cancelled = [ctx] { return ctx->IsCancelled(); };
     auto deadline = ctx->deadline();
     auto now_system = std::chrono::system_clock::now();
@@ -426,10 +476,11 @@ void InferenceHandlers::StartInfer(grpc::ServerContextBase* ctx,
                                    const std::vector<RawBytes>* raw_inputs,
                                    inference::ModelInferResponse* r, RawOutputs* raw_outputs,
                                    std::shared_ptr<ModelVersion>* model,
+                                   InflightBudget::Reservation* reservation, const char* what,
                                    std::function<void(absl::Status)> done) {
   std::vector<SharedMemoryOutput> shm_outputs;
   absl::StatusOr<std::unique_ptr<InferenceRequest>> request =
-      Prepare(ctx, q, raw_inputs, model, &shm_outputs);
+      Prepare(ctx, q, raw_inputs, model, &shm_outputs, raw_outputs == nullptr, reservation, what);
   if (!request.ok()) return done(request.status());
   ModelVersion* version = model->get();
   InferAsync(*version, *std::move(request),
@@ -513,7 +564,8 @@ class InferMethod final : public ArmedMethod {
       request_wire_.Clear();  // gRPC's receive slices are not needed any more.
       if (!read.ok()) return Respond(ToGrpc(read));
       method_->handlers_->StartInfer(&ctx_, request_.header, &request_.raw, &response_,
-                                     &raw_outputs_, &model_,
+                                     &raw_outputs_, &model_, &reservation_,
+                                     "a gRPC ModelInfer request with its response",
                                      [this](absl::Status s) { Respond(ToGrpc(s)); });
     }
 
@@ -619,7 +671,8 @@ class StreamInferMethod final : public ArmedMethod {
       request_wire_.Clear();  // gRPC's receive slices are not needed any more.
       if (!read.ok()) return Answer(read);
       handlers->StartInfer(&ctx_, request_.header, &request_.raw,
-                           response_.mutable_infer_response(), nullptr, &model_,
+                           response_.mutable_infer_response(), nullptr, &model_, &reservation_,
+                           "a gRPC ModelStreamInfer request with its response",
                            [this](absl::Status s) { Answer(s); });
     }
 

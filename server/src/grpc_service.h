@@ -29,8 +29,9 @@ struct GrpcServiceOptions {
   // near the resource quota may be reset by the transport (InflightBudgetSplit).
   int64_t max_receive_bytes = 0;
   // The server-wide budget of request bytes in flight (outliving the service; null: unlimited).
-  // A ModelInfer reserves its message's bytes once gRPC has read it and holds them until its
-  // response has gone out; a call that would cross the budget gets RESOURCE_EXHAUSTED at once.
+  // A ModelInfer reserves its message's bytes once gRPC has read it, and the bytes of its
+  // response's outputs before it runs, and holds them until its response has gone out; a call
+  // that would cross the budget gets RESOURCE_EXHAUSTED at once.
   InflightBudget* inflight_budget = nullptr;
   // gRPC's own receive buffers obey a resource quota of this many bytes (0: none); the budget
   // above does not count them (InflightBudgetSplit).

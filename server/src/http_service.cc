@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -119,6 +120,116 @@ constexpr uint64_t kDrainRefusedBodyBytes = uint64_t{4} << 20;
 // The same for a body refused because the budget is busy (a flood of large bodies must not keep
 // the workers reading them).
 constexpr uint64_t kDrainBusyBodyBytes = uint64_t{1} << 20;
+
+// The most text one element of `dtype` takes in a JSON response, its comma included: the
+// shortest round-trip form (to_chars) of the widest value, e.g. "-1.23456789e-38," for FP32 or
+// "-2.2250738585072014e-308," for FP64.
+uint64_t MaxJsonElementBytes(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return 16;
+    case DType::kFloat64:
+      return 25;
+    case DType::kInt8:
+      return 5;
+    case DType::kUInt8:
+      return 4;
+    case DType::kInt16:
+      return 7;
+    case DType::kUInt16:
+      return 6;
+    case DType::kInt32:
+      return 12;
+    case DType::kUInt32:
+      return 11;
+    case DType::kInt64:
+    case DType::kUInt64:
+      return 21;
+    case DType::kBool:
+      return 6;
+    default:
+      return 1;  // Written as "[]".
+  }
+}
+
+// The most one classification entry ("value:index", std::to_string of a double: up to ~330
+// characters for the largest values) takes as a std::string, and again in the response body.
+constexpr uint64_t kMaxClassificationEntryBytes = 384;
+// JSON around one output's data (name, datatype, shape, parameters), and around all of them.
+constexpr uint64_t kJsonPerOutputBytes = 512;
+constexpr uint64_t kJsonResponseBytes = 1024;
+
+uint64_t SaturatingAdd(uint64_t a, uint64_t b) { return b > UINT64_MAX - a ? UINT64_MAX : a + b; }
+uint64_t SaturatingMul(uint64_t a, uint64_t b) {
+  return a != 0 && b > UINT64_MAX / a ? UINT64_MAX : a * b;
+}
+
+// What the response to an HTTP inference holds, estimated from above before it runs.
+struct ResponseCost {
+  uint64_t json = 0;   // The JSON text (the whole body without binary outputs).
+  uint64_t total = 0;  // That, the output tensors, binary outputs and classification entries.
+};
+
+// The cost of answering `request` (built for `model`, with the client's `outputs` options and
+// `binary_output` default): every requested output's tensor (the scheduler allocates it from
+// the shapes ResolveOutputShapes gives), then, unless it goes to shared memory, its bytes again
+// in the body when binary, its text when JSON (MaxJsonElementBytes an element), or its
+// classification entries. Shapes that cannot be resolved cost nothing: the scheduler then
+// fails the request before allocating any output.
+ResponseCost EstimateResponse(const ModelVersion& model, const InferenceRequest& request,
+                              const std::vector<OutputRequest>& outputs, bool binary_output,
+                              const std::vector<SharedMemoryOutput>& shm_outputs, size_t id_bytes) {
+  ResponseCost cost;
+  // JSON escapes take up to 6 bytes a character ("\u001f").
+  cost.json = SaturatingAdd(kJsonResponseBytes, 6 * (model.name().size() + id_bytes));
+  absl::StatusOr<std::vector<std::vector<int64_t>>> shapes = ResolveOutputShapes(model, request);
+  if (!shapes.ok()) {
+    cost.total = cost.json;
+    return cost;
+  }
+  const std::vector<TensorSpec>& specs = model.executable().outputs();
+  const bool batching = model.config().max_batch_size() > 0;
+  uint64_t other = 0;  // Tensors, binary outputs, classification entries.
+  for (size_t o = 0; o < specs.size() && o < shapes->size(); ++o) {
+    if (o < request.output_requested.size() && !request.output_requested[o]) continue;
+    const TensorSpec& spec = specs[o];
+    const std::vector<int64_t>& shape = (*shapes)[o];
+    const uint64_t elements = SaturatingTensorBytes(shape, 1);
+    other = SaturatingAdd(other, SaturatingMul(elements, DTypeSize(spec.dtype)));
+    cost.json =
+        SaturatingAdd(cost.json, kJsonPerOutputBytes + 6 * spec.name.size() + 21 * shape.size());
+    if (const SharedMemoryOutput* region = FindSharedMemoryOutput(shm_outputs, spec.name)) {
+      cost.json = SaturatingAdd(cost.json, 6 * region->ref.region.size());
+      continue;
+    }
+    OutputRequest options{spec.name, binary_output, 0};
+    for (const OutputRequest& r : outputs) {
+      if (r.name == spec.name) options = r;
+    }
+    if (options.classification > 0) {
+      const uint64_t rows =
+          batching && !shape.empty() ? static_cast<uint64_t>(std::max<int64_t>(shape[0], 0)) : 1;
+      const uint64_t cols = rows == 0 ? 0 : elements / rows;
+      const uint64_t entries =
+          SaturatingMul(rows, std::min(cols, static_cast<uint64_t>(options.classification)));
+      const uint64_t entry_bytes = SaturatingMul(entries, kMaxClassificationEntryBytes);
+      // Each row's values and their order while ranking (16 bytes a column), then the entries.
+      other = SaturatingAdd(other, SaturatingAdd(SaturatingMul(cols, 16), entry_bytes));
+      if (options.binary) {
+        other = SaturatingAdd(other, entry_bytes);
+      } else {
+        cost.json = SaturatingAdd(cost.json, entry_bytes);
+      }
+    } else if (options.binary) {
+      other = SaturatingAdd(other, SaturatingMul(elements, DTypeSize(spec.dtype)));
+    } else {
+      cost.json =
+          SaturatingAdd(cost.json, SaturatingMul(elements, MaxJsonElementBytes(spec.dtype)));
+    }
+  }
+  cost.total = SaturatingAdd(cost.json, other);
+  return cost;
+}
 
 void SetRefusal(Response& res, const BudgetRefusal& refusal) {
   SetError(res, refusal.status, refusal.message);
@@ -584,17 +695,39 @@ absl::Status HttpServiceImpl::InferInner(const Request& req, Response& res,
   const bool binary_output = decoded->binary_output;
   const std::vector<OutputRequest>& outputs = decoded->outputs;
   const std::string id = decoded->wire.id;
+  constexpr const char* kWhat = "an HTTP inference with its response";
+  // Inputs copied out of shared memory or realigned: reserved before they are copied.
+  if (std::optional<BudgetRefusal> refused = Reserve(CopiedInputBytes(decoded->wire), kWhat)) {
+    SetRefusal(res, *refused);
+    return absl::OkStatus();
+  }
   std::vector<SharedMemoryOutput> shm_outputs;
   absl::StatusOr<std::unique_ptr<InferenceRequest>> request =
       BuildInferenceRequest(model, std::move(decoded->wire), shared_memory_, &shm_outputs);
   if (!request.ok()) return request.status();
+  // What the response holds — the output tensors the scheduler allocates, and the body they are
+  // encoded into — is reserved before the request runs (an unlimited budget counts nothing: the
+  // estimate may be far above what is written).
+  const ResponseCost cost =
+      EstimateResponse(model, **request, outputs, binary_output, shm_outputs, id.size());
+  const bool budgeted =
+      options_.inflight_budget != nullptr && options_.inflight_budget->limit() != 0;
+  if (std::optional<BudgetRefusal> refused = budgeted ? Reserve(cost.total, kWhat) : std::nullopt) {
+    SetRefusal(res, *refused);
+    return absl::OkStatus();
+  }
   InferenceResponse response = InferBlocking(model, *std::move(request));
   if (!response.status.ok()) return response.status;
   if (absl::Status s = WriteSharedMemoryOutputs(shm_outputs, response); !s.ok()) return s;
 
-  // Encode: JSON header, then the binary outputs in order.
+  // Encode: JSON header, then the binary outputs in order. The JSON's reserved size (within the
+  // budget) bounds its text, so it never regrows, and the binary outputs are appended once,
+  // straight from their tensors.
   std::string out;
-  std::string raw;
+  if (budgeted) out.reserve(static_cast<size_t>(cost.json));
+  std::deque<std::string> encoded_classes;  // Binary classification outputs, kept for `binary`.
+  std::vector<std::string_view> binary;     // The binary outputs' bytes, in order.
+  uint64_t binary_bytes = 0;
   out.append("{\"model_name\":");
   http_json::AppendJsonString(model.name(), &out);
   absl::StrAppend(&out, ",\"model_version\":\"", model.version(), "\"");
@@ -642,13 +775,14 @@ absl::Status HttpServiceImpl::InferInner(const Request& req, Response& res,
       continue;
     } else if (options.binary) {
       any_binary = true;
-      size_t before = raw.size();
       if (options.classification > 0) {
-        http_json::AppendBytesElements(classes, &raw);
+        http_json::AppendBytesElements(classes, &encoded_classes.emplace_back());
+        binary.push_back(encoded_classes.back());
       } else {
-        raw.append(reinterpret_cast<const char*>(t.tensor.data()), t.tensor.byte_size());
+        binary.emplace_back(reinterpret_cast<const char*>(t.tensor.data()), t.tensor.byte_size());
       }
-      absl::StrAppend(&out, ",\"parameters\":{\"binary_data_size\":", raw.size() - before, "}");
+      binary_bytes += binary.back().size();
+      absl::StrAppend(&out, ",\"parameters\":{\"binary_data_size\":", binary.back().size(), "}");
     } else if (options.classification > 0) {
       out.append(",\"data\":[");
       for (size_t c = 0; c < classes.size(); ++c) {
@@ -670,7 +804,8 @@ absl::Status HttpServiceImpl::InferInner(const Request& req, Response& res,
     res.set_header("Content-Type", kJson);
   } else {
     res.set_header(kHeaderLength, std::to_string(out.size()));
-    out.append(raw);
+    out.reserve(out.size() + binary_bytes);
+    for (std::string_view bytes : binary) out.append(bytes);
     res.body = std::move(out);
     res.set_header("Content-Type", "application/octet-stream");
   }

@@ -179,6 +179,77 @@ absl::StatusOr<std::unique_ptr<InferenceRequest>> Build(
 
 }  // namespace
 
+uint64_t CopiedInputBytes(const WireRequest& wire) {
+  uint64_t bytes = 0;
+  for (const WireInput& in : wire.inputs) {
+    absl::StatusOr<DType> dtype = DTypeFromKServeName(in.datatype);
+    if (!dtype.ok() || DTypeSize(*dtype) <= 0) continue;
+    const uint64_t size = in.shared_memory.has_value() ? in.shared_memory->byte_size : in.byte_size;
+    // Only an input of the size its shape declares gets that far (Build refuses the others
+    // first; strings are not copied).
+    if (size != SaturatingTensorBytes(in.shape, static_cast<uint64_t>(DTypeSize(*dtype)))) {
+      continue;
+    }
+    // Read out of shared memory, or realigned (see Build).
+    const bool copied = in.shared_memory.has_value() ||
+                        reinterpret_cast<uintptr_t>(in.data) % DTypeSize(*dtype) != 0;
+    if (copied) bytes = size > UINT64_MAX - bytes ? UINT64_MAX : bytes + size;
+  }
+  return bytes;
+}
+
+absl::StatusOr<std::vector<std::vector<int64_t>>> ResolveOutputShapes(
+    const ModelVersion& model, const InferenceRequest& request) {
+  const Executable& executable = model.executable();
+  const bool batching = model.config().max_batch_size() > 0;
+  const std::vector<TensorSpec>& outputs = executable.outputs();
+  std::vector<std::vector<int64_t>> dims;
+  bool varying = false;
+  for (const TensorSpec& out : outputs) {
+    for (int64_t d : out.dims) varying |= d < 0;
+  }
+  if (varying) {
+    // As ModelLayout::VaryingOutputDims: the executable resolves them from the inputs' dims.
+    const std::vector<TensorSpec>& inputs = executable.inputs();
+    std::vector<std::vector<int64_t>> input_dims;
+    input_dims.reserve(request.inputs.size());
+    for (size_t i = 0; i < request.inputs.size() && i < inputs.size(); ++i) {
+      const std::vector<int64_t>& shape = request.inputs[i].shape;
+      const size_t skip = batching && inputs[i].batched && !shape.empty() ? 1 : 0;
+      input_dims.emplace_back(shape.begin() + skip, shape.end());
+    }
+    absl::StatusOr<std::vector<std::vector<int64_t>>> resolved = executable.OutputDims(input_dims);
+    if (!resolved.ok()) return resolved.status();
+    if (resolved->size() != outputs.size()) {
+      return absl::InternalError("executable returned dims for the wrong number of outputs");
+    }
+    dims = *std::move(resolved);
+  } else {
+    for (const TensorSpec& out : outputs) dims.push_back(out.dims);
+  }
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    for (int64_t d : dims[o]) {
+      if (d < 0) {
+        return absl::InternalError(
+            absl::StrCat("executable left output '", outputs[o].name, "' unresolved"));
+      }
+    }
+    if (batching && outputs[o].batched) dims[o].insert(dims[o].begin(), request.batch_size);
+  }
+  return dims;
+}
+
+uint64_t SaturatingTensorBytes(const std::vector<int64_t>& shape, uint64_t bytes_per_element) {
+  uint64_t bytes = bytes_per_element;
+  for (int64_t d : shape) {
+    if (d <= 0) return 0;
+    const uint64_t n = static_cast<uint64_t>(d);
+    if (bytes > UINT64_MAX / n) return UINT64_MAX;
+    bytes *= n;
+  }
+  return bytes;
+}
+
 void InferAsync(ModelVersion& model, std::unique_ptr<InferenceRequest> request,
                 std::function<void(InferenceResponse)> done) {
   const int64_t number = next_request_number.fetch_add(1, std::memory_order_relaxed);

@@ -78,6 +78,23 @@ absl::StatusOr<std::unique_ptr<InferenceRequest>> BuildInferenceRequest(
     const SharedMemoryRegistry* shared_memory = nullptr,
     std::vector<SharedMemoryOutput>* shared_memory_outputs = nullptr);
 
+// Bytes BuildInferenceRequest copies `wire`'s inputs into: those read out of shared memory, and
+// binary inputs that are not naturally aligned in the body they came in. Front ends reserve them
+// against the in-flight budget before building the request.
+uint64_t CopiedInputBytes(const WireRequest& wire);
+
+// The shape each of `model`'s outputs gets in the response to `request` (batch dimension
+// included when batched), in executable().outputs() order, resolved as the scheduler resolves
+// them before it allocates them: the declared dims, or the executable's OutputDims for the
+// request's input dims (upper bounds when the data decides a size). The executable's error when
+// it cannot resolve them (the scheduler then fails the request the same way, allocating nothing).
+absl::StatusOr<std::vector<std::vector<int64_t>>> ResolveOutputShapes(
+    const ModelVersion& model, const InferenceRequest& request);
+
+// Elements of `shape` times `bytes_per_element`, saturating at UINT64_MAX (shapes come from
+// clients).
+uint64_t SaturatingTensorBytes(const std::vector<int64_t>& shape, uint64_t bytes_per_element);
+
 // Writes each of `outputs` from `response` into its region: InvalidArgument naming the output and
 // region when the output is larger than the byte size given or the region's object shrank.
 // Outputs `response` does not hold are skipped.

@@ -45,9 +45,10 @@ struct ServerOptions {
   // divided by max_request_bytes streams open (4 to 128; InflightBudgetSplit). Against the rest,
   // a gRPC ModelInfer (or ModelStreamInfer message) reserves its message's bytes once gRPC has
   // read it, an HTTP request its body before buffering it (a chunked one as it arrives) and what
-  // its JSON may take once parsed, and each holds them until its response has gone out; past the
-  // budget a call gets RESOURCE_EXHAUSTED, an HTTP request 503 with Retry-After, at once (413
-  // when it alone is larger than the budget). -1: a quarter of physical memory; 0: unlimited.
+  // its JSON may take once parsed, and each what its response's outputs will take before it
+  // runs, and holds them until its response has gone out; past the budget a call gets
+  // RESOURCE_EXHAUSTED, an HTTP request 503 with Retry-After, at once (413 when it alone is
+  // larger than the budget). -1: a quarter of physical memory; 0: unlimited.
   int64_t max_inflight_bytes = -1;
   // TLS for gRPC and HTTP (PEM files): both cert and key, or neither. With tls_client_ca, clients
   // must present a certificate that CA signed (mutual TLS). The metrics port stays plaintext.
