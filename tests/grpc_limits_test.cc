@@ -152,10 +152,13 @@ class ServerProcess {
   std::string http_address_;
 };
 
-std::shared_ptr<grpc::Channel> Channel(const std::string& address) {
+// A channel to `address`; `own_connection`: on a TCP connection of its own, not one shared with
+// other channels to the same address.
+std::shared_ptr<grpc::Channel> Channel(const std::string& address, bool own_connection = false) {
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(INT_MAX);
   args.SetMaxReceiveMessageSize(INT_MAX);
+  if (own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
 
@@ -190,8 +193,9 @@ struct FloodResult {
 };
 
 // Sends `calls` ModelInfer calls at once, alternating the two messages (of `message_bytes`), and
-// waits for them all.
-FloodResult Flood(grpc::GenericStub& stub, int calls, size_t message_bytes = kMessageBytes) {
+// waits for them all; round-robin over `stubs` (each on a connection of its own) when given.
+FloodResult Flood(grpc::GenericStub& stub, int calls, size_t message_bytes = kMessageBytes,
+                  const std::vector<std::unique_ptr<grpc::GenericStub>>* stubs = nullptr) {
   const grpc::Slice slices[2] = {OneByteRawEntriesToMlp(message_bytes),
                                  EmptyInputsToUnknownModel(message_bytes)};
   FloodResult result;
@@ -208,13 +212,16 @@ FloodResult Flood(grpc::GenericStub& stub, int calls, size_t message_bytes = kMe
     ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(5));
     grpc::Slice slice = slices[i % 2];  // A reference, not a copy: every call shares the bytes.
     requests[static_cast<size_t>(i)] = grpc::ByteBuffer(&slice, 1);
-    stub.UnaryCall(ctx.get(), "/inference.GRPCInferenceService/ModelInfer", grpc::StubOptions(),
-                   &requests[static_cast<size_t>(i)], &responses[static_cast<size_t>(i)],
-                   [&, i](grpc::Status s) {
-                     std::lock_guard<std::mutex> l(mu);
-                     result.statuses[static_cast<size_t>(i)] = std::move(s);
-                     if (--left == 0) cv.notify_all();
-                   });
+    grpc::GenericStub& via = stubs != nullptr && !stubs->empty()
+                                 ? *(*stubs)[static_cast<size_t>(i) % stubs->size()]
+                                 : stub;
+    via.UnaryCall(ctx.get(), "/inference.GRPCInferenceService/ModelInfer", grpc::StubOptions(),
+                  &requests[static_cast<size_t>(i)], &responses[static_cast<size_t>(i)],
+                  [&, i](grpc::Status s) {
+                    std::lock_guard<std::mutex> l(mu);
+                    result.statuses[static_cast<size_t>(i)] = std::move(s);
+                    if (--left == 0) cv.notify_all();
+                  });
     contexts.push_back(std::move(ctx));
   }
   std::unique_lock<std::mutex> l(mu);
@@ -420,6 +427,37 @@ TEST(GrpcLimitsTest, FloodReport) {
       inflight_env != nullptr ? inflight_env : "default");
   for (const auto& [what, n] : codes) std::printf("  %5d x code %s\n", n, what.c_str());
   ExpectMlpStillAnswers(server.address());
+}
+
+// The flood of FloodReport against a server started elsewhere (bench/grpc_flood.py runs it
+// beside its own clients and samples): skipped unless CUVIL_GRPC_FLOOD_ADDRESS (host:port) and
+// CUVIL_GRPC_FLOOD_CALLS are set; CUVIL_GRPC_FLOOD_MIB sets the messages' size (60) and
+// CUVIL_GRPC_FLOOD_CONNECTIONS spreads the calls over that many TCP connections (1). Prints how
+// the calls ended.
+TEST(GrpcLimitsTest, FloodAnotherServer) {
+  const char* address = std::getenv("CUVIL_GRPC_FLOOD_ADDRESS");
+  const char* calls_env = std::getenv("CUVIL_GRPC_FLOOD_CALLS");
+  if (address == nullptr || calls_env == nullptr) {
+    GTEST_SKIP() << "set CUVIL_GRPC_FLOOD_ADDRESS and CUVIL_GRPC_FLOOD_CALLS to run";
+  }
+  const char* mib_env = std::getenv("CUVIL_GRPC_FLOOD_MIB");
+  const size_t message_bytes =
+      mib_env != nullptr ? static_cast<size_t>(std::atoi(mib_env)) << 20 : kMessageBytes;
+  grpc::GenericStub stub(Channel(address));
+  std::vector<std::unique_ptr<grpc::GenericStub>> stubs;
+  if (const char* n = std::getenv("CUVIL_GRPC_FLOOD_CONNECTIONS"); n != nullptr) {
+    for (int i = 0; i < std::atoi(n); ++i) {
+      stubs.push_back(std::make_unique<grpc::GenericStub>(Channel(address, true)));
+    }
+  }
+  FloodResult flood = Flood(stub, std::atoi(calls_env), message_bytes, &stubs);
+  std::map<std::string, int> codes;
+  for (const grpc::Status& s : flood.statuses) {
+    codes[std::to_string(s.error_code()) + " " + s.error_message().substr(0, 90)]++;
+  }
+  std::printf("%s gRPC calls of %zu MiB in %lld ms\n", calls_env, message_bytes >> 20,
+              static_cast<long long>(flood.took.count()));
+  for (const auto& [what, n] : codes) std::printf("  %5d x code %s\n", n, what.c_str());
 }
 
 // One HTTP/1.1 exchange on a new connection to `address` (host:port): sends `head` then `body`
