@@ -697,6 +697,11 @@ bool HttpConnectionReactor::Impl::Process(Connection* c) {
       c->scanned = data.size();
       if (data.size() >= cap) {
         SendStatus(*c, 431, true, "{\"error\":\"request header block too large\"}");
+        // Bytes left unread at close() make the kernel answer with a reset, which can destroy
+        // the 431 before the client reads it: drop what already arrived (bounded) first.
+        char sink[16 << 10];
+        for (int i = 0; i < 64 && ::recv(c->fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; ++i) {
+        }
         Close(c);
         return false;
       }

@@ -293,8 +293,8 @@ def raw_request(addr, payload):
         try:
             s.sendall(payload)
             s.shutdown(socket.SHUT_WR)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+        except OSError:
+            pass  # Answered and closed before it read everything (ENOTCONN, EPIPE, reset).
         data = b""
         try:
             while True:
@@ -302,7 +302,7 @@ def raw_request(addr, payload):
                 if not chunk:
                     break
                 data += chunk
-        except (ConnectionResetError, socket.timeout):
+        except (OSError, socket.timeout):
             pass
     if not data:
         return None, b""
