@@ -101,7 +101,7 @@ in_root() { chroot "$chroot_dir" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/
 
 serve_example() {
   in_root "./scripts/run.sh > /tmp/run.log 2>&1 & echo \$! > /tmp/run.pid"
-  local deadline=$(($(date +%s) + 5400)) up=0
+  local deadline=$(($(date +%s) + 10800)) up=0
   while (($(date +%s) < deadline)); do
     if in_root "curl -fsS http://127.0.0.1:8000/v2/health/ready > /dev/null 2>&1"; then
       up=1
