@@ -203,4 +203,17 @@ void RequestQueue::Take(const std::vector<std::pair<std::deque<QueuedRequest>*, 
   }
 }
 
+std::vector<QueuedRequest> RequestQueue::TakeAll() {
+  std::vector<QueuedRequest> all;
+  all.reserve(size_);
+  for (Level& level : levels_) {
+    for (auto* q : {&level.fresh, &level.delayed}) {
+      for (QueuedRequest& r : *q) all.push_back(std::move(r));
+      q->clear();
+    }
+  }
+  size_ = 0;
+  return all;
+}
+
 }  // namespace cuvil

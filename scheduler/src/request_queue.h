@@ -37,6 +37,8 @@ class RequestQueue {
   // is there instead of waiting for the batch to fill (draining).
   Decision NextBatch(Clock::time_point now, bool flush, std::vector<QueuedRequest>* batch,
                      std::vector<Completion>* dropped);
+  // Moves every queued request out, highest priority level first, oldest first within one.
+  std::vector<QueuedRequest> TakeAll();
 
  private:
   struct Level {

@@ -2,7 +2,10 @@
 // form a batch, execute it in their own context and complete its requests.
 #include "cuvil/scheduler/scheduler.h"
 
+#include <atomic>
+#include <functional>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "completion_sequencer.h"
@@ -43,6 +46,11 @@ class BatchingScheduler final : public Scheduler {
           std::make_unique<ExecutionContext>(executable_.get(), &layout_, clock_.get()));
     }
     {
+      absl::MutexLock l(&running_mu_);
+      running_.resize(contexts_.size());
+      for (size_t i = 0; i < contexts_.size(); ++i) running_[i].context = contexts_[i].get();
+    }
+    {
       absl::MutexLock l(&mu_);
       for (auto& context : contexts_) idle_contexts_.push_back(context.get());
     }
@@ -72,10 +80,8 @@ class BatchingScheduler final : public Scheduler {
   std::unique_ptr<InferenceRequest> SubmitImpl(std::unique_ptr<InferenceRequest> request,
                                                bool hand_back) {
     if (request == nullptr) return nullptr;
-    {
-      absl::MutexLock l(&mu_);
-      if (hand_back && draining_) return request;
-    }
+    // Handed back before validation (the caller routes it on); rechecked under mu_ below.
+    if (hand_back && draining_hint_.load(std::memory_order_acquire)) return request;
     absl::StatusOr<int64_t> rows = layout_.Validate(*request);
     if (!rows.ok()) {
       Reject(std::move(request), rows.status());
@@ -123,6 +129,7 @@ class BatchingScheduler final : public Scheduler {
     {
       absl::MutexLock l(&mu_);
       draining_ = true;
+      draining_hint_.store(true, std::memory_order_release);
       cv_.SignalAll();
       // Workers leave once the queue is empty; inline executions run on their callers'
       // threads: wait for both.
@@ -140,6 +147,53 @@ class BatchingScheduler final : public Scheduler {
     clock_->RemoveWaker(this);
     drained_ = true;
     return true;
+  }
+
+  int FailRunning(const absl::Status& status) override {
+    std::vector<std::function<void(InferenceResponse)>> callbacks;
+    std::vector<uint64_t> tickets;  // preserve_ordering: released so later batches go out.
+    {
+      absl::MutexLock l(&running_mu_);
+      for (RunningExecution& r : running_) {
+        if (r.batch == nullptr || r.abandoned) continue;
+        r.abandoned = true;
+        tickets.push_back(r.ticket);
+        // The executing thread reads other fields of these requests, never on_complete until
+        // it has seen `abandoned` under running_mu_.
+        for (QueuedRequest& q : *r.batch) {
+          if (q.request != nullptr && q.request->on_complete) {
+            callbacks.push_back(std::move(q.request->on_complete));
+            q.request->on_complete = nullptr;
+          }
+        }
+      }
+    }
+    for (auto& on_complete : callbacks) {
+      stats_.RecordFailure(0);
+      InferenceResponse response;
+      response.status = status;
+      on_complete(std::move(response));
+    }
+    if (ordered_) {
+      for (uint64_t ticket : tickets) {
+        std::vector<Completion> none;
+        sequencer_.Deliver(ticket, none);
+      }
+    }
+    return static_cast<int>(callbacks.size());
+  }
+
+  std::vector<std::unique_ptr<InferenceRequest>> TakeQueued() override {
+    std::vector<QueuedRequest> queued;
+    {
+      absl::MutexLock l(&mu_);
+      if (!draining_) return {};
+      queued = queue_.TakeAll();
+    }
+    std::vector<std::unique_ptr<InferenceRequest>> requests;
+    requests.reserve(queued.size());
+    for (QueuedRequest& q : queued) requests.push_back(std::move(q.request));
+    return requests;
   }
 
   SchedulerStats Stats() const override {
@@ -203,13 +257,15 @@ class BatchingScheduler final : public Scheduler {
     batch.push_back(std::move(queued));
     std::vector<InferenceResponse> responses;
     std::vector<Completion> done;
-    const uint64_t execution_ns = Process(context, /*ticket=*/0, batch, responses, done);
+    bool abandoned = false;
+    const uint64_t execution_ns =
+        Process(context, /*ticket=*/0, batch, responses, done, abandoned);
     SetIntraOpThreads(caller_threads);
     {
       absl::MutexLock l(&mu_);
       ReleaseContext(&context, execution_ns);
     }
-    Deliver(/*ticket=*/0, done);
+    Deliver(/*ticket=*/0, done, abandoned);
     absl::MutexLock l(&mu_);
     --inline_calls_;  // Last touch of `this`: Drain (and so destruction) may proceed.
   }
@@ -252,19 +308,23 @@ class BatchingScheduler final : public Scheduler {
         // Another idle instance can start on what is left.
         if (!queue_.empty()) cv_.Signal();
       }
-      const uint64_t execution_ns = Process(*context, ticket, batch, responses, done);
+      bool abandoned = false;
+      const uint64_t execution_ns = Process(*context, ticket, batch, responses, done, abandoned);
       {
         absl::MutexLock l(&mu_);
         ReleaseContext(context, execution_ns);
       }
-      Deliver(ticket, done);
+      Deliver(ticket, done, abandoned);
     }
   }
 
   // Executes `batch` (minus cancelled or late requests) and appends its completions to `done`
-  // (for Deliver). Returns the execution's duration (0 when nothing ran or it failed).
+  // (for Deliver). Returns the execution's duration (0 when nothing ran, it failed or it was
+  // abandoned). Sets `abandoned` when FailRunning answered the batch's requests meanwhile (its
+  // ticket, if any, was delivered then): only the completions made before the execution remain.
   uint64_t Process(ExecutionContext& context, uint64_t ticket, std::vector<QueuedRequest>& batch,
-                   std::vector<InferenceResponse>& responses, std::vector<Completion>& done) {
+                   std::vector<InferenceResponse>& responses, std::vector<Completion>& done,
+                   bool& abandoned) {
     for (const Completion& c : done) stats_.RecordFailure(c.response.timings.queue_ns);
     const Clock::time_point start = clock_->Now();
     uint64_t execution_ns = 0;
@@ -301,11 +361,27 @@ class BatchingScheduler final : public Scheduler {
         for (const QueuedRequest& q : batch) rows += q.rows;
         options_.on_batch_start(rows);
       }
+      RunningExecution* running = nullptr;
+      {
+        absl::MutexLock l(&running_mu_);
+        running = &RunningOf(context);
+        running->batch = &batch;
+        running->ticket = ticket;
+      }
       ExecutionContext::Result result = context.Execute(batch, responses);
       const Clock::time_point end = clock_->Now();
+      {
+        absl::MutexLock l(&running_mu_);
+        running->batch = nullptr;
+        abandoned = std::exchange(running->abandoned, false);
+      }
       if (options_.on_batch_done) {
         options_.on_batch_done(result.rows, result.input_ns + result.infer_ns + result.output_ns,
-                               result.status.ok());
+                               result.status.ok() && !abandoned);
+      }
+      if (abandoned) {  // Answered by FailRunning; what it computed is dropped.
+        batch.clear();
+        return 0;
       }
       if (result.status.ok()) {
         stats_.RecordExecution(result.rows, result.input_ns, result.infer_ns, result.output_ns);
@@ -338,9 +414,10 @@ class BatchingScheduler final : public Scheduler {
   }
 
   // Completes the requests of one Process call; called after its context is released, so a
-  // client that submits again on completion finds the instance idle.
-  void Deliver(uint64_t ticket, std::vector<Completion>& done) {
-    if (ordered_) {
+  // client that submits again on completion finds the instance idle. An abandoned execution's
+  // ticket was delivered by FailRunning: what is left goes out at once.
+  void Deliver(uint64_t ticket, std::vector<Completion>& done, bool abandoned) {
+    if (ordered_ && !abandoned) {
       sequencer_.Deliver(ticket, done);
     } else {
       for (Completion& c : done) DeliverCompletion(c);
@@ -361,6 +438,7 @@ class BatchingScheduler final : public Scheduler {
   absl::CondVar cv_;  // Signalled on new work, draining and (fake) clock jumps.
   RequestQueue queue_ ABSL_GUARDED_BY(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<bool> draining_hint_{false};  // draining_, readable without mu_ (set once).
   uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 0;
   int busy_ ABSL_GUARDED_BY(mu_) = 0;                    // Instances executing a batch.
   size_t last_batch_requests_ ABSL_GUARDED_BY(mu_) = 0;  // Requests in the latest batch taken.
@@ -369,6 +447,25 @@ class BatchingScheduler final : public Scheduler {
   uint64_t recent_execution_ns_ ABSL_GUARDED_BY(mu_) = 0;  // Moving average; 0 until one ran.
   int inline_calls_ ABSL_GUARDED_BY(mu_) = 0;  // RunInline calls not yet returned (Drain waits).
   int live_workers_ ABSL_GUARDED_BY(mu_) = 0;  // Worker threads not yet past WorkerLoop.
+
+  // One per context: the batch it is executing, for FailRunning. Taken around each execution
+  // only (never with mu_ held), so it is uncontended but for FailRunning.
+  struct RunningExecution {
+    ExecutionContext* context = nullptr;  // Fixed by Start().
+    std::vector<QueuedRequest>* batch = nullptr;
+    uint64_t ticket = 0;
+    bool abandoned = false;  // FailRunning answered `batch`; its executor drops the results.
+  };
+  RunningExecution& RunningOf(const ExecutionContext& context)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(running_mu_) {
+    for (RunningExecution& r : running_) {
+      if (r.context == &context) return r;
+    }
+    return running_.front();  // Unreachable: every context has its entry.
+  }
+  absl::Mutex running_mu_;
+  // Sized once by Start(); entries are reached by reference afterwards.
+  std::vector<RunningExecution> running_ ABSL_GUARDED_BY(running_mu_);
 
   absl::Mutex drain_mu_;  // Serialises Drain(), which the destructor also calls.
   bool drained_ ABSL_GUARDED_BY(drain_mu_) = false;

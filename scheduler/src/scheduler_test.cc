@@ -546,6 +546,76 @@ TEST_F(SchedulerTest, DrainWithATimeoutGivesUpOnAStuckExecutionAndFinishesLater)
   EXPECT_TRUE(queued.response.status.ok()) << queued.response.status;
 }
 
+TEST_F(SchedulerTest, FailRunningAnswersAStuckExecutionAndDropsItsLateResult) {
+  auto scheduler = Make(Unbatched(4));
+  exe_->Hold(100);
+  Outcome& stuck = Submit(*scheduler, 1, 100);  // A worker runs it and stays inside Run.
+  ASSERT_TRUE(exe_->AwaitEntered(1));
+  Outcome& queued = Submit(*scheduler, 1, 200);
+  EXPECT_FALSE(scheduler->Drain(absl::Milliseconds(50)));
+  EXPECT_EQ(scheduler->FailRunning(absl::UnavailableError("version retired")), 1);
+  ASSERT_TRUE(stuck.done.HasBeenNotified());  // At once, while its thread is still inside.
+  EXPECT_EQ(stuck.response.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(stuck.response.status.message(), HasSubstr("version retired"));
+  EXPECT_FALSE(queued.done.HasBeenNotified());  // Queued requests are not failed.
+  EXPECT_EQ(scheduler->FailRunning(absl::UnavailableError("again")), 0);  // Answered once.
+  exe_->Release(100);  // The kernel returns after all: its result is dropped (no second call).
+  EXPECT_TRUE(scheduler->Drain(absl::Seconds(30)));
+  ASSERT_TRUE(queued.Wait());
+  EXPECT_TRUE(queued.response.status.ok()) << queued.response.status;
+  EXPECT_EQ(stuck.response.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(scheduler->Stats().success.count, 1u);
+}
+
+TEST_F(SchedulerTest, TakeQueuedHandsOverWhatAStuckSchedulerWouldNotRun) {
+  auto scheduler = Make(Unbatched(4));
+  EXPECT_TRUE(scheduler->TakeQueued().empty());  // Not draining: nothing is taken.
+  exe_->Hold(100);
+  Outcome& stuck = Submit(*scheduler, 1, 100);
+  ASSERT_TRUE(exe_->AwaitEntered(1));
+  Submit(*scheduler, 1, 200);
+  Submit(*scheduler, 2, 300);
+  EXPECT_FALSE(scheduler->Drain(absl::Milliseconds(50)));
+  std::vector<std::unique_ptr<InferenceRequest>> taken = scheduler->TakeQueued();
+  ASSERT_EQ(taken.size(), 2u);
+  EXPECT_EQ(taken[0]->id, "r1");  // In queue order, on_complete not run.
+  EXPECT_EQ(taken[1]->id, "r2");
+  EXPECT_EQ(scheduler->Stats().pending, 0u);
+  for (auto& request : taken) {  // The caller answers them (here: as a successor would).
+    InferenceResponse response;
+    response.status = absl::UnavailableError("handed on");
+    request->on_complete(std::move(response));
+  }
+  EXPECT_EQ(scheduler->FailRunning(absl::UnavailableError("version retired")), 1);
+  EXPECT_EQ(stuck.response.status.code(), absl::StatusCode::kUnavailable);
+  exe_->Release(100);
+  EXPECT_TRUE(scheduler->Drain(absl::Seconds(30)));
+  EXPECT_EQ(exe_->calls().size(), 1u);  // The taken requests never ran here.
+}
+
+TEST_F(SchedulerTest, FailRunningReleasesTheLaterBatchesOfAnOrderedScheduler) {
+  SchedulerOptions options = Batching(1);
+  options.batching.preserve_ordering = true;
+  options.instance_count = 2;
+  auto scheduler = Make(options);
+  exe_->Hold(100);
+  Outcome& stuck = Submit(*scheduler, 1, 100);  // Ticket 0, on one instance.
+  ASSERT_TRUE(exe_->AwaitEntered(1));
+  Outcome& later = Submit(*scheduler, 1, 200);  // Ticket 1, on the other: done, held back.
+  ASSERT_TRUE(exe_->AwaitEntered(2));
+  EXPECT_FALSE(later.done.WaitForNotificationWithTimeout(absl::Milliseconds(100)));
+  EXPECT_EQ(scheduler->FailRunning(absl::UnavailableError("version retired")), 1);
+  ASSERT_TRUE(stuck.done.HasBeenNotified());
+  EXPECT_EQ(stuck.response.status.code(), absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(later.Wait());  // Its ticket no longer waits for the stuck one.
+  ExpectOwnRows(later);
+  exe_->Release(100);
+  EXPECT_TRUE(scheduler->Drain(absl::Seconds(30)));
+  Outcome& after = Submit(*scheduler, 1, 300);  // Drained: refused, not lost.
+  ASSERT_TRUE(after.done.HasBeenNotified());
+  EXPECT_EQ(after.response.status.code(), absl::StatusCode::kUnavailable);
+}
+
 TEST_F(SchedulerTest, FullBatchDoesNotWaitForTheDelay) {
   SchedulerOptions options = Batching(4);
   options.batching.max_queue_delay_us = 1'000'000;

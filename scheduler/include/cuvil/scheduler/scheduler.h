@@ -99,6 +99,15 @@ class Scheduler {
   // destructor, which waits for ever) finishes the job once they return. Requests still queued
   // run (a worker that finishes picks them up) before the workers stop.
   virtual bool Drain(absl::Duration timeout) = 0;
+  // Completes every request of the executions running now with `status` (which must not be
+  // OK), at once, without waiting for them: for a version retired while a kernel does not
+  // return. When such an execution returns after all, its results are dropped; requests still
+  // queued are not touched. Returns the number of requests completed.
+  virtual int FailRunning(const absl::Status& status) = 0;
+  // Takes the requests still queued (their on_complete not run), for a caller that drained
+  // with a timeout and found every instance stuck: it routes them elsewhere or rejects them.
+  // Meant for a draining scheduler; empty otherwise.
+  virtual std::vector<std::unique_ptr<InferenceRequest>> TakeQueued() = 0;
   virtual SchedulerStats Stats() const = 0;
 };
 
