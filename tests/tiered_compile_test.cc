@@ -76,7 +76,7 @@ class TieredCompileTest : public ::testing::Test {
     for (int i = 0; i < 600; ++i) {
       auto v = server_->models()->Get(model, "");
       if (v.ok()) {
-        for (const PatchRecord& p : (*v)->loaded().Patches()) {
+        for (const PatchRecord& p : (*v)->loaded().patches().Patches()) {
           if (p.author == "tiered-compilation") return true;
         }
       }

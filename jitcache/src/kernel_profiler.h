@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "cuvil/jitcache/jit_engine.h"
+#include "cuvil/jitcache/patch_controller.h"
 
 namespace cuvil {
 

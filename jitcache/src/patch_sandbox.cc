@@ -665,19 +665,20 @@ int SandboxChild::Main(int argc, char** argv) {
       if (layer.kind() == pb::SandboxLayer::RECOMPILE) {
         CompiledModel recompiled = base;
         recompiled.object_code = layer.code();
-        prepared = version.PrepareRecompilePatch(
+        prepared = version.patches().PrepareRecompilePatch(
             recompiled, {layer.functions().begin(), layer.functions().end()}, "");
       } else if (layer.kind() == pb::SandboxLayer::OBJECT) {
-        prepared = version.PrepareObjectPatch(layer.code(), SlotsOf(layer.slots()));
+        prepared = version.patches().PrepareObjectPatch(layer.code(), SlotsOf(layer.slots()));
       } else {
-        prepared = version.PrepareIrPatch(layer.code(), {}, {}, PatchSandboxLimits{0, false});
+        prepared =
+            version.patches().PrepareIrPatch(layer.code(), {}, {}, PatchSandboxLimits{0, false});
       }
       if (!prepared.ok()) ChildFail("cannot rebuild the version's patch stack", prepared.status());
-      auto id = version.CommitPatch(*std::move(prepared), "sandbox");
+      auto id = version.patches().CommitPatch(*std::move(prepared), "sandbox");
       if (!id.ok()) ChildFail("cannot rebuild the version's patch stack", id.status());
     }
     std::string object = CompilePatch(job.patch_ir());
-    auto patch = version.PrepareObjectPatch(object, SlotsOf(job.patch_slots()));
+    auto patch = version.patches().PrepareObjectPatch(object, SlotsOf(job.patch_slots()));
     if (!patch.ok()) ChildFail("the patch does not link", patch.status());
     int32_t probe_code = 0;
     std::vector<uint64_t> calls;
@@ -688,17 +689,17 @@ int SandboxChild::Main(int argc, char** argv) {
       for (const pb::SandboxSlot& s : job.patch_slots()) {
         kernels.push_back(version.model().kernels[s.slot()].symbol);  // CheckSandboxJob: in range.
       }
-      if (auto id = version.CommitPatch(*patch, "sandbox"); !id.ok()) {
+      if (auto id = version.patches().CommitPatch(*patch, "sandbox"); !id.ok()) {
         ChildFail("cannot apply the patch in the sandbox", id.status());
       }
-      auto counting = version.PrepareProfilePatch(0, kernels);
+      auto counting = version.patches().PrepareProfilePatch(0, kernels);
       if (!counting.ok()) ChildFail("cannot count the patch's calls", counting.status());
-      auto counting_id = version.CommitPatch(*counting, "sandbox");
+      auto counting_id = version.patches().CommitPatch(*counting, "sandbox");
       if (!counting_id.ok()) ChildFail("cannot count the patch's calls", counting_id.status());
       for (const pb::SandboxInputSet& set : job.probe_sets()) {
         if (!version.Run(SandboxProbeInputs(set)).ok()) probe_code = 1;
       }
-      auto report = version.ProfileReport(*counting_id);
+      auto report = version.patches().ProfileReport(*counting_id);
       if (!report.ok()) ChildFail("cannot count the patch's calls", report.status());
       for (const std::string& k : kernels) {
         uint64_t n = 0;

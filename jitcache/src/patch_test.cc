@@ -72,11 +72,11 @@ class PatchTest : public ::testing::Test {
 
 TEST_F(PatchTest, IrPatchTakesEffectOnCommitAndRollbackRestores) {
   EXPECT_EQ(RunOnce(), 11.0f);
-  auto patch = model_->PrepareIrPatch(ScaledAddIr(k1_, 2.0f), {k1_});
+  auto patch = model_->patches().PrepareIrPatch(ScaledAddIr(k1_, 2.0f), {k1_});
   ASSERT_TRUE(patch.ok()) << patch.status();
   EXPECT_EQ(RunOnce(patch->get()), 22.0f);  // The validation run sees the patch...
   EXPECT_EQ(RunOnce(), 11.0f);              // ...executions do not, before the commit.
-  auto id = model_->CommitPatch(*patch, "tester");
+  auto id = model_->patches().CommitPatch(*patch, "tester");
   ASSERT_TRUE(id.ok()) << id.status();
   EXPECT_EQ(RunOnce(), 22.0f);
   // The raw entry point follows the published table too.
@@ -89,7 +89,7 @@ TEST_F(PatchTest, IrPatchTakesEffectOnCommitAndRollbackRestores) {
   ASSERT_EQ(model_->entry()(in, out, 1, arena.data(), nullptr), 0);
   EXPECT_EQ(y.data_as<float>()[0], 22.0f);
 
-  std::vector<PatchRecord> patches = model_->Patches();
+  std::vector<PatchRecord> patches = model_->patches().Patches();
   ASSERT_EQ(patches.size(), 1u);
   EXPECT_EQ(patches[0].id, *id);
   EXPECT_EQ(patches[0].kind, "ir");
@@ -98,35 +98,35 @@ TEST_F(PatchTest, IrPatchTakesEffectOnCommitAndRollbackRestores) {
   EXPECT_TRUE(patches[0].active);
   EXPECT_GT(patches[0].unix_ms, 0);
 
-  ASSERT_TRUE(model_->Rollback(*id).ok());
+  ASSERT_TRUE(model_->patches().Rollback(*id).ok());
   EXPECT_EQ(RunOnce(), 11.0f);
   ASSERT_EQ(model_->entry()(in, out, 1, arena.data(), nullptr), 0);
   EXPECT_EQ(y.data_as<float>()[0], 11.0f);
-  patches = model_->Patches();
+  patches = model_->patches().Patches();
   ASSERT_EQ(patches.size(), 1u);
   EXPECT_FALSE(patches[0].active);
-  EXPECT_TRUE(absl::IsFailedPrecondition(model_->Rollback(*id)));
-  EXPECT_TRUE(absl::IsNotFound(model_->Rollback(*id + 1000)));
+  EXPECT_TRUE(absl::IsFailedPrecondition(model_->patches().Rollback(*id)));
+  EXPECT_TRUE(absl::IsNotFound(model_->patches().Rollback(*id + 1000)));
 }
 
 TEST_F(PatchTest, StackedPatchesRollBackInOrder) {
-  auto p1 = model_->PrepareIrPatch(ScaledAddIr(k0_, 2.0f), {});
+  auto p1 = model_->patches().PrepareIrPatch(ScaledAddIr(k0_, 2.0f), {});
   ASSERT_TRUE(p1.ok()) << p1.status();
-  auto id1 = model_->CommitPatch(*p1, "a");
+  auto id1 = model_->patches().CommitPatch(*p1, "a");
   ASSERT_TRUE(id1.ok());
   EXPECT_EQ(RunOnce(), 12.0f);  // 2*(0+1) + 10
-  auto p2 = model_->PrepareIrPatch(ScaledAddIr(k1_, 3.0f), {});
+  auto p2 = model_->patches().PrepareIrPatch(ScaledAddIr(k1_, 3.0f), {});
   ASSERT_TRUE(p2.ok());
   // A patch prepared against an older table cannot be committed over a newer one.
-  auto stale = model_->PrepareIrPatch(ScaledAddIr(k1_, 5.0f), {});
+  auto stale = model_->patches().PrepareIrPatch(ScaledAddIr(k1_, 5.0f), {});
   ASSERT_TRUE(stale.ok());
-  auto id2 = model_->CommitPatch(*p2, "b");
+  auto id2 = model_->patches().CommitPatch(*p2, "b");
   ASSERT_TRUE(id2.ok());
   EXPECT_EQ(RunOnce(), 36.0f);  // 3*(2 + 10)
-  EXPECT_TRUE(absl::IsAborted(model_->CommitPatch(*stale, "c").status()));
-  ASSERT_TRUE(model_->Rollback(*id2).ok());
+  EXPECT_TRUE(absl::IsAborted(model_->patches().CommitPatch(*stale, "c").status()));
+  ASSERT_TRUE(model_->patches().Rollback(*id2).ok());
   EXPECT_EQ(RunOnce(), 12.0f);
-  ASSERT_TRUE(model_->Rollback(*id1).ok());
+  ASSERT_TRUE(model_->patches().Rollback(*id1).ok());
   EXPECT_EQ(RunOnce(), 11.0f);
 }
 
@@ -143,15 +143,15 @@ TEST_F(PatchTest, BadPatchesAreRefusedAndChangeNothing) {
   };
   for (const auto& [what, ir] : bad) {
     SCOPED_TRACE(what);
-    auto patch = model_->PrepareIrPatch(ir, {});
+    auto patch = model_->patches().PrepareIrPatch(ir, {});
     EXPECT_FALSE(patch.ok());
     EXPECT_TRUE(absl::IsInvalidArgument(patch.status())) << patch.status();
     EXPECT_EQ(RunOnce(), 11.0f);
   }
   // The request must name exactly the kernels the IR defines.
-  auto mismatch = model_->PrepareIrPatch(ScaledAddIr(k0_, 2.0f), {k1_});
+  auto mismatch = model_->patches().PrepareIrPatch(ScaledAddIr(k0_, 2.0f), {k1_});
   EXPECT_TRUE(absl::IsInvalidArgument(mismatch.status())) << mismatch.status();
-  EXPECT_TRUE(model_->Patches().empty());
+  EXPECT_TRUE(model_->patches().Patches().empty());
   EXPECT_EQ(RunOnce(), 11.0f);
 }
 
@@ -194,16 +194,16 @@ TEST_F(PatchTest, ExecutionsInFlightNeverSeeAMixedTable) {
   }
   std::vector<double> switch_us;
   for (int cycle = 0; cycle < 50; ++cycle) {
-    auto patch = model_->PrepareIrPatch(patch_ir, {k0_, k1_});
+    auto patch = model_->patches().PrepareIrPatch(patch_ir, {k0_, k1_});
     ASSERT_TRUE(patch.ok()) << patch.status();
     auto t0 = std::chrono::steady_clock::now();
-    auto id = model_->CommitPatch(*patch, "cycle");
+    auto id = model_->patches().CommitPatch(*patch, "cycle");
     switch_us.push_back(
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
     ASSERT_TRUE(id.ok()) << id.status();
     EXPECT_EQ(RunOnce(), 24.0f);  // Every execution after the switch sees the patch.
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    ASSERT_TRUE(model_->Rollback(*id).ok());
+    ASSERT_TRUE(model_->patches().Rollback(*id).ok());
     EXPECT_EQ(RunOnce(), 11.0f);  // And none after the rollback does.
   }
   stop = true;
@@ -211,7 +211,7 @@ TEST_F(PatchTest, ExecutionsInFlightNeverSeeAMixedTable) {
   EXPECT_EQ(failures.load(), 0);
   EXPECT_EQ(mixed.load(), 0);
   EXPECT_GT(runs.load(), 0);
-  EXPECT_EQ(model_->Patches().size(), 50u);
+  EXPECT_EQ(model_->patches().Patches().size(), 50u);
   std::sort(switch_us.begin(), switch_us.end());
   std::printf("patch switch (commit) p50=%.1fus p99=%.1fus; %lld executions, %lld patched\n",
               switch_us[switch_us.size() / 2], switch_us[switch_us.size() * 99 / 100],
@@ -220,27 +220,27 @@ TEST_F(PatchTest, ExecutionsInFlightNeverSeeAMixedTable) {
 
 // Any active patch can be rolled back: the table is rebuilt from the base and the other layers.
 TEST_F(PatchTest, RollbackOfAMiddlePatchKeepsTheOthers) {
-  auto p1 = model_->PrepareIrPatch(ScaledAddIr(k0_, 2.0f), {});
+  auto p1 = model_->patches().PrepareIrPatch(ScaledAddIr(k0_, 2.0f), {});
   ASSERT_TRUE(p1.ok()) << p1.status();
-  auto id1 = model_->CommitPatch(*p1, "a");
+  auto id1 = model_->patches().CommitPatch(*p1, "a");
   ASSERT_TRUE(id1.ok());
-  auto p2 = model_->PrepareIrPatch(ScaledAddIr(k1_, 3.0f), {});
+  auto p2 = model_->patches().PrepareIrPatch(ScaledAddIr(k1_, 3.0f), {});
   ASSERT_TRUE(p2.ok()) << p2.status();
-  auto id2 = model_->CommitPatch(*p2, "b");
+  auto id2 = model_->patches().CommitPatch(*p2, "b");
   ASSERT_TRUE(id2.ok());
-  auto p3 = model_->PrepareIrPatch(ScaledAddIr(k0_, 5.0f), {});
+  auto p3 = model_->patches().PrepareIrPatch(ScaledAddIr(k0_, 5.0f), {});
   ASSERT_TRUE(p3.ok()) << p3.status();
-  auto id3 = model_->CommitPatch(*p3, "c");
+  auto id3 = model_->patches().CommitPatch(*p3, "c");
   ASSERT_TRUE(id3.ok());
   EXPECT_EQ(RunOnce(), 45.0f);  // 3 * (5*(0+1) + 10)
-  ASSERT_TRUE(model_->Rollback(*id2).ok());
+  ASSERT_TRUE(model_->patches().Rollback(*id2).ok());
   EXPECT_EQ(RunOnce(), 15.0f);  // 5*1 + 10: k0 from patch 3, k1 back to the base.
-  ASSERT_TRUE(model_->Rollback(*id3).ok());
+  ASSERT_TRUE(model_->patches().Rollback(*id3).ok());
   EXPECT_EQ(RunOnce(), 12.0f);  // Patch 1 is what remains.
-  ASSERT_TRUE(model_->Rollback(*id1).ok());
+  ASSERT_TRUE(model_->patches().Rollback(*id1).ok());
   EXPECT_EQ(RunOnce(), 11.0f);
-  EXPECT_TRUE(absl::IsFailedPrecondition(model_->Rollback(*id2)));
-  std::vector<PatchRecord> patches = model_->Patches();
+  EXPECT_TRUE(absl::IsFailedPrecondition(model_->patches().Rollback(*id2)));
+  std::vector<PatchRecord> patches = model_->patches().Patches();
   ASSERT_EQ(patches.size(), 3u);
   for (const PatchRecord& r : patches) EXPECT_FALSE(r.active);
 }
@@ -249,21 +249,21 @@ TEST_F(PatchTest, TryRollbackRunsTheTablesAMiddleRollbackWouldPublishAndReplace)
   PatchCheck checked;
   checked.validated = true;
   checked.rtol = 1e-3;
-  auto p1 = model_->PrepareIrPatch(ScaledAddIr(k0_, 2.0f), {});
+  auto p1 = model_->patches().PrepareIrPatch(ScaledAddIr(k0_, 2.0f), {});
   ASSERT_TRUE(p1.ok()) << p1.status();
-  auto id1 = model_->CommitPatch(*p1, "a");
+  auto id1 = model_->patches().CommitPatch(*p1, "a");
   ASSERT_TRUE(id1.ok());
-  auto p2 = model_->PrepareIrPatch(ScaledAddIr(k1_, 3.0f), {});
+  auto p2 = model_->patches().PrepareIrPatch(ScaledAddIr(k1_, 3.0f), {});
   ASSERT_TRUE(p2.ok()) << p2.status();
-  auto id2 = model_->CommitPatch(*p2, "b", checked);
+  auto id2 = model_->patches().CommitPatch(*p2, "b", checked);
   ASSERT_TRUE(id2.ok());
   EXPECT_EQ(RunOnce(), 36.0f);  // 3 * (2*(0+1) + 10)
   // Nothing above the top patch: the trial names no patch above it.
-  auto top = model_->TryRollback(*id2);
+  auto top = model_->patches().TryRollback(*id2);
   ASSERT_TRUE(top.ok()) << top.status();
   EXPECT_TRUE(top->above.empty());
   EXPECT_EQ(RunOnce(top->without.get()), 12.0f);
-  auto trial = model_->TryRollback(*id1);
+  auto trial = model_->patches().TryRollback(*id1);
   ASSERT_TRUE(trial.ok()) << trial.status();
   ASSERT_EQ(trial->above.size(), 1u);
   EXPECT_EQ(trial->above[0].id, *id2);
@@ -272,45 +272,46 @@ TEST_F(PatchTest, TryRollbackRunsTheTablesAMiddleRollbackWouldPublishAndReplace)
   EXPECT_EQ(RunOnce(trial->before.get()), 11.0f);   // The table before patch 1.
   EXPECT_EQ(RunOnce(), 36.0f);                      // Trials publish nothing.
   // A commit after the trial: its tables are stale and the rollback with it refuses.
-  auto p3 = model_->PrepareIrPatch(ScaledAddIr(k0_, 5.0f), {});
+  auto p3 = model_->patches().PrepareIrPatch(ScaledAddIr(k0_, 5.0f), {});
   ASSERT_TRUE(p3.ok()) << p3.status();
-  ASSERT_TRUE(model_->CommitPatch(*p3, "c").ok());
+  ASSERT_TRUE(model_->patches().CommitPatch(*p3, "c").ok());
   HostTensor x(DType::kFloat32, {2, kWidth});
   std::memset(x.data(), 0, x.byte_size());
   EXPECT_TRUE(absl::IsAborted(model_->RunWith(trial->without.get(), {x}).status()));
-  EXPECT_TRUE(absl::IsAborted(model_->Rollback(*id1, 10, &*trial)));
+  EXPECT_TRUE(absl::IsAborted(model_->patches().Rollback(*id1, 10, &*trial)));
   EXPECT_EQ(RunOnce(), 45.0f);  // Unchanged: 3 * (5 + 10).
-  auto again = model_->TryRollback(*id1);
+  auto again = model_->patches().TryRollback(*id1);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->above.size(), 2u);
-  ASSERT_TRUE(model_->Rollback(*id1, 10, &*again).ok());
+  ASSERT_TRUE(model_->patches().Rollback(*id1, 10, &*again).ok());
   EXPECT_EQ(RunOnce(), 45.0f);  // Patch 1 was masked by patch 3 on k0.
-  EXPECT_TRUE(absl::IsNotFound(model_->TryRollback(999).status()));
+  EXPECT_TRUE(absl::IsNotFound(model_->patches().TryRollback(999).status()));
 }
 
 TEST_F(PatchTest, RecompilePatchSwapsInOtherCodeWithTheSameResults) {
   auto recompiled = CompileOnnxBytes(TwoAdds(1.0f, 10.0f), OptLevel(0));
   ASSERT_TRUE(recompiled.ok()) << recompiled.status();
-  auto patch = model_->PrepareRecompilePatch(*recompiled, {k1_}, "opt_level=0");
+  auto patch = model_->patches().PrepareRecompilePatch(*recompiled, {k1_}, "opt_level=0");
   ASSERT_TRUE(patch.ok()) << patch.status();
   EXPECT_EQ(RunOnce(patch->get()), 11.0f);
-  auto id = model_->CommitPatch(*patch, "tier");
+  auto id = model_->patches().CommitPatch(*patch, "tier");
   ASSERT_TRUE(id.ok()) << id.status();
   EXPECT_EQ(RunOnce(), 11.0f);
-  std::vector<PatchRecord> patches = model_->Patches();
+  std::vector<PatchRecord> patches = model_->patches().Patches();
   ASSERT_EQ(patches.size(), 1u);
   EXPECT_EQ(patches[0].kind, kPatchKindRecompile);
   EXPECT_EQ(patches[0].source, "opt_level=0");
   EXPECT_EQ(patches[0].functions, std::vector<std::string>{k1_});
-  ASSERT_TRUE(model_->Rollback(*id).ok());
+  ASSERT_TRUE(model_->patches().Rollback(*id).ok());
   EXPECT_EQ(RunOnce(), 11.0f);
 
   // Another model (other weights) and unknown kernels are refused.
   auto other = CompileOnnxBytes(TwoAdds(2.0f, 10.0f));
   ASSERT_TRUE(other.ok());
-  EXPECT_TRUE(absl::IsInvalidArgument(model_->PrepareRecompilePatch(*other, {}, "").status()));
   EXPECT_TRUE(
-      absl::IsInvalidArgument(model_->PrepareRecompilePatch(*recompiled, {"nope"}, "").status()));
+      absl::IsInvalidArgument(model_->patches().PrepareRecompilePatch(*other, {}, "").status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      model_->patches().PrepareRecompilePatch(*recompiled, {"nope"}, "").status()));
   auto opts = ParseRecompileOptions("opt_level=1");
   ASSERT_TRUE(opts.ok());
   EXPECT_EQ(opts->opt_level, 1);
@@ -320,18 +321,18 @@ TEST_F(PatchTest, RecompilePatchSwapsInOtherCodeWithTheSameResults) {
 }
 
 TEST_F(PatchTest, ProfilePatchCountsKernelsAndRollsBackByItself) {
-  auto patch = model_->PrepareProfilePatch(0.3, {});
+  auto patch = model_->patches().PrepareProfilePatch(0.3, {});
   ASSERT_TRUE(patch.ok()) << patch.status();
-  auto id = model_->CommitPatch(*patch, "prof");
+  auto id = model_->patches().CommitPatch(*patch, "prof");
   ASSERT_TRUE(id.ok()) << id.status();
-  EXPECT_TRUE(absl::IsFailedPrecondition(model_->PrepareProfilePatch(1, {}).status()));
+  EXPECT_TRUE(absl::IsFailedPrecondition(model_->patches().PrepareProfilePatch(1, {}).status()));
   for (int i = 0; i < 10; ++i) EXPECT_EQ(RunOnce(), 11.0f);
-  auto live = model_->ProfileReport(*id);
+  auto live = model_->patches().ProfileReport(*id);
   ASSERT_TRUE(live.ok()) << live.status();
   ASSERT_EQ(live->size(), 2u);
-  EXPECT_TRUE(model_->WaitForProfileEnd(*id, 10));
+  EXPECT_TRUE(model_->patches().WaitForProfileEnd(*id, 10));
   EXPECT_EQ(RunOnce(), 11.0f);  // Unwrapped again: no more counts.
-  auto report = model_->ProfileReport(*id);
+  auto report = model_->patches().ProfileReport(*id);
   ASSERT_TRUE(report.ok()) << report.status();
   ASSERT_EQ(report->size(), 2u);
   double share = 0;
@@ -342,7 +343,7 @@ TEST_F(PatchTest, ProfilePatchCountsKernelsAndRollsBackByItself) {
     share += k.share;
   }
   EXPECT_NEAR(share, 1.0, 1e-9);
-  std::vector<PatchRecord> patches = model_->Patches();
+  std::vector<PatchRecord> patches = model_->patches().Patches();
   ASSERT_EQ(patches.size(), 1u);
   EXPECT_EQ(patches[0].kind, kPatchKindProfile);
   EXPECT_FALSE(patches[0].active);
@@ -354,29 +355,29 @@ TEST_F(PatchTest, ProfilePatchCountsKernelsAndRollsBackByItself) {
 TEST_F(PatchTest, AutomaticRollbackIsReportedToItsListener) {
   absl::Mutex mu;
   std::vector<std::pair<uint64_t, absl::Status>> reported;
-  model_->set_auto_rollback_listener(
+  model_->patches().set_auto_rollback_listener(
       [&](uint64_t id, const absl::Status& status, std::chrono::steady_clock::time_point started) {
         EXPECT_LE(started, std::chrono::steady_clock::now());
         absl::MutexLock lock(&mu);
         reported.emplace_back(id, status);
       });
-  auto patch = model_->PrepareProfilePatch(0.1, {});
+  auto patch = model_->patches().PrepareProfilePatch(0.1, {});
   ASSERT_TRUE(patch.ok()) << patch.status();
-  auto id = model_->CommitPatch(*patch, "prof");
+  auto id = model_->patches().CommitPatch(*patch, "prof");
   ASSERT_TRUE(id.ok()) << id.status();
   EXPECT_EQ(RunOnce(), 11.0f);
-  ASSERT_TRUE(model_->WaitForProfileEnd(*id, 10));
+  ASSERT_TRUE(model_->patches().WaitForProfileEnd(*id, 10));
   {
     absl::MutexLock lock(&mu);
     ASSERT_EQ(reported.size(), 1u);
     EXPECT_EQ(reported[0].first, *id);
     EXPECT_TRUE(reported[0].second.ok()) << reported[0].second;
   }
-  auto by_hand = model_->PrepareProfilePatch(0.2, {});
+  auto by_hand = model_->patches().PrepareProfilePatch(0.2, {});
   ASSERT_TRUE(by_hand.ok()) << by_hand.status();
-  auto hand_id = model_->CommitPatch(*by_hand, "prof");
+  auto hand_id = model_->patches().CommitPatch(*by_hand, "prof");
   ASSERT_TRUE(hand_id.ok()) << hand_id.status();
-  ASSERT_TRUE(model_->Rollback(*hand_id).ok());
+  ASSERT_TRUE(model_->patches().Rollback(*hand_id).ok());
   absl::SleepFor(absl::Milliseconds(400));  // Past its window.
   absl::MutexLock lock(&mu);
   EXPECT_EQ(reported.size(), 1u);
@@ -384,23 +385,23 @@ TEST_F(PatchTest, AutomaticRollbackIsReportedToItsListener) {
 
 // A profile above a patch wraps its code: that patch cannot be rolled back under it.
 TEST_F(PatchTest, ProfileAboveAPatchBlocksItsRollbackUntilItEnds) {
-  auto p1 = model_->PrepareIrPatch(ScaledAddIr(k1_, 2.0f), {});
+  auto p1 = model_->patches().PrepareIrPatch(ScaledAddIr(k1_, 2.0f), {});
   ASSERT_TRUE(p1.ok());
-  auto id1 = model_->CommitPatch(*p1, "a");
+  auto id1 = model_->patches().CommitPatch(*p1, "a");
   ASSERT_TRUE(id1.ok());
-  auto prof = model_->PrepareProfilePatch(0, {k1_});
+  auto prof = model_->patches().PrepareProfilePatch(0, {k1_});
   ASSERT_TRUE(prof.ok()) << prof.status();
-  auto pid = model_->CommitPatch(*prof, "p");
+  auto pid = model_->patches().CommitPatch(*prof, "p");
   ASSERT_TRUE(pid.ok());
   EXPECT_EQ(RunOnce(), 22.0f);
-  EXPECT_TRUE(absl::IsFailedPrecondition(model_->Rollback(*id1)));
-  auto report = model_->ProfileReport(*pid);
+  EXPECT_TRUE(absl::IsFailedPrecondition(model_->patches().Rollback(*id1)));
+  auto report = model_->patches().ProfileReport(*pid);
   ASSERT_TRUE(report.ok());
   ASSERT_EQ(report->size(), 1u);
   EXPECT_EQ((*report)[0].function, k1_);
   EXPECT_EQ((*report)[0].calls, 1u);
-  ASSERT_TRUE(model_->Rollback(*pid).ok());
-  ASSERT_TRUE(model_->Rollback(*id1).ok());
+  ASSERT_TRUE(model_->patches().Rollback(*pid).ok());
+  ASSERT_TRUE(model_->patches().Rollback(*id1).ok());
   EXPECT_EQ(RunOnce(), 11.0f);
 }
 
@@ -433,22 +434,22 @@ TEST_F(PatchTest, AllPatchKindsUnderConcurrentExecutions) {
     for (auto& w : workers) w.join();
   };
   for (int cycle = 0; cycle < 10; ++cycle) {
-    auto ir = model_->PrepareIrPatch(ScaledAddIr(k1_, 2.0f), {});
+    auto ir = model_->patches().PrepareIrPatch(ScaledAddIr(k1_, 2.0f), {});
     ASSERT_TRUE(ir.ok()) << ir.status();
-    auto ir_id = model_->CommitPatch(*ir, "ir");
+    auto ir_id = model_->patches().CommitPatch(*ir, "ir");
     ASSERT_TRUE(ir_id.ok());
-    auto re = model_->PrepareRecompilePatch(*recompiled, {k0_}, "opt_level=1");
+    auto re = model_->patches().PrepareRecompilePatch(*recompiled, {k0_}, "opt_level=1");
     ASSERT_TRUE(re.ok()) << re.status();
-    auto re_id = model_->CommitPatch(*re, "re");
+    auto re_id = model_->patches().CommitPatch(*re, "re");
     ASSERT_TRUE(re_id.ok());
-    auto prof = model_->PrepareProfilePatch(0.005, {});
+    auto prof = model_->patches().PrepareProfilePatch(0.005, {});
     ASSERT_TRUE(prof.ok()) << prof.status();
-    auto prof_id = model_->CommitPatch(*prof, "prof");
+    auto prof_id = model_->patches().CommitPatch(*prof, "prof");
     ASSERT_TRUE(prof_id.ok());
-    EXPECT_TRUE(model_->WaitForProfileEnd(*prof_id, 10));
-    ASSERT_TRUE(model_->Rollback(*ir_id).ok());  // The middle one first.
-    ASSERT_TRUE(model_->Rollback(*re_id).ok());
-    auto report = model_->ProfileReport(*prof_id);
+    EXPECT_TRUE(model_->patches().WaitForProfileEnd(*prof_id, 10));
+    ASSERT_TRUE(model_->patches().Rollback(*ir_id).ok());  // The middle one first.
+    ASSERT_TRUE(model_->patches().Rollback(*re_id).ok());
+    auto report = model_->patches().ProfileReport(*prof_id);
     ASSERT_TRUE(report.ok());
   }
   std::move(join).Invoke();
@@ -492,41 +493,42 @@ TEST(SubgraphPatchTest, BranchKernelsArePatchableAndProfiledInsideTheirParent) {
   EXPECT_EQ(run(true), 1.0f);
   EXPECT_EQ(run(false), 10.0f);
 
-  auto patch = model.PrepareIrPatch(testing::ScaledAddIr(then_add, kWidth, 3.0f), {then_add});
+  auto patch =
+      model.patches().PrepareIrPatch(testing::ScaledAddIr(then_add, kWidth, 3.0f), {then_add});
   ASSERT_TRUE(patch.ok()) << patch.status();
   EXPECT_EQ(run(true, patch->get()), 3.0f);  // The validation run takes the patched branch...
   EXPECT_EQ(run(true), 1.0f);                // ...executions only after the commit.
-  auto id = model.CommitPatch(*patch, "tester");
+  auto id = model.patches().CommitPatch(*patch, "tester");
   ASSERT_TRUE(id.ok()) << id.status();
   EXPECT_EQ(run(true), 3.0f);
   EXPECT_EQ(run(false), 10.0f);  // The other branch keeps its code.
 
   // A profile by default times the kernels cuvil_entry calls: the If, not its branches again.
-  auto profile = model.PrepareProfilePatch(0, {});
+  auto profile = model.patches().PrepareProfilePatch(0, {});
   ASSERT_TRUE(profile.ok()) << profile.status();
-  auto profile_id = model.CommitPatch(*profile, "prof");
+  auto profile_id = model.patches().CommitPatch(*profile, "prof");
   ASSERT_TRUE(profile_id.ok()) << profile_id.status();
   EXPECT_EQ(run(true), 3.0f);  // The wrapper calls the patched branch code.
-  auto report = model.ProfileReport(*profile_id);
+  auto report = model.patches().ProfileReport(*profile_id);
   ASSERT_TRUE(report.ok()) << report.status();
   ASSERT_EQ(report->size(), 1u);
   EXPECT_EQ((*report)[0].function, kernels[0].symbol);
   EXPECT_EQ((*report)[0].calls, 1u);
-  ASSERT_TRUE(model.Rollback(*profile_id).ok());
+  ASSERT_TRUE(model.patches().Rollback(*profile_id).ok());
   // Named, a branch kernel is profiled too.
-  auto named = model.PrepareProfilePatch(0, {else_add});
+  auto named = model.patches().PrepareProfilePatch(0, {else_add});
   ASSERT_TRUE(named.ok()) << named.status();
-  auto named_id = model.CommitPatch(*named, "prof");
+  auto named_id = model.patches().CommitPatch(*named, "prof");
   ASSERT_TRUE(named_id.ok()) << named_id.status();
   EXPECT_EQ(run(false), 10.0f);
   EXPECT_EQ(run(true), 3.0f);
-  auto named_report = model.ProfileReport(*named_id);
+  auto named_report = model.patches().ProfileReport(*named_id);
   ASSERT_TRUE(named_report.ok()) << named_report.status();
   ASSERT_EQ(named_report->size(), 1u);
   EXPECT_EQ((*named_report)[0].calls, 1u);
-  ASSERT_TRUE(model.Rollback(*named_id).ok());
+  ASSERT_TRUE(model.patches().Rollback(*named_id).ok());
 
-  ASSERT_TRUE(model.Rollback(*id).ok());
+  ASSERT_TRUE(model.patches().Rollback(*id).ok());
   EXPECT_EQ(run(true), 1.0f);
   EXPECT_EQ(run(false), 10.0f);
 }

@@ -85,33 +85,33 @@ class PatchTrustTest : public ::testing::Test {
 };
 
 TEST_F(PatchTrustTest, AValidationRunOfATableOlderThanTheLatestPublishIsAborted) {
-  auto profile = model_->PrepareProfilePatch(0, {});
+  auto profile = model_->patches().PrepareProfilePatch(0, {});
   ASSERT_TRUE(profile.ok()) << profile.status();
-  auto profile_id = model_->CommitPatch(*profile, "prof");
+  auto profile_id = model_->patches().CommitPatch(*profile, "prof");
   ASSERT_TRUE(profile_id.ok());
   // Prepared on the profiled table: its k1 slot is the profile's wrapper.
-  auto ir = model_->PrepareIrPatch(ScaledAddIr(k0_, 2.0f), {});
+  auto ir = model_->patches().PrepareIrPatch(ScaledAddIr(k0_, 2.0f), {});
   ASSERT_TRUE(ir.ok()) << ir.status();
-  ASSERT_TRUE(model_->Rollback(*profile_id).ok());  // Frees the wrappers.
+  ASSERT_TRUE(model_->patches().Rollback(*profile_id).ok());  // Frees the wrappers.
   // Running it would jump into the freed wrapper; it is refused instead.
   EXPECT_TRUE(absl::IsAborted(Run(ir->get()).status()));
-  EXPECT_TRUE(absl::IsAborted(model_->CommitPatch(*ir, "late").status()));
+  EXPECT_TRUE(absl::IsAborted(model_->patches().CommitPatch(*ir, "late").status()));
   EXPECT_EQ(*Run(), 11.0f);
 }
 
 TEST_F(PatchTrustTest, AProfileWindowEndingDuringAValidationRunWaitsForIt) {
-  auto profile = model_->PrepareProfilePatch(0, {});
+  auto profile = model_->patches().PrepareProfilePatch(0, {});
   ASSERT_TRUE(profile.ok()) << profile.status();
-  auto profile_id = model_->CommitPatch(*profile, "prof");
+  auto profile_id = model_->patches().CommitPatch(*profile, "prof");
   ASSERT_TRUE(profile_id.ok());
   // k0 spins, then k1 runs the profile's wrapper: a rollback freeing the wrapper meanwhile would
   // make the validation run jump into freed code (the SIGSEGV of issue 37).
-  auto slow = model_->PrepareIrPatch(SlowScaledAddIr(k0_, 2.0f, 400'000'000), {});
+  auto slow = model_->patches().PrepareIrPatch(SlowScaledAddIr(k0_, 2.0f, 400'000'000), {});
   ASSERT_TRUE(slow.ok()) << slow.status();
   absl::StatusOr<float> validated = absl::UnknownError("not run");
   std::thread validation([&] { validated = Run(slow->get()); });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  EXPECT_TRUE(model_->Rollback(*profile_id, /*drain_seconds=*/60).ok());
+  EXPECT_TRUE(model_->patches().Rollback(*profile_id, /*drain_seconds=*/60).ok());
   validation.join();
   ASSERT_TRUE(validated.ok()) << validated.status();
   EXPECT_EQ(*validated, 2.0f * 1.0f + 10.0f);  // (0 + 1) * 2, then + 10.
@@ -137,33 +137,34 @@ TEST_F(PatchTrustTest, RefusesAsmForeignCallsAndConstantCallees) {
        "'environ'"},
   };
   for (const Case& c : cases) {
-    auto patch = model_->PrepareIrPatch(c.ir, {});
+    auto patch = model_->patches().PrepareIrPatch(c.ir, {});
     EXPECT_TRUE(absl::IsInvalidArgument(patch.status())) << c.ir << "\n" << patch.status();
     EXPECT_THAT(patch.status().message(), HasSubstr(c.message)) << c.ir;
   }
   // libm and the runtime ABI stay callable.
-  auto ok = model_->PrepareIrPatch(KernelIr(k0_, "  %e = call float @expf(float 1.0)\n  ret i32 0",
-                                            "declare float @expf(float)"),
-                                   {});
+  auto ok = model_->patches().PrepareIrPatch(
+      KernelIr(k0_, "  %e = call float @expf(float 1.0)\n  ret i32 0",
+               "declare float @expf(float)"),
+      {});
   EXPECT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(*Run(), 11.0f);
 }
 
 TEST_F(PatchTrustTest, ACrashingPatchIsRefusedByTheSandboxAndTheProcessLives) {
-  auto patch = model_->PrepareIrPatch(
+  auto patch = model_->patches().PrepareIrPatch(
       KernelIr(k0_, "  store volatile i32 1, ptr null\n  ret i32 0"), {}, Input());
   ASSERT_FALSE(patch.ok());
   EXPECT_TRUE(absl::IsFailedPrecondition(patch.status())) << patch.status();
   EXPECT_THAT(patch.status().message(), HasSubstr("signal " + std::to_string(SIGSEGV)));
   EXPECT_EQ(*Run(), 11.0f);
-  EXPECT_TRUE(model_->Patches().empty());
+  EXPECT_TRUE(model_->patches().Patches().empty());
 }
 
 TEST_F(PatchTrustTest, AnEndlessPatchIsKilledAtTheSandboxDeadline) {
   PatchSandboxLimits limits;
   limits.timeout_seconds = 1;
   const auto t0 = std::chrono::steady_clock::now();
-  auto patch = model_->PrepareIrPatch(
+  auto patch = model_->patches().PrepareIrPatch(
       KernelIr(k0_, "  br label %l\nl:\n  %v = load volatile ptr, ptr %args\n  br label %l"), {},
       Input(), limits);
   const double seconds =
@@ -177,7 +178,7 @@ TEST_F(PatchTrustTest, AnEndlessPatchIsKilledAtTheSandboxDeadline) {
 
 TEST_F(PatchTrustTest, AnLlvmFatalErrorEndsTheSandboxNotTheProcess) {
   // Valid IR that x86 code generation cannot select: LLVM reports a fatal error and exits.
-  auto patch = model_->PrepareIrPatch(
+  auto patch = model_->patches().PrepareIrPatch(
       KernelIr(k0_,
                "  %f = call i64 @llvm.aarch64.get.fpcr()\n  %t = trunc i64 %f to i32\n  ret i32 %t",
                "declare i64 @llvm.aarch64.get.fpcr()"),
@@ -191,19 +192,19 @@ TEST_F(PatchTrustTest, AnLlvmFatalErrorEndsTheSandboxNotTheProcess) {
 }
 
 TEST_F(PatchTrustTest, TheSandboxRunsThePatchOnceAndOnlyItsObjectCodeIsLinked) {
-  auto patch = model_->PrepareIrPatch(ScaledAddIr(k1_, 2.0f), {k1_}, Input());
+  auto patch = model_->patches().PrepareIrPatch(ScaledAddIr(k1_, 2.0f), {k1_}, Input());
   ASSERT_TRUE(patch.ok()) << patch.status();
   EXPECT_EQ(*Run(patch->get()), 22.0f);
-  ASSERT_TRUE(model_->CommitPatch(*patch, "a").ok());
+  ASSERT_TRUE(model_->patches().CommitPatch(*patch, "a").ok());
   EXPECT_EQ(*Run(), 22.0f);
 }
 
 // Patch B of k1 crashes unless k0's output is 2 — what layer A (k0 times 2) makes. The sandbox
 // program rebuilds the version's stack as it is, so B's probe run sees A and passes.
 TEST_F(PatchTrustTest, TheSandboxRunsThePatchOnTheVersionsCurrentStack) {
-  auto a = model_->PrepareIrPatch(ScaledAddIr(k0_, 2.0f), {k0_}, Input());
+  auto a = model_->patches().PrepareIrPatch(ScaledAddIr(k0_, 2.0f), {k0_}, Input());
   ASSERT_TRUE(a.ok()) << a.status();
-  ASSERT_TRUE(model_->CommitPatch(*a, "a").ok());
+  ASSERT_TRUE(model_->patches().CommitPatch(*a, "a").ok());
   const std::string crash_unless_two =
       KernelIr(k1_,
                "  %a = load ptr, ptr %args\n  %v = load float, ptr %a\n"
@@ -211,12 +212,12 @@ TEST_F(PatchTrustTest, TheSandboxRunsThePatchOnTheVersionsCurrentStack) {
                "bad:\n  store volatile i32 1, ptr null\n  ret i32 1\n"
                "ok:\n  %op = getelementptr ptr, ptr %args, i64 2\n  %o = load ptr, ptr %op\n"
                "  store float 7.0, ptr %o\n  ret i32 0");
-  auto b = model_->PrepareIrPatch(crash_unless_two, {k1_}, Input());
+  auto b = model_->patches().PrepareIrPatch(crash_unless_two, {k1_}, Input());
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(*Run(b->get()), 7.0f);
   // Without A beneath it, the same patch crashes the sandbox (and only the sandbox).
-  ASSERT_TRUE(model_->Rollback(model_->Patches().back().id).ok());
-  auto alone = model_->PrepareIrPatch(crash_unless_two, {k1_}, Input());
+  ASSERT_TRUE(model_->patches().Rollback(model_->patches().Patches().back().id).ok());
+  auto alone = model_->patches().PrepareIrPatch(crash_unless_two, {k1_}, Input());
   ASSERT_FALSE(alone.ok());
   EXPECT_THAT(alone.status().message(), HasSubstr("signal " + std::to_string(SIGSEGV)));
   EXPECT_EQ(*Run(), 11.0f);
@@ -252,7 +253,7 @@ TEST_F(PatchTrustTest, ASandboxChildNeverInheritsALockAnotherThreadHolds) {
   limits.timeout_seconds = 5;
   int ok = 0;
   for (int i = 0; i < 8; ++i) {
-    auto patch = model_->PrepareIrPatch(ScaledAddIr(k1_, 2.0f), {k1_}, Input(), limits);
+    auto patch = model_->patches().PrepareIrPatch(ScaledAddIr(k1_, 2.0f), {k1_}, Input(), limits);
     EXPECT_TRUE(patch.ok()) << patch.status();
     ok += patch.ok() ? 1 : 0;
   }
@@ -284,25 +285,25 @@ TEST(PatchProbeCallsTest, ABranchNoProbeSetTakesCountsZeroCalls) {
     return std::vector<HostTensor>{x, c};
   };
   const std::string ir = testing::ScaledAddIr(then_add, kWidth, 3.0f);
-  auto never = model.PrepareIrPatchOnSets(ir, {then_add}, {set(false, 1), set(false, 2)});
+  auto never = model.patches().PrepareIrPatchOnSets(ir, {then_add}, {set(false, 1), set(false, 2)});
   ASSERT_TRUE(never.ok()) << never.status();
-  EXPECT_THAT(LoadedModel::ProbeCalls(**never),
+  EXPECT_THAT(PatchController::ProbeCalls(**never),
               ::testing::ElementsAre(::testing::Pair(then_add, 0u)));
-  auto twice =
-      model.PrepareIrPatchOnSets(ir, {then_add}, {set(true, 1), set(false, 1), set(true, 2)});
+  auto twice = model.patches().PrepareIrPatchOnSets(ir, {then_add},
+                                                    {set(true, 1), set(false, 1), set(true, 2)});
   ASSERT_TRUE(twice.ok()) << twice.status();
-  EXPECT_THAT(LoadedModel::ProbeCalls(**twice),
+  EXPECT_THAT(PatchController::ProbeCalls(**twice),
               ::testing::ElementsAre(::testing::Pair(then_add, 2u)));
   // No probe, no count.
-  auto unprobed = model.PrepareIrPatch(ir, {then_add});
+  auto unprobed = model.patches().PrepareIrPatch(ir, {then_add});
   ASSERT_TRUE(unprobed.ok()) << unprobed.status();
-  EXPECT_TRUE(LoadedModel::ProbeCalls(**unprobed).empty());
+  EXPECT_TRUE(PatchController::ProbeCalls(**unprobed).empty());
 }
 
 TEST_F(PatchTrustTest, ABasePatchGoesBeneathUserPatches) {
-  auto ir = model_->PrepareIrPatch(ScaledAddIr(k1_, 2.0f), {});
+  auto ir = model_->patches().PrepareIrPatch(ScaledAddIr(k1_, 2.0f), {});
   ASSERT_TRUE(ir.ok()) << ir.status();
-  auto ir_id = model_->CommitPatch(*ir, "user");
+  auto ir_id = model_->patches().CommitPatch(*ir, "user");
   ASSERT_TRUE(ir_id.ok());
   ASSERT_EQ(*Run(), 22.0f);
   CompileOptions quick;
@@ -310,48 +311,48 @@ TEST_F(PatchTrustTest, ABasePatchGoesBeneathUserPatches) {
   auto recompiled =
       CompileOnnxBytes(testing::TwoBinaryOps("two_adds", kWidth, "Add", 1.0f, "Add", 10.0f), quick);
   ASSERT_TRUE(recompiled.ok());
-  auto base = model_->PrepareRecompilePatch(*recompiled, {}, "opt_level=0");
+  auto base = model_->patches().PrepareRecompilePatch(*recompiled, {}, "opt_level=0");
   ASSERT_TRUE(base.ok()) << base.status();
-  auto base_id = model_->CommitBasePatch(*base, "tiered-compilation");
+  auto base_id = model_->patches().CommitBasePatch(*base, "tiered-compilation");
   ASSERT_TRUE(base_id.ok()) << base_id.status();
   EXPECT_EQ(*Run(), 22.0f) << "the tier swap masked the user's patch";
-  std::vector<PatchRecord> records = model_->Patches();
+  std::vector<PatchRecord> records = model_->patches().Patches();
   ASSERT_EQ(records.size(), 2u);
   EXPECT_EQ(records[0].id, *base_id);  // Listed in stack order.
   EXPECT_EQ(records[1].id, *ir_id);
-  ASSERT_TRUE(model_->Rollback(*ir_id).ok());
+  ASSERT_TRUE(model_->patches().Rollback(*ir_id).ok());
   EXPECT_EQ(*Run(), 11.0f);
-  ASSERT_TRUE(model_->Rollback(*base_id).ok());
+  ASSERT_TRUE(model_->patches().Rollback(*base_id).ok());
   EXPECT_EQ(*Run(), 11.0f);
   // A partial recompile cannot be a base.
-  auto partial = model_->PrepareRecompilePatch(*recompiled, {k0_}, "opt_level=0");
+  auto partial = model_->patches().PrepareRecompilePatch(*recompiled, {k0_}, "opt_level=0");
   ASSERT_TRUE(partial.ok());
-  EXPECT_TRUE(absl::IsInvalidArgument(model_->CommitBasePatch(*partial, "x").status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(model_->patches().CommitBasePatch(*partial, "x").status()));
 }
 
 TEST_F(PatchTrustTest, AFrozenVersionTakesNoPatchesAndReportsItsStack) {
-  auto ir = model_->PrepareIrPatch(ScaledAddIr(k1_, 2.0f), {});
+  auto ir = model_->patches().PrepareIrPatch(ScaledAddIr(k1_, 2.0f), {});
   ASSERT_TRUE(ir.ok());
-  auto id = model_->CommitPatch(*ir, "user");
+  auto id = model_->patches().CommitPatch(*ir, "user");
   ASSERT_TRUE(id.ok());
-  auto late = model_->PrepareIrPatch(ScaledAddIr(k0_, 3.0f), {});
+  auto late = model_->patches().PrepareIrPatch(ScaledAddIr(k0_, 3.0f), {});
   ASSERT_TRUE(late.ok());
-  std::vector<PatchRecord> stack = model_->Freeze("the version is being reloaded");
+  std::vector<PatchRecord> stack = model_->patches().Freeze("the version is being reloaded");
   ASSERT_EQ(stack.size(), 1u);
   EXPECT_EQ(stack[0].id, *id);
   EXPECT_EQ(stack[0].source, ScaledAddIr(k1_, 2.0f));
-  auto refused = model_->CommitPatch(*late, "late");
+  auto refused = model_->patches().CommitPatch(*late, "late");
   EXPECT_TRUE(absl::IsAborted(refused.status()));
   EXPECT_THAT(refused.status().message(), HasSubstr("being reloaded"));
-  model_->Unfreeze();
-  EXPECT_TRUE(model_->CommitPatch(*late, "late").ok());
+  model_->patches().Unfreeze();
+  EXPECT_TRUE(model_->patches().CommitPatch(*late, "late").ok());
 }
 
 TEST_F(PatchTrustTest, ARollbackNeverBlocksOnAStuckKernelNorHoldsThePatchLock) {
   // Spins far longer than the drain deadline below (≥ 1 s even at 4 loads per ns).
-  auto slow = model_->PrepareIrPatch(SlowScaledAddIr(k0_, 2.0f, 4'000'000'000), {});
+  auto slow = model_->patches().PrepareIrPatch(SlowScaledAddIr(k0_, 2.0f, 4'000'000'000), {});
   ASSERT_TRUE(slow.ok()) << slow.status();
-  auto id = model_->CommitPatch(*slow, "slow");
+  auto id = model_->patches().CommitPatch(*slow, "slow");
   ASSERT_TRUE(id.ok());
   std::atomic<bool> done{false};
   absl::StatusOr<float> result = absl::UnknownError("not run");
@@ -364,58 +365,58 @@ TEST_F(PatchTrustTest, ARollbackNeverBlocksOnAStuckKernelNorHoldsThePatchLock) {
   std::atomic<bool> listed{false};
   std::thread lister([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    listed = !model_->Patches().empty();
+    listed = !model_->patches().Patches().empty();
   });
-  absl::Status s = model_->Rollback(*id, /*drain_seconds=*/0.2);
+  absl::Status s = model_->patches().Rollback(*id, /*drain_seconds=*/0.2);
   lister.join();
   EXPECT_TRUE(listed);
   EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
   EXPECT_THAT(s.message(), HasSubstr("1 execution(s)"));
   EXPECT_FALSE(done) << "the kernel finished before the deadline; spin longer";
-  EXPECT_FALSE(model_->Patches()[0].active);  // New executions no longer run it.
+  EXPECT_FALSE(model_->patches().Patches()[0].active);  // New executions no longer run it.
   execution.join();
   ASSERT_TRUE(result.ok()) << result.status();  // Its code stayed alive under it.
   EXPECT_EQ(*result, 12.0f);
   EXPECT_EQ(*Run(), 11.0f);
   // A later rollback sees every execution gone and frees what was kept.
-  auto p = model_->PrepareIrPatch(ScaledAddIr(k1_, 2.0f), {});
+  auto p = model_->patches().PrepareIrPatch(ScaledAddIr(k1_, 2.0f), {});
   ASSERT_TRUE(p.ok());
-  auto pid = model_->CommitPatch(*p, "b");
+  auto pid = model_->patches().CommitPatch(*p, "b");
   ASSERT_TRUE(pid.ok());
-  EXPECT_TRUE(model_->Rollback(*pid).ok());
+  EXPECT_TRUE(model_->patches().Rollback(*pid).ok());
 }
 
 TEST_F(PatchTrustTest, ARestoredPatchIdNearTwoToTheSixtyFourIsRefused) {
-  auto patch = model_->PrepareIrPatch(ScaledAddIr(k1_, 2.0f), {});
+  auto patch = model_->patches().PrepareIrPatch(ScaledAddIr(k1_, 2.0f), {});
   ASSERT_TRUE(patch.ok());
   PatchRecord original;
   original.id = ~uint64_t{0};
   original.author = "snapshot";
-  auto id = model_->CommitRestoredPatch(*patch, original);
+  auto id = model_->patches().CommitRestoredPatch(*patch, original);
   EXPECT_TRUE(absl::IsInvalidArgument(id.status())) << id.status();
   original.id = 7;
-  ASSERT_TRUE(model_->CommitRestoredPatch(*patch, original).ok());
-  auto next = model_->PrepareIrPatch(ScaledAddIr(k0_, 2.0f), {});
+  ASSERT_TRUE(model_->patches().CommitRestoredPatch(*patch, original).ok());
+  auto next = model_->patches().PrepareIrPatch(ScaledAddIr(k0_, 2.0f), {});
   ASSERT_TRUE(next.ok());
-  auto next_id = model_->CommitPatch(*next, "after");
+  auto next_id = model_->patches().CommitPatch(*next, "after");
   ASSERT_TRUE(next_id.ok());
   EXPECT_GT(*next_id, 7u);
 }
 
 TEST_F(PatchTrustTest, ThePatchHistoryIsBoundedAndKeepsActivePatches) {
-  auto kept = model_->PrepareIrPatch(ScaledAddIr(k1_, 2.0f), {});
+  auto kept = model_->patches().PrepareIrPatch(ScaledAddIr(k1_, 2.0f), {});
   ASSERT_TRUE(kept.ok());
-  auto kept_id = model_->CommitPatch(*kept, "kept");
+  auto kept_id = model_->patches().CommitPatch(*kept, "kept");
   ASSERT_TRUE(kept_id.ok());
   // Profile patches are cheap to cycle (no sandbox): 300 commits and rollbacks.
   for (int i = 0; i < 300; ++i) {
-    auto p = model_->PrepareProfilePatch(0, {k0_});
+    auto p = model_->patches().PrepareProfilePatch(0, {k0_});
     ASSERT_TRUE(p.ok()) << p.status();
-    auto id = model_->CommitPatch(*p, "cycle");
+    auto id = model_->patches().CommitPatch(*p, "cycle");
     ASSERT_TRUE(id.ok());
-    ASSERT_TRUE(model_->Rollback(*id).ok());
+    ASSERT_TRUE(model_->patches().Rollback(*id).ok());
   }
-  std::vector<PatchRecord> records = model_->Patches();
+  std::vector<PatchRecord> records = model_->patches().Patches();
   EXPECT_EQ(records.size(), 256u);
   EXPECT_EQ(records.front().id, *kept_id);  // The active patch stays; old inactive ones went.
   EXPECT_TRUE(records.front().active);

@@ -145,7 +145,7 @@ absl::StatusOr<std::string> EncodeSnapshot(const LoadedModel& loaded, const std:
   b.set_code_hash(Digest(m.object_code));
 
   // The table executions use now: every active patch's functions over the version's own code.
-  const std::vector<PatchRecord> patches = loaded.Patches();
+  const std::vector<PatchRecord> patches = loaded.patches().Patches();
   std::map<std::string, const PatchRecord*> provider;
   for (const PatchRecord& r : patches) {
     if (!r.active) continue;
@@ -183,7 +183,7 @@ absl::StatusOr<std::string> EncodeSnapshot(const LoadedModel& loaded, const std:
     p->mutable_check()->set_rtol(r.check.rtol);
     p->mutable_check()->set_atol(r.check.atol);
     if (r.active && r.kind == kPatchKindRecompile) {
-      auto code = loaded.PatchObjectCode(r.id);
+      auto code = loaded.patches().PatchObjectCode(r.id);
       if (code.ok()) p->set_object_code(*std::move(code));
     }
     for (const KernelProfile& k : r.profile) {
@@ -454,7 +454,7 @@ absl::Status RestorePatches(LoadedModel& loaded, const VersionSnapshot& snapshot
     absl::StatusOr<std::shared_ptr<PreparedPatch>> patch;
     if (r.kind == kPatchKindIr) {
       // Checked, compiled and first run on `probe` in the sandbox like a new patch.
-      patch = loaded.PrepareIrPatch(r.source, r.functions, probe);
+      patch = loaded.patches().PrepareIrPatch(r.source, r.functions, probe);
     } else {
       auto options = ParseRecompileOptions(r.source);
       absl::StatusOr<CompiledModel> recompiled = absl::UnknownError("not compiled");
@@ -471,11 +471,12 @@ absl::Status RestorePatches(LoadedModel& loaded, const VersionSnapshot& snapshot
           recompiled = CompileOnnxBytes(snapshot.onnx_model, compile);
         }
       }
-      patch = recompiled.ok() ? loaded.PrepareRecompilePatch(*recompiled, r.functions, r.source)
-                              : absl::StatusOr<std::shared_ptr<PreparedPatch>>(recompiled.status());
+      patch = recompiled.ok()
+                  ? loaded.patches().PrepareRecompilePatch(*recompiled, r.functions, r.source)
+                  : absl::StatusOr<std::shared_ptr<PreparedPatch>>(recompiled.status());
     }
     absl::Status status = patch.status();
-    if (status.ok()) status = loaded.CommitRestoredPatch(*std::move(patch), r).status();
+    if (status.ok()) status = loaded.patches().CommitRestoredPatch(*std::move(patch), r).status();
     if (status.ok()) continue;
     status =
         absl::Status(status.code(), absl::StrCat("restoring patch ", r.id, " (", r.kind,

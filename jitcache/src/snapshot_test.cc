@@ -64,16 +64,16 @@ class SnapshotTest : public ::testing::Test {
   std::string PatchedArtifact(uint64_t* ir_id) {
     auto recompiled = CompileOnnxBytes(bytes_);
     EXPECT_TRUE(recompiled.ok());
-    auto re = model_->PrepareRecompilePatch(*recompiled, {}, "opt_level=3");
+    auto re = model_->patches().PrepareRecompilePatch(*recompiled, {}, "opt_level=3");
     EXPECT_TRUE(re.ok()) << re.status();
-    auto re_id = model_->CommitPatch(*re, "tier");
+    auto re_id = model_->patches().CommitPatch(*re, "tier");
     EXPECT_TRUE(re_id.ok());
-    auto ir = model_->PrepareIrPatch(DoubledAdd(add_), {add_});
+    auto ir = model_->patches().PrepareIrPatch(DoubledAdd(add_), {add_});
     EXPECT_TRUE(ir.ok()) << ir.status();
-    auto id = model_->CommitPatch(*ir, "alice");
+    auto id = model_->patches().CommitPatch(*ir, "alice");
     EXPECT_TRUE(id.ok());
     *ir_id = *id;
-    EXPECT_TRUE(model_->Rollback(*re_id).ok());
+    EXPECT_TRUE(model_->patches().Rollback(*re_id).ok());
     auto artifact = EncodeSnapshot(*model_, "mul_add", 1, "name: \"mul_add\"");
     EXPECT_TRUE(artifact.ok()) << artifact.status();
     return artifact.ok() ? *artifact : "";
@@ -121,19 +121,19 @@ TEST_F(SnapshotTest, RestoreEqualsOriginalIncludingPatches) {
   EXPECT_EQ(Outputs(**restored), plain);
   ASSERT_TRUE(RestorePatches(**restored, *snapshot).ok());
   EXPECT_EQ(Outputs(**restored), patched);
-  std::vector<PatchRecord> patches = (*restored)->Patches();
+  std::vector<PatchRecord> patches = (*restored)->patches().Patches();
   ASSERT_EQ(patches.size(), 1u);  // The active ones.
   EXPECT_EQ(patches[0].id, ir_id);
   EXPECT_EQ(patches[0].author, "alice");
   EXPECT_EQ(patches[0].kind, kPatchKindIr);
   // The restored patch rolls back like the original, and new ids do not collide.
-  auto more = (*restored)->PrepareIrPatch(DoubledAdd(add_), {});
+  auto more = (*restored)->patches().PrepareIrPatch(DoubledAdd(add_), {});
   ASSERT_TRUE(more.ok());
-  auto more_id = (*restored)->CommitPatch(*more, "bob");
+  auto more_id = (*restored)->patches().CommitPatch(*more, "bob");
   ASSERT_TRUE(more_id.ok());
   EXPECT_GT(*more_id, ir_id);
-  ASSERT_TRUE((*restored)->Rollback(ir_id).ok());
-  ASSERT_TRUE((*restored)->Rollback(*more_id).ok());
+  ASSERT_TRUE((*restored)->patches().Rollback(ir_id).ok());
+  ASSERT_TRUE((*restored)->patches().Rollback(*more_id).ok());
   EXPECT_EQ(Outputs(**restored), plain);
 }
 
@@ -175,8 +175,8 @@ TEST_F(SnapshotTest, APatchTheSandboxRefusesIsLeftOutAndTheRestGoOn) {
   ASSERT_EQ(refused.size(), 1u);
   EXPECT_THAT(refused[0], HasSubstr("signal 11"));
   EXPECT_EQ(Outputs(**restored), patched);  // The good patch is back.
-  ASSERT_EQ((*restored)->Patches().size(), 1u);
-  EXPECT_EQ((*restored)->Patches()[0].id, ir_id);
+  ASSERT_EQ((*restored)->patches().Patches().size(), 1u);
+  EXPECT_EQ((*restored)->patches().Patches()[0].id, ir_id);
 }
 
 // An active recompile patch travels with its code: restoring it on the same CPU compiles nothing.
@@ -198,9 +198,10 @@ TEST(SubgraphSnapshotTest, PatchedBranchKernelIsRestoredWithItsParent) {
     return k.symbol.find("then") != std::string::npos;
   });
   ASSERT_NE(then_add, kernels.end());
-  auto patch = (*loaded)->PrepareIrPatch(testing::ScaledAddIr(then_add->symbol, kWidth, 2.0f), {});
+  auto patch =
+      (*loaded)->patches().PrepareIrPatch(testing::ScaledAddIr(then_add->symbol, kWidth, 2.0f), {});
   ASSERT_TRUE(patch.ok()) << patch.status();
-  ASSERT_TRUE((*loaded)->CommitPatch(*patch, "alice").ok());
+  ASSERT_TRUE((*loaded)->patches().CommitPatch(*patch, "alice").ok());
   auto run = [](const LoadedModel& m) {
     HostTensor x(DType::kFloat32, {1, kWidth});
     std::memset(x.data(), 0, x.byte_size());
@@ -238,13 +239,13 @@ TEST_F(SnapshotTest, ActiveRecompilePatchIsRestoredWithoutCompiling) {
   o1.opt_level = 1;
   auto recompiled = CompileOnnxBytes(bytes_, o1);
   ASSERT_TRUE(recompiled.ok());
-  auto re = model_->PrepareRecompilePatch(*recompiled, {}, "opt_level=1");
+  auto re = model_->patches().PrepareRecompilePatch(*recompiled, {}, "opt_level=1");
   ASSERT_TRUE(re.ok()) << re.status();
-  auto re_id = model_->CommitPatch(*re, "tier");
+  auto re_id = model_->patches().CommitPatch(*re, "tier");
   ASSERT_TRUE(re_id.ok());
-  auto ir = model_->PrepareIrPatch(DoubledAdd(add_), {add_});
+  auto ir = model_->patches().PrepareIrPatch(DoubledAdd(add_), {add_});
   ASSERT_TRUE(ir.ok());
-  ASSERT_TRUE(model_->CommitPatch(*ir, "alice").ok());
+  ASSERT_TRUE(model_->patches().CommitPatch(*ir, "alice").ok());
   auto artifact = EncodeSnapshot(*model_, "mul_add", 1, "");
   ASSERT_TRUE(artifact.ok()) << artifact.status();
   auto snapshot = DecodeSnapshot(*artifact);
@@ -259,7 +260,7 @@ TEST_F(SnapshotTest, ActiveRecompilePatchIsRestoredWithoutCompiling) {
   ASSERT_TRUE(RestorePatches(**restored, *snapshot).ok());
   EXPECT_EQ(TotalCompilations(), before);
   EXPECT_EQ(Outputs(**restored), Outputs(*model_));
-  std::vector<PatchRecord> patches = (*restored)->Patches();
+  std::vector<PatchRecord> patches = (*restored)->patches().Patches();
   ASSERT_EQ(patches.size(), 2u);
   EXPECT_EQ(patches[0].id, *re_id);
   EXPECT_EQ(patches[0].kind, kPatchKindRecompile);

@@ -177,9 +177,10 @@ absl::StatusOr<std::shared_ptr<PreparedPatch>> PreparePatch(
     const cuvil::admin::v1::PatchFunctionRequest& request,
     const std::vector<std::string>& functions, const std::vector<std::vector<HostTensor>>& probes) {
   if (kind == kPatchKindProfile) {
-    return loaded.PrepareProfilePatch(request.profile_seconds(), functions);
+    return loaded.patches().PrepareProfilePatch(request.profile_seconds(), functions);
   }
-  if (kind == kPatchKindIr) return loaded.PrepareIrPatchOnSets(request.body(), functions, probes);
+  if (kind == kPatchKindIr)
+    return loaded.patches().PrepareIrPatchOnSets(request.body(), functions, probes);
   return PrepareRecompileFromSource(
       loaded, request.options().empty() ? request.body() : request.options(), functions);
 }
@@ -276,7 +277,7 @@ absl::StatusOr<cuvil::admin::v1::PatchFunctionResponse> AdminOperations::PatchFu
       }
       // Equal outputs say nothing about a kernel that never ran (a branch no input takes).
       std::vector<std::string> idle;
-      for (const auto& [kernel, calls] : LoadedModel::ProbeCalls(**patch)) {
+      for (const auto& [kernel, calls] : PatchController::ProbeCalls(**patch)) {
         if (calls == 0) idle.push_back(kernel);
       }
       if (!idle.empty() && !request.force()) {
@@ -291,7 +292,7 @@ absl::StatusOr<cuvil::admin::v1::PatchFunctionResponse> AdminOperations::PatchFu
       check.atol = validation.exact ? 0 : validation.atol;
     }
     t0 = std::chrono::steady_clock::now();
-    id = loaded.CommitPatch(*patch, request.author(), check);
+    id = loaded.patches().CommitPatch(*patch, request.author(), check);
     response.set_switch_us(MsSince(t0) * 1000);
   }
   if (!id.ok()) {
@@ -300,7 +301,7 @@ absl::StatusOr<cuvil::admin::v1::PatchFunctionResponse> AdminOperations::PatchFu
   }
   response.set_patch_id(absl::StrCat(*id));
   // Keep the history alive: a range-for over a member of a temporary would dangle.
-  const std::vector<PatchRecord> patches = loaded.Patches();
+  const std::vector<PatchRecord> patches = loaded.patches().Patches();
   if (!patches.empty()) {
     for (const auto& f : patches.back().functions) response.add_functions(f);
   }
@@ -312,8 +313,8 @@ absl::StatusOr<cuvil::admin::v1::PatchFunctionResponse> AdminOperations::PatchFu
   queue_held = false;
   if (kind == kPatchKindProfile && request.wait()) {
     // The window plus slack: the timer rolls the patch back at the end of it.
-    loaded.WaitForProfileEnd(*id, request.profile_seconds() + 30);
-    auto table = loaded.ProfileReport(*id);
+    loaded.patches().WaitForProfileEnd(*id, request.profile_seconds() + 30);
+    auto table = loaded.patches().ProfileReport(*id);
     if (table.ok()) FillProfile(*table, response.mutable_profile());
   }
   return response;
@@ -351,9 +352,9 @@ absl::StatusOr<cuvil::admin::v1::RollbackResponse> AdminOperations::Rollback(
   // A patch committed or rolled back between the trial and the rollback moves the table on
   // (Aborted): try the new one, a few times.
   for (int attempt = 0; attempt < kPatchAttempts && absl::IsAborted(rolled); ++attempt) {
-    std::optional<LoadedModel::RollbackTrial> trial;
+    std::optional<PatchController::RollbackTrial> trial;
     if (!request.force()) {
-      auto tried = loaded.TryRollback(*id);
+      auto tried = loaded.patches().TryRollback(*id);
       if (!tried.ok()) {
         event.Fail(tried.status());
         return tried.status();
@@ -382,11 +383,11 @@ absl::StatusOr<cuvil::admin::v1::RollbackResponse> AdminOperations::Rollback(
       trial = *std::move(tried);
     }
     auto t0 = std::chrono::steady_clock::now();
-    rolled = loaded.Rollback(*id, 10, trial ? &*trial : nullptr);
+    rolled = loaded.patches().Rollback(*id, 10, trial ? &*trial : nullptr);
     response.set_switch_us(MsSince(t0) * 1000);
   }
   const bool stuck = absl::IsDeadlineExceeded(rolled) ||
-                     (absl::IsFailedPrecondition(rolled) && loaded.has_stuck_code());
+                     (absl::IsFailedPrecondition(rolled) && loaded.patches().has_stuck_code());
   if (stuck && request.force()) {
     // Executions stuck in the code: serve from a fresh build of the version (its remaining
     // patches come along); the old build stays alive for the stuck executions only.
@@ -429,7 +430,7 @@ absl::StatusOr<cuvil::admin::v1::ListPatchesResponse> AdminOperations::ListPatch
       models_->Get(request.name(), request.version() > 0 ? absl::StrCat(request.version()) : "");
   if (!model.ok()) return model.status();
   cuvil::admin::v1::ListPatchesResponse response;
-  for (const PatchRecord& r : (*model)->loaded().Patches()) {
+  for (const PatchRecord& r : (*model)->loaded().patches().Patches()) {
     auto* p = response.add_patches();
     p->set_patch_id(absl::StrCat(r.id));
     p->set_unix_ms(r.unix_ms);

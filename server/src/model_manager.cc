@@ -234,7 +234,7 @@ struct ModelManager::Impl {
     // Recompile patches and snapshots rebuild from the source with the same options.
     (*loaded)->set_source(CodeSource{path, bytes, options});
     // A profile patch's automatic rollback is a patch event like a rollback by hand.
-    (*loaded)->set_auto_rollback_listener(
+    (*loaded)->patches().set_auto_rollback_listener(
         [metrics = metrics, name, version, model = loaded->get()](
             uint64_t id, const absl::Status& status, std::chrono::steady_clock::time_point start) {
           PatchEvent event(metrics, observability::PatchKind::kRollback, name, start);
@@ -252,7 +252,7 @@ struct ModelManager::Impl {
     } else if (predecessor != nullptr) {
       // No patch can land on the old build after this copy (a racing one fails with Aborted).
       const std::vector<PatchRecord> stack =
-          predecessor->mutable_loaded().Freeze("the version is being reloaded");
+          predecessor->mutable_loaded().patches().Freeze("the version is being reloaded");
       if (!stack.empty()) {
         PatchValidationOptions validation;
         validation.intra_op_threads = SchedulerOptionsFromConfig(config).intra_op_threads;
@@ -416,7 +416,8 @@ struct ModelManager::Impl {
       RecompileOptions recompile;
       recompile.opt_level = CompileOptions().opt_level;  // The full tier's.
       const auto prepare_start = std::chrono::steady_clock::now();
-      auto patch = loaded.PrepareRecompilePatch(*full, {}, RecompileOptionsText(recompile));
+      auto patch =
+          loaded.patches().PrepareRecompilePatch(*full, {}, RecompileOptionsText(recompile));
       event.ExcludeMs(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
                                                                 prepare_start)
                           .count());
@@ -426,7 +427,7 @@ struct ModelManager::Impl {
       }
       auto t1 = std::chrono::steady_clock::now();
       // The full tier replaces the base only: patches committed on the quick tier stay on top.
-      auto id = loaded.CommitBasePatch(*std::move(patch), kTierSwapAuthor);
+      auto id = loaded.patches().CommitBasePatch(*std::move(patch), kTierSwapAuthor);
       switch_us =
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t1).count();
       status = id.status();
@@ -681,7 +682,8 @@ absl::Status ModelManager::Load(const LoadRequest& request) {
         if (first_error->ok()) *first_error = built.status();
       }
       // A build that did not replace its predecessor leaves it taking patches again.
-      if (predecessor != nullptr && predecessor != old) predecessor->mutable_loaded().Unfreeze();
+      if (predecessor != nullptr && predecessor != old)
+        predecessor->mutable_loaded().patches().Unfreeze();
       if (old) impl_->Retire(old, built.ok() ? *built : nullptr);
       old.reset();
       if (--*remaining == 0) finish();

@@ -19,7 +19,7 @@ PatchKind PatchKindFromRequest(std::string_view kind) {
 
 std::string PatchFunctions(const LoadedModel& loaded, uint64_t id) {
   // Patches() returns a copy: keep it alive while reading it.
-  const std::vector<PatchRecord> patches = loaded.Patches();
+  const std::vector<PatchRecord> patches = loaded.patches().Patches();
   for (const PatchRecord& p : patches) {
     if (p.id == id) return absl::StrJoin(p.functions, ",");
   }

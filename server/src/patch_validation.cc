@@ -195,7 +195,7 @@ absl::StatusOr<PatchValidationResult> ValidatePatch(
 }
 
 absl::StatusOr<PatchValidationResult> ValidateRollback(
-    const LoadedModel& loaded, const LoadedModel::RollbackTrial& trial,
+    const LoadedModel& loaded, const PatchController::RollbackTrial& trial,
     const std::vector<std::vector<HostTensor>>& inputs, int intra_op_threads) {
   PatchValidationResult none;
   if (trial.above.empty()) return none;  // The table that served before the patch, as it was.
@@ -244,7 +244,7 @@ absl::StatusOr<std::shared_ptr<PreparedPatch>> PrepareRecompileFromSource(
   if (functions.empty()) {
     // Every kernel an active IR patch does not replace: a recompile changes the base code.
     std::set<std::string> patched;
-    for (const PatchRecord& r : loaded.Patches()) {
+    for (const PatchRecord& r : loaded.patches().Patches()) {
       if (r.active && r.kind == kPatchKindIr)
         patched.insert(r.functions.begin(), r.functions.end());
     }
@@ -263,7 +263,8 @@ absl::StatusOr<std::shared_ptr<PreparedPatch>> PrepareRecompileFromSource(
   auto recompiled = source.onnx_bytes.empty() ? CompileOnnxFile(source.onnx_path, compile)
                                               : CompileOnnxBytes(source.onnx_bytes, compile);
   if (!recompiled.ok()) return recompiled.status();
-  return loaded.PrepareRecompilePatch(*recompiled, functions, RecompileOptionsText(*options));
+  return loaded.patches().PrepareRecompilePatch(*recompiled, functions,
+                                                RecompileOptionsText(*options));
 }
 
 std::vector<std::string> ReapplyPatches(LoadedModel& target,
@@ -276,17 +277,17 @@ std::vector<std::string> ReapplyPatches(LoadedModel& target,
     // its own).
     if (!r.active || r.kind == kPatchKindProfile || r.author == kTierSwapAuthor) continue;
     absl::StatusOr<std::shared_ptr<PreparedPatch>> patch =
-        r.kind == kPatchKindIr
-            ? target.PrepareIrPatch(r.source, r.functions,
-                                    inputs.empty() ? std::vector<HostTensor>{} : inputs.front())
-            : PrepareRecompileFromSource(target, r.source, r.functions);
+        r.kind == kPatchKindIr ? target.patches().PrepareIrPatch(
+                                     r.source, r.functions,
+                                     inputs.empty() ? std::vector<HostTensor>{} : inputs.front())
+                               : PrepareRecompileFromSource(target, r.source, r.functions);
     absl::Status status = patch.status();
     if (status.ok()) {
       // The operator accepted what the patch computes when it was first applied (forced or
       // not): here it must run where the new build runs, with the same output shapes.
       status = ValidatePatch(target, patch->get(), inputs, options).status();
     }
-    if (status.ok()) status = target.CommitRestoredPatch(*std::move(patch), r).status();
+    if (status.ok()) status = target.patches().CommitRestoredPatch(*std::move(patch), r).status();
     if (!status.ok()) {
       refused.push_back(
           absl::StrCat("patch ", r.id, " (", r.kind, ") was not re-applied: ", status.message()));

@@ -53,7 +53,7 @@ absl::StatusOr<PatchValidationResult> ValidatePatch(
     const LoadedModel& loaded, const PreparedPatch* patch,
     const std::vector<std::vector<HostTensor>>& inputs, const PatchValidationOptions& options);
 
-// Checks the table a middle rollback would publish (`trial`, from LoadedModel::TryRollback):
+// Checks the table a middle rollback would publish (`trial`, from PatchController::TryRollback):
 // with no active patch above the rolled-back one there is nothing to check (the table that served
 // before it returns). Otherwise every patch above must have been validated (PatchCheck), and
 // the stack without the patch must compute, on every set of `inputs`, what the stack before the
@@ -61,7 +61,7 @@ absl::StatusOr<PatchValidationResult> ValidatePatch(
 // FailedPrecondition naming the unvalidated patches or the first mismatch (the caller may force);
 // errors of ValidatePatch otherwise (Aborted when the version changed since the trial).
 absl::StatusOr<PatchValidationResult> ValidateRollback(
-    const LoadedModel& loaded, const LoadedModel::RollbackTrial& trial,
+    const LoadedModel& loaded, const PatchController::RollbackTrial& trial,
     const std::vector<std::vector<HostTensor>>& inputs, int intra_op_threads);
 
 // Prepares a recompile patch of `loaded`: its model compiled again from its recorded source with

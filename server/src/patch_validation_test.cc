@@ -42,8 +42,8 @@ class PatchValidationTest : public ::testing::Test {
   }
 
   std::shared_ptr<PreparedPatch> Prepare(const std::string& kernel, float scale) {
-    auto patch = model_->PrepareIrPatch(testing::ScaledAddIr(kernel, kWidth, scale), {kernel},
-                                        inputs_.front());
+    auto patch = model_->patches().PrepareIrPatch(testing::ScaledAddIr(kernel, kWidth, scale),
+                                                  {kernel}, inputs_.front());
     EXPECT_TRUE(patch.ok()) << patch.status();
     return patch.ok() ? *patch : nullptr;
   }
@@ -98,18 +98,18 @@ TEST_F(PatchValidationTest, ExactAndZeroTolerancesMeanWhatTheySay) {
 TEST_F(PatchValidationTest, AStaleTableIsAbortedNotRun) {
   auto first = Prepare(else_add_, 2.0f);
   auto stale = Prepare(then_add_, 2.0f);
-  ASSERT_TRUE(model_->CommitPatch(first, "a").ok());
+  ASSERT_TRUE(model_->patches().CommitPatch(first, "a").ok());
   auto checked = ValidatePatch(*model_, stale.get(), inputs_, PatchValidationOptions());
   EXPECT_TRUE(absl::IsAborted(checked.status())) << checked.status();
 }
 
 TEST_F(PatchValidationTest, ARecompileOfAllKernelsLeavesIrPatchedKernelsAlone) {
   auto patch = Prepare(then_add_, 3.0f);
-  ASSERT_TRUE(model_->CommitPatch(patch, "user").ok());
+  ASSERT_TRUE(model_->patches().CommitPatch(patch, "user").ok());
   auto recompile = PrepareRecompileFromSource(*model_, "opt_level=1", {});
   ASSERT_TRUE(recompile.ok()) << recompile.status();
-  ASSERT_TRUE(model_->CommitPatch(*recompile, "recompile").ok());
-  std::vector<PatchRecord> records = model_->Patches();
+  ASSERT_TRUE(model_->patches().CommitPatch(*recompile, "recompile").ok());
+  std::vector<PatchRecord> records = model_->patches().Patches();
   ASSERT_EQ(records.size(), 2u);
   EXPECT_THAT(records[1].functions, ::testing::Not(::testing::Contains(then_add_)));
   EXPECT_THAT(records[1].functions, ::testing::Contains(else_add_));
@@ -123,14 +123,14 @@ TEST_F(PatchValidationTest, ARecompileOfAllKernelsLeavesIrPatchedKernelsAlone) {
 
 TEST_F(PatchValidationTest, ReapplyCarriesTheStackOntoANewBuild) {
   auto patch = Prepare(then_add_, 3.0f);
-  auto id = model_->CommitPatch(patch, "user");
+  auto id = model_->patches().CommitPatch(patch, "user");
   ASSERT_TRUE(id.ok());
-  std::vector<PatchRecord> stack = model_->Freeze("reload");
+  std::vector<PatchRecord> stack = model_->patches().Freeze("reload");
   std::unique_ptr<LoadedModel> next = Load("if/1#2");
   std::vector<std::string> refused =
       ReapplyPatches(*next, stack, inputs_, PatchValidationOptions());
   EXPECT_TRUE(refused.empty()) << refused.front();
-  std::vector<PatchRecord> records = next->Patches();
+  std::vector<PatchRecord> records = next->patches().Patches();
   ASSERT_EQ(records.size(), 1u);
   EXPECT_EQ(records[0].id, *id);
   EXPECT_EQ(records[0].author, "user");
@@ -145,7 +145,7 @@ TEST_F(PatchValidationTest, ReapplyCarriesTheStackOntoANewBuild) {
   refused = ReapplyPatches(*next, {bad}, inputs_, PatchValidationOptions());
   ASSERT_EQ(refused.size(), 1u);
   EXPECT_THAT(refused[0], HasSubstr("was not re-applied"));
-  EXPECT_EQ(next->Patches().size(), 1u);
+  EXPECT_EQ(next->patches().Patches().size(), 1u);
 }
 
 // y = x + 1 with x float32[batch, n]: a free dim besides the batch.

@@ -277,7 +277,7 @@ void SnapshotStore::RestoreAll() {
         // again (which would briefly hold a few more copies of the model's weights).
         const LoadedModel& loaded = (*v)->loaded();
         absl::MutexLock lock(&mu_);
-        written_[path] = {loaded.namespace_name(), loaded.change_count()};
+        written_[path] = {loaded.namespace_name(), loaded.patches().change_count()};
         continue;
       }
       // Code compiled again here, or a file under another name: written in this build's form.
@@ -291,7 +291,8 @@ absl::Status SnapshotStore::Sync(const ModelVersion& version) {
   const LoadedModel& loaded = version.loaded();
   absl::MutexLock lock(&mu_);
   // Read the count before encoding: a change during the write is written again next time.
-  const std::pair<std::string, uint64_t> state{loaded.namespace_name(), loaded.change_count()};
+  const std::pair<std::string, uint64_t> state{loaded.namespace_name(),
+                                               loaded.patches().change_count()};
   if (auto it = written_.find(path); it != written_.end() && it->second == state) {
     return absl::OkStatus();
   }

@@ -221,9 +221,9 @@ int Main(int argc, char** argv) {
     auto full = (*prepared)->Lower(full_options);
     if (!full.ok()) return Fail(full.status());
     const double full_compile_ms = prepare_ms + MsSince(t1);
-    auto patch = (*loaded)->PrepareRecompilePatch(*full, {}, "opt_level=3");
+    auto patch = (*loaded)->patches().PrepareRecompilePatch(*full, {}, "opt_level=3");
     if (!patch.ok()) return Fail(patch.status());
-    auto id = (*loaded)->CommitPatch(*patch, "tiered-compilation");
+    auto id = (*loaded)->patches().CommitPatch(*patch, "tiered-compilation");
     if (!id.ok()) return Fail(id.status());
     tier_report = absl::StrCat(" prepare_ms=", absl::SixDigits(prepare_ms),
                                " ready_ms=", absl::SixDigits(ready_ms),

@@ -356,10 +356,10 @@ int Compile(const std::vector<std::string>& args) {
   if (tier_up) {
     auto full = start->TierUp(&full_lookup, &start_lookup);
     if (!full.ok()) return Fail(full.status());
-    auto patch = (*loaded)->PrepareRecompilePatch(*full, {}, "opt_level=3");
+    auto patch = (*loaded)->patches().PrepareRecompilePatch(*full, {}, "opt_level=3");
     if (!patch.ok()) return Fail(patch.status());
     auto t3 = std::chrono::steady_clock::now();
-    auto id = (*loaded)->CommitPatch(*patch, "tiered-compilation");
+    auto id = (*loaded)->patches().CommitPatch(*patch, "tiered-compilation");
     if (!id.ok()) return Fail(id.status());
     auto t4 = std::chrono::steady_clock::now();
     tier_up_ms = std::chrono::duration<double, std::milli>(t3 - t2).count();
