@@ -494,8 +494,9 @@ absl::StatusOr<std::shared_ptr<PreparedPatch>> PatchController::PrepareProfilePa
                               PatchSandboxLimits{0, /*enabled=*/false});
   if (!patch.ok()) return patch.status();
   if ((*patch)->base_generation != generation) {
-    // The wrappers call the code of an older table.
-    return absl::FailedPreconditionError(
+    // The wrappers call the code of an older table: ABORTED, which the admin call retries (a
+    // tier swap or rollback moved the table, as a commit's own check would find).
+    return absl::AbortedError(
         "the version was patched or rolled back while the profile was prepared; try again");
   }
   (*patch)->profiler = std::move(profiler);
