@@ -27,12 +27,27 @@ inline std::string SourceDir() {
 
 inline std::string SharedModels() { return SourceDir() + "/../shared/models"; }
 
-// A fresh repository with copies of examples/model-repository.
+// Removes `path` (a scratch folder of this test process) when the process exits normally, so
+// repeated runs do not fill the temporary folder. Thread-compatible.
+inline void RemoveAtExit(const std::filesystem::path& path) {
+  struct Registry {
+    std::vector<std::filesystem::path> paths;
+    ~Registry() {
+      std::error_code ignored;
+      for (const auto& p : paths) std::filesystem::remove_all(p, ignored);
+    }
+  };
+  static Registry registry;
+  registry.paths.push_back(path);
+}
+
+// A fresh repository with copies of examples/model-repository, removed at exit.
 inline std::string MakeRepository(const std::string& name) {
   namespace fs = std::filesystem;
   // Per process: CTest runs the tests of one fixture as parallel processes.
   fs::path repo = fs::path(::testing::TempDir()) / (name + "_" + std::to_string(getpid()));
   fs::remove_all(repo);
+  RemoveAtExit(repo);
   fs::copy(fs::path(SourceDir()) / "examples/model-repository", repo, fs::copy_options::recursive);
   for (auto& e : fs::recursive_directory_iterator(repo)) {
     fs::permissions(e.path(), fs::perms::owner_write, fs::perm_options::add);

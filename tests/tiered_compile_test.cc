@@ -56,6 +56,7 @@ class TieredCompileTest : public ::testing::Test {
         fs::path(::testing::TempDir()) / ("tiered_cache_" + name + "_" + std::to_string(getpid()));
     fs::remove_all(cache_dir_);
     fs::create_directories(cache_dir_);
+    testing::RemoveAtExit(cache_dir_);
   }
   void TearDown() override {
     server_.reset();

@@ -40,6 +40,7 @@ class Certificates {
       : dir_(fs::path(::testing::TempDir()) / ("cuvil_tls_" + std::to_string(getpid()))) {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
+    testing::RemoveAtExit(dir_);
     const std::string d = dir_.string();
     const std::string script =
         "set -e; cd '" + d +
