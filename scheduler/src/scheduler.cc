@@ -99,7 +99,7 @@ class BatchingScheduler final : public Scheduler {
       draining = draining_;
       if (draining) {
         status = absl::UnavailableError("scheduler is draining and accepts no new requests");
-      } else if (CanRunInline()) {
+      } else if (queued.request->may_run_inline && CanRunInline()) {
         inline_context = ClaimContext();
         last_batch_requests_ = 1;
         ++inline_calls_;
@@ -149,13 +149,15 @@ class BatchingScheduler final : public Scheduler {
     return true;
   }
 
-  int FailRunning(const absl::Status& status) override {
+  int FailRunning(const absl::Status& status, absl::Duration running_at_least) override {
     std::vector<std::function<void(InferenceResponse)>> callbacks;
     std::vector<uint64_t> tickets;  // preserve_ordering: released so later batches go out.
+    const Clock::time_point started_by =
+        clock_->Now() - absl::ToChronoNanoseconds(running_at_least);
     {
       absl::MutexLock l(&running_mu_);
       for (RunningExecution& r : running_) {
-        if (r.batch == nullptr || r.abandoned) continue;
+        if (r.batch == nullptr || r.abandoned || r.started > started_by) continue;
         r.abandoned = true;
         tickets.push_back(r.ticket);
         // The executing thread reads other fields of these requests, never on_complete until
@@ -258,8 +260,7 @@ class BatchingScheduler final : public Scheduler {
     std::vector<InferenceResponse> responses;
     std::vector<Completion> done;
     bool abandoned = false;
-    const uint64_t execution_ns =
-        Process(context, /*ticket=*/0, batch, responses, done, abandoned);
+    const uint64_t execution_ns = Process(context, /*ticket=*/0, batch, responses, done, abandoned);
     SetIntraOpThreads(caller_threads);
     {
       absl::MutexLock l(&mu_);
@@ -367,6 +368,7 @@ class BatchingScheduler final : public Scheduler {
         running = &RunningOf(context);
         running->batch = &batch;
         running->ticket = ticket;
+        running->started = start;
       }
       ExecutionContext::Result result = context.Execute(batch, responses);
       const Clock::time_point end = clock_->Now();
@@ -454,6 +456,7 @@ class BatchingScheduler final : public Scheduler {
     ExecutionContext* context = nullptr;  // Fixed by Start().
     std::vector<QueuedRequest>* batch = nullptr;
     uint64_t ticket = 0;
+    Clock::time_point started;
     bool abandoned = false;  // FailRunning answered `batch`; its executor drops the results.
   };
   RunningExecution& RunningOf(const ExecutionContext& context)

@@ -474,6 +474,23 @@ TEST_F(SchedulerTest, IdleInstanceRunsTheRequestOnTheSubmittingThread) {
   }
 }
 
+TEST_F(SchedulerTest, ARequestThatMayNotRunInlineGoesToTheWorker) {
+  exe_->AdvanceOnRun(clock_.get(), microseconds(100));
+  auto scheduler = Make(InlineOptions(Unbatched(4)));
+  ASSERT_TRUE(Submit(*scheduler, 1, 0).Wait());  // Gives the estimate: later ones could inline.
+  Outcome& inlined = Submit(*scheduler, 1, 10);
+  EXPECT_TRUE(inlined.done.HasBeenNotified());
+  Outcome& worker =
+      Submit(*scheduler, 1, 20, [](InferenceRequest& r) { r.may_run_inline = false; });
+  ASSERT_TRUE(worker.Wait());
+  std::vector<FakeExecutable::Call> calls = exe_->calls();
+  ASSERT_EQ(calls.size(), 3u);
+  EXPECT_EQ(calls[1].thread, std::this_thread::get_id());
+  EXPECT_NE(calls[2].thread, std::this_thread::get_id());
+  ExpectOwnRows(worker);
+  scheduler->Drain();
+}
+
 TEST_F(SchedulerTest, SlowModelsAndBusyInstancesDoNotRunInline) {
   // Executions longer than the limit: every request goes to the worker.
   exe_->AdvanceOnRun(clock_.get(), microseconds(2000));
@@ -553,7 +570,11 @@ TEST_F(SchedulerTest, FailRunningAnswersAStuckExecutionAndDropsItsLateResult) {
   ASSERT_TRUE(exe_->AwaitEntered(1));
   Outcome& queued = Submit(*scheduler, 1, 200);
   EXPECT_FALSE(scheduler->Drain(absl::Milliseconds(50)));
-  EXPECT_EQ(scheduler->FailRunning(absl::UnavailableError("version retired")), 1);
+  // Only executions running at least that long: this one started at the fake clock's now.
+  EXPECT_EQ(scheduler->FailRunning(absl::UnavailableError("too soon"), absl::Seconds(5)), 0);
+  EXPECT_FALSE(stuck.done.HasBeenNotified());
+  clock_->Advance(std::chrono::seconds(5));
+  EXPECT_EQ(scheduler->FailRunning(absl::UnavailableError("version retired"), absl::Seconds(5)), 1);
   ASSERT_TRUE(stuck.done.HasBeenNotified());  // At once, while its thread is still inside.
   EXPECT_EQ(stuck.response.status.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(stuck.response.status.message(), HasSubstr("version retired"));

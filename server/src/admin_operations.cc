@@ -324,14 +324,15 @@ absl::Status AdminOperations::ReloadVersion(const ModelVersion& version) {
   LoadRequest request;
   request.name = version.name();
   request.wait = true;
+  // This version only, with the config it serves under; its other versions are left alone. The
+  // old build is known to be stuck: retired at once (its stuck requests answered UNAVAILABLE).
+  request.only_version = version.version();
+  request.retire_timeout = absl::ZeroDuration();
   const CodeSource& source = version.loaded().source();
-  if (!source.onnx_bytes.empty()) {
-    // An inline model: its bytes and completed config; a repository model reloads from its
-    // folder.
-    request.model_bytes[version.version()] = source.onnx_bytes;
-    if (!google::protobuf::TextFormat::PrintToString(version.config(), &request.config_pbtxt)) {
-      return absl::InternalError("cannot print the version's config");
-    }
+  // An inline model: its bytes; a repository model reloads the version's file from its folder.
+  if (!source.onnx_bytes.empty()) request.model_bytes[version.version()] = source.onnx_bytes;
+  if (!google::protobuf::TextFormat::PrintToString(version.config(), &request.config_pbtxt)) {
+    return absl::InternalError("cannot print the version's config");
   }
   return models_->Load(request);
 }

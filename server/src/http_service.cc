@@ -716,6 +716,9 @@ absl::Status HttpServiceImpl::InferInner(const Request& req, Response& res,
     SetRefusal(res, *refused);
     return absl::OkStatus();
   }
+  // This thread writes the answer: run on a scheduler worker, so that an execution that never
+  // returns is still answered (UNAVAILABLE) when its version is retired.
+  (*request)->may_run_inline = false;
   InferenceResponse response = InferBlocking(model, *std::move(request));
   if (!response.status.ok()) return response.status;
   if (absl::Status s = WriteSharedMemoryOutputs(shm_outputs, response); !s.ok()) return s;

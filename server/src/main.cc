@@ -299,7 +299,8 @@ int main(int argc, char** argv) {
         "shutdown still not finished after {} s (an execution that never returns?); "
         "exiting now",
         watchdog_secs);
-    spdlog::shutdown();
+    // Flush only: spdlog::shutdown() drops the default logger under threads still logging.
+    spdlog::default_logger_raw()->flush();
     _exit(1);
   }).detach();
   (*server)->Shutdown();
@@ -307,7 +308,7 @@ int main(int argc, char** argv) {
     // Their threads may still run generated code, which destructors would unmap under them.
     spdlog::warn("{} model version(s) still have requests running; exiting without unloading them",
                  stuck);
-    spdlog::shutdown();
+    spdlog::default_logger_raw()->flush();
     _exit(0);
   }
   return 0;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <optional>
 #include <set>
+#include <system_error>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -83,17 +84,25 @@ struct ModelManager::Impl {
 
   absl::Status UnloadModel(const std::string& name, bool by_operator);
 
-  // Retires `m` (to `successor`, null for an unload) waiting at most drain_timeout; a version
-  // whose requests still run then is parked: kept alive and drained again by the reaper.
+  // Retires `m` (to `successor`, null for an unload) waiting at most `timeout` (default
+  // drain_timeout); a version whose requests still run then is parked: its stuck requests are
+  // answered, it is kept alive and drained again by the reaper.
   void Retire(const std::shared_ptr<ModelVersion>& m,
-              const std::shared_ptr<ModelVersion>& successor);
-  void Park(const std::shared_ptr<ModelVersion>& m);
+              const std::shared_ptr<ModelVersion>& successor,
+              std::optional<absl::Duration> timeout = std::nullopt);
+  void Park(const std::shared_ptr<ModelVersion>& m, absl::Duration stuck_after);
   void ReaperLoop();
   void StopReaper();
 
   absl::Duration drain_timeout;
   mutable absl::Mutex parked_mu;
-  std::vector<std::shared_ptr<ModelVersion>> parked ABSL_GUARDED_BY(parked_mu);
+  // Retired versions with requests still running, and how long an execution of each may run
+  // before the reaper answers its requests (a request that got stuck during the drain).
+  struct Parked {
+    std::shared_ptr<ModelVersion> version;
+    absl::Duration stuck_after;
+  };
+  std::vector<Parked> parked ABSL_GUARDED_BY(parked_mu);
   bool stop_reaper ABSL_GUARDED_BY(parked_mu) = false;
   std::thread reaper;  // Started by the first Park.
 
@@ -453,26 +462,54 @@ struct ModelManager::Impl {
   ThreadPool tier_ups{1};
 };
 
-void ModelManager::Impl::Retire(const std::shared_ptr<ModelVersion>& m,
-                                const std::shared_ptr<ModelVersion>& successor) {
-  if (m->RetireTo(successor, drain_timeout)) return;
-  spdlog::error(
-      "model '{}' version {}: requests still running after {} s (a kernel that does not "
-      "return?); the version is retired without waiting for them, and its code and memory are "
-      "kept until they return",
-      m->name(), m->version_string(), absl::ToDoubleSeconds(drain_timeout));
-  Park(m);
+namespace {
+
+// A zero drain wait (a forced retire) still lets executions that are merely in flight finish:
+// only one running this long is taken for stuck.
+constexpr absl::Duration kMinStuckAfter = absl::Seconds(1);
+
+absl::Status StuckStatus(const ModelVersion& m, absl::Duration stuck_after) {
+  return absl::UnavailableError(absl::StrFormat(
+      "model '%s' version %s was retired while this request's execution had run for over %g s "
+      "(a kernel that does not return?); its result will not come",
+      m.name(), m.version_string(), absl::ToDoubleSeconds(stuck_after)));
 }
 
-void ModelManager::Impl::Park(const std::shared_ptr<ModelVersion>& m) {
+}  // namespace
+
+void ModelManager::Impl::Retire(const std::shared_ptr<ModelVersion>& m,
+                                const std::shared_ptr<ModelVersion>& successor,
+                                std::optional<absl::Duration> timeout) {
+  const absl::Duration waited = timeout.value_or(drain_timeout);
+  if (m->RetireTo(successor, waited)) return;
+  // An execution running this long is stuck (with a zero wait, the operator said so). Their
+  // clients are answered now; the threads stay in the kernel (nothing can stop them safely),
+  // so the version's code and memory stay until they return.
+  const absl::Duration stuck_after = std::max(waited, kMinStuckAfter);
+  const int failed = m->AbandonStuck(StuckStatus(*m, stuck_after), stuck_after);
+  spdlog::error(
+      "model '{}' version {}: requests still running after {} s (a kernel that does not "
+      "return?); the version is retired without waiting for them: {} stuck request(s) answered "
+      "UNAVAILABLE, queued ones handed on, its code and memory kept until they return",
+      m->name(), m->version_string(), absl::ToDoubleSeconds(waited), failed);
+  Park(m, stuck_after);
+}
+
+void ModelManager::Impl::Park(const std::shared_ptr<ModelVersion>& m, absl::Duration stuck_after) {
   absl::MutexLock lock(&parked_mu);
-  parked.push_back(m);
-  if (!reaper.joinable() && !stop_reaper) reaper = std::thread([this] { ReaperLoop(); });
+  parked.push_back({m, stuck_after});
+  if (!reaper.joinable() && !stop_reaper) {
+    try {
+      reaper = std::thread([this] { ReaperLoop(); });
+    } catch (const std::system_error& e) {  // No thread now: the next Park tries again.
+      spdlog::error("cannot start the thread that frees retired versions: {}", e.what());
+    }
+  }
 }
 
 void ModelManager::Impl::ReaperLoop() {
   for (;;) {
-    std::vector<std::shared_ptr<ModelVersion>> check;
+    std::vector<Parked> check;
     {
       absl::MutexLock lock(&parked_mu);
       parked_mu.AwaitWithTimeout(absl::Condition(&stop_reaper), absl::Seconds(1));
@@ -480,17 +517,22 @@ void ModelManager::Impl::ReaperLoop() {
       check = parked;
     }
     std::vector<ModelVersion*> done;
-    for (const auto& m : check) {
-      if (m->Drain(absl::ZeroDuration())) {
+    for (const Parked& p : check) {
+      ModelVersion& m = *p.version;
+      if (m.Drain(absl::ZeroDuration())) {
         spdlog::info("model '{}' version {}: its last stuck request returned; its memory is freed",
-                     m->name(), m->version_string());
-        done.push_back(m.get());
+                     m.name(), m.version_string());
+        done.push_back(&m);
+      } else if (int failed = m.AbandonStuck(StuckStatus(m, p.stuck_after), p.stuck_after)) {
+        spdlog::error(
+            "model '{}' version {}: {} more request(s) stuck past {} s answered UNAVAILABLE",
+            m.name(), m.version_string(), failed, absl::ToDoubleSeconds(p.stuck_after));
       }
     }
     absl::MutexLock lock(&parked_mu);
     // The last reference goes here, on the reaper's thread, never on a worker of the version.
-    std::erase_if(parked, [&](const std::shared_ptr<ModelVersion>& m) {
-      return std::find(done.begin(), done.end(), m.get()) != done.end();
+    std::erase_if(parked, [&](const Parked& p) {
+      return std::find(done.begin(), done.end(), p.version.get()) != done.end();
     });
   }
 }
@@ -505,7 +547,7 @@ void ModelManager::Impl::StopReaper() {
   if (parked.empty()) return;
   // Their threads may still run generated code: never destroy them (the process exits soon).
   static auto* const kept = new std::vector<std::shared_ptr<ModelVersion>>();
-  for (auto& m : parked) kept->push_back(m);
+  for (const Parked& p : parked) kept->push_back(p.version);
 }
 
 size_t ModelManager::StuckVersions() const {
@@ -549,6 +591,13 @@ absl::Status ModelManager::Load(const LoadRequest& request) {
   for (const auto& [v, path] : source.version_paths) available.push_back(v);
   std::vector<int64_t> versions =
       request.model_bytes.empty() ? SelectVersions(config.version_policy(), available) : available;
+  if (request.only_version != 0) {
+    if (std::find(available.begin(), available.end(), request.only_version) == available.end()) {
+      return absl::NotFoundError(absl::StrCat("model '", request.name, "' has no version ",
+                                              request.only_version, " to load again"));
+    }
+    versions = {request.only_version};
+  }
   if (versions.empty()) {
     return absl::NotFoundError(absl::StrCat("model '", request.name, "' has no loadable version"));
   }
@@ -565,7 +614,9 @@ absl::Status ModelManager::Load(const LoadRequest& request) {
   {
     absl::MutexLock lock(&impl_->mu);
     if (impl_->shutting_down) return absl::UnavailableError("server is shutting down");
-    if (request.model_bytes.empty()) {
+    if (request.only_version != 0) {
+      // One version built again: the model keeps its kind and its other versions.
+    } else if (request.model_bytes.empty()) {
       impl_->inline_models.erase(request.name);
     } else {
       impl_->inline_models.insert(request.name);
@@ -573,7 +624,8 @@ absl::Status ModelManager::Load(const LoadRequest& request) {
     impl_->operator_unloaded.erase(request.name);
     auto& slots = impl_->models[request.name];
     for (auto& [v, slot] : slots) {
-      if (std::find(versions.begin(), versions.end(), v) == versions.end() && slot.model) {
+      if (request.only_version == 0 &&
+          std::find(versions.begin(), versions.end(), v) == versions.end() && slot.model) {
         retiring->push_back({v, slot.generation, 0});
       }
     }
@@ -635,7 +687,8 @@ absl::Status ModelManager::Load(const LoadRequest& request) {
       seed = std::make_shared<const VersionSeed>(it->second);
     }
     bool scheduled = impl_->loaders.Schedule([this, name, p, config, path, bytes, model_dir, seed,
-                                              remaining, finish, first_error, error_mu] {
+                                              remaining, finish, first_error, error_mu,
+                                              retire_timeout = request.retire_timeout] {
       spdlog::info("loading model {} version {}", name, p.version);
       auto load_start = std::chrono::steady_clock::now();
       std::shared_ptr<ModelVersion> predecessor;
@@ -684,7 +737,7 @@ absl::Status ModelManager::Load(const LoadRequest& request) {
       // A build that did not replace its predecessor leaves it taking patches again.
       if (predecessor != nullptr && predecessor != old)
         predecessor->mutable_loaded().patches().Unfreeze();
-      if (old) impl_->Retire(old, built.ok() ? *built : nullptr);
+      if (old) impl_->Retire(old, built.ok() ? *built : nullptr, retire_timeout);
       old.reset();
       if (--*remaining == 0) finish();
     });
@@ -875,7 +928,13 @@ void ModelManager::Shutdown() {
       }
     }
   }
-  for (auto& m : all) impl_->Retire(m, nullptr);
+  // Every version starts draining at once and they share one deadline: N stuck versions cost
+  // one drain timeout, not N.
+  const absl::Time deadline = absl::Now() + impl_->drain_timeout;
+  for (auto& m : all) m->RetireTo(nullptr, absl::ZeroDuration());
+  for (auto& m : all) {
+    impl_->Retire(m, nullptr, std::max(deadline - absl::Now(), absl::ZeroDuration()));
+  }
   impl_->StopReaper();
 }
 

@@ -83,22 +83,32 @@ bool SameTensors(const std::vector<TensorSpec>& a, const std::vector<TensorSpec>
 
 std::shared_ptr<ModelVersion> ModelVersion::Successor() {
   absl::MutexLock lock(&retire_mu_);
-  return successor_;
+  return successor_.lock();
 }
 
 void ModelVersion::Submit(std::unique_ptr<InferenceRequest> request) {
   // No lock is held across the scheduler's Submit, which may run the request inline: a reload
-  // must never wait for an execution to name the successor.
+  // must never wait for an execution to name the successor. A version that serves takes no lock
+  // here; a draining one hands the request back.
+  if (sampler_ != nullptr) sampler_->Record(*request);
+  request = scheduler_->SubmitUnlessDraining(std::move(request));
+  if (request == nullptr) return;
+  // Draining: RetireTo named the successor (if any) before the drain began.
   std::shared_ptr<ModelVersion> next = Successor();
-  if (next == nullptr) {
-    if (sampler_ != nullptr) sampler_->Record(*request);
-    request = scheduler_->SubmitUnlessDraining(std::move(request));
-    if (request == nullptr) return;
-    // Draining: RetireTo named the successor (if any) before the drain began.
-    next = Successor();
-    if (next == nullptr) return scheduler_->Submit(std::move(request));  // UNAVAILABLE.
-  }
+  if (next == nullptr) return scheduler_->Submit(std::move(request));  // UNAVAILABLE.
   next->Submit(std::move(request));
+}
+
+int ModelVersion::AbandonStuck(const absl::Status& status, absl::Duration stuck_after) {
+  for (std::unique_ptr<InferenceRequest>& request : scheduler_->TakeQueued()) {
+    std::shared_ptr<ModelVersion> next = Successor();
+    if (next != nullptr) {
+      next->Submit(std::move(request));
+    } else {
+      scheduler_->Submit(std::move(request));  // Draining: UNAVAILABLE.
+    }
+  }
+  return scheduler_->FailRunning(status, stuck_after);
 }
 
 bool ModelVersion::RetireTo(std::shared_ptr<ModelVersion> successor, absl::Duration timeout) {

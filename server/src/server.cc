@@ -6,6 +6,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <system_error>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -303,8 +304,30 @@ void CuvilServer::Shutdown() {
     s.poll_thread.join();
   }
   int64_t deadline_ms = int64_t{s.options.exit_timeout_secs} * 1000;
+  // The front ends wait for their calls in progress. A call whose execution never returns (a
+  // kernel stuck in a loop) is answered only when its version is retired, so if they have not
+  // stopped by the exit timeout, the models are retired under them.
+  absl::Notification front_ends_stopped;
+  auto rescue = [&s, &front_ends_stopped, deadline_ms] {
+    if (front_ends_stopped.WaitForNotificationWithTimeout(absl::Milliseconds(deadline_ms) +
+                                                          absl::Seconds(1))) {
+      return;
+    }
+    spdlog::warn("requests still in progress after the exit timeout: retiring the models");
+    // Unloading at exit is not an unload an operator asked for: the snapshots stay.
+    if (s.snapshots) s.snapshots->StopWatching();
+    if (s.models) s.models->Shutdown();
+  };
+  std::thread rescuer;
+  try {
+    rescuer = std::thread(rescue);
+  } catch (const std::system_error& e) {
+    spdlog::error("cannot start the shutdown watchdog: {}", e.what());
+  }
   if (s.grpc) s.grpc->Stop(deadline_ms);
   if (s.http) s.http->Stop();
+  front_ends_stopped.Notify();
+  if (rescuer.joinable()) rescuer.join();
   s.metrics.stop();
   if (s.metrics_thread.joinable()) s.metrics_thread.join();
   if (s.snapshots) {

@@ -227,8 +227,11 @@ absl::StatusOr<std::unique_ptr<SnapshotStore>> SnapshotStore::Create(std::string
       new SnapshotStore(std::move(dir), models, max_snapshot_bytes));
 }
 
-SnapshotStore::~SnapshotStore() {
-  stop_.Notify();
+SnapshotStore::~SnapshotStore() { StopWatching(); }
+
+void SnapshotStore::StopWatching() {
+  absl::MutexLock lock(&watch_mu_);
+  if (!stop_.HasBeenNotified()) stop_.Notify();
   if (watcher_.joinable()) watcher_.join();
 }
 

@@ -62,6 +62,9 @@ class SnapshotStore {
   // Runs SyncAll every `period` on a thread of its own (catches loads, reloads, unloads and the
   // automatic rollback of profile patches).
   void StartWatching(absl::Duration period);
+  // Stops the watcher (if any) and waits for it: unloads after this never remove a file, as at
+  // exit. Thread-safe; idempotent.
+  void StopWatching();
 
   const std::string& dir() const { return dir_; }
 
@@ -76,6 +79,7 @@ class SnapshotStore {
   absl::Mutex mu_;  // Serialises writes; held across one file write.
   // File -> (namespace, change count) of the code it holds.
   std::map<std::string, std::pair<std::string, uint64_t>> written_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex watch_mu_;  // Serialises StopWatching.
   absl::Notification stop_;
   std::thread watcher_;
 };

@@ -22,8 +22,9 @@ usage: patch_trust_server_test.py SERVER_BINARY MODEL_REPOSITORY SHARED_MODELS
    outputs than the version did before it; applied when it computes the same; force skips it.
 8. A kernel that never returns (a forced patch spinning on one input value): its rollback answers
    after 10 s naming the stuck execution; a forced rollback retires the version (a fresh build
-   serves again); reload and unload answer within the drain timeout; SIGTERM ends the process
-   within twice the exit timeout plus 10 s.
+   serves again), answers the stuck requests (HTTP 503, gRPC UNAVAILABLE) and runs the one queued
+   behind them on the fresh build; reload and unload answer within the drain timeout; SIGTERM
+   ends the process within twice the exit timeout plus 10 s.
 9. `exact: true` over HTTP refuses a one-ulp difference; without its sandbox program the server
    refuses IR patches naming it, and lives; a patch of a kernel no validation input runs (an If
    branch) is refused as unchecked unless forced, and once served requests take that branch,
@@ -32,6 +33,7 @@ usage: patch_trust_server_test.py SERVER_BINARY MODEL_REPOSITORY SHARED_MODELS
 import base64
 import json
 import os
+import re
 import shutil
 import subprocess
 import signal
@@ -468,20 +470,62 @@ def spinning_ir(symbol):
         "spin:\n  %v = load volatile float, ptr %a0p\n  br label %spin\ngo:\n", 1)
 
 
+def grpc_infer_thread(server, binary, data, answers):
+    """Starts a thread sending one adder ModelInfer over gRPC; appends (code name, message)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(binary)), "..", "proto",
+                                    "python"))
+    import grpc  # noqa: E402
+    import grpc_service_pb2 as pb  # noqa: E402
+    import grpc_service_pb2_grpc as pb_grpc  # noqa: E402
+    address = next(re.search(r"listening grpc=(\S+)", line).group(1) for line in server.log
+                   if re.search(r"listening grpc=(\S+)", line))
+    request = pb.ModelInferRequest(model_name="adder")
+    tensor = request.inputs.add(name="x", datatype="FP32", shape=[1, WIDTH])
+    tensor.contents.fp32_contents.extend(data)
+
+    def call():
+        stub = pb_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(address))
+        try:
+            reply = stub.ModelInfer(request, timeout=120)
+            answers.append(("OK", list(reply.raw_output_contents[0])))
+        except grpc.RpcError as e:
+            answers.append((e.code().name, e.details()))
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    return thread
+
+
 def stuck_kernel_retires_the_version(binary, repo, work):
     server = Server(binary, repo, os.path.join(work, "snap-stuck"), os.path.join(work, "cache"))
     server.start()
     try:
-        load_adder(server)
+        # Two instances: one request spins on a scheduler worker (HTTP), one on whichever thread
+        # gRPC runs it on (inline on its own thread when the other instance is idle), and a third
+        # waits in the queue behind them.
+        load = dict(LOAD, config_pbtxt='name: "adder" max_batch_size: 8 '
+                    'instance_group { count: 2 kind: KIND_CPU }')
+        status, body = server.post("/v2/admin/models/load", load)
+        if status != 200:
+            fail(f"load: {status} {body}")
         status, body = patch(server, {"ir": spinning_ir(add_symbol(server)), "force": True,
                                       "author": "spinner"})
         if status != 200:
             fail(f"spinning patch: {status} {body}")
         pid = json.loads(body)["patch_id"]
-        stuck = threading.Thread(target=lambda: server.post("/v2/models/adder/infer", {
-            "inputs": [{"name": "x", "shape": [1, WIDTH], "datatype": "FP32",
-                        "data": [42.0, 1.0, 2.0, 3.0]}]}), daemon=True)
+        http_infer = {"inputs": [{"name": "x", "shape": [1, WIDTH], "datatype": "FP32",
+                                  "data": [42.0, 1.0, 2.0, 3.0]}]}
+        stuck_answer, grpc_answer, queued_answer = [], [], []
+        stuck = threading.Thread(
+            target=lambda: stuck_answer.append(server.post("/v2/models/adder/infer", http_infer)),
+            daemon=True)
         stuck.start()
+        time.sleep(1)
+        stuck_grpc = grpc_infer_thread(server, binary, [42.0, 1.0, 2.0, 3.0], grpc_answer)
+        time.sleep(1)
+        queued = threading.Thread(
+            target=lambda: queued_answer.append(server.post("/v2/models/adder/infer", http_infer)),
+            daemon=True)
+        queued.start()
         time.sleep(1)
         t0 = time.time()
         status, body = server.post("/v2/admin/models/adder/versions/1/rollback", {"patch_id": pid})
@@ -493,6 +537,18 @@ def stuck_kernel_retires_the_version(binary, repo, work):
             fail(f"forced rollback with a stuck execution: {status} {body}")
         if time.time() - t0 > 40:
             fail(f"the rollbacks took {time.time() - t0:.0f} s")
+        # The stuck requests are answered when their version is retired (their threads spin
+        # on); the queued one runs on the fresh build, where the spinning patch is gone.
+        for thread in (stuck, stuck_grpc, queued):
+            thread.join(timeout=15)
+        if not stuck_answer or stuck_answer[0][0] != 503 or "was retired" not in stuck_answer[0][1]:
+            fail(f"the stuck HTTP request after a forced retire: {stuck_answer or 'no answer'}")
+        if not grpc_answer or grpc_answer[0][0] != "UNAVAILABLE" or \
+                "was retired" not in grpc_answer[0][1]:
+            fail(f"the stuck gRPC request after a forced retire: {grpc_answer or 'no answer'}")
+        if not queued_answer or queued_answer[0][0] != 200 or \
+                json.loads(queued_answer[0][1])["outputs"][0]["data"] != [43.0, 2.0, 3.0, 4.0]:
+            fail(f"the request queued behind them: {queued_answer or 'no answer'}")
         alive(server, PLAIN)  # The fresh build serves; the stuck one still spins.
         t0 = time.time()
         status, body = server.post("/v2/admin/models/load", LOAD)

@@ -54,6 +54,10 @@ struct InferenceRequest {
   uint64_t timeout_us = 0;             // 0: the queue policy's default.
   Clock::time_point arrival = Clock::now();
   Clock::time_point deadline = Clock::time_point::max();  // The client's deadline.
+  // False: never executed on the submitting thread (SchedulerOptions::inline_execution_max_us),
+  // for a caller whose thread must stay free to deliver the answer: if the execution never
+  // returns, only then can a retire answer the request.
+  bool may_run_inline = true;
   // Polled before execution; true drops the request with CANCELLED.
   std::function<bool()> is_cancelled;
   // Called exactly once, from a scheduler thread.

@@ -99,11 +99,13 @@ class Scheduler {
   // destructor, which waits for ever) finishes the job once they return. Requests still queued
   // run (a worker that finishes picks them up) before the workers stop.
   virtual bool Drain(absl::Duration timeout) = 0;
-  // Completes every request of the executions running now with `status` (which must not be
-  // OK), at once, without waiting for them: for a version retired while a kernel does not
-  // return. When such an execution returns after all, its results are dropped; requests still
-  // queued are not touched. Returns the number of requests completed.
-  virtual int FailRunning(const absl::Status& status) = 0;
+  // Completes every request of the executions that have been running for at least
+  // `running_at_least` with `status` (which must not be OK), at once, without waiting for them:
+  // for a version retired while a kernel does not return. When such an execution returns after
+  // all, its results are dropped; other executions and queued requests are not touched. Returns
+  // the number of requests completed.
+  virtual int FailRunning(const absl::Status& status,
+                          absl::Duration running_at_least = absl::ZeroDuration()) = 0;
   // Takes the requests still queued (their on_complete not run), for a caller that drained
   // with a timeout and found every instance stuck: it routes them elsewhere or rejects them.
   // Meant for a draining scheduler; empty otherwise.

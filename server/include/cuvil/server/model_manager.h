@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,11 @@ class ModelVersion {
   bool Drain(absl::Duration timeout = absl::InfiniteDuration()) {
     return scheduler_->Drain(timeout);
   }
+  // After a Drain or RetireTo that timed out (a kernel that does not return): requests still
+  // queued go to the successor RetireTo named (else fail UNAVAILABLE), and the requests of the
+  // executions running for at least `stuck_after` are answered with `status` without waiting
+  // for them (their results, if they ever come, are dropped). Returns the number answered.
+  int AbandonStuck(const absl::Status& status, absl::Duration stuck_after);
   // Drain, for a version replaced by `successor`: later submissions go to the successor when its
   // tensors and batching match this version's (a reload), else fail as after Drain.
   bool RetireTo(std::shared_ptr<ModelVersion> successor,
@@ -96,10 +102,11 @@ class ModelVersion {
   std::shared_ptr<ModelMetrics> metrics_;  // Set once before the version is published.
   // Guards successor_, which RetireTo names before the drain starts: a Submit the draining
   // scheduler hands back then finds it, so every request either reaches this scheduler before
-  // its drain or goes to the successor. Never held across an execution.
+  // its drain or goes to the successor. Never held across an execution. Weak: a version kept
+  // alive by a stuck execution must not keep every later build alive through the chain.
   std::shared_ptr<ModelVersion> Successor();
   absl::Mutex retire_mu_;
-  std::shared_ptr<ModelVersion> successor_ ABSL_GUARDED_BY(retire_mu_);
+  std::weak_ptr<ModelVersion> successor_ ABSL_GUARDED_BY(retire_mu_);
   std::unique_ptr<RequestSampler> sampler_;  // Set by the constructor.
   absl::Mutex patch_operation_mu_;
 };
@@ -131,6 +138,14 @@ struct LoadRequest {
   std::map<int64_t, std::string> model_bytes;  // Version -> ONNX bytes (inline models).
   bool wait = true;                            // Return once READY or FAILED.
   std::map<int64_t, VersionSeed> seeds;        // Version -> seed (restored snapshots).
+  // Non-zero: build exactly this version again and leave the model's other versions (and
+  // whether it is inline) alone, as a forced retire needs; 0: the versions the policy selects
+  // (or model_bytes lists), retiring the others.
+  int64_t only_version = 0;
+  // How long a build this load replaces may drain before it is retired with requests still
+  // running (their clients answered UNAVAILABLE); unset: the manager's drain timeout. Zero for
+  // a build known to be stuck.
+  std::optional<absl::Duration> retire_timeout;
 };
 
 struct ModelManagerOptions {
