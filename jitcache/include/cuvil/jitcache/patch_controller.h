@@ -174,7 +174,8 @@ class PatchController {
   // with timing (calls and nanoseconds per kernel, atomic counters) in a new layer. Once committed,
   // the patch rolls itself back after `seconds` (a timer thread; 0: never) and its record keeps the
   // final table. FailedPrecondition while another profile patch is active; InvalidArgument for an
-  // unknown function or a negative duration.
+  // unknown function or a negative duration; Aborted when the version was patched or rolled back
+  // while the wrappers were compiled (prepare again).
   absl::StatusOr<std::shared_ptr<PreparedPatch>> PrepareProfilePatch(
       double seconds, const std::vector<std::string>& functions);
   // Restores the table without patch `id` (any active patch: the table is rebuilt from the base
