@@ -81,6 +81,9 @@ trap cleanup EXIT
 mkdir -p "$chroot_dir"
 tar -C "$chroot_dir" -xf "$tarball"
 cp /etc/resolv.conf "$chroot_dir/etc/resolv.conf"
+# What a cloud image (or the Debian installer) writes and debootstrap does not: without it
+# "localhost" does not resolve and the TLS tests, which verify that name, fail.
+printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' > "$chroot_dir/etc/hosts"
 for m in proc sys dev dev/pts dev/shm; do
   mkdir -p "$chroot_dir/$m"
   mount --bind "/$m" "$chroot_dir/$m"

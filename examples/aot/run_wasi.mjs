@@ -2,7 +2,8 @@
 //   node --no-warnings examples/aot/run_wasi.mjs PROGRAM.wasm [ARG...]
 // Every argument naming an existing file or folder is passed as its absolute path, and that folder
 // (a file's parent) is preopened under the same path, so the program opens it as on the host.
-// Needs Node 20+ (node:wasi, WASI preview1). Exits with the program's exit code.
+// Needs Node 18 (Debian 12's nodejs) or later: node:wasi, WASI preview1. Exits with the program's
+// exit code.
 import fs from 'node:fs';
 import path from 'node:path';
 import process from 'node:process';
@@ -33,5 +34,7 @@ for (const arg of rest) {
 }
 const wasi = new WASI({version: 'preview1', args, env: {}, preopens, returnOnExit: true});
 const module = await WebAssembly.compile(fs.readFileSync(program));
-const instance = await WebAssembly.instantiate(module, wasi.getImportObject());
+// wasi.getImportObject() would say the same, but Node 18 does not have it.
+const instance =
+    await WebAssembly.instantiate(module, {wasi_snapshot_preview1: wasi.wasiImport});
 process.exitCode = wasi.start(instance);
