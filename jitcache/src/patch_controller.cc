@@ -557,6 +557,7 @@ absl::StatusOr<uint64_t> PatchController::CommitLocked(std::shared_ptr<PreparedP
     it = it->active ? std::next(it) : history_.erase(it);
   }
   std::vector<std::unique_ptr<void*[]>> retired;
+  layer_count_.fetch_add(1, std::memory_order_relaxed);
   if (at == layers_.size()) {
     layers_.push_back(std::move(layer));
     PublishLocked(layers_.back()->patch->table.get());
@@ -727,6 +728,7 @@ absl::Status PatchController::Rollback(uint64_t id, double drain_seconds,
                             [&](const PatchRecord& r) { return r.id == id; });
     victim = std::move(layers_[k]->patch);
     layers_.erase(layers_.begin() + static_cast<std::ptrdiff_t>(k));
+    layer_count_.fetch_sub(1, std::memory_order_relaxed);
     // Layers above the victim get tables without it; their old tables retire.
     RebuildFrom(k, &retired);
     retired.insert(retired.end(), std::make_move_iterator(retired_tables_.begin()),

@@ -716,9 +716,10 @@ absl::Status HttpServiceImpl::InferInner(const Request& req, Response& res,
     SetRefusal(res, *refused);
     return absl::OkStatus();
   }
-  // This thread writes the answer: run on a scheduler worker, so that an execution that never
-  // returns is still answered (UNAVAILABLE) when its version is retired.
-  (*request)->may_run_inline = false;
+  // This thread writes the answer: a request that may never finish (a Loop, or patched code)
+  // runs on a scheduler worker, so that it is still answered (UNAVAILABLE) when its version is
+  // retired. Others may run here, sparing the hand-off.
+  (*request)->may_run_inline = !model.MayRunUnbounded();
   InferenceResponse response = InferBlocking(model, *std::move(request));
   if (!response.status.ok()) return response.status;
   if (absl::Status s = WriteSharedMemoryOutputs(shm_outputs, response); !s.ok()) return s;

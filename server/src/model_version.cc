@@ -52,6 +52,9 @@ ModelVersion::ModelVersion(std::string name, int64_t version, inference::ModelCo
   std::vector<std::string> signature;
   if (loaded_ != nullptr) {
     for (const TensorSignature& sig : loaded_->model().inputs) signature.push_back(sig.name);
+    for (const KernelFunction& k : loaded_->model().kernels) {
+      if (k.op_type == "Loop" || k.op_type == "Scan") has_loops_ = true;
+    }
   }
   if (executable_ != nullptr) {
     sampler_ = std::make_unique<RequestSampler>(executable_->inputs(), signature, options);

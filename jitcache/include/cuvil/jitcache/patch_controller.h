@@ -209,6 +209,9 @@ class PatchController {
   // True while code of a rollback whose drain timed out is kept for executions still inside it
   // (see Rollback). Blocks while another rollback drains.
   bool has_stuck_code() const;
+  // True while patch layers (IR, recompile or profile) are active over the base code. Lock-free
+  // (a hint: a commit or rollback may change it at once).
+  bool has_layers() const { return layer_count_.load(std::memory_order_relaxed) > 0; }
   // The patches committed to this version, oldest first (active ones in stack order: a base
   // patch comes before the layers above it), profile tables as of now. At most 256 records:
   // beyond that the oldest rolled-back ones are dropped (active ones always stay).
@@ -312,6 +315,8 @@ class PatchController {
   std::string frozen_reason_ ABSL_GUARDED_BY(patch_mu_);
   struct Layer;
   std::vector<std::unique_ptr<Layer>> layers_ ABSL_GUARDED_BY(patch_mu_);  // Active, oldest first.
+  // layers_.size(), for has_layers(); written under patch_mu_.
+  std::atomic<size_t> layer_count_{0};
   std::vector<PatchRecord> history_ ABSL_GUARDED_BY(patch_mu_);
   // Generation of the table last published (the version's published generation follows it).
   uint64_t table_generation_ ABSL_GUARDED_BY(patch_mu_) = 0;

@@ -51,6 +51,12 @@ class ModelVersion {
   // The loaded code for hot patching (LoadedModel's patch operations are thread-safe).
   LoadedModel& mutable_loaded() { return *loaded_; }
   double compile_ms() const { return compile_ms_; }
+  // True when an execution may run without bound: the model has Loop or Scan kernels (their
+  // trip counts come from the data) or patch layers are active. A front end whose thread must
+  // stay free to answer a request that never finishes does not run such requests inline.
+  bool MayRunUnbounded() const {
+    return has_loops_ || (loaded_ != nullptr && loaded_->patches().has_layers());
+  }
   // Where this version records request metrics (null when metrics are off).
   const std::shared_ptr<ModelMetrics>& metrics() const { return metrics_; }
   void set_metrics(std::shared_ptr<ModelMetrics> metrics) { metrics_ = std::move(metrics); }
@@ -98,6 +104,7 @@ class ModelVersion {
   std::unique_ptr<Scheduler> scheduler_;
   double compile_ms_;
   uint64_t compilations_;
+  bool has_loops_ = false;                 // Set by the constructor (Loop or Scan kernels).
   SchedulerStats baseline_;                // Written once before the version is published.
   std::shared_ptr<ModelMetrics> metrics_;  // Set once before the version is published.
   // Guards successor_, which RetireTo names before the drain starts: a Submit the draining
