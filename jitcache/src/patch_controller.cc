@@ -359,14 +359,7 @@ absl::StatusOr<std::shared_ptr<PreparedPatch>> PatchController::PrepareIrLayer(
       patch->slots.emplace_back(slot, addr->toPtr<void*>());
     }
   }
-  absl::MutexLock lock(&patch_mu_);
-  patch->base_generation = table_generation_;
-  patch->table = BuildTable(layers_.size());
-  for (const auto& [slot, code] : patch->slots) patch->table[slot] = code;
-  patch->record.id = id;
-  patch->record.kind = kind;
-  patch->record.functions = names;
-  patch->record.source = ir_text;
+  SealOnTop(*patch, id, kind, names, ir_text);
   return patch;
 }
 
@@ -444,15 +437,8 @@ absl::StatusOr<std::shared_ptr<PreparedPatch>> PatchController::PrepareRecompile
     const int slot = kernels[name];
     patch->slots.emplace_back(slot, recompiled_table[slot]);
   }
-  absl::MutexLock lock(&patch_mu_);
-  patch->base_generation = table_generation_;
-  patch->table = BuildTable(layers_.size());
-  for (const auto& [slot, code] : patch->slots) patch->table[slot] = code;
-  patch->record.id = id;
-  patch->record.kind = kPatchKindRecompile;
   patch->object_code = recompiled.object_code;
-  patch->record.functions = names;
-  patch->record.source = options_text;
+  SealOnTop(*patch, id, kPatchKindRecompile, names, options_text);
   return patch;
 }
 
@@ -503,6 +489,19 @@ absl::StatusOr<std::shared_ptr<PreparedPatch>> PatchController::PrepareProfilePa
   (*patch)->profile_seconds = seconds;
   (*patch)->record.source = absl::StrCat("seconds=", seconds);
   return patch;
+}
+
+void PatchController::SealOnTop(PreparedPatch& patch, uint64_t id, const std::string& kind,
+                                const std::vector<std::string>& functions,
+                                const std::string& source) {
+  absl::MutexLock lock(&patch_mu_);
+  patch.base_generation = table_generation_;
+  patch.table = BuildTable(layers_.size());
+  for (const auto& [slot, code] : patch.slots) patch.table[slot] = code;
+  patch.record.id = id;
+  patch.record.kind = kind;
+  patch.record.functions = functions;
+  patch.record.source = source;
 }
 
 std::unique_ptr<void*[]> PatchController::BuildTable(size_t layer_count) const {

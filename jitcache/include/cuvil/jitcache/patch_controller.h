@@ -274,6 +274,11 @@ class PatchController {
   // with it). Nothing is visible until CommitPatch.
   absl::StatusOr<std::shared_ptr<PreparedPatch>> PrepareObjectPatch(
       std::string object_code, const std::vector<std::pair<int, std::string>>& symbols);
+  // Gives `patch` (its slots filled) its table over the current top layer, the generation it
+  // was built against and its record. Takes patch_mu_.
+  void SealOnTop(PreparedPatch& patch, uint64_t id, const std::string& kind,
+                 const std::vector<std::string>& functions, const std::string& source)
+      ABSL_LOCKS_EXCLUDED(patch_mu_);
   // A table: the base kernels with every layer's slots applied in order (patch_mu_ held).
   std::unique_ptr<void*[]> BuildTable(size_t layer_count) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(patch_mu_);
