@@ -363,6 +363,18 @@ bool DepthwisePlane(const cuvil_uk_conv_params& p, const float* x, const float* 
   return true;
 }
 
+void MaxRow(float* dst, const float* a, const float* b, int64_t n) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const __m256 va = _mm256_loadu_ps(a + i), vb = _mm256_loadu_ps(b + i);
+    // b where b > a or b is NaN, else a (so a NaN a stays).
+    const __m256 take_b =
+        _mm256_or_ps(_mm256_cmp_ps(vb, va, _CMP_GT_OQ), _mm256_cmp_ps(vb, vb, _CMP_UNORD_Q));
+    _mm256_storeu_ps(dst + i, _mm256_blendv_ps(va, vb, take_b));
+  }
+  if (i < n) MaxRowPortable(dst + i, a + i, b + i, n - i);
+}
+
 }  // namespace
 
 const Table* Avx2Table() {
@@ -376,7 +388,8 @@ const Table* Avx2Table() {
                               DequantizeRow,
                               QuantizeRow,
                               nullptr,
-                              Depthwise3x3Avx2ScratchFloats};
+                              Depthwise3x3Avx2ScratchFloats,
+                              MaxRow};
   return &table;
 }
 

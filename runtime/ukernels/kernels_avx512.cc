@@ -597,12 +597,30 @@ void PadRow(float* dst, int64_t n, const float* src, int64_t j0, int64_t j1, int
   }
 }
 
+void MaxRow(float* dst, const float* a, const float* b, int64_t n) {
+  // b where b > a or b is NaN, else a (so a NaN a stays).
+  auto max_nan = [](__m512 va, __m512 vb) {
+    const __mmask16 take_b =
+        _mm512_cmp_ps_mask(vb, va, _CMP_GT_OQ) | _mm512_cmp_ps_mask(vb, vb, _CMP_UNORD_Q);
+    return _mm512_mask_blend_ps(take_b, va, vb);
+  };
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    _mm512_storeu_ps(dst + i, max_nan(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)));
+  }
+  if (i < n) {
+    const __mmask16 m = Mask(n - i);
+    _mm512_mask_storeu_ps(
+        dst + i, m, max_nan(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i)));
+  }
+}
+
 }  // namespace
 
 const Table* Avx512Table() {
   static const Table table = {"avx512",     kNR512,          GemmTile,       EpilogueRow,
                               DepthwiseRow, PadRow,          DepthwisePlane, DequantizeRow,
-                              QuantizeRow,  QDepthwisePlane, nullptr};
+                              QuantizeRow,  QDepthwisePlane, nullptr,        MaxRow};
   return &table;
 }
 

@@ -85,10 +85,14 @@ void PadRowPortable(float* dst, int64_t n, const float* src, int64_t j0, int64_t
   std::memset(dst + j1, 0, (n - j1) * sizeof(float));
 }
 
+void MaxRowPortable(float* dst, const float* a, const float* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = (b[i] > a[i] || b[i] != b[i]) ? b[i] : a[i];
+}
+
 const Table& GenericTable() {
-  static const Table table = {"generic",      kNR,     GemmTile,      EpilogueRow, DepthwiseRow,
-                              PadRowPortable, nullptr, DequantizeRow, QuantizeRow, nullptr,
-                              nullptr};
+  static const Table table = {
+      "generic", kNR,           GemmTile,    EpilogueRow, DepthwiseRow, PadRowPortable,
+      nullptr,   DequantizeRow, QuantizeRow, nullptr,     nullptr,      MaxRowPortable};
   return table;
 }
 

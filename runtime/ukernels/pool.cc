@@ -1,6 +1,7 @@
 // Max pooling over NCHW planes: per output row, the rows of its window are reduced into one row
-// (contiguous, so the loop vectorises), then each output takes the max over its window's columns
-// of that row. Taps outside the input are skipped instead of compared with a padding value.
+// and that row's window maxima at every start column into another (both whole-row passes of the
+// tier's max_row), then each output picks its column. Taps outside the input are skipped instead
+// of compared with a padding value.
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
@@ -10,6 +11,7 @@
 #include "cuvil/runtime/ukernels.h"
 #include "scratch_sizes.h"
 #include "thread_buffer.h"
+#include "ukernel_table.h"
 
 namespace cuvil::uk {
 namespace {
@@ -28,12 +30,13 @@ void TapRange(int64_t start, int64_t step, int64_t taps, int64_t n, int64_t* t0,
 
 // The common 2x2, stride-2, unpadded window (LeNet, VGG): one fused pass per output row over the
 // two input rows, then the pairwise pick. `row` holds 2 * OW floats.
-void Pool2x2Plane(const cuvil_uk_pool_params& p, const float* x, float* y, float* row) {
+void Pool2x2Plane(const Table& tb, const cuvil_uk_pool_params& p, const float* x, float* y,
+                  float* row) {
   const int64_t n = 2 * p.out_width;
   for (int64_t oy = 0; oy < p.out_height; ++oy) {
     const float* r0 = x + 2 * oy * p.width;
     const float* r1 = r0 + p.width;
-    for (int64_t i = 0; i < n; ++i) row[i] = MaxNan(r0[i], r1[i]);
+    tb.max_row(row, r0, r1, n);
     float* out = y + oy * p.out_width;
     for (int64_t ox = 0; ox < p.out_width; ++ox) out[ox] = MaxNan(row[2 * ox], row[2 * ox + 1]);
   }
@@ -46,8 +49,9 @@ bool Is2x2Stride2(const cuvil_uk_pool_params& p) {
 }
 
 // `row` and `wide` hold W floats each.
-void PoolPlane(const cuvil_uk_pool_params& p, const float* x, float* y, float* row, float* wide) {
-  if (Is2x2Stride2(p)) return Pool2x2Plane(p, x, y, row);
+void PoolPlane(const Table& tb, const cuvil_uk_pool_params& p, const float* x, float* y, float* row,
+               float* wide) {
+  if (Is2x2Stride2(p)) return Pool2x2Plane(tb, p, x, y, row);
   const float lowest = -std::numeric_limits<float>::infinity();
   // Output columns whose every tap lies inside the row: no range check per tap.
   int64_t ox0 = 0, ox1 = 0;
@@ -68,18 +72,21 @@ void PoolPlane(const cuvil_uk_pool_params& p, const float* x, float* y, float* r
       std::fill(out, out + p.out_width, lowest);
       continue;
     }
-    const float* first = x + (iy0 + t0 * p.dilation_h) * p.width;
-    std::copy(first, first + p.width, row);
-    for (int64_t t = t0 + 1; t < t1; ++t) {
-      const float* src = x + (iy0 + t * p.dilation_h) * p.width;
-      for (int64_t i = 0; i < p.width; ++i) row[i] = MaxNan(row[i], src[i]);
+    // One tap: the input row itself; more: their max, starting from the first two.
+    const float* r = x + (iy0 + t0 * p.dilation_h) * p.width;
+    if (t1 - t0 > 1) {
+      tb.max_row(row, r, r + p.dilation_h * p.width, p.width);
+      for (int64_t t = t0 + 2; t < t1; ++t) {
+        tb.max_row(row, row, x + (iy0 + t * p.dilation_h) * p.width, p.width);
+      }
+      r = row;
     }
     auto edge = [&](int64_t ox) {
       const int64_t ix0 = ox * p.stride_w - p.pad_left;
       int64_t k0, k1;
       TapRange(ix0, p.dilation_w, p.kernel_w, p.width, &k0, &k1);
       float m = lowest;
-      for (int64_t k = k0; k < k1; ++k) m = MaxNan(m, row[ix0 + k * p.dilation_w]);
+      for (int64_t k = k0; k < k1; ++k) m = MaxNan(m, r[ix0 + k * p.dilation_w]);
       out[ox] = m;
     };
     for (int64_t ox = 0; ox < ox0; ++ox) edge(ox);
@@ -87,12 +94,16 @@ void PoolPlane(const cuvil_uk_pool_params& p, const float* x, float* y, float* r
       // Window maxima at every start column the interior reads (contiguous, so they vectorise),
       // then the strided pick.
       const int64_t c0 = ox0 * p.stride_w - p.pad_left, c1 = (ox1 - 1) * p.stride_w - p.pad_left;
-      std::copy(row + c0, row + c1 + 1, wide + c0);
-      for (int64_t k = 1; k < p.kernel_w; ++k) {
-        const float* src = row + k * p.dilation_w;
-        for (int64_t i = c0; i <= c1; ++i) wide[i] = MaxNan(wide[i], src[i]);
+      const int64_t n = c1 + 1 - c0;
+      const float* picks = r;
+      if (p.kernel_w > 1) {
+        tb.max_row(wide + c0, r + c0, r + c0 + p.dilation_w, n);
+        for (int64_t k = 2; k < p.kernel_w; ++k) {
+          tb.max_row(wide + c0, wide + c0, r + c0 + k * p.dilation_w, n);
+        }
+        picks = wide;
       }
-      for (int64_t ox = ox0; ox < ox1; ++ox) out[ox] = wide[ox * p.stride_w - p.pad_left];
+      for (int64_t ox = ox0; ox < ox1; ++ox) out[ox] = picks[ox * p.stride_w - p.pad_left];
     }
     for (int64_t ox = ox1; ox < p.out_width; ++ox) edge(ox);
   }
@@ -117,10 +128,11 @@ struct PoolJob {
 void PoolPlanes(void* ctx, int64_t begin, int64_t end) {
   const PoolJob& job = *static_cast<const PoolJob*>(ctx);
   const cuvil_uk_pool_params& p = *job.p;
+  const Table& tb = ActiveTable();
   thread_local ThreadBuffer buffer;  // kept between calls: a warm pool allocates nothing
   float* rows = buffer.Get(2 * static_cast<size_t>(p.width));
   for (int64_t i = begin; i < end; ++i) {
-    PoolPlane(p, job.x + i * p.height * p.width, job.y + i * p.out_height * p.out_width, rows,
+    PoolPlane(tb, p, job.x + i * p.height * p.width, job.y + i * p.out_height * p.out_width, rows,
               rows + p.width);
   }
 }

@@ -104,12 +104,17 @@ struct Table {
   // Floats of per-thread scratch depthwise_plane may take for plane p (an upper bound). Null when
   // it takes none.
   int64_t (*depthwise_plane_scratch_floats)(const cuvil_uk_conv_params& p);
+  // dst[i] = a[i] if a[i] is NaN or b[i] <= a[i], else b[i], for i < n (ONNX Max: a NaN in
+  // either operand gives NaN). dst may alias a or b.
+  void (*max_row)(float* dst, const float* a, const float* b, int64_t n);
 };
 
 const Table& GenericTable();
 // The portable pad_row (memset/memcpy), shared by the tiers that have no faster one.
 void PadRowPortable(float* dst, int64_t n, const float* src, int64_t j0, int64_t j1,
                     int64_t stride);
+// The portable max_row, shared by the tiers that have no faster one.
+void MaxRowPortable(float* dst, const float* a, const float* b, int64_t n);
 // Null when the file was built without AVX2 support.
 const Table* Avx2Table();
 // Null when the file was built without AVX-512 (F, BW, DQ, VL) support.

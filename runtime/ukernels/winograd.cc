@@ -5,23 +5,18 @@
 //   M[t][m][q] = sum_c U[t][m][c] * V[t][c][q]   (t < 16, q over the 2x2 tiles)
 // run on the tier's GEMM tile (B[c][q] = V + c * ldv + q), so a 3x3 layer does 16 / 36 of the
 // direct multiply count. The weight transform U is done once at compile time
-// (cuvil_uk_pack_winograd_weights). Per chunk of images, one parallel region runs three phases:
-// the input transform (one (image, channel) per item), the 16 GEMMs (blocks of output channels and
-// tiles) and the output transform with the epilogue (one (image, output channel) per item). The
-// transforms need only adds: every row is split into even and odd columns first, so tile i's four
-// columns are E[i], O[i], E[i + 1], O[i + 1] and each step is a contiguous vector loop.
+// (cuvil_uk_pack_winograd_weights). The tile rows of all images are cut into chunks (V and M of
+// a chunk fit about the L2 cache); one task runs the input transform, the 16 GEMMs and the output
+// transform with the epilogue of one chunk for one range of output channels, start to end on one
+// thread, so threads never wait for each other inside a layer. The transforms need only adds: every
+// row is split into even and odd columns first, so tile i's four columns are E[i], O[i], E[i + 1],
+// O[i + 1] and each step is a contiguous vector loop.
 #include "winograd.h"
-
-#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 #include "call_scratch.h"
 #include "cuvil/runtime/parallel.h"
@@ -46,65 +41,6 @@ float* Scratch(Slot slot, size_t floats) {
 int64_t* ChannelOffsets(size_t count) {
   thread_local ThreadBuffer buffer;
   return buffer.GetIndices(count);
-}
-
-void CpuRelax() {
-#if defined(__x86_64__)
-  _mm_pause();
-#endif
-}
-
-// Multiply-adds below which a second thread does not pay (as in conv.cc).
-constexpr int64_t kMinWorkPerThread = int64_t{1} << 21;
-
-// Spins (a few microseconds) before a worker waiting for a phase to finish yields its core.
-constexpr int kSpinsBeforeYield = 2000;
-
-// Runs phase 0's items, then phase 1's, then phase 2's on up to the intra-op threads in one
-// parallel region. Items are claimed one at a time; a thread that runs out of a phase's items
-// waits until every item of it is done. A thread that arrives late finds the early phases done.
-template <typename F0, typename F1, typename F2>
-void RunPhases(int64_t total_cost, int64_t n0, F0&& f0, int64_t n1, F1&& f1, int64_t n2, F2&& f2) {
-  const int64_t worth = std::max<int64_t>(1, total_cost / kMinWorkPerThread);
-  const int64_t workers = std::min<int64_t>(worth, static_cast<int64_t>(cuvil::IntraOpThreads()));
-  if (workers <= 1) {
-    for (int64_t i = 0; i < n0; ++i) f0(i);
-    for (int64_t i = 0; i < n1; ++i) f1(i);
-    for (int64_t i = 0; i < n2; ++i) f2(i);
-    return;
-  }
-  struct alignas(64) Counter {
-    std::atomic<int64_t> v{0};
-  };
-  Counter next[3], done[3];
-  const int64_t counts[3] = {n0, n1, n2};
-  auto run = [&](int phase, auto& f) {
-    int64_t mine = 0;
-    for (int64_t i = next[phase].v.fetch_add(1, std::memory_order_relaxed); i < counts[phase];
-         i = next[phase].v.fetch_add(1, std::memory_order_relaxed)) {
-      f(i);
-      ++mine;
-    }
-    if (mine > 0) done[phase].v.fetch_add(mine, std::memory_order_acq_rel);
-    // Only items another running worker has claimed are left, so this wait always ends; after a
-    // short spin it yields, so a preempted worker gets its core back on an oversubscribed host.
-    for (int spins = 0; done[phase].v.load(std::memory_order_acquire) < counts[phase]; ++spins) {
-      if (spins < kSpinsBeforeYield) {
-        CpuRelax();
-      } else {
-        sched_yield();  // Not std::this_thread: <thread> is missing from wasm32 runtimes.
-      }
-    }
-  };
-  auto body = [&](int64_t, int64_t) {
-    run(0, f0);
-    run(1, f1);
-    run(2, f2);
-  };
-  using Body = decltype(body);
-  cuvil_rt_parallel_for(
-      workers, CeilDiv(total_cost, workers),
-      [](void* ctx, int64_t b, int64_t e) { (*static_cast<Body*>(ctx))(b, e); }, &body);
 }
 
 // Geometry of one layer's tiling.
@@ -143,7 +79,8 @@ void PhaseRow(const Table& tb, const cuvil_uk_conv_params& p, const Tiling& tl, 
 
 // V[t][c][q0 + i] for the tx tiles of one tile row from the four input rows' even/odd columns
 // (e[r], o[r]). Plain loops over i: the compiler vectorises them (portable: the AOT runtime
-// builds this file for every target).
+// builds this file for every target). Compiled per tier for AVX-512 instead, they were slower:
+// the rows are short (7 to 28 tiles), too short for 16 lanes.
 void InputTransformRow(const float* const* e, const float* const* o, int64_t tx, float* v,
                        int64_t t_stride) {
   // Vertical pass (B^T d) on the even and odd halves: rows k0 = d0 - d2, k1 = d1 + d2,
@@ -209,7 +146,9 @@ void Interleave(const float* e, const float* o, int64_t n, float* dst) {
   if (2 * i < n) dst[2 * i] = e[i];
 }
 
-// Panels of kMR output channels and tiles per GEMM task, reduction rows per pass.
+// Multiply-adds below which a second thread does not pay (as in conv.cc).
+constexpr int64_t kMinWorkPerThread = int64_t{1} << 21;
+// Panels of kMR output channels and tiles per GEMM pass, reduction rows per pass.
 constexpr int64_t kPanelsPerTask = 8;
 constexpr int64_t kTilesPerTask = 8;
 constexpr int64_t kReduction = 256;
@@ -274,115 +213,140 @@ void ConvWinograd(const Table& tb, const cuvil_uk_conv_params& p, const float* x
   const Epilogue base_ep{nullptr, nullptr, p.activation, alpha, beta};
   const int64_t k_block = CeilDiv(c_dim, CeilDiv(c_dim, kReduction));
   const int64_t rows_total = batch * tl.ty;
-  const int64_t rows_per_chunk = RowsPerChunk(p, tl, rows_total);
-  const int64_t chunks = CeilDiv(rows_total, rows_per_chunk);
-  // One chunk's three phases; `off` is the caller's c_dim offsets buffer.
-  auto run_chunk = [&](int64_t r0, int64_t* off) {
-    const int64_t rows = std::min(rows_per_chunk, rows_total - r0);
-    const int64_t q_dim = rows * tl.tx;  // tile columns of this chunk
-    const int64_t ld = q_dim;
-    for (int64_t c = 0; c < c_dim; ++c) off[c] = c * ld;
-    // V[t][c][q], M[t][m][q].
-    float* v = Scratch(kSlotV, static_cast<size_t>(kTaps * c_dim * ld));
-    float* mm = Scratch(kSlotM, static_cast<size_t>(kTaps * m_dim * ld));
-    const int64_t n_tiles = CeilDiv(q_dim, tb.nr);
-    const int64_t tiles_per_task = std::min(kTilesPerTask, n_tiles);
-    const int64_t q_blocks = CeilDiv(n_tiles, tiles_per_task);
-    const int64_t m_blocks = CeilDiv(panels, kPanelsPerTask);
-    const int64_t gemm_tasks = kTaps * m_blocks * q_blocks;
-    const int64_t total_cost = kTaps * m_dim * c_dim * q_dim;
+  const int threads = cuvil::IntraOpThreads();
+  int64_t rows_per_chunk = RowsPerChunk(p, tl, rows_total);
+  int64_t chunks = CeilDiv(rows_total, rows_per_chunk);
+  if (threads > 1 && chunks % threads != 0 && chunks < 4 * threads) {
+    // Smaller chunks, a multiple of the threads in number, so that each thread takes whole ones
+    // (never larger: the scratch is sized for RowsPerChunk).
+    rows_per_chunk = CeilDiv(rows_total, CeilDiv(chunks, threads) * threads);
+    chunks = CeilDiv(rows_total, rows_per_chunk);
+  }
 
-    // Item i: tile row r0 + i / channels of channel i % channels.
-    auto input_item = [&](int64_t item) {
-      const int64_t row = r0 + item / c_dim, c = item % c_dim;
+  // V[t][c][q] of the chunk starting at tile row r0, for every input channel, in the calling
+  // thread's scratch.
+  auto transform_input = [&](int64_t r0) {
+    const int64_t rows = std::min(rows_per_chunk, rows_total - r0);
+    const int64_t ld = rows * tl.tx;  // tile columns of this chunk
+    float* v = Scratch(kSlotV, static_cast<size_t>(kTaps * c_dim * ld));
+    float* rows_buf =
+        Scratch(kSlotRows, static_cast<size_t>(std::max(8 * tl.phase_w, 6 * tl.tx + 2)));
+    for (int64_t row = r0; row < r0 + rows; ++row) {
       const int64_t img = row / tl.ty, ty = row % tl.ty;
-      const float* xc = x + (img * c_dim + c) * in_plane;
-      float* buf = Scratch(kSlotRows, static_cast<size_t>(8 * tl.phase_w));
-      const float* e[4];
-      const float* o[4];
-      for (int r = 0; r < 4; ++r) {
-        const int64_t iy = 2 * ty + r - p.pad_top;
-        float* er = buf + (2 * r) * tl.phase_w;
-        float* orow = buf + (2 * r + 1) * tl.phase_w;
-        PhaseRow(tb, p, tl, xc, iy, 0, er);
-        PhaseRow(tb, p, tl, xc, iy, 1, orow);
-        e[r] = er;
-        o[r] = orow;
+      for (int64_t c = 0; c < c_dim; ++c) {
+        const float* xc = x + (img * c_dim + c) * in_plane;
+        const float* e[4];
+        const float* o[4];
+        for (int r = 0; r < 4; ++r) {
+          const int64_t iy = 2 * ty + r - p.pad_top;
+          float* er = rows_buf + (2 * r) * tl.phase_w;
+          float* orow = rows_buf + (2 * r + 1) * tl.phase_w;
+          PhaseRow(tb, p, tl, xc, iy, 0, er);
+          PhaseRow(tb, p, tl, xc, iy, 1, orow);
+          e[r] = er;
+          o[r] = orow;
+        }
+        InputTransformRow(e, o, tl.tx, v + c * ld + (row - r0) * tl.tx, c_dim * ld);
       }
-      InputTransformRow(e, o, tl.tx, v + c * ld + (row - r0) * tl.tx, c_dim * ld);
-    };
-    auto gemm_item = [&](int64_t task) {
-      const int64_t qb = task % q_blocks, rest = task / q_blocks;
-      const int64_t mb = rest % m_blocks, t = rest / m_blocks;
-      const int64_t tq0 = qb * tiles_per_task, tq1 = std::min(n_tiles, tq0 + tiles_per_task);
-      const int64_t p0 = mb * kPanelsPerTask, p1 = std::min(panels, p0 + kPanelsPerTask);
+    }
+  };
+
+  // The GEMMs and the output transform of output channel panels [p0, p1) of the chunk starting
+  // at tile row r0, from the V transform_input(r0) left in the calling thread's scratch.
+  auto run_block = [&](int64_t r0, int64_t p0, int64_t p1) {
+    const int64_t rows = std::min(rows_per_chunk, rows_total - r0);
+    const int64_t q_dim = rows * tl.tx;
+    const int64_t ld = q_dim;
+    const int64_t m0 = p0 * kMR, m1 = std::min(m_dim, p1 * kMR), m_count = m1 - m0;
+    int64_t* off = ChannelOffsets(static_cast<size_t>(c_dim));
+    for (int64_t c = 0; c < c_dim; ++c) off[c] = c * ld;
+    // M[t][m - m0][q] for this block's output channels.
+    const float* v = Scratch(kSlotV, static_cast<size_t>(kTaps * c_dim * ld));
+    float* mm = Scratch(kSlotM, static_cast<size_t>(kTaps * m_count * ld));
+    float* rows_buf =
+        Scratch(kSlotRows, static_cast<size_t>(std::max(8 * tl.phase_w, 6 * tl.tx + 2)));
+
+    // Blocks of tiles outermost, so that a block's V columns stay in L1 across the panels.
+    const int64_t n_tiles = CeilDiv(q_dim, tb.nr);
+    for (int64_t t = 0; t < kTaps; ++t) {
       const float* vt = v + t * c_dim * ld;
-      float* mt = mm + t * m_dim * ld;
-      for (int64_t kp = 0; kp < c_dim; kp += k_block) {
-        const int64_t kc = std::min(k_block, c_dim - kp);
-        for (int64_t tq = tq0; tq < tq1; ++tq) {
-          const int64_t q = tq * tb.nr, nr = std::min(tb.nr, q_dim - q);
-          for (int64_t pp = p0; pp < p1; ++pp) {
-            const int64_t m = pp * kMR, mr = std::min(kMR, m_dim - m);
-            const float* a = u + ((t * panels + pp) * c_dim + kp) * kMR;
-            tb.gemm_tile(kc, a, vt + q, off + kp, mt + m * ld + q, ld, mr, nr, kp > 0, nullptr);
+      float* mt = mm + t * m_count * ld;
+      for (int64_t tq0 = 0; tq0 < n_tiles; tq0 += kTilesPerTask) {
+        const int64_t tq1 = std::min(n_tiles, tq0 + kTilesPerTask);
+        for (int64_t pb = p0; pb < p1; pb += kPanelsPerTask) {
+          const int64_t pe = std::min(p1, pb + kPanelsPerTask);
+          for (int64_t kp = 0; kp < c_dim; kp += k_block) {
+            const int64_t kc = std::min(k_block, c_dim - kp);
+            for (int64_t tq = tq0; tq < tq1; ++tq) {
+              const int64_t q = tq * tb.nr, nr = std::min(tb.nr, q_dim - q);
+              for (int64_t pp = pb; pp < pe; ++pp) {
+                const int64_t m = pp * kMR, mr = std::min(kMR, m_dim - m);
+                const float* a = u + ((t * panels + pp) * c_dim + kp) * kMR;
+                tb.gemm_tile(kc, a, vt + q, off + kp, mt + (m - m0) * ld + q, ld, mr, nr, kp > 0,
+                             nullptr);
+              }
+            }
           }
         }
       }
-    };
-    // Item i: tile row r0 + i / out_channels of output channel i % out_channels.
-    auto output_item = [&](int64_t item) {
-      const int64_t row = r0 + item / m_dim, m = item % m_dim;
+    }
+
+    float* y0e = rows_buf;
+    float* y0o = rows_buf + tl.tx;
+    float* y1e = rows_buf + 2 * tl.tx;
+    float* y1o = rows_buf + 3 * tl.tx;
+    float* line = rows_buf + 4 * tl.tx;
+    for (int64_t row = r0; row < r0 + rows; ++row) {
       const int64_t img = row / tl.ty, ty = row % tl.ty;
-      float* buf = Scratch(kSlotRows, static_cast<size_t>(6 * tl.tx + 2));
-      float* y0e = buf;
-      float* y0o = buf + tl.tx;
-      float* y1e = buf + 2 * tl.tx;
-      float* y1o = buf + 3 * tl.tx;
-      float* line = buf + 4 * tl.tx;
-      const float b = bias != nullptr ? bias[m] : 0.0f;
-      const int64_t out_base = (img * m_dim + m) * out_plane;
-      OutputTransformRow(mm + m * ld + (row - r0) * tl.tx, m_dim * ld, tl.tx, y0e, y0o, y1e, y1o);
-      for (int r = 0; r < 2; ++r) {
-        const int64_t oy = 2 * ty + r;
-        if (oy >= p.out_height) break;
-        Interleave(r == 0 ? y0e : y1e, r == 0 ? y0o : y1o, p.out_width, line);
-        const int64_t idx = out_base + oy * p.out_width;
-        tb.epilogue_row(y + idx, line, p.out_width, b,
-                        residual != nullptr ? residual + idx : nullptr, base_ep);
+      for (int64_t m = m0; m < m1; ++m) {
+        const float b = bias != nullptr ? bias[m] : 0.0f;
+        const int64_t out_base = (img * m_dim + m) * out_plane;
+        OutputTransformRow(mm + (m - m0) * ld + (row - r0) * tl.tx, m_count * ld, tl.tx, y0e, y0o,
+                           y1e, y1o);
+        for (int r = 0; r < 2; ++r) {
+          const int64_t oy = 2 * ty + r;
+          if (oy >= p.out_height) break;
+          Interleave(r == 0 ? y0e : y1e, r == 0 ? y0o : y1o, p.out_width, line);
+          const int64_t idx = out_base + oy * p.out_width;
+          tb.epilogue_row(y + idx, line, p.out_width, b,
+                          residual != nullptr ? residual + idx : nullptr, base_ep);
+        }
       }
-    };
-    RunPhases(total_cost, rows * c_dim, input_item, gemm_tasks, gemm_item, rows * m_dim,
-              output_item);
+    }
   };
 
-  // Many chunks (early, large layers): each thread runs whole chunks, so a chunk's V and M stay
-  // in one core's L2 and no phase waits for another thread. Few chunks: the threads share each
-  // chunk's phases instead (an uneven split of 3 chunks over 2 threads would idle one).
-  const int threads = cuvil::IntraOpThreads();
-  const bool by_chunk =
-      threads > 1 && chunks >= 2 * threads && (chunks % threads == 0 || chunks >= 4 * threads);
-  if (!by_chunk) {
-    int64_t* off = ChannelOffsets(static_cast<size_t>(c_dim));
-    for (int64_t r0 = 0; r0 < rows_total; r0 += rows_per_chunk) run_chunk(r0, off);
+  // Tasks are (chunk, block of output channels), claimed one at a time in chunk-major order; a
+  // thread transforms a chunk's input when it takes its first task of that chunk. So no thread
+  // ever waits for another, and one that is slow to start or shares its core with another
+  // process leaves less work, not an idle partner. A chunk is one block unless there are fewer
+  // chunks than threads: on resnet18 at 2 threads, cutting each chunk into 2 or 4 blocks was 2-3%
+  // slower (the threads sharing a chunk each transform its input).
+  const int64_t m_blocks =
+      chunks < threads ? std::min(CeilDiv(panels, kPanelsPerTask), CeilDiv(threads, chunks)) : 1;
+  const int64_t tasks = chunks * m_blocks;
+  const int64_t total_cost = kTaps * m_dim * c_dim * rows_total * tl.tx;
+  const int64_t workers =
+      std::min<int64_t>({threads, tasks, std::max<int64_t>(1, total_cost / kMinWorkPerThread)});
+  auto run_tasks = [&](auto&& next) {
+    int64_t transformed = -1;  // the chunk whose V this thread holds
+    for (int64_t i = next(); i < tasks; i = next()) {
+      const int64_t chunk = i / m_blocks, b = i % m_blocks;
+      if (chunk != transformed) {
+        transform_input(chunk * rows_per_chunk);
+        transformed = chunk;
+      }
+      run_block(chunk * rows_per_chunk, panels * b / m_blocks, panels * (b + 1) / m_blocks);
+    }
+  };
+  if (workers <= 1) {
+    int64_t i = 0;
+    run_tasks([&] { return i++; });
     return;
   }
-  struct ChunkJob {
-    decltype(run_chunk)* run;
-    int64_t rows_per_chunk, c_dim;
-  } job{&run_chunk, rows_per_chunk, c_dim};
-  const int64_t chunk_cost = kTaps * m_dim * c_dim * rows_per_chunk * tl.tx;
-  cuvil_rt_parallel_for(
-      chunks, chunk_cost,
-      [](void* ctx, int64_t begin, int64_t end) {
-        auto* j = static_cast<ChunkJob*>(ctx);
-        const int saved = cuvil::IntraOpThreads();
-        cuvil::SetIntraOpThreads(1);  // This thread's chunks run their phases by themselves.
-        int64_t* off = ChannelOffsets(static_cast<size_t>(j->c_dim));
-        for (int64_t c = begin; c < end; ++c) (*j->run)(c * j->rows_per_chunk, off);
-        cuvil::SetIntraOpThreads(saved);
-      },
-      &job);
+  std::atomic<int64_t> next_task{0};
+  ParallelFor(workers, CeilDiv(total_cost, workers), [&](int64_t, int64_t) {
+    run_tasks([&] { return next_task.fetch_add(1, std::memory_order_relaxed); });
+  });
 }
 
 }  // namespace cuvil::uk

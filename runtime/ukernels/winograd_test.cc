@@ -132,6 +132,19 @@ TEST(UkernelsTest, WinogradTwoThreadsResNetShapes) {
   RunWinograd({16, 60, 60, 16, 1, 1, 1, 1}, 2, CUVIL_UK_ACT_RELU, true, 2);
 }
 
+// Every way the threads share a layer: chunks re-cut to a multiple of the threads (14 tile rows
+// in 3 chunks become 4 for 2 threads, 6 for 3; 7 rows in one chunk become 2 or 3, the last
+// short), and fewer tile rows than threads (one tile row: each thread takes a range of output
+// channels, the last range short of a panel).
+TEST(UkernelsTest, WinogradThreadsShareChunksOrChannels) {
+  for (int threads : {2, 3}) {
+    RunWinograd({128, 28, 28, 128, 1, 1, 1, 1}, 1, CUVIL_UK_ACT_RELU, true, threads);
+    RunWinograd({256, 14, 14, 256, 1, 1, 1, 1}, 1, CUVIL_UK_ACT_NONE, false, threads);
+    RunWinograd({64, 2, 2, 100, 1, 1, 1, 1}, 1, CUVIL_UK_ACT_RELU, true, threads);
+    RunWinograd({48, 1, 3, 130, 1, 1, 1, 1}, 1, CUVIL_UK_ACT_NONE, true, threads);
+  }
+}
+
 TEST(UkernelsTest, WinogradWeightsSizeOverflows) {
   EXPECT_EQ(cuvil_uk_winograd_weights_size(6, 3), 16 * 6 * 3);
   EXPECT_EQ(cuvil_uk_winograd_weights_size(7, 3), 16 * 12 * 3);
