@@ -2,6 +2,7 @@
 // bench/compare_ort.sh.
 //   cuvil-bench MODEL.onnx [--batch B] [--threads T] [--min-time S] [--warmup N] [--per-kernel]
 //               [--compile-tier full|fast|tiered] [--no-batch-split] [--peak]
+//               [--shape NAME=D0,D1,...]...
 // Prints one line with the keys of ONNX Runtime's peer script (../shared/bench/ort/run.sh):
 //   cuvil model=DIR/FILE batch=B threads=T median_ms=X p99_ms=Y mean_ms=Z runs=N gflops=G
 //   compile_ms=C arena_bytes=A live_bound_bytes=L scratch_bytes=S
@@ -16,7 +17,9 @@
 // swaps it in at a safe point (tier_up_ms), then times the swapped code. Both tiers lower one
 // prepared model (import, graph passes and memory plan run once); compile_ms stays what a
 // full-only compile costs (that preparation plus the full tier's code generation), so
-// ready_ms / compile_ms is the tiered speed-up to READY.
+// ready_ms / compile_ms is the tiered speed-up to READY. --shape gives an input's shape (dim 0
+// is the batch, which then overrides --batch): needed for inputs with free dims besides the batch
+// (a detector's H and W); the model stays compiled for every size, as the server runs it.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -27,8 +30,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "cuvil/compiler/compiler.h"
 #include "cuvil/jitcache/jit_engine.h"
 #include "cuvil/jitcache/object_cache.h"
@@ -41,8 +46,10 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: cuvil-bench MODEL.onnx [--batch B] [--threads T] [--min-time S] [--warmup N] "
-    "[--per-kernel] [--compile-tier full|fast|tiered] [--no-batch-split] [--float-qdq] [--peak]\n"
-    "  --float-qdq: QDQ Convs in float32 (weights dequantised at compile time), not integer\n";
+    "[--per-kernel] [--compile-tier full|fast|tiered] [--no-batch-split] [--float-qdq] [--peak] "
+    "[--shape NAME=D0,D1,...]...\n"
+    "  --float-qdq: QDQ Convs in float32 (weights dequantised at compile time), not integer\n"
+    "  --shape: input NAME's shape (dim 0 is the batch); needed for free dims besides the batch\n";
 
 using Clock = std::chrono::steady_clock;
 
@@ -58,12 +65,18 @@ int Fail(const absl::Status& s) {
 // Floating-point operations of one execution at `batch`: 2 per multiply-add of every Conv, Gemm
 // and MatMul (the ops that dominate; elementwise work is not counted, as in most GFLOP/s figures).
 // Reads the shapes of the simplified, unfused graph. Thread-compatible.
-double CountFlops(const ir::Graph& graph, int64_t batch) {
+double CountFlops(const ir::Graph& graph, absl::Span<const int64_t> syms) {
   double flops = 0;
   auto elems = [&](const SymShape& s) {
     double n = 1;
-    for (int64_t d : EvalShape(s, batch)) n *= static_cast<double>(d);
+    auto dims = EvalShape(s, syms);
+    if (!dims.has_value()) return 0.0;  // a dim the graph decides at run time: not counted
+    for (int64_t d : *dims) n *= static_cast<double>(d);
     return n;
+  };
+  auto dim = [&](const SymDim& d) {
+    auto v = EvalShape(SymShape{d}, syms);
+    return v.has_value() ? static_cast<double>((*v)[0]) : 0.0;
   };
   for (const auto& node : graph.nodes()) {
     if (node->outputs.empty() || node->outputs[0] == nullptr || !node->has_input(0)) continue;
@@ -71,9 +84,9 @@ double CountFlops(const ir::Graph& graph, int64_t batch) {
     const SymShape& a = node->inputs[0]->type.shape;
     double reduce = 0;  // Multiply-adds per output element.
     if (node->op_type == "MatMul" && !a.empty()) {
-      reduce = static_cast<double>(a.back().Eval(batch));
+      reduce = dim(a.back());
     } else if (node->op_type == "Gemm" && a.size() == 2) {
-      reduce = static_cast<double>(a[node->attr_int("transA", 0) ? 0 : 1].Eval(batch));
+      reduce = dim(a[node->attr_int("transA", 0) ? 0 : 1]);
     } else if (node->op_type == "Conv" && a.size() >= 3 && node->has_input(1)) {
       const SymShape& w = node->inputs[1]->type.shape;
       // W is [Cout, Cin/group, k...]: every output element reads all of one filter.
@@ -84,10 +97,12 @@ double CountFlops(const ir::Graph& graph, int64_t batch) {
   return flops;
 }
 
-// Deterministic inputs: floats uniform in [-1, 1), integers small and non-negative (token ids,
-// indices and counts stay in range), bools true.
-HostTensor MakeInput(const TensorSignature& sig, int64_t batch, std::mt19937& rng) {
-  HostTensor t(sig.dtype, EvalShape(sig.shape, batch));
+// Deterministic inputs: floats uniform in [-1, 1), 32- and 64-bit integers 1 (token ids, indices
+// and trip counts stay in range, and both ORT runners feed 1, so a loop's count is the same on
+// both sides), other integers small and non-negative, bools true.
+HostTensor MakeInput(const TensorSignature& sig, const std::vector<int64_t>& shape,
+                     std::mt19937& rng) {
+  HostTensor t(sig.dtype, shape);
   int64_t n = t.num_elements();
   std::uniform_real_distribution<float> real(-1.0f, 1.0f);
   std::uniform_int_distribution<int> small(0, 3);
@@ -100,10 +115,10 @@ HostTensor MakeInput(const TensorSignature& sig, int64_t batch, std::mt19937& rn
         t.data_as<double>()[i] = real(rng);
         break;
       case DType::kInt64:
-        t.data_as<int64_t>()[i] = small(rng);
+        t.data_as<int64_t>()[i] = 1;
         break;
       case DType::kInt32:
-        t.data_as<int32_t>()[i] = small(rng);
+        t.data_as<int32_t>()[i] = 1;
         break;
       case DType::kBool:
         t.data_as<uint8_t>()[i] = 1;
@@ -145,7 +160,28 @@ struct Options {
   bool integer_qdq = true;
   bool peak = false;
   CompileTier tier = CompileTier::kFull;
+  // --shape NAME=D0,D1,...: the shape of input NAME (its dim 0 is the batch; "NAME=": a scalar).
+  std::map<std::string, std::vector<int64_t>> shapes;
 };
+
+// "NAME=1,3,48,192" (or "NAME=" for a scalar) into o->shapes; false when malformed.
+bool ParseShape(const std::string& arg, Options* o) {
+  const size_t eq = arg.rfind('=');
+  if (eq == std::string::npos || eq == 0) return false;
+  std::vector<int64_t> dims;  // "NAME=": a scalar
+  const absl::string_view list = absl::string_view(arg).substr(eq + 1);
+  for (absl::string_view d : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(d, &v) || v < 0) return false;
+    dims.push_back(v);
+  }
+  if (!list.empty() &&
+      dims.size() != static_cast<size_t>(std::count(list.begin(), list.end(), ',') + 1)) {
+    return false;
+  }
+  o->shapes[arg.substr(0, eq)] = std::move(dims);
+  return true;
+}
 
 int Main(int argc, char** argv) {
   Options o;
@@ -160,6 +196,11 @@ int Main(int argc, char** argv) {
       o.min_time = std::atof(argv[++i]);
     } else if (a == "--warmup" && has_value) {
       o.warmup = std::atoi(argv[++i]);
+    } else if (a == "--shape" && has_value) {
+      if (!ParseShape(argv[++i], &o)) {
+        std::fprintf(stderr, "cuvil-bench: --shape wants NAME=D0,D1,... (got '%s')\n", argv[i]);
+        return 2;
+      }
     } else if (a == "--per-kernel") {
       o.per_kernel = true;
     } else if (a == "--no-batch-split") {
@@ -199,15 +240,6 @@ int Main(int argc, char** argv) {
   if (!compiled.ok()) return Fail(compiled.status());
   double compile_ms = MsSince(t0);
 
-  double flops = 0;
-  {
-    auto graph = ImportOnnxFile(o.model);
-    if (!graph.ok()) return Fail(graph.status());
-    // Counted on the float form, so a QDQ model's integer Convs count as the Convs they are.
-    if (auto s = OptimizeGraph(**graph, nullptr, /*integer_qdq=*/false); !s.ok()) return Fail(s);
-    flops = CountFlops(**graph, o.batch);
-  }
-
   auto engine = JitEngine::Create();
   if (!engine.ok()) return Fail(engine.status());
   auto load_start = Clock::now();
@@ -240,33 +272,73 @@ int Main(int argc, char** argv) {
                      " decides an output size from the data; cuvil-bench times models whose "
                      "sizes follow from the batch")));
   }
-  if (model.symbols.size() > 1) {
-    return Fail(absl::UnimplementedError(absl::StrCat(
-        "the model has free dimensions besides the batch (", absl::StrJoin(model.symbols, ", "),
-        "); cuvil-bench times batch-only models")));
+  // Every input's shape: given by --shape, or from the batch when that is its only free dim.
+  const LoadedModel& version = **loaded;
+  for (const auto& [name, dims] : o.shapes) {
+    if (std::none_of(model.inputs.begin(), model.inputs.end(),
+                     [&](const TensorSignature& sig) { return sig.name == name; })) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("--shape names '", name, "', which is not an input of the model")));
+    }
+  }
+  std::vector<std::vector<int64_t>> input_shapes;
+  for (const TensorSignature& sig : model.inputs) {
+    if (auto it = o.shapes.find(sig.name); it != o.shapes.end()) {
+      input_shapes.push_back(it->second);
+    } else if (SymbolCount(sig.shape) <= 1) {
+      input_shapes.push_back(EvalShape(sig.shape, o.batch));
+    } else {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("input '", sig.name, "' has free dimensions besides the batch (",
+                       absl::StrJoin(model.symbols, ", "), "): give its shape with --shape ",
+                       sig.name, "=D0,D1,...")));
+    }
+  }
+  auto resolved = version.ResolveSymbols(input_shapes);
+  if (!resolved.ok()) return Fail(resolved.status());
+  std::vector<int64_t> syms = *std::move(resolved);
+  o.batch = syms[0];
+  const std::optional<int64_t> arena_bytes = model.arena.CheckedBytesForSymbols(syms);
+  if (!arena_bytes.has_value()) {
+    return Fail(absl::ResourceExhaustedError("the arena of these shapes does not fit in memory"));
+  }
+  double flops = 0;
+  {
+    auto graph = ImportOnnxFile(o.model);
+    if (!graph.ok()) return Fail(graph.status());
+    // Counted on the float form, so a QDQ model's integer Convs count as the Convs they are.
+    if (auto s = OptimizeGraph(**graph, nullptr, /*integer_qdq=*/false); !s.ok()) return Fail(s);
+    flops = CountFlops(**graph, syms);
   }
   std::mt19937 rng(20240901);
   std::vector<HostTensor> inputs, outputs;
   std::vector<const void*> in_ptrs;
   std::vector<void*> out_ptrs;
-  for (const TensorSignature& sig : model.inputs) inputs.push_back(MakeInput(sig, o.batch, rng));
-  for (const TensorSignature& sig : model.outputs) {
-    outputs.emplace_back(sig.dtype, EvalShape(sig.shape, o.batch));
+  for (size_t i = 0; i < model.inputs.size(); ++i) {
+    inputs.push_back(MakeInput(model.inputs[i], input_shapes[i], rng));
+  }
+  const std::vector<std::vector<int64_t>> output_shapes = version.OutputShapesAfterRun(syms);
+  for (size_t i = 0; i < model.outputs.size(); ++i) {
+    outputs.emplace_back(model.outputs[i].dtype, output_shapes[i]);
   }
   for (const HostTensor& t : inputs) in_ptrs.push_back(t.data());
   for (HostTensor& t : outputs) out_ptrs.push_back(t.data());
   // Allocated once: the timing covers the generated code only, as ORT's covers session.run.
-  AlignedBuffer arena = AlignedAlloc(static_cast<size_t>(model.arena.BytesFor(o.batch)));
-  const LoadedModel& version = **loaded;
+  AlignedBuffer arena = AlignedAlloc(static_cast<size_t>(*arena_bytes));
+  // A copy per run: a run may write symbols (none here: data-dependent models are refused).
+  std::vector<int64_t> run_syms = syms;
   SetIntraOpThreads(o.threads);
 
   // Execute, as the server runs a version (batch split across threads included).
   auto run = [&]() -> absl::Status {
     if (!o.batch_split) {
+      run_syms = syms;
       return EntryStatus(
-          version.entry()(in_ptrs.data(), out_ptrs.data(), o.batch, arena.get(), nullptr));
+          version.entry()(in_ptrs.data(), out_ptrs.data(), o.batch, arena.get(), run_syms.data()));
     }
-    return EntryStatus(version.Execute(in_ptrs.data(), out_ptrs.data(), o.batch, arena.get()));
+    run_syms = syms;
+    return EntryStatus(
+        version.Execute(in_ptrs.data(), out_ptrs.data(), o.batch, arena.get(), run_syms.data()));
   };
   for (int i = 0; i < o.warmup; ++i) {
     if (auto s = run(); !s.ok()) return Fail(s);
@@ -311,8 +383,9 @@ int Main(int argc, char** argv) {
       "cuvil model=%s batch=%lld threads=%d median_ms=%.4f p99_ms=%.4f mean_ms=%.4f runs=%zu "
       "gflops=%.2f compile_ms=%.1f arena_bytes=%lld live_bound_bytes=%lld scratch_bytes=%lld%s%s\n",
       name.c_str(), static_cast<long long>(o.batch), o.threads, q(0.5), q(0.99), mean, times.size(),
-      gflops, compile_ms, static_cast<long long>(model.arena.BytesFor(o.batch)),
-      static_cast<long long>(bound.BytesFor(o.batch)), static_cast<long long>(scratch_bytes),
+      gflops, compile_ms, static_cast<long long>(*arena_bytes),
+      static_cast<long long>(bound.CheckedBytesForSymbols(syms).value_or(-1)),
+      static_cast<long long>(scratch_bytes),
       o.tier == CompileTier::kFull ? "" : absl::StrCat(" tier=", CompileTierName(o.tier)).c_str(),
       tier_report.c_str());
 
