@@ -156,6 +156,10 @@ constexpr int64_t kReduction = 256;
 // layers combine images to fill the GEMM tiles).
 constexpr int64_t kChunkFloats = 128 * 1024;
 constexpr int64_t kMinChunkTiles = 64;
+// Floats of M at most (when one panel fits): a task's output channels go through the GEMMs and
+// the output transform in blocks this size, so that M, which holds every tap of every channel
+// of a block, does not grow with the layer's channels (resnet18's 14x14 layers took 800 KB).
+constexpr int64_t kBlockFloats = 48 * 1024;
 
 }  // namespace
 
@@ -177,6 +181,11 @@ int64_t MaxChunkRows(const cuvil_uk_conv_params& p, const Tiling& tl, int64_t ro
       rows_total);
 }
 
+// Panels of output channels per M block of a chunk with `ld` tile columns (at least one).
+int64_t BlockPanels(int64_t ld) {
+  return std::max<int64_t>(1, kBlockFloats / (kTaps * kMR * std::max<int64_t>(ld, 1)));
+}
+
 // Tile rows per chunk: at most MaxChunkRows, in equal chunks (a short last one would pay a
 // parallel hand-off for little work).
 int64_t RowsPerChunk(const cuvil_uk_conv_params& p, const Tiling& tl, int64_t rows_total) {
@@ -195,7 +204,9 @@ int64_t WinogradScratchBytes(const Table& tb, const cuvil_uk_conv_params& p, int
   ScratchTally s;
   s.AddIndices(p.channels);
   s.AddFloats(kTaps * p.channels * ld);
-  s.AddFloats(kTaps * p.out_channels * ld);
+  // M of one block: at most kBlockFloats, or one panel of the widest chunk when that is more;
+  // never more than every channel of the widest chunk.
+  s.AddFloats(std::min(kTaps * p.out_channels * ld, std::max(kBlockFloats, kTaps * kMR * ld)));
   // The rows slot serves the input rows, then the output rows (two blocks when the second is
   // larger).
   s.AddFloats(8 * tl.phase_w);
@@ -251,65 +262,70 @@ void ConvWinograd(const Table& tb, const cuvil_uk_conv_params& p, const float* x
     }
   };
 
-  // The GEMMs and the output transform of output channel panels [p0, p1) of the chunk starting
-  // at tile row r0, from the V transform_input(r0) left in the calling thread's scratch.
-  auto run_block = [&](int64_t r0, int64_t p0, int64_t p1) {
+  // The GEMMs and the output transform of output channel panels [p_begin, p_end) of the chunk
+  // starting at tile row r0, in blocks of BlockPanels, from the V transform_input(r0) left in
+  // the calling thread's scratch.
+  auto run_block = [&](int64_t r0, int64_t p_begin, int64_t p_end) {
     const int64_t rows = std::min(rows_per_chunk, rows_total - r0);
     const int64_t q_dim = rows * tl.tx;
     const int64_t ld = q_dim;
-    const int64_t m0 = p0 * kMR, m1 = std::min(m_dim, p1 * kMR), m_count = m1 - m0;
     int64_t* off = ChannelOffsets(static_cast<size_t>(c_dim));
     for (int64_t c = 0; c < c_dim; ++c) off[c] = c * ld;
-    // M[t][m - m0][q] for this block's output channels.
     const float* v = Scratch(kSlotV, static_cast<size_t>(kTaps * c_dim * ld));
-    float* mm = Scratch(kSlotM, static_cast<size_t>(kTaps * m_count * ld));
     float* rows_buf =
         Scratch(kSlotRows, static_cast<size_t>(std::max(8 * tl.phase_w, 6 * tl.tx + 2)));
+    const int64_t block_panels = BlockPanels(ld);
+    for (int64_t p0 = p_begin; p0 < p_end; p0 += block_panels) {
+      const int64_t p1 = std::min(p_end, p0 + block_panels);
+      const int64_t m0 = p0 * kMR, m1 = std::min(m_dim, p1 * kMR), m_count = m1 - m0;
+      // M[t][m - m0][q] for this block's output channels.
+      float* mm = Scratch(kSlotM, static_cast<size_t>(kTaps * m_count * ld));
 
-    // Blocks of tiles outermost, so that a block's V columns stay in L1 across the panels.
-    const int64_t n_tiles = CeilDiv(q_dim, tb.nr);
-    for (int64_t t = 0; t < kTaps; ++t) {
-      const float* vt = v + t * c_dim * ld;
-      float* mt = mm + t * m_count * ld;
-      for (int64_t tq0 = 0; tq0 < n_tiles; tq0 += kTilesPerTask) {
-        const int64_t tq1 = std::min(n_tiles, tq0 + kTilesPerTask);
-        for (int64_t pb = p0; pb < p1; pb += kPanelsPerTask) {
-          const int64_t pe = std::min(p1, pb + kPanelsPerTask);
-          for (int64_t kp = 0; kp < c_dim; kp += k_block) {
-            const int64_t kc = std::min(k_block, c_dim - kp);
-            for (int64_t tq = tq0; tq < tq1; ++tq) {
-              const int64_t q = tq * tb.nr, nr = std::min(tb.nr, q_dim - q);
-              for (int64_t pp = pb; pp < pe; ++pp) {
-                const int64_t m = pp * kMR, mr = std::min(kMR, m_dim - m);
-                const float* a = u + ((t * panels + pp) * c_dim + kp) * kMR;
-                tb.gemm_tile(kc, a, vt + q, off + kp, mt + (m - m0) * ld + q, ld, mr, nr, kp > 0,
-                             nullptr);
+      // Blocks of tiles outermost, so that a block's V columns stay in L1 across the panels.
+      const int64_t n_tiles = CeilDiv(q_dim, tb.nr);
+      for (int64_t t = 0; t < kTaps; ++t) {
+        const float* vt = v + t * c_dim * ld;
+        float* mt = mm + t * m_count * ld;
+        for (int64_t tq0 = 0; tq0 < n_tiles; tq0 += kTilesPerTask) {
+          const int64_t tq1 = std::min(n_tiles, tq0 + kTilesPerTask);
+          for (int64_t pb = p0; pb < p1; pb += kPanelsPerTask) {
+            const int64_t pe = std::min(p1, pb + kPanelsPerTask);
+            for (int64_t kp = 0; kp < c_dim; kp += k_block) {
+              const int64_t kc = std::min(k_block, c_dim - kp);
+              for (int64_t tq = tq0; tq < tq1; ++tq) {
+                const int64_t q = tq * tb.nr, nr = std::min(tb.nr, q_dim - q);
+                for (int64_t pp = pb; pp < pe; ++pp) {
+                  const int64_t m = pp * kMR, mr = std::min(kMR, m_dim - m);
+                  const float* a = u + ((t * panels + pp) * c_dim + kp) * kMR;
+                  tb.gemm_tile(kc, a, vt + q, off + kp, mt + (m - m0) * ld + q, ld, mr, nr, kp > 0,
+                               nullptr);
+                }
               }
             }
           }
         }
       }
-    }
 
-    float* y0e = rows_buf;
-    float* y0o = rows_buf + tl.tx;
-    float* y1e = rows_buf + 2 * tl.tx;
-    float* y1o = rows_buf + 3 * tl.tx;
-    float* line = rows_buf + 4 * tl.tx;
-    for (int64_t row = r0; row < r0 + rows; ++row) {
-      const int64_t img = row / tl.ty, ty = row % tl.ty;
-      for (int64_t m = m0; m < m1; ++m) {
-        const float b = bias != nullptr ? bias[m] : 0.0f;
-        const int64_t out_base = (img * m_dim + m) * out_plane;
-        OutputTransformRow(mm + (m - m0) * ld + (row - r0) * tl.tx, m_count * ld, tl.tx, y0e, y0o,
-                           y1e, y1o);
-        for (int r = 0; r < 2; ++r) {
-          const int64_t oy = 2 * ty + r;
-          if (oy >= p.out_height) break;
-          Interleave(r == 0 ? y0e : y1e, r == 0 ? y0o : y1o, p.out_width, line);
-          const int64_t idx = out_base + oy * p.out_width;
-          tb.epilogue_row(y + idx, line, p.out_width, b,
-                          residual != nullptr ? residual + idx : nullptr, base_ep);
+      float* y0e = rows_buf;
+      float* y0o = rows_buf + tl.tx;
+      float* y1e = rows_buf + 2 * tl.tx;
+      float* y1o = rows_buf + 3 * tl.tx;
+      float* line = rows_buf + 4 * tl.tx;
+      for (int64_t row = r0; row < r0 + rows; ++row) {
+        const int64_t img = row / tl.ty, ty = row % tl.ty;
+        for (int64_t m = m0; m < m1; ++m) {
+          const float b = bias != nullptr ? bias[m] : 0.0f;
+          const int64_t out_base = (img * m_dim + m) * out_plane;
+          OutputTransformRow(mm + (m - m0) * ld + (row - r0) * tl.tx, m_count * ld, tl.tx, y0e, y0o,
+                             y1e, y1o);
+          for (int r = 0; r < 2; ++r) {
+            const int64_t oy = 2 * ty + r;
+            if (oy >= p.out_height) break;
+            Interleave(r == 0 ? y0e : y1e, r == 0 ? y0o : y1o, p.out_width, line);
+            const int64_t idx = out_base + oy * p.out_width;
+            tb.epilogue_row(y + idx, line, p.out_width, b,
+                            residual != nullptr ? residual + idx : nullptr, base_ep);
+          }
         }
       }
     }
