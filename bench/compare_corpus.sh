@@ -11,6 +11,7 @@
 #        measurement, default 1), BUILD (default build), LOCK (flock file held around each
 #        measurement so builds do not disturb it; default /tmp/cuvil-build.lock, empty to disable)
 set -euo pipefail
+((${ROUNDS:-3} >= 1)) || { echo "compare_corpus: ROUNDS must be at least 1" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 shared=$(cd "$root/.." && pwd)/shared
 bench=$root/${BUILD:-build}/bin/cuvil-bench
@@ -38,13 +39,17 @@ for i in model.graph.input:
     if i.name in inits:
         continue
     d = i.type.tensor_type.shape.dim
-    free[i.name] = bool(d) and not d[0].HasField("dim_value")
-for f in sorted(glob.glob(os.path.join(case, "test_data_set_0", "input_*.pb"))):
+    # A scalar has no batch to fix: it never keeps the others at their own batch.
+    free[i.name] = "scalar" if not d else ("free" if not d[0].HasField("dim_value") else "fixed")
+names = list(free)
+files = sorted(glob.glob(os.path.join(case, "test_data_set_0", "input_*.pb")))
+for k, f in enumerate(files):
     t = onnx.TensorProto()
     with open(f, "rb") as fh:
         t.ParseFromString(fh.read())
+    name = t.name or (names[k] if k < len(names) else "")  # unnamed: by position
     dims = ",".join(str(x) for x in t.dims)
-    print(f"{t.name}={dims} {'free' if free.get(t.name) else 'fixed'}")
+    print(f"{name}={dims} {free.get(name, 'fixed')}")
 PY
 }
 
@@ -52,13 +57,17 @@ rows=()
 refused=()
 for c in "${cases[@]}"; do
   name=$(basename "$c")
-  mapfile -t ins < <(case_shapes "$c" 2> /dev/null || true)
-  if [[ ${#ins[@]} -eq 0 ]]; then
+  if ! shapes=$(case_shapes "$c" 2>&1); then
+    refused+=("$name: reading its inputs failed: $(tr '\n' ' ' <<<"$shapes" | cut -c1-200)")
+    continue
+  fi
+  mapfile -t ins <<<"$shapes"
+  if [[ -z $shapes ]]; then
     refused+=("$name: no test_data_set_0 inputs")
     continue
   fi
   batch_free=1
-  for i in "${ins[@]}"; do [[ ${i#* } == free ]] || batch_free=0; done
+  for i in "${ins[@]}"; do [[ ${i#* } == fixed ]] && batch_free=0; done
   batches=${BATCHES:-1 8}
   ((batch_free)) || batches=own
   for b in $batches; do

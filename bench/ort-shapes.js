@@ -12,24 +12,30 @@ const args = process.argv.slice(2);
 const model = args[0];
 const opts = { batch: 1, threads: 1, 'min-time': 3, warmup: 5 };
 const shapes = {};
-for (let i = 1; i < args.length; i++) {
-  const key = args[i].replace(/^--/, '');
-  const value = args[i + 1];
-  if (value === undefined) throw new Error(`missing value after ${args[i]}`);
-  i++;
-  if (key === 'shape') {
-    const eq = value.lastIndexOf('=');
-    const list = value.slice(eq + 1);
-    const dims = list === '' ? [] : list.split(',').map(Number);  // NAME= : a scalar
-    if (eq <= 0 || dims.some((d) => !Number.isInteger(d) || d < 0)) {
-      throw new Error(`--shape wants NAME=D0,D1,... (got '${value}')`);
+try {
+  for (let i = 1; i < args.length; i++) {
+    const key = args[i].replace(/^--/, '');
+    const value = args[i + 1];
+    if (value === undefined) throw new Error(`missing value after ${args[i]}`);
+    i++;
+    if (key === 'shape') {
+      const eq = value.lastIndexOf('=');
+      const list = value.slice(eq + 1);
+      const parts = list === '' ? [] : list.split(',');  // NAME= : a scalar
+      const dims = parts.map(Number);
+      if (eq <= 0 || parts.some((d) => !/^[0-9]+$/.test(d))) {
+        throw new Error(`--shape wants NAME=D0,D1,... (got '${value}')`);
+      }
+      shapes[value.slice(0, eq)] = dims;
+    } else if (key in opts) {
+      opts[key] = Number(value);
+    } else {
+      throw new Error(`unexpected argument ${args[i - 1]}`);
     }
-    shapes[value.slice(0, eq)] = dims;
-  } else if (key in opts) {
-    opts[key] = Number(value);
-  } else {
-    throw new Error(`unexpected argument ${args[i - 1]}`);
   }
+} catch (e) {
+  console.error(`ort-shapes: ${e.message}`);
+  process.exit(2);
 }
 
 const makers = {
@@ -54,7 +60,7 @@ const makers = {
   for (const meta of session.inputMetadata) {
     let dims = shapes[meta.name];
     if (dims) {
-      batch = dims[0];
+      if (dims.length > 0 && typeof meta.shape[0] !== 'number') batch = dims[0];
       delete shapes[meta.name];
     } else {
       dims = meta.shape.map((d) => (typeof d === 'number' && d > 0 ? d : opts.batch));

@@ -224,7 +224,10 @@ void ConvWinograd(const Table& tb, const cuvil_uk_conv_params& p, const float* x
   const Epilogue base_ep{nullptr, nullptr, p.activation, alpha, beta};
   const int64_t k_block = CeilDiv(c_dim, CeilDiv(c_dim, kReduction));
   const int64_t rows_total = batch * tl.ty;
-  const int threads = cuvil::IntraOpThreads();
+  // Threads worth using: IntraOpThreads, fewer when the layer is too small to share.
+  const int64_t total_cost = kTaps * m_dim * c_dim * rows_total * tl.tx;
+  const int64_t threads = std::min<int64_t>(cuvil::IntraOpThreads(),
+                                            std::max<int64_t>(1, total_cost / kMinWorkPerThread));
   int64_t rows_per_chunk = RowsPerChunk(p, tl, rows_total);
   int64_t chunks = CeilDiv(rows_total, rows_per_chunk);
   if (threads > 1 && chunks % threads != 0 && chunks < 4 * threads) {
@@ -340,9 +343,7 @@ void ConvWinograd(const Table& tb, const cuvil_uk_conv_params& p, const float* x
   const int64_t m_blocks =
       chunks < threads ? std::min(CeilDiv(panels, kPanelsPerTask), CeilDiv(threads, chunks)) : 1;
   const int64_t tasks = chunks * m_blocks;
-  const int64_t total_cost = kTaps * m_dim * c_dim * rows_total * tl.tx;
-  const int64_t workers =
-      std::min<int64_t>({threads, tasks, std::max<int64_t>(1, total_cost / kMinWorkPerThread)});
+  const int64_t workers = std::min(threads, tasks);
   auto run_tasks = [&](auto&& next) {
     int64_t transformed = -1;  // the chunk whose V this thread holds
     for (int64_t i = next(); i < tasks; i = next()) {

@@ -281,6 +281,15 @@ int Main(int argc, char** argv) {
           absl::StrCat("--shape names '", name, "', which is not an input of the model")));
     }
   }
+  // The batch of a --shape'd input whose dim 0 is free, for the inputs given without --shape.
+  for (const TensorSignature& sig : model.inputs) {
+    auto it = o.shapes.find(sig.name);
+    if (it != o.shapes.end() && !it->second.empty() && !sig.shape.empty() &&
+        !sig.shape[0].IsStatic()) {
+      o.batch = it->second[0];
+      break;
+    }
+  }
   std::vector<std::vector<int64_t>> input_shapes;
   for (const TensorSignature& sig : model.inputs) {
     if (auto it = o.shapes.find(sig.name); it != o.shapes.end()) {
@@ -384,7 +393,8 @@ int Main(int argc, char** argv) {
       "gflops=%.2f compile_ms=%.1f arena_bytes=%lld live_bound_bytes=%lld scratch_bytes=%lld%s%s\n",
       name.c_str(), static_cast<long long>(o.batch), o.threads, q(0.5), q(0.99), mean, times.size(),
       gflops, compile_ms, static_cast<long long>(*arena_bytes),
-      static_cast<long long>(bound.CheckedBytesForSymbols(syms).value_or(-1)),
+      // -1: a plan whose size is a program of the symbols keeps no separate liveness bound.
+      static_cast<long long>(model.arena.symbolic() ? -1 : bound.BytesFor(o.batch)),
       static_cast<long long>(scratch_bytes),
       o.tier == CompileTier::kFull ? "" : absl::StrCat(" tier=", CompileTierName(o.tier)).c_str(),
       tier_report.c_str());
