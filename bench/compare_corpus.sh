@@ -85,9 +85,9 @@ for c in "${cases[@]}"; do
       o_all="" c_all="" why=""
       for ((r = 0; r < ${ROUNDS:-3}; r++)); do
         o=$(locked "$ort" "$c/model.onnx" --threads "$t" --min-time "${MIN_TIME:-1}" "${args[@]}" 2>&1 || true)
-        if [[ $(tail -n1 <<<"$o") != ort* ]]; then why="ORT: $(tr '\n' ' ' <<<"$o" | cut -c1-200)"; break; fi
+        if [[ $(tail -n1 <<<"$o") != "ort model="* ]]; then why="ORT: $(tr '\n' ' ' <<<"$o" | cut -c1-200)"; break; fi
         x=$(locked "$bench" "$c/model.onnx" --threads "$t" --min-time "${MIN_TIME:-1}" "${args[@]}" 2>&1 || true)
-        if [[ $(tail -n1 <<<"$x") != cuvil* ]]; then why="Cuvil: $(tr '\n' ' ' <<<"$x" | cut -c1-200)"; break; fi
+        if [[ $(tail -n1 <<<"$x") != "cuvil model="* ]]; then why="Cuvil: $(tr '\n' ' ' <<<"$x" | cut -c1-200)"; break; fi
         o=$(tail -n1 <<<"$o")
         x=$(tail -n1 <<<"$x")
         echo "$o" >&2
