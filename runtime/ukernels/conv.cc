@@ -591,6 +591,8 @@ void Conv2d(const Table& t, const cuvil_uk_conv_params& p, const float* x, const
 
 extern "C" {
 
+const char* cuvil_uk_tier_name(void) { return cuvil::uk::ActiveTable().name; }
+
 void cuvil_uk_conv2d(const cuvil_uk_conv_params* p, const float* x, const float* w,
                      const float* bias, const float* residual, float* y, int64_t batch, float alpha,
                      float beta) {

@@ -5,10 +5,12 @@
 //               [--shape NAME=D0,D1,...]...
 // Prints one line with the keys of ONNX Runtime's peer script (../shared/bench/ort/run.sh):
 //   cuvil model=DIR/FILE batch=B threads=T median_ms=X p99_ms=Y mean_ms=Z runs=N gflops=G
-//   compile_ms=C arena_bytes=A live_bound_bytes=L scratch_bytes=S
+//   compile_ms=C arena_bytes=A live_bound_bytes=L scratch_bytes=S uk_tier=NAME
 // A is the planned arena of batch B, L the same split's liveness lower bound and S the memory
 // kernels used outside the arena while timed (per-thread microkernel buffers and the peak of
-// generated code's heap scratch): the peak activation memory is A + S.
+// generated code's heap scratch): the peak activation memory is A + S. NAME is the microkernels'
+// instruction-set tier (cuvil_uk_tier_name): the AVX2 tier runs resnet18 about 1.8x slower than
+// AVX-512 on Zen 5, so a host whose VM hides one of AVX-512 F/BW/DQ/VL shows it here.
 // --no-batch-split calls the entry point once per execution with the whole batch (what Execute
 // did before it split separable models), for side-by-side comparisons. --peak then measures the
 // host's FP32 FMA peak on T threads and adds peak_gflops= peak_bits= peak_share= (gflops / peak).
@@ -39,6 +41,7 @@
 #include "cuvil/jitcache/object_cache.h"
 #include "cuvil/runtime/parallel.h"
 #include "cuvil/runtime/scratch_usage.h"
+#include "cuvil/runtime/ukernels.h"
 #include "fma_peak.h"
 
 namespace cuvil {
@@ -390,12 +393,13 @@ int Main(int argc, char** argv) {
   bound.fixed_bytes = model.arena.live_fixed_bytes;
   std::printf(
       "cuvil model=%s batch=%lld threads=%d median_ms=%.4f p99_ms=%.4f mean_ms=%.4f runs=%zu "
-      "gflops=%.2f compile_ms=%.1f arena_bytes=%lld live_bound_bytes=%lld scratch_bytes=%lld%s%s\n",
+      "gflops=%.2f compile_ms=%.1f arena_bytes=%lld live_bound_bytes=%lld scratch_bytes=%lld "
+      "uk_tier=%s%s%s\n",
       name.c_str(), static_cast<long long>(o.batch), o.threads, q(0.5), q(0.99), mean, times.size(),
       gflops, compile_ms, static_cast<long long>(*arena_bytes),
       // -1: a plan whose size is a program of the symbols keeps no separate liveness bound.
       static_cast<long long>(model.arena.symbolic() ? -1 : bound.BytesFor(o.batch)),
-      static_cast<long long>(scratch_bytes),
+      static_cast<long long>(scratch_bytes), cuvil_uk_tier_name(),
       o.tier == CompileTier::kFull ? "" : absl::StrCat(" tier=", CompileTierName(o.tier)).c_str(),
       tier_report.c_str());
 
