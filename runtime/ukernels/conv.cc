@@ -191,11 +191,21 @@ void ParallelFillTasks(int64_t fills, int64_t fill_cost, Fill&& fill, int64_t ta
     std::atomic<int64_t> v{0};
   };
   Counter next_fill, filled, next_task;
-  auto next = [&] {
-    const int64_t task = next_task.v.fetch_add(1, std::memory_order_relaxed);
-    return task < tasks ? task : int64_t{-1};
-  };
+  // Tasks are claimed `grain` at a time: a claim moves the counter's cache line between the cores,
+  // which cost more than a small task itself (mobilenet_v2's 14x14 depthwise layers, one plane
+  // per task: 22 us on one thread, 115 on two with one claim per plane). Eight claims per thread
+  // still leave a late thread a share.
+  const int64_t grain = std::max<int64_t>(1, tasks / (8 * workers));
   ParallelFor(workers, CeilDiv(total, workers), [&](int64_t, int64_t) {
+    int64_t mine = 0, mine_end = 0;  // this thread's claimed, not yet handed out tasks
+    auto next = [&]() -> int64_t {
+      if (mine == mine_end) {
+        mine = next_task.v.fetch_add(grain, std::memory_order_relaxed);
+        if (mine >= tasks) return -1;
+        mine_end = std::min(tasks, mine + grain);
+      }
+      return mine++;
+    };
     int64_t done = 0;
     for (int64_t c = next_fill.v.fetch_add(1, std::memory_order_relaxed); c < fill_chunks;
          c = next_fill.v.fetch_add(1, std::memory_order_relaxed)) {
@@ -209,8 +219,9 @@ void ParallelFillTasks(int64_t fills, int64_t fill_cost, Fill&& fill, int64_t ta
 }
 
 // Runs body(next) on up to the intra-op threads, where next() hands out the tasks [0, tasks) one at
-// a time (-1 when none is left): a thread that starts late (pool wake-up) or shares its core with
-// another process takes fewer tasks instead of holding up the conv with a fixed share.
+// a time (-1 when none is left), claimed in small blocks: a thread that starts late (pool wake-up)
+// or shares its core with another process takes fewer tasks instead of holding up the conv with a
+// fixed share.
 template <typename F>
 void ParallelTasks(int64_t tasks, int64_t task_cost, F&& body) {
   ParallelFillTasks(0, 0, [](int64_t, int64_t) {}, tasks, task_cost, body);
