@@ -588,7 +588,10 @@ int64_t QDepthwise2dScratchBytes(const Table& t, const cuvil_uk_conv_params& p) 
 void Conv2d(const Table& t, const cuvil_uk_conv_params& p, const float* x, const float* w,
             const float* bias, const float* residual, float* y, int64_t batch, float alpha,
             float beta) {
-  if (batch <= 0) return;
+  // An empty output (a zero batch, or a map a shape-generic model's small input shrinks to
+  // nothing, as a server's load probe sends) has nothing to compute; the drivers' task plans
+  // would divide by its zero tiles.
+  if (batch <= 0 || p.out_height <= 0 || p.out_width <= 0 || p.out_channels <= 0) return;
   if ((p.flags & CUVIL_UK_CONV_WINOGRAD) != 0) {
     ConvWinograd(t, p, x, w, bias, residual, y, batch, alpha, beta);
   } else if ((p.flags & CUVIL_UK_CONV_DEPTHWISE) != 0) {

@@ -106,6 +106,29 @@ TEST(UkernelsTest, TierIsNamed) {
   EXPECT_EQ(std::string(uk::SupportedTables().back()->name), "generic");
 }
 
+// An empty output (a zero batch, or a map a small input shrinks to nothing, as a server's load
+// probe of a shape-generic model sends) computes nothing, on every path and at two threads: the
+// task plans used to divide by its zero tiles (SIGFPE loading googlenet with free H and W).
+TEST(UkernelsTest, EmptyOutputComputesNothing) {
+  SetIntraOpThreads(2);
+  for (int64_t flags : {CUVIL_UK_CONV_PACKED, CUVIL_UK_CONV_DEPTHWISE, CUVIL_UK_CONV_WINOGRAD}) {
+    for (int64_t batch : {0, 1}) {
+      cuvil_uk_conv_params p{};
+      p.channels = p.out_channels = p.groups = 8;
+      if (flags != CUVIL_UK_CONV_DEPTHWISE) p.groups = 1;
+      p.height = p.width = 2;
+      p.out_height = batch == 0 ? 1 : 0;  // batch 1: a 0x1 output; batch 0: no image
+      p.out_width = 1;
+      p.kernel_h = p.kernel_w = 3;
+      p.stride_h = p.stride_w = p.dilation_h = p.dilation_w = 1;
+      p.flags = flags;
+      // Null buffers: any read or write would crash.
+      cuvil_uk_conv2d(&p, nullptr, nullptr, nullptr, nullptr, nullptr, batch, 0.0f, 0.0f);
+    }
+  }
+  SetIntraOpThreads(1);
+}
+
 TEST(UkernelsTest, PointwiseEdgeSizes) {
   for (int64_t c : {1, 3, 17}) {
     for (int64_t m : {1, 5, 6, 7, 13}) {
