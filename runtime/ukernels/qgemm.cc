@@ -22,6 +22,7 @@
 #include "call_scratch.h"
 #include "cuvil/runtime/parallel.h"
 #include "cuvil/runtime/ukernels.h"
+#include "parallel_tasks.h"
 #include "scratch_sizes.h"
 #include "thread_buffer.h"
 #include "ukernel_table.h"
@@ -166,8 +167,6 @@ __attribute__((target("avx2"))) void TileAvx2(int64_t kq, const int8_t* a, const
 
 // Bytes of im2col B kept per block (with the weights streaming, about an L2's share).
 constexpr int64_t kBlockBytes = 192 * 1024;
-// Multiply-adds below which a second thread does not pay (as conv.cc's).
-constexpr int64_t kMinWorkPerThread = int64_t{1} << 21;
 
 enum Slot { kSlotB, kSlotRow, kSlotTile, kNumSlots };
 

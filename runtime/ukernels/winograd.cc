@@ -14,13 +14,13 @@
 #include "winograd.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
 #include "call_scratch.h"
 #include "cuvil/runtime/parallel.h"
 #include "cuvil/runtime/ukernels.h"
+#include "parallel_tasks.h"
 #include "thread_buffer.h"
 
 namespace cuvil::uk {
@@ -146,8 +146,6 @@ void Interleave(const float* e, const float* o, int64_t n, float* dst) {
   if (2 * i < n) dst[2 * i] = e[i];
 }
 
-// Multiply-adds below which a second thread does not pay (as in conv.cc).
-constexpr int64_t kMinWorkPerThread = int64_t{1} << 21;
 // Panels of kMR output channels and tiles per GEMM pass, reduction rows per pass.
 constexpr int64_t kPanelsPerTask = 8;
 constexpr int64_t kTilesPerTask = 8;
@@ -343,10 +341,9 @@ void ConvWinograd(const Table& tb, const cuvil_uk_conv_params& p, const float* x
   const int64_t m_blocks =
       chunks < threads ? std::min(CeilDiv(panels, kPanelsPerTask), CeilDiv(threads, chunks)) : 1;
   const int64_t tasks = chunks * m_blocks;
-  const int64_t workers = std::min(threads, tasks);
-  auto run_tasks = [&](auto&& next) {
+  ParallelTasks(tasks, CeilDiv(total_cost, tasks), [&](auto& next) {
     int64_t transformed = -1;  // the chunk whose V this thread holds
-    for (int64_t i = next(); i < tasks; i = next()) {
+    for (int64_t i = next(); i >= 0; i = next()) {
       const int64_t chunk = i / m_blocks, b = i % m_blocks;
       if (chunk != transformed) {
         transform_input(chunk * rows_per_chunk);
@@ -354,15 +351,6 @@ void ConvWinograd(const Table& tb, const cuvil_uk_conv_params& p, const float* x
       }
       run_block(chunk * rows_per_chunk, panels * b / m_blocks, panels * (b + 1) / m_blocks);
     }
-  };
-  if (workers <= 1) {
-    int64_t i = 0;
-    run_tasks([&] { return i++; });
-    return;
-  }
-  std::atomic<int64_t> next_task{0};
-  ParallelFor(workers, CeilDiv(total_cost, workers), [&](int64_t, int64_t) {
-    run_tasks([&] { return next_task.fetch_add(1, std::memory_order_relaxed); });
   });
 }
 

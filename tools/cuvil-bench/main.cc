@@ -9,7 +9,7 @@
 // A is the planned arena of batch B, L the same split's liveness lower bound and S the memory
 // kernels used outside the arena while timed (per-thread microkernel buffers and the peak of
 // generated code's heap scratch): the peak activation memory is A + S. NAME is the microkernels'
-// instruction-set tier (cuvil_uk_tier_name): the AVX2 tier runs resnet18 about 1.8x slower than
+// instruction-set tier (cuvil_uk_tier): the AVX2 tier runs resnet18 about 1.8x slower than
 // AVX-512 on Zen 5, so a host whose VM hides one of AVX-512 F/BW/DQ/VL shows it here.
 // --no-batch-split calls the entry point once per execution with the whole batch (what Execute
 // did before it split separable models), for side-by-side comparisons. --peak then measures the
@@ -399,7 +399,7 @@ int Main(int argc, char** argv) {
       gflops, compile_ms, static_cast<long long>(*arena_bytes),
       // -1: a plan whose size is a program of the symbols keeps no separate liveness bound.
       static_cast<long long>(model.arena.symbolic() ? -1 : bound.BytesFor(o.batch)),
-      static_cast<long long>(scratch_bytes), cuvil_uk_tier_name(),
+      static_cast<long long>(scratch_bytes), cuvil_uk_tier(),
       o.tier == CompileTier::kFull ? "" : absl::StrCat(" tier=", CompileTierName(o.tier)).c_str(),
       tier_report.c_str());
 

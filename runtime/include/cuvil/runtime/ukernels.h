@@ -43,11 +43,6 @@ inline constexpr int64_t CUVIL_UK_CONV_DEPTHWISE = 2;
 // cuvil_uk_pack_winograd_weights.
 inline constexpr int64_t CUVIL_UK_CONV_WINOGRAD = 4;
 
-// Name of the instruction-set tier the microkernels run on in this process ("avx512", "avx2_fma"
-// or "generic"): the best this CPU supports, or the lower one CUVIL_UK_TIER names. A figure
-// measured on another tier is not comparable. Thread-safe.
-const char* cuvil_uk_tier_name(void);
-
 // y = act(conv(x, w) + bias + residual) for `batch` images. bias ([M]) and residual (y's shape)
 // may be null; y must not overlap x, bias or residual. Splits the work over the calling thread's
 // intra-op threads (cuvil::SetIntraOpThreads). Reentrant.
