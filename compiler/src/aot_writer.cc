@@ -710,6 +710,7 @@ std::string HeaderText(const std::vector<AotTier>& tiers, const std::string& nam
       "  CUVIL_AOT_INDEX_OUT_OF_BOUNDS = 1, /* a Gather / ScatterND index outside its axis */\n"
       "  CUVIL_AOT_SLICE_OUT_OF_BOUNDS = 2, /* a batch-dependent Slice past its input */\n"
       "  CUVIL_AOT_TOPK_TOO_LARGE = 3,      /* TopK's K exceeds its axis at this batch */\n"
+      "  CUVIL_AOT_RESIZE_EMPTY_AXIS = 6,   /* a shape-dependent Resize of an empty axis */\n"
       "  CUVIL_AOT_BAD_BATCH = -1,          /* batch < 1, or a size overflows at this batch */\n"
       "  CUVIL_AOT_NULL_ARGUMENT = -2,      /* a null inputs/outputs array, tensor or arena */\n"
       "  CUVIL_AOT_MISALIGNED_ARENA = -3    /* arena not aligned to CUVIL_AOT_ARENA_ALIGN */\n"

@@ -276,6 +276,10 @@ absl::Status EntryStatus(int32_t rc) {
     case kEntryNoStringHeap:
       return absl::FailedPreconditionError(
           "this model makes strings, and the caller gave no storage for them");
+    case kEntryResizeEmptyAxis:
+      return absl::InvalidArgumentError(
+          "a Resize whose sizes depend on the input shapes would fill a non-empty axis from an "
+          "empty one for these shapes");
     default:
       return absl::InternalError(absl::StrCat("compiled model returned error code ", rc));
   }

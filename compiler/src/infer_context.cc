@@ -16,17 +16,65 @@ void InferContext::SetOutput(size_t i, DType dtype, SymShape shape) {
 
 void InferContext::SetKnown(size_t i, std::vector<SymDim> values) {
   if (!has_output(i)) return;
-  node_.outputs[i]->known = std::move(values);
+  int64_t den = 1;
+  if (IsFloat(node_.outputs[i]->type.dtype)) {
+    bool first = true;
+    for (const Value* in : node_.inputs) {
+      if (in == nullptr || !in->known || !IsFloat(in->type.dtype)) continue;
+      if (!first && in->known_den != den) return;
+      den = in->known_den;
+      first = false;
+    }
+  }
+  SetKnownRational(i, std::move(values), den);
 }
+
+void InferContext::SetKnownRational(size_t i, std::vector<SymDim> nums, int64_t den) {
+  if (!has_output(i)) return;
+  Value* v = node_.outputs[i];
+  // Float values only in float32/float64, where shape-sized integers are exact.
+  const bool wide_float = v->type.dtype == DType::kFloat32 || v->type.dtype == DType::kFloat64;
+  if (IsFloat(v->type.dtype) && !wide_float) return;
+  if (den <= 0 || den > kMaxKnownDen || (den != 1 && !wide_float)) return;
+  v->known = std::move(nums);
+  v->known_den = den;
+}
+
+namespace {
+
+// The first node, walking up from `v` through producers whose results are not known, all of whose
+// inputs are known (or constants): where shape arithmetic leaves what inference computes. Null
+// when the walk reaches a graph input or data (or gives up after 64 nodes).
+const Node* WhereKnownValuesStop(const Value* v) {
+  for (int steps = 0; steps < 64 && v != nullptr && v->producer != nullptr; ++steps) {
+    const Value* unknown = nullptr;
+    for (const Value* in : v->producer->inputs) {
+      if (in != nullptr && !in->known && !in->is_constant()) {
+        unknown = in;
+        break;
+      }
+    }
+    if (unknown == nullptr) return v->producer;
+    v = unknown;
+  }
+  return nullptr;
+}
+
+}  // namespace
 
 absl::StatusOr<std::vector<SymDim>> InferContext::Known(size_t i, const char* role) {
   if (!has_input(i)) return Error(absl::StrCat("missing ", role, " input"));
   Value* v = node_.inputs[i];
-  if (v->known.has_value()) return *v->known;
+  if (v->known.has_value() && v->known_den == 1) return *v->known;
   RequestBindings(v);
+  std::string where;
+  if (const Node* stop = WhereKnownValuesStop(v)) {
+    where = absl::StrCat(" (shape values stop at ", stop->Describe(),
+                         ", whose result is not computed at compile time)");
+  }
   return absl::FailedPreconditionError(absl::StrCat(
       node_.Describe(), ": ", role, " input '", v->name,
-      "' must be known at compile time (it determines a shape); bind it to a constant"));
+      "' must be known at compile time (it determines a shape); bind it to a constant", where));
 }
 
 absl::StatusOr<std::vector<int64_t>> InferContext::StaticInts(size_t i, const char* role) {

@@ -42,11 +42,16 @@ class InferContext {
 
   // Sets output i's type (ignored when the output is omitted).
   void SetOutput(size_t i, DType dtype, SymShape shape);
-  // Records compile-time values of output i.
+  // Records compile-time values of output i (call after SetOutput). For a float output the
+  // values are over the known_den its float inputs share (ops that move values keep them); when
+  // those inputs disagree the values are dropped.
   void SetKnown(size_t i, std::vector<SymDim> values);
+  // Records output i's values as numerators over `den` (> 0; 1 for integer outputs). Values whose
+  // denominator exceeds kMaxKnownDen are dropped.
+  void SetKnownRational(size_t i, std::vector<SymDim> nums, int64_t den);
 
   // The compile-time values of input i, possibly symbolic. FailedPrecondition (and a binding
-  // request for graph inputs) when they are not known at compile time.
+  // request for graph inputs) when they are not known at compile time or not integers.
   absl::StatusOr<std::vector<SymDim>> Known(size_t i, const char* role);
   // As Known, but every value must be static.
   absl::StatusOr<std::vector<int64_t>> StaticInts(size_t i, const char* role);

@@ -1,6 +1,7 @@
 #include "cuvil/compiler/ir.h"
 
 #include <algorithm>
+#include <cmath>
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
@@ -78,8 +79,16 @@ void Graph::MakeConstant(Value* value, HostTensor tensor) {
   value->type.shape.clear();
   for (int64_t d : tensor.shape()) value->type.shape.push_back(SymDim::Const(d));
   value->type.shape_known = true;
+  value->known.reset();
+  value->known_den = 1;
   if (IsInteger(tensor.dtype()) || tensor.dtype() == DType::kBool) {
     if (tensor.num_elements() <= 64) value->known = KnownFromTensor(tensor);
+  } else if ((tensor.dtype() == DType::kFloat32 || tensor.dtype() == DType::kFloat64) &&
+             tensor.num_elements() <= 64) {
+    if (auto r = RationalKnownFromTensor(tensor)) {
+      value->known = std::move(r->first);
+      value->known_den = r->second;
+    }
   }
   value->constant = std::move(tensor);
   value->producer = nullptr;
@@ -171,6 +180,28 @@ std::vector<SymDim> KnownFromTensor(const HostTensor& t) {
     }
   }
   return out;
+}
+
+std::optional<std::pair<std::vector<SymDim>, int64_t>> RationalKnownFromTensor(
+    const HostTensor& t) {
+  constexpr double kMaxExact = 9007199254740992.0;  // 2^53
+  int64_t den = 1;
+  for (int64_t i = 0; i < t.num_elements(); ++i) {
+    const double v = t.GetAsDouble(i);
+    if (!std::isfinite(v)) return std::nullopt;
+    while (std::abs(v * static_cast<double>(den)) <= kMaxExact &&
+           v * static_cast<double>(den) != std::floor(v * static_cast<double>(den))) {
+      if (den >= kMaxKnownDen) return std::nullopt;
+      den *= 2;
+    }
+    if (std::abs(v * static_cast<double>(den)) > kMaxExact) return std::nullopt;
+  }
+  std::vector<SymDim> nums;
+  for (int64_t i = 0; i < t.num_elements(); ++i) {
+    nums.push_back(
+        SymDim::Const(static_cast<int64_t>(t.GetAsDouble(i) * static_cast<double>(den))));
+  }
+  return std::make_pair(std::move(nums), den);
 }
 
 std::map<const Value*, int> UseCounts(const Graph& graph) {

@@ -27,6 +27,23 @@ HostTensor TensorFromKnown(const ir::TensorType& type, const std::vector<SymDim>
   return t;
 }
 
+// A float tensor's rational known values: num / den divided in the tensor's own precision, as
+// the Div that produced them rounds (CanFold admits only numerators and denominators exact in it).
+HostTensor TensorFromRational(const ir::TensorType& type, const std::vector<SymDim>& nums,
+                              int64_t den) {
+  std::vector<int64_t> shape;
+  for (const SymDim& d : type.shape) shape.push_back(d.coef());
+  HostTensor t(type.dtype, shape);
+  for (size_t i = 0; i < nums.size() && static_cast<int64_t>(i) < t.num_elements(); ++i) {
+    if (type.dtype == DType::kFloat64) {
+      t.data_as<double>()[i] = static_cast<double>(nums[i].coef()) / static_cast<double>(den);
+    } else {
+      t.data_as<float>()[i] = static_cast<float>(nums[i].coef()) / static_cast<float>(den);
+    }
+  }
+  return t;
+}
+
 // True when every output of `node` has fully static known values matching its static shape.
 bool CanFold(const ir::Node& node) {
   if (node.outputs.empty()) return false;
@@ -38,6 +55,17 @@ bool CanFold(const ir::Node& node) {
       return false;
     for (const SymDim& d : *out->known) {
       if (!d.IsStatic()) return false;
+    }
+    if (IsFloat(out->type.dtype)) {
+      // Fold floats only where num / den rounds once in the tensor's precision: numerators and
+      // denominator exact in it (24 bits for float32).
+      if (out->type.dtype != DType::kFloat32 && out->type.dtype != DType::kFloat64) return false;
+      const int64_t limit =
+          out->type.dtype == DType::kFloat32 ? int64_t{1} << 24 : int64_t{1} << 53;
+      if (out->known_den > limit) return false;
+      for (const SymDim& d : *out->known) {
+        if (d.coef() > limit || d.coef() < -limit) return false;
+      }
     }
   }
   return true;
@@ -106,7 +134,10 @@ absl::Status InferAndFold(ir::Graph& graph, std::vector<std::string>* needs_bind
     }
     if (CanFold(node)) {
       for (ir::Value* out : node.outputs) {
-        if (out != nullptr) graph.MakeConstant(out, TensorFromKnown(out->type, *out->known));
+        if (out == nullptr) continue;
+        graph.MakeConstant(out, out->known_den == 1
+                                    ? TensorFromKnown(out->type, *out->known)
+                                    : TensorFromRational(out->type, *out->known, out->known_den));
       }
       folded.push_back(&node);
     } else if (TryFoldOnHost(graph, node)) {  // Tiny float arithmetic and casts.

@@ -260,7 +260,44 @@ absl::Status Expand(KernelContext& k) {
   return absl::OkStatus();
 }
 
+// Constant-mode Pad whose pads (input 1, over attribute "pad_axes") follow from the input
+// shapes and are read at run time; the output shape already holds their values.
+absl::Status SymbolicPad(KernelContext& k) {
+  DType d = k.in_dtype(0);
+  const SymShape& in = k.in_shape(0);
+  const size_t rank = in.size();
+  std::vector<int64_t> axes = k.node().attr_ints("pad_axes");
+  auto& b = k.b();
+  Idx begin(rank, k.I64(0));
+  for (size_t j = 0; j < axes.size(); ++j) {
+    begin[axes[j]] = k.Convert(k.Load(k.in_dtype(1), k.in(1), k.I64(static_cast<int64_t>(j))),
+                               k.in_dtype(1), DType::kInt64);
+  }
+  Idx in_dims = k.Dims(in), in_strides = k.Strides(in);
+  Idx out_strides = k.Strides(k.out_shape(0));
+  llvm::Value* fill = k.Const(d, k.node().attr_float("value", 0));
+  llvm::Value* nonempty = b.CreateICmpSGT(k.NumElements(in), k.I64(0));
+  k.ForNest(k.Dims(k.out_shape(0)), [&](const Idx& idx) {
+    llvm::Value* offset = k.I64(0);
+    llvm::Value* inside = nonempty;
+    for (size_t a = 0; a < rank; ++a) {
+      llvm::Value* s = b.CreateSub(idx[a], begin[a]);
+      inside = b.CreateAnd(
+          inside, b.CreateAnd(b.CreateICmpSGE(s, k.I64(0)), b.CreateICmpSLT(s, in_dims[a])));
+      offset = b.CreateAdd(offset, b.CreateMul(s, in_strides[a]));
+    }
+    // Outside the input (or for an empty one) nothing is read.
+    llvm::Value* v = fill;
+    k.If(
+        inside,
+        [&] { k.Store(d, k.out(0), k.Offset(idx, out_strides), k.Load(d, k.in(0), offset)); },
+        [&] { k.Store(d, k.out(0), k.Offset(idx, out_strides), v); });
+  });
+  return absl::OkStatus();
+}
+
 absl::Status Pad(KernelContext& k) {
+  if (k.node().has_attr("pad_axes")) return SymbolicPad(k);
   std::string mode = k.node().attr_string("mode", "constant");
   std::vector<int64_t> pads = k.node().attr_ints("pads");
   DType d = k.in_dtype(0);
@@ -381,14 +418,16 @@ absl::Status Trilu(KernelContext& k) {
 
 // ---- Resize ----
 
-// How one axis maps output coordinates to input taps; all parameters are compile-time constants.
+// How one axis maps output coordinates to input taps. Lengths and the scale are values of the
+// kernel (constants when the dims are static, folded by the builder; run-time values computed from
+// the resolved dims otherwise), so every mode serves symbolic dims the same way.
 struct ResizeAxis {
   bool identity = true;
-  int64_t in_len = 1, out_len = 1;
-  // A symbolic input length (then in_len and out_len are unused: shape inference admits only
-  // the modes that need neither).
-  llvm::Value* dynamic_in_len = nullptr;
-  double scale = 1, roi_start = 0, roi_end = 1;
+  llvm::Value* in_len = nullptr;  // i64
+  llvm::Value* in_f = nullptr;    // double(in_len)
+  llvm::Value* out_f = nullptr;   // double(output length)
+  llvm::Value* scale = nullptr;   // double: the given scale, or output / input length
+  double roi_start = 0, roi_end = 1;
 };
 
 struct Tap {
@@ -434,21 +473,27 @@ class ResizeEmitter {
         continue;
       }
       ax.identity = false;
-      if (!in[a].IsStatic() || !out[a].IsStatic()) {
-        if (scales.empty()) return k_.Unsupported("resizing a symbolic dimension to sizes");
-        ax.dynamic_in_len = k_.Dim(in[a]);
-        ax.scale = static_cast<double>(scales[a]);
-        axes_.push_back(ax);
-        continue;
-      }
-      ax.in_len = in[a].coef();
-      ax.out_len = out[a].coef();
-      ax.scale = scales.empty() ? static_cast<double>(ax.out_len) / static_cast<double>(ax.in_len)
-                                : static_cast<double>(scales[a]);
+      ax.in_len = k_.Dim(in[a]);
+      ax.in_f = b_.CreateSIToFP(ax.in_len, b_.getDoubleTy());
+      ax.out_f = b_.CreateSIToFP(k_.Dim(out[a]), b_.getDoubleTy());
+      // With sizes, ONNX's scale is output / input length (0 / 0 cannot occur: shape inference
+      // refuses resizing an empty axis to a non-empty one, and an empty output runs no loop).
+      ax.scale =
+          scales.empty() ? b_.CreateFDiv(ax.out_f, ax.in_f) : F64(static_cast<double>(scales[a]));
       axes_.push_back(ax);
     }
     in_strides_ = k_.Strides(in);
     out_dims_ = k_.Dims(out);
+    // Shape inference refuses a static empty axis resized to a non-empty one; with symbolic
+    // dims the check falls to run time, and the loop over that axis runs no iteration (its taps
+    // would read before the input).
+    for (size_t a = 0; a < rank; ++a) {
+      if (axes_[a].identity || (in[a].IsStatic() && out[a].IsStatic())) continue;
+      llvm::Value* empty = b_.CreateICmpEQ(axes_[a].in_len, k_.I64(0));
+      k_.FailIf(b_.CreateAnd(empty, b_.CreateICmpNE(out_dims_[a], k_.I64(0))),
+                kEntryResizeEmptyAxis);
+      out_dims_[a] = b_.CreateSelect(empty, k_.I64(0), out_dims_[a]);
+    }
     out_strides_ = k_.Strides(out);
     Loop(0, k_.I64(0));
     return absl::OkStatus();
@@ -474,29 +519,32 @@ class ResizeEmitter {
   // The input coordinate of output coordinate x (ONNX coordinate_transformation_mode).
   llvm::Value* SourceCoordinate(const ResizeAxis& ax, llvm::Value* x, AxisTaps& result) {
     llvm::Value* xd = b_.CreateSIToFP(x, b_.getDoubleTy());
-    double in = static_cast<double>(ax.in_len);
-    double ow = ax.scale * in;  // ONNX uses the unrounded output length here.
+    llvm::Value* in = ax.in_f;
+    llvm::Value* in_1 = b_.CreateFSub(in, F64(1));
+    llvm::Value* ow = b_.CreateFMul(ax.scale, in);  // ONNX uses the unrounded output length here.
+    llvm::Value* ow_is_1 = b_.CreateFCmpOEQ(ow, F64(1));
+    llvm::Value* ow_1 = b_.CreateFSub(ow, F64(1));
     llvm::Value* half_pixel =
-        b_.CreateFSub(b_.CreateFDiv(b_.CreateFAdd(xd, F64(0.5)), F64(ax.scale)), F64(0.5));
-    if (ctm_ == "asymmetric") return b_.CreateFDiv(xd, F64(ax.scale));
-    if (ctm_ == "tf_half_pixel_for_nn")
-      return b_.CreateFDiv(b_.CreateFAdd(xd, F64(0.5)), F64(ax.scale));
-    if (ctm_ == "pytorch_half_pixel") return ow == 1 ? F64(-0.5) : half_pixel;
+        b_.CreateFSub(b_.CreateFDiv(b_.CreateFAdd(xd, F64(0.5)), ax.scale), F64(0.5));
+    if (ctm_ == "asymmetric") return b_.CreateFDiv(xd, ax.scale);
+    if (ctm_ == "tf_half_pixel_for_nn") return b_.CreateFDiv(b_.CreateFAdd(xd, F64(0.5)), ax.scale);
+    if (ctm_ == "pytorch_half_pixel") return b_.CreateSelect(ow_is_1, F64(-0.5), half_pixel);
     if (ctm_ == "align_corners") {
-      return ow == 1 ? F64(0) : b_.CreateFDiv(b_.CreateFMul(xd, F64(in - 1)), F64(ow - 1));
+      return b_.CreateSelect(ow_is_1, F64(0), b_.CreateFDiv(b_.CreateFMul(xd, in_1), ow_1));
     }
     if (ctm_ == "half_pixel_symmetric") {
-      double adjustment = static_cast<double>(ax.out_len) / ow;
-      return b_.CreateFAdd(F64(in / 2 * (1 - adjustment)), half_pixel);
+      llvm::Value* adjustment = b_.CreateFDiv(ax.out_f, ow);
+      llvm::Value* shift =
+          b_.CreateFMul(b_.CreateFDiv(in, F64(2)), b_.CreateFSub(F64(1), adjustment));
+      return b_.CreateFAdd(shift, half_pixel);
     }
     if (ctm_ == "tf_crop_and_resize") {
       double extent = ax.roi_end - ax.roi_start;
       llvm::Value* c =
-          ow == 1 ? F64(extent * (in - 1) / 2)
-                  : b_.CreateFDiv(b_.CreateFMul(b_.CreateFMul(xd, F64(extent)), F64(in - 1)),
-                                  F64(ow - 1));
-      c = b_.CreateFAdd(c, F64(ax.roi_start * (in - 1)));
-      result.inside = b_.CreateAnd(b_.CreateFCmpOGE(c, F64(0)), b_.CreateFCmpOLE(c, F64(in - 1)));
+          b_.CreateSelect(ow_is_1, b_.CreateFDiv(b_.CreateFMul(F64(extent), in_1), F64(2)),
+                          b_.CreateFDiv(b_.CreateFMul(b_.CreateFMul(xd, F64(extent)), in_1), ow_1));
+      c = b_.CreateFAdd(c, b_.CreateFMul(F64(ax.roi_start), in_1));
+      result.inside = b_.CreateAnd(b_.CreateFCmpOGE(c, F64(0)), b_.CreateFCmpOLE(c, in_1));
       return c;
     }
     return half_pixel;
@@ -508,8 +556,7 @@ class ResizeEmitter {
     llvm::Value* floor = k_.Intrinsic(llvm::Intrinsic::floor, c);
     llvm::Value* ratio = b_.CreateFSub(c, floor);
     llvm::Value* base = b_.CreateFPToSI(floor, k_.I64Ty());
-    llvm::Value* last = ax.dynamic_in_len != nullptr ? b_.CreateSub(ax.dynamic_in_len, k_.I64(1))
-                                                     : k_.I64(ax.in_len - 1);
+    llvm::Value* last = b_.CreateSub(ax.in_len, k_.I64(1));
     auto clamp = [&](llvm::Value* i) { return Clamp(k_, i, k_.I64(0), last); };
     if (mode_ == "nearest") {
       llvm::Value* up = b_.getFalse();

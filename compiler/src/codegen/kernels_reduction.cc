@@ -457,14 +457,16 @@ absl::Status EmitTopK(KernelContext& k) {
   const SymShape& shape = k.in_shape(0);
   int64_t axis = k.node().attr_int("axis", 0);
   bool largest = k.node().attr_int("largest", 1) != 0;
-  llvm::Value* count = k.I64(k.node().attr_int("k", 0));
+  // K is the output's extent along the axis (a symbolic K, see ops/shape_reduction.cc, lives
+  // only there); it may be negative at run time only when computed from the shapes.
+  llvm::Value* count = k.Dim(k.out_shape(0)[axis]);
   llvm::Value* n = k.Dim(shape[axis]);
   llvm::Value* outer = k.NumElements(SymShape(shape.begin(), shape.begin() + axis));
   llvm::Value* inner = k.NumElements(SymShape(shape.begin() + axis + 1, shape.end()));
   auto& b = k.b();
   // Shape inference checks K against a static axis only; a batch-dependent axis may be shorter
   // than K at run time, and selecting past it would overrun the index buffer.
-  llvm::Value* fits = b.CreateICmpSLE(count, n);
+  llvm::Value* fits = b.CreateAnd(b.CreateICmpSLE(count, n), b.CreateICmpSGE(count, k.I64(0)));
   k.FailIf(b.CreateNot(fits), kEntryTopKTooLarge);
   outer = b.CreateSelect(fits, outer, k.I64(0));
   llvm::Value* order =

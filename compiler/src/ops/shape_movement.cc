@@ -78,7 +78,25 @@ absl::Status Transpose(InferContext& c) {
   }
   c.node().attrs["perm"] = perm;
   c.SetOutput(0, c.in_dtype(0), out);
-  if (rank <= 1 && c.input(0)->known) c.SetKnown(0, *c.input(0)->known);
+  if (rank <= 1 && c.input(0)->known) {
+    c.SetKnown(0, *c.input(0)->known);
+  } else if (const auto* k = SmallKnown(c, 0); k != nullptr) {
+    // A pads table [n, 2] transposed to ONNX's begins-then-ends order (swin, detection).
+    const SymShape& in = c.in_shape(0);
+    std::vector<int64_t> in_strides(rank, 1);
+    for (int a = rank - 2; a >= 0; --a) in_strides[a] = in_strides[a + 1] * in[a + 1].coef();
+    std::vector<SymDim> known;
+    for (int64_t e = 0; e < static_cast<int64_t>(k->size()); ++e) {
+      int64_t rest = e, offset = 0;
+      for (int a = rank - 1; a >= 0; --a) {
+        const int64_t i = rest % out[a].coef();
+        rest /= out[a].coef();
+        offset += i * in_strides[perm[a]];
+      }
+      known.push_back((*k)[offset]);
+    }
+    c.SetKnown(0, std::move(known));
+  }
   return absl::OkStatus();
 }
 
@@ -107,7 +125,7 @@ absl::Status Concat(InferContext& c) {
     auto sum = SymAdd(out[*axis], c.in_shape(i)[*axis]);
     if (!sum)
       return absl::UnimplementedError(c.node().Describe() +
-                                      ": concatenated extent is not a monomial");
+                                      ": the concatenated extent's expression is too large");
     out[*axis] = *sum;
   }
   c.node().attrs["axis"] = int64_t{*axis};
@@ -292,10 +310,21 @@ absl::Status Slice(InferContext& c) {
   node.attrs["steps"] = all_steps;
   c.TruncateInputs(1);
   c.SetOutput(0, c.in_dtype(0), out);
-  if (const auto* k = rank == 1 && out[0].IsStatic() ? SmallKnown(c, 0) : nullptr; k != nullptr) {
+  // Known values of any rank (swin reverses a [n, 2] pads table along axis 0).
+  if (const auto* k = IsStaticShape(out) ? SmallKnown(c, 0) : nullptr; k != nullptr) {
+    const int64_t n = SymNumElements(out).coef();
+    std::vector<int64_t> in_strides(rank, 1);
+    for (int a = rank - 2; a >= 0; --a) in_strides[a] = in_strides[a + 1] * in[a + 1].coef();
     std::vector<SymDim> known;
-    for (int64_t i = 0; i < out[0].coef(); ++i)
-      known.push_back((*k)[all_starts[0] + i * all_steps[0]]);
+    for (int64_t e = 0; e < n; ++e) {
+      int64_t rest = e, offset = 0;
+      for (int a = rank - 1; a >= 0; --a) {
+        const int64_t i = rest % out[a].coef();
+        rest /= out[a].coef();
+        offset += (all_starts[a] + i * all_steps[a]) * in_strides[a];
+      }
+      known.push_back((*k)[offset]);
+    }
     c.SetKnown(0, std::move(known));
   }
   return absl::OkStatus();
@@ -380,6 +409,51 @@ absl::Status Expand(InferContext& c) {
   return absl::OkStatus();
 }
 
+// Pads that follow from the input shapes (swin's window padding (7 - W % 7) % 7, detection
+// transforms' pad to a multiple of 32): the node keeps its pads input, which its kernel reads
+// at run time, and attribute "pad_axes" names the axes that input covers in order. Only
+// constant mode (the others need every pad below the input's extent, unknown here).
+absl::Status SymbolicPad(InferContext& c, const std::vector<SymDim>& pads) {
+  Node& node = c.node();
+  const int rank = c.in_rank(0);
+  if (node.attr_string("mode", "constant") != "constant") {
+    return absl::UnimplementedError(
+        node.Describe() + ": pads that depend on a symbolic dimension need mode constant");
+  }
+  std::vector<int64_t> axes(rank);
+  for (int i = 0; i < rank; ++i) axes[i] = i;
+  if (c.has_input(3)) {
+    auto given = c.StaticInts(3, "axes");
+    if (!given.ok()) return given.status();
+    auto norm = NormalizeAxes(c, *given, rank);
+    if (!norm.ok()) return norm.status();
+    axes.assign(norm->begin(), norm->end());
+  }
+  const size_t n = axes.size();
+  if (pads.size() != 2 * n) return c.Error("pads length differs from 2 * the padded axes");
+  float value = 0;
+  if (c.has_input(2)) {
+    auto v = c.ConstantInput(2, "constant_value");
+    if (!v.ok()) return v.status();
+    if ((*v)->num_elements() > 0) value = static_cast<float>((*v)->GetAsDouble(0));
+  }
+  SymShape out = c.in_shape(0);
+  for (size_t j = 0; j < n; ++j) {
+    auto total = SymAdd(pads[j], pads[j + n]);
+    std::optional<SymDim> d = total ? SymAdd(out[axes[j]], *total) : std::nullopt;
+    if (!d) return c.Error("pads are too large");
+    if (d->IsStatic() && d->coef() < 0) return c.Error("negative output extent");
+    out[axes[j]] = *d;
+  }
+  node.attrs["value"] = value;
+  node.attrs["pad_axes"] = axes;
+  node.attrs.erase("pads");
+  node.attrs.erase("paddings");
+  c.TruncateInputs(2);
+  c.SetOutput(0, c.in_dtype(0), out);
+  return absl::OkStatus();
+}
+
 absl::Status Pad(InferContext& c) {
   if (auto s = c.ExpectInputs(1, 4); !s.ok()) return s;
   Node& node = c.node();
@@ -389,6 +463,9 @@ absl::Status Pad(InferContext& c) {
     // Attribute form: opset < 11 (or already canonical).
     pads = node.has_attr("pads") ? node.attr_ints("pads") : node.attr_ints("paddings");
   } else {
+    auto known = c.Known(1, "pads");
+    if (!known.ok()) return known.status();
+    if (!StaticValues(*known).ok()) return SymbolicPad(c, *known);
     auto p = c.StaticInts(1, "pads");
     if (!p.ok()) return p.status();
     pads = *p;
@@ -606,10 +683,8 @@ absl::Status Resize(InferContext& c) {
   SymShape out(rank);
   for (int a = 0; a < rank; ++a) {
     if (sizes) {
+      // Symbolic sizes are fine: the kernel takes the scale as output / input length at run time.
       out[a] = (*sizes)[a];
-      if (!(out[a] == in[a]) && (!out[a].IsStatic() || !in[a].IsStatic())) {
-        return absl::UnimplementedError(node.Describe() + ": resizing a symbolic dimension");
-      }
     } else if (scales[a] == 1.0f) {
       out[a] = in[a];
     } else if (!in[a].IsStatic()) {

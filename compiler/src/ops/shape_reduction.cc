@@ -14,6 +14,40 @@
 namespace cuvil::ir {
 namespace {
 
+// Known values through a reduction of every element to one (ReduceMax of a shape's H and W,
+// ReduceProd of a shape): max, min, sum and product, over integers or a float's numerators.
+void ReduceKnown(InferContext& c) {
+  const Value* in = c.input(0);
+  const Value* out = c.node().outputs[0];
+  if (!in->known || in->known->empty() || out == nullptr || !IsStaticShape(out->type.shape) ||
+      SymNumElements(out->type.shape).coef() != 1 || !IsStaticShape(in->type.shape) ||
+      static_cast<int64_t>(in->known->size()) != SymNumElements(in->type.shape).coef()) {
+    return;
+  }
+  if (!IsInteger(in->type.dtype) && !IsFloat(in->type.dtype)) return;
+  const std::string& op = c.node().op_type;
+  std::optional<DimExpr> acc = (*in->known)[0].expr();
+  int64_t den = in->known_den;
+  for (size_t i = 1; i < in->known->size() && acc; ++i) {
+    const DimExpr& x = (*in->known)[i].expr();
+    if (op == "ReduceMax") {
+      acc = DimMax(*acc, x);
+    } else if (op == "ReduceMin") {
+      acc = DimMin(*acc, x);
+    } else if (op == "ReduceSum") {
+      acc = DimAdd(*acc, x);
+    } else if (op == "ReduceProd") {
+      acc = DimMul(*acc, x);
+      if (__builtin_mul_overflow(den, in->known_den, &den)) return;
+    } else {
+      return;
+    }
+  }
+  if (!acc) return;
+  if (op != "ReduceMax" && op != "ReduceMin" && op != "ReduceSum" && op != "ReduceProd") return;
+  c.SetKnownRational(0, {SymDim(*acc)}, den);
+}
+
 absl::Status Reduce(InferContext& c) {
   if (auto s = c.ExpectInputs(1, 2); !s.ok()) return s;
   Node& n = c.node();
@@ -52,6 +86,7 @@ absl::Status Reduce(InferContext& c) {
     }
   }
   c.SetOutput(0, c.in_dtype(0), out);
+  ReduceKnown(c);
   return absl::OkStatus();
 }
 
@@ -149,10 +184,24 @@ absl::Status TopK(InferContext& c) {
   if (auto s = c.ExpectInputs(1, 2); !s.ok()) return s;
   Node& n = c.node();
   if (c.has_input(1)) {
-    auto k = c.StaticInts(1, "K");
-    if (!k.ok()) return k.status();
-    if (k->size() != 1) return c.Error("K must hold one value");
-    n.attrs["k"] = (*k)[0];
+    auto known = c.Known(1, "K");
+    if (!known.ok()) return known.status();
+    if (known->size() != 1) return c.Error("K must hold one value");
+    if (!(*known)[0].IsStatic()) {
+      // K from the input shapes (detection: min(300, number of candidates)): the output's
+      // extent along the axis is K, which the kernel reads from the shape, and checks against
+      // the axis at run time.
+      auto axis = NormaliseAxis(c, -1);
+      if (!axis.ok()) return axis.status();
+      SymShape out = c.in_shape(0);
+      out[*axis] = (*known)[0];
+      n.attrs.erase("k");
+      c.TruncateInputs(1);
+      c.SetOutput(0, c.in_dtype(0), out);
+      c.SetOutput(1, DType::kInt64, out);
+      return absl::OkStatus();
+    }
+    n.attrs["k"] = (*known)[0].coef();
     c.TruncateInputs(1);
   }
   auto axis = NormaliseAxis(c, -1);

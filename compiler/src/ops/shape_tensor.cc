@@ -217,8 +217,31 @@ absl::Status ConstantOfShape(InferContext& c) {
 
 // Range's element count max(ceil((limit - start) / delta), 0), computed without overflow or an
 // out-of-range float-to-int conversion. Integer operands use exact int64 arithmetic.
+// Range over known integer values with a constant step: arange(past, past + seq) in decoders
+// whose bounds come from input shapes. The count is max(ceil((limit - start) / delta), 0).
+std::optional<absl::Status> SymbolicRange(InferContext& c) {
+  if (!IsInteger(c.in_dtype(0))) return std::nullopt;
+  SymDim v[3];
+  for (int i = 0; i < 3; ++i) {
+    const Value* in = c.input(i);
+    if (in == nullptr || !in->known || in->known->size() != 1) return std::nullopt;
+    v[i] = (*in->known)[0];
+  }
+  auto delta = v[2].AsConstant();
+  if (!delta || *delta == 0 || (v[0].IsStatic() && v[1].IsStatic())) return std::nullopt;
+  std::optional<DimExpr> span =
+      *delta > 0 ? DimSub(v[1].expr(), v[0].expr()) : DimSub(v[0].expr(), v[1].expr());
+  if (!span) return std::nullopt;
+  auto count = DimCeilDiv(*span, DimExpr(*delta > 0 ? *delta : -*delta));
+  if (count) count = DimMax(*count, DimExpr(0));
+  if (!count) return std::nullopt;
+  c.SetOutput(0, c.in_dtype(0), {SymDim(*count)});
+  return absl::OkStatus();
+}
+
 absl::Status Range(InferContext& c) {
   if (auto s = c.ExpectInputs(3, 3); !s.ok()) return s;
+  if (auto symbolic = SymbolicRange(c)) return *symbolic;
   const HostTensor* t[3];
   for (int i = 0; i < 3; ++i) {
     auto ti = c.ConstantInput(i, i == 0 ? "start" : i == 1 ? "limit" : "delta");

@@ -57,6 +57,8 @@ enum EntryError : int32_t {
   kEntryStringNotANumber = 4,
   // The model makes strings but the caller gave no StringHeap (see CompiledModel::makes_strings).
   kEntryNoStringHeap = 5,
+  // A Resize whose sizes depend on the input shapes would fill a non-empty axis from an empty one.
+  kEntryResizeEmptyAxis = 6,
 };
 
 // Maps a cuvil_entry result to a status: OK for 0, InvalidArgument describing the failure

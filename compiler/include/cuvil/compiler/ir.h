@@ -45,9 +45,13 @@ class Value {
   Node* producer = nullptr;  // Null for graph inputs and constants.
   // Set for initializers and folded constants; such values have no producer.
   std::optional<HostTensor> constant;
-  // Element values known at compile time for small integer tensors (shapes and indices), possibly
-  // symbolic. Set for constants and for results of shape arithmetic.
+  // Element values known at compile time for small tensors (shapes and indices), possibly
+  // symbolic. Set for constants and for results of shape arithmetic. Integer and bool tensors
+  // hold the values themselves; a float tensor's element i is known[i] / known_den exactly (the
+  // shape arithmetic exporters write in floating point: Cast → Div → Ceil → Cast).
   std::optional<std::vector<SymDim>> known;
+  // The common denominator of a float tensor's known values: positive, 1 for every integer tensor.
+  int64_t known_den = 1;
   bool is_graph_input = false;
   bool is_graph_output = false;
 
@@ -170,6 +174,14 @@ absl::StatusOr<std::vector<int64_t>> StaticValues(const std::vector<SymDim>& val
 
 // Reads an integer constant tensor (int32/int64/uint8/int8/bool) into SymDims.
 std::vector<SymDim> KnownFromTensor(const HostTensor& t);
+
+// A float constant's values as numerators over one power-of-two denominator (at most
+// kMaxKnownDen), the form Value::known takes for float tensors; nullopt when a value is not
+// finite, not such a fraction, or its numerator exceeds 2^53.
+std::optional<std::pair<std::vector<SymDim>, int64_t>> RationalKnownFromTensor(const HostTensor& t);
+
+// Largest denominator Value::known_den may take; arithmetic that would exceed it drops the values.
+inline constexpr int64_t kMaxKnownDen = int64_t{1} << 20;
 
 // Uses of every value by node inputs (a graph output counts as a use too).
 std::map<const Value*, int> UseCounts(const Graph& graph);

@@ -48,7 +48,7 @@ struct DimAtom;
 inline constexpr int32_t kMaxDimExprPower = 16;
 // Largest expression (atoms plus terms, counted over the whole tree). An operation whose result
 // would be larger fails (nullopt) instead of growing without bound.
-inline constexpr int32_t kMaxDimExprNodes = 512;
+inline constexpr int32_t kMaxDimExprNodes = 4096;
 
 // A canonical dimension expression. Thread-compatible value type (immutable; copies share nodes,
 // and concurrent reads of shared nodes are safe).
