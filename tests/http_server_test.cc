@@ -603,6 +603,54 @@ TEST_F(HttpSlowClientTest, ConnectionCapsPerAddressAndInAll) {
   EXPECT_TRUE(ServerClosed(from_two.front())) << "the oldest idle connection was not evicted";
 }
 
+// The scrape port had its own plain httplib server (a thread per connection, 8 threads): 64 clients
+// trickling a header held every thread, so Prometheus' scrapes timed out. It now shares the HTTP
+// front end's connection stage and deadlines.
+TEST_F(HttpSlowClientTest, SlowClientsOnTheMetricsPortDoNotStopScrapes) {
+  ServerOptions options;
+  options.http_header_timeout_secs = 2;
+  Start(options);
+  const int port = server_->metrics_port();
+  const auto opened = SteadyClock::now();
+  std::vector<int> slow;
+  for (int i = 0; i < 64; ++i) {
+    int fd = ConnectFrom(port);
+    ASSERT_GE(fd, 0);
+    fds_.push_back(fd);
+    ASSERT_TRUE(SendText(fd, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: a"));
+    slow.push_back(fd);
+  }
+  httplib::Client scraper("127.0.0.1", port);
+  scraper.set_connection_timeout(std::chrono::seconds(1));
+  scraper.set_read_timeout(std::chrono::seconds(2));
+  auto t0 = SteadyClock::now();
+  auto scrape = scraper.Get("/metrics");
+  ASSERT_TRUE(scrape) << "no answer to a scrape";
+  EXPECT_EQ(scrape->status, 200);
+  EXPECT_THAT(scrape->body, HasSubstr("cuvil_"));
+  EXPECT_LT(SteadyClock::now() - t0, std::chrono::seconds(2));
+  // Only GET /metrics is served there.
+  auto other = scraper.Get("/v2/health/ready");
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 404);
+  auto post = scraper.Post("/metrics", "x", "text/plain");
+  ASSERT_TRUE(post);
+  EXPECT_EQ(post->status, 405);
+  // The trickling clients are cut at the 2 s header deadline.
+  std::vector<bool> closed(slow.size(), false);
+  size_t open_left = slow.size();
+  while (open_left > 0 && SteadyClock::now() - opened < std::chrono::seconds(15)) {
+    for (size_t i = 0; i < slow.size(); ++i) {
+      if (!closed[i] && (ServerClosed(slow[i]) || !SendText(slow[i], "a"))) {
+        closed[i] = true;
+        --open_left;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  EXPECT_EQ(open_left, 0u) << "slow metrics connections still open after 15 s";
+}
+
 // A connection goes back to the connection thread after each request: keep-alive and pipelined
 // requests through handlers still work, and a body a handler leaves unread ends the connection
 // instead of being parsed as the next request.

@@ -1,7 +1,5 @@
 #include "cuvil/server/server.h"
 
-#include <httplib.h>
-
 #include <algorithm>
 #include <fstream>
 #include <set>
@@ -14,11 +12,11 @@
 #include "admin_operations.h"
 #include "cuvil/observability/server_metrics.h"
 #include "cuvil/server/model_config.h"
-#include "exclusive_listener.h"
 #include "front_end_security.h"
 #include "grpc_service.h"
 #include "http_service.h"
 #include "inflight_budget.h"
+#include "metrics_listener.h"
 #include "server_info.h"
 #include "shared_memory_registry.h"
 #include "snapshot_store.h"
@@ -44,8 +42,8 @@ struct CuvilServer::Impl {
   std::unique_ptr<InflightBudget> inflight_budget;
   std::unique_ptr<GrpcService> grpc;
   std::unique_ptr<HttpService> http;
-  httplib::Server metrics;
-  std::thread metrics_thread;
+  // The scrape port, on the HTTP front end's connection limits. Stopped before the models unload.
+  std::unique_ptr<MetricsListener> metrics;
   int metrics_port = 0;
   absl::Notification stop_polling;
   std::thread poll_thread;
@@ -236,21 +234,17 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
                                  s.shared_memory.get());
   if (!http.ok()) return http.status();
   s.http = std::move(*http);
-  s.metrics.Get("/metrics", [&s](const httplib::Request& req, httplib::Response& res) {
-    observability::RenderedMetrics rendered = s.RenderMetrics(req.get_header_value("Accept"));
-    res.set_content(rendered.body, rendered.content_type.c_str());
-  });
-  s.metrics.set_socket_options(SetExclusiveListenerOptions);
-  s.metrics_port = options.metrics_port == 0
-                       ? s.metrics.bind_to_any_port(options.bind_address)
-                       : (s.metrics.bind_to_port(options.bind_address, options.metrics_port)
-                              ? options.metrics_port
-                              : -1);
-  if (s.metrics_port <= 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot bind metrics to ", options.bind_address, ":", options.metrics_port));
+  // One handler thread: a scrape is short and Prometheus scrapes one at a time.
+  auto metrics = MetricsListener::Start(
+      options.bind_address, options.metrics_port, http_options.limits, /*threads=*/1,
+      [&s](const std::string& accept) { return s.RenderMetrics(accept); });
+  if (!metrics.ok()) {
+    return absl::UnavailableError(absl::StrCat("cannot bind metrics to ", options.bind_address, ":",
+                                               options.metrics_port, ": ",
+                                               metrics.status().message()));
   }
-  s.metrics_thread = std::thread([&s] { s.metrics.listen_after_bind(); });
+  s.metrics = *std::move(metrics);
+  s.metrics_port = s.metrics->port();
 
   spdlog::info("listening grpc={}:{} http={}:{} metrics={}:{}", options.bind_address,
                s.grpc->port(), options.bind_address, s.http->port(), options.bind_address,
@@ -328,8 +322,7 @@ void CuvilServer::Shutdown() {
   if (s.http) s.http->Stop();
   front_ends_stopped.Notify();
   if (rescuer.joinable()) rescuer.join();
-  s.metrics.stop();
-  if (s.metrics_thread.joinable()) s.metrics_thread.join();
+  if (s.metrics) s.metrics->Stop();
   if (s.snapshots) {
     // Unloading at exit is not an unload an operator asked for: the snapshots stay.
     if (s.admin) s.admin->set_snapshot_store(nullptr);
