@@ -191,6 +191,30 @@ class ShapeArithmeticTest(unittest.TestCase):
                     self.assertEqual(got.shape, (1, 3, big_h, big_w))
                     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
+    def test_unproven_equal_sizes_are_checked_per_request(self):
+        # Reshape to another input's shape and GridSample with N from two inputs: sizes the rules
+        # cannot prove equal are assumed equal and checked before each run.
+        nodes = [
+            helper.make_node("Shape", ["b"], ["b_shape"]),
+            helper.make_node("Reshape", ["a", "b_shape"], ["y"]),
+        ]
+        inputs = [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["n", 3]),
+                  helper.make_tensor_value_info("b", TensorProto.FLOAT, [3, "m"])]
+        m = cuvil.compile(model(nodes, inputs, [float_output(rank=2)]))
+        a = np.arange(12, dtype=np.float32).reshape(4, 3)
+        np.testing.assert_array_equal(m(a, np.zeros((3, 4), np.float32))[0], a.reshape(3, 4))
+        with self.assertRaisesRegex(ValueError, "cannot run on them"):
+            m(a, np.zeros((3, 5), np.float32))
+        grid_nodes = [helper.make_node("GridSample", ["x", "g"], ["y"], align_corners=1)]
+        grid_inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 1, 3, 3]),
+                       helper.make_tensor_value_info("g", TensorProto.FLOAT, ["k", 2, 2, 2])]
+        gs = cuvil.compile(model(grid_nodes, grid_inputs, [float_output()], opset=16))
+        x = np.arange(18, dtype=np.float32).reshape(2, 1, 3, 3)
+        g = np.zeros((2, 2, 2, 2), np.float32)  # the centre of each image
+        np.testing.assert_allclose(gs(x, g)[0], np.broadcast_to(x[:, :, 1:2, 1:2], (2, 1, 2, 2)))
+        with self.assertRaisesRegex(ValueError, "cannot run on them"):
+            gs(x, np.zeros((3, 2, 2, 2), np.float32))
+
     def test_shape_values_not_exact_in_float_stay_run_time(self):
         # Div by a constant that is not a power of two: the float result itself (not a shape)
         # is computed by the model and must equal float32 arithmetic.
@@ -203,6 +227,116 @@ class ShapeArithmeticTest(unittest.TestCase):
         for h, w in SIZES:
             got = m(random_image(h, w))[0]
             np.testing.assert_array_equal(got, np.array([w], np.float32) / np.float32(3.0))
+
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:  # pragma: no cover - depends on the host
+    torch = None
+
+
+def export_torch(module, example, dynamic_axes):
+    """torch.onnx.export of `module` (inputs input_i, outputs output_i) as an onnx.ModelProto."""
+    import io
+    example = example if isinstance(example, tuple) else (example,)
+    names = [f"input_{i}" for i in range(len(example))]
+    buf = io.BytesIO()
+    with torch.no_grad():
+        torch.onnx.export(module.eval(), example, buf, opset_version=OPSET, input_names=names,
+                          output_names=["output_0"], dynamic_axes=dynamic_axes)
+    return onnx.load_from_string(buf.getvalue())
+
+
+@unittest.skipIf(torch is None, "python3-torch is not installed")
+class TorchShapeArithmeticTest(unittest.TestCase):
+    """The same patterns as torch writes them (its tracer's Shape/Gather/Cast chains), one compile
+    with free H and W, against torch eager at several sizes."""
+
+    def check(self, module, example, dynamic_axes, inputs_at):
+        proto = export_torch(module, example, dynamic_axes)
+        compiled = cuvil.compile(proto)
+        for size in inputs_at:
+            xs = size if isinstance(size, tuple) else (size,)
+            with torch.no_grad():
+                want = module(*xs)
+            got = compiled(*[x.numpy() for x in xs])[0]
+            self.assertEqual(tuple(got.shape), tuple(want.shape), [tuple(x.shape) for x in xs])
+            np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-5)
+
+    def test_swin_window_padding(self):
+        class WindowPad(torch.nn.Module):
+            def forward(self, x):
+                h, w = x.shape[2], x.shape[3]
+                pad_b = (7 - h % 7) % 7
+                pad_r = (7 - w % 7) % 7
+                return F.pad(x, (0, pad_r, 0, pad_b)) * 2.0
+
+        torch.manual_seed(0)
+        self.check(WindowPad(), torch.randn(1, 3, 9, 9), {"input_0": {2: "H", 3: "W"}},
+                   [torch.randn(1, 3, h, w) for h, w in [(9, 9), (14, 20), (7, 3), (30, 16)]])
+
+    def test_detection_batching_pads_to_a_stride(self):
+        # torchvision's GeneralizedRCNNTransform._onnx_batch_images: the largest side through
+        # float32, ceil(size / 32) * 32, pads as traced tensors.
+        class BatchImages(torch.nn.Module):
+            def forward(self, x):
+                stride = 32.0
+                sizes = torch.stack([torch.tensor(x.shape[2]), torch.tensor(x.shape[3])])
+                side = torch.max(sizes.to(torch.float32)).to(torch.int64)
+                side = (torch.ceil(side.to(torch.float32) / stride) * stride).to(torch.int64)
+                return F.pad(x, (0, side - x.shape[3], 0, side - x.shape[2]))
+
+        self.check(BatchImages(), torch.randn(1, 3, 40, 50), {"input_0": {2: "H", 3: "W"}},
+                   [torch.randn(1, 3, h, w) for h, w in [(40, 50), (64, 33), (1, 97)]])
+
+    def test_segmentation_head_resizes_to_the_input(self):
+        class Head(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = torch.nn.Conv2d(3, 4, 3, stride=2, padding=1)
+
+            def forward(self, x):
+                y = self.conv(x)
+                return F.interpolate(y, size=x.shape[-2:], mode="bilinear", align_corners=False)
+
+        torch.manual_seed(1)
+        self.check(Head(), torch.randn(1, 3, 16, 16), {"input_0": {2: "H", 3: "W"}},
+                   [torch.randn(1, 3, h, w) for h, w in [(16, 16), (23, 40), (5, 9)]])
+
+    def test_halves_of_a_concatenated_batch(self):
+        # raft: both images go through one encoder as cat([a, b]), then x[n:2n] is the second.
+        class Halves(torch.nn.Module):
+            def forward(self, a, b):
+                x = torch.cat([a, b], dim=0) * 2.0
+                n = a.shape[0]
+                return x[n:2 * n] - x[:n]
+
+        self.check(Halves(), (torch.randn(2, 3), torch.randn(2, 3)),
+                   {"input_0": {0: "batch"}, "input_1": {0: "batch"}},
+                   [(torch.randn(b, 3), torch.randn(b, 3)) for b in (1, 2, 5)])
+
+    def test_tile_by_the_batch(self):
+        # raft tiles a coordinate grid by the batch: repeats from the input's shape.
+        class TileGrid(torch.nn.Module):
+            def forward(self, x):
+                grid = torch.arange(6, dtype=torch.float32).reshape(1, 2, 3)
+                return grid.repeat(x.shape[0], 1, 1) * x.reshape(-1, 1, 1)
+
+        self.check(TileGrid(), torch.randn(2), {"input_0": {0: "batch"}},
+                   [torch.randn(b) for b in (1, 2, 4)])
+
+    def test_decoder_positions_from_the_cache_length(self):
+        class Positions(torch.nn.Module):
+            def forward(self, ids, past):
+                start = past.shape[2]
+                pos = torch.arange(start, start + ids.shape[1])
+                return ids + pos.unsqueeze(0)
+
+        self.check(Positions(), (torch.zeros(1, 3, dtype=torch.int64), torch.zeros(1, 2, 5, 4)),
+                   {"input_0": {1: "seq"}, "input_1": {2: "past"}},
+                   [(torch.randint(0, 100, (1, s)), torch.zeros(1, 2, p, 4))
+                    for s, p in [(3, 5), (1, 16), (7, 0)]])
 
 
 if __name__ == "__main__":

@@ -189,10 +189,22 @@ absl::Status Slice(KernelContext& k) {
   if (starts.size() != in.size() || steps.size() != in.size())
     return k.Error("slice is not canonical");
   auto& b = k.b();
+  Idx start_v;
+  for (int64_t s : starts) start_v.push_back(k.I64(s));
+  // Symbolic starts (provably non-negative) come from the starts input: (index, axis) pairs.
+  std::vector<int64_t> start_inputs = k.node().attr_ints("start_inputs");
+  if (start_inputs.size() % 2 != 0) return k.Error("slice is not canonical");
+  for (size_t p = 0; p < start_inputs.size(); p += 2) {
+    const int64_t j = start_inputs[p], a = start_inputs[p + 1];
+    if (a < 0 || a >= static_cast<int64_t>(in.size()) || k.node().inputs.size() < 2) {
+      return k.Error("slice is not canonical");
+    }
+    start_v[a] = k.Convert(k.Load(k.in_dtype(1), k.in(1), k.I64(j)), k.in_dtype(1), DType::kInt64);
+  }
   Idx in_strides = k.Strides(in), strides;
   llvm::Value* base = k.I64(0);
   for (size_t a = 0; a < in.size(); ++a) {
-    base = b.CreateAdd(base, b.CreateMul(k.I64(starts[a]), in_strides[a]));
+    base = b.CreateAdd(base, b.CreateMul(start_v[a], in_strides[a]));
     strides.push_back(b.CreateMul(k.I64(steps[a]), in_strides[a]));
   }
   // Axes whose bounds depend on the batch (step 1) were trusted at compile time; check here that
@@ -200,8 +212,9 @@ absl::Status Slice(KernelContext& k) {
   llvm::Value* inside = b.getTrue();
   for (int64_t a : k.node().attr_ints("checked_axes")) {
     if (a < 0 || a >= static_cast<int64_t>(in.size())) return k.Error("slice is not canonical");
-    llvm::Value* end = b.CreateAdd(k.I64(starts[a]), k.Dim(out[a]));
-    inside = b.CreateAnd(inside, b.CreateICmpSLE(end, k.Dim(in[a])));
+    llvm::Value* end = b.CreateAdd(start_v[a], k.Dim(out[a]));
+    inside = b.CreateAnd(inside, b.CreateAnd(b.CreateICmpSLE(end, k.Dim(in[a])),
+                                             b.CreateICmpSGE(start_v[a], k.I64(0))));
   }
   k.FailIf(b.CreateNot(inside), kEntrySliceOutOfBounds);
   k.If(inside,
@@ -241,8 +254,14 @@ absl::Status Gather(KernelContext& k) {
 absl::Status Tile(KernelContext& k) {
   std::vector<int64_t> repeats = k.node().attr_ints("repeats");
   Idx in_strides = k.Strides(k.in_shape(0)), extents, strides;
+  auto& b = k.b();
   for (size_t a = 0; a < repeats.size(); ++a) {
-    if (repeats[a] != 1) {
+    if (repeats[a] < 0) {  // Symbolic: output / input extent (0 for an empty input).
+      llvm::Value* in = k.Dim(k.in_shape(0)[a]);
+      llvm::Value* divisor = b.CreateSelect(b.CreateICmpEQ(in, k.I64(0)), k.I64(1), in);
+      extents.push_back(b.CreateSDiv(k.Dim(k.out_shape(0)[a]), divisor));
+      strides.push_back(k.I64(0));
+    } else if (repeats[a] != 1) {
       extents.push_back(k.I64(repeats[a]));
       strides.push_back(k.I64(0));
     }

@@ -208,6 +208,8 @@ struct SliceAxis {
   int64_t step = 1;
   SymDim extent;
   bool checked = false;  // Extent or bounds symbolic: code generation checks them at run time.
+  // The start is symbolic (start is then 0): the kernel reads it from the starts input.
+  bool symbolic_start = false;
 };
 
 absl::StatusOr<SliceAxis> ResolveSlice(InferContext& c, const SymDim& dim, SymDim start, SymDim end,
@@ -238,7 +240,12 @@ absl::StatusOr<SliceAxis> ResolveSlice(InferContext& c, const SymDim& dim, SymDi
   // A start at or below -kToEnd clamps to 0 for any extent below kToEnd (the same assumption as
   // the end below), e.g. x[INT64_MIN:] on the batch axis.
   if (step == 1 && start.IsStatic() && start.coef() <= -kToEnd) start = SymDim::Const(0);
-  if (step != 1 || !start.IsStatic() || start.coef() < 0) return unsupported;
+  // A symbolic start (raft's x[batch:2*batch]) must be provably non-negative; its extent too.
+  const bool symbolic_start = !start.IsStatic() && start.expr().IsProvablyNonNegative();
+  if (step != 1 || (!start.IsStatic() && !symbolic_start) ||
+      (start.IsStatic() && start.coef() < 0)) {
+    return unsupported;
+  }
   if (end.IsStatic() && end.coef() >= kToEnd) end = dim;
   if (end.IsStatic() && end.coef() < 0) {
     auto e = SymAdd(dim, end);
@@ -247,9 +254,10 @@ absl::StatusOr<SliceAxis> ResolveSlice(InferContext& c, const SymDim& dim, SymDi
   }
   auto n = SymSub(end, start);
   if (!n) return unsupported;
+  if (symbolic_start && !n->expr().IsProvablyNonNegative()) return unsupported;
   // The model's bounds are trusted only at compile time; code generation checks at run time that
   // the slice lies inside the input (see "checked_axes") and fails the execution otherwise.
-  return SliceAxis{start.coef(), 1, *n, /*checked=*/true};
+  return SliceAxis{symbolic_start ? 0 : start.coef(), 1, *n, /*checked=*/true, symbolic_start};
 }
 
 absl::Status Slice(InferContext& c) {
@@ -292,7 +300,7 @@ absl::Status Slice(InferContext& c) {
   }
   auto norm_axes = NormalizeAxes(c, axes, rank);
   if (!norm_axes.ok()) return norm_axes.status();
-  std::vector<int64_t> all_starts(rank, 0), all_steps(rank, 1), checked_axes;
+  std::vector<int64_t> all_starts(rank, 0), all_steps(rank, 1), checked_axes, symbolic_starts;
   SymShape out = in;
   for (size_t i = 0; i < starts.size(); ++i) {
     int a = (*norm_axes)[i];
@@ -302,16 +310,31 @@ absl::Status Slice(InferContext& c) {
     all_steps[a] = r->step;
     out[a] = r->extent;
     if (r->checked) checked_axes.push_back(a);
+    if (r->symbolic_start) symbolic_starts.push_back(static_cast<int64_t>(i));
   }
   node.attrs["checked_axes"] = checked_axes;
   node.attrs.erase("ends");
   node.attrs.erase("axes");
   node.attrs["starts"] = all_starts;
   node.attrs["steps"] = all_steps;
-  c.TruncateInputs(1);
+  if (!symbolic_starts.empty()) {
+    // The kernel reads these starts from input 1 at run time: "start_inputs" holds, per such
+    // start, its index in that input and its axis.
+    std::vector<int64_t> start_inputs;
+    for (int64_t i : symbolic_starts) {
+      start_inputs.push_back(i);
+      start_inputs.push_back((*norm_axes)[i]);
+    }
+    node.attrs["start_inputs"] = start_inputs;
+    c.TruncateInputs(2);
+  } else {
+    node.attrs.erase("start_inputs");
+    c.TruncateInputs(1);
+  }
   c.SetOutput(0, c.in_dtype(0), out);
   // Known values of any rank (swin reverses a [n, 2] pads table along axis 0).
-  if (const auto* k = IsStaticShape(out) ? SmallKnown(c, 0) : nullptr; k != nullptr) {
+  if (const auto* k = IsStaticShape(out) && symbolic_starts.empty() ? SmallKnown(c, 0) : nullptr;
+      k != nullptr) {
     const int64_t n = SymNumElements(out).coef();
     std::vector<int64_t> in_strides(rank, 1);
     for (int a = rank - 2; a >= 0; --a) in_strides[a] = in_strides[a + 1] * in[a + 1].coef();
@@ -361,8 +384,37 @@ absl::Status Gather(InferContext& c) {
   return absl::OkStatus();
 }
 
+// Tile by repeats that follow from the input shapes (raft tiles a grid by the batch): attribute
+// "repeats" holds -1 for such an axis, whose kernel loop takes output / input extent.
+absl::Status SymbolicTile(InferContext& c, const std::vector<SymDim>& repeats) {
+  if (static_cast<int>(repeats.size()) != c.in_rank(0)) {
+    return c.Error("repeats must have one entry per dimension");
+  }
+  SymShape out;
+  std::vector<int64_t> attr;
+  for (int i = 0; i < c.in_rank(0); ++i) {
+    const SymDim& r = repeats[i];
+    if (r.IsStatic() ? r.coef() < 0 : !r.expr().IsProvablyNonNegative()) {
+      return c.Error("negative repeat");
+    }
+    auto d = SymMulChecked(c.in_shape(0)[i], r);
+    if (!d) return c.Error("repeated extent is too large");
+    out.push_back(*d);
+    attr.push_back(r.IsStatic() ? r.coef() : -1);
+  }
+  c.node().attrs["repeats"] = attr;
+  c.TruncateInputs(1);
+  c.SetOutput(0, c.in_dtype(0), out);
+  return absl::OkStatus();
+}
+
 absl::Status Tile(InferContext& c) {
   if (auto s = c.ExpectInputs(1, 2); !s.ok()) return s;
+  if (c.has_input(1)) {
+    if (auto known = c.Known(1, "repeats"); known.ok() && !StaticValues(*known).ok()) {
+      return SymbolicTile(c, *known);
+    }
+  }
   auto repeats = IntsOperand(c, 1, "repeats");
   if (!repeats.ok()) return repeats.status();
   if (!*repeats || static_cast<int>(repeats->value().size()) != c.in_rank(0)) {

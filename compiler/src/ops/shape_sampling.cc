@@ -17,8 +17,18 @@ absl::Status GridSample(InferContext& c) {
   }
   const SymShape& x = c.in_shape(0);
   const SymShape& grid = c.in_shape(1);
-  if (x.size() != 4 || grid.size() != 4 || !(grid[3] == SymDim::Const(2)) || !(grid[0] == x[0])) {
-    return c.Error("expects X [N, C, H, W] and grid [N, H_out, W_out, 2]");
+  if (x.size() != 4 || grid.size() != 4 || !(grid[3] == SymDim::Const(2))) {
+    return c.Error(absl::StrCat("expects X [N, C, H, W] and grid [N, H_out, W_out, 2], got X ",
+                                SymShapeToString(x), " and grid ", SymShapeToString(grid)));
+  }
+  if (!(grid[0] == x[0])) {
+    // Two symbolic N the rules cannot prove equal (raft: the batch times H*W computed two ways):
+    // assumed equal here and checked per request before the code runs, as Concat does.
+    if (grid[0].IsStatic() || x[0].IsStatic() || !c.graph().allow_assumptions) {
+      return c.Error(absl::StrCat("X ", SymShapeToString(x), " and grid ", SymShapeToString(grid),
+                                  " differ in N"));
+    }
+    c.graph().assumptions.push_back({c.node().outputs[0]->name, 0, x[0].expr(), grid[0].expr()});
   }
   std::string mode = n.attr_string("mode", "bilinear");
   std::string padding = n.attr_string("padding_mode", "zeros");

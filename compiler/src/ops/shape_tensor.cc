@@ -75,8 +75,16 @@ absl::Status Reshape(InferContext& c) {
     out[infer_at] = *q;
   }
   if (!(SymNumElements(out) == total)) {
-    return c.Error(
-        absl::StrCat("cannot reshape ", SymShapeToString(in), " to ", SymShapeToString(out)));
+    // Element counts the rules cannot prove equal (raft: floor((H + 7) / 8) from its convs,
+    // floor(H / 8) in its reshapes, equal for the H it accepts) are assumed equal and checked
+    // per request before the code runs; a static mismatch is an error.
+    const bool symbolic = !total.IsStatic() || !SymNumElements(out).IsStatic();
+    if (!symbolic || !c.graph().allow_assumptions || !c.has_output(0)) {
+      return c.Error(
+          absl::StrCat("cannot reshape ", SymShapeToString(in), " to ", SymShapeToString(out)));
+    }
+    c.graph().assumptions.push_back({c.node().outputs[0]->name, std::max(infer_at, 0),
+                                     SymNumElements(out).expr(), total.expr()});
   }
   c.TruncateInputs(1);
   c.SetOutput(0, c.in_dtype(0), out);
