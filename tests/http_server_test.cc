@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string_view>
@@ -18,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
 #include "server_test_util.h"
+#include "test_models.h"
 
 namespace cuvil {
 namespace {
@@ -703,6 +706,44 @@ TEST_F(HttpSlowClientTest, KeepAliveAndPipelinedRequests) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_TRUE(ServerClosed(big));
+}
+
+// Issue 38: a model with free dims sizes its scratch memory (arena) from the request's shapes, so
+// a request of a few hundred kilobytes could make the server allocate gigabytes (lraspp at
+// 2048x2560: 2.3 GB peak for a 63 MB request). Each execution now reserves its scratch in the
+// in-flight budget: too large alone is 413, the budget busy 503; small requests still run.
+TEST(HttpScratchBudgetTest, ExecutionScratchCountsInTheInflightBudget) {
+  namespace fs = std::filesystem;
+  std::string repo = testing::MakeRepository("http_scratch_repo");
+  fs::create_directories(fs::path(repo) / "wide" / "1");
+  std::ofstream(fs::path(repo) / "wide" / "1" / "model.onnx", std::ios::binary)
+      << testing::WideScratchModel(1024);
+  ServerOptions options;
+  options.max_inflight_bytes = int64_t{256} << 20;  // Requests get half: 128 MiB.
+  auto server = testing::StartServer(repo, options);
+  ASSERT_NE(server, nullptr);
+  httplib::Client client("127.0.0.1", server->http_port());
+  client.set_read_timeout(std::chrono::seconds(60));
+  auto infer = [&](int64_t n) {
+    json data = json::array();
+    for (int64_t i = 0; i < 2 * n; ++i) data.push_back(static_cast<float>(i % 7) - 3.0f);
+    json body = {
+        {"inputs", {{{"name", "x"}, {"datatype", "FP32"}, {"shape", {2, n}}, {"data", data}}}}};
+    return client.Post("/v2/models/wide/infer", body.dump(), "application/json");
+  };
+  // 2 x 1024 x 32768 floats of scratch (256 MiB) for a 256 KiB input: refused before allocating.
+  auto big = infer(32768);
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->status, 413) << big->body;
+  EXPECT_THAT(big->body, HasSubstr("scratch memory"));
+  // 8 MiB of scratch fits, and the answer is right.
+  auto small = infer(1024);
+  ASSERT_TRUE(small);
+  ASSERT_EQ(small->status, 200) << small->body;
+  json out = json::parse(small->body)["outputs"][0];
+  EXPECT_EQ(out["shape"], json::array({2, 1}));
+  EXPECT_EQ(out["data"], json::array({9.0f, 9.0f}));  // The largest (i % 7 - 3)^2.
+  EXPECT_EQ(client.Get("/v2/health/ready")->status, 200);
 }
 
 // Issue 38: HTTP request bodies, and the JSON they parse into, are counted in the server-wide

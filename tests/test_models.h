@@ -101,6 +101,29 @@ inline void AddStringAttr(onnx::NodeProto* n, const std::string& name, const std
   a->set_s(v);
 }
 
+// y = ReduceMax(Tile(x, [1, rows]) ^ 2, axis 1) = the largest x * x of each row, where x is
+// float32[batch, n]: a request of 4 * batch * n bytes whose execution needs rows times that in
+// scratch memory.
+inline std::string WideScratchModel(int64_t rows) {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(13);
+  onnx::GraphProto* g = model.mutable_graph();
+  g->set_name("wide_scratch");
+  SetFloatValue(g->add_input(), "x", {"batch", "n"});
+  SetFloatValue(g->add_output(), "y", {"batch", 1});
+  onnx::TensorProto* repeats = g->add_initializer();
+  repeats->set_name("repeats");
+  repeats->set_data_type(onnx::TensorProto::INT64);
+  repeats->add_dims(2);
+  repeats->add_int64_data(1);
+  repeats->add_int64_data(rows);
+  AddNode(g, "Tile", {"x", "repeats"}, "t");
+  AddNode(g, "Mul", {"t", "t"}, "u");
+  AddIntsAttr(AddNode(g, "ReduceMax", {"u"}, "y"), "axes", {1});
+  return model.SerializeAsString();
+}
+
 // z = Concat((x + y) * (x + y), x, axis 1) where x and y are float32[batch, seq]: two free
 // dimensions, intermediates sized batch*seq, an output of [batch, 2*seq].
 inline std::string TwoSymbolModel() {

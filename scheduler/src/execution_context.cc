@@ -120,6 +120,7 @@ ExecutionContext::Result ExecutionContext::Execute(std::vector<QueuedRequest>& b
       sized_by_run ? &written_dims_ : nullptr);
   const Clock::time_point ran = clock_->Now();
   result.infer_ns = NanosBetween(gathered, ran);
+  arena_.Trim(kKeepScratchBytes);
   if (!result.status.ok()) {
     responses[0].outputs.clear();
     return result;

@@ -35,7 +35,17 @@ class ExecutionContext {
     AlignedBuffer data;
     size_t capacity = 0;
     uint8_t* Reserve(size_t bytes);
+    // Frees the buffer when it holds more than `keep` bytes (one run with large free dims must
+    // not leave its scratch resident for good).
+    void Trim(size_t keep) {
+      if (capacity > keep) {
+        data.reset();
+        capacity = 0;
+      }
+    }
   };
+  // Buffers above this are freed after the execution that needed them.
+  static constexpr size_t kKeepScratchBytes = size_t{256} << 20;
 
   absl::Status ResolveOutputDims(const InferenceRequest& request);
   bool Requested(const InferenceRequest& request, size_t output) const {

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "cuvil/server/infer_request_builder.h"
 #include "http_infer_decode.h"
 #include "http_json.h"
@@ -33,6 +34,12 @@ void SetError(Response& res, int status, const std::string& message) {
 
 void SetError(Response& res, const absl::Status& status) {
   int code = status.code() == absl::StatusCode::kUnauthenticated ? 401 : HttpStatusFor(status);
+  if (status.code() == absl::StatusCode::kResourceExhausted) {
+    // The in-flight budget (InflightBudget): busy now (503, retry) or too large on its own (413).
+    const bool busy = absl::StartsWith(status.message(), "server is busy");
+    code = busy ? 503 : 413;
+    if (busy) res.set_header("Retry-After", "1");
+  }
   SetError(res, code, std::string(status.message()));
 }
 

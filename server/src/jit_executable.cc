@@ -32,7 +32,8 @@ absl::Status CheckSpec(const char* kind, const TensorSpec& spec, const TensorSig
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<JitExecutable>> JitExecutable::Create(
-    const LoadedModel* model, std::vector<TensorSpec> inputs, std::vector<TensorSpec> outputs) {
+    const LoadedModel* model, std::vector<TensorSpec> inputs, std::vector<TensorSpec> outputs,
+    InflightBudget* scratch_budget) {
   const CompiledModel& compiled = model->model();
   if (inputs.size() != compiled.inputs.size() || outputs.size() != compiled.outputs.size()) {
     return absl::InvalidArgumentError("config tensors do not match the compiled model's");
@@ -44,7 +45,17 @@ absl::StatusOr<std::shared_ptr<JitExecutable>> JitExecutable::Create(
     if (auto s = CheckSpec("output", outputs[i], compiled.outputs[i]); !s.ok()) return s;
   }
   return std::shared_ptr<JitExecutable>(
-      new JitExecutable(model, std::move(inputs), std::move(outputs)));
+      new JitExecutable(model, std::move(inputs), std::move(outputs), scratch_budget));
+}
+
+absl::StatusOr<void*> JitExecutable::ReserveArena(ArenaReserve arena, size_t bytes,
+                                                  InflightBudget::Reservation* reservation) const {
+  if (scratch_budget_ != nullptr && bytes > 0) {
+    auto r = scratch_budget_->Reserve(bytes, "a model execution's scratch memory");
+    if (!r.ok()) return r.status();
+    *reservation = *std::move(r);
+  }
+  return arena(bytes);
 }
 
 absl::StatusOr<std::vector<std::vector<int64_t>>> JitExecutable::OutputDims(
@@ -89,8 +100,10 @@ absl::Status JitExecutable::Run(const void* const* inputs,
           absl::StrCat("the inputs hold ", (*syms)[0], " rows, the execution ", batch));
     }
     const auto bytes = static_cast<size_t>(*m.arena.CheckedBytesForSymbols(*syms));
-    absl::Status s =
-        EntryStatus(model_->Execute(inputs, outputs, batch, arena(bytes), syms->data()));
+    InflightBudget::Reservation reservation;
+    absl::StatusOr<void*> scratch = ReserveArena(arena, bytes, &reservation);
+    if (!scratch.ok()) return scratch.status();
+    absl::Status s = EntryStatus(model_->Execute(inputs, outputs, batch, *scratch, syms->data()));
     if (s.ok() && written_dims != nullptr && outputs_sized_by_run()) {
       *written_dims = model_->OutputShapesAfterRun(*syms);
       for (size_t o = 0; o < outputs_.size(); ++o) {
@@ -104,7 +117,10 @@ absl::Status JitExecutable::Run(const void* const* inputs,
   // A nonzero result is the request's data at fault (e.g. an index out of bounds).
   // Execute: one kernel table per execution, and a guard that keeps rolled-back code alive.
   const auto bytes = static_cast<size_t>(m.arena.BytesFor(batch));
-  return EntryStatus(model_->Execute(inputs, outputs, batch, arena(bytes)));
+  InflightBudget::Reservation reservation;
+  absl::StatusOr<void*> scratch = ReserveArena(arena, bytes, &reservation);
+  if (!scratch.ok()) return scratch.status();
+  return EntryStatus(model_->Execute(inputs, outputs, batch, *scratch));
 }
 
 }  // namespace cuvil

@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "cuvil/jitcache/jit_engine.h"
 #include "cuvil/scheduler/executable.h"
+#include "inflight_budget.h"
 
 namespace cuvil {
 
@@ -17,9 +18,11 @@ class JitExecutable : public Executable {
   // The executable for `model` as the (completed) config describes its tensors. Fails with
   // InvalidArgument when a spec is looser than the compiled signature (a -1 over a fixed dim, a
   // different rank or dtype): buffers sized from the specs must be what the code reads and writes.
-  static absl::StatusOr<std::shared_ptr<JitExecutable>> Create(const LoadedModel* model,
-                                                               std::vector<TensorSpec> inputs,
-                                                               std::vector<TensorSpec> outputs);
+  // With `scratch_budget` (may be null; must outlive the executable), each run reserves its
+  // scratch bytes there while it runs and fails with ResourceExhausted when they do not fit.
+  static absl::StatusOr<std::shared_ptr<JitExecutable>> Create(
+      const LoadedModel* model, std::vector<TensorSpec> inputs, std::vector<TensorSpec> outputs,
+      InflightBudget* scratch_budget = nullptr);
 
   const std::vector<TensorSpec>& inputs() const override { return inputs_; }
   const std::vector<TensorSpec>& outputs() const override { return outputs_; }
@@ -37,12 +40,20 @@ class JitExecutable : public Executable {
 
  private:
   JitExecutable(const LoadedModel* model, std::vector<TensorSpec> inputs,
-                std::vector<TensorSpec> outputs)
-      : model_(model), inputs_(std::move(inputs)), outputs_(std::move(outputs)) {}
+                std::vector<TensorSpec> outputs, InflightBudget* scratch_budget)
+      : model_(model),
+        inputs_(std::move(inputs)),
+        outputs_(std::move(outputs)),
+        scratch_budget_(scratch_budget) {}
+
+  // The arena of `bytes` for one run, reserved against scratch_budget_ into `*reservation`.
+  absl::StatusOr<void*> ReserveArena(ArenaReserve arena, size_t bytes,
+                                     InflightBudget::Reservation* reservation) const;
 
   const LoadedModel* model_;
   std::vector<TensorSpec> inputs_;
   std::vector<TensorSpec> outputs_;
+  InflightBudget* scratch_budget_;
 };
 
 }  // namespace cuvil

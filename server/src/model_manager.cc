@@ -20,6 +20,7 @@
 #include "cuvil/runtime/thread_pool.h"
 #include "cuvil/server/infer_request_builder.h"
 #include "cuvil/server/model_config.h"
+#include "inflight_budget.h"
 #include "jit_executable.h"
 #include "model_name.h"
 #include "model_warmup.h"
@@ -57,6 +58,7 @@ struct ModelManager::Impl {
 
   ServerMetrics* metrics;
   uint64_t max_request_bytes;
+  InflightBudget* inflight_budget;  // Executions reserve their scratch here; may be null.
   ObjectCache* cache;
   CompileTier compile_tier;
 
@@ -78,6 +80,7 @@ struct ModelManager::Impl {
         loaders(options.loader_threads),
         metrics(options.metrics),
         max_request_bytes(options.max_request_bytes),
+        inflight_budget(options.inflight_budget),
         cache(options.cache),
         compile_tier(options.compile_tier),
         drain_timeout(options.drain_timeout) {}
@@ -271,7 +274,8 @@ struct ModelManager::Impl {
         }
       }
     }
-    auto created = JitExecutable::Create(loaded->get(), InputSpecs(config), OutputSpecs(config));
+    auto created = JitExecutable::Create(loaded->get(), InputSpecs(config), OutputSpecs(config),
+                                         inflight_budget);
     if (!created.ok()) return created.status();
     std::shared_ptr<JitExecutable> executable = *std::move(created);
     std::shared_ptr<ModelMetrics> model_metrics =

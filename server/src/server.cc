@@ -32,14 +32,14 @@ struct CuvilServer::Impl {
   std::unique_ptr<JitEngine> engine;
   std::unique_ptr<ObjectCache> cache;  // Outlives the model manager (declared before it).
   std::unique_ptr<ModelRepository> repository;
+  // Requests' bytes in flight, shared by the front ends and the executions' scratch memory.
+  // Declared before the model manager and the services so it outlives their calls.
+  std::unique_ptr<InflightBudget> inflight_budget;
   std::unique_ptr<ModelManager> models;
   std::unique_ptr<AdminOperations> admin;
   std::unique_ptr<SnapshotStore> snapshots;  // --snapshot-dir; stopped before the models unload.
   // Outlives the front ends (declared before them); made when the options are known.
   std::unique_ptr<SharedMemoryRegistry> shared_memory;
-  // Requests' bytes in flight, shared by the front ends (gRPC ModelInfer so far). Declared
-  // before the services so it outlives their calls.
-  std::unique_ptr<InflightBudget> inflight_budget;
   std::unique_ptr<GrpcService> grpc;
   std::unique_ptr<HttpService> http;
   // The scrape port, on the HTTP front end's connection limits. Stopped before the models unload.
@@ -127,6 +127,17 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
     spdlog::info("JIT cache: {}", options.jit_cache_dir.empty() ? std::string("in memory only")
                                                                 : options.jit_cache_dir);
   }
+  // --max-inflight-bytes is one total: gRPC's receive buffers get a share of it as their
+  // resource quota, the requests' own bytes the rest (InflightBudgetSplit says why).
+  const InflightBudgetSplit split = SplitInflightBudget(
+      options.max_inflight_bytes < 0 ? InflightBudget::DefaultLimit()
+                                     : static_cast<uint64_t>(options.max_inflight_bytes),
+      static_cast<uint64_t>(options.max_request_bytes));
+  s.inflight_budget = std::make_unique<InflightBudget>(
+      split.requests, split.total == 0 ? std::string("--max-inflight-bytes")
+                                       : absl::StrCat("--max-inflight-bytes ", split.total,
+                                                      " less ", split.grpc_set_aside,
+                                                      " set aside for gRPC's receive buffers"));
   s.repository = std::make_unique<ModelRepository>(options.model_repositories);
   ModelManagerOptions manager_options;
   manager_options.loader_threads = options.loader_threads;
@@ -137,6 +148,7 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
   manager_options.drain_timeout = absl::Seconds(std::max(1, options.exit_timeout_secs));
   manager_options.cache = s.cache.get();
   manager_options.compile_tier = options.compile_tier;
+  manager_options.inflight_budget = s.inflight_budget.get();
   s.models = std::make_unique<ModelManager>(s.engine.get(), s.repository.get(), manager_options);
   s.admin = std::make_unique<AdminOperations>(s.models.get(), options.admin_token,
                                               s.metrics_registry.get(), options.insecure_admin);
@@ -159,17 +171,6 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
   grpc_options.max_request_bytes = options.max_request_bytes;
   grpc_options.max_snapshot_bytes = options.max_snapshot_bytes;
   grpc_options.max_concurrent_calls = options.grpc_max_concurrent_calls;
-  // --max-inflight-bytes is one total: gRPC's receive buffers get a share of it as their
-  // resource quota, the requests' own bytes the rest (InflightBudgetSplit says why).
-  const InflightBudgetSplit split = SplitInflightBudget(
-      options.max_inflight_bytes < 0 ? InflightBudget::DefaultLimit()
-                                     : static_cast<uint64_t>(options.max_inflight_bytes),
-      static_cast<uint64_t>(options.max_request_bytes));
-  s.inflight_budget = std::make_unique<InflightBudget>(
-      split.requests, split.total == 0 ? std::string("--max-inflight-bytes")
-                                       : absl::StrCat("--max-inflight-bytes ", split.total,
-                                                      " less ", split.grpc_set_aside,
-                                                      " set aside for gRPC's receive buffers"));
   grpc_options.inflight_budget = s.inflight_budget.get();
   grpc_options.resource_quota_bytes = split.grpc_quota;
   grpc_options.max_streams_per_connection = options.grpc_max_streams_per_connection > 0

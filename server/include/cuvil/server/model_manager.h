@@ -24,6 +24,8 @@
 
 namespace cuvil {
 
+class InflightBudget;
+
 using observability::ModelMetrics;
 using observability::ServerMetrics;
 
@@ -170,6 +172,11 @@ struct ModelManagerOptions {
   // version's running requests. A version still running then (a kernel that does not return) is
   // retired anyway: its code stays alive and it is drained again every second until it finishes.
   absl::Duration drain_timeout = absl::Seconds(30);
+  // Optional; must outlive the manager. Each execution reserves the scratch memory (arena) its
+  // shapes need here for as long as it runs, and fails with ResourceExhausted when the bytes in
+  // flight would cross the limit: a model with free dims cannot be driven into allocating
+  // gigabytes by one request of a few megabytes.
+  InflightBudget* inflight_budget = nullptr;
 };
 
 // Thread-safe.
