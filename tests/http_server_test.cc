@@ -442,6 +442,28 @@ bool ServerClosed(int fd) {
   }
 }
 
+// Sends a byte to every `trickling` connection every 250 ms (so no single read ever times out)
+// and watches `waiting` ones, until the server has closed them all or 15 s after `opened`;
+// returns how many are still open.
+size_t TrickleUntilClosed(const std::vector<int>& trickling, const std::vector<int>& waiting,
+                          SteadyClock::time_point opened) {
+  std::vector<bool> closed(trickling.size() + waiting.size(), false);
+  size_t open_left = closed.size();
+  while (open_left > 0 && SteadyClock::now() - opened < std::chrono::seconds(15)) {
+    for (size_t i = 0; i < closed.size(); ++i) {
+      if (closed[i]) continue;
+      const bool trickles = i < trickling.size();
+      const int fd = trickles ? trickling[i] : waiting[i - trickling.size()];
+      if (ServerClosed(fd) || (trickles && !SendText(fd, "a"))) {
+        closed[i] = true;
+        --open_left;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  return open_left;
+}
+
 class HttpSlowClientTest : public ::testing::Test {
  protected:
   void Start(ServerOptions options) {
@@ -456,6 +478,20 @@ class HttpSlowClientTest : public ::testing::Test {
     EXPECT_GE(fd, 0);
     if (fd >= 0) fds_.push_back(fd);
     return fd;
+  }
+
+  // `count` connections to `port` that sent `head` (an unfinished header block); stops at the
+  // first that cannot be opened or written, so callers check the size.
+  std::vector<int> OpenSlow(int port, const char* head, int count) {
+    std::vector<int> slow;
+    for (int i = 0; i < count; ++i) {
+      int fd = ConnectFrom(port);
+      if (fd < 0) break;
+      fds_.push_back(fd);
+      if (!SendText(fd, head)) break;
+      slow.push_back(fd);
+    }
+    return slow;
   }
 
   std::unique_ptr<CuvilServer> server_;
@@ -474,13 +510,9 @@ TEST_F(HttpSlowClientTest, SlowAndIdleClientsDoNotStopHealthOrInference) {
   Start(options);
   const int port = server_->http_port();
   const auto opened = SteadyClock::now();
-  std::vector<int> slow;
-  for (int i = 0; i < 64; ++i) {
-    int fd = Open();
-    ASSERT_GE(fd, 0);
-    ASSERT_TRUE(SendText(fd, "GET /v2/health/ready HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: a"));
-    slow.push_back(fd);
-  }
+  std::vector<int> slow =
+      OpenSlow(port, "GET /v2/health/ready HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: a", 64);
+  ASSERT_EQ(slow.size(), 64u);
   // Bodies that never arrive: each is on a handler thread until the minimum rate cuts it.
   std::vector<int> slow_body;
   for (int i = 0; i < 2; ++i) {
@@ -528,25 +560,7 @@ TEST_F(HttpSlowClientTest, SlowAndIdleClientsDoNotStopHealthOrInference) {
 
   // The slow clients keep trickling a header byte every 250 ms (so no single read ever times
   // out), yet the server closes each at its 2 s header deadline; the slow bodies go too.
-  std::vector<bool> closed(slow.size(), false);
-  std::vector<bool> body_closed(slow_body.size(), false);
-  size_t open_left = slow.size() + slow_body.size();
-  while (open_left > 0 && SteadyClock::now() - opened < std::chrono::seconds(15)) {
-    for (size_t i = 0; i < slow.size(); ++i) {
-      if (closed[i]) continue;
-      if (ServerClosed(slow[i]) || !SendText(slow[i], "a")) {
-        closed[i] = true;
-        --open_left;
-      }
-    }
-    for (size_t i = 0; i < slow_body.size(); ++i) {
-      if (!body_closed[i] && ServerClosed(slow_body[i])) {
-        body_closed[i] = true;
-        --open_left;
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
-  }
+  const size_t open_left = TrickleUntilClosed(slow, slow_body, opened);
   const auto all_closed = SteadyClock::now() - opened;
   EXPECT_EQ(open_left, 0u) << "slow connections still open after 15 s";
   // 2 s deadline (the bodies: 2 s grace plus their rate) plus generous scheduling slack.
@@ -615,14 +629,9 @@ TEST_F(HttpSlowClientTest, SlowClientsOnTheMetricsPortDoNotStopScrapes) {
   Start(options);
   const int port = server_->metrics_port();
   const auto opened = SteadyClock::now();
-  std::vector<int> slow;
-  for (int i = 0; i < 64; ++i) {
-    int fd = ConnectFrom(port);
-    ASSERT_GE(fd, 0);
-    fds_.push_back(fd);
-    ASSERT_TRUE(SendText(fd, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: a"));
-    slow.push_back(fd);
-  }
+  std::vector<int> slow =
+      OpenSlow(port, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: a", 64);
+  ASSERT_EQ(slow.size(), 64u);
   httplib::Client scraper("127.0.0.1", port);
   scraper.set_connection_timeout(std::chrono::seconds(1));
   scraper.set_read_timeout(std::chrono::seconds(2));
@@ -640,18 +649,8 @@ TEST_F(HttpSlowClientTest, SlowClientsOnTheMetricsPortDoNotStopScrapes) {
   ASSERT_TRUE(post);
   EXPECT_EQ(post->status, 405);
   // The trickling clients are cut at the 2 s header deadline.
-  std::vector<bool> closed(slow.size(), false);
-  size_t open_left = slow.size();
-  while (open_left > 0 && SteadyClock::now() - opened < std::chrono::seconds(15)) {
-    for (size_t i = 0; i < slow.size(); ++i) {
-      if (!closed[i] && (ServerClosed(slow[i]) || !SendText(slow[i], "a"))) {
-        closed[i] = true;
-        --open_left;
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
-  }
-  EXPECT_EQ(open_left, 0u) << "slow metrics connections still open after 15 s";
+  EXPECT_EQ(TrickleUntilClosed(slow, {}, opened), 0u)
+      << "slow metrics connections still open after 15 s";
 }
 
 // A connection goes back to the connection thread after each request: keep-alive and pipelined
