@@ -206,17 +206,8 @@ absl::Status Variadic(InferContext& c) {
     }
     return r;
   };
-  if (IsInteger(c.in_dtype(0))) {
-    PropagateKnown(c, [&fold](const std::vector<SymDim>& a) -> std::optional<SymDim> {
-      std::vector<Rational> r;
-      for (const SymDim& d : a) r.push_back({d, 1});
-      auto m = fold(r);
-      if (!m) return std::nullopt;
-      return m->num;
-    });
-  } else if (IsFloat(c.in_dtype(0))) {
-    PropagateRational(c, fold);
-  }
+  // Integers are rationals over 1 (PropagateRational keeps den 1 for integer outputs).
+  if (IsInteger(c.in_dtype(0)) || IsFloat(c.in_dtype(0))) PropagateRational(c, fold);
   return absl::OkStatus();
 }
 

@@ -25,6 +25,29 @@ const std::vector<SymDim>* SmallKnown(InferContext& c, size_t i) {
   return k.size() <= kMaxKnown ? &k : nullptr;
 }
 
+// The known values of a view of `k` (values of a static `in`): output element at coordinates
+// (i_0, ..., i_r) of static `out` reads input axis perm[a] at starts[a] + i_a * steps[a].
+std::vector<SymDim> KnownOfView(const std::vector<SymDim>& k, const SymShape& in,
+                                const SymShape& out, const std::vector<int64_t>& perm,
+                                const std::vector<int64_t>& starts,
+                                const std::vector<int64_t>& steps) {
+  const int rank = static_cast<int>(in.size());
+  std::vector<int64_t> in_strides(rank, 1);
+  for (int a = rank - 2; a >= 0; --a) in_strides[a] = in_strides[a + 1] * in[a + 1].coef();
+  std::vector<SymDim> known;
+  const int64_t n = SymNumElements(out).coef();
+  for (int64_t e = 0; e < n; ++e) {
+    int64_t rest = e, offset = 0;
+    for (int a = rank - 1; a >= 0; --a) {
+      const int64_t i = rest % out[a].coef();
+      rest /= out[a].coef();
+      offset += (starts[a] + i * steps[a]) * in_strides[perm[a]];
+    }
+    known.push_back(k[offset]);
+  }
+  return known;
+}
+
 // Static value of `d`, or an Unimplemented error naming `what`.
 absl::StatusOr<int64_t> StaticDim(InferContext& c, const SymDim& d, const std::string& what) {
   if (d.IsStatic()) return d.coef();
@@ -82,19 +105,8 @@ absl::Status Transpose(InferContext& c) {
     c.SetKnown(0, *c.input(0)->known);
   } else if (const auto* k = SmallKnown(c, 0); k != nullptr) {
     // A pads table [n, 2] transposed to ONNX's begins-then-ends order (swin, detection).
-    const SymShape& in = c.in_shape(0);
-    std::vector<int64_t> in_strides(rank, 1);
-    for (int a = rank - 2; a >= 0; --a) in_strides[a] = in_strides[a + 1] * in[a + 1].coef();
-    std::vector<SymDim> known;
-    for (int64_t e = 0; e < static_cast<int64_t>(k->size()); ++e) {
-      int64_t rest = e, offset = 0;
-      for (int a = rank - 1; a >= 0; --a) {
-        const int64_t i = rest % out[a].coef();
-        rest /= out[a].coef();
-        offset += i * in_strides[perm[a]];
-      }
-      known.push_back((*k)[offset]);
-    }
+    std::vector<SymDim> known = KnownOfView(
+        *k, c.in_shape(0), out, perm, std::vector<int64_t>(rank, 0), std::vector<int64_t>(rank, 1));
     c.SetKnown(0, std::move(known));
   }
   return absl::OkStatus();
@@ -335,19 +347,9 @@ absl::Status Slice(InferContext& c) {
   // Known values of any rank (swin reverses a [n, 2] pads table along axis 0).
   if (const auto* k = IsStaticShape(out) && symbolic_starts.empty() ? SmallKnown(c, 0) : nullptr;
       k != nullptr) {
-    const int64_t n = SymNumElements(out).coef();
-    std::vector<int64_t> in_strides(rank, 1);
-    for (int a = rank - 2; a >= 0; --a) in_strides[a] = in_strides[a + 1] * in[a + 1].coef();
-    std::vector<SymDim> known;
-    for (int64_t e = 0; e < n; ++e) {
-      int64_t rest = e, offset = 0;
-      for (int a = rank - 1; a >= 0; --a) {
-        const int64_t i = rest % out[a].coef();
-        rest /= out[a].coef();
-        offset += (all_starts[a] + i * all_steps[a]) * in_strides[a];
-      }
-      known.push_back((*k)[offset]);
-    }
+    std::vector<int64_t> identity(rank);
+    for (int a = 0; a < rank; ++a) identity[a] = a;
+    std::vector<SymDim> known = KnownOfView(*k, in, out, identity, all_starts, all_steps);
     c.SetKnown(0, std::move(known));
   }
   return absl::OkStatus();
@@ -462,33 +464,18 @@ absl::Status Expand(InferContext& c) {
 }
 
 // Pads that follow from the input shapes (swin's window padding (7 - W % 7) % 7, detection
-// transforms' pad to a multiple of 32): the node keeps its pads input, which its kernel reads
-// at run time, and attribute "pad_axes" names the axes that input covers in order. Only
-// constant mode (the others need every pad below the input's extent, unknown here).
-absl::Status SymbolicPad(InferContext& c, const std::vector<SymDim>& pads) {
+// transforms' pad to a multiple of 32) over the padded `axes`: the node keeps its pads input,
+// which its kernel reads at run time, and attribute "pad_axes" names the axes that input covers
+// in order. Only constant mode (the others need every pad below the input's extent, unknown
+// here).
+absl::Status SymbolicPad(InferContext& c, const std::vector<SymDim>& pads,
+                         const std::vector<int64_t>& axes) {
   Node& node = c.node();
-  const int rank = c.in_rank(0);
   if (node.attr_string("mode", "constant") != "constant") {
     return absl::UnimplementedError(
         node.Describe() + ": pads that depend on a symbolic dimension need mode constant");
   }
-  std::vector<int64_t> axes(rank);
-  for (int i = 0; i < rank; ++i) axes[i] = i;
-  if (c.has_input(3)) {
-    auto given = c.StaticInts(3, "axes");
-    if (!given.ok()) return given.status();
-    auto norm = NormalizeAxes(c, *given, rank);
-    if (!norm.ok()) return norm.status();
-    axes.assign(norm->begin(), norm->end());
-  }
   const size_t n = axes.size();
-  if (pads.size() != 2 * n) return c.Error("pads length differs from 2 * the padded axes");
-  float value = 0;
-  if (c.has_input(2)) {
-    auto v = c.ConstantInput(2, "constant_value");
-    if (!v.ok()) return v.status();
-    if ((*v)->num_elements() > 0) value = static_cast<float>((*v)->GetAsDouble(0));
-  }
   SymShape out = c.in_shape(0);
   for (size_t j = 0; j < n; ++j) {
     auto total = SymAdd(pads[j], pads[j + n]);
@@ -497,7 +484,6 @@ absl::Status SymbolicPad(InferContext& c, const std::vector<SymDim>& pads) {
     if (d->IsStatic() && d->coef() < 0) return c.Error("negative output extent");
     out[axes[j]] = *d;
   }
-  node.attrs["value"] = value;
   node.attrs["pad_axes"] = axes;
   node.attrs.erase("pads");
   node.attrs.erase("paddings");
@@ -517,10 +503,6 @@ absl::Status Pad(InferContext& c) {
   } else {
     auto known = c.Known(1, "pads");
     if (!known.ok()) return known.status();
-    if (!StaticValues(*known).ok()) return SymbolicPad(c, *known);
-    auto p = c.StaticInts(1, "pads");
-    if (!p.ok()) return p.status();
-    pads = *p;
     float value = 0;
     if (c.has_input(2)) {
       auto v = c.ConstantInput(2, "constant_value");
@@ -528,18 +510,26 @@ absl::Status Pad(InferContext& c) {
       if ((*v)->num_elements() > 0) value = static_cast<float>((*v)->GetAsDouble(0));
     }
     node.attrs["value"] = value;
+    std::vector<int64_t> axes(rank);
+    for (int i = 0; i < rank; ++i) axes[i] = i;
     if (c.has_input(3)) {
-      auto axes = c.StaticInts(3, "axes");
-      if (!axes.ok()) return axes.status();
-      auto norm = NormalizeAxes(c, *axes, rank);
+      auto given = c.StaticInts(3, "axes");
+      if (!given.ok()) return given.status();
+      auto norm = NormalizeAxes(c, *given, rank);
       if (!norm.ok()) return norm.status();
-      if (pads.size() != 2 * norm->size()) return c.Error("pads length differs from 2 * axes");
-      std::vector<int64_t> full(2 * rank, 0);
-      for (size_t i = 0; i < norm->size(); ++i) {
-        full[(*norm)[i]] = pads[i];
-        full[(*norm)[i] + rank] = pads[i + norm->size()];
-      }
-      pads = full;
+      axes.assign(norm->begin(), norm->end());
+    }
+    if (known->size() != 2 * axes.size()) {
+      return c.Error(c.has_input(3) ? "pads length differs from 2 * axes"
+                                    : "pads length differs from 2 * rank");
+    }
+    auto values = StaticValues(*known);
+    if (!values.ok()) return SymbolicPad(c, *known, axes);
+    // Expanded to every axis.
+    pads.assign(2 * rank, 0);
+    for (size_t i = 0; i < axes.size(); ++i) {
+      pads[axes[i]] = (*values)[i];
+      pads[axes[i] + rank] = (*values)[i + axes.size()];
     }
   }
   if (static_cast<int>(pads.size()) != 2 * rank)

@@ -26,6 +26,7 @@ void ReduceKnown(InferContext& c) {
   }
   if (!IsInteger(in->type.dtype) && !IsFloat(in->type.dtype)) return;
   const std::string& op = c.node().op_type;
+  if (op != "ReduceMax" && op != "ReduceMin" && op != "ReduceSum" && op != "ReduceProd") return;
   std::optional<DimExpr> acc = (*in->known)[0].expr();
   int64_t den = in->known_den;
   for (size_t i = 1; i < in->known->size() && acc; ++i) {
@@ -36,15 +37,12 @@ void ReduceKnown(InferContext& c) {
       acc = DimMin(*acc, x);
     } else if (op == "ReduceSum") {
       acc = DimAdd(*acc, x);
-    } else if (op == "ReduceProd") {
+    } else {  // ReduceProd
       acc = DimMul(*acc, x);
       if (__builtin_mul_overflow(den, in->known_den, &den)) return;
-    } else {
-      return;
     }
   }
   if (!acc) return;
-  if (op != "ReduceMax" && op != "ReduceMin" && op != "ReduceSum" && op != "ReduceProd") return;
   c.SetKnownRational(0, {SymDim(*acc)}, den);
 }
 
