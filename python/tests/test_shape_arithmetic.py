@@ -215,6 +215,27 @@ class ShapeArithmeticTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "cannot run on them"):
             gs(x, np.zeros((3, 2, 2, 2), np.float32))
 
+    def test_extents_that_may_be_negative_are_refused(self):
+        # pads end = -(W + 1): W - (W + 1) < 0 for every W; a symbolic extent or K that is not
+        # provably non-negative would size buffers negatively at run time.
+        nodes = shape_dim("w", "x", 3) + [
+            const("one", [1]), const("z6", [0] * 6), const("z0", [0]),
+            helper.make_node("Add", ["w", "one"], ["w1"]),
+            helper.make_node("Neg", ["w1"], ["nw"]),
+            helper.make_node("Concat", ["z6", "z0", "nw"], ["pads"], axis=0),
+            helper.make_node("Pad", ["x", "pads"], ["y"]),
+        ]
+        with self.assertRaisesRegex(RuntimeError, "may be negative"):
+            cuvil.compile(model(nodes, [image_input()], [float_output()]))
+        nodes = shape_dim("w", "x", 3) + [
+            const("ten", [10]),
+            helper.make_node("Sub", ["w", "ten"], ["k"]),
+            helper.make_node("TopK", ["x", "k"], ["y", "i"], axis=3),
+        ]
+        outputs = [float_output(), helper.make_tensor_value_info("i", TensorProto.INT64, [None] * 4)]
+        with self.assertRaisesRegex(RuntimeError, "may be negative"):
+            cuvil.compile(model(nodes, [image_input()], outputs))
+
     def test_shape_values_not_exact_in_float_stay_run_time(self):
         # Div by a constant that is not a power of two: the float result itself (not a shape)
         # is computed by the model and must equal float32 arithmetic.

@@ -467,7 +467,7 @@ absl::Status Expand(InferContext& c) {
 // transforms' pad to a multiple of 32) over the padded `axes`: the node keeps its pads input,
 // which its kernel reads at run time, and attribute "pad_axes" names the axes that input covers
 // in order. Only constant mode (the others need every pad below the input's extent, unknown
-// here).
+// here), and every output extent must be provably non-negative.
 absl::Status SymbolicPad(InferContext& c, const std::vector<SymDim>& pads,
                          const std::vector<int64_t>& axes) {
   Node& node = c.node();
@@ -481,7 +481,10 @@ absl::Status SymbolicPad(InferContext& c, const std::vector<SymDim>& pads,
     auto total = SymAdd(pads[j], pads[j + n]);
     std::optional<SymDim> d = total ? SymAdd(out[axes[j]], *total) : std::nullopt;
     if (!d) return c.Error("pads are too large");
-    if (d->IsStatic() && d->coef() < 0) return c.Error("negative output extent");
+    if (d->IsStatic() ? d->coef() < 0 : !d->expr().IsProvablyNonNegative()) {
+      return absl::UnimplementedError(
+          absl::StrCat(node.Describe(), ": output extent ", d->ToString(), " may be negative"));
+    }
     out[axes[j]] = *d;
   }
   node.attrs["pad_axes"] = axes;

@@ -186,6 +186,10 @@ absl::Status TopK(InferContext& c) {
     if (!known.ok()) return known.status();
     if (known->size() != 1) return c.Error("K must hold one value");
     if (!(*known)[0].IsStatic()) {
+      if (!(*known)[0].expr().IsProvablyNonNegative()) {
+        return absl::UnimplementedError(
+            absl::StrCat(n.Describe(), ": K ", (*known)[0].ToString(), " may be negative"));
+      }
       // K from the input shapes (detection: min(300, number of candidates)): the output's
       // extent along the axis is K, which the kernel reads from the shape, and checks against
       // the axis at run time.
