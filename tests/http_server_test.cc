@@ -745,6 +745,50 @@ TEST(HttpScratchBudgetTest, ExecutionScratchCountsInTheInflightBudget) {
   EXPECT_EQ(client.Get("/v2/health/ready")->status, 200);
 }
 
+// A scratch reservation that fits the budget alone but never beside its own request's input is
+// refused as too large (413), not as busy (503 "retry later"): retrying it could never succeed.
+TEST(HttpScratchBudgetTest, ScratchThatCannotFitBesideItsRequestIs413) {
+  namespace fs = std::filesystem;
+  std::string repo = testing::MakeRepository("http_scratch_beside_repo");
+  fs::create_directories(fs::path(repo) / "wide" / "1");
+  std::ofstream(fs::path(repo) / "wide" / "1" / "model.onnx", std::ios::binary)
+      << testing::WideScratchModel(16);
+  ServerOptions options;
+  options.max_inflight_bytes = int64_t{256} << 20;  // Requests get half: 128 MiB.
+  auto server = testing::StartServer(repo, options);
+  ASSERT_NE(server, nullptr);
+  httplib::Client client("127.0.0.1", server->http_port());
+  client.set_read_timeout(std::chrono::seconds(60));
+  auto infer = [&](int64_t n) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) - 3.0f;
+    json header = {{"inputs",
+                    {{{"name", "x"},
+                      {"datatype", "FP32"},
+                      {"shape", {1, n}},
+                      {"parameters", {{"binary_data_size", 4 * n}}}}}}};
+    std::string head = header.dump();
+    std::string body = head + std::string(reinterpret_cast<const char*>(x.data()), 4 * x.size());
+    httplib::Headers headers = {{"Inference-Header-Content-Length", std::to_string(head.size())}};
+    return client.Post("/v2/models/wide/infer", headers, body, "application/octet-stream");
+  };
+  // 1.04M floats: a 4.16 MB input whose execution needs 32 times that in scratch (133 MB, two
+  // tensors of 16 tiles),
+  // below the 128 MiB on its own but not beside the input its request holds.
+  auto big = infer(1'040'000);
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->status, 413) << big->body;
+  EXPECT_FALSE(big->has_header("Retry-After"));
+  EXPECT_THAT(big->body, HasSubstr("scratch memory of 133120000 bytes beside the 4160000 bytes "
+                                   "its requests hold is larger than the"));
+  // Nothing stays reserved: a request of a quarter of that size runs and answers right.
+  auto small = infer(260'000);
+  ASSERT_TRUE(small);
+  ASSERT_EQ(small->status, 200) << small->body;
+  json out = json::parse(small->body)["outputs"][0];
+  EXPECT_EQ(out["data"], json::array({9.0f}));
+}
+
 // Issue 38: HTTP request bodies, and the JSON they parse into, are counted in the server-wide
 // in-flight budget gRPC uses (--max-inflight-bytes) before they are buffered: a request past it
 // gets 503 with Retry-After at once (413 when it alone is larger than the budget), and a

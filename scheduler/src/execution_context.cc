@@ -24,7 +24,9 @@ ExecutionContext::ExecutionContext(const Executable* executable, const ModelLayo
       input_ptrs_(layout->num_inputs()),
       output_ptrs_(layout->num_outputs()),
       output_row_bytes_(layout->num_outputs()),
-      run_shapes_(layout->num_inputs()) {
+      run_shapes_(layout->num_inputs()),
+      gather_bytes_(layout->num_inputs()),
+      staged_output_bytes_(layout->num_outputs()) {
   // Gather buffers for a full batch up front so the hot path does not allocate.
   const auto& specs = executable->inputs();
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -72,35 +74,35 @@ ExecutionContext::Result ExecutionContext::Execute(std::vector<QueuedRequest>& b
   const size_t num_inputs = layout_->num_inputs();
   const size_t num_outputs = layout_->num_outputs();
 
-  // Gather: one copy per request row block into the reused buffer; a lone request runs on its
-  // own views.
-  for (size_t i = 0; i < num_inputs; ++i) {
-    if (alone || !layout_->input_batched(i)) {
-      input_ptrs_[i] = first.inputs[i].data;  // Unbatched inputs are equal across the batch.
-      continue;
-    }
-    size_t total = 0;
-    for (const QueuedRequest& r : batch) total += r.request->inputs[i].byte_size;
-    uint8_t* dst = inputs_[i].Reserve(total);
-    for (const QueuedRequest& r : batch) {
-      const InputView& view = r.request->inputs[i];
-      if (view.byte_size > 0) std::memcpy(dst, view.data, view.byte_size);
-      dst += view.byte_size;
-    }
-    input_ptrs_[i] = inputs_[i].data.get();
-  }
   // The executable checks the batch's shapes against its code: the first request's shapes with
   // the batch dim widened to every row (requests sharing a batch agree on the other dims).
   for (size_t i = 0; i < num_inputs; ++i) {
     run_shapes_[i] = first.inputs[i].shape;
     if (layout_->input_batched(i) && !run_shapes_[i].empty()) run_shapes_[i][0] = result.rows;
   }
-  const Clock::time_point gathered = clock_->Now();
-  result.input_ns = NanosBetween(start, gathered);
-
   result.status = ResolveOutputDims(first);
   if (!result.status.ok()) return result;
-  // A lone request's requested outputs are written straight into its response tensors.
+
+  // What this execution stages beyond the requests' own buffers: batched inputs of several
+  // requests gathered into one buffer each, and outputs that are not written straight into a
+  // lone request's response. Allocated only in the arena call below, once the executable has
+  // checked the shapes and reserved these bytes with its scratch.
+  uint64_t staged = 0;
+  for (size_t i = 0; i < num_inputs; ++i) {
+    gather_bytes_[i] = 0;
+    if (alone || !layout_->input_batched(i)) continue;
+    for (const QueuedRequest& r : batch) gather_bytes_[i] += r.request->inputs[i].byte_size;
+    staged += gather_bytes_[i];
+  }
+  for (size_t o = 0; o < num_outputs; ++o) {
+    staged_output_bytes_[o] = 0;
+    if (alone && Requested(first, o)) continue;
+    size_t rows = layout_->output_batched(o) ? static_cast<size_t>(result.rows) : 1;
+    staged_output_bytes_[o] = output_row_bytes_[o] * rows;
+    staged += staged_output_bytes_[o];
+  }
+  // A lone request's requested outputs are written straight into its response tensors (the
+  // front end charged them when it admitted the request).
   if (alone) responses[0].outputs.reserve(num_outputs);
   for (size_t o = 0; o < num_outputs; ++o) {
     if (alone && Requested(first, o)) {
@@ -109,18 +111,43 @@ ExecutionContext::Result ExecutionContext::Execute(std::vector<QueuedRequest>& b
            HostTensor(executable_->outputs()[o].dtype, OutputShape(o, result.rows))});
       output_ptrs_[o] = responses[0].outputs.back().tensor.data();
     } else {
-      size_t rows = layout_->output_batched(o) ? static_cast<size_t>(result.rows) : 1;
-      output_ptrs_[o] = outputs_[o].Reserve(output_row_bytes_[o] * rows);
+      output_ptrs_[o] = nullptr;  // Staged in the arena call.
     }
   }
+  Clock::time_point gathered = start;
+  auto stage_and_reserve = [&](size_t bytes) -> void* {
+    // Gather: one copy per request row block into the reused buffer; a lone request runs on its
+    // own views.
+    for (size_t i = 0; i < num_inputs; ++i) {
+      if (alone || !layout_->input_batched(i)) {
+        input_ptrs_[i] = first.inputs[i].data;  // Unbatched inputs are equal across the batch.
+        continue;
+      }
+      uint8_t* dst = inputs_[i].Reserve(gather_bytes_[i]);
+      for (const QueuedRequest& r : batch) {
+        const InputView& view = r.request->inputs[i];
+        if (view.byte_size > 0) std::memcpy(dst, view.data, view.byte_size);
+        dst += view.byte_size;
+      }
+      input_ptrs_[i] = inputs_[i].data.get();
+    }
+    for (size_t o = 0; o < num_outputs; ++o) {
+      if (output_ptrs_[o] == nullptr)
+        output_ptrs_[o] = outputs_[o].Reserve(staged_output_bytes_[o]);
+    }
+    gathered = clock_->Now();
+    return arena_.Reserve(bytes);
+  };
   const bool sized_by_run = executable_->outputs_sized_by_run();
-  result.status = executable_->Run(
-      input_ptrs_.data(), run_shapes_, output_ptrs_.data(), result.rows,
-      [this](size_t bytes) { return arena_.Reserve(bytes); },
-      sized_by_run ? &written_dims_ : nullptr);
+  result.status =
+      executable_->Run(input_ptrs_.data(), run_shapes_, output_ptrs_.data(), result.rows, staged,
+                       stage_and_reserve, sized_by_run ? &written_dims_ : nullptr);
   const Clock::time_point ran = clock_->Now();
+  result.input_ns = NanosBetween(start, gathered);
   result.infer_ns = NanosBetween(gathered, ran);
   arena_.Trim(kKeepScratchBytes);
+  for (Scratch& s : inputs_) s.Trim(kKeepScratchBytes);
+  for (Scratch& s : outputs_) s.Trim(kKeepScratchBytes);
   if (!result.status.ok()) {
     responses[0].outputs.clear();
     return result;

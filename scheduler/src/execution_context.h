@@ -63,6 +63,8 @@ class ExecutionContext {
   std::vector<void*> output_ptrs_;
   std::vector<size_t> output_row_bytes_;
   std::vector<std::vector<int64_t>> run_shapes_;  // Shapes of the batch being executed.
+  std::vector<size_t> gather_bytes_;              // Per input: bytes gathered for this execution.
+  std::vector<size_t> staged_output_bytes_;       // Per output: bytes staged (0: in the response).
   std::vector<std::vector<int64_t>> varying_dims_;
   std::vector<std::vector<int64_t>> written_dims_;  // Output dims a run reports (sized by run).
   const std::vector<std::vector<int64_t>>* output_dims_ = nullptr;

@@ -34,6 +34,7 @@ class FakeExecutable : public Executable {
     float first;  // x[0]: identifies the first request of the batch.
     const void* input;
     std::thread::id thread;  // The thread Run ran on.
+    uint64_t staged;         // The staged_bytes Run was given.
   };
 
   explicit FakeExecutable(int64_t dim = 2, bool varying = false) : dim_(dim), varying_(varying) {
@@ -47,7 +48,7 @@ class FakeExecutable : public Executable {
   static int64_t ArenaBytes(int64_t batch) { return 64 * batch; }
 
   absl::Status Run(const void* const* inputs, absl::Span<const std::vector<int64_t>> input_shapes,
-                   void* const* outputs, int64_t batch, ArenaReserve reserve,
+                   void* const* outputs, int64_t batch, uint64_t staged_bytes, ArenaReserve reserve,
                    std::vector<std::vector<int64_t>>* /*written_dims*/) const override {
     // The scheduler hands over the executed batch's shape: [batch, D] (D of the first request),
     // or [D] for a model without a batch dimension.
@@ -57,12 +58,15 @@ class FakeExecutable : public Executable {
     if (!(batched_shape || unbatched_shape) || (!varying_ && shape.back() != dim_)) {
       return absl::InternalError("scheduler passed the wrong input shape");
     }
+    // The scheduler fills inputs[] and outputs[] in this call (sanitizers check the size).
+    void* arena = reserve(static_cast<size_t>(ArenaBytes(batch)));
+    std::memset(arena, 0xab, static_cast<size_t>(ArenaBytes(batch)));
     const float* x = static_cast<const float*>(inputs[0]);
     FakeClock* clock;
     std::chrono::nanoseconds advance;
     {
       absl::MutexLock l(&mu_);
-      calls_.push_back({batch, x[0], inputs[0], std::this_thread::get_id()});
+      calls_.push_back({batch, x[0], inputs[0], std::this_thread::get_id(), staged_bytes});
       ++entered_;
       auto may_run = [this, v = x[0]]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return open_ && held_.count(v) == 0;
@@ -71,9 +75,6 @@ class FakeExecutable : public Executable {
       clock = advance_clock_;
       advance = advance_;
     }
-    // Sanitizers check the reserved size.
-    void* arena = reserve(static_cast<size_t>(ArenaBytes(batch)));
-    std::memset(arena, 0xab, static_cast<size_t>(ArenaBytes(batch)));
     if (clock != nullptr) clock->Advance(advance);
     float* y = static_cast<float*>(outputs[0]);
     float* z = static_cast<float*>(outputs[1]);
@@ -338,6 +339,26 @@ TEST_F(SchedulerTest, BatchingMergesUpToMaxBatchSizeAndSplitsOutputs) {
     executed.push_back(o.response.timings.executed_batch);
   }
   EXPECT_THAT(executed, ElementsAre(1, 4, 4, 4, 3, 3));
+}
+
+// What an execution stages beyond its requests' own buffers reaches the executable, which
+// budgets it with its scratch before anything is allocated: a lone request nothing (it runs on its
+// own input and writes into its response), a batch its gathered rows and batched outputs.
+TEST_F(SchedulerTest, StagedBytesAreTheGatheredRowsAndBatchedOutputs) {
+  auto scheduler = Make(Batching(4));
+  exe_->Close();
+  Submit(*scheduler, 1, 0);
+  ASSERT_TRUE(exe_->AwaitEntered(1));
+  Submit(*scheduler, 1, 100);
+  Submit(*scheduler, 2, 200);
+  exe_->Open();
+  ASSERT_TRUE(WaitAll());
+  std::vector<FakeExecutable::Call> calls = exe_->calls();
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0].staged, 0u);
+  // 3 rows of x (2 floats) gathered, 3 rows of y (2 floats) and of z (1 float) staged.
+  EXPECT_EQ(calls[1].staged, 3 * 2 * 4 + 3 * 2 * 4 + 3 * 1 * 4u);
+  for (const Outcome& o : outcomes_) ExpectOwnRows(o);
 }
 
 TEST_F(SchedulerTest, OnlyRequestedOutputsAreReturned) {

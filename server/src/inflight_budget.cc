@@ -26,12 +26,19 @@ void InflightBudget::Reservation::Release() {
 }
 
 absl::StatusOr<InflightBudget::Reservation> InflightBudget::Reserve(uint64_t bytes,
-                                                                    const char* what) {
+                                                                    const char* what,
+                                                                    uint64_t held) {
   uint64_t current = in_flight_.load(std::memory_order_relaxed);
   do {
     if (limit_ != 0 && bytes > limit_) {
       return absl::ResourceExhaustedError(
           absl::StrCat(what, " of ", bytes, " bytes is larger than the ", limit_,
+                       " bytes all requests in flight may hold (", limit_source_, ")"));
+    }
+    if (limit_ != 0 && held > limit_ - bytes) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(what, " of ", bytes, " bytes beside the ", held,
+                       " bytes its requests hold is larger than the ", limit_,
                        " bytes all requests in flight may hold (", limit_source_, ")"));
     }
     if (limit_ != 0 && current > limit_ - bytes) {

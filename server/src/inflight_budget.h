@@ -48,9 +48,12 @@ class InflightBudget {
   };
 
   // Reserves `bytes`, or ResourceExhausted naming `what` (e.g. "gRPC ModelInfer") when the bytes
-  // in flight would then exceed the limit. Never blocks. A request larger than the limit on its
-  // own is always refused.
-  absl::StatusOr<Reservation> Reserve(uint64_t bytes, const char* what);
+  // in flight would then exceed the limit. Never blocks. `held` is what the same work already
+  // holds in other reservations of this budget and keeps while this one lives (an execution's
+  // requests' inputs): `bytes` that cannot fit beside it even with nothing else in flight are
+  // refused as too large ("... is larger than ..."), not as busy ("server is busy: ..."), so
+  // clients are not told to retry what can never be admitted.
+  absl::StatusOr<Reservation> Reserve(uint64_t bytes, const char* what, uint64_t held = 0);
 
   // Adds `bytes` to `*reservation` (empty, or taken from this budget), for a request whose size
   // is learnt as it arrives (a chunked HTTP body, the JSON it parses into). On refusal, the

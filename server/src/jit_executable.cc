@@ -48,10 +48,21 @@ absl::StatusOr<std::shared_ptr<JitExecutable>> JitExecutable::Create(
       new JitExecutable(model, std::move(inputs), std::move(outputs), scratch_budget));
 }
 
-absl::StatusOr<void*> JitExecutable::ReserveArena(ArenaReserve arena, size_t bytes,
-                                                  InflightBudget::Reservation* reservation) const {
-  if (scratch_budget_ != nullptr && bytes > 0) {
-    auto r = scratch_budget_->Reserve(bytes, "a model execution's scratch memory");
+absl::StatusOr<void*> JitExecutable::ReserveArena(
+    ArenaReserve arena, size_t bytes, uint64_t staged_bytes,
+    absl::Span<const std::vector<int64_t>> input_shapes,
+    InflightBudget::Reservation* reservation) const {
+  const uint64_t total = static_cast<uint64_t>(bytes) + staged_bytes;
+  if (scratch_budget_ != nullptr && total > 0) {
+    // The requests hold at least their inputs for as long as this reservation lives (the shapes
+    // were checked against the code, so these products are the buffers' sizes).
+    uint64_t inputs_held = 0;
+    for (size_t i = 0; i < input_shapes.size() && i < inputs_.size(); ++i) {
+      uint64_t n = static_cast<uint64_t>(std::max(DTypeSize(inputs_[i].dtype), 0));
+      for (int64_t d : input_shapes[i]) n *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
+      inputs_held += n;
+    }
+    auto r = scratch_budget_->Reserve(total, "a model execution's scratch memory", inputs_held);
     if (!r.ok()) return r.status();
     *reservation = *std::move(r);
   }
@@ -88,7 +99,8 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> JitExecutable::OutputDims(
 
 absl::Status JitExecutable::Run(const void* const* inputs,
                                 absl::Span<const std::vector<int64_t>> input_shapes,
-                                void* const* outputs, int64_t batch, ArenaReserve arena,
+                                void* const* outputs, int64_t batch, uint64_t staged_bytes,
+                                ArenaReserve arena,
                                 std::vector<std::vector<int64_t>>* written_dims) const {
   const CompiledModel& m = model_->model();
   if (m.symbols.size() > 1 || !m.dim_constraints.empty()) {
@@ -101,7 +113,8 @@ absl::Status JitExecutable::Run(const void* const* inputs,
     }
     const auto bytes = static_cast<size_t>(*m.arena.CheckedBytesForSymbols(*syms));
     InflightBudget::Reservation reservation;
-    absl::StatusOr<void*> scratch = ReserveArena(arena, bytes, &reservation);
+    absl::StatusOr<void*> scratch =
+        ReserveArena(arena, bytes, staged_bytes, input_shapes, &reservation);
     if (!scratch.ok()) return scratch.status();
     absl::Status s = EntryStatus(model_->Execute(inputs, outputs, batch, *scratch, syms->data()));
     if (s.ok() && written_dims != nullptr && outputs_sized_by_run()) {
@@ -118,7 +131,8 @@ absl::Status JitExecutable::Run(const void* const* inputs,
   // Execute: one kernel table per execution, and a guard that keeps rolled-back code alive.
   const auto bytes = static_cast<size_t>(m.arena.BytesFor(batch));
   InflightBudget::Reservation reservation;
-  absl::StatusOr<void*> scratch = ReserveArena(arena, bytes, &reservation);
+  absl::StatusOr<void*> scratch =
+      ReserveArena(arena, bytes, staged_bytes, input_shapes, &reservation);
   if (!scratch.ok()) return scratch.status();
   return EntryStatus(model_->Execute(inputs, outputs, batch, *scratch));
 }

@@ -19,7 +19,9 @@ class JitExecutable : public Executable {
   // InvalidArgument when a spec is looser than the compiled signature (a -1 over a fixed dim, a
   // different rank or dtype): buffers sized from the specs must be what the code reads and writes.
   // With `scratch_budget` (may be null; must outlive the executable), each run reserves its
-  // scratch bytes there while it runs and fails with ResourceExhausted when they do not fit.
+  // scratch bytes and the bytes its caller stages (Executable::Run) there while it runs, and
+  // fails with ResourceExhausted when they do not fit: "is larger than" when they could not fit
+  // beside its requests' inputs even on an idle server, "server is busy" otherwise.
   static absl::StatusOr<std::shared_ptr<JitExecutable>> Create(
       const LoadedModel* model, std::vector<TensorSpec> inputs, std::vector<TensorSpec> outputs,
       InflightBudget* scratch_budget = nullptr);
@@ -29,7 +31,7 @@ class JitExecutable : public Executable {
   // Binds the model's symbols from `input_shapes` once (checking every dim), reserves the scratch
   // they need and runs the entry point.
   absl::Status Run(const void* const* inputs, absl::Span<const std::vector<int64_t>> input_shapes,
-                   void* const* outputs, int64_t batch, ArenaReserve arena,
+                   void* const* outputs, int64_t batch, uint64_t staged_bytes, ArenaReserve arena,
                    std::vector<std::vector<int64_t>>* written_dims) const override;
   bool outputs_sized_by_run() const override {
     return !model_->model().data_dependent_dims.empty();
@@ -46,8 +48,10 @@ class JitExecutable : public Executable {
         outputs_(std::move(outputs)),
         scratch_budget_(scratch_budget) {}
 
-  // The arena of `bytes` for one run, reserved against scratch_budget_ into `*reservation`.
-  absl::StatusOr<void*> ReserveArena(ArenaReserve arena, size_t bytes,
+  // The arena of `bytes` for one run, reserved with the caller's `staged_bytes` against
+  // scratch_budget_ into `*reservation`; the run's inputs are shaped `input_shapes`.
+  absl::StatusOr<void*> ReserveArena(ArenaReserve arena, size_t bytes, uint64_t staged_bytes,
+                                     absl::Span<const std::vector<int64_t>> input_shapes,
                                      InflightBudget::Reservation* reservation) const;
 
   const LoadedModel* model_;

@@ -33,18 +33,26 @@ class Executable {
   virtual const std::vector<TensorSpec>& inputs() const = 0;
   virtual const std::vector<TensorSpec>& outputs() const = 0;
   // Gives Run its scratch: called once with the bytes the execution needs, it returns a buffer
-  // of at least that many bytes that stays valid until Run returns.
+  // of at least that many bytes that stays valid until Run returns. The caller fills inputs[] and
+  // outputs[] in this call (it stages rows of several requests there only once Run has checked
+  // the shapes and reserved memory for them), so Run must call it exactly once, with 0 bytes if
+  // it needs no scratch, before it reads an input or writes an output.
   using ArenaReserve = absl::FunctionRef<void*(size_t bytes)>;
   // Runs over `batch` rows. inputs[i]/outputs[i] are contiguous row-major buffers holding
-  // `batch` rows each, in inputs()/outputs() order; input_shapes[i] is input i's full shape (batch
-  // dim included when batched). Implementations check the shapes against what their code reads
-  // and fail with InvalidArgument rather than run on buffers of the wrong size; the scratch they
-  // then reserve may depend on the shapes (free dimensions beyond the batch). When
-  // outputs_sized_by_run(), `written_dims` (same convention as OutputDims) receives the dims each
-  // output was written with: a prefix of the buffer OutputDims sized.
+  // `batch` rows each, in inputs()/outputs() order (filled in by `arena`'s call, above);
+  // input_shapes[i] is input i's full shape (batch dim included when batched). Implementations
+  // check the shapes against what their code reads and fail with InvalidArgument rather than run
+  // on buffers of the wrong size; the scratch they then reserve may depend on the shapes (free
+  // dimensions beyond the batch). `staged_bytes` is what the caller allocates in `arena`'s call
+  // beyond the requests' own buffers (several requests' rows gathered into one buffer, batched
+  // outputs before they are split up): an implementation that budgets memory reserves it with
+  // its scratch, before calling `arena`. When outputs_sized_by_run(), `written_dims` (same
+  // convention as OutputDims) receives the dims each output was written with: a prefix of the
+  // buffer OutputDims sized.
   virtual absl::Status Run(const void* const* inputs,
                            absl::Span<const std::vector<int64_t>> input_shapes,
-                           void* const* outputs, int64_t batch, ArenaReserve arena,
+                           void* const* outputs, int64_t batch, uint64_t staged_bytes,
+                           ArenaReserve arena,
                            std::vector<std::vector<int64_t>>* written_dims) const = 0;
   // True when the data decides some output sizes (NonZero, Unique, ...): OutputDims then gives
   // upper bounds, Run reports what it wrote, and requests never share an execution (their rows
