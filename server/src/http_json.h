@@ -27,51 +27,27 @@ namespace cuvil::http_json {
 // Deepest array/object nesting a JSON body may have. Tensor data needs rank + 3 levels.
 inline constexpr int kMaxJsonNesting = 64;
 
-// InvalidArgument "JSON nesting deeper than <max_depth>" when `text` has more than `max_depth`
-// arrays/objects open at once (brackets inside strings do not count). Run before parsing so a
-// body like [[[[...]]]] is refused in one linear pass without recursion or allocation; it does
-// not otherwise validate the JSON.
-inline absl::Status CheckJsonNesting(std::string_view text, int max_depth = kMaxJsonNesting) {
-  int depth = 0;
-  bool in_string = false;
-  bool escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) {
-        return absl::InvalidArgumentError(absl::StrCat("JSON nesting deeper than ", max_depth));
-      }
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return absl::OkStatus();
-}
-
-// An upper bound, in bytes, of the memory parsing `text` into a json tree and decoding its
-// tensors may take: per value a tree node in an array grown by doubling (32 bytes) and a tensor
-// element of up to 8 bytes, plus 64 per array or object, 96 per object member (a map node with
-// its key) and, per string, its text twice (the tree's copy, a BYTES tensor's) and 48 of
-// overhead. One linear pass, no allocation; it does not validate the JSON. A small body of many
-// tiny values ("0,0,0,...") costs about 20 times its size once parsed: the server reserves this
-// against its in-flight budget before parsing.
-inline uint64_t JsonDecodeCostBytes(std::string_view text) {
+// What one linear pass over a JSON text learns before it is parsed, without recursion or
+// allocation (the text is not otherwise validated):
+// - whether more than `max_depth` arrays/objects are open at once (brackets inside strings do not
+//   count), so a body like [[[[...]]]] is refused before the recursive parser sees it;
+// - an upper bound, in bytes, of the memory parsing it into a json tree and decoding its tensors
+//   may take: per value a tree node in an array grown by doubling (32 bytes) and a tensor element
+//   of up to 8 bytes, plus 64 per array or object, 96 per object member (a map node with its key)
+//   and, per string, its text twice (the tree's copy, a BYTES tensor's) and 48 of overhead. A
+//   small body of many tiny values ("0,0,0,...") costs about 20 times its size once parsed: the
+//   server reserves this against its in-flight budget before parsing.
+struct JsonScan {
+  bool too_deep = false;     // The scan stops at the first level past max_depth.
+  uint64_t decode_cost = 0;  // Meaningful only when !too_deep.
+};
+inline JsonScan ScanJson(std::string_view text, int max_depth = kMaxJsonNesting) {
   constexpr uint64_t kValue = 32 + 8;
   constexpr uint64_t kContainer = 64;
   constexpr uint64_t kMember = 96;
   constexpr uint64_t kString = 48;
-  uint64_t cost = 0;
+  JsonScan scan;
+  int depth = 0;
   bool in_string = false;
   bool escaped = false;
   bool in_scalar = false;  // Inside a number or literal (true, false, null).
@@ -85,27 +61,34 @@ inline uint64_t JsonDecodeCostBytes(std::string_view text) {
         in_string = false;
         continue;
       }
-      cost += 2;
+      scan.decode_cost += 2;
       continue;
     }
     switch (c) {
       case '"':
         in_string = true;
         in_scalar = false;
-        cost += kValue + kString;
+        scan.decode_cost += kValue + kString;
         break;
       case '[':
       case '{':
+        if (++depth > max_depth) {
+          scan.too_deep = true;
+          return scan;
+        }
         in_scalar = false;
-        cost += kValue + kContainer;
+        scan.decode_cost += kValue + kContainer;
+        break;
+      case ']':
+      case '}':
+        if (depth > 0) --depth;
+        in_scalar = false;
         break;
       case ':':
         in_scalar = false;
-        cost += kMember;
+        scan.decode_cost += kMember;
         break;
       case ',':
-      case ']':
-      case '}':
       case ' ':
       case '\t':
       case '\r':
@@ -113,11 +96,22 @@ inline uint64_t JsonDecodeCostBytes(std::string_view text) {
         in_scalar = false;
         break;
       default:
-        if (!in_scalar) cost += kValue;
+        if (!in_scalar) scan.decode_cost += kValue;
         in_scalar = true;
     }
   }
-  return cost;
+  return scan;
+}
+
+// The refusal of a text ScanJson found too deep: InvalidArgument "JSON nesting deeper than
+// <max_depth>".
+inline absl::Status JsonTooDeepError(int max_depth = kMaxJsonNesting) {
+  return absl::InvalidArgumentError(absl::StrCat("JSON nesting deeper than ", max_depth));
+}
+
+// JsonTooDeepError() when ScanJson(text, max_depth) finds `text` too deep, else OK.
+inline absl::Status CheckJsonNesting(std::string_view text, int max_depth = kMaxJsonNesting) {
+  return ScanJson(text, max_depth).too_deep ? JsonTooDeepError(max_depth) : absl::OkStatus();
 }
 
 // Elements a shape holds; InvalidArgument for negative dims or an overflowing product.

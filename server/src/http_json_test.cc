@@ -62,15 +62,20 @@ TEST(HttpJsonTest, DecodeCostBoundsWhatParsingTakes) {
   std::string zeros = "[";
   for (int i = 0; i < 100000; ++i) zeros += i ? ",0" : "0";
   zeros += "]";
-  const uint64_t cost = JsonDecodeCostBytes(zeros);
+  auto cost_of = [](std::string_view text) { return ScanJson(text).decode_cost; };
+  const uint64_t cost = cost_of(zeros);
   EXPECT_GE(cost, 100000u * (sizeof(json) + 8));  // A tree node and a tensor element each.
   EXPECT_GE(cost, 15 * zeros.size());
   // Numbers count once however long; brackets, strings (escapes included) and members add up.
-  EXPECT_EQ(JsonDecodeCostBytes("[123456789, -1.5e10]"), JsonDecodeCostBytes("[1,2]"));
-  EXPECT_EQ(JsonDecodeCostBytes("[1,2]"), 3 * 40 + 64);
-  EXPECT_EQ(JsonDecodeCostBytes(R"({"a":"b\"c"})"), 40 + 64 + (40 + 48 + 2) + 96 + (40 + 48 + 8));
-  EXPECT_EQ(JsonDecodeCostBytes(""), 0u);
-  EXPECT_EQ(JsonDecodeCostBytes("  \n"), 0u);
+  EXPECT_EQ(cost_of("[123456789, -1.5e10]"), cost_of("[1,2]"));
+  EXPECT_EQ(cost_of("[1,2]"), 3 * 40 + 64);
+  EXPECT_EQ(cost_of(R"({"a":"b\"c"})"), 40 + 64 + (40 + 48 + 2) + 96 + (40 + 48 + 8));
+  EXPECT_EQ(cost_of(""), 0u);
+  EXPECT_EQ(cost_of("  \n"), 0u);
+  // The same pass bounds the nesting: a text too deep is flagged, whatever its cost so far.
+  EXPECT_FALSE(ScanJson(zeros).too_deep);
+  EXPECT_TRUE(ScanJson("[[[1]]]", 2).too_deep);
+  EXPECT_FALSE(ScanJson("[[[1]]]", 3).too_deep);
 }
 
 TEST(HttpJsonTest, DataIsCountedBeforeTheTensorIsAllocated) {

@@ -277,7 +277,7 @@ class HttpServiceImpl final : public HttpService {
   // when the budget cannot take them (nothing more is then held).
   std::optional<BudgetRefusal> Reserve(uint64_t bytes, const char* what);
   // Refuses `text` nested too deep (400), then reserves what parsing it may take
-  // (http_json::JsonDecodeCostBytes); false after answering either refusal.
+  // (http_json::ScanJson); false after answering either refusal.
   bool ReserveJson(std::string_view text, Response& res);
   // The checks `policy` asks for (browser defences, then the admin token); false after
   // answering 403, 415 or 401.
@@ -470,12 +470,12 @@ std::optional<BudgetRefusal> HttpServiceImpl::Reserve(uint64_t bytes, const char
 
 bool HttpServiceImpl::ReserveJson(std::string_view text, Response& res) {
   // Too deep a body is refused for what it is (400) before anything is reserved for it.
-  if (absl::Status s = http_json::CheckJsonNesting(text); !s.ok()) {
-    SetError(res, s);
+  const http_json::JsonScan scan = http_json::ScanJson(text);
+  if (scan.too_deep) {
+    SetError(res, http_json::JsonTooDeepError());
     return false;
   }
-  std::optional<BudgetRefusal> refused =
-      Reserve(http_json::JsonDecodeCostBytes(text), "an HTTP request's parsed JSON");
+  std::optional<BudgetRefusal> refused = Reserve(scan.decode_cost, "an HTTP request's parsed JSON");
   if (refused.has_value()) SetRefusal(res, *refused);
   return !refused.has_value();
 }
