@@ -191,7 +191,8 @@ class Importer {
       graph_->inputs.push_back(v);
     }
     graph_->symbols = symbols_;
-    if (!symbols_.empty()) graph_->symbol = symbols_[0];
+    for (const auto& [id, name] : symbol_names_) graph_->symbols[id] = name;
+    if (!symbols_.empty()) graph_->symbol = graph_->symbols[0];
 
     for (const auto& np : g.node()) {
       if (auto s = ImportNode(np); !s.ok()) return s;
@@ -258,7 +259,23 @@ class Importer {
           auto known = std::find(symbols_.begin(), symbols_.end(), sym);
           const auto id = static_cast<int32_t>(known - symbols_.begin());
           if (known == symbols_.end()) symbols_.push_back(sym);
-          v->type.shape.push_back(id == 0 ? SymDim::Batch() : SymDim::Symbol(id, sym));
+          auto multiple = options_.dim_multiples.find(sym);
+          if (multiple == options_.dim_multiples.end()) {
+            v->type.shape.push_back(id == 0 ? SymDim::Batch() : SymDim::Symbol(id, sym));
+          } else {
+            const int64_t k = multiple->second;
+            if (k < 2 || k > (int64_t{1} << 20)) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("dim_multiples: '", sym, "' = ", k, " must be from 2 to 1048576"));
+            }
+            // The symbol is the dim divided by k (named so in messages): binding solves
+            // k * x = dim and refuses a dim that k does not divide.
+            symbol_names_[id] = absl::StrCat(sym, "/", k);
+            v->type.shape.push_back(
+                id == 0
+                    ? SymDim::Batch(k)
+                    : SymDim(*DimMul(DimExpr::Const(k), DimExpr::Symbol(id, symbol_names_[id]))));
+          }
         }
       }
       ++i;
@@ -349,6 +366,8 @@ class Importer {
   std::unique_ptr<ir::Graph> graph_;
   std::unordered_map<std::string, ir::Value*> by_name_;
   std::vector<std::string> symbols_;  // By symbol id.
+  // Names of symbols that are not their dim's (dim_multiples: "height/8"), by id.
+  std::map<int32_t, std::string> symbol_names_;
   int node_counter_ = 0;
 };
 

@@ -298,6 +298,14 @@ void HashOptions(const CompileOptions& o, Hasher* h) {
     h->Str(name);
     h->Int(v);
   }
+  if (!o.import.dim_multiples.empty()) {  // Keys without multiples stay as they were.
+    h->Str("dim_multiples");
+    h->Int(static_cast<int64_t>(o.import.dim_multiples.size()));
+    for (const auto& [name, k] : o.import.dim_multiples) {
+      h->Str(name);
+      h->Int(k);
+    }
+  }
   h->Int(static_cast<int64_t>(o.import.input_shapes.size()));
   for (const auto& [name, shape] : o.import.input_shapes) {
     h->Str(name);

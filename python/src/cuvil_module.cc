@@ -199,6 +199,8 @@ void ParseOptions(const py::dict& given, CompileOptions* options, int* intra_op_
       *intra_op_threads = threads;
     } else if (key == "dim_overrides") {
       options->import.dim_overrides = py::cast<std::map<std::string, int64_t>>(value);
+    } else if (key == "dim_multiples") {
+      options->import.dim_multiples = py::cast<std::map<std::string, int64_t>>(value);
     } else if (key == "input_shapes") {
       options->import.input_shapes = py::cast<std::map<std::string, std::vector<int64_t>>>(value);
     } else if (key == "run_checker") {
@@ -209,8 +211,8 @@ void ParseOptions(const py::dict& given, CompileOptions* options, int* intra_op_
     } else {
       throw py::type_error(absl::StrCat(
           "compile() got an unknown option '", key,
-          "' (known: intra_op_threads, opt_level, dim_overrides, input_shapes, run_checker, "
-          "emit_llvm)"));
+          "' (known: intra_op_threads, opt_level, dim_overrides, dim_multiples, input_shapes, "
+          "run_checker, emit_llvm)"));
     }
   }
 }

@@ -257,14 +257,14 @@ except ImportError:  # pragma: no cover - depends on the host
     torch = None
 
 
-def export_torch(module, example, dynamic_axes):
+def export_torch(module, example, dynamic_axes, opset=OPSET):
     """torch.onnx.export of `module` (inputs input_i, outputs output_i) as an onnx.ModelProto."""
     import io
     example = example if isinstance(example, tuple) else (example,)
     names = [f"input_{i}" for i in range(len(example))]
     buf = io.BytesIO()
     with torch.no_grad():
-        torch.onnx.export(module.eval(), example, buf, opset_version=OPSET, input_names=names,
+        torch.onnx.export(module.eval(), example, buf, opset_version=opset, input_names=names,
                           output_names=["output_0"], dynamic_axes=dynamic_axes)
     return onnx.load_from_string(buf.getvalue())
 
@@ -324,6 +324,47 @@ class TorchShapeArithmeticTest(unittest.TestCase):
         torch.manual_seed(1)
         self.check(Head(), torch.randn(1, 3, 16, 16), {"input_0": {2: "H", 3: "W"}},
                    [torch.randn(1, 3, h, w) for h, w in [(16, 16), (23, 40), (5, 9)]])
+
+    def test_sizes_declared_multiples_simplify(self):
+        # RAFT's pattern: a stride-8 convolution gives ceil(H / 8) rows, a reshape by H // 8
+        # gives floor(H / 8), and a 1x1 convolution needs the channels those make, a constant
+        # only when H and W are multiples of 8 (RAFT's PyTorch code asserts it, the export drops
+        # the assert). Declared with dim_multiples the sizes simplify; a request whose H is not a
+        # multiple is refused; GridSample samples an image of symbolic size.
+        class Pyramid(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.down = torch.nn.Conv2d(3, 4, 8, stride=8, padding=3)
+                self.mix = torch.nn.Conv2d(16, 5, 1)
+
+            def forward(self, x):
+                f = self.down(x)  # [1, 4, floor((H - 2) / 8) + 1, ...]
+                h8, w8 = x.shape[2] // 8, x.shape[3] // 8
+                n = f.shape[2] * f.shape[3]
+                corr = f.reshape(1, 4, 1, n).expand(1, 4, 4, n)
+                corr = corr.reshape(1, 16 * n // (h8 * w8), h8, w8)
+                y = self.mix(corr)
+                grid = torch.tanh(y[:, :2].permute(0, 2, 3, 1))
+                return F.grid_sample(y, grid, align_corners=False, padding_mode="border")
+
+        torch.manual_seed(0)
+        module = Pyramid()
+        proto = export_torch(module, torch.randn(1, 3, 32, 48),
+                             {"input_0": {2: "height", 3: "width"}}, opset=16)
+        with self.assertRaisesRegex(ValueError, "channels of X"):
+            cuvil.compile(proto)
+        compiled = cuvil.compile(proto, dim_multiples={"height": 8, "width": 8})
+        for h, w in [(32, 48), (16, 16), (64, 40)]:
+            x = torch.randn(1, 3, h, w)
+            with torch.no_grad():
+                want = module(x).numpy()
+            got = compiled(x.numpy())[0]
+            self.assertEqual(got.shape, want.shape)
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+        with self.assertRaisesRegex(ValueError, "dim 2 is 36, which no value"):
+            compiled(torch.randn(1, 3, 36, 48).numpy())
+        with self.assertRaisesRegex(ValueError, "must be from 2"):
+            cuvil.compile(proto, dim_multiples={"height": 1})
 
     def test_halves_of_a_concatenated_batch(self):
         # raft: both images go through one encoder as cat([a, b]), then x[n:2n] is the second.

@@ -238,7 +238,8 @@ absl::Status CompareTensors(const HostTensor& got, const HostTensor& want, const
   return absl::OkStatus();
 }
 
-absl::Status RunCase(JitEngine& engine, const std::string& case_dir, const Tolerance& tol) {
+absl::Status RunCase(JitEngine& engine, const std::string& case_dir, const Tolerance& tol,
+                     const std::map<std::string, int64_t>& dim_multiples) {
   std::string model_path = case_dir + "/model.onnx";
   auto io = ReadDeclaredIo(model_path);
   if (!io.ok()) return io.status();
@@ -271,6 +272,7 @@ absl::Status RunCase(JitEngine& engine, const std::string& case_dir, const Toler
   }
 
   CompileOptions options;
+  options.import.dim_multiples = dim_multiples;
   std::vector<std::string> needs_binding;
   options.needs_binding = &needs_binding;
   auto compiled = CompileOnnxFile(model_path, options);

@@ -2,6 +2,7 @@
 #ifndef CUVIL_TOOLS_CUVILC_CASE_RUNNER_H_
 #define CUVIL_TOOLS_CUVILC_CASE_RUNNER_H_
 
+#include <map>
 #include <string>
 
 #include "absl/status/status.h"
@@ -22,7 +23,9 @@ absl::Status CompareTensors(const HostTensor& got, const HostTensor& want, const
 // Compiles the case's model once (or once per data set when shape operands must be bound, or
 // when it has sequence or optional inputs or outputs, whose structure the data fixes), runs every
 // data set and compares every output. Thread-compatible.
-absl::Status RunCase(JitEngine& engine, const std::string& case_dir, const Tolerance& tol);
+// `dim_multiples` goes to ImportOptions::dim_multiples.
+absl::Status RunCase(JitEngine& engine, const std::string& case_dir, const Tolerance& tol,
+                     const std::map<std::string, int64_t>& dim_multiples = {});
 
 }  // namespace cuvil
 

@@ -1,7 +1,7 @@
 // cuvilc: Cuvil's compiler driver.
 //   cuvilc info MODEL.onnx
 //   cuvilc run MODEL.onnx --input NAME=FILE.pb ... [--output-dir DIR]
-//   cuvilc test CASE_DIR ... [--rtol R] [--atol A] [--threads N]
+//   cuvilc test CASE_DIR ... [--rtol R] [--atol A] [--threads N] [--dim-multiple NAME=K]
 //   cuvilc compile MODEL.onnx [--emit-llvm FILE.ll] [--timings] [--jit-cache-dir DIR]
 //                  [--jit-cache-max-bytes N] [--no-jit-cache] [--compile-tier tiered|fast|full]
 //   cuvilc compile MODEL.onnx --aot OUT_DIR [--name NAME]
@@ -35,8 +35,10 @@ constexpr char kUsage[] =
     "usage:\n"
     "  cuvilc info MODEL.onnx\n"
     "  cuvilc run MODEL.onnx --input NAME=FILE.pb ... [--output-dir DIR]\n"
-    "  cuvilc test CASE_DIR ... [--rtol R] [--atol A] [--threads N]\n"
+    "  cuvilc test CASE_DIR ... [--rtol R] [--atol A] [--threads N] [--dim-multiple NAME=K]\n"
     "      N: intra-op threads per execution (default 1; a separable model's batch is split)\n"
+    "      --dim-multiple height=8: the free dim 'height' is a multiple of 8 (repeatable;\n"
+    "      requests whose dim is not are refused)\n"
     "  cuvilc compile MODEL.onnx [--emit-llvm FILE.ll] [--timings] [--jit-cache-dir DIR]\n"
     "                 [--jit-cache-max-bytes N] [--no-jit-cache] [--compile-tier T]\n"
     "      with --jit-cache-dir, a compiled model is stored in (or loaded from) the JIT cache\n"
@@ -172,8 +174,17 @@ int Run(const std::vector<std::string>& args) {
 int Test(const std::vector<std::string>& args) {
   Tolerance tol;
   std::vector<std::string> cases;
+  std::map<std::string, int64_t> dim_multiples;
   for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--rtol" && i + 1 < args.size()) {
+    if (args[i] == "--dim-multiple" && i + 1 < args.size()) {
+      const std::string& spec = args[++i];
+      const size_t eq = spec.find('=');
+      int64_t k = 0;
+      if (eq == std::string::npos || eq == 0 || !absl::SimpleAtoi(spec.substr(eq + 1), &k)) {
+        return Usage(absl::StrCat("--dim-multiple: NAME=K, not '", spec, "'"));
+      }
+      dim_multiples[spec.substr(0, eq)] = k;
+    } else if (args[i] == "--rtol" && i + 1 < args.size()) {
       tol.rtol = std::stod(args[++i]);
     } else if (args[i] == "--atol" && i + 1 < args.size()) {
       tol.atol = std::stod(args[++i]);
@@ -196,7 +207,7 @@ int Test(const std::vector<std::string>& args) {
   for (const std::string& dir : cases) {
     std::string name = std::filesystem::path(dir).filename().string();
     if (name.empty()) name = std::filesystem::path(dir).parent_path().filename().string();
-    absl::Status s = RunCase(**engine, dir, tol);
+    absl::Status s = RunCase(**engine, dir, tol, dim_multiples);
     if (s.ok()) {
       std::printf("PASS %s\n", name.c_str());
       ++passed;

@@ -26,13 +26,16 @@ class GridSampler {
     DType d = k_.in_dtype(0);
     const SymShape& x = k_.in_shape(0);
     const SymShape& out = k_.out_shape(0);
-    if (!x[2].IsStatic() || !x[3].IsStatic()) return k_.Unsupported("symbolic image size");
-    h_ = x[2].coef();
-    w_ = x[3].coef();
+    // The image size may be symbolic (RAFT samples feature maps of H/8 x W/8): a static one
+    // folds to the constants.
+    h_ = k_.Dim(x[2]);
+    w_ = k_.Dim(x[3]);
+    hf_ = b_.CreateSIToFP(h_, b_.getDoubleTy());
+    wf_ = b_.CreateSIToFP(w_, b_.getDoubleTy());
     llvm::Value* channels = k_.Dim(x[1]);
     llvm::Value* ho = k_.Dim(out[2]);
     llvm::Value* wo = k_.Dim(out[3]);
-    llvm::Value* plane = k_.I64(h_ * w_);
+    llvm::Value* plane = b_.CreateMul(h_, w_);
     k_.ForNest({k_.Dim(x[0]), ho, wo}, [&](const Idx& at) {
       llvm::Value* g = b_.CreateMul(
           b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(at[0], ho), at[1]), wo), at[2]),
@@ -40,11 +43,11 @@ class GridSampler {
       llvm::Value* gx = k_.Convert(k_.Load(d, k_.in(1), g), d, DType::kFloat64);
       llvm::Value* gy =
           k_.Convert(k_.Load(d, k_.in(1), b_.CreateAdd(g, k_.I64(1))), d, DType::kFloat64);
-      llvm::Value* ix = Unnormalize(gx, w_);
-      llvm::Value* iy = Unnormalize(gy, h_);
+      llvm::Value* ix = Unnormalize(gx, wf_);
+      llvm::Value* iy = Unnormalize(gy, hf_);
       if (mode_ != "bicubic") {
-        ix = Pad(ix, w_);
-        iy = Pad(iy, h_);
+        ix = Pad(ix, wf_);
+        iy = Pad(iy, hf_);
       }
       k_.For(k_.I64(0), channels, [&](llvm::Value* ch) {
         llvm::Value* image = b_.CreateMul(b_.CreateAdd(b_.CreateMul(at[0], channels), ch), plane);
@@ -64,37 +67,41 @@ class GridSampler {
  private:
   llvm::Value* F(double v) { return llvm::ConstantFP::get(b_.getDoubleTy(), v); }
   llvm::Value* Floor(llvm::Value* v) { return k_.Intrinsic(llvm::Intrinsic::floor, v); }
-  llvm::Value* Clamp(llvm::Value* v, double lo, double hi) {
-    return k_.Intrinsic2(llvm::Intrinsic::minnum, k_.Intrinsic2(llvm::Intrinsic::maxnum, v, F(lo)),
-                         F(hi));
+  llvm::Value* Clamp(llvm::Value* v, llvm::Value* lo, llvm::Value* hi) {
+    return k_.Intrinsic2(llvm::Intrinsic::minnum, k_.Intrinsic2(llvm::Intrinsic::maxnum, v, lo),
+                         hi);
   }
+  llvm::Value* Clamp(llvm::Value* v, double lo, double hi) { return Clamp(v, F(lo), F(hi)); }
 
-  llvm::Value* Unnormalize(llvm::Value* c, int64_t size) {
-    double s = static_cast<double>(size);
+  // A coordinate in [-1, 1] to pixels along an axis of `size` (double) pixels.
+  llvm::Value* Unnormalize(llvm::Value* c, llvm::Value* size) {
     llvm::Value* one = b_.CreateFAdd(c, F(1));
-    if (align_) return b_.CreateFMul(b_.CreateFDiv(one, F(2)), F(s - 1));
-    return b_.CreateFDiv(b_.CreateFSub(b_.CreateFMul(one, F(s)), F(1)), F(2));
+    if (align_) return b_.CreateFMul(b_.CreateFDiv(one, F(2)), b_.CreateFSub(size, F(1)));
+    return b_.CreateFDiv(b_.CreateFSub(b_.CreateFMul(one, size), F(1)), F(2));
   }
 
-  // Reflects c into [low, high] (given doubled, as PyTorch does), by repeated mirroring.
-  llvm::Value* Reflect(llvm::Value* c, double twice_low, double twice_high) {
-    if (twice_low == twice_high) return F(0);
-    double min = twice_low / 2, span = (twice_high - twice_low) / 2;
-    llvm::Value* in = k_.Intrinsic(llvm::Intrinsic::fabs, b_.CreateFSub(c, F(min)));
-    llvm::Value* extra = b_.CreateFRem(in, F(span));
-    llvm::Value* flips = b_.CreateFPToSI(Floor(b_.CreateFDiv(in, F(span))), k_.I64Ty());
+  // Reflects c into [low, high] (given doubled, as PyTorch does), by repeated mirroring; 0 when
+  // the range is empty.
+  llvm::Value* Reflect(llvm::Value* c, llvm::Value* twice_low, llvm::Value* twice_high) {
+    llvm::Value* min = b_.CreateFDiv(twice_low, F(2));
+    llvm::Value* span = b_.CreateFDiv(b_.CreateFSub(twice_high, twice_low), F(2));
+    llvm::Value* in = k_.Intrinsic(llvm::Intrinsic::fabs, b_.CreateFSub(c, min));
+    llvm::Value* extra = b_.CreateFRem(in, span);
+    llvm::Value* flips = ToIndex(Floor(b_.CreateFDiv(in, span)));
     llvm::Value* even = b_.CreateICmpEQ(b_.CreateAnd(flips, k_.I64(1)), k_.I64(0));
-    return b_.CreateSelect(even, b_.CreateFAdd(extra, F(min)),
-                           b_.CreateFAdd(b_.CreateFSub(F(span), extra), F(min)));
+    llvm::Value* r = b_.CreateSelect(even, b_.CreateFAdd(extra, min),
+                                     b_.CreateFAdd(b_.CreateFSub(span, extra), min));
+    return b_.CreateSelect(b_.CreateFCmpOEQ(span, F(0)), F(0), r);
   }
 
-  // The padding mode applied to a coordinate along an axis of `size` pixels.
-  llvm::Value* Pad(llvm::Value* c, int64_t size) {
-    double s = static_cast<double>(size);
-    if (padding_ == "border") return Clamp(c, 0, s - 1);
+  // The padding mode applied to a coordinate along an axis of `size` (double) pixels.
+  llvm::Value* Pad(llvm::Value* c, llvm::Value* size) {
+    llvm::Value* last = b_.CreateFSub(size, F(1));
+    if (padding_ == "border") return Clamp(c, F(0), last);
     if (padding_ == "reflection") {
-      llvm::Value* r = align_ ? Reflect(c, 0, 2 * (s - 1)) : Reflect(c, -1, 2 * s - 1);
-      return Clamp(r, 0, s - 1);
+      llvm::Value* r = align_ ? Reflect(c, F(0), b_.CreateFMul(F(2), last))
+                              : Reflect(c, F(-1), b_.CreateFSub(b_.CreateFMul(F(2), size), F(1)));
+      return Clamp(r, F(0), last);
     }
     return c;
   }
@@ -102,11 +109,11 @@ class GridSampler {
   // X[image + y * W + x] as double, or 0 when (x, y) (i64) lies outside the image.
   llvm::Value* Tap(DType d, llvm::Value* image, llvm::Value* x, llvm::Value* y) {
     llvm::Value* inside =
-        b_.CreateAnd(b_.CreateAnd(b_.CreateICmpSGE(x, k_.I64(0)), b_.CreateICmpSLT(x, k_.I64(w_))),
-                     b_.CreateAnd(b_.CreateICmpSGE(y, k_.I64(0)), b_.CreateICmpSLT(y, k_.I64(h_))));
+        b_.CreateAnd(b_.CreateAnd(b_.CreateICmpSGE(x, k_.I64(0)), b_.CreateICmpSLT(x, w_)),
+                     b_.CreateAnd(b_.CreateICmpSGE(y, k_.I64(0)), b_.CreateICmpSLT(y, h_)));
     llvm::Value* sx = b_.CreateSelect(inside, x, k_.I64(0));
     llvm::Value* sy = b_.CreateSelect(inside, y, k_.I64(0));
-    llvm::Value* at = b_.CreateAdd(image, b_.CreateAdd(b_.CreateMul(sy, k_.I64(w_)), sx));
+    llvm::Value* at = b_.CreateAdd(image, b_.CreateAdd(b_.CreateMul(sy, w_), sx));
     llvm::Value* v = k_.Convert(k_.Load(d, k_.in(0), at), d, DType::kFloat64);
     return b_.CreateSelect(inside, v, F(0));
   }
@@ -162,8 +169,8 @@ class GridSampler {
         // Each tap goes through the padding mode itself (as a coordinate), then the bounds check.
         llvm::Value* cx = b_.CreateFAdd(fx, F(i - 1));
         llvm::Value* cy = b_.CreateFAdd(fy, F(j - 1));
-        llvm::Value* px = ToIndex(Pad(cx, w_));
-        llvm::Value* py = ToIndex(Pad(cy, h_));
+        llvm::Value* px = ToIndex(Pad(cx, wf_));
+        llvm::Value* py = ToIndex(Pad(cy, hf_));
         v = b_.CreateFAdd(v, b_.CreateFMul(Tap(d, image, px, py), b_.CreateFMul(wx[i], wy[j])));
       }
     }
@@ -174,7 +181,10 @@ class GridSampler {
   llvm::IRBuilder<>& b_;
   std::string mode_, padding_;
   bool align_ = false;
-  int64_t h_ = 1, w_ = 1;
+  llvm::Value* h_ = nullptr;  // The image's height and width, i64 and double.
+  llvm::Value* w_ = nullptr;
+  llvm::Value* hf_ = nullptr;
+  llvm::Value* wf_ = nullptr;
 };
 
 absl::Status GridSample(KernelContext& k) { return GridSampler(k).Emit(); }

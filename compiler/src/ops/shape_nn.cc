@@ -196,7 +196,9 @@ absl::Status Conv(InferContext& c) {
   int64_t group = c.node().attr_int("group", 1);
   if (!ch.IsStatic() || group <= 0 || CheckedMul((*w)[1], group) != ch.coef() ||
       (*w)[0] % group != 0) {
-    return c.Error("channels of X, W and group do not match");
+    return c.Error(absl::StrCat("channels of X (", SymShapeToString(c.in_shape(0)), "), W (",
+                                SymShapeToString(c.in_shape(1)), ") and group (", group,
+                                ") do not match"));
   }
   if (auto s = CheckConvInputs(c, (*w)[0]); !s.ok()) return s;
   Ints kernel = c.node().attr_ints("kernel_shape", Ints(w->begin() + 2, w->end()));

@@ -48,6 +48,12 @@ struct DeclaredIo {
 struct ImportOptions {
   // Symbolic dimensions replaced by a fixed value (like ONNX Runtime's free dimension overrides).
   std::map<std::string, int64_t> dim_overrides;
+  // Free dimensions known to be multiples of a number (by name, e.g. {"height", 8}): the dim
+  // becomes K * (NAME/K), a symbol of its own, so shape arithmetic a graph does on it
+  // (floor((H + 7) / 8) beside floor(H / 8) in RAFT, whose PyTorch code asserts multiples of 8
+  // that the exporter drops) simplifies exactly, and a request whose dim is not a multiple of K
+  // is refused when its symbols are bound. K from 2 to 2^20.
+  std::map<std::string, int64_t> dim_multiples;
   // Input shapes fixed entirely (every symbolic dim of that input becomes static).
   std::map<std::string, std::vector<int64_t>> input_shapes;
   // Graph inputs turned into constants before import (specialisation on shape operands).
