@@ -707,19 +707,25 @@ TEST_F(HttpSlowClientTest, KeepAliveAndPipelinedRequests) {
   EXPECT_TRUE(ServerClosed(big));
 }
 
+// A server (null on failure) whose repository `name` holds one model, "wide":
+// testing::WideScratchModel(rows), with --max-inflight-bytes 256 MiB (requests get half: 128 MiB).
+std::unique_ptr<CuvilServer> StartWideScratchServer(const std::string& name, int64_t rows) {
+  namespace fs = std::filesystem;
+  std::string repo = testing::MakeRepository(name);
+  fs::create_directories(fs::path(repo) / "wide" / "1");
+  std::ofstream(fs::path(repo) / "wide" / "1" / "model.onnx", std::ios::binary)
+      << testing::WideScratchModel(rows);
+  ServerOptions options;
+  options.max_inflight_bytes = int64_t{256} << 20;
+  return testing::StartServer(repo, options);
+}
+
 // Issue 38: a model with free dims sizes its scratch memory (arena) from the request's shapes, so
 // a request of a few hundred kilobytes could make the server allocate gigabytes (lraspp at
 // 2048x2560: 2.3 GB peak for a 63 MB request). Each execution now reserves its scratch in the
 // in-flight budget: too large alone is 413, the budget busy 503; small requests still run.
 TEST(HttpScratchBudgetTest, ExecutionScratchCountsInTheInflightBudget) {
-  namespace fs = std::filesystem;
-  std::string repo = testing::MakeRepository("http_scratch_repo");
-  fs::create_directories(fs::path(repo) / "wide" / "1");
-  std::ofstream(fs::path(repo) / "wide" / "1" / "model.onnx", std::ios::binary)
-      << testing::WideScratchModel(1024);
-  ServerOptions options;
-  options.max_inflight_bytes = int64_t{256} << 20;  // Requests get half: 128 MiB.
-  auto server = testing::StartServer(repo, options);
+  auto server = StartWideScratchServer("http_scratch_repo", 1024);
   ASSERT_NE(server, nullptr);
   httplib::Client client("127.0.0.1", server->http_port());
   client.set_read_timeout(std::chrono::seconds(60));
@@ -748,14 +754,7 @@ TEST(HttpScratchBudgetTest, ExecutionScratchCountsInTheInflightBudget) {
 // A scratch reservation that fits the budget alone but never beside its own request's input is
 // refused as too large (413), not as busy (503 "retry later"): retrying it could never succeed.
 TEST(HttpScratchBudgetTest, ScratchThatCannotFitBesideItsRequestIs413) {
-  namespace fs = std::filesystem;
-  std::string repo = testing::MakeRepository("http_scratch_beside_repo");
-  fs::create_directories(fs::path(repo) / "wide" / "1");
-  std::ofstream(fs::path(repo) / "wide" / "1" / "model.onnx", std::ios::binary)
-      << testing::WideScratchModel(16);
-  ServerOptions options;
-  options.max_inflight_bytes = int64_t{256} << 20;  // Requests get half: 128 MiB.
-  auto server = testing::StartServer(repo, options);
+  auto server = StartWideScratchServer("http_scratch_beside_repo", 16);
   ASSERT_NE(server, nullptr);
   httplib::Client client("127.0.0.1", server->http_port());
   client.set_read_timeout(std::chrono::seconds(60));
