@@ -788,6 +788,44 @@ TEST(HttpScratchBudgetTest, ScratchThatCannotFitBesideItsRequestIs413) {
   EXPECT_EQ(out["data"], json::array({9.0f}));
 }
 
+// A config's parameters { key: "cuvil_dim_multiples" } reaches the compiler: a model whose
+// shapes hold only for multiples of 8 (RAFT's pattern, testing::DimMultipleModel) loads, serves
+// multiples of 8 right, and refuses other heights with 400 naming the dim.
+TEST(HttpDimMultiplesTest, ConfigDeclaresMultiples) {
+  namespace fs = std::filesystem;
+  std::string repo = testing::MakeRepository("http_dim_multiples_repo");
+  fs::create_directories(fs::path(repo) / "mult" / "1");
+  std::ofstream(fs::path(repo) / "mult" / "1" / "model.onnx", std::ios::binary)
+      << testing::DimMultipleModel();
+  std::ofstream(fs::path(repo) / "mult" / "config.pbtxt")
+      << "max_batch_size: 8\n"
+         "parameters { key: \"cuvil_dim_multiples\" value { string_value: \"height=8\" } }\n";
+  auto server = testing::StartServer(repo, ServerOptions());
+  ASSERT_NE(server, nullptr);
+  httplib::Client client("127.0.0.1", server->http_port());
+  auto infer = [&](int64_t h) {
+    json data = json::array();
+    for (int64_t i = 0; i < 4 * h; ++i) data.push_back(static_cast<float>(i));
+    json body = {
+        {"inputs", {{{"name", "x"}, {"datatype", "FP32"}, {"shape", {1, 4, h}}, {"data", data}}}}};
+    return client.Post("/v2/models/mult/infer", body.dump(), "application/json");
+  };
+  auto ok = infer(16);
+  ASSERT_TRUE(ok);
+  ASSERT_EQ(ok->status, 200) << ok->body;
+  json out = json::parse(ok->body)["outputs"][0];
+  EXPECT_EQ(out["shape"], json::array({1, 5, 16}));
+  // Channel c at position t holds c * 16 + t: the sum over 4 channels is 96 + 4t.
+  EXPECT_EQ(out["data"][0], 96.0f);
+  EXPECT_EQ(out["data"][15], 96.0f + 60.0f);
+  EXPECT_EQ(out["data"][16], 96.0f);  // The next output channel, the same sums.
+  auto bad = infer(12);
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400) << bad->body;
+  EXPECT_THAT(bad->body, HasSubstr("dim 2 is 12"));
+  EXPECT_EQ(infer(8)->status, 200);
+}
+
 // Issue 38: HTTP request bodies, and the JSON they parse into, are counted in the server-wide
 // in-flight budget gRPC uses (--max-inflight-bytes) before they are buffered: a request past it
 // gets 503 with Retry-After at once (413 when it alone is larger than the budget), and a

@@ -124,6 +124,50 @@ inline std::string WideScratchModel(int64_t rows) {
   return model.SerializeAsString();
 }
 
+// RAFT's shape pattern in miniature: x float32[batch, 4, height] reshaped to
+// [batch, floor(4 * H / (8 * floor(H / 8))), 8 * floor(H / 8)] and through a 1-D Conv with
+// all-ones weights [5, 4, 1], so y[n, o, t] = the sum over channels of x[n, :, t]. The Conv's
+// channel count is the constant 4 only when H is a multiple of 8: it compiles only with height
+// declared one (ImportOptions::dim_multiples).
+inline std::string DimMultipleModel() {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(13);
+  onnx::GraphProto* g = model.mutable_graph();
+  g->set_name("dim_multiple");
+  SetFloatValue(g->add_input(), "x", {"batch", 4, "height"});
+  SetFloatValue(g->add_output(), "y", {"batch", 5, "length"});
+  auto ints = [g](const std::string& name, std::vector<int64_t> dims, std::vector<int64_t> v) {
+    onnx::TensorProto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::INT64);
+    for (int64_t d : dims) t->add_dims(d);
+    for (int64_t x : v) t->add_int64_data(x);
+  };
+  ints("two", {}, {2});
+  ints("four", {}, {4});
+  ints("eight", {}, {8});
+  ints("keep_1d", {1}, {0});  // Reshape's 0: the batch as it is.
+  ints("shape_1", {1}, {1});
+  onnx::TensorProto* w = g->add_initializer();
+  w->set_name("w");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : {5, 4, 1}) w->add_dims(d);
+  for (int i = 0; i < 20; ++i) w->add_float_data(1.0f);
+  AddNode(g, "Shape", {"x"}, "s");
+  AddNode(g, "Gather", {"s", "two"}, "h");
+  AddNode(g, "Div", {"h", "eight"}, "h8");
+  AddNode(g, "Mul", {"h8", "eight"}, "len");
+  AddNode(g, "Mul", {"h", "four"}, "h4");
+  AddNode(g, "Div", {"h4", "len"}, "ch");
+  AddNode(g, "Reshape", {"ch", "shape_1"}, "ch_1d");
+  AddNode(g, "Reshape", {"len", "shape_1"}, "len_1d");
+  AddIntAttr(AddNode(g, "Concat", {"keep_1d", "ch_1d", "len_1d"}, "to"), "axis", 0);
+  AddNode(g, "Reshape", {"x", "to"}, "r");
+  AddNode(g, "Conv", {"r", "w"}, "y");
+  return model.SerializeAsString();
+}
+
 // z = Concat((x + y) * (x + y), x, axis 1) where x and y are float32[batch, seq]: two free
 // dimensions, intermediates sized batch*seq, an output of [batch, 2*seq].
 inline std::string TwoSymbolModel() {

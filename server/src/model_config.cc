@@ -9,10 +9,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace cuvil {
 namespace {
@@ -35,6 +37,9 @@ constexpr char kInlineExecutionMaxUs[] = "cuvil_inline_execution_max_us";
 constexpr uint64_t kDefaultInlineExecutionMaxUs = 500;
 // A front-end thread held longer than this would stall other calls; larger values are refused.
 constexpr uint64_t kMaxInlineExecutionMaxUs = 100000;
+
+// Cuvil extension (CompileOptionsFromConfig): "NAME=K,NAME=K" free dims that are multiples of K.
+constexpr char kDimMultiples[] = "cuvil_dim_multiples";
 
 // Bounds on config values that size allocations or work at load time.
 constexpr uint64_t kMaxPriorityLevels = 1024;
@@ -394,9 +399,33 @@ absl::Status CompleteModelConfig(const CompiledModel& model, ModelConfig* config
     config->mutable_version_policy()->mutable_latest()->set_num_versions(1);
   }
   if (auto s = IntraOpThreads(*config).status(); !s.ok()) return fail(s);
+  if (auto s = CompileOptionsFromConfig(*config).status(); !s.ok()) return fail(s);
   if (auto s = InlineExecutionMaxUs(*config).status(); !s.ok()) return fail(s);
   if (auto s = ValidateWarmup(*config); !s.ok()) return fail(s);
   return absl::OkStatus();
+}
+
+absl::StatusOr<CompileOptions> CompileOptionsFromConfig(const ModelConfig& config) {
+  CompileOptions options;
+  auto it = config.parameters().find(kDimMultiples);
+  if (it == config.parameters().end()) return options;
+  const std::string& text = it->second.string_value();
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameters[\"", kDimMultiples, "\"] = ", Quote(text), ": ", why));
+  };
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    std::vector<absl::string_view> kv = absl::StrSplit(item, '=');
+    int64_t k = 0;
+    if (kv.size() != 2 || absl::StripAsciiWhitespace(kv[0]).empty() ||
+        !absl::SimpleAtoi(kv[1], &k)) {
+      return bad("expected NAME=K entries separated by commas (e.g. \"height=8,width=8\")");
+    }
+    if (k < 2 || k > (int64_t{1} << 20)) return bad("each K must be from 2 to 1048576");
+    options.import.dim_multiples[std::string(absl::StripAsciiWhitespace(kv[0]))] = k;
+  }
+  if (options.import.dim_multiples.empty()) return bad("names no dim");
+  return options;
 }
 
 SchedulerOptions SchedulerOptionsFromConfig(const ModelConfig& config) {

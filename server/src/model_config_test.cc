@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -588,6 +589,34 @@ TEST(SchedulerOptionsFromConfigTest, InlineExecutionLimit) {
         value, "\" } }")));
     EXPECT_EQ(o.inline_execution_max_us, expected) << value;
   }
+}
+
+TEST(CompileOptionsFromConfigTest, DimMultiples) {
+  auto with = [](const std::string& value) {
+    return CompileOptionsFromConfig(MustParse(absl::StrCat(
+        R"pb(parameters { key: "cuvil_dim_multiples"
+                          value { string_value: ")pb",
+        value, "\" } }")));
+  };
+  auto none = CompileOptionsFromConfig(MustParse("max_batch_size: 4"));
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->import.dim_multiples.empty());
+  auto two = with("height=8, width = 16");
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(two->import.dim_multiples,
+            (std::map<std::string, int64_t>{{"height", 8}, {"width", 16}}));
+  for (const char* bad :
+       {"height", "height=eight", "=8", "height=1", "height=2097152", ",", "height=8=8"}) {
+    auto s = with(bad);
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(s.status().message()), HasSubstr("cuvil_dim_multiples")) << bad;
+  }
+  // CompleteModelConfig refuses the same values.
+  absl::Status s = Complete(Mlp(), R"pb(parameters {
+                                          key: "cuvil_dim_multiples"
+                                          value { string_value: "h=1" }
+                                        })pb");
+  EXPECT_THAT(std::string(s.message()), HasSubstr("each K must be from 2 to 1048576"));
 }
 
 TEST(CompleteModelConfigTest, ValidatesWarmupInputs) {

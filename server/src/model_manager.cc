@@ -137,7 +137,9 @@ struct ModelManager::Impl {
       const std::shared_ptr<ModelVersion>& predecessor) {
     auto t0 = std::chrono::steady_clock::now();
     CUVIL_PROBE_JIT_COMPILE_START(name.c_str());
-    const CompileOptions full_options;
+    absl::StatusOr<CompileOptions> from_config = CompileOptionsFromConfig(config);
+    if (!from_config.ok()) return from_config.status();
+    const CompileOptions full_options = *std::move(from_config);
     CompileOptions options = full_options;
     CacheLookup lookup;
     // A seed (restored snapshot) brings its code: nothing to compile or look up.
@@ -326,8 +328,9 @@ struct ModelManager::Impl {
       tier_ups.Schedule([start = std::move(start)] {});
     } else if (seeded && seed->tier_up && compile_tier != CompileTier::kFast) {
       std::weak_ptr<ModelVersion> weak = model;
-      tier_ups.Schedule([this, weak, name, version, bytes] {
-        NoThrowTierUp(name, version, [&] { TierUpRestored(weak, name, version, bytes); });
+      tier_ups.Schedule([this, weak, name, version, bytes, full_options] {
+        NoThrowTierUp(name, version,
+                      [&] { TierUpRestored(weak, name, version, bytes, full_options); });
       });
     }
     return model;
@@ -396,7 +399,8 @@ struct ModelManager::Impl {
   // A restored snapshot taken while its version served the quick tier: compiles the full tier
   // from the snapshot's ONNX source and swaps it in like a tier-up.
   void TierUpRestored(const std::weak_ptr<ModelVersion>& weak, const std::string& name,
-                      int64_t version, const std::string& onnx_bytes) {
+                      int64_t version, const std::string& onnx_bytes,
+                      const CompileOptions& full_options) {
     {
       absl::MutexLock lock(&mu);
       if (shutting_down) return;
@@ -404,9 +408,9 @@ struct ModelManager::Impl {
     if (weak.expired()) return;
     auto t0 = std::chrono::steady_clock::now();
     CacheLookup lookup;
-    absl::StatusOr<CompiledModel> full =
-        cache != nullptr ? cache->Compile("", onnx_bytes, CompileOptions(), &lookup)
-                         : CompileOnnxBytes(onnx_bytes, CompileOptions());
+    absl::StatusOr<CompiledModel> full = cache != nullptr
+                                             ? cache->Compile("", onnx_bytes, full_options, &lookup)
+                                             : CompileOnnxBytes(onnx_bytes, full_options);
     const double compile_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     SwapInFullTier(weak, name, version, std::move(full), compile_ms, lookup);

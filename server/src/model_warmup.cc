@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <utility>
 #include <vector>
@@ -83,10 +84,26 @@ absl::Status RunWarmup(ModelVersion& model, const inference::ModelWarmup* warmup
   auto tensors = std::make_shared<std::vector<HostTensor>>();
   WireRequest wire;
   wire.id = "warmup";
-  for (const TensorSpec& spec : specs) {
+  // A free dim gets its smallest value the model accepts: its expression with every symbol 1
+  // (a dim declared a multiple, 8 * (height/8), is 8), else 1.
+  const CompiledModel& compiled = model.loaded().model();
+  const std::vector<int64_t> ones(std::max<size_t>(compiled.symbols.size(), 1), 1);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const TensorSpec& spec = specs[i];
     std::vector<int64_t> shape;
     if (batched) shape.push_back(batch);
-    for (int64_t d : spec.dims) shape.push_back(d < 0 ? 1 : d);
+    const size_t skip = spec.batched && batched ? 1 : 0;
+    for (size_t d = 0; d < spec.dims.size(); ++d) {
+      int64_t v = spec.dims[d];
+      if (v < 0) {
+        v = 1;
+        if (i < compiled.inputs.size() && d + skip < compiled.inputs[i].shape.size()) {
+          std::optional<int64_t> at_one = compiled.inputs[i].shape[d + skip].Eval(ones);
+          if (at_one.has_value() && *at_one > 0) v = *at_one;
+        }
+      }
+      shape.push_back(v);
+    }
     // Size first: a fixed input too large to ever arrive in a request must fail the load, not
     // abort the process allocating it.
     constexpr uint64_t kMinWarmupLimitBytes = uint64_t{256} << 20;

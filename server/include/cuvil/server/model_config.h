@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "cuvil/compiler/compiled_model.h"
+#include "cuvil/compiler/compiler.h"
 #include "cuvil/scheduler/executable.h"
 #include "cuvil/scheduler/scheduler.h"
 #include "model_config.pb.h"
@@ -27,6 +28,12 @@ std::string ModelConfigToJson(const inference::ModelConfig& config);
 // max_batch_size only when dim 0 is the batch. Also rejects unsupported platforms/backends and
 // bad dynamic_batching / instance_group / version_policy values. InvalidArgument names the field.
 absl::Status CompleteModelConfig(const CompiledModel& model, inference::ModelConfig* config);
+
+// What the config asks of the compiler: parameters { key: "cuvil_dim_multiples" value: {
+// string_value: "height=8,width=8" } } declares free dims that are multiples
+// (ImportOptions::dim_multiples; requests whose dim is not are refused). InvalidArgument naming
+// the parameter when its value is malformed. Read before the model is compiled.
+absl::StatusOr<CompileOptions> CompileOptionsFromConfig(const inference::ModelConfig& config);
 
 // Scheduler settings the (completed) config describes.
 SchedulerOptions SchedulerOptionsFromConfig(const inference::ModelConfig& config);
