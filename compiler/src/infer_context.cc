@@ -99,11 +99,11 @@ absl::StatusOr<const HostTensor*> InferContext::ConstantInput(size_t i, const ch
 
 absl::StatusOr<SymDim> InferContext::DataDependentDim(const std::string& what,
                                                       const SymDim& upper_bound) {
-  if (!graph_.allow_assumptions) {
+  if (!graph_.allow_data_dependent) {
     return absl::UnimplementedError(
         absl::StrCat(node_.Describe(),
-                     ": its output size depends on the data, which an If/Loop/Scan body "
-                     "cannot have (the body's buffers are planned before it runs)"));
+                     ": its output size depends on the data, which a Loop/Scan body cannot have "
+                     "(its iterations share one memory plan, made before the loop runs)"));
   }
   auto bound = graph_.UpperBound(upper_bound);
   if (!bound) return Error("the upper bound of its output size is too large");

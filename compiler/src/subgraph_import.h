@@ -21,6 +21,9 @@ namespace cuvil {
 
 // Node attribute holding the number of ONNX inputs of a control-flow node (captures follow).
 inline constexpr char kExplicitInputsAttr[] = "__explicit_inputs";
+// An If's outputs whose dims differ between its branches: (output, dim, symbol id) triples of
+// the data-dependent symbols the kernel sets from the branch that ran (ops/shape_control_flow.cc).
+inline constexpr char kIfDataDependentDims[] = "__if_data_dependent_dims";
 // Set on an opset-8 Scan by shape inference: input 0 is sequence_lens (absent) and every other
 // input and output has a leading batch dim; the scan attributes describe one batch item.
 inline constexpr char kScanBatchedAttr[] = "__scan_batched";

@@ -1,7 +1,8 @@
 // If, Loop and Scan end to end (import → compile → JIT → run) on small hand-written models: a
 // Loop with a constant trip count and a scan output whose body holds an If that captures values
 // from two scopes out, a reversed Scan along axis 1, and the clear refusals for shapes that change
-// (If branches that disagree, a loop-carried value that grows, scan outputs of unknown length).
+// (If branches of different ranks, a loop-carried value that grows, scan outputs of unknown
+// length); If branches of different sizes give a size the data decides.
 #include "cuvil/compiler/compiler.h"
 #include "cuvil/jitcache/jit_engine.h"
 #include "google/protobuf/text_format.h"
@@ -290,7 +291,9 @@ TEST(ControlFlowTest, ReversedScanAlongAxisOne) {
   ExpectFloats((*out)[1], {3, 5, 6, 1030, 1050, 1060});
 }
 
-TEST(ControlFlowTest, RefusesBranchesOfDifferentShapes) {
+// Branches whose outputs differ in size (SSD's empty then-branch beside NonMaxSuppression's
+// count): the If's output gets a size the branch that ran decides, its buffer the larger bound.
+TEST(ControlFlowTest, BranchesOfDifferentSizesDecideTheOutputSize) {
   auto compiled = Compile(R"pb(
     name: "if"
     node {
@@ -320,6 +323,83 @@ TEST(ControlFlowTest, RefusesBranchesOfDifferentShapes) {
             op_type: "Concat"
             attribute { name: "axis" type: INT i: 0 }
           }
+          output {
+            name: "xx"
+            type { tensor_type { elem_type: 1 } }
+          }
+        }
+      }
+    }
+    input {
+      name: "c"
+      type {
+        tensor_type {
+          elem_type: 9
+          shape {}
+        }
+      }
+    }
+    input {
+      name: "x"
+      type {
+        tensor_type {
+          elem_type: 1
+          shape { dim { dim_value: 2 } }
+        }
+      }
+    }
+    output {
+      name: "r"
+      type { tensor_type { elem_type: 1 } }
+    }
+  )pb");
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  ASSERT_EQ(compiled->data_dependent_dims.size(), 1u);
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto model = (*engine)->Load("if_sizes/1", std::move(*compiled));
+  ASSERT_TRUE(model.ok()) << model.status();
+  for (bool c : {true, false, true}) {
+    SCOPED_TRACE(c);
+    auto out = (*model)->Run({Bool(c), Floats({2}, {1, 2})});
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_EQ(out->size(), 1u);
+    EXPECT_EQ((*out)[0].shape(), (std::vector<int64_t>{c ? 2 : 4}));
+    ExpectFloats((*out)[0], c ? std::vector<float>{1, 2} : std::vector<float>{1, 2, 1, 2});
+  }
+}
+
+// A branch of another rank is still refused, naming the output and both types.
+TEST(ControlFlowTest, RefusesBranchesOfDifferentRanks) {
+  auto compiled = Compile(R"pb(
+    name: "if"
+    node {
+      input: "c"
+      output: "r"
+      op_type: "If"
+      attribute {
+        name: "then_branch"
+        type: GRAPH
+        g {
+          name: "t"
+          output {
+            name: "x"
+            type { tensor_type { elem_type: 1 } }
+          }
+        }
+      }
+      attribute {
+        name: "else_branch"
+        type: GRAPH
+        g {
+          name: "e"
+          node {
+            input: "x"
+            output: "xx"
+            op_type: "Unsqueeze"
+            input: "axes"
+          }
+          initializer { name: "axes" data_type: 7 dims: 1 int64_data: 0 }
           output {
             name: "xx"
             type { tensor_type { elem_type: 1 } }

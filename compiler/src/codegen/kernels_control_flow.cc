@@ -242,24 +242,37 @@ absl::Status EmitIf(KernelContext& k) {
   StorePtrs(k, inputs, 0, captures);
   size_t n_out = (*then_g)->outputs.size();
   llvm::Value* outputs = k.Scratch(b.getPtrTy(), std::max<size_t>(n_out, 1));
-  // Outputs the node drops still need a buffer for the branch to write.
+  // Outputs the node drops still need a buffer for the branch to write: the larger branch's, its
+  // sizes the data decides at their upper bounds.
   std::vector<llvm::Value*> temps;
   for (size_t i = 0; i < n_out; ++i) {
     llvm::Value* p = k.has_output(i) ? k.out(i) : nullptr;
     if (p == nullptr) {
-      p = Heap(k, (*then_g)->outputs[i]->type);
+      auto then_bytes = (*then_g)->UpperBound((*then_g)->outputs[i]->type.ByteSize());
+      auto else_bytes = (*else_g)->UpperBound((*else_g)->outputs[i]->type.ByteSize());
+      if (!then_bytes || !else_bytes) return k.Error("an output's upper bound is too large");
+      llvm::Value* bytes =
+          b.CreateBinaryIntrinsic(llvm::Intrinsic::smax, k.Dim(*then_bytes), k.Dim(*else_bytes));
+      p = k.AllocHeap(b.CreateAdd(bytes, k.I64(64)), std::nullopt);
       temps.push_back(p);
     }
     StorePtrs(k, outputs, i, {p});
   }
+  // (output, dim, symbol) triples: sizes the branch that ran decides (shape_control_flow.cc).
+  const std::vector<int64_t> decided = k.node().attr_ints(kIfDataDependentDims);
   llvm::Value* cond = b.CreateICmpNE(k.Load(k.in_dtype(0), k.in(0), k.I64(0)),
                                      llvm::Constant::getNullValue(k.ElemType(k.in_dtype(0))));
-  auto run = [&](const LoweredSubgraph& s) {
+  auto run = [&](const LoweredSubgraph& s, const ir::Graph& g) {
     llvm::Value* arena = AllocArena(k, s);
     CallSubgraph(k, s, inputs, outputs, arena);
     k.FreeHeap(arena);
+    for (size_t t = 0; t + 2 < decided.size(); t += 3) {
+      const SymDim& dim = g.outputs[static_cast<size_t>(decided[t])]
+                              ->type.shape[static_cast<size_t>(decided[t + 1])];
+      k.StoreSymbol(static_cast<int32_t>(decided[t + 2]), k.Dim(dim));
+    }
   };
-  k.If(cond, [&] { run(*then_s); }, [&] { run(*else_s); });
+  k.If(cond, [&] { run(*then_s, **then_g); }, [&] { run(*else_s, **else_g); });
   for (llvm::Value* t : temps) k.FreeHeap(t);
   return absl::OkStatus();
 }

@@ -40,7 +40,7 @@ int64_t ExplicitInputs(InferContext& ctx) {
 
 // Types `sub`'s inputs (`formal`, then the node's captured values) and optimises it.
 absl::Status PrepareSubgraph(InferContext& ctx, Graph& sub, const char* key,
-                             const std::vector<TensorType>& formal) {
+                             const std::vector<TensorType>& formal, bool is_if_branch = false) {
   int64_t explicit_inputs = ExplicitInputs(ctx);
   size_t captures = ctx.num_inputs() - static_cast<size_t>(explicit_inputs);
   if (sub.inputs.size() != formal.size() + captures) {
@@ -60,10 +60,21 @@ absl::Status PrepareSubgraph(InferContext& ctx, Graph& sub, const char* key,
   }
   sub.symbol = ctx.graph().symbol;
   sub.symbols = ctx.graph().symbols;
+  sub.data_dependent = ctx.graph().data_dependent;
   sub.allow_assumptions = false;
+  sub.allow_data_dependent = is_if_branch && ctx.graph().allow_data_dependent;
   if (auto s = cuvil::OptimizeGraph(sub); !s.ok()) {
     return absl::Status(
         s.code(), absl::StrCat(ctx.node().Describe(), ": in subgraph '", key, "': ", s.message()));
+  }
+  // Symbols the body's data decides take the ids after the parent's: the parent keeps their
+  // slots (and upper bounds), so the next body's start after them.
+  Graph& parent = ctx.graph();
+  for (size_t i = parent.symbols.size(); i < sub.symbols.size(); ++i) {
+    parent.symbols.push_back(sub.symbols[i]);
+  }
+  for (size_t i = parent.data_dependent.size(); i < sub.data_dependent.size(); ++i) {
+    parent.data_dependent.push_back(sub.data_dependent[i]);
   }
   return absl::OkStatus();
 }
@@ -92,8 +103,8 @@ absl::Status If(InferContext& ctx) {
   if (!then_g.ok()) return then_g.status();
   auto else_g = Subgraph(ctx, "else_branch");
   if (!else_g.ok()) return else_g.status();
-  if (auto s = PrepareSubgraph(ctx, **then_g, "then_branch", {}); !s.ok()) return s;
-  if (auto s = PrepareSubgraph(ctx, **else_g, "else_branch", {}); !s.ok()) return s;
+  if (auto s = PrepareSubgraph(ctx, **then_g, "then_branch", {}, true); !s.ok()) return s;
+  if (auto s = PrepareSubgraph(ctx, **else_g, "else_branch", {}, true); !s.ok()) return s;
   const Graph& t = **then_g;
   const Graph& e = **else_g;
   if (t.outputs.size() != e.outputs.size() || ctx.num_outputs() > t.outputs.size()) {
@@ -101,16 +112,46 @@ absl::Status If(InferContext& ctx) {
                                   " outputs, the node ", ctx.num_outputs()));
   }
   const std::string& sym = ctx.graph().symbol;
+  // Dims that differ between the branches (SSD's empty then-branch beside NonMaxSuppression's
+  // data-dependent count): a data-dependent symbol each, bounded by the larger branch's bound,
+  // which the kernel sets from the branch that ran. Attribute kIfDataDependentDims lists them
+  // as (output, dim, symbol id) triples.
+  std::vector<int64_t> decided;
   for (size_t i = 0; i < ctx.num_outputs(); ++i) {
     const TensorType& a = t.outputs[i]->type;
     const TensorType& b = e.outputs[i]->type;
-    if (!SameType(a, b)) {
+    if (SameType(a, b)) {
+      ctx.SetOutput(i, a.dtype, a.shape);
+      continue;
+    }
+    if (a.dtype != b.dtype || a.shape.size() != b.shape.size() || !a.shape_known ||
+        !b.shape_known || !ctx.graph().allow_data_dependent) {
       return absl::UnimplementedError(absl::StrCat(
           ctx.node().Describe(), ": output ", i, " differs between the branches (then ",
           a.ToString(sym), ", else ", b.ToString(sym),
-          "); branches producing different shapes or types are not supported"));
+          "); branches producing different types or ranks are not supported"));
     }
-    ctx.SetOutput(i, a.dtype, a.shape);
+    SymShape shape = a.shape;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (a.shape[d] == b.shape[d]) continue;
+      auto ta = t.UpperBound(a.shape[d]);
+      auto eb = e.UpperBound(b.shape[d]);
+      if (!ta || !eb) return ctx.Error("the upper bound of an output size is too large");
+      auto bound = DimMax(ta->expr(), eb->expr());
+      if (!bound) return ctx.Error("the upper bound of an output size is too large");
+      auto decided_dim = ctx.DataDependentDim(absl::StrCat("out", i, "_", d), SymDim(*bound));
+      if (!decided_dim.ok()) return decided_dim.status();
+      shape[d] = *decided_dim;
+      decided.push_back(static_cast<int64_t>(i));
+      decided.push_back(static_cast<int64_t>(d));
+      decided.push_back(static_cast<int64_t>(*decided_dim->expr().Symbols().begin()));
+    }
+    ctx.SetOutput(i, a.dtype, shape);
+  }
+  if (decided.empty()) {
+    ctx.node().attrs.erase(kIfDataDependentDims);
+  } else {
+    ctx.node().attrs[kIfDataDependentDims] = decided;
   }
   return absl::OkStatus();
 }

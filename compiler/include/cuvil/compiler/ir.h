@@ -128,8 +128,14 @@ class Graph {
   };
   std::vector<DimAssumption> assumptions;
   // False for If/Loop/Scan bodies: their assumptions could not be checked before the entry runs,
-  // so shape inference refuses unproven equalities there (and data-dependent sizes).
+  // so shape inference refuses unproven equalities there.
   bool allow_assumptions = true;
+  // False for Loop/Scan bodies, whose iterations share one memory plan: they refuse sizes the data
+  // decides. An If body may have them: its data-dependent symbols take ids after its parent's
+  // (the If adds them to the parent's `symbols` and `data_dependent`, so the execution's symbol
+  // array has their slots), and the If's outputs whose shapes differ between the branches get a
+  // data-dependent symbol of their own.
+  bool allow_data_dependent = true;
   // Symbols a node computes from the data at run time (NonZero's count of non-zeros), the last
   // entries of `symbols`, in creation order. Buffers are sized for `upper_bound`, an expression
   // in the symbols bound from the inputs; the producing kernel writes the value into syms[id].
