@@ -393,12 +393,7 @@ TEST(ControlFlowTest, RefusesBranchesOfDifferentRanks) {
         type: GRAPH
         g {
           name: "e"
-          node {
-            input: "x"
-            output: "xx"
-            op_type: "Unsqueeze"
-            input: "axes"
-          }
+          node { input: "x" output: "xx" op_type: "Unsqueeze" input: "axes" }
           initializer { name: "axes" data_type: 7 dims: 1 int64_data: 0 }
           output {
             name: "xx"
