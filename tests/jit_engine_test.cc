@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <limits>
+#include <set>
 #include <sstream>
 
 #include "cuvil/compiler/compiler.h"
@@ -266,6 +267,44 @@ TEST(JitEngineTest, DuplicateNamespaceIsRejectedWithoutHarm) {
   auto dup = (*engine)->Load("m/1", MustCompile(testing::BinaryWithConstant("Add", 4, 2.0f)));
   EXPECT_EQ(dup.status().code(), absl::StatusCode::kAlreadyExists);
   EXPECT_FLOAT_EQ((*(*first)->Run({Filled(1, 4, 0.0f)}))[0].data_as<float>()[0], 1.0f);
+}
+
+// Repeated blocks lower to identical kernels, which the optimiser merges (ConstantMerge +
+// MergeFunctions before O3): less code to optimise and emit (swin_t_half: 30 s to 8 s, object
+// 2.2 MB to 0.58 MB), the same answers, and still one table slot per kernel.
+TEST(JitEngineTest, IdenticalKernelsShareCodeButNotSlots) {
+  const std::string onnx = testing::RepeatedBlocksModel(12, 64);
+  auto merged = CompileOnnxBytes(onnx);
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  ::setenv("CUVIL_NO_MERGE_KERNELS", "1", 1);
+  auto separate = CompileOnnxBytes(onnx);
+  ::unsetenv("CUVIL_NO_MERGE_KERNELS");
+  ASSERT_TRUE(separate.ok()) << separate.status();
+  EXPECT_EQ(merged->kernels.size(), separate->kernels.size());
+  EXPECT_LT(merged->object_code.size() * 2, separate->object_code.size())
+      << merged->object_code.size() << " vs " << separate->object_code.size();
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto a = (*engine)->Load("merged/1", std::move(*merged));
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = (*engine)->Load("separate/1", std::move(*separate));
+  ASSERT_TRUE(b.ok()) << b.status();
+  HostTensor x = Filled(3, 64, -40.0f);
+  auto ya = (*a)->Run({x});
+  auto yb = (*b)->Run({x});
+  ASSERT_TRUE(ya.ok() && yb.ok());
+  ASSERT_EQ((*ya)[0].num_elements(), (*yb)[0].num_elements());
+  for (int64_t i = 0; i < (*ya)[0].num_elements(); ++i) {
+    ASSERT_EQ((*ya)[0].data_as<float>()[i], (*yb)[0].data_as<float>()[i]) << i;
+  }
+  // Every kernel keeps its slot (a patch redirects one slot, FunctionTableRedirectsKernels), but
+  // the merged model's slots point to fewer distinct functions.
+  auto distinct = [](const LoadedModel& m) {
+    std::set<void*> fns(m.function_table(), m.function_table() + m.model().kernels.size());
+    return fns.size();
+  };
+  EXPECT_EQ(distinct(**b), (*b)->model().kernels.size());
+  EXPECT_LT(distinct(**a), (*a)->model().kernels.size() / 2);
 }
 
 TEST(JitEngineTest, FunctionTableRedirectsKernels) {

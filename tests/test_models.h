@@ -124,6 +124,36 @@ inline std::string WideScratchModel(int64_t rows) {
   return model.SerializeAsString();
 }
 
+// `layers` blocks y = Relu(y * s_i + b_i) over x float32[batch, width], each with its own
+// weights s_i = 1 + i / 8 and b_i = -i / 16 (vectors of `width`): identical code, different
+// data, as a network's repeated blocks are.
+inline std::string RepeatedBlocksModel(int layers, int64_t width) {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(13);
+  onnx::GraphProto* g = model.mutable_graph();
+  g->set_name("repeated_blocks");
+  SetFloatValue(g->add_input(), "x", {"batch", width});
+  SetFloatValue(g->add_output(), "y", {"batch", width});
+  std::string in = "x";
+  for (int i = 0; i < layers; ++i) {
+    const std::string n = std::to_string(i);
+    for (const auto& [name, value] : {std::pair<std::string, float>{"s" + n, 1.0f + i / 8.0f},
+                                      std::pair<std::string, float>{"b" + n, -i / 16.0f}}) {
+      onnx::TensorProto* t = g->add_initializer();
+      t->set_name(name);
+      t->set_data_type(onnx::TensorProto::FLOAT);
+      t->add_dims(width);
+      for (int64_t j = 0; j < width; ++j) t->add_float_data(value);
+    }
+    AddNode(g, "Mul", {in, "s" + n}, "m" + n);
+    AddNode(g, "Add", {"m" + n, "b" + n}, "a" + n);
+    in = i + 1 == layers ? "y" : "r" + n;
+    AddNode(g, "Relu", {"a" + n}, in);
+  }
+  return model.SerializeAsString();
+}
+
 // RAFT's shape pattern in miniature: x float32[batch, 4, height] reshaped to
 // [batch, floor(4 * H / (8 * floor(H / 8))), 8 * floor(H / 8)] and through a 1-D Conv with
 // all-ones weights [5, 4, 1], so y[n, o, t] = the sum over channels of x[n, :, t]. The Conv's

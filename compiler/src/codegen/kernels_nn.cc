@@ -54,9 +54,12 @@ llvm::Value* ParamsBlock(KernelContext& k, const std::vector<llvm::Value*>& word
   if (constant) {
     std::vector<llvm::Constant*> init;
     for (llvm::Value* w : words) init.push_back(llvm::cast<llvm::Constant>(w));
-    return new llvm::GlobalVariable(
+    auto* block = new llvm::GlobalVariable(
         k.module(), array_ty, /*isConstant=*/true, llvm::GlobalValue::PrivateLinkage,
         llvm::ConstantArray::get(array_ty, init), k.function()->getName() + name);
+    // Equal blocks of identical kernels may be one (ConstantMerge, then MergeFunctions).
+    block->setUnnamedAddr(llvm::GlobalValue::UnnamedAddr::Global);
+    return block;
   }
   llvm::Value* block = k.Scratch(i64, static_cast<int64_t>(words.size()));
   for (size_t i = 0; i < words.size(); ++i) {

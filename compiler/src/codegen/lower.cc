@@ -24,6 +24,8 @@
 #include "llvm/Target/TargetOptions.h"
 #include "llvm/TargetParser/Host.h"
 #include "llvm/TargetParser/Triple.h"
+#include "llvm/Transforms/IPO/ConstantMerge.h"
+#include "llvm/Transforms/IPO/MergeFunctions.h"
 
 namespace cuvil::codegen {
 namespace {
@@ -182,6 +184,9 @@ class ModuleBuilder {
     fn->addFnAttr("prefer-vector-width", bits);
     fn->addFnAttr("min-legal-vector-width", bits);
     fn->addFnAttr(llvm::Attribute::NoUnwind);
+    // Only called through table slots: its address carries no identity, so identical kernels
+    // may be merged into one function.
+    fn->setUnnamedAddr(llvm::GlobalValue::UnnamedAddr::Global);
   }
 
   llvm::Value* Address(llvm::IRBuilder<>& b, const ir::Value* v, llvm::Value* inputs,
@@ -318,9 +323,15 @@ void Optimize(llvm::Module& module, llvm::TargetMachine& tm, int opt_level) {
                                   : opt_level == 2 ? llvm::OptimizationLevel::O2
                                   : opt_level == 1 ? llvm::OptimizationLevel::O1
                                                    : llvm::OptimizationLevel::O0;
-  llvm::ModulePassManager mpm = level == llvm::OptimizationLevel::O0
-                                    ? pb.buildO0DefaultPipeline(level)
-                                    : pb.buildPerModuleDefaultPipeline(level);
+  llvm::ModulePassManager mpm;
+  if (level != llvm::OptimizationLevel::O0 && std::getenv("CUVIL_NO_MERGE_KERNELS") == nullptr) {
+    // Repeated blocks (a transformer's layers, a ResNet stage) lower to kernels that differ only
+    // in the pointers they are given: identical kernels become one before the expensive passes.
+    mpm.addPass(llvm::ConstantMergePass());
+    mpm.addPass(llvm::MergeFunctionsPass());
+  }
+  mpm.addPass(level == llvm::OptimizationLevel::O0 ? pb.buildO0DefaultPipeline(level)
+                                                   : pb.buildPerModuleDefaultPipeline(level));
   mpm.run(module, mam);
 }
 
