@@ -826,6 +826,45 @@ TEST(HttpDimMultiplesTest, ConfigDeclaresMultiples) {
   EXPECT_EQ(infer(8)->status, 200);
 }
 
+// KServe's storage initializer copies a model to /mnt/models as model.onnx, with no config and
+// no version folder, and the ServingRuntime passes --model-name: the server serves it under that
+// name, its config completed from the model.
+TEST(HttpKServeLayoutTest, ModelFileInTheRepositoryFolderIsServedByName) {
+  namespace fs = std::filesystem;
+  fs::path dir =
+      fs::path(::testing::TempDir()) / ("cuvil_kserve_layout_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy_file(fs::path(testing::SharedModels()) / "mlp" / "model.onnx", dir / "model.onnx");
+  ServerOptions options;
+  options.model_name = "digits";
+  auto server = testing::StartServer(dir.string(), options);
+  ASSERT_NE(server, nullptr);
+  httplib::Client client("127.0.0.1", server->http_port());
+  EXPECT_EQ(client.Get("/v2/models/digits/ready")->status, 200);
+  HostTensor input = testing::ReadReference("mlp", 0, "input");
+  HostTensor expected = testing::ReadReference("mlp", 0, "output");
+  json data = json::array();
+  for (int64_t i = 0; i < input.num_elements(); ++i) data.push_back(input.data_as<float>()[i]);
+  json body = {
+      {"inputs",
+       {{{"name", "input"}, {"datatype", "FP32"}, {"shape", input.shape()}, {"data", data}}}}};
+  auto res = client.Post("/v2/models/digits/infer", body.dump(), "application/json");
+  ASSERT_EQ(res->status, 200) << res->body;
+  auto got = json::parse(res->body)["outputs"][0]["data"].get<std::vector<float>>();
+  testing::ExpectClose(got.data(), expected);
+  auto index = client.Post("/v2/repository/index", "{}", "application/json");
+  ASSERT_EQ(index->status, 200) << index->body;
+  EXPECT_THAT(index->body, HasSubstr("\"digits\""));
+  ServerOptions bad;
+  bad.model_repositories = {dir.string()};
+  bad.model_name = "../etc";
+  bad.grpc_port = bad.http_port = bad.metrics_port = 0;
+  auto refused = CuvilServer::Start(bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("--model-name \"../etc\""));
+}
+
 // Issue 38: HTTP request bodies, and the JSON they parse into, are counted in the server-wide
 // in-flight budget gRPC uses (--max-inflight-bytes) before they are buffered: a request past it
 // gets 503 with Retry-After at once (413 when it alone is larger than the budget), and a

@@ -29,6 +29,9 @@ namespace {
 constexpr char kHelp[] =
     "usage: cuvil-server [flags]\n"
     "  --model-repository DIR      model repository (repeatable)\n"
+    "  --model-name NAME           the model of a repository folder that holds model.onnx\n"
+    "                              itself, as KServe's storage initializer leaves /mnt/models\n"
+    "                              (default model)\n"
     "  --grpc-port N               gRPC port (default 8001; 0 picks a free port)\n"
     "  --http-port N               HTTP port (default 8000)\n"
     "  --metrics-port N            Prometheus metrics port (default 8002)\n"
@@ -160,6 +163,9 @@ int main(int argc, char** argv) {
     bool ok = true;
     if (name == "--model-repository") {
       options.model_repositories.push_back(value);
+    } else if (name == "--model-name") {
+      options.model_name = value;
+      ok = !value.empty();
     } else if (name == "--jit-cache-dir") {
       options.jit_cache_dir = value;
       ok = !value.empty();

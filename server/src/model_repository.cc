@@ -50,7 +50,17 @@ absl::StatusOr<std::string> ReadFile(const fs::path& path) {
 
 }  // namespace
 
-ModelRepository::ModelRepository(std::vector<std::string> roots) : roots_(std::move(roots)) {}
+ModelRepository::ModelRepository(std::vector<std::string> roots, std::string single_model_name)
+    : roots_(std::move(roots)), single_model_name_(std::move(single_model_name)) {}
+
+std::vector<std::string> ModelRepository::SingleModelRoots() const {
+  std::vector<std::string> out;
+  for (const std::string& root : roots_) {
+    std::error_code ec;
+    if (fs::is_regular_file(fs::path(root) / kDefaultModelFile, ec)) out.push_back(root);
+  }
+  return out;
+}
 
 std::vector<std::string> ModelRepository::ListModels() const {
   std::set<std::string> names;
@@ -63,6 +73,7 @@ std::vector<std::string> ModelRepository::ListModels() const {
       if (IsDirectory(it->path())) names.insert(name);
     }
   }
+  if (!SingleModelRoots().empty()) names.insert(single_model_name_);
   return {names.begin(), names.end()};
 }
 
@@ -73,6 +84,9 @@ absl::StatusOr<ModelSource> ModelRepository::Find(const std::string& name) const
   for (const std::string& root : roots_) {
     fs::path dir = fs::path(root) / name;
     if (IsDirectory(dir)) dirs.push_back(dir);
+  }
+  if (name == single_model_name_) {
+    for (const std::string& root : SingleModelRoots()) dirs.push_back(root);
   }
   if (dirs.empty()) {
     return absl::NotFoundError(
@@ -127,6 +141,12 @@ absl::StatusOr<ModelSource> ModelRepository::Find(const std::string& name) const
   if (ec) {
     return absl::PermissionDeniedError(
         absl::StrCat("cannot list ", source.dir, ": ", ec.message()));
+  }
+  // KServe's layouts: the model file beside config.pbtxt, no version folders (version 1).
+  if (source.version_paths.empty()) {
+    const fs::path file = dirs[0] / model_file;
+    std::error_code file_ec;
+    if (fs::is_regular_file(file, file_ec)) source.version_paths[1] = file.string();
   }
   return source;
 }

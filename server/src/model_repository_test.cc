@@ -108,6 +108,40 @@ TEST(ModelRepositoryTest, FolderWithoutVersionsHasNone) {
   EXPECT_TRUE(source->version_paths.empty());
 }
 
+// What KServe's storage initializer leaves in /mnt/models: the model file in a model folder
+// without version folders, or in the repository folder itself (named --model-name); version 1.
+TEST(ModelRepositoryTest, KServeLayoutsServeVersionOne) {
+  fs::path folder = FreshDir("folder");
+  WriteFile(folder / "resnet" / "model.onnx", "onnx");
+  WriteFile(folder / "resnet" / "config.pbtxt", "max_batch_size: 4\n");
+  ModelRepository repo({folder.string()});
+  auto resnet = repo.Find("resnet");
+  ASSERT_TRUE(resnet.ok()) << resnet.status();
+  ASSERT_EQ(resnet->version_paths.size(), 1u);
+  EXPECT_EQ(resnet->version_paths.at(1), (folder / "resnet" / "model.onnx").string());
+  EXPECT_EQ(resnet->config.max_batch_size(), 4);
+
+  fs::path single = FreshDir("single");
+  WriteFile(single / "model.onnx", "onnx");
+  ModelRepository named({single.string()}, "sentiment");
+  EXPECT_THAT(named.ListModels(), ElementsAre("sentiment"));
+  auto model = named.Find("sentiment");
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->dir, single.string());
+  EXPECT_FALSE(model->has_config_file);
+  ASSERT_EQ(model->version_paths.size(), 1u);
+  EXPECT_EQ(model->version_paths.at(1), (single / "model.onnx").string());
+  EXPECT_EQ(named.Find("model").status().code(), absl::StatusCode::kNotFound);
+  // The default name, and version folders still win over a file beside them.
+  EXPECT_THAT(ModelRepository({single.string()}).ListModels(), ElementsAre("model"));
+  WriteFile(folder / "both" / "model.onnx", "onnx");
+  WriteFile(folder / "both" / "2" / "model.onnx", "onnx");
+  auto both = repo.Find("both");
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_THAT(both->version_paths, ElementsAre(std::pair<const int64_t, std::string>(
+                                       2, (folder / "both" / "2" / "model.onnx").string())));
+}
+
 TEST(ModelRepositoryTest, MissingModelIsNotFound) {
   fs::path root = FreshDir("repo");
   WriteFile(root / "file_not_dir", "x");

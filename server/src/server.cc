@@ -17,6 +17,7 @@
 #include "http_service.h"
 #include "inflight_budget.h"
 #include "metrics_listener.h"
+#include "model_name.h"
 #include "server_info.h"
 #include "shared_memory_registry.h"
 #include "snapshot_store.h"
@@ -138,7 +139,11 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
                                        : absl::StrCat("--max-inflight-bytes ", split.total,
                                                       " less ", split.grpc_set_aside,
                                                       " set aside for gRPC's receive buffers"));
-  s.repository = std::make_unique<ModelRepository>(options.model_repositories);
+  if (absl::Status named = ValidateModelName(options.model_name); !named.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--model-name \"", options.model_name, "\": ", named.message()));
+  }
+  s.repository = std::make_unique<ModelRepository>(options.model_repositories, options.model_name);
   ModelManagerOptions manager_options;
   manager_options.loader_threads = options.loader_threads;
   manager_options.metrics = s.metrics_registry.get();

@@ -1,6 +1,9 @@
 // Model repositories on disk in Triton's layout:
 //   <repo>/<model>/config.pbtxt            (optional: completed from the ONNX model)
 //   <repo>/<model>/<version>/model.onnx    (or config's default_model_filename)
+// and two layouts KServe's storage initializer leaves in /mnt/models, served as version 1:
+//   <repo>/<model>/model.onnx              (a model folder without version folders)
+//   <repo>/model.onnx                      (one model; named by the repository's model name)
 #ifndef CUVIL_SERVER_MODEL_REPOSITORY_H_
 #define CUVIL_SERVER_MODEL_REPOSITORY_H_
 
@@ -26,9 +29,15 @@ struct ModelSource {
 // Thread-safe: holds only immutable roots; every call reads the disk afresh.
 class ModelRepository {
  public:
-  explicit ModelRepository(std::vector<std::string> roots);
+  // `single_model_name` names the model of a root that holds model.onnx itself (KServe's
+  // --model-name); it must be a plain name (ValidateModelName).
+  explicit ModelRepository(std::vector<std::string> roots,
+                           std::string single_model_name = kDefaultSingleModelName);
 
-  // Names of the model folders in every root, sorted. A name in two roots is reported once.
+  static constexpr char kDefaultSingleModelName[] = "model";
+
+  // Names of the model folders in every root, and single_model_name for a root that holds
+  // model.onnx itself, sorted. A name in two roots is reported once.
   std::vector<std::string> ListModels() const;
 
   // Reads model `name`: parses config.pbtxt (InvalidArgument naming the file and field on a bad
@@ -39,7 +48,11 @@ class ModelRepository {
   const std::vector<std::string>& roots() const { return roots_; }
 
  private:
+  // Roots that hold model.onnx themselves.
+  std::vector<std::string> SingleModelRoots() const;
+
   std::vector<std::string> roots_;
+  std::string single_model_name_;
 };
 
 // Versions the config's version_policy selects from `available` (default: latest 1), ascending.

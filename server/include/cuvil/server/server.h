@@ -15,6 +15,9 @@ namespace cuvil {
 struct ServerOptions {
   enum class ControlMode { kNone, kExplicit, kPoll };
   std::vector<std::string> model_repositories;
+  // The name of the model in a repository folder that holds model.onnx itself (KServe's storage
+  // initializer layout in /mnt/models; its ServingRuntime passes --model-name={{.Name}}).
+  std::string model_name = "model";
   std::string bind_address = "127.0.0.1";
   int grpc_port = 8001;  // 0: pick a free port (as for the others).
   int http_port = 8000;

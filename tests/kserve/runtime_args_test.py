@@ -1,0 +1,140 @@
+#!/usr/bin/python3
+"""Runs cuvil-server exactly as a manifest's container would run it (deploy/kserve's
+ClusterServingRuntime, deploy/k8s's Deployment): its args, with KServe's substitutions
+({{.Name}} -> the InferenceService's name), the model repository replaced by a temporary folder
+holding one model.onnx (the storage initializer's layout), the admin token from the mounted Secret
+by a temporary file, and free local ports instead of the pod's (the bind address as given:
+0.0.0.0, which the server refuses without an admin token).
+Checks what KServe relies on: /v2/health/ready turns 200, the model answers under the
+InferenceService's name over the v2 protocol, admin calls without the token are refused, metrics
+are served, and SIGTERM ends the process cleanly.
+
+usage: runtime_args_test.py CUVIL_SERVER MANIFEST_YAML MODEL_ONNX INPUT_PB OUTPUT_PB
+"""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+
+def container_args(path):
+    """The first container's args list (plain '- value' lines under 'args:')."""
+    args, indent = [], None
+    for line in open(path):
+        if indent is None:
+            m = re.match(r"^(\s*)args:\s*$", line)
+            if m:
+                indent = len(m.group(1))
+            continue
+        if re.match(r"^\s*#", line):
+            continue
+        m = re.match(r"^(\s*)- (.*)$", line)
+        if m and len(m.group(1)) >= indent:
+            args.append(m.group(2).strip().strip('"'))
+            continue
+        break
+    if not args:
+        sys.exit(f"no container args in {path}")
+    return args
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def request(url, body=None, headers=None):
+    req = urllib.request.Request(url, data=body, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+    except OSError:
+        return None, b""
+
+
+def main():
+    server, runtime, model, input_pb, output_pb = sys.argv[1:6]
+    name = "resnet18-test"  # what KServe puts for {{.Name}}: DNS-1123, with a dash
+    with tempfile.TemporaryDirectory() as tmp:
+        models = os.path.join(tmp, "mnt", "models")
+        os.makedirs(models)
+        with open(model, "rb") as src, open(os.path.join(models, "model.onnx"), "wb") as dst:
+            dst.write(src.read())
+        token_file = os.path.join(tmp, "admin-token")
+        with open(token_file, "w") as f:
+            f.write("s3cret-token-for-the-test")
+        ports = {}
+        args = []
+        served = "model"  # the server's default name for a lone model.onnx
+        for a in container_args(runtime):
+            a = a.replace("{{.Name}}", name)
+            flag, _, value = a.partition("=")
+            if flag == "--model-repository":
+                a = f"{flag}={models}"
+            if flag == "--admin-token-file":
+                a = f"{flag}={token_file}"
+            if flag == "--model-name":
+                served = value
+            if flag in ("--http-port", "--grpc-port", "--metrics-port"):
+                a = f"{flag}={free_port()}"
+                ports[flag] = int(a.partition("=")[2])
+            args.append(a)
+        print("args:", " ".join(args))
+        proc = subprocess.Popen([server] + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+        http = f"http://127.0.0.1:{ports['--http-port']}"
+        try:
+            deadline = time.time() + 120
+            while request(http + "/v2/health/ready")[0] != 200:
+                if proc.poll() is not None or time.time() > deadline:
+                    print(proc.stdout.read() if proc.poll() is not None else "")
+                    sys.exit("FAIL: never ready")
+                time.sleep(0.2)
+            x = numpy_helper.to_array(onnx.load_tensor(input_pb))
+            want = numpy_helper.to_array(onnx.load_tensor(output_pb))
+            body = json.dumps({"inputs": [{"name": "input", "datatype": "FP32",
+                                           "shape": list(x.shape),
+                                           "data": x.ravel().tolist()}]}).encode()
+            status, out = request(f"{http}/v2/models/{served}/infer", body,
+                                  {"Content-Type": "application/json"})
+            if status != 200:
+                sys.exit(f"FAIL: infer gave {status}: {out[:300]!r}")
+            got = np.array(json.loads(out)["outputs"][0]["data"], np.float32).reshape(want.shape)
+            if not np.allclose(got, want, rtol=1e-4, atol=1e-5):
+                sys.exit(f"FAIL: wrong answer, max error {np.abs(got - want).max()}")
+            status, _ = request(f"{http}/v2/models/{served}/ready")
+            if status != 200:
+                sys.exit(f"FAIL: model ready gave {status}")
+            status, out = request(f"{http}/v2/repository/models/{served}/unload", b"{}",
+                                  {"Content-Type": "application/json"})
+            if status != 401:
+                sys.exit(f"FAIL: unload without the token gave {status}, not 401")
+            status, out = request(f"http://127.0.0.1:{ports['--metrics-port']}/metrics")
+            if status != 200 or b"cuvil_" not in out:
+                sys.exit(f"FAIL: metrics gave {status}")
+            proc.send_signal(signal.SIGTERM)
+            rc = proc.wait(timeout=60)
+            if rc != 0:
+                sys.exit(f"FAIL: exit status {rc} after SIGTERM")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    print(f"PASS: served model {served!r} from a lone model.onnx with the manifest's args")
+
+
+if __name__ == "__main__":
+    main()
