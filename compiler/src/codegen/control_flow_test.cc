@@ -3,6 +3,7 @@
 // from two scopes out, a reversed Scan along axis 1, and the clear refusals for shapes that change
 // (If branches of different ranks, a loop-carried value that grows, scan outputs of unknown
 // length); If branches of different sizes give a size the data decides.
+#include "absl/strings/str_cat.h"
 #include "cuvil/compiler/compiler.h"
 #include "cuvil/jitcache/jit_engine.h"
 #include "google/protobuf/text_format.h"
@@ -291,10 +292,11 @@ TEST(ControlFlowTest, ReversedScanAlongAxisOne) {
   ExpectFloats((*out)[1], {3, 5, 6, 1030, 1050, 1060});
 }
 
-// Branches whose outputs differ in size (SSD's empty then-branch beside NonMaxSuppression's
-// count): the If's output gets a size the branch that ran decides, its buffer the larger bound.
-TEST(ControlFlowTest, BranchesOfDifferentSizesDecideTheOutputSize) {
-  auto compiled = Compile(R"pb(
+// r = If(c) then x else <else_node>(x) (its output "xx"), x float32[2]: branches whose
+// outputs may differ.
+std::string IfOverX(const std::string& else_node) {
+  // Plain raw strings: a split textproto does not survive clang-format's proto layout.
+  const char* head = R"(
     name: "if"
     node {
       input: "c"
@@ -305,10 +307,7 @@ TEST(ControlFlowTest, BranchesOfDifferentSizesDecideTheOutputSize) {
         type: GRAPH
         g {
           name: "t"
-          output {
-            name: "x"
-            type { tensor_type { elem_type: 1 } }
-          }
+          output { name: "x" type { tensor_type { elem_type: 1 } } }
         }
       }
       attribute {
@@ -316,43 +315,29 @@ TEST(ControlFlowTest, BranchesOfDifferentSizesDecideTheOutputSize) {
         type: GRAPH
         g {
           name: "e"
-          node {
-            input: "x"
-            input: "x"
-            output: "xx"
-            op_type: "Concat"
-            attribute { name: "axis" type: INT i: 0 }
-          }
-          output {
-            name: "xx"
-            type { tensor_type { elem_type: 1 } }
-          }
+  )";
+  const char* tail = R"(
+          output { name: "xx" type { tensor_type { elem_type: 1 } } }
         }
       }
     }
-    input {
-      name: "c"
-      type {
-        tensor_type {
-          elem_type: 9
-          shape {}
-        }
-      }
-    }
-    input {
-      name: "x"
-      type {
-        tensor_type {
-          elem_type: 1
-          shape { dim { dim_value: 2 } }
-        }
-      }
-    }
-    output {
-      name: "r"
-      type { tensor_type { elem_type: 1 } }
-    }
-  )pb");
+    input { name: "c" type { tensor_type { elem_type: 9 shape {} } } }
+    input { name: "x" type { tensor_type { elem_type: 1 shape { dim { dim_value: 2 } } } } }
+    output { name: "r" type { tensor_type { elem_type: 1 } } }
+  )";
+  return absl::StrCat(head, else_node, tail);
+}
+
+// Branches whose outputs differ in size (SSD's empty then-branch beside NonMaxSuppression's
+// count): the If's output gets a size the branch that ran decides, its buffer the larger bound.
+TEST(ControlFlowTest, BranchesOfDifferentSizesDecideTheOutputSize) {
+  auto compiled = Compile(IfOverX(R"pb(node {
+                                         input: "x"
+                                         input: "x"
+                                         output: "xx"
+                                         op_type: "Concat"
+                                         attribute { name: "axis" type: INT i: 0 }
+                                       })pb"));
   ASSERT_TRUE(compiled.ok()) << compiled.status();
   ASSERT_EQ(compiled->data_dependent_dims.size(), 1u);
   auto engine = JitEngine::Create();
@@ -371,60 +356,9 @@ TEST(ControlFlowTest, BranchesOfDifferentSizesDecideTheOutputSize) {
 
 // A branch of another rank is still refused, naming the output and both types.
 TEST(ControlFlowTest, RefusesBranchesOfDifferentRanks) {
-  auto compiled = Compile(R"pb(
-    name: "if"
-    node {
-      input: "c"
-      output: "r"
-      op_type: "If"
-      attribute {
-        name: "then_branch"
-        type: GRAPH
-        g {
-          name: "t"
-          output {
-            name: "x"
-            type { tensor_type { elem_type: 1 } }
-          }
-        }
-      }
-      attribute {
-        name: "else_branch"
-        type: GRAPH
-        g {
-          name: "e"
-          node { input: "x" output: "xx" op_type: "Unsqueeze" input: "axes" }
-          initializer { name: "axes" data_type: 7 dims: 1 int64_data: 0 }
-          output {
-            name: "xx"
-            type { tensor_type { elem_type: 1 } }
-          }
-        }
-      }
-    }
-    input {
-      name: "c"
-      type {
-        tensor_type {
-          elem_type: 9
-          shape {}
-        }
-      }
-    }
-    input {
-      name: "x"
-      type {
-        tensor_type {
-          elem_type: 1
-          shape { dim { dim_value: 2 } }
-        }
-      }
-    }
-    output {
-      name: "r"
-      type { tensor_type { elem_type: 1 } }
-    }
-  )pb");
+  auto compiled =
+      Compile(IfOverX(R"pb(node { input: "x" input: "axes" output: "xx" op_type: "Unsqueeze" }
+                           initializer { name: "axes" data_type: 7 dims: 1 int64_data: 0 })pb"));
   ASSERT_FALSE(compiled.ok());
   EXPECT_EQ(compiled.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(compiled.status().message().find("differs between the branches"), std::string::npos)
