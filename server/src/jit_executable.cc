@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "cuvil/runtime/tensor_size.h"
 
 namespace cuvil {
 namespace {
@@ -58,9 +59,8 @@ absl::StatusOr<void*> JitExecutable::ReserveArena(
     // were checked against the code, so these products are the buffers' sizes).
     uint64_t inputs_held = 0;
     for (size_t i = 0; i < input_shapes.size() && i < inputs_.size(); ++i) {
-      uint64_t n = static_cast<uint64_t>(std::max(DTypeSize(inputs_[i].dtype), 0));
-      for (int64_t d : input_shapes[i]) n *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
-      inputs_held += n;
+      auto held = CheckedTensorBytes(inputs_[i].dtype, input_shapes[i]);
+      if (held.ok()) inputs_held += *held;
     }
     auto r = scratch_budget_->Reserve(total, "a model execution's scratch memory", inputs_held);
     if (!r.ok()) return r.status();
