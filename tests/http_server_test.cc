@@ -826,6 +826,54 @@ TEST(HttpDimMultiplesTest, ConfigDeclaresMultiples) {
   EXPECT_EQ(infer(8)->status, 200);
 }
 
+// A model exported at batch 1 with free image sizes (torchvision's detectors, ssdlite): no batch
+// dim, so max_batch_size 0, and its first free dim (height) is the code's symbol 0. It loads
+// (the default warm-up picks sizes its 2x2 pool accepts: 1x1 does not), answers at two sizes
+// from one compile, and refuses an odd height with the model's reason.
+TEST(HttpUnbatchedFreeDimsTest, ImageModelAtBatchOneServesEverySize) {
+  namespace fs = std::filesystem;
+  std::string repo = testing::MakeRepository("http_unbatched_free_dims_repo");
+  fs::create_directories(fs::path(repo) / "img" / "1");
+  std::ofstream(fs::path(repo) / "img" / "1" / "model.onnx", std::ios::binary)
+      << testing::PoolUpsampleConcatModel(1);
+  auto server = testing::StartServer(repo, ServerOptions());
+  ASSERT_NE(server, nullptr);
+  httplib::Client client("127.0.0.1", server->http_port());
+  auto config = client.Get("/v2/models/img/config");
+  ASSERT_EQ(config->status, 200) << config->body;
+  EXPECT_EQ(json::parse(config->body).value("max_batch_size", -1), 0) << config->body;
+  auto infer = [&](int64_t h, int64_t w) {
+    json data = json::array();
+    for (int64_t i = 0; i < h * w; ++i) data.push_back(static_cast<float>(i));
+    json body = {
+        {"inputs",
+         {{{"name", "x"}, {"datatype", "FP32"}, {"shape", {1, 1, h, w}}, {"data", data}}}}};
+    return client.Post("/v2/models/img/infer", body.dump(), "application/json");
+  };
+  for (auto [h, w] : {std::pair<int64_t, int64_t>{4, 6}, {8, 2}, {2, 10}}) {
+    auto res = infer(h, w);
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200) << h << "x" << w << ": " << res->body;
+    json out = json::parse(res->body)["outputs"][0];
+    EXPECT_EQ(out["shape"], json::array({1, 2, h, w}));
+    std::vector<float> y = out["data"].get<std::vector<float>>();
+    ASSERT_EQ(y.size(), static_cast<size_t>(2 * h * w));
+    for (int64_t r = 0; r < h; ++r) {
+      for (int64_t c = 0; c < w; ++c) {
+        EXPECT_EQ(y[r * w + c], static_cast<float>(r * w + c));  // Channel 0: x itself.
+        // Channel 1: the 2x2 block's maximum, its bottom-right element, repeated.
+        const float pooled = static_cast<float>((r | 1) * w + (c | 1));
+        EXPECT_EQ(y[h * w + r * w + c], pooled) << h << "x" << w << " at " << r << "," << c;
+      }
+    }
+  }
+  auto odd = infer(5, 4);
+  ASSERT_TRUE(odd);
+  EXPECT_EQ(odd->status, 400) << odd->body;
+  EXPECT_EQ(client.Get("/v2/health/ready")->status, 200);
+  EXPECT_EQ(infer(4, 4)->status, 200);
+}
+
 // KServe's storage initializer copies a model to /mnt/models as model.onnx, with no config and
 // no version folder, and the ServingRuntime passes --model-name: the server serves it under that
 // name, its config completed from the model.

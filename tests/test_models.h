@@ -217,14 +217,15 @@ inline std::string TwoSymbolModel() {
 
 // y = Concat(x, Resize(MaxPool(x, 2x2 stride 2), nearest x2), axis 1) where x is
 // float32[batch, 1, height, width]: valid only for even height and width, where 2*floor(H/2) == H.
-inline std::string PoolUpsampleConcatModel() {
+// `batch` 1 makes a model whose free dims are all spatial (an image model exported at batch 1).
+inline std::string PoolUpsampleConcatModel(TestDim batch = "batch") {
   onnx::ModelProto model;
   model.set_ir_version(8);
   model.add_opset_import()->set_version(13);
   onnx::GraphProto* g = model.mutable_graph();
   g->set_name("pool_upsample_concat");
-  SetFloatValue(g->add_input(), "x", {"batch", 1, "height", "width"});
-  SetFloatValue(g->add_output(), "y", {"batch", 2, "height", "width"});
+  SetFloatValue(g->add_input(), "x", {batch, 1, "height", "width"});
+  SetFloatValue(g->add_output(), "y", {batch, 2, "height", "width"});
   onnx::TensorProto* scales = g->add_initializer();
   scales->set_name("scales");
   scales->set_data_type(onnx::TensorProto::FLOAT);

@@ -49,6 +49,12 @@ absl::StatusOr<std::shared_ptr<JitExecutable>> JitExecutable::Create(
       new JitExecutable(model, std::move(inputs), std::move(outputs), scratch_budget));
 }
 
+bool JitExecutable::BindsSymbols() const {
+  const CompiledModel& m = model_->model();
+  // Unbatched, even a lone symbol 0 is a free dim of the request's shapes, not the rows.
+  return m.symbols.size() > 1 || !m.dim_constraints.empty() || (!batched_ && !m.symbols.empty());
+}
+
 absl::StatusOr<void*> JitExecutable::ReserveArena(
     ArenaReserve arena, size_t bytes, uint64_t staged_bytes,
     absl::Span<const std::vector<int64_t>> input_shapes,
@@ -72,7 +78,7 @@ absl::StatusOr<void*> JitExecutable::ReserveArena(
 absl::StatusOr<std::vector<std::vector<int64_t>>> JitExecutable::OutputDims(
     const std::vector<std::vector<int64_t>>& input_dims) const {
   const CompiledModel& m = model_->model();
-  if (m.symbols.size() <= 1) return Executable::OutputDims(input_dims);
+  if (!BindsSymbols()) return Executable::OutputDims(input_dims);
   if (input_dims.size() != inputs_.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("expected ", inputs_.size(), " inputs, got ", input_dims.size()));
@@ -103,11 +109,13 @@ absl::Status JitExecutable::Run(const void* const* inputs,
                                 ArenaReserve arena,
                                 std::vector<std::vector<int64_t>>* written_dims) const {
   const CompiledModel& m = model_->model();
-  if (m.symbols.size() > 1 || !m.dim_constraints.empty()) {
+  if (BindsSymbols()) {
     // Binding the symbols checks every input dim, the model's constraints and the arena size.
     auto syms = model_->ResolveSymbols(input_shapes);
     if (!syms.ok()) return syms.status();
-    if ((*syms)[0] != batch) {
+    // Symbol 0 is the code's batch: the execution's rows when the config batches, else whatever
+    // free dim the shapes bound first (ssdlite's height: its batch dim is fixed at 1).
+    if (batched_ && (*syms)[0] != batch) {
       return absl::InvalidArgumentError(
           absl::StrCat("the inputs hold ", (*syms)[0], " rows, the execution ", batch));
     }
@@ -116,7 +124,8 @@ absl::Status JitExecutable::Run(const void* const* inputs,
     absl::StatusOr<void*> scratch =
         ReserveArena(arena, bytes, staged_bytes, input_shapes, &reservation);
     if (!scratch.ok()) return scratch.status();
-    absl::Status s = EntryStatus(model_->Execute(inputs, outputs, batch, *scratch, syms->data()));
+    absl::Status s =
+        EntryStatus(model_->Execute(inputs, outputs, (*syms)[0], *scratch, syms->data()));
     if (s.ok() && written_dims != nullptr && outputs_sized_by_run()) {
       *written_dims = model_->OutputShapesAfterRun(*syms);
       for (size_t o = 0; o < outputs_.size(); ++o) {

@@ -2,6 +2,7 @@
 #ifndef CUVIL_SERVER_SRC_JIT_EXECUTABLE_H_
 #define CUVIL_SERVER_SRC_JIT_EXECUTABLE_H_
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -46,7 +47,13 @@ class JitExecutable : public Executable {
       : model_(model),
         inputs_(std::move(inputs)),
         outputs_(std::move(outputs)),
-        scratch_budget_(scratch_budget) {}
+        scratch_budget_(scratch_budget),
+        batched_(std::any_of(inputs_.begin(), inputs_.end(),
+                             [](const TensorSpec& s) { return s.batched; })) {}
+
+  // Whether runs bind the model's symbols from the input shapes (free dims beyond a batch, dim
+  // constraints, or any free dim of an unbatched config) rather than take the batch as given.
+  bool BindsSymbols() const;
 
   // The arena of `bytes` for one run, reserved with the caller's `staged_bytes` against
   // scratch_budget_ into `*reservation`; the run's inputs are shaped `input_shapes`.
@@ -58,6 +65,8 @@ class JitExecutable : public Executable {
   std::vector<TensorSpec> inputs_;
   std::vector<TensorSpec> outputs_;
   InflightBudget* scratch_budget_;
+  // Some input has the batch as dim 0 (max_batch_size > 0): executions run `batch` rows.
+  const bool batched_;
 };
 
 }  // namespace cuvil

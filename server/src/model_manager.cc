@@ -205,14 +205,6 @@ struct ModelManager::Impl {
     }
     if (config.name().empty()) config.set_name(name);
     if (auto s = CompleteModelConfig(*compiled, &config); !s.ok()) return s;
-    if (config.max_batch_size() == 0) {
-      for (const auto& sig : compiled->inputs) {
-        if (!IsStaticShape(sig.shape)) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "input '", sig.name, "' has a symbolic dimension but max_batch_size is 0"));
-        }
-      }
-    }
     // Every instance allocates, at the largest batch, its scratch plus gather buffers for inputs
     // and outputs: refuse what cannot be served rather than fail (or abort) on the first full
     // batch. All in overflow-checked arithmetic, since the config and the model set the factors.

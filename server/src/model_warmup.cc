@@ -73,6 +73,31 @@ absl::Status FillWarmupInput(const inference::ModelWarmup::Input& spec,
   return absl::OkStatus();
 }
 
+// The symbol values a default warm-up runs at: the free dims beyond the batch all at the smallest
+// of a few sizes the model accepts (its dim constraints hold: a 2x2 pool and an upsample need
+// even sizes, a dim declared a multiple of 8 is 8 * (height/8) at 1), the batch as `batch` when
+// the config batches; all 1 when no size fits (the warm-up then reports why).
+std::vector<int64_t> WarmupSymbols(const LoadedModel& loaded, const std::vector<TensorSpec>& specs,
+                                   bool batched, int64_t batch) {
+  const CompiledModel& compiled = loaded.model();
+  std::vector<int64_t> syms(compiled.InputSymbolCount(), 1);
+  if (compiled.symbols.empty() || compiled.inputs.size() != specs.size()) return syms;
+  for (int64_t size : {1, 2, 4, 8, 16, 32, 64, 128, 224}) {
+    std::vector<int64_t> candidate(syms.size(), size);
+    if (batched) candidate[0] = batch;
+    std::vector<std::vector<int64_t>> shapes;
+    for (const TensorSignature& sig : compiled.inputs) {
+      std::optional<std::vector<int64_t>> shape = EvalShape(sig.shape, candidate);
+      if (!shape) break;
+      shapes.push_back(*std::move(shape));
+    }
+    if (shapes.size() == compiled.inputs.size() && loaded.ResolveSymbols(shapes).ok()) {
+      return candidate;
+    }
+  }
+  return syms;
+}
+
 }  // namespace
 
 absl::Status RunWarmup(ModelVersion& model, const inference::ModelWarmup* warmup,
@@ -84,10 +109,8 @@ absl::Status RunWarmup(ModelVersion& model, const inference::ModelWarmup* warmup
   auto tensors = std::make_shared<std::vector<HostTensor>>();
   WireRequest wire;
   wire.id = "warmup";
-  // A free dim gets its smallest value the model accepts: its expression with every symbol 1
-  // (a dim declared a multiple, 8 * (height/8), is 8), else 1.
   const CompiledModel& compiled = model.loaded().model();
-  const std::vector<int64_t> ones(std::max<size_t>(compiled.symbols.size(), 1), 1);
+  const std::vector<int64_t> syms = WarmupSymbols(model.loaded(), specs, batched, batch);
   for (size_t i = 0; i < specs.size(); ++i) {
     const TensorSpec& spec = specs[i];
     std::vector<int64_t> shape;
@@ -98,8 +121,8 @@ absl::Status RunWarmup(ModelVersion& model, const inference::ModelWarmup* warmup
       if (v < 0) {
         v = 1;
         if (i < compiled.inputs.size() && d + skip < compiled.inputs[i].shape.size()) {
-          std::optional<int64_t> at_one = compiled.inputs[i].shape[d + skip].Eval(ones);
-          if (at_one.has_value() && *at_one > 0) v = *at_one;
+          std::optional<int64_t> at = compiled.inputs[i].shape[d + skip].Eval(syms);
+          if (at.has_value() && *at > 0) v = *at;
         }
       }
       shape.push_back(v);
