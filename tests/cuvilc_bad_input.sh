@@ -30,4 +30,12 @@ expect_error missing "cannot open" -- "$cuvilc" run "$tmp/none.onnx"
 # Wrong input: lenet's image fed to mlp.
 expect_error wrong_shape "input 'input'" -- "$cuvilc" run "$mlp/model.onnx" --input "input=$mlp/../lenet/test_data_set_0/input_0.pb"
 expect_error garbage_tensor "TensorProto" -- "$cuvilc" run "$mlp/model.onnx" --input "input=$tmp/garbage.onnx"
+# A tolerance that is not a number is a usage error (status 2, the flag named), not an exception.
+"$cuvilc" test "$mlp" --rtol abc > "$tmp/out" 2> "$tmp/err"
+rc=$?
+if [[ $rc -ne 2 ]] || ! head -1 "$tmp/err" | grep -q "^error: --rtol: a tolerance >= 0, not 'abc'"; then
+  echo "FAIL bad_tolerance: exit status $rc, stderr:"; cat "$tmp/err"; fail=1
+else
+  echo "PASS bad_tolerance: $(head -1 "$tmp/err")"
+fi
 exit $fail

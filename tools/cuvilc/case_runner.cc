@@ -226,12 +226,56 @@ absl::Status CompareTensors(const HostTensor& got, const HostTensor& want, const
     return absl::OkStatus();
   }
   bool exact = !IsFloat(want.dtype());
+  double scale_atol = 0;
+  if (!exact && tol.scale_rtol > 0) {
+    double scale = 0;
+    for (int64_t i = 0; i < want.num_elements(); ++i) {
+      const double w = std::fabs(want.GetAsDouble(i));
+      if (std::isfinite(w)) scale = std::max(scale, w);
+    }
+    scale_atol = tol.scale_rtol * scale;
+  }
+  auto close = [&](double g, double w) {
+    if (exact) return g == w;
+    const double diff = std::fabs(g - w);
+    return diff <= tol.atol + tol.rtol * std::fabs(w) || diff <= scale_atol;
+  };
+  if (tol.unordered_rows && !want.shape().empty() && want.shape()[0] > 1) {
+    // Element i of row r is at r * row + i in both tensors; rows are sorted by their values.
+    const int64_t rows = want.shape()[0];
+    const int64_t row = want.num_elements() / rows;
+    auto sorted_rows = [&](const HostTensor& t) {
+      std::vector<int64_t> order(static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r) order[r] = r;
+      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+        for (int64_t i = 0; i < row; ++i) {
+          const double x = t.GetAsDouble(a * row + i), y = t.GetAsDouble(b * row + i);
+          if (x != y) return x < y;
+        }
+        return false;
+      });
+      return order;
+    };
+    const std::vector<int64_t> g_rows = sorted_rows(got), w_rows = sorted_rows(want);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t i = 0; i < row; ++i) {
+        const double g = got.GetAsDouble(g_rows[r] * row + i);
+        const double w = want.GetAsDouble(w_rows[r] * row + i);
+        if (std::isnan(w) && std::isnan(g)) continue;
+        if (std::isinf(w) && g == w) continue;
+        if (close(g, w)) continue;
+        return absl::InternalError(absl::StrCat("sorted row ", r, " (row ", g_rows[r],
+                                                " here, row ", w_rows[r], " expected) element ", i,
+                                                " is ", g, ", expected ", w));
+      }
+    }
+    return absl::OkStatus();
+  }
   for (int64_t i = 0; i < want.num_elements(); ++i) {
     double g = got.GetAsDouble(i), w = want.GetAsDouble(i);
     if (std::isnan(w) && std::isnan(g)) continue;
     if (std::isinf(w) && g == w) continue;
-    bool ok = exact ? g == w : std::fabs(g - w) <= tol.atol + tol.rtol * std::fabs(w);
-    if (!ok) {
+    if (!close(g, w)) {
       return absl::InternalError(absl::StrCat("element ", i, " is ", g, ", expected ", w));
     }
   }

@@ -14,10 +14,18 @@ namespace cuvil {
 struct Tolerance {
   double rtol = 1e-3;
   double atol = 1e-5;
+  // Compare each output as a multiset of its rows along dim 0 (both sorted lexicographically
+  // first): for detection outputs, whose order among near-equal scores the model leaves open.
+  bool unordered_rows = false;
+  // An element also matches when |got - want| <= scale_rtol * max|want| over the tensor: errors
+  // judged against the output's scale (a deep float32 network's small outputs carry the rounding
+  // of its large intermediates, in ONNX Runtime's results as in ours). 0: off.
+  double scale_rtol = 0;
 };
 
 // OK when `got` matches `want` in dtype, shape and values within tolerance; otherwise a message
-// naming the first mismatching element.
+// naming the first mismatching element (with `tol.unordered_rows`, the first mismatching row of
+// the sorted rows).
 absl::Status CompareTensors(const HostTensor& got, const HostTensor& want, const Tolerance& tol);
 
 // Compiles the case's model once (or once per data set when shape operands must be bound, or

@@ -2,13 +2,16 @@
 //   cuvilc info MODEL.onnx
 //   cuvilc run MODEL.onnx --input NAME=FILE.pb ... [--output-dir DIR]
 //   cuvilc test CASE_DIR ... [--rtol R] [--atol A] [--threads N] [--dim-multiple NAME=K]
+//               [--unordered-rows] [--scale-rtol S]
 //   cuvilc compile MODEL.onnx [--emit-llvm FILE.ll] [--timings] [--jit-cache-dir DIR]
 //                  [--jit-cache-max-bytes N] [--no-jit-cache] [--compile-tier tiered|fast|full]
+//                  [--dim-multiple NAME=K]
 //   cuvilc compile MODEL.onnx --aot OUT_DIR [--name NAME]
 //                  [--target x86_64|aarch64|wasm32|wasm32-scalar]
 //                  [--cpu CPU] [--aot-runtime FILE]
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -36,11 +39,17 @@ constexpr char kUsage[] =
     "  cuvilc info MODEL.onnx\n"
     "  cuvilc run MODEL.onnx --input NAME=FILE.pb ... [--output-dir DIR]\n"
     "  cuvilc test CASE_DIR ... [--rtol R] [--atol A] [--threads N] [--dim-multiple NAME=K]\n"
+    "               [--unordered-rows] [--scale-rtol S]\n"
     "      N: intra-op threads per execution (default 1; a separable model's batch is split)\n"
     "      --dim-multiple height=8: the free dim 'height' is a multiple of 8 (repeatable;\n"
     "      requests whose dim is not are refused)\n"
+    "      --unordered-rows: each output matches as a multiset of its dim-0 rows (detections\n"
+    "      whose order among near-equal scores the model leaves open)\n"
+    "      --scale-rtol 1e-4: an element also matches within 1e-4 of its output's largest\n"
+    "      magnitude (float32 rounding carried through deep networks)\n"
     "  cuvilc compile MODEL.onnx [--emit-llvm FILE.ll] [--timings] [--jit-cache-dir DIR]\n"
     "                 [--jit-cache-max-bytes N] [--no-jit-cache] [--compile-tier T]\n"
+    "                 [--dim-multiple NAME=K]\n"
     "      with --jit-cache-dir, a compiled model is stored in (or loaded from) the JIT cache\n"
     "      (a folder of your own that group and others cannot write; --insecure-cache-dir\n"
     "      allows another)\n"
@@ -171,23 +180,37 @@ int Run(const std::vector<std::string>& args) {
   return 0;
 }
 
+// `spec` is --dim-multiple's NAME=K: adds it to `*multiples`; false when it is not of that form
+// (K's range is the importer's to check).
+bool ParseDimMultiple(const std::string& spec, std::map<std::string, int64_t>* multiples) {
+  const size_t eq = spec.find('=');
+  int64_t k = 0;
+  if (eq == std::string::npos || eq == 0 || !absl::SimpleAtoi(spec.substr(eq + 1), &k)) {
+    return false;
+  }
+  (*multiples)[spec.substr(0, eq)] = k;
+  return true;
+}
+
 int Test(const std::vector<std::string>& args) {
   Tolerance tol;
   std::vector<std::string> cases;
   std::map<std::string, int64_t> dim_multiples;
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--dim-multiple" && i + 1 < args.size()) {
-      const std::string& spec = args[++i];
-      const size_t eq = spec.find('=');
-      int64_t k = 0;
-      if (eq == std::string::npos || eq == 0 || !absl::SimpleAtoi(spec.substr(eq + 1), &k)) {
-        return Usage(absl::StrCat("--dim-multiple: NAME=K, not '", spec, "'"));
+      if (!ParseDimMultiple(args[++i], &dim_multiples)) {
+        return Usage(absl::StrCat("--dim-multiple: NAME=K, not '", args[i], "'"));
       }
-      dim_multiples[spec.substr(0, eq)] = k;
-    } else if (args[i] == "--rtol" && i + 1 < args.size()) {
-      tol.rtol = std::stod(args[++i]);
-    } else if (args[i] == "--atol" && i + 1 < args.size()) {
-      tol.atol = std::stod(args[++i]);
+    } else if (args[i] == "--unordered-rows") {
+      tol.unordered_rows = true;
+    } else if ((args[i] == "--scale-rtol" || args[i] == "--rtol" || args[i] == "--atol") &&
+               i + 1 < args.size()) {
+      const std::string& flag = args[i];
+      double v = 0;
+      if (!absl::SimpleAtod(args[++i], &v) || !(v >= 0) || !std::isfinite(v)) {
+        return Usage(absl::StrCat(flag, ": a tolerance >= 0, not '", args[i], "'"));
+      }
+      (flag == "--rtol" ? tol.rtol : flag == "--atol" ? tol.atol : tol.scale_rtol) = v;
     } else if (args[i] == "--threads" && i + 1 < args.size()) {
       int threads = 0;
       if (!absl::SimpleAtoi(args[++i], &threads) || threads < 1 || threads > 256) {
@@ -295,6 +318,10 @@ int Compile(const std::vector<std::string>& args) {
       options.emit_llvm_path = args[++i];
     } else if (args[i] == "--timings") {
       timings = true;
+    } else if (args[i] == "--dim-multiple" && i + 1 < args.size()) {
+      if (!ParseDimMultiple(args[++i], &options.import.dim_multiples)) {
+        return Usage(absl::StrCat("--dim-multiple: NAME=K, not '", args[i], "'"));
+      }
     } else if (args[i] == "--jit-cache-dir" && i + 1 < args.size()) {
       cache_options.dir = args[++i];
     } else if (args[i] == "--jit-cache-max-bytes" && i + 1 < args.size()) {
