@@ -198,6 +198,32 @@ inline std::string DimMultipleModel() {
   return model.SerializeAsString();
 }
 
+// A streaming accumulator for sequence batching: state_out = state_in + x and y = state_out,
+// where x, state_in, state_out and y are float32[batch, 4]; started = float(START), START an
+// int32[batch, 1] control input. Server-side state makes y the running sum of a sequence's x.
+inline std::string AccumulatorModel() {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(13);
+  onnx::GraphProto* g = model.mutable_graph();
+  g->set_name("accumulator");
+  SetFloatValue(g->add_input(), "x", {"batch", 4});
+  onnx::ValueInfoProto* start = g->add_input();
+  start->set_name("START");
+  auto* tt = start->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(onnx::TensorProto::INT32);
+  tt->mutable_shape()->add_dim()->set_dim_param("batch");
+  tt->mutable_shape()->add_dim()->set_dim_value(1);
+  SetFloatValue(g->add_input(), "state_in", {"batch", 4});
+  SetFloatValue(g->add_output(), "y", {"batch", 4});
+  SetFloatValue(g->add_output(), "state_out", {"batch", 4});
+  SetFloatValue(g->add_output(), "started", {"batch", 1});
+  AddNode(g, "Add", {"state_in", "x"}, "state_out");
+  AddNode(g, "Identity", {"state_out"}, "y");
+  AddIntAttr(AddNode(g, "Cast", {"START"}, "started"), "to", onnx::TensorProto::FLOAT);
+  return model.SerializeAsString();
+}
+
 // z = Concat((x + y) * (x + y), x, axis 1) where x and y are float32[batch, seq]: two free
 // dimensions, intermediates sized batch*seq, an output of [batch, 2*seq].
 inline std::string TwoSymbolModel() {

@@ -204,6 +204,28 @@ absl::StatusOr<WireRequest> DecodeModelInferRequest(const inference::ModelInferR
   wire.priority = static_cast<uint32_t>(priority);
   if (auto s = UnsignedParam(q.parameters(), "timeout", "", INT64_MAX, &wire.timeout_us); !s.ok())
     return s;
+  // Sequence batching, as Triton's clients send it: sequence_id as an int64, uint64 or string
+  // parameter; sequence_start and sequence_end as bools.
+  if (auto it = q.parameters().find("sequence_id"); it != q.parameters().end()) {
+    WireSequence& seq = wire.sequence;
+    seq.present = true;
+    if (it->second.has_string_param()) {
+      seq.string_id = it->second.string_param();
+    } else if (auto s = UnsignedParam(q.parameters(), "sequence_id", "", UINT64_MAX, &seq.id);
+               !s.ok()) {
+      return absl::InvalidArgumentError(
+          "parameter 'sequence_id' must be a non-negative integer or a string");
+    }
+  }
+  for (auto [key, flag] : {std::pair<const char*, bool*>{"sequence_start", &wire.sequence.start},
+                           {"sequence_end", &wire.sequence.end}}) {
+    auto it = q.parameters().find(key);
+    if (it == q.parameters().end()) continue;
+    if (!it->second.has_bool_param()) {
+      return absl::InvalidArgumentError(absl::StrCat("parameter '", key, "' must be a bool"));
+    }
+    *flag = it->second.bool_param();
+  }
   wire.holder = typed;
   return wire;
 }

@@ -25,6 +25,7 @@
 #include "inflight_budget.h"
 #include "load_parameters.h"
 #include "model_name.h"
+#include "sequence_batcher.h"
 #include "shared_memory_registry.h"
 
 namespace cuvil {
@@ -382,14 +383,13 @@ class InferenceHandlers {
     return bytes;
   }
 
-  // Validates `q` into a request for `model` (routed here unless the caller already did), and
-  // charges `*reservation` with what it copies and what its response holds (see StartInfer).
-  // The request's raw inputs view `q`. Shared memory outputs go to `*shm_outputs`.
-  absl::StatusOr<std::unique_ptr<InferenceRequest>> Prepare(
-      grpc::ServerContextBase* ctx, const inference::ModelInferRequest& q,
-      const std::vector<RawBytes>* raw_inputs, std::shared_ptr<ModelVersion>* model,
-      std::vector<SharedMemoryOutput>* shm_outputs, bool copied_response,
-      InflightBudget::Reservation* reservation, const char* what) {
+  // Routes `q` to `*model` (unless the caller already did) and decodes it into a wire request,
+  // charging `*reservation` with the inputs it copies (see StartInfer). Its raw inputs view `q`.
+  absl::StatusOr<WireRequest> PrepareWire(const inference::ModelInferRequest& q,
+                                          const std::vector<RawBytes>* raw_inputs,
+                                          std::shared_ptr<ModelVersion>* model,
+                                          InflightBudget::Reservation* reservation,
+                                          const char* what) {
     // gRPC's own receive limit catches this first; a re-serialised size can still differ.
     if (static_cast<int64_t>(q.ByteSizeLong()) > max_request_bytes_) {
       return absl::ResourceExhaustedError(absl::StrCat("request of ", q.ByteSizeLong(),
@@ -404,11 +404,20 @@ class InferenceHandlers {
     absl::StatusOr<WireRequest> wire = DecodeModelInferRequest(q, raw_inputs);
     if (!wire.ok()) return wire.status();
     if (absl::Status s = Charge(reservation, CopiedInputBytes(*wire), what); !s.ok()) return s;
-    auto request = BuildInferenceRequest(**model, *std::move(wire), shared_memory_, shm_outputs);
+    return wire;
+  }
+
+  // Validates `wire` into a request for `model`, and charges `*reservation` with what its
+  // response holds (see StartInfer). Shared memory outputs go to `*shm_outputs`.
+  absl::StatusOr<std::unique_ptr<InferenceRequest>> PrepareRequest(
+      grpc::ServerContextBase* ctx, const ModelVersion& model, WireRequest wire,
+      std::vector<SharedMemoryOutput>* shm_outputs, bool copied_response,
+      InflightBudget::Reservation* reservation, const char* what) {
+    auto request = BuildInferenceRequest(model, std::move(wire), shared_memory_, shm_outputs);
     if (!request.ok()) return request.status();
     // The outputs are allocated as the request runs: charged before it is queued.
     if (reservation != nullptr) {
-      const uint64_t response = ResponseBytes(**model, **request, *shm_outputs, copied_response);
+      const uint64_t response = ResponseBytes(model, **request, *shm_outputs, copied_response);
       if (absl::Status s = Charge(reservation, response, what); !s.ok()) return s;
     }
     (*request)->is_cancelled = [ctx] { return ctx->IsCancelled(); };
@@ -478,22 +487,41 @@ void InferenceHandlers::StartInfer(grpc::ServerContextBase* ctx,
                                    std::shared_ptr<ModelVersion>* model,
                                    InflightBudget::Reservation* reservation, const char* what,
                                    std::function<void(absl::Status)> done) {
-  std::vector<SharedMemoryOutput> shm_outputs;
-  absl::StatusOr<std::unique_ptr<InferenceRequest>> request =
-      Prepare(ctx, q, raw_inputs, model, &shm_outputs, raw_outputs == nullptr, reservation, what);
-  if (!request.ok()) return done(request.status());
+  absl::StatusOr<WireRequest> wire = PrepareWire(q, raw_inputs, model, reservation, what);
+  if (!wire.ok()) return done(wire.status());
   ModelVersion* version = model->get();
-  InferAsync(*version, *std::move(request),
-             [&q, version, r, raw_outputs, shm_outputs = std::move(shm_outputs),
-              done = std::move(done)](InferenceResponse response) {
-               if (response.status.ok()) {
-                 response.status = WriteSharedMemoryOutputs(shm_outputs, response);
-               }
-               if (response.status.ok()) {
-                 FillResponse(q, *version, response, shm_outputs, r, raw_outputs);
-               }
-               done(response.status);
-             });
+  SequenceBatcher* sequences = version->sequences();
+  auto shm_outputs = std::make_shared<std::vector<SharedMemoryOutput>>();
+  auto answer = [&q, version, r, raw_outputs, shm_outputs,
+                 done = std::move(done)](InferenceResponse response) {
+    if (response.status.ok()) {
+      response.status = WriteSharedMemoryOutputs(*shm_outputs, response);
+    }
+    if (response.status.ok()) {
+      FillResponse(q, *version, response, *shm_outputs, r, raw_outputs);
+    }
+    done(response.status);
+  };
+  auto run = [this, ctx, version, shm_outputs, copied_response = raw_outputs == nullptr,
+              reservation, what,
+              sequences](WireRequest w, std::function<void(InferenceResponse)> finish) {
+    absl::StatusOr<std::unique_ptr<InferenceRequest>> request = PrepareRequest(
+        ctx, *version, std::move(w), shm_outputs.get(), copied_response, reservation, what);
+    if (!request.ok()) {
+      InferenceResponse failed;
+      failed.status = request.status();
+      return finish(std::move(failed));
+    }
+    // A sequence's next step starts from its previous step's answer, on a scheduler thread
+    // that must not execute it inline.
+    if (sequences != nullptr) (*request)->may_run_inline = false;
+    InferAsync(*version, *std::move(request), std::move(finish));
+  };
+  if (sequences != nullptr) {
+    sequences->Step(*std::move(wire), std::move(run), std::move(answer));
+  } else {
+    run(*std::move(wire), std::move(answer));
+  }
 }
 
 using InferenceService = inference::GRPCInferenceService::AsyncService;

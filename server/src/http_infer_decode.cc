@@ -115,6 +115,27 @@ absl::StatusOr<DecodedInfer> DecodeInferBody(const json& doc, std::shared_ptr<st
     }
     wire.priority = static_cast<uint32_t>(*priority);
     wire.timeout_us = static_cast<uint64_t>(*timeout);
+    // Sequence batching: an unsigned or string id, and the step's start and end flags.
+    if (auto id_it = it->find("sequence_id"); id_it != it->end()) {
+      WireSequence& seq = wire.sequence;
+      seq.present = true;
+      if (id_it->is_number_unsigned()) {
+        seq.id = id_it->get<uint64_t>();
+      } else if (id_it->is_number_integer() && id_it->get<int64_t>() >= 0) {
+        seq.id = static_cast<uint64_t>(id_it->get<int64_t>());
+      } else if (id_it->is_string()) {
+        seq.string_id = id_it->get<std::string>();
+      } else {
+        return absl::InvalidArgumentError(
+            "'sequence_id' must be a non-negative integer or a string");
+      }
+    }
+    absl::StatusOr<bool> start = BoolField(*it, "sequence_start", false);
+    absl::StatusOr<bool> end = BoolField(*it, "sequence_end", false);
+    if (!start.ok()) return start.status();
+    if (!end.ok()) return end.status();
+    wire.sequence.start = *start;
+    wire.sequence.end = *end;
   }
 
   // Inputs.

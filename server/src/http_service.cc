@@ -38,6 +38,7 @@
 #include "load_parameters.h"
 #include "model_name.h"
 #include "nlohmann/json.hpp"
+#include "sequence_batcher.h"
 #include "shared_memory_registry.h"
 
 namespace cuvil {
@@ -702,25 +703,42 @@ absl::Status HttpServiceImpl::InferInner(const Request& req, Response& res,
     return absl::OkStatus();
   }
   std::vector<SharedMemoryOutput> shm_outputs;
-  absl::StatusOr<std::unique_ptr<InferenceRequest>> request =
-      BuildInferenceRequest(model, std::move(decoded->wire), shared_memory_, &shm_outputs);
-  if (!request.ok()) return request.status();
-  // What the response holds — the output tensors the scheduler allocates, and the body they are
-  // encoded into — is reserved before the request runs (an unlimited budget counts nothing: the
-  // estimate may be far above what is written).
-  const ResponseCost cost =
-      EstimateResponse(model, **request, outputs, binary_output, shm_outputs, id.size());
+  ResponseCost cost{};
+  std::optional<BudgetRefusal> refused;
   const bool budgeted =
       options_.inflight_budget != nullptr && options_.inflight_budget->limit() != 0;
-  if (std::optional<BudgetRefusal> refused = budgeted ? Reserve(cost.total, kWhat) : std::nullopt) {
+  // Builds and runs the request on this thread (for a sequence model, once its turn has come and
+  // its control and state inputs are added).
+  auto execute = [&](WireRequest wire) {
+    InferenceResponse response;
+    absl::StatusOr<std::unique_ptr<InferenceRequest>> request =
+        BuildInferenceRequest(model, std::move(wire), shared_memory_, &shm_outputs);
+    if (!request.ok()) {
+      response.status = request.status();
+      return response;
+    }
+    // What the response holds — the output tensors the scheduler allocates, and the body they
+    // are encoded into — is reserved before the request runs (an unlimited budget counts
+    // nothing: the estimate may be far above what is written).
+    cost = EstimateResponse(model, **request, outputs, binary_output, shm_outputs, id.size());
+    refused = budgeted ? Reserve(cost.total, kWhat) : std::nullopt;
+    if (refused.has_value()) {
+      response.status = absl::ResourceExhaustedError(refused->message);
+      return response;
+    }
+    // This thread writes the answer: a request that may never finish (a Loop, or patched code)
+    // runs on a scheduler worker, so that it is still answered (UNAVAILABLE) when its version is
+    // retired. Others may run here, sparing the hand-off.
+    (*request)->may_run_inline = !model.MayRunUnbounded();
+    return InferBlocking(model, *std::move(request));
+  };
+  InferenceResponse response = model.sequences() != nullptr ? model.sequences()->StepBlocking(
+                                                                  std::move(decoded->wire), execute)
+                                                            : execute(std::move(decoded->wire));
+  if (refused.has_value()) {
     SetRefusal(res, *refused);
     return absl::OkStatus();
   }
-  // This thread writes the answer: a request that may never finish (a Loop, or patched code)
-  // runs on a scheduler worker, so that it is still answered (UNAVAILABLE) when its version is
-  // retired. Others may run here, sparing the hand-off.
-  (*request)->may_run_inline = !model.MayRunUnbounded();
-  InferenceResponse response = InferBlocking(model, *std::move(request));
   if (!response.status.ok()) return response.status;
   if (absl::Status s = WriteSharedMemoryOutputs(shm_outputs, response); !s.ok()) return s;
 

@@ -455,6 +455,23 @@ SchedulerOptions SchedulerOptionsFromConfig(const ModelConfig& config) {
     b.skip_delay_when_idle =
         strict == config.parameters().end() || strict->second.string_value() != "true";
   }
+  if (config.has_sequence_batching() && options.max_batch_size > 0) {
+    // Steps of different sequences are independent requests: they batch like dynamic batching's,
+    // with the oldest strategy's preferred sizes and either strategy's queue delay.
+    const auto& sb = config.sequence_batching();
+    options.dynamic_batching = true;
+    DynamicBatchingOptions& b = options.batching;
+    if (sb.has_oldest()) {
+      b.preferred_batch_sizes.assign(sb.oldest().preferred_batch_size().begin(),
+                                     sb.oldest().preferred_batch_size().end());
+      b.max_queue_delay_us = sb.oldest().max_queue_delay_microseconds();
+    } else {
+      b.max_queue_delay_us = sb.direct().max_queue_delay_microseconds();
+    }
+    auto strict = config.parameters().find("cuvil_strict_queue_delay");
+    b.skip_delay_when_idle =
+        strict == config.parameters().end() || strict->second.string_value() != "true";
+  }
   int instances = 0;
   for (const auto& g : config.instance_group()) instances += std::max(g.count(), 1);
   options.instance_count = std::max(instances, 1);

@@ -26,6 +26,7 @@
 #include "model_warmup.h"
 #include "patch_event.h"
 #include "patch_validation.h"
+#include "sequence_batcher.h"
 #include "spdlog/spdlog.h"
 
 namespace cuvil {
@@ -298,6 +299,11 @@ struct ModelManager::Impl {
     auto model =
         std::make_shared<ModelVersion>(name, version, config, std::move(*loaded), executable,
                                        std::move(*scheduler), compile_ms, compilations);
+    if (config.has_sequence_batching()) {
+      auto sequences = SequenceBatcher::Create(config);
+      if (!sequences.ok()) return sequences.status();
+      model->set_sequences(*std::move(sequences));
+    }
     if (config.model_warmup_size() == 0) {
       if (auto s = RunWarmup(*model, nullptr, model_dir, max_request_bytes); !s.ok()) return s;
     }

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "cuvil/server/model_manager.h"
 #include "request_sampler.h"
+#include "sequence_batcher.h"
 
 namespace cuvil {
 
@@ -63,6 +64,10 @@ ModelVersion::ModelVersion(std::string name, int64_t version, inference::ModelCo
 
 std::vector<std::vector<HostTensor>> ModelVersion::RecentRequests() const {
   return sampler_ != nullptr ? sampler_->Recent() : std::vector<std::vector<HostTensor>>{};
+}
+
+void ModelVersion::set_sequences(std::unique_ptr<SequenceBatcher> sequences) {
+  sequences_ = std::move(sequences);
 }
 
 ModelVersion::~ModelVersion() {

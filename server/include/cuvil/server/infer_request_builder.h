@@ -46,8 +46,19 @@ struct WireSharedMemoryOutput {
   SharedMemoryRef ref;
 };
 
+// The sequence a request is a step of (Triton's sequence_id, sequence_start and sequence_end
+// request parameters). Plain data.
+struct WireSequence {
+  bool present = false;   // The request named a sequence_id.
+  uint64_t id = 0;        // A numeric id (0 with string_id set: a string id).
+  std::string string_id;  // A string id (Triton's string correlation ids).
+  bool start = false;
+  bool end = false;
+};
+
 struct WireRequest {
   std::string id;
+  WireSequence sequence;
   std::vector<WireInput> inputs;
   std::vector<std::string> requested_outputs;                 // Empty: all outputs.
   std::vector<WireSharedMemoryOutput> shared_memory_outputs;  // Each also in requested_outputs.

@@ -36,6 +36,8 @@ const char* ModelStateName(ModelState state);  // "READY", "LOADING", ...
 
 // One loaded, servable model version. Reference-counted: requests in flight keep it (and its JIT
 // code) alive through an unload. Thread-safe.
+class SequenceBatcher;
+
 class ModelVersion {
  public:
   ModelVersion(std::string name, int64_t version, inference::ModelConfig config,
@@ -59,6 +61,11 @@ class ModelVersion {
   bool MayRunUnbounded() const {
     return has_loops_ || (loaded_ != nullptr && loaded_->patches().has_layers());
   }
+  // The sequence batcher of a model configured with sequence_batching (null otherwise): front
+  // ends hand such a model's requests to it instead of building them directly.
+  SequenceBatcher* sequences() const { return sequences_.get(); }
+  // Set once, before the version is published.
+  void set_sequences(std::unique_ptr<SequenceBatcher> sequences);
   // Where this version records request metrics (null when metrics are off).
   const std::shared_ptr<ModelMetrics>& metrics() const { return metrics_; }
   void set_metrics(std::shared_ptr<ModelMetrics> metrics) { metrics_ = std::move(metrics); }
@@ -116,7 +123,8 @@ class ModelVersion {
   std::shared_ptr<ModelVersion> Successor();
   absl::Mutex retire_mu_;
   std::weak_ptr<ModelVersion> successor_ ABSL_GUARDED_BY(retire_mu_);
-  std::unique_ptr<RequestSampler> sampler_;  // Set by the constructor.
+  std::unique_ptr<RequestSampler> sampler_;     // Set by the constructor.
+  std::unique_ptr<SequenceBatcher> sequences_;  // Set once before the version is published.
   absl::Mutex patch_operation_mu_;
 };
 

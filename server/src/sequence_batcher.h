@@ -1,0 +1,139 @@
+// Private: Triton's sequence batcher over a model version's scheduler. A request names a sequence
+// (sequence_id, sequence_start, sequence_end); the server fills the model's control inputs
+// (START, END, READY, CORRID) and carries its implicit state — each step's state outputs become
+// the next step's state inputs — so clients send only their own inputs. Steps of one sequence run
+// one at a time, in arrival order; steps of different sequences are independent requests, which
+// the scheduler's dynamic batcher may execute together.
+#ifndef CUVIL_SERVER_SRC_SEQUENCE_BATCHER_H_
+#define CUVIL_SERVER_SRC_SEQUENCE_BATCHER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "cuvil/scheduler/inference_request.h"
+#include "cuvil/server/infer_request_builder.h"
+#include "model_config.pb.h"
+
+namespace cuvil {
+
+// Limits of one model's sequences (model parameters cuvil_max_sequences and
+// cuvil_max_sequence_state_bytes; Triton has neither, so a server cannot be made to keep state
+// without bound).
+struct SequenceLimits {
+  int64_t max_sequences = 4096;
+  int64_t max_state_bytes = int64_t{1} << 30;
+  // Steps of one sequence queued behind its running step; more are refused.
+  int64_t max_pending_steps = 64;
+};
+
+// Thread-safe. Answers never wait on a lock held across a model execution.
+class SequenceBatcher {
+ public:
+  // Runs `wire` (completed with the control and state inputs) as a request and calls `finish`
+  // exactly once with its response, on any thread, possibly before returning.
+  using RunStep =
+      std::function<void(WireRequest wire, std::function<void(InferenceResponse)> finish)>;
+
+  // The batcher for `config` (completed: every model input and output listed), or
+  // InvalidArgument naming the control or state entry that does not fit the model's tensors
+  // (unknown name, data type, a control without its two false/true values, a state whose input
+  // and output differ); Unimplemented for an initial state read from a file.
+  static absl::StatusOr<std::unique_ptr<SequenceBatcher>> Create(
+      const inference::ModelConfig& config);
+
+  // The limits in `config`'s parameters, or InvalidArgument for a value that is not a positive
+  // integer.
+  static absl::StatusOr<SequenceLimits> LimitsFromConfig(const inference::ModelConfig& config);
+
+  // True for a model input the server fills (a control or state input): requests may not send it.
+  bool FillsInput(const std::string& name) const;
+
+  // Takes one step of the sequence `wire` names and calls `done` exactly once with its answer:
+  // when the sequence's earlier steps have answered, `run` gets `wire` with the control and state
+  // inputs added (and the state outputs requested); the state outputs of a successful answer
+  // become the sequence's state and are left out of the answer unless the client asked for them.
+  // A failed step leaves the state as it was. Refused at once (InvalidArgument): no sequence_id,
+  // a control or state input sent by the client, a step without sequence_start for a sequence
+  // that is not open (never started, ended, or idle longer than max_sequence_idle_microseconds);
+  // ResourceExhausted: a new sequence beyond max_sequences or the state budget, or too many steps
+  // queued behind a running one.
+  void Step(WireRequest wire, RunStep run, std::function<void(InferenceResponse)> done);
+
+  // Step for a caller that runs its request on its own thread (the HTTP front end): waits for
+  // the step's turn, then runs `execute` on the calling thread with the completed request and
+  // returns the answer. A step whose turn has not come within `wait` (a stuck earlier step)
+  // gets DeadlineExceeded, and is answered so when its turn comes.
+  InferenceResponse StepBlocking(WireRequest wire,
+                                 const std::function<InferenceResponse(WireRequest)>& execute,
+                                 std::chrono::milliseconds wait = std::chrono::seconds(60));
+
+  // Open sequences (idle ones past their limit are dropped first).
+  int64_t ActiveSequences();
+  // Bytes of state held for open sequences.
+  int64_t StateBytes();
+
+ private:
+  struct Control {
+    inference::ModelSequenceBatching::Control::Kind kind;
+    inference::DataType dtype;
+    double false_value = 0;
+    double true_value = 1;
+  };
+  struct ControlInput {
+    std::string name;
+    std::vector<int64_t> shape;  // The request's shape (batch row included when batched).
+    std::vector<Control> controls;
+  };
+  struct StateSpec {
+    std::string input_name;
+    std::string output_name;
+    inference::DataType dtype;
+    std::vector<int64_t> initial_shape;  // Batch row included when batched.
+  };
+  struct PendingStep {
+    WireRequest wire;
+    RunStep run;
+    std::function<void(InferenceResponse)> done;
+  };
+  struct Sequence {
+    std::vector<std::shared_ptr<const HostTensor>> state;  // StateSpec order.
+    int64_t state_bytes = 0;
+    uint64_t steps = 0;
+    bool busy = false;   // A step is running.
+    bool ended = false;  // Its END step answered; only a START may follow.
+    std::chrono::steady_clock::time_point last_used;
+    std::deque<PendingStep> pending;
+  };
+
+  SequenceBatcher(const inference::ModelConfig& config, SequenceLimits limits);
+
+  // Runs `step` on `seq` (marked busy by the caller), outside mu_.
+  void Dispatch(const std::string& key, std::shared_ptr<Sequence> seq, PendingStep step);
+  // The sequence's state at START: zeros in each state's initial shape.
+  std::vector<std::shared_ptr<const HostTensor>> InitialState(int64_t* bytes) const;
+  void ReapIdleLocked(std::chrono::steady_clock::time_point now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string model_name_;
+  const bool batched_;
+  const std::chrono::microseconds idle_limit_;
+  const SequenceLimits limits_;
+  std::vector<ControlInput> controls_;
+  std::vector<StateSpec> states_;
+
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Sequence>> sequences_ ABSL_GUARDED_BY(mu_);
+  int64_t state_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::chrono::steady_clock::time_point last_reap_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace cuvil
+
+#endif  // CUVIL_SERVER_SRC_SEQUENCE_BATCHER_H_
