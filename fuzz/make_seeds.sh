@@ -7,7 +7,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:?usage: make_seeds.sh OUT_DIR}
 node_dir=${CUVIL_ONNX_NODE_DIR:-/usr/share/libonnx-testdata/data/node}
 rm -rf "$out"
-mkdir -p "$out"/{fuzz_onnx_compile,fuzz_model_config,fuzz_grpc_infer,fuzz_http_infer,fuzz_admin,fuzz_patch_sandbox}
+mkdir -p "$out"/{fuzz_onnx_compile,fuzz_model_config,fuzz_grpc_infer,fuzz_http_infer,fuzz_admin,fuzz_patch_sandbox,fuzz_sequence_log}
 
 # ONNX: the first core conformance case of each op family (test_add, test_add_bcast -> add), so
 # a short run covers every op without spending its time on the 490 cases' initial pass.
@@ -165,3 +165,11 @@ probe_sets { tensors { dtype: 8 shape: [2] strings: ["a", "bc"] } tensors { dtyp
 PB
 job "$sbx/job_weights_off" 03 < <(printf 'object_code: "x" weights_bytes: 1\n')
 echo "make_seeds: $(find "$out" -type f | wc -l) seeds in $out"
+
+# Sequence checkpoint log: mode 1 (framed payloads, see fuzz_sequence_log.cc), one record of a
+# float32[1,4] state after 3 steps of sequence "n7", then its tombstone.
+seq=$out/fuzz_sequence_log
+state_payload="$(le 1 0)$(le 4 2)n7$(le 8 3)$(le 4 1)$(le 4 1)$(le 4 2)$(le 8 1)$(le 8 4)$(le 8 16)$(le 8 0)$(le 8 0)"
+end_payload="$(le 1 1)$(le 4 2)n7$(le 8 3)$(le 4 0)"
+printf "\\x01$(le 2 67)${state_payload}$(le 2 19)${end_payload}" > "$seq/state_then_end"
+printf "\\x00SEQ1$(le 4 8)garbage!" > "$seq/torn"

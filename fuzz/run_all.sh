@@ -10,7 +10,7 @@ seconds=${1:?usage: run_all.sh SECONDS [FUZZER...]}
 shift
 fuzzers=("$@")
 ((${#fuzzers[@]})) || fuzzers=(fuzz_onnx_compile fuzz_model_config fuzz_grpc_infer fuzz_http_infer fuzz_admin
-                              fuzz_patch_sandbox)
+                              fuzz_patch_sandbox fuzz_sequence_log)
 build=${BUILD_DIR:-$root/build-fuzz}
 
 start=$SECONDS

@@ -226,6 +226,9 @@ absl::StatusOr<WireRequest> DecodeModelInferRequest(const inference::ModelInferR
     }
     *flag = it->second.bool_param();
   }
+  if (auto s = UnsignedParam(q.parameters(), "sequence_step", "", UINT64_MAX, &wire.sequence.step);
+      !s.ok())
+    return s;
   wire.holder = typed;
   return wire;
 }

@@ -440,6 +440,9 @@ class InferenceHandlers {
     r->set_model_name(q.model_name());
     r->set_model_version(model.version_string());
     r->set_id(q.id());
+    if (response.sequence_step > 0) {
+      (*r->mutable_parameters())["sequence_step"].set_uint64_param(response.sequence_step);
+    }
     bool any_raw = false;
     for (const OutputTensor& out : response.outputs) {
       any_raw = any_raw || FindSharedMemoryOutput(shm_outputs, out.name) == nullptr;

@@ -136,6 +136,10 @@ absl::StatusOr<DecodedInfer> DecodeInferBody(const json& doc, std::shared_ptr<st
     if (!end.ok()) return end.status();
     wire.sequence.start = *start;
     wire.sequence.end = *end;
+    absl::StatusOr<int64_t> step = IntField(*it, "sequence_step", 0);
+    if (!step.ok()) return step.status();
+    if (*step < 0) return absl::InvalidArgumentError("'sequence_step' must be non-negative");
+    wire.sequence.step = static_cast<uint64_t>(*step);
   }
 
   // Inputs.

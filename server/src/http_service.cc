@@ -757,6 +757,9 @@ absl::Status HttpServiceImpl::InferInner(const Request& req, Response& res,
     out.append(",\"id\":");
     http_json::AppendJsonString(id, &out);
   }
+  if (response.sequence_step > 0) {
+    absl::StrAppend(&out, ",\"parameters\":{\"sequence_step\":", response.sequence_step, "}");
+  }
   out.append(",\"outputs\":[");
   const bool batching = model.config().max_batch_size() > 0;
   bool any_binary = false;

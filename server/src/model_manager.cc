@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "cuvil/compiler/compiler.h"
+#include "cuvil/jitcache/private_dir.h"
 #include "cuvil/jitcache/tiered_start.h"
 #include "cuvil/observability/probes.h"
 #include "cuvil/runtime/tensor_size.h"
@@ -59,7 +60,8 @@ struct ModelManager::Impl {
 
   ServerMetrics* metrics;
   uint64_t max_request_bytes;
-  InflightBudget* inflight_budget;  // Executions reserve their scratch here; may be null.
+  InflightBudget* inflight_budget;      // Executions reserve their scratch here; may be null.
+  std::string sequence_checkpoint_dir;  // Empty: sequences are not checkpointed.
   ObjectCache* cache;
   CompileTier compile_tier;
 
@@ -82,6 +84,7 @@ struct ModelManager::Impl {
         metrics(options.metrics),
         max_request_bytes(options.max_request_bytes),
         inflight_budget(options.inflight_budget),
+        sequence_checkpoint_dir(options.sequence_checkpoint_dir),
         cache(options.cache),
         compile_tier(options.compile_tier),
         drain_timeout(options.drain_timeout) {}
@@ -302,6 +305,19 @@ struct ModelManager::Impl {
     if (config.has_sequence_batching()) {
       auto sequences = SequenceBatcher::Create(config);
       if (!sequences.ok()) return sequences.status();
+      if (!sequence_checkpoint_dir.empty()) {
+        // Inside the snapshot folder, which the server checked is its own (so a failed check
+        // here is only logged).
+        if (auto s = EnsurePrivateDir(sequence_checkpoint_dir, /*allow_insecure=*/true,
+                                      "sequence checkpoint directory", "--insecure-cache-dir");
+            !s.ok()) {
+          return s;
+        }
+        // One log per model version: a new build of the version resumes its sequences.
+        const std::string log =
+            absl::StrCat(sequence_checkpoint_dir, "/", name, ".v", version, ".seqlog");
+        if (auto s = (*sequences)->EnableCheckpoints(log); !s.ok()) return s;
+      }
       model->set_sequences(*std::move(sequences));
     }
     if (config.model_warmup_size() == 0) {

@@ -6,8 +6,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "cuvil/runtime/tensor_size.h"
 #include "cuvil/server/model_config.h"
+#include "spdlog/spdlog.h"
 
 namespace cuvil {
 namespace {
@@ -78,7 +80,8 @@ absl::StatusOr<SequenceLimits> SequenceBatcher::LimitsFromConfig(
   SequenceLimits limits;
   for (auto [key, field] :
        {std::pair<const char*, int64_t*>{"cuvil_max_sequences", &limits.max_sequences},
-        {"cuvil_max_sequence_state_bytes", &limits.max_state_bytes}}) {
+        {"cuvil_max_sequence_state_bytes", &limits.max_state_bytes},
+        {"cuvil_sequence_checkpoint_every", &limits.checkpoint_every}}) {
     auto it = config.parameters().find(key);
     if (it == config.parameters().end()) continue;
     int64_t v = 0;
@@ -244,13 +247,15 @@ std::vector<std::shared_ptr<const HostTensor>> SequenceBatcher::InitialState(int
   return state;
 }
 
-void SequenceBatcher::ReapIdleLocked(std::chrono::steady_clock::time_point now) {
+void SequenceBatcher::ReapIdleLocked(std::chrono::steady_clock::time_point now,
+                                     std::vector<std::string>* ended) {
   if (now - last_reap_ < std::chrono::milliseconds(20)) return;
   last_reap_ = now;
   for (auto it = sequences_.begin(); it != sequences_.end();) {
     const Sequence& s = *it->second;
     if (!s.busy && s.pending.empty() && now - s.last_used > idle_limit_) {
       state_bytes_ -= s.state_bytes;
+      if (ended != nullptr && log_ != nullptr) ended->push_back(it->first);
       sequences_.erase(it++);
     } else {
       ++it;
@@ -300,58 +305,71 @@ void SequenceBatcher::Step(WireRequest wire, RunStep run,
   const std::string key = SequenceKey(seq_id);
   const auto now = std::chrono::steady_clock::now();
   std::shared_ptr<Sequence> seq;
+  std::vector<std::string> expired;  // Tombstones to record (checkpoints on).
+  absl::Status refused;
+  bool queued = false;
   {
     absl::MutexLock lock(&mu_);
-    ReapIdleLocked(now);
+    ReapIdleLocked(now, &expired);
     auto it = sequences_.find(key);
     if (it != sequences_.end() && !it->second->busy && it->second->pending.empty() &&
         now - it->second->last_used > idle_limit_) {
       state_bytes_ -= it->second->state_bytes;
+      if (log_ != nullptr) expired.push_back(key);
       sequences_.erase(it);
       it = sequences_.end();
     }
     if (it == sequences_.end()) {
+      int64_t bytes = 0;
+      std::vector<std::shared_ptr<const HostTensor>> state;
       if (!seq_id.start) {
-        return done(Failed(absl::InvalidArgumentError(absl::StrCat(
+        refused = absl::InvalidArgumentError(absl::StrCat(
             "sequence ", SequenceName(seq_id), " of model '", model_name_,
-            "' is not open: its first request must set sequence_start (or it ended, or was idle "
-            "for more than ",
-            idle_limit_.count(), " us)"))));
-      }
-      if (static_cast<int64_t>(sequences_.size()) >= limits_.max_sequences) {
-        return done(Failed(absl::ResourceExhaustedError(
+            "' is not open: its first request must set sequence_start (or it ended, or was "
+            "idle for more than ",
+            idle_limit_.count(), " us)"));
+      } else if (static_cast<int64_t>(sequences_.size()) >= limits_.max_sequences) {
+        refused = absl::ResourceExhaustedError(
             absl::StrCat("model '", model_name_, "' has ", sequences_.size(),
                          " open sequences, its limit (cuvil_max_sequences); end one or retry "
-                         "after idle ones expire"))));
-      }
-      int64_t bytes = 0;
-      auto state = InitialState(&bytes);
-      if (state_bytes_ + bytes > limits_.max_state_bytes) {
-        return done(Failed(absl::ResourceExhaustedError(absl::StrCat(
+                         "after idle ones expire"));
+      } else if (state = InitialState(&bytes); state_bytes_ + bytes > limits_.max_state_bytes) {
+        refused = absl::ResourceExhaustedError(absl::StrCat(
             "model '", model_name_, "': a new sequence's ", bytes, " bytes of state beside the ",
-            state_bytes_, " held exceed cuvil_max_sequence_state_bytes ",
-            limits_.max_state_bytes))));
+            state_bytes_, " held exceed cuvil_max_sequence_state_bytes ", limits_.max_state_bytes));
+      } else {
+        seq = std::make_shared<Sequence>();
+        seq->state = std::move(state);
+        seq->state_bytes = bytes;
+        state_bytes_ += bytes;
+        sequences_[key] = seq;
       }
-      seq = std::make_shared<Sequence>();
-      seq->state = std::move(state);
-      seq->state_bytes = bytes;
-      state_bytes_ += bytes;
-      sequences_[key] = seq;
     } else {
       seq = it->second;
     }
-    seq->last_used = now;
-    if (seq->busy) {
-      if (static_cast<int64_t>(seq->pending.size()) >= limits_.max_pending_steps) {
-        return done(Failed(absl::ResourceExhaustedError(
+    if (refused.ok()) {
+      seq->last_used = now;
+      if (!seq->busy) {
+        seq->busy = true;
+      } else if (static_cast<int64_t>(seq->pending.size()) >= limits_.max_pending_steps) {
+        refused = absl::ResourceExhaustedError(
             absl::StrCat("sequence ", SequenceName(seq_id), " has ", seq->pending.size(),
-                         " steps waiting behind its running step; wait for their answers"))));
+                         " steps waiting behind its running step; wait for their answers"));
+      } else {
+        seq->pending.push_back({std::move(wire), std::move(run), std::move(done)});
+        queued = true;
       }
-      seq->pending.push_back({std::move(wire), std::move(run), std::move(done)});
-      return;
     }
-    seq->busy = true;
   }
+  // Callbacks and the log run without mu_; tombstones go first, before any record of this
+  // step (a START on an expired sequence must not be buried by its own tombstone).
+  if (!expired.empty()) {
+    std::vector<SequenceRecord> records;
+    for (std::string& k : expired) records.push_back({std::move(k), true, 0, {}});
+    Record(records);
+  }
+  if (!refused.ok()) return done(Failed(std::move(refused)));
+  if (queued) return;
   Dispatch(key, std::move(seq), {std::move(wire), std::move(run), std::move(done)});
 }
 
@@ -361,22 +379,34 @@ void SequenceBatcher::Dispatch(const std::string& key, std::shared_ptr<Sequence>
   const WireSequence seq_id = wire.sequence;
   auto holder = std::make_shared<StepHolder>();
   holder->client = std::move(wire.holder);
-  bool closed = false;
+  absl::Status refused;
   std::optional<PendingStep> next;
   {
     absl::MutexLock lock(&mu_);
-    if (seq_id.start) {
+    if (seq_id.step != 0 && seq_id.step != (seq_id.start ? 1 : seq->steps + 1) && !seq->ended) {
+      // The client numbers its steps: this one is not the next the server's state is after
+      // (e.g. the server restarted from an older checkpoint). Nothing is applied.
+      refused = absl::FailedPreconditionError(
+          absl::StrCat("sequence ", SequenceName(seq_id), " of model '", model_name_,
+                       "' is at step ", seq->steps, ": send its step ", seq->steps + 1,
+                       " next (this request is step ", seq_id.step, ")"));
+    } else if (seq_id.start) {
       // START (re)opens the sequence: its state starts over.
       int64_t bytes = 0;
       seq->state = InitialState(&bytes);
       state_bytes_ += bytes - seq->state_bytes;
       seq->state_bytes = bytes;
       seq->steps = 0;
+      seq->checkpointed_steps = 0;
       seq->ended = false;
     }
-    if (seq->ended) {
+    if (refused.ok() && seq->ended) {
       // A step queued behind an END: the sequence is closed unless a later step starts it again.
-      closed = true;
+      refused = absl::InvalidArgumentError(
+          absl::StrCat("sequence ", SequenceName(seq_id), " of model '", model_name_,
+                       "' ended before this request: set sequence_start to open it again"));
+    }
+    if (!refused.ok()) {
       if (!seq->pending.empty()) {
         next = std::move(seq->pending.front());
         seq->pending.pop_front();
@@ -387,10 +417,8 @@ void SequenceBatcher::Dispatch(const std::string& key, std::shared_ptr<Sequence>
       holder->state = seq->state;
     }
   }
-  if (closed) {
-    step.done(Failed(absl::InvalidArgumentError(
-        absl::StrCat("sequence ", SequenceName(seq_id), " of model '", model_name_,
-                     "' ended before this request: set sequence_start to open it again"))));
+  if (!refused.ok()) {
+    step.done(Failed(std::move(refused)));
     if (next.has_value()) Dispatch(key, std::move(seq), *std::move(next));
     return;
   }
@@ -451,6 +479,7 @@ void SequenceBatcher::Dispatch(const std::string& key, std::shared_ptr<Sequence>
   step.run(std::move(wire), [this, key, seq, seq_id, hidden = std::move(hidden),
                              done = std::move(done)](InferenceResponse response) mutable {
     std::optional<PendingStep> next;
+    std::vector<SequenceRecord> records;
     {
       absl::MutexLock lock(&mu_);
       if (response.status.ok()) {
@@ -473,11 +502,19 @@ void SequenceBatcher::Dispatch(const std::string& key, std::shared_ptr<Sequence>
           seq->state_bytes = bytes;
           seq->state = std::move(state);
           ++seq->steps;
+          response.sequence_step = seq->steps;
+          if (log_ != nullptr && !seq_id.end &&
+              seq->steps - seq->checkpointed_steps >=
+                  static_cast<uint64_t>(limits_.checkpoint_every)) {
+            records.push_back({key, false, seq->steps, seq->state});
+            seq->checkpointed_steps = seq->steps;
+          }
         }
       }
       seq->last_used = std::chrono::steady_clock::now();
       if (seq_id.end && response.status.ok()) {
         seq->ended = true;
+        if (log_ != nullptr) records.push_back({key, true, seq->steps, {}});
         if (seq->pending.empty()) {
           auto it = sequences_.find(key);
           if (it != sequences_.end() && it->second == seq) {
@@ -493,6 +530,9 @@ void SequenceBatcher::Dispatch(const std::string& key, std::shared_ptr<Sequence>
         seq->busy = false;
       }
     }
+    // Recorded before the answer and before the next step runs: a record never follows a later
+    // step's.
+    if (!records.empty()) Record(records);
     auto& outs = response.outputs;
     outs.erase(std::remove_if(outs.begin(), outs.end(),
                               [&](const OutputTensor& o) {
@@ -503,6 +543,78 @@ void SequenceBatcher::Dispatch(const std::string& key, std::shared_ptr<Sequence>
     done(std::move(response));
     if (next.has_value()) Dispatch(key, seq, *std::move(next));
   });
+}
+
+std::string SequenceBatcher::StateIdentity() const {
+  std::string id = "states";
+  for (const StateSpec& s : states_) {
+    absl::StrAppend(&id, ";", s.input_name, ">", s.output_name, ":",
+                    inference::DataType_Name(s.dtype), "[", absl::StrJoin(s.initial_shape, ","),
+                    "]");
+  }
+  return id;
+}
+
+void SequenceBatcher::Record(const std::vector<SequenceRecord>& records) {
+  if (log_ == nullptr) return;
+  for (const SequenceRecord& r : records) {
+    if (absl::Status s = log_->Append(r); !s.ok()) {
+      spdlog::warn("model '{}': sequence checkpoint not written: {}", model_name_,
+                   std::string(s.message()));
+      return;
+    }
+  }
+}
+
+absl::Status SequenceBatcher::EnableCheckpoints(const std::string& path) {
+  std::vector<SequenceRecord> restored;
+  std::vector<std::string> warnings;
+  auto log = SequenceLog::Open(path, StateIdentity(), &restored, &warnings);
+  if (!log.ok()) return log.status();
+  for (const std::string& w : warnings) {
+    spdlog::warn("model '{}': sequence checkpoints {}: {}", model_name_, path, w);
+  }
+  absl::MutexLock lock(&mu_);
+  log_ = *std::move(log);
+  const auto now = std::chrono::steady_clock::now();
+  int64_t dropped = 0;
+  for (SequenceRecord& r : restored) {
+    // A record whose tensors do not fit the states (same identity, so only a damaged writer)
+    // is not state.
+    bool fits = r.state.size() == states_.size();
+    for (size_t i = 0; fits && i < states_.size(); ++i) {
+      fits = r.state[i]->dtype() == DTypeFromConfig(states_[i].dtype);
+    }
+    if (!fits || static_cast<int64_t>(sequences_.size()) >= limits_.max_sequences) {
+      ++dropped;
+      continue;
+    }
+    auto seq = std::make_shared<Sequence>();
+    for (const auto& t : r.state) seq->state_bytes += static_cast<int64_t>(t->byte_size());
+    seq->state = std::move(r.state);
+    seq->steps = seq->checkpointed_steps = r.steps;
+    seq->last_used = now;
+    state_bytes_ += seq->state_bytes;
+    sequences_[r.key] = std::move(seq);
+  }
+  spdlog::info("model '{}': {} open sequence(s) restored from {}{}", model_name_, sequences_.size(),
+               path, dropped > 0 ? absl::StrCat(" (", dropped, " dropped)") : std::string());
+  return absl::OkStatus();
+}
+
+SequenceBatcher::~SequenceBatcher() {
+  // Teardown: what changed since each sequence's last checkpoint.
+  std::vector<SequenceRecord> records;
+  {
+    absl::MutexLock lock(&mu_);
+    if (log_ == nullptr) return;
+    for (const auto& [key, seq] : sequences_) {
+      if (!seq->ended && seq->steps > seq->checkpointed_steps) {
+        records.push_back({key, false, seq->steps, seq->state});
+      }
+    }
+  }
+  Record(records);
 }
 
 InferenceResponse SequenceBatcher::StepBlocking(

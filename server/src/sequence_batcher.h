@@ -21,17 +21,21 @@
 #include "cuvil/scheduler/inference_request.h"
 #include "cuvil/server/infer_request_builder.h"
 #include "model_config.pb.h"
+#include "sequence_log.h"
 
 namespace cuvil {
 
 // Limits of one model's sequences (model parameters cuvil_max_sequences and
 // cuvil_max_sequence_state_bytes; Triton has neither, so a server cannot be made to keep state
-// without bound).
+// without bound), and how often their state is checkpointed.
 struct SequenceLimits {
   int64_t max_sequences = 4096;
   int64_t max_state_bytes = int64_t{1} << 30;
   // Steps of one sequence queued behind its running step; more are refused.
   int64_t max_pending_steps = 64;
+  // With checkpoints on (--snapshot-dir): a sequence's state is recorded every this many steps
+  // (cuvil_sequence_checkpoint_every).
+  int64_t checkpoint_every = 5;
 };
 
 // Thread-safe. Answers never wait on a lock held across a model execution.
@@ -75,6 +79,16 @@ class SequenceBatcher {
                                  const std::function<InferenceResponse(WireRequest)>& execute,
                                  std::chrono::milliseconds wait = std::chrono::seconds(60));
 
+  // Checkpoints the sequences to the log at `path` (a file of the server's private snapshot
+  // folder): restores the sequences it holds (each at its last checkpoint, idle time starting
+  // now), then records each sequence's state every checkpoint_every steps, at its END, when it
+  // expires,
+  // and, for the steps since its last record, when the batcher is destroyed (an unload or a
+  // graceful exit). Call once, before the first Step. Warnings about dropped or damaged records
+  // go to the log. InvalidArgument / Internal when the file cannot be used.
+  absl::Status EnableCheckpoints(const std::string& path);
+  ~SequenceBatcher();
+
   // Open sequences (idle ones past their limit are dropped first).
   int64_t ActiveSequences();
   // Bytes of state held for open sequences.
@@ -107,8 +121,9 @@ class SequenceBatcher {
     std::vector<std::shared_ptr<const HostTensor>> state;  // StateSpec order.
     int64_t state_bytes = 0;
     uint64_t steps = 0;
-    bool busy = false;   // A step is running.
-    bool ended = false;  // Its END step answered; only a START may follow.
+    uint64_t checkpointed_steps = 0;  // Steps when its state was last recorded.
+    bool busy = false;                // A step is running.
+    bool ended = false;               // Its END step answered; only a START may follow.
     std::chrono::steady_clock::time_point last_used;
     std::deque<PendingStep> pending;
   };
@@ -119,7 +134,13 @@ class SequenceBatcher {
   void Dispatch(const std::string& key, std::shared_ptr<Sequence> seq, PendingStep step);
   // The sequence's state at START: zeros in each state's initial shape.
   std::vector<std::shared_ptr<const HostTensor>> InitialState(int64_t* bytes) const;
-  void ReapIdleLocked(std::chrono::steady_clock::time_point now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops idle sequences; with checkpoints on, their keys go to `*ended` (for tombstones).
+  void ReapIdleLocked(std::chrono::steady_clock::time_point now,
+                      std::vector<std::string>* ended = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Appends `records` to the checkpoint log (when on), logging a failure.
+  void Record(const std::vector<SequenceRecord>& records);
+  // The string the checkpoint log's states must match: the states' names, types and shapes.
+  std::string StateIdentity() const;
 
   const std::string model_name_;
   const bool batched_;
@@ -127,6 +148,7 @@ class SequenceBatcher {
   const SequenceLimits limits_;
   std::vector<ControlInput> controls_;
   std::vector<StateSpec> states_;
+  std::unique_ptr<SequenceLog> log_;  // Set once by EnableCheckpoints, before any Step.
 
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Sequence>> sequences_ ABSL_GUARDED_BY(mu_);

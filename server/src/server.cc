@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "admin_operations.h"
+#include "cuvil/jitcache/private_dir.h"
 #include "cuvil/observability/server_metrics.h"
 #include "cuvil/server/model_config.h"
 #include "front_end_security.h"
@@ -154,6 +155,16 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
   manager_options.cache = s.cache.get();
   manager_options.compile_tier = options.compile_tier;
   manager_options.inflight_budget = s.inflight_budget.get();
+  if (!options.snapshot_dir.empty()) {
+    // Open sequences are checkpointed beside the snapshots, as private as they are.
+    // (created when a model with sequence batching first loads)
+    manager_options.sequence_checkpoint_dir = options.snapshot_dir + "/sequences";
+    if (auto st = EnsurePrivateDir(options.snapshot_dir, options.insecure_cache_dir,
+                                   "snapshot directory", "--insecure-cache-dir");
+        !st.ok()) {
+      return st;
+    }
+  }
   s.models = std::make_unique<ModelManager>(s.engine.get(), s.repository.get(), manager_options);
   s.admin = std::make_unique<AdminOperations>(s.models.get(), options.admin_token,
                                               s.metrics_registry.get(), options.insecure_admin);

@@ -41,6 +41,9 @@ struct InferenceResponse {
   absl::Status status;
   std::vector<OutputTensor> outputs;  // Requested outputs only, in model order.
   RequestTimings timings;
+  // For a step of a sequence (sequence batching): the steps the sequence has taken with this
+  // one, which the front ends return as the response parameter sequence_step. 0 otherwise.
+  uint64_t sequence_step = 0;
 };
 
 // Thread-compatible; owned by exactly one stage at a time.

@@ -54,6 +54,10 @@ struct WireSequence {
   std::string string_id;  // A string id (Triton's string correlation ids).
   bool start = false;
   bool end = false;
+  // The step's number in its sequence (1 for the START step) when the client sends it
+  // (sequence_step): a step whose number is not the sequence's next is refused unapplied, so a
+  // client that resumes after a restart learns where the server's checkpoint left it. 0: any.
+  uint64_t step = 0;
 };
 
 struct WireRequest {

@@ -185,6 +185,9 @@ struct ModelManagerOptions {
   // flight would cross the limit: a model with free dims cannot be driven into allocating
   // gigabytes by one request of a few megabytes.
   InflightBudget* inflight_budget = nullptr;
+  // A private folder (the snapshot folder's "sequences") where models with sequence batching
+  // checkpoint their open sequences, one log per model version (docs/serving.md); empty: none.
+  std::string sequence_checkpoint_dir;
 };
 
 // Thread-safe.

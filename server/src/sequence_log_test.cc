@@ -1,0 +1,148 @@
+#include "sequence_log.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace cuvil {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kIdentity[] = "states;s>t:TYPE_FP32[1,4]";
+
+SequenceRecord StateRecord(const std::string& key, uint64_t steps, float value) {
+  auto t = std::make_shared<HostTensor>(DType::kFloat32, std::vector<int64_t>{1, 4});
+  for (int i = 0; i < 4; ++i) t->data_as<float>()[i] = value + static_cast<float>(i);
+  return {key, false, steps, {t}};
+}
+
+float First(const SequenceRecord& r) { return r.state.at(0)->data_as<float>()[0]; }
+
+TEST(SequenceLogTest, RecordsRoundTrip) {
+  std::vector<SequenceRecord> in = {
+      StateRecord("n1", 5, 1.5f), {"n2", true, 9, {}}, StateRecord("sabc", 10, -2.0f)};
+  std::vector<std::string> warnings;
+  auto out = SequenceLog::Decode(SequenceLog::Encode(kIdentity, in), kIdentity, &warnings);
+  EXPECT_TRUE(warnings.empty());
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].key, "n1");
+  EXPECT_EQ(out[0].steps, 5u);
+  EXPECT_EQ(First(out[0]), 1.5f);
+  EXPECT_EQ(out[0].state[0]->shape(), (std::vector<int64_t>{1, 4}));
+  EXPECT_TRUE(out[1].ended);
+  EXPECT_EQ(First(out[2]), -2.0f);
+}
+
+TEST(SequenceLogTest, DamagedAndTornRecordsAreSkippedNotRead) {
+  std::string file = SequenceLog::Encode(
+      kIdentity,
+      {StateRecord("n1", 5, 1.0f), StateRecord("n2", 5, 2.0f), StateRecord("n3", 5, 3.0f)});
+  const size_t header = SequenceLog::Encode(kIdentity, {}).size();
+  const size_t record = (file.size() - header) / 3;
+  file[header + record + 30] ^= 0x40;  // A bit flipped inside the second record's payload.
+  file.resize(file.size() - 7);        // The third record torn by a kill.
+  std::vector<std::string> warnings;
+  auto out = SequenceLog::Decode(file, kIdentity, &warnings);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].key, "n1");
+  ASSERT_EQ(warnings.size(), 1u);  // One damaged stretch: from the second record to the end.
+  EXPECT_THAT(warnings[0], HasSubstr("damaged bytes"));
+  // A good record after a damaged one is found again.
+  std::string healed = file.substr(0, header + 2 * record) +
+                       SequenceLog::Encode(kIdentity, {StateRecord("n4", 6, 4.0f)}).substr(header);
+  warnings.clear();
+  out = SequenceLog::Decode(healed, kIdentity, &warnings);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[1].key, "n4");
+  EXPECT_EQ(warnings.size(), 1u);
+}
+
+TEST(SequenceLogTest, AnotherIdentityDropsEverything) {
+  std::vector<std::string> warnings;
+  auto out = SequenceLog::Decode(SequenceLog::Encode("states;other", {StateRecord("n1", 1, 1)}),
+                                 kIdentity, &warnings);
+  EXPECT_TRUE(out.empty());
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_THAT(warnings[0], HasSubstr("other model states"));
+}
+
+TEST(SequenceLogTest, PayloadsThatLieAboutTheirTensorsAreRefused) {
+  auto payload = [](uint64_t nbytes, int32_t dtype, int64_t dim) {
+    std::string p;
+    auto put = [&p](const void* v, size_t n) { p.append(static_cast<const char*>(v), n); };
+    uint8_t ended = 0;
+    uint32_t key_size = 2, tensors = 1, rank = 2;
+    uint64_t steps = 3;
+    int64_t one = 1;
+    put(&ended, 1);
+    put(&key_size, 4);
+    p.append("n7");
+    put(&steps, 8);
+    put(&tensors, 4);
+    put(&dtype, 4);
+    put(&rank, 4);
+    put(&one, 8);
+    put(&dim, 8);
+    put(&nbytes, 8);
+    p.append(std::string(16, '\0'));
+    return p;
+  };
+  const std::string header = SequenceLog::Encode(kIdentity, {});
+  std::vector<std::string> warnings;
+  // The fuzzer seed's layout (fuzz/make_seeds.sh): a float32[1,4] state, 67 bytes.
+  ASSERT_EQ(payload(16, 1, 4).size(), 67u);
+  EXPECT_EQ(
+      SequenceLog::Decode(header + SequenceLog::Frame(payload(16, 1, 4)), kIdentity, &warnings)
+          .size(),
+      1u);
+  for (const std::string& bad : {payload(15, 1, 4), payload(16, 8, 4) /* strings */,
+                                 payload(16, 99, 4), payload(16, 1, -4)}) {
+    warnings.clear();
+    EXPECT_TRUE(
+        SequenceLog::Decode(header + SequenceLog::Frame(bad), kIdentity, &warnings).empty());
+    EXPECT_EQ(warnings.size(), 1u);
+  }
+}
+
+TEST(SequenceLogTest, OpenRestoresTheLastRecordPerSequenceAndCompacts) {
+  namespace fs = std::filesystem;
+  const fs::path path =
+      fs::path(::testing::TempDir()) / ("cuvil_seqlog_" + std::to_string(getpid()) + ".seqlog");
+  fs::remove(path);
+  std::vector<SequenceRecord> restored;
+  std::vector<std::string> warnings;
+  {
+    auto log = SequenceLog::Open(path.string(), kIdentity, &restored, &warnings);
+    ASSERT_TRUE(log.ok()) << log.status();
+    EXPECT_TRUE(restored.empty());
+    for (uint64_t step = 5; step <= 20; step += 5) {
+      ASSERT_TRUE((*log)->Append(StateRecord("n1", step, static_cast<float>(step))).ok());
+      ASSERT_TRUE((*log)->Append(StateRecord("n2", step, -static_cast<float>(step))).ok());
+    }
+    ASSERT_TRUE((*log)->Append({"n2", true, 20, {}}).ok());
+  }
+  EXPECT_EQ(fs::status(path).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+  const auto before = fs::file_size(path);
+  auto log = SequenceLog::Open(path.string(), kIdentity, &restored, &warnings);
+  ASSERT_TRUE(log.ok()) << log.status();
+  ASSERT_EQ(restored.size(), 1u);  // n2 ended.
+  EXPECT_EQ(restored[0].key, "n1");
+  EXPECT_EQ(restored[0].steps, 20u);
+  EXPECT_EQ(First(restored[0]), 20.0f);
+  EXPECT_LT(fs::file_size(path), before / 4);
+  // A symlink in the log's place is refused, not followed.
+  fs::remove(path);
+  fs::create_symlink("/etc/passwd", path);
+  EXPECT_FALSE(SequenceLog::Open(path.string(), kIdentity, &restored, &warnings).ok());
+  fs::remove(path);
+}
+
+}  // namespace
+}  // namespace cuvil
