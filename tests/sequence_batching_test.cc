@@ -107,7 +107,16 @@ TEST_F(SequenceBatchingTest, StateStaysInTheServerPerSequence) {
   EXPECT_EQ(Output(Step(client, 2, 7.0f, true), "y"), 7.0f);
   // START on an open sequence starts it over.
   EXPECT_EQ(Output(Step(client, 1, 4.0f, true), "y"), 4.0f);
-  EXPECT_EQ(Output(Step(client, 1, 4.0f, false), "y"), 8.0f);
+  auto a3 = Step(client, 1, 4.0f, false);
+  EXPECT_EQ(Output(a3, "y"), 8.0f);
+  EXPECT_EQ(json::parse(a3->body)["parameters"]["sequence_step"], 2);  // Its second step.
+  // Open: 1, 2 and "stream-c", each with 16 bytes of state.
+  httplib::Client metrics("127.0.0.1", server_->metrics_port());
+  auto scrape = metrics.Get("/metrics");
+  ASSERT_EQ(scrape->status, 200);
+  EXPECT_THAT(scrape->body, HasSubstr("cuvil_sequences_active{model=\"acc\",version=\"1\"} 3"));
+  EXPECT_THAT(scrape->body,
+              HasSubstr("cuvil_sequence_state_bytes{model=\"acc\",version=\"1\"} 48"));
 }
 
 TEST_F(SequenceBatchingTest, BadStepsAreRefusedAndChangeNothing) {

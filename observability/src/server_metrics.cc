@@ -141,6 +141,20 @@ void ModelMetrics::SetReady(bool ready) { ready_->Set(ready ? 1 : 0); }
 
 void ModelMetrics::SetMemoryBytes(int64_t bytes) { memory_->Set(static_cast<double>(bytes)); }
 
+void ModelMetrics::SetSequences(int64_t active, int64_t state_bytes) {
+  sequences_active_->Set(static_cast<double>(active));
+  sequence_state_bytes_->Set(static_cast<double>(state_bytes));
+}
+
+void ModelMetrics::RecordSequenceCheckpoint(double seconds) {
+  sequence_checkpoint_->Observe(seconds);
+}
+
+void ModelMetrics::RecordSequencesRestored(int64_t restored, int64_t dropped) {
+  sequences_restored_->Increment(static_cast<uint64_t>(std::max<int64_t>(restored, 0)));
+  sequences_dropped_->Increment(static_cast<uint64_t>(std::max<int64_t>(dropped, 0)));
+}
+
 // ---------------------------------------------------------------------------------------------
 // ServerMetrics
 
@@ -173,6 +187,20 @@ ServerMetrics::ServerMetrics(ServerMetricsOptions options) : options_(std::move(
   memory_ =
       Must(r.AddGauge("cuvil_model_memory_bytes",
                       "Memory held by the model version (code, weights, arenas).", mv, "bytes"));
+  sequences_active_ = Must(r.AddGauge("cuvil_sequences_active",
+                                      "Open sequences of a model with sequence batching.", mv));
+  sequence_state_bytes_ =
+      Must(r.AddGauge("cuvil_sequence_state_bytes",
+                      "Bytes of implicit state the open sequences hold.", mv, "bytes"));
+  sequence_checkpoint_ = Must(r.AddHistogram("cuvil_sequence_checkpoint_seconds",
+                                             "Time to write a sequence checkpoint record.", mv,
+                                             DurationBuckets(), "seconds"));
+  sequences_restored_ =
+      Must(r.AddCounter("cuvil_sequences_restored",
+                        "Sequences restored from checkpoints when a version loaded.", mv));
+  sequences_dropped_ = Must(r.AddCounter(
+      "cuvil_sequences_dropped",
+      "Checkpointed sequences not restored (damaged, states changed, over the limit).", mv));
   jit_compile_ =
       Must(r.AddHistogram("cuvil_jit_compile_duration_seconds", "Time to JIT-compile a model.",
                           {"model"}, kCompileBuckets, "seconds"));
@@ -296,6 +324,11 @@ std::shared_ptr<ModelMetrics> ServerMetrics::NewModelMetricsLocked(std::string_v
   m->pending_ = pending_->WithLabels({model, version});
   m->ready_ = ready_->WithLabels({model, version});
   m->memory_ = memory_->WithLabels({model, version});
+  m->sequences_active_ = sequences_active_->WithLabels({model, version});
+  m->sequence_state_bytes_ = sequence_state_bytes_->WithLabels({model, version});
+  m->sequence_checkpoint_ = sequence_checkpoint_->WithLabels({model, version});
+  m->sequences_restored_ = sequences_restored_->WithLabels({model, version});
+  m->sequences_dropped_ = sequences_dropped_->WithLabels({model, version});
   if (options_.triton_compat) {
     m->nv_success_ = nv_success_->WithLabels({model, version});
     // Several of our reasons map to one Triton reason: they share the child.
@@ -334,7 +367,11 @@ void ServerMetrics::RemoveSeriesLocked(std::string_view model, std::string_view 
     f->Remove({model, version});
   }
   latency_->Remove({model, version});
-  for (Family<Gauge>* f : {pending_, ready_, memory_}) f->Remove({model, version});
+  for (Family<Gauge>* f : {pending_, ready_, memory_, sequences_active_, sequence_state_bytes_}) {
+    f->Remove({model, version});
+  }
+  sequence_checkpoint_->Remove({model, version});
+  for (Family<Counter>* f : {sequences_restored_, sequences_dropped_}) f->Remove({model, version});
   for (int k = 0; k < kPatchKindCount; ++k) {
     for (int r = 0; r < kPatchResultCount; ++r) {
       patches_->Remove({model, version, PatchKindName(static_cast<PatchKind>(k)),

@@ -330,6 +330,7 @@ struct ModelManager::Impl {
     }
     model->ResetStatsBaseline();
     model->set_metrics(std::move(model_metrics));  // After warmup: warmup is not client traffic.
+    if (model->sequences() != nullptr) model->sequences()->set_metrics(model->metrics());
     live->store(true, std::memory_order_relaxed);
     if (tier_up) {
       std::weak_ptr<ModelVersion> weak = model;

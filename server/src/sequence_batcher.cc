@@ -4,6 +4,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -266,6 +267,7 @@ void SequenceBatcher::ReapIdleLocked(std::chrono::steady_clock::time_point now,
 int64_t SequenceBatcher::ActiveSequences() {
   absl::MutexLock lock(&mu_);
   ReapIdleLocked(std::chrono::steady_clock::now());
+  ReportLocked();
   return static_cast<int64_t>(sequences_.size());
 }
 
@@ -360,6 +362,7 @@ void SequenceBatcher::Step(WireRequest wire, RunStep run,
         queued = true;
       }
     }
+    ReportLocked();
   }
   // Callbacks and the log run without mu_; tombstones go first, before any record of this
   // step (a START on an expired sequence must not be buried by its own tombstone).
@@ -529,6 +532,7 @@ void SequenceBatcher::Dispatch(const std::string& key, std::shared_ptr<Sequence>
       } else {
         seq->busy = false;
       }
+      ReportLocked();
     }
     // Recorded before the answer and before the next step runs: a record never follows a later
     // step's.
@@ -555,8 +559,34 @@ std::string SequenceBatcher::StateIdentity() const {
   return id;
 }
 
+void SequenceBatcher::set_metrics(std::shared_ptr<observability::ModelMetrics> metrics) {
+  absl::MutexLock lock(&mu_);
+  metrics_ = std::move(metrics);
+  if (metrics_ == nullptr) return;
+  if (log_ != nullptr) metrics_->RecordSequencesRestored(restored_, dropped_);
+  ReportLocked();
+}
+
+void SequenceBatcher::ReportLocked() {
+  if (metrics_ != nullptr) {
+    metrics_->SetSequences(static_cast<int64_t>(sequences_.size()), state_bytes_);
+  }
+}
+
 void SequenceBatcher::Record(const std::vector<SequenceRecord>& records) {
-  if (log_ == nullptr) return;
+  if (log_ == nullptr || records.empty()) return;
+  const auto start = std::chrono::steady_clock::now();
+  absl::Cleanup report = [&] {
+    std::shared_ptr<observability::ModelMetrics> metrics;
+    {
+      absl::MutexLock lock(&mu_);
+      metrics = metrics_;
+    }
+    if (metrics != nullptr) {
+      metrics->RecordSequenceCheckpoint(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+  };
   for (const SequenceRecord& r : records) {
     if (absl::Status s = log_->Append(r); !s.ok()) {
       spdlog::warn("model '{}': sequence checkpoint not written: {}", model_name_,
@@ -597,6 +627,8 @@ absl::Status SequenceBatcher::EnableCheckpoints(const std::string& path) {
     state_bytes_ += seq->state_bytes;
     sequences_[r.key] = std::move(seq);
   }
+  restored_ = static_cast<int64_t>(sequences_.size());
+  dropped_ = dropped;
   spdlog::info("model '{}': {} open sequence(s) restored from {}{}", model_name_, sequences_.size(),
                path, dropped > 0 ? absl::StrCat(" (", dropped, " dropped)") : std::string());
   return absl::OkStatus();

@@ -18,6 +18,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "cuvil/observability/server_metrics.h"
 #include "cuvil/scheduler/inference_request.h"
 #include "cuvil/server/infer_request_builder.h"
 #include "model_config.pb.h"
@@ -89,6 +90,10 @@ class SequenceBatcher {
   absl::Status EnableCheckpoints(const std::string& path);
   ~SequenceBatcher();
 
+  // Where the open sequences, their state bytes, checkpoint writes and the sequences restored at
+  // load are reported from now on (may be null). Set once the version serves.
+  void set_metrics(std::shared_ptr<observability::ModelMetrics> metrics);
+
   // Open sequences (idle ones past their limit are dropped first).
   int64_t ActiveSequences();
   // Bytes of state held for open sequences.
@@ -148,7 +153,11 @@ class SequenceBatcher {
   const SequenceLimits limits_;
   std::vector<ControlInput> controls_;
   std::vector<StateSpec> states_;
-  std::unique_ptr<SequenceLog> log_;  // Set once by EnableCheckpoints, before any Step.
+  std::unique_ptr<SequenceLog> log_;    // Set once by EnableCheckpoints, before any Step.
+  int64_t restored_ = 0, dropped_ = 0;  // By EnableCheckpoints, for set_metrics.
+  std::shared_ptr<observability::ModelMetrics> metrics_ ABSL_GUARDED_BY(mu_);
+  // Publishes the open sequences and their state bytes to metrics_.
+  void ReportLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Sequence>> sequences_ ABSL_GUARDED_BY(mu_);

@@ -77,10 +77,12 @@ class Server:
 
     def start(self):
         self.port = free_port()
+        self.metrics_port = free_port()
         self.proc = subprocess.Popen(
             [self.binary, "--model-repository", self.repo, "--snapshot-dir", self.snap,
              "--http-port", str(self.port), "--grpc-port", str(free_port()),
-             "--metrics-port", str(free_port())], stdout=self.log, stderr=subprocess.STDOUT)
+             "--metrics-port", str(self.metrics_port)], stdout=self.log,
+            stderr=subprocess.STDOUT)
         deadline = time.time() + 120
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -94,6 +96,14 @@ class Server:
                 pass
             time.sleep(0.1)
         raise SystemExit("server not ready after 120 s")
+
+    def metric(self, name):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
+                                    timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(name + " "):
+                    return float(line.split()[1])
+        return None
 
     def kill(self, sig=signal.SIGKILL):
         self.proc.send_signal(sig)
@@ -173,6 +183,15 @@ def main():
                 s.advance(server, failures)
         server.kill()
         server.start()
+        for model in ("acc5", "acc1"):
+            labels = f'{{model="{model}",version="1"}}'
+            restored = server.metric("cuvil_sequences_restored_total" + labels)
+            active = server.metric("cuvil_sequences_active" + labels)
+            # Each build of the version restores them: with --snapshot-dir the server loads
+            # the version from the repository and then from its snapshot.
+            if not restored or restored % 12 != 0 or active != 12:
+                failures.append(f"{model}: metrics say {restored} restored, {active} active "
+                                "(want a multiple of 12, and 12)")
         # acc1: nothing lost; acc5: refused at 8, resumes at 5 (checked inside advance).
         refusals = 0
         for s in streams:
@@ -229,7 +248,8 @@ def main():
             failures.append("no warning about the damaged log bytes")
         server.kill(signal.SIGTERM)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if os.environ.get("KEEP_TMP"): print("kept", tmp)
+        else: shutil.rmtree(tmp, ignore_errors=True)
     for f in failures:
         print("FAIL", f)
     print("PASS" if not failures else f"{len(failures)} failures")

@@ -85,6 +85,13 @@ class ModelMetrics {
   void SetPending(int64_t n);
   void SetReady(bool ready);
   void SetMemoryBytes(int64_t bytes);
+  // Sequence batching: the open sequences and the bytes of state they hold.
+  void SetSequences(int64_t active, int64_t state_bytes);
+  // One checkpoint write that took `seconds`.
+  void RecordSequenceCheckpoint(double seconds);
+  // Sequences restored from checkpoints at load, and those dropped (damaged, or the model's
+  // states changed, or over the limit).
+  void RecordSequencesRestored(int64_t restored, int64_t dropped);
 
  private:
   friend class ServerMetrics;
@@ -95,6 +102,9 @@ class ModelMetrics {
   std::shared_ptr<Histogram> request_duration_, queue_duration_, compute_duration_, batch_size_;
   std::shared_ptr<Summary> latency_;
   std::shared_ptr<Gauge> pending_, ready_, memory_;
+  std::shared_ptr<Gauge> sequences_active_, sequence_state_bytes_;
+  std::shared_ptr<Histogram> sequence_checkpoint_;
+  std::shared_ptr<Counter> sequences_restored_, sequences_dropped_;
   // Triton compatibility (null unless enabled).
   std::shared_ptr<Counter> nv_success_, nv_count_, nv_exec_count_;
   std::shared_ptr<Counter> nv_failure_[kFailureReasonCount];
@@ -162,6 +172,11 @@ class ServerMetrics {
   Family<Gauge>* pending_;
   Family<Gauge>* ready_;
   Family<Gauge>* memory_;
+  Family<Gauge>* sequences_active_;
+  Family<Gauge>* sequence_state_bytes_;
+  Family<Histogram>* sequence_checkpoint_;
+  Family<Counter>* sequences_restored_;
+  Family<Counter>* sequences_dropped_;
   Family<Histogram>* jit_compile_;
   Family<Counter>* cache_hits_;
   Family<Counter>* cache_misses_;
