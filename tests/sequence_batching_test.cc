@@ -145,6 +145,13 @@ TEST_F(SequenceBatchingTest, BadStepsAreRefusedAndChangeNothing) {
                   R"("parameters":{"sequence_id":5}})",
                   "application/json");
   EXPECT_EQ(bad_shape->status, 400) << bad_shape->body;
+  // A START that fails (a bad shape, found when its turn comes) does not restart the sequence.
+  auto bad_start =
+      client.Post("/v2/models/acc/infer",
+                  R"({"inputs":[{"name":"x","datatype":"FP32","shape":[1,3],"data":[1,1,1]}],)"
+                  R"("parameters":{"sequence_id":5,"sequence_start":true}})",
+                  "application/json");
+  EXPECT_EQ(bad_start->status, 400) << bad_start->body;
   // None of that touched sequence 5's state.
   EXPECT_EQ(Output(Step(client, 5, 1.0f, false), "y"), 2.0f);
 }

@@ -18,8 +18,10 @@ namespace {
 using Batching = inference::ModelSequenceBatching;
 using Kind = Batching::Control::Kind;
 
-// Triton's default when max_sequence_idle_microseconds is 0.
+// Triton's default when max_sequence_idle_microseconds is 0, and the most we take (a year:
+// larger values would overflow the clock arithmetic).
 constexpr uint64_t kDefaultIdleUs = 1000000;
+constexpr uint64_t kMaxIdleUs = uint64_t{365} * 24 * 3600 * 1000000;
 
 const char* KindName(Kind kind) {
   switch (kind) {
@@ -185,6 +187,9 @@ absl::StatusOr<std::unique_ptr<SequenceBatcher>> SequenceBatcher::Create(
                        " must match input ", inference::DataType_Name(in->data_type()),
                        " and output ", inference::DataType_Name(out->data_type())));
     }
+    if (st.data_type() == inference::TYPE_STRING) {
+      return absl::InvalidArgumentError(what + ": string (BYTES) states are not supported");
+    }
     StateSpec spec{st.input_name(), st.output_name(), st.data_type(), {}};
     if (batched) spec.initial_shape.push_back(1);
     const google::protobuf::RepeatedField<int64_t>* dims = &in->dims();
@@ -222,9 +227,11 @@ absl::StatusOr<std::unique_ptr<SequenceBatcher>> SequenceBatcher::Create(
 SequenceBatcher::SequenceBatcher(const inference::ModelConfig& config, SequenceLimits limits)
     : model_name_(config.name()),
       batched_(config.max_batch_size() > 0),
-      idle_limit_(config.sequence_batching().max_sequence_idle_microseconds() > 0
-                      ? config.sequence_batching().max_sequence_idle_microseconds()
-                      : kDefaultIdleUs),
+      idle_limit_(
+          std::min<uint64_t>(config.sequence_batching().max_sequence_idle_microseconds() > 0
+                                 ? config.sequence_batching().max_sequence_idle_microseconds()
+                                 : kDefaultIdleUs,
+                             kMaxIdleUs)),
       limits_(limits) {}
 
 bool SequenceBatcher::FillsInput(const std::string& name) const {
@@ -248,20 +255,31 @@ std::vector<std::shared_ptr<const HostTensor>> SequenceBatcher::InitialState(int
   return state;
 }
 
-void SequenceBatcher::ReapIdleLocked(std::chrono::steady_clock::time_point now,
-                                     std::vector<std::string>* ended) {
+void SequenceBatcher::ReapIdleLocked(std::chrono::steady_clock::time_point now) {
   if (now - last_reap_ < std::chrono::milliseconds(20)) return;
   last_reap_ = now;
   for (auto it = sequences_.begin(); it != sequences_.end();) {
     const Sequence& s = *it->second;
     if (!s.busy && s.pending.empty() && now - s.last_used > idle_limit_) {
-      state_bytes_ -= s.state_bytes;
-      if (ended != nullptr && log_ != nullptr) ended->push_back(it->first);
-      sequences_.erase(it++);
+      DropLocked(it++);
     } else {
       ++it;
     }
   }
+}
+
+void SequenceBatcher::DropLocked(
+    absl::flat_hash_map<std::string, std::shared_ptr<Sequence>>::iterator it) {
+  state_bytes_ -= it->second->state_bytes;
+  // The tombstone goes to the log under mu_: a later START of the same id, whose record is
+  // written after it takes mu_, can never be buried by it.
+  if (log_ != nullptr) {
+    if (absl::Status s = log_->Append({it->first, true, it->second->steps, {}}); !s.ok()) {
+      spdlog::warn("model '{}': sequence checkpoint not written: {}", model_name_,
+                   std::string(s.message()));
+    }
+  }
+  sequences_.erase(it);
 }
 
 int64_t SequenceBatcher::ActiveSequences() {
@@ -307,18 +325,15 @@ void SequenceBatcher::Step(WireRequest wire, RunStep run,
   const std::string key = SequenceKey(seq_id);
   const auto now = std::chrono::steady_clock::now();
   std::shared_ptr<Sequence> seq;
-  std::vector<std::string> expired;  // Tombstones to record (checkpoints on).
   absl::Status refused;
   bool queued = false;
   {
     absl::MutexLock lock(&mu_);
-    ReapIdleLocked(now, &expired);
+    ReapIdleLocked(now);
     auto it = sequences_.find(key);
     if (it != sequences_.end() && !it->second->busy && it->second->pending.empty() &&
         now - it->second->last_used > idle_limit_) {
-      state_bytes_ -= it->second->state_bytes;
-      if (log_ != nullptr) expired.push_back(key);
-      sequences_.erase(it);
+      DropLocked(it);
       it = sequences_.end();
     }
     if (it == sequences_.end()) {
@@ -364,13 +379,7 @@ void SequenceBatcher::Step(WireRequest wire, RunStep run,
     }
     ReportLocked();
   }
-  // Callbacks and the log run without mu_; tombstones go first, before any record of this
-  // step (a START on an expired sequence must not be buried by its own tombstone).
-  if (!expired.empty()) {
-    std::vector<SequenceRecord> records;
-    for (std::string& k : expired) records.push_back({std::move(k), true, 0, {}});
-    Record(records);
-  }
+  // Callbacks run without mu_.
   if (!refused.ok()) return done(Failed(std::move(refused)));
   if (queued) return;
   Dispatch(key, std::move(seq), {std::move(wire), std::move(run), std::move(done)});
@@ -393,17 +402,8 @@ void SequenceBatcher::Dispatch(const std::string& key, std::shared_ptr<Sequence>
           absl::StrCat("sequence ", SequenceName(seq_id), " of model '", model_name_,
                        "' is at step ", seq->steps, ": send its step ", seq->steps + 1,
                        " next (this request is step ", seq_id.step, ")"));
-    } else if (seq_id.start) {
-      // START (re)opens the sequence: its state starts over.
-      int64_t bytes = 0;
-      seq->state = InitialState(&bytes);
-      state_bytes_ += bytes - seq->state_bytes;
-      seq->state_bytes = bytes;
-      seq->steps = 0;
-      seq->checkpointed_steps = 0;
-      seq->ended = false;
     }
-    if (refused.ok() && seq->ended) {
+    if (refused.ok() && seq->ended && !seq_id.start) {
       // A step queued behind an END: the sequence is closed unless a later step starts it again.
       refused = absl::InvalidArgumentError(
           absl::StrCat("sequence ", SequenceName(seq_id), " of model '", model_name_,
@@ -416,6 +416,11 @@ void SequenceBatcher::Dispatch(const std::string& key, std::shared_ptr<Sequence>
       } else {
         seq->busy = false;
       }
+    } else if (seq_id.start) {
+      // START runs on the initial state; the sequence takes it (and its step count restarts)
+      // only when the step succeeds.
+      int64_t bytes = 0;
+      holder->state = InitialState(&bytes);
     } else {
       holder->state = seq->state;
     }
@@ -496,19 +501,35 @@ void SequenceBatcher::Dispatch(const std::string& key, std::shared_ptr<Sequence>
           }
           complete = complete && state[i] != nullptr;
         }
+        int64_t bytes = 0;
+        for (const auto& t : state)
+          bytes += t != nullptr ? static_cast<int64_t>(t->byte_size()) : 0;
         if (!complete) {
           response.status = absl::InternalError("a state output is missing from the answer");
+        } else if (bytes > seq->state_bytes &&
+                   state_bytes_ + (bytes - seq->state_bytes) > limits_.max_state_bytes) {
+          // A state that grows (a cache along a free dim) stays within the budget too.
+          response.status = absl::ResourceExhaustedError(absl::StrCat(
+              "model '", model_name_, "': sequence ", SequenceName(seq_id),
+              "'s state would grow to ", bytes, " bytes, beyond cuvil_max_sequence_state_bytes ",
+              limits_.max_state_bytes, " with the other sequences' ",
+              state_bytes_ - seq->state_bytes, "; the step is not applied"));
+          response.outputs.clear();
         } else {
-          int64_t bytes = 0;
-          for (const auto& t : state) bytes += static_cast<int64_t>(t->byte_size());
           state_bytes_ += bytes - seq->state_bytes;
           seq->state_bytes = bytes;
           seq->state = std::move(state);
+          if (seq_id.start) {
+            seq->steps = 0;
+            seq->checkpointed_steps = 0;
+            seq->ended = false;
+          }
           ++seq->steps;
           response.sequence_step = seq->steps;
+          // A START is always recorded: the log's last record must not be the old sequence's.
           if (log_ != nullptr && !seq_id.end &&
-              seq->steps - seq->checkpointed_steps >=
-                  static_cast<uint64_t>(limits_.checkpoint_every)) {
+              (seq_id.start || seq->steps - seq->checkpointed_steps >=
+                                   static_cast<uint64_t>(limits_.checkpoint_every))) {
             records.push_back({key, false, seq->steps, seq->state});
             seq->checkpointed_steps = seq->steps;
           }
@@ -544,8 +565,10 @@ void SequenceBatcher::Dispatch(const std::string& key, std::shared_ptr<Sequence>
                                        hidden.end();
                               }),
                outs.end());
-    done(std::move(response));
+    // The next step starts before this answer goes out: after `done` the version (and this
+    // batcher) may be released by the last request that held it.
     if (next.has_value()) Dispatch(key, seq, *std::move(next));
+    done(std::move(response));
   });
 }
 
@@ -594,6 +617,19 @@ void SequenceBatcher::Record(const std::vector<SequenceRecord>& records) {
       return;
     }
   }
+  if (log_->NeedsCompaction()) {
+    // Under mu_ (the order DropLocked takes too: mu_, then the log's lock), so the live states
+    // gathered are the newest: steps wait while the file is rewritten.
+    absl::MutexLock lock(&mu_);
+    std::vector<SequenceRecord> live;
+    for (const auto& [key, seq] : sequences_) {
+      if (!seq->ended) live.push_back({key, false, seq->steps, seq->state});
+    }
+    if (absl::Status s = log_->Compact(live); !s.ok()) {
+      spdlog::warn("model '{}': sequence checkpoints not compacted: {}", model_name_,
+                   std::string(s.message()));
+    }
+  }
 }
 
 absl::Status SequenceBatcher::EnableCheckpoints(const std::string& path) {
@@ -640,8 +676,11 @@ SequenceBatcher::~SequenceBatcher() {
   {
     absl::MutexLock lock(&mu_);
     if (log_ == nullptr) return;
+    const auto now = std::chrono::steady_clock::now();
     for (const auto& [key, seq] : sequences_) {
-      if (!seq->ended && seq->steps > seq->checkpointed_steps) {
+      if (now - seq->last_used > idle_limit_) {
+        records.push_back({key, true, seq->steps, {}});  // Expired: not to be restored.
+      } else if (!seq->ended && seq->steps > seq->checkpointed_steps) {
         records.push_back({key, false, seq->steps, seq->state});
       }
     }

@@ -82,8 +82,8 @@ class SequenceBatcher {
 
   // Checkpoints the sequences to the log at `path` (a file of the server's private snapshot
   // folder): restores the sequences it holds (each at its last checkpoint, idle time starting
-  // now), then records each sequence's state every checkpoint_every steps, at its END, when it
-  // expires,
+  // now), then records each sequence's state at its START and every checkpoint_every steps, a
+  // tombstone at its END or expiry,
   // and, for the steps since its last record, when the batcher is destroyed (an unload or a
   // graceful exit). Call once, before the first Step. Warnings about dropped or damaged records
   // go to the log. InvalidArgument / Internal when the file cannot be used.
@@ -139,9 +139,11 @@ class SequenceBatcher {
   void Dispatch(const std::string& key, std::shared_ptr<Sequence> seq, PendingStep step);
   // The sequence's state at START: zeros in each state's initial shape.
   std::vector<std::shared_ptr<const HostTensor>> InitialState(int64_t* bytes) const;
-  // Drops idle sequences; with checkpoints on, their keys go to `*ended` (for tombstones).
-  void ReapIdleLocked(std::chrono::steady_clock::time_point now,
-                      std::vector<std::string>* ended = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops idle sequences (DropLocked).
+  void ReapIdleLocked(std::chrono::steady_clock::time_point now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets the sequence at `it`, its tombstone appended to the log (when on).
+  void DropLocked(absl::flat_hash_map<std::string, std::shared_ptr<Sequence>>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Appends `records` to the checkpoint log (when on), logging a failure.
   void Record(const std::vector<SequenceRecord>& records);
   // The string the checkpoint log's states must match: the states' names, types and shapes.

@@ -201,6 +201,32 @@ std::vector<SequenceRecord> SequenceLog::Decode(std::string_view file, const std
   return records;
 }
 
+absl::StatusOr<int> SequenceLog::Replace(const std::string& path, std::string_view bytes) {
+  const std::string tmp = path + ".tmp";
+  ::unlink(tmp.c_str());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot write sequence checkpoints ", tmp, ": ", std::strerror(errno)));
+  }
+  absl::Status written = WriteAll(fd, bytes, tmp);
+  if (written.ok() && ::fsync(fd) != 0) {
+    written = absl::InternalError(absl::StrCat("fsync of ", tmp, ": ", std::strerror(errno)));
+  }
+  ::close(fd);
+  if (!written.ok() || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    return written.ok() ? absl::InternalError(absl::StrCat("cannot replace ", path, ": ", why))
+                        : written;
+  }
+  fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::InternalError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  }
+  return fd;
+}
+
 absl::StatusOr<std::unique_ptr<SequenceLog>> SequenceLog::Open(
     const std::string& path, const std::string& identity, std::vector<SequenceRecord>* restored,
     std::vector<std::string>* warnings) {
@@ -211,7 +237,17 @@ absl::StatusOr<std::unique_ptr<SequenceLog>> SequenceLog::Open(
     if (fd >= 0) {
       char buf[1 << 16];
       ssize_t n;
-      while ((n = ::read(fd, buf, sizeof(buf))) > 0) contents.append(buf, static_cast<size_t>(n));
+      while ((n = ::read(fd, buf, sizeof(buf))) != 0) {
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+          // Compacting a partial read would lose the rest: refuse instead.
+          const std::string why = std::strerror(errno);
+          ::close(fd);
+          return absl::InternalError(
+              absl::StrCat("cannot read sequence checkpoints ", path, ": ", why));
+        }
+        contents.append(buf, static_cast<size_t>(n));
+      }
       ::close(fd);
     } else if (errno != ENOENT) {
       return absl::InvalidArgumentError(
@@ -225,27 +261,10 @@ absl::StatusOr<std::unique_ptr<SequenceLog>> SequenceLog::Open(
     if (!r.ended) restored->push_back(std::move(r));
   }
   // Compaction: the file holds just the restored records from here on.
-  const std::string tmp = path + ".tmp";
-  ::unlink(tmp.c_str());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot write sequence checkpoints ", tmp, ": ", std::strerror(errno)));
-  }
-  absl::Status written = WriteAll(fd, Encode(identity, *restored), tmp);
-  if (written.ok() && ::fsync(fd) != 0) written = absl::InternalError("fsync failed");
-  ::close(fd);
-  if (!written.ok() || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return written.ok() ? absl::InternalError(
-                              absl::StrCat("cannot replace ", path, ": ", std::strerror(errno)))
-                        : written;
-  }
-  fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::InternalError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
-  }
-  return std::unique_ptr<SequenceLog>(new SequenceLog(path, fd));
+  const std::string bytes = Encode(identity, *restored);
+  absl::StatusOr<int> fd = Replace(path, bytes);
+  if (!fd.ok()) return fd.status();
+  return std::unique_ptr<SequenceLog>(new SequenceLog(path, identity, *fd, bytes.size()));
 }
 
 SequenceLog::~SequenceLog() {
@@ -253,12 +272,52 @@ SequenceLog::~SequenceLog() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+void SequenceLog::FollowPathLocked() {
+  struct stat open_file{}, named{};
+  if (::fstat(fd_, &open_file) != 0) return;
+  if (::stat(path_.c_str(), &named) == 0 && named.st_ino == open_file.st_ino &&
+      named.st_dev == open_file.st_dev) {
+    return;
+  }
+  const int fd =
+      ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return;  // Keep writing where we were; the next append tries again.
+  ::close(fd_);
+  fd_ = fd;
+}
+
 absl::Status SequenceLog::Append(const SequenceRecord& record) {
   const std::string bytes = EncodeRecord(record);
   absl::MutexLock lock(&mu_);
+  FollowPathLocked();
+  const off_t end = ::lseek(fd_, 0, SEEK_END);
   // One write per record (O_APPEND): a kill leaves at most a torn last record, which Decode
-  // skips.
-  return WriteAll(fd_, bytes, path_);
+  // skips; a failed write (a full disk) is cut off so later records do not follow a torn one.
+  absl::Status s = WriteAll(fd_, bytes, path_);
+  if (!s.ok()) {
+    if (end >= 0) (void)::ftruncate(fd_, end);
+    return s;
+  }
+  appended_bytes_ += bytes.size();
+  return absl::OkStatus();
+}
+
+bool SequenceLog::NeedsCompaction() {
+  absl::MutexLock lock(&mu_);
+  constexpr uint64_t kMinAppended = uint64_t{64} << 20;
+  return appended_bytes_ > kMinAppended && appended_bytes_ > 4 * live_bytes_;
+}
+
+absl::Status SequenceLog::Compact(const std::vector<SequenceRecord>& live) {
+  const std::string bytes = Encode(identity_, live);
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<int> fd = Replace(path_, bytes);
+  if (!fd.ok()) return fd.status();
+  ::close(fd_);
+  fd_ = *fd;
+  live_bytes_ = bytes.size();
+  appended_bytes_ = 0;
+  return absl::OkStatus();
 }
 
 }  // namespace cuvil

@@ -40,8 +40,16 @@ class SequenceLog {
                                                            std::vector<std::string>* warnings);
   ~SequenceLog();
 
-  // Appends `record` with one write (records of concurrent appends never interleave).
+  // Appends `record` with one write (records of concurrent appends never interleave; a failed
+  // write is cut off again, so no torn record stays mid-file). When another build of the version
+  // has replaced the file (a reload's compaction), appends go to the new file.
   absl::Status Append(const SequenceRecord& record);
+
+  // True when the file has grown well past its live records (more than 64 MiB appended and four
+  // times what the last compaction wrote): time to Compact.
+  bool NeedsCompaction();
+  // Replaces the file with just `live` (temporary file + rename) and appends to it from now on.
+  absl::Status Compact(const std::vector<SequenceRecord>& live);
 
   // The file's bytes for `identity` holding `records`, and their parse (for tests and the fuzzer):
   // every record that decodes and checks, in order, and a warning per damaged stretch.
@@ -54,11 +62,21 @@ class SequenceLog {
   static std::string Frame(std::string_view payload);
 
  private:
-  SequenceLog(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  SequenceLog(std::string path, std::string identity, int fd, uint64_t live_bytes)
+      : path_(std::move(path)), identity_(std::move(identity)), fd_(fd), live_bytes_(live_bytes) {}
+
+  // Writes `bytes` as the whole of path_ (temporary file, fsync, rename): the file descriptor of
+  // the new file, open for appends.
+  static absl::StatusOr<int> Replace(const std::string& path, std::string_view bytes);
+  // Reopens path_ when it is no longer the file fd_ writes (another build compacted it).
+  void FollowPathLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string path_;
+  const std::string identity_;
   absl::Mutex mu_;
   int fd_ ABSL_GUARDED_BY(mu_);
+  uint64_t live_bytes_ ABSL_GUARDED_BY(mu_);          // Written by the last compaction.
+  uint64_t appended_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // Since then.
 };
 
 }  // namespace cuvil

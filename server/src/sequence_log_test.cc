@@ -137,6 +137,24 @@ TEST(SequenceLogTest, OpenRestoresTheLastRecordPerSequenceAndCompacts) {
   EXPECT_EQ(restored[0].steps, 20u);
   EXPECT_EQ(First(restored[0]), 20.0f);
   EXPECT_LT(fs::file_size(path), before / 4);
+  // A newer build of the version opens (and compacts) the same file: the older one's appends
+  // follow the file to its new inode instead of vanishing with the replaced one.
+  std::vector<SequenceRecord> again;
+  auto newer = SequenceLog::Open(path.string(), kIdentity, &again, &warnings);
+  ASSERT_TRUE(newer.ok()) << newer.status();
+  ASSERT_TRUE((*log)->Append(StateRecord("n1", 25, 25.0f)).ok());
+  newer->reset();
+  auto latest = SequenceLog::Open(path.string(), kIdentity, &again, &warnings);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].steps, 25u);
+  // Compact rewrites the file with just the live records.
+  ASSERT_TRUE((*latest)->Compact({StateRecord("n9", 3, 9.0f)}).ok());
+  latest->reset();
+  log->reset();
+  ASSERT_TRUE(SequenceLog::Open(path.string(), kIdentity, &again, &warnings).ok());
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].key, "n9");
   // A symlink in the log's place is refused, not followed.
   fs::remove(path);
   fs::create_symlink("/etc/passwd", path);

@@ -7,9 +7,9 @@ step with numbered steps (sequence_step) and expected running sums kept by the c
 
   1. 12 streams per model take 7 steps; the server is killed with SIGKILL.
   2. Restarted on the same --snapshot-dir: an acc1 stream's step 8 is accepted and its sum is
-     the uninterrupted one (nothing lost). An acc5 stream's step 8 is refused ("is at step 5")
-     without being applied; the client resends steps 6, 7, 8 and the sums equal the
-     uninterrupted run's.
+     the uninterrupted one (nothing lost). An acc5 stream (checkpoints at its START step and
+     every 5 steps after) has its step 8 refused ("is at step 6") without it being applied; the
+     client resends steps 7 and 8 and the sums equal the uninterrupted run's.
   3. Garbage appended to acc5's log and 10 more kills at random moments while streams step:
      after each restart every stream resumes from a checkpoint no later than what it was told,
      and its sums stay those of an uninterrupted run.
@@ -192,7 +192,7 @@ def main():
             if not restored or restored % 12 != 0 or active != 12:
                 failures.append(f"{model}: metrics say {restored} restored, {active} active "
                                 "(want a multiple of 12, and 12)")
-        # acc1: nothing lost; acc5: refused at 8, resumes at 5 (checked inside advance).
+        # acc1: nothing lost; acc5: refused at 8, resumes at 6 (checked inside advance).
         refusals = 0
         for s in streams:
             code, y, _ = server.step(s.model, s.seq, 8, 1.0)
@@ -201,10 +201,11 @@ def main():
                     failures.append(f"acc1/{s.seq} after kill: {code} {y} (want {s.expected(7) + 1})")
                 s.xs.append(1.0)
             else:
-                refusals += code != 200 and "is at step 5" in str(y)
+                # Checkpoints at the START step and every 5 steps after: 1, 6.
+                refusals += code != 200 and "is at step 6" in str(y)
                 s.advance(server, failures)
         if refusals != 12:
-            failures.append(f"{refusals} of 12 acc5 streams were refused at step 8 as at step 5")
+            failures.append(f"{refusals} of 12 acc5 streams were refused at step 8 as at step 6")
         print(f"after SIGKILL: acc1 resumed exactly, acc5 refused {refusals}/12 then resent")
         # Damage: garbage at the log's end and in the middle of a copy.
         log = os.path.join(snap, "sequences", "acc5.v1.seqlog")
