@@ -15,6 +15,7 @@ PACKAGES=(
   prometheus python3 python3-onnx python3-numpy python3-grpcio python3-grpc-tools python3-protobuf python3-prometheus-client
   pybind11-dev python3-pybind11 python3-dev python3-torch python3-torchvision
   nodejs
+  haproxy
   curl
   g++-aarch64-linux-gnu qemu-user
   wasi-libc libclang-rt-19-dev-wasm32

@@ -1,0 +1,203 @@
+#!/usr/bin/env python3
+"""Issue 41: a rolling update played locally, as Kubernetes and a gray-release engine do it.
+
+Real cuvil-server processes on one model repository and one shared JIT cache folder behind
+haproxy (Debian's), which health-checks each through GET /v2/health/ready and whose weights are
+changed through its runtime API, while cuvil-perf keeps 16 requests in flight over HTTP through
+the proxy. Three versions roll through in sequence: each new server starts (on the warm cache),
+becomes ready, takes 5%, then 30%, then 100% of the traffic; the old one is set to drain in the
+proxy, gets SIGTERM, finishes what it has in flight and exits 0. No request may fail, and the
+p99 during the rollout is reported against the p99 at rest (target <= 2x; a figure, printed).
+
+usage: rolling_update_test.py CUVIL_SERVER CUVIL_PERF REPOSITORY [--stage-seconds S]
+"""
+import argparse
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(port, proc, timeout=120):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if proc is not None and proc.poll() is not None:
+            raise SystemExit(f"a process exited ({proc.returncode}) before it was ready")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=1) as r:
+                if r.status == 200:
+                    return time.time() - t0
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise SystemExit(f"port {port} not ready after {timeout} s")
+
+
+class Proxy:
+    def __init__(self, tmp, slots):
+        self.port = free_port()
+        self.sock = os.path.join(tmp, "haproxy.sock")
+        servers = "\n".join(
+            f"    server s{i} 127.0.0.1:{port} weight 0 check inter 200ms fall 2 rise 1"
+            for i, port in enumerate(slots))
+        cfg = os.path.join(tmp, "haproxy.cfg")
+        with open(cfg, "w") as f:
+            f.write(f"""global
+    stats socket {self.sock} mode 600 level admin
+    maxconn 4096
+defaults
+    mode http
+    timeout connect 2s
+    timeout client 30s
+    timeout server 30s
+    retries 0
+frontend inference
+    bind 127.0.0.1:{self.port}
+    default_backend cuvil
+backend cuvil
+    balance roundrobin
+    option httpchk GET /v2/health/ready
+    http-check expect status 200
+{servers}
+""")
+        self.proc = subprocess.Popen(["haproxy", "-f", cfg, "-db"], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+
+    def command(self, text):
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(self.sock)
+            s.sendall(text.encode() + b"\n")
+            out = b""
+            while chunk := s.recv(4096):
+                out += chunk
+        return out.decode()
+
+    def weight(self, slot, w):
+        self.command(f"set server cuvil/s{slot} weight {w}")
+
+    def state(self, slot, state):
+        self.command(f"set server cuvil/s{slot} state {state}")
+
+    def up(self, slot):
+        for line in self.command("show servers state cuvil").splitlines():
+            parts = line.split()
+            if len(parts) > 5 and parts[3] == f"s{slot}":
+                return parts[5] == "2"  # srv_op_state 2: running (health checks pass).
+        return False
+
+
+def start_server(binary, repo, cache, http_port):
+    return subprocess.Popen(
+        [binary, "--model-repository", repo, "--jit-cache-dir", cache, "--http-port",
+         str(http_port), "--grpc-port", str(free_port()), "--metrics-port", str(free_port()),
+         "--exit-timeout-secs", "20"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def perf(binary, port, millis):
+    return subprocess.Popen(
+        [binary, "-m", "mlp", "-i", "http", "-u", f"127.0.0.1:{port}", "--concurrency-range", "16",
+         "--measurement-interval", str(millis), "--warmup-requests", "50"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def p99_ms(report):
+    """cuvil-perf's "latency us: ... p99 N" as milliseconds (None when absent)."""
+    m = re.search(r"latency us:.*?\bp99 ([0-9.]+)", report)
+    return float(m.group(1)) / 1000 if m else None
+
+
+def errors(report):
+    m = re.search(r"\berrors ([0-9]+)", report)
+    return int(m.group(1)) if m else None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("server")
+    ap.add_argument("perf")
+    ap.add_argument("repository")
+    ap.add_argument("--stage-seconds", type=float, default=2.0)
+    args = ap.parse_args()
+    if shutil.which("haproxy") is None:
+        print("haproxy is not installed (scripts/install-deps.sh installs it)")
+        return 1
+    tmp = tempfile.mkdtemp(prefix="cuvil_rolling_")
+    cache = os.path.join(tmp, "cache")
+    os.mkdir(cache, 0o700)
+    slots = [free_port() for _ in range(4)]  # One slot per version, and one spare.
+    procs = {}
+    failures = []
+    proxy = None
+    try:
+        proxy = Proxy(tmp, slots)
+        procs[0] = start_server(args.server, args.repository, cache, slots[0])
+        wait_ready(slots[0], procs[0])
+        proxy.weight(0, 100)
+        deadline = time.time() + 10
+        while not proxy.up(0) and time.time() < deadline:
+            time.sleep(0.05)
+        wait_ready(proxy.port, None)
+        rest = perf(args.perf, proxy.port, 3000)
+        rest_out = rest.communicate(timeout=120)[0]
+        rest_p99 = p99_ms(rest_out)
+        stage = args.stage_seconds
+        # The load runs through the whole rollout: 3 versions x (start + 3 stages + drain).
+        load = perf(args.perf, proxy.port, int((3 * (4 * stage + 3) + 6) * 1000))
+        time.sleep(1.5)  # Past cuvil-perf's warm-up.
+        old = 0
+        for new in (1, 2, 3):
+            t0 = time.time()
+            procs[new] = start_server(args.server, args.repository, cache, slots[new])
+            ready = wait_ready(slots[new], procs[new])
+            deadline = time.time() + 10
+            while not proxy.up(new) and time.time() < deadline:
+                time.sleep(0.05)
+            for share in (5, 30, 100):
+                proxy.weight(new, share)
+                proxy.weight(old, 100 - share)
+                time.sleep(stage)
+            proxy.state(old, "drain")  # No new requests; those in flight finish.
+            time.sleep(0.5)
+            procs[old].terminate()
+            rc = procs[old].wait(timeout=60)
+            if rc != 0:
+                failures.append(f"version {old} exited {rc} on SIGTERM")
+            proxy.state(old, "maint")
+            print(f"version {new}: ready {ready:.2f} s after start on the shared cache; "
+                  f"5% -> 30% -> 100%; version {old} drained and exited {rc} "
+                  f"({time.time() - t0:.1f} s)", flush=True)
+            old = new
+        out = load.communicate(timeout=300)[0]
+        if load.returncode != 0 or errors(out) != 0:
+            failures.append(f"cuvil-perf exit {load.returncode} (3: requests failed), errors "
+                            f"{errors(out)}:\n{out}")
+        p99 = p99_ms(out)
+        print(f"load through the rollout: {out.strip().splitlines()[-1] if out.strip() else ''}")
+        print(f"p99 at rest {rest_p99} ms, during the rollout {p99} ms"
+              + (f" ({p99 / rest_p99:.2f}x; target <= 2x)" if p99 and rest_p99 else ""))
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+        if proxy is not None:
+            proxy.proc.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+    for f in failures:
+        print("FAIL", f)
+    print("PASS" if not failures else "FAILED")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
