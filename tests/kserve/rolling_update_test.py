@@ -2,9 +2,9 @@
 """Issue 41: a rolling update played locally, as Kubernetes and a gray-release engine do it.
 
 Real cuvil-server processes on one model repository and one shared JIT cache folder behind
-haproxy (Debian's), which health-checks each through GET /v2/health/ready and whose weights are
-changed through its runtime API, while cuvil-perf keeps 16 requests in flight over HTTP through
-the proxy. Three versions roll through in sequence: each new server starts (on the warm cache),
+haproxy (Debian's; an HTTP/1.1 front end and a gRPC one over HTTP/2 cleartext), which
+health-checks each through GET /v2/health/ready and whose weights are changed through its runtime
+API, while cuvil-perf keeps 16 requests in flight over HTTP and 16 over gRPC through the proxy. Three versions roll through in sequence: each new server starts (on the warm cache),
 becomes ready, takes 5%, then 30%, then 100% of the traffic; the old one is set to drain in the
 proxy, gets SIGTERM, finishes what it has in flight and exits 0. No request may fail, and the
 p99 during the rollout is reported against the p99 at rest (target <= 2x; a figure, printed).
@@ -45,12 +45,20 @@ def wait_ready(port, proc, timeout=120):
 
 
 class Proxy:
+    """haproxy with an HTTP/1.1 front end and a gRPC (HTTP/2 cleartext) one, each with a backend
+    slot per server: slot i is server i's HTTP port and its gRPC port, health-checked over HTTP."""
+
     def __init__(self, tmp, slots):
         self.port = free_port()
+        self.grpc_port = free_port()
         self.sock = os.path.join(tmp, "haproxy.sock")
         servers = "\n".join(
-            f"    server s{i} 127.0.0.1:{port} weight 0 check inter 200ms fall 2 rise 1"
-            for i, port in enumerate(slots))
+            f"    server s{i} 127.0.0.1:{http} weight 0 check inter 200ms fall 2 rise 1"
+            for i, (http, _) in enumerate(slots))
+        grpc_servers = "\n".join(
+            f"    server s{i} 127.0.0.1:{grpc} proto h2 weight 0 check port {http} "
+            f"check-proto h1 inter 200ms fall 2 rise 1"
+            for i, (http, grpc) in enumerate(slots))
         cfg = os.path.join(tmp, "haproxy.cfg")
         with open(cfg, "w") as f:
             f.write(f"""global
@@ -65,11 +73,19 @@ defaults
 frontend inference
     bind 127.0.0.1:{self.port}
     default_backend cuvil
+frontend inference_grpc
+    bind 127.0.0.1:{self.grpc_port} proto h2
+    default_backend cuvil_grpc
 backend cuvil
     balance roundrobin
     option httpchk GET /v2/health/ready
     http-check expect status 200
 {servers}
+backend cuvil_grpc
+    balance roundrobin
+    option httpchk GET /v2/health/ready
+    http-check expect status 200
+{grpc_servers}
 """)
         self.proc = subprocess.Popen(["haproxy", "-f", cfg, "-db"], stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
@@ -84,30 +100,36 @@ backend cuvil
         return out.decode()
 
     def weight(self, slot, w):
-        self.command(f"set server cuvil/s{slot} weight {w}")
+        for backend in ("cuvil", "cuvil_grpc"):
+            self.command(f"set server {backend}/s{slot} weight {w}")
 
     def state(self, slot, state):
-        self.command(f"set server cuvil/s{slot} state {state}")
+        for backend in ("cuvil", "cuvil_grpc"):
+            self.command(f"set server {backend}/s{slot} state {state}")
 
     def up(self, slot):
-        for line in self.command("show servers state cuvil").splitlines():
-            parts = line.split()
-            if len(parts) > 5 and parts[3] == f"s{slot}":
-                return parts[5] == "2"  # srv_op_state 2: running (health checks pass).
-        return False
+        running = 0
+        for backend in ("cuvil", "cuvil_grpc"):
+            for line in self.command(f"show servers state {backend}").splitlines():
+                parts = line.split()
+                # srv_op_state 2: running (health checks pass).
+                if len(parts) > 5 and parts[3] == f"s{slot}" and parts[5] == "2":
+                    running += 1
+        return running == 2
 
 
-def start_server(binary, repo, cache, http_port):
+def start_server(binary, repo, cache, ports):
+    http_port, grpc_port = ports
     return subprocess.Popen(
         [binary, "--model-repository", repo, "--jit-cache-dir", cache, "--http-port",
-         str(http_port), "--grpc-port", str(free_port()), "--metrics-port", str(free_port()),
+         str(http_port), "--grpc-port", str(grpc_port), "--metrics-port", str(free_port()),
          "--exit-timeout-secs", "20"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def perf(binary, port, millis):
+def perf(binary, protocol, port, millis):
     return subprocess.Popen(
-        [binary, "-m", "mlp", "-i", "http", "-u", f"127.0.0.1:{port}", "--concurrency-range", "16",
-         "--measurement-interval", str(millis), "--warmup-requests", "50"],
+        [binary, "-m", "mlp", "-i", protocol, "-u", f"127.0.0.1:{port}", "--concurrency-range",
+         "16", "--measurement-interval", str(millis), "--warmup-requests", "50"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -135,31 +157,32 @@ def main():
     tmp = tempfile.mkdtemp(prefix="cuvil_rolling_")
     cache = os.path.join(tmp, "cache")
     os.mkdir(cache, 0o700)
-    slots = [free_port() for _ in range(4)]  # One slot per version, and one spare.
+    slots = [(free_port(), free_port()) for _ in range(4)]  # (HTTP, gRPC) per revision.
     procs = {}
     failures = []
     proxy = None
     try:
         proxy = Proxy(tmp, slots)
         procs[0] = start_server(args.server, args.repository, cache, slots[0])
-        wait_ready(slots[0], procs[0])
+        wait_ready(slots[0][0], procs[0])
         proxy.weight(0, 100)
         deadline = time.time() + 10
         while not proxy.up(0) and time.time() < deadline:
             time.sleep(0.05)
         wait_ready(proxy.port, None)
-        rest = perf(args.perf, proxy.port, 3000)
-        rest_out = rest.communicate(timeout=120)[0]
-        rest_p99 = p99_ms(rest_out)
+        ports = {"http": proxy.port, "grpc": proxy.grpc_port}
+        rest = {p: perf(args.perf, p, port, 3000) for p, port in ports.items()}
+        rest_p99 = {p: p99_ms(proc.communicate(timeout=120)[0]) for p, proc in rest.items()}
         stage = args.stage_seconds
         # The load runs through the whole rollout: 3 versions x (start + 3 stages + drain).
-        load = perf(args.perf, proxy.port, int((3 * (4 * stage + 3) + 6) * 1000))
+        millis = int((3 * (4 * stage + 3) + 6) * 1000)
+        load = {p: perf(args.perf, p, port, millis) for p, port in ports.items()}
         time.sleep(1.5)  # Past cuvil-perf's warm-up.
         old = 0
         for new in (1, 2, 3):
             t0 = time.time()
             procs[new] = start_server(args.server, args.repository, cache, slots[new])
-            ready = wait_ready(slots[new], procs[new])
+            ready = wait_ready(slots[new][0], procs[new])
             deadline = time.time() + 10
             while not proxy.up(new) and time.time() < deadline:
                 time.sleep(0.05)
@@ -178,14 +201,16 @@ def main():
                   f"5% -> 30% -> 100%; version {old} drained and exited {rc} "
                   f"({time.time() - t0:.1f} s)", flush=True)
             old = new
-        out = load.communicate(timeout=300)[0]
-        if load.returncode != 0 or errors(out) != 0:
-            failures.append(f"cuvil-perf exit {load.returncode} (3: requests failed), errors "
-                            f"{errors(out)}:\n{out}")
-        p99 = p99_ms(out)
-        print(f"load through the rollout: {out.strip().splitlines()[-1] if out.strip() else ''}")
-        print(f"p99 at rest {rest_p99} ms, during the rollout {p99} ms"
-              + (f" ({p99 / rest_p99:.2f}x; target <= 2x)" if p99 and rest_p99 else ""))
+        for protocol, proc in load.items():
+            out = proc.communicate(timeout=300)[0]
+            if proc.returncode != 0 or errors(out) != 0:
+                failures.append(f"{protocol}: cuvil-perf exit {proc.returncode} (3: requests "
+                                f"failed), errors {errors(out)}:\n{out}")
+            p99, at_rest = p99_ms(out), rest_p99[protocol]
+            last = out.strip().splitlines()[-1] if out.strip() else ""
+            print(f"{protocol} through the rollout: {last}")
+            print(f"{protocol}: p99 at rest {at_rest} ms, during the rollout {p99} ms"
+                  + (f" ({p99 / at_rest:.2f}x; target <= 2x)" if p99 and at_rest else ""))
     finally:
         for p in procs.values():
             if p.poll() is None:
