@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "accepted_shapes.h"
 #include "cuvil/runtime/tensor_size.h"
 #include "cuvil/server/infer_request_builder.h"
 
@@ -73,31 +74,6 @@ absl::Status FillWarmupInput(const inference::ModelWarmup::Input& spec,
   return absl::OkStatus();
 }
 
-// The symbol values a default warm-up runs at: the free dims beyond the batch all at the smallest
-// of a few sizes the model accepts (its dim constraints hold: a 2x2 pool and an upsample need
-// even sizes, a dim declared a multiple of 8 is 8 * (height/8) at 1), the batch as `batch` when
-// the config batches; all 1 when no size fits (the warm-up then reports why).
-std::vector<int64_t> WarmupSymbols(const LoadedModel& loaded, const std::vector<TensorSpec>& specs,
-                                   bool batched, int64_t batch) {
-  const CompiledModel& compiled = loaded.model();
-  std::vector<int64_t> syms(compiled.InputSymbolCount(), 1);
-  if (compiled.symbols.empty() || compiled.inputs.size() != specs.size()) return syms;
-  for (int64_t size : {1, 2, 4, 8, 16, 32, 64, 128, 224}) {
-    std::vector<int64_t> candidate(syms.size(), size);
-    if (batched) candidate[0] = batch;
-    std::vector<std::vector<int64_t>> shapes;
-    for (const TensorSignature& sig : compiled.inputs) {
-      std::optional<std::vector<int64_t>> shape = EvalShape(sig.shape, candidate);
-      if (!shape) break;
-      shapes.push_back(*std::move(shape));
-    }
-    if (shapes.size() == compiled.inputs.size() && loaded.ResolveSymbols(shapes).ok()) {
-      return candidate;
-    }
-  }
-  return syms;
-}
-
 }  // namespace
 
 absl::Status RunWarmup(ModelVersion& model, const inference::ModelWarmup* warmup,
@@ -110,7 +86,12 @@ absl::Status RunWarmup(ModelVersion& model, const inference::ModelWarmup* warmup
   WireRequest wire;
   wire.id = "warmup";
   const CompiledModel& compiled = model.loaded().model();
-  const std::vector<int64_t> syms = WarmupSymbols(model.loaded(), specs, batched, batch);
+  // The free dims beyond the batch at the smallest of a few sizes the model accepts (a 2x2 pool
+  // beside an upsample refuses 1x1; a dim declared a multiple of 8 is 8 at 1); all 1 when none
+  // fits (the warm-up then reports why).
+  const std::vector<int64_t> syms =
+      AcceptedSymbols(model.loaded(), batch, {1, 2, 4, 8, 16, 32, 64, 128, 224})
+          .value_or(std::vector<int64_t>(compiled.InputSymbolCount(), 1));
   for (size_t i = 0; i < specs.size(); ++i) {
     const TensorSpec& spec = specs[i];
     std::vector<int64_t> shape;

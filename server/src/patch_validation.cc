@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "accepted_shapes.h"
 #include "cuvil/compiler/compiler.h"
 #include "cuvil/runtime/parallel.h"
 
@@ -36,18 +37,10 @@ std::vector<std::vector<int64_t>> GeneratedShapes(const LoadedModel& loaded, int
   std::vector<std::vector<int64_t>> fallback;
   for (const TensorSignature& sig : model.inputs) fallback.push_back(EvalShape(sig.shape, batch));
   if (model.InputSymbolCount() <= 1) return fallback;
-  for (int64_t free_dim : {224, 128, 64, 32, 16, 8, 4, 2, 1}) {
-    std::vector<int64_t> syms(model.InputSymbolCount(), free_dim);
-    syms[0] = batch;
-    std::vector<std::vector<int64_t>> shapes;
-    for (const TensorSignature& sig : model.inputs) {
-      std::optional<std::vector<int64_t>> shape = EvalShape(sig.shape, syms);
-      if (!shape) break;
-      shapes.push_back(*std::move(shape));
-    }
-    if (shapes.size() == model.inputs.size() && loaded.ResolveSymbols(shapes).ok()) return shapes;
-  }
-  return fallback;
+  std::optional<std::vector<int64_t>> syms =
+      AcceptedSymbols(loaded, batch, {224, 128, 64, 32, 16, 8, 4, 2, 1});
+  if (!syms) return fallback;
+  return InputShapesAt(model, *syms).value_or(fallback);
 }
 
 // One generated set (see PatchValidationInputs): `variant` 0, 1 or 2.

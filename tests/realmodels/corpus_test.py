@@ -66,7 +66,6 @@ def run(cmd, timeout=900):
 
 
 def regenerate(realmodels, names):
-    here = os.path.dirname(os.path.abspath(__file__))
     peer = os.environ.get("CUVIL_PEER_DIR",
                           os.path.join(os.path.expanduser("~"), ".cache", "cuvil-peer-ort"))
     modules = os.path.join(peer, "node_modules")
@@ -83,7 +82,7 @@ def regenerate(realmodels, names):
         p = subprocess.run(cmd, cwd=realmodels, env=env, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, errors="replace")
         if p.returncode != 0:
-            print(f"{' '.join(cmd)} failed ({here}):\n{p.stdout[-4000:]}")
+            print(f"{' '.join(cmd)} failed in {realmodels}:\n{p.stdout[-4000:]}")
             return False
     return True
 
