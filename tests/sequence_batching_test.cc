@@ -206,6 +206,8 @@ TEST_F(SequenceBatchingTest, IdleSequencesExpireAndTheLimitHolds) {
   for (int s = 0; s < 40; ++s) ASSERT_EQ(Step(client, 500 + s, 1.0f, true)->status, 200) << s;
   auto over = Step(client, 600, 1.0f, true);
   EXPECT_NE(over->status, 200);
+  EXPECT_EQ(over->status, 503);  // Busy, not "too large": retry once a sequence ends.
+  EXPECT_EQ(over->get_header_value("Retry-After"), "1");
   EXPECT_THAT(over->body, HasSubstr("cuvil_max_sequences"));
   EXPECT_EQ(Output(Step(client, 500, 1.0f, false, true), "y"), 2.0f);
   EXPECT_EQ(Step(client, 600, 1.0f, true)->status, 200);  // One ended: room again.

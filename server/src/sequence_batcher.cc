@@ -282,18 +282,6 @@ void SequenceBatcher::DropLocked(
   sequences_.erase(it);
 }
 
-int64_t SequenceBatcher::ActiveSequences() {
-  absl::MutexLock lock(&mu_);
-  ReapIdleLocked(std::chrono::steady_clock::now());
-  ReportLocked();
-  return static_cast<int64_t>(sequences_.size());
-}
-
-int64_t SequenceBatcher::StateBytes() {
-  absl::MutexLock lock(&mu_);
-  return state_bytes_;
-}
-
 void SequenceBatcher::Step(WireRequest wire, RunStep run,
                            std::function<void(InferenceResponse)> done) {
   const WireSequence& seq_id = wire.sequence;
@@ -347,13 +335,14 @@ void SequenceBatcher::Step(WireRequest wire, RunStep run,
             idle_limit_.count(), " us)"));
       } else if (static_cast<int64_t>(sequences_.size()) >= limits_.max_sequences) {
         refused = absl::ResourceExhaustedError(
-            absl::StrCat("model '", model_name_, "' has ", sequences_.size(),
+            absl::StrCat("server is busy: model '", model_name_, "' has ", sequences_.size(),
                          " open sequences, its limit (cuvil_max_sequences); end one or retry "
                          "after idle ones expire"));
       } else if (state = InitialState(&bytes); state_bytes_ + bytes > limits_.max_state_bytes) {
-        refused = absl::ResourceExhaustedError(absl::StrCat(
-            "model '", model_name_, "': a new sequence's ", bytes, " bytes of state beside the ",
-            state_bytes_, " held exceed cuvil_max_sequence_state_bytes ", limits_.max_state_bytes));
+        refused = absl::ResourceExhaustedError(
+            absl::StrCat("server is busy: model '", model_name_, "': a new sequence's ", bytes,
+                         " bytes of state beside the ", state_bytes_,
+                         " held exceed cuvil_max_sequence_state_bytes ", limits_.max_state_bytes));
       } else {
         seq = std::make_shared<Sequence>();
         seq->state = std::move(state);
@@ -369,9 +358,9 @@ void SequenceBatcher::Step(WireRequest wire, RunStep run,
       if (!seq->busy) {
         seq->busy = true;
       } else if (static_cast<int64_t>(seq->pending.size()) >= limits_.max_pending_steps) {
-        refused = absl::ResourceExhaustedError(
-            absl::StrCat("sequence ", SequenceName(seq_id), " has ", seq->pending.size(),
-                         " steps waiting behind its running step; wait for their answers"));
+        refused = absl::ResourceExhaustedError(absl::StrCat(
+            "server is busy: sequence ", SequenceName(seq_id), " has ", seq->pending.size(),
+            " steps waiting behind its running step; wait for their answers"));
       } else {
         seq->pending.push_back({std::move(wire), std::move(run), std::move(done)});
         queued = true;

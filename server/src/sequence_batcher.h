@@ -68,8 +68,9 @@ class SequenceBatcher {
   // A failed step leaves the state as it was. Refused at once (InvalidArgument): no sequence_id,
   // a control or state input sent by the client, a step without sequence_start for a sequence
   // that is not open (never started, ended, or idle longer than max_sequence_idle_microseconds);
-  // ResourceExhausted: a new sequence beyond max_sequences or the state budget, or too many steps
-  // queued behind a running one.
+  // ResourceExhausted "server is busy: ..." (HTTP 503 with Retry-After, as for the in-flight
+  // budget): a new sequence beyond max_sequences or the state budget, or too many steps queued
+  // behind a running one.
   void Step(WireRequest wire, RunStep run, std::function<void(InferenceResponse)> done);
 
   // Step for a caller that runs its request on its own thread (the HTTP front end): waits for
@@ -83,21 +84,16 @@ class SequenceBatcher {
   // Checkpoints the sequences to the log at `path` (a file of the server's private snapshot
   // folder): restores the sequences it holds (each at its last checkpoint, idle time starting
   // now), then records each sequence's state at its START and every checkpoint_every steps, a
-  // tombstone at its END or expiry,
-  // and, for the steps since its last record, when the batcher is destroyed (an unload or a
-  // graceful exit). Call once, before the first Step. Warnings about dropped or damaged records
-  // go to the log. InvalidArgument / Internal when the file cannot be used.
+  // tombstone at its END or expiry, and, for the steps since its last record, when the batcher
+  // is destroyed (an unload or a graceful exit). Call once, before the first Step. Warnings about
+  // dropped or damaged records go to the log. InvalidArgument / Internal when the file cannot be
+  // used.
   absl::Status EnableCheckpoints(const std::string& path);
   ~SequenceBatcher();
 
   // Where the open sequences, their state bytes, checkpoint writes and the sequences restored at
   // load are reported from now on (may be null). Set once the version serves.
   void set_metrics(std::shared_ptr<observability::ModelMetrics> metrics);
-
-  // Open sequences (idle ones past their limit are dropped first).
-  int64_t ActiveSequences();
-  // Bytes of state held for open sequences.
-  int64_t StateBytes();
 
  private:
   struct Control {
