@@ -157,12 +157,52 @@ std::optional<float> ClipBound(const ir::Node& clip, size_t input, const char* a
   return clip.inputs[input]->constant->data_as<float>()[0];
 }
 
+// Mul(c, Sigmoid(c)) -> SiLU and Mul(c, HardSigmoid(c) with alpha 1/6, beta 1/2) -> HardSwish, as
+// exporters write them (EfficientNet's and RegNet's SiLU, MobileNetV3's hardswish before opset
+// 14), when c is a Conv's output read only by the two. Returns the activation and the gate node,
+// or nullopt.
+std::optional<std::pair<int64_t, ir::Node*>> GatedActivation(
+    const ir::Node& mul, const std::map<const ir::Value*, int>& uses) {
+  if (mul.op_type != "Mul" || mul.inputs.size() != 2 || mul.outputs.size() != 1)
+    return std::nullopt;
+  for (int side = 0; side < 2; ++side) {
+    const ir::Value* c = mul.inputs[side];
+    const ir::Value* g = mul.inputs[1 - side];
+    if (c == nullptr || g == nullptr || c == g || g->is_graph_output || c->is_graph_output)
+      continue;
+    ir::Node* gate = g->producer;
+    if (gate == nullptr || gate->inputs.size() != 1 || gate->inputs[0] != c) continue;
+    auto cu = uses.find(c), gu = uses.find(g);
+    if (cu == uses.end() || cu->second != 2 || gu == uses.end() || gu->second != 1) continue;
+    if (c->producer == nullptr || c->producer->op_type != "Conv") continue;
+    if (gate->op_type == "Sigmoid") return std::make_pair(int64_t{CUVIL_UK_ACT_SILU}, gate);
+    if (gate->op_type == "HardSigmoid" &&
+        std::fabs(gate->attr_float("alpha", 0.2f) - 1.0f / 6.0f) < 1e-6f &&
+        gate->attr_float("beta", 0.5f) == 0.5f) {
+      return std::make_pair(int64_t{CUVIL_UK_ACT_HARDSWISH}, gate);
+    }
+  }
+  return std::nullopt;
+}
+
 bool FuseActivations(ir::Graph& graph) {
   auto uses = ir::UseCounts(graph);
   std::vector<ir::Node*> dead;
   for (auto& node : graph.mutable_nodes()) {
     ir::Node* act = node.get();
     if (act->inputs.empty() || act->outputs.size() != 1 || act->outputs[0] == nullptr) continue;
+    if (auto gated = GatedActivation(*act, uses)) {
+      ir::Node* conv = gated->second->inputs[0]->producer;
+      if (conv->has_attr("fused_act") || conv->has_attr("ukernel")) continue;
+      if (!IsPlainConv(conv) && !conv->has_attr("fused_residual")) continue;
+      conv->attrs["fused_act"] = gated->first;
+      conv->attrs["fused_alpha"] = 0.0f;
+      conv->attrs["fused_beta"] = 0.0f;
+      TakeOverOutput(conv, act);
+      dead.push_back(gated->second);
+      dead.push_back(act);
+      continue;
+    }
     ir::Node* conv = SoleUseConv(act->inputs[0], uses);
     if (conv == nullptr || conv->has_attr("fused_act") || conv->has_attr("ukernel")) continue;
     if (!IsPlainConv(conv) && !conv->has_attr("fused_residual")) continue;

@@ -24,6 +24,8 @@ inline float ReferenceActivation(float v, int64_t act, float alpha, float beta) 
       return v * std::min(std::max(v / 6.0f + 0.5f, 0.0f), 1.0f);
     case CUVIL_UK_ACT_SIGMOID:
       return 1.0f / (1.0f + std::exp(-v));
+    case CUVIL_UK_ACT_SILU:
+      return v / (1.0f + std::exp(-v));
     default:
       return v;
   }

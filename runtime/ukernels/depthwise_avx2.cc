@@ -317,7 +317,7 @@ bool Depthwise3x3Avx2(const cuvil_uk_conv_params& p, const float* x, const float
   a.mask[1] = LaneMask(p.out_width - kLanes);
   a.ep = &ep;
   Act act = Act::kOther;
-  if (ep.activation == CUVIL_UK_ACT_NONE || ep.activation == CUVIL_UK_ACT_SIGMOID) {
+  if (ep.activation == CUVIL_UK_ACT_NONE) {
     act = Act::kNone;
   } else if (ep.activation == CUVIL_UK_ACT_RELU) {
     act = Act::kClamp;
@@ -336,10 +336,6 @@ bool Depthwise3x3Avx2(const cuvil_uk_conv_params& p, const float* x, const float
     act == Act::kNone    ? Plane<2, Act::kNone>(a)
     : act == Act::kClamp ? Plane<2, Act::kClamp>(a)
                          : Plane<2, Act::kOther>(a);
-  }
-  if (ep.activation == CUVIL_UK_ACT_SIGMOID) {
-    const int64_t n = p.out_height * p.out_width;
-    for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + std::exp(-y[i]));
   }
   return true;
 }

@@ -102,7 +102,7 @@ TEST(UkernelsTest, Depthwise3x3Avx2MobileNetPlanesEveryEpilogue) {
                           {28, 28, 1, 1, 1, 1, 1},   {14, 14, 2, 1, 1, 1, 1},
                           {7, 7, 1, 1, 1, 1, 1},     {113, 113, 2, 0, 0, 1, 1}};
   for (const Plane& g : planes) {
-    for (int64_t act = 0; act <= CUVIL_UK_ACT_SIGMOID; ++act) CheckPlane(g, act, act == 2, rng);
+    for (int64_t act = 0; act <= CUVIL_UK_ACT_SILU; ++act) CheckPlane(g, act, act == 2, rng);
   }
 }
 

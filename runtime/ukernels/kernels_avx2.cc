@@ -25,10 +25,6 @@ __m256i LaneMask(int64_t n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), idx);
 }
 
-void SigmoidInPlace(float* p, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) p[i] = 1.0f / (1.0f + std::exp(-p[i]));
-}
-
 // Adds bias/residual/activation to 16 values of row r and stores them (masked when partial).
 inline void FinishRow(__m256 v0, __m256 v1, float* c, int64_t r, int64_t ldc, bool full, __m256i m0,
                       __m256i m1, bool accumulate, const Epilogue* ep) {
@@ -161,9 +157,6 @@ void GemmTile(int64_t kc, const float* a, const float* b, const int64_t* off, fl
   for (int64_t r = 0; r < mr; ++r) {
     FinishRow(rows[r][0], rows[r][1], c, r, ldc, full, m0, m1, accumulate, ep);
   }
-  if (ep != nullptr && ep->activation == CUVIL_UK_ACT_SIGMOID) {
-    for (int64_t r = 0; r < mr; ++r) SigmoidInPlace(c + r * ldc, nr);
-  }
 }
 
 void EpilogueRow(float* dst, const float* src, int64_t n, float bias, const float* residual,
@@ -181,7 +174,6 @@ void EpilogueRow(float* dst, const float* src, int64_t n, float bias, const floa
     if (residual != nullptr) v = _mm256_add_ps(v, _mm256_maskload_ps(residual + i, m));
     _mm256_maskstore_ps(dst + i, m, ActivateAvx2(v, ep));
   }
-  if (ep.activation == CUVIL_UK_ACT_SIGMOID) SigmoidInPlace(dst, n);
 }
 
 void DepthwiseRow(float* dst, const float* src, const int64_t* off, const float* wt, int64_t taps,
@@ -213,7 +205,6 @@ void DepthwiseRow(float* dst, const float* src, const int64_t* off, const float*
     if (residual != nullptr) v = _mm256_add_ps(v, _mm256_maskload_ps(residual + i, m));
     _mm256_maskstore_ps(dst + i, m, ActivateAvx2(v, ep));
   }
-  if (ep.activation == CUVIL_UK_ACT_SIGMOID) SigmoidInPlace(dst, n);
 }
 
 // Depthwise straight from the unpadded input. The output is cut into items of 8 columns of one
@@ -359,7 +350,6 @@ bool DepthwisePlane(const cuvil_uk_conv_params& p, const float* x, const float* 
   } else {
     DepthwiseBlocks<2>(p, rows, wt, bias, residual, y, ep);
   }
-  if (ep.activation == CUVIL_UK_ACT_SIGMOID) SigmoidInPlace(y, p.out_height * p.out_width);
   return true;
 }
 

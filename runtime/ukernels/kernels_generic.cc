@@ -27,6 +27,8 @@ float Activate(float v, const Epilogue& ep) {
     }
     case CUVIL_UK_ACT_SIGMOID:
       return 1.0f / (1.0f + std::exp(-v));
+    case CUVIL_UK_ACT_SILU:
+      return v / (1.0f + std::exp(-v));
     default:
       return v;
   }

@@ -55,6 +55,11 @@ struct Epilogue {
   float alpha, beta;
 };
 
+// Sigmoid and SiLU: the activations that need exp (each tier computes it in its own registers).
+inline bool IsExpActivation(int64_t activation) {
+  return activation == CUVIL_UK_ACT_SIGMOID || activation == CUVIL_UK_ACT_SILU;
+}
+
 // The 8-bit sides of a quantized depthwise plane: x and y hold uint8, or int8 when signed.
 struct QuantizedPlane {
   bool x_signed;

@@ -193,7 +193,7 @@ TEST(UkernelsTest, Depthwise) {
       {2, 15, 70, 2, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0, 2},  // stride 2, no padding
   };
   for (const Case& c : cases) {
-    for (int64_t act = 0; act <= CUVIL_UK_ACT_SIGMOID; ++act) RunCase(c, 2, act, act == 2, 2);
+    for (int64_t act = 0; act <= CUVIL_UK_ACT_SILU; ++act) RunCase(c, 2, act, act == 2, 2);
   }
 }
 
@@ -251,7 +251,8 @@ TEST(UkernelsTest, DepthwisePlaneEveryTierEdgeSizes) {
                                      1,
                                      0,
                                      CUVIL_UK_CONV_DEPTHWISE};
-              for (int64_t act : {CUVIL_UK_ACT_NONE, CUVIL_UK_ACT_CLIP, CUVIL_UK_ACT_SIGMOID}) {
+              for (int64_t act : {CUVIL_UK_ACT_NONE, CUVIL_UK_ACT_CLIP, CUVIL_UK_ACT_SIGMOID,
+                                  CUVIL_UK_ACT_SILU}) {
                 for (bool with_res : {false, true}) {
                   p.activation = act;
                   const uk::Epilogue ep{nullptr, nullptr, act,
@@ -318,7 +319,7 @@ TEST(UkernelsTest, DepthwiseMobileNetShapes) {
 }
 
 TEST(UkernelsTest, EveryEpilogue) {
-  for (int64_t act = 0; act <= CUVIL_UK_ACT_SIGMOID; ++act) {
+  for (int64_t act = 0; act <= CUVIL_UK_ACT_SILU; ++act) {
     for (bool res : {false, true}) {
       RunCase({7, 6, 7, 11, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1}, 1, act, res, 1);
       RunCase({7, 6, 7, 11, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1}, 1, act, res, 1);
@@ -345,7 +346,7 @@ TEST(UkernelsTest, TileEveryTierEverySize) {
       for (int64_t k = 0; k < kc; ++k) off[k] = k * kStride + (k % 3);
       for (int64_t mr = 1; mr <= uk::kMR; ++mr) {
         for (int64_t nr = 1; nr <= t->nr; ++nr) {
-          for (int64_t act = -1; act <= CUVIL_UK_ACT_SIGMOID; ++act) {
+          for (int64_t act = -1; act <= CUVIL_UK_ACT_SILU; ++act) {
             // act -1: no epilogue at all; with one, the residual is used on every other (nr, act).
             uk::Epilogue ep{bias.data(), (nr + act) % 2 == 1 ? res.data() : nullptr, act, 0.2f,
                             0.5f};
@@ -391,7 +392,7 @@ TEST(UkernelsTest, RowsEveryTierEveryLength) {
   for (int64_t t = 0; t < kTaps; ++t) off[t] = t * 7;
   for (const uk::Table* t : uk::SupportedTables()) {
     SCOPED_TRACE(t->name);
-    for (int64_t act = 0; act <= CUVIL_UK_ACT_SIGMOID; ++act) {
+    for (int64_t act = 0; act <= CUVIL_UK_ACT_SILU; ++act) {
       const uk::Epilogue ep{nullptr, nullptr, act, act == CUVIL_UK_ACT_CLIP ? -0.3f : 0.2f,
                             act == CUVIL_UK_ACT_CLIP ? 0.4f : 0.5f};
       for (int64_t n = 0; n <= kMax; ++n) {
@@ -421,6 +422,33 @@ TEST(UkernelsTest, RowsEveryTierEveryLength) {
   }
 }
 
+// Sigmoid and SiLU run on each tier's own exp (a polynomial on AVX2 and AVX-512): over the whole
+// float range that matters, including where exp(-x) overflows or underflows, they stay within a
+// few ulp of the libm definition (absolutely within 1e-35 where exp(-x) passes e^87, which the
+// tiers clamp to).
+TEST(UkernelsTest, SigmoidAndSiluAcrossTheFloatRange) {
+  std::vector<float> src;
+  for (float x = -120.0f; x <= 120.0f; x += 0.0371f) src.push_back(x);
+  for (float x : {0.0f, -0.0f, 1e-30f, -1e-30f, 87.5f, -87.5f, 88.7f, -88.7f, 1e30f, -1e30f}) {
+    src.push_back(x);
+  }
+  const int64_t n = static_cast<int64_t>(src.size());
+  for (const uk::Table* t : uk::SupportedTables()) {
+    SCOPED_TRACE(t->name);
+    for (int64_t act : {CUVIL_UK_ACT_SIGMOID, CUVIL_UK_ACT_SILU}) {
+      const uk::Epilogue ep{nullptr, nullptr, act, 0.0f, 0.0f};
+      std::vector<float> got(src.size());
+      t->epilogue_row(got.data(), src.data(), n, 0.0f, nullptr, ep);
+      for (int64_t i = 0; i < n; ++i) {
+        const double x = src[i], sig = 1.0 / (1.0 + std::exp(-x));
+        const double want = act == CUVIL_UK_ACT_SILU ? x * sig : sig;
+        ASSERT_NEAR(got[i], want, 4e-7 * std::fabs(want) + 1e-35)
+            << "act=" << act << " x=" << src[i];
+      }
+    }
+  }
+}
+
 // Big enough for the driver to use a second thread (it keeps small convs on one).
 TEST(UkernelsTest, TwoThreadsShareBigConvs) {
   RunCase({48, 30, 30, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1}, 2, CUVIL_UK_ACT_RELU, true, 2);
@@ -444,7 +472,7 @@ TEST(UkernelsTest, PointwiseColumnTails) {
     for (int64_t c : {5, 160, 300}) {
       const int64_t h = hw == 49 ? 7 : (hw == 196 ? 14 : 1);
       const int64_t m = c == 160 ? 50 : 13;
-      for (int64_t act = 0; act <= CUVIL_UK_ACT_SIGMOID; ++act) {
+      for (int64_t act = 0; act <= CUVIL_UK_ACT_SILU; ++act) {
         RunCase({c, h, hw / h, m, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1}, 1 + act % 2, act, act % 3 == 1,
                 1 + (act + hw) % 2);
       }
@@ -579,6 +607,7 @@ TEST(UkernelsTest, QuantizedDepthwisePlaneDeclinesWhatItCannotComputeAndStaysInI
       {3, 1, 1, CUVIL_UK_ACT_RELU, true},  {3, 2, 1, CUVIL_UK_ACT_NONE, true},
       {5, 1, 1, CUVIL_UK_ACT_NONE, false}, {3, 1, 2, CUVIL_UK_ACT_NONE, false},
       {3, 3, 1, CUVIL_UK_ACT_NONE, false}, {3, 1, 1, CUVIL_UK_ACT_SIGMOID, false},
+      {3, 1, 1, CUVIL_UK_ACT_SILU, false},
   };
   int checked = 0;
   for (const uk::Table* t : uk::SupportedTables()) {

@@ -117,8 +117,9 @@ TEST(UkernelsTest, WinogradReductionBlocksAndBatchChunks) {
 }
 
 TEST(UkernelsTest, WinogradEveryEpilogue) {
-  for (int64_t act : {CUVIL_UK_ACT_NONE, CUVIL_UK_ACT_RELU, CUVIL_UK_ACT_CLIP,
-                      CUVIL_UK_ACT_HARDSIGMOID, CUVIL_UK_ACT_HARDSWISH, CUVIL_UK_ACT_SIGMOID}) {
+  for (int64_t act :
+       {CUVIL_UK_ACT_NONE, CUVIL_UK_ACT_RELU, CUVIL_UK_ACT_CLIP, CUVIL_UK_ACT_HARDSIGMOID,
+        CUVIL_UK_ACT_HARDSWISH, CUVIL_UK_ACT_SIGMOID, CUVIL_UK_ACT_SILU}) {
     RunWinograd({8, 9, 11, 9, 1, 1, 1, 1}, 1, act, act % 2 == 0, 1);
   }
 }

@@ -147,6 +147,84 @@ std::vector<std::string> KernelOps(const LoadedModel& m) {
   return ops;
 }
 
+// NCHW convolution with symmetric padding `pad`, stride 1, in double.
+std::vector<double> ReferenceConv(const std::vector<double>& x, int64_t n, int64_t c, int64_t h,
+                                  int64_t w, const std::vector<float>& wt,
+                                  const std::vector<float>& bias, int64_t m, int64_t k,
+                                  int64_t pad) {
+  const int64_t oh = h + 2 * pad - k + 1, ow = w + 2 * pad - k + 1;
+  std::vector<double> y(n * m * oh * ow);
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t o = 0; o < m; ++o) {
+      for (int64_t i = 0; i < oh; ++i) {
+        for (int64_t j = 0; j < ow; ++j) {
+          double s = bias[o];
+          for (int64_t ci = 0; ci < c; ++ci) {
+            for (int64_t ki = 0; ki < k; ++ki) {
+              for (int64_t kj = 0; kj < k; ++kj) {
+                const int64_t yi = i + ki - pad, xj = j + kj - pad;
+                if (yi < 0 || yi >= h || xj < 0 || xj >= w) continue;
+                s += wt[((o * c + ci) * k + ki) * k + kj] * x[((b * c + ci) * h + yi) * w + xj];
+              }
+            }
+          }
+          y[((b * m + o) * oh + i) * ow + j] = s;
+        }
+      }
+    }
+  }
+  return y;
+}
+
+// Exporters write SiLU as Mul(x, Sigmoid(x)) and, before opset 14, hardswish as
+// Mul(HardSigmoid(x; 1/6, 1/2), x): after a Conv both become its epilogue, in either operand
+// order. A HardSigmoid with other parameters is not hardswish and stays as it is.
+TEST(FusedKernelsTest, ConvGatedActivationsBecomeEpilogues) {
+  constexpr int64_t kC = 4, kM = 8, kH = 9, kW = 9;
+  std::vector<float> w1 = Random(kM * kC * 9, 11), b1 = Random(kM, 12);
+  std::vector<float> w2 = Random(kM * kM, 13), b2 = Random(kM, 14);
+  std::vector<float> w3 = Random(kM * kM, 15), b3 = Random(kM, 16);
+  GraphBuilder b;
+  ir::Value* x =
+      b.Input("x", {SymDim::Batch(), SymDim::Const(kC), SymDim::Const(kH), SymDim::Const(kW)});
+  auto conv = [&](ir::Value* in, const std::string& name, const std::vector<float>& w,
+                  const std::vector<float>& bias, int64_t c, int64_t k) {
+    return b.Op("Conv",
+                {in, b.Const(name + ".w", {kM, c, k, k}, w), b.Const(name + ".b", {kM}, bias)},
+                {{"kernel_shape", std::vector<int64_t>{k, k}},
+                 {"pads", std::vector<int64_t>{k / 2, k / 2, k / 2, k / 2}}});
+  };
+  ir::Value* c1 = conv(x, "c1", w1, b1, kC, 3);
+  ir::Value* silu = b.Op("Mul", {c1, b.Op("Sigmoid", {c1})});
+  ir::Value* c2 = conv(silu, "c2", w2, b2, kM, 1);
+  auto hard = [&](ir::Value* v, float alpha) {
+    return b.Op("HardSigmoid", {v}, {{"alpha", alpha}, {"beta", 0.5f}});
+  };
+  ir::Value* hswish = b.Op("Mul", {hard(c2, 1.0f / 6.0f), c2});
+  ir::Value* c3 = conv(hswish, "c3", w3, b3, kM, 1);
+  b.Output(b.Op("Mul", {c3, hard(c3, 0.2f)}));
+  Compiled c = Compile(b.graph());
+  EXPECT_EQ(KernelOps(*c.model),
+            (std::vector<std::string>{"Conv", "Conv", "Conv", "HardSigmoid", "Mul"}));
+
+  constexpr int64_t kBatch = 2;
+  std::vector<float> in = Random(kBatch * kC * kH * kW, 17, 3);
+  auto out = c.model->Run({Floats({kBatch, kC, kH, kW}, in)});
+  ASSERT_TRUE(out.ok()) << out.status();
+  std::vector<double> v(in.begin(), in.end());
+  v = ReferenceConv(v, kBatch, kC, kH, kW, w1, b1, kM, 3, 1);
+  for (double& e : v) e = e / (1 + std::exp(-e));
+  v = ReferenceConv(v, kBatch, kM, kH, kW, w2, b2, kM, 1, 0);
+  for (double& e : v) e = e * std::min(1.0, std::max(0.0, e / 6 + 0.5));
+  v = ReferenceConv(v, kBatch, kM, kH, kW, w3, b3, kM, 1, 0);
+  for (double& e : v) e = e * std::min(1.0, std::max(0.0, 0.2 * e + 0.5));
+  ASSERT_EQ((*out)[0].num_elements(), static_cast<int64_t>(v.size()));
+  const float* got = (*out)[0].data_as<float>();
+  for (size_t i = 0; i < v.size(); ++i) {
+    EXPECT_NEAR(got[i], v[i], 1e-4 + 1e-4 * std::abs(v[i])) << "at " << i;
+  }
+}
+
 // The PyTorch export of nn.LayerNorm over the last axis, then GELU, becomes two kernels.
 TEST(FusedKernelsTest, LayerNormAndGeluMatchTheUnfusedFormula) {
   constexpr int64_t kC = 40;

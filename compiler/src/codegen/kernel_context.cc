@@ -61,8 +61,23 @@ void KernelContext::ParallelFor(
     const std::function<void(KernelContext&, const Idx&, llvm::Value*, llvm::Value*)>& body) {
   llvm::LLVMContext& c = llvm_context();
   llvm::Type* ptr = builder_.getPtrTy();
+  // The context struct holds the non-constant captures, then the node's input and output
+  // pointers (so in(i) and out(i) work in the body). Constants are used as they are: they belong
+  // to no function, and a loaded copy would hide them from the optimiser (a unit stride would no
+  // longer be known to be one, and the loop would not vectorise).
+  std::vector<llvm::Value*> stored;
+  for (llvm::Value* v : captures) {
+    if (!llvm::isa<llvm::Constant>(v)) stored.push_back(v);
+  }
+  const size_t own = stored.size();
+  for (llvm::Value* v : inputs_) {
+    if (v != nullptr) stored.push_back(v);
+  }
+  for (llvm::Value* v : outputs_) {
+    if (v != nullptr) stored.push_back(v);
+  }
   std::vector<llvm::Type*> fields;
-  for (llvm::Value* v : captures) fields.push_back(v->getType());
+  for (llvm::Value* v : stored) fields.push_back(v->getType());
   llvm::StructType* ctx_ty = llvm::StructType::get(c, fields);
   // The outlined body: void body(ptr ctx, i64 begin, i64 end).
   auto* body_ty = llvm::FunctionType::get(builder_.getVoidTy(), {ptr, I64Ty(), I64Ty()}, false);
@@ -73,16 +88,25 @@ void KernelContext::ParallelFor(
     KernelContext inner(module_, outlined, node_, Outlined{});
     inner.set_registry(registry_, kernel_index_);  // its scratch is the kernel's
     llvm::Value* ctx = outlined->getArg(0);
-    Idx values;
-    for (size_t i = 0; i < captures.size(); ++i) {
-      values.push_back(inner.b().CreateLoad(fields[i], inner.b().CreateStructGEP(ctx_ty, ctx, i)));
+    std::vector<llvm::Value*> loaded;
+    for (size_t i = 0; i < stored.size(); ++i) {
+      loaded.push_back(inner.b().CreateLoad(fields[i], inner.b().CreateStructGEP(ctx_ty, ctx, i)));
     }
+    size_t next = own;
+    for (llvm::Value* v : inputs_) inner.inputs_.push_back(v == nullptr ? nullptr : loaded[next++]);
+    for (llvm::Value* v : outputs_) {
+      inner.outputs_.push_back(v == nullptr ? nullptr : loaded[next++]);
+    }
+    Idx values;
+    size_t at = 0;
+    for (llvm::Value* v : captures)
+      values.push_back(llvm::isa<llvm::Constant>(v) ? v : loaded[at++]);
     body(inner, values, outlined->getArg(1), outlined->getArg(2));
     inner.b().CreateRetVoid();
   }
   llvm::Value* ctx = Scratch(ctx_ty);
-  for (size_t i = 0; i < captures.size(); ++i) {
-    builder_.CreateStore(captures[i], builder_.CreateStructGEP(ctx_ty, ctx, i));
+  for (size_t i = 0; i < stored.size(); ++i) {
+    builder_.CreateStore(stored[i], builder_.CreateStructGEP(ctx_ty, ctx, i));
   }
   CallC("cuvil_rt_parallel_for", builder_.getVoidTy(), {count, cost_per_item, outlined, ctx});
 }
@@ -722,6 +746,16 @@ llvm::Value* ScatterCombine(KernelContext& k, DType d, const std::string& reduct
          : reduction == "mul" ? k.Mul(d, old, v)
          : reduction == "max" ? k.Max(d, old, v)
                               : k.Min(d, old, v);
+}
+
+llvm::Value* ReassocAdd(KernelContext& k, llvm::Value* acc, llvm::Value* x) {
+  llvm::Value* r = k.b().CreateFAdd(acc, x);
+  if (auto* inst = llvm::dyn_cast<llvm::Instruction>(r)) {
+    llvm::FastMathFlags fmf = inst->getFastMathFlags();
+    fmf.setAllowReassoc(true);
+    inst->setFastMathFlags(fmf);
+  }
+  return r;
 }
 
 }  // namespace cuvil::codegen

@@ -186,7 +186,9 @@ class KernelContext {
 
   // Runs body(begin, end) over [0, count) in parallel chunks (cuvil_rt_parallel_for), each item
   // costing about `cost_per_item` multiply-adds: the body is emitted into an outlined function
-  // whose context sees `captures` (pointers or i64 values, in order) as `outlined_values`.
+  // whose context sees `captures` (pointers or i64 values, in order; constants stay constants)
+  // as `outlined_values`, and the node's inputs and outputs as in(i) and out(i). The outlined
+  // context has no symbols, batch or status: capture the dims the body needs.
   void ParallelFor(llvm::Value* count, llvm::Value* cost_per_item,
                    const std::vector<llvm::Value*>& captures,
                    const std::function<void(KernelContext& outlined, const Idx& outlined_values,
@@ -260,6 +262,10 @@ llvm::Value* IndexInRange(KernelContext& k, llvm::Value* idx, llvm::Value* len);
 // ("add", "mul", "max", "min"; shape inference has checked the name).
 llvm::Value* ScatterCombine(KernelContext& k, DType d, const std::string& reduction,
                             llvm::Value* old, llvm::Value* v);
+
+// acc + x with reassociation allowed, so the vectoriser may split a float sum into lanes (ONNX
+// Runtime's sums are vectorised too; the result differs only by rounding).
+llvm::Value* ReassocAdd(KernelContext& k, llvm::Value* acc, llvm::Value* x);
 
 // A mutable scalar in an entry-block stack slot (LLVM promotes it to a register), so loop bodies
 // can update it. Thread-compatible, like the KernelContext it emits into.

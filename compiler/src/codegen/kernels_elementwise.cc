@@ -8,37 +8,135 @@
 
 namespace cuvil::codegen {
 
+namespace {
+
+// Work per element in cuvil_rt_parallel_for's units: a chunk on another thread then has at least
+// 64K elements (tens of microseconds), enough to pay for the hand-off.
+constexpr int64_t kElementCost = 4;
+
+// 1 when input `j` (aligned to the output's rank from the right) spans output dim d, 0 when it is
+// broadcast along it.
+int Spans(const SymShape& in, size_t rank, size_t d) {
+  const size_t offset = rank - in.size();
+  return d >= offset && !(in[d - offset] == SymDim::Const(1)) ? 1 : 0;
+}
+
+}  // namespace
+
 void EmitBroadcastElementwise(KernelContext& k, const std::vector<size_t>& inputs,
                               const ScalarFn& scalar) {
   const SymShape& out_shape = k.out_shape(0);
-  DType out_dtype = k.out_dtype(0);
-  bool flat = true;
-  for (size_t i : inputs) {
-    const SymShape& s = k.in_shape(i);
-    flat &= s == out_shape || SymNumElements(s) == SymDim::Const(1);
+  const DType out_dtype = k.out_dtype(0);
+  const size_t rank = out_shape.size();
+  // Consecutive output dims that every input spans alike form one loop (x[N,C,H,W] * s[N,C,1,1]
+  // is a loop over N*C rows of H*W), strided per input by the stride of the group's last dim.
+  // Dims of extent 1 join any group.
+  std::vector<std::pair<size_t, size_t>> groups;  // [first, last] output dims
+  for (size_t d = 0; d < rank; ++d) {
+    if (out_shape[d] == SymDim::Const(1)) continue;
+    bool join = !groups.empty();
+    for (size_t j = 0; join && j < inputs.size(); ++j) {
+      const SymShape& in = k.in_shape(inputs[j]);
+      join = Spans(in, rank, groups.back().second) == Spans(in, rank, d);
+    }
+    if (join) {
+      groups.back().second = d;
+    } else {
+      groups.push_back({d, d});
+    }
   }
-  if (flat) {
-    // Same-shape or scalar operands: one contiguous loop the vectoriser handles well.
-    k.For(k.I64(0), k.NumElements(out_shape), [&](llvm::Value* i) {
+  const Idx out_strides = k.Strides(out_shape);
+  std::vector<Idx> in_strides;
+  for (size_t in : inputs) in_strides.push_back(k.BroadcastStrides(k.in_shape(in), out_shape));
+  // Per group: extent, then each input's stride, then the output's.
+  Idx extents;
+  std::vector<Idx> strides(inputs.size() + 1);
+  for (const auto& [first, last] : groups) {
+    SymDim extent = SymDim::Const(1);
+    for (size_t d = first; d <= last; ++d) extent = SymMul(extent, out_shape[d]);
+    extents.push_back(k.Dim(extent));
+    for (size_t j = 0; j < inputs.size(); ++j) strides[j].push_back(in_strides[j][last]);
+    strides.back().push_back(out_strides[last]);
+  }
+  if (groups.empty()) {  // one element
+    extents.push_back(k.I64(1));
+    for (Idx& st : strides) st.push_back(k.I64(0));
+  }
+  const size_t g = extents.size();
+  // One element row: every group but the last picks a row, the last runs as the inner loop.
+  auto row_body = [&](KernelContext& o, const Idx& base, llvm::Value* begin, llvm::Value* end,
+                      const Idx& inner_strides) {
+    auto& b = o.b();
+    o.For(begin, end, [&](llvm::Value* i) {
       std::vector<llvm::Value*> vals;
-      for (size_t in : inputs) {
-        bool scalar_in = SymNumElements(k.in_shape(in)) == SymDim::Const(1);
-        vals.push_back(k.Load(k.in_dtype(in), k.in(in), scalar_in ? k.I64(0) : i));
+      for (size_t j = 0; j < inputs.size(); ++j) {
+        llvm::Value* at = b.CreateAdd(base[j], b.CreateMul(i, inner_strides[j]));
+        vals.push_back(o.Load(o.in_dtype(inputs[j]), o.in(inputs[j]), at));
       }
-      k.Store(out_dtype, k.out(0), i, scalar(k, vals));
+      llvm::Value* at = b.CreateAdd(base.back(), b.CreateMul(i, inner_strides.back()));
+      o.Store(out_dtype, o.out(0), at, scalar(o, vals));
     });
+  };
+  // Strings move through heaps the outlined body cannot reach: they stay on this thread.
+  bool parallel = out_dtype != DType::kString;
+  for (size_t in : inputs) parallel &= k.in_dtype(in) != DType::kString;
+  std::vector<llvm::Value*> captures(extents.begin(), extents.end());
+  for (const Idx& st : strides) captures.insert(captures.end(), st.begin(), st.end());
+  // Unpacks the captured extents and strides in a body's context.
+  auto unpack = [&](const Idx& v, Idx* ext, std::vector<Idx>* st) {
+    ext->assign(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(g));
+    st->assign(strides.size(), Idx());
+    size_t at = g;
+    for (Idx& s : *st) {
+      for (size_t i = 0; i < g; ++i) s.push_back(v[at++]);
+    }
+  };
+  auto innermost = [&](const std::vector<Idx>& st) {
+    Idx inner;
+    for (const Idx& s : st) inner.push_back(s[g - 1]);
+    return inner;
+  };
+  if (g == 1) {
+    // One loop over everything (same-shape or scalar operands): contiguous, vectorised.
+    auto flat = [&](KernelContext& o, const Idx& v, llvm::Value* begin, llvm::Value* end) {
+      Idx ext;
+      std::vector<Idx> st;
+      unpack(v, &ext, &st);
+      row_body(o, Idx(strides.size(), o.I64(0)), begin, end, innermost(st));
+    };
+    if (parallel) {
+      k.ParallelFor(extents[0], k.I64(kElementCost), captures, flat);
+    } else {
+      flat(k, captures, k.I64(0), extents[0]);
+    }
     return;
   }
-  std::vector<Idx> strides;
-  for (size_t in : inputs) strides.push_back(k.BroadcastStrides(k.in_shape(in), out_shape));
-  Idx out_strides = k.Strides(out_shape);
-  k.ForNest(k.Dims(out_shape), [&](const Idx& idx) {
-    std::vector<llvm::Value*> vals;
-    for (size_t j = 0; j < inputs.size(); ++j) {
-      vals.push_back(k.Load(k.in_dtype(inputs[j]), k.in(inputs[j]), k.Offset(idx, strides[j])));
-    }
-    k.Store(out_dtype, k.out(0), k.Offset(idx, out_strides), scalar(k, vals));
-  });
+  // Rows over the outer groups; row r's index in each is found by division from the right.
+  auto rows = [&](KernelContext& o, const Idx& v, llvm::Value* begin, llvm::Value* end) {
+    auto& b = o.b();
+    Idx ext;
+    std::vector<Idx> st;
+    unpack(v, &ext, &st);
+    o.For(begin, end, [&](llvm::Value* r) {
+      Idx base(st.size(), o.I64(0));
+      llvm::Value* rest = r;
+      for (size_t d = g - 1; d-- > 0;) {
+        llvm::Value* idx = d == 0 ? rest : b.CreateURem(rest, ext[d]);
+        if (d > 0) rest = b.CreateUDiv(rest, ext[d]);
+        for (size_t j = 0; j < st.size(); ++j) {
+          base[j] = b.CreateAdd(base[j], b.CreateMul(idx, st[j][d]));
+        }
+      }
+      row_body(o, base, o.I64(0), ext[g - 1], innermost(st));
+    });
+  };
+  llvm::Value* row_count = k.I64(1);
+  for (size_t d = 0; d + 1 < g; ++d) row_count = k.b().CreateMul(row_count, extents[d]);
+  if (parallel) {
+    k.ParallelFor(row_count, k.b().CreateMul(extents[g - 1], k.I64(kElementCost)), captures, rows);
+  } else {
+    rows(k, captures, k.I64(0), row_count);
+  }
 }
 
 namespace {

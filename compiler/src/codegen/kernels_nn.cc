@@ -800,7 +800,8 @@ absl::Status EmitPool(KernelContext& k, bool is_max) {
   return absl::OkStatus();
 }
 
-// GlobalAveragePool / GlobalMaxPool: one contiguous reduction per (n, c) plane.
+// GlobalAveragePool / GlobalMaxPool: one contiguous reduction per (n, c) plane, planes split among
+// the execution's threads. The average's sum may be reassociated, so it runs in vector lanes.
 absl::Status EmitGlobalPool(KernelContext& k, bool is_max) {
   DType dt = k.in_dtype(0);
   if (!is_max && !IsFloat(dt)) return k.Unsupported("GlobalAveragePool on integer tensors");
@@ -808,19 +809,23 @@ absl::Status EmitGlobalPool(KernelContext& k, bool is_max) {
   const SymShape& shape = k.in_shape(0);
   llvm::Value* planes = b.CreateMul(k.Dim(shape[0]), k.Dim(shape[1]));
   llvm::Value* plane_size = k.NumElements(SymShape(shape.begin() + 2, shape.end()));
-  llvm::Value* acc = k.Scratch(k.ElemType(dt));
-  k.For(k.I64(0), planes, [&](llvm::Value* p) {
-    llvm::Value* x_plane = b.CreateMul(p, plane_size);
-    b.CreateStore(is_max ? k.Lowest(dt) : k.Const(dt, 0), acc);
-    k.For(k.I64(0), plane_size, [&](llvm::Value* i) {
-      llvm::Value* v = k.Load(dt, k.in(0), b.CreateAdd(x_plane, i));
-      llvm::Value* cur = b.CreateLoad(k.ElemType(dt), acc);
-      b.CreateStore(is_max ? k.Max(dt, cur, v) : k.Add(dt, cur, v), acc);
-    });
-    llvm::Value* result = b.CreateLoad(k.ElemType(dt), acc);
-    if (!is_max) result = k.Div(dt, result, k.Convert(plane_size, DType::kInt64, dt));
-    k.Store(dt, k.out(0), p, result);
-  });
+  k.ParallelFor(planes, plane_size, {plane_size},
+                [dt, is_max](KernelContext& o, const Idx& v, llvm::Value* begin, llvm::Value* end) {
+                  auto& ob = o.b();
+                  llvm::Value* size = v[0];
+                  ScalarVar acc(o, is_max ? o.Lowest(dt) : o.Const(dt, 0));
+                  o.For(begin, end, [&](llvm::Value* p) {
+                    llvm::Value* x_plane = ob.CreateMul(p, size);
+                    acc.set(is_max ? o.Lowest(dt) : o.Const(dt, 0));
+                    o.For(o.I64(0), size, [&](llvm::Value* i) {
+                      llvm::Value* x = o.Load(dt, o.in(0), ob.CreateAdd(x_plane, i));
+                      acc.set(is_max ? o.Max(dt, acc.get(), x) : ReassocAdd(o, acc.get(), x));
+                    });
+                    llvm::Value* result = acc.get();
+                    if (!is_max) result = o.Div(dt, result, o.Convert(size, DType::kInt64, dt));
+                    o.Store(dt, o.out(0), p, result);
+                  });
+                });
   return absl::OkStatus();
 }
 

@@ -63,18 +63,6 @@ void ForRow(KernelContext& k, const AxisSplit& s, llvm::Value* base,
   });
 }
 
-// acc + x with reassociation allowed, so the vectoriser may split a float sum into lanes (ONNX
-// Runtime's sums are vectorised too; the result differs only by rounding).
-llvm::Value* ReassocAdd(KernelContext& k, llvm::Value* acc, llvm::Value* x) {
-  llvm::Value* r = k.b().CreateFAdd(acc, x);
-  if (auto* inst = llvm::dyn_cast<llvm::Instruction>(r)) {
-    llvm::FastMathFlags fmf = inst->getFastMathFlags();
-    fmf.setAllowReassoc(true);
-    inst->setFastMathFlags(fmf);
-  }
-  return r;
-}
-
 // ---- Reduce* ----
 
 using ScalarOp = llvm::Value* (*)(KernelContext&, DType, llvm::Value*, llvm::Value*);

@@ -21,6 +21,7 @@ enum cuvil_uk_activation : int64_t {
   CUVIL_UK_ACT_HARDSIGMOID = 3,  // max(0, min(1, alpha * x + beta))
   CUVIL_UK_ACT_HARDSWISH = 4,    // x * max(0, min(1, x / 6 + 1 / 2))
   CUVIL_UK_ACT_SIGMOID = 5,
+  CUVIL_UK_ACT_SILU = 6,  // x * sigmoid(x) (SiLU, Swish): ONNX Mul(x, Sigmoid(x))
 };
 
 // Geometry of a 2-D NCHW convolution; generated code stores it as a constant array of int64.
