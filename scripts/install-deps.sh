@@ -19,6 +19,7 @@ PACKAGES=(
   curl
   g++-aarch64-linux-gnu qemu-user
   wasi-libc libclang-rt-19-dev-wasm32
+  gcc-arm-none-eabi libnewlib-arm-none-eabi libstdc++-arm-none-eabi-dev qemu-system-arm
 )
 
 missing=()

@@ -102,7 +102,9 @@ absl::StatusOr<std::string> EmitGlue(const std::vector<AotTier>& tiers,
   if (target == nullptr) return absl::InternalError(absl::StrCat("LLVM target lookup: ", error));
   std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
       triple, "generic", "", llvm::TargetOptions(),
-      llvm::Triple(triple).isWasm() ? llvm::Reloc::Static : llvm::Reloc::PIC_,
+      llvm::Triple(triple).isWasm() || llvm::Triple(triple).getOS() == llvm::Triple::UnknownOS
+          ? llvm::Reloc::Static
+          : llvm::Reloc::PIC_,
       llvm::CodeModel::Small, llvm::CodeGenOptLevel::Default));
   if (tm == nullptr) return absl::InternalError(absl::StrCat("LLVM cannot target ", triple));
   llvm::LLVMContext ctx;
@@ -244,6 +246,7 @@ absl::StatusOr<std::string> EmitGlue(const std::vector<AotTier>& tiers,
     auto* fn =
         llvm::Function::Create(llvm::FunctionType::get(size_ty, {i64}, false),
                                llvm::GlobalValue::ExternalLinkage, name + "_arena_bytes", module);
+    fn->addFnAttr(llvm::Attribute::NoUnwind);
     llvm::IRBuilder<> b(llvm::BasicBlock::Create(ctx, "entry", fn));
     b.CreateRet(b.CreateCall(rt, {pick(b, descs), fn->getArg(0)}));
   }
@@ -254,6 +257,7 @@ absl::StatusOr<std::string> EmitGlue(const std::vector<AotTier>& tiers,
     auto* run_ty = llvm::FunctionType::get(i32, {ptr, ptr, i64, ptr}, false);
     auto* fn =
         llvm::Function::Create(run_ty, llvm::GlobalValue::ExternalLinkage, name + "_run", module);
+    fn->addFnAttr(llvm::Attribute::NoUnwind);
     llvm::IRBuilder<> b(llvm::BasicBlock::Create(ctx, "entry", fn));
     b.CreateRet(b.CreateCall(
         rt, {pick(b, descs), fn->getArg(0), fn->getArg(1), fn->getArg(2), fn->getArg(3)}));
@@ -262,6 +266,7 @@ absl::StatusOr<std::string> EmitGlue(const std::vector<AotTier>& tiers,
   {
     auto* fn = llvm::Function::Create(llvm::FunctionType::get(ptr, false),
                                       llvm::GlobalValue::ExternalLinkage, name + "_tier", module);
+    fn->addFnAttr(llvm::Attribute::NoUnwind);
     llvm::IRBuilder<> b(llvm::BasicBlock::Create(ctx, "entry", fn));
     b.CreateRet(pick(b, tier_names));
   }
@@ -640,9 +645,16 @@ std::string HeaderText(const std::vector<AotTier>& tiers, const std::string& nam
     cpus.push_back(absl::StrCat(CommentSafe(t.cpu), t.min_level > 1 ? " (x86-64 level " : "",
                                 t.min_level > 1 ? absl::StrCat(t.min_level, ")") : ""));
   }
+  const llvm::Triple triple(target_triple);
   const std::string link = absl::StrReplaceAll(
-      llvm::Triple(target_triple).isWasm()
+      triple.isWasm()
           ? "clang --target=wasm32-wasi app.c libLIB.a -lm  (wasi-libc; run under a WASI runtime)"
+      : triple.isThumb() && triple.getOS() == llvm::Triple::UnknownOS
+          ? "arm-none-eabi-gcc -mcpu=cortex-m7 -mfpu=fpv5-sp-d16 -mfloat-abi=hard -mthumb\n"
+            " *        startup.c app.c libLIB.a -lm -T board.ld -Wl,--gc-sections  (newlib; bare\n"
+            " *        metal: no heap is used, no threads; the weights are read-only data for\n"
+            " *        flash and the arena is the only RAM a call needs besides its stack. Not\n"
+            " *        reentrant from interrupt handlers: the runtime's buffers are static)"
           : "cc app.c libLIB.a -lm      (the library needs only the C library and libm)",
       {{"LIB", name}});
   std::string upper = name;
@@ -945,12 +957,20 @@ absl::StatusOr<std::string> ConfigureAotTarget(const std::string& target, Compil
     if (options->target_features.empty()) options->target_features = "-simd128";
     return std::string("libcuvil_aot_runtime-wasm32-scalar.a");
   }
+  if (target == "cortex-m7") {
+    // Bare-metal ARM Cortex-M7: Thumb-2 with the DSP extension and the single-precision FPv5
+    // (fpv5-sp-d16, hard-float ABI), so no kernel relies on double-precision hardware.
+    options->target_triple = "thumbv7em-none-eabihf";
+    if (options->target_cpu.empty()) options->target_cpu = "cortex-m7";
+    if (options->target_features.empty()) options->target_features = "+dsp,-fp64,-d32";
+    return std::string("libcuvil_aot_runtime-cortex-m7.a");
+  }
   if (target == "x86_64") {
     return absl::UnimplementedError(
         absl::StrCat("target ", target, " is not supported yet on this ", host, " host"));
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("target: one of x86_64, aarch64, wasm32, wasm32-scalar, not '", target, "'"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "target: one of x86_64, aarch64, wasm32, wasm32-scalar, cortex-m7, not '", target, "'"));
 }
 
 absl::Status CompileAotLibrary(const AotSource& source, CompileOptions options, AotOptions aot,

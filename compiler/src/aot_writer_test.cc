@@ -1,6 +1,6 @@
 // WriteAotLibrary with several bodies of one model: what goes into the archive and the header,
 // one weights blob for byte-equal weights, and the refusals. Linking and running such a library
-// on every body is tests/aot/aot_models.sh (ctest aot_body_*).
+// on every body is tests/aot/aot_models.sh (ctest aot_body_*). Also the cortex-m7 target's setup.
 #include "cuvil/compiler/aot_writer.h"
 
 #include <unistd.h>
@@ -137,6 +137,35 @@ TEST_F(AotWriterTest, BadBodyListsAreRefusedAndWriteNothing) {
   EXPECT_EQ(data_sized.code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(data_sized.message().find("NonZero 'nz'"), std::string::npos) << data_sized;
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/libtiny.a"));
+}
+
+// --target cortex-m7: Thumb-2 for bare metal with the single-precision FPU; the model compiles to a
+// 32-bit ARM ELF object and the header shows the arm-none-eabi-gcc link. The firmware built from
+// such a library runs under QEMU in tests/aot/cortex_m7 (ctest aot_cortex_m7_*).
+TEST(AotTargetTest, CortexM7IsBareMetalThumbWithSinglePrecisionFpu) {
+  CompileOptions options;
+  auto runtime = ConfigureAotTarget("cortex-m7", &options);
+  ASSERT_TRUE(runtime.ok()) << runtime.status();
+  EXPECT_EQ(*runtime, "libcuvil_aot_runtime-cortex-m7.a");
+  EXPECT_EQ(options.target_triple, "thumbv7em-none-eabihf");
+  EXPECT_EQ(options.target_cpu, "cortex-m7");
+  EXPECT_NE(options.target_features.find("-fp64"), std::string::npos) << options.target_features;
+  auto compiled = CompileOnnxBytes(MatMulModel(8), options);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  const std::string& object = compiled->object_code;
+  ASSERT_GT(object.size(), 20u);
+  EXPECT_EQ(object.substr(0, 4),
+            "\x7f"
+            "ELF");
+  EXPECT_EQ(object[4], 1) << "ELFCLASS32";
+  EXPECT_EQ(static_cast<uint8_t>(object[18]) | static_cast<uint8_t>(object[19]) << 8, 40)
+      << "EM_ARM";
+  const std::string header = AotHeader(*compiled, "tiny", "tiny.onnx", options.target_triple);
+  EXPECT_NE(header.find("arm-none-eabi-gcc -mcpu=cortex-m7 -mfpu=fpv5-sp-d16"), std::string::npos)
+      << header;
+  auto unknown = ConfigureAotTarget("cortex-m4", &options);
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(unknown.status().message().find("cortex-m7"), std::string::npos);
 }
 
 }  // namespace

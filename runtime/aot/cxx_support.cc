@@ -3,7 +3,9 @@
 // every symbol defined in the library a private per-library name when it writes libNAME.a, so
 // these never replace or clash with a C++ program's own operator new or guard functions.
 // Thread-safe: the guard functions serialise first-time initialisation of function statics.
+#if !defined(CUVIL_AOT_BARE_METAL)
 #include <sched.h>
+#endif
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -29,6 +31,16 @@ namespace std {
 [[noreturn]] void __throw_bad_array_new_length() { abort(); }
 }  // namespace std
 
+#if defined(CUVIL_AOT_BARE_METAL)
+// Bare metal (the Cortex-M7 runtime): one thread and no OS. That runtime is compiled with
+// -fno-threadsafe-statics and with thread_local as static (runtime/aot/CMakeLists.txt), so
+// nothing calls the guard or thread-exit functions below. Static destructors register with
+// __aeabi_atexit against this library's own DSO handle (crtbegin.o's, which bare-metal programs
+// linked with -nostartfiles lack).
+extern "C" {
+__attribute__((visibility("hidden"))) void* __dso_handle = &__dso_handle;
+}
+#else
 extern "C" {
 
 #if defined(__wasm__)
@@ -72,3 +84,4 @@ void __cxa_guard_abort(uint64_t* guard) {
 }
 
 }  // extern "C"
+#endif  // CUVIL_AOT_BARE_METAL

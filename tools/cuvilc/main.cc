@@ -7,7 +7,7 @@
 //                  [--jit-cache-max-bytes N] [--no-jit-cache] [--compile-tier tiered|fast|full]
 //                  [--dim-multiple NAME=K]
 //   cuvilc compile MODEL.onnx --aot OUT_DIR [--name NAME]
-//                  [--target x86_64|aarch64|wasm32|wasm32-scalar]
+//                  [--target x86_64|aarch64|wasm32|wasm32-scalar|cortex-m7]
 //                  [--cpu CPU] [--aot-runtime FILE]
 #include <algorithm>
 #include <chrono>
@@ -63,7 +63,9 @@ constexpr char kUsage[] =
     "      OUT_DIR/NAME.h (its C API); NAME defaults to the model file's stem; T: the host's\n"
     "      architecture (default), aarch64 (Linux, NEON) or wasm32 (wasm32-wasi with SIMD128:\n"
     "      link with clang --target=wasm32-wasi and wasi-libc, run under a WASI runtime such as\n"
-    "      Node's node:wasi), wasm32-scalar (the same without SIMD128); CPU: an LLVM CPU\n"
+    "      Node's node:wasi), wasm32-scalar (the same without SIMD128), cortex-m7 (bare-metal\n"
+    "      Thumb-2 with the DSP extension and fpv5-sp-d16: link with arm-none-eabi-gcc and\n"
+    "      newlib, see tests/aot/cortex_m7); CPU: an LLVM CPU\n"
     "      name, or host for this machine's\n"
     "      CPU only; an x86_64 library without --cpu holds x86-64-v4 (AVX-512), x86-64-v3 (AVX2)\n"
     "      and baseline x86-64 bodies and runs the best one the CPU allows (NAME_tier() names\n"

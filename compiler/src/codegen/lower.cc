@@ -97,8 +97,12 @@ std::unique_ptr<llvm::TargetMachine> MakeTargetMachine(const HostTarget& h, int 
                : opt_level == 0 ? llvm::CodeGenOptLevel::None
                                 : llvm::CodeGenOptLevel::Default;
   // WebAssembly objects link statically (PIC there means Emscripten-style dynamic linking, with
-  // GOT imports that a static wasm-ld link cannot satisfy).
-  const auto reloc = llvm::Triple(h.triple).isWasm() ? llvm::Reloc::Static : llvm::Reloc::PIC_;
+  // GOT imports that a static wasm-ld link cannot satisfy); so do bare-metal ones (no OS, e.g.
+  // Cortex-M firmware: a GOT would need the board's linker script to place and copy it).
+  const llvm::Triple triple(h.triple);
+  const auto reloc = triple.isWasm() || triple.getOS() == llvm::Triple::UnknownOS
+                         ? llvm::Reloc::Static
+                         : llvm::Reloc::PIC_;
   return std::unique_ptr<llvm::TargetMachine>(h.target->createTargetMachine(
       h.triple, h.cpu, h.features, options, reloc, llvm::CodeModel::Small, level));
 }
