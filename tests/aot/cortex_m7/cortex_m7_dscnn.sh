@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The keyword-spotting DS-CNN on the emulated Cortex-M7: make_dscnn.py writes the model and three
+# data sets (PyTorch, random weights with a fixed seed), then the float model runs through
+# cortex_m7_models.sh (within 1e-4 of PyTorch) and its per-channel INT8 copy through
+# cortex_m7_int8.sh (within one quantisation step of the host's run of that copy). Both print
+# the library's flash and SRAM bytes and the instructions per inference.
+# usage: cortex_m7_dscnn.sh CUVIL_QUANTIZE CUVILC SOURCE_DIR WORK_DIR
+# Exits 77 (skip) when /usr/bin/python3 cannot import torch and onnx, or the ARM tools are missing.
+set -uo pipefail
+quantize=$1 cuvilc=$2 src=$3 work=$4
+board=$src/tests/aot/cortex_m7
+python=${PYTHON:-/usr/bin/python3}
+if ! "$python" -c 'import torch, onnx' 2> /dev/null; then
+  echo "SKIP: $python cannot import torch and onnx (python3-torch, python3-onnx)"
+  exit 77
+fi
+rm -rf "$work" && mkdir -p "$work/models"
+"$python" "$board/make_dscnn.py" "$work/models/dscnn" || { echo "FAIL: make_dscnn.py"; exit 1; }
+"$board/cortex_m7_models.sh" "$cuvilc" "$src" "$work/models" "$work/float" dscnn
+rc=$?
+((rc == 0)) || exit $rc
+"$board/cortex_m7_int8.sh" "$quantize" "$cuvilc" "$src" "$work/models" "$work/int8" dscnn
