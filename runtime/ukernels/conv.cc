@@ -29,7 +29,15 @@
 namespace cuvil::uk {
 namespace {
 
-enum Slot { kSlotPhases, kSlotTile, kSlotPlane, kSlotQuantIn, kSlotQuantOut, kNumSlots };
+enum Slot {
+  kSlotPhases,
+  kSlotTile,
+  kSlotPlane,
+  kSlotQuantIn,
+  kSlotQuantOut,
+  kSlotTrimmedWeights,
+  kNumSlots
+};
 
 float* ThreadScratch(Slot slot, size_t floats) {
   thread_local ThreadBuffer buffers[kNumSlots];
@@ -80,15 +88,31 @@ int64_t PhaseSlot(const cuvil_uk_conv_params& p, int64_t py, int64_t px) {
 // Stride-phase planes of one channel: plane (py, px) row i column j holds the zero-padded input
 // at padded coordinates (i * SH + py, j * SW + px).
 // Only the planes some tap reads are stored (a 1x1 stride-2 conv keeps one of four).
+//
+// When the planes would be much wider than the output (pads and dilation large against the map:
+// DeepLab's ASPP pads a 14x14 map by 12 on each side), most computed columns would be dropped;
+// such a conv instead stores B itself (im2col): one row of OH*OW floats per reduction row, so
+// every computed column is an output.
 struct Phases {
-  int64_t hs, ws;   // rows and columns of one phase plane
-  int64_t channel;  // floats per channel (every stored phase plane)
+  int64_t hs, ws;   // rows and columns of one phase plane (im2col: OH and OW)
+  int64_t channel;  // floats per channel (every stored phase plane, or KH*KW rows of ldb)
   int64_t slack;    // zero floats after the last channel (reads past the last valid column)
   bool direct;      // 1x1, stride 1, no padding: read X itself
+  bool im2col;      // B stored row by row (ldb floats apart)
+  int64_t ldb;
 };
 
-Phases PlanPhases(const cuvil_uk_conv_params& p, int64_t nr) {
+// Phase planes that take at least this many times the output's tiles switch to im2col (numerator,
+// denominator), if its B stays under kMaxIm2colFloats per image. Counted in tiles: a 7x7 map
+// padded to 9x9 is one 64-column tile either way, and im2col would only add its 9x larger B.
+constexpr int64_t kIm2colWaste[2] = {3, 2};
+constexpr int64_t kMaxIm2colFloats = int64_t{16} << 20;
+
+// `gemm`: for ConvGemm, which may take im2col (the depthwise planes never do).
+Phases PlanPhases(const cuvil_uk_conv_params& p, int64_t nr, bool gemm) {
   Phases ph;
+  ph.im2col = false;
+  ph.ldb = 0;
   ph.direct = p.kernel_h == 1 && p.kernel_w == 1 && p.stride_h == 1 && p.stride_w == 1 &&
               p.pad_top == 0 && p.pad_left == 0 && p.out_height == p.height &&
               p.out_width == p.width;
@@ -108,7 +132,51 @@ Phases PlanPhases(const cuvil_uk_conv_params& p, int64_t nr) {
   for (int64_t px = 0; px < p.stride_w; ++px) cols += PhaseColUsed(p, px) ? 1 : 0;
   ph.channel = rows * cols * ph.hs * ph.ws;
   ph.slack = ph.ws + 2 * nr;
+  const int64_t pixels = p.out_height * p.out_width;
+  const int64_t ldb = CeilDiv(pixels, 16) * 16;  // rows 64-byte aligned
+  if (gemm &&
+      CeilDiv(ph.hs * ph.ws, nr) * kIm2colWaste[1] >= CeilDiv(pixels, nr) * kIm2colWaste[0] &&
+      p.channels * p.kernel_h * p.kernel_w * ldb <= kMaxIm2colFloats) {
+    ph.im2col = true;
+    ph.ldb = ldb;
+    ph.hs = p.out_height;
+    ph.ws = p.out_width;
+    ph.channel = p.kernel_h * p.kernel_w * ldb;
+    ph.slack = 2 * nr;
+  }
   return ph;
+}
+
+// Floor of a / b for b > 0 (a may be negative).
+int64_t FloorDiv(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+// Fills the KH*KW im2col rows of one input channel `x` ([H][W]) into `dst`: row (ky, kx) column
+// oy * OW + ox holds the zero-padded input at (oy * SH - PT + ky * DH, ox * SW - PL + kx * DW).
+void FillIm2col(const Table& t, const cuvil_uk_conv_params& p, const Phases& ph, const float* x,
+                float* dst) {
+  const int64_t pixels = p.out_height * p.out_width;
+  for (int64_t ky = 0; ky < p.kernel_h; ++ky) {
+    for (int64_t kx = 0; kx < p.kernel_w; ++kx) {
+      float* row = dst + (ky * p.kernel_w + kx) * ph.ldb;
+      // Output columns ox whose input column ox * SW - PL + kx * DW lies in [0, W).
+      const int64_t shift = kx * p.dilation_w - p.pad_left;
+      const int64_t j0 =
+          std::clamp<int64_t>(FloorDiv(-shift + p.stride_w - 1, p.stride_w), 0, p.out_width);
+      const int64_t j1 = std::clamp<int64_t>(FloorDiv(p.width - shift + p.stride_w - 1, p.stride_w),
+                                             j0, p.out_width);
+      for (int64_t oy = 0; oy < p.out_height; ++oy) {
+        const int64_t iy = oy * p.stride_h - p.pad_top + ky * p.dilation_h;
+        float* out = row + oy * p.out_width;
+        if (iy < 0 || iy >= p.height || j0 >= j1) {
+          t.pad_row(out, p.out_width, x, 0, 0, 1);
+        } else {
+          t.pad_row(out, p.out_width, x + iy * p.width + j0 * p.stride_w + shift, j0, j1,
+                    p.stride_w);
+        }
+      }
+      std::memset(row + pixels, 0, static_cast<size_t>(ph.ldb - pixels) * sizeof(float));
+    }
+  }
 }
 
 // Fills the phase planes of one input channel `x` ([H][W]) into `dst`.
@@ -140,6 +208,10 @@ void FillPhases(const Table& t, const cuvil_uk_conv_params& p, const Phases& ph,
 // for r < cg * KH * KW.
 void TapOffsets(const cuvil_uk_conv_params& p, const Phases& ph, int64_t cg, int64_t* off) {
   const int64_t taps = p.kernel_h * p.kernel_w;
+  if (ph.im2col) {
+    for (int64_t r = 0; r < cg * taps; ++r) off[r] = (r / taps) * ph.channel + (r % taps) * ph.ldb;
+    return;
+  }
   for (int64_t ky = 0; ky < p.kernel_h; ++ky) {
     for (int64_t kx = 0; kx < p.kernel_w; ++kx) {
       const int64_t dy = ky * p.dilation_h, dx = kx * p.dilation_w;
@@ -201,17 +273,82 @@ GemmTasks PlanGemmTasks(int64_t batch, int64_t g_count, int64_t mg, int64_t nq, 
   return g;
 }
 
+// The kernel rows [lo, hi] (or columns) that read some input element for some output: with a
+// dilation as large as the map (DeepLab's ASPP, dilations 24 and 36 over 14x14), the outer taps
+// read only padding for every output. lo > hi when none does.
+struct LiveTaps {
+  int64_t lo, hi;
+};
+LiveTaps LiveTapRange(int64_t kernel, int64_t dilation, int64_t stride, int64_t pad, int64_t in,
+                      int64_t out) {
+  LiveTaps live{kernel, -1};
+  for (int64_t t = 0; t < kernel; ++t) {
+    // The input rows this tap reads run from `first` to `last` (stride apart): dead when that
+    // span misses [0, in) entirely.
+    const int64_t first = t * dilation - pad, last = (out - 1) * stride + first;
+    if (last < 0 || first >= in) continue;
+    live.lo = std::min(live.lo, t);
+    live.hi = std::max(live.hi, t);
+  }
+  return live;
+}
+
+// A conv whose dead outer taps are cut off: the same outputs from a smaller kernel whose pads
+// shrink by the taps cut (they may turn negative: the window then starts inside the input).
+// Returns false when every tap is live (or none is: the plain path handles that).
+bool TrimDeadTaps(const cuvil_uk_conv_params& p, cuvil_uk_conv_params* trimmed, LiveTaps* rows,
+                  LiveTaps* cols) {
+  *rows = LiveTapRange(p.kernel_h, p.dilation_h, p.stride_h, p.pad_top, p.height, p.out_height);
+  *cols = LiveTapRange(p.kernel_w, p.dilation_w, p.stride_w, p.pad_left, p.width, p.out_width);
+  if (rows->lo > rows->hi || cols->lo > cols->hi) return false;
+  if (rows->lo == 0 && rows->hi == p.kernel_h - 1 && cols->lo == 0 && cols->hi == p.kernel_w - 1) {
+    return false;
+  }
+  *trimmed = p;
+  trimmed->kernel_h = rows->hi - rows->lo + 1;
+  trimmed->kernel_w = cols->hi - cols->lo + 1;
+  trimmed->pad_top = p.pad_top - rows->lo * p.dilation_h;
+  trimmed->pad_left = p.pad_left - cols->lo * p.dilation_w;
+  return true;
+}
+
+// Copies the packed weights of the live taps into `dst`, packed as for the trimmed kernel.
+void PackLiveTaps(const cuvil_uk_conv_params& p, const float* w, LiveTaps rows, LiveTaps cols,
+                  float* dst) {
+  const int64_t cg = p.channels / p.groups, mg = p.out_channels / p.groups;
+  const int64_t panels = CeilDiv(mg, kMR);
+  const int64_t kh = rows.hi - rows.lo + 1, kw = cols.hi - cols.lo + 1;
+  const int64_t k_dim = cg * p.kernel_h * p.kernel_w, k_live = cg * kh * kw;
+  for (int64_t gp = 0; gp < p.groups * panels; ++gp) {
+    const float* src = w + gp * k_dim * kMR;
+    float* out = dst + gp * k_live * kMR;
+    for (int64_t c = 0; c < cg; ++c) {
+      for (int64_t ky = 0; ky < kh; ++ky) {
+        for (int64_t kx = 0; kx < kw; ++kx) {
+          const int64_t r = (c * p.kernel_h + ky + rows.lo) * p.kernel_w + kx + cols.lo;
+          std::memcpy(out + ((c * kh + ky) * kw + kx) * kMR, src + r * kMR, kMR * sizeof(float));
+        }
+      }
+    }
+  }
+}
+
 // Region bytes ConvGemm takes for any batch (see cuvil_uk_scratch_bytes): a conv that reads X in
 // place takes its tap offsets only, any other runs one image at a time.
-int64_t ConvGemmScratchBytes(const Table& t, const cuvil_uk_conv_params& p) {
+int64_t ConvGemmScratchBytes(const Table& t, const cuvil_uk_conv_params& conv) {
+  cuvil_uk_conv_params trimmed;
+  LiveTaps rows, cols;
+  const bool trim = TrimDeadTaps(conv, &trimmed, &rows, &cols);
+  const cuvil_uk_conv_params& p = trim ? trimmed : conv;
   const int64_t cg = p.channels / p.groups, mg = p.out_channels / p.groups;
-  const Phases ph = PlanPhases(p, t.nr);
+  const Phases ph = PlanPhases(p, t.nr, /*gemm=*/true);
   ScratchTally s;
+  if (trim) s.AddFloats(p.groups * CeilDiv(mg, kMR) * cg * p.kernel_h * p.kernel_w * kMR);
   s.AddIndices(cg * p.kernel_h * p.kernel_w);
   if (!ph.direct) {  // the image's phase planes and its tasks' tiles
     s.AddFloats(p.channels * ph.channel + ph.slack);
     const GemmTasks g = PlanGemmTasks(1, p.groups, mg, p.out_height * ph.ws, t.nr);
-    s.AddFloats(g.panels_per_task * kMR * g.tiles_per_task * t.nr);
+    if (!ph.im2col) s.AddFloats(g.panels_per_task * kMR * g.tiles_per_task * t.nr);
   }
   return s.bytes();
 }
@@ -225,7 +362,7 @@ void ConvGemm(const Table& t, const cuvil_uk_conv_params& p, const float* x, con
   // Equal passes (147 = 74 + 73, not 128 + 19): a short last pass pays the tile reload for little.
   const int64_t k_block =
       CeilDiv(k_dim, std::max<int64_t>(1, CeilDiv(k_dim, ReductionBlock(tile_w))));
-  const Phases ph = PlanPhases(p, tile_w);
+  const Phases ph = PlanPhases(p, tile_w, /*gemm=*/true);
   const int64_t in_image = p.channels * p.height * p.width;
   const int64_t out_plane = p.out_height * p.out_width;
   if (!ph.direct && batch > 1) {
@@ -257,14 +394,19 @@ void ConvGemm(const Table& t, const cuvil_uk_conv_params& p, const float* x, con
   auto fill = [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       int64_t n = i / p.channels, c = i % p.channels;
-      FillPhases(t, p, ph, x + (n * p.channels + c) * p.height * p.width,
-                 phases + n * src_image + c * ph.channel);
+      const float* x_plane = x + (n * p.channels + c) * p.height * p.width;
+      float* dst = phases + n * src_image + c * ph.channel;
+      if (ph.im2col) {
+        FillIm2col(t, p, ph, x_plane, dst);
+      } else {
+        FillPhases(t, p, ph, x_plane, dst);
+      }
       if (c == p.channels - 1)
         std::memset(phases + (n + 1) * src_image - ph.slack, 0, ph.slack * sizeof(float));
     }
   };
 
-  // Flat output columns per (image, group): OH rows of Ws (direct: exactly OH * OW).
+  // Flat output columns per (image, group): OH rows of Ws (direct and im2col: exactly OH * OW).
   const int64_t nq = p.out_height * ph.ws;
   const GemmTasks split = PlanGemmTasks(batch, g_count, mg, nq, tile_w);
   const int64_t tiles = split.tiles, panels = split.panels;
@@ -272,12 +414,15 @@ void ConvGemm(const Table& t, const cuvil_uk_conv_params& p, const float* x, con
   const int64_t q_blocks = split.q_blocks, m_blocks = split.m_blocks, tasks = split.tasks;
   const int64_t task_cost = panels_per_task * kMR * tiles_per_task * tile_w * k_dim;
   const Epilogue base_ep = MakeEpilogue(p, alpha, beta);
+  // Every computed column is an output (X read in place, or im2col): tiles store through the
+  // epilogue straight into Y.
+  const bool out_direct = ph.direct || ph.im2col;
 
   ParallelFillTasks(fills, ph.channel, fill, tasks, task_cost, [&](auto& next) {
     const int64_t tile_ld = tiles_per_task * tile_w;
     float* tile_buf =
-        ph.direct ? nullptr
-                  : ThreadScratch(kSlotTile, static_cast<size_t>(panels_per_task * kMR * tile_ld));
+        out_direct ? nullptr
+                   : ThreadScratch(kSlotTile, static_cast<size_t>(panels_per_task * kMR * tile_ld));
     for (int64_t task = next(); task >= 0; task = next()) {
       int64_t qb = task % q_blocks, rest = task / q_blocks;
       int64_t mb = rest % m_blocks;
@@ -293,7 +438,7 @@ void ConvGemm(const Table& t, const cuvil_uk_conv_params& p, const float* x, con
       int64_t row0 = g * mg + m0;
       float* c_base;
       int64_t ldc;
-      if (ph.direct) {
+      if (out_direct) {
         c_base = y + (n * p.out_channels + row0) * out_plane + q0;
         ldc = out_plane;
       } else {
@@ -311,7 +456,7 @@ void ConvGemm(const Table& t, const cuvil_uk_conv_params& p, const float* x, con
             float* c = c_base + (m - m0) * ldc + (q - q0);
             Epilogue ep = base_ep;
             const Epilogue* epp = nullptr;
-            if (ph.direct && last) {
+            if (out_direct && last) {
               ep.bias = bias != nullptr ? bias + g * mg + m : nullptr;
               ep.residual = residual != nullptr
                                 ? residual + (n * p.out_channels + g * mg + m) * out_plane + q
@@ -322,7 +467,7 @@ void ConvGemm(const Table& t, const cuvil_uk_conv_params& p, const float* x, con
           }
         }
       }
-      if (ph.direct) continue;
+      if (out_direct) continue;
       // Copy out the valid columns of each output row through the epilogue.
       for (int64_t m = m0; m < m1; ++m) {
         int64_t ch = g * mg + m;
@@ -395,7 +540,7 @@ class DepthwisePlanes {
   // The phase planes of plane `one`: always a padded copy (a 1x1 plane too), so there is one code
   // path.
   static Phases PaddedPhases(const Table& t, const cuvil_uk_conv_params& one) {
-    Phases pp = PlanPhases(one, t.nr);
+    Phases pp = PlanPhases(one, t.nr, /*gemm=*/false);
     pp.direct = false;
     pp.slack = pp.ws + 2 * t.nr;
     return pp;
@@ -525,7 +670,21 @@ void Conv2d(const Table& t, const cuvil_uk_conv_params& p, const float* x, const
   } else if ((p.flags & CUVIL_UK_CONV_DEPTHWISE) != 0) {
     ConvDepthwise(t, p, x, w, bias, residual, y, batch, alpha, beta);
   } else {
-    ConvGemm(t, p, x, w, bias, residual, y, batch, alpha, beta);
+    cuvil_uk_conv_params trimmed;
+    LiveTaps rows, cols;
+    if (TrimDeadTaps(p, &trimmed, &rows, &cols)) {
+      // Weights of the live taps only (for ASPP's 1x1 remainder a 1/9 copy, far cheaper than
+      // the padded planes and the 9x multiplies it saves).
+      const int64_t mg = p.out_channels / p.groups;
+      float* live =
+          ThreadScratch(kSlotTrimmedWeights,
+                        static_cast<size_t>(p.groups * CeilDiv(mg, kMR) * (p.channels / p.groups) *
+                                            trimmed.kernel_h * trimmed.kernel_w * kMR));
+      PackLiveTaps(p, w, rows, cols, live);
+      ConvGemm(t, trimmed, x, live, bias, residual, y, batch, alpha, beta);
+    } else {
+      ConvGemm(t, p, x, w, bias, residual, y, batch, alpha, beta);
+    }
   }
 }
 

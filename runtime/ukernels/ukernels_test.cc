@@ -177,6 +177,29 @@ TEST(UkernelsTest, StridesThatSkipPhases) {
   RunCase({64, 56, 56, 128, 1, 1, 2, 2, 1, 1, 0, 0, 0, 0, 1}, 1, CUVIL_UK_ACT_NONE, true, 2);
 }
 
+// Dilations as large as the map, as in DeepLab's ASPP: the outer taps read only padding and are
+// cut off (the conv becomes 1x1 or 1x3), and partly live ones stay; also a tap dead on one side
+// only, with a stride, and with the trimmed window starting inside the input (negative pad).
+// Where the padded planes would be far wider than the output, the driver stores im2col rows.
+TEST(UkernelsTest, DilatedTapsThatReadOnlyPadding) {
+  const Case cases[] = {
+      {6, 7, 7, 5, 3, 3, 1, 1, 12, 12, 12, 12, 12, 12, 1},  // every outer tap dead: 1x1
+      {6, 7, 9, 5, 3, 3, 1, 1, 8, 4, 8, 4, 8, 4, 1},        // rows dead, columns live
+      {4, 9, 9, 7, 3, 3, 2, 2, 10, 10, 10, 10, 10, 10, 1},  // with stride 2
+      {5, 8, 8, 6, 3, 3, 1, 1, 9, 9, 9, 0, 9, 18, 1},       // left tap live, right dead
+      {4, 6, 6, 6, 3, 3, 1, 1, 7, 7, 7, 7, 7, 7, 2},        // grouped
+      {3, 5, 5, 4, 5, 5, 1, 1, 3, 3, 4, 4, 4, 4, 1},        // 5x5, dilation 3
+      // Live taps but pads wide against the map: B is stored row by row (im2col).
+      {4, 6, 6, 7, 3, 3, 1, 1, 4, 4, 4, 4, 4, 4, 1},            // dilation 4 over 6x6
+      {4, 9, 9, 5, 3, 3, 2, 2, 3, 3, 3, 3, 3, 3, 1},            // with stride 2
+      {6, 5, 7, 6, 3, 2, 1, 2, 2, 5, 3, 1, 2, 6, 3},            // asymmetric, grouped
+      {40, 14, 14, 24, 3, 3, 1, 1, 12, 12, 12, 12, 12, 12, 1},  // ASPP's dilation 12, smaller
+  };
+  for (const Case& c : cases) {
+    for (int threads : {1, 2}) RunCase(c, 2, CUVIL_UK_ACT_RELU, true, threads);
+  }
+}
+
 TEST(UkernelsTest, Depthwise) {
   const Case cases[] = {
       {8, 13, 13, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 8},
