@@ -108,6 +108,31 @@ bool FoldBatchNorms(ir::Graph& graph) {
   return !dead.empty();
 }
 
+// Inference BatchNormalization -> Relu: the Relu becomes the BatchNormalization's `fused_relu`
+// (DenseNet's pre-activation BN + ReLU before each conv: one pass over the tensor, not two).
+bool FuseBatchNormRelu(ir::Graph& graph) {
+  auto uses = ir::UseCounts(graph);
+  std::vector<ir::Node*> dead;
+  for (auto& node : graph.mutable_nodes()) {
+    ir::Node* relu = node.get();
+    if (relu->op_type != "Relu" || relu->inputs.size() != 1 || relu->outputs.size() != 1) continue;
+    const ir::Value* v = relu->inputs[0];
+    if (v == nullptr || v->is_graph_output || v->producer == nullptr) continue;
+    ir::Node* bn = v->producer;
+    auto use = uses.find(v);
+    if (bn->op_type != "BatchNormalization" || bn->outputs.size() != 1 ||
+        bn->attr_int("training_mode", 0) != 0 || bn->has_attr("fused_relu") || use == uses.end() ||
+        use->second != 1 || !IsFloat(v->type.dtype)) {
+      continue;
+    }
+    bn->attrs["fused_relu"] = int64_t{1};
+    TakeOverOutput(bn, relu);
+    dead.push_back(relu);
+  }
+  graph.EraseNodes(dead);
+  return !dead.empty();
+}
+
 // Add(conv, other) -> Conv with `other` as input 3, when `other` is computed before the Conv
 // runs. With two candidate Convs the later one takes the residual (PyTorch exports a ResNet
 // downsample branch after the main branch).
@@ -349,6 +374,7 @@ absl::Status PackWeights(ir::Graph& graph, ConstantImages* images) {
 
 absl::Status FuseConvolutions(ir::Graph& graph, ConstantImages* images) {
   FoldBatchNorms(graph);
+  FuseBatchNormRelu(graph);
   FuseResidualAdds(graph);
   FuseActivations(graph);
   return PackWeights(graph, images);

@@ -225,6 +225,44 @@ TEST(FusedKernelsTest, ConvGatedActivationsBecomeEpilogues) {
   }
 }
 
+// DenseNet's pre-activation BatchNormalization -> Relu is one kernel; a BatchNormalization whose
+// output has another reader keeps its Relu.
+TEST(FusedKernelsTest, BatchNormReluIsOneKernel) {
+  constexpr int64_t kC = 5, kH = 7, kW = 9;
+  std::vector<float> scale = Random(kC, 21), shift = Random(kC, 22), mean = Random(kC, 23);
+  std::vector<float> var = Random(kC, 24);
+  for (float& v : var) v = std::fabs(v) + 0.1f;
+  GraphBuilder b;
+  ir::Value* x =
+      b.Input("x", {SymDim::Batch(), SymDim::Const(kC), SymDim::Const(kH), SymDim::Const(kW)});
+  auto bn = [&](ir::Value* in, const std::string& name) {
+    return b.Op("BatchNormalization",
+                {in, b.Const(name + ".s", {kC}, scale), b.Const(name + ".b", {kC}, shift),
+                 b.Const(name + ".m", {kC}, mean), b.Const(name + ".v", {kC}, var)},
+                {{"epsilon", 1e-3f}});
+  };
+  ir::Value* first = b.Op("Relu", {bn(x, "bn1")});
+  ir::Value* second = bn(first, "bn2");
+  b.Output(b.Op("Add", {b.Op("Relu", {second}), second}));
+  Compiled c = Compile(b.graph());
+  EXPECT_EQ(KernelOps(*c.model),
+            (std::vector<std::string>{"BatchNormalization", "BatchNormalization", "Relu", "Add"}));
+
+  constexpr int64_t kBatch = 3;
+  std::vector<float> in = Random(kBatch * kC * kH * kW, 25, 2);
+  auto out = c.model->Run({Floats({kBatch, kC, kH, kW}, in)});
+  ASSERT_TRUE(out.ok()) << out.status();
+  const float* got = (*out)[0].data_as<float>();
+  for (int64_t i = 0; i < kBatch * kC * kH * kW; ++i) {
+    const int64_t ch = (i / (kH * kW)) % kC;
+    auto norm = [&](double v) {
+      return (v - mean[ch]) / std::sqrt(var[ch] + 1e-3) * scale[ch] + shift[ch];
+    };
+    const double h = std::max(0.0, norm(in[i])), y = norm(h);
+    EXPECT_NEAR(got[i], std::max(0.0, y) + y, 1e-5 + 1e-5 * std::abs(y)) << "at " << i;
+  }
+}
+
 // The PyTorch export of nn.LayerNorm over the last axis, then GELU, becomes two kernels.
 TEST(FusedKernelsTest, LayerNormAndGeluMatchTheUnfusedFormula) {
   constexpr int64_t kC = 40;

@@ -412,27 +412,37 @@ absl::Status EmitBatchNormTraining(KernelContext& k) {
   return absl::OkStatus();
 }
 
+// Inference BatchNormalization: y = x * scale[c] + bias[c] per (image, channel) plane, planes
+// split among the execution's threads; with `fused_relu` (FuseBatchNormRelu) max(y, 0).
 absl::Status EmitBatchNorm(KernelContext& k) {
   if (k.node().attr_int("training_mode", 0) != 0) return EmitBatchNormTraining(k);
-  DType d = k.in_dtype(0);
+  const DType d = k.in_dtype(0);
   const SymShape& shape = k.in_shape(0);
-  float epsilon = k.node().attr_float("epsilon", 1e-5f);
+  const float epsilon = k.node().attr_float("epsilon", 1e-5f);
+  const bool relu = k.node().attr_int("fused_relu", 0) != 0;
   llvm::Value* channels = k.Dim(shape[1]);
   llvm::Value* spatial = k.NumElements(SymShape(shape.begin() + 2, shape.end()));
-  auto& b = k.b();
-  k.ForNest({k.Dim(shape[0]), channels}, [&](const Idx& idx) {
-    llvm::Value* c = idx[1];
-    llvm::Value* std = k.Intrinsic(llvm::Intrinsic::sqrt,
-                                   b.CreateFAdd(ChannelParam(k, 4, c, d), k.Const(d, epsilon)));
-    llvm::Value* scale = b.CreateFDiv(ChannelParam(k, 1, c, d), std);
-    llvm::Value* bias =
-        b.CreateFSub(ChannelParam(k, 2, c, d), b.CreateFMul(ChannelParam(k, 3, c, d), scale));
-    llvm::Value* base = b.CreateMul(b.CreateAdd(b.CreateMul(idx[0], channels), c), spatial);
-    k.For(k.I64(0), spatial, [&](llvm::Value* j) {
-      llvm::Value* off = b.CreateAdd(base, j);
-      k.Store(d, k.out(0), off, b.CreateFAdd(b.CreateFMul(k.Load(d, k.in(0), off), scale), bias));
-    });
-  });
+  llvm::Value* planes = k.b().CreateMul(k.Dim(shape[0]), channels);
+  k.ParallelFor(
+      planes, spatial, {channels, spatial},
+      [=](KernelContext& o, const Idx& v, llvm::Value* begin, llvm::Value* end) {
+        auto& b = o.b();
+        o.For(begin, end, [&](llvm::Value* plane) {
+          llvm::Value* c = b.CreateURem(plane, v[0]);
+          llvm::Value* std = o.Intrinsic(
+              llvm::Intrinsic::sqrt, b.CreateFAdd(ChannelParam(o, 4, c, d), o.Const(d, epsilon)));
+          llvm::Value* scale = b.CreateFDiv(ChannelParam(o, 1, c, d), std);
+          llvm::Value* bias =
+              b.CreateFSub(ChannelParam(o, 2, c, d), b.CreateFMul(ChannelParam(o, 3, c, d), scale));
+          llvm::Value* base = b.CreateMul(plane, v[1]);
+          o.For(o.I64(0), v[1], [&](llvm::Value* j) {
+            llvm::Value* off = b.CreateAdd(base, j);
+            llvm::Value* y = b.CreateFAdd(b.CreateFMul(o.Load(d, o.in(0), off), scale), bias);
+            if (relu) y = o.Max(d, y, o.Const(d, 0));
+            o.Store(d, o.out(0), off, y);
+          });
+        });
+      });
   return absl::OkStatus();
 }
 
