@@ -109,6 +109,21 @@ TEST(MaxPoolTest, WindowsWithoutInput) {
 
 TEST(MaxPoolTest, NanPropagates) { RunPool(Params(12, 12, 3, 2, 1, 1, false), 4, 1, true); }
 
+// Odd windows at stride 1 padded to keep the size (the whole-plane path): GoogLeNet's 3x3 pad 1
+// on 28x28 / 14x14 / 7x7, 5x5 and 3x5, planes narrower or shorter than the window, NaN.
+TEST(MaxPoolTest, SameSizeStrideOne) {
+  for (int64_t size : {28, 14, 7, 2, 1}) {
+    RunPool(Params(size, size, 3, 1, 1, 1, true), 6, 1);
+    RunPool(Params(size, size, 3, 1, 1, 1, false), 9, 2);
+  }
+  RunPool(Params(9, 11, 5, 1, 1, 2, false), 3, 1);
+  RunPool(Params(3, 12, 5, 1, 1, 2, false), 3, 1);  // shorter than the window
+  RunPool({6, 10, 6, 10, 3, 5, 1, 1, 1, 1, 1, 2}, 4, 1);
+  RunPool({6, 3, 6, 3, 1, 7, 1, 1, 1, 1, 0, 3}, 4, 1);  // 1x7 over 3 columns
+  RunPool({5, 4, 5, 4, 5, 1, 1, 1, 1, 1, 2, 0}, 4, 1);  // 5x1
+  RunPool(Params(14, 14, 3, 1, 1, 1, true), 4, 1, true);
+}
+
 // The 2x2 stride-2 fast path: LeNet's planes, an odd floor-mode plane (last row and column
 // unused), ceil mode (overhang: the general path) and 2 threads.
 TEST(MaxPoolTest, TwoByTwoStrideTwo) {
