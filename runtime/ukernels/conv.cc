@@ -102,13 +102,15 @@ struct Phases {
   int64_t ldb;
 };
 
-// Phase planes whose output rows (OH rows of Ws columns, what the GEMM computes) take at least
-// this many times the output's tiles switch to im2col (numerator, denominator), if its B stays
-// under kMaxIm2colFloats per image. Counted in tiles: a 7x7 map padded to 9x9 is one 64-column
-// tile either way, and im2col would only add its 9x larger B. Inception-v3's 1x7 convs (17
-// columns padded to 23: 7 tiles against 5) took 1.19x the time of its 7x1 convs as im2col,
-// 1.34x as phase planes.
-constexpr int64_t kIm2colWaste[2] = {5, 4};
+// im2col or phase planes: whichever costs less in multiply-adds, counting the GEMM's tiles (a
+// 7x7 map padded to 9x9 is one 64-column tile either way) and the fill: a float written costs
+// about kFillFloatCost, a row copy call about kFillCallCost (im2col copies KH*KW short rows per
+// input row: LeNet's 5x5 conv over an 8x8 output made 1200 calls of 8 floats per image, 8.6 us
+// against 1 us of multiplies). Inception-v3's 1x7 convs (17 columns padded to 23: 7 tiles
+// against 5) took 1.19x the time of its 7x1 convs as im2col, 1.34x as phase planes. B stays
+// under kMaxIm2colFloats per image.
+constexpr int64_t kFillFloatCost = 4;
+constexpr int64_t kFillCallCost = 600;
 constexpr int64_t kMaxIm2colFloats = int64_t{16} << 20;
 
 // `gemm`: for ConvGemm, which may take im2col (the depthwise planes never do).
@@ -137,10 +139,16 @@ Phases PlanPhases(const cuvil_uk_conv_params& p, int64_t nr, bool gemm) {
   ph.slack = ph.ws + 2 * nr;
   const int64_t pixels = p.out_height * p.out_width;
   const int64_t ldb = CeilDiv(pixels, 16) * 16;  // rows 64-byte aligned
-  if (gemm &&
-      CeilDiv(p.out_height * ph.ws, nr) * kIm2colWaste[1] >=
-          CeilDiv(pixels, nr) * kIm2colWaste[0] &&
-      p.channels * p.kernel_h * p.kernel_w * ldb <= kMaxIm2colFloats) {
+  const int64_t taps = p.kernel_h * p.kernel_w;
+  // Multiply-adds per GEMM column: every reduction row times every output channel.
+  const int64_t column = p.channels / p.groups * taps * p.out_channels;
+  const int64_t phase_cost =
+      CeilDiv(p.out_height * ph.ws, nr) * nr * column +
+      p.channels * (ph.channel * kFillFloatCost + rows * cols * ph.hs * kFillCallCost);
+  const int64_t im2col_cost =
+      CeilDiv(pixels, nr) * nr * column +
+      p.channels * taps * (ldb * kFillFloatCost + p.out_height * kFillCallCost);
+  if (gemm && im2col_cost < phase_cost && p.channels * taps * ldb <= kMaxIm2colFloats) {
     ph.im2col = true;
     ph.ldb = ldb;
     ph.hs = p.out_height;

@@ -194,6 +194,8 @@ TEST(UkernelsTest, DilatedTapsThatReadOnlyPadding) {
       {4, 9, 9, 5, 3, 3, 2, 2, 3, 3, 3, 3, 3, 3, 1},            // with stride 2
       {6, 5, 7, 6, 3, 2, 1, 2, 2, 5, 3, 1, 2, 6, 3},            // asymmetric, grouped
       {40, 14, 14, 24, 3, 3, 1, 1, 12, 12, 12, 12, 12, 12, 1},  // ASPP's dilation 12, smaller
+      {64, 12, 12, 96, 3, 3, 2, 2, 6, 6, 6, 6, 6, 6, 1},        // stride 2
+      {64, 12, 13, 96, 3, 3, 2, 2, 6, 5, 6, 4, 7, 5, 1},        // stride 2, asymmetric pads
   };
   for (const Case& c : cases) {
     for (int threads : {1, 2}) RunCase(c, 2, CUVIL_UK_ACT_RELU, true, threads);
