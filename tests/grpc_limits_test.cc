@@ -721,7 +721,9 @@ TEST(GrpcLimitsTest, ResponsesAreChargedToTheBudget) {
   ASSERT_EQ(send(holder, held.data(), held.size(), MSG_NOSIGNAL),
             static_cast<ssize_t>(held.size()));
   bool busy = false;
-  for (int i = 0; i < 100 && !busy; ++i) {  // Until the holder's request has reserved its body.
+  // Until the holder's request has reserved its body: up to 20 s, since a loaded CI host (the
+  // whole suite on two cores) once took more than 5 s to read the holder's headers.
+  for (int i = 0; i < 400 && !busy; ++i) {
     answer = HttpPost(http, "/v2/models/wide/infer", "application/json", json_body(1, true));
     busy = HttpStatus(answer) == 503;
     if (!busy) std::this_thread::sleep_for(std::chrono::milliseconds(50));
