@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
 # Installs Cuvil's build and test dependencies from Debian 12 packages.
 # Idempotent: skips apt-get entirely when every package is already installed.
+#
+#   scripts/install-deps.sh [--build-only]
+#
+# --build-only: only what building cuvil-server, cuvilc, cuvil-patch-sandbox and cuvil-probe
+# needs (the container image's build stage, deploy/container/Dockerfile): no test tools, cross
+# compilers or Python packages, about a tenth of the download.
 set -euo pipefail
 
 PACKAGES=(
@@ -21,6 +27,19 @@ PACKAGES=(
   wasi-libc libclang-rt-19-dev-wasm32
   gcc-arm-none-eabi libnewlib-arm-none-eabi libstdc++-arm-none-eabi-dev qemu-system-arm
 )
+
+if [[ ${1:-} == --build-only ]]; then
+  PACKAGES=(
+    build-essential cmake ninja-build mold pkg-config git
+    llvm-19-dev clang-19 lld-19 libzstd-dev libedit-dev libffi-dev libxml2-dev zlib1g-dev
+    libcurl4-openssl-dev
+    libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
+    libonnx-dev libabsl-dev libspdlog-dev libfmt-dev libxxhash-dev
+    libgtest-dev libgmock-dev
+    libcpp-httplib-dev nlohmann-json3-dev libssl-dev
+    libbpf-dev bpftool systemtap-sdt-dev
+  )
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

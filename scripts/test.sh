@@ -13,8 +13,9 @@ start=$(date +%s)
 # instead of being left out (install-deps.sh above installs them all).
 "$root/scripts/build.sh" release -DCUVIL_REQUIRE_ALL_TESTS=ON
 # The realmodels corpus (tests/realmodels/corpus_test.py, ~10 min with its export) is run by hand:
-# `cd build && ctest -L realmodels`.
-(cd "$root/build" && ctest --output-on-failure -j "$(nproc)" -LE realmodels)
+# `cd build && ctest -L realmodels`; so is the container image's run test (`ctest -L image`, after
+# deploy/container/build-image.sh: CI builds no image).
+(cd "$root/build" && ctest --output-on-failure -j "$(nproc)" -LE "realmodels|image")
 echo "release build + tests: $(( $(date +%s) - start )) s"
 start=$(date +%s)
 # Sanitizer builds (CMakePresets.json) use -O1: a third of -O3's compile time, still fast enough.
@@ -22,7 +23,7 @@ start=$(date +%s)
 # instrument, and a 200-inference accuracy statistic) are left out here: about 6 of 31 minutes.
 "$root/scripts/build.sh" asan -DCUVIL_REQUIRE_ALL_TESTS=ON
 (cd "$root/build-asan" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-  ctest --output-on-failure -j "$(nproc)" -LE 'release_only|realmodels')
+  ctest --output-on-failure -j "$(nproc)" -LE 'release_only|realmodels|image')
 echo "asan build + tests: $(( $(date +%s) - start )) s"
 start=$(date +%s)
 # TSan covers the code whose locking we own; Debian's gRPC and abseil are not instrumented, so the
