@@ -174,14 +174,16 @@ def main():
         status, _ = get(base + "/v2")
         assert status == 200, f"/v2: {status}"
         # An admin/repository call without the token is refused, with it accepted.
-        req = urllib.request.Request(base + "/v2/repository/index", data=b"{}", method="POST")
+        json_type = {"Content-Type": "application/json"}
+        req = urllib.request.Request(base + "/v2/repository/index", data=b"{}", method="POST",
+                                     headers=json_type)
         try:
             urllib.request.urlopen(req, timeout=5)
             raise SystemExit("repository index without the admin token was accepted")
         except urllib.error.HTTPError as e:
             assert e.code == 401, f"repository index without token: {e.code}"
         req = urllib.request.Request(base + "/v2/repository/index", data=b"{}", method="POST",
-                                     headers={"Authorization": f"Bearer {token}"})
+                                     headers={**json_type, "Authorization": f"Bearer {token}"})
         with urllib.request.urlopen(req, timeout=5) as r:
             index = json.loads(r.read())
         names = sorted(m["name"] for m in index)
@@ -256,7 +258,8 @@ def main():
         failed = [x for x in results if not x[2]]
         # The server's own record of the signal (spdlog's local-time stamp, container clock = host
         # clock): requests answered after it were in progress in the server when it landed.
-        m = re.search(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)\].*received signal", log_text)
+        m = re.search(r"\[?(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)\]? .*received signal",
+                      log_text)
         after = None
         if m:
             stamp = m.group(1)
@@ -264,6 +267,9 @@ def main():
             # The container's TZ is UTC unless set; compare in UTC.
             t_recv = t_recv.replace(tzinfo=datetime.timezone.utc).timestamp()
             after = sum(1 for x in results if x[0] < t_recv < x[1])
+        if m is None:
+            print("note: no time stamp found on the server's 'received signal' line: "
+                  + next((l for l in log_text.splitlines() if "received signal" in l), "(none)"))
         print(f"SIGTERM with {at_signal} requests in flight ({len(results)} sent in all, "
               f"{len(failed)} failed); container exited {code} {t_exit:.2f} s after the signal"
               + (f"; {after} requests were still unanswered when the server logged the signal"
