@@ -25,7 +25,8 @@ PACKAGES=(
   curl
   g++-aarch64-linux-gnu qemu-user
   wasi-libc libclang-rt-19-dev-wasm32
-  gcc-arm-none-eabi libnewlib-arm-none-eabi libstdc++-arm-none-eabi-dev qemu-system-arm
+  gcc-arm-none-eabi libnewlib-arm-none-eabi libstdc++-arm-none-eabi-dev
+  libstdc++-arm-none-eabi-newlib qemu-system-arm
 )
 
 if [[ ${1:-} == --build-only ]]; then
