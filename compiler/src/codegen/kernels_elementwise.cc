@@ -33,7 +33,7 @@ void EmitBroadcastElementwise(KernelContext& k, const std::vector<size_t>& input
   const size_t rank = out_shape.size();
   // Consecutive output dims that every input spans alike form one loop (x[N,C,H,W] * s[N,C,1,1]
   // is a loop over N*C rows of H*W), strided per input by the stride of the group's last dim.
-  // Dims of extent 1 join any group.
+  // Dims of extent 1 are left out: their index is always 0.
   std::vector<std::pair<size_t, size_t>> groups;  // [first, last] output dims
   for (size_t d = 0; d < rank; ++d) {
     if (out_shape[d] == SymDim::Const(1)) continue;
@@ -102,7 +102,7 @@ void EmitBroadcastElementwise(KernelContext& k, const std::vector<size_t>& input
   if (g == 1) {
     // One loop over everything (same-shape or scalar operands): contiguous, vectorised.
     auto flat = [&](KernelContext& o, const Idx& v, llvm::Value* begin, llvm::Value* end) {
-      Idx ext;
+      Idx ext;  // the one extent is the loop's count: unused here
       std::vector<Idx> st;
       unpack(v, &ext, &st);
       row_body(o, Idx(strides.size(), o.I64(0)), begin, end, innermost(st));
