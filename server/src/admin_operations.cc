@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <tuple>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
@@ -21,6 +22,7 @@
 #include "model_name.h"
 #include "patch_event.h"
 #include "patch_validation.h"
+#include "sequence_batcher.h"
 #include "spdlog/spdlog.h"
 
 namespace cuvil {
@@ -485,6 +487,79 @@ absl::StatusOr<cuvil::admin::v1::RestoreSnapshotResponse> AdminOperations::Resto
   if (auto model = models_->Get(response.name(), absl::StrCat(response.version())); model.ok()) {
     SyncSnapshot(snapshots_, **model);
   }
+  return response;
+}
+
+namespace {
+
+// The version of `name` a sequence call addresses (0: the highest READY one), refused when it
+// does not use sequence batching.
+absl::StatusOr<std::shared_ptr<ModelVersion>> SequenceModel(const ModelManager& models,
+                                                            const std::string& name,
+                                                            int64_t version) {
+  if (absl::Status s = ValidateModelName(name); !s.ok()) return s;
+  if (version < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("version must be positive, got ", version));
+  }
+  auto model = models.Get(name, version > 0 ? absl::StrCat(version) : "");
+  if (!model.ok()) return model.status();
+  if ((*model)->sequences() == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", name, "' does not use sequence_batching: it has no sequences"));
+  }
+  return model;
+}
+
+}  // namespace
+
+absl::StatusOr<cuvil::admin::v1::ListSequencesResponse> AdminOperations::ListSequences(
+    const cuvil::admin::v1::ListSequencesRequest& request) const {
+  if (!request.name().empty()) {
+    auto model = SequenceModel(*models_, request.name(), request.version());
+    if (!model.ok()) return model.status();
+  }
+  cuvil::admin::v1::ListSequencesResponse response;
+  for (const VersionStatus& v : models_->Index()) {
+    if (!request.name().empty() && v.name != request.name()) continue;
+    if (request.version() > 0 && v.version != request.version()) continue;
+    if (v.model == nullptr || v.model->sequences() == nullptr) continue;
+    std::vector<SequenceBatcher::SequenceInfo> open = v.model->sequences()->List();
+    std::sort(open.begin(), open.end(), [](const auto& a, const auto& b) {
+      return std::make_tuple(!a.string_id.empty(), a.id, a.string_id) <
+             std::make_tuple(!b.string_id.empty(), b.id, b.string_id);
+    });
+    for (const SequenceBatcher::SequenceInfo& s : open) {
+      auto* out = response.add_sequences();
+      out->set_model(v.name);
+      out->set_version(v.version);
+      out->set_sequence_id(s.id);
+      out->set_string_sequence_id(s.string_id);
+      out->set_steps(s.steps);
+      out->set_checkpoint_step(s.checkpoint_step);
+      out->set_state_bytes(s.state_bytes);
+      out->set_idle_seconds(s.idle_seconds);
+      out->set_pending_steps(s.pending_steps);
+      out->set_running(s.running);
+    }
+  }
+  return response;
+}
+
+absl::StatusOr<cuvil::admin::v1::EndSequenceResponse> AdminOperations::EndSequence(
+    const cuvil::admin::v1::EndSequenceRequest& request) {
+  if ((request.sequence_id() == 0) == request.string_sequence_id().empty()) {
+    return absl::InvalidArgumentError(
+        "name the sequence with exactly one of sequence_id (non-zero) or string_sequence_id");
+  }
+  auto model = SequenceModel(*models_, request.name(), request.version());
+  if (!model.ok()) return model.status();
+  int64_t refused = 0;
+  absl::StatusOr<uint64_t> steps =
+      (*model)->sequences()->End(request.sequence_id(), request.string_sequence_id(), &refused);
+  if (!steps.ok()) return steps.status();
+  cuvil::admin::v1::EndSequenceResponse response;
+  response.set_steps(*steps);
+  response.set_refused_steps(refused);
   return response;
 }
 

@@ -72,6 +72,18 @@ class AdminOperations {
   // damaged, unknown or truncated artifact, which changes nothing.
   absl::StatusOr<cuvil::admin::v1::RestoreSnapshotResponse> RestoreSnapshot(
       const cuvil::admin::v1::RestoreSnapshotRequest& request);
+  // The open sequences of the READY versions with sequence_batching, all of them or those of
+  // `request.name` (and `request.version` when not 0), sorted by model, version, then id.
+  // InvalidArgument for a malformed name or a model without sequence_batching; NotFound /
+  // Unavailable as ModelManager::Get.
+  absl::StatusOr<cuvil::admin::v1::ListSequencesResponse> ListSequences(
+      const cuvil::admin::v1::ListSequencesRequest& request) const;
+  // Ends one open sequence of a version (see SequenceBatcher::End). InvalidArgument for a
+  // malformed name, a request naming no id or both a numeric and a string id, or a model without
+  // sequence_batching; NotFound when the sequence is not open; NotFound / Unavailable as
+  // ModelManager::Get.
+  absl::StatusOr<cuvil::admin::v1::EndSequenceResponse> EndSequence(
+      const cuvil::admin::v1::EndSequenceRequest& request);
   // With --snapshot-dir: versions are snapshotted there after every patch, rollback and restore.
   // Set once before serving.
   void set_snapshot_store(SnapshotStore* store) { snapshots_ = store; }

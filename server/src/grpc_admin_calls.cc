@@ -272,6 +272,13 @@ void AddAdminMethods(const CallContext& context, const AdminCallLimits& limits,
                       &AdminService::RequestRestoreSnapshot,
                       Authorized<av1::RestoreSnapshotRequest, av1::RestoreSnapshotResponse>(
                           admin, [admin](const auto& q) { return admin->RestoreSnapshot(q); })));
+  add(MakeUnaryMethod(context, HandlerKind::kQuick, service, &AdminService::RequestListSequences,
+                      Authorized<av1::ListSequencesRequest, av1::ListSequencesResponse>(
+                          admin, [admin](const auto& q) { return admin->ListSequences(q); })));
+  // Blocking: the tombstone is a write to the checkpoint log.
+  add(MakeUnaryMethod(context, HandlerKind::kBlocking, service, &AdminService::RequestEndSequence,
+                      Authorized<av1::EndSequenceRequest, av1::EndSequenceResponse>(
+                          admin, [admin](const auto& q) { return admin->EndSequence(q); })));
   add(std::make_unique<SnapshotStreamMethod>(context, service, admin));
   add(std::make_unique<RestoreSnapshotStreamMethod>(context, service, admin,
                                                     limits.max_snapshot_bytes));

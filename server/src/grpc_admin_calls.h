@@ -21,9 +21,9 @@ struct AdminCallLimits {
 };
 
 // Appends every method of `service` to `methods`, none armed yet. Calls that load, unload,
-// patch, roll back, snapshot or restore run on `context.blocking_pool`; the listings run on the
-// polling thread. Every call needs the admin token when one is set. `service` and `admin`
-// outlive the methods.
+// patch, roll back, snapshot, restore or end a sequence run on `context.blocking_pool`; the
+// listings run on the polling thread. Every call needs the admin token when one is set. `service`
+// and `admin` outlive the methods.
 void AddAdminMethods(const CallContext& context, const AdminCallLimits& limits,
                      cuvil::admin::v1::ModelAdmin::AsyncService* service, AdminOperations* admin,
                      std::vector<std::unique_ptr<ArmedMethod>>* methods);

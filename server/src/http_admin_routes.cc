@@ -36,18 +36,31 @@ bool VersionNumber(const std::string& text, Response& res, int64_t* version) {
 
 bool HttpAdminRoutes::HandleGet(const std::vector<std::string>& p, Response& res) {
   const size_t n = p.size();
+  if (n == 2 && p[0] == "admin" && p[1] == "sequences") {
+    ListSequences(res, "", 0);
+    return true;
+  }
   if (n < 2 || p[0] != "admin" || p[1] != "models") return false;
   if (n == 2) {
     ListModels(res);
     return true;
   }
-  if (n != 6 || p[3] != "versions" || (p[5] != "functions" && p[5] != "patches")) return false;
+  if (n == 4 && p[3] == "sequences") {
+    ListSequences(res, p[2], 0);
+    return true;
+  }
+  if (n != 6 || p[3] != "versions" ||
+      (p[5] != "functions" && p[5] != "patches" && p[5] != "sequences")) {
+    return false;
+  }
   int64_t version = 0;
   if (!VersionNumber(p[4], res, &version)) return true;
   if (p[5] == "functions") {
     ListFunctions(res, p[2], version);
-  } else {
+  } else if (p[5] == "patches") {
     ListPatches(res, p[2], version);
+  } else {
+    ListSequences(res, p[2], version);
   }
   return true;
 }
@@ -63,6 +76,10 @@ bool HttpAdminRoutes::HandlePost(const std::vector<std::string>& p, const std::s
     }
     if (n == 4 && p[3] == "unload") {
       Unload(res, body, p[2]);
+      return true;
+    }
+    if (n == 5 && p[3] == "sequences" && p[4] == "end") {
+      EndSequence(res, body, p[2]);
       return true;
     }
     if (n == 6 && p[3] == "versions" &&
@@ -336,6 +353,55 @@ void HttpAdminRoutes::Restore(Response& res, const std::string& body) {
                {"version", out->version()},
                {"patch_ids", std::move(ids)},
                {"recompiled", out->recompiled()}});
+}
+
+// GET .../sequences -> {"sequences": [{"model", "version", "sequence_id", "steps",
+// "checkpoint_step", "state_bytes", "idle_seconds", "pending_steps", "running"}]}, the id a
+// number or a string as the clients send it.
+void HttpAdminRoutes::ListSequences(Response& res, const std::string& name, int64_t version) {
+  cuvil::admin::v1::ListSequencesRequest request;
+  request.set_name(name);
+  request.set_version(version);
+  auto list = admin_->ListSequences(request);
+  if (!list.ok()) return SetError(res, list.status());
+  json sequences = json::array();
+  for (const auto& s : list->sequences()) {
+    sequences.push_back(
+        {{"model", s.model()},
+         {"version", s.version()},
+         {"sequence_id",
+          s.string_sequence_id().empty() ? json(s.sequence_id()) : json(s.string_sequence_id())},
+         {"steps", s.steps()},
+         {"checkpoint_step", s.checkpoint_step()},
+         {"state_bytes", s.state_bytes()},
+         {"idle_seconds", s.idle_seconds()},
+         {"pending_steps", s.pending_steps()},
+         {"running", s.running()}});
+  }
+  SetJson(res, 200, json{{"sequences", std::move(sequences)}});
+}
+
+// POST /v2/admin/models/{m}/sequences/end {"sequence_id": 7 | "abc", "version": V}
+//   -> {"steps": N, "refused_steps": K}
+void HttpAdminRoutes::EndSequence(Response& res, const std::string& body, const std::string& name) {
+  absl::StatusOr<json> parsed = ParseBody(body);
+  if (!parsed.ok()) return SetError(res, parsed.status());
+  absl::StatusOr<int64_t> version = IntField(*parsed, "version", 0);
+  if (!version.ok()) return SetError(res, version.status());
+  cuvil::admin::v1::EndSequenceRequest request;
+  request.set_name(name);
+  request.set_version(*version);
+  auto id = parsed->find("sequence_id");
+  if (id != parsed->end() && id->is_string()) {
+    request.set_string_sequence_id(id->get<std::string>());
+  } else if (id != parsed->end() && id->is_number_unsigned()) {
+    request.set_sequence_id(id->get<uint64_t>());
+  } else {
+    return SetError(res, 400, "'sequence_id' must be a positive integer or a string");
+  }
+  auto ended = admin_->EndSequence(request);
+  if (!ended.ok()) return SetError(res, ended.status());
+  SetJson(res, 200, json{{"steps", ended->steps()}, {"refused_steps", ended->refused_steps()}});
 }
 
 }  // namespace cuvil

@@ -19,12 +19,14 @@ class HttpAdminRoutes {
  public:
   explicit HttpAdminRoutes(AdminOperations* admin) : admin_(admin) {}
 
-  // Answers GET admin/models[/{m}/versions/{v}/(functions|patches)] (`path` is the URL path's
-  // segments after "v2"); false, leaving `res` untouched, when no admin route matches.
+  // Answers GET admin/models[/{m}/versions/{v}/(functions|patches)], admin/sequences,
+  // admin/models/{m}[/versions/{v}]/sequences (`path` is the URL path's segments after "v2");
+  // false, leaving `res` untouched, when no admin route matches.
   bool HandleGet(const std::vector<std::string>& path, httplib::Response& res);
   // Answers POST admin/models/load, admin/models/{m}/unload,
-  // admin/models/{m}/versions/{v}/(patch|rollback|snapshot) and admin/snapshots/restore with
-  // the JSON `body`; false, leaving `res` untouched, when no admin route matches.
+  // admin/models/{m}/versions/{v}/(patch|rollback|snapshot), admin/models/{m}/sequences/end and
+  // admin/snapshots/restore with the JSON `body`; false, leaving `res` untouched, when no admin
+  // route matches.
   bool HandlePost(const std::vector<std::string>& path, const std::string& body,
                   httplib::Response& res);
 
@@ -40,6 +42,8 @@ class HttpAdminRoutes {
                 int64_t version);
   void Snapshot(httplib::Response& res, const std::string& name, int64_t version);
   void Restore(httplib::Response& res, const std::string& body);
+  void ListSequences(httplib::Response& res, const std::string& name, int64_t version);
+  void EndSequence(httplib::Response& res, const std::string& body, const std::string& name);
 
   AdminOperations* admin_;
 };

@@ -50,6 +50,7 @@ constexpr std::array kRoutes = {
     HttpRoute{"POST", "repository/{repo}/models/{model}/unload", R::kRepositoryUnload,
               C::kRepository},
     HttpRoute{"GET", "admin/models/**", R::kAdminGet, C::kAdmin},
+    HttpRoute{"GET", "admin/sequences", R::kAdminGet, C::kAdmin},
     HttpRoute{"POST", "admin/**", R::kAdminPost, C::kAdmin},
 };
 

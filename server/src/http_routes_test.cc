@@ -64,6 +64,10 @@ TEST(HttpRoutesTest, ClassesOfTheKnownRoutes) {
   EXPECT_EQ(ClassOf("POST", "repository/r/models/mlp/unload"), RouteClass::kRepository);
   EXPECT_EQ(ClassOf("GET", "admin/models"), RouteClass::kAdmin);
   EXPECT_EQ(ClassOf("POST", "admin/models/load"), RouteClass::kAdmin);
+  // Sequence listings and ends need the admin token like every admin call.
+  EXPECT_EQ(ClassOf("GET", "admin/sequences"), RouteClass::kAdmin);
+  EXPECT_EQ(ClassOf("GET", "admin/models/acc/sequences"), RouteClass::kAdmin);
+  EXPECT_EQ(ClassOf("POST", "admin/models/acc/sequences/end"), RouteClass::kAdmin);
   // Wrong method or shape: no route.
   EXPECT_FALSE(MatchHttpRoute("POST", Segments("health/ready")).has_value());
   EXPECT_FALSE(MatchHttpRoute("GET", Segments("systemsharedmemory/region/r/register")).has_value());

@@ -271,6 +271,7 @@ void SequenceBatcher::ReapIdleLocked(std::chrono::steady_clock::time_point now) 
 void SequenceBatcher::DropLocked(
     absl::flat_hash_map<std::string, std::shared_ptr<Sequence>>::iterator it) {
   state_bytes_ -= it->second->state_bytes;
+  it->second->removed = true;
   // The tombstone goes to the log under mu_: a later START of the same id, whose record is
   // written after it takes mu_, can never be buried by it.
   if (log_ != nullptr) {
@@ -479,7 +480,9 @@ void SequenceBatcher::Dispatch(const std::string& key, std::shared_ptr<Sequence>
     std::vector<SequenceRecord> records;
     {
       absl::MutexLock lock(&mu_);
-      if (response.status.ok()) {
+      if (seq->removed) {
+        // Ended by the admin API while this step ran: its answer stands, its state is dropped.
+      } else if (response.status.ok()) {
         std::vector<std::shared_ptr<const HostTensor>> state(states_.size());
         bool complete = true;
         for (size_t i = 0; i < states_.size(); ++i) {
@@ -525,7 +528,7 @@ void SequenceBatcher::Dispatch(const std::string& key, std::shared_ptr<Sequence>
         }
       }
       seq->last_used = std::chrono::steady_clock::now();
-      if (seq_id.end && response.status.ok()) {
+      if (seq_id.end && response.status.ok() && !seq->removed) {
         seq->ended = true;
         if (log_ != nullptr) records.push_back({key, true, seq->steps, {}});
         if (seq->pending.empty()) {
@@ -559,6 +562,70 @@ void SequenceBatcher::Dispatch(const std::string& key, std::shared_ptr<Sequence>
     if (next.has_value()) Dispatch(key, seq, *std::move(next));
     done(std::move(response));
   });
+}
+
+std::vector<SequenceBatcher::SequenceInfo> SequenceBatcher::List() {
+  std::vector<SequenceInfo> out;
+  const auto now = std::chrono::steady_clock::now();
+  absl::MutexLock lock(&mu_);
+  out.reserve(sequences_.size());
+  for (const auto& [key, seq] : sequences_) {
+    const bool expired = !seq->busy && seq->pending.empty() && now - seq->last_used > idle_limit_;
+    if (seq->ended || expired) continue;
+    SequenceInfo info;
+    if (key[0] == 'n') {
+      (void)absl::SimpleAtoi(absl::string_view(key).substr(1), &info.id);
+    } else {
+      info.string_id = key.substr(1);
+    }
+    info.steps = seq->steps;
+    info.checkpoint_step = log_ != nullptr ? seq->checkpointed_steps : 0;
+    info.state_bytes = seq->state_bytes;
+    info.idle_seconds = std::chrono::duration<double>(now - seq->last_used).count();
+    info.pending_steps = static_cast<int64_t>(seq->pending.size());
+    info.running = seq->busy;
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+absl::StatusOr<uint64_t> SequenceBatcher::End(uint64_t id, const std::string& string_id,
+                                              int64_t* refused_steps) {
+  WireSequence seq_id;
+  seq_id.id = id;
+  seq_id.string_id = string_id;
+  const std::string key = SequenceKey(seq_id);
+  std::deque<PendingStep> refused;
+  uint64_t steps = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sequences_.find(key);
+    const auto now = std::chrono::steady_clock::now();
+    if (it == sequences_.end() || it->second->ended ||
+        (!it->second->busy && it->second->pending.empty() &&
+         now - it->second->last_used > idle_limit_)) {
+      return absl::NotFoundError(absl::StrCat("sequence ", SequenceName(seq_id), " of model '",
+                                              model_name_, "' is not open"));
+    }
+    Sequence& seq = *it->second;
+    steps = seq.steps;
+    seq.ended = true;
+    refused.swap(seq.pending);
+    DropLocked(it);  // Its tombstone is recorded under mu_, before any later START's record.
+    ReportLocked();
+  }
+  *refused_steps = static_cast<int64_t>(refused.size());
+  spdlog::info(
+      "model '{}': sequence {} ended by the admin API after {} step(s){}", model_name_,
+      SequenceName(seq_id), steps,
+      refused.empty() ? "" : absl::StrCat("; ", refused.size(), " queued step(s) refused"));
+  // Answered without mu_, in arrival order.
+  for (PendingStep& p : refused) {
+    p.done(Failed(absl::AbortedError(
+        absl::StrCat("sequence ", SequenceName(seq_id), " of model '", model_name_,
+                     "' was ended by an administrator before this step ran"))));
+  }
+  return steps;
 }
 
 std::string SequenceBatcher::StateIdentity() const {

@@ -95,6 +95,28 @@ class SequenceBatcher {
   // load are reported from now on (may be null). Set once the version serves.
   void set_metrics(std::shared_ptr<observability::ModelMetrics> metrics);
 
+  // One open sequence as the admin API lists it. Plain data.
+  struct SequenceInfo {
+    uint64_t id = 0;               // A numeric id (0 for a string id).
+    std::string string_id;         // A string id (empty for a numeric id).
+    uint64_t steps = 0;            // Steps taken since its START.
+    uint64_t checkpoint_step = 0;  // The step its last checkpoint recorded; 0 without checkpoints.
+    int64_t state_bytes = 0;
+    double idle_seconds = 0;    // Since its last step was queued or answered.
+    int64_t pending_steps = 0;  // Steps waiting behind its running one.
+    bool running = false;       // A step is running.
+  };
+  // The open sequences (not ended, not expired), in no particular order.
+  std::vector<SequenceInfo> List();
+  // Ends the open sequence `id` (`string_id` when not empty) as its END step would: its state is
+  // freed and, with checkpoints on, a tombstone recorded so a restart does not restore it. Steps
+  // queued behind its running step are answered Aborted without running; a running step
+  // answers as computed but its state is not kept. Returns the steps the sequence had taken and
+  // sets `*refused_steps` to the queued steps refused; NotFound when no such sequence is open.
+  absl::StatusOr<uint64_t> End(uint64_t id, const std::string& string_id, int64_t* refused_steps);
+  // True when the sequences are checkpointed (EnableCheckpoints succeeded).
+  bool checkpoints() const { return log_ != nullptr; }
+
  private:
   struct Control {
     inference::ModelSequenceBatching::Control::Kind kind;
@@ -125,6 +147,9 @@ class SequenceBatcher {
     uint64_t checkpointed_steps = 0;  // Steps when its state was last recorded.
     bool busy = false;                // A step is running.
     bool ended = false;               // Its END step answered; only a START may follow.
+    // Forgotten (ended by the admin API, or expired) while a step ran: that step's answer
+    // changes nothing.
+    bool removed = false;
     std::chrono::steady_clock::time_point last_used;
     std::deque<PendingStep> pending;
   };

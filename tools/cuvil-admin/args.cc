@@ -27,6 +27,7 @@ constexpr char kGeneral[] =
     "  patches MODEL     the patch history of a version\n"
     "  snapshot MODEL    save a version's compiled state (--out FILE)\n"
     "  restore FILE      restore a snapshot\n"
+    "  sequences list|end  open sequences of sequence-batched models; end one\n"
     "global flags:\n"
     "  -u, --url HOST:PORT     the server's gRPC address (default 127.0.0.1:8001)\n"
     "  --token-file FILE       send 'authorization: Bearer <first line of FILE>' (for a server\n"
@@ -99,6 +100,18 @@ std::string VerbUsage(Verb verb) {
     case Verb::kRestore:
       return "usage: cuvil-admin restore FILE\n"
              "Recreates a model version from a snapshot artifact written by 'snapshot'.\n";
+    case Verb::kSequences:
+      return absl::StrCat(
+          "usage: cuvil-admin sequences list [MODEL [-v N]]\n"
+          "       cuvil-admin sequences end MODEL ID [-v N] [--string-id]\n"
+          "list: the open sequences of the models configured with sequence_batching (all, or\n"
+          "MODEL's): id, model, version, steps, the step of the last checkpoint, state bytes.\n"
+          "end: ends sequence ID of MODEL as its END step would (its state is freed; steps\n"
+          "queued behind a running one are refused). ID is numeric unless --string-id or not a\n"
+          "number.\n",
+          "  -v, --version N         the model version (list: every version; end: the highest\n"
+          "                          READY version)\n"
+          "  --string-id             ID is a string sequence id even if it looks like a number\n");
     case Verb::kNone:
       break;
   }
@@ -110,7 +123,7 @@ const std::map<std::string, Verb>& Verbs() {
       {"load", Verb::kLoad},         {"unload", Verb::kUnload},       {"list", Verb::kList},
       {"index", Verb::kIndex},       {"functions", Verb::kFunctions}, {"patch", Verb::kPatch},
       {"rollback", Verb::kRollback}, {"patches", Verb::kPatches},     {"snapshot", Verb::kSnapshot},
-      {"restore", Verb::kRestore},
+      {"restore", Verb::kRestore},   {"sequences", Verb::kSequences},
   };
   return *verbs;
 }
@@ -120,7 +133,8 @@ const std::map<std::string, std::set<Verb>>& VerbFlags() {
   static const auto* flags = new std::map<std::string, std::set<Verb>>{
       {"--version",
        {Verb::kLoad, Verb::kFunctions, Verb::kPatch, Verb::kRollback, Verb::kPatches,
-        Verb::kSnapshot}},
+        Verb::kSnapshot, Verb::kSequences}},
+      {"--string-id", {Verb::kSequences}},
       {"--config", {Verb::kLoad}},
       {"--onnx", {Verb::kLoad}},
       {"--no-wait", {Verb::kLoad, Verb::kPatch}},
@@ -139,8 +153,8 @@ const std::map<std::string, std::set<Verb>>& VerbFlags() {
 }
 
 bool TakesValue(const std::string& flag) {
-  static const std::set<std::string> boolean = {"--json", "--help", "--no-wait", "--force",
-                                                "--no-validate"};
+  static const std::set<std::string> boolean = {"--json",  "--help",        "--no-wait",
+                                                "--force", "--no-validate", "--string-id"};
   return !boolean.count(flag);
 }
 
@@ -278,6 +292,8 @@ absl::StatusOr<AdminArgs> ParseArgs(const std::vector<std::string>& args) {
         (flag == "--rtol" ? out.rtol : out.atol) = *t;
       } else if (flag == "--out") {
         out.out_file = *value;
+      } else if (flag == "--string-id") {
+        out.string_id = true;
       }
     } else {
       return Bad(absl::StrCat("unknown flag '", flag, "' (see cuvil-admin --help)"));
@@ -291,6 +307,34 @@ absl::StatusOr<AdminArgs> ParseArgs(const std::vector<std::string>& args) {
       return Bad(absl::StrCat(flag, " does not apply to '", verb, "' (see cuvil-admin ", verb,
                               " --help)"));
     }
+  }
+  if (out.verb == Verb::kSequences) {
+    // "list [MODEL]" or "end MODEL ID".
+    const std::string action = positional.empty() ? "" : positional[0];
+    const size_t want = action == "end" ? 3 : 2;
+    if ((action != "list" && action != "end") ||
+        (action == "list" ? positional.size() > want : positional.size() != want)) {
+      return Bad(
+          "'sequences' takes 'list [MODEL]' or 'end MODEL ID' (see cuvil-admin sequences --help)");
+    }
+    out.sequence_action = action;
+    if (positional.size() >= 2) out.model = positional[1];
+    if (action == "end") {
+      out.sequence_id = positional[2];
+      uint64_t id = 0;
+      if (out.sequence_id.empty() ||
+          (!out.string_id && absl::SimpleAtoi(out.sequence_id, &id) && id == 0)) {
+        return Bad("a sequence id is a non-zero number or a non-empty string");
+      }
+    }
+    if (action == "list" && out.model.empty() && out.version > 0) {
+      return Bad("'sequences list' takes --version with a MODEL only");
+    }
+    if (out.string_id && action != "end") return Bad("--string-id applies to 'sequences end'");
+    if (!out.model.empty() && out.model.front() == '-') {
+      return Bad(absl::StrCat("bad model name '", out.model, "'"));
+    }
+    return out;
   }
   const std::vector<std::string> names = Positionals(out.verb);
   if (positional.size() != names.size()) {

@@ -24,6 +24,7 @@ enum class Verb {
   kPatches,
   kSnapshot,
   kRestore,
+  kSequences,
 };
 
 // Everything one invocation asks for. Fields a verb does not use stay at their defaults.
@@ -58,6 +59,10 @@ struct AdminArgs {
   // snapshot / restore
   std::string out_file;
   std::string in_file;
+  // sequences: "list" (model optional) or "end" (model and id required).
+  std::string sequence_action;
+  std::string sequence_id;  // As typed; numeric unless --string-id or not a number.
+  bool string_id = false;   // --string-id: the id is a string even when it looks like a number.
 };
 
 // Parses argv without argv[0]. InvalidArgument naming the offending argument on bad usage.

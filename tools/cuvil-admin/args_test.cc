@@ -128,5 +128,29 @@ TEST(AdminArgsTest, DoubleDashEndsFlags) {
   EXPECT_EQ(Parse({"restore", "--", "-file"}).in_file, "-file");
 }
 
+TEST(AdminArgsTest, Sequences) {
+  AdminArgs all = Parse({"sequences", "list"});
+  EXPECT_EQ(all.verb, Verb::kSequences);
+  EXPECT_EQ(all.sequence_action, "list");
+  EXPECT_EQ(all.model, "");
+  AdminArgs one = Parse({"sequences", "list", "vad", "-v", "2"});
+  EXPECT_EQ(one.model, "vad");
+  EXPECT_EQ(one.version, 2);
+  AdminArgs end = Parse({"sequences", "end", "vad", "42"});
+  EXPECT_EQ(end.sequence_action, "end");
+  EXPECT_EQ(end.model, "vad");
+  EXPECT_EQ(end.sequence_id, "42");
+  EXPECT_FALSE(end.string_id);
+  EXPECT_TRUE(Parse({"sequences", "end", "vad", "42", "--string-id"}).string_id);
+  EXPECT_THAT(Error({"sequences"}), HasSubstr("'list [MODEL]' or 'end MODEL ID'"));
+  EXPECT_THAT(Error({"sequences", "drop", "vad"}), HasSubstr("'end MODEL ID'"));
+  EXPECT_THAT(Error({"sequences", "end", "vad"}), HasSubstr("'end MODEL ID'"));
+  EXPECT_THAT(Error({"sequences", "list", "a", "b"}), HasSubstr("'list [MODEL]'"));
+  EXPECT_THAT(Error({"sequences", "end", "vad", "0"}), HasSubstr("non-zero"));
+  EXPECT_THAT(Error({"sequences", "list", "-v", "1"}), HasSubstr("with a MODEL"));
+  EXPECT_THAT(Error({"sequences", "list", "--string-id"}), HasSubstr("--string-id"));
+  EXPECT_THAT(Error({"list", "--string-id"}), HasSubstr("does not apply to 'list'"));
+}
+
 }  // namespace
 }  // namespace cuvil::admin_cli

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "admin.grpc.pb.h"
 #include "grpc_service.grpc.pb.h"
@@ -252,6 +253,37 @@ absl::Status RunCommand(const AdminArgs& args, std::string* out) {
       auto s = FromGrpc(writer->Finish(), "RestoreSnapshotStream", args.url);
       if (!s.ok()) return s;
       render(r, absl::StrCat("snapshot ", args.in_file, " restored\n"));
+      return absl::OkStatus();
+    }
+    case Verb::kSequences: {
+      if (args.sequence_action == "list") {
+        av1::ListSequencesRequest q;
+        q.set_name(args.model);
+        q.set_version(args.version);
+        av1::ListSequencesResponse r;
+        auto s = FromGrpc(admin->ListSequences(call.ctx(), q, &r), "ListSequences", args.url);
+        if (!s.ok()) return s;
+        render(r, RenderSequences(r));
+        return absl::OkStatus();
+      }
+      av1::EndSequenceRequest q;
+      q.set_name(args.model);
+      q.set_version(args.version);
+      uint64_t id = 0;
+      if (!args.string_id && absl::SimpleAtoi(args.sequence_id, &id)) {
+        q.set_sequence_id(id);
+      } else {
+        q.set_string_sequence_id(args.sequence_id);
+      }
+      av1::EndSequenceResponse r;
+      auto s = FromGrpc(admin->EndSequence(call.ctx(), q, &r), "EndSequence", args.url);
+      if (!s.ok()) return s;
+      render(r, absl::StrCat("sequence ", args.sequence_id, " of ", args.model, " ended after ",
+                             r.steps(), " step(s)",
+                             r.refused_steps() > 0
+                                 ? absl::StrCat("; ", r.refused_steps(), " queued step(s) refused")
+                                 : "",
+                             "\n"));
       return absl::OkStatus();
     }
     case Verb::kNone:

@@ -145,4 +145,20 @@ std::string RenderLoad(const cuvil::admin::v1::LoadModelResponse& r) {
                       "\n");
 }
 
+std::string RenderSequences(const cuvil::admin::v1::ListSequencesResponse& r) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& q : r.sequences()) {
+    rows.push_back({q.string_sequence_id().empty()
+                        ? absl::StrCat(q.sequence_id())
+                        : absl::StrCat("\"", q.string_sequence_id(), "\""),
+                    q.model(), absl::StrCat(q.version()), absl::StrCat(q.steps()),
+                    q.checkpoint_step() > 0 ? absl::StrCat(q.checkpoint_step()) : "-",
+                    HumanBytes(static_cast<uint64_t>(q.state_bytes())),
+                    absl::StrFormat("%.1f", q.idle_seconds()),
+                    q.running() ? absl::StrCat("running+", q.pending_steps()) : "idle"});
+  }
+  return RenderTable(
+      {"ID", "MODEL", "VERSION", "STEPS", "CHECKPOINT", "STATE", "IDLE_S", "ACTIVITY"}, rows);
+}
+
 }  // namespace cuvil::admin_cli

@@ -26,6 +26,9 @@ std::string RenderFunctions(const cuvil::admin::v1::ListFunctionsResponse& r);
 std::string RenderPatches(const cuvil::admin::v1::ListPatchesResponse& r);
 std::string RenderPatch(const cuvil::admin::v1::PatchFunctionResponse& r);
 std::string RenderLoad(const cuvil::admin::v1::LoadModelResponse& r);
+// One row per open sequence: id (a string id quoted), model, version, steps, the step of its
+// last checkpoint ("-": none), state bytes, idle seconds, activity.
+std::string RenderSequences(const cuvil::admin::v1::ListSequencesResponse& r);
 // A profile patch's per-kernel table (calls, total ms, mean us, share) with a total row.
 std::string RenderProfile(
     const google::protobuf::RepeatedPtrField<cuvil::admin::v1::KernelProfile>& table);

@@ -98,5 +98,30 @@ TEST(AdminOutputTest, PatchesTable) {
   EXPECT_THAT(table, HasSubstr("k_relu_1"));
 }
 
+TEST(AdminOutputTest, SequencesTable) {
+  cuvil::admin::v1::ListSequencesResponse r;
+  auto* a = r.add_sequences();
+  a->set_model("vad");
+  a->set_version(1);
+  a->set_sequence_id(7);
+  a->set_steps(12);
+  a->set_checkpoint_step(10);
+  a->set_state_bytes(2048);
+  a->set_idle_seconds(0.25);
+  auto* b = r.add_sequences();
+  b->set_model("vad");
+  b->set_version(1);
+  b->set_string_sequence_id("call-9");
+  b->set_steps(1);
+  b->set_running(true);
+  b->set_pending_steps(2);
+  const std::string table = RenderSequences(r);
+  EXPECT_THAT(table, HasSubstr("ID        MODEL  VERSION  STEPS  CHECKPOINT  STATE    IDLE_S"));
+  EXPECT_THAT(table, HasSubstr("7         vad    1        12     10          2.0 KiB  0.2"));
+  EXPECT_THAT(
+      table,
+      HasSubstr("\"call-9\"  vad    1        1      -           0 B      0.0     running+2"));
+}
+
 }  // namespace
 }  // namespace cuvil::admin_cli
