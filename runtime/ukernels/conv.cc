@@ -642,7 +642,11 @@ const Table& ActiveTable() {
   static const Table* table = [] {
     const TierList<Table> tables = SupportedTables();
     // A forced tier that this CPU cannot run falls back to the best one it can.
+#if defined(CUVIL_AOT_BARE_METAL)
+    const char* forced = nullptr;  // no environment on a microcontroller
+#else
     const char* forced = std::getenv("CUVIL_UK_TIER");
+#endif
     if (forced != nullptr && *forced != '\0') {
       std::string_view want = forced;
       if (want == "avx2") want = "avx2_fma";
@@ -711,6 +715,7 @@ void cuvil_uk_conv2d(const cuvil_uk_conv_params* p, const float* x, const float*
   cuvil::uk::Conv2d(cuvil::uk::ActiveTable(), *p, x, w, bias, residual, y, batch, alpha, beta);
 }
 
+#if !defined(CUVIL_AOT_BARE_METAL)  // qdepthwise_direct.cc has a microcontroller's.
 void cuvil_uk_qdepthwise2d(const cuvil_uk_conv_params* p, const void* x, int32_t x_signed,
                            float x_scale, int32_t x_zero, const float* w, const float* bias,
                            void* y, int32_t y_signed, float y_scale, int32_t y_zero, int64_t batch,
@@ -719,6 +724,7 @@ void cuvil_uk_qdepthwise2d(const cuvil_uk_conv_params* p, const void* x, int32_t
   cuvil::uk::QDepthwise2d(cuvil::uk::ActiveTable(), *p, x, x_signed != 0, x_scale, x_zero, w, bias,
                           y, y_signed != 0, y_scale, y_zero, batch, alpha, beta);
 }
+#endif
 
 int64_t cuvil_uk_packed_conv_weights_size(int64_t groups, int64_t mg, int64_t k) {
   int64_t panels = (mg + CUVIL_UK_MR - 1) / CUVIL_UK_MR;

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "activate_scalar.h"
 #include "cuvil/runtime/ukernels.h"
 #include "quantize_rows.h"
 #include "ukernel_table.h"
@@ -10,29 +11,6 @@ namespace cuvil::uk {
 namespace {
 
 constexpr int64_t kNR = 16;
-
-float Activate(float v, const Epilogue& ep) {
-  switch (ep.activation) {
-    case CUVIL_UK_ACT_RELU:
-      return v > 0.0f ? v : 0.0f;
-    case CUVIL_UK_ACT_CLIP:
-      return v < ep.alpha ? ep.alpha : (v > ep.beta ? ep.beta : v);
-    case CUVIL_UK_ACT_HARDSIGMOID: {
-      float h = ep.alpha * v + ep.beta;
-      return h < 0.0f ? 0.0f : (h > 1.0f ? 1.0f : h);
-    }
-    case CUVIL_UK_ACT_HARDSWISH: {
-      float h = v / 6.0f + 0.5f;
-      return v * (h < 0.0f ? 0.0f : (h > 1.0f ? 1.0f : h));
-    }
-    case CUVIL_UK_ACT_SIGMOID:
-      return 1.0f / (1.0f + std::exp(-v));
-    case CUVIL_UK_ACT_SILU:
-      return v / (1.0f + std::exp(-v));
-    default:
-      return v;
-  }
-}
 
 void GemmTile(int64_t kc, const float* a, const float* b, const int64_t* off, float* c, int64_t ldc,
               int64_t mr, int64_t nr, bool accumulate, const Epilogue* ep) {

@@ -18,6 +18,9 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
+#if defined(__ARM_FEATURE_DSP)
+#include <arm_acle.h>
+#endif
 
 #include "call_scratch.h"
 #include "cuvil/runtime/parallel.h"
@@ -52,6 +55,69 @@ void TileGeneric(int64_t kq, const int8_t* a, const uint8_t* b, int64_t ldb, int
     }
   }
 }
+
+#if defined(__ARM_FEATURE_DSP)
+
+// Armv7E-M (Cortex-M4/M7) with the DSP extension: SMLAD multiplies the two signed 16-bit halves
+// of two words and adds both products to an accumulator. A quad of four uint8 activations becomes
+// two words with UXTB16 (bytes 0 and 2; after a rotation by 8, bytes 1 and 3) and a weight quad
+// two with SXTB16, so one quad is two SMLADs. 2 channels x 2 positions per pass: four
+// accumulators, the extended operands and the pointers fit the core's 13 registers.
+inline int32_t Smlad(uint32_t a, uint32_t b, int32_t acc) { return __smlad(a, b, acc); }
+inline uint32_t Uxtb16(uint32_t v) { return __uxtb16(v); }
+inline uint32_t Sxtb16(uint32_t v) { return __sxtb16(v); }
+// The extensions of bytes 1 and 3: the instruction's own rotation, which ACLE does not expose.
+inline uint32_t Uxtb16Ror8(uint32_t v) {
+  uint32_t out;
+  __asm__("uxtb16 %0, %1, ror #8" : "=r"(out) : "r"(v));
+  return out;
+}
+inline uint32_t Sxtb16Ror8(uint32_t v) {
+  uint32_t out;
+  __asm__("sxtb16 %0, %1, ror #8" : "=r"(out) : "r"(v));
+  return out;
+}
+
+// Counters and strides are 32-bit: on this core a 64-bit loop index costs a register pair and
+// carry arithmetic per step, which is what the generic tile loses most of its time to. A tile's
+// operands are scratch and weights of one block, far below 2^31 bytes.
+void TileDsp(int64_t kq, const int8_t* a, const uint8_t* b, int64_t ldb, int32_t* c, int64_t ldc,
+             int64_t nr) {
+  const int32_t quads = static_cast<int32_t>(kq), bstride = static_cast<int32_t>(ldb) * 4;
+  const int32_t cols = static_cast<int32_t>(nr), row = static_cast<int32_t>(ldc);
+  for (int32_t r = 0; r < kQMR; r += 2) {
+    int32_t* c0 = c + r * row;
+    int32_t* c1 = c0 + row;
+    for (int32_t j = 0; j < cols; j += 2) {
+      int32_t c00 = 0, c01 = 0, c10 = 0, c11 = 0;
+      const uint8_t* bk = b + j * 4;
+      const int8_t* ak = a + r * 4;
+      for (int32_t kk = quads; kk > 0; --kk) {
+        uint32_t x0, x1, w0, w1;
+        std::memcpy(&x0, bk, 4);
+        std::memcpy(&x1, bk + 4, 4);
+        std::memcpy(&w0, ak, 4);
+        std::memcpy(&w1, ak + 4, 4);
+        bk += bstride;
+        ak += kQMR * 4;
+        const uint32_t x0e = Uxtb16(x0), x0o = Uxtb16Ror8(x0);
+        const uint32_t x1e = Uxtb16(x1), x1o = Uxtb16Ror8(x1);
+        const uint32_t w0e = Sxtb16(w0), w0o = Sxtb16Ror8(w0);
+        c00 = Smlad(x0o, w0o, Smlad(x0e, w0e, c00));
+        c01 = Smlad(x1o, w0o, Smlad(x1e, w0e, c01));
+        const uint32_t w1e = Sxtb16(w1), w1o = Sxtb16Ror8(w1);
+        c10 = Smlad(x0o, w1o, Smlad(x0e, w1e, c10));
+        c11 = Smlad(x1o, w1o, Smlad(x1e, w1e, c11));
+      }
+      c0[j] = c00;
+      c0[j + 1] = c01;
+      c1[j] = c10;
+      c1[j + 1] = c11;
+    }
+  }
+}
+
+#endif  // __ARM_FEATURE_DSP
 
 #if defined(__x86_64__)
 
@@ -514,6 +580,13 @@ const QTable& QGenericTable() {
   return table;
 }
 
+#if defined(__ARM_FEATURE_DSP)
+const QTable* QDspTable() {
+  static const QTable table = {"armv7em_dsp", 16, TileDsp, StoreRow, nullptr, nullptr};
+  return &table;
+}
+#endif
+
 #if defined(__x86_64__)
 const QTable* QAvx2Table() {
   static const QTable table = {"avx2", 16, TileAvx2, StoreRow, nullptr, nullptr};
@@ -539,6 +612,9 @@ TierList<QTable> SupportedQTables() {
   }
   if (__builtin_cpu_supports("avx2")) out.push_back(QAvx2Table());
 #endif
+#if defined(__ARM_FEATURE_DSP)
+  out.push_back(QDspTable());
+#endif
   out.push_back(&QGenericTable());
   return out;
 }
@@ -546,7 +622,11 @@ TierList<QTable> SupportedQTables() {
 const QTable& ActiveQTable() {
   static const QTable* table = [] {
     const TierList<QTable> tables = SupportedQTables();
+#if defined(CUVIL_AOT_BARE_METAL)
+    const char* forced = nullptr;  // no environment on a microcontroller
+#else
     const char* forced = std::getenv("CUVIL_UK_TIER");
+#endif
     std::string_view want = forced != nullptr ? forced : "";
     if (want == "avx2" || want == "avx2_fma") want = "avx2";
     if (want == "avx2" || want == "generic") {

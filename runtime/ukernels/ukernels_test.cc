@@ -12,6 +12,7 @@
 #include "activation_reference.h"
 #include "cuvil/runtime/parallel.h"
 #include "gtest/gtest.h"
+#include "qdepthwise_direct.h"
 #include "ukernel_table.h"
 
 namespace cuvil {
@@ -617,6 +618,87 @@ TEST(UkernelsTest, QuantizedDepthwiseEqualsDequantizeConvQuantize) {
 
 // The 8-bit plane kernel's contract: it declines (returns false, writes nothing) geometry and
 // activations it does not compute, and a plane it computes writes exactly its output bytes.
+// The microcontroller build's depthwise (qdepthwise_direct.h) writes what the generic tier's
+// dequantize -> depthwise -> quantize writes, bit for bit, for every geometry the fusion can
+// produce: strides, dilations, kernel sizes, asymmetric and oversized padding, both 8-bit types
+// and every activation.
+TEST(UkernelsTest, DirectQuantizedDepthwisePlaneEqualsTheGenericTier) {
+  std::mt19937 rng(44);
+  struct Geometry {
+    int64_t h, w, kh, kw, stride_h, stride_w, dil_h, dil_w, pad_top, pad_left, pad_bottom,
+        pad_right;
+  };
+  const Geometry geometries[] = {
+      {25, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},   // the keyword-spotting DS-CNN's
+      {13, 17, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},  // stride 2
+      {12, 11, 3, 3, 1, 2, 1, 1, 0, 1, 2, 0},  // asymmetric stride and padding
+      {9, 10, 5, 5, 1, 1, 2, 2, 4, 4, 4, 4},   // 5x5, dilation 2
+      {7, 8, 3, 3, 1, 1, 2, 1, 2, 1, 2, 1},    // dilated rows only
+      {4, 3, 3, 3, 1, 1, 1, 1, 3, 3, 3, 3},    // padding wider than the input
+      {1, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},    // one pixel
+      {6, 6, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},    // 1x1
+  };
+  const int64_t activations[] = {CUVIL_UK_ACT_NONE,        CUVIL_UK_ACT_RELU,
+                                 CUVIL_UK_ACT_CLIP,        CUVIL_UK_ACT_HARDSWISH,
+                                 CUVIL_UK_ACT_HARDSIGMOID, CUVIL_UK_ACT_SIGMOID};
+  const int64_t c = 3, batch = 2;
+  int compared = 0;
+  for (const Geometry& g : geometries) {
+    const int64_t oh =
+        (g.h + g.pad_top + g.pad_bottom - ((g.kh - 1) * g.dil_h + 1)) / g.stride_h + 1;
+    const int64_t ow =
+        (g.w + g.pad_left + g.pad_right - ((g.kw - 1) * g.dil_w + 1)) / g.stride_w + 1;
+    for (const int64_t act : activations) {
+      for (const bool x_signed : {false, true}) {
+        const bool y_signed = !x_signed;
+        SCOPED_TRACE(testing::Message() << "h=" << g.h << " w=" << g.w << " k=" << g.kh << "x"
+                                        << g.kw << " act=" << act << " x_signed=" << x_signed);
+        cuvil_uk_conv_params p{};
+        p.channels = p.out_channels = p.groups = c;
+        p.height = g.h;
+        p.width = g.w;
+        p.out_height = oh;
+        p.out_width = ow;
+        p.kernel_h = g.kh;
+        p.kernel_w = g.kw;
+        p.stride_h = g.stride_h;
+        p.stride_w = g.stride_w;
+        p.dilation_h = g.dil_h;
+        p.dilation_w = g.dil_w;
+        p.pad_top = g.pad_top;
+        p.pad_left = g.pad_left;
+        p.activation = act;
+        p.flags = CUVIL_UK_CONV_DEPTHWISE;
+        std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+        std::vector<float> wt(c * g.kh * g.kw), bias(c);
+        for (float& v : wt) v = dist(rng);
+        for (float& v : bias) v = dist(rng);
+        std::vector<uint8_t> x(batch * c * g.h * g.w);
+        for (uint8_t& b : x) b = static_cast<uint8_t>(rng());
+        const float x_scale = 0.04f, y_scale = 0.015f,
+                    alpha = act == CUVIL_UK_ACT_CLIP ? -1.0f : 0.2f,
+                    beta = act == CUVIL_UK_ACT_CLIP ? 1.25f : 0.5f;
+        const int32_t x_zero = x_signed ? 4 : 125, y_zero = y_signed ? -6 : 131;
+        std::vector<uint8_t> want(batch * c * oh * ow, 7), got(want.size(), 9);
+        uk::QDepthwise2d(uk::GenericTable(), p, x.data(), x_signed, x_scale, x_zero, wt.data(),
+                         bias.data(), want.data(), y_signed, y_scale, y_zero, batch, alpha, beta);
+        const uk::QuantizedPlane q{x_signed, x_scale, x_zero, y_signed, y_scale, y_zero};
+        const uk::Epilogue ep{nullptr, nullptr, act, alpha, beta};
+        const int64_t floats = uk::QDepthwisePlaneDirectScratchFloats(p);
+        ASSERT_GT(floats, 0);
+        std::vector<float> scratch(floats);
+        for (int64_t i = 0; i < batch * c; ++i) {
+          uk::QDepthwisePlaneDirect(p, x.data() + i * g.h * g.w, wt.data() + (i % c) * g.kh * g.kw,
+                                    bias[i % c], got.data() + i * oh * ow, q, ep, scratch.data());
+        }
+        ASSERT_EQ(got, want);
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 8 * 6 * 2);
+}
+
 TEST(UkernelsTest, QuantizedDepthwisePlaneDeclinesWhatItCannotComputeAndStaysInItsPlane) {
   constexpr int64_t kGuard = 64;
   const int64_t h = 11, w = 19;

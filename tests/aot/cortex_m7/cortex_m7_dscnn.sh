@@ -3,7 +3,9 @@
 # data sets (PyTorch, random weights with a fixed seed), then the float model runs through
 # cortex_m7_models.sh (within 1e-4 of PyTorch) and its per-channel INT8 copy through
 # cortex_m7_int8.sh (within one quantisation step of the host's run of that copy). Both print
-# the library's flash and SRAM bytes and the instructions per inference.
+# the library's flash and SRAM bytes and the instructions per inference; then
+# cortex_m7_reference.sh runs a plain C build of the INT8 model's loops on the same board and
+# prints both instruction counts.
 # usage: cortex_m7_dscnn.sh CUVIL_QUANTIZE CUVILC SOURCE_DIR WORK_DIR
 # Exits 77 (skip) when /usr/bin/python3 cannot import torch and onnx, or the ARM tools are missing.
 set -uo pipefail
@@ -20,3 +22,9 @@ rm -rf "$work" && mkdir -p "$work/models"
 rc=$?
 ((rc == 0)) || exit $rc
 "$board/cortex_m7_int8.sh" "$quantize" "$cuvilc" "$src" "$work/models" "$work/int8" dscnn
+rc=$?
+((rc == 0)) || exit $rc
+qmodel=$work/int8/models/qdscnn/model.onnx
+step=$("$python" "$board/model_facts.py" "$qmodel" | awk '$1 == "step" {print $2}')
+"$board/cortex_m7_reference.sh" "$src" "$qmodel" "$work/int8/refs/qdscnn" \
+  "$work/int8/firmware/qdscnn" "$work/reference" "$step"
