@@ -35,6 +35,13 @@ constexpr char kUsage[] =
     "  --shared-memory none|system   send inputs and receive outputs through system shared\n"
     "                                memory regions each client registers (default none)\n"
     "  --output-shared-memory-size B bytes of each output's region (default 102400)\n"
+    "sequence models (sequence_batching; each step carries sequence_id/start/end):\n"
+    "  --sequence-length N           steps per sequence (default 20)\n"
+    "  --sequence-length-variation P vary each sequence's length uniformly by +-P percent\n"
+    "                                (default 20; 0: every sequence has N steps)\n"
+    "  --sequence-id-range START[:END] ids used in turn, wrapping after END (default 1:2^64-1)\n"
+    "  --num-of-sequences N          rate mode: sequences kept open at once (default 4);\n"
+    "                                concurrency mode runs one per slot. Alias --sequence-count\n"
     "Each level is capped at 10 minutes, warmup included.\n"
     "Exit status: 0 ok; 1 setup failed (server unreachable, unknown model, bad input, first\n"
     "request failed); 2 bad usage; 3 some requests failed or statistics were unreadable.\n";
@@ -196,6 +203,33 @@ absl::StatusOr<PerfOptions> ParseArgs(const std::vector<std::string>& args) {
     } else if (flag == "--output-shared-memory-size") {
       if (!(n = PositiveInt(flag, value, false)).ok()) return n.status();
       o.output_shared_memory_bytes = *n;
+    } else if (flag == "--sequence-length") {
+      if (!(n = PositiveInt(flag, value, false)).ok()) return n.status();
+      o.sequence_length = *n;
+      o.sequence_flags = true;
+    } else if (flag == "--sequence-length-variation") {
+      double p = 0;
+      if (!absl::SimpleAtod(value, &p) || !std::isfinite(p) || p < 0 || p > 100) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("bad value '", value, "' for ", flag, ": want a percentage in [0, 100]"));
+      }
+      o.sequence_length_variation = p;
+      o.sequence_flags = true;
+    } else if (flag == "--sequence-id-range") {
+      std::vector<absl::string_view> parts = absl::StrSplit(value, ':');
+      uint64_t start = 0, end = UINT64_MAX;
+      if (parts.size() > 2 || !absl::SimpleAtoi(parts[0], &start) || start == 0 ||
+          (parts.size() == 2 && (!absl::SimpleAtoi(parts[1], &end) || end < start))) {
+        return absl::InvalidArgumentError(absl::StrCat("bad value '", value, "' for ", flag,
+                                                       ": want START[:END], 0 < START <= END"));
+      }
+      o.sequence_id_start = start;
+      o.sequence_id_end = end;
+      o.sequence_flags = true;
+    } else if (flag == "--num-of-sequences" || flag == "--sequence-count") {
+      if (!(n = PositiveInt(flag, value, false)).ok()) return n.status();
+      o.num_sequences = *n;
+      o.sequence_flags = true;
     } else if (flag == "--seed") {
       if (!(n = PositiveInt(flag, value, true)).ok()) return n.status();
       o.seed = static_cast<uint64_t>(*n);

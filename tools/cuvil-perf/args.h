@@ -52,6 +52,16 @@ struct PerfOptions {
   uint64_t seed = 1;
   SharedMemoryKind shared_memory = SharedMemoryKind::kNone;
   int64_t output_shared_memory_bytes = 102400;  // Each output's region.
+  // Models with sequence_batching (Triton's perf_analyzer options): each concurrency slot (in
+  // rate mode each of num_sequences) runs sequences of sequence_length steps, varied uniformly
+  // by +-sequence_length_variation percent, their ids taken in turn from
+  // [sequence_id_start, sequence_id_end].
+  int64_t sequence_length = 20;
+  double sequence_length_variation = 20;  // Percent.
+  uint64_t sequence_id_start = 1;
+  uint64_t sequence_id_end = UINT64_MAX;
+  int64_t num_sequences = 4;
+  bool sequence_flags = false;  // A sequence flag was given (refused for other models).
   bool help = false;
 };
 

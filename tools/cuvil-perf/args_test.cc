@@ -130,6 +130,38 @@ TEST(ParseArgsTest, SharedMemory) {
   EXPECT_EQ(o->output_shared_memory_bytes, 4096);
 }
 
+TEST(ParseArgsTest, SequenceOptions) {
+  absl::StatusOr<PerfOptions> d = ParseArgs({"-m", "m"});
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->sequence_length, 20);  // perf_analyzer's defaults.
+  EXPECT_EQ(d->sequence_length_variation, 20);
+  EXPECT_EQ(d->sequence_id_start, 1u);
+  EXPECT_EQ(d->sequence_id_end, UINT64_MAX);
+  EXPECT_EQ(d->num_sequences, 4);
+  EXPECT_FALSE(d->sequence_flags);
+  absl::StatusOr<PerfOptions> o =
+      ParseArgs({"-m", "m", "--sequence-length", "50", "--sequence-length-variation=0",
+                 "--sequence-id-range", "100:1099", "--num-of-sequences", "1000"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->sequence_length, 50);
+  EXPECT_EQ(o->sequence_length_variation, 0);
+  EXPECT_EQ(o->sequence_id_start, 100u);
+  EXPECT_EQ(o->sequence_id_end, 1099u);
+  EXPECT_EQ(o->num_sequences, 1000);
+  EXPECT_TRUE(o->sequence_flags);
+  absl::StatusOr<PerfOptions> open_end = ParseArgs({"-m", "m", "--sequence-id-range", "7"});
+  ASSERT_TRUE(open_end.ok());
+  EXPECT_EQ(open_end->sequence_id_start, 7u);
+  EXPECT_EQ(open_end->sequence_id_end, UINT64_MAX);
+  EXPECT_EQ(ParseArgs({"-m", "m", "--sequence-count", "9"})->num_sequences, 9);
+  for (const char* bad : {"0", "5:4", "1:2:3", "x", "3:"}) {
+    absl::StatusOr<PerfOptions> e = ParseArgs({"-m", "m", "--sequence-id-range", bad});
+    EXPECT_FALSE(e.ok()) << bad;
+  }
+  EXPECT_FALSE(ParseArgs({"-m", "m", "--sequence-length-variation", "101"}).ok());
+  EXPECT_FALSE(ParseArgs({"-m", "m", "--sequence-length", "0"}).ok());
+}
+
 TEST(ParseArgsTest, Help) {
   absl::StatusOr<PerfOptions> o = ParseArgs({"--help"});
   ASSERT_TRUE(o.ok());

@@ -67,6 +67,15 @@ class GrpcClient final : public InferClient {
     grpc::Status cs = stub_->ModelConfig(&cctx, creq, &cres);
     if (cs.ok()) {
       info.max_batch_size = cres.config().max_batch_size();
+      const inference::ModelSequenceBatching& sb = cres.config().sequence_batching();
+      info.sequence_batching = cres.config().has_sequence_batching();
+      std::vector<std::string> filled, states;
+      for (const auto& c : sb.control_input()) filled.push_back(c.name());
+      for (const auto& st : sb.state()) {
+        filled.push_back(st.input_name());
+        states.push_back(st.output_name());
+      }
+      RemoveSequenceTensors(filled, states, &info);
     } else if (cs.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
       info.max_batch_size = -1;  // Unknown: the caller guesses from the shapes.
     } else {
@@ -149,6 +158,19 @@ class GrpcClient final : public InferClient {
       if (shm_) point_at(shm_->outputs()[i], out->mutable_parameters());
     }
     return absl::OkStatus();
+  }
+
+  void SetSequence(uint64_t id, bool start, bool end) override {
+    auto* params = request_.mutable_parameters();
+    if (id == 0) {
+      params->erase("sequence_id");
+      params->erase("sequence_start");
+      params->erase("sequence_end");
+      return;
+    }
+    (*params)["sequence_id"].set_uint64_param(id);
+    (*params)["sequence_start"].set_bool_param(start);
+    (*params)["sequence_end"].set_bool_param(end);
   }
 
   absl::Status Infer() override {

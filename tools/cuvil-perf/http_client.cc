@@ -117,6 +117,20 @@ class HttpClient final : public InferClient {
     if (config.ok()) {
       auto it = config->find("max_batch_size");
       info.max_batch_size = it != config->end() && it->is_number_integer() ? it->get<int64_t>() : 0;
+      if (auto sb = config->find("sequence_batching"); sb != config->end() && sb->is_object()) {
+        info.sequence_batching = true;
+        std::vector<std::string> filled, states;
+        if (auto c = sb->find("control_input"); c != sb->end() && c->is_array()) {
+          for (const json& ci : *c) filled.push_back(Str(ci, "name"));
+        }
+        if (auto st = sb->find("state"); st != sb->end() && st->is_array()) {
+          for (const json& one : *st) {
+            filled.push_back(Str(one, "input_name"));
+            states.push_back(Str(one, "output_name"));
+          }
+        }
+        RemoveSequenceTensors(filled, states, &info);
+      }
     } else if (absl::IsUnimplemented(config.status()) || absl::IsNotFound(config.status())) {
       info.max_batch_size = -1;  // Unknown: the caller guesses from the shapes.
     } else {
@@ -205,10 +219,20 @@ class HttpClient final : public InferClient {
       out_list.push_back({{"name", outputs[i]}, {"parameters", std::move(params)}});
     }
     header["outputs"] = std::move(out_list);
-    body_ = header.dump(-1, ' ', false, json::error_handler_t::replace);
-    headers_ = {{kHeaderLength, std::to_string(body_.size())}};
-    body_.append(binary);
+    header_ = std::move(header);
+    binary_ = std::move(binary);
+    Encode();
     return absl::OkStatus();
+  }
+
+  void SetSequence(uint64_t id, bool start, bool end) override {
+    if (id == 0) {
+      header_.erase("parameters");
+    } else {
+      header_["parameters"] = {
+          {"sequence_id", id}, {"sequence_start", start}, {"sequence_end", end}};
+    }
+    Encode();
   }
 
   absl::Status Infer() override {
@@ -258,6 +282,15 @@ class HttpClient final : public InferClient {
   ClientOptions options_;
   httplib::Client client_;
   std::string model_path_;
+  // The request body from header_ and binary_ (the JSON header, then the tensor bytes).
+  void Encode() {
+    body_ = header_.dump(-1, ' ', false, json::error_handler_t::replace);
+    headers_ = {{kHeaderLength, std::to_string(body_.size())}};
+    body_.append(binary_);
+  }
+
+  json header_;
+  std::string binary_;
   httplib::Headers headers_;
   std::string body_;
   std::unique_ptr<ClientSharedMemory> shm_;  // With --shared-memory system, once prepared.

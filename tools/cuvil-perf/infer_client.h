@@ -27,6 +27,9 @@ struct ModelInfo {
   std::vector<TensorInfo> inputs;
   std::vector<TensorInfo> outputs;
   int64_t max_batch_size = 0;  // From the model config; 0: no batch dimension.
+  // The config has sequence_batching. The inputs the server fills (its control and state
+  // inputs) and the state outputs are left out of `inputs` and `outputs`.
+  bool sequence_batching = false;
 };
 
 // An input of the request sent over and over: concrete shape and raw little-endian bytes.
@@ -48,6 +51,9 @@ class InferClient {
   // Builds the request Infer() sends; outputs are all requested (binary where the protocol can).
   virtual absl::Status Prepare(const std::vector<InputTensor>& inputs,
                                const std::vector<std::string>& outputs) = 0;
+  // Makes the prepared request a step of sequence `id` (the sequence_id, sequence_start and
+  // sequence_end parameters) until the next call; id 0 sends no sequence parameters.
+  virtual void SetSequence(uint64_t id, bool start, bool end) = 0;
   // Sends the prepared request and waits for its response.
   virtual absl::Status Infer() = 0;
 };
@@ -63,6 +69,11 @@ struct ClientOptions {
   SharedMemoryKind shared_memory = SharedMemoryKind::kNone;
   int64_t output_shared_memory_bytes = 102400;
 };
+
+// Leaves the inputs named in `filled` and the outputs named in `state_outputs` out of `info`
+// (a sequence model's tensors the server fills or keeps).
+void RemoveSequenceTensors(const std::vector<std::string>& filled,
+                           const std::vector<std::string>& state_outputs, ModelInfo* info);
 
 // Each call opens its own connection (no sharing between clients).
 absl::StatusOr<std::unique_ptr<InferClient>> CreateClient(const ClientOptions& options);

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "sequence_plan.h"
 
 namespace cuvil::perf {
 namespace {
@@ -47,6 +48,8 @@ struct WorkerRecord {
   std::vector<int64_t> latencies_ns;
   uint64_t errors = 0;
   uint64_t delayed = 0;
+  uint64_t sequences_started = 0;
+  uint64_t sequences_completed = 0;
   std::string first_error;
 };
 
@@ -66,7 +69,9 @@ struct Shared {
   }
 };
 
-void SendLoop(InferClient* client, Shared* shared, Schedule* schedule, WorkerRecord* record) {
+// `plan`: every request is a sequence step, of slot `own_slot` (-1: any free slot, rate mode).
+void SendLoop(InferClient* client, Shared* shared, Schedule* schedule, SequencePlan* plan,
+              int64_t own_slot, WorkerRecord* record) {
   while (shared->phase.load(std::memory_order_acquire) != kStop) {
     Clock::time_point slot;
     if (schedule != nullptr) {
@@ -75,9 +80,20 @@ void SendLoop(InferClient* client, Shared* shared, Schedule* schedule, WorkerRec
       if (shared->cv.wait_until(lock, slot, [&] { return shared->phase.load() == kStop; })) break;
     }
     const int phase_at_start = shared->phase.load(std::memory_order_acquire);
+    SequenceStep step;
+    if (plan != nullptr) {
+      step.slot = own_slot >= 0 ? own_slot : plan->Acquire();
+      step = plan->Next(step.slot);
+      client->SetSequence(step.id, step.start, step.end);
+    }
     const Clock::time_point start = Clock::now();
     absl::Status status = client->Infer();
     const Clock::time_point end = Clock::now();
+    if (plan != nullptr) {
+      // A failed step leaves the sequence's state unknown: the slot starts a new one.
+      if (!status.ok()) plan->Abandon(step.slot);
+      if (own_slot < 0) plan->Release(step.slot);
+    }
     if (!status.ok() && record->first_error.empty()) record->first_error = status.ToString();
     if (phase_at_start == kWarmup) {
       if (shared->warmup_done.fetch_add(1) + 1 == shared->warmup_target) shared->Notify();
@@ -91,6 +107,8 @@ void SendLoop(InferClient* client, Shared* shared, Schedule* schedule, WorkerRec
     if (status.ok()) {
       record->latencies_ns.push_back(
           std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count());
+      record->sequences_started += step.start;
+      record->sequences_completed += step.end;
     } else {
       ++record->errors;
     }
@@ -102,12 +120,13 @@ void SendLoop(InferClient* client, Shared* shared, Schedule* schedule, WorkerRec
 
 LoadGenerator::LoadGenerator(const PerfOptions& options, ClientFactory factory,
                              InferClient* stats_client, std::vector<InputTensor> inputs,
-                             std::vector<std::string> outputs)
+                             std::vector<std::string> outputs, bool sequences)
     : options_(options),
       factory_(std::move(factory)),
       stats_client_(stats_client),
       inputs_(std::move(inputs)),
-      outputs_(std::move(outputs)) {}
+      outputs_(std::move(outputs)),
+      sequences_(sequences) {}
 
 absl::StatusOr<LevelResult> LoadGenerator::RunLevel(double level) {
   const bool rate_mode = options_.mode == LoadMode::kRequestRate;
@@ -121,6 +140,14 @@ absl::StatusOr<LevelResult> LoadGenerator::RunLevel(double level) {
     if (!c.ok()) return c.status();
     if (absl::Status s = (*c)->Prepare(inputs_, outputs_); !s.ok()) return s;
     clients.push_back(std::move(*c));
+  }
+
+  // Concurrency mode: slot i is thread i's; rate mode: --num-of-sequences slots shared.
+  std::unique_ptr<SequencePlan> plan;
+  if (sequences_) {
+    const int64_t slots = rate_mode ? options_.num_sequences : threads;
+    if (absl::Status s = SequencePlan::Check(options_, slots); !s.ok()) return s;
+    plan = std::make_unique<SequencePlan>(options_, slots);
   }
 
   Shared shared;
@@ -154,7 +181,8 @@ absl::StatusOr<LevelResult> LoadGenerator::RunLevel(double level) {
   std::vector<std::thread> senders;
   senders.reserve(threads);
   for (int64_t i = 0; i < threads; ++i) {
-    senders.emplace_back(SendLoop, clients[i].get(), &shared, schedule.get(), &records[i]);
+    senders.emplace_back(SendLoop, clients[i].get(), &shared, schedule.get(), plan.get(),
+                         rate_mode ? int64_t{-1} : i, &records[i]);
   }
 
   if (shared.warmup_target > 0) {
@@ -188,6 +216,16 @@ absl::StatusOr<LevelResult> LoadGenerator::RunLevel(double level) {
   const Clock::time_point window_end = Clock::now();
   absl::StatusOr<ServerStats> after = stats_client_->GetStatistics();
   for (std::thread& t : senders) t.join();
+  if (plan != nullptr) {
+    // Close the sequences the window cut short (not measured), so the server frees their state
+    // now instead of after its idle timeout, and the next level starts clean.
+    for (const SequenceStep& step : plan->CloseOpen()) {
+      InferClient* client = clients[rate_mode ? 0 : step.slot].get();
+      client->SetSequence(step.id, false, true);
+      (void)client->Infer();
+    }
+    result.sequences = true;
+  }
 
   result.window_seconds = std::chrono::duration<double>(window_end - window_start).count();
   std::vector<int64_t> latencies;
@@ -195,6 +233,8 @@ absl::StatusOr<LevelResult> LoadGenerator::RunLevel(double level) {
     latencies.insert(latencies.end(), r.latencies_ns.begin(), r.latencies_ns.end());
     result.errors += r.errors;
     result.delayed += r.delayed;
+    result.sequences_started += r.sequences_started;
+    result.sequences_completed += r.sequences_completed;
     if (result.first_error.empty()) result.first_error = r.first_error;
   }
   result.latency = Summarize(&latencies, options_.percentile);

@@ -31,15 +31,23 @@ struct LevelResult {
   uint64_t delayed = 0;      // Rate mode: sent over 1 ms after their slot.
   bool have_server = false;  // False when the statistics could not be read.
   ServerSplit server;
+  // Sequence models: sequences whose START / END step was answered inside the window (every
+  // request of the window is a step).
+  bool sequences = false;
+  uint64_t sequences_started = 0;
+  uint64_t sequences_completed = 0;
 };
 
 using ClientFactory = std::function<absl::StatusOr<std::unique_ptr<InferClient>>()>;
 
 class LoadGenerator {
  public:
-  // `stats_client` reads the statistics; the senders' clients come from `factory`.
+  // `stats_client` reads the statistics; the senders' clients come from `factory`. With
+  // `sequences` (a model with sequence_batching) every request is a step of a sequence (see
+  // SequencePlan); the sequences open when a level ends are closed with one END step each.
   LoadGenerator(const PerfOptions& options, ClientFactory factory, InferClient* stats_client,
-                std::vector<InputTensor> inputs, std::vector<std::string> outputs);
+                std::vector<InputTensor> inputs, std::vector<std::string> outputs,
+                bool sequences = false);
 
   absl::StatusOr<LevelResult> RunLevel(double level);
 
@@ -49,6 +57,7 @@ class LoadGenerator {
   InferClient* stats_client_;
   std::vector<InputTensor> inputs_;
   std::vector<std::string> outputs_;
+  bool sequences_;
 };
 
 }  // namespace cuvil::perf

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "args.h"
 #include "infer_client.h"
 #include "input_data.h"
@@ -62,8 +63,15 @@ int Run(const std::vector<std::string>& args) {
   std::vector<std::string> outputs;
   for (const TensorInfo& t : model->outputs) outputs.push_back(t.name);
 
-  // One request up front: a wrong shape or a failing model is reported once, clearly.
+  if (options.sequence_flags && !model->sequence_batching) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("the --sequence-* options need a model with sequence_batching; '",
+                     options.model, "' has none")));
+  }
+  // One request up front: a wrong shape or a failing model is reported once, clearly. For a
+  // sequence model it is a whole sequence of one step.
   if (absl::Status s = (*control)->Prepare(*inputs, outputs); !s.ok()) return Fail(s);
+  if (model->sequence_batching) (*control)->SetSequence(options.sequence_id_start, true, true);
   if (absl::Status s = (*control)->Infer(); !s.ok()) {
     return Fail(absl::Status(s.code(), absl::StrCat("the first request failed: ", s.message())));
   }
@@ -81,9 +89,19 @@ int Run(const std::vector<std::string>& args) {
       options.mode == LoadMode::kConcurrency ? "closed loop," : "open loop,",
       static_cast<long long>(options.measurement_interval_ms),
       static_cast<long long>(options.max_requests));
+  if (model->sequence_batching) {
+    std::printf("cuvil-perf: sequences of %lld steps (+-%g%%), ids %llu:%llu%s\n",
+                static_cast<long long>(options.sequence_length), options.sequence_length_variation,
+                static_cast<unsigned long long>(options.sequence_id_start),
+                static_cast<unsigned long long>(options.sequence_id_end),
+                options.mode == LoadMode::kRequestRate
+                    ? absl::StrCat(", ", options.num_sequences, " open at once").c_str()
+                    : ", one per concurrency slot");
+  }
   std::fflush(stdout);
 
-  LoadGenerator generator(options, factory, control->get(), std::move(*inputs), outputs);
+  LoadGenerator generator(options, factory, control->get(), std::move(*inputs), outputs,
+                          model->sequence_batching);
   std::vector<LevelResult> results;
   bool any_errors = false;
   for (double level : ExpandRange(options.range)) {

@@ -28,6 +28,10 @@ std::string FormatLevel(const LevelResult& r) {
   }
   absl::StrAppendFormat(&line, " mean %.0f  requests %u errors %u", l.mean_us, l.count, r.errors);
   if (r.mode == LoadMode::kRequestRate) absl::StrAppendFormat(&line, " delayed %u", r.delayed);
+  if (r.sequences) {
+    absl::StrAppendFormat(&line, "  sequences started %u completed %u", r.sequences_started,
+                          r.sequences_completed);
+  }
   if (r.have_server) {
     const ServerSplit& s = r.server;
     absl::StrAppendFormat(&line,
@@ -46,7 +50,8 @@ std::string CsvHeader(double extra_percentile) {
       "mode,level,window_s,client_infer_per_sec,p50_us,p90_us,p95_us,p99_us,selected_",
       PercentileName(extra_percentile),
       "_us,mean_us,requests,errors,delayed,server_infer_per_sec,queue_us,compute_input_us,"
-      "compute_infer_us,compute_output_us,avg_batch,largest_batch,largest_batch_infer_us");
+      "compute_infer_us,compute_output_us,avg_batch,largest_batch,largest_batch_infer_us,"
+      "sequences_started,sequences_completed");
 }
 
 std::string CsvRow(const LevelResult& r) {
@@ -63,6 +68,11 @@ std::string CsvRow(const LevelResult& r) {
                           s.avg_batch, s.largest_batch, s.largest_batch_infer_us);
   } else {
     row += ",,,,,,,,";
+  }
+  if (r.sequences) {
+    absl::StrAppendFormat(&row, ",%u,%u", r.sequences_started, r.sequences_completed);
+  } else {
+    row += ",,";
   }
   return row;
 }
