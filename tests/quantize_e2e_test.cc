@@ -108,6 +108,7 @@ struct BlockSpec {
   bool quantize_out = true;  // QuantizeLinear -> DequantizeLinear after the activation
   int64_t kernel = 3;
   bool depthwise = false;  // group = channels = 8
+  bool pool = false;       // GlobalAveragePool after the activation (float output): y [N, M, 1, 1]
 };
 
 onnx::TensorProto Initializer(const std::string& name, int type, std::vector<int64_t> dims) {
@@ -153,7 +154,11 @@ std::string QdqBlock(const BlockSpec& b, float* y_scale) {
   onnx::ModelProto model = NewModel("qdq_block");
   onnx::GraphProto* g = model.mutable_graph();
   ImageInfo(g->add_input(), "x", onnx::TensorProto::FLOAT, kC);
-  ImageInfo(g->add_output(), "y", onnx::TensorProto::FLOAT, m);
+  if (b.pool) {
+    BatchedInfo(g->add_output(), "y", onnx::TensorProto::FLOAT, {m, 1, 1});
+  } else {
+    ImageInfo(g->add_output(), "y", onnx::TensorProto::FLOAT, m);
+  }
   const int qtype = b.x_signed ? onnx::TensorProto::INT8 : onnx::TensorProto::UINT8;
   const float sx = 4.0f / 255, sy = 6.0f / 255;
   *y_scale = sy;
@@ -212,6 +217,7 @@ std::string QdqBlock(const BlockSpec& b, float* y_scale) {
     node("QuantizeLinear", {cur, "sy", "zy"}, "yq");
     cur = node("DequantizeLinear", {"yq", "sy", "zy"}, "yd")->output(0);
   }
+  if (b.pool) cur = node("GlobalAveragePool", {cur}, "pooled")->output(0);
   node("Identity", {cur}, "y");
   std::string bytes;
   EXPECT_TRUE(model.SerializeToString(&bytes));
@@ -289,6 +295,51 @@ TEST(QdqFusionTest, IntegerConvMatchesTheFloatQdqGraphWithinOneStep) {
           }
           EXPECT_GT(max_abs, 0.5);  // the block computes something
         }
+      }
+    }
+  }
+}
+
+// A float result read only by a GlobalAveragePool: the integer convolution averages it itself
+// (CUVIL_UK_QOUT_FLOAT_MEAN), so the float map is never stored, and the pooled values agree with
+// the float QDQ graph's to float rounding. With a QuantizeLinear before the pool, or a residual,
+// the pool stays a node of its own.
+TEST(QdqFusionTest, GlobalAveragePoolAfterAFloatConvIsFusedIn) {
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  HostTensor x(DType::kFloat32, {3, 8, 9, 9});
+  std::mt19937 rng(12);
+  std::uniform_real_distribution<float> xd(-0.2f, 3.8f);
+  for (int64_t i = 0; i < x.num_elements(); ++i) x.data_as<float>()[i] = xd(rng);
+  int variant = 0;
+  for (bool quantize_out : {false, true}) {
+    for (int64_t kernel : {int64_t{1}, int64_t{3}}) {
+      for (bool clip : {false, true}) {
+        BlockSpec b{false, clip, false, quantize_out, kernel};
+        b.pool = true;
+        SCOPED_TRACE(::testing::Message() << "quantize_out " << quantize_out << " kernel " << kernel
+                                          << " clip " << clip);
+        float sy = 0;
+        const std::string bytes = QdqBlock(b, &sy);
+        const std::string name = "pool" + std::to_string(variant++);
+        auto [fused, yi] = RunBlock(**engine, bytes, true, x, name + "i");
+        auto [unfused, yf] = RunBlock(**engine, bytes, false, x, name + "f");
+        EXPECT_TRUE(fused);
+        ASSERT_EQ(yi.shape(), (std::vector<int64_t>{3, 16, 1, 1}));
+        ASSERT_EQ(yi.shape(), yf.shape());
+        std::ifstream ll(::testing::TempDir() + "/" + name + "i.ll");
+        std::stringstream ir;
+        ir << ll.rdbuf();
+        // A separate pool kernel is emitted exactly when the convolution's output is 8-bit.
+        EXPECT_EQ(ir.str().find("GlobalAveragePool") != std::string::npos, quantize_out);
+        double max_diff = 0, max_abs = 0;
+        for (int64_t i = 0; i < yi.num_elements(); ++i) {
+          max_diff = std::max(max_diff, static_cast<double>(std::fabs(yi.data_as<float>()[i] -
+                                                                      yf.data_as<float>()[i])));
+          max_abs = std::max(max_abs, std::fabs(static_cast<double>(yf.data_as<float>()[i])));
+        }
+        EXPECT_LE(max_diff, quantize_out ? sy * 1.001 : 1e-4 * std::max(1.0, max_abs));
+        EXPECT_GT(max_abs, 0.1);
       }
     }
   }

@@ -353,6 +353,19 @@ std::vector<ir::Node*> TryFuse(ir::Graph& graph, ir::Node* conv,
                       bias != nullptr ? bias->constant->data_as<float>() : nullptr, e);
   if (!r) return {};
 
+  // A float result whose only reader is a GlobalAveragePool: the kernel averages it in place of
+  // writing it (CUVIL_UK_QOUT_FLOAT_MEAN), so the [N, M, OH, OW] float map, often the largest
+  // tensor of a small network, is never stored.
+  if (r->out_type == CUVIL_UK_QOUT_FLOAT && e.residual == nullptr) {
+    ir::Node* gap = SoleConsumer(graph, e.out, uses);
+    if (gap != nullptr && gap->op_type == "GlobalAveragePool" && gap->inputs.size() == 1 &&
+        gap->outputs.size() == 1) {
+      e.dead.push_back(gap);
+      e.out = gap->outputs[0];
+      r->out_type = CUVIL_UK_QOUT_FLOAT_MEAN;
+    }
+  }
+
   // Rewrite the Conv in place.
   const std::string base = conv->name.empty() ? weights->name : conv->name;
   std::vector<ir::Value*> inputs = {xq->data,

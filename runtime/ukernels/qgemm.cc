@@ -704,6 +704,7 @@ void QConv2d(const QTable& t, const cuvil_uk_qconv_params& qp, const void* x, co
   const int64_t ow = p.out_width, oh = p.out_height, m = p.out_channels;
   const int64_t panels = CeilDiv(m, kQMR);
   const bool direct = plan.direct, padded = plan.padded;
+  const bool mean = qp.out_type == CUVIL_UK_QOUT_FLOAT_MEAN;
   const int64_t wp = plan.wp, wr = plan.wr;
   const int64_t rows_per_block = plan.rows_per_block, blocks = plan.blocks;
   const int64_t in_plane = p.channels * p.height * p.width, out_plane = m * oh * ow;
@@ -712,70 +713,110 @@ void QConv2d(const QTable& t, const cuvil_uk_qconv_params& qp, const void* x, co
   const int64_t cost = std::max<int64_t>(1, rows_per_block * ow * k * m / kMinWorkPerThread);
   const int64_t plane_rows = plan.plane_rows, padded_bytes = plan.padded_bytes;
   const size_t out_bytes =
-      qp.out_type == CUVIL_UK_QOUT_FLOAT || qp.out_type == CUVIL_UK_QOUT_S32 ? 4 : 1;
-  ParallelFor(batch * blocks, cost, [&](int64_t begin, int64_t end) {
-    uint8_t* b = Scratch(kSlotB, static_cast<size_t>(plan.b_bytes()));
-    uint8_t* rows = Scratch(kSlotRow, static_cast<size_t>(plan.row_bytes(ow)));
-    int32_t* tile = reinterpret_cast<int32_t*>(
-        Scratch(kSlotTile, static_cast<size_t>(QConvBlocks::tile_bytes(t))));
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t img = item / blocks, blk = item % blocks;
-      const int64_t oy0 = blk * rows_per_block, oy1 = std::min(oh, oy0 + rows_per_block);
-      const int64_t cols = (oy1 - oy0) * wr;
-      const int64_t ldb = CeilDiv(cols, 16) * 16;
-      const uint8_t* xi = static_cast<const uint8_t*>(x) + img * in_plane;
-      if (direct) {
-        FillBlockDirect(p, xi, flip, pad, oy0, oy1, kq, ldb, b);
-      } else if (padded) {
-        FillBlockPadded(p, xi, flip, pad, oy0, oy1, plane_rows, wp, kq, ldb, b, rows,
-                        rows + padded_bytes);
-      } else {
-        FillBlock(t, p, xi, flip, pad, oy0, oy1, kq, ldb, b, rows);
-      }
-      for (int64_t pp = 0; pp < panels; ++pp) {
-        const int8_t* a = w + pp * kq * kQMR * 4;
-        const int64_t rows_here = std::min(kQMR, m - pp * kQMR);
-        for (int64_t j = 0; j < ldb; j += t.nr) {
-          const int64_t nr = std::min(t.nr, ldb - j);
-          const int64_t n = std::min(nr, cols - j);
-          if (t.tile_store != nullptr) {
-            const int64_t ch = pp * kQMR;
-            const int64_t at = img * out_plane + ch * oh * ow + oy0 * ow;
-            const QEpilogue e{&qp,
-                              comp + ch,
-                              mult + ch,
-                              bias + ch,
-                              residual != nullptr ? residual + at : nullptr,
-                              static_cast<uint8_t*>(y) + at * out_bytes,
-                              oh * ow,
-                              j,
-                              wr,
-                              ow,
-                              lo,
-                              hi};
-            if (n > 0) t.tile_store(kq, a, b + j * 4, ldb, nr, n, rows_here, e);
-            continue;
-          }
-          t.tile(kq, a, b + j * 4, ldb, tile, t.nr, nr);
-          for (int64_t r = 0; r < rows_here; ++r) {
-            const int64_t ch = pp * kQMR + r;
-            const int64_t row0 = img * out_plane + ch * oh * ow + oy0 * ow;
-            // Segments of the tile's columns [j, j + n) that are output positions.
-            for (int64_t q = j; q < j + n;) {
-              const int64_t oyr = q / wr, ox = q % wr;
-              const int64_t seg = wr == ow ? j + n - q : std::min(j + n, oyr * wr + ow) - q;
-              if (ox < ow && seg > 0) {
+      qp.out_type == CUVIL_UK_QOUT_FLOAT || qp.out_type == CUVIL_UK_QOUT_S32 || mean ? 4 : 1;
+  cuvil_uk_qconv_params float_qp = qp;  // the fused average's values: the float output's
+  float_qp.out_type = CUVIL_UK_QOUT_FLOAT;
+  constexpr int64_t kMeanChunk = 64;
+  // One block of one image, with the calling thread's scratch.
+  auto run = [&](int64_t item, uint8_t* b, uint8_t* rows, int32_t* tile) {
+    const int64_t img = item / blocks, blk = item % blocks;
+    const int64_t oy0 = blk * rows_per_block, oy1 = std::min(oh, oy0 + rows_per_block);
+    const int64_t cols = (oy1 - oy0) * wr;
+    const int64_t ldb = CeilDiv(cols, 16) * 16;
+    const uint8_t* xi = static_cast<const uint8_t*>(x) + img * in_plane;
+    if (direct) {
+      FillBlockDirect(p, xi, flip, pad, oy0, oy1, kq, ldb, b);
+    } else if (padded) {
+      FillBlockPadded(p, xi, flip, pad, oy0, oy1, plane_rows, wp, kq, ldb, b, rows,
+                      rows + padded_bytes);
+    } else {
+      FillBlock(t, p, xi, flip, pad, oy0, oy1, kq, ldb, b, rows);
+    }
+    for (int64_t pp = 0; pp < panels; ++pp) {
+      const int8_t* a = w + pp * kq * kQMR * 4;
+      const int64_t rows_here = std::min(kQMR, m - pp * kQMR);
+      for (int64_t j = 0; j < ldb; j += t.nr) {
+        const int64_t nr = std::min(t.nr, ldb - j);
+        const int64_t n = std::min(nr, cols - j);
+        if (t.tile_store != nullptr && !mean) {
+          const int64_t ch = pp * kQMR;
+          const int64_t at = img * out_plane + ch * oh * ow + oy0 * ow;
+          const QEpilogue e{&qp,
+                            comp + ch,
+                            mult + ch,
+                            bias + ch,
+                            residual != nullptr ? residual + at : nullptr,
+                            static_cast<uint8_t*>(y) + at * out_bytes,
+                            oh * ow,
+                            j,
+                            wr,
+                            ow,
+                            lo,
+                            hi};
+          if (n > 0) t.tile_store(kq, a, b + j * 4, ldb, nr, n, rows_here, e);
+          continue;
+        }
+        t.tile(kq, a, b + j * 4, ldb, tile, t.nr, nr);
+        for (int64_t r = 0; r < rows_here; ++r) {
+          const int64_t ch = pp * kQMR + r;
+          const int64_t row0 = img * out_plane + ch * oh * ow + oy0 * ow;
+          // Segments of the tile's columns [j, j + n) that are output positions.
+          for (int64_t q = j; q < j + n;) {
+            const int64_t oyr = q / wr, ox = q % wr;
+            const int64_t seg = wr == ow ? j + n - q : std::min(j + n, oyr * wr + ow) - q;
+            if (ox < ow && seg > 0) {
+              const int32_t* acc = tile + r * t.nr + (q - j);
+              if (mean) {
+                // The tier's own float epilogue (so the mean is exactly that of the float
+                // output it would write), then added in position order.
+                for (int64_t s0 = 0; s0 < seg; s0 += kMeanChunk) {
+                  const int64_t len = std::min(kMeanChunk, seg - s0);
+                  float vals[kMeanChunk];
+                  t.store(float_qp, acc + s0, len, comp[ch], mult[ch], bias[ch], nullptr, vals, lo,
+                          hi);
+                  float& sum = static_cast<float*>(y)[img * m + ch];
+                  for (int64_t i = 0; i < len; ++i) sum += vals[i];
+                }
+              } else {
                 const int64_t at = row0 + oyr * ow + ox;
-                t.store(qp, tile + r * t.nr + (q - j), seg, comp[ch], mult[ch], bias[ch],
+                t.store(qp, acc, seg, comp[ch], mult[ch], bias[ch],
                         residual != nullptr ? residual + at : nullptr,
                         static_cast<uint8_t*>(y) + at * out_bytes, lo, hi);
               }
-              q = wr == ow ? j + n : (oyr + 1) * wr;
             }
+            q = wr == ow ? j + n : (oyr + 1) * wr;
           }
         }
       }
     }
+  };
+  auto scratch = [&](uint8_t** b, uint8_t** rows, int32_t** tile) {
+    *b = Scratch(kSlotB, static_cast<size_t>(plan.b_bytes()));
+    *rows = Scratch(kSlotRow, static_cast<size_t>(plan.row_bytes(ow)));
+    *tile = reinterpret_cast<int32_t*>(
+        Scratch(kSlotTile, static_cast<size_t>(QConvBlocks::tile_bytes(t))));
+  };
+  if (mean) {
+    // An image's blocks add into the same sums: one task per image, its blocks in order.
+    ParallelFor(batch, cost * blocks, [&](int64_t begin, int64_t end) {
+      uint8_t *b, *rows;
+      int32_t* tile;
+      scratch(&b, &rows, &tile);
+      for (int64_t img = begin; img < end; ++img) {
+        float* sums = static_cast<float*>(y) + img * m;
+        for (int64_t c = 0; c < m; ++c) sums[c] = 0.0f;
+        for (int64_t blk = 0; blk < blocks; ++blk) run(img * blocks + blk, b, rows, tile);
+        const float count = static_cast<float>(oh * ow);
+        for (int64_t c = 0; c < m; ++c) sums[c] /= count;
+      }
+    });
+    return;
+  }
+  ParallelFor(batch * blocks, cost, [&](int64_t begin, int64_t end) {
+    uint8_t *b, *rows;
+    int32_t* tile;
+    scratch(&b, &rows, &tile);
+    for (int64_t item = begin; item < end; ++item) run(item, b, rows, tile);
   });
 }
 

@@ -227,6 +227,59 @@ TEST(QConvTest, WideRowsSpanSeveralBlocks) {
   CheckCase({130, 7, 7, 33, 1, 1, 1, 0, 1, false, CUVIL_UK_QOUT_FLOAT}, Fill::kRandom);
 }
 
+// CUVIL_UK_QOUT_FLOAT_MEAN (a GlobalAveragePool fused in) equals the float output averaged in
+// position order, bit for bit, on every tier: one block and several, padded rows, a clamp.
+TEST(QConvTest, FusedMeanIsTheFloatOutputAveraged) {
+  const Case cases[] = {
+      {64, 25, 5, 64, 1, 1, 1, 0, 1, false, CUVIL_UK_QOUT_FLOAT},  // the DS-CNN's last 1x1
+      {5, 9, 7, 13, 3, 3, 1, 1, 1, true, CUVIL_UK_QOUT_FLOAT},     // padded rows (wr > ow)
+      {64, 40, 40, 9, 3, 3, 1, 1, 1, false, CUVIL_UK_QOUT_FLOAT},  // several blocks
+      {3, 15, 17, 17, 7, 7, 2, 3, 1, false, CUVIL_UK_QOUT_FLOAT},  // stride 2
+  };
+  const int64_t batch = 3;
+  for (const Case& t : cases) {
+    SCOPED_TRACE(testing::Message() << "c=" << t.c << " h=" << t.h << " w=" << t.w);
+    cuvil_uk_qconv_params qp = Params(t);
+    const int64_t k = t.c * t.kh * t.kw;
+    std::mt19937 rng(static_cast<uint32_t>(k + t.m));
+    std::uniform_int_distribution<int32_t> xd(0, 255), wd(-128, 127);
+    std::vector<uint8_t> x(batch * t.c * t.h * t.w);
+    for (auto& v : x) v = static_cast<uint8_t>(xd(rng));
+    std::vector<int8_t> w(t.m * k);
+    for (auto& v : w) v = static_cast<int8_t>(wd(rng));
+    std::vector<int8_t> packed(cuvil_uk_qconv_weights_size(t.m, k));
+    std::vector<int32_t> sums(t.m), comp(t.m);
+    cuvil_uk_pack_qconv_weights(w.data(), t.m, k, packed.data(), sums.data());
+    std::vector<float> mult(t.m), bias(t.m);
+    for (int64_t m = 0; m < t.m; ++m) {
+      comp[m] = static_cast<int32_t>(qp.x_zero + (t.x_signed ? 128 : 0)) * sums[m];
+      mult[m] = 1.0f / (1000.0f + 17.0f * m);
+      bias[m] = 0.01f * m - 0.05f;
+    }
+    const int64_t plane = qp.conv.out_height * qp.conv.out_width;
+    for (const uk::QTable* table : uk::SupportedQTables()) {
+      SCOPED_TRACE(table->name);
+      std::vector<float> full(batch * t.m * plane), mean(batch * t.m, -1.0f);
+      qp.out_type = CUVIL_UK_QOUT_FLOAT;
+      uk::QConv2d(*table, qp, x.data(), packed.data(), comp.data(), mult.data(), bias.data(),
+                  nullptr, full.data(), batch, 0.0f, 6.0f);
+      qp.out_type = CUVIL_UK_QOUT_FLOAT_MEAN;
+      uk::QConv2d(*table, qp, x.data(), packed.data(), comp.data(), mult.data(), bias.data(),
+                  nullptr, mean.data(), batch, 0.0f, 6.0f);
+      int nonzero = 0;
+      for (int64_t i = 0; i < batch * t.m; ++i) {
+        float s = 0.0f;
+        for (int64_t q = 0; q < plane; ++q) s += full[i * plane + q];
+        ASSERT_EQ(mean[i], s / static_cast<float>(plane))
+            << std::hexfloat << mean[i] << " " << s << std::defaultfloat << " image " << i / t.m
+            << " channel " << i % t.m;
+        nonzero += mean[i] != 0.0f;
+      }
+      EXPECT_GT(nonzero, batch * t.m / 2);
+    }
+  }
+}
+
 TEST(QConvTest, ResidualAndClampOnFloatOutput) {
   const Case t{4, 3, 3, 2, 1, 1, 1, 0, 1, false, CUVIL_UK_QOUT_FLOAT};
   const cuvil_uk_qconv_params qp = Params(t);

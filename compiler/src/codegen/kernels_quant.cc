@@ -288,6 +288,11 @@ absl::Status QConvFused(KernelContext& k) {
   p.conv.out_channels = k.out_shape(0)[1].coef();
   p.conv.out_height = k.out_shape(0)[2].coef();
   p.conv.out_width = k.out_shape(0)[3].coef();
+  if (n.attr_int("out_type", CUVIL_UK_QOUT_FLOAT) == CUVIL_UK_QOUT_FLOAT_MEAN) {
+    // The output is the [N, M, 1, 1] average; the kernel still walks the whole map.
+    p.conv.out_height = (p.conv.height + pads[0] + pads[2] - d[0] * (ks[0] - 1) - 1) / st[0] + 1;
+    p.conv.out_width = (p.conv.width + pads[1] + pads[3] - d[1] * (ks[1] - 1) - 1) / st[1] + 1;
+  }
   p.conv.kernel_h = ks[0];
   p.conv.kernel_w = ks[1];
   p.conv.stride_h = st[0];

@@ -259,6 +259,10 @@ absl::Status QConvFused(InferContext& c) {
     out.push_back(SymDim::Const(span / st[j] + 1));
   }
   const int64_t type = n.attr_int("out_type", 0);
+  if (type == CUVIL_UK_QOUT_FLOAT_MEAN) {  // a GlobalAveragePool fused in: [N, M, 1, 1]
+    if (c.num_inputs() > 5) return c.Error("a fused average takes no residual");
+    out[2] = out[3] = SymDim::Const(1);
+  }
   const DType dt = QOutDType(type);
   c.SetOutput(0, dt, out);
   return absl::OkStatus();

@@ -101,6 +101,9 @@ enum cuvil_uk_qout : int64_t {
   CUVIL_UK_QOUT_S8 = 2,     // int8: likewise
   CUVIL_UK_QOUT_S32 = 3,    // int32: acc - comp, exact (ConvInteger, MatMulInteger); mult, bias,
                             // residual, lo and hi are not read
+  CUVIL_UK_QOUT_FLOAT_MEAN = 4,  // float32 [N, M]: the mean over the output positions of the
+                                 // clamped v (a GlobalAveragePool fused in; cuvil_uk_qconv2d
+                                 // only, no residual); added in position order on every tier
 };
 
 // Geometry and types of one quantized convolution; generated code stores it as a constant array
