@@ -283,6 +283,16 @@ TEST(SequenceBatchingConfigTest, ControlsAndStatesMustFitTheModel) {
        "output_name 'nope' is not a model output"},
       {R"(state [ { input_name: "state_in" output_name: "state_out" data_type: TYPE_INT32 dims: [ 4 ] } ])",
        "data_type TYPE_INT32 must match"},
+      // initial_state data_file: missing, too short (12 of 16 bytes), leaving its folder.
+      {R"(state [ { input_name: "state_in" output_name: "state_out" data_type: TYPE_FP32 dims: [ 4 ]
+                    initial_state { data_type: TYPE_FP32 dims: [ 4 ] data_file: "missing.bin" } } ])",
+       "cannot read /"},  // ... the path ends acc/initial_state/missing.bin.
+      {R"(state [ { input_name: "state_in" output_name: "state_out" data_type: TYPE_FP32 dims: [ 4 ]
+                    initial_state { data_type: TYPE_FP32 dims: [ 4 ] data_file: "short.bin" } } ])",
+       "holds 12 bytes; the state needs 16"},
+      {R"(state [ { input_name: "state_in" output_name: "state_out" data_type: TYPE_FP32 dims: [ 4 ]
+                    initial_state { data_type: TYPE_FP32 dims: [ 4 ] data_file: "../config.pbtxt" } } ])",
+       "config.pbtxt\\\" must not contain"},
   };
   for (const Case& c : cases) {
     std::string repo = testing::MakeRepository("sequence_batching_bad_repo");
@@ -291,6 +301,9 @@ TEST(SequenceBatchingConfigTest, ControlsAndStatesMustFitTheModel) {
         << testing::AccumulatorModel();
     std::ofstream(fs::path(repo) / "acc" / "config.pbtxt")
         << "max_batch_size: 8\nsequence_batching { " << c.batching << " }\n";
+    fs::create_directories(fs::path(repo) / "acc" / "initial_state");
+    std::ofstream(fs::path(repo) / "acc" / "initial_state" / "short.bin", std::ios::binary)
+        << std::string(12, '\0');
     auto server = testing::StartServer(repo, ServerOptions());
     ASSERT_NE(server, nullptr);
     httplib::Client client("127.0.0.1", server->http_port());
@@ -300,6 +313,51 @@ TEST(SequenceBatchingConfigTest, ControlsAndStatesMustFitTheModel) {
     // The rest of the repository serves as before.
     EXPECT_EQ(client.Get("/v2/models/mlp/ready")->status, 200);
   }
+}
+
+// Triton's initial_state data_file: the state at START read from the model folder's
+// initial_state/ (row-major raw values), for every sequence and every restart of one.
+TEST(SequenceBatchingConfigTest, InitialStateFromADataFile) {
+  namespace fs = std::filesystem;
+  std::string repo = testing::MakeRepository("sequence_batching_data_file_repo");
+  fs::create_directories(fs::path(repo) / "acc" / "1");
+  fs::create_directories(fs::path(repo) / "acc" / "initial_state");
+  std::ofstream(fs::path(repo) / "acc" / "1" / "model.onnx", std::ios::binary)
+      << testing::AccumulatorModel();
+  const float initial[4] = {100.0f, 200.0f, 300.0f, 400.0f};
+  std::ofstream(fs::path(repo) / "acc" / "initial_state" / "start.bin", std::ios::binary)
+      .write(reinterpret_cast<const char*>(initial), sizeof(initial));
+  std::ofstream(fs::path(repo) / "acc" / "config.pbtxt") << R"(
+max_batch_size: 8
+sequence_batching {
+  control_input [ { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] } ]
+  state [ { input_name: "state_in" output_name: "state_out" data_type: TYPE_FP32 dims: [ 4 ]
+            initial_state { data_type: TYPE_FP32 dims: [ 4 ] data_file: "start.bin" name: "warm" } } ]
+}
+)";
+  auto server = testing::StartServer(repo, ServerOptions());
+  ASSERT_NE(server, nullptr);
+  httplib::Client client("127.0.0.1", server->http_port());
+  auto step = [&](int id, float x, bool start) {
+    json body = {
+        {"inputs",
+         {{{"name", "x"}, {"datatype", "FP32"}, {"shape", {1, 4}}, {"data", {x, x, x, x}}}}},
+        {"parameters", {{"sequence_id", id}, {"sequence_start", start}}}};
+    auto res = client.Post("/v2/models/acc/infer", body.dump(), "application/json");
+    EXPECT_EQ(res->status, 200) << res->body;
+    return json::parse(res->body)["outputs"];
+  };
+  auto y = [](const json& outputs) {
+    for (const json& o : outputs) {
+      if (o["name"] == "y") return o["data"].get<std::vector<float>>();
+    }
+    return std::vector<float>();
+  };
+  EXPECT_EQ(y(step(1, 1.0f, true)), (std::vector<float>{101, 201, 301, 401}));
+  EXPECT_EQ(y(step(2, 2.0f, true)), (std::vector<float>{102, 202, 302, 402}));
+  EXPECT_EQ(y(step(1, 1.0f, false)), (std::vector<float>{102, 202, 302, 402}));
+  // A START on an open sequence begins again from the file's values.
+  EXPECT_EQ(y(step(1, 0.0f, true)), (std::vector<float>{100, 200, 300, 400}));
 }
 
 }  // namespace

@@ -130,3 +130,9 @@ std::string CodeIdentity() {
 }
 
 }  // namespace cuvil::jitcache_internal
+
+namespace cuvil {
+
+std::string CodeBuildIdentity() { return jitcache_internal::CodeIdentity(); }
+
+}  // namespace cuvil

@@ -1,13 +1,17 @@
 #include "cuvil/server/model_manager.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <optional>
 #include <set>
 #include <system_error>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -33,6 +37,30 @@
 namespace cuvil {
 
 namespace {
+
+// What a sequence checkpoint log must have been written for besides the states
+// (SequenceLog::Identity): the XXH3-128 of the version's ONNX source (`bytes`, else the file at
+// `path`) and the identity of the code generator (what snapshots record). A log of another
+// model file or build is dropped: its states need not mean the same to this build.
+absl::StatusOr<std::string> SequenceBuildIdentity(const std::string& path,
+                                                  const std::string& bytes) {
+  XXH3_state_t* h = XXH3_createState();
+  absl::Cleanup free_state = [h] { XXH3_freeState(h); };
+  XXH3_128bits_reset(h);
+  if (!bytes.empty() || path.empty()) {
+    XXH3_128bits_update(h, bytes.data(), bytes.size());
+  } else {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) return absl::InternalError(absl::StrCat("cannot read ", path, " to identify it"));
+    std::vector<char> buf(1 << 16);
+    while (f.read(buf.data(), static_cast<std::streamsize>(buf.size())) || f.gcount() > 0) {
+      XXH3_128bits_update(h, buf.data(), static_cast<size_t>(f.gcount()));
+    }
+  }
+  const XXH128_hash_t d = XXH3_128bits_digest(h);
+  return absl::StrCat("model=xxh3:", absl::Hex(d.high64, absl::kZeroPad16),
+                      absl::Hex(d.low64, absl::kZeroPad16), ";code=", CodeBuildIdentity());
+}
 
 struct Slot {
   ModelState state = ModelState::kUnavailable;
@@ -303,7 +331,7 @@ struct ModelManager::Impl {
         std::make_shared<ModelVersion>(name, version, config, std::move(*loaded), executable,
                                        std::move(*scheduler), compile_ms, compilations);
     if (config.has_sequence_batching()) {
-      auto sequences = SequenceBatcher::Create(config);
+      auto sequences = SequenceBatcher::Create(config, model_dir);
       if (!sequences.ok()) return sequences.status();
       if (!sequence_checkpoint_dir.empty()) {
         // Inside the snapshot folder, which the server checked is its own (so a failed check
@@ -316,7 +344,9 @@ struct ModelManager::Impl {
         // One log per model version: a new build of the version resumes its sequences.
         const std::string log =
             absl::StrCat(sequence_checkpoint_dir, "/", name, ".v", version, ".seqlog");
-        if (auto s = (*sequences)->EnableCheckpoints(log); !s.ok()) return s;
+        auto build = SequenceBuildIdentity(path, bytes);
+        if (!build.ok()) return build.status();
+        if (auto s = (*sequences)->EnableCheckpoints(log, *build); !s.ok()) return s;
       }
       model->set_sequences(*std::move(sequences));
     }

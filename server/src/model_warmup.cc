@@ -16,13 +16,11 @@
 #include "cuvil/server/infer_request_builder.h"
 
 namespace cuvil {
-namespace {
 
-// The file a warm-up `input_data_file` names, which must lie inside `<model_dir>/warmup/` (Triton's
-// place for it): no absolute path, no "..", no symlink leading out. InvalidArgument otherwise.
-absl::StatusOr<std::string> WarmupFilePath(const std::string& model_dir, const std::string& name) {
+absl::StatusOr<std::string> ModelDataFilePath(const std::string& model_dir,
+                                              const std::string& folder, const std::string& name,
+                                              const std::string& what) {
   namespace fs = std::filesystem;
-  const std::string what = absl::StrCat("warmup input_data_file \"", name, "\"");
   if (model_dir.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": the model has no folder (inline load)"));
@@ -37,16 +35,25 @@ absl::StatusOr<std::string> WarmupFilePath(const std::string& model_dir, const s
     }
   }
   std::error_code ec;
-  const fs::path root = fs::weakly_canonical(fs::path(model_dir) / "warmup", ec);
+  const fs::path root = fs::weakly_canonical(fs::path(model_dir) / folder, ec);
   if (ec) return absl::InvalidArgumentError(absl::StrCat(what, ": ", ec.message()));
   const fs::path resolved = fs::weakly_canonical(root / relative, ec);
   if (ec) return absl::InvalidArgumentError(absl::StrCat(what, ": ", ec.message()));
   auto [r, _] = std::mismatch(root.begin(), root.end(), resolved.begin(), resolved.end());
   if (r != root.end()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(what, " resolves outside the model's warmup folder"));
+        absl::StrCat(what, " resolves outside the model's ", folder, " folder"));
   }
   return resolved.string();
+}
+
+namespace {
+
+// The file a warm-up `input_data_file` names, which must lie inside `<model_dir>/warmup/` (Triton's
+// place for it).
+absl::StatusOr<std::string> WarmupFilePath(const std::string& model_dir, const std::string& name) {
+  return ModelDataFilePath(model_dir, "warmup", name,
+                           absl::StrCat("warmup input_data_file \"", name, "\""));
 }
 
 // Fills `t` for a warmup input as the config asks (zero data by default).

@@ -6,9 +6,18 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "cuvil/server/model_manager.h"
 
 namespace cuvil {
+
+// The file `name` of the model folder's subfolder `folder` (Triton's places for data files:
+// "warmup", "initial_state"): a relative path without "..", no symlink leading out of the
+// subfolder. InvalidArgument naming `what` otherwise, or when the model has no folder (an
+// inline load: `model_dir` empty). Does not check that the file exists.
+absl::StatusOr<std::string> ModelDataFilePath(const std::string& model_dir,
+                                              const std::string& folder, const std::string& name,
+                                              const std::string& what);
 
 // Runs one warm-up request through `model`'s scheduler and checks it succeeds. Inputs follow
 // `warmup` (zero data when null or unnamed; random_data; input_data_file, confined to

@@ -1,6 +1,7 @@
 #include "sequence_batcher.h"
 
 #include <algorithm>
+#include <fstream>
 #include <optional>
 #include <utility>
 
@@ -10,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "cuvil/runtime/tensor_size.h"
 #include "cuvil/server/model_config.h"
+#include "model_warmup.h"
 #include "spdlog/spdlog.h"
 
 namespace cuvil {
@@ -99,7 +101,7 @@ absl::StatusOr<SequenceLimits> SequenceBatcher::LimitsFromConfig(
 }
 
 absl::StatusOr<std::unique_ptr<SequenceBatcher>> SequenceBatcher::Create(
-    const inference::ModelConfig& config) {
+    const inference::ModelConfig& config, const std::string& model_dir) {
   auto limits = LimitsFromConfig(config);
   if (!limits.ok()) return limits.status();
   std::unique_ptr<SequenceBatcher> b(new SequenceBatcher(config, *limits));
@@ -196,13 +198,15 @@ absl::StatusOr<std::unique_ptr<SequenceBatcher>> SequenceBatcher::Create(
     if (st.initial_state_size() > 1) {
       return absl::InvalidArgumentError(what + " has more than one initial_state");
     }
+    const inference::ModelSequenceBatching::InitialState* init = nullptr;
     if (st.initial_state_size() == 1) {
-      const auto& init = st.initial_state(0);
-      if (init.has_data_file()) {
-        return absl::UnimplementedError(
-            what + ": an initial_state from a data_file is not supported yet (use zero_data)");
+      init = &st.initial_state(0);
+      if (init->data_type() != inference::TYPE_INVALID && init->data_type() != st.data_type()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": initial_state data_type ", inference::DataType_Name(init->data_type()),
+            " is not the state's ", inference::DataType_Name(st.data_type())));
       }
-      dims = &init.dims();
+      dims = &init->dims();
     }
     for (int64_t d : *dims) {
       if (d < 0) {
@@ -210,6 +214,22 @@ absl::StatusOr<std::unique_ptr<SequenceBatcher>> SequenceBatcher::Create(
             what + " has a free dim: give its starting shape in initial_state { dims }");
       }
       spec.initial_shape.push_back(d);
+    }
+    if (init != nullptr && init->has_data_file()) {
+      const std::string file_what =
+          absl::StrCat(what, ": initial_state data_file \"", init->data_file(), "\"");
+      auto path = ModelDataFilePath(model_dir, "initial_state", init->data_file(), file_what);
+      if (!path.ok()) return path.status();
+      auto t = std::make_shared<HostTensor>(DTypeFromConfig(st.data_type()), spec.initial_shape);
+      std::ifstream f(*path, std::ios::binary);
+      if (!f) return absl::InvalidArgumentError(absl::StrCat(file_what, ": cannot read ", *path));
+      f.read(reinterpret_cast<char*>(t->data()), static_cast<std::streamsize>(t->byte_size()));
+      if (f.gcount() != static_cast<std::streamsize>(t->byte_size())) {
+        return absl::InvalidArgumentError(absl::StrCat(file_what, ": ", *path, " holds ",
+                                                       f.gcount(), " bytes; the state needs ",
+                                                       t->byte_size()));
+      }
+      spec.initial = std::move(t);
     }
     b->states_.push_back(std::move(spec));
   }
@@ -248,7 +268,11 @@ std::vector<std::shared_ptr<const HostTensor>> SequenceBatcher::InitialState(int
   std::vector<std::shared_ptr<const HostTensor>> state;
   *bytes = 0;
   for (const StateSpec& s : states_) {
-    auto t = std::make_shared<HostTensor>(DTypeFromConfig(s.dtype), s.initial_shape);
+    // Shared, not copied: states are never written in place (each step's outputs replace them).
+    std::shared_ptr<const HostTensor> t =
+        s.initial != nullptr
+            ? s.initial
+            : std::make_shared<HostTensor>(DTypeFromConfig(s.dtype), s.initial_shape);
     *bytes += static_cast<int64_t>(t->byte_size());
     state.push_back(std::move(t));
   }
@@ -629,9 +653,9 @@ absl::StatusOr<uint64_t> SequenceBatcher::End(uint64_t id, const std::string& st
 }
 
 std::string SequenceBatcher::StateIdentity() const {
-  std::string id = "states";
+  std::string id;
   for (const StateSpec& s : states_) {
-    absl::StrAppend(&id, ";", s.input_name, ">", s.output_name, ":",
+    absl::StrAppend(&id, id.empty() ? "" : ";", s.input_name, ">", s.output_name, ":",
                     inference::DataType_Name(s.dtype), "[", absl::StrJoin(s.initial_shape, ","),
                     "]");
   }
@@ -688,10 +712,13 @@ void SequenceBatcher::Record(const std::vector<SequenceRecord>& records) {
   }
 }
 
-absl::Status SequenceBatcher::EnableCheckpoints(const std::string& path) {
+absl::Status SequenceBatcher::EnableCheckpoints(const std::string& path,
+                                                const std::string& build_identity) {
+  const auto start = std::chrono::steady_clock::now();
   std::vector<SequenceRecord> restored;
   std::vector<std::string> warnings;
-  auto log = SequenceLog::Open(path, StateIdentity(), &restored, &warnings);
+  auto log = SequenceLog::Open(path, SequenceLog::Identity(StateIdentity(), build_identity),
+                               &restored, &warnings);
   if (!log.ok()) return log.status();
   for (const std::string& w : warnings) {
     spdlog::warn("model '{}': sequence checkpoints {}: {}", model_name_, path, w);
@@ -721,8 +748,11 @@ absl::Status SequenceBatcher::EnableCheckpoints(const std::string& path) {
   }
   restored_ = static_cast<int64_t>(sequences_.size());
   dropped_ = dropped;
-  spdlog::info("model '{}': {} open sequence(s) restored from {}{}", model_name_, sequences_.size(),
-               path, dropped > 0 ? absl::StrCat(" (", dropped, " dropped)") : std::string());
+  spdlog::info(
+      "model '{}': {} open sequence(s) restored from {}{} in {:.1f} ms", model_name_,
+      sequences_.size(), path,
+      dropped > 0 ? absl::StrCat(" (", dropped, " dropped)") : std::string(),
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   return absl::OkStatus();
 }
 

@@ -50,9 +50,12 @@ class SequenceBatcher {
   // The batcher for `config` (completed: every model input and output listed), or
   // InvalidArgument naming the control or state entry that does not fit the model's tensors
   // (unknown name, data type, a control without its two false/true values, a state whose input
-  // and output differ); Unimplemented for an initial state read from a file.
+  // and output differ). An initial_state's data_file is read from `<model_dir>/initial_state/`
+  // (Triton's place: the model's folder, beside its versions), its first bytes the state's
+  // values in row-major order: InvalidArgument when the model has no folder (inline load), the
+  // path leaves that folder, or the file is missing or shorter than the state.
   static absl::StatusOr<std::unique_ptr<SequenceBatcher>> Create(
-      const inference::ModelConfig& config);
+      const inference::ModelConfig& config, const std::string& model_dir = "");
 
   // The limits in `config`'s parameters, or InvalidArgument for a value that is not a positive
   // integer.
@@ -82,13 +85,15 @@ class SequenceBatcher {
                                  std::chrono::milliseconds wait = std::chrono::seconds(60));
 
   // Checkpoints the sequences to the log at `path` (a file of the server's private snapshot
-  // folder): restores the sequences it holds (each at its last checkpoint, idle time starting
-  // now), then records each sequence's state at its START and every checkpoint_every steps, a
-  // tombstone at its END or expiry, and, for the steps since its last record, when the batcher
-  // is destroyed (an unload or a graceful exit). Call once, before the first Step. Warnings about
-  // dropped or damaged records go to the log. InvalidArgument / Internal when the file cannot be
-  // used.
-  absl::Status EnableCheckpoints(const std::string& path);
+  // folder), for the model build `build_identity` (the model file's digest and the code
+  // generator's identity): restores the sequences it holds (each at its last checkpoint, idle
+  // time starting now; a log written for other states or by another build is dropped whole with
+  // a warning saying which), then records each sequence's state at its START and every
+  // checkpoint_every steps, a tombstone at its END or expiry, and, for the steps since its last
+  // record, when the batcher is destroyed (an unload or a graceful exit). Call once, before the
+  // first Step. Warnings about dropped or damaged records go to the log. InvalidArgument / Internal
+  // when the file cannot be used.
+  absl::Status EnableCheckpoints(const std::string& path, const std::string& build_identity = "");
   ~SequenceBatcher();
 
   // Where the open sequences, their state bytes, checkpoint writes and the sequences restored at
@@ -133,7 +138,8 @@ class SequenceBatcher {
     std::string input_name;
     std::string output_name;
     inference::DataType dtype;
-    std::vector<int64_t> initial_shape;  // Batch row included when batched.
+    std::vector<int64_t> initial_shape;         // Batch row included when batched.
+    std::shared_ptr<const HostTensor> initial;  // From a data_file; null: zeros.
   };
   struct PendingStep {
     WireRequest wire;
@@ -167,7 +173,8 @@ class SequenceBatcher {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Appends `records` to the checkpoint log (when on), logging a failure.
   void Record(const std::vector<SequenceRecord>& records);
-  // The string the checkpoint log's states must match: the states' names, types and shapes.
+  // The string the checkpoint log's states must match: the states' names, types and shapes
+  // (SequenceLog's "states" line).
   std::string StateIdentity() const;
 
   const std::string model_name_;

@@ -11,7 +11,9 @@
 #include <map>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "cuvil/runtime/tensor_size.h"
 
 namespace cuvil {
@@ -123,6 +125,60 @@ std::string FileHeader(const std::string& identity) {
   return out;
 }
 
+// The "key value" lines of an identity (the first builds wrote "states;STATES" alone).
+std::map<std::string, std::string> IdentityFields(absl::string_view identity) {
+  std::map<std::string, std::string> fields;
+  if (!absl::StartsWith(identity, "states ")) {
+    absl::ConsumePrefix(&identity, "states;");
+    fields["states"] = std::string(identity);
+    return fields;
+  }
+  for (absl::string_view line : absl::StrSplit(identity, '\n')) {
+    const size_t space = line.find(' ');
+    if (space == absl::string_view::npos) continue;
+    fields[std::string(line.substr(0, space))] = std::string(line.substr(space + 1));
+  }
+  return fields;
+}
+
+// Why a log whose header is not `identity`'s cannot be used: other states, another model file,
+// another build of the code generator, or a header that does not read.
+std::string MismatchReason(std::string_view file, const std::string& identity) {
+  Reader in(file.substr(kFileMagic.size()));
+  uint32_t size = 0;
+  std::string_view theirs;
+  uint64_t sum = 0;
+  if (!in.Get(&size) || !in.Bytes(size, &theirs) || !in.Get(&sum) ||
+      XXH64(theirs.data(), theirs.size(), 0) != sum) {
+    return "the log's header is damaged";
+  }
+  std::map<std::string, std::string> mine = IdentityFields(identity);
+  std::map<std::string, std::string> old =
+      IdentityFields(absl::string_view(theirs.data(), theirs.size()));
+  if (old["states"] != mine["states"]) {
+    return "the log was written for other model states (names, types or shapes changed)";
+  }
+  if (old["build"].empty()) {
+    return "the log was written by a build that did not record the model's build identity";
+  }
+  // "model=DIGEST;code=IDENTITY": say which part changed.
+  std::map<std::string, std::string> was, is;
+  for (auto [map, text] : {std::pair{&was, old["build"]}, std::pair{&is, mine["build"]}}) {
+    for (absl::string_view part : absl::StrSplit(text, ';')) {
+      const size_t eq = part.find('=');
+      if (eq != absl::string_view::npos) {
+        (*map)[std::string(part.substr(0, eq))] = std::string(part.substr(eq + 1));
+      }
+    }
+  }
+  if (was["model"] != is["model"]) {
+    return absl::StrCat("the log was written for another model file (ONNX digest ", was["model"],
+                        "; this build's is ", is["model"], ")");
+  }
+  return absl::StrCat("the log was written by another build of the model (code ", was["code"],
+                      "; this build's is ", is["code"], ")");
+}
+
 absl::Status WriteAll(int fd, std::string_view bytes, const std::string& path) {
   while (!bytes.empty()) {
     const ssize_t n = ::write(fd, bytes.data(), bytes.size());
@@ -139,6 +195,10 @@ absl::Status WriteAll(int fd, std::string_view bytes, const std::string& path) {
 }  // namespace
 
 std::string SequenceLog::Frame(std::string_view payload) { return FrameBytes(payload); }
+
+std::string SequenceLog::Identity(const std::string& states, const std::string& build) {
+  return absl::StrCat("states ", states, "\nbuild ", build);
+}
 
 std::string SequenceLog::Encode(const std::string& identity,
                                 const std::vector<SequenceRecord>& records) {
@@ -158,8 +218,7 @@ std::vector<SequenceRecord> SequenceLog::Decode(std::string_view file, const std
   }
   if (file.substr(0, header.size()) != header) {
     warnings->push_back(
-        "the log was written for other model states (names, types or shapes changed): every "
-        "sequence in it dropped");
+        absl::StrCat(MismatchReason(file, identity), ": every sequence in it dropped"));
     return records;
   }
   size_t pos = header.size();

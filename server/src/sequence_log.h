@@ -51,6 +51,11 @@ class SequenceLog {
   // Replaces the file with just `live` (temporary file + rename) and appends to it from now on.
   absl::Status Compact(const std::vector<SequenceRecord>& live);
 
+  // The identity a log is opened for: the states' names, types and shapes (`states`) and the
+  // model's build (`build`, "model=ONNX_DIGEST;code=CODE_IDENTITY"). A log of another identity is
+  // dropped with a warning saying which part differs.
+  static std::string Identity(const std::string& states, const std::string& build);
+
   // The file's bytes for `identity` holding `records`, and their parse (for tests and the fuzzer):
   // every record that decodes and checks, in order, and a warning per damaged stretch.
   static std::string Encode(const std::string& identity,

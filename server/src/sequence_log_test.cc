@@ -72,6 +72,50 @@ TEST(SequenceLogTest, AnotherIdentityDropsEverything) {
   EXPECT_THAT(warnings[0], HasSubstr("other model states"));
 }
 
+// Checkpoints carry the model's build identity: a log of another model file or another build
+// of the code generator is dropped whole, the warning saying which.
+TEST(SequenceLogTest, AnotherBuildDropsEverythingAndSaysWhy) {
+  const std::string states = "s>t:TYPE_FP32[1,4]";
+  const std::string mine = SequenceLog::Identity(states, "model=xxh3:aa;code=build-1");
+  auto decode = [&](const std::string& identity, std::vector<std::string>* warnings) {
+    return SequenceLog::Decode(SequenceLog::Encode(identity, {StateRecord("n1", 1, 1)}), mine,
+                               warnings);
+  };
+  std::vector<std::string> warnings;
+  EXPECT_EQ(decode(mine, &warnings).size(), 1u);
+  EXPECT_TRUE(warnings.empty());
+  struct Case {
+    std::string identity;
+    const char* why;
+  };
+  const Case cases[] = {
+      {SequenceLog::Identity(states, "model=xxh3:bb;code=build-1"),
+       "written for another model file (ONNX digest xxh3:bb; this build's is xxh3:aa)"},
+      {SequenceLog::Identity(states, "model=xxh3:aa;code=build-0"),
+       "written by another build of the model (code build-0; this build's is build-1)"},
+      {SequenceLog::Identity("s>t:TYPE_FP32[1,8]", "model=xxh3:aa;code=build-1"),
+       "other model states"},
+      // The first format: the same states, no build identity.
+      {kIdentity, "did not record the model's build identity"},
+      {"states;s>t:TYPE_FP32[1,2]", "other model states"},
+      {SequenceLog::Identity(states, ""), "did not record the model's build identity"},
+  };
+  for (const Case& c : cases) {
+    warnings.clear();
+    EXPECT_TRUE(decode(c.identity, &warnings).empty()) << c.identity;
+    ASSERT_EQ(warnings.size(), 1u) << c.identity;
+    EXPECT_THAT(warnings[0], HasSubstr(c.why)) << c.identity;
+    EXPECT_THAT(warnings[0], HasSubstr("every sequence in it dropped"));
+  }
+  // A header whose identity does not check is reported as damaged.
+  std::string file = SequenceLog::Encode(mine, {});
+  file[12] ^= 1;
+  warnings.clear();
+  EXPECT_TRUE(SequenceLog::Decode(file, mine, &warnings).empty());
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_THAT(warnings[0], HasSubstr("header is damaged"));
+}
+
 TEST(SequenceLogTest, PayloadsThatLieAboutTheirTensorsAreRefused) {
   auto payload = [](uint64_t nbytes, int32_t dtype, int64_t dim) {
     std::string p;

@@ -12,7 +12,8 @@ An accumulator (state_out = state_in + x; the server keeps the 16-byte state) ch
   - `cuvil-admin sequences end` and HTTP POST .../sequences/end (gRPC EndSequence) end one: it
     leaves the list, its next step without sequence_start is refused, ending it again is
     NOT_FOUND, cuvil_sequences_active drops, and a restart on the same --snapshot-dir does not
-    restore it (its tombstone is in the log) while the others come back at their checkpoint.
+    restore it (its tombstone is in the log) while the others come back at their checkpoint;
+    after the model file changes, the log is dropped with the reason (the build identity).
   - Ending a sequence while 16 of its steps race in: every step is either answered 200 or
     refused as ended by an administrator, the refused count matches, and the server serves on.
 
@@ -217,6 +218,20 @@ def main():
             code, y, _ = step(s, 9, 1.0)
             check(code == 200 and y == 6.0, f"an open one continues its sum: {y}")
             check(s.alive(), "server alive")
+
+        # Checkpoints carry the model's build identity: another model file (same states) drops
+        # the log with a reason.
+        other = accumulator()
+        other.graph.name = "accumulator, rebuilt"
+        onnx.save(other, os.path.join(repo, "acc", "1", "model.onnx"))
+        with CuvilProcess(server, repo, args) as s:
+            code, seqs = listed(s)
+            log = "".join(s.log)
+            check(code == 200 and seqs == {} and
+                  "written for another model file (ONNX digest xxh3:" in log and
+                  "every sequence in it dropped" in log,
+                  f"a log of another model file is dropped with its reason: {seqs} "
+                  f"{[ln for ln in s.log if 'checkpoints' in ln]}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if problems:

@@ -34,6 +34,11 @@ inline constexpr char kCompilerVersion[] = "cuvil-compiler-2";
 // the build identity that cache keys, cache entries and snapshots check, so code generated
 // against another ABI is never loaded.
 inline constexpr uint32_t kRuntimeAbiVersion = 1;
+// The identity of the code this process generates: compiler version, runtime ABI version, LLVM,
+// the GNU build ID of the binary holding the compiler and the code generator's target choices
+// (what snapshots record as their build identity). Other records that must not outlive a change
+// of the code that produced them (sequence checkpoints) carry it too. Thread-safe.
+std::string CodeBuildIdentity();
 // Version of the on-disk entry format; entries of another version are refused (and replaced).
 inline constexpr uint32_t kCacheFormatVersion = 3;
 
