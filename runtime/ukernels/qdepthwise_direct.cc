@@ -22,35 +22,18 @@ PaddedPlane PaddedOf(const cuvil_uk_conv_params& p) {
           (p.out_width - 1) * p.stride_w + (p.kernel_w - 1) * p.dilation_w + 1};
 }
 
-// row[i] = activation(row[i]) for i < n, the activation chosen once per row.
-void ActivateRow(float* row, std::ptrdiff_t n, const Epilogue& ep) {
-  switch (ep.activation) {
-    case CUVIL_UK_ACT_NONE:
-      return;
-    case CUVIL_UK_ACT_RELU:
-      for (std::ptrdiff_t i = 0; i < n; ++i) row[i] = row[i] > 0.0f ? row[i] : 0.0f;
-      return;
-    default:
-      for (std::ptrdiff_t i = 0; i < n; ++i) row[i] = Activate(row[i], ep);
-      return;
-  }
-}
-
 }  // namespace
 
 int64_t QDepthwisePlaneDirectScratchFloats(const cuvil_uk_conv_params& p) {
   const PaddedPlane pp = PaddedOf(p);
-  int64_t plane = 0, floats = 0;
-  if (pp.rows <= 0 || pp.cols <= 0 || __builtin_mul_overflow(pp.rows, pp.cols, &plane) ||
-      __builtin_add_overflow(plane, p.out_width, &floats)) {
-    return -1;
-  }
-  return floats;
+  int64_t plane = 0;
+  if (pp.rows <= 0 || pp.cols <= 0 || __builtin_mul_overflow(pp.rows, pp.cols, &plane)) return -1;
+  return plane;
 }
 
 void QDepthwisePlaneDirect(const cuvil_uk_conv_params& p, const void* x, const float* wt,
                            float bias, void* y, const QuantizedPlane& q, const Epilogue& ep,
-                           float* scratch) {
+                           float* scratch, bool padded) {
   // ptrdiff_t: 32-bit on a microcontroller, where 64-bit index arithmetic costs register pairs.
   using Index = std::ptrdiff_t;
   const PaddedPlane pp = PaddedOf(p);
@@ -62,7 +45,6 @@ void QDepthwisePlaneDirect(const cuvil_uk_conv_params& p, const void* x, const f
   const Index pt = static_cast<Index>(p.pad_top), pl = static_cast<Index>(p.pad_left);
   const Index hp = static_cast<Index>(pp.rows), wp = static_cast<Index>(pp.cols);
   float* in = scratch;
-  float* row = scratch + hp * wp;
   // The dequantised input with zeros where taps read padding (a padding tap then adds
   // wt * 0 = 0, as in the generic tier's padded copy).
   const Index c0 = pl < wp ? pl : wp;  // columns [c0, c1) hold input columns [0, c1 - pl)
@@ -71,14 +53,38 @@ void QDepthwisePlaneDirect(const cuvil_uk_conv_params& p, const void* x, const f
     float* dst = in + r * wp;
     const Index iy = r - pt;
     if (iy < 0 || iy >= h || c1 <= c0) {
-      for (Index j = 0; j < wp; ++j) dst[j] = 0.0f;
+      if (!padded) {
+        for (Index j = 0; j < wp; ++j) dst[j] = 0.0f;
+      }
       continue;
     }
-    for (Index j = 0; j < c0; ++j) dst[j] = 0.0f;
+    if (!padded) {
+      for (Index j = 0; j < c0; ++j) dst[j] = 0.0f;
+      for (Index j = c1; j < wp; ++j) dst[j] = 0.0f;
+    }
     DequantizeRow(static_cast<const uint8_t*>(x) + iy * w, q.x_signed, c1 - c0, q.x_scale, q.x_zero,
                   dst + c0);
-    for (Index j = c1; j < wp; ++j) dst[j] = 0.0f;
   }
+  // Each output as it is computed: the activation, then quantize_row's arithmetic (QuantizeOne)
+  // for that element. The branches are loop-invariant.
+  const bool relu = ep.activation == CUVIL_UK_ACT_RELU, none = ep.activation == CUVIL_UK_ACT_NONE;
+  const float ylo =
+      q.y_signed ? -128.0f - static_cast<float>(q.y_zero) : -static_cast<float>(q.y_zero);
+  const float yhi =
+      q.y_signed ? 127.0f - static_cast<float>(q.y_zero) : 255.0f - static_cast<float>(q.y_zero);
+  auto out = [&](Index oy, Index ox, float v) {
+    if (relu) {
+      v = v > 0.0f ? v : 0.0f;
+    } else if (!none) {
+      v = Activate(v, ep);
+    }
+    if (q.y_signed) {
+      static_cast<int8_t*>(y)[oy * ow + ox] = QuantizeOne<int8_t>(v, q.y_scale, q.y_zero, ylo, yhi);
+    } else {
+      static_cast<uint8_t*>(y)[oy * ow + ox] =
+          QuantizeOne<uint8_t>(v, q.y_scale, q.y_zero, ylo, yhi);
+    }
+  };
   for (Index oy = 0; oy < oh; ++oy) {
     const float* top = in + oy * sh * wp;
     if (kh == 3 && kw == 3 && sw == 1 && dw == 1) {
@@ -102,7 +108,7 @@ void QDepthwisePlaneDirect(const cuvil_uk_conv_params& p, const void* x, const f
         v += w6 * e0;
         v += w7 * e1;
         v += w8 * e2;
-        row[ox] = v;
+        out(oy, ox, v);
         a0 = a1, a1 = a2, b0 = b1, b1 = b2, e0 = e1, e1 = e2;
       }
     } else {
@@ -112,11 +118,9 @@ void QDepthwisePlaneDirect(const cuvil_uk_conv_params& p, const void* x, const f
         for (Index ky = 0; ky < kh; ++ky) {
           for (Index kx = 0; kx < kw; ++kx) v += wt[ky * kw + kx] * at[ky * dh * wp + kx * dw];
         }
-        row[ox] = v;
+        out(oy, ox, v);
       }
     }
-    ActivateRow(row, ow, ep);
-    QuantizeRow(row, ow, q.y_scale, q.y_zero, q.y_signed, static_cast<uint8_t*>(y) + oy * ow);
   }
 }
 
@@ -149,9 +153,11 @@ extern "C" void cuvil_uk_qdepthwise2d(const cuvil_uk_conv_params* p, const void*
   const std::ptrdiff_t channels = static_cast<std::ptrdiff_t>(p->channels);
   for (std::ptrdiff_t i = 0; i < static_cast<std::ptrdiff_t>(batch) * channels; ++i) {
     const std::ptrdiff_t c = i % channels;
+    // The padding is written with the first plane and kept: later planes overwrite only the
+    // input's rows and columns.
     QDepthwisePlaneDirect(*p, static_cast<const uint8_t*>(x) + i * in_plane, w + c * taps,
                           bias != nullptr ? bias[c] : 0.0f,
-                          static_cast<uint8_t*>(y) + i * out_plane, q, ep, scratch);
+                          static_cast<uint8_t*>(y) + i * out_plane, q, ep, scratch, i > 0);
   }
 }
 #endif  // CUVIL_AOT_BARE_METAL

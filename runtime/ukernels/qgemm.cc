@@ -348,6 +348,15 @@ void FillBlock(const QTable& table, const cuvil_uk_conv_params& p, const uint8_t
   const int64_t cols = (oy1 - oy0) * ow;
   for (int64_t kk = 0; kk < kq; ++kk) {
     uint8_t* dst = b + kk * ldb * 4;
+    // The quad's reduction rows as (channel, ky, kx), worked out once per quad rather than per
+    // output row (on a 32-bit core each 64-bit division is a library call).
+    int64_t tap_ch[4], tap_ky[4], tap_kx[4];
+    for (int64_t t = 0; t < 4; ++t) {
+      const int64_t r = kk * 4 + t;
+      tap_ch[t] = r / (p.kernel_h * p.kernel_w);
+      tap_ky[t] = r / p.kernel_w % p.kernel_h;
+      tap_kx[t] = r % p.kernel_w;
+    }
     for (int64_t oy = oy0; oy < oy1; ++oy) {
       // rows[t * ow + ox]: reduction row 4 kk + t at output (oy, ox).
       for (int64_t t = 0; t < 4; ++t) {
@@ -357,8 +366,7 @@ void FillBlock(const QTable& table, const cuvil_uk_conv_params& p, const uint8_t
           std::memset(row, pad, ow);
           continue;
         }
-        const int64_t ch = r / (p.kernel_h * p.kernel_w);
-        const int64_t ky = r / p.kernel_w % p.kernel_h, kx = r % p.kernel_w;
+        const int64_t ch = tap_ch[t], ky = tap_ky[t], kx = tap_kx[t];
         const int64_t iy = oy * p.stride_h - p.pad_top + ky * p.dilation_h;
         if (iy < 0 || iy >= p.height) {
           std::memset(row, pad, ow);
@@ -425,6 +433,37 @@ void StoreRow(const cuvil_uk_qconv_params& qp, const int32_t* acc, int64_t n, in
     }
   }
 }
+
+#if defined(__ARM_FEATURE_DSP)
+// StoreRow for 8-bit outputs with 32-bit indices and (with FPv5) VMAXNM/VMINNM for the clamp:
+// the same values (v is never NaN here); other output types go to StoreRow.
+template <typename Q>
+void StoreRow8Dsp(const int32_t* acc, int32_t n, int32_t comp, float mult, float bias, Q* dst,
+                  float lo, float hi) {
+  constexpr float kMagic = 12582912.0f;
+  for (int32_t j = 0; j < n; ++j) {
+    float v = static_cast<float>(acc[j] - comp) * mult + bias;
+#if defined(CUVIL_HAVE_VMAXNM)
+    v = __builtin_fminf(__builtin_fmaxf(v, lo), hi);
+#else
+    v = std::min(std::max(v, lo), hi);
+#endif
+    dst[j] = static_cast<Q>(static_cast<int32_t>((v + kMagic) - kMagic));
+  }
+}
+
+void StoreRowDsp(const cuvil_uk_qconv_params& qp, const int32_t* acc, int64_t n, int32_t comp,
+                 float mult, float bias, const float* residual, void* y, float lo, float hi) {
+  if (qp.out_type == CUVIL_UK_QOUT_U8) {
+    StoreRow8Dsp(acc, static_cast<int32_t>(n), comp, mult, bias, static_cast<uint8_t*>(y), lo, hi);
+  } else if (qp.out_type == CUVIL_UK_QOUT_S8) {
+    StoreRow8Dsp(acc, static_cast<int32_t>(n), comp, mult, bias, static_cast<int8_t*>(y), lo, hi);
+  } else {
+    StoreRow(qp, acc, n, comp, mult, bias, residual, y, lo, hi);
+  }
+}
+
+#endif  // __ARM_FEATURE_DSP
 
 #if defined(__x86_64__)
 // StoreRow with 16 lanes: the same operations in the same order (no FMA), so every tier writes
@@ -582,7 +621,7 @@ const QTable& QGenericTable() {
 
 #if defined(__ARM_FEATURE_DSP)
 const QTable* QDspTable() {
-  static const QTable table = {"armv7em_dsp", 16, TileDsp, StoreRow, nullptr, nullptr};
+  static const QTable table = {"armv7em_dsp", 16, TileDsp, StoreRowDsp, nullptr, nullptr};
   return &table;
 }
 #endif
@@ -760,6 +799,14 @@ void QConv2d(const QTable& t, const cuvil_uk_qconv_params& qp, const void* x, co
         for (int64_t r = 0; r < rows_here; ++r) {
           const int64_t ch = pp * kQMR + r;
           const int64_t row0 = img * out_plane + ch * oh * ow + oy0 * ow;
+          if (wr == ow && !mean) {  // every column is an output: position q is row0 + q
+            if (n > 0) {
+              t.store(qp, tile + r * t.nr, n, comp[ch], mult[ch], bias[ch],
+                      residual != nullptr ? residual + row0 + j : nullptr,
+                      static_cast<uint8_t*>(y) + (row0 + j) * out_bytes, lo, hi);
+            }
+            continue;
+          }
           // Segments of the tile's columns [j, j + n) that are output positions.
           for (int64_t q = j; q < j + n;) {
             const int64_t oyr = q / wr, ox = q % wr;

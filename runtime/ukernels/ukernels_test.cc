@@ -689,7 +689,8 @@ TEST(UkernelsTest, DirectQuantizedDepthwisePlaneEqualsTheGenericTier) {
         std::vector<float> scratch(floats);
         for (int64_t i = 0; i < batch * c; ++i) {
           uk::QDepthwisePlaneDirect(p, x.data() + i * g.h * g.w, wt.data() + (i % c) * g.kh * g.kw,
-                                    bias[i % c], got.data() + i * oh * ow, q, ep, scratch.data());
+                                    bias[i % c], got.data() + i * oh * ow, q, ep, scratch.data(),
+                                    /*padded=*/i > 0);
         }
         ASSERT_EQ(got, want);
         ++compared;
