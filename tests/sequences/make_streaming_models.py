@@ -15,7 +15,7 @@
 
 Each model gets two configs: MODEL_state (sequence_batching: the server keeps the state) and
 MODEL_client (dynamic batching only: the client sends and reads the state tensors), both over
-the same ONNX file.
+the same ONNX file; decoder_capped is decoder_state with a state budget of 8 cache positions.
 
 usage: make_streaming_models.py REPO_DIR [--max-batch N] [--strategy oldest|direct]
                                 [--delay-us N] [--max-sequences N]
@@ -168,11 +168,27 @@ sequence_batching {{
   {strategy}
 }}
 {common}""")
+    # The cache's maximum: a state budget of 8 positions (2 tensors x 2 layers x 32 floats =
+    # 512 bytes each) for the whole model; a step that would grow a cache past it is refused.
+    write_config(a.repo, "decoder_capped", dec_path, f"""
+max_batch_size: {a.max_batch}
+sequence_batching {{
+  max_sequence_idle_microseconds: {a.idle_us}
+  state [ {{ input_name: "past_k" output_name: "present_k" data_type: TYPE_FP32
+            dims: [ {DEC_LAYERS}, -1, {DEC_D} ]
+            initial_state {{ data_type: TYPE_FP32 dims: [ {DEC_LAYERS}, 1, {DEC_D} ] zero_data: true name: "empty" }} }},
+          {{ input_name: "past_v" output_name: "present_v" data_type: TYPE_FP32
+            dims: [ {DEC_LAYERS}, -1, {DEC_D} ]
+            initial_state {{ data_type: TYPE_FP32 dims: [ {DEC_LAYERS}, 1, {DEC_D} ] zero_data: true name: "empty" }} }} ]
+}}
+parameters {{ key: "cuvil_max_sequence_state_bytes" value {{ string_value: "{8 * 2 * DEC_LAYERS * DEC_D * 4}" }} }}
+""")
     write_config(a.repo, "decoder_client", dec_path, f"""
 max_batch_size: {a.max_batch}
 dynamic_batching {{ max_queue_delay_microseconds: {a.delay_us} }}
 """)
-    print(f"models written to {a.repo}: vad_state vad_client decoder_state decoder_client")
+    print(f"models written to {a.repo}: vad_state vad_client decoder_state decoder_client "
+          "decoder_capped")
 
 
 if __name__ == "__main__":

@@ -223,7 +223,7 @@ def main():
               f"{time.time() - t0:.1f} s", flush=True)
 
         models = ["vad_state", "vad_client", "decoder_state", "decoder_client"]
-        load = sum((["--load-model", m] for m in models), [])
+        load = sum((["--load-model", m] for m in models + ["decoder_capped"]), [])
         with CuvilProcess(a.server, repo, load) as server:
             got = {}
             vad_states = {m: np.zeros((n, s), np.uint64) for m in ("vad_state", "vad_client")}
@@ -275,6 +275,30 @@ def main():
                 check(np.array_equal(st.view(np.uint32), cl.view(np.uint32)),
                       f"{kind}, serial ({k} streams x {s} steps, batch 1): server-side state "
                       f"equals client-carried state bit for bit")
+            # The cache's configured maximum: decoder_capped's state budget holds 8 positions.
+            # A stream grows one position per step from 1: steps 1-7 fit, step 8 would make 9
+            # and is refused unapplied (again when resent), and no other stream can start.
+            capped = Client(server.http)
+
+            def capped_step(seq, t, start=False, end=False):
+                try:
+                    return capped.infer("decoder_capped", [("token", tokens[0, t][None])],
+                                        ["logits"], {"sequence_id": seq, "sequence_start": start,
+                                                     "sequence_end": end})["logits"][0], ""
+                except RuntimeError as e:
+                    return None, str(e)
+            fits = [capped_step(77, t, t == 0)[0] is not None for t in range(7)]
+            refused = [capped_step(77, 7)[1] for _ in range(2)]
+            other = capped_step(78, 0, True)[1]
+            check(all(fits) and all("would grow" in r and "HTTP 413" in r for r in refused) and
+                  "server is busy" in other,
+                  f"decoder cache capped at 8 positions by the state budget: steps 1-7 "
+                  f"{fits}, step 8 twice {[r[:160] for r in refused]}, another START "
+                  f"{other[:160]!r}")
+            again = capped_step(77, 0, True)
+            check(again[0] is not None and np.array_equal(again[0], got["decoder_state"][0, 0]),
+                  "a START frees the capped stream's cache and starts over")
+            check(capped_step(77, 1, end=True)[0] is not None, "and its END step closes it")
             check(server.alive(), "server alive")
             metrics = server.metrics_text()
             open_left = [ln for ln in metrics.splitlines()
