@@ -6,7 +6,8 @@ usage: cuvil_admin_cli_test.py SERVER CUVIL_ADMIN EXAMPLE_REPO
 Every verb: list/index (table and --json), functions, patch --ir (mlp's output Gemm rewritten
 in LLVM IR computing the same values, so validation passes),
 patches, rollback, load/unload, snapshot/restore (UNIMPLEMENTED until snapshots land: exit 1 with
-the server's status), the token (missing: UNAUTHENTICATED), --help per verb and bad usage (exit
+the server's status), sequences list (none open; a model without sequence_batching refused; the
+sequence calls themselves are tested in tests/sequences/sequence_admin_test.py), the token (missing: UNAUTHENTICATED), --help per verb and bad usage (exit
 2). Exit 0 when every check passes.
 """
 import json
@@ -22,7 +23,7 @@ from cuvil_proc import CuvilProcess  # noqa: E402
 from mlp_patches import gemm_patch_ir  # noqa: E402
 
 VERBS = ["load", "unload", "list", "index", "functions", "patch", "rollback", "patches",
-         "snapshot", "restore"]
+         "snapshot", "restore", "sequences"]
 
 
 def main():
@@ -153,8 +154,16 @@ def main():
                 p = subprocess.run([admin, verb, "--help"], capture_output=True, text=True)
                 check(p.returncode == 0 and p.stdout.startswith(f"usage: cuvil-admin {verb}"),
                       f"{verb} --help")
+            # mlp has no sequence_batching: the sequence calls say so.
+            rc, out, err = run("sequences", "list", "mlp")
+            check(rc == 1 and "INVALID_ARGUMENT" in err and "sequence_batching" in err,
+                  f"sequences list of a model without sequence_batching: {err.strip()!r}")
+            rc, out, err = run("--json", "sequences", "list")
+            check(rc == 0 and json.loads(out).get("sequences", []) == [],
+                  f"sequences list with none open: {out!r}")
             for args, why in [(["bogus"], "unknown verb"), (["patch", "mlp"], "exactly one"),
-                              (["list", "--ir", "x"], "does not apply")]:
+                              (["list", "--ir", "x"], "does not apply"),
+                              (["sequences", "end", "mlp"], "'end MODEL ID'")]:
                 p = subprocess.run([admin] + args, capture_output=True, text=True)
                 check(p.returncode == 2 and why in p.stderr, f"bad usage {args}: {p.stderr!r}")
             p = subprocess.run([admin, "-u", "127.0.0.1:1", "--timeout", "5", "list"],
