@@ -1,10 +1,13 @@
 // The register-blocked product over compile-time packed weights against a naive reference, for
 // row counts around the register blocks (6 and 12 rows, remainders of 1, 2, 4 and 8) and column
-// counts around the panels (16 and 32 columns), with kernels shaped for the host's vector width
-// and for 256 bits (the AVX2 path, CUVIL_TARGET_VECTOR_BITS=256).
+// counts around the panels (16 and 32 columns), with kernels shaped for the host's vector width,
+// for 256 bits (the AVX2 path, CUVIL_TARGET_VECTOR_BITS=256), and for the cross targets' widths
+// (CompileOptions::vector_bits: 128 as NEON and WebAssembly SIMD, 32 as a Cortex-M7's scalar
+// floats), run here on the host.
 #include <array>
 #include <cstdlib>
 #include <random>
+#include <string>
 
 #include "cuvil/compiler/compiler.h"
 #include "cuvil/jitcache/jit_engine.h"
@@ -68,15 +71,21 @@ TEST(GemmPackingTest, MatchesNaiveProductAroundBlockEdges) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> dist(-1, 1);
   int id = 0;
-  for (const char* bits : {"host", "256"}) {
-    setenv("CUVIL_TARGET_VECTOR_BITS", bits, 1);
+  for (const char* bits : {"host", "256", "128", "32"}) {
+    CompileOptions options;
+    if (std::string(bits) == "128" || std::string(bits) == "32") {
+      unsetenv("CUVIL_TARGET_VECTOR_BITS");
+      options.vector_bits = std::atoi(bits);
+    } else {
+      setenv("CUVIL_TARGET_VECTOR_BITS", bits, 1);
+    }
     for (bool matmul : {false, true}) {
       for (int64_t n : {1, 10, 16, 17, 33, 40, 64}) {
         for (int64_t k : {1, 7, 33, 1500}) {  // 1500: big enough to split across threads.
           std::vector<float> w(n * k), bias(n);
           for (float& v : w) v = dist(rng);
           for (float& v : bias) v = dist(rng);
-          auto compiled = CompileOnnxBytes(LinearModel(k, n, matmul, w, bias));
+          auto compiled = CompileOnnxBytes(LinearModel(k, n, matmul, w, bias), options);
           ASSERT_TRUE(compiled.ok()) << compiled.status();
           auto loaded = (*engine)->Load("gemm/" + std::to_string(id++), std::move(*compiled));
           ASSERT_TRUE(loaded.ok()) << loaded.status();
@@ -149,12 +158,19 @@ TEST(GemmPackingTest, RunTimePackedMatMulMatchesNaiveProduct) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> dist(-1, 1);
   int id = 0;
-  for (const char* bits : {"host", "256"}) {
-    setenv("CUVIL_TARGET_VECTOR_BITS", bits, 1);
+  for (const char* bits : {"host", "256", "128", "32"}) {
+    CompileOptions options;
+    if (std::string(bits) == "128" || std::string(bits) == "32") {
+      unsetenv("CUVIL_TARGET_VECTOR_BITS");
+      options.vector_bits = std::atoi(bits);
+    } else {
+      setenv("CUVIL_TARGET_VECTOR_BITS", bits, 1);
+    }
     for (int64_t heads : {1, 3}) {
       for (bool broadcast : {false, true}) {
         for (auto [m, k, n] : {std::array<int64_t, 3>{13, 9, 33}, {4, 64, 16}, {29, 5, 70}}) {
-          auto compiled = CompileOnnxBytes(ActivationMatMulModel(heads, m, k, n, broadcast));
+          auto compiled =
+              CompileOnnxBytes(ActivationMatMulModel(heads, m, k, n, broadcast), options);
           ASSERT_TRUE(compiled.ok()) << compiled.status();
           auto loaded = (*engine)->Load("mm/" + std::to_string(id++), std::move(*compiled));
           ASSERT_TRUE(loaded.ok()) << loaded.status();

@@ -943,18 +943,21 @@ absl::StatusOr<std::string> ConfigureAotTarget(const std::string& target, Compil
   if (target == "aarch64") {
     options->target_triple = "aarch64-unknown-linux-gnu";
     if (options->target_features.empty()) options->target_features = "+neon";
+    if (options->vector_bits == 0) options->vector_bits = 128;
     return std::string("libcuvil_aot_runtime-aarch64.a");
   }
   if (target == "wasm32") {
     // WebAssembly with 128-bit SIMD for WASI (wasm32-wasi C programs; Node, wasmtime, ...).
     options->target_triple = "wasm32-unknown-wasi";
     if (options->target_features.empty()) options->target_features = "+simd128";
+    if (options->vector_bits == 0) options->vector_bits = 128;
     return std::string("libcuvil_aot_runtime-wasm32.a");
   }
   if (target == "wasm32-scalar") {
     // The same without SIMD128, for WebAssembly runtimes that lack it.
     options->target_triple = "wasm32-unknown-wasi";
     if (options->target_features.empty()) options->target_features = "-simd128";
+    if (options->vector_bits == 0) options->vector_bits = 32;  // scalar floats
     return std::string("libcuvil_aot_runtime-wasm32-scalar.a");
   }
   if (target == "cortex-m7") {
@@ -963,6 +966,7 @@ absl::StatusOr<std::string> ConfigureAotTarget(const std::string& target, Compil
     options->target_triple = "thumbv7em-none-eabihf";
     if (options->target_cpu.empty()) options->target_cpu = "cortex-m7";
     if (options->target_features.empty()) options->target_features = "+dsp,-fp64,-d32";
+    if (options->vector_bits == 0) options->vector_bits = 32;  // FPv5 has no float vectors
     return std::string("libcuvil_aot_runtime-cortex-m7.a");
   }
   if (target == "x86_64") {

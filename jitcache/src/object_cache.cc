@@ -292,6 +292,10 @@ void HashOptions(const CompileOptions& o, Hasher* h) {
     h->Str(o.target_features);
   }
   if (!o.integer_qdq) h->Str("float_qdq");  // Default keys stay as they were.
+  if (o.vector_bits != 0) {                 // Likewise: the host's width is CodegenTargetKey's.
+    h->Str("vector_bits");
+    h->Int(o.vector_bits);
+  }
   h->Int(o.import.run_checker ? 1 : 0);
   h->Int(static_cast<int64_t>(o.import.dim_overrides.size()));
   for (const auto& [name, v] : o.import.dim_overrides) {

@@ -65,9 +65,12 @@ struct TileShape {
   int64_t panel() const { return 2 * lanes; }
 };
 
+// The tile for packed panels `panel` columns wide (two vectors of panel / 2 lanes): 12 rows for
+// AVX-512's 32 registers, 6 below (AVX2; NEON and WebAssembly SIMD at 4 lanes; scalar floats at
+// 1 lane, 12 accumulators in a Cortex-M7's 32 single-precision registers).
 TileShape TileFor(int64_t panel) {
-  if (panel == 32) return {16, 12};
-  return {8, 6};
+  if (panel >= 32) return {16, 12};
+  return {static_cast<int>(std::max<int64_t>(panel / 2, 1)), 6};
 }
 
 // Parallel cost units of the packed product: one vector FMA (`lanes` multiply-adds), about half a

@@ -341,7 +341,18 @@ void Optimize(llvm::Module& module, llvm::TargetMachine& tm, int opt_level) {
 
 }  // namespace
 
+namespace {
+thread_local int target_vector_bits_override = 0;
+}  // namespace
+
+ScopedTargetVectorBits::ScopedTargetVectorBits(int bits) : saved_(target_vector_bits_override) {
+  if (bits > 0) target_vector_bits_override = bits;
+}
+
+ScopedTargetVectorBits::~ScopedTargetVectorBits() { target_vector_bits_override = saved_; }
+
 int TargetVectorBits() {
+  if (target_vector_bits_override > 0) return target_vector_bits_override;
   if (!HostHasAvx512()) return 256;
   const char* env = std::getenv("CUVIL_TARGET_VECTOR_BITS");
   if (env != nullptr && std::string_view(env) == "256") return 256;

@@ -26,6 +26,21 @@ struct LowerOptions {
 // Thread-safe.
 int TargetVectorBits();
 
+// Holds TargetVectorBits() at `bits` on the calling thread while it lives (0: no change), for a
+// compile whose code is for another machine (CompileOptions::vector_bits): a Cortex-M7 has no
+// float vectors, NEON and WebAssembly SIMD 128-bit ones, and kernels shaped for the host's 512
+// would be scalarised into far more code. Scopes nest. Thread-compatible (one per thread).
+class ScopedTargetVectorBits {
+ public:
+  explicit ScopedTargetVectorBits(int bits);
+  ~ScopedTargetVectorBits();
+  ScopedTargetVectorBits(const ScopedTargetVectorBits&) = delete;
+  ScopedTargetVectorBits& operator=(const ScopedTargetVectorBits&) = delete;
+
+ private:
+  int saved_;
+};
+
 // Emits one kernel per node plus the entry point and function table, optimises them for the host
 // CPU (or options.target_triple) and fills `model->object_code`, `model->kernels`, `model->cpu` and
 // the codegen timings.
