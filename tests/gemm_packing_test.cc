@@ -2,9 +2,10 @@
 // row counts around the register blocks (6 and 12 rows, remainders of 1, 2, 4 and 8) and column
 // counts around the panels (16 and 32 columns), with kernels shaped for the host's vector width,
 // for 256 bits (the AVX2 path, CUVIL_TARGET_VECTOR_BITS=256), and for the cross targets' widths
-// (CompileOptions::vector_bits: 128 as NEON and WebAssembly SIMD, 32 as a Cortex-M7's scalar
-// floats), run here on the host.
+// (CompileOptions::vector_bits: 128 as NEON and WebAssembly SIMD, 64 as a Cortex-M7, 32 as scalar
+// WebAssembly), run here on the host.
 #include <array>
+#include <cmath>
 #include <cstdlib>
 #include <random>
 #include <string>
@@ -71,9 +72,9 @@ TEST(GemmPackingTest, MatchesNaiveProductAroundBlockEdges) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> dist(-1, 1);
   int id = 0;
-  for (const char* bits : {"host", "256", "128", "32"}) {
+  for (const char* bits : {"host", "256", "128", "64", "32"}) {
     CompileOptions options;
-    if (std::string(bits) == "128" || std::string(bits) == "32") {
+    if (std::string(bits) != "host" && std::string(bits) != "256") {
       unsetenv("CUVIL_TARGET_VECTOR_BITS");
       options.vector_bits = std::atoi(bits);
     } else {
@@ -100,11 +101,16 @@ TEST(GemmPackingTest, MatchesNaiveProductAroundBlockEdges) {
             ASSERT_TRUE(y.ok()) << y.status();
             for (int64_t r = 0; r < rows; ++r) {
               for (int64_t c = 0; c < n; ++c) {
-                double want = matmul ? 0 : bias[c];
+                double want = matmul ? 0 : bias[c], magnitude = std::fabs(want);
                 for (int64_t j = 0; j < k; ++j) {
-                  want += x.data_as<float>()[r * k + j] * (matmul ? w[j * n + c] : w[c * k + j]);
+                  const double term =
+                      x.data_as<float>()[r * k + j] * (matmul ? w[j * n + c] : w[c * k + j]);
+                  want += term;
+                  magnitude += std::fabs(term);
                 }
-                ASSERT_NEAR((*y)[0].data_as<float>()[r * n + c], want, 1e-4)
+                // float32 sums in another order than the double reference: an error bound that
+                // grows with the terms' magnitudes (k = 1500 sums to ~40 here).
+                ASSERT_NEAR((*y)[0].data_as<float>()[r * n + c], want, 1e-4 + 2e-6 * magnitude)
                     << (matmul ? "MatMul" : "Gemm") << " n=" << n << " k=" << k
                     << " batch=" << batch << " row " << r << " col " << c << " threads "
                     << IntraOpThreads() << " vector bits " << bits;
@@ -158,9 +164,9 @@ TEST(GemmPackingTest, RunTimePackedMatMulMatchesNaiveProduct) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> dist(-1, 1);
   int id = 0;
-  for (const char* bits : {"host", "256", "128", "32"}) {
+  for (const char* bits : {"host", "256", "128", "64", "32"}) {
     CompileOptions options;
-    if (std::string(bits) == "128" || std::string(bits) == "32") {
+    if (std::string(bits) != "host" && std::string(bits) != "256") {
       unsetenv("CUVIL_TARGET_VECTOR_BITS");
       options.vector_bits = std::atoi(bits);
     } else {

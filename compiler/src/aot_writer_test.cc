@@ -169,11 +169,11 @@ TEST(AotTargetTest, CortexM7IsBareMetalThumbWithSinglePrecisionFpu) {
 }
 
 // Each cross target shapes its kernels for its own vectors (CompileOptions::vector_bits) rather
-// than the compiling host's: scalar floats on a Cortex-M7 and in scalar WebAssembly, 128 bits for
-// NEON and SIMD128. The host's own target keeps the host's width.
+// than the compiling host's: pairs of scalar registers on a Cortex-M7, scalar floats in scalar
+// WebAssembly, 128 bits for NEON and SIMD128. The host's own target keeps the host's width.
 TEST(AotTargetTest, KernelsAreShapedForTheTargetsVectors) {
   const std::pair<const char*, int> targets[] = {
-      {"cortex-m7", 32}, {"wasm32-scalar", 32}, {"wasm32", 128}, {"aarch64", 128}, {"", 0}};
+      {"cortex-m7", 64}, {"wasm32-scalar", 32}, {"wasm32", 128}, {"aarch64", 128}, {"", 0}};
   for (const auto& [target, bits] : targets) {
     CompileOptions options;
     ASSERT_TRUE(ConfigureAotTarget(target, &options).ok()) << target;

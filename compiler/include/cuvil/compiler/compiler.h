@@ -29,7 +29,8 @@ struct CompileOptions {
   std::string target_features;
   // Widest float vector, in bits, the kernels are shaped for (weight panels, vector loops): 0
   // for the host's (512 with AVX-512, else 256); a cross target sets its own (ConfigureAotTarget:
-  // 128 for NEON and WebAssembly SIMD, 32 where floats are scalar).
+  // 128 for NEON and WebAssembly SIMD, 64 for a Cortex-M7's scalar register pairs, 32 for scalar
+  // WebAssembly).
   int vector_bits = 0;
   // Filled with graph inputs that must be bound to constants (they determine shapes) when
   // compilation fails for that reason.
