@@ -409,7 +409,14 @@ void SequenceBatcher::Dispatch(const std::string& key, std::shared_ptr<Sequence>
   std::optional<PendingStep> next;
   {
     absl::MutexLock lock(&mu_);
-    if (seq_id.step != 0 && seq_id.step != (seq_id.start ? 1 : seq->steps + 1) && !seq->ended) {
+    if (seq->removed) {
+      // Taken off the queue just before the admin API ended the sequence (End answers the steps
+      // still queued): refused the same way, a START too (it would start a forgotten sequence).
+      refused = absl::AbortedError(
+          absl::StrCat("sequence ", SequenceName(seq_id), " of model '", model_name_,
+                       "' was ended by an administrator before this step ran"));
+    } else if (seq_id.step != 0 && seq_id.step != (seq_id.start ? 1 : seq->steps + 1) &&
+               !seq->ended) {
       // The client numbers its steps: this one is not the next the server's state is after
       // (e.g. the server restarted from an older checkpoint). Nothing is applied.
       refused = absl::FailedPreconditionError(

@@ -115,9 +115,10 @@ class SequenceBatcher {
   std::vector<SequenceInfo> List();
   // Ends the open sequence `id` (`string_id` when not empty) as its END step would: its state is
   // freed and, with checkpoints on, a tombstone recorded so a restart does not restore it. Steps
-  // queued behind its running step are answered Aborted without running; a running step
-  // answers as computed but its state is not kept. Returns the steps the sequence had taken and
-  // sets `*refused_steps` to the queued steps refused; NotFound when no such sequence is open.
+  // queued behind its running step are answered Aborted without running (`*refused_steps`
+  // counts them; a step already taken off the queue to start next is refused Aborted as well,
+  // uncounted); a running step answers as computed but its state is not kept. Returns the steps
+  // the sequence had taken; NotFound when no such sequence is open.
   absl::StatusOr<uint64_t> End(uint64_t id, const std::string& string_id, int64_t* refused_steps);
   // True when the sequences are checkpointed (EnableCheckpoints succeeded).
   bool checkpoints() const { return log_ != nullptr; }
