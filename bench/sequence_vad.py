@@ -52,6 +52,7 @@ def throughput(server, perf, repo, label, a, rate):
     with CuvilProcess(server, repo, ["--load-model", "vad_state",
                                      "--grpc-max-concurrent-calls", "4096"]) as s:
         out_csv = os.path.join(repo, f"{label}.csv")
+        cpu0 = cpu_seconds(s.proc.pid)
         load = (["--concurrency-range", str(a.concurrency)] if rate == 0 else
                 ["--request-rate-range", str(rate), "--num-of-sequences", str(a.concurrency),
                  "--max-threads", str(a.threads)])
@@ -62,14 +63,26 @@ def throughput(server, perf, repo, label, a, rate):
              "--sequence-length-variation", "0", "--sequence-id-range", "1:2000000",
              "--input-data", "random", "-f", out_csv],
             capture_output=True, text=True)
+        cpu = cpu_seconds(s.proc.pid) - cpu0
         print(p.stdout.strip(), flush=True)
         if p.returncode not in (0, 3):
             print(p.stderr.strip())
             return None
         with open(out_csv) as f:
             row = list(csv.DictReader(f))[-1]
+        # Every step of the run (warm-up, window, closing steps) over the server's CPU time.
+        code, text = s.http_get("/v2/models/vad_state/stats")
+        steps = json.loads(text)["model_stats"][0]["inference_count"] if code == 200 else 0
         return (float(row["client_infer_per_sec"]), float(row["p50_us"]),
-                float(row["p99_us"]), float(row["avg_batch"]), int(row["errors"]))
+                float(row["p99_us"]), float(row["avg_batch"]), int(row["errors"]),
+                cpu * 1e6 / max(steps, 1))
+
+
+def cpu_seconds(pid):
+    """utime + stime of a process, in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def restore(server, repo, n):
@@ -134,12 +147,12 @@ def main():
                 " ", "_"), a, rate)
         print()
         print(f"| config ({a.concurrency} sequences) | steps/s | p50 step, ms | p99 step, ms "
-              f"| avg batch | errors |")
-        print("|---|---|---|---|---|---|")
+              f"| avg batch | errors | server CPU per step, us |")
+        print("|---|---|---|---|---|---|---|")
         for label, r in results.items():
             if r:
                 print(f"| {label} | {r[0]:.0f} | {r[1] / 1000:.1f} | {r[2] / 1000:.1f} | "
-                      f"{r[3]:.2f} | {r[4]} |")
+                      f"{r[3]:.2f} | {r[4]} | {r[5]:.0f} |")
         for mode in ("closed loop", "open loop"):
             o, d = results[f"oldest, {mode}"], results[f"direct, {mode}"]
             if o and d:
