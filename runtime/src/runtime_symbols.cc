@@ -1,8 +1,6 @@
 #include "cuvil/runtime/runtime_symbols.h"
 
-#include <cstdlib>
-#include <cstring>
-
+#include "cuvil/runtime/abi.h"
 #include "cuvil/runtime/parallel.h"
 #include "cuvil/runtime/selection_ops.h"
 #include "cuvil/runtime/string_ops.h"
@@ -10,28 +8,25 @@
 #include "kernels.h"
 
 namespace cuvil {
+namespace {
 
-#define CUVIL_RT_SYMBOL(fn) \
-  RuntimeSymbol { #fn, reinterpret_cast<void*>(&fn) }
+using namespace abi;  // abi.def's type letters
+
+// Each C declaration has the types abi.def gives it, so the callee types generated code uses
+// (KernelContext::CallAbi, from the same list) are the functions' real ones.
+#define CUVIL_ABI(name, in_aot, ret, ...)           \
+  static_assert(Matches(&name, ret, {__VA_ARGS__}), \
+                #name ": its C declaration differs from cuvil/runtime/abi.def");
+#include "cuvil/runtime/abi.def"
+#undef CUVIL_ABI
+
+}  // namespace
 
 const std::vector<RuntimeSymbol>& RuntimeSymbols() {
   static const std::vector<RuntimeSymbol> symbols = {
-      // clang-format off
-      CUVIL_RT_SYMBOL(cuvil_rt_alloc),
-      CUVIL_RT_SYMBOL(cuvil_rt_format_strings),
-      CUVIL_RT_SYMBOL(cuvil_rt_free),
-      CUVIL_RT_SYMBOL(cuvil_rt_nms),
-      CUVIL_RT_SYMBOL(cuvil_rt_normalize_strings),
-      CUVIL_RT_SYMBOL(cuvil_rt_parallel_for),
-      CUVIL_RT_SYMBOL(cuvil_rt_parse_strings),
-      CUVIL_RT_SYMBOL(cuvil_rt_unique),
-      CUVIL_RT_SYMBOL(cuvil_uk_conv2d),
-      CUVIL_RT_SYMBOL(cuvil_uk_matmul_nbits),
-      CUVIL_RT_SYMBOL(cuvil_uk_maxpool2d),
-      CUVIL_RT_SYMBOL(cuvil_uk_qconv2d),
-      CUVIL_RT_SYMBOL(cuvil_uk_qmatmul),
-      CUVIL_RT_SYMBOL(cuvil_uk_qdepthwise2d),
-      // clang-format on
+#define CUVIL_ABI(name, ...) RuntimeSymbol{#name, reinterpret_cast<void*>(&name)},
+#include "cuvil/runtime/abi.def"
+#undef CUVIL_ABI
   };
   return symbols;
 }

@@ -108,7 +108,7 @@ void KernelContext::ParallelFor(
   for (size_t i = 0; i < stored.size(); ++i) {
     builder_.CreateStore(stored[i], builder_.CreateStructGEP(ctx_ty, ctx, i));
   }
-  CallC("cuvil_rt_parallel_for", builder_.getVoidTy(), {count, cost_per_item, outlined, ctx});
+  CallAbi(abi::Fn::cuvil_rt_parallel_for, {count, cost_per_item, outlined, ctx});
 }
 
 const HostTensor* KernelContext::in_constant(size_t i) const {
@@ -424,16 +424,14 @@ llvm::Value* KernelContext::AllocHeap(llvm::Value* bytes,
                                       std::optional<std::vector<SymDim>> bound) {
   if (registry_ != nullptr)
     registry_->NoteScratch(kernel_index_, CUVIL_SCRATCH_HEAP, std::move(bound));
-  return CallC("cuvil_rt_alloc", builder_.getPtrTy(), {bytes});
+  return CallAbi(abi::Fn::cuvil_rt_alloc, {bytes});
 }
 
 void KernelContext::NoteScratch(int32_t kind, std::vector<SymDim> words) {
   if (registry_ != nullptr) registry_->NoteScratch(kernel_index_, kind, std::move(words));
 }
 
-void KernelContext::FreeHeap(llvm::Value* ptr) {
-  CallC("cuvil_rt_free", builder_.getVoidTy(), {ptr});
-}
+void KernelContext::FreeHeap(llvm::Value* ptr) { CallAbi(abi::Fn::cuvil_rt_free, {ptr}); }
 
 llvm::Value* KernelContext::Convert(llvm::Value* v, DType from, DType to) {
   if (from == to) return v;
@@ -602,8 +600,47 @@ llvm::Value* KernelContext::Intrinsic2(llvm::Intrinsic::ID id, llvm::Value* a, l
   return builder_.CreateBinaryIntrinsic(id, a, b);
 }
 
+namespace {
+
+llvm::Type* AbiLlvmType(llvm::LLVMContext& c, abi::Type t) {
+  switch (t) {
+    case abi::P:
+      return llvm::PointerType::getUnqual(c);
+    case abi::I32:
+      return llvm::Type::getInt32Ty(c);
+    case abi::I64:
+      return llvm::Type::getInt64Ty(c);
+    case abi::F32:
+      return llvm::Type::getFloatTy(c);
+    case abi::V:
+    default:
+      return llvm::Type::getVoidTy(c);
+  }
+}
+
+// The LLVM type of abi.def's `f`.
+llvm::FunctionType* AbiFunctionType(llvm::LLVMContext& c, const abi::Function& f) {
+  std::vector<llvm::Type*> params;
+  for (int i = 0; i < f.num_params; ++i) params.push_back(AbiLlvmType(c, f.params[i]));
+  return llvm::FunctionType::get(AbiLlvmType(c, f.ret), params, false);
+}
+
+}  // namespace
+
+llvm::Value* KernelContext::CallAbi(abi::Fn fn, const std::vector<llvm::Value*>& args) {
+  const abi::Function& f = abi::Describe(fn);
+  llvm::FunctionCallee callee =
+      module_.getOrInsertFunction(f.name, AbiFunctionType(module_.getContext(), f));
+  return builder_.CreateCall(callee, args);
+}
+
 llvm::Value* KernelContext::CallC(const std::string& name, llvm::Type* ret,
                                   const std::vector<llvm::Value*>& args) {
+  if (const abi::Function* f = abi::Find(name); f != nullptr) {
+    llvm::FunctionCallee callee =
+        module_.getOrInsertFunction(name, AbiFunctionType(module_.getContext(), *f));
+    return builder_.CreateCall(callee, args);
+  }
   std::vector<llvm::Type*> types;
   for (llvm::Value* a : args) types.push_back(a->getType());
   llvm::FunctionCallee callee =

@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "cuvil/compiler/ir.h"
+#include "cuvil/runtime/abi.h"
 #include "kernel_registry.h"
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/Intrinsics.h"
@@ -193,7 +194,13 @@ class KernelContext {
                    const std::vector<llvm::Value*>& captures,
                    const std::function<void(KernelContext& outlined, const Idx& outlined_values,
                                             llvm::Value* begin, llvm::Value* end)>& body);
-  // Calls a C function (libm or the Cuvil runtime library), declaring it on first use.
+  // Calls a Cuvil runtime entry point with the callee type cuvil/runtime/abi.def declares for it:
+  // arguments of other types or count make invalid IR, which the compile refuses (lower.cc
+  // verifies the module), so a call never silently disagrees with the function it reaches.
+  llvm::Value* CallAbi(abi::Fn fn, const std::vector<llvm::Value*>& args);
+  // Calls a C library function (libm), declaring it from the arguments' types on first use. A
+  // name abi.def declares is typed from abi.def instead (prefer CallAbi, checked by name at
+  // compile time).
   llvm::Value* CallC(const std::string& name, llvm::Type* ret,
                      const std::vector<llvm::Value*>& args);
 

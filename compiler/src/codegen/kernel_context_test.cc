@@ -1,8 +1,10 @@
 #include "codegen/kernel_context.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -110,6 +112,62 @@ TEST(KernelContextTest, KernelsReadSymbolValuesThroughTheArgsSlot) {
   ASSERT_EQ(batch_only->toPtr<KernelFn>()(short_args, 4), 0);
   EXPECT_EQ(y[0], 2 * 4 * 4);
   EXPECT_EQ(y[1], 4);
+}
+
+// Runtime calls take their callee types from cuvil/runtime/abi.def: a call with the declared
+// types verifies; one passing an i32 where the ABI has an int64, or one argument short, makes
+// IR the verifier (which every compile runs, lower.cc) refuses, and a name abi.def declares gets
+// the same typing through CallC.
+TEST(KernelContextTest, RuntimeCallsAreTypedByTheAbiDeclaration) {
+  llvm::LLVMContext ctx;
+  llvm::IRBuilder<> ib(ctx);
+  auto* kernel_ty =
+      llvm::FunctionType::get(ib.getInt32Ty(), {ib.getPtrTy(), ib.getInt64Ty()}, false);
+  ir::Graph g;
+  ir::Value* out = g.NewValue("y");
+  out->type = ir::TensorType{DType::kFloat32, {SymDim::Const(4)}, true};
+  ir::Node* node = g.NewNode("Test", "t");
+  node->outputs = {out};
+  auto build = [&](const std::function<void(KernelContext&)>& body) {
+    auto mod = std::make_unique<llvm::Module>("abi", ctx);
+    auto* fn = llvm::Function::Create(kernel_ty, llvm::Function::ExternalLinkage, "k", mod.get());
+    KernelContext k(*mod, fn, *node);
+    body(k);
+    k.b().CreateRet(k.Status());
+    std::string err;
+    llvm::raw_string_ostream os(err);
+    const bool broken = llvm::verifyModule(*mod, &os);
+    return std::make_pair(broken, err);
+  };
+  auto good = build([](KernelContext& k) {
+    llvm::Value* p = k.CallAbi(abi::Fn::cuvil_rt_alloc, {k.I64(64)});
+    k.CallAbi(abi::Fn::cuvil_rt_free, {p});
+  });
+  EXPECT_FALSE(good.first) << good.second;
+  auto narrow = build([](KernelContext& k) {
+    k.CallAbi(abi::Fn::cuvil_rt_alloc, {k.b().getInt32(64)});  // abi.def: I64
+  });
+  EXPECT_TRUE(narrow.first);
+  EXPECT_NE(narrow.second.find("cuvil_rt_alloc"), std::string::npos) << narrow.second;
+  auto missing = build([](KernelContext& k) {
+    llvm::Value* null = llvm::ConstantPointerNull::get(k.b().getPtrTy());
+    k.CallAbi(abi::Fn::cuvil_uk_maxpool2d, {null, null, null});  // abi.def: 4 parameters
+  });
+  EXPECT_TRUE(missing.first);
+  auto by_name = build([](KernelContext& k) {
+    // Typed from abi.def even through CallC: the i32 does not become the callee's type.
+    k.CallC("cuvil_rt_alloc", k.b().getPtrTy(), {k.b().getInt32(64)});
+  });
+  EXPECT_TRUE(by_name.first);
+  // The table: every entry has a name, a parameter count in range, and a unique name.
+  std::set<std::string> names;
+  for (const abi::Function& f : abi::All()) {
+    EXPECT_TRUE(names.insert(f.name).second) << f.name;
+    EXPECT_GT(f.num_params, 0) << f.name;
+    EXPECT_LE(f.num_params, 16) << f.name;
+    EXPECT_EQ(abi::Find(f.name), &f);
+  }
+  EXPECT_EQ(abi::Find("expf"), nullptr);
 }
 
 }  // namespace

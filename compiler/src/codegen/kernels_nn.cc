@@ -386,15 +386,15 @@ absl::Status EmitConvUkernel(KernelContext& k) {
     auto i32 = [&](const char* attr) {
       return k.b().getInt32(static_cast<uint32_t>(n.attr_int(attr, 0)));
     };
-    k.CallC("cuvil_uk_qdepthwise2d", k.b().getVoidTy(),
-            {params, k.in(0), i32("q_x_signed"), k.F32(n.attr_float("q_x_scale", 1.0f)),
-             i32("q_x_zero"), k.in(1), in_or_null(2), k.out(0), i32("q_y_signed"),
-             k.F32(n.attr_float("q_y_scale", 1.0f)), i32("q_y_zero"), k.Dim(k.in_shape(0)[0]),
-             k.F32(n.attr_float("fused_alpha", 0.0f)), k.F32(n.attr_float("fused_beta", 0.0f))});
+    k.CallAbi(abi::Fn::cuvil_uk_qdepthwise2d,
+              {params, k.in(0), i32("q_x_signed"), k.F32(n.attr_float("q_x_scale", 1.0f)),
+               i32("q_x_zero"), k.in(1), in_or_null(2), k.out(0), i32("q_y_signed"),
+               k.F32(n.attr_float("q_y_scale", 1.0f)), i32("q_y_zero"), k.Dim(k.in_shape(0)[0]),
+               k.F32(n.attr_float("fused_alpha", 0.0f)), k.F32(n.attr_float("fused_beta", 0.0f))});
     return absl::OkStatus();
   }
-  k.CallC(
-      "cuvil_uk_conv2d", k.b().getVoidTy(),
+  k.CallAbi(
+      abi::Fn::cuvil_uk_conv2d,
       {params, k.in(0), k.in(1), in_or_null(2), in_or_null(3), k.out(0), k.Dim(k.in_shape(0)[0]),
        k.F32(n.attr_float("fused_alpha", 0.0f)), k.F32(n.attr_float("fused_beta", 0.0f))});
   return absl::OkStatus();
@@ -569,7 +569,7 @@ absl::Status EmitPool(KernelContext& k, bool is_max) {
     // The same words, then the planes: what sizes the call's scratch.
     dims.push_back(SymMul(k.in_shape(0)[0], k.in_shape(0)[1]));
     k.NoteScratch(CUVIL_SCRATCH_MAXPOOL2D, std::move(dims));
-    k.CallC("cuvil_uk_maxpool2d", b.getVoidTy(), {params, k.in(0), k.out(0), planes});
+    k.CallAbi(abi::Fn::cuvil_uk_maxpool2d, {params, k.in(0), k.out(0), planes});
     return absl::OkStatus();
   }
   // Extents, strides and planes as values (constants when static, so the IR folds as before).

@@ -319,10 +319,10 @@ absl::Status QConvFused(KernelContext& k) {
                                           k.function()->getName() + ".qconv_params");
   llvm::Value* residual =
       k.has_input(5) ? k.in(5) : llvm::ConstantPointerNull::get(k.b().getPtrTy());
-  k.CallC("cuvil_uk_qconv2d", k.b().getVoidTy(),
-          {params, k.in(0), k.in(1), k.in(2), k.in(3), k.in(4), residual, k.out(0),
-           k.Dim(k.in_shape(0)[0]), k.F32(n.attr_float("q_lo", 0.0f)),
-           k.F32(n.attr_float("q_hi", 0.0f))});
+  k.CallAbi(abi::Fn::cuvil_uk_qconv2d,
+            {params, k.in(0), k.in(1), k.in(2), k.in(3), k.in(4), residual, k.out(0),
+             k.Dim(k.in_shape(0)[0]), k.F32(n.attr_float("q_lo", 0.0f)),
+             k.F32(n.attr_float("q_hi", 0.0f))});
   return absl::OkStatus();
 }
 
@@ -343,9 +343,9 @@ absl::Status QMatMulFused(KernelContext& k) {
   auto* params = new llvm::GlobalVariable(k.module(), init->getType(), /*isConstant=*/true,
                                           llvm::GlobalValue::PrivateLinkage, init,
                                           k.function()->getName() + ".qmatmul_params");
-  k.CallC("cuvil_uk_qmatmul", k.b().getVoidTy(),
-          {params, k.in(0), k.in(1), k.in(2), k.in(3), k.in(4), k.out(0), k.Dim(k.in_shape(0)[0]),
-           k.F32(n.attr_float("q_lo", 0.0f)), k.F32(n.attr_float("q_hi", 0.0f))});
+  k.CallAbi(abi::Fn::cuvil_uk_qmatmul,
+            {params, k.in(0), k.in(1), k.in(2), k.in(3), k.in(4), k.out(0), k.Dim(k.in_shape(0)[0]),
+             k.F32(n.attr_float("q_lo", 0.0f)), k.F32(n.attr_float("q_hi", 0.0f))});
   return absl::OkStatus();
 }
 
@@ -363,9 +363,9 @@ absl::Status MatMulNBits(KernelContext& k) {
   k.NoteScratch(CUVIL_SCRATCH_MATMUL_NBITS, {row_dim, SymDim::Const(n.attr_int("K", 0)),
                                              SymDim::Const(n.attr_int("block_size", 0))});
   llvm::Value* bias = k.has_input(4) ? k.in(4) : llvm::ConstantPointerNull::get(k.b().getPtrTy());
-  k.CallC("cuvil_uk_matmul_nbits", k.b().getVoidTy(),
-          {k.in(0), rows, k.I64(n.attr_int("K", 0)), k.in(1), k.in(2), k.in(3), bias,
-           k.I64(n.attr_int("N", 0)), k.I64(n.attr_int("block_size", 0)), k.out(0)});
+  k.CallAbi(abi::Fn::cuvil_uk_matmul_nbits,
+            {k.in(0), rows, k.I64(n.attr_int("K", 0)), k.in(1), k.in(2), k.in(3), bias,
+             k.I64(n.attr_int("N", 0)), k.I64(n.attr_int("block_size", 0)), k.out(0)});
   return absl::OkStatus();
 }
 

@@ -114,11 +114,11 @@ absl::Status EmitUnique(KernelContext& k) {
   auto view = ViewAlongAxis(k);
   if (!view.ok()) return view.status();
   auto& b = k.b();
-  llvm::Value* count =
-      k.CallC("cuvil_rt_unique", k.I64Ty(),
-              {k.in(0), b.getInt32(static_cast<uint32_t>(k.in_dtype(0))), view->outer, view->extent,
-               view->inner, b.getInt32(static_cast<uint32_t>(k.node().attr_int("sorted", 1))),
-               k.out(0), OptionalOut(k, 1), OptionalOut(k, 2), OptionalOut(k, 3)});
+  llvm::Value* count = k.CallAbi(
+      abi::Fn::cuvil_rt_unique,
+      {k.in(0), b.getInt32(static_cast<uint32_t>(k.in_dtype(0))), view->outer, view->extent,
+       view->inner, b.getInt32(static_cast<uint32_t>(k.node().attr_int("sorted", 1))), k.out(0),
+       OptionalOut(k, 1), OptionalOut(k, 2), OptionalOut(k, 3)});
   // Shape inference admits only the dtypes the runtime sorts, so -1 cannot come back; clamp
   // anyway so a size is never negative.
   k.StoreSymbol(view->count_symbol,
@@ -134,8 +134,8 @@ absl::Status EmitNonMaxSuppression(KernelContext& k) {
   llvm::Value* max_per_class = k.has_input(2) ? k.Load(DType::kInt64, k.in(2), k.I64(0)) : k.I64(0);
   llvm::Value* iou = k.has_input(3) ? k.Load(DType::kFloat32, k.in(3), k.I64(0)) : k.F32(0);
   llvm::Value* score = k.has_input(4) ? k.Load(DType::kFloat32, k.in(4), k.I64(0)) : k.F32(0);
-  llvm::Value* count = k.CallC(
-      "cuvil_rt_nms", k.I64Ty(),
+  llvm::Value* count = k.CallAbi(
+      abi::Fn::cuvil_rt_nms,
       {k.in(0), k.in(1), k.Dim(boxes[0]), k.Dim(k.in_shape(1)[1]), k.Dim(boxes[1]), max_per_class,
        iou, score, b.getInt32(k.has_input(4) ? 1 : 0),
        b.getInt32(static_cast<uint32_t>(k.node().attr_int("center_point_box", 0))), k.out(0)});

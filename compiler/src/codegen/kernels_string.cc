@@ -19,15 +19,15 @@ absl::Status EmitStringCast(KernelContext& k) {
     return absl::OkStatus();
   }
   if (from == DType::kString) {
-    llvm::Value* bad = k.CallC("cuvil_rt_parse_strings", k.I64Ty(),
-                               {k.in(0), n, b.getInt32(static_cast<int32_t>(to)), k.out(0)});
+    llvm::Value* bad = k.CallAbi(abi::Fn::cuvil_rt_parse_strings,
+                                 {k.in(0), n, b.getInt32(static_cast<int32_t>(to)), k.out(0)});
     k.FailIf(b.CreateICmpNE(bad, k.I64(0)), kEntryStringNotANumber);
     return absl::OkStatus();
   }
   llvm::Value* heap = k.StringHeap();
   if (heap == nullptr) return k.Unsupported("making strings inside a subgraph");
-  llvm::Value* rc = k.CallC("cuvil_rt_format_strings", b.getInt32Ty(),
-                            {k.in(0), b.getInt32(static_cast<int32_t>(from)), n, k.out(0), heap});
+  llvm::Value* rc = k.CallAbi(abi::Fn::cuvil_rt_format_strings,
+                              {k.in(0), b.getInt32(static_cast<int32_t>(from)), n, k.out(0), heap});
   k.FailIf(b.CreateICmpNE(rc, b.getInt32(0)), kEntryNoStringHeap);
   return absl::OkStatus();
 }
@@ -68,10 +68,10 @@ absl::Status StringNormalizer(KernelContext& k) {
   if (heap == nullptr) return k.Unsupported("StringNormalizer inside a subgraph");
   llvm::Value* words = stopwords.empty() ? llvm::ConstantPointerNull::get(b.getPtrTy())
                                          : StringArrayConstant(k, stopwords);
-  llvm::Value* kept = k.CallC("cuvil_rt_normalize_strings", k.I64Ty(),
-                              {k.in(0), k.NumElements(k.in_shape(0)), b.getInt32(case_change),
-                               b.getInt32(n.attr_int("is_case_sensitive", 0) != 0 ? 1 : 0), words,
-                               k.I64(static_cast<int64_t>(stopwords.size())), k.out(0), heap});
+  llvm::Value* kept = k.CallAbi(abi::Fn::cuvil_rt_normalize_strings,
+                                {k.in(0), k.NumElements(k.in_shape(0)), b.getInt32(case_change),
+                                 b.getInt32(n.attr_int("is_case_sensitive", 0) != 0 ? 1 : 0), words,
+                                 k.I64(static_cast<int64_t>(stopwords.size())), k.out(0), heap});
   k.FailIf(b.CreateICmpSLT(kept, k.I64(0)), kEntryNoStringHeap);
   k.StoreSymbol(*id, b.CreateSelect(b.CreateICmpSLT(kept, k.I64(0)), k.I64(0), kept));
   return absl::OkStatus();

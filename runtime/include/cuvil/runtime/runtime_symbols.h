@@ -1,5 +1,6 @@
-// The C ABI that generated code calls: helper functions exported into the JIT's shared runtime
-// namespace. Generated code may also call libm directly (resolved from the host process).
+// The C ABI that generated code calls (declared in abi.def): helper functions exported into the
+// JIT's shared runtime namespace. Generated code may also call libm directly (resolved from the
+// host process).
 #ifndef CUVIL_RUNTIME_RUNTIME_SYMBOLS_H_
 #define CUVIL_RUNTIME_RUNTIME_SYMBOLS_H_
 
@@ -12,7 +13,8 @@ struct RuntimeSymbol {
   void* address;
 };
 
-// Every cuvil_rt_* function, for registration in the runtime JITDylib.
+// Every function of cuvil/runtime/abi.def with its address, for registration in the runtime
+// JITDylib.
 const std::vector<RuntimeSymbol>& RuntimeSymbols();
 
 }  // namespace cuvil
