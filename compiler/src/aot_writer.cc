@@ -117,11 +117,26 @@ absl::StatusOr<std::string> EmitGlue(const std::vector<AotTier>& tiers,
   llvm::Type* i32 = llvm::Type::getInt32Ty(ctx);
   llvm::Type* i64 = llvm::Type::getInt64Ty(ctx);
   llvm::Type* size_ty = dl.getIntPtrType(ctx);
-  auto* dim_ty = llvm::StructType::create(ctx, {i64, i32}, "cuvil_aot_dim");
-  auto* tensor_ty = llvm::StructType::create(ctx, {ptr, i32, i32, i32, ptr}, "cuvil_aot_tensor");
-  auto* model_ty = llvm::StructType::create(ctx, {i64, i64, ptr, i32, i32, ptr, ptr, i32, ptr},
-                                            "cuvil_aot_model");
-  auto* site_ty = llvm::StructType::create(ctx, {i32, i32, i32, ptr}, "cuvil_aot_scratch_site");
+  // The structs cuvil_aot_run reads, from their one declaration (the runtime checks its C side
+  // against the same list on each target).
+  std::map<std::string, llvm::StructType*, std::less<>> structs;
+  {
+    llvm::Type* const I32 = i32;
+    llvm::Type* const I64 = i64;
+    llvm::Type* const P = ptr;
+    std::vector<llvm::Type*> fields;
+#define CUVIL_AOT_FIELD(f, t) fields.push_back(t);
+#define CUVIL_AOT_STRUCT(s, list) \
+  fields.clear();                 \
+  list structs[#s] = llvm::StructType::create(ctx, fields, #s);
+#include "cuvil/runtime/aot_layout.def"
+#undef CUVIL_AOT_STRUCT
+#undef CUVIL_AOT_FIELD
+  }
+  auto* dim_ty = structs.at("cuvil_aot_dim");
+  auto* tensor_ty = structs.at("cuvil_aot_tensor");
+  auto* model_ty = structs.at("cuvil_aot_model");
+  auto* site_ty = structs.at("cuvil_aot_scratch_site");
   auto dim_constant = [&](const SymDim& d) {
     return llvm::ConstantStruct::get(dim_ty,
                                      {llvm::ConstantInt::get(i64, d.coef()),

@@ -1,6 +1,8 @@
 // Private: the data layout that cuvilc's generated glue (compiler/src/aot_writer.cc) emits for an
-// ahead-of-time library and that cuvil_aot_run reads. The generated NAME.h repeats the public
-// part (cuvil_aot_dim, cuvil_aot_tensor, the error codes); all three must change together.
+// ahead-of-time library and that cuvil_aot_run reads. The fields are declared once in
+// cuvil/runtime/aot_layout.def: aot_run.cc checks these structs against it on every target and the
+// writer builds its types from it. The generated NAME.h repeats the public part (cuvil_aot_dim,
+// cuvil_aot_tensor, the error codes) in its text; the aot_* tests compile programs against it.
 #ifndef CUVIL_RUNTIME_AOT_AOT_ABI_H_
 #define CUVIL_RUNTIME_AOT_AOT_ABI_H_
 

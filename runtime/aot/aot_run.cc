@@ -2,11 +2,67 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <type_traits>
+
 #include "aot_abi.h"
 #include "call_scratch.h"
 #include "cuvil/runtime/ukernel_scratch.h"
 
 namespace {
+
+// aot_layout.def against aot_abi.h on the target this file is compiled for: each struct has the
+// listed fields, of the listed types, at the offsets natural C layout gives them, and nothing
+// else (its size). aot_writer.cc emits its LLVM types from the same list.
+namespace layout {
+
+using I32 = int32_t;
+using I64 = int64_t;
+struct P {};  // any pointer
+
+constexpr size_t RoundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
+template <typename T>
+constexpr size_t SizeOf() {
+  if constexpr (std::is_same_v<T, P>) {
+    return sizeof(void*);
+  } else {
+    return sizeof(T);
+  }
+}
+template <typename T>
+constexpr size_t AlignOf() {
+  if constexpr (std::is_same_v<T, P>) {
+    return alignof(void*);
+  } else {
+    return alignof(T);
+  }
+}
+template <typename T, typename Field>
+constexpr bool FieldIs() {
+  if constexpr (std::is_same_v<T, P>) {
+    return std::is_pointer_v<Field>;
+  } else {
+    return std::is_same_v<T, Field>;
+  }
+}
+
+#define CUVIL_AOT_FIELD(f, t)                                                                    \
+  static_assert(FieldIs<t, decltype(S::f)>(), "aot_abi.h's " #f " is not aot_layout.def's " #t); \
+  at = RoundUp(at, AlignOf<t>());                                                                \
+  if (offsetof(S, f) != at) return false;                                                        \
+  at += SizeOf<t>();                                                                             \
+  if (AlignOf<t>() > align) align = AlignOf<t>();
+#define CUVIL_AOT_STRUCT(s, fields)                \
+  constexpr bool Matches_##s() {                   \
+    using S = ::s;                                 \
+    size_t at = 0, align = 1;                      \
+    fields return sizeof(S) == RoundUp(at, align); \
+  }                                                \
+  static_assert(Matches_##s(), #s " in aot_abi.h differs from cuvil/runtime/aot_layout.def");
+#include "cuvil/runtime/aot_layout.def"
+#undef CUVIL_AOT_STRUCT
+#undef CUVIL_AOT_FIELD
+
+}  // namespace layout
 
 // coef * batch^power, or false on overflow.
 bool DimValue(const cuvil_aot_dim& d, int64_t batch, int64_t* out) {
