@@ -506,8 +506,8 @@ void InferenceHandlers::StartInfer(grpc::ServerContextBase* ctx,
     done(response.status);
   };
   auto run = [this, ctx, version, shm_outputs, copied_response = raw_outputs == nullptr,
-              reservation, what,
-              sequences](WireRequest w, std::function<void(InferenceResponse)> finish) {
+              reservation, what](WireRequest w, bool on_step_thread,
+                                 std::function<void(InferenceResponse)> finish) {
     absl::StatusOr<std::unique_ptr<InferenceRequest>> request = PrepareRequest(
         ctx, *version, std::move(w), shm_outputs.get(), copied_response, reservation, what);
     if (!request.ok()) {
@@ -515,15 +515,16 @@ void InferenceHandlers::StartInfer(grpc::ServerContextBase* ctx,
       failed.status = request.status();
       return finish(std::move(failed));
     }
-    // A sequence's next step starts from its previous step's answer, on a scheduler thread
-    // that must not execute it inline.
-    if (sequences != nullptr) (*request)->may_run_inline = false;
+    // A sequence's next step started by its previous step's answer is on a scheduler thread
+    // that must not execute it inline; a step of an idle sequence is on this polling thread,
+    // which may, as for any request.
+    if (!on_step_thread) (*request)->may_run_inline = false;
     InferAsync(*version, *std::move(request), std::move(finish));
   };
   if (sequences != nullptr) {
     sequences->Step(*std::move(wire), std::move(run), std::move(answer));
   } else {
-    run(*std::move(wire), std::move(answer));
+    run(*std::move(wire), /*on_step_thread=*/true, std::move(answer));
   }
 }
 

@@ -192,7 +192,7 @@ absl::StatusOr<std::unique_ptr<SequenceBatcher>> SequenceBatcher::Create(
     if (st.data_type() == inference::TYPE_STRING) {
       return absl::InvalidArgumentError(what + ": string (BYTES) states are not supported");
     }
-    StateSpec spec{st.input_name(), st.output_name(), st.data_type(), {}};
+    StateSpec spec{st.input_name(), st.output_name(), st.data_type(), {}, nullptr};
     if (batched) spec.initial_shape.push_back(1);
     const google::protobuf::RepeatedField<int64_t>* dims = &in->dims();
     if (st.initial_state_size() > 1) {
@@ -396,11 +396,12 @@ void SequenceBatcher::Step(WireRequest wire, RunStep run,
   // Callbacks run without mu_.
   if (!refused.ok()) return done(Failed(std::move(refused)));
   if (queued) return;
-  Dispatch(key, std::move(seq), {std::move(wire), std::move(run), std::move(done)});
+  Dispatch(key, std::move(seq), {std::move(wire), std::move(run), std::move(done)},
+           /*on_step_thread=*/true);
 }
 
 void SequenceBatcher::Dispatch(const std::string& key, std::shared_ptr<Sequence> seq,
-                               PendingStep step) {
+                               PendingStep step, bool on_step_thread) {
   WireRequest& wire = step.wire;
   const WireSequence seq_id = wire.sequence;
   auto holder = std::make_shared<StepHolder>();
@@ -448,7 +449,7 @@ void SequenceBatcher::Dispatch(const std::string& key, std::shared_ptr<Sequence>
   }
   if (!refused.ok()) {
     step.done(Failed(std::move(refused)));
-    if (next.has_value()) Dispatch(key, std::move(seq), *std::move(next));
+    if (next.has_value()) Dispatch(key, std::move(seq), *std::move(next), on_step_thread);
     return;
   }
   // Control inputs: one value per request.
@@ -505,94 +506,99 @@ void SequenceBatcher::Dispatch(const std::string& key, std::shared_ptr<Sequence>
   }
   wire.holder = holder;
   auto done = std::move(step.done);
-  step.run(std::move(wire), [this, key, seq, seq_id, hidden = std::move(hidden),
-                             done = std::move(done)](InferenceResponse response) mutable {
-    std::optional<PendingStep> next;
-    std::vector<SequenceRecord> records;
-    {
-      absl::MutexLock lock(&mu_);
-      if (seq->removed) {
-        // Ended by the admin API while this step ran: its answer stands, its state is dropped.
-      } else if (response.status.ok()) {
-        std::vector<std::shared_ptr<const HostTensor>> state(states_.size());
-        bool complete = true;
-        for (size_t i = 0; i < states_.size(); ++i) {
-          for (OutputTensor& out : response.outputs) {
-            if (out.name == states_[i].output_name) {
-              state[i] = std::make_shared<const HostTensor>(out.tensor);
-            }
-          }
-          complete = complete && state[i] != nullptr;
-        }
-        int64_t bytes = 0;
-        for (const auto& t : state)
-          bytes += t != nullptr ? static_cast<int64_t>(t->byte_size()) : 0;
-        if (!complete) {
-          response.status = absl::InternalError("a state output is missing from the answer");
-        } else if (bytes > seq->state_bytes &&
-                   state_bytes_ + (bytes - seq->state_bytes) > limits_.max_state_bytes) {
-          // A state that grows (a cache along a free dim) stays within the budget too.
-          response.status = absl::ResourceExhaustedError(absl::StrCat(
-              "model '", model_name_, "': sequence ", SequenceName(seq_id),
-              "'s state would grow to ", bytes, " bytes, beyond cuvil_max_sequence_state_bytes ",
-              limits_.max_state_bytes, " with the other sequences' ",
-              state_bytes_ - seq->state_bytes, "; the step is not applied"));
-          response.outputs.clear();
-        } else {
-          state_bytes_ += bytes - seq->state_bytes;
-          seq->state_bytes = bytes;
-          seq->state = std::move(state);
-          if (seq_id.start) {
-            seq->steps = 0;
-            seq->checkpointed_steps = 0;
-            seq->ended = false;
-          }
-          ++seq->steps;
-          response.sequence_step = seq->steps;
-          // A START is always recorded: the log's last record must not be the old sequence's.
-          if (log_ != nullptr && !seq_id.end &&
-              (seq_id.start || seq->steps - seq->checkpointed_steps >=
-                                   static_cast<uint64_t>(limits_.checkpoint_every))) {
-            records.push_back({key, false, seq->steps, seq->state});
-            seq->checkpointed_steps = seq->steps;
-          }
-        }
-      }
-      seq->last_used = std::chrono::steady_clock::now();
-      if (seq_id.end && response.status.ok() && !seq->removed) {
-        seq->ended = true;
-        if (log_ != nullptr) records.push_back({key, true, seq->steps, {}});
-        if (seq->pending.empty()) {
-          auto it = sequences_.find(key);
-          if (it != sequences_.end() && it->second == seq) {
-            state_bytes_ -= seq->state_bytes;
-            sequences_.erase(it);
-          }
-        }
-      }
-      if (!seq->pending.empty()) {
-        next = std::move(seq->pending.front());
-        seq->pending.pop_front();
-      } else {
-        seq->busy = false;
-      }
-      ReportLocked();
-    }
-    // Recorded before the answer and before the next step runs: a record never follows a later
-    // step's.
-    if (!records.empty()) Record(records);
-    auto& outs = response.outputs;
-    outs.erase(std::remove_if(outs.begin(), outs.end(),
-                              [&](const OutputTensor& o) {
-                                return std::find(hidden.begin(), hidden.end(), o.name) !=
-                                       hidden.end();
-                              }),
-               outs.end());
-    // The next step starts before this answer goes out: after `done` the version (and this
-    // batcher) may be released by the last request that held it.
-    if (next.has_value()) Dispatch(key, seq, *std::move(next));
-    done(std::move(response));
-  });
+  step.run(std::move(wire), on_step_thread,
+           [this, key, seq, seq_id, hidden = std::move(hidden),
+            done = std::move(done)](InferenceResponse response) mutable {
+             std::optional<PendingStep> next;
+             std::vector<SequenceRecord> records;
+             {
+               absl::MutexLock lock(&mu_);
+               if (seq->removed) {
+                 // Ended by the admin API while this step ran: its answer stands, its state is
+                 // dropped.
+               } else if (response.status.ok()) {
+                 std::vector<std::shared_ptr<const HostTensor>> state(states_.size());
+                 bool complete = true;
+                 for (size_t i = 0; i < states_.size(); ++i) {
+                   for (OutputTensor& out : response.outputs) {
+                     if (out.name == states_[i].output_name) {
+                       state[i] = std::make_shared<const HostTensor>(out.tensor);
+                     }
+                   }
+                   complete = complete && state[i] != nullptr;
+                 }
+                 int64_t bytes = 0;
+                 for (const auto& t : state)
+                   bytes += t != nullptr ? static_cast<int64_t>(t->byte_size()) : 0;
+                 if (!complete) {
+                   response.status =
+                       absl::InternalError("a state output is missing from the answer");
+                 } else if (bytes > seq->state_bytes &&
+                            state_bytes_ + (bytes - seq->state_bytes) > limits_.max_state_bytes) {
+                   // A state that grows (a cache along a free dim) stays within the budget too.
+                   response.status = absl::ResourceExhaustedError(
+                       absl::StrCat("model '", model_name_, "': sequence ", SequenceName(seq_id),
+                                    "'s state would grow to ", bytes,
+                                    " bytes, beyond cuvil_max_sequence_state_bytes ",
+                                    limits_.max_state_bytes, " with the other sequences' ",
+                                    state_bytes_ - seq->state_bytes, "; the step is not applied"));
+                   response.outputs.clear();
+                 } else {
+                   state_bytes_ += bytes - seq->state_bytes;
+                   seq->state_bytes = bytes;
+                   seq->state = std::move(state);
+                   if (seq_id.start) {
+                     seq->steps = 0;
+                     seq->checkpointed_steps = 0;
+                     seq->ended = false;
+                   }
+                   ++seq->steps;
+                   response.sequence_step = seq->steps;
+                   // A START is always recorded: the log's last record must not be the old
+                   // sequence's.
+                   if (log_ != nullptr && !seq_id.end &&
+                       (seq_id.start || seq->steps - seq->checkpointed_steps >=
+                                            static_cast<uint64_t>(limits_.checkpoint_every))) {
+                     records.push_back({key, false, seq->steps, seq->state});
+                     seq->checkpointed_steps = seq->steps;
+                   }
+                 }
+               }
+               seq->last_used = std::chrono::steady_clock::now();
+               if (seq_id.end && response.status.ok() && !seq->removed) {
+                 seq->ended = true;
+                 if (log_ != nullptr) records.push_back({key, true, seq->steps, {}});
+                 if (seq->pending.empty()) {
+                   auto it = sequences_.find(key);
+                   if (it != sequences_.end() && it->second == seq) {
+                     state_bytes_ -= seq->state_bytes;
+                     sequences_.erase(it);
+                   }
+                 }
+               }
+               if (!seq->pending.empty()) {
+                 next = std::move(seq->pending.front());
+                 seq->pending.pop_front();
+               } else {
+                 seq->busy = false;
+               }
+               ReportLocked();
+             }
+             // Recorded before the answer and before the next step runs: a record never follows a
+             // later step's.
+             if (!records.empty()) Record(records);
+             auto& outs = response.outputs;
+             outs.erase(std::remove_if(outs.begin(), outs.end(),
+                                       [&](const OutputTensor& o) {
+                                         return std::find(hidden.begin(), hidden.end(), o.name) !=
+                                                hidden.end();
+                                       }),
+                        outs.end());
+             // The next step starts before this answer goes out: after `done` the version (and this
+             // batcher) may be released by the last request that held it.
+             if (next.has_value()) Dispatch(key, seq, *std::move(next), /*on_step_thread=*/false);
+             done(std::move(response));
+           });
 }
 
 std::vector<SequenceBatcher::SequenceInfo> SequenceBatcher::List() {
@@ -797,7 +803,7 @@ InferenceResponse SequenceBatcher::StepBlocking(
   auto t = std::make_shared<Turn>();
   Step(
       std::move(wire),
-      [t](WireRequest w, std::function<void(InferenceResponse)> finish) {
+      [t](WireRequest w, bool, std::function<void(InferenceResponse)> finish) {
         bool abandoned;
         {
           absl::MutexLock lock(&t->mu);

@@ -43,9 +43,12 @@ struct SequenceLimits {
 class SequenceBatcher {
  public:
   // Runs `wire` (completed with the control and state inputs) as a request and calls `finish`
-  // exactly once with its response, on any thread, possibly before returning.
-  using RunStep =
-      std::function<void(WireRequest wire, std::function<void(InferenceResponse)> finish)>;
+  // exactly once with its response, on any thread, possibly before returning. `on_step_thread`:
+  // called on the thread that called Step (the sequence was idle), which may execute the
+  // request itself; false when the previous step's answer starts it (on whichever thread
+  // completed that step, which must not be kept executing: a scheduler thread).
+  using RunStep = std::function<void(WireRequest wire, bool on_step_thread,
+                                     std::function<void(InferenceResponse)> finish)>;
 
   // The batcher for `config` (completed: every model input and output listed), or
   // InvalidArgument naming the control or state entry that does not fit the model's tensors
@@ -164,7 +167,8 @@ class SequenceBatcher {
   SequenceBatcher(const inference::ModelConfig& config, SequenceLimits limits);
 
   // Runs `step` on `seq` (marked busy by the caller), outside mu_.
-  void Dispatch(const std::string& key, std::shared_ptr<Sequence> seq, PendingStep step);
+  void Dispatch(const std::string& key, std::shared_ptr<Sequence> seq, PendingStep step,
+                bool on_step_thread);
   // The sequence's state at START: zeros in each state's initial shape.
   std::vector<std::shared_ptr<const HostTensor>> InitialState(int64_t* bytes) const;
   // Drops idle sequences (DropLocked).

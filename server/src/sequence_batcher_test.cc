@@ -67,7 +67,7 @@ class FakeModel {
   }
 
   SequenceBatcher::RunStep Run() {
-    return [this](WireRequest wire, std::function<void(InferenceResponse)> finish) {
+    return [this](WireRequest wire, bool, std::function<void(InferenceResponse)> finish) {
       {
         std::lock_guard<std::mutex> lock(mu_);
         queue_.push_back({std::move(wire), std::move(finish)});

@@ -139,9 +139,13 @@ def main():
                     f"max_queue_delay_microseconds: {a.delay_us} }}")
     else:
         strategy = f"direct {{ max_queue_delay_microseconds: {a.delay_us} }}"
+    # oldest waits out its queue delay to gather a batch even when the model is idle (strict);
+    # direct runs a step at once, on the thread that received it when the model is idle.
     common = (f'parameters {{ key: "cuvil_max_sequences" value {{ string_value: '
-              f'"{a.max_sequences}" }} }}\n'
-              'parameters { key: "cuvil_strict_queue_delay" value { string_value: "true" } }\n')
+              f'"{a.max_sequences}" }} }}\n')
+    if a.strategy == "oldest":
+        common += 'parameters { key: "cuvil_strict_queue_delay" value { string_value: "true" } }\n'
+
     write_config(a.repo, "vad_state", vad_path, f"""
 max_batch_size: {a.max_batch}
 sequence_batching {{
