@@ -123,8 +123,6 @@ class SequenceBatcher {
   // uncounted); a running step answers as computed but its state is not kept. Returns the steps
   // the sequence had taken; NotFound when no such sequence is open.
   absl::StatusOr<uint64_t> End(uint64_t id, const std::string& string_id, int64_t* refused_steps);
-  // True when the sequences are checkpointed (EnableCheckpoints succeeded).
-  bool checkpoints() const { return log_ != nullptr; }
 
  private:
   struct Control {
