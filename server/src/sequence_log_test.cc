@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -114,6 +115,40 @@ TEST(SequenceLogTest, AnotherBuildDropsEverythingAndSaysWhy) {
   EXPECT_TRUE(SequenceLog::Decode(file, mine, &warnings).empty());
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_THAT(warnings[0], HasSubstr("header is damaged"));
+}
+
+// A header after the magic that is not this identity's is parsed to say why: whatever its
+// bytes (lengths past the end, truncation, garbage), the log is dropped with one warning.
+TEST(SequenceLogTest, ArbitraryHeadersAreDroppedWithOneWarning) {
+  const std::string mine = SequenceLog::Identity("s>t:TYPE_FP32[1,4]", "model=xxh3:aa;code=c");
+  const std::string valid = SequenceLog::Encode(mine, {StateRecord("n1", 1, 1)});
+  const std::string magic = valid.substr(0, 8);
+  const size_t header_size = SequenceLog::Encode(mine, {}).size();
+  std::mt19937 rng(7);
+  for (int i = 0; i < 5000; ++i) {
+    std::string file = magic;
+    if (i % 2 == 0) {
+      // A mutation of the valid file's header and first record.
+      file = valid;
+      const int flips = 1 + static_cast<int>(rng() % 4);
+      for (int f = 0; f < flips; ++f) {
+        const size_t at = 8 + rng() % (file.size() - 8);
+        file[at] = static_cast<char>(rng());
+      }
+      file.resize(8 + rng() % (file.size() - 7));
+    } else {
+      const size_t n = rng() % 64;
+      for (size_t k = 0; k < n; ++k) file.push_back(static_cast<char>(rng()));
+    }
+    std::vector<std::string> warnings;
+    std::vector<SequenceRecord> out = SequenceLog::Decode(file, mine, &warnings);
+    if (file.size() >= header_size && file.compare(0, header_size, valid, 0, header_size) == 0) {
+      continue;  // The header survived: damaged records are the other tests' business.
+    }
+    EXPECT_TRUE(out.empty()) << i;
+    ASSERT_EQ(warnings.size(), 1u) << i;
+    EXPECT_THAT(warnings[0], HasSubstr("every sequence in it dropped")) << i;
+  }
 }
 
 TEST(SequenceLogTest, PayloadsThatLieAboutTheirTensorsAreRefused) {
