@@ -5,6 +5,7 @@
 #include <chrono>
 #include <functional>
 #include <future>
+#include <iostream>
 #include <memory>
 #include <system_error>
 
@@ -16,6 +17,7 @@
 #include "fuse_patterns.h"
 #include "fuse_qdq.h"
 #include "memory_plan.h"
+#include "pass_pipeline.h"
 
 namespace cuvil {
 namespace {
@@ -165,7 +167,34 @@ absl::Status Prepare(const CompileOptions& options, PreparedModel::Impl* impl) {
   model.name = graph.name;
   model.symbol = graph.symbol;
   auto t0 = std::chrono::steady_clock::now();
-  if (auto s = OptimizeGraph(graph, options.needs_binding, options.integer_qdq); !s.ok()) return s;
+  // The graph passes, in order (pass_pipeline.h: each named, timed and followed by VerifyGraph).
+  BatchSeparability separability;
+  ConstantImages images;  // Packed convolution weights go straight into the weights blob.
+  std::vector<GraphPass> passes = {
+      // Shape inference and folding, QDQ fusion, pass-through and dead-code removal.
+      {"optimize",
+       [&](ir::Graph& g) { return OptimizeGraph(g, options.needs_binding, options.integer_qdq); }},
+      // An analysis, before fusion: it knows the ONNX ops, and fusion keeps their meaning.
+      {"batch_separability",
+       [&](ir::Graph& g) {
+         separability = AnalyseBatchSeparability(g);
+         return absl::OkStatus();
+       }},
+      {"fuse_patterns", [](ir::Graph& g) { return FusePatterns(g); }},  // LayerNorm, GELU, bias
+      {"fuse_convolutions", [&](ir::Graph& g) { return FuseConvolutions(g, &images); }},
+  };
+  if (options.integer_qdq) {  // Needs the prepared depthwise Convs.
+    passes.push_back({"fuse_qdq_depthwise", [](ir::Graph& g) {
+                        FuseQdqDepthwiseConvs(g);
+                        return absl::OkStatus();
+                      }});
+  }
+  passes.push_back({"check_deferred_reads", [](ir::Graph& g) { return CheckDeferredReads(g); }});
+  PassOptions pass_options;
+  pass_options.print_after = options.print_after_pass;
+  pass_options.print_to = &std::cerr;
+  if (auto s = RunGraphPasses(graph, passes, pass_options, &model.timings); !s.ok()) return s;
+  model.timings.push_back({"optimize_graph", MsSince(t0)});
   // Shape inference may add data-dependent symbols.
   model.symbols = graph.symbols;
   model.makes_strings = graph.MakesStrings();
@@ -180,15 +209,6 @@ absl::Status Prepare(const CompileOptions& options, PreparedModel::Impl* impl) {
   for (const ir::Graph::DataDependentSymbol& d : graph.data_dependent) {
     model.data_dependent_dims.push_back({d.id, EncodeDimExpr(d.upper_bound), d.producer});
   }
-  // Before fusion: the analysis knows the ONNX ops, and fusion keeps their meaning.
-  const BatchSeparability separability = AnalyseBatchSeparability(graph);
-  if (auto s = FusePatterns(graph); !s.ok()) return s;  // LayerNorm, GELU, bias epilogues
-  // Packed convolution weights are written straight into the weights blob (no tensor of them).
-  ConstantImages images;
-  if (auto s = FuseConvolutions(graph, &images); !s.ok()) return s;
-  if (options.integer_qdq) FuseQdqDepthwiseConvs(graph);  // Needs the prepared depthwise Convs.
-  model.timings.push_back({"optimize_graph", MsSince(t0)});
-  if (auto s = CheckDeferredReads(graph); !s.ok()) return s;
 
   for (const ir::Value* in : graph.inputs) model.inputs.push_back(SignatureOf(in, in->name));
   for (size_t i = 0; i < graph.outputs.size(); ++i) {

@@ -3,7 +3,8 @@
 //   cuvilc run MODEL.onnx --input NAME=FILE.pb ... [--output-dir DIR]
 //   cuvilc test CASE_DIR ... [--rtol R] [--atol A] [--threads N] [--dim-multiple NAME=K]
 //               [--unordered-rows] [--scale-rtol S]
-//   cuvilc compile MODEL.onnx [--emit-llvm FILE.ll] [--timings] [--jit-cache-dir DIR]
+//   cuvilc compile MODEL.onnx [--emit-llvm FILE.ll] [--timings] [--print-after PASS]
+//                  [--jit-cache-dir DIR]
 //                  [--jit-cache-max-bytes N] [--no-jit-cache] [--compile-tier tiered|fast|full]
 //                  [--dim-multiple NAME=K]
 //   cuvilc compile MODEL.onnx --aot OUT_DIR [--name NAME]
@@ -49,7 +50,10 @@ constexpr char kUsage[] =
     "      magnitude (float32 rounding carried through deep networks)\n"
     "  cuvilc compile MODEL.onnx [--emit-llvm FILE.ll] [--timings] [--jit-cache-dir DIR]\n"
     "                 [--jit-cache-max-bytes N] [--no-jit-cache] [--compile-tier T]\n"
-    "                 [--dim-multiple NAME=K]\n"
+    "                 [--dim-multiple NAME=K] [--print-after PASS]\n"
+    "      --print-after PASS: the graph as text on stderr after that graph pass (optimize,\n"
+    "      batch_separability, fuse_patterns, fuse_convolutions, fuse_qdq_depthwise,\n"
+    "      check_deferred_reads); --timings lists each pass's time\n"
     "      with --jit-cache-dir, a compiled model is stored in (or loaded from) the JIT cache\n"
     "      (a folder of your own that group and others cannot write; --insecure-cache-dir\n"
     "      allows another)\n"
@@ -318,6 +322,8 @@ int Compile(const std::vector<std::string>& args) {
       options.target_cpu = args[++i];
     } else if (args[i] == "--emit-llvm" && i + 1 < args.size()) {
       options.emit_llvm_path = args[++i];
+    } else if (args[i] == "--print-after" && i + 1 < args.size()) {
+      options.print_after_pass = args[++i];
     } else if (args[i] == "--timings") {
       timings = true;
     } else if (args[i] == "--dim-multiple" && i + 1 < args.size()) {

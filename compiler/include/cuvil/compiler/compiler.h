@@ -38,6 +38,9 @@ struct CompileOptions {
   // QDQ Convs run as integer kernels (fuse_qdq.cc); false keeps them in float32 (weights
   // dequantised at compile time), the path QDQ models took before.
   bool integer_qdq = true;
+  // Debugging: the graph is written to stderr as text after the graph pass of this name (see
+  // docs/architecture.md for the list; cuvilc --print-after). Not part of the cache key.
+  std::string print_after_pass;
 };
 
 // Runs shape inference, constant folding and simplification in place. Errors name the node.

@@ -1,0 +1,52 @@
+// Private: the graph passes of a compile as a list a reader can see. Each pass is named and timed;
+// after each one VerifyGraph checks the graph's structure, so a pass that breaks it fails the
+// compile naming itself instead of leaving a miscompile for code generation to find. The verifier
+// in the spirit of TVM's well-formedness check between Relax passes.
+#ifndef CUVIL_COMPILER_SRC_PASS_PIPELINE_H_
+#define CUVIL_COMPILER_SRC_PASS_PIPELINE_H_
+
+#include <functional>
+#include <ostream>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "cuvil/compiler/compiled_model.h"
+#include "cuvil/compiler/ir.h"
+
+namespace cuvil {
+
+// One pass over the graph. `shapes_known`: after it every value a node reads or the graph
+// returns has a dtype and a known shape (shape inference has run).
+struct GraphPass {
+  std::string name;
+  std::function<absl::Status(ir::Graph&)> run;
+  bool shapes_known = true;
+};
+
+struct PassOptions {
+  // When a pass of this name has run, GraphText of the graph is written to `print_to`.
+  std::string print_after;
+  std::ostream* print_to = nullptr;
+};
+
+// The structural rules every pass must keep (top-level graph; If/Loop/Scan bodies are checked by
+// their own passes' imports): each node input is a value of this graph that is a graph input, a
+// constant, or the output of an earlier node (topological order); each node output's producer
+// is that node, and no value is produced twice; each graph output is defined; with
+// `shapes_known`, every value read or returned has a dtype and a known shape. FailedPrecondition
+// naming `after` and the first broken rule. Thread-compatible (reads the graph).
+absl::Status VerifyGraph(const ir::Graph& graph, bool shapes_known, const std::string& after);
+
+// The graph as text, one line per node: "%y:f32[batch,8] = Relu 'r'(%x)". For --print-after.
+std::string GraphText(const ir::Graph& graph);
+
+// Runs `passes` in order over `graph`, appending "pass:<name>" timings; stops at the first error
+// (the pass's own, or VerifyGraph's after it, as Internal).
+absl::Status RunGraphPasses(ir::Graph& graph, std::span<const GraphPass> passes,
+                            const PassOptions& options, std::vector<PhaseTiming>* timings);
+
+}  // namespace cuvil
+
+#endif  // CUVIL_COMPILER_SRC_PASS_PIPELINE_H_

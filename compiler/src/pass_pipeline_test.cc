@@ -1,0 +1,147 @@
+#include "pass_pipeline.h"
+
+#include <sstream>
+
+#include "gtest/gtest.h"
+
+namespace cuvil {
+namespace {
+
+// x -> Relu -> a -> Neg -> y, every value typed.
+struct Chain {
+  ir::Graph g;
+  ir::Value *x, *a, *y;
+  ir::Node *relu, *neg;
+  Chain() {
+    g.name = "chain";
+    x = g.NewValue("x");
+    a = g.NewValue("a");
+    y = g.NewValue("y");
+    for (ir::Value* v : {x, a, y})
+      v->type = ir::TensorType{DType::kFloat32, {SymDim::Const(4)}, true};
+    x->is_graph_input = true;
+    g.inputs = {x};
+    relu = g.NewNode("Relu", "r");
+    relu->inputs = {x};
+    relu->outputs = {a};
+    a->producer = relu;
+    neg = g.NewNode("Neg", "n");
+    neg->inputs = {a};
+    neg->outputs = {y};
+    y->producer = neg;
+    y->is_graph_output = true;
+    g.outputs = {y};
+    g.output_names = {"y"};
+  }
+};
+
+TEST(VerifyGraphTest, AWellFormedGraphPasses) {
+  Chain c;
+  EXPECT_TRUE(VerifyGraph(c.g, true, "p").ok());
+}
+
+// Each structural rule, broken once: the error names the pass and the rule.
+TEST(VerifyGraphTest, EachBrokenRuleIsNamed) {
+  struct Case {
+    const char* what;
+    std::function<void(Chain&)> breakit;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"order", [](Chain& c) { std::swap(c.g.mutable_nodes()[0], c.g.mutable_nodes()[1]); },
+       "before any node produces it"},
+      {"producer link", [](Chain& c) { c.a->producer = c.neg; }, "names another producer"},
+      {"produced twice",
+       [](Chain& c) {
+         c.neg->outputs = {c.a};
+         c.a->producer = c.neg;
+       },
+       "names another producer"},
+      {"dangling input",
+       [](Chain& c) {
+         ir::Value* ghost = c.g.NewValue("ghost");
+         ghost->type = c.x->type;
+         c.neg->inputs = {ghost};
+       },
+       "before any node produces it"},
+      {"unknown shape", [](Chain& c) { c.a->type.shape_known = false; },
+       "type or shape is unknown"},
+      {"undefined output",
+       [](Chain& c) {
+         ir::Value* z = c.g.NewValue("z");
+         z->type = c.x->type;
+         c.g.outputs.push_back(z);
+       },
+       "is never defined"},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.what);
+    Chain c;
+    k.breakit(c);
+    const absl::Status s = VerifyGraph(c.g, true, "my_pass");
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_NE(s.message().find("after pass 'my_pass'"), std::string::npos) << s;
+    EXPECT_NE(s.message().find(k.message), std::string::npos) << s;
+  }
+  // Before shape inference an unknown shape is allowed.
+  Chain c;
+  c.a->type.shape_known = false;
+  EXPECT_TRUE(VerifyGraph(c.g, false, "import").ok());
+}
+
+// The pipeline runs its passes in order, times each, prints the graph after the named one and
+// stops at a pass that breaks the graph, naming it, without running the rest.
+TEST(RunGraphPassesTest, RunsInOrderPrintsAndStopsAtABrokenGraph) {
+  Chain c;
+  std::vector<std::string> ran;
+  std::ostringstream printed;
+  PassOptions options;
+  options.print_after = "second";
+  options.print_to = &printed;
+  std::vector<PhaseTiming> timings;
+  const std::vector<GraphPass> good = {
+      {"first",
+       [&](ir::Graph&) {
+         ran.push_back("first");
+         return absl::OkStatus();
+       }},
+      {"second",
+       [&](ir::Graph&) {
+         ran.push_back("second");
+         return absl::OkStatus();
+       }},
+  };
+  ASSERT_TRUE(RunGraphPasses(c.g, good, options, &timings).ok());
+  EXPECT_EQ(ran, (std::vector<std::string>{"first", "second"}));
+  ASSERT_EQ(timings.size(), 2u);
+  EXPECT_EQ(timings[0].phase, "pass:first");
+  EXPECT_EQ(timings[1].phase, "pass:second");
+  EXPECT_NE(printed.str().find("after pass second"), std::string::npos) << printed.str();
+  EXPECT_NE(printed.str().find("= Neg 'n'(%a)"), std::string::npos) << printed.str();
+
+  ran.clear();
+  const std::vector<GraphPass> bad = {
+      {"breaks",
+       [&](ir::Graph& g) {
+         ran.push_back("breaks");
+         std::swap(g.mutable_nodes()[0], g.mutable_nodes()[1]);
+         return absl::OkStatus();
+       }},
+      {"never",
+       [&](ir::Graph&) {
+         ran.push_back("never");
+         return absl::OkStatus();
+       }},
+  };
+  const absl::Status s = RunGraphPasses(c.g, bad, {}, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+  EXPECT_NE(s.message().find("after pass 'breaks'"), std::string::npos) << s;
+  EXPECT_EQ(ran, (std::vector<std::string>{"breaks"}));
+  // A pass's own error is returned as it is.
+  const std::vector<GraphPass> failing = {
+      {"refuses", [](ir::Graph&) { return absl::InvalidArgumentError("no"); }}};
+  EXPECT_EQ(RunGraphPasses(c.g, failing, {}, nullptr).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace cuvil
