@@ -12,7 +12,9 @@ values that differ in any bit:
   sigmoid   Sigmoid [B, 1]
   lstm      LSTM, 8 steps of 32 -> hidden 64, h/c in and out (the VAD example's recurrence)
 
-usage: batch_invariance.py CUVIL_SERVER
+usage: batch_invariance.py CUVIL_SERVER [--invariant]
+  --invariant: the models' configs ask for batch-invariant kernels (cuvil_batch_invariant), as
+  sequence_batching models get by default; every count should then be 0.
 """
 import os
 import shutil
@@ -32,6 +34,9 @@ from streaming_models_test import Client  # noqa: E402
 F = TensorProto.FLOAT
 
 
+INVARIANT = False
+
+
 def save(repo, name, nodes, inputs, outputs, inits):
     g = helper.make_graph(nodes, name, inputs, outputs, inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
@@ -39,11 +44,15 @@ def save(repo, name, nodes, inputs, outputs, inits):
     onnx.save(m, os.path.join(repo, name, "1", "model.onnx"))
     with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
         f.write("max_batch_size: 16\n")
+        if INVARIANT:
+            f.write('parameters { key: "cuvil_batch_invariant" value { string_value: "true" } }\n')
 
 
 def main():
-    if len(sys.argv) != 2:
+    global INVARIANT
+    if len(sys.argv) not in (2, 3) or (len(sys.argv) == 3 and sys.argv[2] != "--invariant"):
         raise SystemExit(__doc__)
+    INVARIANT = len(sys.argv) == 3
     rng = np.random.default_rng(0)
     tmp = tempfile.mkdtemp(prefix="cuvil-batch-inv-")
     repo = os.path.join(tmp, "repo")

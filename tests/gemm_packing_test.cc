@@ -4,7 +4,9 @@
 // for 256 bits (the AVX2 path, CUVIL_TARGET_VECTOR_BITS=256), and for the cross targets' widths
 // (CompileOptions::vector_bits: 128 as NEON and WebAssembly SIMD, 64 as a Cortex-M7, 32 as scalar
 // WebAssembly), run here on the host.
+#include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <random>
@@ -122,6 +124,50 @@ TEST(GemmPackingTest, MatchesNaiveProductAroundBlockEdges) {
     }
   }
   unsetenv("CUVIL_TARGET_VECTOR_BITS");
+}
+
+// With batch-invariant kernels (CompileOptions::batch_invariant) a row's output has the same
+// bits whatever the batch it runs in and however threads split the rows: each of 29 rows run in
+// one batch of 29 (register blocks, remainders, split across 3 threads) equals that row run
+// alone, for Gemm and for MatMul over [batch, 3, k].
+TEST(GemmPackingTest, BatchInvariantRowsHaveTheSameBitsInEveryBatch) {
+  auto engine = JitEngine::Create();
+  ASSERT_TRUE(engine.ok());
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  int id = 0;
+  for (bool matmul : {false, true}) {
+    const int64_t k = 67, n = 40, batch = 29, per = matmul ? 3 : 1;
+    std::vector<float> w(n * k), bias(n);
+    for (float& v : w) v = dist(rng);
+    for (float& v : bias) v = dist(rng);
+    CompileOptions options;
+    options.batch_invariant = true;
+    auto compiled = CompileOnnxBytes(LinearModel(k, n, matmul, w, bias), options);
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    auto loaded = (*engine)->Load("invariant/" + std::to_string(id++), std::move(*compiled));
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    auto shape = [&](int64_t b) {
+      return matmul ? std::vector<int64_t>{b, 3, k} : std::vector<int64_t>{b, k};
+    };
+    HostTensor x(DType::kFloat32, shape(batch));
+    for (int64_t i = 0; i < x.num_elements(); ++i) x.data_as<float>()[i] = dist(rng);
+    SetIntraOpThreads(3);
+    auto all = (*loaded)->Run({x});
+    ASSERT_TRUE(all.ok()) << all.status();
+    SetIntraOpThreads(1);
+    for (int64_t b = 0; b < batch; ++b) {
+      HostTensor one(DType::kFloat32, shape(1));
+      std::copy_n(x.data_as<float>() + b * per * k, per * k, one.data_as<float>());
+      auto y = (*loaded)->Run({one});
+      ASSERT_TRUE(y.ok()) << y.status();
+      for (int64_t i = 0; i < per * n; ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>((*y)[0].data_as<float>()[i]),
+                  std::bit_cast<uint32_t>((*all)[0].data_as<float>()[b * per * n + i]))
+            << (matmul ? "MatMul" : "Gemm") << " row " << b << " element " << i;
+      }
+    }
+  }
 }
 
 // z = x @ y with both operands activations, x [batch, heads, m, k] and y [batch | 1, heads, k, n]:

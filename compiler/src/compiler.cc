@@ -66,6 +66,7 @@ PreparedModel::~PreparedModel() = default;
 
 absl::StatusOr<CompiledModel> PreparedModel::Lower(const CompileOptions& options) const {
   const codegen::ScopedTargetVectorBits vector_bits(options.vector_bits);
+  const codegen::ScopedBatchInvariantKernels batch_invariant(options.batch_invariant);
   CompiledModel model = impl_->base;
   codegen::LowerOptions lower;
   lower.opt_level = options.opt_level;

@@ -291,8 +291,9 @@ void HashOptions(const CompileOptions& o, Hasher* h) {
     h->Str(o.target_cpu);
     h->Str(o.target_features);
   }
-  if (!o.integer_qdq) h->Str("float_qdq");  // Default keys stay as they were.
-  if (o.vector_bits != 0) {                 // Likewise: the host's width is CodegenTargetKey's.
+  if (!o.integer_qdq) h->Str("float_qdq");           // Default keys stay as they were.
+  if (o.batch_invariant) h->Str("batch_invariant");  // Likewise.
+  if (o.vector_bits != 0) {  // Likewise: the host's width is CodegenTargetKey's.
     h->Str("vector_bits");
     h->Int(o.vector_bits);
   }

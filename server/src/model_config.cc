@@ -40,6 +40,9 @@ constexpr uint64_t kMaxInlineExecutionMaxUs = 100000;
 
 // Cuvil extension (CompileOptionsFromConfig): "NAME=K,NAME=K" free dims that are multiples of K.
 constexpr char kDimMultiples[] = "cuvil_dim_multiples";
+// Cuvil extension (CompileOptionsFromConfig): "true" / "false", batch-invariant kernels
+// (CompileOptions::batch_invariant); default true for models with sequence_batching.
+constexpr char kBatchInvariant[] = "cuvil_batch_invariant";
 
 // Bounds on config values that size allocations or work at load time.
 constexpr uint64_t kMaxPriorityLevels = 1024;
@@ -407,6 +410,16 @@ absl::Status CompleteModelConfig(const CompiledModel& model, ModelConfig* config
 
 absl::StatusOr<CompileOptions> CompileOptionsFromConfig(const ModelConfig& config) {
   CompileOptions options;
+  // A streaming model's state must not depend on which steps share an execution.
+  options.batch_invariant = config.has_sequence_batching();
+  if (auto bi = config.parameters().find(kBatchInvariant); bi != config.parameters().end()) {
+    const std::string& v = bi->second.string_value();
+    if (v != "true" && v != "false") {
+      return absl::InvalidArgumentError(absl::StrCat("parameters[\"", kBatchInvariant, "\"] = ",
+                                                     Quote(v), ": expected \"true\" or \"false\""));
+    }
+    options.batch_invariant = v == "true";
+  }
   auto it = config.parameters().find(kDimMultiples);
   if (it == config.parameters().end()) return options;
   const std::string& text = it->second.string_value();

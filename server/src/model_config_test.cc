@@ -619,6 +619,32 @@ TEST(CompileOptionsFromConfigTest, DimMultiples) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("each K must be from 2 to 1048576"));
 }
 
+// Batch-invariant kernels: on by default for a streaming model (its state must not depend on
+// which steps share an execution), off otherwise, and the parameter overrides both ways.
+TEST(CompileOptionsFromConfigTest, BatchInvariant) {
+  auto parse = [](const std::string& text) { return CompileOptionsFromConfig(MustParse(text)); };
+  EXPECT_FALSE(parse("max_batch_size: 4")->batch_invariant);
+  EXPECT_TRUE(parse("max_batch_size: 4 sequence_batching { }")->batch_invariant);
+  EXPECT_TRUE(parse(R"pb(max_batch_size: 4
+                         parameters {
+                           key: "cuvil_batch_invariant"
+                           value { string_value: "true" }
+                         })pb")
+                  ->batch_invariant);
+  EXPECT_FALSE(parse(R"pb(sequence_batching {}
+                          parameters {
+                            key: "cuvil_batch_invariant"
+                            value { string_value: "false" }
+                          })pb")
+                   ->batch_invariant);
+  auto bad = parse(R"pb(parameters {
+                          key: "cuvil_batch_invariant"
+                          value { string_value: "yes" }
+                        })pb");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("cuvil_batch_invariant"));
+}
+
 TEST(CompleteModelConfigTest, ValidatesWarmupInputs) {
   absl::Status s = Complete(Mlp(), R"pb(model_warmup {
                                           name: "w"

@@ -155,9 +155,12 @@ sequence_batching {{
   {strategy}
 }}
 {common}""")
+    # The client-carried copies ask for batch-invariant kernels, which the _state models get by
+    # default (sequence_batching): both then compute each row in one order whatever the batch.
     write_config(a.repo, "vad_client", vad_path, f"""
 max_batch_size: {a.max_batch}
 dynamic_batching {{ max_queue_delay_microseconds: {a.delay_us} }}
+parameters {{ key: "cuvil_batch_invariant" value {{ string_value: "true" }} }}
 """)
     write_config(a.repo, "decoder_state", dec_path, f"""
 max_batch_size: {a.max_batch}
@@ -190,6 +193,7 @@ parameters {{ key: "cuvil_max_sequence_state_bytes" value {{ string_value: "{8 *
     write_config(a.repo, "decoder_client", dec_path, f"""
 max_batch_size: {a.max_batch}
 dynamic_batching {{ max_queue_delay_microseconds: {a.delay_us} }}
+parameters {{ key: "cuvil_batch_invariant" value {{ string_value: "true" }} }}
 """)
     print(f"models written to {a.repo}: vad_state vad_client decoder_state decoder_client "
           "decoder_capped")

@@ -123,7 +123,8 @@ llvm::Value* ApplyEpilogue(KernelContext& k, const Epilogue& e, llvm::Value* v,
 // With few rows the K loop is split over several accumulator sets (k, k+1, ... summed at the end)
 // so that a short tile still has enough independent FMA chains to cover their latency.
 llvm::Function* TileFunction(KernelContext& k, int lanes, int rows) {
-  std::string name = "cuvil_tile_" + std::to_string(lanes) + "x" + std::to_string(rows);
+  std::string name = "cuvil_tile_" + std::to_string(lanes) + "x" + std::to_string(rows) +
+                     (BatchInvariantKernels() ? "_invariant" : "");
   if (llvm::Function* f = k.module().getFunction(name)) return f;
   llvm::LLVMContext& c = k.llvm_context();
   llvm::Type* ptr = llvm::PointerType::getUnqual(c);
@@ -139,7 +140,10 @@ llvm::Function* TileFunction(KernelContext& k, int lanes, int rows) {
               *k_dim = fn->getArg(3), *out = fn->getArg(4);
   auto* vec = llvm::FixedVectorType::get(b.getFloatTy(), lanes);
   const int chains = rows * 2;
-  const int sets = chains >= 8 ? 1 : 8 / chains;  // 1, 2 or 4
+  // Few-row tiles split K into 2 or 4 interleaved partial sums to hide the FMA latency; that
+  // makes a row's rounding depend on the tile the batch puts it in, so batch-invariant kernels
+  // sum K in one chain in every tile.
+  const int sets = BatchInvariantKernels() || chains >= 8 ? 1 : 8 / chains;  // 1, 2 or 4
   std::vector<llvm::Value*> acc;
   for (int i = 0; i < chains * sets; ++i) {
     acc.push_back(t.Scratch(vec));

@@ -343,7 +343,17 @@ void Optimize(llvm::Module& module, llvm::TargetMachine& tm, int opt_level) {
 
 namespace {
 thread_local int target_vector_bits_override = 0;
+thread_local bool batch_invariant_kernels = false;
 }  // namespace
+
+bool BatchInvariantKernels() { return batch_invariant_kernels; }
+
+ScopedBatchInvariantKernels::ScopedBatchInvariantKernels(bool on)
+    : saved_(batch_invariant_kernels) {
+  batch_invariant_kernels = on;
+}
+
+ScopedBatchInvariantKernels::~ScopedBatchInvariantKernels() { batch_invariant_kernels = saved_; }
 
 ScopedTargetVectorBits::ScopedTargetVectorBits(int bits) : saved_(target_vector_bits_override) {
   if (bits > 0) target_vector_bits_override = bits;

@@ -30,6 +30,20 @@ int TargetVectorBits();
 // compile whose code is for another machine (CompileOptions::vector_bits): a Cortex-M7 has no
 // float vectors, NEON and WebAssembly SIMD 128-bit ones, and kernels shaped for the host's 512
 // would be scalarised into far more code. Scopes nest. Thread-compatible (one per thread).
+// Whether kernels are generated batch-invariant (CompileOptions::batch_invariant) on the calling
+// thread; ScopedBatchInvariantKernels sets it for a compile. Thread-compatible.
+bool BatchInvariantKernels();
+class ScopedBatchInvariantKernels {
+ public:
+  explicit ScopedBatchInvariantKernels(bool on);
+  ~ScopedBatchInvariantKernels();
+  ScopedBatchInvariantKernels(const ScopedBatchInvariantKernels&) = delete;
+  ScopedBatchInvariantKernels& operator=(const ScopedBatchInvariantKernels&) = delete;
+
+ private:
+  bool saved_;
+};
+
 class ScopedTargetVectorBits {
  public:
   explicit ScopedTargetVectorBits(int bits);

@@ -32,6 +32,13 @@ struct CompileOptions {
   // 128 for NEON and WebAssembly SIMD, 64 for a Cortex-M7's scalar register pairs, 32 for scalar
   // WebAssembly).
   int vector_bits = 0;
+  // Batch-invariant kernels: every output element is computed in the same order whatever the
+  // batch (or the rows a thread takes), so a row's bits do not depend on the requests it is
+  // batched with. Costs the matrix products' latency hiding for few-row tiles (a batch-1 GEMV
+  // sums K in one chain instead of up to four). The server sets it for models with
+  // sequence_batching (their state must not depend on the batch) and parameter
+  // cuvil_batch_invariant.
+  bool batch_invariant = false;
   // Filled with graph inputs that must be bound to constants (they determine shapes) when
   // compilation fails for that reason.
   std::vector<std::string>* needs_binding = nullptr;

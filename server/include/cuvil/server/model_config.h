@@ -31,8 +31,10 @@ absl::Status CompleteModelConfig(const CompiledModel& model, inference::ModelCon
 
 // What the config asks of the compiler: parameters { key: "cuvil_dim_multiples" value: {
 // string_value: "height=8,width=8" } } declares free dims that are multiples
-// (ImportOptions::dim_multiples; requests whose dim is not are refused). InvalidArgument naming
-// the parameter when its value is malformed. Read before the model is compiled.
+// (ImportOptions::dim_multiples; requests whose dim is not are refused); "cuvil_batch_invariant"
+// ("true" / "false"; default true with sequence_batching) asks for batch-invariant kernels
+// (CompileOptions::batch_invariant). InvalidArgument naming the parameter when its value is
+// malformed. Read before the model is compiled.
 absl::StatusOr<CompileOptions> CompileOptionsFromConfig(const inference::ModelConfig& config);
 
 // Scheduler settings the (completed) config describes.
