@@ -68,6 +68,19 @@ std::string LinearModel(int64_t k, int64_t n, bool matmul, const std::vector<flo
   return model.SerializeAsString();
 }
 
+// Compile options for kernels shaped for `bits`: "host" and "256" through the environment (the
+// host's own widths), the cross targets' widths through CompileOptions::vector_bits.
+CompileOptions OptionsForVectorBits(const std::string& bits) {
+  CompileOptions options;
+  if (bits != "host" && bits != "256") {
+    unsetenv("CUVIL_TARGET_VECTOR_BITS");
+    options.vector_bits = std::atoi(bits.c_str());
+  } else {
+    setenv("CUVIL_TARGET_VECTOR_BITS", bits.c_str(), 1);
+  }
+  return options;
+}
+
 TEST(GemmPackingTest, MatchesNaiveProductAroundBlockEdges) {
   auto engine = JitEngine::Create();
   ASSERT_TRUE(engine.ok());
@@ -75,13 +88,7 @@ TEST(GemmPackingTest, MatchesNaiveProductAroundBlockEdges) {
   std::uniform_real_distribution<float> dist(-1, 1);
   int id = 0;
   for (const char* bits : {"host", "256", "128", "64", "32"}) {
-    CompileOptions options;
-    if (std::string(bits) != "host" && std::string(bits) != "256") {
-      unsetenv("CUVIL_TARGET_VECTOR_BITS");
-      options.vector_bits = std::atoi(bits);
-    } else {
-      setenv("CUVIL_TARGET_VECTOR_BITS", bits, 1);
-    }
+    const CompileOptions options = OptionsForVectorBits(bits);
     for (bool matmul : {false, true}) {
       for (int64_t n : {1, 10, 16, 17, 33, 40, 64}) {
         for (int64_t k : {1, 7, 33, 1500}) {  // 1500: big enough to split across threads.
@@ -211,13 +218,7 @@ TEST(GemmPackingTest, RunTimePackedMatMulMatchesNaiveProduct) {
   std::uniform_real_distribution<float> dist(-1, 1);
   int id = 0;
   for (const char* bits : {"host", "256", "128", "64", "32"}) {
-    CompileOptions options;
-    if (std::string(bits) != "host" && std::string(bits) != "256") {
-      unsetenv("CUVIL_TARGET_VECTOR_BITS");
-      options.vector_bits = std::atoi(bits);
-    } else {
-      setenv("CUVIL_TARGET_VECTOR_BITS", bits, 1);
-    }
+    const CompileOptions options = OptionsForVectorBits(bits);
     for (int64_t heads : {1, 3}) {
       for (bool broadcast : {false, true}) {
         for (auto [m, k, n] : {std::array<int64_t, 3>{13, 9, 33}, {4, 64, 16}, {29, 5, 70}}) {

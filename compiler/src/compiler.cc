@@ -65,8 +65,7 @@ PreparedModel::PreparedModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)
 PreparedModel::~PreparedModel() = default;
 
 absl::StatusOr<CompiledModel> PreparedModel::Lower(const CompileOptions& options) const {
-  const codegen::ScopedTargetVectorBits vector_bits(options.vector_bits);
-  const codegen::ScopedBatchInvariantKernels batch_invariant(options.batch_invariant);
+  const codegen::ScopedKernelShape shape(options.vector_bits, options.batch_invariant);
   CompiledModel model = impl_->base;
   codegen::LowerOptions lower;
   lower.opt_level = options.opt_level;
@@ -162,7 +161,7 @@ absl::Status CollectDimConstraints(const ir::Graph& graph, CompiledModel* model)
 // Runs the passes and the memory plan on `impl->graph`, filling the rest of `impl`.
 absl::Status Prepare(const CompileOptions& options, PreparedModel::Impl* impl) {
   // Shape inference packs weights in panels of the target's vector width.
-  const codegen::ScopedTargetVectorBits vector_bits(options.vector_bits);
+  const codegen::ScopedKernelShape shape(options.vector_bits, options.batch_invariant);
   ir::Graph& graph = *impl->graph;
   CompiledModel& model = impl->base;
   model.name = graph.name;

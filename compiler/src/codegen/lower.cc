@@ -348,18 +348,16 @@ thread_local bool batch_invariant_kernels = false;
 
 bool BatchInvariantKernels() { return batch_invariant_kernels; }
 
-ScopedBatchInvariantKernels::ScopedBatchInvariantKernels(bool on)
-    : saved_(batch_invariant_kernels) {
-  batch_invariant_kernels = on;
+ScopedKernelShape::ScopedKernelShape(int vector_bits, bool batch_invariant)
+    : saved_bits_(target_vector_bits_override), saved_invariant_(batch_invariant_kernels) {
+  if (vector_bits > 0) target_vector_bits_override = vector_bits;
+  batch_invariant_kernels = batch_invariant;
 }
 
-ScopedBatchInvariantKernels::~ScopedBatchInvariantKernels() { batch_invariant_kernels = saved_; }
-
-ScopedTargetVectorBits::ScopedTargetVectorBits(int bits) : saved_(target_vector_bits_override) {
-  if (bits > 0) target_vector_bits_override = bits;
+ScopedKernelShape::~ScopedKernelShape() {
+  target_vector_bits_override = saved_bits_;
+  batch_invariant_kernels = saved_invariant_;
 }
-
-ScopedTargetVectorBits::~ScopedTargetVectorBits() { target_vector_bits_override = saved_; }
 
 int TargetVectorBits() {
   if (target_vector_bits_override > 0) return target_vector_bits_override;

@@ -26,34 +26,27 @@ struct LowerOptions {
 // Thread-safe.
 int TargetVectorBits();
 
-// Holds TargetVectorBits() at `bits` on the calling thread while it lives (0: no change), for a
-// compile whose code is for another machine (CompileOptions::vector_bits): a Cortex-M7 has no
-// float vectors, NEON and WebAssembly SIMD 128-bit ones, and kernels shaped for the host's 512
-// would be scalarised into far more code. Scopes nest. Thread-compatible (one per thread).
-// Whether kernels are generated batch-invariant (CompileOptions::batch_invariant) on the calling
-// thread; ScopedBatchInvariantKernels sets it for a compile. Thread-compatible.
+// How the kernels of the compile running on the calling thread are shaped, from its
+// CompileOptions, while this lives: `vector_bits` holds TargetVectorBits() (0: the host's; a cross
+// target's own, since a Cortex-M7 has no float vectors and NEON and WebAssembly SIMD 128-bit ones,
+// and kernels shaped for the host's 512 would be scalarised into far more code), and
+// `batch_invariant` sets BatchInvariantKernels(). Restores the previous shape when it ends; scopes
+// nest. Thread-compatible (one per thread).
+class ScopedKernelShape {
+ public:
+  ScopedKernelShape(int vector_bits, bool batch_invariant);
+  ~ScopedKernelShape();
+  ScopedKernelShape(const ScopedKernelShape&) = delete;
+  ScopedKernelShape& operator=(const ScopedKernelShape&) = delete;
+
+ private:
+  int saved_bits_;
+  bool saved_invariant_;
+};
+
+// Whether the compile on the calling thread generates batch-invariant kernels
+// (CompileOptions::batch_invariant, through ScopedKernelShape). Thread-safe.
 bool BatchInvariantKernels();
-class ScopedBatchInvariantKernels {
- public:
-  explicit ScopedBatchInvariantKernels(bool on);
-  ~ScopedBatchInvariantKernels();
-  ScopedBatchInvariantKernels(const ScopedBatchInvariantKernels&) = delete;
-  ScopedBatchInvariantKernels& operator=(const ScopedBatchInvariantKernels&) = delete;
-
- private:
-  bool saved_;
-};
-
-class ScopedTargetVectorBits {
- public:
-  explicit ScopedTargetVectorBits(int bits);
-  ~ScopedTargetVectorBits();
-  ScopedTargetVectorBits(const ScopedTargetVectorBits&) = delete;
-  ScopedTargetVectorBits& operator=(const ScopedTargetVectorBits&) = delete;
-
- private:
-  int saved_;
-};
 
 // Emits one kernel per node plus the entry point and function table, optimises them for the host
 // CPU (or options.target_triple) and fills `model->object_code`, `model->kernels`, `model->cpu` and
