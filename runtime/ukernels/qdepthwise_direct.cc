@@ -141,10 +141,12 @@ extern "C" void cuvil_uk_qdepthwise2d(const cuvil_uk_conv_params* p, const void*
                                       float y_scale, int32_t y_zero, int64_t batch, float alpha,
                                       float beta) {
   using namespace cuvil::uk;
-  if (batch <= 0 || p->out_height <= 0 || p->out_width <= 0) return;
+  // A plane too large to size (-1) never passes the arena sizing that precedes every call.
+  const int64_t floats = QDepthwisePlaneDirectScratchFloats(*p);
+  if (batch <= 0 || p->out_height <= 0 || p->out_width <= 0 || floats < 0) return;
   MicrokernelScratchScope scope;
   thread_local ThreadBuffer buffer;
-  float* scratch = buffer.Get(static_cast<size_t>(QDepthwisePlaneDirectScratchFloats(*p)));
+  float* scratch = buffer.Get(static_cast<size_t>(floats));
   const QuantizedPlane q{x_signed != 0, x_scale, x_zero, y_signed != 0, y_scale, y_zero};
   const Epilogue ep{nullptr, nullptr, p->activation, alpha, beta};
   const std::ptrdiff_t taps = static_cast<std::ptrdiff_t>(p->kernel_h * p->kernel_w);
