@@ -32,7 +32,6 @@ import os
 import re
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -44,17 +43,17 @@ import urllib.request
 SKIP = 77
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def podman(*args, check=True, timeout=120):
     r = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout)
     if check and r.returncode != 0:
         raise SystemExit(f"podman {' '.join(args)}: exit {r.returncode}: {r.stderr.strip()}")
     return r
+
+
+def published(name, container_port):
+    """The host port podman published `container_port` of container `name` on."""
+    out = podman("port", name, f"{container_port}/tcp").stdout.strip()
+    return int(out.splitlines()[0].rpartition(":")[2])
 
 
 def get(url, timeout=5, headers=None):
@@ -134,20 +133,21 @@ def main():
     with open(token_file, "w") as f:
         f.write(token + "\n")
     os.chmod(token_file, 0o644)  # The image runs as uid 999.
-    http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
     name = f"cuvil-image-test-{os.getpid()}"
+    # Host ports left to podman (any free ones, read back once it runs): a port picked in advance
+    # could be taken by another process before podman binds it.
     run = ["run", "-d", "--name", name,
-           "-p", f"127.0.0.1:{http_port}:8000", "-p", f"127.0.0.1:{grpc_port}:8001",
-           "-p", f"127.0.0.1:{metrics_port}:8002",
+           "-p", "127.0.0.1::8000", "-p", "127.0.0.1::8001", "-p", "127.0.0.1::8002",
            "-v", f"{token_file}:/run/secrets/cuvil-admin-token:ro"]
     if args.cpus and float(args.cpus) > 0:
         run += ["--cpus", str(args.cpus)]
     run.append(args.image)  # The image's own ENTRYPOINT and CMD.
-    base = f"http://127.0.0.1:{http_port}"
     ok = False
     try:
         t_start = time.time()
         podman(*run)
+        http_port, metrics_port = published(name, 8000), published(name, 8002)
+        base = f"http://127.0.0.1:{http_port}"
         # Ready: process start, model load and compile, all inside the container.
         deadline = t_start + 300
         last_check = 0.0

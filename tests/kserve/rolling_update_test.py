@@ -22,8 +22,16 @@ import tempfile
 import time
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "zero_downtime"))
+from cuvil_proc import listening_addresses, port_of  # noqa: E402
+
+# Where a slot points until its server runs: nothing listens on port 1, its health checks fail.
+NO_SERVER = 1
+
 
 def free_port():
+    """A port free now, which another process may take before haproxy binds it: Proxy retries.
+    (cuvil-server binds port 0 and says which port it got.)"""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -46,22 +54,27 @@ def wait_ready(port, proc, timeout=120):
 
 class Proxy:
     """haproxy with an HTTP/1.1 front end and a gRPC (HTTP/2 cleartext) one, each with a backend
-    slot per server: slot i is server i's HTTP port and its gRPC port, health-checked over HTTP."""
+    slot per server: slot i is server i's HTTP port and its gRPC port (set through the runtime API
+    once the server said which ports it bound), health-checked over HTTP. The front ends' ports
+    are picked free in advance: when another process took one first, haproxy cannot bind it and
+    exits, and it starts again on other ports, up to `attempts` times."""
 
-    def __init__(self, tmp, slots):
-        self.port = free_port()
-        self.grpc_port = free_port()
+    def __init__(self, tmp, slots, attempts=5):
         self.sock = os.path.join(tmp, "haproxy.sock")
         servers = "\n".join(
-            f"    server s{i} 127.0.0.1:{http} weight 0 check inter 200ms fall 2 rise 1"
-            for i, (http, _) in enumerate(slots))
+            f"    server s{i} 127.0.0.1:{NO_SERVER} weight 0 check inter 200ms fall 2 rise 1"
+            for i in range(slots))
         grpc_servers = "\n".join(
-            f"    server s{i} 127.0.0.1:{grpc} proto h2 weight 0 check port {http} "
+            f"    server s{i} 127.0.0.1:{NO_SERVER} proto h2 weight 0 check port {NO_SERVER} "
             f"check-proto h1 inter 200ms fall 2 rise 1"
-            for i, (http, grpc) in enumerate(slots))
+            for i in range(slots))
         cfg = os.path.join(tmp, "haproxy.cfg")
-        with open(cfg, "w") as f:
-            f.write(f"""global
+        log = os.path.join(tmp, "haproxy.log")
+        for attempt in range(attempts):
+            self.port = free_port()
+            self.grpc_port = free_port()
+            with open(cfg, "w") as f:
+                f.write(f"""global
     stats socket {self.sock} mode 600 level admin
     maxconn 4096
 defaults
@@ -87,8 +100,27 @@ backend cuvil_grpc
     http-check expect status 200
 {grpc_servers}
 """)
-        self.proc = subprocess.Popen(["haproxy", "-f", cfg, "-db"], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
+            with open(log, "w") as out:
+                self.proc = subprocess.Popen(["haproxy", "-f", cfg, "-db"], stdout=out,
+                                             stderr=subprocess.STDOUT)
+            # Its runtime API answers once every front end is bound (it exits when one is not).
+            deadline = time.time() + 30
+            while self.proc.poll() is None and time.time() < deadline:
+                try:
+                    if "Name: HAProxy" in self.command("show info"):
+                        return
+                except OSError:
+                    pass
+                time.sleep(0.05)
+            if self.proc.poll() is None:
+                self.proc.kill()
+            with open(log) as f:
+                text = f.read()
+            if "Address already in use" not in text:
+                break
+            print(f"haproxy could not bind port {self.port} or {self.grpc_port}, "
+                  "taken since they were picked: again on others", flush=True)
+        raise SystemExit(f"haproxy did not start (attempt {attempt + 1} of {attempts}):\n{text}")
 
     def command(self, text):
         with socket.socket(socket.AF_UNIX) as s:
@@ -98,6 +130,15 @@ backend cuvil_grpc
             while chunk := s.recv(4096):
                 out += chunk
         return out.decode()
+
+    def point(self, slot, http_port, grpc_port):
+        """Slot `slot` to a server's HTTP and gRPC ports; both health-checked on its HTTP port."""
+        for command in (f"set server cuvil/s{slot} addr 127.0.0.1 port {http_port}",
+                        f"set server cuvil_grpc/s{slot} addr 127.0.0.1 port {grpc_port}",
+                        f"set server cuvil_grpc/s{slot} check-port {http_port}"):
+            out = self.command(command).strip()
+            if out and "changed" not in out:
+                raise SystemExit(f"haproxy: {command}: {out}")
 
     def weight(self, slot, w):
         for backend in ("cuvil", "cuvil_grpc"):
@@ -118,12 +159,14 @@ backend cuvil_grpc
         return running == 2
 
 
-def start_server(binary, repo, cache, ports):
-    http_port, grpc_port = ports
-    return subprocess.Popen(
-        [binary, "--model-repository", repo, "--jit-cache-dir", cache, "--http-port",
-         str(http_port), "--grpc-port", str(grpc_port), "--metrics-port", str(free_port()),
-         "--exit-timeout-secs", "20"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def start_server(binary, repo, cache):
+    """A server on ports 0 (any free ones): (process, its HTTP port, its gRPC port)."""
+    proc = subprocess.Popen(
+        [binary, "--model-repository", repo, "--jit-cache-dir", cache, "--http-port", "0",
+         "--grpc-port", "0", "--metrics-port", "0", "--exit-timeout-secs", "20"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    grpc, http, _ = listening_addresses(proc, 120)
+    return proc, port_of(http), port_of(grpc)
 
 
 def perf(binary, protocol, port, millis):
@@ -157,14 +200,14 @@ def main():
     tmp = tempfile.mkdtemp(prefix="cuvil_rolling_")
     cache = os.path.join(tmp, "cache")
     os.mkdir(cache, 0o700)
-    slots = [(free_port(), free_port()) for _ in range(4)]  # (HTTP, gRPC) per revision.
     procs = {}
     failures = []
     proxy = None
     try:
-        proxy = Proxy(tmp, slots)
-        procs[0] = start_server(args.server, args.repository, cache, slots[0])
-        wait_ready(slots[0][0], procs[0])
+        proxy = Proxy(tmp, 4)  # A slot per revision.
+        procs[0], http_port, grpc_port = start_server(args.server, args.repository, cache)
+        proxy.point(0, http_port, grpc_port)
+        wait_ready(http_port, procs[0])
         proxy.weight(0, 100)
         deadline = time.time() + 10
         while not proxy.up(0) and time.time() < deadline:
@@ -181,8 +224,10 @@ def main():
         old = 0
         for new in (1, 2, 3):
             t0 = time.time()
-            procs[new] = start_server(args.server, args.repository, cache, slots[new])
-            ready = wait_ready(slots[new][0], procs[new])
+            procs[new], http_port, grpc_port = start_server(args.server, args.repository, cache)
+            proxy.point(new, http_port, grpc_port)
+            wait_ready(http_port, procs[new])
+            ready = time.time() - t0
             deadline = time.time() + 10
             while not proxy.up(new) and time.time() < deadline:
                 time.sleep(0.05)

@@ -3,8 +3,10 @@
 ClusterServingRuntime, deploy/k8s's Deployment): its args, with KServe's substitutions
 ({{.Name}} -> the InferenceService's name), the model repository replaced by a temporary folder
 holding one model.onnx (the storage initializer's layout), the admin token from the mounted Secret
-by a temporary file, and free local ports instead of the pod's (the bind address as given:
-0.0.0.0, which the server refuses without an admin token).
+by a temporary file, and port 0 instead of the pod's ports (any free one: the test reads the ports
+from the server's "listening" line, as a port picked in advance could be taken by another test
+before the server binds it; the bind address as given: 0.0.0.0, which the server refuses without
+an admin token).
 Checks what KServe relies on: /v2/health/ready turns 200, the model answers under the
 InferenceService's name over the v2 protocol, admin calls without the token are refused, metrics
 are served, and SIGTERM ends the process cleanly.
@@ -15,7 +17,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +27,9 @@ import urllib.request
 import numpy as np
 import onnx
 from onnx import numpy_helper
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "zero_downtime"))
+from cuvil_proc import listening_addresses, port_of, server_output  # noqa: E402
 
 
 def container_args(path):
@@ -47,12 +51,6 @@ def container_args(path):
     if not args:
         sys.exit(f"no container args in {path}")
     return args
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def request(url, body=None, headers=None):
@@ -77,7 +75,6 @@ def main():
         token_file = os.path.join(tmp, "admin-token")
         with open(token_file, "w") as f:
             f.write("s3cret-token-for-the-test")
-        ports = {}
         args = []
         served = "model"  # the server's default name for a lone model.onnx
         for a in container_args(runtime):
@@ -90,18 +87,19 @@ def main():
             if flag == "--model-name":
                 served = value
             if flag in ("--http-port", "--grpc-port", "--metrics-port"):
-                a = f"{flag}={free_port()}"
-                ports[flag] = int(a.partition("=")[2])
+                a = f"{flag}=0"
             args.append(a)
         print("args:", " ".join(args))
         proc = subprocess.Popen([server] + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True)
-        http = f"http://127.0.0.1:{ports['--http-port']}"
+        log = []
         try:
             deadline = time.time() + 120
+            _, http_address, metrics_address = listening_addresses(proc, 120, log)
+            http = f"http://127.0.0.1:{port_of(http_address)}"
             while request(http + "/v2/health/ready")[0] != 200:
                 if proc.poll() is not None or time.time() > deadline:
-                    print(proc.stdout.read() if proc.poll() is not None else "")
+                    print(server_output(proc, log) if proc.poll() is not None else "")
                     sys.exit("FAIL: never ready")
                 time.sleep(0.2)
             x = numpy_helper.to_array(onnx.load_tensor(input_pb))
@@ -123,7 +121,7 @@ def main():
                                   {"Content-Type": "application/json"})
             if status != 401:
                 sys.exit(f"FAIL: unload without the token gave {status}, not 401")
-            status, out = request(f"http://127.0.0.1:{ports['--metrics-port']}/metrics")
+            status, out = request(f"http://127.0.0.1:{port_of(metrics_address)}/metrics")
             if status != 200 or b"cuvil_" not in out:
                 sys.exit(f"FAIL: metrics gave {status}")
             proc.send_signal(signal.SIGTERM)

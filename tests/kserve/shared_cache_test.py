@@ -18,12 +18,14 @@ import argparse
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "zero_downtime"))
+from cuvil_proc import listening_addresses, port_of  # noqa: E402
 
 # Starts the command once the barrier file exists: both processes begin within microseconds.
 WAIT_THEN_EXEC = 'while [ ! -e "$0" ]; do :; done; exec "$@"'
@@ -40,20 +42,15 @@ def race(cuvilc, model, folder, barrier):
     return [p.returncode for p in procs], outs
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def time_to_ready(server, repo, cache):
-    port = free_port()
     t0 = time.time()
+    # Port 0 (any free one), read back from the server's output: a port picked in advance could
+    # be taken by another process before the server binds it.
     proc = subprocess.Popen([server, "--model-repository", repo, "--jit-cache-dir", cache,
-                             "--http-port", str(port), "--grpc-port", str(free_port()),
-                             "--metrics-port", str(free_port())],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
+        port = port_of(listening_addresses(proc, 300)[1])
         while time.time() - t0 < 300:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready",

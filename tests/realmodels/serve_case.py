@@ -15,7 +15,6 @@ import glob
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,15 +25,12 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "zero_downtime"))
+from cuvil_proc import listening_addresses, port_of, server_output  # noqa: E402
+
 KSERVE = {np.float32: "FP32", np.float64: "FP64", np.int64: "INT64", np.int32: "INT32",
           np.uint8: "UINT8", np.bool_: "BOOL", np.int8: "INT8", np.float16: "FP16"}
 NUMPY = {v: k for k, v in KSERVE.items()}
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def load_pb(path):
@@ -125,16 +121,17 @@ def main():
         if args.config:
             with open(os.path.join(tmp, name, "config.pbtxt"), "w") as f:
                 f.write(args.config)
-        http = free_port()
-        proc = subprocess.Popen([args.server, "--model-repository", tmp, "--http-port", str(http),
-                                 "--grpc-port", str(free_port()), "--metrics-port",
-                                 str(free_port())], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
-        base = f"http://127.0.0.1:{http}"
+        # Port 0 (any free one), read back from the server's output: a port picked in advance
+        # could be taken by another process before the server binds it.
+        proc = subprocess.Popen([args.server, "--model-repository", tmp, "--http-port", "0",
+                                 "--grpc-port", "0", "--metrics-port", "0"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        log = []
         t0 = time.time()
+        base = f"http://127.0.0.1:{port_of(listening_addresses(proc, 600, log)[1])}"
         while time.time() - t0 < 600:
             if proc.poll() is not None:
-                print(proc.stdout.read())
+                print(server_output(proc, log))
                 print(f"FAIL: the server exited ({proc.returncode}) before it was ready")
                 return 1
             try:

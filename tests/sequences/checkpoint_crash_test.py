@@ -24,7 +24,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,9 @@ import urllib.request
 
 import onnx
 from onnx import TensorProto, helper
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "zero_downtime"))
+from cuvil_proc import listening_addresses, port_of  # noqa: E402
 
 CONFIG = """
 max_batch_size: 8
@@ -63,27 +65,26 @@ def accumulator():
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Server:
     def __init__(self, binary, repo, snap):
         self.binary, self.repo, self.snap = binary, repo, snap
         self.proc = None
-        self.log = open(os.path.join(os.path.dirname(snap), "server.log"), "a")
+        self.log_path = os.path.join(os.path.dirname(snap), "server.log")
+        self.log = open(self.log_path, "a")
 
     def start(self):
-        self.port = free_port()
-        self.metrics_port = free_port()
+        # Port 0 (any free one), read back from this start's output: a port picked in advance
+        # could be taken by another process before the server binds it. Each start may get other
+        # ports.
+        offset = os.path.getsize(self.log_path)
         self.proc = subprocess.Popen(
             [self.binary, "--model-repository", self.repo, "--snapshot-dir", self.snap,
-             "--http-port", str(self.port), "--grpc-port", str(free_port()),
-             "--metrics-port", str(self.metrics_port)], stdout=self.log,
+             "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"], stdout=self.log,
             stderr=subprocess.STDOUT)
         deadline = time.time() + 120
+        _, http, metrics = listening_addresses(self.proc, 120, log_file=self.log_path,
+                                               offset=offset)
+        self.port, self.metrics_port = port_of(http), port_of(metrics)
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise SystemExit(f"server exited with {self.proc.returncode} while starting")

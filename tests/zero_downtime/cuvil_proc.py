@@ -35,18 +35,12 @@ class CuvilProcess:
         self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, errors="replace")
         deadline = time.time() + self.start_timeout
-        while time.time() < deadline and not self.grpc:
-            line = self.proc.stdout.readline()
-            if not line:
-                break
-            self.log.append(line)
-            m = re.search(r"listening grpc=(\S+) http=(\S+) metrics=(\S+)", line)
-            if m:
-                self.grpc, self.http, self.metrics = m.group(1), m.group(2), m.group(3)
-        if not self.grpc:
+        try:
+            self.grpc, self.http, self.metrics = listening_addresses(
+                self.proc, self.start_timeout, self.log)
+        except SystemExit as e:
             self.stop()
-            raise SystemExit("server did not start:\n" + "".join(self.log))
-        threading.Thread(target=lambda: self.log.extend(self.proc.stdout), daemon=True).start()
+            raise SystemExit("server did not start: " + str(e))
         while time.time() < deadline:
             if self.http_get("/v2/health/ready")[0] == 200:
                 return
@@ -87,6 +81,97 @@ class CuvilProcess:
     def metrics_text(self):
         with urllib.request.urlopen(f"http://{self.metrics}/metrics", timeout=30) as r:
             return r.read().decode()
+
+
+# cuvil-server's line once every listener is bound; with port 0 the addresses are the only way
+# to learn its ports (a port picked by binding 0 and closing is free to be taken by any other
+# process before the server binds it).
+LISTENING = re.compile(r"listening grpc=([\w.:\[\]-]+) http=([\w.:\[\]-]+) "
+                       r"metrics=([\w.:\[\]-]+)")
+
+
+def port_of(address):
+    """The port of a 'host:port' address as the server logs it."""
+    return int(address.rpartition(":")[2])
+
+
+def listening_addresses(proc, timeout=120, log=None, log_file=None, offset=0):
+    """Waits for a cuvil-server child's "listening grpc=H:P http=H:P metrics=H:P" line and
+    returns (grpc, http, metrics) as 'host:port' strings: start it with --grpc-port 0
+    --http-port 0 --metrics-port 0 and connect to what it bound.
+
+    Without log_file the line is read from proc.stdout (a pipe with stderr merged into it) by a
+    daemon thread that appends each line to the list `log` and keeps draining the pipe for the
+    process' lifetime (a full pipe would block the server); server_output() returns all of it
+    once the process exited. With log_file (the file proc writes its output to) the file is read
+    from byte `offset` on. When the process exits first, or after `timeout` seconds (the process
+    is then killed), raises SystemExit with its output so far."""
+    deadline = time.time() + timeout
+    if log is None:
+        log = []
+    if log_file is None:
+        found = []
+        done = threading.Event()
+
+        def drain():
+            for line in proc.stdout:
+                if isinstance(line, bytes):
+                    line = line.decode(errors="replace")
+                log.append(line)
+                m = None if found else LISTENING.search(line)
+                if m:
+                    found.append(m.groups())
+                    done.set()
+            done.set()  # End of the output: the process exited.
+
+        proc.drain_thread = threading.Thread(target=drain, daemon=True)
+        proc.drain_thread.start()
+        done.wait(timeout)
+        if found:
+            return found[0]
+        if done.is_set():
+            # Its output ended: it is exiting, a moment before it can be waited for.
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+    else:
+        while True:
+            exited = proc.poll() is not None
+            text = _read_from(log_file, offset)
+            # Complete lines only: a line being written could show part of a port.
+            m = LISTENING.search(text[:text.rfind("\n") + 1])
+            if m:
+                return m.groups()
+            if exited or time.time() > deadline:
+                break
+            time.sleep(0.05)
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+        why = f"not listening after {timeout} s (killed)"
+    else:
+        why = f"exited with status {proc.wait()} before listening"
+    if log_file is None:
+        proc.drain_thread.join(timeout=5)
+        text = "".join(log)
+    else:
+        text = _read_from(log_file, offset)
+    raise SystemExit(f"server {why}; its output:\n{text}")
+
+
+def _read_from(path, offset):
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read().decode(errors="replace")
+
+
+def server_output(proc, log, timeout=10):
+    """Everything a process whose output listening_addresses(proc, ..., log) drains wrote, once
+    it exited (waits up to `timeout` s for the draining thread to reach the end)."""
+    proc.wait(timeout=timeout)
+    proc.drain_thread.join(timeout=timeout)
+    return "".join(log)
 
 
 def metric_samples(text, name):
