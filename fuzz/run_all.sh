@@ -3,7 +3,8 @@
 # seeds (fuzz/make_seeds.sh) after replaying fuzz/regressions/<fuzzer>/. Fails on any crash, leak,
 # timeout or out-of-memory; prints executions per fuzzer. Takes no lock: callers that share the
 # machine wrap it themselves (flock /tmp/cuvil-build.lock fuzz/run_all.sh 30).
-# usage: fuzz/run_all.sh SECONDS [FUZZER...]        (env BUILD_DIR, default build-fuzz)
+# usage: fuzz/run_all.sh SECONDS [FUZZER...]        (env BUILD_DIR, default build-fuzz; a tree
+# already configured with CUVIL_FUZZ=ON, such as build-asan, is reused as it is)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 seconds=${1:?usage: run_all.sh SECONDS [FUZZER...]}
@@ -16,11 +17,18 @@ build=${BUILD_DIR:-$root/build-fuzz}
 start=$SECONDS
 export CCACHE_BASEDIR=$root CCACHE_NOHASHDIR=1 CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime
 mkdir -p "$build"
-# -O1 keeps instrumented code quick to build and still fast; NDEBUG as in the release build.
-flags="-O1 -gline-tables-only -DNDEBUG"
-CC=clang-19 CXX=clang++-19 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCUVIL_FUZZ=ON "-DCMAKE_C_FLAGS_RELEASE=$flags" "-DCMAKE_CXX_FLAGS_RELEASE=$flags" \
-  > "$build/configure.log" 2>&1 || { cat "$build/configure.log"; exit 1; }
+if grep -qs '^CUVIL_FUZZ:BOOL=ON' "$build/CMakeCache.txt"; then
+  # A tree already configured for fuzzing keeps its flags: build-fuzz from an earlier run, or
+  # the asan preset's tree (BUILD_DIR=build-asan, as scripts/test.sh runs it in CI), whose
+  # libraries carry edge counters but no comparison hooks.
+  echo "run_all: reusing $build ($(sed -n 's/^CUVIL_FUZZ_COVERAGE:STRING=//p' "$build/CMakeCache.txt"))"
+else
+  # -O1 keeps instrumented code quick to build and still fast; NDEBUG as in the release build.
+  flags="-O1 -gline-tables-only -DNDEBUG"
+  CC=clang-19 CXX=clang++-19 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCUVIL_FUZZ=ON "-DCMAKE_C_FLAGS_RELEASE=$flags" "-DCMAKE_CXX_FLAGS_RELEASE=$flags" \
+    > "$build/configure.log" 2>&1 || { cat "$build/configure.log"; exit 1; }
+fi
 cmake --build "$build" -j "$(nproc)" --target cuvil_fuzzers
 echo "run_all: build took $((SECONDS - start)) s"
 
