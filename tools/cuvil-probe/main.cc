@@ -28,7 +28,15 @@
 #include <vector>
 
 #include "cuvil_probe.h"
+// bpftool's skeleton declares the .kconfig externs with C's _Bool, which g++ accepts in C++ and
+// clang++ (the sanitizer build's compiler) does not.
+#if defined(__clang__)
+#define _Bool bool
+#endif
 #include "cuvil_probe.skel.h"
+#if defined(__clang__)
+#undef _Bool
+#endif
 #include "probe_metrics.h"
 
 namespace cuvil::probe {
