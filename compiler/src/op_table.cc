@@ -2,6 +2,9 @@
 
 #include <utility>
 
+#include "cuvil/compiler/flops.h"
+#include "cuvil/compiler/ir.h"
+
 namespace cuvil {
 namespace {
 
@@ -46,10 +49,11 @@ const OpTable& OpTable::Get() {
   return *table;
 }
 
-void OpTable::DefineShape(const std::string& op_type, ir::InferFn infer) {
+OpRow OpTable::DefineShape(const std::string& op_type, ir::InferFn infer) {
   OpDef& row = rows_[op_type];
   row.op_type = op_type;
   row.infer = std::move(infer);
+  return OpRow(row);
 }
 
 void OpTable::DefineEmitter(const std::string& op_type, codegen::EmitFn emit) {
@@ -58,16 +62,17 @@ void OpTable::DefineEmitter(const std::string& op_type, codegen::EmitFn emit) {
   row.emit = std::move(emit);
 }
 
-void OpTable::DefineRewrite(const std::string& op_type, ir::InferFn infer,
-                            const std::string& target) {
+OpRow OpTable::DefineRewrite(const std::string& op_type, ir::InferFn infer,
+                             const std::string& target) {
   DefineShape(op_type, std::move(infer));
   rows_[op_type].rewrites_to = target;
+  return OpRow(rows_[op_type]);
 }
 
-void OpTable::AllowStrings(const std::string& op_type) {
+OpRow OpTable::Row(const std::string& op_type) {
   OpDef& row = rows_[op_type];
   row.op_type = op_type;
-  row.takes_strings = true;
+  return OpRow(row);
 }
 
 const OpDef* OpTable::Find(const std::string& op_type) const {
@@ -106,6 +111,40 @@ std::vector<std::string> OpTable::IncompleteRows() const {
     if (!why.empty()) out.push_back(name + ": " + why);
   }
   return out;
+}
+
+std::vector<std::string> OpTable::MissingTraits() const {
+  std::vector<std::string> out;
+  for (const auto& [name, row] : rows_) {
+    if (!WhyMissing(name).empty()) continue;
+    if (row.batch == BatchClass::kUnknown) out.push_back(name + ": batch class");
+  }
+  return out;
+}
+
+double DimAt(const SymDim& d, absl::Span<const int64_t> syms) {
+  auto v = EvalShape(SymShape{d}, syms);
+  return v.has_value() ? static_cast<double>((*v)[0]) : 0.0;
+}
+
+double ElementsAt(const SymShape& s, absl::Span<const int64_t> syms) {
+  auto dims = EvalShape(s, syms);
+  if (!dims.has_value()) return 0.0;  // a dim the graph decides at run time: not counted
+  double n = 1;
+  for (int64_t d : *dims) n *= static_cast<double>(d);
+  return n;
+}
+
+double EstimateFlops(const ir::Graph& graph, absl::Span<const int64_t> syms) {
+  const OpTable& table = OpTable::Get();
+  double flops = 0;
+  for (const auto& node : graph.nodes()) {
+    if (node->outputs.empty() || node->outputs[0] == nullptr || !node->has_input(0)) continue;
+    const OpDef* def = table.Find(node->op_type);
+    if (def == nullptr || def->macs == nullptr) continue;
+    flops += 2 * def->macs(*node, syms) * ElementsAt(node->outputs[0]->type.shape, syms);
+  }
+  return flops;
 }
 
 }  // namespace cuvil

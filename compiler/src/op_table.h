@@ -3,26 +3,81 @@
 // are found, so an op missing either half fails at the same early check ("unsupported op").
 //
 // Each op family fills its rows from two files, ops/shape_<family>.cc and
-// codegen/kernels_<family>.cc, listed once in kFamilies (op_table.cc).
+// codegen/kernels_<family>.cc, listed once in kFamilies (op_table.cc). The facts other passes need
+// about an op (its domain, how it treats the batch, whether the host folds it, its FLOP estimate,
+// whether it takes strings) are traits on its row, set where the shape function is registered
+// (DefineShape returns an OpRow to set them on), so no pass keeps its own list of op types.
+// op_traits_test checks every row declares the traits it must.
 #ifndef CUVIL_COMPILER_SRC_OP_TABLE_H_
 #define CUVIL_COMPILER_SRC_OP_TABLE_H_
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "cuvil/runtime/symbolic_dim.h"
 
 namespace cuvil {
 namespace ir {
 class InferContext;
+class Node;
 using InferFn = std::function<absl::Status(InferContext&)>;
 }  // namespace ir
 namespace codegen {
 class KernelContext;
 using EmitFn = std::function<absl::Status(KernelContext&)>;
 }  // namespace codegen
+
+// The ONNX domain a node of the op may name in a model (onnx_importer.cc). Every op also imports
+// from the default domain (empty or "ai.onnx").
+enum class OpDomain : uint8_t {
+  kOnnx,       // ai.onnx (the default)
+  kTraining,   // ai.onnx.preview.training: the optimizers (Adagrad, Adam, Momentum)
+  kMicrosoft,  // com.microsoft: ONNX Runtime's contrib ops Cuvil runs
+  kInternal,   // Cuvil's own, made by graph passes (CuvilQConv, ...); no model domain names it
+};
+
+// How an op treats the batch: the rule batch_separability.cc applies to a node with a batch
+// input. kUnknown (the default) is a row that has not said; op_traits_test refuses it.
+enum class BatchClass : uint8_t {
+  kUnknown,
+  kMixes,          // not known to keep batch items apart: the model runs unsplit
+  kShapeOf,        // Shape, Size: the output is shape arithmetic on the batch, never data
+  kUnary,          // input 0 is the data (any layout), the rest parameters; same shape out
+  kBroadcast,      // numpy broadcasting over all inputs
+  kBatchLeading,   // input 0 is NCHW-like data with the batch as N, the rest parameters
+  kQConv,          // CuvilQConv: batch-leading, input 5 a residual laid out as the output
+  kGemm,           // A's row dimension (transA) is the batch
+  kMatMul,         // operands 0 and 1 (MatMul broadcasting), the rest parameters
+  kQLinearMatMul,  // operands 0 and 3
+  kRegroup,        // Reshape, Flatten, Squeeze, Unsqueeze: a new grouping of the same elements
+  kTranspose,      // a permutation of the dims
+  kReduce,         // over attribute "axes"
+  kNormalize,      // over attribute "axis" to "axis_end" (LayerNormalization: to the last dim)
+  kAlongAxis,      // works along attribute "axis" alone
+  kConcat,         // joins along attribute "axis"
+  kMovement,       // Slice, Pad, Tile, Expand, Trilu: per-axis attributes leave the batch alone
+  kGather,         // Gather (data or indices batched), GatherElements (both, alike)
+  kPerItem,        // input 0 the data, every item mapped alone to rows of the output (OneHot)
+};
+
+// Host evaluation of a small all-constant node during optimisation (constant_fold.cc): for
+// the shape arithmetic ONNX function expansions put between a size and its use.
+struct HostFold {
+  int arity = 0;                               // 0: not folded; else the inputs it takes (1 or 2)
+  double (*fn)(double a, double b) = nullptr;  // b is 0 for a unary op
+  bool floats_only = false;  // integer results round differently across runtimes (Div)
+  bool to_bool = false;      // may produce bool (Cast)
+};
+
+// Multiply-adds per element of output 0 at symbol values `syms` (0 for what the graph decides at
+// run time); EstimateFlops counts 2 per multiply-add. Ops without one count 0 (elementwise work
+// is not counted, as in most GFLOP/s figures).
+using MacsFn = double (*)(const ir::Node& node, absl::Span<const int64_t> syms);
 
 // One row of the table.
 struct OpDef {
@@ -35,6 +90,55 @@ struct OpDef {
   // The op accepts string tensors (DType::kString); every other op's shape inference refuses them
   // before its shape function runs.
   bool takes_strings = false;
+
+  // Traits (see the enums above).
+  OpDomain domain = OpDomain::kOnnx;
+  BatchClass batch = BatchClass::kUnknown;
+  // Inputs from this index on are shape operands that may depend on the batch (Reshape's and
+  // Expand's shape: 1; ConstantOfShape's: 0); -1: none.
+  int batch_shape_operands_from = -1;
+  // With only invariant data and a batch-dependent shape operand, makes a batch-shaped tensor
+  // whose items are alike (ConstantOfShape, Expand of a parameter).
+  bool batch_fill = false;
+  HostFold fold;
+  MacsFn macs = nullptr;
+};
+
+// Sets the traits of one row; returned by OpTable::DefineShape and OpTable::Row.
+class OpRow {
+ public:
+  explicit OpRow(OpDef& def) : def_(def) {}
+  OpRow& Domain(OpDomain d) {
+    def_.domain = d;
+    return *this;
+  }
+  OpRow& Batch(BatchClass c) {
+    def_.batch = c;
+    return *this;
+  }
+  OpRow& BatchShapeOperandsFrom(int input) {
+    def_.batch_shape_operands_from = input;
+    return *this;
+  }
+  OpRow& BatchFill() {
+    def_.batch_fill = true;
+    return *this;
+  }
+  OpRow& Fold(HostFold f) {
+    def_.fold = f;
+    return *this;
+  }
+  OpRow& Macs(MacsFn fn) {
+    def_.macs = fn;
+    return *this;
+  }
+  OpRow& Strings() {
+    def_.takes_strings = true;
+    return *this;
+  }
+
+ private:
+  OpDef& def_;
 };
 
 // Thread-safe after construction (read-only); built once by Get().
@@ -43,15 +147,18 @@ class OpTable {
   // The process-wide table holding every op of every family.
   static const OpTable& Get();
 
-  // Sets op_type's shape function. Used by the families while the table is built.
-  void DefineShape(const std::string& op_type, ir::InferFn infer);
+  // Sets op_type's shape function; returns the row to set its traits on. Used by the families
+  // while the table is built.
+  OpRow DefineShape(const std::string& op_type, ir::InferFn infer);
   // Sets op_type's code generator. Used by the families while the table is built.
   void DefineEmitter(const std::string& op_type, codegen::EmitFn emit);
   // Sets op_type's shape function, which rewrites the node into `target` (an op with its own
   // complete row) instead of op_type having an emitter.
-  void DefineRewrite(const std::string& op_type, ir::InferFn infer, const std::string& target);
+  OpRow DefineRewrite(const std::string& op_type, ir::InferFn infer, const std::string& target);
+  // op_type's row (made if new), to set traits on after its definition.
+  OpRow Row(const std::string& op_type);
   // Marks op_type as accepting string tensors (OpDef::takes_strings).
-  void AllowStrings(const std::string& op_type);
+  void AllowStrings(const std::string& op_type) { Row(op_type).Strings(); }
 
   // op_type's row when it has a shape function and a code generator (its own or, for a rewrite,
   // its target's), else nullptr.
@@ -63,10 +170,18 @@ class OpTable {
   std::vector<std::string> OpTypes() const;
   // Every row missing a half, sorted: "<op>: <why>" (empty in a correct build; tested).
   std::vector<std::string> IncompleteRows() const;
+  // Every complete row missing a required trait, sorted: "<op>: <trait>" (empty in a correct
+  // build; tested). Required: a batch class.
+  std::vector<std::string> MissingTraits() const;
 
  private:
   std::map<std::string, OpDef> rows_;
 };
+
+// Helpers for MacsFn: a dim or a shape's element count at `syms` (0 when the graph decides it at
+// run time).
+double DimAt(const SymDim& d, absl::Span<const int64_t> syms);
+double ElementsAt(const SymShape& s, absl::Span<const int64_t> syms);
 
 // One pair of fill functions per op family.
 namespace ir {

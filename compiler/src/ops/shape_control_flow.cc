@@ -386,9 +386,9 @@ absl::Status Scan(InferContext& ctx) {
 }  // namespace
 
 void RegisterControlFlowShapes(OpTable& r) {
-  r.DefineShape("If", If);
-  r.DefineShape("Loop", Loop);
-  r.DefineShape("Scan", Scan);
+  r.DefineShape("If", If).Batch(BatchClass::kMixes);
+  r.DefineShape("Loop", Loop).Batch(BatchClass::kMixes);
+  r.DefineShape("Scan", Scan).Batch(BatchClass::kMixes);
 }
 
 }  // namespace cuvil::ir

@@ -127,6 +127,6 @@ absl::Status Einsum(InferContext& c) {
 
 }  // namespace
 
-void RegisterEinsumShapes(OpTable& r) { r.DefineShape("Einsum", Einsum); }
+void RegisterEinsumShapes(OpTable& r) { r.DefineShape("Einsum", Einsum).Batch(BatchClass::kMixes); }
 
 }  // namespace cuvil::ir

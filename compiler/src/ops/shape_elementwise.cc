@@ -1,5 +1,7 @@
 // Shape inference for elementwise ops: unary math, broadcasting binary/variadic ops, comparisons,
 // Where, Clip and Cast. Integer results of shape arithmetic are propagated as known values.
+#include <algorithm>
+#include <cmath>
 #include <limits>
 #include <numeric>
 
@@ -329,6 +331,22 @@ absl::Status BoolUnary(InferContext& c) {
   return absl::OkStatus();
 }
 
+absl::Status Mod(InferContext& c) {
+  // fmod=0: the remainder takes the divisor's sign (DimMod); fmod=1: the dividend's (C's %).
+  const bool fmod = c.node().attr_int("fmod", 0) != 0;
+  auto mod =
+      fmod ? Binary(false,
+                    [](SymDim a, SymDim b) -> std::optional<SymDim> {
+                      auto q = DimTruncDiv(a.expr(), b.expr());
+                      if (!q) return std::nullopt;
+                      auto qb = DimMul(*q, b.expr());
+                      if (!qb) return std::nullopt;
+                      return Lift(DimSub(a.expr(), *qb));
+                    })
+           : Binary(false, [](SymDim a, SymDim b) { return Lift(DimMod(a.expr(), b.expr())); });
+  return mod(c);
+}
+
 }  // namespace
 
 void RegisterElementwiseShapes(OpTable& r) {
@@ -351,53 +369,67 @@ void RegisterElementwiseShapes(OpTable& r) {
                          "Sign",      "ThresholdedRelu",
                          "Mish",      "Gelu",
                          "Not",       "Shrink"}) {
-    r.DefineShape(op, Unary);
+    r.DefineShape(op, Unary).Batch(BatchClass::kUnary);
   }
   for (const char* op : {"Neg", "Abs", "Floor", "Ceil", "Round", "Relu"}) {
-    r.DefineShape(op, KnownUnary);
+    r.DefineShape(op, KnownUnary).Batch(BatchClass::kUnary);
   }
-  r.DefineShape("IsNaN", BoolUnary);
-  r.DefineShape("IsInf", BoolUnary);
-  r.DefineShape("Add", Binary(false, [](SymDim a, SymDim b) { return SymAdd(a, b); }));
-  r.DefineShape("Sub", Binary(false, [](SymDim a, SymDim b) { return SymSub(a, b); }));
+  r.DefineShape("IsNaN", BoolUnary).Batch(BatchClass::kUnary);
+  r.DefineShape("IsInf", BoolUnary).Batch(BatchClass::kUnary);
+  r.DefineShape("Add", Binary(false, [](SymDim a, SymDim b) { return SymAdd(a, b); }))
+      .Batch(BatchClass::kBroadcast);
+  r.DefineShape("Sub", Binary(false, [](SymDim a, SymDim b) { return SymSub(a, b); }))
+      .Batch(BatchClass::kBroadcast);
   // Checked: a saturated product must not be folded into a value the runtime would compute
   // differently (it wraps).
-  r.DefineShape("Mul", Binary(false, [](SymDim a, SymDim b) { return SymMulChecked(a, b); }));
-  r.DefineShape("Div", Binary(false, [](SymDim a, SymDim b) { return SymDiv(a, b); }));
-  r.DefineShape("Pow", Binary(false, nullptr));
-  r.DefineShape("Mod", [](InferContext& c) -> absl::Status {
-    // fmod=0: the remainder takes the divisor's sign (DimMod); fmod=1: the dividend's (C's %).
-    const bool fmod = c.node().attr_int("fmod", 0) != 0;
-    auto mod =
-        fmod ? Binary(false,
-                      [](SymDim a, SymDim b) -> std::optional<SymDim> {
-                        auto q = DimTruncDiv(a.expr(), b.expr());
-                        if (!q) return std::nullopt;
-                        auto qb = DimMul(*q, b.expr());
-                        if (!qb) return std::nullopt;
-                        return Lift(DimSub(a.expr(), *qb));
-                      })
-             : Binary(false, [](SymDim a, SymDim b) { return Lift(DimMod(a.expr(), b.expr())); });
-    return mod(c);
-  });
-  r.DefineShape("BitShift", Binary(false, nullptr));
-  for (const char* op : {"And", "Or", "Xor"}) r.DefineShape(op, Binary(true, nullptr));
-  for (const char* op : {"Less", "Greater", "LessOrEqual", "GreaterOrEqual"}) {
-    r.DefineShape(op, Binary(true, nullptr));
+  r.DefineShape("Mul", Binary(false, [](SymDim a, SymDim b) { return SymMulChecked(a, b); }))
+      .Batch(BatchClass::kBroadcast);
+  r.DefineShape("Div", Binary(false, [](SymDim a, SymDim b) { return SymDiv(a, b); }))
+      .Batch(BatchClass::kBroadcast);
+  r.DefineShape("Pow", Binary(false, nullptr)).Batch(BatchClass::kBroadcast);
+  r.DefineShape("Mod", Mod).Batch(BatchClass::kBroadcast);
+  r.DefineShape("BitShift", Binary(false, nullptr)).Batch(BatchClass::kBroadcast);
+  for (const char* op : {"And", "Or", "Xor"}) {
+    r.DefineShape(op, Binary(true, nullptr)).Batch(BatchClass::kBroadcast);
   }
-  r.DefineShape("Equal", Binary(true, [](SymDim a, SymDim b) -> std::optional<SymDim> {
-                  if (a == b) return SymDim::Const(1);
-                  if (a.IsStatic() && b.IsStatic()) return SymDim::Const(0);
-                  if ((a.IsStatic() && a.coef() <= 0) || (b.IsStatic() && b.coef() <= 0))
-                    return SymDim::Const(0);
-                  return std::nullopt;  // batch may or may not equal the constant.
-                }));
-  for (const char* op : {"Sum", "Mean", "Max", "Min"}) r.DefineShape(op, Variadic);
-  r.DefineShape("Where", Where);
-  r.DefineShape("Clip", Clip);
-  r.DefineShape("Cast", Cast);
-  r.DefineRewrite("CastLike", CastLike, "Cast");
-  r.DefineShape("PRelu", PRelu);
+  for (const char* op : {"Less", "Greater", "LessOrEqual", "GreaterOrEqual"}) {
+    r.DefineShape(op, Binary(true, nullptr)).Batch(BatchClass::kBroadcast);
+  }
+  r.DefineShape("Equal",
+                Binary(true,
+                       [](SymDim a, SymDim b) -> std::optional<SymDim> {
+                         if (a == b) return SymDim::Const(1);
+                         if (a.IsStatic() && b.IsStatic()) return SymDim::Const(0);
+                         if ((a.IsStatic() && a.coef() <= 0) || (b.IsStatic() && b.coef() <= 0))
+                           return SymDim::Const(0);
+                         return std::nullopt;  // batch may or may not equal the constant.
+                       }))
+      .Batch(BatchClass::kBroadcast);
+  for (const char* op : {"Sum", "Mean", "Max", "Min"}) {
+    r.DefineShape(op, Variadic).Batch(BatchClass::kBroadcast);
+  }
+  r.DefineShape("Where", Where).Batch(BatchClass::kBroadcast);
+  r.DefineShape("Clip", Clip).Batch(BatchClass::kUnary);
+  r.DefineShape("Cast", Cast).Batch(BatchClass::kUnary);
+  r.DefineRewrite("CastLike", CastLike, "Cast").Batch(BatchClass::kUnary);
+  r.DefineShape("PRelu", PRelu).Batch(BatchClass::kBroadcast);
+
+  // What the host folds (constant_fold.cc): casts and tiny arithmetic between a size and its use.
+  auto unary = [](double (*fn)(double, double)) { return HostFold{1, fn}; };
+  auto binary = [](double (*fn)(double, double)) { return HostFold{2, fn}; };
+  r.Row("Cast").Fold(HostFold{1, [](double a, double) { return a; }, false, /*to_bool=*/true});
+  r.Row("Neg").Fold(unary([](double a, double) { return -a; }));
+  r.Row("Ceil").Fold(unary([](double a, double) { return std::ceil(a); }));
+  r.Row("Floor").Fold(unary([](double a, double) { return std::floor(a); }));
+  r.Row("Abs").Fold(unary([](double a, double) { return std::fabs(a); }));
+  r.Row("Relu").Fold(unary([](double a, double) { return std::max(a, 0.0); }));
+  r.Row("Add").Fold(binary([](double a, double b) { return a + b; }));
+  r.Row("Sub").Fold(binary([](double a, double b) { return a - b; }));
+  r.Row("Mul").Fold(binary([](double a, double b) { return a * b; }));
+  // Integer Div rounds differently across runtimes: floats only.
+  r.Row("Div").Fold(HostFold{2, [](double a, double b) { return a / b; }, /*floats_only=*/true});
+  r.Row("Max").Fold(binary([](double a, double b) { return std::max(a, b); }));
+  r.Row("Min").Fold(binary([](double a, double b) { return std::min(a, b); }));
 }
 
 }  // namespace cuvil::ir

@@ -168,13 +168,13 @@ absl::Status MaxUnpool(InferContext& c) {
 }  // namespace
 
 void RegisterIndexingShapes(OpTable& r) {
-  r.DefineShape("GatherElements", GatherElements);
-  r.DefineShape("ScatterElements", ScatterElements);
-  r.DefineShape("Scatter", ScatterElements);
-  r.DefineShape("GatherND", GatherND);
-  r.DefineShape("OneHot", OneHot);
-  r.DefineShape("ReverseSequence", ReverseSequence);
-  r.DefineShape("MaxUnpool", MaxUnpool);
+  r.DefineShape("GatherElements", GatherElements).Batch(BatchClass::kGather);
+  r.DefineShape("ScatterElements", ScatterElements).Batch(BatchClass::kMixes);
+  r.DefineShape("Scatter", ScatterElements).Batch(BatchClass::kMixes);
+  r.DefineShape("GatherND", GatherND).Batch(BatchClass::kMixes);
+  r.DefineShape("OneHot", OneHot).Batch(BatchClass::kPerItem);
+  r.DefineShape("ReverseSequence", ReverseSequence).Batch(BatchClass::kMixes);
+  r.DefineShape("MaxUnpool", MaxUnpool).Batch(BatchClass::kMixes);
 }
 
 }  // namespace cuvil::ir

@@ -141,12 +141,23 @@ absl::Status Det(InferContext& c) {
   return absl::OkStatus();
 }
 
+// Multiply-adds per output element (OpDef::macs): A's contracted dim.
+double GemmMacs(const Node& n, absl::Span<const int64_t> syms) {
+  const SymShape& a = n.inputs[0]->type.shape;
+  return a.size() == 2 ? DimAt(a[n.attr_int("transA", 0) ? 0 : 1], syms) : 0.0;
+}
+
+double MatMulMacs(const Node& n, absl::Span<const int64_t> syms) {
+  const SymShape& a = n.inputs[0]->type.shape;
+  return a.empty() ? 0.0 : DimAt(a.back(), syms);
+}
+
 }  // namespace
 
 void RegisterLinalgShapes(OpTable& r) {
-  r.DefineShape("Det", Det);
-  r.DefineShape("Gemm", Gemm);
-  r.DefineShape("MatMul", MatMul);
+  r.DefineShape("Det", Det).Batch(BatchClass::kMixes);
+  r.DefineShape("Gemm", Gemm).Batch(BatchClass::kGemm).Macs(GemmMacs);
+  r.DefineShape("MatMul", MatMul).Batch(BatchClass::kMatMul).Macs(MatMulMacs);
 }
 
 }  // namespace cuvil::ir

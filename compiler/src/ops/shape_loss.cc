@@ -43,8 +43,8 @@ absl::Status Loss(InferContext& c) {
 }  // namespace
 
 void RegisterLossShapes(OpTable& r) {
-  r.DefineShape("NegativeLogLikelihoodLoss", Loss);
-  r.DefineShape("SoftmaxCrossEntropyLoss", Loss);
+  r.DefineShape("NegativeLogLikelihoodLoss", Loss).Batch(BatchClass::kMixes);
+  r.DefineShape("SoftmaxCrossEntropyLoss", Loss).Batch(BatchClass::kMixes);
 }
 
 }  // namespace cuvil::ir

@@ -782,20 +782,23 @@ absl::Status Resize(InferContext& c) {
 }  // namespace
 
 void RegisterMovementShapes(OpTable& r) {
-  r.DefineShape("Transpose", Transpose);
-  r.DefineShape("Concat", Concat);
-  r.DefineShape("Split", Split);
-  r.DefineShape("Slice", Slice);
-  r.DefineShape("Gather", Gather);
-  r.DefineShape("Tile", Tile);
-  r.DefineShape("Expand", Expand);
-  r.DefineShape("Pad", Pad);
-  r.DefineShape("DepthToSpace", BlockRearrange);
-  r.DefineShape("SpaceToDepth", BlockRearrange);
-  r.DefineShape("ScatterND", ScatterND);
-  r.DefineShape("Trilu", Trilu);
-  r.DefineShape("Resize", Resize);
-  r.DefineShape("Upsample", Resize);
+  r.DefineShape("Transpose", Transpose).Batch(BatchClass::kTranspose);
+  r.DefineShape("Concat", Concat).Batch(BatchClass::kConcat);
+  r.DefineShape("Split", Split).Batch(BatchClass::kAlongAxis);
+  r.DefineShape("Slice", Slice).Batch(BatchClass::kMovement);
+  r.DefineShape("Gather", Gather).Batch(BatchClass::kGather);
+  r.DefineShape("Tile", Tile).Batch(BatchClass::kMovement);
+  r.DefineShape("Expand", Expand)
+      .Batch(BatchClass::kMovement)
+      .BatchShapeOperandsFrom(1)
+      .BatchFill();
+  r.DefineShape("Pad", Pad).Batch(BatchClass::kMovement);
+  r.DefineShape("DepthToSpace", BlockRearrange).Batch(BatchClass::kBatchLeading);
+  r.DefineShape("SpaceToDepth", BlockRearrange).Batch(BatchClass::kBatchLeading);
+  r.DefineShape("ScatterND", ScatterND).Batch(BatchClass::kMixes);
+  r.DefineShape("Trilu", Trilu).Batch(BatchClass::kMovement);
+  r.DefineShape("Resize", Resize).Batch(BatchClass::kBatchLeading);
+  r.DefineShape("Upsample", Resize).Batch(BatchClass::kBatchLeading);
 }
 
 }  // namespace cuvil::ir

@@ -352,15 +352,23 @@ absl::Status GlobalPool(InferContext& c) {
   return absl::OkStatus();
 }
 
+// Multiply-adds per output element (OpDef::macs): W is [Cout, Cin/group, k...], and every output
+// element reads all of one filter.
+double ConvMacs(const Node& n, absl::Span<const int64_t> syms) {
+  if (n.inputs[0]->type.rank() < 3 || !n.has_input(1)) return 0.0;
+  const SymShape& w = n.inputs[1]->type.shape;
+  return ElementsAt(SymShape(w.begin() + 1, w.end()), syms);
+}
+
 }  // namespace
 
 void RegisterNnShapes(OpTable& r) {
-  r.DefineShape("Conv", Conv);
-  r.DefineShape("ConvTranspose", ConvTranspose);
-  r.DefineShape("MaxPool", Pool);
-  r.DefineShape("AveragePool", Pool);
-  r.DefineShape("GlobalAveragePool", GlobalPool);
-  r.DefineShape("GlobalMaxPool", GlobalPool);
+  r.DefineShape("Conv", Conv).Batch(BatchClass::kBatchLeading).Macs(ConvMacs);
+  r.DefineShape("ConvTranspose", ConvTranspose).Batch(BatchClass::kBatchLeading);
+  r.DefineShape("MaxPool", Pool).Batch(BatchClass::kBatchLeading);
+  r.DefineShape("AveragePool", Pool).Batch(BatchClass::kBatchLeading);
+  r.DefineShape("GlobalAveragePool", GlobalPool).Batch(BatchClass::kBatchLeading);
+  r.DefineShape("GlobalMaxPool", GlobalPool).Batch(BatchClass::kBatchLeading);
 }
 
 }  // namespace cuvil::ir

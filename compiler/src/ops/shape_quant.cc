@@ -386,21 +386,22 @@ absl::Status MatMulNBits(InferContext& c) {
   return absl::OkStatus();
 }
 
+absl::Status Quantize(InferContext& c) { return QuantDequant(c, /*quantize=*/true); }
+absl::Status Dequantize(InferContext& c) { return QuantDequant(c, /*quantize=*/false); }
+
 }  // namespace
 
 void RegisterQuantShapes(OpTable& r) {
-  r.DefineShape("QuantizeLinear",
-                [](InferContext& c) { return QuantDequant(c, /*quantize=*/true); });
-  r.DefineShape("DequantizeLinear",
-                [](InferContext& c) { return QuantDequant(c, /*quantize=*/false); });
-  r.DefineShape("DynamicQuantizeLinear", DynamicQuantize);
-  r.DefineShape("MatMulInteger", MatMulInteger);
-  r.DefineShape("QLinearMatMul", QLinearMatMul);
-  r.DefineShape("ConvInteger", ConvInteger);
-  r.DefineShape("QLinearConv", QLinearConv);
-  r.DefineShape("CuvilQConv", QConvFused);
-  r.DefineShape("CuvilQMatMul", QMatMulFused);
-  r.DefineShape("MatMulNBits", MatMulNBits);
+  r.DefineShape("QuantizeLinear", Quantize).Batch(BatchClass::kUnary);
+  r.DefineShape("DequantizeLinear", Dequantize).Batch(BatchClass::kUnary);
+  r.DefineShape("DynamicQuantizeLinear", DynamicQuantize).Batch(BatchClass::kMixes);
+  r.DefineShape("MatMulInteger", MatMulInteger).Batch(BatchClass::kMatMul);
+  r.DefineShape("QLinearMatMul", QLinearMatMul).Batch(BatchClass::kQLinearMatMul);
+  r.DefineShape("ConvInteger", ConvInteger).Batch(BatchClass::kBatchLeading);
+  r.DefineShape("QLinearConv", QLinearConv).Batch(BatchClass::kBatchLeading);
+  r.DefineShape("CuvilQConv", QConvFused).Batch(BatchClass::kQConv).Domain(OpDomain::kInternal);
+  r.DefineShape("CuvilQMatMul", QMatMulFused).Batch(BatchClass::kMixes).Domain(OpDomain::kInternal);
+  r.DefineShape("MatMulNBits", MatMulNBits).Batch(BatchClass::kMixes).Domain(OpDomain::kMicrosoft);
 }
 
 }  // namespace cuvil::ir

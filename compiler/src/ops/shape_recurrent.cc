@@ -229,9 +229,9 @@ absl::Status Recurrent(InferContext& c) {
 }  // namespace
 
 void RegisterRecurrentShapes(OpTable& r) {
-  r.DefineShape("LSTM", Recurrent);
-  r.DefineShape("GRU", Recurrent);
-  r.DefineShape("RNN", Recurrent);
+  r.DefineShape("LSTM", Recurrent).Batch(BatchClass::kMixes);
+  r.DefineShape("GRU", Recurrent).Batch(BatchClass::kMixes);
+  r.DefineShape("RNN", Recurrent).Batch(BatchClass::kMixes);
 }
 
 }  // namespace cuvil::ir

@@ -265,18 +265,20 @@ void RegisterReductionShapes(OpTable& r) {
   for (const char* op :
        {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
         "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"}) {
-    r.DefineShape(op, Reduce);
+    r.DefineShape(op, Reduce).Batch(BatchClass::kReduce);
   }
-  r.DefineShape("ArgMax", ArgReduce);
-  r.DefineShape("ArgMin", ArgReduce);
-  for (const char* op : {"Softmax", "LogSoftmax", "Hardmax"}) r.DefineShape(op, SoftmaxLike);
-  r.DefineShape("LayerNormalization", LayerNormalization);
-  r.DefineShape("InstanceNormalization", InstanceNormalization);
-  r.DefineShape("BatchNormalization", BatchNormalization);
-  r.DefineShape("TopK", TopK);
-  r.DefineShape("CumSum", CumSum);
-  r.DefineShape("LRN", Lrn);
-  r.DefineShape("MeanVarianceNormalization", MeanVarianceNormalization);
+  r.DefineShape("ArgMax", ArgReduce).Batch(BatchClass::kAlongAxis);
+  r.DefineShape("ArgMin", ArgReduce).Batch(BatchClass::kAlongAxis);
+  for (const char* op : {"Softmax", "LogSoftmax", "Hardmax"}) {
+    r.DefineShape(op, SoftmaxLike).Batch(BatchClass::kNormalize);
+  }
+  r.DefineShape("LayerNormalization", LayerNormalization).Batch(BatchClass::kNormalize);
+  r.DefineShape("InstanceNormalization", InstanceNormalization).Batch(BatchClass::kBatchLeading);
+  r.DefineShape("BatchNormalization", BatchNormalization).Batch(BatchClass::kBatchLeading);
+  r.DefineShape("TopK", TopK).Batch(BatchClass::kAlongAxis);
+  r.DefineShape("CumSum", CumSum).Batch(BatchClass::kAlongAxis);
+  r.DefineShape("LRN", Lrn).Batch(BatchClass::kBatchLeading);
+  r.DefineShape("MeanVarianceNormalization", MeanVarianceNormalization).Batch(BatchClass::kReduce);
 }
 
 }  // namespace cuvil::ir

@@ -78,8 +78,8 @@ absl::Status RoiAlign(InferContext& c) {
 }  // namespace
 
 void RegisterSamplingShapes(OpTable& r) {
-  r.DefineShape("GridSample", GridSample);
-  r.DefineShape("RoiAlign", RoiAlign);
+  r.DefineShape("GridSample", GridSample).Batch(BatchClass::kMixes);
+  r.DefineShape("RoiAlign", RoiAlign).Batch(BatchClass::kMixes);
 }
 
 }  // namespace cuvil::ir

@@ -125,10 +125,10 @@ absl::Status NonMaxSuppression(InferContext& c) {
 }  // namespace
 
 void RegisterSelectionShapes(OpTable& r) {
-  r.DefineShape("Compress", Compress);
-  r.DefineShape("NonMaxSuppression", NonMaxSuppression);
-  r.DefineShape("NonZero", NonZero);
-  r.DefineShape("Unique", Unique);
+  r.DefineShape("Compress", Compress).Batch(BatchClass::kMixes);
+  r.DefineShape("NonMaxSuppression", NonMaxSuppression).Batch(BatchClass::kMixes);
+  r.DefineShape("NonZero", NonZero).Batch(BatchClass::kMixes);
+  r.DefineShape("Unique", Unique).Batch(BatchClass::kMixes);
 }
 
 }  // namespace cuvil::ir

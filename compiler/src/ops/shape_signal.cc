@@ -141,10 +141,10 @@ absl::Status MelWeightMatrix(InferContext& c) {
 
 void RegisterSignalShapes(OpTable& r) {
   for (const char* op : {"HannWindow", "HammingWindow", "BlackmanWindow"})
-    r.DefineShape(op, Window);
-  r.DefineShape("DFT", Dft);
-  r.DefineShape("STFT", Stft);
-  r.DefineShape("MelWeightMatrix", MelWeightMatrix);
+    r.DefineShape(op, Window).Batch(BatchClass::kMixes);
+  r.DefineShape("DFT", Dft).Batch(BatchClass::kMixes);
+  r.DefineShape("STFT", Stft).Batch(BatchClass::kMixes);
+  r.DefineShape("MelWeightMatrix", MelWeightMatrix).Batch(BatchClass::kMixes);
 }
 
 }  // namespace cuvil::ir

@@ -42,7 +42,7 @@ absl::Status StringNormalizer(InferContext& c) {
 }  // namespace
 
 void RegisterStringShapes(OpTable& r) {
-  r.DefineShape("StringNormalizer", StringNormalizer);
+  r.DefineShape("StringNormalizer", StringNormalizer).Batch(BatchClass::kMixes);
   for (const char* op : {"StringNormalizer", "Cast", "CastLike", "Identity", "Reshape", "Flatten",
                          "Squeeze", "Unsqueeze", "Shape", "Size"}) {
     r.AllowStrings(op);

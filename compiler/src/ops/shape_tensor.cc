@@ -317,17 +317,20 @@ absl::Status EyeLike(InferContext& c) {
 }  // namespace
 
 void RegisterTensorShapes(OpTable& r) {
-  r.DefineShape("Shape", Shape);
-  r.DefineShape("Size", Size);
-  r.DefineShape("Reshape", Reshape);
-  r.DefineShape("Flatten", Flatten);
-  r.DefineShape("Squeeze", Squeeze);
-  r.DefineShape("Unsqueeze", Unsqueeze);
-  r.DefineShape("Identity", Identity);
-  r.DefineShape("Dropout", Dropout);
-  r.DefineShape("ConstantOfShape", ConstantOfShape);
-  r.DefineShape("Range", Range);
-  r.DefineShape("EyeLike", EyeLike);
+  r.DefineShape("Shape", Shape).Batch(BatchClass::kShapeOf);
+  r.DefineShape("Size", Size).Batch(BatchClass::kShapeOf);
+  r.DefineShape("Reshape", Reshape).Batch(BatchClass::kRegroup).BatchShapeOperandsFrom(1);
+  r.DefineShape("Flatten", Flatten).Batch(BatchClass::kRegroup);
+  r.DefineShape("Squeeze", Squeeze).Batch(BatchClass::kRegroup);
+  r.DefineShape("Unsqueeze", Unsqueeze).Batch(BatchClass::kRegroup);
+  r.DefineShape("Identity", Identity).Batch(BatchClass::kUnary);
+  r.DefineShape("Dropout", Dropout).Batch(BatchClass::kMixes);
+  r.DefineShape("ConstantOfShape", ConstantOfShape)
+      .Batch(BatchClass::kMixes)
+      .BatchShapeOperandsFrom(0)
+      .BatchFill();
+  r.DefineShape("Range", Range).Batch(BatchClass::kMixes);
+  r.DefineShape("EyeLike", EyeLike).Batch(BatchClass::kMixes);
 }
 
 }  // namespace cuvil::ir

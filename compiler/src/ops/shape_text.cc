@@ -54,6 +54,8 @@ absl::Status TfIdfVectorizer(InferContext& c) {
 
 }  // namespace
 
-void RegisterTextShapes(OpTable& r) { r.DefineShape("TfIdfVectorizer", TfIdfVectorizer); }
+void RegisterTextShapes(OpTable& r) {
+  r.DefineShape("TfIdfVectorizer", TfIdfVectorizer).Batch(BatchClass::kMixes);
+}
 
 }  // namespace cuvil::ir

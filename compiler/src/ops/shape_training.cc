@@ -81,9 +81,9 @@ absl::Status Momentum(InferContext& c) {
 }  // namespace
 
 void RegisterTrainingShapes(OpTable& r) {
-  r.DefineShape("Adagrad", Adagrad);
-  r.DefineShape("Adam", Adam);
-  r.DefineShape("Momentum", Momentum);
+  r.DefineShape("Adagrad", Adagrad).Batch(BatchClass::kMixes).Domain(OpDomain::kTraining);
+  r.DefineShape("Adam", Adam).Batch(BatchClass::kMixes).Domain(OpDomain::kTraining);
+  r.DefineShape("Momentum", Momentum).Batch(BatchClass::kMixes).Domain(OpDomain::kTraining);
 }
 
 }  // namespace cuvil::ir
