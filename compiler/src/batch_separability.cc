@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <optional>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "op_table.h"
 
 namespace cuvil {
 namespace {
@@ -53,94 +53,15 @@ bool Contains(const std::vector<int64_t>& v, int64_t x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
 
-const std::unordered_set<std::string>& UnaryOps() {
-  static const auto* ops = new std::unordered_set<std::string>{"Relu",
-                                                               "LeakyRelu",
-                                                               "Sigmoid",
-                                                               "Tanh",
-                                                               "Exp",
-                                                               "Log",
-                                                               "Sqrt",
-                                                               "Erf",
-                                                               "Neg",
-                                                               "Abs",
-                                                               "Reciprocal",
-                                                               "Floor",
-                                                               "Ceil",
-                                                               "Round",
-                                                               "Sign",
-                                                               "Sin",
-                                                               "Cos",
-                                                               "Tan",
-                                                               "Asin",
-                                                               "Acos",
-                                                               "Atan",
-                                                               "Sinh",
-                                                               "Cosh",
-                                                               "Asinh",
-                                                               "Acosh",
-                                                               "Atanh",
-                                                               "Softplus",
-                                                               "Softsign",
-                                                               "Elu",
-                                                               "Selu",
-                                                               "Celu",
-                                                               "HardSigmoid",
-                                                               "HardSwish",
-                                                               "Gelu",
-                                                               "Mish",
-                                                               "Clip",
-                                                               "Cast",
-                                                               "CastLike",
-                                                               "Identity",
-                                                               "Not",
-                                                               "IsNaN",
-                                                               "IsInf",
-                                                               "ThresholdedRelu",
-
-                                                               "Shrink",
-                                                               "BitwiseNot",
-                                                               "QuantizeLinear",
-                                                               "DequantizeLinear"};
-  return *ops;
-}
-
-const std::unordered_set<std::string>& BroadcastOps() {
-  static const auto* ops = new std::unordered_set<std::string>{
-      "Add",        "Sub",       "Mul",       "Div",   "Pow",     "Max",         "Min",
-      "Mean",       "Sum",       "Equal",     "Less",  "Greater", "LessOrEqual", "GreaterOrEqual",
-      "And",        "Or",        "Xor",       "Where", "Mod",     "PRelu",       "BitShift",
-      "BitwiseAnd", "BitwiseOr", "BitwiseXor"};
-  return *ops;
-}
-
-// Ops whose input 0 is NCHW-like data with the batch as N, every other input a parameter.
-const std::unordered_set<std::string>& BatchLeadingOps() {
-  static const auto* ops = new std::unordered_set<std::string>{"Conv",
-                                                               "ConvTranspose",
-                                                               "ConvInteger",
-                                                               "QLinearConv",
-                                                               "MaxPool",
-                                                               "AveragePool",
-                                                               "LpPool",
-                                                               "GlobalAveragePool",
-                                                               "GlobalMaxPool",
-                                                               "GlobalLpPool",
-                                                               "InstanceNormalization",
-                                                               "LRN",
-                                                               "DepthToSpace",
-                                                               "SpaceToDepth",
-                                                               "Resize",
-                                                               "Upsample",
-                                                               "BatchNormalization"};
-  return *ops;
-}
-
-const std::unordered_set<std::string>& ReduceOps() {
-  static const auto* ops = new std::unordered_set<std::string>{
-      "ReduceSum", "ReduceMean", "ReduceMax",    "ReduceMin",       "ReduceProd",
-      "ReduceL1",  "ReduceL2",   "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"};
-  return *ops;
+// The row's traits, or a default row (kMixes) for an op the table does not know.
+const OpDef& TraitsOf(const std::string& op_type) {
+  static const OpDef* unknown = [] {
+    auto* d = new OpDef();
+    d->batch = BatchClass::kMixes;
+    return d;
+  }();
+  const OpDef* def = OpTable::Get().Find(op_type);
+  return def != nullptr ? *def : *unknown;
 }
 
 class Analysis {
@@ -205,12 +126,14 @@ class Analysis {
       any_shape |= in.back().kind == Kind::kShape;
     }
     if (!any_rows && !any_shape) return SetAll(node, State{}, /*allow_batch=*/false);
-    if (node.op_type == "Shape" || node.op_type == "Size") {
+    const OpDef& traits = TraitsOf(node.op_type);
+    if (traits.batch == BatchClass::kShapeOf) {
       return SetAll(node, State{Kind::kShape}, /*allow_batch=*/true);
     }
-    if (!any_rows) return VisitShapeOnly(node, in);
+    if (!any_rows) return VisitShapeOnly(node, traits, in);
     for (size_t i = 0; i < in.size(); ++i) {
-      const bool shape_operand = i >= 1 && (node.op_type == "Reshape" || node.op_type == "Expand");
+      const bool shape_operand = traits.batch_shape_operands_from >= 0 &&
+                                 static_cast<int>(i) >= traits.batch_shape_operands_from;
       if (in[i].kind == Kind::kShape && !shape_operand) {
         return absl::StrCat("input ", i, " is a batch-dependent shape used as data");
       }
@@ -223,7 +146,7 @@ class Analysis {
         break;
       }
     }
-    if (std::string why = CheckRule(node, in); !why.empty()) return why;
+    if (std::string why = CheckRule(node, traits.batch, in); !why.empty()) return why;
     for (const ir::Value* out : node.outputs) {
       if (out == nullptr) continue;
       std::optional<State> rows = RowsOf(out->type.shape);
@@ -250,9 +173,12 @@ class Analysis {
 
   // A node reading shape values but no batch rows: more shape arithmetic, or a tensor filled with
   // values that do not depend on the batch item (ConstantOfShape, Expand of a parameter).
-  std::string VisitShapeOnly(const ir::Node& node, const std::vector<State>& in) {
-    const bool fill = node.op_type == "ConstantOfShape" ||
-                      (node.op_type == "Expand" && in[0].kind == Kind::kInvariant);
+  std::string VisitShapeOnly(const ir::Node& node, const OpDef& traits,
+                             const std::vector<State>& in) {
+    bool fill = traits.batch_fill;  // when every data input is invariant
+    for (int i = 0; fill && i < traits.batch_shape_operands_from; ++i) {
+      fill = in[i].kind == Kind::kInvariant;
+    }
     if (fill) {
       std::optional<State> rows = RowsOf(node.outputs[0]->type.shape);
       if (!rows) return "its output has no single batch dimension";
@@ -267,23 +193,23 @@ class Analysis {
     return SetAll(node, State{Kind::kShape}, /*allow_batch=*/true);
   }
 
-  // The op-specific rule for a node with at least one kRows input.
-  std::string CheckRule(const ir::Node& node, const std::vector<State>& in) {
+  // The rule of the op's batch class for a node with at least one kRows input.
+  std::string CheckRule(const ir::Node& node, BatchClass rule, const std::vector<State>& in) {
     const std::string& op = node.op_type;
     const ir::Value* out0 = node.outputs.empty() ? nullptr : node.outputs[0];
     if (out0 == nullptr) return "has no output";
     std::optional<State> out = RowsOf(out0->type.shape);
     if (!out) return "its output loses the batch dimension";
     const State& x = in[0];
-    if (UnaryOps().count(op)) {
+    if (rule == BatchClass::kUnary) {
       if (!OnlyInputRows(in, 0)) return "a parameter depends on the batch";
       if (x.kind != Kind::kRows || out->axis != x.axis || out->coef != x.coef) {
         return "changes the batch dimension";
       }
       return "";
     }
-    if (BroadcastOps().count(op)) return CheckBroadcast(node, in, *out);
-    if (op == "CuvilQConv") {  // fuse_qdq.cc: input 5 is a residual laid out as the output
+    if (rule == BatchClass::kBroadcast) return CheckBroadcast(node, in, *out);
+    if (rule == BatchClass::kQConv) {  // fuse_qdq.cc: input 5 is a residual laid out as the output
       for (size_t i = 1; i < in.size(); ++i) {
         if (i != 5 && in[i].kind == Kind::kRows) return "a parameter depends on the batch";
       }
@@ -296,7 +222,7 @@ class Analysis {
       if (out->axis != 0 || out->coef != x.coef) return "changes the batch dimension";
       return "";
     }
-    if (BatchLeadingOps().count(op)) {
+    if (rule == BatchClass::kBatchLeading) {
       if (!OnlyInputRows(in, 0) || x.kind != Kind::kRows || x.axis != 0) {
         return "the batch is not the data's leading dimension";
       }
@@ -310,10 +236,10 @@ class Analysis {
       if (out->axis != 0 || out->coef != x.coef) return "changes the batch dimension";
       return "";
     }
-    if (op == "Gemm") return CheckGemm(node, in, *out);
-    if (op == "MatMul" || op == "MatMulInteger") return CheckMatMul(node, in, 0, 1, *out);
-    if (op == "QLinearMatMul") return CheckMatMul(node, in, 0, 3, *out);
-    if (op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze") {
+    if (rule == BatchClass::kGemm) return CheckGemm(node, in, *out);
+    if (rule == BatchClass::kMatMul) return CheckMatMul(node, in, 0, 1, *out);
+    if (rule == BatchClass::kQLinearMatMul) return CheckMatMul(node, in, 0, 3, *out);
+    if (rule == BatchClass::kRegroup) {
       if (!OnlyInputRows(in, 0)) return "a parameter depends on the batch";
       // Flattened, the input is [P, batch, S] with P = (dims before the axis) * outer; so is
       // the output when its dims before the batch divide P (S then matches by element count).
@@ -328,13 +254,15 @@ class Analysis {
       out_outer_ = p / *before_out;
       return "";
     }
-    if (op == "Transpose") return out->coef == x.coef ? "" : "changes the batch dimension";
-    if (ReduceOps().count(op) || op == "MeanVarianceNormalization") {
+    if (rule == BatchClass::kTranspose) {
+      return out->coef == x.coef ? "" : "changes the batch dimension";
+    }
+    if (rule == BatchClass::kReduce) {
       if (!OnlyInputRows(in, 0)) return "a parameter depends on the batch";
       if (Contains(node.attr_ints("axes"), x.axis)) return "reduces over the batch";
       return out->coef == x.coef ? "" : "changes the batch dimension";
     }
-    if (op == "Softmax" || op == "LogSoftmax" || op == "Hardmax" || op == "LayerNormalization") {
+    if (rule == BatchClass::kNormalize) {
       if (!OnlyInputRows(in, 0)) return "a parameter depends on the batch";
       const int64_t begin = node.attr_int("axis", -1);
       const int64_t end = op == "LayerNormalization" ? node.inputs[0]->type.rank()
@@ -342,14 +270,13 @@ class Analysis {
       if (begin < 0 || (x.axis >= begin && x.axis < end)) return "normalises over the batch";
       return out->axis == x.axis && out->coef == x.coef ? "" : "changes the batch dimension";
     }
-    if (op == "ArgMax" || op == "ArgMin" || op == "TopK" || op == "CumSum" ||
-        op == "LpNormalization" || op == "Split") {
+    if (rule == BatchClass::kAlongAxis) {
       if (!OnlyInputRows(in, 0)) return "a parameter depends on the batch";
       const int64_t axis = node.attr_int("axis", -1);
       if (axis < 0 || axis == x.axis) return "works along the batch";
       return out->coef == x.coef ? "" : "changes the batch dimension";
     }
-    if (op == "Concat") {
+    if (rule == BatchClass::kConcat) {
       const int64_t axis = node.attr_int("axis", -1);
       for (const State& s : in) {
         if (s.kind != Kind::kRows || s.axis != x.axis || s.coef != x.coef || s.outer != x.outer) {
@@ -359,11 +286,9 @@ class Analysis {
       if (axis < 0 || axis == x.axis) return "concatenates along the batch";
       return out->axis == x.axis && out->coef == x.coef ? "" : "changes the batch dimension";
     }
-    if (op == "Slice" || op == "Pad" || op == "Tile" || op == "Expand" || op == "Trilu") {
-      return CheckMovement(node, in, *out);
-    }
-    if (op == "Gather" || op == "GatherElements") return CheckGather(node, in, *out);
-    if (op == "OneHot") {
+    if (rule == BatchClass::kMovement) return CheckMovement(node, in, *out);
+    if (rule == BatchClass::kGather) return CheckGather(node, in, *out);
+    if (rule == BatchClass::kPerItem) {
       if (!OnlyInputRows(in, 0)) return "a parameter depends on the batch";
       return out->coef == x.coef ? "" : "changes the batch dimension";
     }

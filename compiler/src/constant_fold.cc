@@ -4,6 +4,7 @@
 #include <set>
 
 #include "infer_context.h"
+#include "op_table.h"
 
 namespace cuvil {
 namespace {
@@ -31,21 +32,25 @@ double Broadcast(const HostTensor& t, const std::vector<int64_t>& out_shape, int
   return t.GetAsDouble(index);
 }
 
-}  // namespace
-
-bool IsHostFoldable(const std::string& op) {
-  static const std::set<std::string> kOps = {"Cast", "Add",   "Sub", "Mul", "Div", "Neg",
-                                             "Ceil", "Floor", "Abs", "Max", "Min", "Relu"};
-  return kOps.count(op) != 0;
+// The op's host fold (OpDef::fold; arity 0 when it has none).
+const HostFold& FoldOf(const std::string& op) {
+  static const HostFold kNone;
+  const OpDef* def = OpTable::Get().Find(op);
+  return def != nullptr ? def->fold : kNone;
 }
 
+}  // namespace
+
+bool IsHostFoldable(const std::string& op) { return FoldOf(op).arity != 0; }
+
 bool TryFoldOnHost(ir::Graph& graph, ir::Node& node) {
-  if (!IsHostFoldable(node.op_type) || node.outputs.size() != 1 || node.outputs[0] == nullptr ||
+  const HostFold& fold = FoldOf(node.op_type);
+  if (fold.arity == 0 || node.outputs.size() != 1 || node.outputs[0] == nullptr ||
       node.inputs.empty()) {
     return false;
   }
   ir::Value* out = node.outputs[0];
-  bool to_bool = node.op_type == "Cast" && out->type.dtype == DType::kBool;
+  bool to_bool = fold.to_bool && out->type.dtype == DType::kBool;
   if (!IsStaticShape(out->type.shape) || !(FoldableDType(out->type.dtype) || to_bool)) {
     return false;
   }
@@ -59,30 +64,16 @@ bool TryFoldOnHost(ir::Graph& graph, ir::Node& node) {
   for (const ir::Value* in : node.inputs) {
     if (in == nullptr || !in->is_constant() || !FoldableDType(in->constant->dtype())) return false;
   }
-  // Integer Div rounds differently across runtimes, and Max/Min/Add... take any number of inputs
-  // only in some forms: fold floats for Div, and binary or unary forms only.
-  const std::string& op = node.op_type;
-  bool unary =
-      op == "Cast" || op == "Neg" || op == "Ceil" || op == "Floor" || op == "Abs" || op == "Relu";
-  if (unary ? node.inputs.size() != 1 : node.inputs.size() != 2) return false;
-  if (op == "Div" && !IsFloat(out->type.dtype)) return false;
+  // Max/Min/Add... take any number of inputs only in some forms: the fold's arity only; and
+  // some folds only for float results (integer Div rounds differently across runtimes).
+  const bool unary = fold.arity == 1;
+  if (node.inputs.size() != static_cast<size_t>(fold.arity)) return false;
+  if (fold.floats_only && !IsFloat(out->type.dtype)) return false;
   HostTensor result(out->type.dtype, shape);
   for (int64_t i = 0; i < n; ++i) {
     double a = Broadcast(*node.inputs[0]->constant, shape, i);
     double b = unary ? 0 : Broadcast(*node.inputs[1]->constant, shape, i);
-    double r = 0;
-    if (op == "Cast") r = a;
-    if (op == "Neg") r = -a;
-    if (op == "Ceil") r = std::ceil(a);
-    if (op == "Floor") r = std::floor(a);
-    if (op == "Abs") r = std::fabs(a);
-    if (op == "Relu") r = std::max(a, 0.0);
-    if (op == "Add") r = a + b;
-    if (op == "Sub") r = a - b;
-    if (op == "Mul") r = a * b;
-    if (op == "Div") r = a / b;
-    if (op == "Max") r = std::max(a, b);
-    if (op == "Min") r = std::min(a, b);
+    double r = fold.fn(a, b);
     switch (out->type.dtype) {
       case DType::kFloat32:
         result.data_as<float>()[i] = static_cast<float>(r);

@@ -25,6 +25,7 @@
 #include "onnx/checker.h"
 #include "onnx/onnx_pb.h"
 #include "onnx_tensor.h"
+#include "op_table.h"
 #include "sequence_resolution.h"
 #include "subgraph_import.h"
 
@@ -131,16 +132,17 @@ absl::StatusOr<HostTensor> ConstantNodeValue(const ir::Node& node) {
       absl::StrCat(node.Describe(), ": unsupported Constant form (sparse or string value)"));
 }
 
-// The optimizers of ai.onnx.preview.training (ops/shape_training.cc); its other ops
-// (Gradient) are not supported.
+// Domains besides ai.onnx whose ops Cuvil runs: the optimizers of ai.onnx.preview.training (its
+// other ops, Gradient, are not supported) and ONNX Runtime's 4-bit block-quantized MatMul. Which
+// op belongs to which is the op table's OpDef::domain.
 constexpr char kTrainingDomain[] = "ai.onnx.preview.training";
-bool IsTrainingOp(const std::string& op_type) {
-  return op_type == "Adagrad" || op_type == "Adam" || op_type == "Momentum";
-}
-
-// ONNX Runtime's contrib ops that Cuvil runs: its 4-bit block-quantized MatMul.
 constexpr char kMicrosoftDomain[] = "com.microsoft";
-bool IsMicrosoftOp(const std::string& op_type) { return op_type == "MatMulNBits"; }
+
+// True when the op table has `op_type` in `domain`.
+bool InDomain(const std::string& op_type, OpDomain domain) {
+  const OpDef* def = OpTable::Get().Find(op_type);
+  return def != nullptr && def->domain == domain;
+}
 
 class Importer {
  public:
@@ -286,8 +288,10 @@ class Importer {
   }
 
   absl::Status ImportNode(const onnx::NodeProto& np) {
-    bool training_op = np.domain() == kTrainingDomain && IsTrainingOp(np.op_type());
-    bool microsoft_op = np.domain() == kMicrosoftDomain && IsMicrosoftOp(np.op_type());
+    bool training_op =
+        np.domain() == kTrainingDomain && InDomain(np.op_type(), OpDomain::kTraining);
+    bool microsoft_op =
+        np.domain() == kMicrosoftDomain && InDomain(np.op_type(), OpDomain::kMicrosoft);
     if (!np.domain().empty() && np.domain() != "ai.onnx" && !training_op && !microsoft_op) {
       return absl::UnimplementedError(
           absl::StrCat("unsupported op ", np.domain(), "::", np.op_type(), " (node '", np.name(),
