@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "internal_attrs.h"
 #include "op_table.h"
 
 namespace cuvil {
@@ -266,7 +267,7 @@ class Analysis {
       if (!OnlyInputRows(in, 0)) return "a parameter depends on the batch";
       const int64_t begin = node.attr_int("axis", -1);
       const int64_t end = op == "LayerNormalization" ? node.inputs[0]->type.rank()
-                                                     : node.attr_int("axis_end", begin + 1);
+                                                     : node.attr_int(attr::kAxisEnd, begin + 1);
       if (begin < 0 || (x.axis >= begin && x.axis < end)) return "normalises over the batch";
       return out->axis == x.axis && out->coef == x.coef ? "" : "changes the batch dimension";
     }
@@ -347,9 +348,9 @@ class Analysis {
     }
     const SymShape& sa = node.inputs[ia]->type.shape;
     SymShape sb = node.inputs[ib]->type.shape;
-    if (node.has_attr("packed_n")) {  // B is a constant [K, N] stored as column panels.
-      sb = {SymDim::Const(node.attr_int("packed_k", 0)),
-            SymDim::Const(node.attr_int("packed_n", 0))};
+    if (node.has_attr(attr::kPackedN)) {  // B is a constant [K, N] stored as column panels.
+      sb = {SymDim::Const(node.attr_int(attr::kPackedK, 0)),
+            SymDim::Const(node.attr_int(attr::kPackedN, 0))};
     }
     const int ra = static_cast<int>(sa.size()), rb = static_cast<int>(sb.size());
     const int ro = node.outputs[0]->type.rank();

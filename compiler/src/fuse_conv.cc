@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cuvil/runtime/ukernels.h"
+#include "internal_attrs.h"
 
 namespace cuvil {
 namespace {
@@ -29,8 +30,8 @@ bool IsConstFloat32(const ir::Value* v, int64_t elements) {
 
 // A 2-D float32 Conv with constant weights, constant (or no) bias and nothing fused yet.
 bool IsPlainConv(const ir::Node* n) {
-  if (n == nullptr || n->op_type != "Conv" || n->has_attr("ukernel")) return false;
-  if (n->has_attr("fused_act") || n->has_attr("fused_residual")) return false;
+  if (n == nullptr || n->op_type != "Conv" || n->has_attr(attr::kUkernel)) return false;
+  if (n->has_attr(attr::kFusedAct) || n->has_attr(attr::kFusedResidual)) return false;
   if (n->inputs.size() < 2 || n->inputs.size() > 3 || n->outputs.size() != 1) return false;
   const ir::Value* x = n->inputs[0];
   const ir::Value* w = n->inputs[1];
@@ -121,11 +122,11 @@ bool FuseBatchNormRelu(ir::Graph& graph) {
     ir::Node* bn = v->producer;
     auto use = uses.find(v);
     if (bn->op_type != "BatchNormalization" || bn->outputs.size() != 1 ||
-        bn->attr_int("training_mode", 0) != 0 || bn->has_attr("fused_relu") || use == uses.end() ||
-        use->second != 1 || !IsFloat(v->type.dtype)) {
+        bn->attr_int("training_mode", 0) != 0 || bn->has_attr(attr::kFusedRelu) ||
+        use == uses.end() || use->second != 1 || !IsFloat(v->type.dtype)) {
       continue;
     }
-    bn->attrs["fused_relu"] = int64_t{1};
+    bn->attrs[attr::kFusedRelu] = int64_t{1};
     TakeOverOutput(bn, relu);
     dead.push_back(relu);
   }
@@ -166,7 +167,7 @@ bool FuseResidualAdds(ir::Graph& graph) {
     if (best == nullptr) continue;
     best->inputs.resize(4);
     best->inputs[3] = other;
-    best->attrs["fused_residual"] = int64_t{1};
+    best->attrs[attr::kFusedResidual] = int64_t{1};
     TakeOverOutput(best, add);
     dead.push_back(add);
   }
@@ -218,19 +219,20 @@ bool FuseActivations(ir::Graph& graph) {
     if (act->inputs.empty() || act->outputs.size() != 1 || act->outputs[0] == nullptr) continue;
     if (auto gated = GatedActivation(*act, uses)) {
       ir::Node* conv = gated->second->inputs[0]->producer;
-      if (conv->has_attr("fused_act") || conv->has_attr("ukernel")) continue;
-      if (!IsPlainConv(conv) && !conv->has_attr("fused_residual")) continue;
-      conv->attrs["fused_act"] = gated->first;
-      conv->attrs["fused_alpha"] = 0.0f;
-      conv->attrs["fused_beta"] = 0.0f;
+      if (conv->has_attr(attr::kFusedAct) || conv->has_attr(attr::kUkernel)) continue;
+      if (!IsPlainConv(conv) && !conv->has_attr(attr::kFusedResidual)) continue;
+      conv->attrs[attr::kFusedAct] = gated->first;
+      conv->attrs[attr::kFusedAlpha] = 0.0f;
+      conv->attrs[attr::kFusedBeta] = 0.0f;
       TakeOverOutput(conv, act);
       dead.push_back(gated->second);
       dead.push_back(act);
       continue;
     }
     ir::Node* conv = SoleUseConv(act->inputs[0], uses);
-    if (conv == nullptr || conv->has_attr("fused_act") || conv->has_attr("ukernel")) continue;
-    if (!IsPlainConv(conv) && !conv->has_attr("fused_residual")) continue;
+    if (conv == nullptr || conv->has_attr(attr::kFusedAct) || conv->has_attr(attr::kUkernel))
+      continue;
+    if (!IsPlainConv(conv) && !conv->has_attr(attr::kFusedResidual)) continue;
     int64_t kind;
     float alpha = 0, beta = 0;
     const std::string& op = act->op_type;
@@ -254,9 +256,9 @@ bool FuseActivations(ir::Graph& graph) {
     } else {
       continue;
     }
-    conv->attrs["fused_act"] = kind;
-    conv->attrs["fused_alpha"] = alpha;
-    conv->attrs["fused_beta"] = beta;
+    conv->attrs[attr::kFusedAct] = kind;
+    conv->attrs[attr::kFusedAlpha] = alpha;
+    conv->attrs[attr::kFusedBeta] = beta;
     TakeOverOutput(conv, act);
     dead.push_back(act);
   }
@@ -304,14 +306,14 @@ absl::Status PackWeights(ir::Graph& graph, ConstantImages* images) {
   const auto uses = ir::UseCounts(graph);
   for (auto& node : graph.mutable_nodes()) {
     ir::Node* conv = node.get();
-    if (conv->op_type != "Conv" || conv->has_attr("ukernel")) continue;
-    bool fused = conv->has_attr("fused_act") || conv->has_attr("fused_residual");
+    if (conv->op_type != "Conv" || conv->has_attr(attr::kUkernel)) continue;
+    bool fused = conv->has_attr(attr::kFusedAct) || conv->has_attr(attr::kFusedResidual);
     // IsPlainConv rejects fused nodes and the residual input; check them without those.
     std::vector<ir::Value*> saved = conv->inputs;
     std::map<std::string, ir::Attribute> saved_attrs = conv->attrs;
     if (conv->inputs.size() > 3) conv->inputs.resize(3);
-    conv->attrs.erase("fused_act");
-    conv->attrs.erase("fused_residual");
+    conv->attrs.erase(attr::kFusedAct);
+    conv->attrs.erase(attr::kFusedResidual);
     bool eligible = IsPlainConv(conv);
     conv->inputs = saved;
     conv->attrs = saved_attrs;
@@ -323,7 +325,7 @@ absl::Status PackWeights(ir::Graph& graph, ConstantImages* images) {
     const int64_t groups = conv->attr_int("group", 1);
     const int64_t c = conv->inputs[0]->type.shape[1].coef(), m = w.shape()[0];
     if (groups == c && groups == m && w.shape()[1] == 1) {
-      conv->attrs["ukernel"] = int64_t{2};
+      attr::SetUkernel(*conv, attr::UkernelKind::kDepthwise);
       continue;
     }
     const ir::Value* weights = conv->inputs[1];
@@ -335,7 +337,7 @@ absl::Status PackWeights(ir::Graph& graph, ConstantImages* images) {
       if (size < 0 || size > ir::kMaxTensorBytes / 4) {
         return absl::InvalidArgumentError(conv->Describe() + ": weights too large");
       }
-      conv->attrs["ukernel"] = int64_t{3};
+      attr::SetUkernel(*conv, attr::UkernelKind::kWinograd);
       if (sole_reader) {
         (*images)[weights] = {size * 4, [m, c](const uint8_t* src, uint8_t* dst) {
                                 cuvil_uk_pack_winograd_weights(reinterpret_cast<const float*>(src),
@@ -359,13 +361,13 @@ absl::Status PackWeights(ir::Graph& graph, ConstantImages* images) {
             cuvil_uk_pack_conv_weights(reinterpret_cast<const float*>(src), groups, mg, k,
                                        reinterpret_cast<float*>(dst));
           }};
-      conv->attrs["ukernel"] = int64_t{1};
+      attr::SetUkernel(*conv, attr::UkernelKind::kPackedGemm);
       continue;
     }
     HostTensor packed(DType::kFloat32, {size});
     cuvil_uk_pack_conv_weights(w.data_as<float>(), groups, m / groups, k, packed.data_as<float>());
     conv->inputs[1] = NewConstant(graph, conv->inputs[1]->name + ".packed", std::move(packed));
-    conv->attrs["ukernel"] = int64_t{1};
+    attr::SetUkernel(*conv, attr::UkernelKind::kPackedGemm);
   }
   return absl::OkStatus();
 }

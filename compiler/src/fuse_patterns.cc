@@ -7,6 +7,8 @@
 #include <map>
 #include <unordered_set>
 
+#include "internal_attrs.h"
+
 namespace cuvil {
 namespace {
 
@@ -226,14 +228,14 @@ int FuseBias(ir::Graph& graph, Matcher& m) {
   int fused = 0;
   for (const auto& node_ptr : graph.nodes()) {
     ir::Node* mm = node_ptr.get();
-    if (m.IsDead(mm) || !mm->has_attr("packed_n") || mm->has_attr("fused_bias")) continue;
-    int64_t n = mm->attr_int("packed_n", 0);
-    int64_t panel = mm->attr_int("packed_panel", 16);
+    if (m.IsDead(mm) || !mm->has_attr(attr::kPackedN) || mm->has_attr(attr::kFusedBias)) continue;
+    int64_t n = mm->attr_int(attr::kPackedN, 0);
+    int64_t panel = mm->attr_int(attr::kPackedPanel, 16);
     if (mm->op_type == "Gemm" && mm->has_input(2) && mm->attr_float("alpha", 1.0f) == 1.0f &&
         mm->attr_float("beta", 1.0f) == 1.0f) {
       if (ir::Value* pb = PaddedBias(graph, mm->inputs[2], n, panel)) {
         mm->inputs[2] = pb;
-        mm->attrs["fused_bias"] = int64_t{1};
+        mm->attrs[attr::kFusedBias] = int64_t{1};
         ++fused;
       }
       continue;
@@ -253,7 +255,7 @@ int FuseBias(ir::Graph& graph, Matcher& m) {
     if (pb == nullptr) continue;
     mm->inputs.resize(3, nullptr);
     mm->inputs[2] = pb;
-    mm->attrs["fused_bias"] = int64_t{1};
+    mm->attrs[attr::kFusedBias] = int64_t{1};
     ir::Value* out = add->outputs[0];
     mm->outputs[0] = out;
     out->producer = mm;
@@ -268,19 +270,20 @@ int FuseActivation(ir::Graph& graph, Matcher& m) {
   int fused = 0;
   for (const auto& node_ptr : graph.nodes()) {
     ir::Node* mm = node_ptr.get();
-    if (m.IsDead(mm) || !mm->has_attr("packed_n") || mm->has_attr("fused_activation")) continue;
+    if (m.IsDead(mm) || !mm->has_attr(attr::kPackedN) || mm->has_attr(attr::kFusedActivation))
+      continue;
     if (mm->op_type != "MatMul" && mm->op_type != "Gemm") continue;
     if (mm->op_type == "Gemm" && (mm->has_input(2) || mm->attr_float("alpha", 1.0f) != 1.0f) &&
-        !mm->has_attr("fused_bias")) {
+        !mm->has_attr(attr::kFusedBias)) {
       continue;  // Gemm's own C/alpha pass would run after the activation.
     }
-    for (const char* act : {"Relu", "Gelu"}) {
+    for (const char* act : {attr::kEpilogueRelu, attr::kEpilogueGelu}) {
       ir::Node* a = m.OnlyUser(mm->outputs[0], act);
       if (a == nullptr || !IsFloat32(a->outputs[0])) continue;
       ir::Value* out = a->outputs[0];
       mm->outputs[0] = out;
       out->producer = mm;
-      mm->attrs["fused_activation"] = std::string(act);
+      mm->attrs[attr::kFusedActivation] = std::string(act);
       m.Kill(a);
       ++fused;
       break;

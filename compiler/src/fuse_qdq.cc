@@ -18,6 +18,7 @@
 #include <optional>
 
 #include "cuvil/runtime/ukernels.h"
+#include "internal_attrs.h"
 
 namespace cuvil {
 namespace {
@@ -377,11 +378,11 @@ std::vector<ir::Node*> TryFuse(ir::Graph& graph, ir::Node* conv,
   conv->op_type = "CuvilQConv";
   conv->inputs = inputs;
   conv->attrs.erase("group");
-  conv->attrs["out_channels"] = m;
-  conv->attrs["x_zero"] = xq->zero;
-  conv->attrs["out_type"] = r->out_type;
-  conv->attrs["q_lo"] = r->lo;
-  conv->attrs["q_hi"] = r->hi;
+  conv->attrs[attr::kOutChannels] = m;
+  conv->attrs[attr::kXZero] = xq->zero;
+  conv->attrs[attr::kOutType] = r->out_type;
+  conv->attrs[attr::kQLo] = r->lo;
+  conv->attrs[attr::kQHi] = r->hi;
   conv->outputs[0] = e.out;
   e.out->producer = conv;
   return e.dead;
@@ -450,10 +451,10 @@ std::vector<ir::Node*> TryFuseMatMul(ir::Graph& graph, ir::Node* mm,
                 NewConstant(graph, base + ".qmult", std::move(r->mult)),
                 NewConstant(graph, base + ".qbias", std::move(r->bias))};
   mm->attrs.clear();
-  mm->attrs["out_columns"] = n;
-  mm->attrs["out_type"] = r->out_type;
-  mm->attrs["q_lo"] = r->lo;
-  mm->attrs["q_hi"] = r->hi;
+  mm->attrs[attr::kOutColumns] = n;
+  mm->attrs[attr::kOutType] = r->out_type;
+  mm->attrs[attr::kQLo] = r->lo;
+  mm->attrs[attr::kQHi] = r->hi;
   mm->outputs[0] = e.out;
   e.out->producer = mm;
   dead.insert(dead.end(), e.dead.begin(), e.dead.end());
@@ -687,16 +688,16 @@ int LowerIntegerProducts(ir::Graph& graph) {
     if (conv) {
       n->op_type = "CuvilQConv";
       n->attrs.erase("group");
-      n->attrs["out_channels"] = rows;
-      n->attrs["x_zero"] = xq.zero;
+      n->attrs[attr::kOutChannels] = rows;
+      n->attrs[attr::kXZero] = xq.zero;
     } else {
       n->op_type = "CuvilQMatMul";
       n->attrs.clear();
-      n->attrs["out_columns"] = rows;
+      n->attrs[attr::kOutColumns] = rows;
     }
-    n->attrs["out_type"] = int64_t{CUVIL_UK_QOUT_S32};
-    n->attrs["q_lo"] = 0.0f;
-    n->attrs["q_hi"] = 0.0f;
+    n->attrs[attr::kOutType] = int64_t{CUVIL_UK_QOUT_S32};
+    n->attrs[attr::kQLo] = 0.0f;
+    n->attrs[attr::kQHi] = 0.0f;
     ++lowered;
   }
   return lowered;
@@ -708,8 +709,9 @@ int FuseQdqDepthwiseConvs(ir::Graph& graph) {
   auto uses = ir::UseCounts(graph);
   for (auto& node : graph.mutable_nodes()) {
     ir::Node* conv = node.get();
-    if (conv->op_type != "Conv" || conv->attr_int("ukernel", 0) != 2 || conv->inputs.size() > 3 ||
-        conv->has_attr("q_x_scale") || conv->outputs.size() != 1 || !conv->has_input(0)) {
+    if (conv->op_type != "Conv" || attr::UkernelOf(*conv) != attr::UkernelKind::kDepthwise ||
+        conv->inputs.size() > 3 || conv->has_attr(attr::kQXScale) || conv->outputs.size() != 1 ||
+        !conv->has_input(0)) {
       continue;
     }
     ir::Node* dq = conv->inputs[0]->producer;
@@ -718,12 +720,12 @@ int FuseQdqDepthwiseConvs(ir::Graph& graph) {
     ir::Node* q = SoleConsumer(graph, conv->outputs[0], uses);
     auto yq = ScalarParams(q, "QuantizeLinear");
     if (!xq || !yq || q->inputs[0] != conv->outputs[0]) continue;
-    conv->attrs["q_x_scale"] = xq->scale;
-    conv->attrs["q_x_zero"] = xq->zero;
-    conv->attrs["q_x_signed"] = int64_t{xq->data->type.dtype == DType::kInt8 ? 1 : 0};
-    conv->attrs["q_y_scale"] = yq->scale;
-    conv->attrs["q_y_zero"] = yq->zero;
-    conv->attrs["q_y_signed"] = int64_t{q->outputs[0]->type.dtype == DType::kInt8 ? 1 : 0};
+    conv->attrs[attr::kQXScale] = xq->scale;
+    conv->attrs[attr::kQXZero] = xq->zero;
+    conv->attrs[attr::kQXSigned] = int64_t{xq->data->type.dtype == DType::kInt8 ? 1 : 0};
+    conv->attrs[attr::kQYScale] = yq->scale;
+    conv->attrs[attr::kQYZero] = yq->zero;
+    conv->attrs[attr::kQYSigned] = int64_t{q->outputs[0]->type.dtype == DType::kInt8 ? 1 : 0};
     ir::Value* dq_out = conv->inputs[0];
     conv->inputs[0] = xq->data;
     conv->outputs[0] = q->outputs[0];

@@ -2,6 +2,7 @@
 // contiguous output and B columns, so LLVM vectorises it with FMA.
 #include "codegen/kernel_context.h"
 #include "codegen/lower.h"
+#include "internal_attrs.h"
 
 namespace cuvil::codegen {
 namespace {
@@ -88,13 +89,13 @@ int64_t TargetPanel() { return 2 * TargetVectorBits() / 32; }
 // Thread-compatible value type.
 struct Epilogue {
   llvm::Value* bias = nullptr;  // float32, zero padded to whole panels; indexed by column
-  std::string activation;       // "", "Relu" or "Gelu"
+  std::string activation;       // "", attr::kEpilogueRelu or attr::kEpilogueGelu
 };
 
 Epilogue EpilogueOf(KernelContext& k) {
   Epilogue e;
-  if (k.node().has_attr("fused_bias")) e.bias = k.in(2);
-  e.activation = k.node().attr_string("fused_activation", "");
+  if (k.node().has_attr(attr::kFusedBias)) e.bias = k.in(2);
+  e.activation = k.node().attr_string(attr::kFusedActivation, "");
   return e;
 }
 
@@ -106,10 +107,10 @@ llvm::Value* ApplyEpilogue(KernelContext& k, const Epilogue& e, llvm::Value* v,
                      b.CreateAlignedLoad(v->getType(), k.ElemPtr(DType::kFloat32, e.bias, bias_col),
                                          llvm::Align(4)));
   }
-  if (e.activation == "Relu") {
+  if (e.activation == attr::kEpilogueRelu) {
     llvm::Value* zero = llvm::Constant::getNullValue(v->getType());
     v = b.CreateSelect(b.CreateFCmpOLT(v, zero), zero, v);
-  } else if (e.activation == "Gelu") {
+  } else if (e.activation == attr::kEpilogueGelu) {
     v = k.FastGelu(v);
   }
   return v;
@@ -314,12 +315,12 @@ absl::Status Gemm(KernelContext& k) {
   llvm::Value* m_dim = trans_a ? a_dims[1] : a_dims[0];
   llvm::Value* k_dim = trans_a ? a_dims[0] : a_dims[1];
   llvm::Value* n_dim;
-  if (node.has_attr("packed_n")) {
-    n_dim = k.I64(node.attr_int("packed_n", 0));
-    EmitPackedProduct(k, node.attr_int("packed_panel", 16), k.in(0), k_dim, k.in(1), k.out(0),
+  if (node.has_attr(attr::kPackedN)) {
+    n_dim = k.I64(node.attr_int(attr::kPackedN, 0));
+    EmitPackedProduct(k, node.attr_int(attr::kPackedPanel, 16), k.in(0), k_dim, k.in(1), k.out(0),
                       m_dim, n_dim, k_dim, EpilogueOf(k));
     // A fused bias (alpha 1, no C of its own) is complete; an unfused C is added below.
-    if (node.has_attr("fused_bias")) return absl::OkStatus();
+    if (node.has_attr(attr::kFusedBias)) return absl::OkStatus();
   } else {
     Idx b_dims = k.Dims(k.in_shape(1));
     n_dim = trans_b ? b_dims[0] : b_dims[1];
@@ -349,12 +350,13 @@ absl::Status Gemm(KernelContext& k) {
 
 absl::Status MatMul(KernelContext& k) {
   DType d = k.out_dtype(0);
-  if (k.node().has_attr("packed_n")) {
+  if (k.node().has_attr(attr::kPackedN)) {
     // B is a packed constant matrix: every leading dim of A folds into M.
-    llvm::Value* k_dim = k.I64(k.node().attr_int("packed_k", 0));
+    llvm::Value* k_dim = k.I64(k.node().attr_int(attr::kPackedK, 0));
     llvm::Value* m_dim = k.b().CreateUDiv(k.NumElements(k.in_shape(0)), k_dim);
-    EmitPackedProduct(k, k.node().attr_int("packed_panel", 16), k.in(0), k_dim, k.in(1), k.out(0),
-                      m_dim, k.I64(k.node().attr_int("packed_n", 0)), k_dim, EpilogueOf(k));
+    EmitPackedProduct(k, k.node().attr_int(attr::kPackedPanel, 16), k.in(0), k_dim, k.in(1),
+                      k.out(0), m_dim, k.I64(k.node().attr_int(attr::kPackedN, 0)), k_dim,
+                      EpilogueOf(k));
     return absl::OkStatus();
   }
   SymShape a = k.in_shape(0), b = k.in_shape(1);

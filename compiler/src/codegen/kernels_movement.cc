@@ -7,6 +7,7 @@
 
 #include "codegen/kernel_context.h"
 #include "cuvil/compiler/compiled_model.h"
+#include "internal_attrs.h"
 
 namespace cuvil::codegen {
 namespace {
@@ -213,7 +214,7 @@ absl::Status Slice(KernelContext& k) {
   // Axes whose bounds depend on the batch (step 1) were trusted at compile time; check here that
   // start + extent stays within the input at this batch size, and copy nothing otherwise.
   llvm::Value* inside = b.getTrue();
-  for (int64_t a : k.node().attr_ints("checked_axes")) {
+  for (int64_t a : k.node().attr_ints(attr::kCheckedAxes)) {
     if (a < 0 || a >= static_cast<int64_t>(in.size())) return k.Error("slice is not canonical");
     llvm::Value* end = b.CreateAdd(start_v[a], k.Dim(out[a]));
     inside = b.CreateAnd(inside, b.CreateAnd(b.CreateICmpSLE(end, k.Dim(in[a])),
@@ -288,7 +289,7 @@ absl::Status SymbolicPad(KernelContext& k) {
   DType d = k.in_dtype(0);
   const SymShape& in = k.in_shape(0);
   const size_t rank = in.size();
-  std::vector<int64_t> axes = k.node().attr_ints("pad_axes");
+  std::vector<int64_t> axes = k.node().attr_ints(attr::kPadAxes);
   auto& b = k.b();
   Idx begin(rank, k.I64(0));
   for (size_t j = 0; j < axes.size(); ++j) {
@@ -319,7 +320,7 @@ absl::Status SymbolicPad(KernelContext& k) {
 }
 
 absl::Status Pad(KernelContext& k) {
-  if (k.node().has_attr("pad_axes")) return SymbolicPad(k);
+  if (k.node().has_attr(attr::kPadAxes)) return SymbolicPad(k);
   std::string mode = k.node().attr_string("mode", "constant");
   std::vector<int64_t> pads = k.node().attr_ints("pads");
   DType d = k.in_dtype(0);

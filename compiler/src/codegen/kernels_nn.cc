@@ -12,6 +12,7 @@
 #include "codegen/lower.h"
 #include "cuvil/runtime/ukernel_scratch.h"
 #include "cuvil/runtime/ukernels.h"
+#include "internal_attrs.h"
 #include "llvm/IR/MDBuilder.h"
 #include "window_dims.h"
 
@@ -345,7 +346,7 @@ absl::Status EmitConvUkernel(KernelContext& k) {
   if (!read.ok()) return read.status();
   const Window& w = *read;
   if (w.rank() != 2) return k.Error("microkernel Conv must be 2-D");
-  const int64_t kind = n.attr_int("ukernel", 0);
+  const attr::UkernelKind kind = attr::UkernelOf(n);
   cuvil_uk_conv_params p{};
   p.channels = k.in_shape(0)[1].coef();
   p.out_channels = k.out_shape(0)[1].coef();
@@ -356,10 +357,10 @@ absl::Status EmitConvUkernel(KernelContext& k) {
   p.dilation_h = w.dilations[0];
   p.dilation_w = w.dilations[1];
   p.groups = n.attr_int("group", 1);
-  p.activation = n.attr_int("fused_act", CUVIL_UK_ACT_NONE);
-  p.flags = kind == 2   ? CUVIL_UK_CONV_DEPTHWISE
-            : kind == 3 ? CUVIL_UK_CONV_WINOGRAD
-                        : CUVIL_UK_CONV_PACKED;
+  p.activation = n.attr_int(attr::kFusedAct, CUVIL_UK_ACT_NONE);
+  p.flags = kind == attr::UkernelKind::kDepthwise  ? CUVIL_UK_CONV_DEPTHWISE
+            : kind == attr::UkernelKind::kWinograd ? CUVIL_UK_CONV_WINOGRAD
+                                                   : CUVIL_UK_CONV_PACKED;
   static_assert(sizeof(cuvil_uk_conv_params) == 17 * sizeof(int64_t));
   const int64_t* fields = &p.channels;
   std::vector<SymDim> dims;
@@ -378,32 +379,33 @@ absl::Status EmitConvUkernel(KernelContext& k) {
   llvm::Value* params = ParamsBlock(k, k.Dims(dims), ".conv_params");
   // The same words, then the batch: what sizes the call's scratch.
   dims.push_back(k.in_shape(0)[0]);
-  k.NoteScratch(n.has_attr("q_x_scale") ? CUVIL_SCRATCH_QDEPTHWISE2D : CUVIL_SCRATCH_CONV2D,
+  k.NoteScratch(n.has_attr(attr::kQXScale) ? CUVIL_SCRATCH_QDEPTHWISE2D : CUVIL_SCRATCH_CONV2D,
                 std::move(dims));
   llvm::Value* null = llvm::ConstantPointerNull::get(k.b().getPtrTy());
   auto in_or_null = [&](size_t i) { return k.has_input(i) ? k.in(i) : null; };
-  if (n.has_attr("q_x_scale")) {  // Depthwise between 8-bit tensors (fuse_qdq.h).
-    auto i32 = [&](const char* attr) {
-      return k.b().getInt32(static_cast<uint32_t>(n.attr_int(attr, 0)));
+  if (n.has_attr(attr::kQXScale)) {  // Depthwise between 8-bit tensors (fuse_qdq.h).
+    auto i32 = [&](const char* name) {
+      return k.b().getInt32(static_cast<uint32_t>(n.attr_int(name, 0)));
     };
     k.CallAbi(abi::Fn::cuvil_uk_qdepthwise2d,
-              {params, k.in(0), i32("q_x_signed"), k.F32(n.attr_float("q_x_scale", 1.0f)),
-               i32("q_x_zero"), k.in(1), in_or_null(2), k.out(0), i32("q_y_signed"),
-               k.F32(n.attr_float("q_y_scale", 1.0f)), i32("q_y_zero"), k.Dim(k.in_shape(0)[0]),
-               k.F32(n.attr_float("fused_alpha", 0.0f)), k.F32(n.attr_float("fused_beta", 0.0f))});
+              {params, k.in(0), i32(attr::kQXSigned), k.F32(n.attr_float(attr::kQXScale, 1.0f)),
+               i32(attr::kQXZero), k.in(1), in_or_null(2), k.out(0), i32(attr::kQYSigned),
+               k.F32(n.attr_float(attr::kQYScale, 1.0f)), i32(attr::kQYZero),
+               k.Dim(k.in_shape(0)[0]), k.F32(n.attr_float(attr::kFusedAlpha, 0.0f)),
+               k.F32(n.attr_float(attr::kFusedBeta, 0.0f))});
     return absl::OkStatus();
   }
   k.CallAbi(
       abi::Fn::cuvil_uk_conv2d,
       {params, k.in(0), k.in(1), in_or_null(2), in_or_null(3), k.out(0), k.Dim(k.in_shape(0)[0]),
-       k.F32(n.attr_float("fused_alpha", 0.0f)), k.F32(n.attr_float("fused_beta", 0.0f))});
+       k.F32(n.attr_float(attr::kFusedAlpha, 0.0f)), k.F32(n.attr_float(attr::kFusedBeta, 0.0f))});
   return absl::OkStatus();
 }
 
 // Any other Conv (1-D, 3-D, other float types, no microkernel), over static or symbolic spatial
 // dims: per tile of output rows, im2col then a vectorised multiply-add pass per reduction chunk.
 absl::Status EmitConv(KernelContext& k) {
-  if (k.node().has_attr("ukernel")) return EmitConvUkernel(k);
+  if (k.node().has_attr(attr::kUkernel)) return EmitConvUkernel(k);
   auto& b = k.b();
   auto plan = PlanConv(k);
   if (!plan.ok()) return plan.status();

@@ -4,6 +4,7 @@
 #include "codegen/kernel_context.h"
 #include "cuvil/runtime/ukernel_scratch.h"
 #include "cuvil/runtime/ukernels.h"
+#include "internal_attrs.h"
 
 namespace cuvil::codegen {
 namespace {
@@ -288,7 +289,7 @@ absl::Status QConvFused(KernelContext& k) {
   p.conv.out_channels = k.out_shape(0)[1].coef();
   p.conv.out_height = k.out_shape(0)[2].coef();
   p.conv.out_width = k.out_shape(0)[3].coef();
-  if (n.attr_int("out_type", CUVIL_UK_QOUT_FLOAT) == CUVIL_UK_QOUT_FLOAT_MEAN) {
+  if (n.attr_int(attr::kOutType, CUVIL_UK_QOUT_FLOAT) == CUVIL_UK_QOUT_FLOAT_MEAN) {
     // The output is the [N, M, 1, 1] average; the kernel still walks the whole map.
     p.conv.out_height = (p.conv.height + pads[0] + pads[2] - d[0] * (ks[0] - 1) - 1) / st[0] + 1;
     p.conv.out_width = (p.conv.width + pads[1] + pads[3] - d[1] * (ks[1] - 1) - 1) / st[1] + 1;
@@ -303,8 +304,8 @@ absl::Status QConvFused(KernelContext& k) {
   p.conv.pad_left = pads[1];
   p.conv.groups = 1;
   p.x_signed = k.in_dtype(0) == DType::kInt8 ? 1 : 0;
-  p.x_zero = n.attr_int("x_zero", 0);
-  p.out_type = n.attr_int("out_type", CUVIL_UK_QOUT_FLOAT);
+  p.x_zero = n.attr_int(attr::kXZero, 0);
+  p.out_type = n.attr_int(attr::kOutType, CUVIL_UK_QOUT_FLOAT);
   constexpr size_t kWords = sizeof(cuvil_uk_qconv_params) / sizeof(int64_t);
   static_assert(kWords == 20);
   const int64_t* fields = &p.conv.channels;
@@ -321,8 +322,8 @@ absl::Status QConvFused(KernelContext& k) {
       k.has_input(5) ? k.in(5) : llvm::ConstantPointerNull::get(k.b().getPtrTy());
   k.CallAbi(abi::Fn::cuvil_uk_qconv2d,
             {params, k.in(0), k.in(1), k.in(2), k.in(3), k.in(4), residual, k.out(0),
-             k.Dim(k.in_shape(0)[0]), k.F32(n.attr_float("q_lo", 0.0f)),
-             k.F32(n.attr_float("q_hi", 0.0f))});
+             k.Dim(k.in_shape(0)[0]), k.F32(n.attr_float(attr::kQLo, 0.0f)),
+             k.F32(n.attr_float(attr::kQHi, 0.0f))});
   return absl::OkStatus();
 }
 
@@ -332,9 +333,9 @@ absl::Status QMatMulFused(KernelContext& k) {
   const ir::Node& n = k.node();
   cuvil_uk_qmatmul_params p{};
   p.k = k.in_shape(0)[1].coef();
-  p.n = n.attr_int("out_columns", 0);
+  p.n = n.attr_int(attr::kOutColumns, 0);
   p.x_signed = k.in_dtype(0) == DType::kInt8 ? 1 : 0;
-  p.out_type = n.attr_int("out_type", CUVIL_UK_QOUT_FLOAT);
+  p.out_type = n.attr_int(attr::kOutType, CUVIL_UK_QOUT_FLOAT);
   const std::vector<uint64_t> words = {static_cast<uint64_t>(p.k), static_cast<uint64_t>(p.n),
                                        static_cast<uint64_t>(p.x_signed),
                                        static_cast<uint64_t>(p.out_type)};
@@ -345,7 +346,7 @@ absl::Status QMatMulFused(KernelContext& k) {
                                           k.function()->getName() + ".qmatmul_params");
   k.CallAbi(abi::Fn::cuvil_uk_qmatmul,
             {params, k.in(0), k.in(1), k.in(2), k.in(3), k.in(4), k.out(0), k.Dim(k.in_shape(0)[0]),
-             k.F32(n.attr_float("q_lo", 0.0f)), k.F32(n.attr_float("q_hi", 0.0f))});
+             k.F32(n.attr_float(attr::kQLo, 0.0f)), k.F32(n.attr_float(attr::kQHi, 0.0f))});
   return absl::OkStatus();
 }
 

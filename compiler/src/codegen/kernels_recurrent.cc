@@ -9,6 +9,7 @@
 
 #include "codegen/kernel_context.h"
 #include "cuvil/compiler/compiled_model.h"
+#include "internal_attrs.h"
 
 namespace cuvil::codegen {
 namespace {
@@ -409,12 +410,12 @@ void RecurrentEmitter::EmitGruRow(const Direction& dir, llvm::Value* n, llvm::Va
 void RecurrentEmitter::EmitDirection(const Direction& dir) {
   int d = dir.index;
   // This direction's transposed weights: folded at compile time for constants, else here.
-  if (k_.node().has_attr("w_transposed")) {
+  if (k_.node().has_attr(attr::kWTransposed)) {
     wt_ = k_.ElemPtr(kF32, k_.in(1), I64(d * input_ * gh_));
   } else {
     EmitTranspose(k_, k_.ElemPtr(kF32, k_.in(1), I64(d * gh_ * input_)), wt_, gh_, input_);
   }
-  if (k_.node().has_attr("r_transposed")) {
+  if (k_.node().has_attr(attr::kRTransposed)) {
     rt_ = k_.ElemPtr(kF32, k_.in(2), I64(d * hidden_ * gh_));
   } else {
     EmitTranspose(k_, k_.ElemPtr(kF32, k_.in(2), I64(d * gh_ * hidden_)), rt_, gh_, hidden_);

@@ -7,6 +7,7 @@
 
 #include "codegen/kernel_context.h"
 #include "cuvil/compiler/compiled_model.h"
+#include "internal_attrs.h"
 
 namespace cuvil::codegen {
 namespace {
@@ -197,8 +198,8 @@ absl::Status EmitSoftmax(KernelContext& k, SoftmaxKind kind) {
   const SymShape& shape = k.in_shape(0);
   AxisSplit s = SplitAxes(
       k, shape,
-      AxisRange(shape.size(), k.node().attr_int("axis", 0), k.node().attr_int("axis_end", 0)));
-  int64_t axis = k.node().attr_int("axis", 0), axis_end = k.node().attr_int("axis_end", 0);
+      AxisRange(shape.size(), k.node().attr_int("axis", 0), k.node().attr_int(attr::kAxisEnd, 0)));
+  int64_t axis = k.node().attr_int("axis", 0), axis_end = k.node().attr_int(attr::kAxisEnd, 0);
   if (kind == SoftmaxKind::kSoftmax && axis_end == static_cast<int64_t>(shape.size())) {
     // Contiguous rows (the usual last-axis softmax): rows are independent, so the execution's
     // threads split them (attention has heads x sequence rows).
@@ -419,7 +420,7 @@ absl::Status EmitBatchNorm(KernelContext& k) {
   const DType d = k.in_dtype(0);
   const SymShape& shape = k.in_shape(0);
   const float epsilon = k.node().attr_float("epsilon", 1e-5f);
-  const bool relu = k.node().attr_int("fused_relu", 0) != 0;
+  const bool relu = k.node().attr_int(attr::kFusedRelu, 0) != 0;
   llvm::Value* channels = k.Dim(shape[1]);
   llvm::Value* spatial = k.NumElements(SymShape(shape.begin() + 2, shape.end()));
   llvm::Value* planes = k.b().CreateMul(k.Dim(shape[0]), channels);

@@ -5,6 +5,7 @@
 
 #include "codegen/lower.h"
 #include "infer_context.h"
+#include "internal_attrs.h"
 
 namespace cuvil::ir {
 namespace {
@@ -51,23 +52,23 @@ HostTensor PackPanels(const HostTensor& b, bool transposed, int64_t width) {
 void PackConstantB(InferContext& c, bool transposed) {
   Node& n = c.node();
   Value* b = c.input(1);
-  if (n.has_attr("packed_n") || !b->is_constant() || b->type.dtype != DType::kFloat32 ||
+  if (n.has_attr(attr::kPackedN) || !b->is_constant() || b->type.dtype != DType::kFloat32 ||
       b->type.rank() != 2) {
     return;
   }
   Value* packed = c.graph().NewValue(b->name + ".packed");
   int64_t panel = PanelWidth();
   c.graph().MakeConstant(packed, PackPanels(*b->constant, transposed, panel));
-  n.attrs["packed_panel"] = panel;
+  n.attrs[attr::kPackedPanel] = panel;
   n.inputs[1] = packed;
-  n.attrs["packed_n"] = transposed ? b->constant->shape()[0] : b->constant->shape()[1];
-  n.attrs["packed_k"] = transposed ? b->constant->shape()[1] : b->constant->shape()[0];
+  n.attrs[attr::kPackedN] = transposed ? b->constant->shape()[0] : b->constant->shape()[1];
+  n.attrs[attr::kPackedK] = transposed ? b->constant->shape()[1] : b->constant->shape()[0];
   n.attrs["transB"] = int64_t{0};
 }
 
 absl::Status Gemm(InferContext& c) {
   if (auto s = c.ExpectInputs(2, 3); !s.ok()) return s;
-  if (c.in_rank(0) != 2 || (c.in_rank(1) != 2 && !c.node().has_attr("packed_n"))) {
+  if (c.in_rank(0) != 2 || (c.in_rank(1) != 2 && !c.node().has_attr(attr::kPackedN))) {
     return c.Error("A and B must be 2-D");
   }
   if (c.in_dtype(0) != c.in_dtype(1)) return c.Error("A and B dtypes differ");
@@ -84,8 +85,9 @@ absl::Status Gemm(InferContext& c) {
   bool trans_b = n.attr_int("transB", 0) != 0;
   const SymShape& a = c.in_shape(0);
   SymShape b = c.in_shape(1);
-  if (n.has_attr("packed_n"))
-    b = {SymDim::Const(n.attr_int("packed_k", 0)), SymDim::Const(n.attr_int("packed_n", 0))};
+  if (n.has_attr(attr::kPackedN))
+    b = {SymDim::Const(n.attr_int(attr::kPackedK, 0)),
+         SymDim::Const(n.attr_int(attr::kPackedN, 0))};
   SymDim m = trans_a ? a[1] : a[0], ka = trans_a ? a[0] : a[1];
   SymDim kb = trans_b ? b[1] : b[0], nn = trans_b ? b[0] : b[1];
   if (!(ka == kb)) {
@@ -106,9 +108,9 @@ absl::Status MatMul(InferContext& c) {
   if (c.in_dtype(0) != c.in_dtype(1)) return c.Error("A and B dtypes differ");
   if (c.in_rank(0) >= 2) PackConstantB(c, /*transposed=*/false);
   SymShape a = c.in_shape(0), b = c.in_shape(1);
-  if (c.node().has_attr("packed_n")) {
-    b = {SymDim::Const(c.node().attr_int("packed_k", 0)),
-         SymDim::Const(c.node().attr_int("packed_n", 0))};
+  if (c.node().has_attr(attr::kPackedN)) {
+    b = {SymDim::Const(c.node().attr_int(attr::kPackedK, 0)),
+         SymDim::Const(c.node().attr_int(attr::kPackedN, 0))};
   }
   if (a.empty() || b.empty()) return c.Error("operands must have rank >= 1");
   bool a_vec = a.size() == 1, b_vec = b.size() == 1;

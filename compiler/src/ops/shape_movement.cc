@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "infer_context.h"
+#include "internal_attrs.h"
 
 namespace cuvil::ir {
 namespace {
@@ -324,7 +325,7 @@ absl::Status Slice(InferContext& c) {
     if (r->checked) checked_axes.push_back(a);
     if (r->symbolic_start) symbolic_starts.push_back(static_cast<int64_t>(i));
   }
-  node.attrs["checked_axes"] = checked_axes;
+  node.attrs[attr::kCheckedAxes] = checked_axes;
   node.attrs.erase("ends");
   node.attrs.erase("axes");
   node.attrs["starts"] = all_starts;
@@ -487,7 +488,7 @@ absl::Status SymbolicPad(InferContext& c, const std::vector<SymDim>& pads,
     }
     out[axes[j]] = *d;
   }
-  node.attrs["pad_axes"] = axes;
+  node.attrs[attr::kPadAxes] = axes;
   node.attrs.erase("pads");
   node.attrs.erase("paddings");
   c.TruncateInputs(2);

@@ -6,6 +6,7 @@
 
 #include "cuvil/runtime/ukernels.h"
 #include "infer_context.h"
+#include "internal_attrs.h"
 
 namespace cuvil::ir {
 namespace {
@@ -250,7 +251,7 @@ absl::Status QConvFused(InferContext& c) {
   if (k.size() != 2 || st.size() != 2 || d.size() != 2 || pads.size() != 4) {
     return c.Error("needs 2-D kernel_shape, strides, dilations and pads");
   }
-  SymShape out = {c.in_shape(0)[0], SymDim::Const(n.attr_int("out_channels", 0))};
+  SymShape out = {c.in_shape(0)[0], SymDim::Const(n.attr_int(attr::kOutChannels, 0))};
   for (size_t j = 0; j < 2; ++j) {
     const SymDim& in = c.in_shape(0)[2 + j];
     if (!in.IsStatic()) return c.Error("spatial dims must be static");
@@ -258,7 +259,7 @@ absl::Status QConvFused(InferContext& c) {
     if (span < 0 || st[j] <= 0) return c.Error("empty output");
     out.push_back(SymDim::Const(span / st[j] + 1));
   }
-  const int64_t type = n.attr_int("out_type", 0);
+  const int64_t type = n.attr_int(attr::kOutType, 0);
   if (type == CUVIL_UK_QOUT_FLOAT_MEAN) {  // a GlobalAveragePool fused in: [N, M, 1, 1]
     if (c.num_inputs() > 5) return c.Error("a fused average takes no residual");
     out[2] = out[3] = SymDim::Const(1);
@@ -278,9 +279,9 @@ absl::Status QMatMulFused(InferContext& c) {
   if (!IsQuantType(c.in_dtype(0)) || c.in_rank(0) != 2 || !c.in_shape(0)[1].IsStatic()) {
     return c.Error("x must be 2-D (u)int8 with a static row length");
   }
-  const int64_t cols = n.attr_int("out_columns", 0);
+  const int64_t cols = n.attr_int(attr::kOutColumns, 0);
   if (cols <= 0) return c.Error("out_columns must be positive");
-  const int64_t type = n.attr_int("out_type", 0);
+  const int64_t type = n.attr_int(attr::kOutType, 0);
   const DType dt = QOutDType(type);
   c.SetOutput(0, dt, {c.in_shape(0)[0], SymDim::Const(cols)});
   return absl::OkStatus();
@@ -303,7 +304,7 @@ absl::Status MatMulNBits(InferContext& c) {
     return c.Error(absl::StrCat("block_size ", block, " is not a positive multiple of 16"));
   }
   const int64_t blocks = (k_dim + block - 1) / block;
-  const bool canonical = n.has_attr("nbits_canonical");
+  const bool canonical = n.has_attr(attr::kNbitsCanonical);
   if (auto s = c.ExpectInputs(canonical ? 4 : 3, canonical ? 5 : 6); !s.ok()) return s;
   if (c.in_dtype(0) != DType::kFloat32) return c.Error("A must be float32");
   const SymShape& a = c.in_shape(0);
@@ -381,7 +382,7 @@ absl::Status MatMulNBits(InferContext& c) {
               constant_value(c.input(2)->name + ".packed", std::move(scale_packed)),
               constant_value(c.input(2)->name + ".offsets", std::move(offset_packed))};
   if (bias != nullptr) n.inputs.push_back(bias);
-  n.attrs["nbits_canonical"] = int64_t{1};
+  n.attrs[attr::kNbitsCanonical] = int64_t{1};
   c.SetOutput(0, DType::kFloat32, out);
   return absl::OkStatus();
 }

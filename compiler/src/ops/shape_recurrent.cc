@@ -9,6 +9,7 @@
 #include <cctype>
 
 #include "infer_context.h"
+#include "internal_attrs.h"
 
 namespace cuvil::ir {
 namespace {
@@ -136,7 +137,7 @@ absl::Status Recurrent(InferContext& c) {
   }
 
   // W is [D, G*H, I] and R [D, G*H, H], or transposed once constant-folded.
-  bool w_t = n.has_attr("w_transposed"), r_t = n.has_attr("r_transposed");
+  bool w_t = n.has_attr(attr::kWTransposed), r_t = n.has_attr(attr::kRTransposed);
   int64_t w_dirs = 0, w_rows = 0, in_size = 0, r_rows = 0, hidden = 0;
   {
     auto d0 = StaticDim(c, 1, 0, "W");
@@ -216,8 +217,8 @@ absl::Status Recurrent(InferContext& c) {
   n.attrs["rnn_activations"] = names;
   n.attrs["rnn_alpha"] = act_alpha;
   n.attrs["rnn_beta"] = act_beta;
-  TransposeConstant(c, 1, "w_transposed");
-  TransposeConstant(c, 2, "r_transposed");
+  TransposeConstant(c, 1, attr::kWTransposed);
+  TransposeConstant(c, 2, attr::kRTransposed);
 
   SymShape y = layout == 0 ? SymShape{seq, d, batch, h} : SymShape{batch, seq, d, h};
   c.SetOutput(0, DType::kFloat32, y);

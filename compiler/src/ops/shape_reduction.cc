@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "infer_context.h"
+#include "internal_attrs.h"
 
 namespace cuvil::ir {
 namespace {
@@ -113,12 +114,12 @@ absl::Status SoftmaxLike(InferContext& c) {
   if (auto s = c.ExpectInputs(1, 1); !s.ok()) return s;
   Node& n = c.node();
   int rank = c.in_rank(0);
-  if (!n.has_attr("axis_end")) {
+  if (!n.has_attr(attr::kAxisEnd)) {
     // Before opset 13 the input is coerced to 2D at `axis`: the op spans every later axis.
     bool coerce_2d = n.opset < 13;
     auto axis = NormaliseAxis(c, coerce_2d ? 1 : -1);
     if (!axis.ok()) return axis.status();
-    n.attrs["axis_end"] = int64_t{coerce_2d ? rank : *axis + 1};
+    n.attrs[attr::kAxisEnd] = int64_t{coerce_2d ? rank : *axis + 1};
   }
   c.SetOutput(0, c.in_dtype(0), c.in_shape(0));
   return absl::OkStatus();
