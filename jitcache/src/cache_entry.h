@@ -5,15 +5,15 @@
 #ifndef CUVIL_JITCACHE_SRC_CACHE_ENTRY_H_
 #define CUVIL_JITCACHE_SRC_CACHE_ENTRY_H_
 
-#include <sys/mman.h>
-
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "cuvil/compiler/compiled_model.h"
+#include "cuvil/jitcache/env.h"
 #include "jit_cache.pb.h"
 
 namespace cuvil::jitcache_internal {
@@ -48,20 +48,24 @@ inline void StoreU32(uint32_t v, char* p) {
 absl::StatusOr<CompiledModel> ModelOf(const ::cuvil::jitcache::v1::CacheHeader& e,
                                       std::string_view object_code, WeightsBlob weights);
 
-// A read-only private mapping of a whole file; unmapped with its last reference.
-struct FileMapping {
-  FileMapping(void* p, size_t n) : addr(p), size(n) {}
-  ~FileMapping() { munmap(addr, size); }
-  FileMapping(const FileMapping&) = delete;
-  FileMapping& operator=(const FileMapping&) = delete;
-  void* addr;
-  size_t size;
-  const uint8_t* bytes() const { return static_cast<const uint8_t*>(addr); }
+// The bytes of an entry but its sections: the preamble and header (at offset 0), and where the
+// sections go (the gaps between them read as zeros).
+struct EncodedEntry {
+  std::string head;
+  uint64_t object_offset = 0;
+  uint64_t weights_offset = 0;
+  uint64_t file_size = 0;
 };
 
-// Maps `fd` (a regular file of `size` bytes) read-only. MAP_PRIVATE: writers never modify an entry
-// in place (they rename a new file over it), so the mapped bytes stay what was verified.
-absl::StatusOr<std::shared_ptr<const FileMapping>> MapFile(int fd, size_t size, bool populate);
+// The entry of `model` for `key`: its header holds the model's description and the sections'
+// offsets, sizes and checksums. Internal when the header cannot be serialized.
+absl::StatusOr<EncodedEntry> EncodeEntry(const CompiledModel& model, const std::string& key);
+
+// Reads and checks the entry in `file` for `key`: DataLoss (with the reason) when it must not be
+// loaded. Every byte the result uses is verified against its checksum first; the weights are then
+// used in place from a read-only mapping of the same file. Appends its phases to `timings`.
+absl::StatusOr<CompiledModel> DecodeEntry(const RandomAccessFile& file, const std::string& key,
+                                          std::vector<PhaseTiming>* timings);
 
 }  // namespace cuvil::jitcache_internal
 

@@ -11,16 +11,17 @@
 
 #include "absl/status/statusor.h"
 #include "cuvil/compiler/compiled_model.h"
+#include "cuvil/jitcache/env.h"
 
 namespace cuvil::jitcache_internal {
 
-// Thread-safe (no mutable state; every call works on the folder); several processes may share
-// one folder.
+// Thread-safe (no mutable state; every call works on the folder through the Env); several
+// processes may share one folder. Failures to touch, remove or evict are ignored (best effort).
 class CacheStore {
  public:
   // Entries live in `dir` (which must exist); above `max_bytes` (0: unlimited) the least recently
-  // used are evicted.
-  CacheStore(std::string dir, uint64_t max_bytes);
+  // used are evicted. Every file is reached through `env` (not owned; Env::Default() when null).
+  CacheStore(std::string dir, uint64_t max_bytes, Env* env = nullptr);
 
   const std::string& dir() const { return dir_; }
   // Path of the entry for `key`.
@@ -32,7 +33,8 @@ class CacheStore {
                                      std::vector<PhaseTiming>* timings) const;
   // Removes the entry for `key` (a refused one).
   void Remove(const std::string& key) const;
-  // Writes `model`'s entry for `key` atomically (temporary file in the same folder + rename).
+  // Writes `model`'s entry for `key` atomically (temporary file in the same folder + rename,
+  // without fsync; see the .cc). Internal "cannot write <entry>: <why>" when it cannot.
   // Returns the model's weights as a read-only mapping of the written file (so later loads share
   // the page cache instead of a heap copy).
   absl::StatusOr<WeightsBlob> Write(const std::string& key, const CompiledModel& model) const;
@@ -49,8 +51,12 @@ class CacheStore {
   bool HasSizeMarker(uint64_t size) const;
 
  private:
+  // The marker saying the folder has stored a model of `size` bytes (ObjectCache::MayHold).
+  std::string SizeMarkerPath(uint64_t size) const;
+
   std::string dir_;
   uint64_t max_bytes_;
+  Env* env_;
 };
 
 }  // namespace cuvil::jitcache_internal

@@ -4,14 +4,10 @@
 #ifndef CUVIL_JITCACHE_SRC_CONTENT_HASH_H_
 #define CUVIL_JITCACHE_SRC_CONTENT_HASH_H_
 
-#include <unistd.h>
 #include <xxhash.h>
 
-#include <algorithm>
-#include <cerrno>
 #include <cstdint>
 #include <cstdio>
-#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -64,26 +60,6 @@ std::string TreeDigestOf(const char* data, uint64_t size);
 // TreeDigestOf the `size` bytes of `fd` at `offset`, the second part read and hashed on another
 // thread when both parts are large. Nullopt on a read error.
 std::optional<std::string> TreeDigestOfFile(int fd, uint64_t offset, uint64_t size);
-
-// Passes `size` bytes of `fd` from `offset` to `sink(const char*, size_t)` in chunks through a
-// small reused buffer. pread copies through the kernel's direct map: on this kind of host that is
-// far cheaper than touching a fresh mapping's 4 KiB pages one TLB miss at a time. False on a short
-// read or an error.
-template <typename Sink>
-bool ReadChunks(int fd, uint64_t offset, uint64_t size, Sink&& sink) {
-  constexpr size_t kChunk = 256 << 10;  // Stays in L2 while it is hashed and scanned.
-  thread_local std::unique_ptr<char[]> buf(new char[kChunk]);
-  while (size > 0) {
-    const size_t want = static_cast<size_t>(std::min<uint64_t>(size, kChunk));
-    ssize_t n = pread(fd, buf.get(), want, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    sink(buf.get(), static_cast<size_t>(n));
-    offset += static_cast<uint64_t>(n);
-    size -= static_cast<uint64_t>(n);
-  }
-  return true;
-}
 
 }  // namespace cuvil::jitcache_internal
 

@@ -1,12 +1,10 @@
 #include "digest_memo.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -64,8 +62,8 @@ FileStamp StampOf(const struct stat& st) {
   return s;
 }
 
-DigestMemo::DigestMemo(std::string dir, std::chrono::milliseconds settle)
-    : dir_(std::move(dir)), settle_(settle) {}
+DigestMemo::DigestMemo(std::string dir, std::chrono::milliseconds settle, Env* env)
+    : dir_(std::move(dir)), settle_(settle), env_(env != nullptr ? env : Env::Default()) {}
 
 std::string DigestMemo::PathOf(const FileStamp& stamp) const {
   char name[64];
@@ -75,30 +73,18 @@ std::string DigestMemo::PathOf(const FileStamp& stamp) const {
 }
 
 std::optional<MemoRecord> DigestMemo::Find(const FileStamp& stamp) const {
-  const int fd = open(PathOf(stamp).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-  if (fd < 0) return std::nullopt;
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return std::nullopt;
-  }
-  char buf[kRecordBytes + 1];
-  size_t have = 0;
-  while (have < sizeof buf) {
-    const ssize_t n = pread(fd, buf + have, sizeof buf - have, static_cast<off_t>(have));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    have += static_cast<size_t>(n);
-  }
-  if (have != kRecordBytes) {  // Short, long or unreadable.
-    close(fd);
+  const std::string path = PathOf(stamp);
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> file = env_->NewRandomAccessFile(path);
+  if (!file.ok() || !(*file)->is_regular()) return std::nullopt;
+  char buf[kRecordBytes];
+  // Short, long or unreadable: not a record.
+  if ((*file)->size() != kRecordBytes || !(*file)->Read(0, kRecordBytes, buf).ok()) {
     return std::nullopt;
   }
   char sum[16];
   Checksum(buf, kBodyBytes, sum);
   if (std::memcmp(buf, kMagic, sizeof kMagic) != 0 || Get(buf + 16, 4) != kMemoVersion ||
       std::memcmp(sum, buf + kBodyBytes, sizeof sum) != 0) {
-    close(fd);
     return std::nullopt;
   }
   FileStamp recorded;
@@ -107,13 +93,9 @@ std::optional<MemoRecord> DigestMemo::Find(const FileStamp& stamp) const {
   recorded.size = Get(buf + 40, 8);
   recorded.mtime_ns = static_cast<int64_t>(Get(buf + 48, 8));
   recorded.ctime_ns = static_cast<int64_t>(Get(buf + 56, 8));
-  if (!(recorded == stamp)) {
-    close(fd);
-    return std::nullopt;
-  }
+  if (!(recorded == stamp)) return std::nullopt;
   // In use: the cache's eviction keeps records used since the newest entry it evicts.
-  futimens(fd, nullptr);
-  close(fd);
+  (void)env_->SetModifiedNow(path);
   MemoRecord r;
   r.digest.assign(buf + 64, kDigestBytes);
   r.no_external_data = (Get(buf + 20, 4) & kFlagNoExternalData) != 0;
@@ -141,14 +123,14 @@ bool DigestMemo::Store(const FileStamp& stamp, const MemoRecord& record) const {
   const std::string path = PathOf(stamp);
   const std::string tmp =
       absl::StrCat(dir_, "/", kTempPrefix, "memo-", getpid(), "-", rng() % 1000000);
-  // 0600: the record names a model file and its digest; never through a symlink.
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) return false;
-  bool ok = pwrite(fd, buf, sizeof buf, 0) == static_cast<ssize_t>(sizeof buf);
-  ok = close(fd) == 0 && ok;
-  ok = ok && rename(tmp.c_str(), path.c_str()) == 0;
-  if (!ok) unlink(tmp.c_str());
-  return ok;
+  // 0600: the record names a model file and its digest; never through a symlink. Not synced: a
+  // record torn by a crash fails its checksum and is hashed again.
+  AtomicWriteOptions options;
+  options.temp_path = tmp;
+  options.sync = false;
+  return WriteFileAtomically(*env_, path, {{0, std::string_view(buf, sizeof buf)}}, sizeof buf,
+                             options)
+      .ok();
 }
 
 }  // namespace cuvil::jitcache_internal

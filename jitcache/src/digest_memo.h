@@ -18,6 +18,8 @@
 #include <optional>
 #include <string>
 
+#include "cuvil/jitcache/env.h"
+
 namespace cuvil::jitcache_internal {
 
 // What stat says about a file's identity and last change. Thread-compatible value.
@@ -44,8 +46,8 @@ struct MemoRecord {
 class DigestMemo {
  public:
   // Records live in `dir` (which must exist); files changed less than `settle` ago are not
-  // recorded.
-  DigestMemo(std::string dir, std::chrono::milliseconds settle);
+  // recorded. Records are read and written through `env` (not owned; Env::Default() when null).
+  DigestMemo(std::string dir, std::chrono::milliseconds settle, Env* env = nullptr);
 
   // The record stored for exactly `stamp`, or nullopt when there is none, it is unreadable or
   // corrupt, or it was stored for another stamp (the file has changed since).
@@ -62,6 +64,7 @@ class DigestMemo {
  private:
   std::string dir_;
   std::chrono::milliseconds settle_;
+  Env* env_;
 };
 
 }  // namespace cuvil::jitcache_internal

@@ -132,12 +132,12 @@ struct ObjectCache::Impl {
 ObjectCache::ObjectCache(ObjectCacheOptions options)
     : options_(std::move(options)), impl_(std::make_unique<Impl>()) {
   if (!options_.dir.empty()) {
-    impl_->store =
-        std::make_unique<const jitcache_internal::CacheStore>(options_.dir, options_.max_bytes);
+    impl_->store = std::make_unique<const jitcache_internal::CacheStore>(
+        options_.dir, options_.max_bytes, options_.env);
   }
   if (!options_.dir.empty() && options_.digest_memo) {
     impl_->memo = std::make_unique<const jitcache_internal::DigestMemo>(
-        options_.dir, std::chrono::milliseconds(options_.digest_memo_settle_ms));
+        options_.dir, std::chrono::milliseconds(options_.digest_memo_settle_ms), options_.env);
   }
 }
 

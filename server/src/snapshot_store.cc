@@ -1,20 +1,14 @@
 #include "snapshot_store.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "cuvil/jitcache/private_dir.h"
 #include "cuvil/jitcache/snapshot.h"
+#include "cuvil/jitcache/snapshot_files.h"
+#include "cuvil/runtime/status_macros.h"
 #include "google/protobuf/text_format.h"
 #include "model_name.h"
 #include "patch_validation.h"
@@ -24,43 +18,6 @@ namespace cuvil {
 namespace {
 
 namespace fs = std::filesystem;
-constexpr char kSuffix[] = ".cuvilsnap";
-
-// Writes `bytes` to `path` through a temporary file in the same folder (created 0600, never
-// through a symlink), synced, then renamed.
-absl::Status WriteAtomically(const std::string& path, const std::string& bytes) {
-  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW;
-  int fd = open(tmp.c_str(), kFlags, kPrivateFileMode);
-  if (fd < 0 && errno == EEXIST) {  // Left by a crash of this pid's predecessor: replace it.
-    unlink(tmp.c_str());
-    fd = open(tmp.c_str(), kFlags, kPrivateFileMode);
-  }
-  if (fd < 0)
-    return absl::InternalError(absl::StrCat("cannot create ", tmp, ": ", strerror(errno)));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string err = strerror(errno);
-      close(fd);
-      unlink(tmp.c_str());
-      return absl::InternalError(absl::StrCat("cannot write ", tmp, ": ", err));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (fsync(fd) != 0 || close(fd) != 0) {
-    unlink(tmp.c_str());
-    return absl::InternalError(absl::StrCat("cannot sync ", tmp));
-  }
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string err = strerror(errno);
-    unlink(tmp.c_str());
-    return absl::InternalError(absl::StrCat("cannot rename ", tmp, ": ", err));
-  }
-  return absl::OkStatus();
-}
 
 }  // namespace
 
@@ -158,42 +115,6 @@ absl::Status CheckBelongs(const VersionSnapshot& snapshot, const Snapshots& othe
   return absl::OkStatus();
 }
 
-// Reads the snapshot file at `path` after checking its size: a regular file, never followed
-// through a symlink, at most `max_bytes`. ResourceExhausted/InvalidArgument otherwise.
-absl::StatusOr<std::string> ReadSnapshotFile(const std::string& path, uint64_t max_bytes) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-  if (fd < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot open it: ", strerror(errno)));
-  }
-  struct Closer {
-    int fd;
-    ~Closer() { close(fd); }
-  } closer{fd};
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError("not a regular file");
-  }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  if (size > kMaxSnapshotBytesLimit) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "it is ", size, " bytes; no snapshot may exceed ", kMaxSnapshotBytesLimit, " bytes"));
-  }
-  if (size > max_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat("it is ", size,
-                                                     " bytes, larger than the server's limit of ",
-                                                     max_bytes, " bytes (--max-snapshot-bytes)"));
-  }
-  std::string bytes(size, '\0');  // Read straight into its one buffer.
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t n = pread(fd, bytes.data() + done, size - done, static_cast<off_t>(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return absl::InvalidArgumentError("cannot read it (it changed?)");
-    done += static_cast<size_t>(n);
-  }
-  return bytes;
-}
-
 }  // namespace
 
 absl::StatusOr<std::vector<cuvil::admin::v1::RestoreSnapshotResponse>> RestoreSnapshots(
@@ -217,14 +138,15 @@ absl::StatusOr<std::vector<cuvil::admin::v1::RestoreSnapshotResponse>> RestoreSn
 absl::StatusOr<std::unique_ptr<SnapshotStore>> SnapshotStore::Create(std::string dir,
                                                                      ModelManager* models,
                                                                      bool insecure_dir,
-                                                                     uint64_t max_snapshot_bytes) {
+                                                                     uint64_t max_snapshot_bytes,
+                                                                     Env* env) {
   if (absl::Status s =
           EnsurePrivateDir(dir, insecure_dir, "--snapshot-dir", "--insecure-cache-dir");
       !s.ok()) {
     return s;
   }
   return std::unique_ptr<SnapshotStore>(
-      new SnapshotStore(std::move(dir), models, max_snapshot_bytes));
+      new SnapshotStore(std::move(dir), models, max_snapshot_bytes, env));
 }
 
 SnapshotStore::~SnapshotStore() { StopWatching(); }
@@ -236,7 +158,7 @@ void SnapshotStore::StopWatching() {
 }
 
 std::string SnapshotStore::PathFor(const std::string& name, int64_t version) const {
-  return (fs::path(dir_) / absl::StrCat(name, ".", version, kSuffix)).string();
+  return (fs::path(dir_) / absl::StrCat(name, ".", version, kSnapshotFileSuffix)).string();
 }
 
 void SnapshotStore::RestoreAll() {
@@ -244,14 +166,15 @@ void SnapshotStore::RestoreAll() {
   // dropped as soon as it is decoded (the snapshot holds what the restore needs).
   std::map<std::string, Snapshots> by_model;
   std::map<const VersionSnapshot*, std::string> paths;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
-    const std::string path = entry.path().string();
-    std::error_code e2;
-    if (entry.is_symlink(e2) || !entry.is_regular_file(e2) || !path.ends_with(kSuffix)) continue;
+  absl::StatusOr<std::vector<std::string>> files = ListSnapshotFiles(*env_, dir_);
+  if (!files.ok()) {
+    spdlog::error("snapshot folder {}: {}", dir_, std::string(files.status().message()));
+    return;
+  }
+  for (const std::string& path : *files) {
     absl::StatusOr<VersionSnapshot> snapshot = absl::UnknownError("unread");
     {
-      absl::StatusOr<std::string> bytes = ReadSnapshotFile(path, max_snapshot_bytes_);
+      absl::StatusOr<std::string> bytes = ReadSnapshotFile(*env_, path, max_snapshot_bytes_);
       snapshot = bytes.ok() ? DecodeSnapshot(*bytes, max_snapshot_bytes_) : bytes.status();
     }
     Snapshots& group = by_model[snapshot.ok() ? snapshot->model_name : ""];
@@ -305,7 +228,7 @@ absl::Status SnapshotStore::Sync(const ModelVersion& version) {
                         absl::StrCat("snapshot of '", version.name(), "' version ",
                                      version.version(), ": ", artifact.status().message()));
   }
-  if (absl::Status s = WriteAtomically(path, *artifact); !s.ok()) return s;
+  CUVIL_RETURN_IF_ERROR(WriteSnapshotFile(*env_, path, *artifact));
   written_[path] = state;
   spdlog::debug("snapshot {} written ({} bytes)", path, artifact->size());
   return absl::OkStatus();
@@ -327,8 +250,7 @@ void SnapshotStore::SyncAll() {
       continue;
     }
     // Unloaded: a restart must not bring it back.
-    std::error_code ec;
-    fs::remove(it->first, ec);
+    (void)env_->RemoveFile(it->first);
     it = written_.erase(it);
   }
 }

@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "admin.pb.h"
+#include "cuvil/jitcache/env.h"
 #include "cuvil/jitcache/snapshot.h"
 #include "cuvil/server/model_manager.h"
 
@@ -43,10 +44,12 @@ class SnapshotStore {
   // Creates `dir` (0700) if needed; InvalidArgument when it cannot be created, FailedPrecondition
   // when another user owns it or group/others may write it, unless `insecure_dir`
   // (EnsurePrivateDir). Snapshot files are written 0600; files above `max_snapshot_bytes` are
-  // refused by RestoreAll before they are read.
+  // refused by RestoreAll before they are read. Every snapshot file is listed, read, written and
+  // removed through `env` (snapshot_files.h; not owned, must outlive the store; Env::Default()
+  // when null).
   static absl::StatusOr<std::unique_ptr<SnapshotStore>> Create(
       std::string dir, ModelManager* models, bool insecure_dir = false,
-      uint64_t max_snapshot_bytes = kDefaultMaxSnapshotBytes);
+      uint64_t max_snapshot_bytes = kDefaultMaxSnapshotBytes, Env* env = nullptr);
   ~SnapshotStore();  // Stops the watcher.
 
   // Restores every snapshot file in the folder, one model at a time. A file that is refused (too
@@ -69,13 +72,17 @@ class SnapshotStore {
   const std::string& dir() const { return dir_; }
 
  private:
-  SnapshotStore(std::string dir, ModelManager* models, uint64_t max_snapshot_bytes)
-      : dir_(std::move(dir)), models_(models), max_snapshot_bytes_(max_snapshot_bytes) {}
+  SnapshotStore(std::string dir, ModelManager* models, uint64_t max_snapshot_bytes, Env* env)
+      : dir_(std::move(dir)),
+        models_(models),
+        max_snapshot_bytes_(max_snapshot_bytes),
+        env_(env != nullptr ? env : Env::Default()) {}
   std::string PathFor(const std::string& name, int64_t version) const;
 
   const std::string dir_;
   ModelManager* const models_;
   const uint64_t max_snapshot_bytes_;
+  Env* const env_;
   absl::Mutex mu_;  // Serialises writes; held across one file write.
   // File -> (namespace, change count) of the code it holds.
   std::map<std::string, std::pair<std::string, uint64_t>> written_ ABSL_GUARDED_BY(mu_);

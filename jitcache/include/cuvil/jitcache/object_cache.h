@@ -27,6 +27,8 @@
 
 namespace cuvil {
 
+class Env;
+
 // Bumped whenever generated code or the CompiledModel contract changes meaning; part of the key.
 inline constexpr char kCompilerVersion[] = "cuvil-compiler-2";
 // Version of the contract between generated code and the runtime (cuvil_entry's arguments, the
@@ -60,6 +62,10 @@ struct ObjectCacheOptions {
   // Use `dir` even when another user owns it or group/others may write it (see private_dir.h);
   // by default Create refuses such a folder (--insecure-cache-dir).
   bool insecure_dir = false;
+  // The file system under `dir`: every entry, digest record and size marker is created, written,
+  // read, mapped, listed, touched and removed through it (tests pass a FaultInjectionEnv). Not
+  // owned; must outlive the cache. Null: Env::Default(), the POSIX file system.
+  Env* env = nullptr;
 };
 
 // Tiered compilation: which code a model version gets.
