@@ -39,6 +39,7 @@
 #include <utility>
 #include <vector>
 
+#include "cuvil/runtime/sanitizers.h"
 #include "gmock/gmock.h"
 #include "grpc_service.grpc.pb.h"
 #include "gtest/gtest.h"
@@ -281,7 +282,7 @@ TEST(GrpcLimitsTest, ConcurrentAmplifyingMessagesAreRefusedWithinAMemoryBound) {
   }
   // Before the fix: 1.7 GB per mlp call and 6.8 GB per unknown-model call. AddressSanitizer's
   // quarantine and redzones keep freed request buffers resident a while longer.
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(CUVIL_ASAN)
   constexpr size_t kBound = size_t{1} << 30;
 #else
   constexpr size_t kBound = size_t{400} << 20;
@@ -390,7 +391,7 @@ TEST(GrpcLimitsTest, StreamMessagesAreCheckedBeforeTheyAreParsed) {
   const size_t peak = StatusBytes(server.pid(), "VmHWM");
   std::printf("server RSS before %zu MB, peak over the stream %zu MB (+%zu MB)\n", rss_before >> 20,
               peak >> 20, (peak - rss_before) >> 20);
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(CUVIL_ASAN)
   constexpr size_t kBound = size_t{1} << 30;
 #else
   constexpr size_t kBound = size_t{400} << 20;
@@ -594,7 +595,7 @@ TEST(GrpcLimitsTest, MixedGrpcAndHttpBurstStaysWithinTheBudget) {
   }
   // The budget, and room for what is not a request's bytes (thread stacks, allocator slack).
   // Before the budget was one total: +110-130 MB here.
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(CUVIL_ASAN)
   constexpr size_t kBound = size_t{1} << 30;
 #else
   constexpr size_t kBound = kBudget + (size_t{24} << 20);

@@ -44,6 +44,17 @@ class SequenceBatchingTest : public ::testing::Test {
     std::ofstream(fs::path(repo) / "acc" / "1" / "model.onnx", std::ios::binary)
         << testing::AccumulatorModel();
     std::ofstream(fs::path(repo) / "acc" / "config.pbtxt") << kConfig;
+    // The same model with a minute's idle limit, for tests whose sequences may wait longer
+    // than 300 ms between steps on a loaded machine (sanitizer builds, parallel tests) without
+    // meaning to test expiry.
+    fs::create_directories(fs::path(repo) / "acc_long" / "1");
+    std::ofstream(fs::path(repo) / "acc_long" / "1" / "model.onnx", std::ios::binary)
+        << testing::AccumulatorModel();
+    std::string long_config = kConfig;
+    const std::string idle = "max_sequence_idle_microseconds: 300000";
+    long_config.replace(long_config.find(idle), idle.size(),
+                        "max_sequence_idle_microseconds: 60000000");
+    std::ofstream(fs::path(repo) / "acc_long" / "config.pbtxt") << long_config;
     server_ = testing::StartServer(repo, ServerOptions());
     ASSERT_NE(server_, nullptr);
   }
@@ -62,7 +73,7 @@ class SequenceBatchingTest : public ::testing::Test {
     for (const json& in : extra_inputs) inputs.push_back(in);
     json body = {{"inputs", inputs}, {"parameters", params}};
     if (!outputs.is_null()) body["outputs"] = outputs;
-    return client.Post("/v2/models/acc/infer", body.dump(), "application/json");
+    return client.Post("/v2/models/" + model_ + "/infer", body.dump(), "application/json");
   }
 
   // The first element of output `name` in a 200 answer (NaN when absent).
@@ -76,6 +87,8 @@ class SequenceBatchingTest : public ::testing::Test {
   }
 
   std::unique_ptr<CuvilServer> server_;
+  // The model Step() sends to: "acc" (idle limit 300 ms) or "acc_long" (one minute).
+  std::string model_ = "acc";
 };
 
 TEST_F(SequenceBatchingTest, StateStaysInTheServerPerSequence) {
@@ -159,6 +172,7 @@ TEST_F(SequenceBatchingTest, BadStepsAreRefusedAndChangeNothing) {
 TEST_F(SequenceBatchingTest, ConcurrentStepsOfOneSequenceRunOneAtATime) {
   // 12 steps of one sequence at once: each adds 1, so none may read a state another is about
   // to replace. Meanwhile 8 other sequences step concurrently (batched with each other).
+  model_ = "acc_long";
   httplib::Client first("127.0.0.1", server_->http_port());
   ASSERT_EQ(Step(first, 7, 0.0f, true)->status, 200);
   std::atomic<int> failures{0};
@@ -188,20 +202,27 @@ TEST_F(SequenceBatchingTest, ConcurrentStepsOfOneSequenceRunOneAtATime) {
   for (int s = 0; s < 8; ++s) EXPECT_EQ(finals[s], 20.0f * (s + 1)) << "sequence " << 1000 + s;
   // Steps of different sequences shared executions (oldest: up to 8 rows; every step waits up to
   // 2 ms for others, cuvil_strict_queue_delay, while 9 clients step at once).
-  auto stats = first.Get("/v2/models/acc/stats");
+  auto stats = first.Get("/v2/models/acc_long/stats");
   ASSERT_EQ(stats->status, 200);
   const json model = json::parse(stats->body)["model_stats"][0];
   EXPECT_LT(model["execution_count"].get<int64_t>(), model["inference_count"].get<int64_t>())
       << stats->body;
 }
 
-TEST_F(SequenceBatchingTest, IdleSequencesExpireAndTheLimitHolds) {
+TEST_F(SequenceBatchingTest, IdleSequencesExpire) {
   httplib::Client client("127.0.0.1", server_->http_port());
   ASSERT_EQ(Step(client, 3, 1.0f, true)->status, 200);
   std::this_thread::sleep_for(std::chrono::milliseconds(600));  // Idle limit: 300 ms.
   auto late = Step(client, 3, 1.0f, false);
   EXPECT_EQ(late->status, 400);
   EXPECT_THAT(late->body, HasSubstr("idle"));
+}
+
+TEST_F(SequenceBatchingTest, TheSequenceLimitHolds) {
+  // A minute's idle limit: on a slow machine the first of the 40 STARTs below must not expire
+  // (and make room) before the 41st comes.
+  model_ = "acc_long";
+  httplib::Client client("127.0.0.1", server_->http_port());
   // cuvil_max_sequences is 40: the 41st open sequence is refused, the others still step.
   for (int s = 0; s < 40; ++s) ASSERT_EQ(Step(client, 500 + s, 1.0f, true)->status, 200) << s;
   auto over = Step(client, 600, 1.0f, true);

@@ -28,6 +28,7 @@
 #include "absl/strings/strip.h"
 #include "cuvil/jitcache/jit_engine.h"
 #include "cuvil/runtime/dtype.h"
+#include "cuvil/runtime/sanitizers.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
 #include "llvm/AsmParser/Parser.h"
@@ -630,7 +631,7 @@ int SandboxChild::Main(int argc, char** argv) {
     if (absl::Status s = CheckSandboxJob(job, static_cast<size_t>(st.st_size)); !s.ok()) {
       ChildReply(false, 0, std::string(s.message()));
     }
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#if !defined(CUVIL_ASAN) && !defined(CUVIL_TSAN)
     {
       // LLVM and one run of the version need far less; a patch that allocates without bound
       // fails here instead of taking the host's memory.

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "call_scratch.h"
+#include "cuvil/runtime/sanitizers.h"
 #include "kernels.h"
 
 namespace {
@@ -113,7 +114,7 @@ BlockCache& ThisThreadsCache() {
 
 // Under AddressSanitizer every block goes back at once, so that a kernel reading a freed block
 // is still caught.
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(CUVIL_ASAN)
 constexpr bool kKeepFreedBlocks = false;
 #else
 constexpr bool kKeepFreedBlocks = true;

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "../ukernels/thread_buffer.h"
+#include "cuvil/runtime/sanitizers.h"
 #include "gtest/gtest.h"
 #include "kernels.h"
 
@@ -33,7 +34,7 @@ TEST(ScratchUsageTest, HeapBlocksAreCountedUntilFreedAndThePeakKept) {
 // A thread hands the blocks it freed out again (the smallest that fits), so a warm execution
 // allocates nothing; they count as cached while kept and go back with their thread.
 TEST(ScratchUsageTest, FreedBlocksAreReusedByTheirThreadAndReleasedWithIt) {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(CUVIL_ASAN)
   GTEST_SKIP() << "AddressSanitizer builds free every block at once (heap.cc)";
 #endif
   const int64_t before = ReadScratchUsage().heap_cached_bytes;

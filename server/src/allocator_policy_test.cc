@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "cuvil/runtime/sanitizers.h"
 #include "gtest/gtest.h"
 
 #if defined(__GLIBC__)
@@ -18,7 +19,7 @@
 namespace cuvil {
 namespace {
 
-#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#if defined(__GLIBC__) && !defined(CUVIL_ASAN) && !defined(CUVIL_TSAN)
 
 // Bytes malloc holds outside individual mappings, summed over all arenas.
 size_t ArenaBytes() { return mallinfo2().arena; }
