@@ -37,6 +37,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "cuvil/compiler/compiler.h"
+#include "cuvil/compiler/flops.h"
 #include "cuvil/jitcache/jit_engine.h"
 #include "cuvil/jitcache/object_cache.h"
 #include "cuvil/runtime/parallel.h"
@@ -63,41 +64,6 @@ double MsSince(Clock::time_point t0) {
 int Fail(const absl::Status& s) {
   std::fprintf(stderr, "cuvil-bench: %s\n", std::string(s.message()).c_str());
   return 1;
-}
-
-// Floating-point operations of one execution at `batch`: 2 per multiply-add of every Conv, Gemm
-// and MatMul (the ops that dominate; elementwise work is not counted, as in most GFLOP/s figures).
-// Reads the shapes of the simplified, unfused graph. Thread-compatible.
-double CountFlops(const ir::Graph& graph, absl::Span<const int64_t> syms) {
-  double flops = 0;
-  auto elems = [&](const SymShape& s) {
-    double n = 1;
-    auto dims = EvalShape(s, syms);
-    if (!dims.has_value()) return 0.0;  // a dim the graph decides at run time: not counted
-    for (int64_t d : *dims) n *= static_cast<double>(d);
-    return n;
-  };
-  auto dim = [&](const SymDim& d) {
-    auto v = EvalShape(SymShape{d}, syms);
-    return v.has_value() ? static_cast<double>((*v)[0]) : 0.0;
-  };
-  for (const auto& node : graph.nodes()) {
-    if (node->outputs.empty() || node->outputs[0] == nullptr || !node->has_input(0)) continue;
-    const SymShape& out = node->outputs[0]->type.shape;
-    const SymShape& a = node->inputs[0]->type.shape;
-    double reduce = 0;  // Multiply-adds per output element.
-    if (node->op_type == "MatMul" && !a.empty()) {
-      reduce = dim(a.back());
-    } else if (node->op_type == "Gemm" && a.size() == 2) {
-      reduce = dim(a[node->attr_int("transA", 0) ? 0 : 1]);
-    } else if (node->op_type == "Conv" && a.size() >= 3 && node->has_input(1)) {
-      const SymShape& w = node->inputs[1]->type.shape;
-      // W is [Cout, Cin/group, k...]: every output element reads all of one filter.
-      reduce = elems(SymShape(w.begin() + 1, w.end()));
-    }
-    flops += 2 * reduce * elems(out);
-  }
-  return flops;
 }
 
 // Deterministic inputs: floats uniform in [-1, 1), 32- and 64-bit integers 1 (token ids, indices
@@ -320,7 +286,7 @@ int Main(int argc, char** argv) {
     if (!graph.ok()) return Fail(graph.status());
     // Counted on the float form, so a QDQ model's integer Convs count as the Convs they are.
     if (auto s = OptimizeGraph(**graph, nullptr, /*integer_qdq=*/false); !s.ok()) return Fail(s);
-    flops = CountFlops(**graph, syms);
+    flops = EstimateFlops(**graph, syms);  // the simplified, unfused graph
   }
   std::mt19937 rng(20240901);
   std::vector<HostTensor> inputs, outputs;
