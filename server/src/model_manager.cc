@@ -158,95 +158,110 @@ struct ModelManager::Impl {
     }
   }
 
-  // Compiles, links, schedules and warms up one version. Runs on a loader thread. A
-  // `predecessor` (the build of this version serving now: a reload) is frozen once the new code
-  // is linked and its active patches are re-applied to the new build, so patches belong to the
-  // version, not to one build of it; the caller unfreezes it when this build does not replace it.
-  absl::StatusOr<std::shared_ptr<ModelVersion>> BuildVersion(
-      const std::string& name, int64_t version, inference::ModelConfig config,
-      const std::string& path, const std::string& bytes, uint64_t load_index,
-      const std::string& model_dir, const VersionSeed* seed,
-      const std::shared_ptr<ModelVersion>& predecessor) {
+  // What the first step of a build produced: the version's code and how it was obtained.
+  struct CompileStep {
+    CompiledModel compiled;
+    CompileOptions full_options;  // The config's options: the full tier's.
+    CompileOptions options;       // What `compiled` was built with.
+    CacheLookup lookup;
+    // The tiered start, kept for the tier-up (or, on a full-tier hit, until a quick compile that
+    // lost the race has finished).
+    std::shared_ptr<TieredStart> start;
+    bool seeded = false;          // A restored snapshot brought the code.
+    bool used_cache = false;      // The JIT cache was consulted.
+    bool tier_up = false;         // `compiled` is the quick tier; the full tier follows.
+    bool lookup_pending = false;  // The full tier's lookup was still running at READY.
+    double compile_ms = 0;
+    uint64_t compilations = 0;  // 1 when the compiler ran for this load.
+  };
+
+  // Step 1: the version's code — the seed's, the JIT cache's, or a compile at the configured
+  // tier (tiered: the quick tier serves first unless the full tier is cached).
+  absl::StatusOr<CompileStep> CompileVersion(const std::string& name,
+                                             const inference::ModelConfig& config,
+                                             const std::string& path, const std::string& bytes,
+                                             const VersionSeed* seed) {
     auto t0 = std::chrono::steady_clock::now();
     CUVIL_PROBE_JIT_COMPILE_START(name.c_str());
     absl::StatusOr<CompileOptions> from_config = CompileOptionsFromConfig(config);
     if (!from_config.ok()) return from_config.status();
-    const CompileOptions full_options = *std::move(from_config);
-    CompileOptions options = full_options;
-    CacheLookup lookup;
-    // A seed (restored snapshot) brings its code: nothing to compile or look up.
-    const bool seeded = seed != nullptr && seed->compiled != nullptr;
-    ObjectCache* const cache = seeded ? nullptr : this->cache;
-    // Tiered: a cached full tier is loaded as it is; otherwise the quick tier serves first, its
-    // full tier's lookup (which hashes the model) off the ready path (TieredStart).
-    bool tier_up = false;
-    // The tiered start, kept for the tier-up (or, on a full-tier hit, until a quick compile that
-    // lost the race has finished).
-    std::shared_ptr<TieredStart> start;
-    bool lookup_pending = false;
+    CompileStep step;
+    step.full_options = *std::move(from_config);
+    step.options = step.full_options;
+    step.seeded = seed != nullptr && seed->compiled != nullptr;
+    ObjectCache* const cache = step.seeded ? nullptr : this->cache;
+    step.used_cache = cache != nullptr;
     absl::StatusOr<CompiledModel> compiled = absl::NotFoundError("not compiled");
-    if (seeded) {
+    if (step.seeded) {
       compiled = *seed->compiled;
     } else if (compile_tier == CompileTier::kTiered) {
-      CompileOptions quick_options = full_options;
+      CompileOptions quick_options = step.full_options;
       quick_options.opt_level = kFastTierOptLevel;
-      start = TieredStart::Begin(cache, {path, bytes, full_options, quick_options, {}});
-      tier_up = !start->full_tier();
-      if (tier_up) options = quick_options;
+      step.start = TieredStart::Begin(cache, {path, bytes, step.full_options, quick_options, {}});
+      step.tier_up = !step.start->full_tier();
+      if (step.tier_up) step.options = quick_options;
       // Still running: the tier-up reports the lookup (hit, miss, refused entry) once known.
-      lookup_pending = cache != nullptr && start->ready_lookup() == nullptr;
-      if (!lookup_pending && cache != nullptr) lookup = *start->ready_lookup();
-      compiled = start->TakeReady();
+      step.lookup_pending = cache != nullptr && step.start->ready_lookup() == nullptr;
+      if (!step.lookup_pending && cache != nullptr) step.lookup = *step.start->ready_lookup();
+      compiled = step.start->TakeReady();
     } else {
-      if (compile_tier == CompileTier::kFast) options.opt_level = kFastTierOptLevel;
-      compiled = cache != nullptr ? cache->Compile(path, bytes, options, &lookup)
-                 : bytes.empty()  ? CompileOnnxFile(path, options)
-                                  : CompileOnnxBytes(bytes, options);
+      if (compile_tier == CompileTier::kFast) step.options.opt_level = kFastTierOptLevel;
+      compiled = cache != nullptr ? cache->Compile(path, bytes, step.options, &step.lookup)
+                 : bytes.empty()  ? CompileOnnxFile(path, step.options)
+                                  : CompileOnnxBytes(bytes, step.options);
     }
     if (!compiled.ok()) return compiled.status();
-    // The compiler ran for this load unless the JIT cache had the model.
-    const uint64_t compilations = !seeded && lookup.outcome == CacheOutcome::kMiss ? 1 : 0;
-    double compile_ms =
+    step.compiled = *std::move(compiled);
+    step.compilations = !step.seeded && step.lookup.outcome == CacheOutcome::kMiss ? 1 : 0;
+    step.compile_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    CUVIL_PROBE_JIT_COMPILE_DONE(name.c_str(), static_cast<int64_t>(compile_ms * 1e6));
-    if (lookup_pending) {
+    CUVIL_PROBE_JIT_COMPILE_DONE(name.c_str(), static_cast<int64_t>(step.compile_ms * 1e6));
+    return step;
+  }
+
+  // Step 2: the compile's outcome in the log, the probes and the metrics.
+  void ReportCompile(const std::string& name, int64_t version, const CompileStep& step) {
+    const CacheLookup& lookup = step.lookup;
+    if (step.lookup_pending) {
       spdlog::info(
           "model '{}' version {}: quick tier ready ({:.1f} ms); the full tier's JIT cache "
           "outcome comes with the tier-up",
-          name, version, compile_ms);
-    } else if (cache != nullptr) {
+          name, version, step.compile_ms);
+    } else if (step.used_cache) {
       if (lookup.outcome == CacheOutcome::kMiss) {
         CUVIL_PROBE_CACHE_MISS(name.c_str());
       } else {
         CUVIL_PROBE_CACHE_HIT(name.c_str());
       }
       spdlog::info("model '{}' version {}: JIT cache {} (key {}, {:.1f} ms)", name, version,
-                   CacheOutcomeName(lookup.outcome), lookup.key, compile_ms);
+                   CacheOutcomeName(lookup.outcome), lookup.key, step.compile_ms);
     }
-    if (metrics != nullptr) {
-      if (compilations > 0) metrics->RecordCompile(name, compile_ms / 1000);
-      if (cache != nullptr && !lookup_pending) {
-        if (lookup.outcome == CacheOutcome::kMiss) {
-          metrics->RecordCacheMiss(name);
-        } else {
-          metrics->RecordCacheHit(name);
-        }
-        if (lookup.refused_entry) metrics->RecordCacheCorrupt(name);
-        if (lookup.store_failed) metrics->RecordCacheStoreFailure(name);
+    if (metrics == nullptr) return;
+    if (step.compilations > 0) metrics->RecordCompile(name, step.compile_ms / 1000);
+    if (step.used_cache && !step.lookup_pending) {
+      if (lookup.outcome == CacheOutcome::kMiss) {
+        metrics->RecordCacheMiss(name);
+      } else {
+        metrics->RecordCacheHit(name);
       }
+      if (lookup.refused_entry) metrics->RecordCacheCorrupt(name);
+      if (lookup.store_failed) metrics->RecordCacheStoreFailure(name);
     }
-    if (config.name().empty()) config.set_name(name);
-    if (auto s = CompleteModelConfig(*compiled, &config); !s.ok()) return s;
-    // Every instance allocates, at the largest batch, its scratch plus gather buffers for inputs
-    // and outputs: refuse what cannot be served rather than fail (or abort) on the first full
-    // batch. All in overflow-checked arithmetic, since the config and the model set the factors.
+  }
+
+  // Step 3: every instance allocates, at the largest batch, its scratch plus gather buffers for
+  // inputs and outputs: refuse what cannot be served rather than fail (or abort) on the first
+  // full batch. All in overflow-checked arithmetic, since the config and the model set the
+  // factors.
+  static absl::Status CheckInstanceFits(const CompiledModel& compiled,
+                                        const inference::ModelConfig& config) {
     constexpr int64_t kMaxInstanceBytes = int64_t{16} << 30;
     const int64_t max_rows = std::max<int64_t>(config.max_batch_size(), 1);
     // The arena as executions size it (batch-split parts included); with free dimensions beyond
     // the batch, at 1 for each (executions size it for their own shapes).
-    std::vector<int64_t> load_syms(std::max<size_t>(compiled->symbols.size(), 1), 1);
+    std::vector<int64_t> load_syms(std::max<size_t>(compiled.symbols.size(), 1), 1);
     load_syms[0] = max_rows;
-    const std::optional<int64_t> arena_bytes = compiled->arena.CheckedBytesForSymbols(load_syms);
+    const std::optional<int64_t> arena_bytes = compiled.arena.CheckedBytesForSymbols(load_syms);
     int64_t instance_bytes = arena_bytes.value_or(0);
     bool fits = arena_bytes.has_value();
     for (const auto& specs : {InputSpecs(config), OutputSpecs(config)}) {
@@ -265,12 +280,23 @@ struct ModelManager::Impl {
           " bytes of buffers at batch ", max_rows, "; the limit is ", kMaxInstanceBytes,
           " (lower max_batch_size)"));
     }
+    return absl::OkStatus();
+  }
+
+  // Step 4: links the code into a JIT namespace of its own and carries the version's patches
+  // over: the seed's, or (a reload) the predecessor's active stack, which is frozen first so no
+  // patch can land on the old build after this copy (a racing one fails with Aborted).
+  absl::StatusOr<std::unique_ptr<LoadedModel>> LinkVersion(
+      const std::string& name, int64_t version, uint64_t load_index,
+      const inference::ModelConfig& config, CompileStep& step, const std::string& path,
+      const std::string& bytes, const VersionSeed* seed,
+      const std::shared_ptr<ModelVersion>& predecessor) {
     std::string ns = absl::StrCat(name, "/", version);
     if (load_index > 1) absl::StrAppend(&ns, "#", load_index);
-    auto loaded = engine->Load(ns, std::move(*compiled));
+    auto loaded = engine->Load(ns, std::move(step.compiled));
     if (!loaded.ok()) return loaded.status();
     // Recompile patches and snapshots rebuild from the source with the same options.
-    (*loaded)->set_source(CodeSource{path, bytes, options});
+    (*loaded)->set_source(CodeSource{path, bytes, step.options});
     // A profile patch's automatic rollback is a patch event like a rollback by hand.
     (*loaded)->patches().set_auto_rollback_listener(
         [metrics = metrics, name, version, model = loaded->get()](
@@ -288,7 +314,6 @@ struct ModelManager::Impl {
     if (seed != nullptr && seed->before_serving) {
       if (auto s = seed->before_serving(**loaded); !s.ok()) return s;
     } else if (predecessor != nullptr) {
-      // No patch can land on the old build after this copy (a racing one fails with Aborted).
       const std::vector<PatchRecord> stack =
           predecessor->mutable_loaded().patches().Freeze("the version is being reloaded");
       if (!stack.empty()) {
@@ -300,15 +325,21 @@ struct ModelManager::Impl {
         }
       }
     }
-    auto created = JitExecutable::Create(loaded->get(), InputSpecs(config), OutputSpecs(config),
+    return loaded;
+  }
+
+  // Step 5: the executable and its scheduler, with the probes and metrics of every batch
+  // (counted only once `live` is set: warm-up executions are not client traffic).
+  absl::StatusOr<std::shared_ptr<ModelVersion>> ScheduleVersion(
+      const std::string& name, int64_t version, const inference::ModelConfig& config,
+      std::unique_ptr<LoadedModel> loaded, const CompileStep& step,
+      std::shared_ptr<ModelMetrics> model_metrics, std::shared_ptr<std::atomic<bool>> live) {
+    auto created = JitExecutable::Create(loaded.get(), InputSpecs(config), OutputSpecs(config),
                                          inflight_budget);
     if (!created.ok()) return created.status();
     std::shared_ptr<JitExecutable> executable = *std::move(created);
-    std::shared_ptr<ModelMetrics> model_metrics =
-        metrics != nullptr ? metrics->ForModel(name, absl::StrCat(version)) : nullptr;
     SchedulerOptions scheduler_options = SchedulerOptionsFromConfig(config);
     auto probe_name = std::make_shared<const std::string>(name);
-    auto live = std::make_shared<std::atomic<bool>>(false);  // Warmup executions are not counted.
     scheduler_options.on_batch_start = [probe_name](int64_t rows) {
       CUVIL_PROBE_BATCH_START(probe_name->c_str(), rows);
     };
@@ -327,57 +358,111 @@ struct ModelManager::Impl {
     }
     auto scheduler = CreateScheduler(scheduler_options, executable);
     if (!scheduler.ok()) return scheduler.status();
-    auto model =
-        std::make_shared<ModelVersion>(name, version, config, std::move(*loaded), executable,
-                                       std::move(*scheduler), compile_ms, compilations);
-    if (config.has_sequence_batching()) {
-      auto sequences = SequenceBatcher::Create(config, model_dir);
-      if (!sequences.ok()) return sequences.status();
-      if (!sequence_checkpoint_dir.empty()) {
-        // Inside the snapshot folder, which the server checked is its own (so a failed check
-        // here is only logged).
-        if (auto s = EnsurePrivateDir(sequence_checkpoint_dir, /*allow_insecure=*/true,
-                                      "sequence checkpoint directory", "--insecure-cache-dir");
-            !s.ok()) {
-          return s;
-        }
-        // One log per model version: a new build of the version resumes its sequences.
-        const std::string log =
-            absl::StrCat(sequence_checkpoint_dir, "/", name, ".v", version, ".seqlog");
-        auto build = SequenceBuildIdentity(path, bytes);
-        if (!build.ok()) return build.status();
-        if (auto s = (*sequences)->EnableCheckpoints(log, *build); !s.ok()) return s;
+    return std::make_shared<ModelVersion>(name, version, config, std::move(loaded), executable,
+                                          std::move(*scheduler), step.compile_ms,
+                                          step.compilations);
+  }
+
+  // Step 6 (sequence_batching models): the sequence batcher, checkpointing into the snapshot
+  // folder's sequence logs when the server has one.
+  absl::Status AttachSequences(ModelVersion& model, const std::string& name, int64_t version,
+                               const inference::ModelConfig& config, const std::string& model_dir,
+                               const std::string& path, const std::string& bytes) {
+    auto sequences = SequenceBatcher::Create(config, model_dir);
+    if (!sequences.ok()) return sequences.status();
+    if (!sequence_checkpoint_dir.empty()) {
+      // Inside the snapshot folder, which the server checked is its own (so a failed check
+      // here is only logged).
+      if (auto s = EnsurePrivateDir(sequence_checkpoint_dir, /*allow_insecure=*/true,
+                                    "sequence checkpoint directory", "--insecure-cache-dir");
+          !s.ok()) {
+        return s;
       }
-      model->set_sequences(*std::move(sequences));
+      // One log per model version: a new build of the version resumes its sequences.
+      const std::string log =
+          absl::StrCat(sequence_checkpoint_dir, "/", name, ".v", version, ".seqlog");
+      auto build = SequenceBuildIdentity(path, bytes);
+      if (!build.ok()) return build.status();
+      if (auto s = (*sequences)->EnableCheckpoints(log, *build); !s.ok()) return s;
     }
+    model.set_sequences(*std::move(sequences));
+    return absl::OkStatus();
+  }
+
+  // Step 7: the configured warm-up requests (one generated request when there are none).
+  absl::Status WarmUpVersion(ModelVersion& model, const inference::ModelConfig& config,
+                             const std::string& model_dir) {
     if (config.model_warmup_size() == 0) {
-      if (auto s = RunWarmup(*model, nullptr, model_dir, max_request_bytes); !s.ok()) return s;
+      return RunWarmup(model, nullptr, model_dir, max_request_bytes);
     }
     for (const auto& w : config.model_warmup()) {
       for (uint32_t i = 0; i < std::max<uint32_t>(w.count(), 1); ++i) {
-        if (auto s = RunWarmup(*model, &w, model_dir, max_request_bytes); !s.ok()) return s;
+        if (auto s = RunWarmup(model, &w, model_dir, max_request_bytes); !s.ok()) return s;
       }
     }
-    model->ResetStatsBaseline();
-    model->set_metrics(std::move(model_metrics));  // After warmup: warmup is not client traffic.
-    if (model->sequences() != nullptr) model->sequences()->set_metrics(model->metrics());
-    live->store(true, std::memory_order_relaxed);
-    if (tier_up) {
+    return absl::OkStatus();
+  }
+
+  // Step 8: the full tier, off the ready path — the tier-up of a quick tier, the join of a quick
+  // compile that lost the race to a cached full tier, or the tier-up of a restored quick tier.
+  void ScheduleTierUp(const std::shared_ptr<ModelVersion>& model, const std::string& name,
+                      int64_t version, CompileStep& step, const std::string& bytes,
+                      const VersionSeed* seed) {
+    if (step.tier_up) {
       std::weak_ptr<ModelVersion> weak = model;
-      tier_ups.Schedule([this, weak, name, version, start = std::move(start), lookup_pending] {
+      tier_ups.Schedule([this, weak, name, version, start = std::move(step.start),
+                         lookup_pending = step.lookup_pending] {
         NoThrowTierUp(name, version,
                       [&] { TierUp(weak, name, version, start.get(), lookup_pending); });
       });
-    } else if (start != nullptr) {
-      // Joins a quick compile that lost the race, off the ready path.
-      tier_ups.Schedule([start = std::move(start)] {});
-    } else if (seeded && seed->tier_up && compile_tier != CompileTier::kFast) {
+    } else if (step.start != nullptr) {
+      tier_ups.Schedule([start = std::move(step.start)] {});
+    } else if (step.seeded && seed->tier_up && compile_tier != CompileTier::kFast) {
       std::weak_ptr<ModelVersion> weak = model;
-      tier_ups.Schedule([this, weak, name, version, bytes, full_options] {
+      tier_ups.Schedule([this, weak, name, version, bytes, full_options = step.full_options] {
         NoThrowTierUp(name, version,
                       [&] { TierUpRestored(weak, name, version, bytes, full_options); });
       });
     }
+  }
+
+  // Compiles, links, schedules and warms up one version, in the steps above. Runs on a loader
+  // thread. A `predecessor` (the build of this version serving now: a reload) is frozen once the
+  // new code is linked and its active patches are re-applied to the new build, so patches belong
+  // to the version, not to one build of it; the caller unfreezes it when this build does not
+  // replace it.
+  absl::StatusOr<std::shared_ptr<ModelVersion>> BuildVersion(
+      const std::string& name, int64_t version, inference::ModelConfig config,
+      const std::string& path, const std::string& bytes, uint64_t load_index,
+      const std::string& model_dir, const VersionSeed* seed,
+      const std::shared_ptr<ModelVersion>& predecessor) {
+    absl::StatusOr<CompileStep> step = CompileVersion(name, config, path, bytes, seed);
+    if (!step.ok()) return step.status();
+    ReportCompile(name, version, *step);
+    if (config.name().empty()) config.set_name(name);
+    if (auto s = CompleteModelConfig(step->compiled, &config); !s.ok()) return s;
+    if (auto s = CheckInstanceFits(step->compiled, config); !s.ok()) return s;
+    auto loaded =
+        LinkVersion(name, version, load_index, config, *step, path, bytes, seed, predecessor);
+    if (!loaded.ok()) return loaded.status();
+    std::shared_ptr<ModelMetrics> model_metrics =
+        metrics != nullptr ? metrics->ForModel(name, absl::StrCat(version)) : nullptr;
+    auto live = std::make_shared<std::atomic<bool>>(false);
+    auto model =
+        ScheduleVersion(name, version, config, *std::move(loaded), *step, model_metrics, live);
+    if (!model.ok()) return model.status();
+    if (config.has_sequence_batching()) {
+      if (auto s = AttachSequences(**model, name, version, config, model_dir, path, bytes);
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (auto s = WarmUpVersion(**model, config, model_dir); !s.ok()) return s;
+    (*model)->ResetStatsBaseline();
+    (*model)->set_metrics(std::move(model_metrics));  // After warmup: not client traffic.
+    if ((*model)->sequences() != nullptr) (*model)->sequences()->set_metrics((*model)->metrics());
+    live->store(true, std::memory_order_relaxed);
+    ScheduleTierUp(*model, name, version, *step, bytes, seed);
     return model;
   }
 
