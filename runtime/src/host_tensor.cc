@@ -11,13 +11,30 @@
 
 namespace cuvil {
 
-AlignedBuffer AlignedAlloc(size_t bytes) {
+namespace {
+
+// 64-byte aligned memory of at least `bytes` (rounded up to 64), aborting when there is none.
+void* AllocateAligned(size_t bytes, size_t* rounded_out) {
   // Rounding must not wrap a huge request into a tiny allocation.
   if (bytes > SIZE_MAX - 63) std::abort();
   size_t rounded = (bytes + 63) / 64 * 64;
   if (rounded == 0) rounded = 64;
   void* p = std::aligned_alloc(64, rounded);
   if (p == nullptr) std::abort();  // Out of memory is not recoverable here.
+  *rounded_out = rounded;
+  return p;
+}
+
+}  // namespace
+
+AlignedBuffer AlignedAllocUninitialized(size_t bytes) {
+  size_t rounded = 0;
+  return AlignedBuffer(static_cast<uint8_t*>(AllocateAligned(bytes, &rounded)));
+}
+
+AlignedBuffer AlignedAlloc(size_t bytes) {
+  size_t rounded = 0;
+  void* p = AllocateAligned(bytes, &rounded);
   // A large buffer (a model's weights while it compiles) is usually fresh memory: fault its pages
   // in with one call rather than one trap per 4 KiB page (a hint; older kernels refuse it).
   if (rounded >= (size_t{1} << 20)) PrefaultForWrite(p, rounded);

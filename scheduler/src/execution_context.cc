@@ -8,7 +8,10 @@ uint8_t* ExecutionContext::Scratch::Reserve(size_t bytes) {
   if (bytes > capacity || !data) {
     // Grow by half again so slowly rising sizes (varying dims) do not reallocate every time.
     size_t grown = std::max(bytes, capacity + capacity / 2);
-    data = AlignedAlloc(grown);
+    // Written before it is read (inputs gathered, outputs and arena filled by the model): not
+    // zeroed, so a buffer sized for the largest batch costs neither load time nor resident
+    // memory until a batch that large comes.
+    data = AlignedAllocUninitialized(grown);
     capacity = grown;
   }
   return data.get();

@@ -24,6 +24,12 @@ using AlignedBuffer = std::unique_ptr<uint8_t, AlignedFree>;
 // Returns zero-filled memory aligned to 64 bytes (at least one byte is allocated).
 AlignedBuffer AlignedAlloc(size_t bytes);
 
+// Returns memory aligned to 64 bytes whose contents are indeterminate (at least one byte is
+// allocated), its pages neither zeroed nor faulted in: for scratch that is always written
+// before it is read (arenas, gather buffers), where zeroing a buffer sized for the largest batch
+// costs a model's load tens of milliseconds and its resident memory for batches never seen.
+AlignedBuffer AlignedAllocUninitialized(size_t bytes);
+
 // Where a deferred tensor's bytes come from (a large initializer left in its model file until
 // something reads it). Thread-safe.
 class DeferredBytes {
