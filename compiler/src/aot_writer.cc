@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "codegen/llvm_targets.h"
 #include "llvm/IR/Constants.h"
 #include "llvm/IR/DerivedTypes.h"
@@ -125,9 +126,9 @@ absl::StatusOr<std::string> EmitGlue(const std::vector<AotTier>& tiers,
     llvm::Type* const I64 = i64;
     llvm::Type* const P = ptr;
     std::vector<llvm::Type*> fields;
-#define CUVIL_AOT_FIELD(f, t) fields.push_back(t);
-#define CUVIL_AOT_STRUCT(s, list) \
-  fields.clear();                 \
+#define CUVIL_AOT_FIELD(f, kind, ctype, doc) fields.push_back(kind);
+#define CUVIL_AOT_STRUCT(s, visibility, doc, list) \
+  fields.clear();                                  \
   list structs[#s] = llvm::StructType::create(ctx, fields, #s);
 #include "cuvil/runtime/aot_layout.def"
 #undef CUVIL_AOT_STRUCT
@@ -646,6 +647,66 @@ std::string CommentSafe(const std::string& text) {
 
 namespace {
 
+// `text` as a C block comment whose "/*" is at column `column`, in lines of at most
+// kCommentWidth columns where the words allow; a continuation line starts with `indent` and a
+// space.
+constexpr size_t kCommentWidth = 88;
+std::string BlockComment(const std::string& text, size_t column, const std::string& indent) {
+  std::string out = "/*";
+  size_t col = column + 2;
+  bool line_empty = true;
+  for (absl::string_view word : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
+    if (!line_empty && col + 1 + word.size() > kCommentWidth) {
+      absl::StrAppend(&out, "\n", indent);
+      col = indent.size();
+    }
+    absl::StrAppend(&out, " ", word);
+    col += 1 + word.size();
+    line_empty = false;
+  }
+  return out + " */";
+}
+
+// aot_layout.def's PUBLIC structs (what programs read: cuvil_aot_dim, cuvil_aot_tensor) as C
+// typedefs, each under its doc, with its fields' docs as comments aligned after them.
+std::string PublicStructsText() {
+  struct Field {
+    std::string name, ctype, doc;
+  };
+  struct Struct {
+    std::string name, visibility, doc;
+    std::vector<Field> fields;
+  };
+  const Struct structs[] = {
+#define CUVIL_AOT_FIELD(f, kind, ctype, doc) Field{#f, #ctype, doc},
+#define CUVIL_AOT_STRUCT(s, visibility, doc, fields) Struct{#s, #visibility, doc, {fields}},
+#include "cuvil/runtime/aot_layout.def"
+#undef CUVIL_AOT_STRUCT
+#undef CUVIL_AOT_FIELD
+  };
+  std::string out;
+  for (const Struct& s : structs) {
+    if (s.visibility != "PUBLIC") continue;
+    std::vector<std::string> decls;
+    size_t width = 0;  // the widest declaration with a comment after it
+    for (const Field& f : s.fields) {
+      decls.push_back(absl::StrCat("  ", f.ctype, " ", f.name, ";"));
+      if (!f.doc.empty()) width = std::max(width, decls.back().size());
+    }
+    absl::StrAppend(&out, BlockComment(s.doc, 0, " *"), "\ntypedef struct ", s.name, " {\n");
+    for (size_t i = 0; i < s.fields.size(); ++i) {
+      out += decls[i];
+      if (!s.fields[i].doc.empty()) {
+        out.append(width + 1 - decls[i].size(), ' ');
+        out += BlockComment(s.fields[i].doc, width + 1, std::string(width + 3, ' '));
+      }
+      out += '\n';
+    }
+    absl::StrAppend(&out, "} ", s.name, ";\n\n");
+  }
+  return out;
+}
+
 // NAME.h for a library of `tiers` (one or several bodies of one model).
 std::string HeaderText(const std::vector<AotTier>& tiers, const std::string& name,
                        const std::string& source, const std::string& target_triple) {
@@ -718,18 +779,8 @@ std::string HeaderText(const std::vector<AotTier>& tiers, const std::string& nam
       "_H_\n\n"
       "#include <stddef.h>\n#include <stdint.h>\n\n"
       "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n"
-      "#ifndef CUVIL_AOT_TYPES_DEFINED\n#define CUVIL_AOT_TYPES_DEFINED\n"
-      "/* One dimension: coef * batch^power (power 0: the constant coef). */\n"
-      "typedef struct cuvil_aot_dim {\n  int64_t coef;\n  int32_t power;\n} cuvil_aot_dim;\n\n"
-      "/* One input or output tensor. */\n"
-      "typedef struct cuvil_aot_tensor {\n"
-      "  const char* name;\n"
-      "  int32_t dtype;     /* ONNX TensorProto.DataType: 1 float32, 2 uint8, 3 int8, 6 int32,\n"
-      "                        7 int64, 9 bool, 10 float16, 11 float64, 16 bfloat16 */\n"
-      "  int32_t elem_size; /* bytes per element */\n"
-      "  int32_t rank;\n"
-      "  const cuvil_aot_dim* dims;\n"
-      "} cuvil_aot_tensor;\n\n"
+      "#ifndef CUVIL_AOT_TYPES_DEFINED\n#define CUVIL_AOT_TYPES_DEFINED\n",
+      PublicStructsText(),
       "/* Results of NAME_run. Positive: the input data is invalid for the model (outputs are\n"
       " * unspecified). Negative: a bad argument (nothing ran). */\n"
       "enum {\n"

@@ -168,6 +168,36 @@ TEST(AotTargetTest, CortexM7IsBareMetalThumbWithSinglePrecisionFpu) {
   EXPECT_NE(unknown.status().message().find("cortex-m7"), std::string::npos);
 }
 
+// NAME.h declares aot_layout.def's PUBLIC structs as C typedefs, field by field in the listed
+// order with the listed C types, and none of its PRIVATE ones (cuvil_aot_run's own data).
+TEST(AotHeaderTest, DeclaresThePublicStructsOfTheLayoutDescription) {
+  const CompiledModel model = CompileFor("");
+  const std::string header = AotHeader(model, "tiny", "tiny.onnx");
+#define CUVIL_AOT_FIELD(f, kind, ctype, doc) "  " #ctype " " #f ";",
+#define CUVIL_AOT_STRUCT(s, visibility, doc, fields)                               \
+  {                                                                                \
+    const std::vector<std::string> lines = {fields};                               \
+    const size_t at = header.find("typedef struct " #s " {\n");                    \
+    if (std::string(#visibility) == "PUBLIC") {                                    \
+      ASSERT_NE(at, std::string::npos) << #s << "\n" << header;                    \
+      size_t pos = at;                                                             \
+      for (const std::string& line : lines) {                                      \
+        pos = header.find("\n" + line, pos);                                       \
+        EXPECT_NE(pos, std::string::npos) << #s << ": " << line << "\n" << header; \
+      }                                                                            \
+      EXPECT_LT(pos, header.find("} " #s ";\n", at)) << #s;                        \
+    } else {                                                                       \
+      EXPECT_EQ(at, std::string::npos) << #s;                                      \
+      EXPECT_EQ(header.find(#s), std::string::npos) << #s;                         \
+    }                                                                              \
+  }
+#include "cuvil/runtime/aot_layout.def"
+#undef CUVIL_AOT_STRUCT
+#undef CUVIL_AOT_FIELD
+  EXPECT_NE(header.find("  int32_t elem_size; /* bytes per element */\n"), std::string::npos)
+      << header;
+}
+
 // Each cross target shapes its kernels for its own vectors (CompileOptions::vector_bits) rather
 // than the compiling host's: pairs of scalar registers on a Cortex-M7, scalar floats in scalar
 // WebAssembly, 128 bits for NEON and SIMD128. The host's own target keeps the host's width.

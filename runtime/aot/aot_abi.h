@@ -1,8 +1,9 @@
 // Private: the data layout that cuvilc's generated glue (compiler/src/aot_writer.cc) emits for an
-// ahead-of-time library and that cuvil_aot_run reads. The fields are declared once in
-// cuvil/runtime/aot_layout.def: aot_run.cc checks these structs against it on every target and the
-// writer builds its types from it. The generated NAME.h repeats the public part (cuvil_aot_dim,
-// cuvil_aot_tensor, the error codes) in its text; the aot_* tests compile programs against it.
+// ahead-of-time library and that cuvil_aot_run reads. The structs are declared once, in
+// cuvil/runtime/aot_layout.def: this header expands it into C structs, aot_run.cc checks their
+// layout on every target, the writer builds its LLVM types and the generated NAME.h's typedefs
+// (cuvil_aot_dim, cuvil_aot_tensor) from it. NAME.h repeats the error codes in its text; the
+// aot_* tests compile programs against it.
 #ifndef CUVIL_RUNTIME_AOT_AOT_ABI_H_
 #define CUVIL_RUNTIME_AOT_AOT_ABI_H_
 
@@ -11,43 +12,20 @@
 
 extern "C" {
 
-// One dimension: coef * batch^power (power 0: the constant coef). Plain data.
-struct cuvil_aot_dim {
-  int64_t coef;
-  int32_t power;
-};
+// The generated code's entry point (cuvil_aot_model::entry).
+typedef int32_t (*cuvil_aot_entry_fn)(const void* const* inputs, void* const* outputs,
+                                      int64_t batch, void* arena, int64_t* syms);
 
-// One input or output. Plain data, immutable in a library.
-struct cuvil_aot_tensor {
-  const char* name;
-  int32_t dtype;      // ONNX TensorProto.DataType code (1 = float32, 7 = int64, ...)
-  int32_t elem_size;  // bytes per element
-  int32_t rank;
-  const cuvil_aot_dim* dims;
-};
-
-// Scratch one kernel takes outside the memory plan: a cuvil_scratch_kind and its words as dims
-// (cuvil/runtime/ukernel_scratch.h). Plain data, immutable in a library.
-struct cuvil_aot_scratch_site {
-  int32_t kind;
-  int32_t kernel;  // the sites of one kernel are adjacent and live at once
-  int32_t num_words;
-  const cuvil_aot_dim* words;
-};
-
-// Everything cuvil_aot_run needs about one model. Immutable (a constant in the library).
-struct cuvil_aot_model {
-  int64_t arena_per_batch;  // the memory plan = arena_per_batch * batch + arena_fixed bytes,
-  int64_t arena_fixed;      // then (64-byte aligned) the scratch region the sites need
-  int32_t (*entry)(const void* const* inputs, void* const* outputs, int64_t batch, void* arena,
-                   int64_t* syms);
-  int32_t num_inputs;
-  int32_t num_outputs;
-  const cuvil_aot_tensor* inputs;
-  const cuvil_aot_tensor* outputs;
-  int32_t num_scratch_sites;
-  const cuvil_aot_scratch_site* scratch_sites;
-};
+// cuvil_aot_dim, cuvil_aot_tensor, cuvil_aot_scratch_site and cuvil_aot_model: each field as
+// `ctype name;`, in the order aot_layout.def lists them (their docs are there).
+#define CUVIL_AOT_FIELD(f, kind, ctype, doc) ctype f;
+#define CUVIL_AOT_STRUCT(s, visibility, doc, fields) \
+  struct s {                                         \
+    fields                                           \
+  };
+#include "cuvil/runtime/aot_layout.def"
+#undef CUVIL_AOT_STRUCT
+#undef CUVIL_AOT_FIELD
 
 enum : int32_t {
   CUVIL_AOT_OK = 0,

@@ -11,8 +11,8 @@
 namespace {
 
 // aot_layout.def against aot_abi.h on the target this file is compiled for: each struct has the
-// listed fields, of the listed types, at the offsets natural C layout gives them, and nothing
-// else (its size). aot_writer.cc emits its LLVM types from the same list.
+// listed fields, their C types of the listed kinds, at the offsets natural C layout gives them,
+// and nothing else (its size). aot_writer.cc emits its LLVM types from the same list.
 namespace layout {
 
 using I32 = int32_t;
@@ -45,18 +45,18 @@ constexpr bool FieldIs() {
   }
 }
 
-#define CUVIL_AOT_FIELD(f, t)                                                                    \
-  static_assert(FieldIs<t, decltype(S::f)>(), "aot_abi.h's " #f " is not aot_layout.def's " #t); \
-  at = RoundUp(at, AlignOf<t>());                                                                \
-  if (offsetof(S, f) != at) return false;                                                        \
-  at += SizeOf<t>();                                                                             \
+#define CUVIL_AOT_FIELD(f, t, ctype, doc)                                                          \
+  static_assert(FieldIs<t, decltype(S::f)>(), "aot_layout.def's " #f ": " #ctype " is not a " #t); \
+  at = RoundUp(at, AlignOf<t>());                                                                  \
+  if (offsetof(S, f) != at) return false;                                                          \
+  at += SizeOf<t>();                                                                               \
   if (AlignOf<t>() > align) align = AlignOf<t>();
-#define CUVIL_AOT_STRUCT(s, fields)                \
-  constexpr bool Matches_##s() {                   \
-    using S = ::s;                                 \
-    size_t at = 0, align = 1;                      \
-    fields return sizeof(S) == RoundUp(at, align); \
-  }                                                \
+#define CUVIL_AOT_STRUCT(s, visibility, doc, fields) \
+  constexpr bool Matches_##s() {                     \
+    using S = ::s;                                   \
+    size_t at = 0, align = 1;                        \
+    fields return sizeof(S) == RoundUp(at, align);   \
+  }                                                  \
   static_assert(Matches_##s(), #s " in aot_abi.h differs from cuvil/runtime/aot_layout.def");
 #include "cuvil/runtime/aot_layout.def"
 #undef CUVIL_AOT_STRUCT
