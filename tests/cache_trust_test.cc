@@ -208,9 +208,9 @@ TEST_F(CacheTrustTest, ASnapshotOfAnotherBuildIsCompiledAgainAndRewritten) {
   ASSERT_TRUE(artifact.ParseFromString(read()));
   cuvil::jitcache::v1::SnapshotBody body;
   ASSERT_TRUE(body.ParseFromString(artifact.body()));
-  const std::string ours = body.build_identity();
+  const std::string ours = body.identity().build_identity();
   ASSERT_FALSE(ours.empty());
-  body.set_build_identity(ours + "-older-build");
+  body.mutable_identity()->set_build_identity(ours + "-older-build");
   artifact.set_body(body.SerializeAsString());
   XXH128_canonical_t c;
   XXH128_canonicalFromHash(&c, XXH3_128bits(artifact.body().data(), artifact.body().size()));
@@ -233,7 +233,7 @@ TEST_F(CacheTrustTest, ASnapshotOfAnotherBuildIsCompiledAgainAndRewritten) {
   // Rewritten in this build's form: the next start loads its code as it is.
   ASSERT_TRUE(artifact.ParseFromString(read()));
   ASSERT_TRUE(body.ParseFromString(artifact.body()));
-  EXPECT_EQ(body.build_identity(), ours);
+  EXPECT_EQ(body.identity().build_identity(), ours);
 }
 }  // namespace
 }  // namespace cuvil

@@ -1,7 +1,7 @@
 // Private: the JIT cache's entry file format (jitcache/proto/jit_cache.proto). A preamble of
 // 40 bytes (magic[16], format version u32, header size u32, header checksum[16]), the protobuf
-// CacheHeader (identity, the model's description, the sections' offsets, sizes and checksums),
-// then the page-aligned raw sections: object code and weights.
+// CacheHeader (key, identity, the model's description in model_format.h's form, the sections'
+// offsets, sizes and checksums), then the page-aligned raw sections: object code and weights.
 #ifndef CUVIL_JITCACHE_SRC_CACHE_ENTRY_H_
 #define CUVIL_JITCACHE_SRC_CACHE_ENTRY_H_
 
@@ -14,7 +14,6 @@
 #include "absl/status/statusor.h"
 #include "cuvil/compiler/compiled_model.h"
 #include "cuvil/jitcache/env.h"
-#include "jit_cache.pb.h"
 
 namespace cuvil::jitcache_internal {
 
@@ -39,14 +38,6 @@ inline uint32_t LoadU32(const uint8_t* p) {
 inline void StoreU32(uint32_t v, char* p) {
   for (int i = 0; i < 4; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
 }
-
-// The header of `m`'s entry for `key` (sections are added by the writer).
-::cuvil::jitcache::v1::CacheHeader HeaderOf(const CompiledModel& m, const std::string& key);
-
-// Rebuilds a CompiledModel from a checked header and its sections, checking everything a later
-// stage would trust (sizes, indices). The weights stay in `weights` (a read-only mapping).
-absl::StatusOr<CompiledModel> ModelOf(const ::cuvil::jitcache::v1::CacheHeader& e,
-                                      std::string_view object_code, WeightsBlob weights);
 
 // The bytes of an entry but its sections: the preamble and header (at offset 0), and where the
 // sections go (the gaps between them read as zeros).

@@ -15,6 +15,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "cache_entry.h"
+#include "cuvil/jitcache/env.h"
 #include "cuvil/jitcache/jit_engine.h"
 #include "digest_memo.h"
 #include "gtest/gtest.h"
@@ -350,6 +352,39 @@ TEST_F(ObjectCacheTest, KeyChangesWithBytesAndOptions) {
   // Through Compile: another opt level is a miss, not a hit of the O3 entry.
   EXPECT_EQ(CompileAndCheck(*cache, a, 1.0f).outcome, CacheOutcome::kMiss);
   EXPECT_EQ(CompileAndCheck(*cache, a, 1.0f, o2).outcome, CacheOutcome::kMiss);
+}
+
+// Issue 43: an entry the previous format (3) wrote under this key's name is refused, naming the
+// format, and replaced by a recompile; it is never read as this format's header. (Old entries
+// normally sit under other names: the key hashes the format version. They then age out.)
+TEST_F(ObjectCacheTest, AnEntryOfTheFormerFormatIsRefusedAndRecompiled) {
+  const std::string bytes = testing::BinaryWithConstant("Add", 8, 2.0f);
+  auto cache = MakeCache();
+  CacheLookup first = CompileAndCheck(*cache, bytes, 2.0f);
+  const std::string path = cache->EntryPath(first.key);
+  std::string old = Slurp(path);
+  ASSERT_GT(old.size(), 40u);
+  ASSERT_EQ(static_cast<uint8_t>(old[16]), kCacheFormatVersion);
+  old[16] = 3;  // The preamble of format 3 (its checksum covers the header only).
+  Overwrite(path, old);
+  {
+    auto file = Env::Default()->NewRandomAccessFile(path);
+    ASSERT_TRUE(file.ok()) << file.status();
+    auto decoded = jitcache_internal::DecodeEntry(**file, first.key, nullptr);
+    ASSERT_FALSE(decoded.ok());
+    EXPECT_TRUE(absl::IsDataLoss(decoded.status())) << decoded.status();
+    EXPECT_NE(decoded.status().message().find("format version 3, expected 4"), std::string::npos)
+        << decoded.status();
+    EXPECT_NE(decoded.status().message().find("another build"), std::string::npos)
+        << decoded.status();
+  }
+  cache->ClearMemory();
+  CacheLookup again = CompileAndCheck(*cache, bytes, 2.0f);
+  EXPECT_EQ(again.outcome, CacheOutcome::kMiss);
+  EXPECT_TRUE(again.refused_entry);
+  cache->ClearMemory();
+  EXPECT_EQ(CompileAndCheck(*cache, bytes, 2.0f).outcome, CacheOutcome::kDiskHit);
+  EXPECT_EQ(static_cast<uint8_t>(Slurp(path)[16]), kCacheFormatVersion);
 }
 
 TEST_F(ObjectCacheTest, FileModelsHashTheirContents) {

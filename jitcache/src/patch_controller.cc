@@ -25,7 +25,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
-#include "model_header.h"
+#include "model_format.h"
 #include "patch_sandbox.h"
 #include "patch_sandbox.pb.h"
 #include "patch_target.h"
@@ -282,7 +282,7 @@ absl::StatusOr<std::shared_ptr<PreparedPatch>> PatchController::PrepareIrLayer(
         }
       }
     }
-    *job.mutable_model() = jitcache_internal::ModelHeader(model());
+    *job.mutable_model() = jitcache_internal::EncodeModelHeader(model());
     job.set_object_code(model().object_code);
     job.set_weights_bytes(target_->weights_bytes());
     uint64_t sandbox_generation = 0;

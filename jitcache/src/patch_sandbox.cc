@@ -41,7 +41,7 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
-#include "model_header.h"
+#include "model_format.h"
 #include "patch_sandbox.pb.h"
 
 extern char** environ;
@@ -409,10 +409,10 @@ absl::Status CheckSandboxJob(const pb::SandboxJob& job, size_t weights_bytes) {
                                             weights_bytes, " bytes; the job names ",
                                             job.weights_bytes(), ")"));
   }
-  if (auto model = ModelFromHeader(job.model(), job.object_code(), WeightsBlob()); !model.ok()) {
+  if (auto model = DecodeModelHeader(job.model(), job.object_code(), WeightsBlob()); !model.ok()) {
     return JobDamaged(model.status().message());
   }
-  const int kernels = job.model().kernels_size();  // ModelFromHeader: indices 0..kernels-1.
+  const int kernels = job.model().kernels_size();  // DecodeModelHeader: indices 0..kernels-1.
   auto in_range = [kernels](int32_t slot) { return slot >= 0 && slot < kernels; };
   for (int i = 0; i < job.layers_size(); ++i) {
     const pb::SandboxLayer& layer = job.layers(i);
@@ -648,7 +648,7 @@ int SandboxChild::Main(int argc, char** argv) {
       std::shared_ptr<const void> owner(p, [n](const void* q) { munmap(const_cast<void*>(q), n); });
       weights = WeightsBlob(owner, static_cast<const uint8_t*>(p), n, /*read_only=*/true);
     }
-    auto model = ModelFromHeader(job.model(), job.object_code(), weights);
+    auto model = DecodeModelHeader(job.model(), job.object_code(), weights);
     if (!model.ok()) ChildFail("the sandbox's job is damaged", model.status());
     job.clear_object_code();
     auto engine = JitEngine::Create();

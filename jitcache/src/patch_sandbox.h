@@ -113,7 +113,7 @@ std::optional<size_t> SandboxJobCallCounts(std::string_view job);
 
 // Every structural check the child makes before it touches the JIT, with `weights_bytes` the
 // size of the weights it was handed: the weights size the job names matches; the model header
-// rebuilds (ModelFromHeader's checks, with the job's object code); every layer has a known kind
+// rebuilds (DecodeModelHeader's checks, with the job's object code); every layer has a known kind
 // and every slot (the patch's and the layers') is a kernel index of the header, the patch's
 // slots non-empty and distinct; every probe tensor has a known dtype, non-negative dims whose
 // partial products fit in int64, and exactly as many data bytes (numeric dtypes) or strings (the

@@ -20,7 +20,7 @@
 #include "cuvil/runtime/dtype.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model_header.h"
+#include "model_format.h"
 #include "patch_sandbox.pb.h"
 #include "patch_test_models.h"
 
@@ -144,7 +144,7 @@ TEST(PatchSandboxReplyTest, AnOkReplyWithoutObjectCodeIsDamaged) {
 // A small job as the server builds it, on a hand-written model header of two kernels.
 pb::SandboxJob SmallJob() {
   pb::SandboxJob job;
-  pb::CacheHeader* model = job.mutable_model();
+  pb::CompiledModelHeader* model = job.mutable_model();
   model->set_name("two_adds");
   model->set_symbol("two_adds");
   pb::TensorSignature* in = model->add_inputs();
@@ -225,7 +225,7 @@ TEST(PatchSandboxJobTest, AJobAsTheServerBuildsItPasses) {
   auto compiled = CompileOnnxBytes(testing::TwoBinaryOps("two_adds", 8, "Add", 1.0f, "Add", 2.0f));
   ASSERT_TRUE(compiled.ok()) << compiled.status();
   pb::SandboxJob job = SmallJob();
-  *job.mutable_model() = ModelHeader(*compiled);
+  *job.mutable_model() = EncodeModelHeader(*compiled);
   job.set_object_code(compiled->object_code);
   EXPECT_TRUE(CheckSandboxJob(job, 64).ok()) << CheckSandboxJob(job, 64);
 }

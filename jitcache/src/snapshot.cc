@@ -16,12 +16,9 @@
 #include "absl/strings/str_join.h"
 #include "cuvil/compiler/compiler.h"
 #include "cuvil/jitcache/object_cache.h"
-#include "host_identity.h"
-#include "llvm/ADT/StringMap.h"
-#include "llvm/TargetParser/Host.h"
-#include "llvm/TargetParser/Triple.h"
+#include "cuvil/runtime/status_macros.h"
+#include "model_format.h"
 #include "snapshot.pb.h"
-#include "symbolic_fields.h"
 
 namespace cuvil {
 namespace {
@@ -36,52 +33,21 @@ std::string Digest(const void* data, size_t size) {
 }
 std::string Digest(std::string_view s) { return Digest(s.data(), s.size()); }
 
-const jitcache_internal::HostIdentity& Host() {
-  return jitcache_internal::HostIdentityOfThisProcess();
-}
-
 // The lowered model's structure: interface, kernels and memory plan (what the IR became).
-std::string IrDigest(const pb::SnapshotBody& b) {
-  pb::SnapshotBody shape;
-  shape.set_symbol(b.symbol());
-  *shape.mutable_symbols() = b.symbols();
-  *shape.mutable_arena_bytes_program() = b.arena_bytes_program();
-  *shape.mutable_inputs() = b.inputs();
-  *shape.mutable_outputs() = b.outputs();
-  shape.set_arena_per_batch_bytes(b.arena_per_batch_bytes());
-  shape.set_arena_fixed_bytes(b.arena_fixed_bytes());
-  shape.set_arena_max_shards(b.arena_max_shards());
-  for (const pb::SnapshotFunction& f : b.functions()) {
-    pb::SnapshotFunction* k = shape.add_functions();
-    k->set_index(f.index());
-    k->set_symbol(f.symbol());
-    k->set_op_type(f.op_type());
-    k->set_node_name(f.node_name());
-    k->set_signature(f.signature());
-    if (f.has_parent()) k->set_parent(f.parent());
-  }
+std::string IrDigest(const pb::CompiledModelHeader& h) {
+  pb::CompiledModelHeader shape;
+  shape.set_symbol(h.symbol());
+  *shape.mutable_symbols() = h.symbols();
+  *shape.mutable_arena_bytes_program() = h.arena_bytes_program();
+  *shape.mutable_inputs() = h.inputs();
+  *shape.mutable_outputs() = h.outputs();
+  shape.set_arena_per_batch_bytes(h.arena_per_batch_bytes());
+  shape.set_arena_fixed_bytes(h.arena_fixed_bytes());
+  shape.set_arena_max_shards(h.arena_max_shards());
+  *shape.mutable_kernels() = h.kernels();
   std::string bytes;
   shape.SerializeToString(&bytes);  // Deterministic enough: same writer, fields in order.
   return Digest(bytes);
-}
-
-void ToProto(const TensorSignature& t, pb::SnapshotTensor* out) {
-  out->set_name(t.name);
-  out->set_dtype(static_cast<int32_t>(t.dtype));
-  for (const SymDim& d : t.shape) jitcache_internal::SymDimToProto(d, out->add_shape());
-}
-
-absl::StatusOr<TensorSignature> FromProto(const pb::SnapshotTensor& t,
-                                          absl::Span<const std::string> symbols) {
-  TensorSignature sig;
-  sig.name = t.name();
-  sig.dtype = static_cast<DType>(t.dtype());
-  for (const auto& d : t.shape()) {
-    auto dim = jitcache_internal::SymDimFromProto(d, symbols);
-    if (!dim.ok()) return dim.status();
-    sig.shape.push_back(*std::move(dim));
-  }
-  return sig;
 }
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
@@ -120,26 +86,10 @@ absl::StatusOr<std::string> EncodeSnapshot(const LoadedModel& loaded, const std:
                             .count());
   b.set_config_text(config_text);
   b.set_opt_level(source.options.opt_level);
-  b.set_compiler_version(kCompilerVersion);
-  b.set_build_identity(jitcache_internal::CodeIdentity());
-  b.set_target_triple(Host().triple);
-  b.set_cpu(Host().cpu);
-  b.set_cpu_features(Host().features);
-  b.set_name(m.name);
-  b.set_symbol(m.symbol);
-  jitcache_internal::SymbolicFieldsToProto(m, &b);
-  for (const auto& t : m.inputs) ToProto(t, b.add_inputs());
-  for (const auto& t : m.outputs) ToProto(t, b.add_outputs());
-  b.set_arena_per_batch_bytes(m.arena.per_batch_bytes);
-  b.set_arena_fixed_bytes(m.arena.fixed_bytes);
-  b.set_arena_unplanned_bytes(m.arena.unplanned_bytes);
-  b.set_arena_live_per_batch_bytes(m.arena.live_per_batch_bytes);
-  b.set_arena_live_fixed_bytes(m.arena.live_fixed_bytes);
-  b.set_arena_max_shards(m.arena.max_shards);
-  b.set_batch_split_note(m.batch_split_note);
+  *b.mutable_identity() = jitcache_internal::ThisBuildIdentity();
+  *b.mutable_model() = jitcache_internal::EncodeModelHeader(m);
   b.set_object_code(m.object_code);
   b.set_weights(static_cast<const char*>(loaded.weights_data()), loaded.weights_bytes());
-  b.set_compiled_cpu(m.cpu);
   b.set_model_hash(Digest(onnx));
   b.set_onnx_model(std::move(onnx));
   b.set_code_hash(Digest(m.object_code));
@@ -154,11 +104,6 @@ absl::StatusOr<std::string> EncodeSnapshot(const LoadedModel& loaded, const std:
   for (const KernelFunction& k : m.kernels) {
     pb::SnapshotFunction* f = b.add_functions();
     f->set_index(k.index);
-    f->set_symbol(k.symbol);
-    f->set_op_type(k.op_type);
-    f->set_node_name(k.node_name);
-    f->set_signature(k.signature);
-    if (k.parent >= 0) f->set_parent(k.parent);
     auto it = provider.find(k.symbol);
     if (it == provider.end()) {
       f->set_code_hash(b.code_hash());
@@ -167,7 +112,7 @@ absl::StatusOr<std::string> EncodeSnapshot(const LoadedModel& loaded, const std:
       f->set_code_hash(Digest(absl::StrCat(it->second->kind, "\n", it->second->source)));
     }
   }
-  b.set_ir_digest(IrDigest(b));
+  b.set_ir_digest(IrDigest(b.model()));
   for (const PatchRecord& r : patches) {
     pb::SnapshotPatch* p = b.add_patches();
     p->set_id(r.id);
@@ -284,103 +229,11 @@ bool ParseArtifact(std::string_view bytes, ArtifactView* out) {
   return true;
 }
 
-absl::StatusOr<VersionSnapshot> DecodeSnapshotOrThrow(std::string_view bytes, uint64_t max_bytes) {
-  if (bytes.empty()) return Refuse("the artifact is empty");
-  if (bytes.size() > kMaxSnapshotBytesLimit) {
-    return Refuse(absl::StrCat("it is ", bytes.size(), " bytes; no snapshot may exceed ",
-                               kMaxSnapshotBytesLimit, " bytes"));
-  }
-  if (bytes.size() > max_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat("the snapshot is ", bytes.size(),
-                                                     " bytes, larger than the server's limit of ",
-                                                     max_bytes, " bytes (--max-snapshot-bytes)"));
-  }
-  ArtifactView artifact;
-  if (!ParseArtifact(bytes, &artifact)) {
-    return Refuse("the artifact does not parse (truncated or not a snapshot)");
-  }
-  if (artifact.magic != kSnapshotMagic) {
-    return Refuse("wrong magic (not a snapshot, or damaged)");
-  }
-  if (artifact.format_version != kSnapshotFormatVersion) {
-    return Refuse(absl::StrCat("format version ", artifact.format_version,
-                               " is not supported (this server reads version ",
-                               kSnapshotFormatVersion, ")"));
-  }
-  if (artifact.checksum != Digest(artifact.body)) {
-    return Refuse("checksum mismatch (the artifact is damaged or truncated)");
-  }
-  pb::SnapshotBody b;
-  // The body is at most the artifact's size, itself at most INT_MAX: no int wrap.
-  if (!b.ParseFromArray(artifact.body.data(), static_cast<int>(artifact.body.size()))) {
-    return Refuse("the body does not parse");
-  }
-  if (b.model_name().empty() || b.version() <= 0) return Refuse("no model name or version");
-  if (b.object_code().empty() || b.onnx_model().empty()) return Refuse("no code or source");
-  if (b.model_hash() != Digest(b.onnx_model())) return Refuse("model hash mismatch");
-  if (b.code_hash() != Digest(b.object_code())) return Refuse("code hash mismatch");
-  if (b.ir_digest() != IrDigest(b)) return Refuse("IR digest mismatch");
-  if (b.opt_level() < 0 || b.opt_level() > 3) return Refuse("bad opt_level");
-
-  VersionSnapshot s;
-  s.model_name = b.model_name();
-  s.version = b.version();
-  s.created_unix_ms = b.created_unix_ms();
-  s.config_text = b.config_text();
-  s.opt_level = b.opt_level();
-  s.onnx_model = std::move(*b.mutable_onnx_model());
-  s.model_hash = absl::BytesToHexString(b.model_hash());
-  s.ir_digest = absl::BytesToHexString(b.ir_digest());
-  s.code_hash = absl::BytesToHexString(b.code_hash());
-  if (b.compiler_version() != kCompilerVersion || b.build_identity().empty()) {
-    s.host_mismatch = absl::StrCat("written by an older compiler (", b.compiler_version(),
-                                   b.build_identity().empty() ? ", no build identity" : "", ")");
-  } else if (b.build_identity() != jitcache_internal::CodeIdentity()) {
-    s.host_mismatch = absl::StrCat("written by another build (", b.build_identity(), ")");
-  } else if (b.target_triple() != Host().triple || b.cpu() != Host().cpu) {
-    s.host_mismatch = absl::StrCat("written for ", b.target_triple(), " ", b.cpu());
-  } else if (b.cpu_features() != Host().features) {
-    s.host_mismatch = "written for other CPU features";
-  }
-  s.host_matches = s.host_mismatch.empty();
-  CompiledModel& m = s.compiled;
-  m.name = b.name();
-  m.symbol = b.symbol();
-  if (auto st = jitcache_internal::SymbolicFieldsFromProto(b, &m); !st.ok()) {
-    return Refuse(std::string(st.message()));
-  }
-  for (const auto& t : b.inputs()) {
-    auto sig = FromProto(t, m.symbols);
-    if (!sig.ok()) return Refuse(std::string(sig.status().message()));
-    m.inputs.push_back(*std::move(sig));
-  }
-  for (const auto& t : b.outputs()) {
-    auto sig = FromProto(t, m.symbols);
-    if (!sig.ok()) return Refuse(std::string(sig.status().message()));
-    m.outputs.push_back(*std::move(sig));
-  }
-  m.arena.per_batch_bytes = b.arena_per_batch_bytes();
-  m.arena.fixed_bytes = b.arena_fixed_bytes();
-  m.arena.unplanned_bytes = b.arena_unplanned_bytes();
-  m.arena.live_per_batch_bytes = b.arena_live_per_batch_bytes();
-  m.arena.live_fixed_bytes = b.arena_live_fixed_bytes();
-  m.arena.max_shards = std::clamp(b.arena_max_shards(), 1, kMaxBatchShards);
-  m.batch_split_note = b.batch_split_note();
-  m.object_code = std::move(*b.mutable_object_code());
-  // The parsed bytes themselves, moved (a copy into a tensor would be one more copy of them all).
-  auto weights = std::make_shared<const std::string>(std::move(*b.mutable_weights()));
-  m.weights = WeightsBlob(weights, reinterpret_cast<const uint8_t*>(weights->data()),
-                          weights->size(), /*read_only=*/false);
-  m.cpu = b.compiled_cpu();
-  for (const pb::SnapshotFunction& f : b.functions()) {
-    if (f.index() != static_cast<int32_t>(m.kernels.size())) return Refuse("function table order");
-    if (f.has_parent() && (f.parent() < 0 || f.parent() >= f.index())) {
-      return Refuse("function parent out of range");
-    }
-    m.kernels.push_back({f.index(), f.symbol(), f.op_type(), f.node_name(), f.signature(),
-                         f.has_parent() ? f.parent() : -1});
-  }
-  for (const pb::SnapshotPatch& p : b.patches()) {
+// The patch history (format 1 and 2 share the message) into `s`; the object code of recompile
+// patches only when `with_objects`.
+absl::Status ReadPatches(const google::protobuf::RepeatedPtrField<pb::SnapshotPatch>& patches,
+                         bool with_objects, VersionSnapshot* s) {
+  for (const pb::SnapshotPatch& p : patches) {
     PatchRecord r;
     r.id = p.id();
     r.unix_ms = p.unix_ms();
@@ -406,9 +259,109 @@ absl::StatusOr<VersionSnapshot> DecodeSnapshotOrThrow(std::string_view bytes, ui
       k.mean_ns = k.calls ? static_cast<double>(k.total_ns) / static_cast<double>(k.calls) : 0;
       r.profile.push_back(std::move(k));
     }
-    if (!p.object_code().empty()) s.patch_objects[r.id] = p.object_code();  // Small.
-    s.patches.push_back(std::move(r));
+    if (with_objects && !p.object_code().empty()) {
+      s->patch_objects[r.id] = p.object_code();  // Small.
+    }
+    s->patches.push_back(std::move(r));
   }
+  return absl::OkStatus();
+}
+
+// The fields every format has, checked alike.
+template <typename Body>
+absl::Status ReadCommon(Body& b, VersionSnapshot* s) {
+  if (b.model_name().empty() || b.version() <= 0) return Refuse("no model name or version");
+  if (b.onnx_model().empty()) return Refuse("no source");
+  if (b.model_hash() != Digest(b.onnx_model())) return Refuse("model hash mismatch");
+  if (b.opt_level() < 0 || b.opt_level() > 3) return Refuse("bad opt_level");
+  s->model_name = b.model_name();
+  s->version = b.version();
+  s->created_unix_ms = b.created_unix_ms();
+  s->config_text = b.config_text();
+  s->opt_level = b.opt_level();
+  s->onnx_model = std::move(*b.mutable_onnx_model());
+  s->model_hash = absl::BytesToHexString(b.model_hash());
+  return absl::OkStatus();
+}
+
+// A format-1 body (before compiled_model.proto): its source, kernel names and patches are read,
+// nothing of its compiled model; SnapshotCode compiles the source again.
+absl::StatusOr<VersionSnapshot> DecodeFormat1(std::string_view body) {
+  pb::SnapshotBodyV1 b;
+  if (!b.ParseFromArray(body.data(), static_cast<int>(body.size()))) {
+    return Refuse("the body does not parse");
+  }
+  VersionSnapshot s;
+  CUVIL_RETURN_IF_ERROR(ReadCommon(b, &s));
+  s.host_matches = false;
+  s.host_mismatch =
+      absl::StrCat("written in snapshot format 1 by an older Cuvil (", b.compiler_version(), ")");
+  for (const pb::SnapshotFunctionV1& f : b.functions()) {
+    if (f.index() != static_cast<int32_t>(s.compiled.kernels.size())) {
+      return Refuse("function table order");
+    }
+    s.compiled.kernels.push_back({f.index(), f.symbol(), f.op_type(), f.node_name(), f.signature(),
+                                  f.has_parent() ? f.parent() : -1});
+  }
+  CUVIL_RETURN_IF_ERROR(ReadPatches(b.patches(), /*with_objects=*/false, &s));
+  return s;
+}
+
+absl::StatusOr<VersionSnapshot> DecodeSnapshotOrThrow(std::string_view bytes, uint64_t max_bytes) {
+  if (bytes.empty()) return Refuse("the artifact is empty");
+  if (bytes.size() > kMaxSnapshotBytesLimit) {
+    return Refuse(absl::StrCat("it is ", bytes.size(), " bytes; no snapshot may exceed ",
+                               kMaxSnapshotBytesLimit, " bytes"));
+  }
+  if (bytes.size() > max_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("the snapshot is ", bytes.size(),
+                                                     " bytes, larger than the server's limit of ",
+                                                     max_bytes, " bytes (--max-snapshot-bytes)"));
+  }
+  ArtifactView artifact;
+  if (!ParseArtifact(bytes, &artifact)) {
+    return Refuse("the artifact does not parse (truncated or not a snapshot)");
+  }
+  if (artifact.magic != kSnapshotMagic) {
+    return Refuse("wrong magic (not a snapshot, or damaged)");
+  }
+  if (artifact.format_version != kSnapshotFormatVersion && artifact.format_version != 1) {
+    return Refuse(absl::StrCat("format version ", artifact.format_version,
+                               " is not supported (this server reads version ",
+                               kSnapshotFormatVersion, ", and version 1 for its source)"));
+  }
+  if (artifact.checksum != Digest(artifact.body)) {
+    return Refuse("checksum mismatch (the artifact is damaged or truncated)");
+  }
+  // The body is at most the artifact's size, itself at most INT_MAX: no int wrap.
+  if (artifact.format_version == 1) return DecodeFormat1(artifact.body);
+  pb::SnapshotBody b;
+  if (!b.ParseFromArray(artifact.body.data(), static_cast<int>(artifact.body.size()))) {
+    return Refuse("the body does not parse");
+  }
+  if (b.object_code().empty()) return Refuse("no code");
+  if (b.code_hash() != Digest(b.object_code())) return Refuse("code hash mismatch");
+  if (b.ir_digest() != IrDigest(b.model())) return Refuse("IR digest mismatch");
+  if (b.functions_size() != b.model().kernels_size()) return Refuse("function table size");
+
+  VersionSnapshot s;
+  CUVIL_RETURN_IF_ERROR(ReadCommon(b, &s));
+  s.ir_digest = absl::BytesToHexString(b.ir_digest());
+  s.code_hash = absl::BytesToHexString(b.code_hash());
+  s.host_mismatch = jitcache_internal::IdentityMismatch(b.identity());
+  s.host_matches = s.host_mismatch.empty();
+  // The parsed bytes themselves, moved (a copy into a tensor would be one more copy of them all).
+  auto weights = std::make_shared<const std::string>(std::move(*b.mutable_weights()));
+  auto model = jitcache_internal::DecodeModelHeader(
+      b.model(), b.object_code(),
+      WeightsBlob(weights, reinterpret_cast<const uint8_t*>(weights->data()), weights->size(),
+                  /*read_only=*/false));
+  if (!model.ok()) return Refuse(std::string(model.status().message()));
+  s.compiled = *std::move(model);
+  for (int i = 0; i < b.functions_size(); ++i) {
+    if (b.functions(i).index() != i) return Refuse("function table order");
+  }
+  CUVIL_RETURN_IF_ERROR(ReadPatches(b.patches(), /*with_objects=*/true, &s));
   return s;
 }
 

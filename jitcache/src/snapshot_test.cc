@@ -387,19 +387,24 @@ TEST_F(SnapshotTest, ObjectCodeOfAnotherBuildIsNeverLoaded) {
   };
   const Case cases[] = {
       {"another compiler build",
-       [](auto* b) { b->set_build_identity(b->build_identity() + "-older"); }, "another build"},
+       [](auto* b) {
+         b->mutable_identity()->set_build_identity(b->identity().build_identity() + "-older");
+       },
+       "another build"},
       {"another runtime ABI",
        [](auto* b) {
-         std::string id = b->build_identity();
+         std::string id = b->identity().build_identity();
          const size_t at = id.find("+abi");
          ASSERT_NE(at, std::string::npos) << id;
          id.insert(at + 4, "9");
-         b->set_build_identity(id);
+         b->mutable_identity()->set_build_identity(id);
        },
        "another build"},
-      {"an older writer (no build identity)", [](auto* b) { b->clear_build_identity(); },
-       "older compiler"},
-      {"other CPU features", [](auto* b) { b->set_cpu_features(b->cpu_features() + ",+fake"); },
+      {"no build identity", [](auto* b) { b->clear_identity(); }, "another build"},
+      {"other CPU features",
+       [](auto* b) {
+         b->mutable_identity()->set_cpu_features(b->identity().cpu_features() + ",+fake");
+       },
        "CPU features"},
   };
   for (const Case& c : cases) {
@@ -417,6 +422,70 @@ TEST_F(SnapshotTest, ObjectCodeOfAnotherBuildIsNeverLoaded) {
     ASSERT_TRUE(RestorePatches(**restored, *snapshot).ok());
     EXPECT_EQ(Outputs(**restored), want);
   }
+}
+
+// Issue 43: snapshots written before the compiled-model format moved to compiled_model.proto
+// (format 1) are read for their ONNX source, kernel names and patches only: the version is
+// compiled again and its patches re-applied; its object code is never read.
+TEST_F(SnapshotTest, AFormatOneSnapshotIsCompiledAgainFromItsSource) {
+  uint64_t ir_id = 0;
+  const std::string artifact = PatchedArtifact(&ir_id);
+  const std::vector<float> want = Outputs(*model_);
+  cuvil::jitcache::v1::SnapshotArtifact a;
+  ASSERT_TRUE(a.ParseFromString(artifact));
+  cuvil::jitcache::v1::SnapshotBody now;
+  ASSERT_TRUE(now.ParseFromString(a.body()));
+  // As the format-1 writer laid it out (snapshot.proto's SnapshotBodyV1), with its object code
+  // (field 27) replaced by bytes that are no code at all.
+  cuvil::jitcache::v1::SnapshotBodyV1 old;
+  old.set_model_name(now.model_name());
+  old.set_version(now.version());
+  old.set_created_unix_ms(now.created_unix_ms());
+  old.set_model_hash(now.model_hash());
+  old.set_config_text(now.config_text());
+  old.set_opt_level(now.opt_level());
+  old.set_compiler_version("0.9-older");
+  old.set_build_identity("0.9-older+abi1");
+  old.set_onnx_model(now.onnx_model());
+  for (const auto& k : now.model().kernels()) {
+    auto* f = old.add_functions();
+    f->set_index(k.index());
+    f->set_symbol(k.symbol());
+    f->set_op_type(k.op_type());
+    f->set_node_name(k.node_name());
+    f->set_signature(k.signature());
+  }
+  *old.mutable_patches() = now.patches();
+  old.GetReflection()->MutableUnknownFields(&old)->AddLengthDelimited(27, "not object code");
+  a.set_format_version(1);
+  a.set_body(old.SerializeAsString());
+  XXH128_canonical_t c;
+  XXH128_canonicalFromHash(&c, XXH3_128bits(a.body().data(), a.body().size()));
+  a.set_checksum(std::string(reinterpret_cast<const char*>(c.digest), sizeof c.digest));
+
+  auto snapshot = DecodeSnapshot(a.SerializeAsString());
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  EXPECT_FALSE(snapshot->host_matches);
+  EXPECT_THAT(snapshot->host_mismatch, ::testing::HasSubstr("snapshot format 1"));
+  EXPECT_TRUE(snapshot->compiled.object_code.empty());
+  EXPECT_TRUE(snapshot->patch_objects.empty());
+  ASSERT_EQ(snapshot->patches.size(), 2u);
+  bool recompiled = false;
+  const uint64_t before = TotalCompilations();
+  auto code = SnapshotCode(*snapshot, &recompiled);
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_TRUE(recompiled);
+  EXPECT_GT(TotalCompilations(), before);
+  auto restored = engine_->Load("mul_add/1#format1", *std::move(code));
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  ASSERT_TRUE(RestorePatches(**restored, *snapshot).ok());
+  EXPECT_EQ(Outputs(**restored), want);
+
+  // A damaged format-1 body is refused like any other.
+  a.set_checksum(std::string(16, '\0'));
+  auto damaged = DecodeSnapshot(a.SerializeAsString());
+  ASSERT_FALSE(damaged.ok());
+  EXPECT_THAT(damaged.status().message(), ::testing::HasSubstr("checksum"));
 }
 }  // namespace
 }  // namespace cuvil

@@ -42,7 +42,7 @@ inline constexpr uint32_t kRuntimeAbiVersion = 1;
 // of the code that produced them (sequence checkpoints) carry it too. Thread-safe.
 std::string CodeBuildIdentity();
 // Version of the on-disk entry format; entries of another version are refused (and replaced).
-inline constexpr uint32_t kCacheFormatVersion = 3;
+inline constexpr uint32_t kCacheFormatVersion = 4;
 
 struct ObjectCacheOptions {
   // Folder of the persistent cache (created when missing); empty keeps the cache in memory only.

@@ -17,8 +17,9 @@
 
 namespace cuvil {
 
-// Version of the artifact format; artifacts of another version are refused.
-inline constexpr uint32_t kSnapshotFormatVersion = 1;
+// Version of the artifact format. Format 1 (before jitcache/proto/compiled_model.proto) is read
+// for its ONNX source only, the version compiled again; any other version is refused.
+inline constexpr uint32_t kSnapshotFormatVersion = 2;
 inline constexpr char kSnapshotMagic[] = "cuvil.snapshot";
 // Largest artifact DecodeSnapshot accepts by default (cuvil-server --max-snapshot-bytes).
 inline constexpr uint64_t kDefaultMaxSnapshotBytes = uint64_t{1} << 30;
