@@ -1,4 +1,4 @@
-// Private: the data layout that cuvilc's generated glue (compiler/src/aot_writer.cc) emits for an
+// Private: the data layout that cuvilc's generated glue (compiler/src/aot_glue.cc) emits for an
 // ahead-of-time library and that cuvil_aot_run reads. The structs are declared once, in
 // cuvil/runtime/aot_layout.def: this header expands it into C structs, aot_run.cc checks their
 // layout on every target, the writer builds its LLVM types and the generated NAME.h's typedefs

@@ -12,7 +12,7 @@ namespace {
 
 // aot_layout.def against aot_abi.h on the target this file is compiled for: each struct has the
 // listed fields, their C types of the listed kinds, at the offsets natural C layout gives them,
-// and nothing else (its size). aot_writer.cc emits its LLVM types from the same list.
+// and nothing else (its size). aot_glue.cc emits its LLVM types from the same list.
 namespace layout {
 
 using I32 = int32_t;
