@@ -15,14 +15,12 @@
 #include "cuvil/compiler/external_data.h"
 #include "cuvil/jitcache/object_cache.h"
 #include "cuvil/runtime/file_window.h"
-#include "host_identity.h"
+#include "model_format.h"
 #include "onnx/onnx_pb.h"
 
 namespace cuvil::jitcache_internal {
 namespace fs = std::filesystem;
 namespace {
-
-const HostIdentity& Host() { return HostIdentityOfThisProcess(); }
 
 void CollectLocations(const onnx::TensorProto& t, std::set<std::string>* out) {
   if (t.data_location() != onnx::TensorProto::EXTERNAL) return;
@@ -193,77 +191,17 @@ absl::Status HashExternalData(const char* bytes, size_t size, const std::string&
   return absl::OkStatus();
 }
 
-void HashOptions(const CompileOptions& o, Hasher* h) {
-  h->Int(o.opt_level);
-  if (!o.target_triple.empty()) {  // Host-target keys stay as they were.
-    h->Str(o.target_triple);
-    h->Str(o.target_cpu);
-    h->Str(o.target_features);
-  }
-  if (!o.integer_qdq) h->Str("float_qdq");           // Default keys stay as they were.
-  if (o.batch_invariant) h->Str("batch_invariant");  // Likewise.
-  if (o.vector_bits != 0) {  // Likewise: the host's width is CodegenTargetKey's.
-    h->Str("vector_bits");
-    h->Int(o.vector_bits);
-  }
-  h->Int(o.import.run_checker ? 1 : 0);
-  h->Int(static_cast<int64_t>(o.import.dim_overrides.size()));
-  for (const auto& [name, v] : o.import.dim_overrides) {
-    h->Str(name);
-    h->Int(v);
-  }
-  if (!o.import.dim_multiples.empty()) {  // Keys without multiples stay as they were.
-    h->Str("dim_multiples");
-    h->Int(static_cast<int64_t>(o.import.dim_multiples.size()));
-    for (const auto& [name, k] : o.import.dim_multiples) {
-      h->Str(name);
-      h->Int(k);
-    }
-  }
-  h->Int(static_cast<int64_t>(o.import.input_shapes.size()));
-  for (const auto& [name, shape] : o.import.input_shapes) {
-    h->Str(name);
-    h->Int(static_cast<int64_t>(shape.size()));
-    for (int64_t d : shape) h->Int(d);
-  }
-  h->Int(static_cast<int64_t>(o.import.bound_inputs.size()));
-  for (const auto& [name, t] : o.import.bound_inputs) {
-    h->Str(name);
-    h->Int(static_cast<int64_t>(t.dtype()));
-    h->Int(static_cast<int64_t>(t.shape().size()));
-    for (int64_t d : t.shape()) h->Int(d);
-    h->Str(std::string_view(reinterpret_cast<const char*>(t.data()), t.byte_size()));
-  }
-  // Only when set, so the keys of models without sequence or optional I/O stay as they were.
-  if (o.import.allow_structured_io || !o.import.structured_inputs.empty()) {
-    h->Str("structured_io");
-    h->Int(o.import.allow_structured_io ? 1 : 0);
-    h->Int(static_cast<int64_t>(o.import.structured_inputs.size()));
-    for (const auto& [name, s] : o.import.structured_inputs) {
-      h->Str(name);
-      h->Int(s.present ? 1 : 0);
-      h->Int(static_cast<int64_t>(s.element_shapes.size()));
-      for (const auto& shape : s.element_shapes) {
-        h->Int(static_cast<int64_t>(shape.size()));
-        for (int64_t d : shape) h->Int(d);
-      }
-    }
-  }
-}
-
 }  // namespace
 
 absl::StatusOr<std::string> CacheKeyOf(const std::string& path, const std::string& bytes,
                                        const CompileOptions& options,
                                        const DigestMemo* memo_store) {
   Hasher h;
-  h.Str(CompilerBuildIdentity());
+  // What generates the code, the entry format, and the options: each in the one serialization
+  // the entry and snapshot formats share (model_format.h).
+  h.Str(ThisBuildIdentity().SerializeAsString());
   h.Int(kCacheFormatVersion);
-  h.Str(Host().triple);
-  h.Str(Host().cpu);
-  h.Str(Host().features);
-  h.Str(CodegenTargetKey());
-  HashOptions(options, &h);
+  h.Str(SerializedCompileOptions(options));
   if (!bytes.empty()) {
     h.Str("bytes");
     h.Str(bytes);

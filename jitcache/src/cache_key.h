@@ -1,8 +1,8 @@
-// Private: the JIT cache key — XXH3-128 over the compiler's build identity, the entry format
-// version, the host (triple, CPU, features), the code generator's target choices, every
-// CompileOptions field that changes the code, and the model: its bytes, or its file's content
-// digest (remembered by the file's identity in the digest memo) and size, plus the contents of
-// every external data file it refers to.
+// Private: the JIT cache key — XXH3-128 over the build identity (compiler build, runtime ABI,
+// LLVM, the code generator's target choices, the host's triple, CPU and features: ModelIdentity),
+// the entry format version, the serialized CompileOptions (model_format.h), and the model: its
+// bytes, or its file's content digest (remembered by the file's identity in the digest memo) and
+// size, plus the contents of every external data file it refers to.
 #ifndef CUVIL_JITCACHE_SRC_CACHE_KEY_H_
 #define CUVIL_JITCACHE_SRC_CACHE_KEY_H_
 

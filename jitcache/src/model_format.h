@@ -1,7 +1,7 @@
 // Private: the one format of a compiled model (jitcache/proto/compiled_model.proto), used by JIT
 // cache entries (cache_entry.cc), snapshots (snapshot.cc) and the patch sandbox's job: the model's
-// description with one encoder and one decoder, and the one identity check that decides whether
-// stored object code may be loaded.
+// description with one encoder and one decoder, the one identity check that decides whether
+// stored object code may be loaded, and CompileOptions serialized once (the cache key hashes it).
 #ifndef CUVIL_JITCACHE_SRC_MODEL_FORMAT_H_
 #define CUVIL_JITCACHE_SRC_MODEL_FORMAT_H_
 
@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "compiled_model.pb.h"
 #include "cuvil/compiler/compiled_model.h"
+#include "cuvil/compiler/compiler.h"
 
 namespace cuvil::jitcache_internal {
 
@@ -33,6 +34,16 @@ absl::StatusOr<CompiledModel> DecodeModelHeader(
 // TRIPLE CPU" or "written for other CPU features". Cache entries and snapshots both decide with
 // it. Thread-safe.
 std::string IdentityMismatch(const ::cuvil::jitcache::v1::ModelIdentity& written);
+
+// Every field of `options` that changes the generated code, in a canonical form (maps in key
+// order). The fields that do not (debug outputs, out-parameters) are named in the function,
+// which destructures CompileOptions and ImportOptions: a field added to either does not compile
+// until it is serialized here or listed as ignored. Thread-safe.
+::cuvil::jitcache::v1::CompileOptionsRecord CompileOptionsRecordOf(const CompileOptions& options);
+
+// CompileOptionsRecordOf(options) serialized: equal for options that compile to the same code
+// in one build (what the cache key hashes). Thread-safe.
+std::string SerializedCompileOptions(const CompileOptions& options);
 
 }  // namespace cuvil::jitcache_internal
 

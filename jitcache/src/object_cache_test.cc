@@ -12,6 +12,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -352,6 +354,66 @@ TEST_F(ObjectCacheTest, KeyChangesWithBytesAndOptions) {
   // Through Compile: another opt level is a miss, not a hit of the O3 entry.
   EXPECT_EQ(CompileAndCheck(*cache, a, 1.0f).outcome, CacheOutcome::kMiss);
   EXPECT_EQ(CompileAndCheck(*cache, a, 1.0f, o2).outcome, CacheOutcome::kMiss);
+}
+
+// Issue 43: every CompileOptions field that changes the code changes the key (the key hashes the
+// one serialization, CompileOptionsRecordOf, which does not compile when a field of
+// CompileOptions or ImportOptions is neither written nor named as ignored); the debug outputs and
+// out-parameters do not.
+TEST_F(ObjectCacheTest, EveryCodeChangingOptionChangesTheKey) {
+  auto cache = MakeCache();
+  const std::string a = testing::BinaryWithConstant("Add", 8, 1.0f);
+  auto key = [&](const CompileOptions& o) {
+    auto k = cache->Key("", a, o);
+    EXPECT_TRUE(k.ok()) << k.status();
+    return k.ok() ? *k : "";
+  };
+  const std::string base = key(CompileOptions());
+  HostTensor bound(DType::kInt64, {2});
+  bound.data_as<int64_t>()[0] = 3;
+  bound.data_as<int64_t>()[1] = 4;
+  HostTensor bound_other = bound;
+  bound_other.data_as<int64_t>()[1] = 5;
+  const std::vector<std::pair<std::string, std::function<void(CompileOptions&)>>> changes = {
+      {"opt_level", [](auto& o) { o.opt_level = 1; }},
+      {"target_triple", [](auto& o) { o.target_triple = "aarch64-linux-gnu"; }},
+      {"target_cpu", [](auto& o) { o.target_cpu = "cortex-a76"; }},
+      {"target_features", [](auto& o) { o.target_features = "+neon"; }},
+      {"vector_bits", [](auto& o) { o.vector_bits = 128; }},
+      {"batch_invariant", [](auto& o) { o.batch_invariant = true; }},
+      {"integer_qdq", [](auto& o) { o.integer_qdq = false; }},
+      {"import.dim_overrides", [](auto& o) { o.import.dim_overrides["batch"] = 4; }},
+      {"import.dim_multiples", [](auto& o) { o.import.dim_multiples["h"] = 8; }},
+      {"import.input_shapes", [](auto& o) { o.import.input_shapes["x"] = {2, 8}; }},
+      {"import.bound_inputs", [&](auto& o) { o.import.bound_inputs.emplace("s", bound); }},
+      {"import.bound_inputs' values",
+       [&](auto& o) { o.import.bound_inputs.emplace("s", bound_other); }},
+      {"import.run_checker", [](auto& o) { o.import.run_checker = false; }},
+      {"import.allow_structured_io", [](auto& o) { o.import.allow_structured_io = true; }},
+      {"import.structured_inputs",
+       [](auto& o) { o.import.structured_inputs["seq"].element_shapes = {{2}, {3}}; }},
+      {"import.structured_inputs' presence",
+       [](auto& o) { o.import.structured_inputs["seq"].present = false; }},
+  };
+  std::set<std::string> keys = {base};
+  for (const auto& [what, change] : changes) {
+    SCOPED_TRACE(what);
+    CompileOptions o;
+    change(o);
+    const std::string k = key(o);
+    EXPECT_EQ(k, key(o));  // Stable.
+    EXPECT_TRUE(keys.insert(k).second) << "the key does not tell " << what << " apart";
+  }
+  // Debug outputs and out-parameters do not change the code.
+  std::vector<std::string> needs_binding;
+  std::vector<OutputLayout> layout;
+  CompileOptions debug;
+  debug.emit_llvm_path = (dir_ / "m.ll").string();
+  debug.print_after_pass = "optimize";
+  debug.needs_binding = &needs_binding;
+  debug.import.needs_binding = &needs_binding;
+  debug.import.output_layout = &layout;
+  EXPECT_EQ(key(debug), base);
 }
 
 // Issue 43: an entry the previous format (3) wrote under this key's name is refused, naming the
