@@ -5,7 +5,9 @@
 #ifndef CUVIL_COMPILER_SRC_INTERNAL_ATTRS_H_
 #define CUVIL_COMPILER_SRC_INTERNAL_ATTRS_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "cuvil/compiler/ir.h"
 
@@ -82,14 +84,42 @@ inline constexpr char kPadAxes[] = "pad_axes";
 inline constexpr char kWTransposed[] = "w_transposed";
 inline constexpr char kRTransposed[] = "r_transposed";
 
-// Every name above: what a graph may carry besides ONNX's attributes.
+// ConstantOfShape: its value as a float and as an integer (float, int).
+inline constexpr char kFill[] = "fill";
+inline constexpr char kFillInt[] = "fill_int";
+// RoiAlign: 1 for coordinate_transformation_mode half_pixel, 0 for output_half_pixel (int).
+inline constexpr char kHalfPixel[] = "half_pixel";
+// Slice: every axis's step (ints), and the (index, axis) pairs of the starts the kernel reads
+// from input 1 at run time (ints).
+inline constexpr char kSteps[] = "steps";
+inline constexpr char kStartInputs[] = "start_inputs";
+// Einsum: the labels of input i's axes (labels_<i>) and of the output's (labels_out) (ints).
+inline constexpr char kEinsumLabels[] = "labels_";
+inline std::string EinsumLabels(size_t input) { return kEinsumLabels + std::to_string(input); }
+inline constexpr char kEinsumLabelsOut[] = "labels_out";
+
+// --- Control flow (subgraph_import.cc, ops/shape_control_flow.cc) ------------------------------
+// The number of ONNX inputs of a control-flow node; captured outer values follow (int).
+inline constexpr char kExplicitInputs[] = "__explicit_inputs";
+// An If's outputs whose dims differ between its branches: (output, dim, symbol id) triples of the
+// data-dependent symbols the kernel sets from the branch that ran (ints).
+inline constexpr char kIfDataDependentDims[] = "__if_data_dependent_dims";
+// An opset-8 Scan whose inputs and outputs have a leading batch dim (int 1).
+inline constexpr char kScanBatched[] = "__scan_batched";
+
+// Every name above: what a graph may carry besides ONNX's attributes (VerifyGraph refuses any
+// other after each pass, pass_pipeline.h). A new internal attribute goes here and in the list.
+// clang-format off
 inline constexpr const char* kAll[] = {
-    kUkernel,     kFusedAct,    kFusedAlpha,     kFusedBeta,   kFusedResidual,   kFusedRelu,
-    kPackedN,     kPackedK,     kPackedPanel,    kFusedBias,   kFusedActivation, kQLo,
-    kQHi,         kOutColumns,  kQXScale,        kQXZero,      kQXSigned,        kQYScale,
-    kQYZero,      kQYSigned,    kNbitsCanonical, kAxisEnd,     kCheckedAxes,     kPadAxes,
-    kWTransposed, kRTransposed, kOutType,        kOutChannels, kXZero,
+    kUkernel, kFusedAct, kFusedAlpha, kFusedBeta, kFusedResidual, kFusedRelu, kPackedN, kPackedK,
+    kPackedPanel, kFusedBias, kFusedActivation, kQLo, kQHi, kOutColumns, kQXScale, kQXZero,
+    kQXSigned, kQYScale, kQYZero, kQYSigned, kNbitsCanonical, kAxisEnd, kCheckedAxes, kPadAxes,
+    kWTransposed, kRTransposed, kOutType, kOutChannels, kXZero, kFill, kFillInt, kHalfPixel, kSteps,
+    kStartInputs, kEinsumLabelsOut, kExplicitInputs, kIfDataDependentDims, kScanBatched,
 };
+// clang-format on
+// Prefixes of internal names with a number after them (labels_<i>).
+inline constexpr const char* kAllPrefixes[] = {kEinsumLabels};
 
 }  // namespace cuvil::attr
 

@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -102,6 +103,11 @@ struct OpDef {
   bool batch_fill = false;
   HostFold fold;
   MacsFn macs = nullptr;
+  // Attribute names VerifyGraph accepts on the op's nodes besides its ONNX schema's (any opset)
+  // and Cuvil's internal ones (internal_attrs.h): for an op ONNX has no schema for (Cuvil's own,
+  // com.microsoft's), the attributes it takes; for another, what its shape function leaves for
+  // its emitter under an ONNX-like name (a constant input as an attribute: CumSum's "axis").
+  std::vector<std::string> attributes;
 };
 
 // Sets the traits of one row; returned by OpTable::DefineShape and OpTable::Row.
@@ -122,6 +128,10 @@ class OpRow {
   }
   OpRow& BatchFill() {
     def_.batch_fill = true;
+    return *this;
+  }
+  OpRow& Attributes(std::vector<std::string> names) {
+    def_.attributes = std::move(names);
     return *this;
   }
   OpRow& Fold(HostFold f) {

@@ -1,16 +1,78 @@
 #include "pass_pipeline.h"
 
 #include <chrono>
+#include <map>
+#include <set>
 #include <unordered_set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "internal_attrs.h"
+#include "onnx/defs/schema.h"
+#include "op_table.h"
 
 namespace cuvil {
 namespace {
 
 std::string Name(const ir::Value* v) {
   return v->name.empty() ? absl::StrCat("#", v->id) : v->name;
+}
+
+// The ONNX domain name of `domain`'s ops ("" for ai.onnx), or nullptr for Cuvil's own (no schema).
+const char* OnnxDomainName(OpDomain domain) {
+  switch (domain) {
+    case OpDomain::kOnnx:
+      return "";
+    case OpDomain::kTraining:
+      return "ai.onnx.preview.training";
+    case OpDomain::kMicrosoft:
+      return "com.microsoft";
+    case OpDomain::kInternal:
+      return nullptr;
+  }
+  return nullptr;
+}
+
+// The attribute names ONNX's schemas give `op_type` in `domain`, over every opset version (a
+// model of an older opset keeps its attributes), or nullptr when ONNX has no schema for it
+// (com.microsoft's ops, Cuvil's own). Built once. Thread-safe.
+const std::set<std::string>* OnnxAttributes(const std::string& domain, const std::string& op_type) {
+  static const auto* const table = [] {
+    auto* t = new std::map<std::pair<std::string, std::string>, std::set<std::string>>();
+    for (const onnx::OpSchema& schema : onnx::OpSchemaRegistry::get_all_schemas_with_history()) {
+      std::set<std::string>& names = (*t)[{schema.domain(), schema.Name()}];
+      for (const auto& [name, unused] : schema.attributes()) names.insert(name);
+    }
+    return t;
+  }();
+  auto it = table->find({domain == "ai.onnx" ? "" : domain, op_type});
+  return it == table->end() ? nullptr : &it->second;
+}
+
+// Whether `name` may sit on `node`: one of Cuvil's internal attributes (attr::kAll, or a name
+// made from an attr::kAllPrefixes entry), an ONNX attribute of the node's op in its domain, or
+// one its row declares (OpDef::attributes).
+bool KnownAttribute(const ir::Node& node, const std::string& name) {
+  for (const char* internal : attr::kAll) {
+    if (name == internal) return true;
+  }
+  for (const char* prefix : attr::kAllPrefixes) {
+    if (name.starts_with(prefix)) return true;
+  }
+  const OpDef* def = OpTable::Get().Find(node.op_type);
+  const char* domain = OnnxDomainName(def == nullptr ? OpDomain::kOnnx : def->domain);
+  if (domain != nullptr) {
+    if (const std::set<std::string>* onnx = OnnxAttributes(domain, node.op_type)) {
+      if (onnx->count(name) != 0) return true;
+    }
+  }
+  if (def != nullptr) {
+    for (const std::string& declared : def->attributes) {
+      if (name == declared) return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace
@@ -45,6 +107,13 @@ absl::Status VerifyGraph(const ir::Graph& graph, bool shapes_known, const std::s
       if (shapes_known && !typed(in)) {
         return fail(absl::StrCat(node->Describe(), " reads '", Name(in),
                                  "', whose type or shape is unknown"));
+      }
+    }
+    for (const auto& [name, unused] : node->attrs) {
+      if (!KnownAttribute(*node, name)) {
+        return fail(absl::StrCat(node->Describe(), " carries attribute '", name,
+                                 "', neither an ONNX attribute of ", node->op_type,
+                                 " nor an internal one (internal_attrs.h, attr::kAll)"));
       }
     }
     for (const ir::Value* out : node->outputs) {

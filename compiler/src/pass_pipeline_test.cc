@@ -1,8 +1,12 @@
 #include "pass_pipeline.h"
 
+#include <set>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
+#include "internal_attrs.h"
 
 namespace cuvil {
 namespace {
@@ -87,6 +91,46 @@ TEST(VerifyGraphTest, EachBrokenRuleIsNamed) {
   Chain c;
   c.a->type.shape_known = false;
   EXPECT_TRUE(VerifyGraph(c.g, false, "import").ok());
+}
+
+// Attributes: ONNX's own for the op (any opset) and Cuvil's internal ones (internal_attrs.h) pass;
+// any other name is an undeclared internal attribute, refused naming the node and the name.
+TEST(VerifyGraphTest, OnlyOnnxAndDeclaredInternalAttributesPass) {
+  Chain c;
+  c.relu->attrs[attr::kFusedRelu] = int64_t{1};                   // internal
+  c.neg->attrs[attr::EinsumLabels(3)] = std::vector<int64_t>{0};  // an internal prefix
+  EXPECT_TRUE(VerifyGraph(c.g, true, "p").ok());
+  c.relu->op_type = "LeakyRelu";
+  c.relu->attrs["alpha"] = 0.1f;  // LeakyRelu's ONNX attribute
+  EXPECT_TRUE(VerifyGraph(c.g, true, "p").ok());
+  c.relu->op_type = "Relu";  // not Relu's
+  absl::Status s = VerifyGraph(c.g, true, "fuse_things");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("after pass 'fuse_things'"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("'r'"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("attribute 'alpha'"), std::string::npos) << s;
+
+  Chain d;
+  d.neg->attrs["fused_gizmo"] = int64_t{1};
+  s = VerifyGraph(d.g, true, "fuse_things");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find(d.neg->Describe()), std::string::npos) << s;
+  EXPECT_NE(s.message().find("attribute 'fused_gizmo'"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("attr::kAll"), std::string::npos) << s;
+
+  // An op ONNX has no schema for takes the attributes its row declares.
+  Chain e;
+  e.neg->op_type = "MatMulNBits";
+  e.neg->attrs["block_size"] = int64_t{32};
+  EXPECT_TRUE(VerifyGraph(e.g, true, "p").ok());
+  e.neg->attrs["alpha"] = 1.0f;
+  EXPECT_EQ(VerifyGraph(e.g, true, "p").code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// Every name in attr::kAll is listed once.
+TEST(VerifyGraphTest, InternalAttributeNamesAreDistinct) {
+  std::set<std::string> names;
+  for (const char* name : attr::kAll) EXPECT_TRUE(names.insert(name).second) << name;
 }
 
 // The pipeline runs its passes in order, times each, prints the graph after the named one and

@@ -15,18 +15,19 @@
 
 #include "absl/status/statusor.h"
 #include "cuvil/compiler/ir.h"
+#include "internal_attrs.h"
 #include "onnx/onnx_pb.h"
 
 namespace cuvil {
 
 // Node attribute holding the number of ONNX inputs of a control-flow node (captures follow).
-inline constexpr char kExplicitInputsAttr[] = "__explicit_inputs";
+inline constexpr const auto& kExplicitInputsAttr = attr::kExplicitInputs;
 // An If's outputs whose dims differ between its branches: (output, dim, symbol id) triples of
 // the data-dependent symbols the kernel sets from the branch that ran (ops/shape_control_flow.cc).
-inline constexpr char kIfDataDependentDims[] = "__if_data_dependent_dims";
+inline constexpr const auto& kIfDataDependentDims = attr::kIfDataDependentDims;
 // Set on an opset-8 Scan by shape inference: input 0 is sequence_lens (absent) and every other
 // input and output has a leading batch dim; the scan attributes describe one batch item.
-inline constexpr char kScanBatchedAttr[] = "__scan_batched";
+inline constexpr const auto& kScanBatchedAttr = attr::kScanBatched;
 
 // Resolves a name in an enclosing scope; nullptr when no scope defines it.
 using OuterLookup = std::function<ir::Value*(const std::string&)>;

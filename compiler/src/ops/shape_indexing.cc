@@ -170,11 +170,13 @@ absl::Status MaxUnpool(InferContext& c) {
 void RegisterIndexingShapes(OpTable& r) {
   r.DefineShape("GatherElements", GatherElements).Batch(BatchClass::kGather);
   r.DefineShape("ScatterElements", ScatterElements).Batch(BatchClass::kMixes);
-  r.DefineShape("Scatter", ScatterElements).Batch(BatchClass::kMixes);
+  r.DefineShape("Scatter", ScatterElements).Batch(BatchClass::kMixes).Attributes({"reduction"});
   r.DefineShape("GatherND", GatherND).Batch(BatchClass::kMixes);
-  r.DefineShape("OneHot", OneHot).Batch(BatchClass::kPerItem);
+  r.DefineShape("OneHot", OneHot).Batch(BatchClass::kPerItem).Attributes({"depth"});
   r.DefineShape("ReverseSequence", ReverseSequence).Batch(BatchClass::kMixes);
-  r.DefineShape("MaxUnpool", MaxUnpool).Batch(BatchClass::kMixes);
+  r.DefineShape("MaxUnpool", MaxUnpool)
+      .Batch(BatchClass::kMixes)
+      .Attributes({"index_shape", "output_shape"});
 }
 
 }  // namespace cuvil::ir

@@ -159,7 +159,11 @@ double MatMulMacs(const Node& n, absl::Span<const int64_t> syms) {
 void RegisterLinalgShapes(OpTable& r) {
   r.DefineShape("Det", Det).Batch(BatchClass::kMixes);
   r.DefineShape("Gemm", Gemm).Batch(BatchClass::kGemm).Macs(GemmMacs);
-  r.DefineShape("MatMul", MatMul).Batch(BatchClass::kMatMul).Macs(MatMulMacs);
+  // "transB" 0: a constant B packed in panels (PackConstantB) is read untransposed.
+  r.DefineShape("MatMul", MatMul)
+      .Batch(BatchClass::kMatMul)
+      .Macs(MatMulMacs)
+      .Attributes({"transB"});
 }
 
 }  // namespace cuvil::ir

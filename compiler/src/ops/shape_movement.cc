@@ -788,7 +788,7 @@ void RegisterMovementShapes(OpTable& r) {
   r.DefineShape("Split", Split).Batch(BatchClass::kAlongAxis);
   r.DefineShape("Slice", Slice).Batch(BatchClass::kMovement);
   r.DefineShape("Gather", Gather).Batch(BatchClass::kGather);
-  r.DefineShape("Tile", Tile).Batch(BatchClass::kMovement);
+  r.DefineShape("Tile", Tile).Batch(BatchClass::kMovement).Attributes({"repeats"});
   r.DefineShape("Expand", Expand)
       .Batch(BatchClass::kMovement)
       .BatchShapeOperandsFrom(1)
@@ -798,8 +798,10 @@ void RegisterMovementShapes(OpTable& r) {
   r.DefineShape("SpaceToDepth", BlockRearrange).Batch(BatchClass::kBatchLeading);
   r.DefineShape("ScatterND", ScatterND).Batch(BatchClass::kMixes);
   r.DefineShape("Trilu", Trilu).Batch(BatchClass::kMovement);
-  r.DefineShape("Resize", Resize).Batch(BatchClass::kBatchLeading);
-  r.DefineShape("Upsample", Resize).Batch(BatchClass::kBatchLeading);
+  r.DefineShape("Resize", Resize).Batch(BatchClass::kBatchLeading).Attributes({"roi", "scales"});
+  r.DefineShape("Upsample", Resize)
+      .Batch(BatchClass::kBatchLeading)
+      .Attributes({"coordinate_transformation_mode", "nearest_mode"});
 }
 
 }  // namespace cuvil::ir

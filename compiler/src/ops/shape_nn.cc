@@ -366,7 +366,7 @@ void RegisterNnShapes(OpTable& r) {
   r.DefineShape("Conv", Conv).Batch(BatchClass::kBatchLeading).Macs(ConvMacs);
   r.DefineShape("ConvTranspose", ConvTranspose).Batch(BatchClass::kBatchLeading);
   r.DefineShape("MaxPool", Pool).Batch(BatchClass::kBatchLeading);
-  r.DefineShape("AveragePool", Pool).Batch(BatchClass::kBatchLeading);
+  r.DefineShape("AveragePool", Pool).Batch(BatchClass::kBatchLeading).Attributes({"dilations"});
   r.DefineShape("GlobalAveragePool", GlobalPool).Batch(BatchClass::kBatchLeading);
   r.DefineShape("GlobalMaxPool", GlobalPool).Batch(BatchClass::kBatchLeading);
 }

@@ -400,9 +400,15 @@ void RegisterQuantShapes(OpTable& r) {
   r.DefineShape("QLinearMatMul", QLinearMatMul).Batch(BatchClass::kQLinearMatMul);
   r.DefineShape("ConvInteger", ConvInteger).Batch(BatchClass::kBatchLeading);
   r.DefineShape("QLinearConv", QLinearConv).Batch(BatchClass::kBatchLeading);
-  r.DefineShape("CuvilQConv", QConvFused).Batch(BatchClass::kQConv).Domain(OpDomain::kInternal);
+  r.DefineShape("CuvilQConv", QConvFused)
+      .Batch(BatchClass::kQConv)
+      .Domain(OpDomain::kInternal)
+      .Attributes({"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
   r.DefineShape("CuvilQMatMul", QMatMulFused).Batch(BatchClass::kMixes).Domain(OpDomain::kInternal);
-  r.DefineShape("MatMulNBits", MatMulNBits).Batch(BatchClass::kMixes).Domain(OpDomain::kMicrosoft);
+  r.DefineShape("MatMulNBits", MatMulNBits)
+      .Batch(BatchClass::kMixes)
+      .Domain(OpDomain::kMicrosoft)
+      .Attributes({"K", "N", "bits", "block_size", "accuracy_level"});
 }
 
 }  // namespace cuvil::ir

@@ -230,9 +230,11 @@ absl::Status Recurrent(InferContext& c) {
 }  // namespace
 
 void RegisterRecurrentShapes(OpTable& r) {
-  r.DefineShape("LSTM", Recurrent).Batch(BatchClass::kMixes);
-  r.DefineShape("GRU", Recurrent).Batch(BatchClass::kMixes);
-  r.DefineShape("RNN", Recurrent).Batch(BatchClass::kMixes);
+  for (const char* op : {"LSTM", "GRU", "RNN"}) {
+    r.DefineShape(op, Recurrent)
+        .Batch(BatchClass::kMixes)
+        .Attributes({"rnn_activations", "rnn_alpha", "rnn_beta"});
+  }
 }
 
 }  // namespace cuvil::ir

@@ -277,7 +277,7 @@ void RegisterReductionShapes(OpTable& r) {
   r.DefineShape("InstanceNormalization", InstanceNormalization).Batch(BatchClass::kBatchLeading);
   r.DefineShape("BatchNormalization", BatchNormalization).Batch(BatchClass::kBatchLeading);
   r.DefineShape("TopK", TopK).Batch(BatchClass::kAlongAxis);
-  r.DefineShape("CumSum", CumSum).Batch(BatchClass::kAlongAxis);
+  r.DefineShape("CumSum", CumSum).Batch(BatchClass::kAlongAxis).Attributes({"axis"});
   r.DefineShape("LRN", Lrn).Batch(BatchClass::kBatchLeading);
   r.DefineShape("MeanVarianceNormalization", MeanVarianceNormalization).Batch(BatchClass::kReduce);
 }

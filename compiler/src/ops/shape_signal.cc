@@ -141,10 +141,12 @@ absl::Status MelWeightMatrix(InferContext& c) {
 
 void RegisterSignalShapes(OpTable& r) {
   for (const char* op : {"HannWindow", "HammingWindow", "BlackmanWindow"})
-    r.DefineShape(op, Window).Batch(BatchClass::kMixes);
-  r.DefineShape("DFT", Dft).Batch(BatchClass::kMixes);
-  r.DefineShape("STFT", Stft).Batch(BatchClass::kMixes);
-  r.DefineShape("MelWeightMatrix", MelWeightMatrix).Batch(BatchClass::kMixes);
+    r.DefineShape(op, Window).Batch(BatchClass::kMixes).Attributes({"size"});
+  r.DefineShape("DFT", Dft).Batch(BatchClass::kMixes).Attributes({"length"});
+  r.DefineShape("STFT", Stft).Batch(BatchClass::kMixes).Attributes({"frame_length", "frame_step"});
+  r.DefineShape("MelWeightMatrix", MelWeightMatrix)
+      .Batch(BatchClass::kMixes)
+      .Attributes({"dft_length", "num_mel_bins"});
 }
 
 }  // namespace cuvil::ir

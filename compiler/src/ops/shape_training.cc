@@ -81,9 +81,19 @@ absl::Status Momentum(InferContext& c) {
 }  // namespace
 
 void RegisterTrainingShapes(OpTable& r) {
-  r.DefineShape("Adagrad", Adagrad).Batch(BatchClass::kMixes).Domain(OpDomain::kTraining);
-  r.DefineShape("Adam", Adam).Batch(BatchClass::kMixes).Domain(OpDomain::kTraining);
-  r.DefineShape("Momentum", Momentum).Batch(BatchClass::kMixes).Domain(OpDomain::kTraining);
+  // "groups": see the canonical form above.
+  r.DefineShape("Adagrad", Adagrad)
+      .Batch(BatchClass::kMixes)
+      .Domain(OpDomain::kTraining)
+      .Attributes({"groups"});
+  r.DefineShape("Adam", Adam)
+      .Batch(BatchClass::kMixes)
+      .Domain(OpDomain::kTraining)
+      .Attributes({"groups"});
+  r.DefineShape("Momentum", Momentum)
+      .Batch(BatchClass::kMixes)
+      .Domain(OpDomain::kTraining)
+      .Attributes({"groups"});
 }
 
 }  // namespace cuvil::ir
