@@ -5,6 +5,7 @@
 #include <set>
 #include <unordered_set>
 #include <utility>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -75,13 +76,20 @@ bool KnownAttribute(const ir::Node& node, const std::string& name) {
   return false;
 }
 
-}  // namespace
+// Bodies nested deeper than this are refused rather than recursed into. A parsed model nests at
+// most ~33 (protobuf's parser stops at 100 nested messages, three per body level); this bounds
+// the verifier's stack on a graph built some other way.
+constexpr int kMaxBodyDepth = 64;
 
-absl::Status VerifyGraph(const ir::Graph& graph, bool shapes_known, const std::string& after) {
+// VerifyGraph over `graph`, a body at nesting `depth` reached through `where` ("" for the
+// top-level graph, else "in body 'then_branch' of If 'x': ").
+absl::Status VerifyScope(const ir::Graph& graph, bool shapes_known, const std::string& after,
+                         const std::string& where, int depth) {
   auto fail = [&](const std::string& what) {
     return absl::FailedPreconditionError(
-        absl::StrCat("the graph is malformed after pass '", after, "': ", what));
+        absl::StrCat("the graph is malformed after pass '", after, "': ", where, what));
   };
+  if (depth > kMaxBodyDepth) return fail("If/Loop/Scan bodies are nested too deeply");
   std::unordered_set<const ir::Value*> owned;
   for (const auto& v : graph.values()) owned.insert(v.get());
   std::unordered_set<const ir::Value*> defined, produced;
@@ -109,11 +117,31 @@ absl::Status VerifyGraph(const ir::Graph& graph, bool shapes_known, const std::s
                                  "', whose type or shape is unknown"));
       }
     }
-    for (const auto& [name, unused] : node->attrs) {
+    for (const auto& [name, value] : node->attrs) {
       if (!KnownAttribute(*node, name)) {
         return fail(absl::StrCat(node->Describe(), " carries attribute '", name,
                                  "', neither an ONNX attribute of ", node->op_type,
                                  " nor an internal one (internal_attrs.h, attr::kAll)"));
+      }
+      // An If/Loop/Scan body: the same rules inside it, and one graph input for each value the
+      // node captures (subgraph_import.h: captures follow the node's ONNX inputs).
+      const auto* body = std::get_if<std::shared_ptr<ir::Graph>>(&value);
+      if (body == nullptr) continue;
+      if (*body == nullptr)
+        return fail(absl::StrCat(node->Describe(), "'s body '", name, "' is null"));
+      const int64_t explicit_inputs =
+          node->attr_int(attr::kExplicitInputs, static_cast<int64_t>(node->inputs.size()));
+      const int64_t captures = static_cast<int64_t>(node->inputs.size()) - explicit_inputs;
+      if (captures < 0 || static_cast<int64_t>((*body)->inputs.size()) < captures) {
+        return fail(absl::StrCat(node->Describe(), " captures ", captures,
+                                 " outer values but its body '", name, "' has ",
+                                 (*body)->inputs.size(), " inputs"));
+      }
+      if (auto s = VerifyScope(
+              **body, shapes_known, after,
+              absl::StrCat(where, "in body '", name, "' of ", node->Describe(), ": "), depth + 1);
+          !s.ok()) {
+        return s;
       }
     }
     for (const ir::Value* out : node->outputs) {
@@ -140,6 +168,12 @@ absl::Status VerifyGraph(const ir::Graph& graph, bool shapes_known, const std::s
     }
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status VerifyGraph(const ir::Graph& graph, bool shapes_known, const std::string& after) {
+  return VerifyScope(graph, shapes_known, after, "", 0);
 }
 
 std::string GraphText(const ir::Graph& graph) {

@@ -31,16 +31,17 @@ struct PassOptions {
   std::ostream* print_to = nullptr;
 };
 
-// The structural rules every pass must keep (top-level graph; If/Loop/Scan bodies are checked by
-// their own passes' imports): each node input is a value of this graph that is a graph input, a
-// constant, or the output of an earlier node (topological order); each node output's producer
-// is that node, and no value is produced twice; each graph output is defined; with
-// `shapes_known`, every value read or returned has a dtype and a known shape; every attribute
-// on a node is an ONNX attribute of its op (any opset of ONNX's schema), one its row declares
-// (OpRow::Attributes: an op without a schema, a shape function's canonical form) or one of
-// Cuvil's internal ones (internal_attrs.h: attr::kAll, attr::kAllPrefixes), so a pass cannot
-// leave an undeclared one for later passes to read. FailedPrecondition naming `after` and the
-// first broken rule. Thread-compatible (reads the graph).
+// The structural rules every pass must keep, in the graph and in every If/Loop/Scan body it
+// holds (recursively; a body's error names the body and its node): each node input is a value of
+// this graph that is a graph input, a constant, or the output of an earlier node (topological
+// order); each node output's producer is that node, and no value is produced twice; each graph
+// output is defined; with `shapes_known`, every value read or returned has a dtype and a known
+// shape; every attribute on a node is an ONNX attribute of its op (any opset of ONNX's schema), one
+// its row declares (OpRow::Attributes: an op without a schema, a shape function's canonical form)
+// or one of Cuvil's internal ones (internal_attrs.h: attr::kAll, attr::kAllPrefixes), so a pass
+// cannot leave an undeclared one for later passes to read; a control-flow node's body has a graph
+// input for each outer value the node captures (subgraph_import.h). FailedPrecondition naming
+// `after` and the first broken rule. Thread-compatible (reads the graph).
 absl::Status VerifyGraph(const ir::Graph& graph, bool shapes_known, const std::string& after);
 
 // The graph as text, one line per node: "%y:f32[batch,8] = Relu 'r'(%x)". For --print-after.

@@ -1,5 +1,6 @@
 #include "pass_pipeline.h"
 
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
@@ -125,6 +126,69 @@ TEST(VerifyGraphTest, OnlyOnnxAndDeclaredInternalAttributesPass) {
   EXPECT_TRUE(VerifyGraph(e.g, true, "p").ok());
   e.neg->attrs["alpha"] = 1.0f;
   EXPECT_EQ(VerifyGraph(e.g, true, "p").code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// An If whose then-branch is a Chain reading one captured outer value: the verifier enters the
+// body, and a rule broken there (or a body without the input for a capture) names the body.
+TEST(VerifyGraphTest, EntersIfLoopScanBodies) {
+  struct WithBody {
+    Chain outer;
+    // The body is a Chain of its own; the attribute shares the Chain's lifetime (aliasing).
+    std::shared_ptr<Chain> body_chain = std::make_shared<Chain>();
+    Chain* body = body_chain.get();
+    std::shared_ptr<ir::Graph> body_holder{body_chain, &body_chain->g};
+    ir::Node* cond_if = nullptr;
+    WithBody() {
+      ir::Value* cond = outer.g.NewValue("cond");
+      cond->type = ir::TensorType{DType::kBool, {}, true};
+      cond->is_graph_input = true;
+      outer.g.inputs.push_back(cond);
+      ir::Value* z = outer.g.NewValue("z");
+      z->type = outer.x->type;
+      cond_if = outer.g.NewNode("If", "branch");
+      cond_if->inputs = {cond, outer.y};  // one ONNX input, then the captured y
+      cond_if->outputs = {z};
+      z->producer = cond_if;
+      cond_if->attrs[attr::kExplicitInputs] = int64_t{1};
+      cond_if->attrs["then_branch"] = body_holder;
+      cond_if->attrs["else_branch"] = body_holder;
+      outer.g.outputs.push_back(z);
+    }
+  };
+  {
+    WithBody w;
+    EXPECT_TRUE(VerifyGraph(w.outer.g, true, "p").ok()) << VerifyGraph(w.outer.g, true, "p");
+  }
+  {
+    WithBody w;  // a node of the body out of order
+    std::swap(w.body->g.mutable_nodes()[0], w.body->g.mutable_nodes()[1]);
+    const absl::Status s = VerifyGraph(w.outer.g, true, "fold");
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_NE(s.message().find("after pass 'fold'"), std::string::npos) << s;
+    EXPECT_NE(s.message().find("in body 'else_branch' of If 'branch'"), std::string::npos) << s;
+    EXPECT_NE(s.message().find("before any node produces it"), std::string::npos) << s;
+  }
+  {
+    WithBody w;  // an undeclared attribute inside the body
+    w.body->neg->attrs["fused_gizmo"] = int64_t{1};
+    const absl::Status s = VerifyGraph(w.outer.g, true, "fuse");
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_NE(s.message().find("in body '"), std::string::npos) << s;
+    EXPECT_NE(s.message().find("attribute 'fused_gizmo'"), std::string::npos) << s;
+  }
+  {
+    WithBody w;  // a pass gave the If a second capture the bodies have no input for
+    w.cond_if->inputs.push_back(w.outer.x);
+    const absl::Status s = VerifyGraph(w.outer.g, true, "dce");
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_NE(s.message().find("captures 2 outer values but its body"), std::string::npos) << s;
+  }
+  {
+    WithBody w;  // unknown shapes inside a body pass before shape inference only
+    w.body->a->type.shape_known = false;
+    EXPECT_TRUE(VerifyGraph(w.outer.g, false, "import").ok());
+    EXPECT_EQ(VerifyGraph(w.outer.g, true, "infer").code(), absl::StatusCode::kFailedPrecondition);
+  }
 }
 
 // Every name in attr::kAll is listed once.
