@@ -390,7 +390,7 @@ class Analysis {
     const int rank = node.inputs[0]->type.rank();
     if (op == "Slice") {
       auto starts = node.attr_ints("starts");
-      auto steps = node.attr_ints("steps");
+      auto steps = node.attr_ints(attr::kSteps);
       if (static_cast<int>(starts.size()) != rank || static_cast<int>(steps.size()) != rank ||
           starts[x.axis] != 0 || steps[x.axis] != 1) {
         return "slices the batch";

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "codegen/kernel_context.h"
+#include "internal_attrs.h"
 
 namespace cuvil::codegen {
 namespace {
@@ -18,7 +19,7 @@ absl::Status Einsum(KernelContext& k) {
   std::map<int64_t, llvm::Value*> extent;
   std::vector<std::map<int64_t, llvm::Value*>> strides(k.num_inputs());
   for (size_t i = 0; i < k.num_inputs(); ++i) {
-    labels.push_back(node.attr_ints("labels_" + std::to_string(i)));
+    labels.push_back(node.attr_ints(attr::EinsumLabels(i)));
     const SymShape& shape = k.in_shape(i);
     if (labels.back().size() != shape.size()) return k.Error("einsum is not canonical");
     Idx s = k.Strides(shape);
@@ -30,7 +31,7 @@ absl::Status Einsum(KernelContext& k) {
       if (!fresh) it->second = b.CreateAdd(it->second, stride);
     }
   }
-  std::vector<int64_t> out = node.attr_ints("labels_out");
+  std::vector<int64_t> out = node.attr_ints(attr::kEinsumLabelsOut);
   std::set<int64_t> summed;
   for (const auto& [l, e] : extent) summed.insert(l);
   for (int64_t l : out) summed.erase(l);

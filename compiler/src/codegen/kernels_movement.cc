@@ -189,14 +189,15 @@ absl::Status ConcatOrSplit(KernelContext& k) {
 absl::Status Slice(KernelContext& k) {
   const SymShape& in = k.in_shape(0);
   const SymShape& out = k.out_shape(0);
-  std::vector<int64_t> starts = k.node().attr_ints("starts"), steps = k.node().attr_ints("steps");
+  std::vector<int64_t> starts = k.node().attr_ints("starts"),
+                       steps = k.node().attr_ints(attr::kSteps);
   if (starts.size() != in.size() || steps.size() != in.size())
     return k.Error("slice is not canonical");
   auto& b = k.b();
   Idx start_v;
   for (int64_t s : starts) start_v.push_back(k.I64(s));
   // Symbolic starts (provably non-negative) come from the starts input: (index, axis) pairs.
-  std::vector<int64_t> start_inputs = k.node().attr_ints("start_inputs");
+  std::vector<int64_t> start_inputs = k.node().attr_ints(attr::kStartInputs);
   if (start_inputs.size() % 2 != 0) return k.Error("slice is not canonical");
   for (size_t p = 0; p < start_inputs.size(); p += 2) {
     const int64_t j = start_inputs[p], a = start_inputs[p + 1];

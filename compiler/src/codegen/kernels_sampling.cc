@@ -10,6 +10,7 @@
 
 #include "codegen/kernel_context.h"
 #include "cuvil/compiler/compiled_model.h"
+#include "internal_attrs.h"
 
 namespace cuvil::codegen {
 namespace {
@@ -198,7 +199,7 @@ absl::Status RoiAlign(KernelContext& k) {
   int64_t oh = n.attr_int("output_height", 1), ow = n.attr_int("output_width", 1);
   int64_t ratio = n.attr_int("sampling_ratio", 0);
   double scale = n.attr_float("spatial_scale", 1.0f);
-  bool half_pixel = n.attr_int("half_pixel", 1) != 0;
+  bool half_pixel = n.attr_int(attr::kHalfPixel, 1) != 0;
   bool is_max = n.attr_string("mode", "avg") == "max";
   llvm::Type* f64 = b.getDoubleTy();
   auto f = [&](double v) { return llvm::ConstantFP::get(f64, v); };

@@ -1,6 +1,7 @@
 // Code generation for shape-only ops. Views (Reshape, Flatten, Squeeze, Unsqueeze, Identity) copy
 // their input; Shape/Size write runtime dims when the batch keeps them from folding.
 #include "codegen/kernel_context.h"
+#include "internal_attrs.h"
 
 namespace cuvil::codegen {
 namespace {
@@ -34,8 +35,8 @@ absl::Status Dropout(KernelContext& k) {
 
 absl::Status ConstantOfShape(KernelContext& k) {
   DType d = k.out_dtype(0);
-  double v = IsFloat(d) ? k.node().attr_float("fill", 0)
-                        : static_cast<double>(k.node().attr_int("fill_int", 0));
+  double v = IsFloat(d) ? k.node().attr_float(attr::kFill, 0)
+                        : static_cast<double>(k.node().attr_int(attr::kFillInt, 0));
   llvm::Value* value = k.Const(d, v);
   k.For(k.I64(0), k.NumElements(k.out_shape(0)),
         [&](llvm::Value* i) { k.Store(d, k.out(0), i, value); });

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "infer_context.h"
+#include "internal_attrs.h"
 
 namespace cuvil::ir {
 namespace {
@@ -90,7 +91,7 @@ absl::Status Einsum(InferContext& c) {
   for (size_t i = 0; i < terms.size(); ++i) {
     if (c.in_dtype(i) != c.in_dtype(0)) return c.Error("inputs must share one type");
     std::vector<int64_t> labels = Expand(terms[i], dots[i], width);
-    n.attrs["labels_" + std::to_string(i)] = labels;
+    n.attrs[attr::EinsumLabels(i)] = labels;
     for (size_t a = 0; a < labels.size(); ++a) {
       const SymDim& d = c.in_shape(i)[a];
       ++uses[labels[a]];
@@ -120,7 +121,7 @@ absl::Status Einsum(InferContext& c) {
     if (it == dims.end()) return c.Error("output label missing from the inputs in " + eq);
     shape.push_back(it->second);
   }
-  n.attrs["labels_out"] = out;
+  n.attrs[attr::kEinsumLabelsOut] = out;
   c.SetOutput(0, c.in_dtype(0), shape);
   return absl::OkStatus();
 }

@@ -329,7 +329,7 @@ absl::Status Slice(InferContext& c) {
   node.attrs.erase("ends");
   node.attrs.erase("axes");
   node.attrs["starts"] = all_starts;
-  node.attrs["steps"] = all_steps;
+  node.attrs[attr::kSteps] = all_steps;
   if (!symbolic_starts.empty()) {
     // The kernel reads these starts from input 1 at run time: "start_inputs" holds, per such
     // start, its index in that input and its axis.
@@ -338,10 +338,10 @@ absl::Status Slice(InferContext& c) {
       start_inputs.push_back(i);
       start_inputs.push_back((*norm_axes)[i]);
     }
-    node.attrs["start_inputs"] = start_inputs;
+    node.attrs[attr::kStartInputs] = start_inputs;
     c.TruncateInputs(2);
   } else {
-    node.attrs.erase("start_inputs");
+    node.attrs.erase(attr::kStartInputs);
     c.TruncateInputs(1);
   }
   c.SetOutput(0, c.in_dtype(0), out);

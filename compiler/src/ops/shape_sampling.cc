@@ -5,6 +5,7 @@
 // "mode" (avg or max) and "half_pixel" (1 for coordinate_transformation_mode half_pixel, the
 // opset-16 default; 0 for output_half_pixel, the only behaviour before opset 16).
 #include "infer_context.h"
+#include "internal_attrs.h"
 
 namespace cuvil::ir {
 namespace {
@@ -66,7 +67,7 @@ absl::Status RoiAlign(InferContext& c) {
     return c.Error("unknown coordinate_transformation_mode " + ctm);
   }
   n.attrs["mode"] = mode;
-  n.attrs["half_pixel"] = int64_t{ctm == "half_pixel" ? 1 : 0};
+  n.attrs[attr::kHalfPixel] = int64_t{ctm == "half_pixel" ? 1 : 0};
   int64_t oh = n.attr_int("output_height", 1), ow = n.attr_int("output_width", 1);
   if (oh < 1 || ow < 1 || n.attr_int("sampling_ratio", 0) < 0) {
     return c.Error("output sizes must be positive and sampling_ratio non-negative");

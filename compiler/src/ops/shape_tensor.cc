@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "infer_context.h"
+#include "internal_attrs.h"
 
 namespace cuvil::ir {
 namespace {
@@ -208,8 +209,8 @@ absl::Status ConstantOfShape(InferContext& c) {
     dtype = t->dtype();
     value = t->GetAsDouble(0);
   }
-  c.node().attrs["fill"] = static_cast<float>(value);
-  c.node().attrs["fill_int"] = static_cast<int64_t>(value);
+  c.node().attrs[attr::kFill] = static_cast<float>(value);
+  c.node().attrs[attr::kFillInt] = static_cast<int64_t>(value);
   c.TruncateInputs(0);
   SymShape shape(dims->begin(), dims->end());
   TensorType type{dtype, shape, true};
