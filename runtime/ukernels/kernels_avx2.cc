@@ -379,7 +379,8 @@ const Table* Avx2Table() {
                               QuantizeRow,
                               nullptr,
                               Depthwise3x3Avx2ScratchFloats,
-                              MaxRow};
+                              MaxRow,
+                              MaxStride2RowPortable};
   return &table;
 }
 

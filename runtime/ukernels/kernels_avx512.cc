@@ -623,30 +623,58 @@ void PadRow(float* dst, int64_t n, const float* src, int64_t j0, int64_t j1, int
   }
 }
 
+// b where b > a or b is NaN, else a (so a NaN a stays): ONNX Max.
+inline __m512 MaxNan(__m512 va, __m512 vb) {
+  const __mmask16 take_b =
+      _mm512_cmp_ps_mask(vb, va, _CMP_GT_OQ) | _mm512_cmp_ps_mask(vb, vb, _CMP_UNORD_Q);
+  return _mm512_mask_blend_ps(take_b, va, vb);
+}
+
 void MaxRow(float* dst, const float* a, const float* b, int64_t n) {
-  // b where b > a or b is NaN, else a (so a NaN a stays).
-  auto max_nan = [](__m512 va, __m512 vb) {
-    const __mmask16 take_b =
-        _mm512_cmp_ps_mask(vb, va, _CMP_GT_OQ) | _mm512_cmp_ps_mask(vb, vb, _CMP_UNORD_Q);
-    return _mm512_mask_blend_ps(take_b, va, vb);
-  };
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-    _mm512_storeu_ps(dst + i, max_nan(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)));
+    _mm512_storeu_ps(dst + i, MaxNan(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)));
   }
   if (i < n) {
     const __mmask16 m = Mask(n - i);
+    _mm512_mask_storeu_ps(dst + i, m,
+                          MaxNan(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i)));
+  }
+}
+
+// 16 outputs per step: tap k of output lane l reads src[2 l + k], the even lanes of the 32
+// floats at src + k (two loads and one permute per tap). The second load never takes its last
+// lane (2 * 15 + k + 1 is past what the tap reads), so no read passes the row's last tap.
+void MaxStride2Row(float* dst, const float* src, int64_t n, int64_t kw) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  auto tap = [&](const float* at, __mmask16 lo, __mmask16 hi) {
+    return _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(lo, at), even,
+                                  _mm512_maskz_loadu_ps(hi, at + kLanes));
+  };
+  auto block = [&](const float* at, __mmask16 lo, __mmask16 hi) {
+    __m512 m = tap(at, lo, hi);
+    for (int64_t k = 1; k < kw; ++k) m = MaxNan(m, tap(at + k, lo, hi));
+    return m;
+  };
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    _mm512_storeu_ps(dst + j, block(src + 2 * j, 0xffff, 0x7fff));
+  }
+  if (j < n) {
+    // Outputs [j, n): each tap reads 2 (n - j) - 1 floats from its start.
+    const uint32_t m = RangeMask(0, 2 * (n - j) - 1, 2 * kLanes);
     _mm512_mask_storeu_ps(
-        dst + i, m, max_nan(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i)));
+        dst + j, Mask(n - j),
+        block(src + 2 * j, static_cast<__mmask16>(m), static_cast<__mmask16>(m >> 16)));
   }
 }
 
 }  // namespace
 
 const Table* Avx512Table() {
-  static const Table table = {"avx512",     kNR512,          GemmTile,       EpilogueRow,
-                              DepthwiseRow, PadRow,          DepthwisePlane, DequantizeRow,
-                              QuantizeRow,  QDepthwisePlane, nullptr,        MaxRow};
+  static const Table table = {"avx512", kNR512,         GemmTile,      EpilogueRow, DepthwiseRow,
+                              PadRow,   DepthwisePlane, DequantizeRow, QuantizeRow, QDepthwisePlane,
+                              nullptr,  MaxRow,         MaxStride2Row};
   return &table;
 }
 

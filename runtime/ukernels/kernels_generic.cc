@@ -69,10 +69,29 @@ void MaxRowPortable(float* dst, const float* a, const float* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = (b[i] > a[i] || b[i] != b[i]) ? b[i] : a[i];
 }
 
+void MaxStride2RowPortable(float* dst, const float* src, int64_t n, int64_t kw) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float* w = src + 2 * j;
+    float m = w[0];
+    for (int64_t k = 1; k < kw; ++k) m = (w[k] > m || w[k] != w[k]) ? w[k] : m;
+    dst[j] = m;
+  }
+}
+
 const Table& GenericTable() {
-  static const Table table = {
-      "generic", kNR,           GemmTile,    EpilogueRow, DepthwiseRow, PadRowPortable,
-      nullptr,   DequantizeRow, QuantizeRow, nullptr,     nullptr,      MaxRowPortable};
+  static const Table table = {"generic",
+                              kNR,
+                              GemmTile,
+                              EpilogueRow,
+                              DepthwiseRow,
+                              PadRowPortable,
+                              nullptr,
+                              DequantizeRow,
+                              QuantizeRow,
+                              nullptr,
+                              nullptr,
+                              MaxRowPortable,
+                              MaxStride2RowPortable};
   return table;
 }
 

@@ -89,6 +89,14 @@ cuvil_uk_pool_params Params(int64_t h, int64_t w, int64_t k, int64_t s, int64_t 
 
 TEST(MaxPoolTest, ResnetStem) { RunPool(Params(112, 112, 3, 2, 1, 1, false), 8, 2); }
 
+// SqueezeNet's unpadded 3x3 stride-2 ceil-mode pools (the stride-2 row kernel over 16-lane blocks
+// and their tails), an even width whose ceil-mode overhang takes a window of two columns, NaN.
+TEST(MaxPoolTest, SqueezenetStrideTwo) {
+  for (int64_t size : {111, 55, 27}) RunPool(Params(size, size, 3, 2, 1, 0, true), 4, 1);
+  RunPool(Params(56, 34, 3, 2, 1, 0, true), 3, 2);
+  RunPool(Params(27, 27, 3, 2, 1, 0, true), 4, 1, true);
+}
+
 TEST(MaxPoolTest, OddGeometry) {
   for (bool ceil_mode : {false, true}) {
     RunPool(Params(13, 11, 3, 2, 1, 1, ceil_mode), 3, 1);

@@ -112,6 +112,10 @@ struct Table {
   // dst[i] = a[i] if a[i] is NaN or b[i] <= a[i], else b[i], for i < n (ONNX Max: a NaN in
   // either operand gives NaN). dst may alias a or b.
   void (*max_row)(float* dst, const float* a, const float* b, int64_t n);
+  // dst[j] = the max of src[2 j + k] over k < kw (taken in order of k, as max_row does: a NaN
+  // tap gives NaN) for j < n, kw >= 1; reads src[0 .. 2 (n - 1) + kw - 1] only. The columns of a
+  // stride-2 max pooling row (3x3 stride-2 pools: ResNet, SqueezeNet, GoogLeNet, DenseNet).
+  void (*max_stride2_row)(float* dst, const float* src, int64_t n, int64_t kw);
 };
 
 const Table& GenericTable();
@@ -120,6 +124,8 @@ void PadRowPortable(float* dst, int64_t n, const float* src, int64_t j0, int64_t
                     int64_t stride);
 // The portable max_row, shared by the tiers that have no faster one.
 void MaxRowPortable(float* dst, const float* a, const float* b, int64_t n);
+// The portable max_stride2_row, shared by the tiers that have no faster one.
+void MaxStride2RowPortable(float* dst, const float* src, int64_t n, int64_t kw);
 // Null when the file was built without AVX2 support.
 const Table* Avx2Table();
 // Null when the file was built without AVX-512 (F, BW, DQ, VL) support.

@@ -2,9 +2,13 @@
 // around the K block, strides, dilations, padding, groups, depthwise, every epilogue, 1-2 threads.
 #include "cuvil/runtime/ukernels.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -760,6 +764,64 @@ TEST(UkernelsTest, QuantizedDepthwisePlaneDeclinesWhatItCannotComputeAndStaysInI
   }
   // AVX-512 hosts (this project's benchmark host) have the kernel; others skip the checks.
   if (std::string(uk::SupportedTables().front()->name) == "avx512") EXPECT_GT(checked, 0);
+}
+
+// max_stride2_row on every tier against a scalar reference: lengths around the 16-lane block,
+// windows of 1-4 taps, NaN at every place of a window (in first and later taps), and no read past
+// the row's last tap (the row ends against an inaccessible page, so an over-read faults).
+TEST(UkernelsTest, MaxStride2RowMatchesReferenceAndReadsOnlyItsTaps) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t bytes = 2 * page;
+  void* map = mmap(nullptr, 2 * bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(map, MAP_FAILED);
+  ASSERT_EQ(mprotect(static_cast<char*>(map) + bytes, bytes, PROT_NONE), 0);
+  float* end = reinterpret_cast<float*>(static_cast<char*>(map) + bytes);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-4.0f, 4.0f);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  int compared = 0;
+  for (const uk::Table* t : uk::SupportedTables()) {
+    ASSERT_NE(t->max_stride2_row, nullptr) << t->name;
+    SCOPED_TRACE(t->name);
+    for (int64_t kw = 1; kw <= 4; ++kw) {
+      for (int64_t n : {1, 2, 7, 15, 16, 17, 31, 32, 33, 55, 64}) {
+        SCOPED_TRACE(testing::Message() << "kw=" << kw << " n=" << n);
+        const int64_t len = 2 * (n - 1) + kw;
+        float* src = end - len;  // the last tap's float is the page's last
+        for (int64_t i = 0; i < len; ++i) src[i] = dist(rng);
+        // NaN places: none, then one at a time across the first two windows and the last one.
+        std::vector<int64_t> places = {-1};
+        for (int64_t i = 0; i < std::min<int64_t>(len, 2 + kw); ++i) places.push_back(i);
+        places.push_back(len - 1);
+        for (int64_t at : places) {
+          const float saved = at >= 0 ? src[at] : 0.0f;
+          if (at >= 0) src[at] = nan;
+          std::vector<float> want(n), got(n + 1, 12345.0f);
+          for (int64_t j = 0; j < n; ++j) {
+            float m = src[2 * j];
+            for (int64_t k = 1; k < kw; ++k) {
+              const float v = src[2 * j + k];
+              if (std::isnan(v) || v > m) m = v;
+            }
+            want[j] = m;
+          }
+          t->max_stride2_row(got.data(), src, n, kw);
+          for (int64_t j = 0; j < n; ++j) {
+            if (std::isnan(want[j])) {
+              ASSERT_TRUE(std::isnan(got[j])) << "NaN at " << at << ", output " << j;
+            } else {
+              ASSERT_EQ(got[j], want[j]) << "NaN at " << at << ", output " << j;
+            }
+          }
+          ASSERT_EQ(got[n], 12345.0f) << "wrote past the row";
+          if (at >= 0) src[at] = saved;
+          ++compared;
+        }
+      }
+    }
+  }
+  munmap(map, 2 * bytes);
+  EXPECT_GT(compared, 0);
 }
 
 }  // namespace
