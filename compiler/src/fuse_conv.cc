@@ -266,8 +266,13 @@ bool FuseActivations(ir::Graph& graph) {
   return !dead.empty();
 }
 
-// Input channels below which the Winograd transforms cost more than the multiplies they save.
-constexpr int64_t kWinogradMinChannels = 16;
+// Input channels below which the Winograd transforms cost more than the multiplies they save:
+// with a short reduction each of the 16 GEMMs stores as many M values as it multiplies into,
+// and the output transform runs over every output channel. Min of 3-4 alternating runs on a
+// Zen 5 thread, batch 1, Winograd against packed direct: SqueezeNet's 16 -> 64 at 55x55 0.49
+// against 0.35 ms, 32 -> 128 at 27x27 0.35 against 0.335, Inception-v3's 32 -> 64 at 147x147
+// 5.4 against 4.8; 48 -> 192 at 13x13 0.17 against 0.19 and 64 -> 256 0.26 against 0.33.
+constexpr int64_t kWinogradMinChannels = 48;
 // Output channels below which the packed direct kernel wins: the 16 small GEMMs per tile block
 // have too few rows to amortise the input and output transforms. DenseNet-121's 3x3 layers (128
 // in, 32 out) at batch 1 on a Zen 5 host, all layers of a size together: 28x28 4.6 ms packed
