@@ -7,6 +7,7 @@
 #include <system_error>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "admin_operations.h"
@@ -181,6 +182,29 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
     spdlog::info("snapshots: {}", options.snapshot_dir);
   }
 
+  // The start-up loads run beside the listeners' start (issue 41): a load from a warm JIT cache
+  // takes about as long as starting gRPC, HTTP and their threads, so the replica is ready sooner.
+  // Health checks answer "not ready" until they are done, as when the loads followed the
+  // listeners. A listener that fails to start returns only after the loads end (the guard joins).
+  std::thread startup_loads([&s, &options] {
+    switch (options.control_mode) {
+      case ServerOptions::ControlMode::kNone:
+      case ServerOptions::ControlMode::kPoll:
+        s.models->LoadAll();
+        break;
+      case ServerOptions::ControlMode::kExplicit:
+        for (const std::string& name : options.load_models) {
+          LoadRequest r;
+          r.name = name;
+          if (auto st = s.models->Load(r); !st.ok()) {
+            spdlog::error("{}", std::string(st.message()));
+          }
+        }
+        break;
+    }
+  });
+  absl::Cleanup join_startup_loads = [&startup_loads] { startup_loads.join(); };
+
   GrpcServiceOptions grpc_options;
   grpc_options.bind_address = options.bind_address;
   grpc_options.port = options.grpc_port;
@@ -267,20 +291,8 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
                s.grpc->port(), options.bind_address, s.http->port(), options.bind_address,
                s.metrics_port);
 
-  // Models load while the listeners already answer health checks (not ready yet).
-  switch (options.control_mode) {
-    case ServerOptions::ControlMode::kNone:
-    case ServerOptions::ControlMode::kPoll:
-      s.models->LoadAll();
-      break;
-    case ServerOptions::ControlMode::kExplicit:
-      for (const std::string& name : options.load_models) {
-        LoadRequest r;
-        r.name = name;
-        if (auto st = s.models->Load(r); !st.ok()) spdlog::error("{}", std::string(st.message()));
-      }
-      break;
-  }
+  // The listeners answer health checks (not ready yet) while the start-up loads finish.
+  std::move(join_startup_loads).Invoke();
   if (s.snapshots != nullptr) {
     // After the startup loads: a snapshot replaces the unpatched version they loaded.
     s.snapshots->RestoreAll();
