@@ -36,6 +36,10 @@ constexpr char kHelp[] =
     "  --http-port N               HTTP port (default 8000)\n"
     "  --metrics-port N            Prometheus metrics port (default 8002)\n"
     "  --bind ADDRESS              address to listen on (default 127.0.0.1)\n"
+    "  --fill-jit-cache            compile the startup models into --jit-cache-dir and exit\n"
+    "                              (0 when every one loaded, 1 otherwise) without listening:\n"
+    "                              an init container or image build step for replicas that\n"
+    "                              then start warm (entries fit this cuvil-server build only)\n"
     "  --model-control-mode MODE   none | explicit | poll (default none)\n"
     "  --load-model NAME           model to load at start in explicit mode (repeatable)\n"
     "  --repository-poll-secs N    poll interval in poll mode (default 15)\n"
@@ -142,6 +146,10 @@ int main(int argc, char** argv) {
     }
     if (flag == "--insecure-cache-dir") {  // A switch: takes no value.
       options.insecure_cache_dir = true;
+      continue;
+    }
+    if (flag == "--fill-jit-cache") {  // A switch: takes no value.
+      options.fill_jit_cache = true;
       continue;
     }
     std::string value;
@@ -288,10 +296,17 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  if (options.fill_jit_cache && (!options.jit_cache || options.jit_cache_dir.empty())) {
+    return Usage("--fill-jit-cache needs a usable --jit-cache-dir");
+  }
   auto server = cuvil::CuvilServer::Start(options);
   if (!server.ok()) {
     spdlog::error("cannot start: {}", std::string(server.status().message()));
     return 1;
+  }
+  if (options.fill_jit_cache) {
+    (*server)->Shutdown();
+    return 0;
   }
   int sig = 0;
   sigwait(&signals, &sig);

@@ -6,9 +6,11 @@
 #include <sstream>
 #include <system_error>
 #include <thread>
+#include <vector>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "admin_operations.h"
 #include "cuvil/jitcache/private_dir.h"
@@ -74,11 +76,70 @@ CuvilServer::CuvilServer() : impl_(std::make_unique<Impl>()) {}
 
 CuvilServer::~CuvilServer() { Shutdown(); }
 
-absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOptions& options) {
-  // Before anything starts: admin calls must not be open to the network by accident.
+namespace {
+
+// The startup loads --model-control-mode selects (every repository model, or the --load-model
+// ones); a model that fails is logged and left in the index as failed.
+void LoadStartupModels(ModelManager& models, const ServerOptions& options) {
+  switch (options.control_mode) {
+    case ServerOptions::ControlMode::kNone:
+    case ServerOptions::ControlMode::kPoll:
+      models.LoadAll();
+      break;
+    case ServerOptions::ControlMode::kExplicit:
+      for (const std::string& name : options.load_models) {
+        LoadRequest r;
+        r.name = name;
+        if (auto st = models.Load(r); !st.ok()) spdlog::error("{}", std::string(st.message()));
+      }
+      break;
+  }
+}
+
+// --fill-jit-cache: OK when every selected model version loaded (so its code is in the cache).
+absl::Status CheckFilled(const ModelManager& models, const ServerOptions& options) {
+  std::vector<std::string> failed;
+  int ready = 0;
+  for (const VersionStatus& v : models.Index()) {
+    if (v.state == ModelState::kReady) {
+      ++ready;
+    } else {
+      failed.push_back(absl::StrCat(v.name, " version ", v.version, " (", ModelStateName(v.state),
+                                    v.reason.empty() ? "" : ": ", v.reason, ")"));
+    }
+  }
+  if (!failed.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--fill-jit-cache: ", failed.size(),
+                     " model version(s) did not load: ", absl::StrJoin(failed, "; ")));
+  }
+  if (ready == 0) {
+    return absl::NotFoundError("--fill-jit-cache: the repository selects no model to compile");
+  }
+  spdlog::info("JIT cache {} filled: {} model version(s) compiled or already there",
+               options.jit_cache_dir, ready);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOptions& given) {
+  ServerOptions options = given;
+  if (options.fill_jit_cache) {
+    if (!options.jit_cache || options.jit_cache_dir.empty()) {
+      return absl::InvalidArgumentError(
+          "--fill-jit-cache needs a JIT cache folder (--jit-cache-dir)");
+    }
+    // The cache keeps the full tier; a tiered replica loads a cached full tier directly. Nothing
+    // is served, so nothing is snapshotted or restored.
+    options.compile_tier = CompileTier::kFull;
+    options.snapshot_dir.clear();
+  }
+  // Before anything starts: admin calls must not be open to the network by accident (a cache
+  // fill listens nowhere).
   if (absl::Status exposed = CheckAdminExposure(options.bind_address, !options.admin_token.empty(),
                                                 options.insecure_admin);
-      !exposed.ok()) {
+      !exposed.ok() && !options.fill_jit_cache) {
     return exposed;
   }
   if (options.insecure_admin && !IsLoopbackBindAddress(options.bind_address) &&
@@ -182,27 +243,16 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
     spdlog::info("snapshots: {}", options.snapshot_dir);
   }
 
+  if (options.fill_jit_cache) {
+    LoadStartupModels(*s.models, options);
+    if (absl::Status filled = CheckFilled(*s.models, options); !filled.ok()) return filled;
+    return server;
+  }
   // The start-up loads run beside the listeners' start (issue 41): a load from a warm JIT cache
   // takes about as long as starting gRPC, HTTP and their threads, so the replica is ready sooner.
   // Health checks answer "not ready" until they are done, as when the loads followed the
   // listeners. A listener that fails to start returns only after the loads end (the guard joins).
-  std::thread startup_loads([&s, &options] {
-    switch (options.control_mode) {
-      case ServerOptions::ControlMode::kNone:
-      case ServerOptions::ControlMode::kPoll:
-        s.models->LoadAll();
-        break;
-      case ServerOptions::ControlMode::kExplicit:
-        for (const std::string& name : options.load_models) {
-          LoadRequest r;
-          r.name = name;
-          if (auto st = s.models->Load(r); !st.ok()) {
-            spdlog::error("{}", std::string(st.message()));
-          }
-        }
-        break;
-    }
-  });
+  std::thread startup_loads([&s, &options] { LoadStartupModels(*s.models, options); });
   absl::Cleanup join_startup_loads = [&startup_loads] { startup_loads.join(); };
 
   GrpcServiceOptions grpc_options;

@@ -9,7 +9,9 @@ before the server binds it; the bind address as given: 0.0.0.0, which the server
 an admin token).
 Checks what KServe relies on: /v2/health/ready turns 200, the model answers under the
 InferenceService's name over the v2 protocol, admin calls without the token are refused, metrics
-are served, and SIGTERM ends the process cleanly.
+are served, and SIGTERM ends the process cleanly. A manifest with an init container (the
+Deployment's JIT cache fill) has it run first, with --jit-cache-dir mapped to a temporary folder
+as the volume; it must exit 0 and the server must then load from that cache (hits, no miss).
 
 usage: runtime_args_test.py CUVIL_SERVER MANIFEST_YAML MODEL_ONNX INPUT_PB OUTPUT_PB
 """
@@ -29,13 +31,17 @@ import onnx
 from onnx import numpy_helper
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "zero_downtime"))
-from cuvil_proc import listening_addresses, port_of, server_output  # noqa: E402
+from cuvil_proc import listening_addresses, metric_samples, port_of, server_output  # noqa: E402
 
 
-def container_args(path):
-    """The first container's args list (plain '- value' lines under 'args:')."""
-    args, indent = [], None
+def container_args(path, after=None):
+    """The first container's args list (plain '- value' lines under 'args:'); with `after`, the
+    first args block after a line that is `after:` (e.g. initContainers), [] when none."""
+    args, indent, seen = [], None, after is None
     for line in open(path):
+        if not seen:
+            seen = re.match(r"^\s*" + after + r":\s*$", line) is not None
+            continue
         if indent is None:
             m = re.match(r"^(\s*)args:\s*$", line)
             if m:
@@ -48,7 +54,7 @@ def container_args(path):
             args.append(m.group(2).strip().strip('"'))
             continue
         break
-    if not args:
+    if not args and after is None:
         sys.exit(f"no container args in {path}")
     return args
 
@@ -75,20 +81,40 @@ def main():
         token_file = os.path.join(tmp, "admin-token")
         with open(token_file, "w") as f:
             f.write("s3cret-token-for-the-test")
-        args = []
         served = "model"  # the server's default name for a lone model.onnx
-        for a in container_args(runtime):
-            a = a.replace("{{.Name}}", name)
-            flag, _, value = a.partition("=")
-            if flag == "--model-repository":
-                a = f"{flag}={models}"
-            if flag == "--admin-token-file":
-                a = f"{flag}={token_file}"
-            if flag == "--model-name":
-                served = value
-            if flag in ("--http-port", "--grpc-port", "--metrics-port"):
-                a = f"{flag}=0"
-            args.append(a)
+        cache = os.path.join(tmp, "cache")  # the pod's shared JIT cache volume
+
+        def local(manifest_args):
+            nonlocal served
+            out = []
+            for a in manifest_args:
+                a = a.replace("{{.Name}}", name)
+                flag, _, value = a.partition("=")
+                if flag == "--model-repository":
+                    a = f"{flag}={models}"
+                if flag == "--admin-token-file":
+                    a = f"{flag}={token_file}"
+                if flag == "--jit-cache-dir":
+                    a = f"{flag}={cache}/{os.path.basename(value)}"
+                if flag == "--model-name":
+                    served = value
+                if flag in ("--http-port", "--grpc-port", "--metrics-port"):
+                    a = f"{flag}=0"
+                out.append(a)
+            return out
+
+        # An init container (the Deployment's cache fill) runs first, to completion, as the
+        # kubelet runs it; the server must then load every model from what it stored.
+        init = local(container_args(runtime, after="initContainers"))
+        if init:
+            os.makedirs(cache)
+            print("init args:", " ".join(init))
+            done = subprocess.run([server] + init, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, timeout=300)
+            if done.returncode != 0:
+                print(done.stdout)
+                sys.exit(f"FAIL: the init container exited {done.returncode}")
+        args = local(container_args(runtime))
         print("args:", " ".join(args))
         proc = subprocess.Popen([server] + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True)
@@ -124,6 +150,13 @@ def main():
             status, out = request(f"http://127.0.0.1:{port_of(metrics_address)}/metrics")
             if status != 200 or b"cuvil_" not in out:
                 sys.exit(f"FAIL: metrics gave {status}")
+            if init:
+                text = out.decode()
+                hits = sum(metric_samples(text, "cuvil_jit_cache_hits_total").values())
+                misses = sum(metric_samples(text, "cuvil_jit_cache_misses_total").values())
+                if hits < 1 or misses != 0:
+                    sys.exit(f"FAIL: after the init container's fill the server had {hits:g} "
+                             f"cache hits and {misses:g} misses (it must compile nothing)")
             proc.send_signal(signal.SIGTERM)
             rc = proc.wait(timeout=60)
             if rc != 0:
@@ -131,7 +164,8 @@ def main():
         finally:
             if proc.poll() is None:
                 proc.kill()
-    print(f"PASS: served model {served!r} from a lone model.onnx with the manifest's args")
+    print(f"PASS: served model {served!r} from a lone model.onnx with the manifest's args"
+          + (", warm from its init container's cache fill" if init else ""))
 
 
 if __name__ == "__main__":

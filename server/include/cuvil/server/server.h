@@ -90,6 +90,9 @@ struct ServerOptions {
   std::string snapshot_dir;
   bool metrics_triton_compat = false;  // Also export Triton's nv_inference_* names.
   int metrics_window_secs = 60;        // Sliding window of the latency summary.
+  // --fill-jit-cache: compile the startup models into jit_cache_dir and serve nothing (an init
+  // container or image build step, so replicas start on a warm cache). See CuvilServer::Start.
+  bool fill_jit_cache = false;
 };
 
 // Thread-safe.
@@ -99,6 +102,11 @@ class CuvilServer {
   // cannot be bound, and with FailedPrecondition if bind_address is not loopback while there is
   // neither an admin token nor insecure_admin; a model that fails to load is reported in the
   // index, not fatal.
+  // With fill_jit_cache it binds nothing and restores no snapshot: it loads the startup models at
+  // the full tier (storing their code in jit_cache_dir) and returns a server that serves nothing,
+  // or FailedPrecondition naming every model version that did not load (NotFound when the
+  // repository selects none, InvalidArgument without a cache folder). The stored entries are
+  // keyed by this binary's build, so only the same cuvil-server build hits them.
   static absl::StatusOr<std::unique_ptr<CuvilServer>> Start(const ServerOptions& options);
   ~CuvilServer();
 
