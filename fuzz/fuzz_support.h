@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "cuvil/compiler/compiled_model.h"
+#include "cuvil/format/compiled_model.h"
 #include "cuvil/jitcache/jit_engine.h"
 #include "cuvil/server/model_manager.h"
 

@@ -4,9 +4,9 @@
 #include <functional>
 #include <limits>
 
-#include "cuvil/compiler/compiled_model.h"
 #include "cuvil/compiler/compiler.h"
 #include "cuvil/compiler/tensor_file.h"
+#include "cuvil/format/compiled_model.h"
 #include "cuvil/jitcache/jit_engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "cuvil/compiler/aot_writer.h"
-#include "cuvil/compiler/compiled_model.h"
+#include "cuvil/format/compiled_model.h"
 
 namespace cuvil::aot_internal {
 

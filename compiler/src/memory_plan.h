@@ -18,8 +18,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "cuvil/compiler/compiled_model.h"
 #include "cuvil/compiler/ir.h"
+#include "cuvil/format/compiled_model.h"
 
 namespace cuvil {
 

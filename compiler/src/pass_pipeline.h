@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "cuvil/compiler/compiled_model.h"
 #include "cuvil/compiler/ir.h"
+#include "cuvil/format/compiled_model.h"
 
 namespace cuvil {
 

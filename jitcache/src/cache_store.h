@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "cuvil/compiler/compiled_model.h"
+#include "cuvil/format/compiled_model.h"
 #include "cuvil/jitcache/env.h"
 
 namespace cuvil::jitcache_internal {

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <vector>
 
-#include "cuvil/compiler/compiled_model.h"
+#include "cuvil/format/compiled_model.h"
 
 namespace cuvil::jitcache_internal {
 

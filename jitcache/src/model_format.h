@@ -1,28 +1,20 @@
-// Private: the one format of a compiled model (jitcache/proto/compiled_model.proto), used by JIT
-// cache entries (cache_entry.cc), snapshots (snapshot.cc) and the patch sandbox's job: the model's
-// description with one encoder and one decoder, the one identity check that decides whether
-// stored object code may be loaded, and CompileOptions serialized once (the cache key hashes it).
+// Private: the compile service's half of the compiled-model format (format/proto/
+// compiled_model.proto; the model's description, its encoder and decoder are in the format
+// library, cuvil/format/model_header.h): the one identity check that decides whether stored
+// object code may be loaded, used by JIT cache entries (cache_entry.cc) and snapshots
+// (snapshot.cc), and CompileOptions serialized once (the cache key hashes it). Both name the
+// compiler, so they stay out of the loader.
 #ifndef CUVIL_JITCACHE_SRC_MODEL_FORMAT_H_
 #define CUVIL_JITCACHE_SRC_MODEL_FORMAT_H_
 
 #include <string>
-#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "compiled_model.pb.h"
-#include "cuvil/compiler/compiled_model.h"
 #include "cuvil/compiler/compiler.h"
+#include "cuvil/format/model_header.h"
 
 namespace cuvil::jitcache_internal {
-
-// `model`'s description: everything but its object code and weights. Thread-safe.
-::cuvil::jitcache::v1::CompiledModelHeader EncodeModelHeader(const CompiledModel& model);
-
-// The model `header` describes, with `object_code` (copied) and `weights`; DataLoss naming what is
-// inconsistent (dtypes, dim programs, sizes, indices): `header` is untrusted bytes. Thread-safe.
-absl::StatusOr<CompiledModel> DecodeModelHeader(
-    const ::cuvil::jitcache::v1::CompiledModelHeader& header, std::string_view object_code,
-    WeightsBlob weights);
 
 // What generates code in this process: the compiler build, runtime ABI and LLVM versions with
 // the code generator's target choices (CodeIdentity), the target triple, CPU and CPU features.

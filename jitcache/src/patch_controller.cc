@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "cuvil/format/model_header.h"
 #include "kernel_profiler.h"
 #include "llvm/AsmParser/Parser.h"
 #include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
@@ -25,7 +26,6 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
-#include "model_format.h"
 #include "patch_sandbox.h"
 #include "patch_sandbox.pb.h"
 #include "patch_target.h"
@@ -282,7 +282,7 @@ absl::StatusOr<std::shared_ptr<PreparedPatch>> PatchController::PrepareIrLayer(
         }
       }
     }
-    *job.mutable_model() = jitcache_internal::EncodeModelHeader(model());
+    *job.mutable_model() = EncodeModelHeader(model());
     job.set_object_code(model().object_code);
     job.set_weights_bytes(target_->weights_bytes());
     uint64_t sandbox_generation = 0;

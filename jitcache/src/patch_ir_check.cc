@@ -5,7 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "cuvil/compiler/compiled_model.h"
+#include "cuvil/format/compiled_model.h"
 #include "cuvil/jitcache/jit_engine.h"
 #include "cuvil/runtime/runtime_symbols.h"
 #include "llvm/AsmParser/Parser.h"

@@ -26,6 +26,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "cuvil/format/model_header.h"
 #include "cuvil/jitcache/jit_engine.h"
 #include "cuvil/runtime/dtype.h"
 #include "cuvil/runtime/sanitizers.h"
@@ -41,7 +42,6 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
-#include "model_format.h"
 #include "patch_sandbox.pb.h"
 
 extern char** environ;

@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "cuvil/compiler/compiled_model.h"
+#include "cuvil/format/compiled_model.h"
 #include "cuvil/jitcache/patch_controller.h"
 #include "cuvil/runtime/host_tensor.h"
 #include "kernel_profiler.h"

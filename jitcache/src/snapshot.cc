@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cuvil/compiler/compiler.h"
+#include "cuvil/jitcache/code_source.h"
 #include "cuvil/jitcache/object_cache.h"
 #include "cuvil/runtime/status_macros.h"
 #include "model_format.h"
@@ -66,7 +67,8 @@ absl::Status Refuse(const std::string& why) {
 
 absl::StatusOr<std::string> EncodeSnapshot(const LoadedModel& loaded, const std::string& model_name,
                                            int64_t version, const std::string& config_text) {
-  const CodeSource& source = loaded.source();
+  static const CodeSource kUnknown;
+  const CodeSource& source = loaded.source() != nullptr ? *loaded.source() : kUnknown;
   std::string onnx = source.onnx_bytes;
   if (onnx.empty()) {
     if (source.onnx_path.empty()) {
@@ -87,7 +89,7 @@ absl::StatusOr<std::string> EncodeSnapshot(const LoadedModel& loaded, const std:
   b.set_config_text(config_text);
   b.set_opt_level(source.options.opt_level);
   *b.mutable_identity() = jitcache_internal::ThisBuildIdentity();
-  *b.mutable_model() = jitcache_internal::EncodeModelHeader(m);
+  *b.mutable_model() = EncodeModelHeader(m);
   b.set_object_code(m.object_code);
   b.set_weights(static_cast<const char*>(loaded.weights_data()), loaded.weights_bytes());
   b.set_model_hash(Digest(onnx));
@@ -352,7 +354,7 @@ absl::StatusOr<VersionSnapshot> DecodeSnapshotOrThrow(std::string_view bytes, ui
   s.host_matches = s.host_mismatch.empty();
   // The parsed bytes themselves, moved (a copy into a tensor would be one more copy of them all).
   auto weights = std::make_shared<const std::string>(std::move(*b.mutable_weights()));
-  auto model = jitcache_internal::DecodeModelHeader(
+  auto model = DecodeModelHeader(
       b.model(), b.object_code(),
       WeightsBlob(weights, reinterpret_cast<const uint8_t*>(weights->data()), weights->size(),
                   /*read_only=*/false));

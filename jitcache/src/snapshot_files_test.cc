@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cuvil/compiler/compiler.h"
+#include "cuvil/jitcache/code_source.h"
 #include "cuvil/jitcache/fault_injection_env.h"
 #include "cuvil/jitcache/jit_engine.h"
 #include "cuvil/jitcache/snapshot.h"
@@ -45,7 +46,7 @@ class SnapshotFileFaultTest : public ::testing::Test {
     model_ = std::move(*loaded);
     CodeSource source;
     source.onnx_bytes = bytes;
-    model_->set_source(source);
+    model_->set_source(std::make_shared<const CodeSource>(source));
     auto old_artifact = EncodeSnapshot(*model_, "mul_add", 1, "name: \"mul_add\" # old");
     ASSERT_TRUE(old_artifact.ok()) << old_artifact.status();
     old_ = *std::move(old_artifact);

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cuvil/compiler/compiler.h"
+#include "cuvil/jitcache/code_source.h"
 #include "cuvil/jitcache/jit_engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -43,7 +44,7 @@ class SnapshotTest : public ::testing::Test {
     model_ = std::move(*loaded);
     CodeSource source;
     source.onnx_bytes = bytes_;
-    model_->set_source(source);
+    model_->set_source(std::make_shared<const CodeSource>(source));
     for (const KernelFunction& k : model_->model().kernels) {
       if (k.op_type == "Add") add_ = k.symbol;
     }
@@ -191,7 +192,7 @@ TEST(SubgraphSnapshotTest, PatchedBranchKernelIsRestoredWithItsParent) {
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   CodeSource source;
   source.onnx_bytes = bytes;
-  (*loaded)->set_source(source);
+  (*loaded)->set_source(std::make_shared<const CodeSource>(source));
   const std::vector<KernelFunction> kernels = (*loaded)->model().kernels;
   ASSERT_EQ(kernels.size(), 3u);
   auto then_add = std::find_if(kernels.begin(), kernels.end(), [](const KernelFunction& k) {

@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "cuvil/compiler/compiler.h"
 #include "cuvil/compiler/kernel_precision.h"
+#include "cuvil/jitcache/code_source.h"
 #include "cuvil/server/model_config.h"
 #include "google/protobuf/text_format.h"
 #include "load_parameters.h"
@@ -330,9 +331,11 @@ absl::Status AdminOperations::ReloadVersion(const ModelVersion& version) {
   // old build is known to be stuck: retired at once (its stuck requests answered UNAVAILABLE).
   request.only_version = version.version();
   request.retire_timeout = absl::ZeroDuration();
-  const CodeSource& source = version.loaded().source();
+  const CodeSource* source = version.loaded().source();
   // An inline model: its bytes; a repository model reloads the version's file from its folder.
-  if (!source.onnx_bytes.empty()) request.model_bytes[version.version()] = source.onnx_bytes;
+  if (source != nullptr && !source->onnx_bytes.empty()) {
+    request.model_bytes[version.version()] = source->onnx_bytes;
+  }
   if (!google::protobuf::TextFormat::PrintToString(version.config(), &request.config_pbtxt)) {
     return absl::InternalError("cannot print the version's config");
   }

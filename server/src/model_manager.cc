@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "cuvil/compiler/compiler.h"
+#include "cuvil/jitcache/code_source.h"
 #include "cuvil/jitcache/private_dir.h"
 #include "cuvil/jitcache/tiered_start.h"
 #include "cuvil/observability/probes.h"
@@ -296,7 +297,8 @@ struct ModelManager::Impl {
     auto loaded = engine->Load(ns, std::move(step.compiled));
     if (!loaded.ok()) return loaded.status();
     // Recompile patches and snapshots rebuild from the source with the same options.
-    (*loaded)->set_source(CodeSource{path, bytes, step.options});
+    (*loaded)->set_source(
+        std::make_shared<const CodeSource>(CodeSource{path, bytes, step.options}));
     // A profile patch's automatic rollback is a patch event like a rollback by hand.
     (*loaded)->patches().set_auto_rollback_listener(
         [metrics = metrics, name, version, model = loaded->get()](

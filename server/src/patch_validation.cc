@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "accepted_shapes.h"
 #include "cuvil/compiler/compiler.h"
+#include "cuvil/jitcache/code_source.h"
 #include "cuvil/runtime/parallel.h"
 
 namespace cuvil {
@@ -230,10 +231,11 @@ absl::StatusOr<std::shared_ptr<PreparedPatch>> PrepareRecompileFromSource(
     LoadedModel& loaded, const std::string& options_text, std::vector<std::string> functions) {
   auto options = ParseRecompileOptions(options_text);
   if (!options.ok()) return options.status();
-  const CodeSource& source = loaded.source();
-  if (source.onnx_bytes.empty() && source.onnx_path.empty()) {
+  const CodeSource* known = loaded.source();
+  if (known == nullptr || (known->onnx_bytes.empty() && known->onnx_path.empty())) {
     return absl::FailedPreconditionError("the version's model source is unknown");
   }
+  const CodeSource& source = *known;
   if (functions.empty()) {
     // Every kernel an active IR patch does not replace: a recompile changes the base code.
     std::set<std::string> patched;

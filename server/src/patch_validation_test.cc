@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "cuvil/compiler/compiler.h"
+#include "cuvil/jitcache/code_source.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
@@ -37,7 +38,8 @@ class PatchValidationTest : public ::testing::Test {
     EXPECT_TRUE(compiled.ok()) << compiled.status();
     auto loaded = engine_->Load(ns, std::move(*compiled));
     EXPECT_TRUE(loaded.ok()) << loaded.status();
-    (*loaded)->set_source(CodeSource{"", onnx, CompileOptions()});
+    (*loaded)->set_source(
+        std::make_shared<const CodeSource>(CodeSource{"", onnx, CompileOptions()}));
     return std::move(*loaded);
   }
 

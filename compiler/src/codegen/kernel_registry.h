@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "cuvil/compiler/compiled_model.h"
 #include "cuvil/compiler/ir.h"
+#include "cuvil/format/compiled_model.h"
 #include "llvm/IR/Constants.h"
 #include "llvm/IR/Function.h"
 

@@ -16,7 +16,7 @@
 #include <string>
 
 #include "codegen/kernel_context.h"
-#include "cuvil/compiler/compiled_model.h"
+#include "cuvil/format/compiled_model.h"
 #include "cuvil/runtime/dim_expr_codec.h"
 #include "memory_plan.h"
 #include "subgraph_import.h"

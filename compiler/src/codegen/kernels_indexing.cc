@@ -2,7 +2,7 @@
 // GatherND. Every index is checked against its axis: one outside [-len, len) fails the execution
 // with kEntryIndexOutOfBounds and is neither read nor written.
 #include "codegen/kernel_context.h"
-#include "cuvil/compiler/compiled_model.h"
+#include "cuvil/format/compiled_model.h"
 
 namespace cuvil::codegen {
 namespace {

@@ -4,7 +4,7 @@
 // A target outside [0, C) that is not ignore_index fails the execution (kEntryIndexOutOfBounds)
 // and reads nothing.
 #include "codegen/kernel_context.h"
-#include "cuvil/compiler/compiled_model.h"
+#include "cuvil/format/compiled_model.h"
 
 namespace cuvil::codegen {
 namespace {

@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "codegen/kernel_context.h"
-#include "cuvil/compiler/compiled_model.h"
+#include "cuvil/format/compiled_model.h"
 #include "internal_attrs.h"
 
 namespace cuvil::codegen {

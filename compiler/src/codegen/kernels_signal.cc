@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "codegen/kernel_context.h"
-#include "cuvil/compiler/compiled_model.h"
+#include "cuvil/format/compiled_model.h"
 
 namespace cuvil::codegen {
 namespace {

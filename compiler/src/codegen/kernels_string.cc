@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "cuvil/compiler/compiled_model.h"
+#include "cuvil/format/compiled_model.h"
 
 namespace cuvil::codegen {
 

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "cuvil/compiler/compiled_model.h"
 #include "cuvil/compiler/ir.h"
+#include "cuvil/format/compiled_model.h"
 #include "memory_plan.h"
 
 namespace cuvil::codegen {

@@ -9,8 +9,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "cuvil/compiler/compiled_model.h"
 #include "cuvil/compiler/compiler.h"
+#include "cuvil/format/compiled_model.h"
 
 namespace cuvil {
 

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "cuvil/compiler/compiled_model.h"
 #include "cuvil/compiler/ir.h"
 #include "cuvil/compiler/onnx_importer.h"
+#include "cuvil/format/compiled_model.h"
 
 namespace cuvil {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "cuvil/compiler/compiled_model.h"
+#include "cuvil/format/compiled_model.h"
 
 namespace cuvil {
 

@@ -11,8 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "cuvil/compiler/compiled_model.h"
-#include "cuvil/compiler/compiler.h"
+#include "cuvil/format/compiled_model.h"
 #include "cuvil/jitcache/patch_controller.h"
 #include "cuvil/runtime/host_tensor.h"
 
@@ -32,13 +31,10 @@ using EntryFn = int32_t (*)(const void* const* inputs, void* const* outputs, int
 using EntryWithTableFn = int32_t (*)(const void* const* inputs, void* const* outputs, int64_t batch,
                                      void* arena, void* const* table, int64_t* syms);
 
-// Where a version's code came from, kept for recompile patches and snapshots (set by the loader;
-// empty when unknown). Thread-compatible value type.
-struct CodeSource {
-  std::string onnx_path;   // Read when onnx_bytes is empty.
-  std::string onnx_bytes;  // Inline models.
-  CompileOptions options;  // What the version was compiled with (emit/needs fields unused).
-};
+// Where a version's code came from (its ONNX source and compile options), kept for recompile
+// patches, reloads and snapshots. Defined by the compile service (cuvil/jitcache/code_source.h):
+// the loader only holds it for its owner, so it needs no compiler header.
+struct CodeSource;
 
 // A compiled model version living in its own JIT namespace: its code, weights, the kernel table
 // executions use and the guard that keeps code alive while executions may run it. Its hot
@@ -49,7 +45,7 @@ struct CodeSource {
 // Thread-safety: thread-safe. Run/Execute/RunWith and the shape helpers may be called
 // concurrently from any thread (each call uses its own arena), with each other and with the patch
 // operations; they take no lock (the execution guard is two atomic counters and the table one
-// atomic pointer). set_source is called once by the loader before serving. The private execution
+// atomic pointer). set_source is called once before serving. The private execution
 // interface the controller drives (Publish, WaitForExecutions) is described in
 // jitcache/src/patch_target.h.
 class LoadedModel {
@@ -94,9 +90,10 @@ class LoadedModel {
   int64_t running_executions() const;
   // Start of the weights executions read (weights_bytes() long, zero-padded).
   const void* weights_data() const;
-  // Where the code came from (see CodeSource); set once by the loader before serving.
-  void set_source(CodeSource source) { source_ = std::move(source); }
-  const CodeSource& source() const { return source_; }
+  // Where the code came from (see CodeSource); set once by whoever compiled or restored it,
+  // before serving. source() is null when unknown.
+  void set_source(std::shared_ptr<const CodeSource> source) { source_ = std::move(source); }
+  const CodeSource* source() const { return source_.get(); }
   // Bytes of the read-only weights (our copy, or the cache entry's mapping used in place).
   size_t weights_bytes() const { return weights_mapped_bytes_; }
 
@@ -173,7 +170,7 @@ class LoadedModel {
   // Generation of the published table (the controller's table generation as of the last
   // publish), readable without its lock: validation runs compare it inside the guard.
   std::atomic<uint64_t> published_generation_{0};
-  CodeSource source_;  // Set once before serving.
+  std::shared_ptr<const CodeSource> source_;  // Set once before serving.
 
   // Declared last, destroyed first: the controller's layers go before the namespace's handle.
   std::unique_ptr<PatchTargetImpl> patch_target_;

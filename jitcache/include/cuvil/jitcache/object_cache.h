@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "cuvil/compiler/compiled_model.h"
 #include "cuvil/compiler/compiler.h"
+#include "cuvil/format/compiled_model.h"
 
 namespace cuvil {
 

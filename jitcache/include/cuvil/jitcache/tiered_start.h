@@ -25,8 +25,8 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
-#include "cuvil/compiler/compiled_model.h"
 #include "cuvil/compiler/compiler.h"
+#include "cuvil/format/compiled_model.h"
 #include "cuvil/jitcache/object_cache.h"
 
 namespace cuvil {

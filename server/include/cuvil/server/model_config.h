@@ -5,8 +5,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "cuvil/compiler/compiled_model.h"
 #include "cuvil/compiler/compiler.h"
+#include "cuvil/format/compiled_model.h"
 #include "cuvil/scheduler/executable.h"
 #include "cuvil/scheduler/scheduler.h"
 #include "model_config.pb.h"

@@ -17,8 +17,8 @@
 //                              starts as cuvil_fn_table, whose slots may also be redirected in
 //                              place
 // and imports `cuvil_weights` (the weights blob) and the runtime library's cuvil_rt_* symbols.
-#ifndef CUVIL_COMPILER_COMPILED_MODEL_H_
-#define CUVIL_COMPILER_COMPILED_MODEL_H_
+#ifndef CUVIL_FORMAT_COMPILED_MODEL_H_
+#define CUVIL_FORMAT_COMPILED_MODEL_H_
 
 #include <algorithm>
 #include <cstdint>
@@ -255,4 +255,4 @@ struct CompiledModel {
 
 }  // namespace cuvil
 
-#endif  // CUVIL_COMPILER_COMPILED_MODEL_H_
+#endif  // CUVIL_FORMAT_COMPILED_MODEL_H_

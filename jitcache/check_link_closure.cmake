@@ -1,0 +1,18 @@
+# cmake -DCLOSURE=a,b,... -DFORBIDDEN=x,y,... -P check_link_closure.cmake: fails naming every
+# library of FORBIDDEN that CLOSURE (a target's link closure, jitcache/CMakeLists.txt) contains.
+cmake_minimum_required(VERSION 3.20)
+string(REPLACE "," ";" closure "${CLOSURE}")
+string(REPLACE "," ";" forbidden "${FORBIDDEN}")
+if(NOT closure)
+  message(FATAL_ERROR "empty link closure: the check reads nothing")
+endif()
+set(found)
+foreach(f ${forbidden})
+  if(f IN_LIST closure)
+    list(APPEND found ${f})
+  endif()
+endforeach()
+if(found)
+  message(FATAL_ERROR "the loader links ${found} (its closure: ${CLOSURE})")
+endif()
+message(STATUS "the loader's link closure: ${CLOSURE}")
