@@ -79,8 +79,10 @@ CuvilServer::~CuvilServer() { Shutdown(); }
 namespace {
 
 // The startup loads --model-control-mode selects (every repository model, or the --load-model
-// ones); a model that fails is logged and left in the index as failed.
-void LoadStartupModels(ModelManager& models, const ServerOptions& options) {
+// ones); a model that fails is logged and left in the index as failed. Returns the messages of
+// the --load-model loads that failed (a name the repository lacks is in no index).
+std::vector<std::string> LoadStartupModels(ModelManager& models, const ServerOptions& options) {
+  std::vector<std::string> failed;
   switch (options.control_mode) {
     case ServerOptions::ControlMode::kNone:
     case ServerOptions::ControlMode::kPoll:
@@ -90,15 +92,20 @@ void LoadStartupModels(ModelManager& models, const ServerOptions& options) {
       for (const std::string& name : options.load_models) {
         LoadRequest r;
         r.name = name;
-        if (auto st = models.Load(r); !st.ok()) spdlog::error("{}", std::string(st.message()));
+        if (auto st = models.Load(r); !st.ok()) {
+          spdlog::error("{}", std::string(st.message()));
+          failed.emplace_back(st.message());
+        }
       }
       break;
   }
+  return failed;
 }
 
 // --fill-jit-cache: OK when every selected model version loaded (so its code is in the cache).
-absl::Status CheckFilled(const ModelManager& models, const ServerOptions& options) {
-  std::vector<std::string> failed;
+// `failed` holds the loads that failed before reaching the index.
+absl::Status CheckFilled(const ModelManager& models, const ServerOptions& options,
+                         std::vector<std::string> failed) {
   int ready = 0;
   for (const VersionStatus& v : models.Index()) {
     if (v.state == ModelState::kReady) {
@@ -244,16 +251,27 @@ absl::StatusOr<std::unique_ptr<CuvilServer>> CuvilServer::Start(const ServerOpti
   }
 
   if (options.fill_jit_cache) {
-    LoadStartupModels(*s.models, options);
-    if (absl::Status filled = CheckFilled(*s.models, options); !filled.ok()) return filled;
+    if (absl::Status filled =
+            CheckFilled(*s.models, options, LoadStartupModels(*s.models, options));
+        !filled.ok()) {
+      return filled;
+    }
     return server;
   }
   // The start-up loads run beside the listeners' start (issue 41): a load from a warm JIT cache
   // takes about as long as starting gRPC, HTTP and their threads, so the replica is ready sooner.
   // Health checks answer "not ready" until they are done, as when the loads followed the
   // listeners. A listener that fails to start returns only after the loads end (the guard joins).
-  std::thread startup_loads([&s, &options] { LoadStartupModels(*s.models, options); });
-  absl::Cleanup join_startup_loads = [&startup_loads] { startup_loads.join(); };
+  std::thread startup_loads;
+  try {
+    startup_loads = std::thread([&s, &options] { LoadStartupModels(*s.models, options); });
+  } catch (const std::system_error& e) {  // No thread to spare: load here, before the listeners.
+    spdlog::warn("cannot start the start-up load thread ({}); loading first", e.what());
+    LoadStartupModels(*s.models, options);
+  }
+  absl::Cleanup join_startup_loads = [&startup_loads] {
+    if (startup_loads.joinable()) startup_loads.join();
+  };
 
   GrpcServiceOptions grpc_options;
   grpc_options.bind_address = options.bind_address;

@@ -98,6 +98,10 @@ def main():
         code, out = fill(server, example, cache, "--model-control-mode", "explicit",
                          "--load-model", "no_such_model")
         check(code == 1, "a fill of a model the repository lacks exits 1", out)
+        code, out = fill(server, example, cache, "--model-control-mode", "explicit",
+                         "--load-model", "mlp", "--load-model", "no_such_model")
+        check(code == 1 and "no_such_model" in out,
+              "a missing model fails the fill beside one that loads, by name", out)
 
         code, out = fill(server, example, None, "--no-jit-cache")
         check(code != 0 and "--fill-jit-cache needs" in out,
