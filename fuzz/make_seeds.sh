@@ -139,6 +139,7 @@ job() {  # job OUT MODE_BYTE < text: a serialized cuvil.jitcache.v1.SandboxJob a
   local tmp
   tmp=$(mktemp)
   protoc --encode=cuvil.jitcache.v1.SandboxJob --proto_path="$root/jitcache/proto" \
+    --proto_path="$root/format/proto" \
     "$root/jitcache/proto/patch_sandbox.proto" > "$tmp"
   { printf "\\x$2"; cat "$tmp"; } > "$1"
   rm -f "$tmp"
