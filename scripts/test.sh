@@ -9,14 +9,32 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/install-deps.sh"
 "$root/scripts/check-format.sh"
 start=$(date +%s)
+phases=()
+# Prints every phase's time and each tree's slowest tests last, where a CI log's tail shows them.
+summary() {
+  local rc=$? tree
+  set +eo pipefail
+  echo "== test.sh summary (exit $rc) =="
+  for p in "${phases[@]}"; do echo "  $p"; done
+  for tree in build build-asan; do
+    [[ -f "$root/$tree/Testing/Temporary/CTestCostData.txt" ]] || continue
+    echo "  slowest tests in $tree (s):"
+    awk 'NF == 3 { printf "    %7.1f %s\n", $3, $1 }' \
+      "$root/$tree/Testing/Temporary/CTestCostData.txt" | sort -rn | head -8
+  done
+  exit "$rc"
+}
+trap summary EXIT
 # CUVIL_REQUIRE_ALL_TESTS: a test whose tool is missing stops the build naming its package
 # instead of being left out (install-deps.sh above installs them all).
 "$root/scripts/build.sh" release -DCUVIL_REQUIRE_ALL_TESTS=ON
+phases+=("release build: $(( $(date +%s) - start )) s")
 # The realmodels corpus (tests/realmodels/corpus_test.py, ~10 min with its export) is run by hand:
 # `cd build && ctest -L realmodels`; so is the container image's run test (`ctest -L image`, after
 # deploy/container/build-image.sh: CI builds no image).
 (cd "$root/build" && ctest --output-on-failure -j "$(nproc)" -LE "realmodels|image")
-echo "release build + tests: $(( $(date +%s) - start )) s"
+phases+=("release build + tests: $(( $(date +%s) - start )) s")
+echo "${phases[-1]}"
 start=$(date +%s)
 # Sanitizer builds (CMakePresets.json) use -O1: a third of -O3's compile time, still fast enough.
 # The asan tree is clang's and also builds the fuzzers (libraries with libFuzzer's edge counters),
@@ -24,9 +42,11 @@ start=$(date +%s)
 # Tests labelled release_only (cross-target AOT programs run by qemu or Node, which ASan does not
 # instrument, and a 200-inference accuracy statistic) are left out here: about 6 of 31 minutes.
 "$root/scripts/build.sh" asan -DCUVIL_REQUIRE_ALL_TESTS=ON
+phases+=("asan build: $(( $(date +%s) - start )) s")
 (cd "$root/build-asan" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   ctest --output-on-failure -j "$(nproc)" -LE 'release_only|realmodels|image')
-echo "asan build + tests: $(( $(date +%s) - start )) s"
+phases+=("asan build + tests: $(( $(date +%s) - start )) s")
+echo "${phases[-1]}"
 start=$(date +%s)
 # TSan covers the code whose locking we own; Debian's gRPC and abseil are not instrumented, so the
 # server integration tests stay with ASan. The JIT cache and hot-patching tests cover concurrent
@@ -37,10 +57,12 @@ TARGETS="$tsan_tests" "$root/scripts/build.sh" tsan
 for t in $tsan_tests; do
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 "$root/build-tsan/bin/$t" --gtest_brief=1
 done
-echo "tsan build + tests: $(( $(date +%s) - start )) s"
+phases+=("tsan build + tests: $(( $(date +%s) - start )) s")
+echo "${phases[-1]}"
 start=$(date +%s)
 # Fuzzers (clang-19, libFuzzer + ASan + UBSan, built above in the asan tree): replay every
 # recorded crash, then fuzz each target for a bounded time from the seeds (fuzz/README.md has the
 # long-run command, whose build-fuzz tree adds comparison hooks).
 BUILD_DIR="$root/build-asan" "$root/fuzz/run_all.sh" "${CUVIL_FUZZ_SECONDS:-20}"
-echo "fuzz runs: $(( $(date +%s) - start )) s"
+phases+=("fuzz runs: $(( $(date +%s) - start )) s")
+echo "${phases[-1]}"
