@@ -26,24 +26,39 @@ void CpuRelax() {
 #endif
 }
 
-// One cuvil_rt_parallel_for call. Chunks are claimed through `next` by the caller and by any pool
-// worker that picks the job up, so a worker that is slow to wake never delays the call: the
-// caller runs the chunk itself. Lives on the caller's stack; `visitors` counts the workers that
-// may still touch it. Thread-safe through its atomics.
+// The chunk a thread takes first: 0 on a thread calling cuvil_rt_parallel_for, i + 1 on pool
+// worker i. So with as many chunks as threads each thread runs the same chunk, the same part of
+// the data, call after call (a core reading lines the other core wrote last pays 3x here, see
+// bench/RESULTS.md), unless a thread is late and the other takes its chunk.
+thread_local int home_chunk = 0;
+
+// One cuvil_rt_parallel_for call. Chunks are claimed through `claimed` (one bit per chunk) by the
+// caller and by any pool worker that picks the job up, each starting at its home chunk, so a
+// worker that is slow to wake never delays the call: the caller runs the chunk itself. Lives on
+// the caller's stack; `visitors` counts the workers that may still touch it. Thread-safe through
+// its atomics.
 struct Job {
+  static constexpr int64_t kMaxChunks = 64;  // bits of `claimed`
   void (*body)(void* ctx, int64_t begin, int64_t end);
   void* ctx;
   int64_t count;
-  int64_t chunks;
-  std::atomic<int64_t> next{0};
+  int64_t chunks;  // at most kMaxChunks
+  std::atomic<uint64_t> claimed{0};
   std::atomic<int> visitors{0};
 
   int64_t Bound(int64_t i) const { return count * i / chunks; }
-  // Runs unclaimed chunks until none is left.
-  void RunChunks() {
-    for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < chunks;
-         i = next.fetch_add(1, std::memory_order_relaxed)) {
-      body(ctx, Bound(i), Bound(i + 1));
+  // Runs unclaimed chunks, its home chunk first, then the others in order, until none is left.
+  // Chunk 0 is the caller's; a worker whose home lies beyond the chunks starts in [1, chunks).
+  void RunChunks(int home) {
+    const uint64_t all = chunks == 64 ? ~uint64_t{0} : (uint64_t{1} << chunks) - 1;
+    const int64_t first = home == 0 || chunks == 1 ? 0 : 1 + (home - 1) % (chunks - 1);
+    for (int64_t k = 0; k < chunks; ++k) {
+      if ((claimed.load(std::memory_order_relaxed) & all) == all) return;
+      const int64_t i = (first + k) % chunks;
+      const uint64_t bit = uint64_t{1} << i;
+      if ((claimed.fetch_or(bit, std::memory_order_relaxed) & bit) == 0) {
+        body(ctx, Bound(i), Bound(i + 1));
+      }
     }
   }
 };
@@ -55,7 +70,12 @@ struct Job {
 class SpinningPool {
  public:
   explicit SpinningPool(int workers) {
-    for (int i = 0; i < workers; ++i) std::thread([this] { WorkerLoop(); }).detach();
+    for (int i = 0; i < workers; ++i) {
+      std::thread([this, i] {
+        home_chunk = i + 1;
+        WorkerLoop();
+      }).detach();
+    }
   }
 
   // Offers `job` to the workers.
@@ -112,7 +132,7 @@ class SpinningPool {
         job = jobs_.front();
         job->visitors.fetch_add(1, std::memory_order_relaxed);
       }
-      job->RunChunks();
+      job->RunChunks(home_chunk);
       {
         // Every chunk is claimed: no other worker needs to visit. The job's memory may be reused
         // once `visitors` drops, so remove it first.
@@ -149,7 +169,8 @@ extern "C" void cuvil_rt_parallel_for(int64_t count, int64_t cost_per_item,
                                       void* ctx) {
   const int64_t worth =
       std::max<int64_t>(1, count * std::max<int64_t>(cost_per_item, 1) / cuvil::kMinParallelWork);
-  const int64_t chunks = std::min<int64_t>({cuvil::IntraOpThreads(), count, worth});
+  const int64_t chunks =
+      std::min<int64_t>({cuvil::IntraOpThreads(), count, worth, cuvil::Job::kMaxChunks});
   if (chunks <= 1) {
     if (count > 0) body(ctx, 0, count);
     return;
@@ -160,6 +181,6 @@ extern "C" void cuvil_rt_parallel_for(int64_t count, int64_t cost_per_item,
   job.count = count;
   job.chunks = chunks;
   cuvil::SharedPool().Post(&job);
-  job.RunChunks();
+  job.RunChunks(/*home=*/0);
   cuvil::SharedPool().Retract(&job);
 }
