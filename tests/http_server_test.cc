@@ -874,6 +874,77 @@ TEST(HttpUnbatchedFreeDimsTest, ImageModelAtBatchOneServesEverySize) {
   EXPECT_EQ(infer(4, 4)->status, 200);
 }
 
+// Triton lets a config narrow a model's free dims: an image model exported with free height and
+// width, configured with dims [1, 4, 6], loads (it was refused), reports those dims, serves 4x6
+// images at any batch with the right values from code compiled for 4x6 (a static signature),
+// and refuses another size with a clear error; the same model without dims still takes any size.
+// A config dim that contradicts a static model dim is refused at load, naming both.
+TEST(HttpConfigDimsTest, ConfigDimsFixAFreeImageSize) {
+  namespace fs = std::filesystem;
+  std::string repo = testing::MakeRepository("http_config_dims_repo");
+  for (const char* name : {"fixed", "free"}) {
+    fs::create_directories(fs::path(repo) / name / "1");
+    std::ofstream(fs::path(repo) / name / "1" / "model.onnx", std::ios::binary)
+        << testing::PoolUpsampleConcatModel();
+  }
+  std::ofstream(fs::path(repo) / "fixed" / "config.pbtxt")
+      << "max_batch_size: 4\n"
+         "input [ { name: \"x\" data_type: TYPE_FP32 dims: [ 1, 4, 6 ] } ]\n";
+  std::ofstream(fs::path(repo) / "free" / "config.pbtxt") << "max_batch_size: 4\n";
+  auto server = testing::StartServer(repo, ServerOptions());
+  ASSERT_NE(server, nullptr);
+  httplib::Client client("127.0.0.1", server->http_port());
+  auto config = client.Get("/v2/models/fixed/config");
+  ASSERT_EQ(config->status, 200) << config->body;
+  EXPECT_EQ(json::parse(config->body)["input"][0]["dims"], json::array({1, 4, 6})) << config->body;
+  EXPECT_EQ(json::parse(client.Get("/v2/models/fixed")->body)["inputs"][0]["shape"],
+            json::array({-1, 1, 4, 6}));
+  auto infer = [&](const std::string& model, int64_t n, int64_t h, int64_t w) {
+    json data = json::array();
+    for (int64_t i = 0; i < n * h * w; ++i) data.push_back(static_cast<float>(i));
+    json body = {
+        {"inputs",
+         {{{"name", "x"}, {"datatype", "FP32"}, {"shape", {n, 1, h, w}}, {"data", data}}}}};
+    return client.Post("/v2/models/" + model + "/infer", body.dump(), "application/json");
+  };
+  for (int64_t n : {1, 3}) {
+    auto res = infer("fixed", n, 4, 6);
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200) << res->body;
+    json out = json::parse(res->body)["outputs"][0];
+    EXPECT_EQ(out["shape"], json::array({n, 2, 4, 6}));
+    std::vector<float> y = out["data"].get<std::vector<float>>();
+    ASSERT_EQ(y.size(), static_cast<size_t>(n * 48));
+    for (int64_t b = 0; b < n; ++b) {
+      for (int64_t r = 0; r < 4; ++r) {
+        for (int64_t c = 0; c < 6; ++c) {
+          const float x = static_cast<float>(b * 24 + r * 6 + c);
+          const float pooled = static_cast<float>(b * 24 + (r | 1) * 6 + (c | 1));
+          EXPECT_EQ(y[b * 48 + r * 6 + c], x);
+          EXPECT_EQ(y[b * 48 + 24 + r * 6 + c], pooled) << b << " " << r << "," << c;
+        }
+      }
+    }
+  }
+  auto other = infer("fixed", 1, 8, 2);
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 400) << other->body;
+  EXPECT_THAT(other->body, HasSubstr("[1,1,8,2]")) << other->body;
+  EXPECT_EQ(infer("free", 1, 8, 2)->status, 200);
+  EXPECT_EQ(infer("fixed", 2, 4, 6)->status, 200);
+
+  // dims [3, 4, 6]: the model has one channel.
+  json load = {{"parameters", {{"config", R"({"max_batch_size": 4, "input": [{"name": "x",
+                  "data_type": "TYPE_FP32", "dims": [3, 4, 6]}]})"}}}};
+  auto refused = client.Post("/v2/repository/models/fixed/load", load.dump(), "application/json");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 400) << refused->body;
+  EXPECT_THAT(refused->body, HasSubstr("dims [-1,3,4,6] do not match the model's shape "
+                                       "[batch,1,height,width] at dim 1 (from the config's dims; "
+                                       "max_batch_size > 0: dims leave out the batch dim 0)"));
+  EXPECT_EQ(infer("fixed", 1, 4, 6)->status, 200);  // the loaded version still serves
+}
+
 // KServe's storage initializer copies a model to /mnt/models as model.onnx, with no config and
 // no version folder, and the ServingRuntime passes --model-name: the server serves it under that
 // name, its config completed from the model.

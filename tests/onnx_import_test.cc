@@ -435,5 +435,34 @@ TEST(OnnxImportTest, ModelTruncatedInPlaceWhileImportingNeverCrashes) {
   ASSERT_TRUE(intact.ok()) << intact.status();
 }
 
+// input_shapes fixes the dims it names and keeps those given as -1: the batch stays free while
+// the image size becomes static (what a server config's dims ask for), and the compiled code
+// then names only the batch. A value over a static dim must agree with it; the rank must match.
+TEST(OnnxImportTest, InputShapesFixSomeDimsAndKeepOthers) {
+  const std::string bytes = testing::PoolUpsampleConcatModel();  // x: [batch, 1, height, width]
+  CompileOptions options;
+  options.import.input_shapes["x"] = {-1, -1, 4, 6};
+  auto compiled = CompileOnnxBytes(bytes, options);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  EXPECT_EQ(SymShapeToString(compiled->inputs[0].shape), "[batch,1,4,6]");
+  EXPECT_EQ(SymShapeToString(compiled->outputs[0].shape), "[batch,2,4,6]");
+  auto free = CompileOnnxBytes(bytes);
+  ASSERT_TRUE(free.ok()) << free.status();
+  EXPECT_NE(SymShapeToString(free->inputs[0].shape), "[batch,1,4,6]");
+
+  options.import.input_shapes["x"] = {-1, 3, 4, 6};  // the model has 1 channel
+  auto wrong = CompileOnnxBytes(bytes, options);
+  ASSERT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument) << wrong.status();
+  EXPECT_THAT(std::string(wrong.status().message()),
+              ::testing::HasSubstr("input 'x': dims [-1,3,4,6] do not match the model's shape "
+                                   "[batch,1,height,width] at dim 1"));
+  options.import.input_shapes["x"] = {-1, 4, 6};
+  auto rank = CompileOnnxBytes(bytes, options);
+  ASSERT_EQ(rank.status().code(), absl::StatusCode::kInvalidArgument) << rank.status();
+  EXPECT_THAT(std::string(rank.status().message()),
+              ::testing::HasSubstr("do not match the model's shape [batch,1,height,width]: "
+                                   "rank 3, the model's 4"));
+}
+
 }  // namespace
 }  // namespace cuvil

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cuvil/runtime/file_window.h"
+#include "cuvil/runtime/status_macros.h"
 #include "file_copy.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "initializer_data.h"
@@ -235,52 +236,76 @@ class Importer {
     if (!tt.has_shape()) {
       return absl::UnimplementedError(absl::StrCat("input '", info.name(), "' has unknown rank"));
     }
+    const std::vector<int64_t>* requested = nullptr;  // input_shapes' entry
     if (auto it = options_.input_shapes.find(info.name()); it != options_.input_shapes.end()) {
-      if (static_cast<int>(it->second.size()) != tt.shape().dim_size()) {
-        return absl::InvalidArgumentError(absl::StrCat("input '", info.name(), "' has rank ",
-                                                       tt.shape().dim_size(),
-                                                       ", override has rank ", it->second.size()));
-      }
-      for (int64_t d : it->second) v->type.shape.push_back(SymDim::Const(d));
-      v->type.shape_known = true;
-      return ir::ValidateTensorType(v->type, absl::StrCat("input '", info.name(), "'"));
+      requested = &it->second;
     }
-    int i = 0;
-    for (const auto& d : tt.shape().dim()) {
+    auto mismatch = [&](absl::string_view where) {
+      std::vector<std::string> model_dims;
+      for (const auto& d : tt.shape().dim()) {
+        model_dims.push_back(d.has_dim_value()       ? absl::StrCat(d.dim_value())
+                             : d.dim_param().empty() ? "?"
+                                                     : d.dim_param());
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input '", info.name(), "': dims [", absl::StrJoin(*requested, ","),
+          "] do not match the model's shape [", absl::StrJoin(model_dims, ","), "]", where,
+          options_.input_shapes_origin.empty()
+              ? " (-1 keeps the model's dim)"
+              : absl::StrCat(" (from ", options_.input_shapes_origin, ")")));
+    };
+    // The model's dim `i`, or `fixed` when that is not -1 (input_shapes): a fixed value over a
+    // symbolic dim makes it static; over a static dim it must agree.
+    auto add_dim = [&](const onnx::TensorShapeProto::Dimension& d, int i,
+                       int64_t fixed) -> absl::Status {
+      if (fixed != -1) {
+        if (fixed < 0 || (d.has_dim_value() && d.dim_value() != fixed)) {
+          return mismatch(absl::StrCat(" at dim ", i));
+        }
+        v->type.shape.push_back(SymDim::Const(fixed));
+        return absl::OkStatus();
+      }
       if (d.has_dim_value()) {
         v->type.shape.push_back(SymDim::Const(d.dim_value()));
-      } else {
-        std::string sym = d.has_dim_param() && !d.dim_param().empty()
-                              ? d.dim_param()
-                              : absl::StrCat("unk__", info.name(), "_", i);
-        if (auto it = options_.dim_overrides.find(sym); it != options_.dim_overrides.end()) {
-          v->type.shape.push_back(SymDim::Const(it->second));
-        } else {
-          // Symbol ids in order of first appearance: the first input's leading free dim, the
-          // batch, is symbol 0.
-          auto known = std::find(symbols_.begin(), symbols_.end(), sym);
-          const auto id = static_cast<int32_t>(known - symbols_.begin());
-          if (known == symbols_.end()) symbols_.push_back(sym);
-          auto multiple = options_.dim_multiples.find(sym);
-          if (multiple == options_.dim_multiples.end()) {
-            v->type.shape.push_back(id == 0 ? SymDim::Batch() : SymDim::Symbol(id, sym));
-          } else {
-            const int64_t k = multiple->second;
-            if (k < 2 || k > (int64_t{1} << 20)) {
-              return absl::InvalidArgumentError(
-                  absl::StrCat("dim_multiples: '", sym, "' = ", k, " must be from 2 to 1048576"));
-            }
-            // The symbol is the dim divided by k (named so in messages): binding solves
-            // k * x = dim and refuses a dim that k does not divide.
-            symbol_names_[id] = absl::StrCat(sym, "/", k);
-            v->type.shape.push_back(
-                id == 0
-                    ? SymDim::Batch(k)
-                    : SymDim(*DimMul(DimExpr::Const(k), DimExpr::Symbol(id, symbol_names_[id]))));
-          }
-        }
+        return absl::OkStatus();
       }
-      ++i;
+      std::string sym = d.has_dim_param() && !d.dim_param().empty()
+                            ? d.dim_param()
+                            : absl::StrCat("unk__", info.name(), "_", i);
+      if (auto it = options_.dim_overrides.find(sym); it != options_.dim_overrides.end()) {
+        v->type.shape.push_back(SymDim::Const(it->second));
+        return absl::OkStatus();
+      }
+      // Symbol ids in order of first appearance: the first input's leading free dim, the
+      // batch, is symbol 0.
+      auto known = std::find(symbols_.begin(), symbols_.end(), sym);
+      const auto id = static_cast<int32_t>(known - symbols_.begin());
+      if (known == symbols_.end()) symbols_.push_back(sym);
+      auto multiple = options_.dim_multiples.find(sym);
+      if (multiple == options_.dim_multiples.end()) {
+        v->type.shape.push_back(id == 0 ? SymDim::Batch() : SymDim::Symbol(id, sym));
+        return absl::OkStatus();
+      }
+      const int64_t k = multiple->second;
+      if (k < 2 || k > (int64_t{1} << 20)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("dim_multiples: '", sym, "' = ", k, " must be from 2 to 1048576"));
+      }
+      // The symbol is the dim divided by k (named so in messages): binding solves
+      // k * x = dim and refuses a dim that k does not divide.
+      symbol_names_[id] = absl::StrCat(sym, "/", k);
+      v->type.shape.push_back(
+          id == 0 ? SymDim::Batch(k)
+                  : SymDim(*DimMul(DimExpr::Const(k), DimExpr::Symbol(id, symbol_names_[id]))));
+      return absl::OkStatus();
+    };
+    if (requested != nullptr && static_cast<int>(requested->size()) != tt.shape().dim_size()) {
+      return mismatch(
+          absl::StrCat(": rank ", requested->size(), ", the model's ", tt.shape().dim_size()));
+    }
+    for (int i = 0; i < tt.shape().dim_size(); ++i) {
+      CUVIL_RETURN_IF_ERROR(
+          add_dim(tt.shape().dim(i), i, requested != nullptr ? (*requested)[i] : -1));
     }
     v->type.shape_known = true;
     // A dim of 2^40 (or a negative one) must fail here, not wrap in later size arithmetic.

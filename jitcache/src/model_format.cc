@@ -37,13 +37,14 @@ pb::CompileOptionsRecord CompileOptionsRecordOf(const CompileOptions& o) {
   const auto& [import_options, emit_llvm_path /* debug output */, opt_level, target_triple,
                target_cpu, target_features, vector_bits, batch_invariant, needs_binding /* out */,
                integer_qdq, print_after_pass /* debug output */] = o;
-  const auto& [dim_overrides, dim_multiples, input_shapes, bound_inputs, run_checker,
-               allow_structured_io, structured_inputs, output_layout /* out */,
-               import_needs_binding /* out */] = import_options;
+  const auto& [dim_overrides, dim_multiples, input_shapes, input_shapes_origin /* error messages */,
+               bound_inputs, run_checker, allow_structured_io, structured_inputs,
+               output_layout /* out */, import_needs_binding /* out */] = import_options;
   (void)emit_llvm_path;
   (void)needs_binding;
   (void)print_after_pass;
   (void)output_layout;
+  (void)input_shapes_origin;
   (void)import_needs_binding;
   pb::CompileOptionsRecord r;
   r.set_opt_level(opt_level);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <string>
 #include <thread>
 #include <utility>
@@ -419,6 +420,27 @@ absl::StatusOr<CompileOptions> CompileOptionsFromConfig(const ModelConfig& confi
                                                      Quote(v), ": expected \"true\" or \"false\""));
     }
     options.batch_invariant = v == "true";
+  }
+  // Triton's config may narrow a model's free dims (dims: [3, 224, 224] for a model exported with
+  // free height and width): requests are then checked against those dims, so the code is
+  // compiled for them (its kernels and memory plan chosen for the size, as for a model exported
+  // at that size). The batch dim (max_batch_size > 0) stays free.
+  // Malformed dims (below -1, an input listed twice) are left to CompleteModelConfig's messages.
+  std::map<std::string, int> listed;
+  for (const auto& in : config.input()) ++listed[in.name()];
+  for (const auto& in : config.input()) {
+    if (listed[in.name()] > 1 ||
+        std::any_of(in.dims().begin(), in.dims().end(), [](int64_t d) { return d < -1; }) ||
+        std::all_of(in.dims().begin(), in.dims().end(), [](int64_t d) { return d == -1; })) {
+      continue;
+    }
+    options.import.input_shapes_origin =
+        config.max_batch_size() > 0
+            ? "the config's dims; max_batch_size > 0: dims leave out the batch dim 0"
+            : "the config's dims; max_batch_size is 0: dims include dim 0";
+    std::vector<int64_t>& shape = options.import.input_shapes[in.name()];
+    if (config.max_batch_size() > 0) shape.push_back(-1);
+    shape.insert(shape.end(), in.dims().begin(), in.dims().end());
   }
   auto it = config.parameters().find(kDimMultiples);
   if (it == config.parameters().end()) return options;

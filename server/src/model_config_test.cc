@@ -619,6 +619,59 @@ TEST(CompileOptionsFromConfigTest, DimMultiples) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("each K must be from 2 to 1048576"));
 }
 
+// Config dims that fix free model dims become input_shapes (the batch kept free when batched);
+// inputs whose dims are all -1, or that the config does not list, are left alone.
+TEST(CompileOptionsFromConfigTest, FixedDimsBecomeInputShapes) {
+  auto batched = CompileOptionsFromConfig(MustParse(R"pb(
+    max_batch_size: 4
+    input {
+      name: "image"
+      data_type: TYPE_FP32
+      dims: [ 3, 224, 224 ]
+    }
+    input {
+      name: "free"
+      data_type: TYPE_FP32
+      dims: [ -1, -1 ]
+    }
+  )pb"));
+  ASSERT_TRUE(batched.ok()) << batched.status();
+  EXPECT_EQ(batched->import.input_shapes,
+            (std::map<std::string, std::vector<int64_t>>{{"image", {-1, 3, 224, 224}}}));
+  EXPECT_THAT(batched->import.input_shapes_origin, HasSubstr("dims leave out the batch dim 0"));
+  auto unbatched = CompileOptionsFromConfig(MustParse(R"pb(
+    input {
+      name: "image"
+      data_type: TYPE_FP32
+      dims: [ 1, 3, -1, 320 ]
+    }
+  )pb"));
+  ASSERT_TRUE(unbatched.ok()) << unbatched.status();
+  EXPECT_EQ(unbatched->import.input_shapes,
+            (std::map<std::string, std::vector<int64_t>>{{"image", {1, 3, -1, 320}}}));
+  // Malformed dims are CompleteModelConfig's to report: no binding from them.
+  auto malformed = CompileOptionsFromConfig(MustParse(R"pb(
+    max_batch_size: 4
+    input {
+      name: "twice"
+      data_type: TYPE_FP32
+      dims: [ 3 ]
+    }
+    input {
+      name: "twice"
+      data_type: TYPE_FP32
+      dims: [ 4 ]
+    }
+    input {
+      name: "negative"
+      data_type: TYPE_FP32
+      dims: [ 3, -5 ]
+    }
+  )pb"));
+  ASSERT_TRUE(malformed.ok()) << malformed.status();
+  EXPECT_TRUE(malformed->import.input_shapes.empty());
+}
+
 // Batch-invariant kernels: on by default for a streaming model (its state must not depend on
 // which steps share an execution), off otherwise, and the parameter overrides both ways.
 TEST(CompileOptionsFromConfigTest, BatchInvariant) {

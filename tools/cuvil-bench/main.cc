@@ -2,7 +2,7 @@
 // bench/compare_ort.sh.
 //   cuvil-bench MODEL.onnx [--batch B] [--threads T] [--min-time S] [--warmup N] [--per-kernel]
 //               [--compile-tier full|fast|tiered] [--no-batch-split] [--peak]
-//               [--shape NAME=D0,D1,...]...
+//               [--shape NAME=D0,D1,...]... [--fixed-shape]
 // Prints one line with the keys of ONNX Runtime's peer script (../shared/bench/ort/run.sh):
 //   cuvil model=DIR/FILE batch=B threads=T median_ms=X p99_ms=Y mean_ms=Z runs=N gflops=G
 //   compile_ms=C arena_bytes=A live_bound_bytes=L scratch_bytes=S uk_tier=NAME
@@ -21,7 +21,9 @@
 // full-only compile costs (that preparation plus the full tier's code generation), so
 // ready_ms / compile_ms is the tiered speed-up to READY. --shape gives an input's shape (dim 0
 // is the batch, which then overrides --batch): needed for inputs with free dims besides the batch
-// (a detector's H and W); the model stays compiled for every size, as the server runs it.
+// (a detector's H and W); the model stays compiled for every size, as the server runs it by
+// default. --fixed-shape compiles for the --shape sizes instead (dim 0 stays free), as the
+// server does when a model's config.pbtxt gives those dims.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -51,9 +53,10 @@ namespace {
 constexpr char kUsage[] =
     "usage: cuvil-bench MODEL.onnx [--batch B] [--threads T] [--min-time S] [--warmup N] "
     "[--per-kernel] [--compile-tier full|fast|tiered] [--no-batch-split] [--float-qdq] [--peak] "
-    "[--shape NAME=D0,D1,...]...\n"
+    "[--shape NAME=D0,D1,...]... [--fixed-shape]\n"
     "  --float-qdq: QDQ Convs in float32 (weights dequantised at compile time), not integer\n"
-    "  --shape: input NAME's shape (dim 0 is the batch); needed for free dims besides the batch\n";
+    "  --shape: input NAME's shape (dim 0 is the batch); needed for free dims besides the batch\n"
+    "  --fixed-shape: compile for the --shape sizes (dim 0 stays free), as a config's dims ask\n";
 
 using Clock = std::chrono::steady_clock;
 
@@ -128,6 +131,7 @@ struct Options {
   bool batch_split = true;
   bool integer_qdq = true;
   bool peak = false;
+  bool fixed_shape = false;  // --fixed-shape
   CompileTier tier = CompileTier::kFull;
   // --shape NAME=D0,D1,...: the shape of input NAME (its dim 0 is the batch; "NAME=": a scalar).
   std::map<std::string, std::vector<int64_t>> shapes;
@@ -176,6 +180,8 @@ int Main(int argc, char** argv) {
       o.batch_split = false;
     } else if (a == "--peak") {
       o.peak = true;
+    } else if (a == "--fixed-shape") {
+      o.fixed_shape = true;
     } else if (a == "--float-qdq") {
       o.integer_qdq = false;
     } else if (a == "--compile-tier" && has_value) {
@@ -200,6 +206,17 @@ int Main(int argc, char** argv) {
   CompileOptions fast_options;
   fast_options.opt_level = kFastTierOptLevel;
   full_options.integer_qdq = fast_options.integer_qdq = o.integer_qdq;
+  if (o.fixed_shape) {
+    for (const auto& [name, dims] : o.shapes) {
+      if (dims.empty()) continue;
+      std::vector<int64_t>& fixed = full_options.import.input_shapes[name];
+      fixed = dims;
+      fixed[0] = -1;  // the batch (or the model's own dim 0)
+      fast_options.import.input_shapes[name] = fixed;
+    }
+    full_options.import.input_shapes_origin = fast_options.import.input_shapes_origin =
+        "--shape with --fixed-shape";
+  }
   // Import, graph passes and the memory plan run once; each tier only generates its code.
   auto t0 = Clock::now();
   auto prepared = PrepareOnnxFile(o.model, full_options);
@@ -282,7 +299,7 @@ int Main(int argc, char** argv) {
   }
   double flops = 0;
   {
-    auto graph = ImportOnnxFile(o.model);
+    auto graph = ImportOnnxFile(o.model, full_options.import);  // the same symbols as `model`
     if (!graph.ok()) return Fail(graph.status());
     // Counted on the float form, so a QDQ model's integer Convs count as the Convs they are.
     if (auto s = OptimizeGraph(**graph, nullptr, /*integer_qdq=*/false); !s.ok()) return Fail(s);

@@ -54,8 +54,13 @@ struct ImportOptions {
   // that the exporter drops) simplifies exactly, and a request whose dim is not a multiple of K
   // is refused when its symbols are bound. K from 2 to 2^20.
   std::map<std::string, int64_t> dim_multiples;
-  // Input shapes fixed entirely (every symbolic dim of that input becomes static).
+  // Input shapes fixed by position: each value other than -1 makes that dim of the input static
+  // (a static model dim must equal it); -1 keeps the model's dim (e.g. the batch). A model server
+  // whose config fixes an image size compiles for that size (see server/model_config.h).
   std::map<std::string, std::vector<int64_t>> input_shapes;
+  // Where input_shapes came from, for its error messages (e.g. "the config's dims"); does not
+  // change the code.
+  std::string input_shapes_origin;
   // Graph inputs turned into constants before import (specialisation on shape operands).
   std::map<std::string, HostTensor> bound_inputs;
   // Run onnx::checker on the model first.

@@ -33,8 +33,11 @@ absl::Status CompleteModelConfig(const CompiledModel& model, inference::ModelCon
 // string_value: "height=8,width=8" } } declares free dims that are multiples
 // (ImportOptions::dim_multiples; requests whose dim is not are refused); "cuvil_batch_invariant"
 // ("true" / "false"; default true with sequence_batching) asks for batch-invariant kernels
-// (CompileOptions::batch_invariant). InvalidArgument naming the parameter when its value is
-// malformed. Read before the model is compiled.
+// (CompileOptions::batch_invariant). Inputs whose config dims fix a free model dim (dims: [3,
+// 224, 224] over a model exported with free height and width, as Triton allows) become
+// ImportOptions::input_shapes, so the code is compiled for that size (the batch stays free).
+// InvalidArgument naming the parameter when its value is malformed. Read before the model is
+// compiled.
 absl::StatusOr<CompileOptions> CompileOptionsFromConfig(const inference::ModelConfig& config);
 
 // Scheduler settings the (completed) config describes.
