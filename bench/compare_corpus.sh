@@ -9,7 +9,10 @@
 # usage: bench/compare_corpus.sh [CASE_DIR...]
 # env:   BATCHES (default "1 8"), THREADS (default "1 2"), ROUNDS (default 3), MIN_TIME (seconds per
 #        measurement, default 1), BUILD (default build), LOCK (flock file held around each
-#        measurement so builds do not disturb it; default /tmp/cuvil-build.lock, empty to disable)
+#        measurement so builds do not disturb it; default /tmp/cuvil-build.lock, empty to disable),
+#        FIXED_SHAPE (1: Cuvil compiles each cell for its input sizes, batch still free, as the
+#        server does when a config's dims fix them: cuvil-bench --fixed-shape; default 0, the
+#        model compiled for every size)
 set -euo pipefail
 ((${ROUNDS:-3} >= 1)) || { echo "compare_corpus: ROUNDS must be at least 1" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,6 +25,8 @@ cases=("$@")
 if [[ ${#cases[@]} -eq 0 ]]; then
   for d in "$shared"/models/*/ "$shared"/realmodels/cases/*/; do [[ -d $d ]] && cases+=("${d%/}"); done
 fi
+fixed=()
+[[ ${FIXED_SHAPE:-0} == 1 ]] && fixed=(--fixed-shape)
 locked() { if [[ -n $lock ]]; then flock "$lock" "$@"; else "$@"; fi; }
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
 median() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
@@ -86,7 +91,8 @@ for c in "${cases[@]}"; do
       for ((r = 0; r < ${ROUNDS:-3}; r++)); do
         o=$(locked "$ort" "$c/model.onnx" --threads "$t" --min-time "${MIN_TIME:-1}" "${args[@]}" 2>&1 || true)
         if [[ $(tail -n1 <<<"$o") != "ort model="* ]]; then why="ORT: $(tr '\n' ' ' <<<"$o" | cut -c1-200)"; break; fi
-        x=$(locked "$bench" "$c/model.onnx" --threads "$t" --min-time "${MIN_TIME:-1}" "${args[@]}" 2>&1 || true)
+        x=$(locked "$bench" "$c/model.onnx" --threads "$t" --min-time "${MIN_TIME:-1}" "${args[@]}" \
+          "${fixed[@]}" 2>&1 || true)
         if [[ $(tail -n1 <<<"$x") != "cuvil model="* ]]; then why="Cuvil: $(tr '\n' ' ' <<<"$x" | cut -c1-200)"; break; fi
         o=$(tail -n1 <<<"$o")
         x=$(tail -n1 <<<"$x")
