@@ -464,5 +464,26 @@ TEST(OnnxImportTest, InputShapesFixSomeDimsAndKeepOthers) {
                                    "rank 3, the model's 4"));
 }
 
+// What a config's dims add over the model's own: values over static dims become -1 and inputs
+// left with only -1 disappear, so a config that fixes nothing keeps the plain compile's options
+// (and JIT cache key); free dims it fixes, contradictions and wrong ranks stay.
+TEST(OnnxImportTest, WithoutDeclaredDimsKeepsOnlyWhatFixesAFreeDim) {
+  const std::string bytes = testing::PoolUpsampleConcatModel();  // x: [batch, 1, height, width]
+  using Shapes = std::map<std::string, std::vector<int64_t>>;
+  auto same = WithoutDeclaredDims(Shapes{{"x", {-1, 1, -1, -1}}}, "", bytes);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_TRUE(same->empty());
+  auto fixes = WithoutDeclaredDims(Shapes{{"x", {-1, 1, 4, 6}}}, "", bytes);
+  ASSERT_TRUE(fixes.ok()) << fixes.status();
+  EXPECT_EQ(*fixes, (Shapes{{"x", {-1, -1, 4, 6}}}));
+  auto wrong = WithoutDeclaredDims(Shapes{{"x", {-1, 3, -1, -1}}, {"y", {2}}}, "", bytes);
+  ASSERT_TRUE(wrong.ok()) << wrong.status();
+  EXPECT_EQ(*wrong, (Shapes{{"x", {-1, 3, -1, -1}}, {"y", {2}}}));
+  auto rank = WithoutDeclaredDims(Shapes{{"x", {1, 4, 6}}}, "", bytes);
+  ASSERT_TRUE(rank.ok()) << rank.status();
+  EXPECT_EQ(*rank, (Shapes{{"x", {1, 4, 6}}}));
+  EXPECT_FALSE(WithoutDeclaredDims(Shapes{{"x", {1}}}, "", "not a model").ok());
+}
+
 }  // namespace
 }  // namespace cuvil

@@ -533,13 +533,12 @@ absl::StatusOr<std::unique_ptr<ir::Graph>> ImportOnnxFile(const std::string& pat
   return g;
 }
 
-absl::StatusOr<DeclaredModelIo> ReadDeclaredIo(const std::string& path) {
-  auto file = FileCopy::Open(path, kMaxModelBytes);  // Never a mapping: see ImportOnnxFile.
-  if (!file.ok()) return file.status();
-  onnx::ModelProto model;
-  if (auto s = ParseModel(file->data(), file->size(), &model); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
-  }
+namespace {
+
+// The declared inputs and outputs of a parsed model; `where` prefixes errors.
+absl::StatusOr<DeclaredModelIo> DeclaredIoOf(const onnx::ModelProto& model,
+                                             const std::string& where) {
+  const std::string& path = where;
   const onnx::GraphProto& g = model.graph();
   std::set<std::string> initializers;
   for (const auto& init : g.initializer()) initializers.insert(init.name());
@@ -549,7 +548,13 @@ absl::StatusOr<DeclaredModelIo> ReadDeclaredIo(const std::string& path) {
     auto kind = IoKindOf(in.type(), absl::StrCat("graph input '", in.name(), "'"));
     if (!kind.ok())
       return absl::Status(kind.status().code(), absl::StrCat(path, ": ", kind.status().message()));
-    io.inputs.push_back({in.name(), *kind});
+    DeclaredIo declared{in.name(), *kind};
+    if (*kind == IoKind::kTensor && in.type().tensor_type().has_shape()) {
+      declared.ranked = true;
+      for (const auto& d : in.type().tensor_type().shape().dim())
+        declared.dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
+    }
+    io.inputs.push_back(std::move(declared));
   }
   for (const auto& out : g.output()) {
     auto kind = IoKindOf(out.type(), absl::StrCat("graph output '", out.name(), "'"));
@@ -558,6 +563,47 @@ absl::StatusOr<DeclaredModelIo> ReadDeclaredIo(const std::string& path) {
     io.outputs.push_back({out.name(), *kind});
   }
   return io;
+}
+
+}  // namespace
+
+absl::StatusOr<DeclaredModelIo> ReadDeclaredIo(const std::string& path) {
+  auto file = FileCopy::Open(path, kMaxModelBytes);  // Never a mapping: see ImportOnnxFile.
+  if (!file.ok()) return file.status();
+  onnx::ModelProto model;
+  if (auto s = ParseModel(file->data(), file->size(), &model); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+  }
+  return DeclaredIoOf(model, path);
+}
+
+absl::StatusOr<DeclaredModelIo> ReadDeclaredIoBytes(const std::string& bytes) {
+  onnx::ModelProto model;
+  if (auto s = ParseModel(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), &model);
+      !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("model bytes: ", s.message()));
+  }
+  return DeclaredIoOf(model, "model bytes");
+}
+
+absl::StatusOr<std::map<std::string, std::vector<int64_t>>> WithoutDeclaredDims(
+    std::map<std::string, std::vector<int64_t>> shapes, const std::string& path,
+    const std::string& bytes) {
+  if (shapes.empty()) return shapes;
+  absl::StatusOr<DeclaredModelIo> io =
+      bytes.empty() ? ReadDeclaredIo(path) : ReadDeclaredIoBytes(bytes);
+  if (!io.ok()) return io.status();
+  for (const DeclaredIo& in : io->inputs) {
+    auto it = shapes.find(in.name);
+    if (it == shapes.end() || !in.ranked || it->second.size() != in.dims.size()) continue;
+    bool fixes_nothing = true;
+    for (size_t d = 0; d < in.dims.size(); ++d) {
+      if (in.dims[d] != -1 && it->second[d] == in.dims[d]) it->second[d] = -1;
+      fixes_nothing = fixes_nothing && it->second[d] == -1;
+    }
+    if (fixes_nothing) shapes.erase(it);
+  }
+  return shapes;
 }
 
 absl::StatusOr<std::unique_ptr<ir::Graph>> ImportOnnxBytes(const std::string& bytes,

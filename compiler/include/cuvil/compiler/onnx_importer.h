@@ -43,6 +43,10 @@ struct OutputLayout {
 struct DeclaredIo {
   std::string name;
   IoKind kind = IoKind::kTensor;
+  // A tensor's declared dims, -1 for a free one; empty for a scalar, another kind or an unknown
+  // rank (`ranked` tells those apart).
+  std::vector<int64_t> dims;
+  bool ranked = false;
 };
 
 struct ImportOptions {
@@ -86,6 +90,17 @@ struct DeclaredModelIo {
   std::vector<DeclaredIo> outputs;
 };
 absl::StatusOr<DeclaredModelIo> ReadDeclaredIo(const std::string& path);
+// The same for a serialized model held in memory.
+absl::StatusOr<DeclaredModelIo> ReadDeclaredIoBytes(const std::string& bytes);
+
+// `shapes` (ImportOptions::input_shapes) without what the model at `path` (or in `bytes` when
+// not empty) already declares: a value over a static dim becomes -1, and an input left with only
+// -1 is dropped. So options that fix nothing the model leaves free compare (and hash into a JIT
+// cache key) equal to options without them. Values that contradict the model, and ranks that
+// differ, are kept for the importer to refuse.
+absl::StatusOr<std::map<std::string, std::vector<int64_t>>> WithoutDeclaredDims(
+    std::map<std::string, std::vector<int64_t>> shapes, const std::string& path,
+    const std::string& bytes);
 
 // Imports the model at `path` (external data resolved next to it). Errors name the file and the
 // offending node; the graph is not yet shape-inferred.
