@@ -53,10 +53,14 @@ start=$(date +%s)
 # compile-once lookups and executions racing patch commits and rollbacks (LLVM is not instrumented
 # either, so races inside it would go unseen; ours in jitcache/ are checked).
 tsan_tests="runtime_test compiler_test scheduler_test observability_test object_cache_test tiered_start_test patch_test patch_trust_test batch_split_test sequence_batcher_test"
-TARGETS="$tsan_tests" "$root/scripts/build.sh" tsan
+TARGETS="$tsan_tests ukernels_test" "$root/scripts/build.sh" tsan
 for t in $tsan_tests; do
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 "$root/build-tsan/bin/$t" --gtest_brief=1
 done
+# The conv drivers' work sharing (TaskRanges); the rest of ukernels_test shares nothing.
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 "$root/build-tsan/bin/ukernels_test" \
+  --gtest_brief=1 --gtest_filter='TaskRanges*:ParallelTasks*'
+
 phases+=("tsan build + tests: $(( $(date +%s) - start )) s")
 echo "${phases[-1]}"
 start=$(date +%s)
