@@ -188,15 +188,16 @@ struct ModelManager::Impl {
     if (!from_config.ok()) return from_config.status();
     CompileStep step;
     step.full_options = *std::move(from_config);
+    step.seeded = seed != nullptr && seed->compiled != nullptr;
     // Config dims that fix nothing the model leaves free are dropped: the code and its JIT cache
-    // key stay those of the model compiled without a config (a cache filled by cuvilc hits).
-    if (auto& shapes = step.full_options.import.input_shapes; !shapes.empty()) {
+    // key stay those of the model compiled without a config (a cache filled by cuvilc hits). A
+    // seed brings its code, so its model is not read for this.
+    if (auto& shapes = step.full_options.import.input_shapes; !shapes.empty() && !step.seeded) {
       auto trimmed = WithoutDeclaredDims(std::move(shapes), path, bytes);
       if (!trimmed.ok()) return trimmed.status();
       shapes = *std::move(trimmed);
     }
     step.options = step.full_options;
-    step.seeded = seed != nullptr && seed->compiled != nullptr;
     ObjectCache* const cache = step.seeded ? nullptr : this->cache;
     step.used_cache = cache != nullptr;
     absl::StatusOr<CompiledModel> compiled = absl::NotFoundError("not compiled");
