@@ -535,10 +535,10 @@ absl::StatusOr<std::unique_ptr<ir::Graph>> ImportOnnxFile(const std::string& pat
 
 namespace {
 
-// The declared inputs and outputs of a parsed model; `where` prefixes errors.
+// The declared inputs and outputs of a parsed model; `path` (or what stands for it) prefixes
+// errors.
 absl::StatusOr<DeclaredModelIo> DeclaredIoOf(const onnx::ModelProto& model,
-                                             const std::string& where) {
-  const std::string& path = where;
+                                             const std::string& path) {
   const onnx::GraphProto& g = model.graph();
   std::set<std::string> initializers;
   for (const auto& init : g.initializer()) initializers.insert(init.name());
