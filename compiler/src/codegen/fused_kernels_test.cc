@@ -1,11 +1,13 @@
 // Accuracy of the vectorised transcendental approximations (KernelContext::Fast*) and agreement
-// of the fused kernels (fuse_patterns.h) and the run-time packed MatMul with plain references.
+// of the fused kernels (fuse_patterns.h), the run-time packed MatMul and the threaded Concat and
+// Split with plain references.
 #include <cmath>
 #include <limits>
 #include <random>
 
 #include "cuvil/compiler/compiler.h"
 #include "cuvil/jitcache/jit_engine.h"
+#include "cuvil/runtime/parallel.h"
 #include "gtest/gtest.h"
 
 namespace cuvil {
@@ -368,6 +370,110 @@ TEST(FusedKernelsTest, BatchedMatMulOfTwoActivations) {
       }
     }
   }
+}
+
+// Concat and Split move flat ranges split over the intra-op threads: the ranges cut through
+// images and parts at places no row boundary marks, and every element still lands where one
+// thread's copy puts it.
+TEST(FusedKernelsTest, ThreadedConcatAndSplitMoveEveryElement) {
+  // One image (a batch of several would be split between the threads by whole images instead),
+  // 64 parts' worth along the axis: 589,824 floats, enough for two chunks.
+  constexpr int64_t kBatch = 1, kH = 96, kW = 96;
+  const std::vector<int64_t> channels = {5, 17, 1, 41};
+  for (int threads : {1, 2}) {
+    SetIntraOpThreads(threads);
+    for (int64_t axis : {1, 3}) {
+      SCOPED_TRACE("threads " + std::to_string(threads) + ", axis " + std::to_string(axis));
+      // Part i has channels[i] along `axis` (the other dims as above), the concat their sum.
+      auto shape_of = [&](int64_t along) {
+        std::vector<int64_t> s = {kBatch, axis == 1 ? along : kW, kH, axis == 3 ? along : kW};
+        return s;
+      };
+      GraphBuilder b;
+      std::vector<ir::Value*> parts;
+      int64_t total = 0;
+      for (size_t i = 0; i < channels.size(); ++i) {
+        std::vector<int64_t> s = shape_of(channels[i]);
+        parts.push_back(b.Input(
+            "x" + std::to_string(i),
+            {SymDim::Batch(), SymDim::Const(s[1]), SymDim::Const(s[2]), SymDim::Const(s[3])}));
+        total += channels[i];
+      }
+      ir::Value* cat = b.Op("Concat", parts, {{"axis", axis}});
+      ir::Graph& g = b.graph();
+      // Split the concat back, at other points (opset 13: equal parts without a split input).
+      ir::Node* split = g.NewNode("Split", "split");
+      split->opset = 13;
+      split->inputs = {cat};
+      split->attrs = {{"axis", axis}};
+      for (int i = 0; i < 2; ++i) {
+        ir::Value* v = g.NewValue("half" + std::to_string(i));
+        v->producer = split;
+        split->outputs.push_back(v);
+      }
+      b.Output(cat);
+      for (ir::Value* v : split->outputs) b.Output(v);
+      g.output_names = {"cat", "half0", "half1"};
+      Compiled c = Compile(g);
+      ASSERT_NE(c.model, nullptr);
+
+      std::vector<HostTensor> in;
+      std::vector<std::vector<float>> data;
+      for (size_t i = 0; i < channels.size(); ++i) {
+        std::vector<int64_t> s = shape_of(channels[i]);
+        // Other values in every round: an output buffer the allocator hands out again must not
+        // hold the right answer already.
+        data.push_back(Random(s[0] * s[1] * s[2] * s[3], 40 + i + 10 * threads + 100 * axis));
+        in.push_back(Floats(s, data.back()));
+      }
+      auto out = c.model->Run(in);
+      ASSERT_TRUE(out.ok()) << out.status();
+      ASSERT_EQ(out->size(), 3u);
+      // Element (n, c, h, w) of the concat, from the part holding index `along` of the axis.
+      const std::vector<int64_t> whole = shape_of(total);
+      auto expected = [&](int64_t n, int64_t c1, int64_t h, int64_t w) {
+        int64_t along = axis == 1 ? c1 : w;
+        size_t i = 0;
+        while (along >= channels[i]) along -= channels[i++];
+        const std::vector<int64_t> s = shape_of(channels[i]);
+        const int64_t cc = axis == 1 ? along : c1, ww = axis == 3 ? along : w;
+        return data[i][((n * s[1] + cc) * s[2] + h) * s[3] + ww];
+      };
+      const float* got = (*out)[0].data_as<float>();
+      int64_t wrong = 0;
+      for (int64_t n = 0, at = 0; n < whole[0]; ++n) {
+        for (int64_t c1 = 0; c1 < whole[1]; ++c1) {
+          for (int64_t h = 0; h < whole[2]; ++h) {
+            for (int64_t w = 0; w < whole[3]; ++w, ++at) {
+              wrong += got[at] != expected(n, c1, h, w);
+            }
+          }
+        }
+      }
+      EXPECT_EQ(wrong, 0);
+      // Each half holds `total / 2` along the axis: half k's element is the concat's at k * 32.
+      for (int k = 0; k < 2; ++k) {
+        const HostTensor& half = (*out)[1 + k];
+        const std::vector<int64_t> hs = shape_of(total / 2);
+        ASSERT_EQ(half.shape(), hs);
+        const float* h_data = half.data_as<float>();
+        int64_t half_wrong = 0;
+        for (int64_t n = 0, at = 0; n < hs[0]; ++n) {
+          for (int64_t c1 = 0; c1 < hs[1]; ++c1) {
+            for (int64_t h = 0; h < hs[2]; ++h) {
+              for (int64_t w = 0; w < hs[3]; ++w, ++at) {
+                const int64_t shift = k * (total / 2);
+                half_wrong += h_data[at] != expected(n, axis == 1 ? c1 + shift : c1, h,
+                                                     axis == 3 ? w + shift : w);
+              }
+            }
+          }
+        }
+        EXPECT_EQ(half_wrong, 0) << "half " << k;
+      }
+    }
+  }
+  SetIntraOpThreads(1);
 }
 
 }  // namespace

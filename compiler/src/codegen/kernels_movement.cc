@@ -153,35 +153,77 @@ absl::Status Transpose(KernelContext& k) {
 }
 
 // Concat and Split: per outer index, each part is one contiguous run of the whole.
+// Elements a Concat or Split moves per unit of parallel cost: the elementwise kernels' unit, so
+// that both split a tensor at the same points and each thread reads back the half it wrote.
+constexpr int64_t kCopyCost = 1;
+
 absl::Status ConcatOrSplit(KernelContext& k) {
-  bool concat = k.node().op_type == "Concat";
+  const bool concat = k.node().op_type == "Concat";
   const SymShape& whole = concat ? k.out_shape(0) : k.in_shape(0);
-  llvm::Value* whole_ptr = concat ? k.out(0) : k.in(0);
-  size_t axis = static_cast<size_t>(k.node().attr_int("axis", 0));
-  DType d = k.in_dtype(0);
+  const size_t axis = static_cast<size_t>(k.node().attr_int("axis", 0));
+  const DType d = k.in_dtype(0);
   llvm::Value* outer = k.NumElements(SymShape(whole.begin(), whole.begin() + axis));
   llvm::Value* whole_row = k.NumElements(SymShape(whole.begin() + axis, whole.end()));
-  llvm::Value* offset = k.I64(0);
-  size_t parts = concat ? k.num_inputs() : k.num_outputs();
+  const size_t parts = concat ? k.num_inputs() : k.num_outputs();
+  // Captured: the whole row, then each part's row (its elements from the axis on).
+  std::vector<llvm::Value*> captures{whole_row};
   for (size_t i = 0; i < parts; ++i) {
     const SymShape& part = concat ? k.in_shape(i) : k.out_shape(i);
-    llvm::Value* row = k.NumElements(SymShape(part.begin() + axis, part.end()));
-    llvm::Value* part_ptr = concat ? k.in(i) : k.out(i);
-    if (part_ptr != nullptr) {
-      // One memcpy per outer index (the batch, mostly): unrolling it only multiplies the code,
-      // a Concat of 25 inputs (densenet's blocks) by 25.
-      k.ForNoUnroll(k.I64(0), outer, [&](llvm::Value* o) {
-        llvm::Value* w =
-            k.ElemPtr(d, whole_ptr, k.b().CreateAdd(k.b().CreateMul(o, whole_row), offset));
-        llvm::Value* p = k.ElemPtr(d, part_ptr, k.b().CreateMul(o, row));
-        if (concat) {
-          k.Memcpy(w, p, row, d);
-        } else {
-          k.Memcpy(p, w, row, d);
+    captures.push_back(k.NumElements(SymShape(part.begin() + axis, part.end())));
+  }
+  // Moves the whole tensor's flat elements [begin, end): for each outer index the range covers,
+  // the stretch of each part that falls inside it, one memcpy each (no unrolling: a Concat of 25
+  // inputs, densenet's blocks, would multiply the code by 25).
+  auto move = [&, concat, parts, d](KernelContext& o, const Idx& v, llvm::Value* begin,
+                                    llvm::Value* end) {
+    auto& b = o.b();
+    llvm::Value* row = v[0];
+    auto max = [&](llvm::Value* x, llvm::Value* y) {
+      return b.CreateSelect(b.CreateICmpSGT(x, y), x, y);
+    };
+    auto min = [&](llvm::Value* x, llvm::Value* y) {
+      return b.CreateSelect(b.CreateICmpSLT(x, y), x, y);
+    };
+    // An empty row (a zero dim after the axis) moves nothing; dividing by 1 keeps the loop empty.
+    llvm::Value* divisor = max(row, o.I64(1));
+    llvm::Value* first = b.CreateUDiv(begin, divisor);
+    llvm::Value* last = b.CreateUDiv(b.CreateAdd(end, b.CreateSub(divisor, o.I64(1))), divisor);
+    llvm::Value* whole_ptr = concat ? o.out(0) : o.in(0);
+    o.ForNoUnroll(first, last, [&](llvm::Value* at) {
+      llvm::Value* row_start = b.CreateMul(at, row);
+      llvm::Value* lo = max(b.CreateSub(begin, row_start), o.I64(0));
+      llvm::Value* hi = min(b.CreateSub(end, row_start), row);
+      llvm::Value* offset = o.I64(0);
+      for (size_t i = 0; i < parts; ++i) {
+        llvm::Value* part_row = v[i + 1];
+        llvm::Value* part_ptr = concat ? o.in(i) : o.out(i);
+        llvm::Value* part_lo = max(lo, offset);
+        llvm::Value* part_hi = min(hi, b.CreateAdd(offset, part_row));
+        if (part_ptr != nullptr) {
+          o.If(b.CreateICmpSLT(part_lo, part_hi), [&] {
+            llvm::Value* w = o.ElemPtr(d, whole_ptr, b.CreateAdd(row_start, part_lo));
+            llvm::Value* p = o.ElemPtr(
+                d, part_ptr, b.CreateAdd(b.CreateMul(at, part_row), b.CreateSub(part_lo, offset)));
+            llvm::Value* n = b.CreateSub(part_hi, part_lo);
+            if (concat) {
+              o.Memcpy(w, p, n, d);
+            } else {
+              o.Memcpy(p, w, n, d);
+            }
+          });
         }
-      });
-    }
-    offset = k.b().CreateAdd(offset, row);
+        offset = b.CreateAdd(offset, part_row);
+      }
+    });
+  };
+  llvm::Value* total = k.b().CreateMul(outer, whole_row);
+  // Split into contiguous halves (per thread) like the elementwise kernels around it, so that a
+  // Concat feeding a BatchNormalization (densenet) leaves each half in the cache of the thread
+  // that reads it next. Strings stay on this thread (their heap is not the body's to reach).
+  if (d == DType::kString) {
+    move(k, captures, k.I64(0), total);
+  } else {
+    k.ParallelFor(total, k.I64(kCopyCost), captures, move);
   }
   return absl::OkStatus();
 }
