@@ -1,5 +1,6 @@
 #include "fuse_conv.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -70,6 +71,42 @@ TEST(FuseConvTest, SoleUseWeightsArePackedIntoAnImageSharedOnesIntoConstants) {
     ASSERT_NE(n->inputs[1], shared);
     ASSERT_TRUE(n->inputs[1]->is_constant());
     EXPECT_EQ(n->inputs[1]->constant->num_elements(), floats);
+  }
+}
+
+// A dilation as wide as the map (DeepLab's ASPP) leaves 1 of 9 taps reading input: that Conv runs
+// by regions over its live taps, its weights packed tap-major; the plain 3x3 beside it does not.
+TEST(FuseConvTest, ConvsOfMostlyDeadTapsRunByRegionsWithTapMajorWeights) {
+  ir::Graph g;
+  g.symbol = "batch";
+  ir::Value* x = g.NewValue("x");
+  x->type = {DType::kFloat32,
+             {SymDim::Batch(), SymDim::Const(4), SymDim::Const(8), SymDim::Const(8)},
+             true};
+  x->is_graph_input = true;
+  g.inputs.push_back(x);
+  ir::Value* own = Weights(g, "own", 0.5f);
+  ir::Node* plain = AddConv(g, x, Weights(g, "plain", 1.0f), "plain");
+  ir::Node* aspp = AddConv(g, x, own, "aspp");
+  aspp->attrs["dilations"] = std::vector<int64_t>{12, 12};
+  aspp->attrs["pads"] = std::vector<int64_t>{12, 12, 12, 12};
+  aspp->outputs[0]->type.shape = {SymDim::Batch(), SymDim::Const(8), SymDim::Const(8),
+                                  SymDim::Const(8)};
+
+  ConstantImages images;
+  ASSERT_TRUE(FuseConvolutions(g, &images).ok());
+  EXPECT_EQ(plain->attr_int("ukernel", 0), 1);
+  EXPECT_EQ(aspp->attr_int("ukernel", 0), 4);
+  ASSERT_TRUE(images.count(own));
+  const int64_t floats = cuvil_uk_packed_conv_weights_size(1, 8, 36);
+  std::vector<float> want(floats), got(floats);
+  cuvil_uk_pack_conv_weights_tap_major(own->constant->data_as<float>(), 1, 8, 4, 9, want.data());
+  images[own].write(own->constant->data(), reinterpret_cast<uint8_t*>(got.data()));
+  EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * 4), 0);
+  // Tap-major: panel row (tap * 4 + c) holds w[m][c][tap], so row 1 (tap 0, channel 1) holds
+  // weight index m * 36 + 9 for m < CUVIL_UK_MR.
+  for (int64_t m = 0; m < std::min<int64_t>(8, CUVIL_UK_MR); ++m) {
+    EXPECT_EQ(got[1 * CUVIL_UK_MR + m], 0.5f + static_cast<float>(m * 36 + 9)) << m;
   }
 }
 

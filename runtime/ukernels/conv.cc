@@ -501,6 +501,191 @@ void ConvGemm(const Table& t, const cuvil_uk_conv_params& p, const float* x, con
   });
 }
 
+// --- Output regions (CUVIL_UK_CONV_TAP_MAJOR) -------------------------------------------------
+// A dilation wide against the map (DeepLab's ASPP: 3x3 at dilation 12 over 14x14) leaves most
+// taps of most outputs on padding, which the GEMM path multiplies anyway (9 taps for every
+// output, 1.6 of them live on average). Output rows (and columns) whose live taps are the same
+// form a band; each band of rows times each band of columns is a region computed over its live
+// taps only, from an im2col of the region. The weights are packed tap-major, so a kernel row's
+// live taps are one contiguous run of A rows and no weights are copied per call.
+
+// The taps of one kernel dimension that read input for output index `o`: [lo, hi], lo > hi when
+// none does (the live taps of one output are contiguous: its input index grows with the tap).
+LiveTaps TapsAt(int64_t kernel, int64_t dilation, int64_t stride, int64_t pad, int64_t in,
+                int64_t o) {
+  LiveTaps live{kernel, -1};
+  for (int64_t t = 0; t < kernel; ++t) {
+    const int64_t at = o * stride - pad + t * dilation;
+    if (at < 0 || at >= in) continue;
+    live.lo = std::min(live.lo, t);
+    live.hi = std::max(live.hi, t);
+  }
+  return live;
+}
+
+// Outputs [begin, end) of one dimension whose live taps are all `taps`.
+struct Band {
+  int64_t begin, end;
+  LiveTaps taps;
+  int64_t count() const { return taps.lo > taps.hi ? 0 : taps.hi - taps.lo + 1; }
+};
+
+// The band that starts at output `begin` of the rows (`rows`) or the columns.
+Band BandAt(const cuvil_uk_conv_params& p, bool rows, int64_t begin) {
+  const int64_t kernel = rows ? p.kernel_h : p.kernel_w,
+                dilation = rows ? p.dilation_h : p.dilation_w;
+  const int64_t stride = rows ? p.stride_h : p.stride_w, pad = rows ? p.pad_top : p.pad_left;
+  const int64_t in = rows ? p.height : p.width, out = rows ? p.out_height : p.out_width;
+  Band b{begin, begin + 1, TapsAt(kernel, dilation, stride, pad, in, begin)};
+  while (b.end < out) {
+    const LiveTaps next = TapsAt(kernel, dilation, stride, pad, in, b.end);
+    if (next.lo != b.taps.lo || next.hi != b.taps.hi) break;
+    ++b.end;
+  }
+  return b;
+}
+
+// Calls fn(row band, column band) for every region of the output, rows outer.
+template <typename Fn>
+void ForEachRegion(const cuvil_uk_conv_params& p, Fn&& fn) {
+  for (int64_t r = 0; r < p.out_height;) {
+    const Band rb = BandAt(p, /*rows=*/true, r);
+    for (int64_t c = 0; c < p.out_width;) {
+      const Band cb = BandAt(p, /*rows=*/false, c);
+      fn(rb, cb);
+      c = cb.end;
+    }
+    r = rb.end;
+  }
+}
+
+// The largest buffers any region of `p` takes: its im2col (floats), its tap offsets, and one
+// thread's output tile (floats). Allocated once per call at these sizes, so an ahead-of-time
+// region holds one block of each whatever the order of the regions.
+struct RegionBuffers {
+  int64_t cols = 0, offsets = 1, tile = 0;
+};
+RegionBuffers PlanRegionBuffers(const cuvil_uk_conv_params& p, int64_t tile_w) {
+  const int64_t cg = p.channels / p.groups, mg = p.out_channels / p.groups;
+  RegionBuffers most;
+  ForEachRegion(p, [&](const Band& rb, const Band& cb) {
+    const int64_t columns = (rb.end - rb.begin) * (cb.end - cb.begin);
+    const int64_t k_live = rb.count() * cb.count() * cg;
+    const GemmTasks g = PlanGemmTasks(1, 1, mg, columns, tile_w);
+    most.cols = std::max(most.cols, k_live * columns);
+    most.offsets = std::max(most.offsets, k_live);
+    most.tile = std::max(most.tile, g.panels_per_task * kMR * g.tiles_per_task * tile_w);
+  });
+  return most;
+}
+
+int64_t ConvRegionsScratchBytes(const Table& t, const cuvil_uk_conv_params& p) {
+  const RegionBuffers most = PlanRegionBuffers(p, t.nr);
+  ScratchTally s;
+  s.AddFloats(most.cols);
+  s.AddIndices(most.offsets);
+  s.AddFloats(most.tile);
+  return s.bytes();
+}
+
+void ConvRegions(const Table& t, const cuvil_uk_conv_params& p, const float* x, const float* w,
+                 const float* bias, const float* residual, float* y, int64_t batch, float alpha,
+                 float beta) {
+  const int64_t g_count = p.groups, cg = p.channels / g_count, mg = p.out_channels / g_count;
+  const int64_t k_dim = cg * p.kernel_h * p.kernel_w, panels = CeilDiv(mg, kMR);
+  const int64_t tile_w = t.nr, k_block = ReductionBlock(tile_w);
+  const int64_t in_plane = p.height * p.width, out_plane = p.out_height * p.out_width;
+  const Epilogue ep = MakeEpilogue(p, alpha, beta);
+  const RegionBuffers most = PlanRegionBuffers(p, tile_w);
+  float* cols = ThreadScratch(kSlotPhases, static_cast<size_t>(most.cols));
+  int64_t* off = ThreadIndices(kIndexGemmTaps, static_cast<size_t>(most.offsets));
+  for (int64_t n = 0; n < batch; ++n) {
+    for (int64_t g = 0; g < g_count; ++g) {
+      ForEachRegion(p, [&](const Band& rb, const Band& cb) {
+        const int64_t rh = rb.end - rb.begin, rw = cb.end - cb.begin, columns = rh * rw;
+        const int64_t kw = cb.count(), k_live = rb.count() * kw * cg;
+        for (int64_t k = 0; k < k_live; ++k) off[k] = k * columns;
+        // im2col row i: channel i % cg at live tap i / cg (kernel rows outer), over the region.
+        auto fill = [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) {
+            const int64_t tap = i / cg, c = i % cg;
+            const int64_t ky = rb.taps.lo + tap / kw, kx = cb.taps.lo + tap % kw;
+            const float* plane = x + (n * p.channels + g * cg + c) * in_plane;
+            float* dst = cols + i * columns;
+            const int64_t ix0 = cb.begin * p.stride_w - p.pad_left + kx * p.dilation_w;
+            for (int64_t r = 0; r < rh; ++r) {
+              const int64_t iy = (rb.begin + r) * p.stride_h - p.pad_top + ky * p.dilation_h;
+              const float* src = plane + iy * p.width + ix0;
+              if (p.stride_w == 1) {
+                std::memcpy(dst + r * rw, src, static_cast<size_t>(rw) * sizeof(float));
+              } else {
+                for (int64_t j = 0; j < rw; ++j) dst[r * rw + j] = src[j * p.stride_w];
+              }
+            }
+          }
+        };
+        const GemmTasks split = PlanGemmTasks(1, 1, mg, columns, tile_w);
+        const int64_t task_cost = split.panels_per_task * kMR * split.tiles_per_task * tile_w *
+                                  std::max<int64_t>(k_live, 1);
+        ParallelFillTasks(
+            k_live, columns * kFillFloatCost, fill, split.tasks, task_cost, [&](auto& next) {
+              const int64_t tile_ld = split.tiles_per_task * tile_w;
+              float* tile = ThreadScratch(kSlotTile, static_cast<size_t>(most.tile));
+              for (int64_t task = next(); task >= 0; task = next()) {
+                const int64_t qb = task % split.q_blocks, mb = task / split.q_blocks;
+                const int64_t t0 = qb * split.tiles_per_task;
+                const int64_t t1 = std::min(split.tiles, t0 + split.tiles_per_task);
+                const int64_t p0 = mb * split.panels_per_task;
+                const int64_t p1 = std::min(panels, p0 + split.panels_per_task);
+                const int64_t q0 = t0 * tile_w, q1 = std::min(columns, t1 * tile_w);
+                const int64_t m0 = p0 * kMR, m1 = std::min(mg, p1 * kMR);
+                if (k_live == 0) {  // every tap reads padding: the epilogue of zeros
+                  for (int64_t m = m0; m < m1; ++m) {
+                    std::memset(tile + (m - m0) * tile_ld, 0,
+                                static_cast<size_t>(q1 - q0) * sizeof(float));
+                  }
+                }
+                bool accumulate = false;
+                // One contiguous run of A rows per live kernel row: its live taps' channels.
+                for (int64_t ky = rb.taps.lo; ky <= rb.taps.hi && k_live > 0; ++ky) {
+                  const int64_t a_row = (ky * p.kernel_w + cb.taps.lo) * cg;
+                  const int64_t b_row = (ky - rb.taps.lo) * kw * cg, run = kw * cg;
+                  for (int64_t kp = 0; kp < run; kp += k_block) {
+                    const int64_t kc = std::min(k_block, run - kp);
+                    for (int64_t tq = t0; tq < t1; ++tq) {
+                      const int64_t q = tq * tile_w, nr = std::min(tile_w, columns - q);
+                      for (int64_t pp = p0; pp < p1; ++pp) {
+                        const int64_t m = pp * kMR, mr = std::min(kMR, mg - m);
+                        const float* a = w + ((g * panels + pp) * k_dim + a_row + kp) * kMR;
+                        t.gemm_tile(kc, a, cols + q, off + b_row + kp,
+                                    tile + (m - m0) * tile_ld + (q - q0), tile_ld, mr, nr,
+                                    accumulate, nullptr);
+                      }
+                    }
+                    accumulate = true;
+                  }
+                }
+                // The region's rows of each output channel, through the epilogue.
+                for (int64_t m = m0; m < m1; ++m) {
+                  const int64_t ch = g * mg + m;
+                  const float b = bias != nullptr ? bias[ch] : 0.0f;
+                  const float* row = tile + (m - m0) * tile_ld;
+                  for (int64_t q = q0; q < q1;) {
+                    const int64_t r = q / rw, j = q % rw, seg_end = std::min(q1, (r + 1) * rw);
+                    const int64_t at = (n * p.out_channels + ch) * out_plane +
+                                       (rb.begin + r) * p.out_width + cb.begin + j;
+                    t.epilogue_row(y + at, row + (q - q0), seg_end - q, b,
+                                   residual != nullptr ? residual + at : nullptr, ep);
+                    q = seg_end;
+                  }
+                }
+              }
+            });
+      });
+    }
+  }
+}
+
 // One (image, channel) plane of a depthwise conv at a time: the tier's plane kernel reads it as it
 // is; without one (or for geometry it does not take) the plane is padded into per-thread phase
 // planes and every output row is one vectorised pass over the taps. Thread-compatible: one per
@@ -663,6 +848,7 @@ int64_t Conv2dScratchBytes(const Table& t, const cuvil_uk_conv_params& p, int64_
   if (batch <= 0) return batch < 0 ? -1 : 0;
   if ((p.flags & CUVIL_UK_CONV_WINOGRAD) != 0) return WinogradScratchBytes(t, p, batch);
   if ((p.flags & CUVIL_UK_CONV_DEPTHWISE) != 0) return DepthwisePlanes::ScratchBytes(t, p);
+  if ((p.flags & CUVIL_UK_CONV_TAP_MAJOR) != 0) return ConvRegionsScratchBytes(t, p);
   return ConvGemmScratchBytes(t, p);
 }
 
@@ -685,6 +871,8 @@ void Conv2d(const Table& t, const cuvil_uk_conv_params& p, const float* x, const
     ConvWinograd(t, p, x, w, bias, residual, y, batch, alpha, beta);
   } else if ((p.flags & CUVIL_UK_CONV_DEPTHWISE) != 0) {
     ConvDepthwise(t, p, x, w, bias, residual, y, batch, alpha, beta);
+  } else if ((p.flags & CUVIL_UK_CONV_TAP_MAJOR) != 0) {
+    ConvRegions(t, p, x, w, bias, residual, y, batch, alpha, beta);
   } else {
     cuvil_uk_conv_params trimmed;
     LiveTaps rows, cols;
@@ -746,6 +934,25 @@ void cuvil_uk_pack_conv_weights(const float* w, int64_t groups, int64_t mg, int6
         for (int64_t i = 0; i < CUVIL_UK_MR; ++i) {
           int64_t m = pp * CUVIL_UK_MR + i;
           dst[r * CUVIL_UK_MR + i] = m < mg ? w[(g * mg + m) * k + r] : 0.0f;
+        }
+      }
+    }
+  }
+}
+
+void cuvil_uk_pack_conv_weights_tap_major(const float* w, int64_t groups, int64_t mg, int64_t cg,
+                                          int64_t taps, float* packed) {
+  const int64_t panels = (mg + CUVIL_UK_MR - 1) / CUVIL_UK_MR, k = cg * taps;
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t pp = 0; pp < panels; ++pp) {
+      float* dst = packed + (g * panels + pp) * k * CUVIL_UK_MR;
+      for (int64_t tap = 0; tap < taps; ++tap) {
+        for (int64_t c = 0; c < cg; ++c) {
+          for (int64_t i = 0; i < CUVIL_UK_MR; ++i) {
+            const int64_t m = pp * CUVIL_UK_MR + i;
+            dst[(tap * cg + c) * CUVIL_UK_MR + i] =
+                m < mg ? w[((g * mg + m) * cg + c) * taps + tap] : 0.0f;
+          }
         }
       }
     }

@@ -43,6 +43,10 @@ inline constexpr int64_t CUVIL_UK_CONV_DEPTHWISE = 2;
 // A 3x3, stride-1, undilated, ungrouped conv computed by Winograd F(2x2, 3x3); w is packed by
 // cuvil_uk_pack_winograd_weights.
 inline constexpr int64_t CUVIL_UK_CONV_WINOGRAD = 4;
+// With CUVIL_UK_CONV_PACKED: w is packed by cuvil_uk_pack_conv_weights_tap_major, and the conv is
+// computed region by region of the output, each region over only the taps that read input there
+// (for dilations wide against the map, where most taps of most outputs read padding).
+inline constexpr int64_t CUVIL_UK_CONV_TAP_MAJOR = 8;
 
 // y = act(conv(x, w) + bias + residual) for `batch` images. bias ([M]) and residual (y's shape)
 // may be null; y must not overlap x, bias or residual. Splits the work over the calling thread's
@@ -69,6 +73,13 @@ int64_t cuvil_uk_packed_conv_weights_size(int64_t groups, int64_t mg, int64_t k)
 // per group, panels of CUVIL_UK_MR output channels stored [k][MR], zero padded. Reentrant.
 void cuvil_uk_pack_conv_weights(const float* w, int64_t groups, int64_t mg, int64_t k,
                                 float* packed);
+
+// As cuvil_uk_pack_conv_weights (the same size), with each output channel's weights reordered
+// tap-major first: row (ky * KW + kx) * (C/groups) + c of a panel holds w[m][c][ky][kx], so that
+// the rows of one kernel row's taps are contiguous (CUVIL_UK_CONV_TAP_MAJOR). `taps` = KH * KW.
+// Reentrant.
+void cuvil_uk_pack_conv_weights_tap_major(const float* w, int64_t groups, int64_t mg, int64_t cg,
+                                          int64_t taps, float* packed);
 
 // Floats that cuvil_uk_pack_winograd_weights writes for `m` output and `c` input channels; -1 on
 // overflow.
