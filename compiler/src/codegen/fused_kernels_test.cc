@@ -1,6 +1,7 @@
 // Accuracy of the vectorised transcendental approximations (KernelContext::Fast*) and agreement
 // of the fused kernels (fuse_patterns.h), the run-time packed MatMul and the threaded Concat and
 // Split with plain references.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -472,6 +473,56 @@ TEST(FusedKernelsTest, ThreadedConcatAndSplitMoveEveryElement) {
         EXPECT_EQ(half_wrong, 0) << "half " << k;
       }
     }
+  }
+  SetIntraOpThreads(1);
+}
+
+// A bilinear Resize of static size splits its rows over the intra-op threads (a segmentation
+// head's 16x upsampling): every element matches the half_pixel reference at one and two threads.
+TEST(FusedKernelsTest, ThreadedResizeMatchesTheReference) {
+  constexpr int64_t kC = 8, kIn = 14, kOut = 224;
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE("threads " + std::to_string(threads));
+    SetIntraOpThreads(threads);
+    GraphBuilder b;
+    ir::Value* x =
+        b.Input("x", {SymDim::Const(1), SymDim::Const(kC), SymDim::Const(kIn), SymDim::Const(kIn)});
+    ir::Value* scales = b.Const("scales", {4}, {1.0f, 1.0f, 16.0f, 16.0f});
+    b.Output(b.Op("Resize", {x, nullptr, scales}, {{"mode", std::string("linear")}}));
+    Compiled c = Compile(b.graph());
+    ASSERT_NE(c.model, nullptr);
+    const std::vector<float> in = Random(kC * kIn * kIn, 60 + threads);
+    auto out = c.model->Run({Floats({1, kC, kIn, kIn}, in)});
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_EQ((*out)[0].shape(), (std::vector<int64_t>{1, kC, kOut, kOut}));
+    // half_pixel: source = (o + 0.5) / 16 - 0.5, clamped taps, linear weights.
+    auto taps = [&](int64_t o, int64_t* lo, int64_t* hi, double* w) {
+      const double src = (static_cast<double>(o) + 0.5) / 16.0 - 0.5;
+      const double f = std::floor(src);
+      *w = src - f;
+      *lo = std::clamp<int64_t>(static_cast<int64_t>(f), 0, kIn - 1);
+      *hi = std::clamp<int64_t>(static_cast<int64_t>(f) + 1, 0, kIn - 1);
+    };
+    const float* got = (*out)[0].data_as<float>();
+    int64_t wrong = 0;
+    for (int64_t ch = 0; ch < kC; ++ch) {
+      const float* plane = in.data() + ch * kIn * kIn;
+      for (int64_t oy = 0; oy < kOut; ++oy) {
+        int64_t y0, y1;
+        double wy;
+        taps(oy, &y0, &y1, &wy);
+        for (int64_t ox = 0; ox < kOut; ++ox) {
+          int64_t x0, x1;
+          double wx;
+          taps(ox, &x0, &x1, &wx);
+          const double want =
+              (1 - wy) * ((1 - wx) * plane[y0 * kIn + x0] + wx * plane[y0 * kIn + x1]) +
+              wy * ((1 - wx) * plane[y1 * kIn + x0] + wx * plane[y1 * kIn + x1]);
+          wrong += std::fabs(got[(ch * kOut + oy) * kOut + ox] - want) > 1e-5;
+        }
+      }
+    }
+    EXPECT_EQ(wrong, 0);
   }
   SetIntraOpThreads(1);
 }

@@ -563,6 +563,28 @@ class ResizeEmitter {
     out_strides_ = k_.Strides(out);
     if (rank == 0 || axes_.back().identity) {
       Loop(0, k_.I64(0));
+    } else if (rank >= 2 && AllConstant()) {
+      // Rows (every output index but the last axis') split over the intra-op threads: each
+      // chunk a contiguous range of rows, as the elementwise kernels after it split the tensor.
+      // Static sizes only: the body's context has no symbols, and every value here is constant.
+      llvm::Value* rows = k_.I64(1);
+      for (size_t a = 0; a + 1 < rank; ++a) rows = b_.CreateMul(rows, out_dims_[a]);
+      int64_t taps_per_element = 1;
+      for (const ResizeAxis& ax : axes_) {
+        if (!ax.identity) taps_per_element *= mode_ == "nearest" ? 1 : mode_ == "linear" ? 2 : 4;
+      }
+      llvm::Value* cost = b_.CreateMul(out_dims_[rank - 1], k_.I64(2 * taps_per_element));
+      k_.ParallelFor(rows, cost, {},
+                     [this](KernelContext& o, const Idx&, llvm::Value* begin, llvm::Value* end) {
+                       ResizeEmitter inner(o);
+                       inner.axes_ = axes_;
+                       inner.in_strides_ = in_strides_;
+                       inner.out_dims_ = out_dims_;
+                       inner.out_strides_ = out_strides_;
+                       inner.rows_begin_ = begin;
+                       inner.rows_end_ = end;
+                       inner.BlockedLastAxis();
+                     });
     } else {
       BlockedLastAxis();
     }
@@ -571,6 +593,50 @@ class ResizeEmitter {
 
  private:
   llvm::Value* F64(double v) { return llvm::ConstantFP::get(b_.getDoubleTy(), v); }
+
+  // Whether every length, scale and stride is a constant (static shapes): values another
+  // function (a ParallelFor body) may use as they are.
+  bool AllConstant() const {
+    for (const ResizeAxis& ax : axes_) {
+      for (llvm::Value* v : {ax.in_len, ax.in_f, ax.out_f, ax.scale}) {
+        if (v != nullptr && !llvm::isa<llvm::Constant>(v)) return false;
+      }
+    }
+    for (const Idx* values : {&in_strides_, &out_dims_, &out_strides_}) {
+      for (llvm::Value* v : *values) {
+        if (!llvm::isa<llvm::Constant>(v)) return false;
+      }
+    }
+    return true;
+  }
+
+  // Rows [rows_begin_, rows_end_) of the output (all its indices but the last axis', row-major):
+  // each row's taps on the leading axes, then the block's columns. Used by a ParallelFor chunk.
+  void RowRange() {
+    const size_t last = axes_.size() - 1;
+    k_.For(rows_begin_, rows_end_, [&](llvm::Value* row) {
+      // Row r's index on each leading axis, by division from the right.
+      std::vector<llvm::Value*> index(last);
+      llvm::Value* rest = row;
+      for (size_t a = last; a-- > 0;) {
+        index[a] = a == 0 ? rest : b_.CreateURem(rest, out_dims_[a]);
+        if (a > 0) rest = b_.CreateUDiv(rest, out_dims_[a]);
+      }
+      llvm::Value* offset = k_.I64(0);
+      for (size_t a = 0; a < last; ++a) {
+        taps_.push_back(axes_[a].identity ? AxisTaps{{{index[a], nullptr}}, nullptr}
+                                          : Taps(axes_[a], index[a]));
+        offset = b_.CreateAdd(offset, b_.CreateMul(index[a], out_strides_[a]));
+      }
+      k_.For(k_.I64(0), block_count_, [&](llvm::Value* j) {
+        llvm::Value* x = b_.CreateAdd(block_x0_, j);
+        taps_.push_back(column_(j));
+        Body(b_.CreateAdd(offset, b_.CreateMul(x, out_strides_[last])));
+        taps_.pop_back();
+      });
+      taps_.resize(taps_.size() - last);
+    });
+  }
 
   // Output columns per block of the last axis (see BlockedLastAxis).
   static constexpr int64_t kColumnBlock = 64;
@@ -628,7 +694,11 @@ class ResizeEmitter {
       };
       block_x0_ = x0;
       block_count_ = count;
-      Loop(0, k_.I64(0));
+      if (rows_begin_ != nullptr) {
+        RowRange();
+      } else {
+        Loop(0, k_.I64(0));
+      }
     });
   }
 
@@ -787,6 +857,9 @@ class ResizeEmitter {
   std::function<AxisTaps(llvm::Value* j)> column_;
   llvm::Value* block_x0_ = nullptr;
   llvm::Value* block_count_ = nullptr;
+  // Set in a ParallelFor chunk: the rows it computes (null: every row, by Loop).
+  llvm::Value* rows_begin_ = nullptr;
+  llvm::Value* rows_end_ = nullptr;
 };
 
 absl::Status Resize(KernelContext& k) { return ResizeEmitter(k).Emit(); }
