@@ -216,6 +216,8 @@ TEST(ScratchSizingTest, ConvsFitTheirSizedRegionOnEveryTier) {
       {4, 9, 9, 4, 5, 1, 2, 4, CUVIL_UK_CONV_DEPTHWISE},     // depthwise 5x5
       {32, 30, 30, 40, 3, 1, 1, 1, CUVIL_UK_CONV_WINOGRAD},  // several chunks
       {64, 7, 7, 64, 3, 1, 1, 1, CUVIL_UK_CONV_WINOGRAD},    // images share a chunk
+      {24, 6, 6, 40, 3, 1, 4, 1, CUVIL_UK_CONV_PACKED | CUVIL_UK_CONV_TAP_MAJOR},  // live taps
+      {12, 9, 8, 20, 3, 2, 1, 2, CUVIL_UK_CONV_PACKED | CUVIL_UK_CONV_TAP_MAJOR},  // and grouped
   };
   for (const ConvShape& s : shapes) {
     const cuvil_uk_conv_params p = ParamsOf(s);
@@ -225,6 +227,9 @@ TEST(ScratchSizingTest, ConvsFitTheirSizedRegionOnEveryTier) {
     if (s.flags == CUVIL_UK_CONV_PACKED) {
       packed.resize(static_cast<size_t>(cuvil_uk_packed_conv_weights_size(s.groups, mg, kk)));
       cuvil_uk_pack_conv_weights(w.data(), s.groups, mg, kk, packed.data());
+    } else if ((s.flags & CUVIL_UK_CONV_TAP_MAJOR) != 0) {
+      packed.resize(static_cast<size_t>(cuvil_uk_packed_conv_weights_size(s.groups, mg, kk)));
+      cuvil_uk_pack_conv_weights_tap_major(w.data(), s.groups, mg, cg, s.k * s.k, packed.data());
     } else if (s.flags == CUVIL_UK_CONV_WINOGRAD) {
       packed.resize(static_cast<size_t>(cuvil_uk_winograd_weights_size(s.m, s.c)));
       cuvil_uk_pack_winograd_weights(w.data(), s.m, s.c, packed.data());

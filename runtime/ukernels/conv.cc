@@ -36,6 +36,7 @@ enum Slot {
   kSlotQuantIn,
   kSlotQuantOut,
   kSlotTrimmedWeights,
+  kSlotTapTile,
   kNumSlots
 };
 
@@ -501,187 +502,156 @@ void ConvGemm(const Table& t, const cuvil_uk_conv_params& p, const float* x, con
   });
 }
 
-// --- Output regions (CUVIL_UK_CONV_TAP_MAJOR) -------------------------------------------------
+// --- Live taps only (CUVIL_UK_CONV_TAP_MAJOR) --------------------------------------------------
 // A dilation wide against the map (DeepLab's ASPP: 3x3 at dilation 12 over 14x14) leaves most
 // taps of most outputs on padding, which the GEMM path multiplies anyway (9 taps for every
-// output, 1.6 of them live on average). Output rows (and columns) whose live taps are the same
-// form a band; each band of rows times each band of columns is a region computed over its live
-// taps only, from an im2col of the region. The weights are packed tap-major, so a kernel row's
-// live taps are one contiguous run of A rows and no weights are copied per call.
+// output, 1.6 of them live on average). Here each tap is one GEMM over the rectangle of outputs
+// it reads input for (the centre tap all 196, a corner tap 2x2), from an im2col of that
+// rectangle, accumulated into the task's output rows; the weights are packed tap-major, so each
+// tap's are one contiguous run of A rows, read once per column tile, and nothing is repacked per
+// call.
 
-// The taps of one kernel dimension that read input for output index `o`: [lo, hi], lo > hi when
-// none does (the live taps of one output are contiguous: its input index grows with the tap).
-LiveTaps TapsAt(int64_t kernel, int64_t dilation, int64_t stride, int64_t pad, int64_t in,
-                int64_t o) {
-  LiveTaps live{kernel, -1};
-  for (int64_t t = 0; t < kernel; ++t) {
-    const int64_t at = o * stride - pad + t * dilation;
-    if (at < 0 || at >= in) continue;
-    live.lo = std::min(live.lo, t);
-    live.hi = std::max(live.hi, t);
-  }
-  return live;
+// Outputs [lo, hi) of one dimension for which tap `t` reads input (input index o * stride +
+// t * dilation - pad inside [0, in)).
+void TapOutputs(int64_t t, int64_t dilation, int64_t stride, int64_t pad, int64_t in, int64_t out,
+                int64_t* lo, int64_t* hi) {
+  const int64_t shift = t * dilation - pad;
+  const int64_t first = shift >= 0 ? 0 : CeilDiv(-shift, stride);
+  const int64_t last = in - 1 - shift < 0 ? -1 : (in - 1 - shift) / stride;
+  *lo = std::min(first, out);
+  *hi = std::max(*lo, std::min(last + 1, out));
 }
 
-// Outputs [begin, end) of one dimension whose live taps are all `taps`.
-struct Band {
-  int64_t begin, end;
-  LiveTaps taps;
-  int64_t count() const { return taps.lo > taps.hi ? 0 : taps.hi - taps.lo + 1; }
+// The output rectangle of tap (ky, kx): rows [r0, r1), columns [c0, c1).
+struct TapRect {
+  int64_t r0, r1, c0, c1;
+  int64_t rows() const { return r1 - r0; }
+  int64_t cols() const { return c1 - c0; }
+  int64_t size() const { return rows() * cols(); }
 };
-
-// The band that starts at output `begin` of the rows (`rows`) or the columns.
-Band BandAt(const cuvil_uk_conv_params& p, bool rows, int64_t begin) {
-  const int64_t kernel = rows ? p.kernel_h : p.kernel_w,
-                dilation = rows ? p.dilation_h : p.dilation_w;
-  const int64_t stride = rows ? p.stride_h : p.stride_w, pad = rows ? p.pad_top : p.pad_left;
-  const int64_t in = rows ? p.height : p.width, out = rows ? p.out_height : p.out_width;
-  Band b{begin, begin + 1, TapsAt(kernel, dilation, stride, pad, in, begin)};
-  while (b.end < out) {
-    const LiveTaps next = TapsAt(kernel, dilation, stride, pad, in, b.end);
-    if (next.lo != b.taps.lo || next.hi != b.taps.hi) break;
-    ++b.end;
-  }
-  return b;
+TapRect RectOf(const cuvil_uk_conv_params& p, int64_t ky, int64_t kx) {
+  TapRect r;
+  TapOutputs(ky, p.dilation_h, p.stride_h, p.pad_top, p.height, p.out_height, &r.r0, &r.r1);
+  TapOutputs(kx, p.dilation_w, p.stride_w, p.pad_left, p.width, p.out_width, &r.c0, &r.c1);
+  return r;
 }
 
-// Calls fn(row band, column band) for every region of the output, rows outer.
-template <typename Fn>
-void ForEachRegion(const cuvil_uk_conv_params& p, Fn&& fn) {
-  for (int64_t r = 0; r < p.out_height;) {
-    const Band rb = BandAt(p, /*rows=*/true, r);
-    for (int64_t c = 0; c < p.out_width;) {
-      const Band cb = BandAt(p, /*rows=*/false, c);
-      fn(rb, cb);
-      c = cb.end;
-    }
-    r = rb.end;
-  }
+// How ConvLiveTaps splits one image's output channels into tasks of whole panels.
+int64_t LiveTapPanelsPerTask(int64_t panels) {
+  const int64_t blocks =
+      std::min<int64_t>(panels, 4 * static_cast<int64_t>(cuvil::IntraOpThreads()));
+  return CeilDiv(panels, std::max<int64_t>(blocks, 1));
 }
 
-// The largest buffers any region of `p` takes: its im2col (floats), its tap offsets, and one
-// thread's output tile (floats). Allocated once per call at these sizes, so an ahead-of-time
-// region holds one block of each whatever the order of the regions.
-struct RegionBuffers {
-  int64_t cols = 0, offsets = 1, tile = 0;
-};
-RegionBuffers PlanRegionBuffers(const cuvil_uk_conv_params& p, int64_t tile_w) {
+// Floats of one image's im2col over every tap's rectangle.
+int64_t LiveTapColumns(const cuvil_uk_conv_params& p) {
+  int64_t sum = 0;
+  for (int64_t ky = 0; ky < p.kernel_h; ++ky) {
+    for (int64_t kx = 0; kx < p.kernel_w; ++kx) sum += RectOf(p, ky, kx).size();
+  }
+  return sum * (p.channels / p.groups);
+}
+
+int64_t ConvLiveTapsScratchBytes(const Table& /*t*/, const cuvil_uk_conv_params& p) {
   const int64_t cg = p.channels / p.groups, mg = p.out_channels / p.groups;
-  RegionBuffers most;
-  ForEachRegion(p, [&](const Band& rb, const Band& cb) {
-    const int64_t columns = (rb.end - rb.begin) * (cb.end - cb.begin);
-    const int64_t k_live = rb.count() * cb.count() * cg;
-    const GemmTasks g = PlanGemmTasks(1, 1, mg, columns, tile_w);
-    most.cols = std::max(most.cols, k_live * columns);
-    most.offsets = std::max(most.offsets, k_live);
-    most.tile = std::max(most.tile, g.panels_per_task * kMR * g.tiles_per_task * tile_w);
-  });
-  return most;
-}
-
-int64_t ConvRegionsScratchBytes(const Table& t, const cuvil_uk_conv_params& p) {
-  const RegionBuffers most = PlanRegionBuffers(p, t.nr);
+  const int64_t rows = LiveTapPanelsPerTask(CeilDiv(mg, kMR)) * kMR;
   ScratchTally s;
-  s.AddFloats(most.cols);
-  s.AddIndices(most.offsets);
-  s.AddFloats(most.tile);
+  s.AddFloats(LiveTapColumns(p));
+  s.AddIndices(cg * p.kernel_h * p.kernel_w);
+  s.AddFloats(rows * p.out_height * p.out_width);  // a task's output rows
+  s.AddFloats(rows * p.out_height * p.out_width);  // and a tap's part
   return s.bytes();
 }
 
-void ConvRegions(const Table& t, const cuvil_uk_conv_params& p, const float* x, const float* w,
-                 const float* bias, const float* residual, float* y, int64_t batch, float alpha,
-                 float beta) {
+void ConvLiveTaps(const Table& t, const cuvil_uk_conv_params& p, const float* x, const float* w,
+                  const float* bias, const float* residual, float* y, int64_t batch, float alpha,
+                  float beta) {
   const int64_t g_count = p.groups, cg = p.channels / g_count, mg = p.out_channels / g_count;
-  const int64_t k_dim = cg * p.kernel_h * p.kernel_w, panels = CeilDiv(mg, kMR);
+  const int64_t taps = p.kernel_h * p.kernel_w, k_dim = cg * taps, panels = CeilDiv(mg, kMR);
   const int64_t tile_w = t.nr, k_block = ReductionBlock(tile_w);
   const int64_t in_plane = p.height * p.width, out_plane = p.out_height * p.out_width;
+  const int64_t panels_per_task = LiveTapPanelsPerTask(panels);
+  const int64_t m_blocks = CeilDiv(panels, panels_per_task);
   const Epilogue ep = MakeEpilogue(p, alpha, beta);
-  const RegionBuffers most = PlanRegionBuffers(p, tile_w);
-  float* cols = ThreadScratch(kSlotPhases, static_cast<size_t>(most.cols));
-  int64_t* off = ThreadIndices(kIndexGemmTaps, static_cast<size_t>(most.offsets));
+  float* cols = ThreadScratch(kSlotPhases, static_cast<size_t>(LiveTapColumns(p)));
+  // Row k of tap `tap`'s im2col block: channel k of its rectangle, cols + off[tap * cg + k].
+  int64_t* off = ThreadIndices(kIndexGemmTaps, static_cast<size_t>(k_dim));
+  for (int64_t tap = 0, base = 0; tap < taps; ++tap) {
+    const int64_t size = RectOf(p, tap / p.kernel_w, tap % p.kernel_w).size();
+    for (int64_t k = 0; k < cg; ++k) off[tap * cg + k] = base + k * size;
+    base += cg * size;
+  }
   for (int64_t n = 0; n < batch; ++n) {
     for (int64_t g = 0; g < g_count; ++g) {
-      ForEachRegion(p, [&](const Band& rb, const Band& cb) {
-        const int64_t rh = rb.end - rb.begin, rw = cb.end - cb.begin, columns = rh * rw;
-        const int64_t kw = cb.count(), k_live = rb.count() * kw * cg;
-        for (int64_t k = 0; k < k_live; ++k) off[k] = k * columns;
-        // im2col row i: channel i % cg at live tap i / cg (kernel rows outer), over the region.
-        auto fill = [&](int64_t begin, int64_t end) {
-          for (int64_t i = begin; i < end; ++i) {
-            const int64_t tap = i / cg, c = i % cg;
-            const int64_t ky = rb.taps.lo + tap / kw, kx = cb.taps.lo + tap % kw;
-            const float* plane = x + (n * p.channels + g * cg + c) * in_plane;
-            float* dst = cols + i * columns;
-            const int64_t ix0 = cb.begin * p.stride_w - p.pad_left + kx * p.dilation_w;
-            for (int64_t r = 0; r < rh; ++r) {
-              const int64_t iy = (rb.begin + r) * p.stride_h - p.pad_top + ky * p.dilation_h;
-              const float* src = plane + iy * p.width + ix0;
-              if (p.stride_w == 1) {
-                std::memcpy(dst + r * rw, src, static_cast<size_t>(rw) * sizeof(float));
-              } else {
-                for (int64_t j = 0; j < rw; ++j) dst[r * rw + j] = src[j * p.stride_w];
-              }
+      auto fill = [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          const int64_t tap = i / cg, c = i % cg, ky = tap / p.kernel_w, kx = tap % p.kernel_w;
+          const TapRect r = RectOf(p, ky, kx);
+          const float* plane = x + (n * p.channels + g * cg + c) * in_plane;
+          float* dst = cols + off[i];
+          const int64_t ix0 = r.c0 * p.stride_w - p.pad_left + kx * p.dilation_w;
+          for (int64_t row = 0; row < r.rows(); ++row) {
+            const int64_t iy = (r.r0 + row) * p.stride_h - p.pad_top + ky * p.dilation_h;
+            const float* src = plane + iy * p.width + ix0;
+            if (p.stride_w == 1) {
+              std::memcpy(dst + row * r.cols(), src, static_cast<size_t>(r.cols()) * sizeof(float));
+            } else {
+              for (int64_t j = 0; j < r.cols(); ++j) dst[row * r.cols() + j] = src[j * p.stride_w];
             }
           }
-        };
-        const GemmTasks split = PlanGemmTasks(1, 1, mg, columns, tile_w);
-        const int64_t task_cost = split.panels_per_task * kMR * split.tiles_per_task * tile_w *
-                                  std::max<int64_t>(k_live, 1);
-        ParallelFillTasks(
-            k_live, columns * kFillFloatCost, fill, split.tasks, task_cost, [&](auto& next) {
-              const int64_t tile_ld = split.tiles_per_task * tile_w;
-              float* tile = ThreadScratch(kSlotTile, static_cast<size_t>(most.tile));
-              for (int64_t task = next(); task >= 0; task = next()) {
-                const int64_t qb = task % split.q_blocks, mb = task / split.q_blocks;
-                const int64_t t0 = qb * split.tiles_per_task;
-                const int64_t t1 = std::min(split.tiles, t0 + split.tiles_per_task);
-                const int64_t p0 = mb * split.panels_per_task;
-                const int64_t p1 = std::min(panels, p0 + split.panels_per_task);
-                const int64_t q0 = t0 * tile_w, q1 = std::min(columns, t1 * tile_w);
-                const int64_t m0 = p0 * kMR, m1 = std::min(mg, p1 * kMR);
-                if (k_live == 0) {  // every tap reads padding: the epilogue of zeros
-                  for (int64_t m = m0; m < m1; ++m) {
-                    std::memset(tile + (m - m0) * tile_ld, 0,
-                                static_cast<size_t>(q1 - q0) * sizeof(float));
-                  }
-                }
-                bool accumulate = false;
-                // One contiguous run of A rows per live kernel row: its live taps' channels.
-                for (int64_t ky = rb.taps.lo; ky <= rb.taps.hi && k_live > 0; ++ky) {
-                  const int64_t a_row = (ky * p.kernel_w + cb.taps.lo) * cg;
-                  const int64_t b_row = (ky - rb.taps.lo) * kw * cg, run = kw * cg;
-                  for (int64_t kp = 0; kp < run; kp += k_block) {
-                    const int64_t kc = std::min(k_block, run - kp);
-                    for (int64_t tq = t0; tq < t1; ++tq) {
-                      const int64_t q = tq * tile_w, nr = std::min(tile_w, columns - q);
-                      for (int64_t pp = p0; pp < p1; ++pp) {
-                        const int64_t m = pp * kMR, mr = std::min(kMR, mg - m);
-                        const float* a = w + ((g * panels + pp) * k_dim + a_row + kp) * kMR;
-                        t.gemm_tile(kc, a, cols + q, off + b_row + kp,
-                                    tile + (m - m0) * tile_ld + (q - q0), tile_ld, mr, nr,
-                                    accumulate, nullptr);
-                      }
+        }
+      };
+      const int64_t task_cost = panels_per_task * kMR * out_plane * cg;
+      ParallelFillTasks(
+          k_dim, out_plane * kFillFloatCost / taps + 1, fill, m_blocks, task_cost, [&](auto& next) {
+            const int64_t rows = panels_per_task * kMR;
+            float* acc = ThreadScratch(kSlotTile, static_cast<size_t>(rows * out_plane));
+            float* part = ThreadScratch(kSlotTapTile, static_cast<size_t>(rows * out_plane));
+            for (int64_t mb = next(); mb >= 0; mb = next()) {
+              const int64_t p0 = mb * panels_per_task, p1 = std::min(panels, p0 + panels_per_task);
+              const int64_t m0 = p0 * kMR, m1 = std::min(mg, p1 * kMR);
+              std::memset(acc, 0, static_cast<size_t>((m1 - m0) * out_plane) * sizeof(float));
+              for (int64_t tap = 0; tap < taps; ++tap) {
+                const TapRect r = RectOf(p, tap / p.kernel_w, tap % p.kernel_w);
+                const int64_t size = r.size();
+                if (size == 0) continue;
+                // Rows as wide as the output are contiguous in it: the GEMM adds into the task's
+                // output rows directly. A narrower rectangle goes through `part`, added row by row.
+                const bool direct = r.cols() == p.out_width;
+                float* c_base = direct ? acc + r.r0 * p.out_width : part;
+                const int64_t ldc = direct ? out_plane : size;
+                for (int64_t kp = 0; kp < cg; kp += k_block) {
+                  const int64_t kc = std::min(k_block, cg - kp);
+                  for (int64_t q = 0; q < size; q += tile_w) {
+                    const int64_t nr = std::min(tile_w, size - q);
+                    for (int64_t pp = p0; pp < p1; ++pp) {
+                      const int64_t m = pp * kMR, mr = std::min(kMR, mg - m);
+                      const float* a = w + ((g * panels + pp) * k_dim + tap * cg + kp) * kMR;
+                      t.gemm_tile(kc, a, cols + q, off + tap * cg + kp, c_base + (m - m0) * ldc + q,
+                                  ldc, mr, nr, direct || kp > 0, nullptr);
                     }
-                    accumulate = true;
                   }
                 }
-                // The region's rows of each output channel, through the epilogue.
+                if (direct) continue;
                 for (int64_t m = m0; m < m1; ++m) {
-                  const int64_t ch = g * mg + m;
-                  const float b = bias != nullptr ? bias[ch] : 0.0f;
-                  const float* row = tile + (m - m0) * tile_ld;
-                  for (int64_t q = q0; q < q1;) {
-                    const int64_t r = q / rw, j = q % rw, seg_end = std::min(q1, (r + 1) * rw);
-                    const int64_t at = (n * p.out_channels + ch) * out_plane +
-                                       (rb.begin + r) * p.out_width + cb.begin + j;
-                    t.epilogue_row(y + at, row + (q - q0), seg_end - q, b,
-                                   residual != nullptr ? residual + at : nullptr, ep);
-                    q = seg_end;
+                  const float* src = part + (m - m0) * size;
+                  float* dst = acc + (m - m0) * out_plane + r.r0 * p.out_width + r.c0;
+                  for (int64_t row = 0; row < r.rows(); ++row) {
+                    for (int64_t e = 0; e < r.cols(); ++e) {
+                      dst[row * p.out_width + e] += src[row * r.cols() + e];
+                    }
                   }
                 }
               }
-            });
-      });
+              for (int64_t m = m0; m < m1; ++m) {
+                const int64_t ch = g * mg + m;
+                const int64_t at = (n * p.out_channels + ch) * out_plane;
+                t.epilogue_row(y + at, acc + (m - m0) * out_plane, out_plane,
+                               bias != nullptr ? bias[ch] : 0.0f,
+                               residual != nullptr ? residual + at : nullptr, ep);
+              }
+            }
+          });
     }
   }
 }
@@ -848,7 +818,7 @@ int64_t Conv2dScratchBytes(const Table& t, const cuvil_uk_conv_params& p, int64_
   if (batch <= 0) return batch < 0 ? -1 : 0;
   if ((p.flags & CUVIL_UK_CONV_WINOGRAD) != 0) return WinogradScratchBytes(t, p, batch);
   if ((p.flags & CUVIL_UK_CONV_DEPTHWISE) != 0) return DepthwisePlanes::ScratchBytes(t, p);
-  if ((p.flags & CUVIL_UK_CONV_TAP_MAJOR) != 0) return ConvRegionsScratchBytes(t, p);
+  if ((p.flags & CUVIL_UK_CONV_TAP_MAJOR) != 0) return ConvLiveTapsScratchBytes(t, p);
   return ConvGemmScratchBytes(t, p);
 }
 
@@ -872,7 +842,7 @@ void Conv2d(const Table& t, const cuvil_uk_conv_params& p, const float* x, const
   } else if ((p.flags & CUVIL_UK_CONV_DEPTHWISE) != 0) {
     ConvDepthwise(t, p, x, w, bias, residual, y, batch, alpha, beta);
   } else if ((p.flags & CUVIL_UK_CONV_TAP_MAJOR) != 0) {
-    ConvRegions(t, p, x, w, bias, residual, y, batch, alpha, beta);
+    ConvLiveTaps(t, p, x, w, bias, residual, y, batch, alpha, beta);
   } else {
     cuvil_uk_conv_params trimmed;
     LiveTaps rows, cols;
