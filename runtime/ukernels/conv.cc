@@ -543,11 +543,20 @@ int64_t LiveTapPanelsPerTask(int64_t panels) {
   return CeilDiv(panels, std::max<int64_t>(blocks, 1));
 }
 
-// Floats of one image's im2col over every tap's rectangle.
+// Whether tap (ky, kx)'s rectangle is read from X in place: its rows as wide as the input and
+// stride 1 (consecutive outputs are consecutive inputs, rows included), as ASPP's centre tap.
+bool ReadsInPlace(const cuvil_uk_conv_params& p, const TapRect& r) {
+  return p.stride_w == 1 && r.cols() == p.width && (p.stride_h == 1 || r.rows() <= 1);
+}
+
+// Floats of one image's im2col over every tap's rectangle not read in place.
 int64_t LiveTapColumns(const cuvil_uk_conv_params& p) {
   int64_t sum = 0;
   for (int64_t ky = 0; ky < p.kernel_h; ++ky) {
-    for (int64_t kx = 0; kx < p.kernel_w; ++kx) sum += RectOf(p, ky, kx).size();
+    for (int64_t kx = 0; kx < p.kernel_w; ++kx) {
+      const TapRect r = RectOf(p, ky, kx);
+      if (!ReadsInPlace(p, r)) sum += r.size();
+    }
   }
   return sum * (p.channels / p.groups);
 }
@@ -574,12 +583,20 @@ void ConvLiveTaps(const Table& t, const cuvil_uk_conv_params& p, const float* x,
   const int64_t m_blocks = CeilDiv(panels, panels_per_task);
   const Epilogue ep = MakeEpilogue(p, alpha, beta);
   float* cols = ThreadScratch(kSlotPhases, static_cast<size_t>(LiveTapColumns(p)));
-  // Row k of tap `tap`'s im2col block: channel k of its rectangle, cols + off[tap * cg + k].
+  // Row k of tap `tap`'s B: channel k of its rectangle, at off[tap * cg + k] from the tap's
+  // source, its im2col block in `cols` or (read in place) the group's first channel of the image.
   int64_t* off = ThreadIndices(kIndexGemmTaps, static_cast<size_t>(k_dim));
   for (int64_t tap = 0, base = 0; tap < taps; ++tap) {
-    const int64_t size = RectOf(p, tap / p.kernel_w, tap % p.kernel_w).size();
-    for (int64_t k = 0; k < cg; ++k) off[tap * cg + k] = base + k * size;
-    base += cg * size;
+    const int64_t ky = tap / p.kernel_w, kx = tap % p.kernel_w;
+    const TapRect r = RectOf(p, ky, kx);
+    if (ReadsInPlace(p, r)) {
+      const int64_t first = (r.r0 * p.stride_h - p.pad_top + ky * p.dilation_h) * p.width +
+                            r.c0 * p.stride_w - p.pad_left + kx * p.dilation_w;
+      for (int64_t k = 0; k < cg; ++k) off[tap * cg + k] = k * in_plane + first;
+      continue;
+    }
+    for (int64_t k = 0; k < cg; ++k) off[tap * cg + k] = base + k * r.size();
+    base += cg * r.size();
   }
   for (int64_t n = 0; n < batch; ++n) {
     for (int64_t g = 0; g < g_count; ++g) {
@@ -587,6 +604,7 @@ void ConvLiveTaps(const Table& t, const cuvil_uk_conv_params& p, const float* x,
         for (int64_t i = begin; i < end; ++i) {
           const int64_t tap = i / cg, c = i % cg, ky = tap / p.kernel_w, kx = tap % p.kernel_w;
           const TapRect r = RectOf(p, ky, kx);
+          if (ReadsInPlace(p, r)) continue;
           const float* plane = x + (n * p.channels + g * cg + c) * in_plane;
           float* dst = cols + off[i];
           const int64_t ix0 = r.c0 * p.stride_w - p.pad_left + kx * p.dilation_w;
@@ -618,6 +636,8 @@ void ConvLiveTaps(const Table& t, const cuvil_uk_conv_params& p, const float* x,
                 // Rows as wide as the output are contiguous in it: the GEMM adds into the task's
                 // output rows directly. A narrower rectangle goes through `part`, added row by row.
                 const bool direct = r.cols() == p.out_width;
+                const float* b_src =
+                    ReadsInPlace(p, r) ? x + (n * p.channels + g * cg) * in_plane : cols;
                 float* c_base = direct ? acc + r.r0 * p.out_width : part;
                 const int64_t ldc = direct ? out_plane : size;
                 for (int64_t kp = 0; kp < cg; kp += k_block) {
@@ -627,8 +647,9 @@ void ConvLiveTaps(const Table& t, const cuvil_uk_conv_params& p, const float* x,
                     for (int64_t pp = p0; pp < p1; ++pp) {
                       const int64_t m = pp * kMR, mr = std::min(kMR, mg - m);
                       const float* a = w + ((g * panels + pp) * k_dim + tap * cg + kp) * kMR;
-                      t.gemm_tile(kc, a, cols + q, off + tap * cg + kp, c_base + (m - m0) * ldc + q,
-                                  ldc, mr, nr, direct || kp > 0, nullptr);
+                      t.gemm_tile(kc, a, b_src + q, off + tap * cg + kp,
+                                  c_base + (m - m0) * ldc + q, ldc, mr, nr, direct || kp > 0,
+                                  nullptr);
                     }
                   }
                 }
