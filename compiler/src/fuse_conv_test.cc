@@ -35,17 +35,23 @@ ir::Value* Weights(ir::Graph& g, const std::string& name, float base) {
   return w;
 }
 
-// Weights only their Conv reads become a ConstantImage holding exactly the packed layout;
-// weights two Convs share are packed into a constant of each Conv, as without images.
-TEST(FuseConvTest, SoleUseWeightsArePackedIntoAnImageSharedOnesIntoConstants) {
-  ir::Graph g;
-  g.symbol = "batch";
+// Input x float32[batch, 4, 8, 8] of `g`.
+ir::Value* AddInput(ir::Graph& g) {
   ir::Value* x = g.NewValue("x");
   x->type = {DType::kFloat32,
              {SymDim::Batch(), SymDim::Const(4), SymDim::Const(8), SymDim::Const(8)},
              true};
   x->is_graph_input = true;
   g.inputs.push_back(x);
+  return x;
+}
+
+// Weights only their Conv reads become a ConstantImage holding exactly the packed layout;
+// weights two Convs share are packed into a constant of each Conv, as without images.
+TEST(FuseConvTest, SoleUseWeightsArePackedIntoAnImageSharedOnesIntoConstants) {
+  ir::Graph g;
+  g.symbol = "batch";
+  ir::Value* x = AddInput(g);
   ir::Value* own = Weights(g, "own", 0.5f);
   ir::Value* shared = Weights(g, "shared", -3.0f);
   ir::Node* solo = AddConv(g, x, own, "solo");
@@ -75,16 +81,11 @@ TEST(FuseConvTest, SoleUseWeightsArePackedIntoAnImageSharedOnesIntoConstants) {
 }
 
 // A dilation as wide as the map (DeepLab's ASPP) leaves 1 of 9 taps reading input: that Conv runs
-// by regions over its live taps, its weights packed tap-major; the plain 3x3 beside it does not.
-TEST(FuseConvTest, ConvsOfMostlyDeadTapsRunByRegionsWithTapMajorWeights) {
+// on the live-tap kernel, its weights packed tap-major; the plain 3x3 beside it does not.
+TEST(FuseConvTest, ConvsOfMostlyDeadTapsRunOnLiveTapsWithTapMajorWeights) {
   ir::Graph g;
   g.symbol = "batch";
-  ir::Value* x = g.NewValue("x");
-  x->type = {DType::kFloat32,
-             {SymDim::Batch(), SymDim::Const(4), SymDim::Const(8), SymDim::Const(8)},
-             true};
-  x->is_graph_input = true;
-  g.inputs.push_back(x);
+  ir::Value* x = AddInput(g);
   ir::Value* own = Weights(g, "own", 0.5f);
   ir::Node* plain = AddConv(g, x, Weights(g, "plain", 1.0f), "plain");
   ir::Node* aspp = AddConv(g, x, own, "aspp");
