@@ -207,15 +207,17 @@ cuvil_uk_conv_params ParamsOf(const ConvShape& s) {
 
 TEST(ScratchSizingTest, ConvsFitTheirSizedRegionOnEveryTier) {
   const ConvShape shapes[] = {
-      {16, 9, 9, 24, 1, 1, 0, 1, CUVIL_UK_CONV_PACKED},      // 1x1, read in place
-      {8, 14, 14, 20, 1, 2, 0, 1, CUVIL_UK_CONV_PACKED},     // 1x1 stride 2
-      {3, 40, 40, 16, 7, 2, 3, 1, CUVIL_UK_CONV_PACKED},     // stem
-      {12, 10, 11, 12, 3, 1, 1, 3, CUVIL_UK_CONV_PACKED},    // grouped
-      {8, 20, 37, 8, 3, 1, 1, 8, CUVIL_UK_CONV_DEPTHWISE},   // depthwise, wide planes
-      {8, 21, 40, 8, 3, 2, 1, 8, CUVIL_UK_CONV_DEPTHWISE},   // depthwise stride 2
-      {4, 9, 9, 4, 5, 1, 2, 4, CUVIL_UK_CONV_DEPTHWISE},     // depthwise 5x5
-      {32, 30, 30, 40, 3, 1, 1, 1, CUVIL_UK_CONV_WINOGRAD},  // several chunks
-      {64, 7, 7, 64, 3, 1, 1, 1, CUVIL_UK_CONV_WINOGRAD},    // images share a chunk
+      {16, 9, 9, 24, 1, 1, 0, 1, CUVIL_UK_CONV_PACKED},       // 1x1, read in place
+      {8, 14, 14, 20, 1, 2, 0, 1, CUVIL_UK_CONV_PACKED},      // 1x1 stride 2
+      {3, 40, 40, 16, 7, 2, 3, 1, CUVIL_UK_CONV_PACKED},      // stem
+      {12, 10, 11, 12, 3, 1, 1, 3, CUVIL_UK_CONV_PACKED},     // grouped
+      {8, 20, 37, 8, 3, 1, 1, 8, CUVIL_UK_CONV_DEPTHWISE},    // depthwise, wide planes
+      {8, 21, 40, 8, 3, 2, 1, 8, CUVIL_UK_CONV_DEPTHWISE},    // depthwise stride 2
+      {4, 9, 9, 4, 5, 1, 2, 4, CUVIL_UK_CONV_DEPTHWISE},      // depthwise 5x5
+      {32, 30, 30, 40, 3, 1, 1, 1, CUVIL_UK_CONV_WINOGRAD},   // several chunks
+      {64, 7, 7, 64, 3, 1, 1, 1, CUVIL_UK_CONV_WINOGRAD},     // images share a chunk
+      {64, 28, 28, 256, 3, 1, 1, 1, CUVIL_UK_CONV_WINOGRAD},  // chunks of 5, 5 and 4 tile rows
+      {64, 56, 56, 64, 3, 1, 1, 1, CUVIL_UK_CONV_WINOGRAD},   // last chunk of one tile row
       {24, 6, 6, 40, 3, 1, 4, 1, CUVIL_UK_CONV_PACKED | CUVIL_UK_CONV_TAP_MAJOR},  // live taps
       {12, 9, 8, 20, 3, 2, 1, 2, CUVIL_UK_CONV_PACKED | CUVIL_UK_CONV_TAP_MAJOR},  // and grouped
   };

@@ -197,7 +197,8 @@ int64_t WinogradScratchBytes(const Table& tb, const cuvil_uk_conv_params& p, int
   int64_t rows_total = 0;
   if (batch < 1 || __builtin_mul_overflow(batch, tl.ty, &rows_total)) return -1;
   // MaxChunkRows, not RowsPerChunk: the size then never shrinks as the batch grows, so an arena
-  // sized for a batch serves every smaller one.
+  // sized for a batch serves every smaller one. ConvWinograd asks exactly these sizes on every
+  // thread for every chunk (a narrow last chunk included), so this bounds each thread's blocks.
   const int64_t ld = MaxChunkRows(p, tl, rows_total) * tl.tx;
   ScratchTally s;
   s.AddIndices(p.channels);
@@ -205,10 +206,8 @@ int64_t WinogradScratchBytes(const Table& tb, const cuvil_uk_conv_params& p, int
   // M of one block: at most kBlockFloats, or one panel of the widest chunk when that is more;
   // never more than every channel of the widest chunk.
   s.AddFloats(std::min(kTaps * p.out_channels * ld, std::max(kBlockFloats, kTaps * kMR * ld)));
-  // The rows slot serves the input rows, then the output rows (two blocks when the second is
-  // larger).
-  s.AddFloats(8 * tl.phase_w);
-  s.AddFloats(6 * tl.tx + 2);
+  // The rows slot serves the input rows, then the output rows: one block of the larger.
+  s.AddFloats(std::max(8 * tl.phase_w, 6 * tl.tx + 2));
   return s.bytes();
 }
 
@@ -235,14 +234,22 @@ void ConvWinograd(const Table& tb, const cuvil_uk_conv_params& p, const float* x
     chunks = CeilDiv(rows_total, rows_per_chunk);
   }
 
+  // Every chunk asks its thread's buffers for the sizes WinogradScratchBytes counts (those of the
+  // widest chunk the batch could have), whatever its own width: a buffer then never grows within
+  // a call, so a scratch region of that size always holds a thread's blocks.
+  const int64_t ld_most = MaxChunkRows(p, tl, rows_total) * tl.tx;
+  const size_t v_floats = static_cast<size_t>(kTaps * c_dim * ld_most);
+  const size_t m_floats = static_cast<size_t>(
+      std::min(kTaps * m_dim * ld_most, std::max(kBlockFloats, kTaps * kMR * ld_most)));
+  const size_t rows_floats = static_cast<size_t>(std::max(8 * tl.phase_w, 6 * tl.tx + 2));
+
   // V[t][c][q] of the chunk starting at tile row r0, for every input channel, in the calling
   // thread's scratch.
   auto transform_input = [&](int64_t r0) {
     const int64_t rows = std::min(rows_per_chunk, rows_total - r0);
     const int64_t ld = rows * tl.tx;  // tile columns of this chunk
-    float* v = Scratch(kSlotV, static_cast<size_t>(kTaps * c_dim * ld));
-    float* rows_buf =
-        Scratch(kSlotRows, static_cast<size_t>(std::max(8 * tl.phase_w, 6 * tl.tx + 2)));
+    float* v = Scratch(kSlotV, v_floats);
+    float* rows_buf = Scratch(kSlotRows, rows_floats);
     for (int64_t row = r0; row < r0 + rows; ++row) {
       const int64_t img = row / tl.ty, ty = row % tl.ty;
       for (int64_t c = 0; c < c_dim; ++c) {
@@ -272,15 +279,16 @@ void ConvWinograd(const Table& tb, const cuvil_uk_conv_params& p, const float* x
     const int64_t ld = q_dim;
     int64_t* off = ChannelOffsets(static_cast<size_t>(c_dim));
     for (int64_t c = 0; c < c_dim; ++c) off[c] = c * ld;
-    const float* v = Scratch(kSlotV, static_cast<size_t>(kTaps * c_dim * ld));
-    float* rows_buf =
-        Scratch(kSlotRows, static_cast<size_t>(std::max(8 * tl.phase_w, 6 * tl.tx + 2)));
+    const float* v = Scratch(kSlotV, v_floats);
+    float* rows_buf = Scratch(kSlotRows, rows_floats);
     const int64_t block_panels = BlockPanels(ld);
     for (int64_t p0 = p_begin; p0 < p_end; p0 += block_panels) {
       const int64_t p1 = std::min(p_end, p0 + block_panels);
       const int64_t m0 = p0 * kMR, m1 = std::min(m_dim, p1 * kMR), m_count = m1 - m0;
       // M[t][m - m0][q] for this block's output channels.
-      float* mm = Scratch(kSlotM, static_cast<size_t>(kTaps * m_count * ld));
+      // (The most any chunk's block takes: every chunk asks the same, so that a narrow chunk, whose
+      // blocks hold more panels, never makes a thread's buffer grow into a second region block.)
+      float* mm = Scratch(kSlotM, m_floats);
 
       // Blocks of tiles outermost, so that a block's V columns stay in L1 across the panels.
       const int64_t n_tiles = CeilDiv(q_dim, tb.nr);
