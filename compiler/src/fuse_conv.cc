@@ -305,11 +305,11 @@ bool WinogradPays(const ir::Node& conv, int64_t groups, int64_t c, int64_t m) {
   return true;
 }
 
-// Share of the taps x outputs multiply-adds that read input (not padding) below which a conv is
-// computed region by region over its live taps: DeepLab's ASPP, 3x3 at dilation 12 over 14x14,
-// reads input in 18% of them, and 7.4 ms of GEMM over all taps became 1.6 ms over live ones on a
-// Zen 5 thread; an ordinary 3x3 pad-1 conv on 14x14 reads input in 91%.
-constexpr double kMaxLiveShareForRegions = 0.5;
+// Share of the taps x outputs multiply-adds that read input (not padding) below which a conv runs
+// on the live-tap kernel: DeepLab's ASPP, 3x3 at dilation 12 over 14x14, reads input in 18% of
+// them, and 7.4-8.1 ms of GEMM over all taps became 1.7-2.0 ms over live ones on a Zen 5 thread;
+// an ordinary 3x3 pad-1 conv on 14x14 reads input in 91%.
+constexpr double kMaxLiveTapShare = 0.5;
 
 // The taps x outputs of one dimension that read input: sum over outputs of their live taps.
 int64_t LiveTapOutputs(int64_t kernel, int64_t dilation, int64_t stride, int64_t pad, int64_t in,
@@ -325,8 +325,8 @@ int64_t LiveTapOutputs(int64_t kernel, int64_t dilation, int64_t stride, int64_t
 }
 
 // A 2-D Conv of static spatial size whose taps read mostly padding (wide dilations, pads as large
-// as the map): the runtime computes it by regions over live taps (CUVIL_UK_CONV_TAP_MAJOR).
-bool RegionsPay(const ir::Node& conv) {
+// as the map): the runtime computes each tap over its live outputs only (CUVIL_UK_CONV_TAP_MAJOR).
+bool LiveTapsPay(const ir::Node& conv) {
   const std::vector<int64_t>& w = conv.inputs[1]->constant->shape();
   const auto& in = conv.inputs[0]->type.shape;
   const auto& out = conv.outputs[0]->type.shape;
@@ -349,7 +349,7 @@ bool RegionsPay(const ir::Node& conv) {
                                                 in[d + 2].coef(), outs)) /
              static_cast<double>(outs * kernel);
   }
-  return share < kMaxLiveShareForRegions;
+  return share < kMaxLiveTapShare;
 }
 
 // Packs the weights of every eligible Conv (depthwise ones keep ONNX's layout): into `images`
@@ -407,18 +407,18 @@ absl::Status PackWeights(ir::Graph& graph, ConstantImages* images) {
     if (size < 0 || size > ir::kMaxTensorBytes / 4) {
       return absl::InvalidArgumentError(conv->Describe() + ": weights too large");
     }
-    const bool regions = RegionsPay(*conv);
+    const bool live_taps = LiveTapsPay(*conv);
     const int64_t cg = w.shape()[1], taps = k / cg;
-    // The one packing both paths share: tap-major rows for the regions kernel.
-    auto pack = [groups, mg = m / groups, k, cg, taps, regions](const float* src, float* dst) {
-      if (regions) {
+    // The one packing both paths share: tap-major rows for the live-tap kernel.
+    auto pack = [groups, mg = m / groups, k, cg, taps, live_taps](const float* src, float* dst) {
+      if (live_taps) {
         cuvil_uk_pack_conv_weights_tap_major(src, groups, mg, cg, taps, dst);
       } else {
         cuvil_uk_pack_conv_weights(src, groups, mg, k, dst);
       }
     };
-    attr::SetUkernel(*conv,
-                     regions ? attr::UkernelKind::kPackedRegions : attr::UkernelKind::kPackedGemm);
+    attr::SetUkernel(
+        *conv, live_taps ? attr::UkernelKind::kPackedLiveTaps : attr::UkernelKind::kPackedGemm);
     if (sole_reader) {
       (*images)[weights] = {size * 4, [pack](const uint8_t* src, uint8_t* dst) {
                               pack(reinterpret_cast<const float*>(src),

@@ -17,11 +17,11 @@ namespace cuvil::attr {
 // The microkernel a Conv runs, its weights packed for it (int: UkernelKind).
 inline constexpr char kUkernel[] = "ukernel";
 enum class UkernelKind : int64_t {
-  kNone = 0,           // no microkernel: the generated loop nest
-  kPackedGemm = 1,     // packed GEMM (weights packed for it)
-  kDepthwise = 2,      // depthwise (weights in ONNX's layout)
-  kWinograd = 3,       // Winograd (weights transformed for it)
-  kPackedRegions = 4,  // packed GEMM by output regions over their live taps (weights tap-major)
+  kNone = 0,            // no microkernel: the generated loop nest
+  kPackedGemm = 1,      // packed GEMM (weights packed for it)
+  kDepthwise = 2,       // depthwise (weights in ONNX's layout)
+  kWinograd = 3,        // Winograd (weights transformed for it)
+  kPackedLiveTaps = 4,  // packed GEMM per tap over the outputs it reads input for (tap-major)
 };
 inline UkernelKind UkernelOf(const ir::Node& n) {
   return static_cast<UkernelKind>(n.attr_int(kUkernel, 0));

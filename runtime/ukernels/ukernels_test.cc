@@ -27,15 +27,15 @@ struct Case {
 };
 
 // Runs one conv on every tier the CPU supports and checks each against a double reference; with
-// `regions`, a packed conv runs by output regions over live taps (CUVIL_UK_CONV_TAP_MAJOR).
+// `live_taps`, a packed conv runs on the live-tap kernel (CUVIL_UK_CONV_TAP_MAJOR).
 void RunCase(const Case& k, int64_t batch, int64_t act, bool with_residual, int threads,
-             bool regions = false) {
+             bool live_taps = false) {
   SCOPED_TRACE(testing::Message() << "c=" << k.c << " h=" << k.h << " w=" << k.w << " m=" << k.m
                                   << " k=" << k.kh << "x" << k.kw << " s=" << k.sh << "," << k.sw
                                   << " d=" << k.dh << " pads=" << k.pt << "," << k.pl << "," << k.pb
                                   << "," << k.pr << " g=" << k.groups << " batch=" << batch
                                   << " act=" << act << " res=" << with_residual
-                                  << " threads=" << threads << " regions=" << regions);
+                                  << " threads=" << threads << " live_taps=" << live_taps);
   const int64_t oh = (k.h + k.pt + k.pb - ((k.kh - 1) * k.dh + 1)) / k.sh + 1;
   const int64_t ow = (k.w + k.pl + k.pr - ((k.kw - 1) * k.dw + 1)) / k.sw + 1;
   const int64_t cg = k.c / k.groups, mg = k.m / k.groups, kk = cg * k.kh * k.kw;
@@ -83,11 +83,11 @@ void RunCase(const Case& k, int64_t batch, int64_t act, bool with_residual, int 
   if (k.groups == k.c && k.groups == k.m) {
     p.flags = CUVIL_UK_CONV_DEPTHWISE;
   } else {
-    p.flags = CUVIL_UK_CONV_PACKED | (regions ? CUVIL_UK_CONV_TAP_MAJOR : 0);
+    p.flags = CUVIL_UK_CONV_PACKED | (live_taps ? CUVIL_UK_CONV_TAP_MAJOR : 0);
     int64_t size = cuvil_uk_packed_conv_weights_size(k.groups, mg, kk);
     ASSERT_GT(size, 0);
     wp.resize(size);
-    if (regions) {
+    if (live_taps) {
       cuvil_uk_pack_conv_weights_tap_major(w.data(), k.groups, mg, cg, k.kh * k.kw, wp.data());
     } else {
       cuvil_uk_pack_conv_weights(w.data(), k.groups, mg, kk, wp.data());
@@ -213,11 +213,11 @@ TEST(UkernelsTest, DilatedTapsThatReadOnlyPadding) {
   }
 }
 
-// The regions path (weights tap-major, each output region over the taps that read input there)
+// The live-tap kernel (weights tap-major, each tap over the outputs it reads input for)
 // on the geometries above: dilations wide against the map, strides, groups, asymmetric pads,
 // borders whose every tap reads padding (the 1x1 with padding), and ASPP's layer at a size that
 // splits over two threads, each with the epilogue and a residual.
-TEST(UkernelsTest, RegionsOverLiveTaps) {
+TEST(UkernelsTest, LiveTapKernel) {
   const Case cases[] = {
       {6, 7, 7, 5, 3, 3, 1, 1, 12, 12, 12, 12, 12, 12, 1},      // only the centre tap live
       {6, 7, 9, 5, 3, 3, 1, 1, 8, 4, 8, 4, 8, 4, 1},            // rows dead, columns live
@@ -226,7 +226,7 @@ TEST(UkernelsTest, RegionsOverLiveTaps) {
       {4, 6, 6, 6, 3, 3, 1, 1, 7, 7, 7, 7, 7, 7, 2},            // grouped
       {3, 5, 5, 4, 5, 5, 1, 1, 3, 3, 4, 4, 4, 4, 1},            // 5x5, dilation 3
       {6, 5, 7, 6, 3, 2, 1, 2, 2, 5, 3, 1, 2, 6, 3},            // asymmetric, grouped
-      {3, 11, 13, 7, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1},          // 3x3 same: nine regions
+      {3, 11, 13, 7, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1},          // 3x3 same: nine tap rectangles
       {4, 5, 5, 4, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},            // border reads only padding
       {3, 15, 15, 8, 7, 7, 2, 2, 1, 1, 3, 3, 3, 3, 1},          // resnet stem
       {64, 12, 13, 96, 3, 3, 2, 2, 6, 5, 6, 4, 7, 5, 1},        // stride 2, asymmetric pads
@@ -234,8 +234,8 @@ TEST(UkernelsTest, RegionsOverLiveTaps) {
   };
   for (const Case& c : cases) {
     for (int threads : {1, 2}) {
-      RunCase(c, 2, CUVIL_UK_ACT_RELU, true, threads, /*regions=*/true);
-      RunCase(c, 1, CUVIL_UK_ACT_CLIP, false, threads, /*regions=*/true);
+      RunCase(c, 2, CUVIL_UK_ACT_RELU, true, threads, /*live_taps=*/true);
+      RunCase(c, 1, CUVIL_UK_ACT_CLIP, false, threads, /*live_taps=*/true);
     }
   }
 }

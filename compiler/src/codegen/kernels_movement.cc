@@ -217,9 +217,9 @@ absl::Status ConcatOrSplit(KernelContext& k) {
     });
   };
   llvm::Value* total = k.b().CreateMul(outer, whole_row);
-  // Split into contiguous halves (per thread) like the elementwise kernels around it, so that a
-  // Concat feeding a BatchNormalization (densenet) leaves each half in the cache of the thread
-  // that reads it next. Strings stay on this thread (their heap is not the body's to reach).
+  // Split into contiguous ranges (one per thread) like the elementwise kernels around it, so that
+  // a threaded kernel after it mostly reads what its own thread wrote. Strings stay on this
+  // thread (their heap is not the body's to reach).
   if (d == DType::kString) {
     move(k, captures, k.I64(0), total);
   } else {
@@ -624,16 +624,10 @@ class ResizeEmitter {
       }
       llvm::Value* offset = k_.I64(0);
       for (size_t a = 0; a < last; ++a) {
-        taps_.push_back(axes_[a].identity ? AxisTaps{{{index[a], nullptr}}, nullptr}
-                                          : Taps(axes_[a], index[a]));
+        taps_.push_back(AxisTapsAt(a, index[a]));
         offset = b_.CreateAdd(offset, b_.CreateMul(index[a], out_strides_[a]));
       }
-      k_.For(k_.I64(0), block_count_, [&](llvm::Value* j) {
-        llvm::Value* x = b_.CreateAdd(block_x0_, j);
-        taps_.push_back(column_(j));
-        Body(b_.CreateAdd(offset, b_.CreateMul(x, out_strides_[last])));
-        taps_.pop_back();
-      });
+      Loop(last, offset);  // the block's columns
       taps_.resize(taps_.size() - last);
     });
   }
@@ -719,11 +713,15 @@ class ResizeEmitter {
       return;
     }
     k_.For(k_.I64(0), out_dims_[axis], [&](llvm::Value* x) {
-      taps_.push_back(axes_[axis].identity ? AxisTaps{{{x, nullptr}}, nullptr}
-                                           : Taps(axes_[axis], x));
+      taps_.push_back(AxisTapsAt(axis, x));
       Loop(axis + 1, b_.CreateAdd(out_offset, b_.CreateMul(x, out_strides_[axis])));
       taps_.pop_back();
     });
+  }
+
+  // The taps of output index x on `axis` (itself on an axis the resize leaves alone).
+  AxisTaps AxisTapsAt(size_t axis, llvm::Value* x) {
+    return axes_[axis].identity ? AxisTaps{{{x, nullptr}}, nullptr} : Taps(axes_[axis], x);
   }
 
   // The input coordinate of output coordinate x (ONNX coordinate_transformation_mode).

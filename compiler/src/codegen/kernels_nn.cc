@@ -360,7 +360,7 @@ absl::Status EmitConvUkernel(KernelContext& k) {
   p.activation = n.attr_int(attr::kFusedAct, CUVIL_UK_ACT_NONE);
   p.flags = kind == attr::UkernelKind::kDepthwise  ? CUVIL_UK_CONV_DEPTHWISE
             : kind == attr::UkernelKind::kWinograd ? CUVIL_UK_CONV_WINOGRAD
-            : kind == attr::UkernelKind::kPackedRegions
+            : kind == attr::UkernelKind::kPackedLiveTaps
                 ? CUVIL_UK_CONV_PACKED | CUVIL_UK_CONV_TAP_MAJOR
                 : CUVIL_UK_CONV_PACKED;
   static_assert(sizeof(cuvil_uk_conv_params) == 17 * sizeof(int64_t));

@@ -43,9 +43,9 @@ inline constexpr int64_t CUVIL_UK_CONV_DEPTHWISE = 2;
 // A 3x3, stride-1, undilated, ungrouped conv computed by Winograd F(2x2, 3x3); w is packed by
 // cuvil_uk_pack_winograd_weights.
 inline constexpr int64_t CUVIL_UK_CONV_WINOGRAD = 4;
-// With CUVIL_UK_CONV_PACKED: w is packed by cuvil_uk_pack_conv_weights_tap_major, and the conv is
-// computed region by region of the output, each region over only the taps that read input there
-// (for dilations wide against the map, where most taps of most outputs read padding).
+// With CUVIL_UK_CONV_PACKED: w is packed by cuvil_uk_pack_conv_weights_tap_major, and each tap is
+// computed only over the outputs it reads input for (for dilations wide against the map, where
+// most taps of most outputs read padding).
 inline constexpr int64_t CUVIL_UK_CONV_TAP_MAJOR = 8;
 
 // y = act(conv(x, w) + bias + residual) for `batch` images. bias ([M]) and residual (y's shape)
